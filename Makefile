@@ -1,0 +1,28 @@
+# enoki — the two commands: `make demo` and `make test`.
+SHELL := /bin/bash
+
+.PHONY: test demo demo-down setup testbin crds fmt clippy
+
+## test: install what is missing, build/start the local control plane, fmt, clippy, every test
+test:
+	hack/test.sh
+
+## demo: start a local control plane, install the CRDs, show how to reach it
+demo:
+	hack/demo.sh up
+
+## demo-down: stop the demo control plane
+demo-down:
+	hack/demo.sh down
+
+## setup: rust wasm targets and Debian packages
+setup:
+	hack/setup.sh
+
+## testbin: build etcd, kube-apiserver, kube-controller-manager, kubectl (cached per machine)
+testbin:
+	hack/k8s-testbin.sh
+
+## crds: regenerate crds/manifests/*.yaml from the Rust types
+crds:
+	cargo run -q -p crds --bin crdgen

@@ -1,0 +1,189 @@
+//! The `Composition` resource: binds a synthesizer to inputs, and reports the in-flight,
+//! current and previous synthesis plus rolled-up conditions in its status.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::synthesizer::EnvVar;
+
+/// A Composition: a synthesizer bound to inputs; its output is applied to the cluster.
+#[derive(CustomResource, Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[kube(
+    group = "enoki.dev",
+    version = "v1alpha1",
+    kind = "Composition",
+    namespaced,
+    status = "CompositionStatus",
+    shortname = "comp",
+    printcolumn = r#"{"name":"Synthesizer","type":"string","jsonPath":".spec.synthesizer.name"}"#,
+    printcolumn = r#"{"name":"Status","type":"string","jsonPath":".status.simplified.status"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Error","type":"string","priority":1,"jsonPath":".status.simplified.error"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct CompositionSpec {
+    /// The synthesizer to run.
+    pub synthesizer: SynthesizerRef,
+    /// Binds the synthesizer's ref keys to specific objects.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bindings: Vec<Binding>,
+    /// Environment variables for the synthesis (at most 500).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 500))]
+    pub synthesis_env: Vec<EnvVar>,
+    /// Compositions that must be ready before this one is reconciled.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 50))]
+    pub depends_on: Vec<CompositionRef>,
+}
+
+/// A reference to a Synthesizer by name.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+pub struct SynthesizerRef {
+    /// Name of the (cluster-scoped) Synthesizer.
+    pub name: String,
+}
+
+/// Binds a ref key to an object.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+pub struct Binding {
+    /// The synthesizer's ref key.
+    pub key: String,
+    /// The bound object.
+    pub resource: BoundResource,
+}
+
+/// The object a binding points at.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+pub struct BoundResource {
+    /// Object name.
+    pub name: String,
+    /// Object namespace (empty for cluster-scoped objects).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+}
+
+/// A reference to another Composition.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+pub struct CompositionRef {
+    /// Name of the Composition.
+    pub name: String,
+    /// Namespace of the Composition (defaults to this one's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+}
+
+/// Observed state of a Composition.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct CompositionStatus {
+    /// The generation this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `Synthesized`, `Reconciled`, `Ready`, and the kstatus `Reconciling` / `Stalled`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// One word and an error for printer columns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub simplified: Option<SimplifiedStatus>,
+    /// The synthesis whose output is being applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_synthesis: Option<Synthesis>,
+    /// The synthesis before the current one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_synthesis: Option<Synthesis>,
+    /// A synthesis that has started but not yet succeeded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_flight_synthesis: Option<Synthesis>,
+}
+
+/// A one-word summary and error for `kubectl get comp`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+pub struct SimplifiedStatus {
+    /// `Synthesizing`, `Reconciling`, `NotReady`, `Ready`, `Deleting` or `Failed`.
+    pub status: String,
+    /// The most relevant error, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// One synthesis: what went in, what came out, and how far it got.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Synthesis {
+    /// Unique id of this synthesis.
+    pub uuid: String,
+    /// Composition generation it was started for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_composition_generation: Option<i64>,
+    /// Synthesizer generation it was started for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_synthesizer_generation: Option<i64>,
+    /// Revisions of every input it read.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub input_revisions: Vec<InputRevision>,
+    /// `sha256:<hex>` of the module that ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub module_digest: Option<String>,
+    /// `sha256:<hex>` of the input bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_digest: Option<String>,
+    /// `sha256:<hex>` of the output bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_digest: Option<String>,
+    /// The ResourceSlices holding the output.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resource_slices: Vec<ResourceSliceRef>,
+    /// Results the synthesizer reported.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub results: Vec<SynthesisResult>,
+    /// When the synthesis finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub synthesized: Option<Time>,
+    /// When every resource was first reconciled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reconciled: Option<Time>,
+    /// When every resource was first ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready: Option<Time>,
+    /// How many times it was attempted.
+    #[serde(default)]
+    pub attempts: i64,
+}
+
+/// The revision of one input as it was read.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct InputRevision {
+    /// The ref key.
+    pub key: String,
+    /// The object's resourceVersion.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_version: Option<String>,
+    /// The object's `enoki.dev/revision` annotation, if set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<i64>,
+}
+
+/// A reference to a ResourceSlice by name.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+pub struct ResourceSliceRef {
+    /// Name of the ResourceSlice (same namespace as the Composition).
+    pub name: String,
+}
+
+/// A result the synthesizer reported (KRM function result).
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SynthesisResult {
+    /// `error`, `warning` or `info`.
+    pub severity: String,
+    /// What the synthesizer said.
+    pub message: String,
+    /// The resource it is about, if any (`kind/namespace/name`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_ref: Option<String>,
+}

@@ -1,0 +1,164 @@
+//! Every well-known name in one place: annotation keys (each with its `eno.azure.io/` alias),
+//! labels, the finalizer, the field manager, condition types and reasons.
+//!
+//! Code never spells these strings itself; it names the constant.
+
+/// Prefix of every enoki annotation and label key.
+pub const PREFIX: &str = "enoki.dev/";
+/// Prefix of the Eno key accepted as an alias of every enoki key.
+pub const ENO_PREFIX: &str = "eno.azure.io/";
+/// Field manager for every server-side apply enoki performs.
+pub const FIELD_MANAGER: &str = "enoki";
+/// Finalizer on Compositions (and instance-mode objects) that guards resource cleanup.
+pub const FINALIZER: &str = "enoki.dev/cleanup";
+
+/// An annotation key and its Eno alias; both are accepted, `enoki` wins when both are set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Key {
+    /// The `enoki.dev/<name>` spelling.
+    pub enoki: &'static str,
+    /// The `eno.azure.io/<name>` spelling.
+    pub eno: &'static str,
+}
+
+impl Key {
+    /// The key without its prefix, e.g. `readiness-group`.
+    pub fn name(&self) -> &'static str {
+        &self.enoki[PREFIX.len()..]
+    }
+
+    /// Whether `key` is either spelling of this key.
+    pub fn matches(&self, key: &str) -> bool {
+        key == self.enoki || key == self.eno
+    }
+
+    /// Looks the key up in a map of annotations, preferring the `enoki.dev/` spelling.
+    pub fn get<'a>(
+        &self,
+        annotations: &'a std::collections::BTreeMap<String, String>,
+    ) -> Option<&'a str> {
+        annotations
+            .get(self.enoki)
+            .or_else(|| annotations.get(self.eno))
+            .map(String::as_str)
+    }
+}
+
+macro_rules! keys {
+    ($($(#[$doc:meta])* $const:ident = $name:literal;)*) => {
+        /// Annotation and label keys, each with its Eno alias.
+        pub mod annotations {
+            use super::Key;
+            $(
+                $(#[$doc])*
+                pub const $const: Key = Key {
+                    enoki: concat!("enoki.dev/", $name),
+                    eno: concat!("eno.azure.io/", $name),
+                };
+            )*
+            /// Every key above, for validation and stripping.
+            pub const ALL: &[Key] = &[$($const),*];
+        }
+    };
+}
+
+keys! {
+    /// CEL readiness check over `self`; `readiness-<name>` adds named checks, all ANDed.
+    READINESS = "readiness";
+    /// Integer readiness group; lower groups are applied and ready first (default 0).
+    READINESS_GROUP = "readiness-group";
+    /// Integer deletion group; lower groups are deleted first on composition deletion.
+    DELETION_GROUP = "deletion-group";
+    /// Humantime interval after which the resource is re-applied.
+    RECONCILE_INTERVAL = "reconcile-interval";
+    /// `"true"`: create the resource, never update it.
+    DISABLE_UPDATES = "disable-updates";
+    /// `"true"`: never touch the resource.
+    DISABLE_RECONCILIATION = "disable-reconciliation";
+    /// `"true"`: write with PUT instead of server-side apply.
+    REPLACE = "replace";
+    /// `orphan` or `foreground`; also settable on the Composition.
+    DELETION_STRATEGY = "deletion-strategy";
+    /// JSON list of `{path, value | valueExpression, condition}` overrides.
+    OVERRIDES = "overrides";
+    /// `"true"`: readiness/override failures do not block the resource.
+    FAIL_OPEN = "fail-open";
+    /// `watch` (default), `interval` or `off`.
+    DRIFT = "drift";
+    /// On synthesizer input items: the ref key the item is bound under.
+    INPUT_KEY = "input-key";
+    /// On synthesizer input items: the item is the live state of a previous output.
+    OBSERVED = "observed";
+    /// On Compositions: any new value forces a re-synthesis.
+    FORCE_RESYNTHESIS = "force-resynthesis";
+    /// On inputs: an integer revision that replaces resourceVersion for change detection.
+    REVISION = "revision";
+    /// Label on every managed object: the owning composition's UID.
+    MANAGED_BY = "managed-by";
+}
+
+/// Prefix of named readiness checks (`readiness-<name>`), in both spellings.
+pub const READINESS_NAMED_PREFIXES: [&str; 2] = ["enoki.dev/readiness-", "eno.azure.io/readiness-"];
+
+/// Whether an annotation or label key belongs to enoki or Eno (and is stripped before apply).
+pub fn is_reserved_key(key: &str) -> bool {
+    key.starts_with(PREFIX) || key.starts_with(ENO_PREFIX)
+}
+
+/// Status condition types.
+pub mod conditions {
+    /// The current synthesis succeeded.
+    pub const SYNTHESIZED: &str = "Synthesized";
+    /// Every resource of the current synthesis was applied.
+    pub const RECONCILED: &str = "Reconciled";
+    /// Every resource of the current synthesis is ready (also the Synthesizer's module condition).
+    pub const READY: &str = "Ready";
+    /// kstatus: work is in progress.
+    pub const RECONCILING: &str = "Reconciling";
+    /// kstatus: progress is blocked until something changes.
+    pub const STALLED: &str = "Stalled";
+}
+
+/// Condition reasons and Event reasons.
+pub mod reasons {
+    /// Synthesis exceeded its deadline.
+    pub const TIMEOUT: &str = "Timeout";
+    /// Synthesis exceeded its memory cap.
+    pub const MEMORY_LIMIT: &str = "MemoryLimit";
+    /// Synthesis wrote more than its output cap.
+    pub const OUTPUT_TOO_LARGE: &str = "OutputTooLarge";
+    /// The module trapped.
+    pub const TRAP: &str = "Trap";
+    /// The module exited non-zero.
+    pub const EXIT_CODE: &str = "ExitCode";
+    /// The module's output is not a valid ResourceList.
+    pub const MALFORMED_OUTPUT: &str = "MalformedOutput";
+    /// The module reported an error result.
+    pub const ERROR_RESULT: &str = "ErrorResult";
+    /// The module could not be instantiated (e.g. missing imports).
+    pub const INSTANTIATE: &str = "Instantiate";
+    /// A required input does not exist.
+    pub const MISSING_INPUT: &str = "MissingInput";
+    /// The module could not be fetched or compiled.
+    pub const MODULE_UNAVAILABLE: &str = "ModuleUnavailable";
+    /// The synthesizer named by the Composition does not exist.
+    pub const SYNTHESIZER_NOT_FOUND: &str = "SynthesizerNotFound";
+    /// Synthesis succeeded.
+    pub const SYNTHESIS_SUCCEEDED: &str = "SynthesisSucceeded";
+    /// Synthesis is running.
+    pub const SYNTHESIZING: &str = "Synthesizing";
+    /// Every resource was applied.
+    pub const APPLIED: &str = "Applied";
+    /// Some resource failed to apply.
+    pub const APPLY_FAILED: &str = "ApplyFailed";
+    /// Resources are waiting on readiness.
+    pub const NOT_READY: &str = "NotReady";
+    /// Everything is ready.
+    pub const ALL_READY: &str = "AllReady";
+    /// The Composition is being deleted.
+    pub const DELETING: &str = "Deleting";
+    /// Another writer keeps changing a managed field.
+    pub const FIELD_CONFLICT: &str = "FieldConflict";
+    /// The module was fetched and compiled.
+    pub const MODULE_READY: &str = "ModuleReady";
+}

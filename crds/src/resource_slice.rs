@@ -1,0 +1,70 @@
+//! The `ResourceSlice` resource: the stored output of one synthesis, and the per-resource
+//! reconciliation status that the controller writes back, index-aligned with the spec.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Part of one synthesis's output (each slice stays under ~512 KiB).
+#[derive(CustomResource, Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[kube(
+    group = "enoki.dev",
+    version = "v1alpha1",
+    kind = "ResourceSlice",
+    namespaced,
+    status = "ResourceSliceStatus",
+    printcolumn = r#"{"name":"Synthesis","type":"string","jsonPath":".spec.synthesisUUID"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceSliceSpec {
+    /// The synthesis that produced this slice.
+    #[serde(rename = "synthesisUUID")]
+    pub synthesis_uuid: String,
+    /// The synthesized resources.
+    #[serde(default)]
+    pub resources: Vec<Manifest>,
+}
+
+/// One synthesized resource.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+pub struct Manifest {
+    /// The resource as JSON.
+    pub manifest: String,
+    /// A tombstone: the resource was dropped since the previous synthesis and is deleted.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub deleted: bool,
+}
+
+/// Per-resource reconciliation status, index-aligned with `spec.resources`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+pub struct ResourceSliceStatus {
+    /// One entry per `spec.resources` item.
+    #[serde(default)]
+    pub resources: Vec<ResourceState>,
+}
+
+/// What the controller last did with one resource.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceState {
+    /// The resource matches the synthesized snapshot.
+    #[serde(default)]
+    pub reconciled: bool,
+    /// When the resource became ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready: Option<Time>,
+    /// The resource is gone from the cluster (tombstones and composition deletion).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub deleted: bool,
+    /// Canonical hash (`v1:<sha256>`) of the last applied snapshot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied_hash: Option<String>,
+    /// resourceVersion the server returned for that apply.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied_resource_version: Option<String>,
+    /// Summarized error of the last attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}

@@ -1,0 +1,206 @@
+//! The `Synthesizer` resource: where a synthesizer's module comes from, which inputs it takes
+//! (`refs`), its limits, and whether it runs once per object of a kind (instance mode).
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// A synthesizer: a WebAssembly module (or a built-in) that turns inputs into manifests.
+#[derive(CustomResource, Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[kube(
+    group = "enoki.dev",
+    version = "v1alpha1",
+    kind = "Synthesizer",
+    status = "SynthesizerStatus",
+    shortname = "synth",
+    printcolumn = r#"{"name":"Module","type":"string","jsonPath":".status.moduleDigest"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct SynthesizerSpec {
+    /// Where the module comes from; exactly one source must be set.
+    pub module: ModuleSource,
+    /// The inputs the synthesizer takes, each under a key that Compositions bind.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refs: Vec<Ref>,
+    /// Instance mode: every object of this kind gets an implicit Composition bound under `self`.
+    #[serde(default, rename = "for", skip_serializing_if = "Option::is_none")]
+    pub for_kind: Option<GroupVersionKind>,
+    /// Limits for each run of the module.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<Limits>,
+    /// Environment variables set for every run (Composition `synthesisEnv` wins on conflict).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<EnvVar>,
+    /// `reproducible` (default): seeded randomness and a fixed clock; `secure`: real entropy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entropy: Option<Entropy>,
+}
+
+/// Where a synthesizer's WebAssembly module comes from. Exactly one field is set.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ModuleSource {
+    /// The name of a synthesizer compiled into enoki (`trustee`, `quota`, `lepton`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub builtin: Option<String>,
+    /// A module stored in a ConfigMap's `binaryData` (optionally gzip-compressed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map: Option<ConfigMapModule>,
+    /// An OCI artifact pinned by digest: `registry/repo:tag@sha256:…`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oci: Option<String>,
+    /// An `https://` URL; `sha256` must also be set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// The expected SHA-256 (hex) of the module fetched from `url`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+}
+
+impl ModuleSource {
+    /// How many of the mutually exclusive sources are set (valid specs have exactly one).
+    pub fn sources_set(&self) -> usize {
+        [
+            self.builtin.is_some(),
+            self.config_map.is_some(),
+            self.oci.is_some(),
+            self.url.is_some(),
+        ]
+        .into_iter()
+        .filter(|set| *set)
+        .count()
+    }
+}
+
+/// A module stored in a ConfigMap.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+pub struct ConfigMapModule {
+    /// Namespace of the ConfigMap.
+    pub namespace: String,
+    /// Name of the ConfigMap.
+    pub name: String,
+    /// Key in `binaryData` holding the module.
+    pub key: String,
+}
+
+/// An input the synthesizer takes: one object (`resource`) or a list (`collection`).
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Ref {
+    /// The key the input is bound and delivered under (`enoki.dev/input-key`).
+    pub key: String,
+    /// A single object; name/namespace may be left to the Composition's binding.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource: Option<ResourceRef>,
+    /// Every object of a kind that matches the selectors, delivered as a list.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collection: Option<CollectionRef>,
+    /// A missing optional input is left out instead of failing the synthesis.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub optional: bool,
+    /// Changes to a deferred input re-synthesize only after other pending work (Eno semantics).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub defer: bool,
+}
+
+/// A reference to one object by group/version/kind and optional name/namespace.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+pub struct ResourceRef {
+    /// API group (empty for the core group).
+    #[serde(default)]
+    pub group: String,
+    /// API version.
+    pub version: String,
+    /// Kind.
+    pub kind: String,
+    /// Object name, if fixed by the synthesizer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Object namespace, if fixed by the synthesizer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+}
+
+/// A reference to every object of a kind matching optional selectors.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct CollectionRef {
+    /// API group (empty for the core group).
+    #[serde(default)]
+    pub group: String,
+    /// API version.
+    pub version: String,
+    /// Kind.
+    pub kind: String,
+    /// Label selector (`a=b,c!=d` syntax) for namespaces to look in; all when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<String>,
+    /// Label selector (`a=b,c!=d` syntax) for the objects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label_selector: Option<String>,
+}
+
+/// An API group, version and kind.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq, Hash)]
+pub struct GroupVersionKind {
+    /// API group (empty for the core group).
+    #[serde(default)]
+    pub group: String,
+    /// API version.
+    pub version: String,
+    /// Kind.
+    pub kind: String,
+}
+
+/// Per-run limits, in human units (`10s`, `256Mi`).
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+pub struct Limits {
+    /// Wall-clock deadline of one run (humantime, default `10s`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+    /// Linear memory cap (Kubernetes quantity, default `256Mi`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<String>,
+    /// Stdout cap (Kubernetes quantity, default `16Mi`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
+}
+
+/// An environment variable.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub struct EnvVar {
+    /// Variable name.
+    pub name: String,
+    /// Variable value.
+    #[serde(default)]
+    pub value: String,
+}
+
+/// Where a run's randomness and clock come from.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Entropy {
+    /// Seeded randomness and a fixed clock: same inputs, byte-identical output.
+    #[default]
+    Reproducible,
+    /// Real entropy and clock; output is not reproducible.
+    Secure,
+}
+
+/// Observed state of a Synthesizer.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SynthesizerStatus {
+    /// The generation this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `sha256:<hex>` of the module that was fetched and compiled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub module_digest: Option<String>,
+    /// `Ready`: the module was fetched and compiled.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}

@@ -1,0 +1,48 @@
+//! The committed CRD YAML must be exactly what the types generate.
+
+#[test]
+fn manifests_are_up_to_date() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests");
+    for (file, yaml) in crds::manifests::render().unwrap() {
+        let committed = std::fs::read_to_string(dir.join(&file)).unwrap_or_else(|e| {
+            panic!("{file} is missing ({e}); run `cargo run -p crds --bin crdgen`")
+        });
+        assert_eq!(
+            committed, yaml,
+            "{file} is stale; run `cargo run -p crds --bin crdgen` and commit the result"
+        );
+    }
+}
+
+#[test]
+fn every_key_has_an_eno_alias() {
+    for key in crds::names::annotations::ALL {
+        assert_eq!(
+            key.enoki.strip_prefix("enoki.dev/"),
+            key.eno.strip_prefix("eno.azure.io/")
+        );
+        assert!(key.matches(key.enoki) && key.matches(key.eno));
+    }
+}
+
+#[test]
+fn composition_crd_has_status_columns_and_short_name() {
+    use kube::CustomResourceExt;
+    let crd = crds::Composition::crd();
+    assert_eq!(crd.spec.scope, "Namespaced");
+    assert_eq!(
+        crd.spec.names.short_names.as_deref(),
+        Some(&["comp".to_string()][..])
+    );
+    let version = &crd.spec.versions[0];
+    assert!(version.subresources.as_ref().unwrap().status.is_some());
+    let columns: Vec<_> = version
+        .additional_printer_columns
+        .as_ref()
+        .unwrap()
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect();
+    assert_eq!(columns, ["Synthesizer", "Status", "Ready", "Error", "Age"]);
+    assert_eq!(crds::Synthesizer::crd().spec.scope, "Cluster");
+}

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# setup.sh — install what enoki's build and tests need on a fresh machine, skipping what is
+# already there: rustup components and wasm targets, Debian packages. Idempotent.
+set -euo pipefail
+log() { echo "setup: $*" >&2; }
+
+# ---- Rust: components and wasm targets ----
+command -v rustup >/dev/null || { log "rustup is required (Rust 1.95)"; exit 1; }
+installed_targets="$(rustup target list --installed)"
+for t in wasm32-wasip1 wasm32-wasip2; do
+  grep -qx "$t" <<<"$installed_targets" || { log "adding rust target $t"; rustup target add "$t"; }
+done
+installed_components="$(rustup component list --installed)"
+for c in rustfmt clippy; do
+  grep -q "^$c" <<<"$installed_components" || { log "adding rust component $c"; rustup component add "$c"; }
+done
+
+# ---- Debian packages ----
+# command -> package
+declare -A PKGS=(
+  [openssl]=openssl
+  [curl]=curl
+  [python3]=python3
+  [ip]=iproute2
+)
+missing=()
+for cmd in "${!PKGS[@]}"; do command -v "$cmd" >/dev/null || missing+=("${PKGS[$cmd]}"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  log "installing Debian packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+command -v go >/dev/null || { log "the go toolchain (>= 1.24) is required to build the control plane"; exit 1; }
+log "ok"
