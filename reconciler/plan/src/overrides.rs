@@ -1,0 +1,573 @@
+//! Overrides (Eno's grammar and semantics): conditional field mutations applied to the desired
+//! object at plan time, evaluated against the live object.
+//!
+//! The annotation holds a JSON list of `{path, value | valueExpression, condition}`. Paths start
+//! with `self` and use `.field`, `["key"]` / `['key']`, `[N]`, `[*]` and `[key="value"]`
+//! (list-map matcher). A `null` value deletes the key and prunes maps it emptied; missing
+//! intermediate maps are created for non-null values. Every failure is fail-open: the override
+//! is skipped and its [`OverrideStatus`] says why. CEL sees `self` (the live object, `{}` when
+//! absent), `composition` (its metadata) and `pathManagedByEnoki` (whether enoki's
+//! managedFields entry owns the path; `pathManagedByEno` is accepted as an alias).
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::expr::{Expr, to_cel, to_json};
+
+/// One step of an override path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Segment {
+    /// `.name` or `["name"]`.
+    Field(String),
+    /// `[N]`.
+    Index(usize),
+    /// `[*]`.
+    Wildcard,
+    /// `[key="value"]`: list elements whose `key` equals `value`.
+    Match {
+        /// Field compared in each element.
+        key: String,
+        /// Value it must equal.
+        value: String,
+    },
+}
+
+/// A parsed override.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Override {
+    /// The path as written.
+    pub path: String,
+    /// The parsed path (after `self`).
+    pub segments: Vec<Segment>,
+    /// A literal value (`Some(Null)` deletes).
+    pub value: Option<Value>,
+    /// A CEL expression producing the value.
+    pub value_expression: Option<Expr>,
+    /// A CEL bool; the override applies only when true.
+    pub condition: Option<Expr>,
+}
+
+/// What happened to one override (Eno's status strings).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum OverrideStatus {
+    /// Applied.
+    Active,
+    /// Condition false, or valueExpression skipped (object absent / null result).
+    Inactive,
+    /// The condition failed to evaluate or is not a bool.
+    InvalidCondition,
+    /// A parent on the path does not exist (or no list element matched).
+    MissingParent,
+    /// A list index is out of range.
+    IndexOutOfRange,
+    /// The path walks through a value of the wrong type.
+    PathTypeMismatch,
+    /// The valueExpression failed to evaluate.
+    InvalidValueExpression,
+}
+
+/// Parses an override path such as `self.spec.template["x-y"].containers[name="app"].image`.
+///
+/// # Errors
+/// A message with the byte offset when the path does not follow the grammar.
+pub fn parse_path(path: &str) -> Result<Vec<Segment>, String> {
+    let rest = path
+        .strip_prefix("self")
+        .ok_or_else(|| "path must start with \"self\"".to_string())?;
+    let bytes = rest.as_bytes();
+    let mut i = 0;
+    let mut out = Vec::new();
+    let at = |i: usize| i + 4;
+    let ident = |i: usize| -> (String, usize) {
+        let mut j = i;
+        while j < bytes.len() && (bytes[j].is_ascii_alphanumeric() || bytes[j] == b'_') {
+            j += 1;
+        }
+        (rest[i..j].to_string(), j)
+    };
+    let quoted = |i: usize| -> Result<(String, usize), String> {
+        let q = bytes[i];
+        let end = rest[i + 1..]
+            .find(q as char)
+            .ok_or_else(|| format!("unterminated string at offset {}", at(i)))?;
+        Ok((rest[i + 1..i + 1 + end].to_string(), i + end + 2))
+    };
+    while i < bytes.len() {
+        match bytes[i] {
+            b'.' => {
+                let (name, j) = ident(i + 1);
+                if name.is_empty() || name.as_bytes()[0].is_ascii_digit() {
+                    return Err(format!("expected a field name at offset {}", at(i + 1)));
+                }
+                out.push(Segment::Field(name));
+                i = j;
+            }
+            b'[' => {
+                let j = i + 1;
+                if j >= bytes.len() {
+                    return Err(format!("unterminated [ at offset {}", at(i)));
+                }
+                let (seg, k) = match bytes[j] {
+                    b'"' | b'\'' => {
+                        let (s, k) = quoted(j)?;
+                        (Segment::Field(s), k)
+                    }
+                    b'*' => (Segment::Wildcard, j + 1),
+                    b'0'..=b'9' => {
+                        let mut k = j;
+                        while k < bytes.len() && bytes[k].is_ascii_digit() {
+                            k += 1;
+                        }
+                        let n = rest[j..k]
+                            .parse::<usize>()
+                            .map_err(|_| format!("index too large at offset {}", at(j)))?;
+                        (Segment::Index(n), k)
+                    }
+                    _ => {
+                        let (key, k) = ident(j);
+                        if key.is_empty() || k >= bytes.len() || bytes[k] != b'=' {
+                            return Err(format!(
+                                "expected \"key\", N, * or key=\"value\" at offset {}",
+                                at(j)
+                            ));
+                        }
+                        if k + 1 >= bytes.len() || !matches!(bytes[k + 1], b'"' | b'\'') {
+                            return Err(format!("expected a quoted value at offset {}", at(k + 1)));
+                        }
+                        let (value, k) = quoted(k + 1)?;
+                        (Segment::Match { key, value }, k)
+                    }
+                };
+                if k >= bytes.len() || bytes[k] != b']' {
+                    return Err(format!("expected ] at offset {}", at(k)));
+                }
+                out.push(seg);
+                i = k + 1;
+            }
+            _ => {
+                return Err(format!(
+                    "unexpected {:?} at offset {}",
+                    bytes[i] as char,
+                    at(i)
+                ));
+            }
+        }
+    }
+    if out.is_empty() {
+        return Err("path must name a field below self".into());
+    }
+    Ok(out)
+}
+
+/// Parses the `overrides` annotation value.
+///
+/// # Errors
+/// A message naming the item index and field when the JSON or a path or CEL is invalid.
+pub fn parse(annotation: &str) -> Result<Vec<Override>, String> {
+    let items: Vec<Value> =
+        serde_json::from_str(annotation).map_err(|e| format!("not a JSON list: {e}"))?;
+    items
+        .into_iter()
+        .enumerate()
+        .map(|(i, item)| {
+            let Value::Object(mut obj) = item else {
+                return Err(format!("item {i}: not an object"));
+            };
+            let path = match obj.remove("path") {
+                Some(Value::String(p)) => p,
+                _ => return Err(format!("item {i}: path is missing or not a string")),
+            };
+            let segments =
+                parse_path(&path).map_err(|e| format!("item {i}: path {path:?}: {e}"))?;
+            let value = obj.remove("value");
+            let cel = |obj: &mut Map<String, Value>, field: &str| -> Result<Option<Expr>, String> {
+                match obj.remove(field) {
+                    None | Some(Value::Null) => Ok(None),
+                    Some(Value::String(s)) => Expr::compile(&s)
+                        .map(Some)
+                        .map_err(|e| format!("item {i}: {field}: CEL does not compile: {e}")),
+                    Some(_) => Err(format!("item {i}: {field} is not a string")),
+                }
+            };
+            let value_expression = cel(&mut obj, "valueExpression")?;
+            let condition = cel(&mut obj, "condition")?;
+            if value.is_some() && value_expression.is_some() {
+                return Err(format!(
+                    "item {i}: value and valueExpression are mutually exclusive"
+                ));
+            }
+            if value.is_none() && value_expression.is_none() {
+                return Err(format!(
+                    "item {i}: one of value or valueExpression is required"
+                ));
+            }
+            if let Some(extra) = obj.keys().next() {
+                return Err(format!("item {i}: unknown field {extra:?}"));
+            }
+            Ok(Override {
+                path,
+                segments,
+                value,
+                value_expression,
+                condition,
+            })
+        })
+        .collect()
+}
+
+/// Applies `value` at `segments` inside `node`.
+pub fn set(node: &mut Value, segments: &[Segment], value: &Value) -> OverrideStatus {
+    let Some((first, rest)) = segments.split_first() else {
+        return OverrideStatus::PathTypeMismatch;
+    };
+    match first {
+        Segment::Field(name) => {
+            let Some(map) = node.as_object_mut() else {
+                return OverrideStatus::PathTypeMismatch;
+            };
+            if rest.is_empty() {
+                if value.is_null() {
+                    map.remove(name);
+                } else {
+                    map.insert(name.clone(), value.clone());
+                }
+                return OverrideStatus::Active;
+            }
+            if !map.contains_key(name) {
+                if value.is_null() {
+                    return OverrideStatus::MissingParent;
+                }
+                match rest[0] {
+                    Segment::Field(_) => {
+                        map.insert(name.clone(), Value::Object(Map::new()));
+                    }
+                    _ => return OverrideStatus::MissingParent,
+                }
+            }
+            let child = map
+                .get_mut(name)
+                .expect("present: checked or inserted above");
+            let status = set(child, rest, value);
+            if value.is_null() && child.as_object().is_some_and(Map::is_empty) {
+                map.remove(name);
+            }
+            status
+        }
+        Segment::Index(n) => {
+            let Some(list) = node.as_array_mut() else {
+                return OverrideStatus::PathTypeMismatch;
+            };
+            if *n >= list.len() {
+                return OverrideStatus::IndexOutOfRange;
+            }
+            if rest.is_empty() {
+                if value.is_null() {
+                    list.remove(*n);
+                } else {
+                    list[*n] = value.clone();
+                }
+                return OverrideStatus::Active;
+            }
+            set(&mut list[*n], rest, value)
+        }
+        Segment::Wildcard | Segment::Match { .. } => {
+            let Some(list) = node.as_array_mut() else {
+                return OverrideStatus::PathTypeMismatch;
+            };
+            let matches = |v: &Value| match first {
+                Segment::Match { key, value } => v.get(key).is_some_and(|f| match f {
+                    Value::String(s) => s == value,
+                    other => *other.to_string() == **value,
+                }),
+                _ => true,
+            };
+            if rest.is_empty() {
+                if value.is_null() {
+                    let before = list.len();
+                    list.retain(|v| !matches(v));
+                    return if list.len() < before {
+                        OverrideStatus::Active
+                    } else {
+                        OverrideStatus::MissingParent
+                    };
+                }
+                let mut any = false;
+                for item in list.iter_mut().filter(|v| matches(v)) {
+                    *item = value.clone();
+                    any = true;
+                }
+                return if any {
+                    OverrideStatus::Active
+                } else {
+                    OverrideStatus::MissingParent
+                };
+            }
+            let mut result = OverrideStatus::MissingParent;
+            for item in list.iter_mut().filter(|v| matches(v)) {
+                let s = set(item, rest, value);
+                if s == OverrideStatus::Active || result == OverrideStatus::MissingParent {
+                    result = s;
+                }
+            }
+            result
+        }
+    }
+}
+
+/// Whether `manager`'s Apply entry in the live object's managedFields covers `segments`.
+pub fn path_managed_by(live: Option<&Value>, manager: &str, segments: &[Segment]) -> bool {
+    let Some(entries) = live
+        .and_then(|l| l.pointer("/metadata/managedFields"))
+        .and_then(Value::as_array)
+    else {
+        return false;
+    };
+    entries
+        .iter()
+        .filter(|e| e.get("manager").and_then(Value::as_str) == Some(manager))
+        .filter_map(|e| e.get("fieldsV1"))
+        .any(|fields| covers(fields, segments))
+}
+
+fn covers(fields: &Value, segments: &[Segment]) -> bool {
+    let Some((first, rest)) = segments.split_first() else {
+        return true;
+    };
+    let Some(map) = fields.as_object() else {
+        return false;
+    };
+    let children: Vec<&Value> = match first {
+        Segment::Field(name) => map.get(&format!("f:{name}")).into_iter().collect(),
+        Segment::Match { key, value } => map
+            .iter()
+            .filter(|(k, _)| {
+                k.strip_prefix("k:")
+                    .and_then(|j| serde_json::from_str::<Value>(j).ok())
+                    .and_then(|j| j.get(key).cloned())
+                    .is_some_and(|v| {
+                        v.as_str() == Some(value.as_str()) || *v.to_string() == **value
+                    })
+            })
+            .map(|(_, v)| v)
+            .collect(),
+        // Lists are keyed by merge keys or values in fieldsV1; any element counts.
+        Segment::Index(_) | Segment::Wildcard => map
+            .iter()
+            .filter(|(k, _)| k.starts_with("k:") || k.starts_with("v:") || k.starts_with("i:"))
+            .map(|(_, v)| v)
+            .collect(),
+    };
+    children.into_iter().any(|c| covers(c, rest))
+}
+
+/// The outcome of one override.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct OverrideResult {
+    /// The path as written.
+    pub path: String,
+    /// What happened.
+    pub status: OverrideStatus,
+}
+
+/// Applies every override in order to `desired`, evaluating CEL against `live`.
+pub fn apply_all(
+    desired: &mut Value,
+    overrides: &[Override],
+    live: Option<&Value>,
+    composition: &Value,
+) -> Vec<OverrideResult> {
+    let this = to_cel(live.unwrap_or(&Value::Object(Map::new())));
+    let comp = to_cel(composition);
+    overrides
+        .iter()
+        .map(|o| {
+            let managed = cel::Value::Bool(path_managed_by(
+                live,
+                crds::names::FIELD_MANAGER,
+                &o.segments,
+            ));
+            let vars = [
+                ("self", this.clone()),
+                ("composition", comp.clone()),
+                ("pathManagedByEnoki", managed.clone()),
+                ("pathManagedByEno", managed),
+            ];
+            let status = (|| {
+                if let Some(cond) = &o.condition {
+                    match cond.eval_bool(&vars) {
+                        Err(_) => return OverrideStatus::InvalidCondition,
+                        Ok(false) => return OverrideStatus::Inactive,
+                        Ok(true) => {}
+                    }
+                }
+                let value = match (&o.value, &o.value_expression) {
+                    (Some(v), _) => v.clone(),
+                    (None, Some(expr)) => {
+                        if live.is_none() {
+                            return OverrideStatus::Inactive;
+                        }
+                        match expr.eval(&vars) {
+                            Err(_) => return OverrideStatus::InvalidValueExpression,
+                            Ok(cel::Value::Null) => return OverrideStatus::Inactive,
+                            Ok(v) => match to_json(&v) {
+                                Some(v) => v,
+                                None => return OverrideStatus::InvalidValueExpression,
+                            },
+                        }
+                    }
+                    (None, None) => return OverrideStatus::Inactive,
+                };
+                set(desired, &o.segments, &value)
+            })();
+            OverrideResult {
+                path: o.path.clone(),
+                status,
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+    use serde_json::json;
+
+    #[rstest]
+    #[case::fields("self.spec.replicas", vec![Segment::Field("spec".into()), Segment::Field("replicas".into())])]
+    #[case::quoted(r#"self.metadata.annotations["a.b/c-d"]"#, vec![Segment::Field("metadata".into()), Segment::Field("annotations".into()), Segment::Field("a.b/c-d".into())])]
+    #[case::single_quoted("self['x']", vec![Segment::Field("x".into())])]
+    #[case::index("self.a[3]", vec![Segment::Field("a".into()), Segment::Index(3)])]
+    #[case::wildcard("self.a[*].b", vec![Segment::Field("a".into()), Segment::Wildcard, Segment::Field("b".into())])]
+    #[case::matcher(r#"self.c[name="app"].image"#, vec![Segment::Field("c".into()), Segment::Match { key: "name".into(), value: "app".into() }, Segment::Field("image".into())])]
+    fn paths_parse(#[case] path: &str, #[case] want: Vec<Segment>) {
+        assert_eq!(parse_path(path).unwrap(), want);
+    }
+
+    #[rstest]
+    #[case::no_self("spec.x")]
+    #[case::bare_self("self")]
+    #[case::trailing_dot("self.")]
+    #[case::unterminated("self[\"x")]
+    #[case::bad_bracket("self[x]")]
+    #[case::garbage("self.a b")]
+    fn bad_paths_are_errors(#[case] path: &str) {
+        assert!(parse_path(path).is_err(), "{path}");
+    }
+
+    #[test]
+    fn null_deletes_and_prunes_emptied_maps() {
+        let mut obj = json!({"spec": {"a": {"b": 1}, "c": 2}});
+        assert_eq!(
+            set(
+                &mut obj,
+                &parse_path("self.spec.a.b").unwrap(),
+                &Value::Null
+            ),
+            OverrideStatus::Active
+        );
+        assert_eq!(obj, json!({"spec": {"c": 2}}));
+    }
+
+    #[test]
+    fn missing_intermediate_maps_are_created() {
+        let mut obj = json!({});
+        set(
+            &mut obj,
+            &parse_path("self.metadata.labels.x").unwrap(),
+            &json!("y"),
+        );
+        assert_eq!(obj, json!({"metadata": {"labels": {"x": "y"}}}));
+    }
+
+    #[test]
+    fn fail_open_statuses() {
+        let mut obj = json!({"a": [1, 2], "s": "str"});
+        assert_eq!(
+            set(&mut obj, &parse_path("self.a[5]").unwrap(), &json!(1)),
+            OverrideStatus::IndexOutOfRange
+        );
+        assert_eq!(
+            set(&mut obj, &parse_path("self.s.x").unwrap(), &json!(1)),
+            OverrideStatus::PathTypeMismatch
+        );
+        assert_eq!(
+            set(&mut obj, &parse_path("self.none.x").unwrap(), &Value::Null),
+            OverrideStatus::MissingParent
+        );
+        assert_eq!(obj, json!({"a": [1, 2], "s": "str"}), "nothing changed");
+    }
+
+    #[test]
+    fn matcher_and_wildcard_update_list_elements() {
+        let mut obj = json!({"c": [{"name": "app", "image": "a"}, {"name": "side", "image": "b"}]});
+        set(
+            &mut obj,
+            &parse_path(r#"self.c[name="side"].image"#).unwrap(),
+            &json!("z"),
+        );
+        assert_eq!(obj["c"][1]["image"], "z");
+        set(
+            &mut obj,
+            &parse_path("self.c[*].pull").unwrap(),
+            &json!("Always"),
+        );
+        assert_eq!(obj["c"][0]["pull"], "Always");
+        assert_eq!(obj["c"][1]["pull"], "Always");
+    }
+
+    #[test]
+    fn conditions_and_value_expressions_see_the_live_object() {
+        let overrides = parse(r#"[
+            {"path": "self.spec.replicas", "valueExpression": "self.spec.replicas", "condition": "!pathManagedByEnoki"},
+            {"path": "self.metadata.labels.off", "value": "x", "condition": "false"},
+            {"path": "self.metadata.labels.bad", "value": "x", "condition": "self.nope.nope"},
+            {"path": "self.metadata.labels.comp", "valueExpression": "composition.name"}
+        ]"#).unwrap();
+        let live = json!({"spec": {"replicas": 7}, "metadata": {"managedFields": [
+            {"manager": "enoki", "operation": "Apply", "fieldsV1": {"f:metadata": {}}}
+        ]}});
+        let mut desired = json!({"spec": {"replicas": 1}, "metadata": {"name": "d"}});
+        let results = apply_all(
+            &mut desired,
+            &overrides,
+            Some(&live),
+            &json!({"name": "c1"}),
+        );
+        let statuses: Vec<_> = results.iter().map(|r| r.status).collect();
+        assert_eq!(
+            statuses,
+            [
+                OverrideStatus::Active,
+                OverrideStatus::Inactive,
+                OverrideStatus::InvalidCondition,
+                OverrideStatus::Active
+            ]
+        );
+        assert_eq!(desired["spec"]["replicas"], 7);
+        assert_eq!(desired["metadata"]["labels"], json!({"comp": "c1"}));
+    }
+
+    #[test]
+    fn path_managed_by_reads_field_sets() {
+        let live = json!({"metadata": {"managedFields": [
+            {"manager": "enoki", "fieldsV1": {"f:spec": {"f:replicas": {}, "f:containers": {"k:{\"name\":\"app\"}": {"f:image": {}}}}}},
+            {"manager": "kubectl", "fieldsV1": {"f:spec": {"f:paused": {}}}}
+        ]}});
+        let managed = |p: &str| path_managed_by(Some(&live), "enoki", &parse_path(p).unwrap());
+        assert!(managed("self.spec.replicas"));
+        assert!(managed(r#"self.spec.containers[name="app"].image"#));
+        assert!(!managed("self.spec.paused"));
+        assert!(!managed(r#"self.spec.containers[name="other"].image"#));
+    }
+
+    #[rstest]
+    #[case::not_json("nope")]
+    #[case::both(r#"[{"path": "self.a", "value": 1, "valueExpression": "1"}]"#)]
+    #[case::neither(r#"[{"path": "self.a"}]"#)]
+    #[case::bad_cel(r#"[{"path": "self.a", "value": 1, "condition": "(("}]"#)]
+    #[case::unknown(r#"[{"path": "self.a", "value": 1, "when": "x"}]"#)]
+    fn bad_annotations_are_errors(#[case] text: &str) {
+        assert!(parse(text).is_err());
+    }
+}

@@ -1,0 +1,663 @@
+//! The Plan: one op per resource, the readiness of each, and when to look again.
+//!
+//! [`prepare`] ingests a synthesis's output once (keys, settings, compiled CEL, parsed
+//! overrides, the DAG) and fails with a [`PlanError`] naming the resource and key.
+//! [`plan`] is then a pure function of (prepared output, composition, observed live objects,
+//! recorded per-resource status, options). The fast path (seeds/002): when the snapshot's hash
+//! and the live resourceVersion both equal what was recorded at the last apply, the op is
+//! `Skip(InSync)` and the controller makes no API call at all.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::error::PlanError;
+use crate::expr::Expr;
+use crate::key::ResourceKey;
+use crate::ordering::{self, Node, Ordering};
+use crate::overrides::{self, Override, OverrideResult};
+use crate::readiness::{self, ReadinessCheck, ReadinessState};
+use crate::settings::{self, DeletionStrategy, Settings};
+use crate::snapshot;
+
+/// What the planner needs to know about the Composition.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CompositionInfo {
+    /// Name.
+    pub name: String,
+    /// Namespace.
+    pub namespace: String,
+    /// UID (stamped as the `enoki.dev/managed-by` label).
+    pub uid: String,
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+    /// Annotations (defaults for the cascading keys).
+    pub annotations: BTreeMap<String, String>,
+    /// The Composition is being deleted.
+    pub deleting: bool,
+}
+
+impl CompositionInfo {
+    /// The `composition` CEL variable: its metadata.
+    pub fn cel_value(&self) -> Value {
+        serde_json::json!({
+            "name": self.name,
+            "namespace": self.namespace,
+            "labels": self.labels,
+            "annotations": self.annotations,
+        })
+    }
+}
+
+/// One item of a synthesis's output.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Desired {
+    /// The manifest (namespace already defaulted by the caller).
+    pub manifest: Value,
+    /// A tombstone: dropped since the previous synthesis, to be deleted.
+    pub tombstone: bool,
+}
+
+/// One ingested resource.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PreparedResource {
+    /// Identity.
+    pub key: ResourceKey,
+    /// The manifest as synthesized.
+    pub manifest: Value,
+    /// A tombstone.
+    pub tombstone: bool,
+    /// Settings parsed from the manifest's annotations (before overrides).
+    pub settings: Settings,
+    /// Compiled readiness checks.
+    pub checks: Vec<ReadinessCheck>,
+    /// Parsed overrides.
+    pub overrides: Vec<Override>,
+}
+
+/// A synthesis's output, ingested: parsed once, planned many times.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Prepared {
+    /// Every resource, sorted by key.
+    pub resources: Vec<PreparedResource>,
+    /// The readiness DAG over the live (non-tombstone) resources.
+    pub ordering: Ordering,
+}
+
+/// Ingests a synthesis's output.
+///
+/// # Errors
+/// The first invalid manifest, duplicate, bad annotation value, non-compiling CEL or bad
+/// override (naming the resource and key), or a dependency cycle with all its members.
+pub fn prepare(desired: &[Desired], composition: &CompositionInfo) -> Result<Prepared, PlanError> {
+    let mut resources: Vec<PreparedResource> = Vec::with_capacity(desired.len());
+    let mut seen = BTreeMap::new();
+    for (index, d) in desired.iter().enumerate() {
+        let key = ResourceKey::of(&d.manifest)
+            .map_err(|message| PlanError::Manifest { index, message })?;
+        if seen.insert(key.clone(), index).is_some() {
+            return Err(PlanError::Duplicate {
+                resource: key.to_string(),
+            });
+        }
+        let annotations: BTreeMap<String, String> = d
+            .manifest
+            .pointer("/metadata/annotations")
+            .and_then(Value::as_object)
+            .map(|m| {
+                m.iter()
+                    .map(|(k, v)| {
+                        (
+                            k.clone(),
+                            v.as_str().map_or_else(|| v.to_string(), String::from),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let settings = settings::parse(&key, &annotations, &composition.annotations)?;
+        let checks = settings::readiness_annotations(&annotations)
+            .into_iter()
+            .map(|(name, k, cel)| {
+                Expr::compile(&cel)
+                    .map(|expr| ReadinessCheck { name, expr })
+                    .map_err(|message| PlanError::CompileCel {
+                        resource: key.to_string(),
+                        key: k,
+                        message,
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let overrides = match crds::names::annotations::OVERRIDES.get(&annotations) {
+            None => Vec::new(),
+            Some(text) => overrides::parse(text).map_err(|message| PlanError::Annotation {
+                resource: key.to_string(),
+                key: if annotations.contains_key(crds::names::annotations::OVERRIDES.enoki) {
+                    crds::names::annotations::OVERRIDES.enoki.into()
+                } else {
+                    crds::names::annotations::OVERRIDES.eno.into()
+                },
+                message,
+            })?,
+        };
+        resources.push(PreparedResource {
+            key,
+            manifest: d.manifest.clone(),
+            tombstone: d.tombstone,
+            settings,
+            checks,
+            overrides,
+        });
+    }
+    resources.sort_by(|a, b| a.key.cmp(&b.key));
+    let nodes: Vec<Node> = resources
+        .iter()
+        .filter(|r| !r.tombstone)
+        .map(|r| Node {
+            key: r.key.clone(),
+            readiness_group: r.settings.readiness_group,
+            defines: crd_defines(r),
+        })
+        .collect();
+    let ordering = ordering::order(&nodes)?;
+    Ok(Prepared {
+        resources,
+        ordering,
+    })
+}
+
+fn crd_defines(r: &PreparedResource) -> Option<(String, String)> {
+    if !r.key.is_crd() {
+        return None;
+    }
+    let group = r.manifest.pointer("/spec/group")?.as_str()?;
+    let kind = r.manifest.pointer("/spec/names/kind")?.as_str()?;
+    Some((group.to_string(), kind.to_string()))
+}
+
+/// What was recorded about a resource at its last reconciliation (ResourceSlice status).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Recorded {
+    /// Hash of the last applied snapshot.
+    pub applied_hash: Option<String>,
+    /// resourceVersion the server returned for that apply.
+    pub applied_resource_version: Option<String>,
+    /// Ready time latched in this synthesis.
+    pub ready: Option<String>,
+}
+
+/// How resources are written.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub enum ApplyMode {
+    /// Server-side apply (field manager `enoki`, force).
+    #[default]
+    ServerSide,
+    /// Client-side: JSON merge patch from the previous snapshot (`--disable-ssa`).
+    ClientSide,
+}
+
+/// Options of the planner.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PlanOptions {
+    /// How resources are written.
+    pub mode: ApplyMode,
+    /// How soon to look again while something is not ready.
+    pub readiness_poll: Duration,
+}
+
+impl Default for PlanOptions {
+    fn default() -> Self {
+        PlanOptions {
+            mode: ApplyMode::ServerSide,
+            readiness_poll: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Live state as observed (by key; absent keys do not exist).
+pub type Observed = BTreeMap<ResourceKey, Value>;
+
+/// Everything [`plan`] reads.
+#[derive(Clone, Copy, Debug)]
+pub struct PlanInput<'a> {
+    /// The ingested synthesis output.
+    pub prepared: &'a Prepared,
+    /// The Composition.
+    pub composition: &'a CompositionInfo,
+    /// Live objects.
+    pub observed: &'a Observed,
+    /// Recorded per-resource status.
+    pub recorded: &'a BTreeMap<ResourceKey, Recorded>,
+    /// Snapshots applied by the previous synthesis (for client-side merge patches).
+    pub previous: &'a BTreeMap<ResourceKey, Value>,
+    /// Options.
+    pub options: PlanOptions,
+}
+
+/// Why a resource needs no write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum SkipReason {
+    /// Hash and resourceVersion match the last apply: no API call at all.
+    InSync,
+    /// `disable-updates` and the object exists.
+    UpdatesDisabled,
+    /// `disable-reconciliation`.
+    ReconciliationDisabled,
+    /// To be deleted, and already gone.
+    AlreadyDeleted,
+    /// Composition deletion with `deletion-strategy: orphan`.
+    Orphaned,
+    /// Deletion already in progress.
+    Terminating,
+}
+
+/// The one thing to do with a resource.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "op", rename_all = "camelCase")]
+pub enum Op {
+    /// Server-side apply this object.
+    Apply {
+        /// The snapshot.
+        object: Value,
+    },
+    /// Create this object (create-only, replace or client-side mode, object absent).
+    Create {
+        /// The snapshot.
+        object: Value,
+    },
+    /// PUT this object over the live one.
+    Replace {
+        /// The snapshot.
+        object: Value,
+    },
+    /// JSON merge patch (client-side mode).
+    MergePatch {
+        /// The previously applied snapshot (`{}` when none).
+        from: Value,
+        /// The new snapshot.
+        to: Value,
+        /// RFC 7386 patch from `from` to `to`: dropped fields are `null`.
+        patch: Value,
+    },
+    /// Delete the object.
+    Delete {
+        /// Wait until it is gone before counting it deleted.
+        foreground: bool,
+    },
+    /// Nothing to do.
+    Skip {
+        /// Why.
+        reason: SkipReason,
+    },
+    /// Not yet: these resources must be ready (or gone, when deleting) first.
+    Wait {
+        /// The resources waited on.
+        on: Vec<ResourceKey>,
+    },
+}
+
+impl Op {
+    /// Whether the op writes to the cluster.
+    pub fn is_write(&self) -> bool {
+        !matches!(self, Op::Skip { .. } | Op::Wait { .. })
+    }
+}
+
+/// The plan for one resource.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Step {
+    /// The resource.
+    pub key: ResourceKey,
+    /// What to do.
+    pub op: Op,
+    /// Canonical hash of the snapshot (not for deletions).
+    pub hash: Option<String>,
+    /// Readiness observed now (latched if recorded).
+    pub readiness: ReadinessState,
+    /// Override outcomes.
+    pub overrides: Vec<OverrideResult>,
+    /// Effective settings (after overrides).
+    pub settings: Settings,
+}
+
+/// The whole plan.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Plan {
+    /// One step per resource: creation order, or deletion order while deleting.
+    pub steps: Vec<Step>,
+    /// When to look again: readiness poll, the shortest reconcile interval, or never.
+    #[serde(with = "requeue_ser")]
+    pub requeue: Option<Duration>,
+}
+
+mod requeue_ser {
+    use std::time::Duration;
+    pub fn serialize<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => s.serialize_str(&humantime::format_duration(*d).to_string()),
+            None => s.serialize_none(),
+        }
+    }
+}
+
+impl Plan {
+    /// Every non-tombstone resource is ready (or exempt).
+    pub fn all_ready(&self) -> bool {
+        self.steps.iter().all(|s| {
+            s.readiness.is_ready()
+                || s.settings.fail_open
+                || matches!(
+                    s.op,
+                    Op::Skip {
+                        reason: SkipReason::ReconciliationDisabled
+                            | SkipReason::AlreadyDeleted
+                            | SkipReason::Orphaned
+                    } | Op::Delete { .. }
+                )
+        })
+    }
+
+    /// Nothing is left to write or wait for.
+    pub fn settled(&self) -> bool {
+        self.steps.iter().all(|s| matches!(s.op, Op::Skip { .. }))
+    }
+}
+
+/// Plans one pass over a composition's resources. Pure and deterministic.
+pub fn plan(input: PlanInput<'_>) -> Plan {
+    if input.composition.deleting {
+        return plan_deletion(input);
+    }
+    let by_key: BTreeMap<&ResourceKey, &PreparedResource> = input
+        .prepared
+        .resources
+        .iter()
+        .map(|r| (&r.key, r))
+        .collect();
+    let mut steps: Vec<Step> = Vec::with_capacity(input.prepared.resources.len());
+    let mut ready: BTreeMap<&ResourceKey, bool> = BTreeMap::new();
+    let mut requeue: Option<Duration> = None;
+    let mut poll = false;
+
+    for key in &input.prepared.ordering.order {
+        let Some(r) = by_key.get(key) else { continue };
+        let live = input.observed.get(key);
+        let recorded = input.recorded.get(key);
+        let (object, settings, results) = effective(r, live, input.composition);
+        let hash = snapshot::hash(&object);
+        let readiness = match recorded.and_then(|rec| rec.ready.clone()) {
+            Some(at) => ReadinessState::Ready { at: Some(at) },
+            None => readiness::evaluate(&r.checks, live),
+        };
+        let waiting_on: Vec<ResourceKey> = input.prepared.ordering.depends_on[key]
+            .iter()
+            .filter(|d| !ready.get(d).copied().unwrap_or(false))
+            .cloned()
+            .collect();
+        let in_sync = live.is_some_and(|l| {
+            let rv = l
+                .pointer("/metadata/resourceVersion")
+                .and_then(Value::as_str);
+            recorded.is_some_and(|rec| {
+                rec.applied_hash.as_deref() == Some(hash.as_str())
+                    && rv.is_some()
+                    && rec.applied_resource_version.as_deref() == rv
+            })
+        });
+        let op = if settings.disable_reconciliation {
+            Op::Skip {
+                reason: SkipReason::ReconciliationDisabled,
+            }
+        } else if !waiting_on.is_empty() {
+            Op::Wait { on: waiting_on }
+        } else if live.is_none() {
+            if settings.disable_updates
+                || settings.replace
+                || input.options.mode == ApplyMode::ClientSide
+            {
+                Op::Create {
+                    object: object.clone(),
+                }
+            } else {
+                Op::Apply {
+                    object: object.clone(),
+                }
+            }
+        } else if settings.disable_updates {
+            Op::Skip {
+                reason: SkipReason::UpdatesDisabled,
+            }
+        } else if in_sync {
+            Op::Skip {
+                reason: SkipReason::InSync,
+            }
+        } else if settings.replace {
+            Op::Replace {
+                object: object.clone(),
+            }
+        } else if input.options.mode == ApplyMode::ClientSide {
+            let from = input
+                .previous
+                .get(key)
+                .cloned()
+                .unwrap_or_else(|| Value::Object(Map::new()));
+            let patch = merge_patch(&from, &object);
+            Op::MergePatch {
+                from,
+                to: object.clone(),
+                patch,
+            }
+        } else {
+            Op::Apply {
+                object: object.clone(),
+            }
+        };
+        let exempt = settings.disable_reconciliation || settings.fail_open;
+        ready.insert(key, readiness.is_ready() || exempt);
+        if !(readiness.is_ready() || exempt) || op.is_write() || matches!(op, Op::Wait { .. }) {
+            poll = true;
+        }
+        if let Some(interval) = settings.reconcile_interval {
+            requeue = Some(requeue.map_or(interval, |r: Duration| r.min(interval)));
+        }
+        steps.push(Step {
+            key: key.clone(),
+            op,
+            hash: Some(hash),
+            readiness,
+            overrides: results,
+            settings,
+        });
+    }
+
+    for r in input.prepared.resources.iter().filter(|r| r.tombstone) {
+        let live = input.observed.get(&r.key);
+        let foreground = r.settings.deletion_strategy == DeletionStrategy::Foreground;
+        let op = if r.settings.disable_reconciliation {
+            Op::Skip {
+                reason: SkipReason::ReconciliationDisabled,
+            }
+        } else {
+            delete_op(live, foreground)
+        };
+        if live.is_some()
+            && !matches!(
+                op,
+                Op::Skip {
+                    reason: SkipReason::ReconciliationDisabled
+                }
+            )
+        {
+            poll = true;
+        }
+        steps.push(Step {
+            key: r.key.clone(),
+            op,
+            hash: None,
+            readiness: if live.is_some() {
+                ReadinessState::Ready { at: None }
+            } else {
+                ReadinessState::Absent
+            },
+            overrides: Vec::new(),
+            settings: r.settings.clone(),
+        });
+    }
+
+    if poll {
+        requeue = Some(requeue.map_or(input.options.readiness_poll, |r| {
+            r.min(input.options.readiness_poll)
+        }));
+    }
+    Plan { steps, requeue }
+}
+
+fn delete_op(live: Option<&Value>, foreground: bool) -> Op {
+    match live {
+        None => Op::Skip {
+            reason: SkipReason::AlreadyDeleted,
+        },
+        Some(l)
+            if l.pointer("/metadata/deletionTimestamp")
+                .is_some_and(|t| !t.is_null()) =>
+        {
+            Op::Skip {
+                reason: SkipReason::Terminating,
+            }
+        }
+        Some(_) => Op::Delete { foreground },
+    }
+}
+
+/// The snapshot to apply (overrides applied, reserved keys stripped, managed-by label set),
+/// the settings after overrides, and the override outcomes.
+fn effective(
+    r: &PreparedResource,
+    live: Option<&Value>,
+    composition: &CompositionInfo,
+) -> (Value, Settings, Vec<OverrideResult>) {
+    let mut manifest = r.manifest.clone();
+    let results = overrides::apply_all(&mut manifest, &r.overrides, live, &composition.cel_value());
+    // Cascaded flags are read after overrides (Eno); a value an override broke falls back.
+    let settings = if r.overrides.is_empty() {
+        r.settings.clone()
+    } else {
+        let annotations: BTreeMap<String, String> = manifest
+            .pointer("/metadata/annotations")
+            .and_then(Value::as_object)
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                    .collect()
+            })
+            .unwrap_or_default();
+        settings::parse(&r.key, &annotations, &composition.annotations)
+            .unwrap_or_else(|_| r.settings.clone())
+    };
+    let uid = (!composition.uid.is_empty()).then_some(composition.uid.as_str());
+    (snapshot::strip(&manifest, uid), settings, results)
+}
+
+fn plan_deletion(input: PlanInput<'_>) -> Plan {
+    let mut ranked: Vec<(i64, &PreparedResource)> = input
+        .prepared
+        .resources
+        .iter()
+        .map(|r| {
+            let rank = ordering::deletion_rank(
+                &r.key,
+                r.settings.deletion_group,
+                r.settings.readiness_group,
+            );
+            (rank, r)
+        })
+        .collect();
+    ranked.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.key.cmp(&b.1.key)));
+    let mut steps = Vec::with_capacity(ranked.len());
+    let mut poll = false;
+    let mut present_below: Vec<ResourceKey> = Vec::new();
+    let mut current_rank: Option<i64> = None;
+    let mut present_in_rank: Vec<ResourceKey> = Vec::new();
+    for (rank, r) in ranked {
+        if current_rank != Some(rank) {
+            present_below.append(&mut present_in_rank);
+            current_rank = Some(rank);
+        }
+        let live = input.observed.get(&r.key);
+        let orphan = r.settings.deletion_strategy == DeletionStrategy::Orphan;
+        let op = if r.settings.disable_reconciliation {
+            Op::Skip {
+                reason: SkipReason::ReconciliationDisabled,
+            }
+        } else if orphan {
+            Op::Skip {
+                reason: SkipReason::Orphaned,
+            }
+        } else if live.is_some() && !present_below.is_empty() {
+            Op::Wait {
+                on: present_below.clone(),
+            }
+        } else {
+            delete_op(
+                live,
+                r.settings.deletion_strategy == DeletionStrategy::Foreground,
+            )
+        };
+        if live.is_some()
+            && !matches!(
+                op,
+                Op::Skip {
+                    reason: SkipReason::ReconciliationDisabled | SkipReason::Orphaned
+                }
+            )
+        {
+            present_in_rank.push(r.key.clone());
+            poll = true;
+        }
+        steps.push(Step {
+            key: r.key.clone(),
+            op,
+            hash: None,
+            readiness: if live.is_some() {
+                ReadinessState::Ready { at: None }
+            } else {
+                ReadinessState::Absent
+            },
+            overrides: Vec::new(),
+            settings: r.settings.clone(),
+        });
+    }
+    Plan {
+        steps,
+        requeue: poll.then_some(input.options.readiness_poll),
+    }
+}
+
+/// RFC 7386 JSON merge patch turning `from` into `to`: removed keys become `null`.
+pub fn merge_patch(from: &Value, to: &Value) -> Value {
+    match (from, to) {
+        (Value::Object(f), Value::Object(t)) => {
+            let mut patch = Map::new();
+            for (k, fv) in f {
+                match t.get(k) {
+                    None => {
+                        patch.insert(k.clone(), Value::Null);
+                    }
+                    Some(tv) if tv != fv => {
+                        patch.insert(k.clone(), merge_patch(fv, tv));
+                    }
+                    Some(_) => {}
+                }
+            }
+            for (k, tv) in t {
+                if !f.contains_key(k) {
+                    patch.insert(k.clone(), tv.clone());
+                }
+            }
+            Value::Object(patch)
+        }
+        (_, to) => to.clone(),
+    }
+}

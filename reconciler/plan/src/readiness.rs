@@ -1,0 +1,217 @@
+//! Readiness: CEL checks (`readiness`, `readiness-<name>`, all ANDed) or, without any, the
+//! kstatus convention.
+//!
+//! A check may return a bool, or a list of condition objects: the list is satisfied when it
+//! holds a condition with `status == "True"`, and the latest `lastTransitionTime` among those
+//! becomes the ready time. Readiness latches for the rest of a synthesis (the planner keeps a
+//! recorded ready time). The names of unsatisfied checks are reported.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::expr::{Expr, to_cel, type_name};
+
+/// A compiled readiness check.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReadinessCheck {
+    /// `default` for `readiness`, `<name>` for `readiness-<name>`.
+    pub name: String,
+    /// The compiled CEL.
+    pub expr: Expr,
+}
+
+/// The readiness of one resource.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase", tag = "state")]
+pub enum ReadinessState {
+    /// Ready; `at` is a precise time from a condition, or `None` (the caller stamps now).
+    Ready {
+        /// RFC 3339 time from the latest satisfying condition, if any.
+        at: Option<String>,
+    },
+    /// Not ready yet.
+    NotReady {
+        /// Why: the names of unsatisfied checks, or a kstatus reason.
+        unsatisfied: Vec<String>,
+    },
+    /// The object does not exist (yet).
+    Absent,
+}
+
+impl ReadinessState {
+    /// Whether this is [`ReadinessState::Ready`].
+    pub fn is_ready(&self) -> bool {
+        matches!(self, ReadinessState::Ready { .. })
+    }
+}
+
+/// Evaluates `checks` against the live object (ANDed), or the kstatus default when there are
+/// none. An evaluation error makes that check unsatisfied, with the error in its reason.
+pub fn evaluate(checks: &[ReadinessCheck], live: Option<&Value>) -> ReadinessState {
+    let Some(live) = live else {
+        return ReadinessState::Absent;
+    };
+    if checks.is_empty() {
+        return kstatus(live);
+    }
+    let this = to_cel(live);
+    let mut unsatisfied = Vec::new();
+    let mut precise: Option<String> = None;
+    for check in checks {
+        match check.expr.eval(&[("self", this.clone())]) {
+            Ok(cel::Value::Bool(true)) => {}
+            Ok(cel::Value::Bool(false)) => unsatisfied.push(check.name.clone()),
+            Ok(cel::Value::List(items)) => {
+                let times: Vec<String> = items
+                    .iter()
+                    .filter_map(crate::expr::to_json)
+                    .filter(|c| c.get("status").and_then(Value::as_str) == Some("True"))
+                    .filter_map(|c| {
+                        c.get("lastTransitionTime")
+                            .and_then(Value::as_str)
+                            .map(String::from)
+                    })
+                    .collect();
+                let satisfied = items
+                    .iter()
+                    .filter_map(crate::expr::to_json)
+                    .any(|c| c.get("status").and_then(Value::as_str) == Some("True"));
+                if satisfied {
+                    if let Some(latest) = times.into_iter().max() {
+                        precise = Some(precise.map_or(latest.clone(), |p| p.max(latest)));
+                    }
+                } else {
+                    unsatisfied.push(check.name.clone());
+                }
+            }
+            Ok(other) => unsatisfied.push(format!(
+                "{} (returned {}, want bool or list of conditions)",
+                check.name,
+                type_name(&other)
+            )),
+            Err(e) => unsatisfied.push(format!("{} (error: {e})", check.name)),
+        }
+    }
+    if unsatisfied.is_empty() {
+        ReadinessState::Ready { at: precise }
+    } else {
+        ReadinessState::NotReady { unsatisfied }
+    }
+}
+
+/// kstatus: `Ready`/`Available` conditions must be True and `status.observedGeneration` must
+/// have caught up with `metadata.generation`; otherwise existing is enough.
+pub fn kstatus(live: &Value) -> ReadinessState {
+    let generation = live.pointer("/metadata/generation").and_then(Value::as_i64);
+    let observed = live
+        .pointer("/status/observedGeneration")
+        .and_then(Value::as_i64);
+    if let (Some(g), Some(o)) = (generation, observed)
+        && o < g
+    {
+        return ReadinessState::NotReady {
+            unsatisfied: vec![format!("observedGeneration {o} < generation {g}")],
+        };
+    }
+    let conditions = live
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let mut unsatisfied = Vec::new();
+    for c in conditions {
+        let ty = c.get("type").and_then(Value::as_str).unwrap_or_default();
+        if ty == "Ready" || ty == "Available" {
+            let status = c.get("status").and_then(Value::as_str).unwrap_or_default();
+            if status != "True" {
+                unsatisfied.push(format!("condition {ty} is {status:?}"));
+            }
+        }
+    }
+    if unsatisfied.is_empty() {
+        ReadinessState::Ready { at: None }
+    } else {
+        ReadinessState::NotReady { unsatisfied }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn check(name: &str, src: &str) -> ReadinessCheck {
+        ReadinessCheck {
+            name: name.into(),
+            expr: Expr::compile(src).unwrap(),
+        }
+    }
+
+    #[test]
+    fn checks_are_anded_and_unsatisfied_names_reported() {
+        let checks = [
+            check("default", "self.status.phase == 'Running'"),
+            check("replicas", "self.status.ready >= 2"),
+        ];
+        let live = json!({"status": {"phase": "Running", "ready": 1}});
+        assert_eq!(
+            evaluate(&checks, Some(&live)),
+            ReadinessState::NotReady {
+                unsatisfied: vec!["replicas".into()]
+            }
+        );
+        let live = json!({"status": {"phase": "Running", "ready": 2}});
+        assert_eq!(
+            evaluate(&checks, Some(&live)),
+            ReadinessState::Ready { at: None }
+        );
+    }
+
+    #[test]
+    fn condition_lists_give_the_ready_time() {
+        let checks = [check(
+            "default",
+            "self.status.conditions.filter(c, c.type == 'Ready' && c.status == 'True')",
+        )];
+        let live = json!({"status": {"conditions": [
+            {"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-02T03:04:05Z"}
+        ]}});
+        assert_eq!(
+            evaluate(&checks, Some(&live)),
+            ReadinessState::Ready {
+                at: Some("2026-01-02T03:04:05Z".into())
+            }
+        );
+        let live = json!({"status": {"conditions": []}});
+        assert!(!evaluate(&checks, Some(&live)).is_ready());
+    }
+
+    #[test]
+    fn evaluation_errors_are_unsatisfied_not_panics() {
+        let checks = [check("default", "self.status.nope.deeper")];
+        match evaluate(&checks, Some(&json!({}))) {
+            ReadinessState::NotReady { unsatisfied } => assert!(unsatisfied[0].contains("error")),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn kstatus_default() {
+        assert!(kstatus(&json!({"metadata": {}})).is_ready());
+        assert!(
+            !kstatus(&json!({"metadata": {"generation": 2}, "status": {"observedGeneration": 1}}))
+                .is_ready()
+        );
+        assert!(
+            !kstatus(
+                &json!({"status": {"conditions": [{"type": "Available", "status": "False"}]}})
+            )
+            .is_ready()
+        );
+        assert!(
+            kstatus(&json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}}))
+                .is_ready()
+        );
+        assert_eq!(evaluate(&[], None), ReadinessState::Absent);
+    }
+}

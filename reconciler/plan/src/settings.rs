@@ -1,0 +1,371 @@
+//! Annotations -> typed [`Settings`] for one synthesized resource.
+//!
+//! Both spellings are accepted (`enoki.dev/<key>` wins over `eno.azure.io/<key>`). The
+//! cascading keys (`disable-updates`, `disable-reconciliation`, `replace`,
+//! `deletion-strategy`, `reconcile-interval`, `fail-open`, `drift`) fall back to the
+//! Composition's annotations, as in Eno. Kinds in Eno's infra list default to readiness group
+//! -100. Errors name the resource and the key as written.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crds::names::{Key, annotations as keys};
+use serde::Serialize;
+
+use crate::error::PlanError;
+use crate::key::ResourceKey;
+
+/// Readiness group of Eno's infra kinds when not annotated (Helm's install order).
+pub const INFRA_READINESS_GROUP: i64 = -100;
+
+/// Kinds (matched by name in any group) that default to [`INFRA_READINESS_GROUP`].
+pub const INFRA_KINDS: &[&str] = &[
+    "PriorityClass",
+    "Namespace",
+    "NetworkPolicy",
+    "ResourceQuota",
+    "LimitRange",
+    "PodSecurityPolicy",
+    "PodDisruptionBudget",
+    "ServiceAccount",
+    "Secret",
+    "SecretList",
+    "ConfigMap",
+    "StorageClass",
+    "PersistentVolume",
+    "PersistentVolumeClaim",
+    "CustomResourceDefinition",
+    "ClusterRole",
+    "ClusterRoleList",
+    "ClusterRoleBinding",
+    "ClusterRoleBindingList",
+    "Role",
+    "RoleList",
+    "RoleBinding",
+    "RoleBindingList",
+    "Service",
+    "EtcdCluster",
+];
+
+/// What happens to a resource when its Composition is deleted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeletionStrategy {
+    /// Delete it and move on once the delete is accepted.
+    #[default]
+    Background,
+    /// Leave it in the cluster.
+    Orphan,
+    /// Delete it and wait until it is gone.
+    Foreground,
+}
+
+/// How drift is detected for a resource.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Drift {
+    /// A metadata watch sees foreign writes and re-applies at once.
+    #[default]
+    Watch,
+    /// Only `reconcile-interval` re-applies.
+    Interval,
+    /// Never re-applied unless the synthesis changes.
+    Off,
+}
+
+/// Typed settings of one resource.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Settings {
+    /// Lower groups are applied (and must be ready) first.
+    pub readiness_group: i64,
+    /// Explicit deletion group (lower deleted first on composition deletion).
+    pub deletion_group: Option<i64>,
+    /// Periodic re-apply.
+    #[serde(with = "humantime_opt")]
+    pub reconcile_interval: Option<Duration>,
+    /// Create only.
+    pub disable_updates: bool,
+    /// Never touch.
+    pub disable_reconciliation: bool,
+    /// PUT instead of server-side apply.
+    pub replace: bool,
+    /// What composition deletion does.
+    pub deletion_strategy: DeletionStrategy,
+    /// Report reconciled/ready even when reconciliation fails.
+    pub fail_open: bool,
+    /// Drift detection mode.
+    pub drift: Drift,
+}
+
+mod humantime_opt {
+    use std::time::Duration;
+    pub fn serialize<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => s.serialize_str(&humantime::format_duration(*d).to_string()),
+            None => s.serialize_none(),
+        }
+    }
+}
+
+/// The value and the key as written, `enoki.dev/` first.
+fn spelled(map: &BTreeMap<String, String>, key: Key) -> Option<(&str, &'static str)> {
+    if let Some(v) = map.get(key.enoki) {
+        Some((v.as_str(), key.enoki))
+    } else {
+        map.get(key.eno).map(|v| (v.as_str(), key.eno))
+    }
+}
+
+struct Lookup<'a> {
+    resource: &'a ResourceKey,
+    own: &'a BTreeMap<String, String>,
+    composition: &'a BTreeMap<String, String>,
+}
+
+impl Lookup<'_> {
+    /// The value and the key as written, from the resource or (if `cascade`) the composition.
+    fn get(&self, key: Key, cascade: bool) -> Option<(&str, &'static str)> {
+        spelled(self.own, key).or_else(|| {
+            if cascade {
+                spelled(self.composition, key)
+            } else {
+                None
+            }
+        })
+    }
+
+    fn error(&self, key: &str, message: impl Into<String>) -> PlanError {
+        PlanError::Annotation {
+            resource: self.resource.to_string(),
+            key: key.to_string(),
+            message: message.into(),
+        }
+    }
+
+    fn bool(&self, key: Key, cascade: bool) -> Result<bool, PlanError> {
+        match self.get(key, cascade) {
+            None => Ok(false),
+            Some((v, k)) => match v.trim().to_ascii_lowercase().as_str() {
+                "true" => Ok(true),
+                "false" | "" => Ok(false),
+                _ => Err(self.error(k, format!("{v:?} is not \"true\" or \"false\""))),
+            },
+        }
+    }
+
+    fn int(&self, key: Key) -> Result<Option<i64>, PlanError> {
+        match self.get(key, false) {
+            None => Ok(None),
+            Some((v, k)) => v
+                .trim()
+                .parse::<i64>()
+                .map(Some)
+                .map_err(|_| self.error(k, format!("{v:?} is not an integer"))),
+        }
+    }
+}
+
+/// Parses the settings of one resource.
+///
+/// # Errors
+/// [`PlanError::Annotation`] naming the resource and the key when a value does not parse.
+pub fn parse(
+    resource: &ResourceKey,
+    own: &BTreeMap<String, String>,
+    composition: &BTreeMap<String, String>,
+) -> Result<Settings, PlanError> {
+    let l = Lookup {
+        resource,
+        own,
+        composition,
+    };
+    let readiness_group =
+        l.int(keys::READINESS_GROUP)?
+            .unwrap_or(if INFRA_KINDS.contains(&resource.kind.as_str()) {
+                INFRA_READINESS_GROUP
+            } else {
+                0
+            });
+    let reconcile_interval = match l.get(keys::RECONCILE_INTERVAL, true) {
+        None => None,
+        Some((v, k)) => {
+            let d = humantime::parse_duration(v.trim())
+                .map_err(|e| l.error(k, format!("{v:?} is not a duration: {e}")))?;
+            if d.is_zero() {
+                return Err(l.error(k, "must be longer than zero"));
+            }
+            Some(d)
+        }
+    };
+    let deletion_strategy = match l.get(keys::DELETION_STRATEGY, true) {
+        None => DeletionStrategy::Background,
+        Some((v, k)) => match v.trim().to_ascii_lowercase().as_str() {
+            "orphan" => DeletionStrategy::Orphan,
+            "foreground" => DeletionStrategy::Foreground,
+            "" | "background" | "delete" => DeletionStrategy::Background,
+            _ => return Err(l.error(k, format!("{v:?} is not \"orphan\" or \"foreground\""))),
+        },
+    };
+    let drift = match l.get(keys::DRIFT, true) {
+        None => Drift::Watch,
+        Some((v, k)) => match v.trim().to_ascii_lowercase().as_str() {
+            "watch" | "" => Drift::Watch,
+            "interval" => Drift::Interval,
+            "off" => Drift::Off,
+            _ => return Err(l.error(k, format!("{v:?} is not watch, interval or off"))),
+        },
+    };
+    let settings = Settings {
+        readiness_group,
+        deletion_group: l.int(keys::DELETION_GROUP)?,
+        reconcile_interval,
+        disable_updates: l.bool(keys::DISABLE_UPDATES, true)?,
+        disable_reconciliation: l.bool(keys::DISABLE_RECONCILIATION, true)?,
+        replace: l.bool(keys::REPLACE, true)?,
+        deletion_strategy,
+        fail_open: l.bool(keys::FAIL_OPEN, true)?,
+        drift,
+    };
+    Ok(settings)
+}
+
+/// Every `readiness` / `readiness-<name>` annotation as `(check name, key as written, CEL)`,
+/// sorted by name; `enoki.dev/` wins over `eno.azure.io/` for the same name.
+pub fn readiness_annotations(own: &BTreeMap<String, String>) -> Vec<(String, String, String)> {
+    let mut checks: BTreeMap<String, (String, String)> = BTreeMap::new();
+    for prefix in [crds::names::ENO_PREFIX, crds::names::PREFIX] {
+        for (k, v) in own {
+            let Some(rest) = k.strip_prefix(prefix) else {
+                continue;
+            };
+            let name = if rest == "readiness" {
+                "default".to_string()
+            } else if let Some(name) = rest.strip_prefix("readiness-") {
+                if name == "group" || name.is_empty() {
+                    continue;
+                }
+                name.to_string()
+            } else {
+                continue;
+            };
+            // enoki.dev/ comes second and overwrites the alias.
+            checks.insert(name, (k.clone(), v.clone()));
+        }
+    }
+    checks
+        .into_iter()
+        .map(|(name, (key, cel))| (name, key, cel))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    fn key(kind: &str) -> ResourceKey {
+        ResourceKey {
+            group: String::new(),
+            kind: kind.into(),
+            namespace: "ns".into(),
+            name: "x".into(),
+        }
+    }
+    fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[rstest]
+    #[case::enoki("enoki.dev/readiness-group", "3", 3)]
+    #[case::eno_alias("eno.azure.io/readiness-group", "-2", -2)]
+    fn readiness_group_is_read_from_either_prefix(
+        #[case] k: &str,
+        #[case] v: &str,
+        #[case] want: i64,
+    ) {
+        let s = parse(&key("Deployment"), &map(&[(k, v)]), &BTreeMap::new()).unwrap();
+        assert_eq!(s.readiness_group, want);
+    }
+
+    #[test]
+    fn enoki_prefix_wins_over_the_eno_alias() {
+        let own = map(&[
+            ("enoki.dev/readiness-group", "1"),
+            ("eno.azure.io/readiness-group", "2"),
+        ]);
+        assert_eq!(
+            parse(&key("Deployment"), &own, &BTreeMap::new())
+                .unwrap()
+                .readiness_group,
+            1
+        );
+    }
+
+    #[rstest]
+    #[case::config_map("ConfigMap", -100)]
+    #[case::crd("CustomResourceDefinition", -100)]
+    #[case::namespace("Namespace", -100)]
+    #[case::deployment("Deployment", 0)]
+    fn infra_kinds_default_to_group_minus_100(#[case] kind: &str, #[case] want: i64) {
+        assert_eq!(
+            parse(&key(kind), &BTreeMap::new(), &BTreeMap::new())
+                .unwrap()
+                .readiness_group,
+            want
+        );
+    }
+
+    #[test]
+    fn composition_annotations_are_defaults_for_cascading_keys() {
+        let comp = map(&[
+            ("eno.azure.io/deletion-strategy", "orphan"),
+            ("enoki.dev/replace", "true"),
+            ("enoki.dev/reconcile-interval", "1m"),
+            ("enoki.dev/readiness-group", "7"),
+        ]);
+        let s = parse(&key("Deployment"), &BTreeMap::new(), &comp).unwrap();
+        assert_eq!(s.deletion_strategy, DeletionStrategy::Orphan);
+        assert!(s.replace);
+        assert_eq!(s.reconcile_interval, Some(Duration::from_secs(60)));
+        assert_eq!(s.readiness_group, 0, "readiness-group does not cascade");
+        let own = map(&[("enoki.dev/replace", "false")]);
+        assert!(
+            !parse(&key("Deployment"), &own, &comp).unwrap().replace,
+            "resource wins"
+        );
+    }
+
+    #[rstest]
+    #[case::group("enoki.dev/readiness-group", "one")]
+    #[case::deletion_group("eno.azure.io/deletion-group", "1.5")]
+    #[case::interval("enoki.dev/reconcile-interval", "soon")]
+    #[case::zero_interval("enoki.dev/reconcile-interval", "0s")]
+    #[case::flag("enoki.dev/disable-updates", "yes")]
+    #[case::strategy("enoki.dev/deletion-strategy", "shred")]
+    #[case::drift("eno.azure.io/drift", "sometimes")]
+    fn bad_values_name_the_resource_and_key(#[case] k: &str, #[case] v: &str) {
+        let err = parse(&key("Deployment"), &map(&[(k, v)]), &BTreeMap::new()).unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("Deployment/ns/x") && msg.contains(k), "{msg}");
+    }
+
+    #[test]
+    fn readiness_annotations_are_collected_by_name() {
+        let own = map(&[
+            ("enoki.dev/readiness", "true"),
+            ("eno.azure.io/readiness-pods", "a"),
+            ("enoki.dev/readiness-pods", "b"),
+            ("enoki.dev/readiness-group", "1"),
+        ]);
+        let checks = readiness_annotations(&own);
+        let names: Vec<_> = checks
+            .iter()
+            .map(|(n, _, c)| (n.as_str(), c.as_str()))
+            .collect();
+        assert_eq!(names, [("default", "true"), ("pods", "b")]);
+    }
+}
