@@ -1,0 +1,214 @@
+//! One test per planning rule.
+
+mod common;
+
+use common::*;
+use plan::{ApplyMode, CompositionInfo, Desired, Op, PlanError, ReadinessState, SkipReason};
+use serde_json::{Value, json};
+use std::time::Duration;
+
+#[test]
+fn absent_resources_are_server_side_applied_with_managed_by_label_and_stripped_keys() {
+    let m = deploy("web", json!({"enoki.dev/readiness-group": "1", "note": "kept"}));
+    let w = World::new(desired(&[m.clone()]));
+    let Op::Apply { object } = w.op_of(&m) else { panic!("{:?}", w.op_of(&m)) };
+    assert_eq!(object["metadata"]["labels"]["enoki.dev/managed-by"], "uid-1");
+    assert_eq!(object["metadata"]["annotations"], json!({"note": "kept"}));
+}
+
+#[test]
+fn in_sync_resources_make_no_call_at_all() {
+    let m = deploy("web", json!({}));
+    let w = World::new(desired(&[m.clone()])).observe(live(&m, "10", Value::Null)).record_applied();
+    assert_eq!(w.op_of(&m), Op::Skip { reason: SkipReason::InSync });
+    assert!(w.plan().settled());
+}
+
+#[test]
+fn a_foreign_write_changes_the_resource_version_and_triggers_a_reapply() {
+    let m = deploy("web", json!({}));
+    let mut w = World::new(desired(&[m.clone()])).observe(live(&m, "10", Value::Null)).record_applied();
+    w = w.observe(live(&m, "11", Value::Null));
+    assert!(matches!(w.op_of(&m), Op::Apply { .. }));
+}
+
+#[test]
+fn a_changed_snapshot_changes_the_hash_and_triggers_a_reapply() {
+    let m = deploy("web", json!({}));
+    let w = World::new(desired(&[m.clone()])).observe(live(&m, "10", Value::Null)).record_applied();
+    let mut changed = m.clone();
+    changed["spec"]["replicas"] = json!(3);
+    let w2 = World { prepared: plan::prepare(&desired(&[changed.clone()]), &w.comp).unwrap(), ..w };
+    assert!(matches!(w2.op_of(&changed), Op::Apply { .. }));
+}
+
+#[test]
+fn group_one_waits_until_group_zero_is_ready() {
+    let a = deploy("a", json!({"enoki.dev/readiness": "self.status.ok == true"}));
+    let b = deploy("b", json!({"enoki.dev/readiness-group": "1"}));
+    let w = World::new(desired(&[a.clone(), b.clone()])).observe(live(&a, "1", json!({"ok": false})));
+    assert_eq!(w.op_of(&b), Op::Wait { on: vec![key(&a)] });
+    assert_eq!(w.plan().requeue, Some(Duration::from_secs(5)), "not ready: poll");
+    let w = w.observe(live(&a, "2", json!({"ok": true})));
+    assert!(matches!(w.op_of(&b), Op::Apply { .. }));
+}
+
+#[test]
+fn readiness_latches_for_the_synthesis() {
+    let a = deploy("a", json!({"enoki.dev/readiness": "self.status.ok == true"}));
+    let mut w = World::new(desired(&[a.clone()])).observe(live(&a, "1", json!({"ok": false})));
+    w.recorded.insert(
+        key(&a),
+        plan::Recorded { ready: Some("2026-01-01T00:00:00Z".into()), ..Default::default() },
+    );
+    let step = w.plan().steps.remove(0);
+    assert_eq!(step.readiness, ReadinessState::Ready { at: Some("2026-01-01T00:00:00Z".into()) });
+}
+
+#[test]
+fn disable_updates_creates_but_never_updates() {
+    let m = deploy("web", json!({"eno.azure.io/disable-updates": "true"}));
+    let w = World::new(desired(&[m.clone()]));
+    assert!(matches!(w.op_of(&m), Op::Create { .. }));
+    let w = w.observe(live(&m, "1", Value::Null));
+    assert_eq!(w.op_of(&m), Op::Skip { reason: SkipReason::UpdatesDisabled });
+}
+
+#[test]
+fn disable_reconciliation_never_touches_and_counts_as_ready() {
+    let a = deploy("a", json!({"enoki.dev/disable-reconciliation": "true"}));
+    let b = deploy("b", json!({"enoki.dev/readiness-group": "1"}));
+    let w = World::new(desired(&[a.clone(), b.clone()]));
+    assert_eq!(w.op_of(&a), Op::Skip { reason: SkipReason::ReconciliationDisabled });
+    assert!(matches!(w.op_of(&b), Op::Apply { .. }));
+}
+
+#[test]
+fn replace_creates_then_puts() {
+    let m = deploy("web", json!({"enoki.dev/replace": "true"}));
+    let w = World::new(desired(&[m.clone()]));
+    assert!(matches!(w.op_of(&m), Op::Create { .. }));
+    let w = w.observe(live(&m, "1", Value::Null));
+    assert!(matches!(w.op_of(&m), Op::Replace { .. }));
+}
+
+#[test]
+fn client_side_mode_merge_patches_from_the_previous_snapshot_so_dropped_fields_go() {
+    let m = deploy("web", json!({}));
+    let mut w = World::new(desired(&[m.clone()])).observe(live(&m, "1", Value::Null));
+    w.options.mode = ApplyMode::ClientSide;
+    let mut prev = m.clone();
+    prev["spec"]["paused"] = json!(true);
+    w.previous.insert(key(&m), prev);
+    let Op::MergePatch { patch, .. } = w.op_of(&m) else { panic!() };
+    assert_eq!(patch["spec"], json!({"paused": null}));
+}
+
+#[test]
+fn tombstones_are_deleted_foreground_when_asked() {
+    let m = deploy("old", json!({"enoki.dev/deletion-strategy": "foreground"}));
+    let mut items = desired(&[]);
+    items.push(Desired { manifest: m.clone(), tombstone: true });
+    let w = World::new(items).observe(live(&m, "1", Value::Null));
+    assert_eq!(w.op_of(&m), Op::Delete { foreground: true });
+    let gone = World { observed: Default::default(), ..w };
+    assert_eq!(gone.op_of(&m), Op::Skip { reason: SkipReason::AlreadyDeleted });
+}
+
+#[test]
+fn composition_deletion_follows_deletion_groups() {
+    let a = deploy("a", json!({"enoki.dev/deletion-group": "0"}));
+    let b = deploy("b", json!({"enoki.dev/deletion-group": "1"}));
+    let items = desired(&[a.clone(), b.clone()]);
+    let comp = CompositionInfo { deleting: true, ..comp() };
+    let w = World::new(items.clone())
+        .with_comp(comp, &items)
+        .observe(live(&a, "1", Value::Null))
+        .observe(live(&b, "1", Value::Null));
+    assert_eq!(w.op_of(&a), Op::Delete { foreground: false });
+    assert_eq!(w.op_of(&b), Op::Wait { on: vec![key(&a)] });
+    let mut w = w;
+    w.observed.remove(&key(&a));
+    assert_eq!(w.op_of(&b), Op::Delete { foreground: false });
+}
+
+#[test]
+fn composition_deletion_defaults_to_reverse_creation_order_with_crds_last() {
+    let crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {"group": "example.com", "names": {"kind": "Widget"}},
+    });
+    let a = deploy("a", json!({}));
+    let b = deploy("b", json!({"enoki.dev/readiness-group": "2"}));
+    let items = desired(&[crd.clone(), a.clone(), b.clone()]);
+    let w = World::new(items.clone())
+        .with_comp(CompositionInfo { deleting: true, ..comp() }, &items)
+        .observe(live(&crd, "1", Value::Null))
+        .observe(live(&a, "1", Value::Null))
+        .observe(live(&b, "1", Value::Null));
+    let order: Vec<_> = w.plan().steps.iter().map(|s| s.key.name.clone()).collect();
+    assert_eq!(order, ["b", "a", "widgets.example.com"]);
+}
+
+#[test]
+fn orphan_on_the_composition_leaves_everything() {
+    let a = deploy("a", json!({}));
+    let items = desired(&[a.clone()]);
+    let mut comp = CompositionInfo { deleting: true, ..comp() };
+    comp.annotations.insert("eno.azure.io/deletion-strategy".into(), "orphan".into());
+    let w = World::new(items.clone()).with_comp(comp, &items).observe(live(&a, "1", Value::Null));
+    assert_eq!(w.op_of(&a), Op::Skip { reason: SkipReason::Orphaned });
+    assert_eq!(w.plan().requeue, None);
+}
+
+#[test]
+fn overrides_apply_before_hashing_and_can_flip_cascaded_flags() {
+    let overrides = json!([
+        {"path": "self.spec.replicas", "valueExpression": "self.spec.replicas", "condition": "has(self.spec)"},
+        {"path": "self.metadata.annotations[\"enoki.dev/disable-updates\"]", "value": "true", "condition": "self.metadata.labels.frozen == 'yes'"}
+    ]);
+    let m = deploy("web", json!({"enoki.dev/overrides": overrides.to_string()}));
+    let mut l = live(&m, "1", Value::Null);
+    l["spec"]["replicas"] = json!(9);
+    let w = World::new(desired(&[m.clone()])).observe(l.clone());
+    let Op::Apply { object } = w.op_of(&m) else { panic!() };
+    assert_eq!(object["spec"]["replicas"], 9, "live value kept by valueExpression");
+    l["metadata"]["labels"] = json!({"frozen": "yes"});
+    let w = w.observe(l);
+    assert_eq!(w.op_of(&m), Op::Skip { reason: SkipReason::UpdatesDisabled });
+}
+
+#[test]
+fn reconcile_interval_sets_the_requeue_once_ready() {
+    let m = deploy("web", json!({"enoki.dev/reconcile-interval": "1m", "enoki.dev/readiness": "true"}));
+    let w = World::new(desired(&[m.clone()])).observe(live(&m, "1", Value::Null)).record_applied();
+    assert_eq!(w.plan().requeue, Some(Duration::from_secs(60)));
+}
+
+#[test]
+fn fail_open_resources_do_not_block_their_dependents() {
+    let a = deploy("a", json!({"enoki.dev/fail-open": "true", "enoki.dev/readiness": "false"}));
+    let b = deploy("b", json!({"enoki.dev/readiness-group": "1"}));
+    let w = World::new(desired(&[a.clone(), b.clone()])).observe(live(&a, "1", Value::Null));
+    assert!(matches!(w.op_of(&b), Op::Apply { .. }));
+}
+
+#[test]
+fn ingestion_errors_name_the_resource_and_key() {
+    let bad = deploy("web", json!({"eno.azure.io/readiness-ready": "self.status.("}));
+    let err = plan::prepare(&desired(&[bad]), &comp()).unwrap_err();
+    assert!(matches!(&err, PlanError::CompileCel { key, .. } if key == "eno.azure.io/readiness-ready"), "{err}");
+    assert!(err.to_string().contains("apps/Deployment/ns/web"));
+
+    let bad = deploy("web", json!({"enoki.dev/overrides": "[{\"path\": \"spec\"}]"}));
+    let err = plan::prepare(&desired(&[bad]), &comp()).unwrap_err();
+    assert!(err.to_string().contains("enoki.dev/overrides"), "{err}");
+
+    let dup = deploy("web", json!({}));
+    let err = plan::prepare(&desired(&[dup.clone(), dup]), &comp()).unwrap_err();
+    assert_eq!(err.category(), "DuplicateResource");
+
+    let err = plan::prepare(&desired(&[json!({"kind": "X"})]), &comp()).unwrap_err();
+    assert!(err.to_string().contains("resource #0") && err.to_string().contains("apiVersion"));
+}
