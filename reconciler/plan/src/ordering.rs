@@ -26,12 +26,53 @@ pub struct Node {
 }
 
 /// The dependency graph in a usable form.
+///
+/// Group dependencies are stored per group, not per edge: with thousands of resources per
+/// group, materialising every member-to-member edge would be quadratic. The graph itself uses
+/// one barrier node per group for the same reason.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Ordering {
     /// Every resource, dependencies before dependents.
     pub order: Vec<ResourceKey>,
-    /// For each resource, the resources it waits on (sorted).
-    pub depends_on: BTreeMap<ResourceKey, Vec<ResourceKey>>,
+    groups: BTreeMap<i64, Vec<ResourceKey>>,
+    group_of: BTreeMap<ResourceKey, i64>,
+    crd_of: BTreeMap<ResourceKey, ResourceKey>,
+}
+
+impl Ordering {
+    /// The next-lower readiness group that exists below `key`'s group.
+    pub fn previous_group(&self, key: &ResourceKey) -> Option<i64> {
+        let g = *self.group_of.get(key)?;
+        self.groups.range(..g).next_back().map(|(g, _)| *g)
+    }
+
+    /// The members of a readiness group, sorted.
+    pub fn group_members(&self, group: i64) -> &[ResourceKey] {
+        self.groups
+            .get(&group)
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+    }
+
+    /// The CRD in the same synthesis that defines `key`'s kind.
+    pub fn crd_dependency(&self, key: &ResourceKey) -> Option<&ResourceKey> {
+        self.crd_of.get(key)
+    }
+
+    /// Every resource `key` waits on, sorted.
+    pub fn depends_on(&self, key: &ResourceKey) -> Vec<ResourceKey> {
+        let mut deps: Vec<ResourceKey> = self
+            .previous_group(key)
+            .map(|g| self.group_members(g).to_vec())
+            .unwrap_or_default();
+        if let Some(crd) = self.crd_dependency(key)
+            && !deps.contains(crd)
+        {
+            deps.push(crd.clone());
+        }
+        deps.sort();
+        deps
+    }
 }
 
 /// Builds the DAG and its topological order.
@@ -41,21 +82,33 @@ pub struct Ordering {
 pub fn order(nodes: &[Node]) -> Result<Ordering, PlanError> {
     let mut sorted: Vec<&Node> = nodes.iter().collect();
     sorted.sort_by(|a, b| a.key.cmp(&b.key));
-    let mut graph: DiGraph<usize, ()> = DiGraph::new();
-    let idx: Vec<NodeIndex> = (0..sorted.len()).map(|i| graph.add_node(i)).collect();
-
-    let groups: BTreeSet<i64> = sorted.iter().map(|n| n.readiness_group).collect();
+    let n = sorted.len();
     let mut by_group: BTreeMap<i64, Vec<usize>> = BTreeMap::new();
-    for (i, n) in sorted.iter().enumerate() {
-        by_group.entry(n.readiness_group).or_default().push(i);
+    for (i, node) in sorted.iter().enumerate() {
+        by_group.entry(node.readiness_group).or_default().push(i);
     }
+    // Graph nodes: resources 0..n, then one barrier per group above the lowest.
+    let mut graph: DiGraph<usize, ()> = DiGraph::new();
+    let idx: Vec<NodeIndex> = (0..n).map(|i| graph.add_node(i)).collect();
     let mut edges: BTreeSet<(usize, usize)> = BTreeSet::new();
-    for (i, n) in sorted.iter().enumerate() {
-        if let Some(prev) = groups.range(..n.readiness_group).next_back() {
-            for &d in &by_group[prev] {
-                edges.insert((d, i));
+    let mut rank: Vec<(i64, usize)> = sorted
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.readiness_group, i))
+        .collect();
+    let mut prev: Option<&Vec<usize>> = None;
+    for (group, members) in &by_group {
+        if let Some(prev_members) = prev {
+            let barrier = rank.len();
+            rank.push((*group, usize::MAX - barrier));
+            for &p in prev_members {
+                edges.insert((p, barrier));
+            }
+            for &m in members {
+                edges.insert((barrier, m));
             }
         }
+        prev = Some(members);
     }
     let crds: BTreeMap<(&str, &str), usize> = sorted
         .iter()
@@ -66,59 +119,77 @@ pub fn order(nodes: &[Node]) -> Result<Ordering, PlanError> {
                 .map(|(g, k)| ((g.as_str(), k.as_str()), i))
         })
         .collect();
-    for (i, n) in sorted.iter().enumerate() {
-        if let Some(&crd) = crds.get(&(n.key.group.as_str(), n.key.kind.as_str()))
+    let mut crd_of = BTreeMap::new();
+    for (i, node) in sorted.iter().enumerate() {
+        if let Some(&crd) = crds.get(&(node.key.group.as_str(), node.key.kind.as_str()))
             && crd != i
         {
             edges.insert((crd, i));
+            crd_of.insert(node.key.clone(), sorted[crd].key.clone());
         }
     }
+    let all: Vec<NodeIndex> = (n..rank.len())
+        .map(|b| graph.add_node(b))
+        .fold(idx, |mut v, b| {
+            v.push(b);
+            v
+        });
     for &(from, to) in &edges {
-        graph.add_edge(idx[from], idx[to], ());
+        graph.add_edge(all[from], all[to], ());
     }
 
     let mut members: Vec<String> = tarjan_scc(&graph)
         .into_iter()
         .filter(|scc| scc.len() > 1)
         .flatten()
-        .map(|n| sorted[graph[n]].key.to_string())
+        .filter(|ni| graph[*ni] < n)
+        .map(|ni| sorted[graph[ni]].key.to_string())
         .collect();
     if !members.is_empty() {
         members.sort();
         return Err(PlanError::DependencyCycle { members });
     }
 
-    // Kahn's algorithm, ties broken by (readiness group, key).
-    let mut indegree = vec![0usize; sorted.len()];
-    let mut depends_on: BTreeMap<ResourceKey, Vec<ResourceKey>> =
-        sorted.iter().map(|n| (n.key.clone(), Vec::new())).collect();
-    for &(from, to) in &edges {
+    // Kahn's algorithm, ties broken by (readiness group, key); barriers emit nothing.
+    let mut indegree = vec![0usize; rank.len()];
+    for &(_, to) in &edges {
         indegree[to] += 1;
-        if let Some(deps) = depends_on.get_mut(&sorted[to].key) {
-            deps.push(sorted[from].key.clone());
-        }
     }
-    for deps in depends_on.values_mut() {
-        deps.sort();
-    }
-    let rank = |i: usize| (sorted[i].readiness_group, i);
-    let mut ready: BTreeSet<(i64, usize)> = (0..sorted.len())
+    let mut ready: BTreeSet<((i64, usize), usize)> = (0..rank.len())
         .filter(|&i| indegree[i] == 0)
-        .map(rank)
+        .map(|i| (rank[i], i))
         .collect();
-    let mut order = Vec::with_capacity(sorted.len());
-    while let Some(first) = ready.pop_first() {
-        let i = first.1;
-        order.push(sorted[i].key.clone());
-        for &(from, to) in edges.range((i, 0)..=(i, usize::MAX)) {
-            debug_assert_eq!(from, i);
+    let mut order = Vec::with_capacity(n);
+    while let Some((_, i)) = ready.pop_first() {
+        if i < n {
+            order.push(sorted[i].key.clone());
+        }
+        for &(_, to) in edges.range((i, 0)..=(i, usize::MAX)) {
             indegree[to] -= 1;
             if indegree[to] == 0 {
-                ready.insert(rank(to));
+                ready.insert((rank[to], to));
             }
         }
     }
-    Ok(Ordering { order, depends_on })
+    let groups = by_group
+        .into_iter()
+        .map(|(g, members)| {
+            (
+                g,
+                members.into_iter().map(|i| sorted[i].key.clone()).collect(),
+            )
+        })
+        .collect();
+    let group_of = sorted
+        .iter()
+        .map(|s| (s.key.clone(), s.readiness_group))
+        .collect();
+    Ok(Ordering {
+        order,
+        groups,
+        group_of,
+        crd_of,
+    })
 }
 
 /// Deletion rank of a resource: its `deletion-group`, otherwise the reverse of creation order
@@ -159,12 +230,12 @@ mod tests {
         let o = order(&nodes).unwrap();
         let names: Vec<_> = o.order.iter().map(|k| k.name.as_str()).collect();
         assert_eq!(names, ["a", "b", "c", "d"]);
-        assert_eq!(o.depends_on[&nodes[1].key], vec![nodes[0].key.clone()]);
+        assert_eq!(o.depends_on(&nodes[1].key), vec![nodes[0].key.clone()]);
         assert_eq!(
-            o.depends_on[&nodes[3].key],
+            o.depends_on(&nodes[3].key),
             vec![nodes[1].key.clone(), nodes[2].key.clone()]
         );
-        assert!(o.depends_on[&nodes[0].key].is_empty());
+        assert!(o.depends_on(&nodes[0].key).is_empty());
     }
 
     #[test]
@@ -176,7 +247,7 @@ mod tests {
         cr.key.group = "example.com".into();
         let o = order(&[cr.clone(), crd.clone()]).unwrap();
         assert_eq!(o.order, vec![crd.key.clone(), cr.key.clone()]);
-        assert_eq!(o.depends_on[&cr.key], vec![crd.key]);
+        assert_eq!(o.depends_on(&cr.key), vec![crd.key]);
     }
 
     #[test]

@@ -378,6 +378,7 @@ pub fn plan(input: PlanInput<'_>) -> Plan {
         .collect();
     let mut steps: Vec<Step> = Vec::with_capacity(input.prepared.resources.len());
     let mut ready: BTreeMap<&ResourceKey, bool> = BTreeMap::new();
+    let mut unready_in_group: BTreeMap<i64, Vec<ResourceKey>> = BTreeMap::new();
     let mut requeue: Option<Duration> = None;
     let mut poll = false;
 
@@ -391,11 +392,28 @@ pub fn plan(input: PlanInput<'_>) -> Plan {
             Some(at) => ReadinessState::Ready { at: Some(at) },
             None => readiness::evaluate(&r.checks, live),
         };
-        let waiting_on: Vec<ResourceKey> = input.prepared.ordering.depends_on[key]
-            .iter()
-            .filter(|d| !ready.get(d).copied().unwrap_or(false))
-            .cloned()
-            .collect();
+        let ordering = &input.prepared.ordering;
+        let mut waiting_on: Vec<ResourceKey> = match ordering.previous_group(key) {
+            None => Vec::new(),
+            Some(g) => unready_in_group
+                .entry(g)
+                .or_insert_with(|| {
+                    ordering
+                        .group_members(g)
+                        .iter()
+                        .filter(|d| !ready.get(d).copied().unwrap_or(false))
+                        .cloned()
+                        .collect()
+                })
+                .clone(),
+        };
+        if let Some(crd) = ordering.crd_dependency(key)
+            && !ready.get(crd).copied().unwrap_or(false)
+            && !waiting_on.contains(crd)
+        {
+            waiting_on.push(crd.clone());
+            waiting_on.sort();
+        }
         let in_sync = live.is_some_and(|l| {
             let rv = l
                 .pointer("/metadata/resourceVersion")

@@ -3,7 +3,10 @@
 
 use std::collections::BTreeMap;
 
-use plan::{CompositionInfo, Desired, Observed, Plan, PlanInput, PlanOptions, Prepared, Recorded, ResourceKey};
+use plan::{
+    CompositionInfo, Desired, Observed, Plan, PlanInput, PlanOptions, Prepared, Recorded,
+    ResourceKey,
+};
 use serde_json::{Value, json};
 
 pub fn comp() -> CompositionInfo {
@@ -46,7 +49,13 @@ pub fn live(v: &Value, rv: &str, status: Value) -> Value {
 }
 
 pub fn desired(manifests: &[Value]) -> Vec<Desired> {
-    manifests.iter().map(|m| Desired { manifest: m.clone(), tombstone: false }).collect()
+    manifests
+        .iter()
+        .map(|m| Desired {
+            manifest: m.clone(),
+            tombstone: false,
+        })
+        .collect()
 }
 
 pub struct World {
@@ -106,7 +115,11 @@ impl World {
                 .map(String::from);
             self.recorded.insert(
                 s.key.clone(),
-                Recorded { applied_hash: s.hash, applied_resource_version: rv, ready: None },
+                Recorded {
+                    applied_hash: s.hash,
+                    applied_resource_version: rv,
+                    ready: None,
+                },
             );
         }
         self
@@ -114,6 +127,11 @@ impl World {
 
     pub fn op_of(&self, v: &Value) -> plan::Op {
         let k = key(v);
-        self.plan().steps.into_iter().find(|s| s.key == k).unwrap().op
+        self.plan()
+            .steps
+            .into_iter()
+            .find(|s| s.key == k)
+            .unwrap()
+            .op
     }
 }

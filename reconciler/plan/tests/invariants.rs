@@ -38,8 +38,20 @@ fn manifest(s: &Spec) -> Value {
 fn specs() -> impl Strategy<Value = (Vec<Spec>, bool)> {
     (
         prop::collection::vec(
-            (0..KINDS.len(), 0u8..12, -2i8..3, any::<bool>(), any::<bool>())
-                .prop_map(|(kind, name, group, ready, present)| Spec { kind, name, group, ready, present }),
+            (
+                0..KINDS.len(),
+                0u8..12,
+                -2i8..3,
+                any::<bool>(),
+                any::<bool>(),
+            )
+                .prop_map(|(kind, name, group, ready, present)| Spec {
+                    kind,
+                    name,
+                    group,
+                    ready,
+                    present,
+                }),
             0..24,
         ),
         any::<bool>(),
@@ -52,8 +64,13 @@ fn specs() -> impl Strategy<Value = (Vec<Spec>, bool)> {
 }
 
 fn world(specs: &[Spec], with_crd: bool) -> (Vec<Desired>, plan::Observed) {
-    let mut items: Vec<Desired> =
-        specs.iter().map(|s| Desired { manifest: manifest(s), tombstone: false }).collect();
+    let mut items: Vec<Desired> = specs
+        .iter()
+        .map(|s| Desired {
+            manifest: manifest(s),
+            tombstone: false,
+        })
+        .collect();
     let mut observed = plan::Observed::new();
     for s in specs.iter().filter(|s| s.present) {
         let l = live(&manifest(s), "1", json!({"ok": s.ready}));
@@ -95,7 +112,7 @@ proptest! {
         let position: std::collections::BTreeMap<_, _> =
             p.steps.iter().enumerate().map(|(i, s)| (s.key.clone(), i)).collect();
         for step in &p.steps {
-            for dep in &prepared.ordering.depends_on[&step.key] {
+            for dep in &prepared.ordering.depends_on(&step.key) {
                 prop_assert!(position[dep] < position[&step.key], "{dep} after {}", step.key);
                 let dep_step = &p.steps[position[dep]];
                 if step.op.is_write() {

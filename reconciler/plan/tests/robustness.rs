@@ -25,29 +25,139 @@ impl Rng {
 }
 
 const CEL: &[&str] = &[
-    "self", ".", "status", "spec", "replicas", "(", ")", "[", "]", "==", "!=", "&&", "||", "!", "+",
-    "-", "*", "/", "%", "1", "0", "-1", "9223372036854775807", "1.5", "'a'", "\"", "'", "true",
-    "false", "null", "has(", "size(", ".filter(c, ", ".all(x, ", ".exists(", "?", ":", ",", " ",
-    "int(", "uint(", "string(", "timestamp(", "duration(", "\\", "{", "}", "in", "ü", "\u{0}",
-    "conditions", ".map(x, ", "matches(", "'[a-'", "dyn(", "type(", "1u", "b'x'", "0x", "1e999",
+    "self",
+    ".",
+    "status",
+    "spec",
+    "replicas",
+    "(",
+    ")",
+    "[",
+    "]",
+    "==",
+    "!=",
+    "&&",
+    "||",
+    "!",
+    "+",
+    "-",
+    "*",
+    "/",
+    "%",
+    "1",
+    "0",
+    "-1",
+    "9223372036854775807",
+    "1.5",
+    "'a'",
+    "\"",
+    "'",
+    "true",
+    "false",
+    "null",
+    "has(",
+    "size(",
+    ".filter(c, ",
+    ".all(x, ",
+    ".exists(",
+    "?",
+    ":",
+    ",",
+    " ",
+    "int(",
+    "uint(",
+    "string(",
+    "timestamp(",
+    "duration(",
+    "\\",
+    "{",
+    "}",
+    "in",
+    "ü",
+    "\u{0}",
+    "conditions",
+    ".map(x, ",
+    "matches(",
+    "'[a-'",
+    "dyn(",
+    "type(",
+    "1u",
+    "b'x'",
+    "0x",
+    "1e999",
 ];
 const PATH: &[&str] = &[
-    "self", ".", "spec", "a", "[", "]", "0", "99999999999999999999", "*", "\"", "'", "k", "=",
-    "\"v\"", "-", "_", " ", "containers", "[name=\"app\"]", "[*]", "[0]", "[\"x\"]", "ü",
+    "self",
+    ".",
+    "spec",
+    "a",
+    "[",
+    "]",
+    "0",
+    "99999999999999999999",
+    "*",
+    "\"",
+    "'",
+    "k",
+    "=",
+    "\"v\"",
+    "-",
+    "_",
+    " ",
+    "containers",
+    "[name=\"app\"]",
+    "[*]",
+    "[0]",
+    "[\"x\"]",
+    "ü",
 ];
 const VALUES: &[&str] = &[
-    "", "0", "1", "-1", "true", "false", "yes", "1s", "5m", "0s", "-5s", "99999999999h", "orphan",
-    "foreground", "watch", "interval", "off", "abc", "9223372036854775808", "1.0", " 3 ", "\n",
+    "",
+    "0",
+    "1",
+    "-1",
+    "true",
+    "false",
+    "yes",
+    "1s",
+    "5m",
+    "0s",
+    "-5s",
+    "99999999999h",
+    "orphan",
+    "foreground",
+    "watch",
+    "interval",
+    "off",
+    "abc",
+    "9223372036854775808",
+    "1.0",
+    " 3 ",
+    "\n",
 ];
 const KEYS: &[&str] = &[
-    "readiness", "readiness-x", "readiness-group", "deletion-group", "reconcile-interval",
-    "disable-updates", "disable-reconciliation", "replace", "deletion-strategy", "overrides",
-    "fail-open", "drift", "readiness-", "unknown",
+    "readiness",
+    "readiness-x",
+    "readiness-group",
+    "deletion-group",
+    "reconcile-interval",
+    "disable-updates",
+    "disable-reconciliation",
+    "replace",
+    "deletion-strategy",
+    "overrides",
+    "fail-open",
+    "drift",
+    "readiness-",
+    "unknown",
 ];
 
 fn random_overrides(rng: &mut Rng) -> String {
     if rng.next() % 5 == 0 {
-        return rng.text(&["[", "]", "{", "}", "\"path\"", ":", ",", "\"", "null", "1"], 12);
+        return rng.text(
+            &["[", "]", "{", "}", "\"path\"", ":", ",", "\"", "null", "1"],
+            12,
+        );
     }
     let n = rng.next() % 3;
     let items: Vec<Value> = (0..n)
@@ -76,7 +186,11 @@ fn random_annotations_cel_and_paths_never_panic() {
     for round in 0..4000 {
         let mut annotations = serde_json::Map::new();
         for _ in 0..(rng.next() % 4) {
-            let prefix = if rng.next() % 2 == 0 { "enoki.dev/" } else { "eno.azure.io/" };
+            let prefix = if rng.next() % 2 == 0 {
+                "enoki.dev/"
+            } else {
+                "eno.azure.io/"
+            };
             let key = format!("{prefix}{}", rng.pick(KEYS));
             let value = if key.contains("readiness") && !key.ends_with("group") {
                 rng.text(CEL, 10)
@@ -89,11 +203,20 @@ fn random_annotations_cel_and_paths_never_panic() {
             inputs += 1;
         }
         // Always exercise one CEL string and one override list per round, too.
-        annotations.insert("enoki.dev/readiness-fuzz".into(), Value::String(rng.text(CEL, 12)));
-        annotations.insert("eno.azure.io/overrides".into(), Value::String(random_overrides(&mut rng)));
+        annotations.insert(
+            "enoki.dev/readiness-fuzz".into(),
+            Value::String(rng.text(CEL, 12)),
+        );
+        annotations.insert(
+            "eno.azure.io/overrides".into(),
+            Value::String(random_overrides(&mut rng)),
+        );
         inputs += 2;
         let m = deploy(&format!("r{round}"), Value::Object(annotations));
-        let items = vec![Desired { manifest: m.clone(), tombstone: round % 7 == 0 }];
+        let items = vec![Desired {
+            manifest: m.clone(),
+            tombstone: round % 7 == 0,
+        }];
         match plan::prepare(&items, &comp) {
             Err(e) => {
                 errors += 1;
@@ -102,7 +225,11 @@ fn random_annotations_cel_and_paths_never_panic() {
             Ok(prepared) => {
                 let mut observed = plan::Observed::new();
                 if round % 2 == 0 {
-                    let l = live(&m, "1", json!({"ok": true, "conditions": [{"type": "Ready", "status": "True"}]}));
+                    let l = live(
+                        &m,
+                        "1",
+                        json!({"ok": true, "conditions": [{"type": "Ready", "status": "True"}]}),
+                    );
                     observed.insert(key(&l), l);
                 }
                 let _ = plan::plan(PlanInput {

@@ -9,25 +9,42 @@ use std::time::Duration;
 
 #[test]
 fn absent_resources_are_server_side_applied_with_managed_by_label_and_stripped_keys() {
-    let m = deploy("web", json!({"enoki.dev/readiness-group": "1", "note": "kept"}));
+    let m = deploy(
+        "web",
+        json!({"enoki.dev/readiness-group": "1", "note": "kept"}),
+    );
     let w = World::new(desired(&[m.clone()]));
-    let Op::Apply { object } = w.op_of(&m) else { panic!("{:?}", w.op_of(&m)) };
-    assert_eq!(object["metadata"]["labels"]["enoki.dev/managed-by"], "uid-1");
+    let Op::Apply { object } = w.op_of(&m) else {
+        panic!("{:?}", w.op_of(&m))
+    };
+    assert_eq!(
+        object["metadata"]["labels"]["enoki.dev/managed-by"],
+        "uid-1"
+    );
     assert_eq!(object["metadata"]["annotations"], json!({"note": "kept"}));
 }
 
 #[test]
 fn in_sync_resources_make_no_call_at_all() {
     let m = deploy("web", json!({}));
-    let w = World::new(desired(&[m.clone()])).observe(live(&m, "10", Value::Null)).record_applied();
-    assert_eq!(w.op_of(&m), Op::Skip { reason: SkipReason::InSync });
+    let w = World::new(desired(&[m.clone()]))
+        .observe(live(&m, "10", Value::Null))
+        .record_applied();
+    assert_eq!(
+        w.op_of(&m),
+        Op::Skip {
+            reason: SkipReason::InSync
+        }
+    );
     assert!(w.plan().settled());
 }
 
 #[test]
 fn a_foreign_write_changes_the_resource_version_and_triggers_a_reapply() {
     let m = deploy("web", json!({}));
-    let mut w = World::new(desired(&[m.clone()])).observe(live(&m, "10", Value::Null)).record_applied();
+    let mut w = World::new(desired(&[m.clone()]))
+        .observe(live(&m, "10", Value::Null))
+        .record_applied();
     w = w.observe(live(&m, "11", Value::Null));
     assert!(matches!(w.op_of(&m), Op::Apply { .. }));
 }
@@ -35,34 +52,58 @@ fn a_foreign_write_changes_the_resource_version_and_triggers_a_reapply() {
 #[test]
 fn a_changed_snapshot_changes_the_hash_and_triggers_a_reapply() {
     let m = deploy("web", json!({}));
-    let w = World::new(desired(&[m.clone()])).observe(live(&m, "10", Value::Null)).record_applied();
+    let w = World::new(desired(&[m.clone()]))
+        .observe(live(&m, "10", Value::Null))
+        .record_applied();
     let mut changed = m.clone();
     changed["spec"]["replicas"] = json!(3);
-    let w2 = World { prepared: plan::prepare(&desired(&[changed.clone()]), &w.comp).unwrap(), ..w };
+    let w2 = World {
+        prepared: plan::prepare(&desired(&[changed.clone()]), &w.comp).unwrap(),
+        ..w
+    };
     assert!(matches!(w2.op_of(&changed), Op::Apply { .. }));
 }
 
 #[test]
 fn group_one_waits_until_group_zero_is_ready() {
-    let a = deploy("a", json!({"enoki.dev/readiness": "self.status.ok == true"}));
+    let a = deploy(
+        "a",
+        json!({"enoki.dev/readiness": "self.status.ok == true"}),
+    );
     let b = deploy("b", json!({"enoki.dev/readiness-group": "1"}));
-    let w = World::new(desired(&[a.clone(), b.clone()])).observe(live(&a, "1", json!({"ok": false})));
+    let w =
+        World::new(desired(&[a.clone(), b.clone()])).observe(live(&a, "1", json!({"ok": false})));
     assert_eq!(w.op_of(&b), Op::Wait { on: vec![key(&a)] });
-    assert_eq!(w.plan().requeue, Some(Duration::from_secs(5)), "not ready: poll");
+    assert_eq!(
+        w.plan().requeue,
+        Some(Duration::from_secs(5)),
+        "not ready: poll"
+    );
     let w = w.observe(live(&a, "2", json!({"ok": true})));
     assert!(matches!(w.op_of(&b), Op::Apply { .. }));
 }
 
 #[test]
 fn readiness_latches_for_the_synthesis() {
-    let a = deploy("a", json!({"enoki.dev/readiness": "self.status.ok == true"}));
+    let a = deploy(
+        "a",
+        json!({"enoki.dev/readiness": "self.status.ok == true"}),
+    );
     let mut w = World::new(desired(&[a.clone()])).observe(live(&a, "1", json!({"ok": false})));
     w.recorded.insert(
         key(&a),
-        plan::Recorded { ready: Some("2026-01-01T00:00:00Z".into()), ..Default::default() },
+        plan::Recorded {
+            ready: Some("2026-01-01T00:00:00Z".into()),
+            ..Default::default()
+        },
     );
     let step = w.plan().steps.remove(0);
-    assert_eq!(step.readiness, ReadinessState::Ready { at: Some("2026-01-01T00:00:00Z".into()) });
+    assert_eq!(
+        step.readiness,
+        ReadinessState::Ready {
+            at: Some("2026-01-01T00:00:00Z".into())
+        }
+    );
 }
 
 #[test]
@@ -71,7 +112,12 @@ fn disable_updates_creates_but_never_updates() {
     let w = World::new(desired(&[m.clone()]));
     assert!(matches!(w.op_of(&m), Op::Create { .. }));
     let w = w.observe(live(&m, "1", Value::Null));
-    assert_eq!(w.op_of(&m), Op::Skip { reason: SkipReason::UpdatesDisabled });
+    assert_eq!(
+        w.op_of(&m),
+        Op::Skip {
+            reason: SkipReason::UpdatesDisabled
+        }
+    );
 }
 
 #[test]
@@ -79,7 +125,12 @@ fn disable_reconciliation_never_touches_and_counts_as_ready() {
     let a = deploy("a", json!({"enoki.dev/disable-reconciliation": "true"}));
     let b = deploy("b", json!({"enoki.dev/readiness-group": "1"}));
     let w = World::new(desired(&[a.clone(), b.clone()]));
-    assert_eq!(w.op_of(&a), Op::Skip { reason: SkipReason::ReconciliationDisabled });
+    assert_eq!(
+        w.op_of(&a),
+        Op::Skip {
+            reason: SkipReason::ReconciliationDisabled
+        }
+    );
     assert!(matches!(w.op_of(&b), Op::Apply { .. }));
 }
 
@@ -100,7 +151,9 @@ fn client_side_mode_merge_patches_from_the_previous_snapshot_so_dropped_fields_g
     let mut prev = m.clone();
     prev["spec"]["paused"] = json!(true);
     w.previous.insert(key(&m), prev);
-    let Op::MergePatch { patch, .. } = w.op_of(&m) else { panic!() };
+    let Op::MergePatch { patch, .. } = w.op_of(&m) else {
+        panic!()
+    };
     assert_eq!(patch["spec"], json!({"paused": null}));
 }
 
@@ -108,11 +161,22 @@ fn client_side_mode_merge_patches_from_the_previous_snapshot_so_dropped_fields_g
 fn tombstones_are_deleted_foreground_when_asked() {
     let m = deploy("old", json!({"enoki.dev/deletion-strategy": "foreground"}));
     let mut items = desired(&[]);
-    items.push(Desired { manifest: m.clone(), tombstone: true });
+    items.push(Desired {
+        manifest: m.clone(),
+        tombstone: true,
+    });
     let w = World::new(items).observe(live(&m, "1", Value::Null));
     assert_eq!(w.op_of(&m), Op::Delete { foreground: true });
-    let gone = World { observed: Default::default(), ..w };
-    assert_eq!(gone.op_of(&m), Op::Skip { reason: SkipReason::AlreadyDeleted });
+    let gone = World {
+        observed: Default::default(),
+        ..w
+    };
+    assert_eq!(
+        gone.op_of(&m),
+        Op::Skip {
+            reason: SkipReason::AlreadyDeleted
+        }
+    );
 }
 
 #[test]
@@ -120,7 +184,10 @@ fn composition_deletion_follows_deletion_groups() {
     let a = deploy("a", json!({"enoki.dev/deletion-group": "0"}));
     let b = deploy("b", json!({"enoki.dev/deletion-group": "1"}));
     let items = desired(&[a.clone(), b.clone()]);
-    let comp = CompositionInfo { deleting: true, ..comp() };
+    let comp = CompositionInfo {
+        deleting: true,
+        ..comp()
+    };
     let w = World::new(items.clone())
         .with_comp(comp, &items)
         .observe(live(&a, "1", Value::Null))
@@ -143,7 +210,13 @@ fn composition_deletion_defaults_to_reverse_creation_order_with_crds_last() {
     let b = deploy("b", json!({"enoki.dev/readiness-group": "2"}));
     let items = desired(&[crd.clone(), a.clone(), b.clone()]);
     let w = World::new(items.clone())
-        .with_comp(CompositionInfo { deleting: true, ..comp() }, &items)
+        .with_comp(
+            CompositionInfo {
+                deleting: true,
+                ..comp()
+            },
+            &items,
+        )
         .observe(live(&crd, "1", Value::Null))
         .observe(live(&a, "1", Value::Null))
         .observe(live(&b, "1", Value::Null));
@@ -155,10 +228,21 @@ fn composition_deletion_defaults_to_reverse_creation_order_with_crds_last() {
 fn orphan_on_the_composition_leaves_everything() {
     let a = deploy("a", json!({}));
     let items = desired(&[a.clone()]);
-    let mut comp = CompositionInfo { deleting: true, ..comp() };
-    comp.annotations.insert("eno.azure.io/deletion-strategy".into(), "orphan".into());
-    let w = World::new(items.clone()).with_comp(comp, &items).observe(live(&a, "1", Value::Null));
-    assert_eq!(w.op_of(&a), Op::Skip { reason: SkipReason::Orphaned });
+    let mut comp = CompositionInfo {
+        deleting: true,
+        ..comp()
+    };
+    comp.annotations
+        .insert("eno.azure.io/deletion-strategy".into(), "orphan".into());
+    let w = World::new(items.clone())
+        .with_comp(comp, &items)
+        .observe(live(&a, "1", Value::Null));
+    assert_eq!(
+        w.op_of(&a),
+        Op::Skip {
+            reason: SkipReason::Orphaned
+        }
+    );
     assert_eq!(w.plan().requeue, None);
 }
 
@@ -172,23 +256,41 @@ fn overrides_apply_before_hashing_and_can_flip_cascaded_flags() {
     let mut l = live(&m, "1", Value::Null);
     l["spec"]["replicas"] = json!(9);
     let w = World::new(desired(&[m.clone()])).observe(l.clone());
-    let Op::Apply { object } = w.op_of(&m) else { panic!() };
-    assert_eq!(object["spec"]["replicas"], 9, "live value kept by valueExpression");
+    let Op::Apply { object } = w.op_of(&m) else {
+        panic!()
+    };
+    assert_eq!(
+        object["spec"]["replicas"], 9,
+        "live value kept by valueExpression"
+    );
     l["metadata"]["labels"] = json!({"frozen": "yes"});
     let w = w.observe(l);
-    assert_eq!(w.op_of(&m), Op::Skip { reason: SkipReason::UpdatesDisabled });
+    assert_eq!(
+        w.op_of(&m),
+        Op::Skip {
+            reason: SkipReason::UpdatesDisabled
+        }
+    );
 }
 
 #[test]
 fn reconcile_interval_sets_the_requeue_once_ready() {
-    let m = deploy("web", json!({"enoki.dev/reconcile-interval": "1m", "enoki.dev/readiness": "true"}));
-    let w = World::new(desired(&[m.clone()])).observe(live(&m, "1", Value::Null)).record_applied();
+    let m = deploy(
+        "web",
+        json!({"enoki.dev/reconcile-interval": "1m", "enoki.dev/readiness": "true"}),
+    );
+    let w = World::new(desired(&[m.clone()]))
+        .observe(live(&m, "1", Value::Null))
+        .record_applied();
     assert_eq!(w.plan().requeue, Some(Duration::from_secs(60)));
 }
 
 #[test]
 fn fail_open_resources_do_not_block_their_dependents() {
-    let a = deploy("a", json!({"enoki.dev/fail-open": "true", "enoki.dev/readiness": "false"}));
+    let a = deploy(
+        "a",
+        json!({"enoki.dev/fail-open": "true", "enoki.dev/readiness": "false"}),
+    );
     let b = deploy("b", json!({"enoki.dev/readiness-group": "1"}));
     let w = World::new(desired(&[a.clone(), b.clone()])).observe(live(&a, "1", Value::Null));
     assert!(matches!(w.op_of(&b), Op::Apply { .. }));
@@ -196,12 +298,21 @@ fn fail_open_resources_do_not_block_their_dependents() {
 
 #[test]
 fn ingestion_errors_name_the_resource_and_key() {
-    let bad = deploy("web", json!({"eno.azure.io/readiness-ready": "self.status.("}));
+    let bad = deploy(
+        "web",
+        json!({"eno.azure.io/readiness-ready": "self.status.("}),
+    );
     let err = plan::prepare(&desired(&[bad]), &comp()).unwrap_err();
-    assert!(matches!(&err, PlanError::CompileCel { key, .. } if key == "eno.azure.io/readiness-ready"), "{err}");
+    assert!(
+        matches!(&err, PlanError::CompileCel { key, .. } if key == "eno.azure.io/readiness-ready"),
+        "{err}"
+    );
     assert!(err.to_string().contains("apps/Deployment/ns/web"));
 
-    let bad = deploy("web", json!({"enoki.dev/overrides": "[{\"path\": \"spec\"}]"}));
+    let bad = deploy(
+        "web",
+        json!({"enoki.dev/overrides": "[{\"path\": \"spec\"}]"}),
+    );
     let err = plan::prepare(&desired(&[bad]), &comp()).unwrap_err();
     assert!(err.to_string().contains("enoki.dev/overrides"), "{err}");
 
