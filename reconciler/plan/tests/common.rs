@@ -1,5 +1,5 @@
 //! Builders shared by the plan test suites.
-#![allow(dead_code)]
+#![allow(dead_code, clippy::unwrap_used, clippy::needless_pass_by_value)]
 
 use std::collections::BTreeMap;
 

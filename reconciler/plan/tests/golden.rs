@@ -5,6 +5,7 @@
 //! `inSync` (keys recorded as applied with the live resourceVersion), `ready` (key -> latched
 //! time) and `previous` (previously applied snapshots). Regenerate with `UPDATE_GOLDEN=1`;
 //! CI only compares.
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -1,5 +1,6 @@
 //! Property tests: every dependency edge is respected, input order never matters, planning is
 //! a pure function.
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
 mod common;
 

@@ -1,5 +1,6 @@
 //! Feeds well over 10,000 random and malformed annotation values, CEL strings and override
 //! paths through ingestion and planning: errors are fine, panics are not.
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
 mod common;
 

@@ -1,4 +1,5 @@
 //! One test per planning rule.
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
 mod common;
 
