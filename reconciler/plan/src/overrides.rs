@@ -549,6 +549,34 @@ mod tests {
     }
 
     #[test]
+    fn value_expressions_fail_open() {
+        let overrides = parse(
+            r#"[{"path": "self.a", "valueExpression": "self.nope.nope"},
+                {"path": "self.b", "valueExpression": "null"},
+                {"path": "self.c", "valueExpression": "1"}]"#,
+        )
+        .unwrap();
+        let mut desired = json!({});
+        let results = apply_all(&mut desired, &overrides, Some(&json!({})), &json!({}));
+        let statuses: Vec<_> = results.iter().map(|r| r.status).collect();
+        assert_eq!(
+            statuses,
+            [
+                OverrideStatus::InvalidValueExpression,
+                OverrideStatus::Inactive,
+                OverrideStatus::Active
+            ]
+        );
+        assert_eq!(desired, json!({"c": 1}));
+        let results = apply_all(&mut json!({}), &overrides[2..], None, &json!({}));
+        assert_eq!(
+            results[0].status,
+            OverrideStatus::Inactive,
+            "skipped while the object is absent"
+        );
+    }
+
+    #[test]
     fn path_managed_by_reads_field_sets() {
         let live = json!({"metadata": {"managedFields": [
             {"manager": "enoki", "fieldsV1": {"f:spec": {"f:replicas": {}, "f:containers": {"k:{\"name\":\"app\"}": {"f:image": {}}}}}},

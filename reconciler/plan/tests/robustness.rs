@@ -154,7 +154,7 @@ const KEYS: &[&str] = &[
 ];
 
 fn random_overrides(rng: &mut Rng) -> String {
-    if rng.next() % 5 == 0 {
+    if rng.next().is_multiple_of(5) {
         return rng.text(
             &["[", "]", "{", "}", "\"path\"", ":", ",", "\"", "null", "1"],
             12,
@@ -169,7 +169,7 @@ fn random_overrides(rng: &mut Rng) -> String {
                 1 => o["value"] = Value::Null,
                 _ => o["valueExpression"] = json!(rng.text(CEL, 8)),
             }
-            if rng.next() % 2 == 0 {
+            if rng.next().is_multiple_of(2) {
                 o["condition"] = json!(rng.text(CEL, 8));
             }
             o
@@ -187,7 +187,7 @@ fn random_annotations_cel_and_paths_never_panic() {
     for round in 0..4000 {
         let mut annotations = serde_json::Map::new();
         for _ in 0..(rng.next() % 4) {
-            let prefix = if rng.next() % 2 == 0 {
+            let prefix = if rng.next().is_multiple_of(2) {
                 "enoki.dev/"
             } else {
                 "eno.azure.io/"

@@ -14,7 +14,7 @@ fn absent_resources_are_server_side_applied_with_managed_by_label_and_stripped_k
         "web",
         json!({"enoki.dev/readiness-group": "1", "note": "kept"}),
     );
-    let w = World::new(desired(&[m.clone()]));
+    let w = World::new(desired(std::slice::from_ref(&m)));
     let Op::Apply { object } = w.op_of(&m) else {
         panic!("{:?}", w.op_of(&m))
     };
@@ -28,7 +28,7 @@ fn absent_resources_are_server_side_applied_with_managed_by_label_and_stripped_k
 #[test]
 fn in_sync_resources_make_no_call_at_all() {
     let m = deploy("web", json!({}));
-    let w = World::new(desired(&[m.clone()]))
+    let w = World::new(desired(std::slice::from_ref(&m)))
         .observe(live(&m, "10", Value::Null))
         .record_applied();
     assert_eq!(
@@ -43,7 +43,7 @@ fn in_sync_resources_make_no_call_at_all() {
 #[test]
 fn a_foreign_write_changes_the_resource_version_and_triggers_a_reapply() {
     let m = deploy("web", json!({}));
-    let mut w = World::new(desired(&[m.clone()]))
+    let mut w = World::new(desired(std::slice::from_ref(&m)))
         .observe(live(&m, "10", Value::Null))
         .record_applied();
     w = w.observe(live(&m, "11", Value::Null));
@@ -53,13 +53,13 @@ fn a_foreign_write_changes_the_resource_version_and_triggers_a_reapply() {
 #[test]
 fn a_changed_snapshot_changes_the_hash_and_triggers_a_reapply() {
     let m = deploy("web", json!({}));
-    let w = World::new(desired(&[m.clone()]))
+    let w = World::new(desired(std::slice::from_ref(&m)))
         .observe(live(&m, "10", Value::Null))
         .record_applied();
     let mut changed = m.clone();
     changed["spec"]["replicas"] = json!(3);
     let w2 = World {
-        prepared: plan::prepare(&desired(&[changed.clone()]), &w.comp).unwrap(),
+        prepared: plan::prepare(&desired(std::slice::from_ref(&changed)), &w.comp).unwrap(),
         ..w
     };
     assert!(matches!(w2.op_of(&changed), Op::Apply { .. }));
@@ -90,7 +90,8 @@ fn readiness_latches_for_the_synthesis() {
         "a",
         json!({"enoki.dev/readiness": "self.status.ok == true"}),
     );
-    let mut w = World::new(desired(&[a.clone()])).observe(live(&a, "1", json!({"ok": false})));
+    let mut w =
+        World::new(desired(std::slice::from_ref(&a))).observe(live(&a, "1", json!({"ok": false})));
     w.recorded.insert(
         key(&a),
         plan::Recorded {
@@ -110,7 +111,7 @@ fn readiness_latches_for_the_synthesis() {
 #[test]
 fn disable_updates_creates_but_never_updates() {
     let m = deploy("web", json!({"eno.azure.io/disable-updates": "true"}));
-    let w = World::new(desired(&[m.clone()]));
+    let w = World::new(desired(std::slice::from_ref(&m)));
     assert!(matches!(w.op_of(&m), Op::Create { .. }));
     let w = w.observe(live(&m, "1", Value::Null));
     assert_eq!(
@@ -138,7 +139,7 @@ fn disable_reconciliation_never_touches_and_counts_as_ready() {
 #[test]
 fn replace_creates_then_puts() {
     let m = deploy("web", json!({"enoki.dev/replace": "true"}));
-    let w = World::new(desired(&[m.clone()]));
+    let w = World::new(desired(std::slice::from_ref(&m)));
     assert!(matches!(w.op_of(&m), Op::Create { .. }));
     let w = w.observe(live(&m, "1", Value::Null));
     assert!(matches!(w.op_of(&m), Op::Replace { .. }));
@@ -147,7 +148,7 @@ fn replace_creates_then_puts() {
 #[test]
 fn client_side_mode_merge_patches_from_the_previous_snapshot_so_dropped_fields_go() {
     let m = deploy("web", json!({}));
-    let mut w = World::new(desired(&[m.clone()])).observe(live(&m, "1", Value::Null));
+    let mut w = World::new(desired(std::slice::from_ref(&m))).observe(live(&m, "1", Value::Null));
     w.options.mode = ApplyMode::ClientSide;
     let mut prev = m.clone();
     prev["spec"]["paused"] = json!(true);
@@ -228,7 +229,7 @@ fn composition_deletion_defaults_to_reverse_creation_order_with_crds_last() {
 #[test]
 fn orphan_on_the_composition_leaves_everything() {
     let a = deploy("a", json!({}));
-    let items = desired(&[a.clone()]);
+    let items = desired(std::slice::from_ref(&a));
     let mut comp = CompositionInfo {
         deleting: true,
         ..comp()
@@ -256,7 +257,7 @@ fn overrides_apply_before_hashing_and_can_flip_cascaded_flags() {
     let m = deploy("web", json!({"enoki.dev/overrides": overrides.to_string()}));
     let mut l = live(&m, "1", Value::Null);
     l["spec"]["replicas"] = json!(9);
-    let w = World::new(desired(&[m.clone()])).observe(l.clone());
+    let w = World::new(desired(std::slice::from_ref(&m))).observe(l.clone());
     let Op::Apply { object } = w.op_of(&m) else {
         panic!()
     };
@@ -280,7 +281,7 @@ fn reconcile_interval_sets_the_requeue_once_ready() {
         "web",
         json!({"enoki.dev/reconcile-interval": "1m", "enoki.dev/readiness": "true"}),
     );
-    let w = World::new(desired(&[m.clone()]))
+    let w = World::new(desired(std::slice::from_ref(&m)))
         .observe(live(&m, "1", Value::Null))
         .record_applied();
     assert_eq!(w.plan().requeue, Some(Duration::from_secs(60)));
