@@ -1,3 +1,456 @@
-//! The wasmtime embedding: module bytes + input bytes + limits -> output bytes or a typed error.
+//! The wasmtime embedding: module bytes + input bytes + limits -> output bytes, or a typed
+//! [`HostError`]. Knows nothing of Kubernetes.
 //!
-//! Knows nothing of Kubernetes. Its contents arrive with the synthesis-engine issue.
+//! - One [`Host`] (one `Engine`) per process, with epoch interruption: a background thread
+//!   ticks the epoch every [`TICK`], and only the host turns a deadline into ticks.
+//! - [`Host::load`] compiles a module once per SHA-256 digest (kept in memory as an
+//!   `InstancePre`); wasmtime's on-disk cache, keyed by module hash and engine settings, lets a
+//!   later process load the artifact without compiling ([`Host::cache_hits`]).
+//! - Each run gets a fresh `Store`: no preopened directories, no sockets, only the caller's
+//!   environment, stdin = the input bytes, stdout captured up to the output limit, stderr kept
+//!   up to 64 KiB, memory capped by a resource limiter.
+//! - Runs are reproducible by default: the wall clock reads a fixed instant, the monotonic
+//!   clock advances a fixed step per read, and randomness comes from a seeded generator.
+//!
+//! This release runs WASI preview1 command modules; preview2 components are recognised by
+//! their header and refused with [`HostError::Instantiate`] until the component path lands.
+//! Runs are synchronous: call them from `spawn_blocking`, never on an async worker thread.
+
+mod error;
+mod tail;
+
+pub use error::HostError;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand_wasi::SeedableRng;
+use rand_wasi::rngs::StdRng;
+use sha2::{Digest, Sha256};
+use wasmtime::{
+    Cache, CacheConfig, Config, Engine, InstancePre, Linker, Module, ResourceLimiter, Store,
+};
+use wasmtime_wasi::p1::WasiP1Ctx;
+use wasmtime_wasi::p2::pipe::{MemoryInputPipe, MemoryOutputPipe};
+use wasmtime_wasi::{HostMonotonicClock, HostWallClock, I32Exit, WasiCtxBuilder};
+
+/// How often the epoch advances; deadlines are rounded up to whole ticks.
+pub const TICK: Duration = Duration::from_millis(10);
+/// How much stderr is kept for error messages.
+pub const STDERR_CAP: usize = 64 * 1024;
+
+/// Limits of one run, in human units.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RunLimits {
+    /// Wall-clock deadline.
+    pub deadline: Duration,
+    /// Linear memory cap in bytes.
+    pub max_memory_bytes: usize,
+    /// Stdout cap in bytes.
+    pub max_output_bytes: usize,
+}
+
+impl Default for RunLimits {
+    fn default() -> Self {
+        RunLimits {
+            deadline: Duration::from_secs(10),
+            max_memory_bytes: 256 << 20,
+            max_output_bytes: 16 << 20,
+        }
+    }
+}
+
+/// Where a run's clock and randomness come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Entropy {
+    /// Fixed wall clock (seconds since the Unix epoch), stepped monotonic clock, seeded random.
+    Reproducible {
+        /// What the wall clock reads.
+        wall_clock: Duration,
+        /// Seed of every random byte the module sees.
+        seed: [u8; 32],
+    },
+    /// The host's real clocks and randomness.
+    Secure,
+}
+
+/// One synthesis run.
+#[derive(Clone, Copy, Debug)]
+pub struct RunRequest<'a> {
+    /// Bytes on stdin.
+    pub input: &'a [u8],
+    /// Environment variables.
+    pub env: &'a [(String, String)],
+    /// Limits.
+    pub limits: RunLimits,
+    /// Clock and randomness.
+    pub entropy: Entropy,
+}
+
+/// What a successful run produced.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunOutput {
+    /// Everything written to stdout.
+    pub stdout: Vec<u8>,
+    /// The last [`STDERR_CAP`] bytes written to stderr (lossy UTF-8).
+    pub stderr: String,
+}
+
+/// The kind of a module, told apart by its header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ModuleKind {
+    /// A core module using WASI preview1.
+    Preview1,
+    /// A component (WASI preview2 `wasi:cli/command`).
+    Component,
+}
+
+/// Tells a core module from a component by the 8-byte header.
+pub fn module_kind(bytes: &[u8]) -> Option<ModuleKind> {
+    match bytes.get(..8)? {
+        [0, b'a', b's', b'm', 1, 0, 0, 0] => Some(ModuleKind::Preview1),
+        [0, b'a', b's', b'm', _, _, 1, 0] => Some(ModuleKind::Component),
+        _ => None,
+    }
+}
+
+/// `sha256:<hex>` of some bytes.
+pub fn digest(bytes: &[u8]) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
+}
+
+struct RunState {
+    wasi: WasiP1Ctx,
+    limiter: MemoryLimiter,
+}
+
+struct MemoryLimiter {
+    max: usize,
+    hit: bool,
+}
+
+impl ResourceLimiter for MemoryLimiter {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.max {
+            self.hit = true;
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= 1_000_000)
+    }
+}
+
+struct FixedWallClock(Duration);
+impl HostWallClock for FixedWallClock {
+    fn resolution(&self) -> Duration {
+        Duration::from_nanos(1)
+    }
+    fn now(&self) -> Duration {
+        self.0
+    }
+}
+
+/// A monotonic clock that advances one millisecond per read.
+struct SteppedClock(AtomicU64);
+impl HostMonotonicClock for SteppedClock {
+    fn resolution(&self) -> u64 {
+        1
+    }
+    fn now(&self) -> u64 {
+        self.0.fetch_add(1_000_000, Ordering::Relaxed)
+    }
+}
+
+/// A compiled, pre-linked module ready to run any number of times.
+#[derive(Clone)]
+pub struct ModulePre {
+    digest: String,
+    kind: ModuleKind,
+    pre: InstancePre<RunState>,
+}
+
+impl std::fmt::Debug for ModulePre {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ModulePre")
+            .field("digest", &self.digest)
+            .field("kind", &self.kind)
+            .finish()
+    }
+}
+
+impl ModulePre {
+    /// `sha256:<hex>` of the module bytes.
+    pub fn digest(&self) -> &str {
+        &self.digest
+    }
+    /// The module's kind.
+    pub fn kind(&self) -> ModuleKind {
+        self.kind
+    }
+}
+
+/// The process-wide wasm host.
+pub struct Host {
+    engine: Engine,
+    linker: Linker<RunState>,
+    modules: Mutex<HashMap<String, ModulePre>>,
+    cache: Option<Cache>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+impl Host {
+    /// Creates the engine (epoch interruption on) and starts its epoch ticker. With
+    /// `cache_dir`, compiled artifacts are cached on disk there.
+    ///
+    /// # Errors
+    /// [`HostError::Engine`] when wasmtime rejects the configuration or the cache directory.
+    pub fn new(cache_dir: Option<&Path>) -> Result<Host, HostError> {
+        let mut config = Config::new();
+        config.epoch_interruption(true);
+        let cache = match cache_dir {
+            Some(dir) => {
+                let mut cc = CacheConfig::new();
+                cc.with_directory(dir);
+                Some(Cache::new(cc).map_err(|e| HostError::Engine {
+                    message: format!("{e:#}"),
+                })?)
+            }
+            None => None,
+        };
+        config.cache(cache.clone());
+        let engine = Engine::new(&config).map_err(|e| HostError::Engine {
+            message: format!("{e:#}"),
+        })?;
+        let mut linker: Linker<RunState> = Linker::new(&engine);
+        wasmtime_wasi::p1::add_to_linker_sync(&mut linker, |s: &mut RunState| &mut s.wasi)
+            .map_err(|e| HostError::Engine {
+                message: format!("{e:#}"),
+            })?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let (ticker, flag) = (engine.clone(), stop.clone());
+        std::thread::Builder::new()
+            .name("wasm-epoch".into())
+            .spawn(move || {
+                while !flag.load(Ordering::Relaxed) {
+                    std::thread::sleep(TICK);
+                    ticker.increment_epoch();
+                }
+            })
+            .map_err(|e| HostError::Engine {
+                message: format!("cannot start the epoch ticker: {e}"),
+            })?;
+        Ok(Host {
+            engine,
+            linker,
+            modules: Mutex::new(HashMap::new()),
+            cache,
+            stop,
+        })
+    }
+
+    /// Artifacts loaded from the on-disk cache instead of being compiled.
+    pub fn cache_hits(&self) -> usize {
+        self.cache.as_ref().map_or(0, Cache::cache_hits)
+    }
+
+    /// Compiles (once per digest) and pre-links a module.
+    ///
+    /// # Errors
+    /// [`HostError::Instantiate`] for bytes that are not a module, a component (not yet
+    /// supported), or imports the host does not provide.
+    pub fn load(&self, bytes: &[u8]) -> Result<ModulePre, HostError> {
+        let digest = digest(bytes);
+        if let Some(m) = self.modules.lock().map_err(|_| poisoned())?.get(&digest) {
+            return Ok(m.clone());
+        }
+        let kind = match module_kind(bytes) {
+            Some(kind) => kind,
+            None if bytes.starts_with(b"(") => ModuleKind::Preview1, // WAT text (tests, samples)
+            None => {
+                return Err(HostError::Instantiate {
+                    message: "not a WebAssembly module or component (bad header)".into(),
+                });
+            }
+        };
+        if kind == ModuleKind::Component {
+            return Err(HostError::Instantiate {
+                message: "WASI preview2 components are not supported by this release yet".into(),
+            });
+        }
+        let module = Module::new(&self.engine, bytes).map_err(|e| HostError::Instantiate {
+            message: format!("compile: {e:#}"),
+        })?;
+        let pre = self
+            .linker
+            .instantiate_pre(&module)
+            .map_err(|e| HostError::Instantiate {
+                message: format!("{e:#}"),
+            })?;
+        let m = ModulePre {
+            digest: digest.clone(),
+            kind,
+            pre,
+        };
+        self.modules
+            .lock()
+            .map_err(|_| poisoned())?
+            .insert(digest, m.clone());
+        Ok(m)
+    }
+
+    /// Runs a module once in a fresh store.
+    ///
+    /// # Errors
+    /// Every failure is a typed [`HostError`]: `Timeout`, `MemoryLimit`, `OutputTooLarge`,
+    /// `Trap` (with the wasm backtrace), `ExitCode` (with the stderr tail), `Instantiate`.
+    ///
+    /// # Guarantees
+    /// Nothing survives between runs; the host process is never affected by the module.
+    pub fn run(&self, module: &ModulePre, req: RunRequest<'_>) -> Result<RunOutput, HostError> {
+        let stdout = MemoryOutputPipe::new(req.limits.max_output_bytes);
+        let stderr = tail::TailPipe::new(STDERR_CAP);
+        let mut builder = WasiCtxBuilder::new();
+        builder
+            .stdin(MemoryInputPipe::new(req.input.to_vec()))
+            .stdout(stdout.clone())
+            .stderr(stderr.clone())
+            .envs(req.env)
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false);
+        if let Entropy::Reproducible { wall_clock, seed } = req.entropy {
+            builder
+                .wall_clock(FixedWallClock(wall_clock))
+                .monotonic_clock(SteppedClock(AtomicU64::new(0)))
+                .secure_random(StdRng::from_seed(seed))
+                .insecure_random(StdRng::from_seed(seed))
+                .insecure_random_seed(u128::from_le_bytes(
+                    seed[..16].try_into().unwrap_or_default(),
+                ));
+        }
+        let state = RunState {
+            wasi: builder.build_p1(),
+            limiter: MemoryLimiter {
+                max: req.limits.max_memory_bytes,
+                hit: false,
+            },
+        };
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|s| &mut s.limiter);
+        let ticks = req
+            .limits
+            .deadline
+            .as_nanos()
+            .div_ceil(TICK.as_nanos())
+            .max(1);
+        store.set_epoch_deadline(u64::try_from(ticks).unwrap_or(u64::MAX));
+        store.epoch_deadline_trap();
+
+        let result = module
+            .pre
+            .instantiate(&mut store)
+            .map_err(|e| classify_instantiate(&e))
+            .and_then(|instance| {
+                let start = instance
+                    .get_typed_func::<(), ()>(&mut store, "_start")
+                    .map_err(|e| HostError::Instantiate {
+                        message: format!("no _start export: {e:#}"),
+                    })?;
+                Ok(start.call(&mut store, ()))
+            });
+        let stderr_text = String::from_utf8_lossy(&stderr.contents()).into_owned();
+        let out = stdout.contents();
+        let call = result?;
+        let memory_hit = store.data().limiter.hit;
+        if let Err(e) = call {
+            if let Some(exit) = e.downcast_ref::<I32Exit>() {
+                if exit.0 != 0 {
+                    return Err(HostError::ExitCode {
+                        code: exit.0,
+                        stderr: tail(&stderr_text),
+                    });
+                }
+            } else if out.len() >= req.limits.max_output_bytes
+                || format!("{e:#}").contains("beyond capacity")
+            {
+                return Err(HostError::OutputTooLarge {
+                    limit: req.limits.max_output_bytes,
+                });
+            } else if let Some(wasmtime::Trap::Interrupt) = e.downcast_ref::<wasmtime::Trap>() {
+                return Err(HostError::Timeout {
+                    after: req.limits.deadline,
+                });
+            } else if memory_hit {
+                return Err(HostError::MemoryLimit {
+                    limit: req.limits.max_memory_bytes,
+                });
+            } else {
+                let backtrace = e
+                    .downcast_ref::<wasmtime::WasmBacktrace>()
+                    .map(|bt| format!("{bt}"))
+                    .unwrap_or_default();
+                let message = match e.downcast_ref::<wasmtime::Trap>() {
+                    Some(trap) => trap.to_string(),
+                    None => format!("{e:#}"),
+                };
+                return Err(HostError::Trap {
+                    message,
+                    backtrace,
+                    stderr: tail(&stderr_text),
+                });
+            }
+        }
+        if out.len() >= req.limits.max_output_bytes {
+            return Err(HostError::OutputTooLarge {
+                limit: req.limits.max_output_bytes,
+            });
+        }
+        Ok(RunOutput {
+            stdout: out.to_vec(),
+            stderr: stderr_text,
+        })
+    }
+}
+
+fn classify_instantiate(e: &wasmtime::Error) -> HostError {
+    HostError::Instantiate {
+        message: format!("{e:#}"),
+    }
+}
+
+fn poisoned() -> HostError {
+    HostError::Engine {
+        message: "module table lock poisoned".into(),
+    }
+}
+
+/// The last 4 KiB of stderr, for messages.
+fn tail(stderr: &str) -> String {
+    let mut start = stderr.len().saturating_sub(4096);
+    while !stderr.is_char_boundary(start) {
+        start += 1;
+    }
+    stderr[start..].to_string()
+}

@@ -1,0 +1,214 @@
+//! Paired obeyed/violated tests with the hostile guests under `tests/guests/` (WebAssembly
+//! text, built from source here). After every hostile run a normal module must still run
+//! correctly on the same host.
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use wasm_host::{Entropy, Host, HostError, ModulePre, RunLimits, RunRequest};
+
+fn host() -> &'static Host {
+    static HOST: OnceLock<Host> = OnceLock::new();
+    HOST.get_or_init(|| Host::new(None).unwrap())
+}
+
+fn guest(name: &str) -> Vec<u8> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/guests")
+        .join(name);
+    wat::parse_file(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn load(name: &str) -> ModulePre {
+    host().load(&guest(name)).unwrap()
+}
+
+const SEED: [u8; 32] = [7; 32];
+const LIMITS: RunLimits = RunLimits {
+    deadline: Duration::from_millis(500),
+    max_memory_bytes: 16 << 20,
+    max_output_bytes: 1 << 20,
+};
+
+fn run_with(
+    module: &ModulePre,
+    limits: RunLimits,
+    seed: [u8; 32],
+) -> Result<wasm_host::RunOutput, HostError> {
+    host().run(
+        module,
+        RunRequest {
+            input: br#"{"apiVersion":"config.kubernetes.io/v1","kind":"ResourceList","items":[]}"#,
+            env: &[],
+            limits,
+            entropy: Entropy::Reproducible {
+                wall_clock: Duration::from_secs(1_700_000_000),
+                seed,
+            },
+        },
+    )
+}
+
+fn run(module: &ModulePre) -> Result<wasm_host::RunOutput, HostError> {
+    run_with(module, LIMITS, SEED)
+}
+
+/// The well-behaved module still runs correctly (called after every hostile run).
+fn normal_module_still_runs() {
+    let out = run(&load("hello.wat")).unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["kind"], "ResourceList");
+}
+
+#[test]
+fn a_normal_module_runs_and_is_byte_identical_for_the_same_seed() {
+    let m = load("hello.wat");
+    let a = run(&m).unwrap();
+    let b = run(&m).unwrap();
+    assert_eq!(a.stdout, b.stdout, "same module + same input => same bytes");
+    let v: serde_json::Value = serde_json::from_slice(&a.stdout).unwrap();
+    assert_eq!(v["seed"].as_str().unwrap().len(), 32);
+    // The wall clock reads the fixed instant: 1.7e9 s in little-endian nanoseconds.
+    let nanos: u64 = 1_700_000_000 * 1_000_000_000;
+    assert_eq!(v["clock"], hex::encode(nanos.to_le_bytes()));
+    let c = run_with(&m, LIMITS, [8; 32]).unwrap();
+    assert_ne!(
+        a.stdout, c.stdout,
+        "a different seed gives different random bytes"
+    );
+}
+
+#[test]
+fn a_module_past_its_deadline_is_stopped() {
+    let err = run(&load("loop.wat")).unwrap_err();
+    assert_eq!(
+        err,
+        HostError::Timeout {
+            after: LIMITS.deadline
+        }
+    );
+    assert_eq!(err.category(), "Timeout");
+    normal_module_still_runs();
+}
+
+#[test]
+fn a_memory_bomb_hits_the_memory_limit() {
+    let err = run(&load("memory_bomb.wat")).unwrap_err();
+    assert_eq!(
+        err,
+        HostError::MemoryLimit {
+            limit: LIMITS.max_memory_bytes
+        }
+    );
+    normal_module_still_runs();
+}
+
+#[test]
+fn a_stdout_bomb_hits_the_output_limit() {
+    let err = run(&load("stdout_bomb.wat")).unwrap_err();
+    assert_eq!(
+        err,
+        HostError::OutputTooLarge {
+            limit: LIMITS.max_output_bytes
+        }
+    );
+    normal_module_still_runs();
+}
+
+#[test]
+fn an_unreachable_trap_carries_a_wasm_backtrace() {
+    let err = run(&load("unreachable.wat")).unwrap_err();
+    let HostError::Trap {
+        message, backtrace, ..
+    } = &err
+    else {
+        panic!("{err:?}")
+    };
+    assert!(message.contains("unreachable"), "{message}");
+    assert!(
+        backtrace.contains("deep") && backtrace.contains("middle"),
+        "{backtrace}"
+    );
+    normal_module_still_runs();
+}
+
+#[test]
+fn a_non_zero_exit_reports_the_code_and_stderr() {
+    let err = run(&load("exit3.wat")).unwrap_err();
+    let HostError::ExitCode { code, stderr } = &err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(*code, 3);
+    assert!(stderr.contains("synthesizer failed: bad input"), "{stderr}");
+    normal_module_still_runs();
+}
+
+#[test]
+fn a_stderr_flood_is_capped_and_the_run_still_succeeds() {
+    let out = run(&load("stderr_flood.wat")).unwrap();
+    assert!(
+        out.stderr.len() <= wasm_host::STDERR_CAP,
+        "{}",
+        out.stderr.len()
+    );
+    assert!(out.stderr.ends_with("a line of diagnostic noise\n"));
+    assert_eq!(out.stderr.len(), wasm_host::STDERR_CAP, "the tail is kept");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["kind"], "ResourceList");
+    normal_module_still_runs();
+}
+
+#[test]
+fn a_missing_wasi_import_fails_instantiation_by_name() {
+    let err = host().load(&guest("missing_import.wat")).unwrap_err();
+    let HostError::Instantiate { message } = &err else {
+        panic!("{err:?}")
+    };
+    assert!(message.contains("sock_open_everything"), "{message}");
+    normal_module_still_runs();
+}
+
+#[test]
+fn garbage_stdout_is_returned_raw_for_the_contract_layer_to_reject() {
+    let out = run(&load("garbage.wat")).unwrap();
+    assert_eq!(out.stdout, b"this is not { json");
+    normal_module_still_runs();
+}
+
+#[test]
+fn bad_bytes_and_components_are_refused_with_a_clear_message() {
+    let err = host().load(b"\x7fELF not wasm").unwrap_err();
+    assert!(
+        matches!(err, HostError::Instantiate { ref message } if message.contains("bad header"))
+    );
+    let component_header = [0, b'a', b's', b'm', 0x0d, 0, 1, 0];
+    assert_eq!(
+        wasm_host::module_kind(&component_header),
+        Some(wasm_host::ModuleKind::Component)
+    );
+    let err = host().load(&component_header).unwrap_err();
+    assert!(
+        matches!(err, HostError::Instantiate { ref message } if message.contains("components"))
+    );
+}
+
+#[test]
+fn compiled_modules_are_cached_on_disk_for_the_next_process() {
+    let dir = std::env::temp_dir().join(format!("enoki-wasm-cache-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let bytes = guest("hello.wat");
+    let first = Host::new(Some(&dir)).unwrap();
+    let m = first.load(&bytes).unwrap();
+    assert_eq!(first.cache_hits(), 0);
+    assert!(m.digest().starts_with("sha256:"));
+    drop(first);
+    let second = Host::new(Some(&dir)).unwrap();
+    let m2 = second.load(&bytes).unwrap();
+    assert_eq!(m2.digest(), m.digest());
+    assert!(
+        second.cache_hits() >= 1,
+        "the second engine compiled again instead of loading the artifact"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
