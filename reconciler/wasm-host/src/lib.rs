@@ -287,7 +287,13 @@ impl Host {
         }
         let kind = match module_kind(bytes) {
             Some(kind) => kind,
-            None if bytes.starts_with(b"(") => ModuleKind::Preview1, // WAT text (tests, samples)
+            // WebAssembly text (tests, hand-written guests): wasmtime compiles it.
+            None if std::str::from_utf8(bytes).is_ok_and(|t| {
+                t.trim_start().starts_with('(') || t.trim_start().starts_with(";;")
+            }) =>
+            {
+                ModuleKind::Preview1
+            }
             None => {
                 return Err(HostError::Instantiate {
                     message: "not a WebAssembly module or component (bad header)".into(),

@@ -1,0 +1,263 @@
+//! `enoki render`: run a synthesizer over local files with the controller's own code and
+//! limits, then print the resources in apply order grouped by readiness group.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::cli::{Format, RenderArgs};
+use crate::synthesis::{self, CompositionMeta, Module, SynthesisInput};
+
+/// Why `enoki render` failed: one paragraph for the user.
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    /// A file could not be read or parsed.
+    #[error("{path}: {message}")]
+    File {
+        /// The file.
+        path: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// Bad command-line value.
+    #[error("{0}")]
+    Usage(String),
+    /// The module could not be loaded.
+    #[error("cannot load module {module}")]
+    Load {
+        /// The module argument.
+        module: String,
+        /// Why.
+        #[source]
+        source: wasm_host::HostError,
+    },
+    /// The synthesis failed.
+    #[error("synthesis failed ({})", source.reason())]
+    Synthesis {
+        /// Why.
+        #[source]
+        source: synthesis::SynthesisError,
+    },
+    /// The output could not be planned (cycle).
+    #[error("cannot order the output: {0}")]
+    Plan(#[from] plan::PlanError),
+}
+
+fn read_object(path: &Path) -> Result<Value, RenderError> {
+    let text = std::fs::read_to_string(path).map_err(|e| RenderError::File {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    })?;
+    let parsed: Result<Value, String> = if text.trim_start().starts_with('{') {
+        serde_json::from_str(&text).map_err(|e| e.to_string())
+    } else {
+        serde_saphyr::from_str(&text).map_err(|e| e.to_string())
+    };
+    parsed.map_err(|message| RenderError::File {
+        path: path.display().to_string(),
+        message,
+    })
+}
+
+fn strings(v: &Value) -> BTreeMap<String, String> {
+    v.as_object()
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Loads the module named on the command line.
+///
+/// # Errors
+/// Unknown built-ins, unreadable files, modules that do not compile.
+pub fn load_module(host: &wasm_host::Host, arg: &str) -> Result<Module, RenderError> {
+    if let Some(name) = arg.strip_prefix("builtin:") {
+        return match builtins::lookup(name) {
+            Some(run) => Ok(Module::Builtin {
+                name: name.to_string(),
+                run,
+            }),
+            None => Err(RenderError::Usage(format!(
+                "unknown built-in synthesizer {name:?} (known: {})",
+                builtins::NAMES.join(", ")
+            ))),
+        };
+    }
+    let bytes = std::fs::read(arg).map_err(|e| RenderError::File {
+        path: arg.to_string(),
+        message: e.to_string(),
+    })?;
+    let m = host.load(&bytes).map_err(|source| RenderError::Load {
+        module: arg.to_string(),
+        source,
+    })?;
+    Ok(Module::Wasm(m))
+}
+
+/// Runs `enoki render` and returns what to print.
+///
+/// # Errors
+/// A [`RenderError`] with one clear paragraph.
+pub fn render(args: &RenderArgs) -> Result<String, RenderError> {
+    let limits = synthesis::run_limits(Some(&crds::Limits {
+        timeout: Some(args.timeout.clone()),
+        memory: Some(args.memory.clone()),
+        output: Some(args.max_output.clone()),
+    }))
+    .map_err(RenderError::Usage)?;
+    let host = wasm_host::Host::new(None).map_err(|source| RenderError::Load {
+        module: args.module.clone(),
+        source,
+    })?;
+    let module = load_module(&host, &args.module)?;
+
+    let mut input = SynthesisInput {
+        composition: CompositionMeta {
+            name: "render".into(),
+            namespace: "default".into(),
+            uid: "render".into(),
+            created: Duration::ZERO,
+            ..CompositionMeta::default()
+        },
+        ..SynthesisInput::default()
+    };
+    if let Some(path) = &args.composition {
+        let comp = read_object(path)?;
+        let c = &mut input.composition;
+        c.name = comp
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or("render")
+            .into();
+        c.namespace = comp
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .unwrap_or("default")
+            .into();
+        c.labels = strings(comp.pointer("/metadata/labels").unwrap_or(&Value::Null));
+        c.annotations = strings(
+            comp.pointer("/metadata/annotations")
+                .unwrap_or(&Value::Null),
+        );
+        for env in comp
+            .pointer("/spec/synthesisEnv")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            if let Some(name) = env.get("name").and_then(Value::as_str) {
+                let value = env.get("value").and_then(Value::as_str).unwrap_or_default();
+                input.env.insert(name.into(), value.into());
+            }
+        }
+    }
+    if let Some(path) = &args.resource_list {
+        let list = read_object(path)?;
+        for item in list
+            .get("items")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let ann = item.pointer("/metadata/annotations");
+            let get = |k: &crds::names::Key| {
+                ann.and_then(|a| a.get(k.enoki).or_else(|| a.get(k.eno)))
+                    .and_then(Value::as_str)
+            };
+            if let Some(key) = get(&crds::names::annotations::INPUT_KEY) {
+                input.inputs.push((key.to_string(), item.clone()));
+            } else if get(&crds::names::annotations::OBSERVED) == Some("true") {
+                input.observed.push(item.clone());
+            }
+        }
+        if let Some(fc) = list.get("functionConfig") {
+            let c = &mut input.composition;
+            if let Some(n) = fc.pointer("/composition/name").and_then(Value::as_str) {
+                c.name = n.into();
+            }
+            if let Some(n) = fc.pointer("/composition/namespace").and_then(Value::as_str) {
+                c.namespace = n.into();
+            }
+            input
+                .env
+                .extend(strings(fc.get("env").unwrap_or(&Value::Null)));
+        }
+    }
+    for spec in &args.inputs {
+        let (key, file) = spec
+            .split_once('=')
+            .ok_or_else(|| RenderError::Usage(format!("--input {spec:?}: expected KEY=FILE")))?;
+        input
+            .inputs
+            .push((key.to_string(), read_object(Path::new(file))?));
+    }
+
+    let out = synthesis::synthesize(
+        &host,
+        &module,
+        &input,
+        limits,
+        false,
+        &synthesis::static_is_namespaced,
+    )
+    .map_err(|source| RenderError::Synthesis { source })?;
+    let desired: Vec<plan::Desired> = out
+        .items
+        .iter()
+        .map(|m| plan::Desired {
+            manifest: m.clone(),
+            tombstone: false,
+        })
+        .collect();
+    let prepared = plan::prepare(&desired, &plan::CompositionInfo::default())?;
+    let by_key: BTreeMap<_, _> = prepared
+        .resources
+        .iter()
+        .map(|r| (r.key.clone(), r))
+        .collect();
+    let mut groups: Vec<(i64, Vec<Value>)> = Vec::new();
+    for key in &prepared.ordering.order {
+        let r = by_key[key];
+        let g = r.settings.readiness_group;
+        match groups.last_mut() {
+            Some((last, items)) if *last == g => items.push(r.manifest.clone()),
+            _ => groups.push((g, vec![r.manifest.clone()])),
+        }
+    }
+    Ok(match args.output {
+        Format::Json => {
+            let v = json!({
+                "moduleDigest": module.digest(),
+                "inputDigest": out.input_digest,
+                "outputDigest": out.output_digest,
+                "groups": groups.iter().map(|(g, items)| json!({"readinessGroup": g, "resources": items})).collect::<Vec<_>>(),
+                "results": out.results,
+            });
+            serde_json::to_string_pretty(&v).unwrap_or_default() + "\n"
+        }
+        Format::Yaml => {
+            let mut text = format!(
+                "# module {}\n# input {}\n# output {}\n",
+                module.digest(),
+                out.input_digest,
+                out.output_digest
+            );
+            for r in &out.results {
+                text.push_str(&format!("# {}: {}\n", r.severity, r.message));
+            }
+            for (g, items) in &groups {
+                text.push_str(&format!("# ---- readiness group {g} ----\n"));
+                for item in items {
+                    text.push_str("---\n");
+                    text.push_str(&serde_saphyr::to_string(item).unwrap_or_default());
+                }
+            }
+            text
+        }
+    })
+}

@@ -1,0 +1,459 @@
+//! One synthesis, exactly as the controller and `enoki render` run it: build the stdin
+//! ResourceList, run the module (wasm or built-in) under its limits, parse stdout (JSON or
+//! YAML), honour `results`, and validate the items.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use wasm_host::{Entropy, Host, HostError, ModulePre, RunLimits, RunRequest};
+
+use crds::names::{annotations as keys, reasons};
+
+/// The Composition as the synthesizer sees it (`functionConfig.composition`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CompositionMeta {
+    /// Name.
+    pub name: String,
+    /// Namespace.
+    pub namespace: String,
+    /// UID (seeds reproducible randomness).
+    pub uid: String,
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+    /// Annotations.
+    pub annotations: BTreeMap<String, String>,
+    /// metadata.generation.
+    pub generation: i64,
+    /// creationTimestamp as time since the Unix epoch (the reproducible wall clock).
+    pub created: Duration,
+}
+
+/// Everything that goes into one synthesis.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SynthesisInput {
+    /// The Composition.
+    pub composition: CompositionMeta,
+    /// Bound inputs as (ref key, object).
+    pub inputs: Vec<(String, Value)>,
+    /// Live state of last synthesis's outputs.
+    pub observed: Vec<Value>,
+    /// Environment.
+    pub env: BTreeMap<String, String>,
+}
+
+/// A built-in synthesizer function.
+pub type BuiltinFn = fn(&enoki_sdk::Input) -> Result<enoki_sdk::Output, enoki_sdk::Error>;
+
+/// What runs.
+#[derive(Clone)]
+pub enum Module {
+    /// A compiled WebAssembly module.
+    Wasm(ModulePre),
+    /// A synthesizer linked into the binary.
+    Builtin {
+        /// Its name.
+        name: String,
+        /// The function.
+        run: BuiltinFn,
+    },
+}
+
+impl Module {
+    /// `sha256:<hex>` for wasm, `builtin:<name>@<version>` for built-ins.
+    pub fn digest(&self) -> String {
+        match self {
+            Module::Wasm(m) => m.digest().to_string(),
+            Module::Builtin { name, .. } => format!("builtin:{name}@{}", env!("CARGO_PKG_VERSION")),
+        }
+    }
+}
+
+/// A successful synthesis.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Synthesized {
+    /// Validated desired resources (namespaces defaulted).
+    pub items: Vec<Value>,
+    /// Non-error results.
+    pub results: Vec<crds::SynthesisResult>,
+    /// `sha256:` of the stdin bytes.
+    pub input_digest: String,
+    /// `sha256:` of the stdout bytes.
+    pub output_digest: String,
+}
+
+/// Why a synthesis failed; `reason()` is the condition reason.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SynthesisError {
+    /// The module failed in the sandbox.
+    #[error(transparent)]
+    Host(#[from] HostError),
+    /// stdout is not a ResourceList.
+    #[error("output is not a ResourceList: {message}")]
+    MalformedOutput {
+        /// Parser message with position.
+        message: String,
+    },
+    /// The synthesizer reported errors.
+    #[error("synthesizer reported: {}", messages.join("; "))]
+    ErrorResult {
+        /// The error messages.
+        messages: Vec<String>,
+    },
+    /// An item is invalid (missing fields, duplicates, bad annotations).
+    #[error("invalid output: {message}")]
+    InvalidOutput {
+        /// Names the item and field.
+        message: String,
+    },
+}
+
+impl SynthesisError {
+    /// Condition/Event reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            SynthesisError::Host(HostError::Timeout { .. }) => reasons::TIMEOUT,
+            SynthesisError::Host(HostError::MemoryLimit { .. }) => reasons::MEMORY_LIMIT,
+            SynthesisError::Host(HostError::OutputTooLarge { .. }) => reasons::OUTPUT_TOO_LARGE,
+            SynthesisError::Host(HostError::Trap { .. }) => reasons::TRAP,
+            SynthesisError::Host(HostError::ExitCode { .. }) => reasons::EXIT_CODE,
+            SynthesisError::Host(HostError::Instantiate { .. } | HostError::Engine { .. }) => {
+                reasons::INSTANTIATE
+            }
+            SynthesisError::MalformedOutput { .. } | SynthesisError::InvalidOutput { .. } => {
+                reasons::MALFORMED_OUTPUT
+            }
+            SynthesisError::ErrorResult { .. } => reasons::ERROR_RESULT,
+        }
+    }
+}
+
+/// The stdin bytes: a ResourceList with inputs (annotated with their key), observed outputs
+/// (annotated observed) and functionConfig. Deterministic for equal inputs.
+pub fn input_bytes(input: &SynthesisInput) -> Vec<u8> {
+    let mut items = Vec::with_capacity(input.inputs.len() + input.observed.len());
+    for (key, object) in &input.inputs {
+        let mut o = object.clone();
+        enoki_sdk::annotations::set(&mut o, keys::INPUT_KEY.enoki, key.clone());
+        items.push(o);
+    }
+    for object in &input.observed {
+        let mut o = object.clone();
+        enoki_sdk::annotations::set(&mut o, keys::OBSERVED.enoki, "true");
+        items.push(o);
+    }
+    let c = &input.composition;
+    let list = json!({
+        "apiVersion": "config.kubernetes.io/v1",
+        "kind": "ResourceList",
+        "items": items,
+        "functionConfig": {
+            "composition": {
+                "name": c.name, "namespace": c.namespace, "labels": c.labels,
+                "annotations": c.annotations, "generation": c.generation,
+            },
+            "env": input.env,
+        },
+    });
+    plan::snapshot::canonical_json(&list).into_bytes()
+}
+
+fn sha256(bytes: &[u8]) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
+}
+
+/// The reproducible seed: SHA-256 of the composition UID and the input digest.
+pub fn seed(uid: &str, input: &[u8]) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(uid.as_bytes());
+    h.update([0]);
+    h.update(Sha256::digest(input));
+    h.finalize().into()
+}
+
+/// Runs one synthesis.
+///
+/// # Errors
+/// A typed [`SynthesisError`]; nothing is applied on error.
+pub fn synthesize(
+    host: &Host,
+    module: &Module,
+    input: &SynthesisInput,
+    limits: RunLimits,
+    secure: bool,
+    is_namespaced: &dyn Fn(&str, &str) -> bool,
+) -> Result<Synthesized, SynthesisError> {
+    let stdin = input_bytes(input);
+    let input_digest = sha256(&stdin);
+    let stdout = match module {
+        Module::Wasm(m) => {
+            let env: Vec<(String, String)> = input
+                .env
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            let entropy = if secure {
+                Entropy::Secure
+            } else {
+                Entropy::Reproducible {
+                    wall_clock: input.composition.created,
+                    seed: seed(&input.composition.uid, &stdin),
+                }
+            };
+            host.run(
+                m,
+                RunRequest {
+                    input: &stdin,
+                    env: &env,
+                    limits,
+                    entropy,
+                },
+            )?
+            .stdout
+        }
+        Module::Builtin { run, .. } => {
+            let parsed: enoki_sdk::Input =
+                serde_json::from_slice(&stdin).map_err(|e| SynthesisError::MalformedOutput {
+                    message: e.to_string(),
+                })?;
+            let list = enoki_sdk::testing::run(*run, &parsed);
+            serde_json::to_vec(&list).map_err(|e| SynthesisError::MalformedOutput {
+                message: e.to_string(),
+            })?
+        }
+    };
+    let output_digest = sha256(&stdout);
+    let (items, results) = parse_output(&stdout)?;
+    let errors: Vec<String> = results
+        .iter()
+        .filter(|r| r.severity == "error")
+        .map(|r| r.message.clone())
+        .collect();
+    if !errors.is_empty() {
+        return Err(SynthesisError::ErrorResult { messages: errors });
+    }
+    let items = validate(items, &input.composition.namespace, is_namespaced)?;
+    Ok(Synthesized {
+        items,
+        results,
+        input_digest,
+        output_digest,
+    })
+}
+
+#[derive(Deserialize)]
+struct RawList {
+    #[serde(default)]
+    kind: Option<String>,
+    #[serde(default)]
+    items: Vec<Value>,
+    #[serde(default)]
+    results: Vec<crds::SynthesisResult>,
+}
+
+/// Parses stdout as a ResourceList, JSON or YAML.
+///
+/// # Errors
+/// [`SynthesisError::MalformedOutput`] with the parser's position.
+pub fn parse_output(
+    stdout: &[u8],
+) -> Result<(Vec<Value>, Vec<crds::SynthesisResult>), SynthesisError> {
+    let text = std::str::from_utf8(stdout).map_err(|e| SynthesisError::MalformedOutput {
+        message: format!("not UTF-8: {e}"),
+    })?;
+    if text.trim().is_empty() {
+        return Err(SynthesisError::MalformedOutput {
+            message: "stdout is empty".into(),
+        });
+    }
+    let list: RawList = if text.trim_start().starts_with('{') {
+        serde_json::from_str(text).map_err(|e| SynthesisError::MalformedOutput {
+            message: format!("JSON at line {} column {}: {e}", e.line(), e.column()),
+        })?
+    } else {
+        serde_saphyr::from_str(text).map_err(|e| SynthesisError::MalformedOutput {
+            message: format!("YAML: {e}"),
+        })?
+    };
+    match list.kind.as_deref() {
+        Some("ResourceList") => Ok((list.items, list.results)),
+        other => Err(SynthesisError::MalformedOutput {
+            message: format!("kind is {other:?}, want \"ResourceList\""),
+        }),
+    }
+}
+
+/// Kinds that are cluster-scoped (used when discovery is not available, e.g. `enoki render`).
+pub const CLUSTER_SCOPED_KINDS: &[&str] = &[
+    "Namespace",
+    "Node",
+    "PersistentVolume",
+    "StorageClass",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "CustomResourceDefinition",
+    "PriorityClass",
+    "ValidatingWebhookConfiguration",
+    "MutatingWebhookConfiguration",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+    "APIService",
+    "IngressClass",
+    "RuntimeClass",
+    "CSIDriver",
+    "CSINode",
+    "VolumeAttachment",
+    "CertificateSigningRequest",
+    "FlowSchema",
+    "PriorityLevelConfiguration",
+    "Synthesizer",
+    "ClusterResourceQuota",
+];
+
+/// Static scope guess: everything not in [`CLUSTER_SCOPED_KINDS`] is namespaced.
+pub fn static_is_namespaced(_group: &str, kind: &str) -> bool {
+    !CLUSTER_SCOPED_KINDS.contains(&kind)
+}
+
+/// Validates items: apiVersion/kind/metadata.name present, namespaces defaulted for namespaced
+/// kinds (and removed from cluster-scoped ones), no duplicates, annotations parse.
+///
+/// # Errors
+/// [`SynthesisError::InvalidOutput`] naming the item index and field.
+pub fn validate(
+    items: Vec<Value>,
+    namespace: &str,
+    is_namespaced: &dyn Fn(&str, &str) -> bool,
+) -> Result<Vec<Value>, SynthesisError> {
+    let mut out = Vec::with_capacity(items.len());
+    for (index, mut item) in items.into_iter().enumerate() {
+        let key = plan::ResourceKey::of(&item).map_err(|m| SynthesisError::InvalidOutput {
+            message: format!("item {index}: {m}"),
+        })?;
+        let namespaced = is_namespaced(&key.group, &key.kind);
+        if let Some(meta) = item.get_mut("metadata").and_then(Value::as_object_mut) {
+            if namespaced && key.namespace.is_empty() {
+                meta.insert("namespace".into(), Value::String(namespace.to_string()));
+            } else if !namespaced {
+                meta.remove("namespace");
+            }
+        }
+        out.push(item);
+    }
+    // Duplicates and annotation values are checked by the planner's ingestion.
+    let desired: Vec<plan::Desired> = out
+        .iter()
+        .map(|m| plan::Desired {
+            manifest: m.clone(),
+            tombstone: false,
+        })
+        .collect();
+    plan::prepare(&desired, &plan::CompositionInfo::default()).map_err(|e| {
+        SynthesisError::InvalidOutput {
+            message: e.to_string(),
+        }
+    })?;
+    Ok(out)
+}
+
+/// Parses a Kubernetes quantity such as `256Mi`, `1G` or `1048576` into bytes.
+///
+/// # Errors
+/// A message when the text is not a quantity.
+pub fn parse_quantity(text: &str) -> Result<usize, String> {
+    let t = text.trim();
+    let (digits, unit) = t.split_at(t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len()));
+    let n: usize = digits
+        .parse()
+        .map_err(|_| format!("{text:?} is not a quantity"))?;
+    let mult: usize = match unit {
+        "" => 1,
+        "Ki" => 1 << 10,
+        "Mi" => 1 << 20,
+        "Gi" => 1 << 30,
+        "k" | "K" => 1_000,
+        "M" => 1_000_000,
+        "G" => 1_000_000_000,
+        _ => {
+            return Err(format!(
+                "{text:?}: unknown unit {unit:?} (use Ki, Mi, Gi, k, M, G)"
+            ));
+        }
+    };
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("{text:?} is too large"))
+}
+
+/// Turns a Synthesizer's `spec.limits` into run limits (defaults 10s, 256Mi, 16Mi).
+///
+/// # Errors
+/// A message naming the field that does not parse.
+pub fn run_limits(limits: Option<&crds::Limits>) -> Result<RunLimits, String> {
+    let mut out = RunLimits::default();
+    if let Some(l) = limits {
+        if let Some(t) = &l.timeout {
+            out.deadline = humantime::parse_duration(t)
+                .map_err(|e| format!("spec.limits.timeout {t:?}: {e}"))?;
+        }
+        if let Some(m) = &l.memory {
+            out.max_memory_bytes =
+                parse_quantity(m).map_err(|e| format!("spec.limits.memory: {e}"))?;
+        }
+        if let Some(o) = &l.output {
+            out.max_output_bytes =
+                parse_quantity(o).map_err(|e| format!("spec.limits.output: {e}"))?;
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantities_parse() {
+        assert_eq!(parse_quantity("256Mi"), Ok(256 << 20));
+        assert_eq!(parse_quantity("1G"), Ok(1_000_000_000));
+        assert_eq!(parse_quantity("42"), Ok(42));
+        assert!(parse_quantity("1Xi").is_err());
+        assert!(parse_quantity("lots").is_err());
+    }
+
+    #[test]
+    fn malformed_output_names_the_position() {
+        let err = parse_output(b"{\"kind\": \"ResourceList\", \"items\": [}").unwrap_err();
+        assert!(err.to_string().contains("line 1 column"), "{err}");
+        assert_eq!(err.reason(), "MalformedOutput");
+        let err = parse_output(b"this is not { json").unwrap_err();
+        assert_eq!(err.reason(), "MalformedOutput");
+        let (items, _) = parse_output(b"kind: ResourceList\nitems:\n- {apiVersion: v1, kind: ConfigMap, metadata: {name: a}}\n").unwrap();
+        assert_eq!(items.len(), 1, "YAML output is accepted");
+    }
+
+    #[test]
+    fn validation_names_the_item_and_defaults_namespaces() {
+        let items = vec![
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}}),
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "n", "namespace": "x"}}),
+        ];
+        let out = validate(items, "demo", &static_is_namespaced).unwrap();
+        assert_eq!(out[0]["metadata"]["namespace"], "demo");
+        assert!(out[1]["metadata"].get("namespace").is_none());
+        let err = validate(
+            vec![json!({"apiVersion": "v1", "metadata": {"name": "a"}})],
+            "demo",
+            &static_is_namespaced,
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("item 0") && err.to_string().contains("kind"),
+            "{err}"
+        );
+        let dup = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}});
+        let err = validate(vec![dup.clone(), dup], "demo", &static_is_namespaced).unwrap_err();
+        assert!(err.to_string().contains("duplicate"), "{err}");
+    }
+}

@@ -1,0 +1,143 @@
+//! `enoki render` over the samples (built to wasm by `make test`) and hostile guests.
+#![allow(clippy::unwrap_used)] // test code
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn sample_wasm() -> PathBuf {
+    let p = root().join("target/wasm32-wasip1/release/hello-rust.wasm");
+    assert!(
+        p.exists(),
+        "{} is missing: build the samples first (`make test` does: cargo build -p sample-01-hello-rust --target wasm32-wasip1 --release)",
+        p.display()
+    );
+    p
+}
+
+fn enoki(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_enoki"))
+        .args(args)
+        .current_dir(root())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn render_prints_the_sample_resources_grouped_in_apply_order() {
+    let wasm = sample_wasm();
+    let out = enoki(&[
+        "render",
+        wasm.to_str().unwrap(),
+        "--resource-list",
+        "samples/01-hello-rust/fixtures/input.json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let g0 = text.find("# ---- readiness group 0 ----").unwrap();
+    let g1 = text.find("# ---- readiness group 1 ----").unwrap();
+    let settings = text.find("name: hello-settings").unwrap();
+    let message = text.find("name: hello-message").unwrap();
+    assert!(g0 < settings && settings < g1 && g1 < message, "{text}");
+    assert!(
+        text.contains("namespace: demo"),
+        "namespaces default to the composition's"
+    );
+    assert!(text.contains("# info: greeting \"hola\""));
+}
+
+#[test]
+fn rendering_twice_is_byte_identical() {
+    let wasm = sample_wasm();
+    let args = [
+        "render",
+        wasm.to_str().unwrap(),
+        "--resource-list",
+        "samples/01-hello-rust/fixtures/input.json",
+        "-o",
+        "json",
+    ];
+    let a = enoki(&args);
+    let b = enoki(&args);
+    assert!(a.status.success());
+    assert_eq!(a.stdout, b.stdout);
+    let v: serde_json::Value = serde_json::from_slice(&a.stdout).unwrap();
+    assert_eq!(v["groups"][1]["resources"].as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn render_with_bindings_from_files_and_a_composition() {
+    let dir = std::env::temp_dir().join(format!("enoki-render-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("cm.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\ndata: {greeting: hej}\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("comp.yaml"), "apiVersion: enoki.dev/v1alpha1\nkind: Composition\nmetadata: {name: web, namespace: shop}\nspec: {synthesizer: {name: x}}\n").unwrap();
+    let wasm = sample_wasm();
+    let out = enoki(&[
+        "render",
+        wasm.to_str().unwrap(),
+        "-c",
+        dir.join("comp.yaml").to_str().unwrap(),
+        "-i",
+        &format!("config={}", dir.join("cm.yaml").display()),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("name: web-settings")
+            && text.contains("greeting: hej")
+            && text.contains("namespace: shop"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_failing_synthesizer_exits_non_zero_with_one_clear_paragraph() {
+    let guest = root().join("tests/guests/exit3.wat");
+    let out = enoki(&["render", guest.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.contains("synthesis failed (ExitCode)") && err.contains("bad input"),
+        "{err}"
+    );
+
+    let guest = root().join("tests/guests/garbage.wat");
+    let out = enoki(&["render", guest.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8(out.stderr)
+            .unwrap()
+            .contains("MalformedOutput")
+    );
+
+    let wasm = sample_wasm();
+    let out = enoki(&["render", wasm.to_str().unwrap()]);
+    assert!(!out.status.success(), "the sample needs its config input");
+    assert!(
+        String::from_utf8(out.stderr)
+            .unwrap()
+            .contains("ErrorResult")
+    );
+
+    let out = enoki(&["render", "builtin:nope"]);
+    assert!(
+        String::from_utf8(out.stderr)
+            .unwrap()
+            .contains("unknown built-in")
+    );
+}
