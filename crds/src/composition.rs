@@ -122,6 +122,9 @@ pub struct Synthesis {
     /// Synthesizer generation it was started for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_synthesizer_generation: Option<i64>,
+    /// The `force-resynthesis` annotation value it was started for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub force_resynthesis: Option<String>,
     /// Revisions of every input it read.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub input_revisions: Vec<InputRevision>,

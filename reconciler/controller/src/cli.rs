@@ -32,6 +32,46 @@ pub enum Command {
     /// Run a synthesizer over local files exactly as the controller would and print the
     /// resources in apply order, grouped by readiness group. No cluster needed.
     Render(RenderArgs),
+    /// Run the controller against the cluster in KUBECONFIG (or in-cluster config).
+    Run(RunArgs),
+}
+
+/// Log output format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Pretty,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Arguments of `enoki run`.
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// Only reconcile Compositions in this namespace (all namespaces when unset).
+    #[arg(long, env = "ENOKI_NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Only reconcile Compositions matching this label selector.
+    #[arg(long, env = "ENOKI_LABEL_SELECTOR")]
+    pub label_selector: Option<String>,
+    /// Write with JSON merge patches from the previous snapshot instead of server-side apply.
+    #[arg(long, env = "ENOKI_DISABLE_SSA", default_value_t = false)]
+    pub disable_ssa: bool,
+    /// Concurrent reconciles, and concurrent writes within one Composition.
+    #[arg(long, env = "ENOKI_CONCURRENCY", default_value_t = 4)]
+    pub concurrency: usize,
+    /// How soon to look again while a resource is not ready (humantime).
+    #[arg(long, env = "ENOKI_READINESS_POLL", default_value = "5s")]
+    pub readiness_poll: String,
+    /// Safety-net re-check of ready Compositions (humantime).
+    #[arg(long, env = "ENOKI_RESYNC", default_value = "5m")]
+    pub resync: String,
+    /// Directory for compiled-module artifacts (kept across restarts).
+    #[arg(long, env = "ENOKI_MODULE_CACHE_DIR")]
+    pub module_cache_dir: Option<PathBuf>,
+    /// Log format.
+    #[arg(long, env = "ENOKI_LOG_FORMAT", value_enum, default_value = "pretty")]
+    pub log_format: LogFormat,
 }
 
 /// Arguments of `enoki render`.

@@ -1,0 +1,572 @@
+//! Observe the live objects of the current synthesis, plan, execute the plan with bounded
+//! concurrency, write per-resource status into the ResourceSlices (one patch per slice) and
+//! roll it up into the Composition's conditions.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::GroupVersionKind;
+use plan::{Op, Plan, ReadinessState, ResourceKey, SkipReason};
+use serde_json::{Value, json};
+
+use super::{Context, Error, kube_err, status};
+use crds::names::{FIELD_MANAGER, conditions, reasons};
+use crds::{Composition, CompositionStatus, ResourceSlice, ResourceState, SimplifiedStatus};
+
+struct Observation {
+    api: Option<Api<DynamicObject>>,
+    live: Option<Value>,
+}
+
+fn now() -> Time {
+    Time(k8s_openapi::jiff::Timestamp::now())
+}
+
+fn gvk_of_manifest(m: &Value) -> Option<GroupVersionKind> {
+    let api_version = m.get("apiVersion")?.as_str()?;
+    let kind = m.get("kind")?.as_str()?;
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    Some(GroupVersionKind::gvk(group, version, kind))
+}
+
+async fn observe(ctx: &Context, manifest: &Value, key: &ResourceKey) -> Result<Observation, Error> {
+    let Some(gvk) = gvk_of_manifest(manifest) else {
+        return Ok(Observation {
+            api: None,
+            live: None,
+        });
+    };
+    let Ok((ar, namespaced)) = ctx.resolve(&gvk).await else {
+        // Not served (yet): e.g. a CRD from this synthesis is not Established.
+        return Ok(Observation {
+            api: None,
+            live: None,
+        });
+    };
+    let api: Api<DynamicObject> = if namespaced {
+        Api::namespaced_with(ctx.client.clone(), &key.namespace, &ar)
+    } else {
+        Api::all_with(ctx.client.clone(), &ar)
+    };
+    let live = api
+        .get_opt(&key.name)
+        .await
+        .map_err(kube_err(format!("reading {key}")))?
+        .map(|o| serde_json::to_value(o).unwrap_or_default());
+    Ok(Observation {
+        api: Some(api),
+        live,
+    })
+}
+
+/// Summarizes an API error for status (the server's message, not the transport details).
+fn summarize(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(resp) => format!("{}: {}", resp.reason, resp.message),
+        other => other.to_string(),
+    }
+}
+
+#[derive(Debug, Default)]
+struct Outcome {
+    resource_version: Option<String>,
+    error: Option<String>,
+}
+
+async fn execute(op: &Op, key: &ResourceKey, obs: &Observation) -> Outcome {
+    let Some(api) = &obs.api else {
+        return match op {
+            Op::Skip { .. } | Op::Wait { .. } => Outcome::default(),
+            _ => Outcome {
+                error: Some(format!(
+                    "kind of {key} is not served by the API server (yet)"
+                )),
+                ..Outcome::default()
+            },
+        };
+    };
+    let rv_of = |o: DynamicObject| o.metadata.resource_version;
+    let result = match op {
+        Op::Apply { object } => api
+            .patch(
+                &key.name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(object),
+            )
+            .await
+            .map(rv_of),
+        Op::Create { object } => match serde_json::from_value::<DynamicObject>(object.clone()) {
+            Ok(obj) => api
+                .create(
+                    &PostParams {
+                        field_manager: Some(FIELD_MANAGER.into()),
+                        ..PostParams::default()
+                    },
+                    &obj,
+                )
+                .await
+                .map(rv_of),
+            Err(e) => {
+                return Outcome {
+                    error: Some(e.to_string()),
+                    ..Outcome::default()
+                };
+            }
+        },
+        Op::Replace { object } => {
+            let mut object = object.clone();
+            if let Some(rv) = obs
+                .live
+                .as_ref()
+                .and_then(|l| l.pointer("/metadata/resourceVersion"))
+                .cloned()
+            {
+                object["metadata"]["resourceVersion"] = rv;
+            }
+            match serde_json::from_value::<DynamicObject>(object) {
+                Ok(obj) => api
+                    .replace(
+                        &key.name,
+                        &PostParams {
+                            field_manager: Some(FIELD_MANAGER.into()),
+                            ..PostParams::default()
+                        },
+                        &obj,
+                    )
+                    .await
+                    .map(rv_of),
+                Err(e) => {
+                    return Outcome {
+                        error: Some(e.to_string()),
+                        ..Outcome::default()
+                    };
+                }
+            }
+        }
+        Op::MergePatch { patch, .. } => api
+            .patch(
+                &key.name,
+                &PatchParams {
+                    field_manager: Some(FIELD_MANAGER.into()),
+                    ..PatchParams::default()
+                },
+                &Patch::Merge(patch),
+            )
+            .await
+            .map(rv_of),
+        Op::Delete { foreground } => {
+            let dp = if *foreground {
+                DeleteParams::foreground()
+            } else {
+                DeleteParams::default()
+            };
+            match api.delete(&key.name, &dp).await {
+                Ok(_) => Ok(None),
+                Err(kube::Error::Api(resp)) if resp.code == 404 => Ok(None),
+                Err(e) => Err(e),
+            }
+        }
+        Op::Skip { .. } | Op::Wait { .. } => return Outcome::default(),
+    };
+    match result {
+        Ok(rv) => {
+            if op.is_write() {
+                tracing::info!(resource = %key, op = op_name(op), "applied");
+            }
+            Outcome {
+                resource_version: rv,
+                error: None,
+            }
+        }
+        Err(e) => Outcome {
+            error: Some(summarize(&e)),
+            resource_version: None,
+        },
+    }
+}
+
+fn op_name(op: &Op) -> &'static str {
+    match op {
+        Op::Apply { .. } => "apply",
+        Op::Create { .. } => "create",
+        Op::Replace { .. } => "replace",
+        Op::MergePatch { .. } => "merge-patch",
+        Op::Delete { .. } => "delete",
+        Op::Skip { .. } => "skip",
+        Op::Wait { .. } => "wait",
+    }
+}
+
+/// Plans and executes one pass over the current synthesis. Returns whether nothing is left
+/// to do (used for deletion: every resource gone or orphaned).
+///
+/// # Errors
+/// Transient API failures while reading slices or writing status.
+pub async fn reconcile_resources(
+    ctx: &Arc<Context>,
+    comp: &Composition,
+    st: &mut CompositionStatus,
+    deleting: bool,
+) -> Result<bool, Error> {
+    let Some(current) = st.current_synthesis.clone() else {
+        return Ok(deleting);
+    };
+    let ns = comp.namespace().unwrap_or_default();
+    let generation = comp.metadata.generation;
+    let slices_api: Api<ResourceSlice> = Api::namespaced(ctx.client.clone(), &ns);
+    let mut slices = Vec::new();
+    for r in &current.resource_slices {
+        if let Some(s) = slices_api
+            .get_opt(&r.name)
+            .await
+            .map_err(kube_err("reading a ResourceSlice"))?
+        {
+            slices.push(s);
+        }
+    }
+    let mut desired = Vec::new();
+    let mut position: BTreeMap<ResourceKey, (usize, usize)> = BTreeMap::new();
+    for (si, s) in slices.iter().enumerate() {
+        for (ri, m) in s.spec.resources.iter().enumerate() {
+            let Ok(manifest) = serde_json::from_str::<Value>(&m.manifest) else {
+                continue;
+            };
+            if let Ok(key) = ResourceKey::of(&manifest) {
+                position.insert(key, (si, ri));
+                desired.push(plan::Desired {
+                    manifest,
+                    tombstone: m.deleted,
+                });
+            }
+        }
+    }
+    let info = plan::CompositionInfo {
+        name: comp.name_any(),
+        namespace: ns.clone(),
+        uid: comp.uid().unwrap_or_default(),
+        labels: comp.labels().clone(),
+        annotations: comp.annotations().clone(),
+        deleting,
+    };
+    let cache_key = format!(
+        "{}/{}",
+        current.uuid,
+        serde_json::to_string(comp.annotations()).unwrap_or_default()
+    );
+    let cached = ctx
+        .prepared
+        .lock()
+        .ok()
+        .and_then(|p| p.get(&cache_key).cloned());
+    let prepared = match cached {
+        Some(p) => p,
+        None => match plan::prepare(&desired, &info) {
+            Ok(p) => {
+                let p = Arc::new(p);
+                if let Ok(mut cache) = ctx.prepared.lock() {
+                    cache.insert(cache_key, p.clone());
+                }
+                p
+            }
+            Err(e) => {
+                status::set_condition(
+                    &mut st.conditions,
+                    conditions::RECONCILED,
+                    false,
+                    e.category(),
+                    &e.to_string(),
+                    generation,
+                );
+                return Ok(deleting);
+            }
+        },
+    };
+
+    // ---- observe ----
+    let mut observations: BTreeMap<ResourceKey, Observation> = BTreeMap::new();
+    for r in &prepared.resources {
+        observations.insert(r.key.clone(), observe(ctx, &r.manifest, &r.key).await?);
+    }
+    let observed: plan::Observed = observations
+        .iter()
+        .filter_map(|(k, o)| o.live.clone().map(|l| (k.clone(), l)))
+        .collect();
+    let recorded: BTreeMap<ResourceKey, plan::Recorded> = position
+        .iter()
+        .filter_map(|(k, (si, ri))| {
+            let state = slices[*si].status.as_ref()?.resources.get(*ri)?;
+            Some((
+                k.clone(),
+                plan::Recorded {
+                    applied_hash: state.applied_hash.clone(),
+                    applied_resource_version: state.applied_resource_version.clone(),
+                    ready: state.ready.as_ref().map(|t| t.0.to_string()),
+                },
+            ))
+        })
+        .collect();
+    let previous = BTreeMap::new();
+    let the_plan: Plan = plan::plan(plan::PlanInput {
+        prepared: &prepared,
+        composition: &info,
+        observed: &observed,
+        recorded: &recorded,
+        previous: &previous,
+        options: plan::PlanOptions {
+            mode: ctx.opts.mode,
+            readiness_poll: ctx.opts.readiness_poll,
+        },
+    });
+
+    // ---- act ----
+    let concurrency = ctx.opts.concurrency.max(1);
+    let pending: Vec<_> = the_plan
+        .steps
+        .iter()
+        .map(|step| execute(&step.op, &step.key, &observations[&step.key]))
+        .collect();
+    let outcomes: Vec<Outcome> = futures::stream::iter(pending)
+        .buffered(concurrency)
+        .collect()
+        .await;
+
+    // ---- record ----
+    let mut states: Vec<Vec<ResourceState>> = slices
+        .iter()
+        .map(|s| {
+            let mut v = s
+                .status
+                .as_ref()
+                .map(|st| st.resources.clone())
+                .unwrap_or_default();
+            v.resize(s.spec.resources.len(), ResourceState::default());
+            v
+        })
+        .collect();
+    let mut errors = Vec::new();
+    let mut not_ready = Vec::new();
+    for (step, outcome) in the_plan.steps.iter().zip(&outcomes) {
+        let Some(&(si, ri)) = position.get(&step.key) else {
+            continue;
+        };
+        let state = &mut states[si][ri];
+        if let Some(e) = &outcome.error {
+            state.error = Some(e.clone());
+            state.reconciled = step.settings.fail_open;
+            errors.push(format!("{}: {e}", step.key));
+        } else {
+            state.error = None;
+            match &step.op {
+                Op::Apply { .. }
+                | Op::Create { .. }
+                | Op::Replace { .. }
+                | Op::MergePatch { .. } => {
+                    state.reconciled = true;
+                    state.applied_hash = step.hash.clone();
+                    state.applied_resource_version = outcome.resource_version.clone();
+                }
+                Op::Skip {
+                    reason: SkipReason::AlreadyDeleted,
+                } => {
+                    state.reconciled = true;
+                    state.deleted = true;
+                }
+                Op::Delete { foreground: false }
+                | Op::Skip {
+                    reason: SkipReason::Orphaned,
+                } => {
+                    state.reconciled = true;
+                    state.deleted = !matches!(step.op, Op::Skip { .. });
+                }
+                Op::Skip {
+                    reason: SkipReason::Terminating,
+                }
+                | Op::Delete { foreground: true }
+                | Op::Wait { .. } => {}
+                Op::Skip { .. } => state.reconciled = true,
+            }
+        }
+        let tombstone = slices[si].spec.resources[ri].deleted;
+        match &step.readiness {
+            ReadinessState::Ready { at } if !tombstone && !deleting && state.ready.is_none() => {
+                let t = at
+                    .as_ref()
+                    .and_then(|s| s.parse::<k8s_openapi::jiff::Timestamp>().ok())
+                    .map(Time)
+                    .unwrap_or_else(now);
+                state.ready = Some(t);
+                tracing::info!(resource = %step.key, "ready");
+            }
+            ReadinessState::NotReady { unsatisfied }
+                if !tombstone && !deleting && state.ready.is_none() =>
+            {
+                not_ready.push(format!("{} ({})", step.key, unsatisfied.join(", ")));
+            }
+            ReadinessState::Absent if !tombstone && !deleting && state.ready.is_none() => {
+                not_ready.push(format!("{} (not created yet)", step.key));
+            }
+            _ => {}
+        }
+    }
+    for (si, s) in slices.iter().enumerate() {
+        let before = s
+            .status
+            .as_ref()
+            .map(|x| x.resources.clone())
+            .unwrap_or_default();
+        if before != states[si] {
+            slices_api
+                .patch_status(
+                    &s.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"status": {"resources": states[si]}})),
+                )
+                .await
+                .map_err(kube_err("writing ResourceSlice status"))?;
+        }
+    }
+
+    // ---- roll up ----
+    let all_reconciled = states.iter().flatten().all(|s| s.reconciled);
+    let all_ready = all_reconciled
+        && slices.iter().enumerate().all(|(si, s)| {
+            s.spec.resources.iter().enumerate().all(|(ri, m)| {
+                m.deleted
+                    || states[si][ri].ready.is_some()
+                    || states[si][ri].reconciled
+                        && the_plan.steps.iter().any(|st| {
+                            position.get(&st.key) == Some(&(si, ri)) && st.settings.fail_open
+                        })
+            })
+        });
+    if deleting {
+        status::set_condition(
+            &mut st.conditions,
+            conditions::READY,
+            false,
+            reasons::DELETING,
+            "the composition is being deleted",
+            generation,
+        );
+        st.simplified = Some(SimplifiedStatus {
+            status: "Deleting".into(),
+            error: errors.first().cloned(),
+        });
+        return Ok(the_plan.settled() && errors.is_empty());
+    }
+    if let Some(cur) = st.current_synthesis.as_mut() {
+        if all_reconciled && cur.reconciled.is_none() {
+            cur.reconciled = Some(now());
+        }
+        if all_ready && cur.ready.is_none() {
+            cur.ready = Some(now());
+        }
+    }
+    if errors.is_empty() {
+        let msg = if all_reconciled {
+            "every resource is applied"
+        } else {
+            "applying resources"
+        };
+        status::set_condition(
+            &mut st.conditions,
+            conditions::RECONCILED,
+            all_reconciled,
+            if all_reconciled {
+                reasons::APPLIED
+            } else {
+                reasons::NOT_READY
+            },
+            msg,
+            generation,
+        );
+    } else {
+        status::set_condition(
+            &mut st.conditions,
+            conditions::RECONCILED,
+            false,
+            reasons::APPLY_FAILED,
+            &errors.join("; "),
+            generation,
+        );
+    }
+    let ready_msg = if all_ready {
+        "every resource is ready".to_string()
+    } else {
+        format!(
+            "waiting for {}",
+            not_ready
+                .iter()
+                .take(5)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join("; ")
+        )
+    };
+    status::set_condition(
+        &mut st.conditions,
+        conditions::READY,
+        all_ready,
+        if all_ready {
+            reasons::ALL_READY
+        } else {
+            reasons::NOT_READY
+        },
+        &ready_msg,
+        generation,
+    );
+    status::set_condition(
+        &mut st.conditions,
+        conditions::RECONCILING,
+        !all_ready,
+        if all_ready {
+            reasons::ALL_READY
+        } else {
+            reasons::NOT_READY
+        },
+        &ready_msg,
+        generation,
+    );
+    if status::is_true(&st.conditions, conditions::SYNTHESIZED) {
+        status::set_condition(
+            &mut st.conditions,
+            conditions::STALLED,
+            false,
+            reasons::SYNTHESIS_SUCCEEDED,
+            "",
+            generation,
+        );
+    }
+    let synthesized_ok = status::is_true(&st.conditions, conditions::SYNTHESIZED);
+    st.simplified = Some(if !synthesized_ok {
+        st.simplified.clone().unwrap_or(SimplifiedStatus {
+            status: "Failed".into(),
+            error: None,
+        })
+    } else if !errors.is_empty() {
+        SimplifiedStatus {
+            status: "Reconciling".into(),
+            error: errors.iter().max().cloned(),
+        }
+    } else if all_ready {
+        SimplifiedStatus {
+            status: "Ready".into(),
+            error: None,
+        }
+    } else if all_reconciled {
+        SimplifiedStatus {
+            status: "NotReady".into(),
+            error: None,
+        }
+    } else {
+        SimplifiedStatus {
+            status: "Reconciling".into(),
+            error: None,
+        }
+    });
+    Ok(the_plan.settled())
+}

@@ -1,0 +1,633 @@
+//! One reconcile of one Composition: finalizer, synthesizer + module, inputs, synthesis when a
+//! trigger changed (new ResourceSlices, tombstones, slot swap), then apply and status.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::core::GroupVersionKind;
+use kube::runtime::controller::Action;
+use kube::{Resource, ResourceExt};
+use serde_json::{Value, json};
+
+use super::{Context, Error, kube_err, module, status};
+use crate::synthesis::{self, CompositionMeta, SynthesisInput};
+use crds::names::{FINALIZER, annotations as keys, conditions, reasons};
+use crds::{
+    Composition, CompositionStatus, InputRevision, Manifest, ResourceSlice, ResourceSliceRef,
+    ResourceSliceSpec, SimplifiedStatus, Synthesis, Synthesizer, SynthesizerStatus,
+};
+
+/// Label on ResourceSlices: the owning Composition's name.
+pub const SLICE_COMPOSITION_LABEL: &str = "enoki.dev/composition";
+/// Largest manifest payload per ResourceSlice.
+const SLICE_BYTES: usize = 512 * 1024;
+
+/// Reconciles one Composition.
+///
+/// # Errors
+/// Transient API failures (retried with backoff by `error_policy`); synthesis and module
+/// faults become conditions instead.
+#[tracing::instrument(skip_all, fields(composition = %comp.name_any(), generation = ?comp.metadata.generation))]
+pub async fn reconcile(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let ns = comp.namespace().unwrap_or_default();
+    let name = comp.name_any();
+    let comps: Api<Composition> = Api::namespaced(ctx.client.clone(), &ns);
+    let has_finalizer = comp.finalizers().iter().any(|f| f == FINALIZER);
+
+    if comp.metadata.deletion_timestamp.is_some() {
+        if !has_finalizer {
+            return Ok(Action::await_change());
+        }
+        let mut st = comp.status.clone().unwrap_or_default();
+        let done = super::apply::reconcile_resources(&ctx, &comp, &mut st, true).await?;
+        if done {
+            let remaining: Vec<String> = comp
+                .finalizers()
+                .iter()
+                .filter(|f| *f != FINALIZER)
+                .cloned()
+                .collect();
+            comps
+                .patch(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"metadata": {"finalizers": remaining}})),
+                )
+                .await
+                .map_err(kube_err("removing the cleanup finalizer"))?;
+            tracing::info!("resources cleaned up; finalizer removed");
+            return Ok(Action::await_change());
+        }
+        write_status(&comps, &comp, &st).await?;
+        return Ok(Action::requeue(ctx.opts.readiness_poll));
+    }
+    if !has_finalizer {
+        let mut finalizers = comp.finalizers().to_vec();
+        finalizers.push(FINALIZER.to_string());
+        comps
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"finalizers": finalizers}})),
+            )
+            .await
+            .map_err(kube_err("adding the cleanup finalizer"))?;
+    }
+
+    let mut st = comp.status.clone().unwrap_or_default();
+    let generation = comp.metadata.generation;
+    st.observed_generation = generation;
+
+    // ---- synthesizer and module ----
+    let synths: Api<Synthesizer> = Api::all(ctx.client.clone());
+    let synth_name = &comp.spec.synthesizer.name;
+    let synth_gvk = GroupVersionKind::gvk(crds::GROUP, crds::VERSION, "Synthesizer");
+    ctx.triggers.track(
+        &synth_gvk,
+        &kube::core::ApiResource::erase::<Synthesizer>(&()),
+        "",
+        synth_name,
+        &comp,
+    );
+    let Some(synth) = synths
+        .get_opt(synth_name)
+        .await
+        .map_err(kube_err("reading the Synthesizer"))?
+    else {
+        fail(
+            &mut st,
+            generation,
+            reasons::SYNTHESIZER_NOT_FOUND,
+            &format!("Synthesizer {synth_name:?} does not exist"),
+        );
+        write_status(&comps, &comp, &st).await?;
+        return Ok(Action::requeue(Duration::from_secs(30)));
+    };
+    let module = match load_module(&ctx, &synth).await {
+        Ok(m) => m,
+        Err(e) => {
+            let msg = error_chain(&e);
+            fail(&mut st, generation, reasons::MODULE_UNAVAILABLE, &msg);
+            write_status(&comps, &comp, &st).await?;
+            return Ok(Action::requeue(Duration::from_secs(if e.is_transient() {
+                10
+            } else {
+                60
+            })));
+        }
+    };
+
+    // ---- inputs ----
+    let inputs = match gather_inputs(&ctx, &comp, &synth).await? {
+        Ok(inputs) => inputs,
+        Err(message) => {
+            fail(&mut st, generation, reasons::MISSING_INPUT, &message);
+            write_status(&comps, &comp, &st).await?;
+            return Ok(Action::requeue(Duration::from_secs(15)));
+        }
+    };
+    let revisions: Vec<InputRevision> = inputs
+        .iter()
+        .map(|(key, obj)| InputRevision {
+            key: key.clone(),
+            resource_version: obj
+                .pointer("/metadata/resourceVersion")
+                .and_then(Value::as_str)
+                .map(String::from),
+            revision: obj
+                .pointer("/metadata/annotations")
+                .and_then(|a| {
+                    a.get(keys::REVISION.enoki)
+                        .or_else(|| a.get(keys::REVISION.eno))
+                })
+                .and_then(Value::as_str)
+                .and_then(|r| r.parse().ok()),
+        })
+        .collect();
+    let forced = comp
+        .annotations()
+        .get(keys::FORCE_RESYNTHESIS.enoki)
+        .or_else(|| comp.annotations().get(keys::FORCE_RESYNTHESIS.eno))
+        .cloned();
+    let digest = module.digest();
+    let up_to_date = st.current_synthesis.as_ref().is_some_and(|c| {
+        c.observed_composition_generation == generation
+            && c.observed_synthesizer_generation == synth.metadata.generation
+            && c.module_digest.as_deref() == Some(digest.as_str())
+            && c.input_revisions == revisions
+            && c.force_resynthesis == forced
+    });
+
+    if !up_to_date {
+        let attempts = st.in_flight_synthesis.as_ref().map_or(0, |s| s.attempts) + 1;
+        let uuid = new_uuid();
+        st.in_flight_synthesis = Some(Synthesis {
+            uuid: uuid.clone(),
+            observed_composition_generation: generation,
+            observed_synthesizer_generation: synth.metadata.generation,
+            input_revisions: revisions.clone(),
+            module_digest: Some(digest.clone()),
+            force_resynthesis: forced.clone(),
+            attempts,
+            ..Synthesis::default()
+        });
+        let input = SynthesisInput {
+            composition: CompositionMeta {
+                name: name.clone(),
+                namespace: ns.clone(),
+                uid: comp.uid().unwrap_or_default(),
+                labels: comp.labels().clone(),
+                annotations: comp.annotations().clone(),
+                generation: generation.unwrap_or_default(),
+                created: comp
+                    .metadata
+                    .creation_timestamp
+                    .as_ref()
+                    .map(|t| Duration::from_secs(u64::try_from(t.0.as_second()).unwrap_or(0)))
+                    .unwrap_or_default(),
+            },
+            inputs,
+            observed: Vec::new(),
+            env: synth
+                .spec
+                .env
+                .iter()
+                .chain(comp.spec.synthesis_env.iter())
+                .map(|e| (e.name.clone(), e.value.clone()))
+                .collect(),
+        };
+        let limits = match synthesis::run_limits(synth.spec.limits.as_ref()) {
+            Ok(l) => l,
+            Err(message) => {
+                fail(&mut st, generation, reasons::MODULE_UNAVAILABLE, &message);
+                write_status(&comps, &comp, &st).await?;
+                return Ok(Action::requeue(Duration::from_secs(60)));
+            }
+        };
+        let secure = synth.spec.entropy == Some(crds::Entropy::Secure);
+        let scopes = scope_table(&ctx).await;
+        let host = ctx.host.clone();
+        let result = tokio::task::spawn_blocking(move || {
+            let is_namespaced = |g: &str, k: &str| {
+                scopes
+                    .get(&(g.to_string(), k.to_string()))
+                    .copied()
+                    .unwrap_or_else(|| synthesis::static_is_namespaced(g, k))
+            };
+            synthesis::synthesize(&host, &module, &input, limits, secure, &is_namespaced)
+        })
+        .await
+        .map_err(|e| Error::Task(e.to_string()))?;
+        match result {
+            Err(e) => {
+                tracing::info!(reason = e.reason(), error = %e, "synthesis failed; the previous synthesis stays applied");
+                fail(&mut st, generation, e.reason(), &e.to_string());
+                write_status(&comps, &comp, &st).await?;
+                return Ok(Action::requeue(Duration::from_secs(60)));
+            }
+            Ok(out) => {
+                let slices = write_slices(&ctx, &comp, &st, &uuid, &out.items).await?;
+                let mut next = st.in_flight_synthesis.take().unwrap_or_default();
+                next.input_digest = Some(out.input_digest);
+                next.output_digest = Some(out.output_digest);
+                next.results = out.results;
+                next.resource_slices = slices;
+                next.synthesized = Some(Time(k8s_openapi::jiff::Timestamp::now()));
+                st.previous_synthesis = st.current_synthesis.take();
+                st.current_synthesis = Some(next);
+                status::set_condition(
+                    &mut st.conditions,
+                    conditions::SYNTHESIZED,
+                    true,
+                    reasons::SYNTHESIS_SUCCEEDED,
+                    "",
+                    generation,
+                );
+                tracing::info!(synthesis = %uuid, resources = out.items.len(), "synthesized");
+                write_status(&comps, &comp, &st).await?;
+                delete_stale_slices(&ctx, &comp, &st).await?;
+            }
+        }
+    }
+
+    let _ = super::apply::reconcile_resources(&ctx, &comp, &mut st, false).await?;
+    let requeue = st_requeue(&st, &ctx);
+    write_status(&comps, &comp, &st).await?;
+    Ok(Action::requeue(requeue))
+}
+
+fn st_requeue(st: &CompositionStatus, ctx: &Context) -> Duration {
+    let ready = status::is_true(&st.conditions, conditions::READY);
+    if ready {
+        ctx.opts.resync
+    } else {
+        ctx.opts.readiness_poll
+    }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut parts = vec![e.to_string()];
+    let mut src = e.source();
+    while let Some(s) = src {
+        parts.push(s.to_string());
+        src = s.source();
+    }
+    parts.join(": ")
+}
+
+fn fail(st: &mut CompositionStatus, generation: Option<i64>, reason: &str, message: &str) {
+    status::set_condition(
+        &mut st.conditions,
+        conditions::SYNTHESIZED,
+        false,
+        reason,
+        message,
+        generation,
+    );
+    status::set_condition(
+        &mut st.conditions,
+        conditions::STALLED,
+        true,
+        reason,
+        message,
+        generation,
+    );
+    st.simplified = Some(SimplifiedStatus {
+        status: "Failed".into(),
+        error: Some(format!("{reason}: {message}")),
+    });
+}
+
+async fn write_status(
+    comps: &Api<Composition>,
+    comp: &Composition,
+    st: &CompositionStatus,
+) -> Result<(), Error> {
+    if comp.status.as_ref() == Some(st) {
+        return Ok(());
+    }
+    comps
+        .patch_status(
+            &comp.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": st})),
+        )
+        .await
+        .map_err(kube_err("writing Composition status"))?;
+    Ok(())
+}
+
+async fn load_module(
+    ctx: &Context,
+    synth: &Synthesizer,
+) -> Result<synthesis::Module, module::ModuleError> {
+    let key = (
+        synth.name_any(),
+        synth.metadata.generation.unwrap_or_default(),
+    );
+    if let Some(m) = ctx.modules.lock().ok().and_then(|m| m.get(&key).cloned()) {
+        return Ok(m);
+    }
+    let result = module::fetch(&ctx.client, &ctx.host, synth).await;
+    // Report on the Synthesizer too (best effort).
+    let mut sst = synth.status.clone().unwrap_or_default();
+    let before = sst.clone();
+    sst.observed_generation = synth.metadata.generation;
+    match &result {
+        Ok(m) => {
+            sst.module_digest = Some(m.digest());
+            status::set_condition(
+                &mut sst.conditions,
+                conditions::READY,
+                true,
+                reasons::MODULE_READY,
+                "module fetched and compiled",
+                synth.metadata.generation,
+            );
+        }
+        Err(e) => status::set_condition(
+            &mut sst.conditions,
+            conditions::READY,
+            false,
+            reasons::MODULE_UNAVAILABLE,
+            &error_chain(e),
+            synth.metadata.generation,
+        ),
+    }
+    if sst != before {
+        let api: Api<Synthesizer> = Api::all(ctx.client.clone());
+        let patch: SynthesizerStatus = sst;
+        if let Err(e) = api
+            .patch_status(
+                &synth.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": patch})),
+            )
+            .await
+        {
+            tracing::warn!(error = %e, "cannot write Synthesizer status");
+        }
+    }
+    if let Ok(m) = &result
+        && let Ok(mut cache) = ctx.modules.lock()
+    {
+        cache.insert(key, m.clone());
+    }
+    result
+}
+
+fn gvk_of(group: &str, version: &str, kind: &str) -> GroupVersionKind {
+    GroupVersionKind::gvk(group, version, kind)
+}
+
+/// Reads every bound input. Outer error: API failure; inner error: a missing required input.
+async fn gather_inputs(
+    ctx: &Context,
+    comp: &Composition,
+    synth: &Synthesizer,
+) -> Result<Result<Vec<(String, Value)>, String>, Error> {
+    let ns = comp.namespace().unwrap_or_default();
+    let mut out = Vec::new();
+    for r in &synth.spec.refs {
+        let binding = comp.spec.bindings.iter().find(|b| b.key == r.key);
+        if let Some(res) = &r.resource {
+            let gvk = gvk_of(&res.group, &res.version, &res.kind);
+            let (ar, namespaced) = match ctx.resolve(&gvk).await {
+                Ok(x) => x,
+                Err(e) => {
+                    if r.optional {
+                        continue;
+                    }
+                    return Ok(Err(format!(
+                        "input {:?}: kind {}/{} is not served: {e}",
+                        r.key, res.version, res.kind
+                    )));
+                }
+            };
+            let name = binding
+                .map(|b| b.resource.name.clone())
+                .or_else(|| res.name.clone());
+            let Some(name) = name else {
+                if r.optional {
+                    continue;
+                }
+                return Ok(Err(format!(
+                    "input {:?} is not bound (add a binding with this key)",
+                    r.key
+                )));
+            };
+            let obj_ns = binding
+                .and_then(|b| b.resource.namespace.clone())
+                .or_else(|| res.namespace.clone())
+                .unwrap_or_else(|| ns.clone());
+            ctx.triggers.track(
+                &gvk,
+                &ar,
+                if namespaced { &obj_ns } else { "" },
+                &name,
+                comp,
+            );
+            let api: Api<DynamicObject> = if namespaced {
+                Api::namespaced_with(ctx.client.clone(), &obj_ns, &ar)
+            } else {
+                Api::all_with(ctx.client.clone(), &ar)
+            };
+            match api
+                .get_opt(&name)
+                .await
+                .map_err(kube_err(format!("reading input {:?}", r.key)))?
+            {
+                Some(obj) => {
+                    out.push((r.key.clone(), serde_json::to_value(obj).unwrap_or_default()))
+                }
+                None if r.optional => {}
+                None => {
+                    let at = if namespaced {
+                        format!("{obj_ns}/{name}")
+                    } else {
+                        name.clone()
+                    };
+                    return Ok(Err(format!(
+                        "input {:?}: {} {at} does not exist",
+                        r.key, res.kind
+                    )));
+                }
+            }
+        } else if let Some(c) = &r.collection {
+            let gvk = gvk_of(&c.group, &c.version, &c.kind);
+            let Ok((ar, _)) = ctx.resolve(&gvk).await else {
+                continue;
+            };
+            ctx.triggers.track(&gvk, &ar, "", "*", comp);
+            let api: Api<DynamicObject> = Api::all_with(ctx.client.clone(), &ar);
+            let mut lp = ListParams::default();
+            if let Some(sel) = &c.label_selector {
+                lp = lp.labels(sel);
+            }
+            let list = api
+                .list(&lp)
+                .await
+                .map_err(kube_err(format!("listing input {:?}", r.key)))?;
+            let mut items: Vec<Value> = list
+                .items
+                .into_iter()
+                .map(|o| serde_json::to_value(o).unwrap_or_default())
+                .collect();
+            items.sort_by_key(|o| {
+                (
+                    o.pointer("/metadata/namespace").map(Value::to_string),
+                    o.pointer("/metadata/name").map(Value::to_string),
+                )
+            });
+            out.extend(items.into_iter().map(|o| (r.key.clone(), o)));
+        }
+    }
+    Ok(Ok(out))
+}
+
+/// (group, kind) -> namespaced, for the kinds discovery already resolved.
+async fn scope_table(ctx: &Context) -> BTreeMap<(String, String), bool> {
+    ctx.discovery_snapshot()
+}
+
+fn new_uuid() -> String {
+    let bytes: [u8; 16] = rand::random();
+    let h = hex::encode(bytes);
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..]
+    )
+}
+
+/// Writes the synthesis output (plus tombstones for dropped resources) as ResourceSlices.
+async fn write_slices(
+    ctx: &Context,
+    comp: &Composition,
+    st: &CompositionStatus,
+    uuid: &str,
+    items: &[Value],
+) -> Result<Vec<ResourceSliceRef>, Error> {
+    let ns = comp.namespace().unwrap_or_default();
+    let api: Api<ResourceSlice> = Api::namespaced(ctx.client.clone(), &ns);
+    let new_keys: BTreeSet<plan::ResourceKey> = items
+        .iter()
+        .filter_map(|i| plan::ResourceKey::of(i).ok())
+        .collect();
+    let mut manifests: Vec<Manifest> = items
+        .iter()
+        .map(|i| Manifest {
+            manifest: i.to_string(),
+            deleted: false,
+        })
+        .collect();
+    // Tombstones: resources of the current synthesis that are no longer emitted (and
+    // tombstones not yet confirmed deleted, so an interrupted delete is retried).
+    if let Some(current) = &st.current_synthesis {
+        for slice_ref in &current.resource_slices {
+            let Some(old) = api
+                .get_opt(&slice_ref.name)
+                .await
+                .map_err(kube_err("reading the previous ResourceSlice"))?
+            else {
+                continue;
+            };
+            let states = old
+                .status
+                .as_ref()
+                .map(|s| s.resources.clone())
+                .unwrap_or_default();
+            for (i, m) in old.spec.resources.iter().enumerate() {
+                let Ok(v) = serde_json::from_str::<Value>(&m.manifest) else {
+                    continue;
+                };
+                let Ok(key) = plan::ResourceKey::of(&v) else {
+                    continue;
+                };
+                let gone = m.deleted && states.get(i).is_some_and(|s| s.deleted);
+                if !new_keys.contains(&key) && !gone {
+                    manifests.push(Manifest {
+                        manifest: m.manifest.clone(),
+                        deleted: true,
+                    });
+                }
+            }
+        }
+    }
+    let owner = OwnerReference {
+        api_version: Composition::api_version(&()).into(),
+        kind: Composition::kind(&()).into(),
+        name: comp.name_any(),
+        uid: comp.uid().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    };
+    let mut chunks: Vec<Vec<Manifest>> = vec![Vec::new()];
+    let mut size = 0;
+    for m in manifests {
+        if size + m.manifest.len() > SLICE_BYTES && !chunks.last().is_some_and(Vec::is_empty) {
+            chunks.push(Vec::new());
+            size = 0;
+        }
+        size += m.manifest.len();
+        if let Some(last) = chunks.last_mut() {
+            last.push(m);
+        }
+    }
+    let mut refs = Vec::new();
+    for (i, resources) in chunks.into_iter().enumerate() {
+        let name = format!("{}-{}-{i}", comp.name_any(), &uuid[..8]);
+        let mut slice = ResourceSlice::new(
+            &name,
+            ResourceSliceSpec {
+                synthesis_uuid: uuid.to_string(),
+                resources,
+            },
+        );
+        slice.metadata.namespace = Some(ns.clone());
+        slice.metadata.owner_references = Some(vec![owner.clone()]);
+        slice.metadata.labels =
+            Some([(SLICE_COMPOSITION_LABEL.to_string(), comp.name_any())].into());
+        api.create(&PostParams::default(), &slice)
+            .await
+            .map_err(kube_err("creating a ResourceSlice"))?;
+        refs.push(ResourceSliceRef { name });
+    }
+    Ok(refs)
+}
+
+/// Deletes this Composition's slices that belong to neither the current nor the previous
+/// synthesis.
+async fn delete_stale_slices(
+    ctx: &Context,
+    comp: &Composition,
+    st: &CompositionStatus,
+) -> Result<(), Error> {
+    let ns = comp.namespace().unwrap_or_default();
+    let api: Api<ResourceSlice> = Api::namespaced(ctx.client.clone(), &ns);
+    let keep: BTreeSet<String> = [&st.current_synthesis, &st.previous_synthesis]
+        .into_iter()
+        .flatten()
+        .flat_map(|s| s.resource_slices.iter().map(|r| r.name.clone()))
+        .collect();
+    let lp =
+        ListParams::default().labels(&format!("{SLICE_COMPOSITION_LABEL}={}", comp.name_any()));
+    for s in api
+        .list(&lp)
+        .await
+        .map_err(kube_err("listing ResourceSlices"))?
+        .items
+    {
+        let n = s.name_any();
+        if !keep.contains(&n) {
+            let _ = api.delete(&n, &DeleteParams::default()).await;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,38 @@
+//! Conditions and the simplified status, built as values.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+/// Sets (or replaces) a condition, keeping `lastTransitionTime` when the status is unchanged.
+pub fn set_condition(
+    conditions: &mut Vec<Condition>,
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+) {
+    let status = if status { "True" } else { "False" }.to_string();
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let transition = conditions
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == status)
+        .map(|c| c.last_transition_time.clone())
+        .unwrap_or(now);
+    conditions.retain(|c| c.type_ != type_);
+    conditions.push(Condition {
+        type_: type_.to_string(),
+        status,
+        reason: reason.to_string(),
+        message: message.chars().take(4000).collect(),
+        observed_generation: generation,
+        last_transition_time: transition,
+    });
+    conditions.sort_by(|a, b| a.type_.cmp(&b.type_));
+}
+
+/// Whether a condition is True.
+pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
+    conditions
+        .iter()
+        .any(|c| c.type_ == type_ && c.status == "True")
+}
