@@ -166,3 +166,125 @@ where
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
+
+/// A running `enoki run` process scoped to one namespace; killed when dropped.
+pub struct Enoki {
+    child: std::process::Child,
+    /// Where its logs go.
+    pub log: PathBuf,
+}
+
+impl Enoki {
+    /// Starts `target/debug/enoki run --namespace <ns>` against the test control plane.
+    ///
+    /// # Panics
+    /// When the binary is missing (build the workspace first) or cannot start.
+    pub fn start(namespace: &str) -> Enoki {
+        Enoki::start_with(namespace, &[])
+    }
+
+    /// Like [`Enoki::start`], with extra flags.
+    ///
+    /// # Panics
+    /// When the binary is missing or cannot start.
+    pub fn start_with(namespace: &str, extra: &[&str]) -> Enoki {
+        let bin = workspace_root().join("target/debug/enoki");
+        assert!(
+            bin.exists(),
+            "{} is missing: build it first (`cargo build -p reconciler-controller`; `make test` does)",
+            bin.display()
+        );
+        let log = std::env::temp_dir().join(format!(
+            "enoki-{namespace}-{:08x}.log",
+            rand::random::<u32>()
+        ));
+        let file = std::fs::File::create(&log).expect("log file can be created");
+        let child = std::process::Command::new(bin)
+            .args(["run", "--namespace", namespace, "--readiness-poll", "1s"])
+            .args(extra)
+            .env("KUBECONFIG", kubeconfig_path())
+            .env("RUST_LOG", "info")
+            .stdout(file.try_clone().expect("log file handle"))
+            .stderr(file)
+            .spawn()
+            .expect("enoki run starts");
+        Enoki { child, log }
+    }
+
+    /// Stops the process (SIGKILL) and waits for it.
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// The process's log so far (for assertion messages).
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Enoki {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The wasm build of sample 01 (`make test` builds it first).
+///
+/// # Panics
+/// When it has not been built.
+pub fn sample_module() -> Vec<u8> {
+    let p = workspace_root().join("target/wasm32-wasip1/release/hello-rust.wasm");
+    std::fs::read(&p).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}; build the samples first (hack/build-samples.sh; `make test` does)",
+            p.display()
+        )
+    })
+}
+
+/// Stores a module in a ConfigMap (`binaryData.module.wasm`) and creates a Synthesizer named
+/// after the namespace that uses it with one ref, `config` (a ConfigMap). Returns its name.
+///
+/// # Panics
+/// When the API server refuses.
+pub async fn install_synthesizer(env: &TestEnv, suffix: &str, module: &[u8]) -> String {
+    use k8s_openapi::ByteString;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let cm_name = format!("module-{suffix}");
+    let cms: Api<ConfigMap> = env.api();
+    let cm = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(cm_name.clone()),
+            ..ObjectMeta::default()
+        },
+        binary_data: Some([("module.wasm".to_string(), ByteString(module.to_vec()))].into()),
+        ..ConfigMap::default()
+    };
+    cms.patch(
+        &cm_name,
+        &PatchParams::apply(HARNESS_MANAGER).force(),
+        &Patch::Apply(&cm),
+    )
+    .await
+    .expect("module ConfigMap");
+    let name = format!("{}-{suffix}", env.namespace);
+    let synth = serde_json::json!({
+        "apiVersion": "enoki.dev/v1alpha1", "kind": "Synthesizer",
+        "metadata": {"name": name},
+        "spec": {
+            "module": {"configMap": {"namespace": env.namespace, "name": cm_name, "key": "module.wasm"}},
+            "refs": [{"key": "config", "resource": {"group": "", "version": "v1", "kind": "ConfigMap"}}],
+        },
+    });
+    let synths: Api<crds::Synthesizer> = Api::all(env.client.clone());
+    synths
+        .patch(
+            &name,
+            &PatchParams::apply(HARNESS_MANAGER).force(),
+            &Patch::Apply(&synth),
+        )
+        .await
+        .expect("Synthesizer");
+    name
+}

@@ -1,0 +1,332 @@
+//! The reconciler end to end, against the real control plane: `enoki run` (a child process
+//! scoped to the test's namespace) synthesizes sample 01 from a ConfigMap-stored module,
+//! applies it, reports status, follows input changes, prunes, survives failures, cleans up.
+
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crds::{Composition, ResourceSlice, Synthesizer};
+use harness::{Enoki, TestEnv, eventually, install_crds, install_synthesizer, sample_module};
+use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use serde_json::json;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+async fn setup(greeting: &str, extra: u32) -> (TestEnv, String) {
+    let env = TestEnv::new().await;
+    install_crds(&env.client).await;
+    let synth = install_synthesizer(&env, "hello", &sample_module()).await;
+    set_input(&env, greeting, extra).await;
+    let comp = json!({
+        "apiVersion": "enoki.dev/v1alpha1", "kind": "Composition",
+        "metadata": {"name": "hello"},
+        "spec": {"synthesizer": {"name": synth}, "bindings": [{"key": "config", "resource": {"name": "hello-config"}}]},
+    });
+    let comps: Api<Composition> = env.api();
+    comps
+        .patch(
+            "hello",
+            &PatchParams::apply("test").force(),
+            &Patch::Apply(&comp),
+        )
+        .await
+        .unwrap();
+    (env, synth)
+}
+
+async fn set_input(env: &TestEnv, greeting: &str, extra: u32) {
+    let cms: Api<ConfigMap> = env.api();
+    let cm = json!({
+        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "hello-config"},
+        "data": {"greeting": greeting, "extra": extra.to_string()},
+    });
+    cms.patch(
+        "hello-config",
+        &PatchParams::apply("test").force(),
+        &Patch::Apply(&cm),
+    )
+    .await
+    .unwrap();
+}
+
+async fn wait_ready(env: &TestEnv, enoki: &Enoki) -> Composition {
+    let comps: Api<Composition> = env.api();
+    let what = "the composition to become Ready";
+    let result = tokio::time::timeout(WAIT, async {
+        loop {
+            let c = comps.get("hello").await.unwrap();
+            let ready = c.status.as_ref().is_some_and(|s| {
+                s.conditions
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.status == "True")
+                    && s.observed_generation == c.metadata.generation
+            });
+            if ready {
+                return c;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    })
+    .await;
+    result.unwrap_or_else(|_| {
+        panic!(
+            "timed out waiting for {what}; enoki logs:\n{}",
+            enoki.logs()
+        )
+    })
+}
+
+async fn message(env: &TestEnv) -> Option<String> {
+    let cms: Api<ConfigMap> = env.api();
+    cms.get_opt("hello-message")
+        .await
+        .unwrap()
+        .and_then(|c| c.data)
+        .and_then(|d| d.get("message").cloned())
+}
+
+#[tokio::test]
+async fn a_composition_is_synthesized_applied_and_becomes_ready() {
+    let (env, synth) = setup("hello", 0).await;
+    let enoki = Enoki::start(&env.namespace);
+    let comp = wait_ready(&env, &enoki).await;
+
+    let cms: Api<ConfigMap> = env.api();
+    let settings = cms.get("hello-settings").await.unwrap();
+    assert_eq!(
+        settings.labels().get("enoki.dev/managed-by"),
+        comp.uid().as_ref()
+    );
+    assert!(
+        settings
+            .annotations()
+            .keys()
+            .all(|k| !k.starts_with("enoki.dev/")),
+        "enoki keys are stripped"
+    );
+    let managers: Vec<_> = settings
+        .managed_fields()
+        .iter()
+        .map(|m| (m.manager.clone(), m.operation.clone()))
+        .collect();
+    assert!(
+        managers.contains(&(Some("enoki".into()), Some("Apply".into()))),
+        "{managers:?}"
+    );
+    assert_eq!(message(&env).await.as_deref(), Some("hello, world"));
+    let sas: Api<ServiceAccount> = env.api();
+    assert!(sas.get_opt("hello").await.unwrap().is_some());
+
+    let st = comp.status.unwrap();
+    let current = st.current_synthesis.unwrap();
+    assert!(current.module_digest.unwrap().starts_with("sha256:"));
+    assert!(current.input_digest.unwrap().starts_with("sha256:"));
+    assert!(current.ready.is_some() && current.reconciled.is_some());
+    assert_eq!(st.simplified.unwrap().status, "Ready");
+    for ty in ["Synthesized", "Reconciled", "Ready"] {
+        assert!(
+            st.conditions
+                .iter()
+                .any(|c| c.type_ == ty && c.status == "True"),
+            "{ty}"
+        );
+    }
+
+    // The output is stored in a ResourceSlice owned by the Composition, with per-resource status.
+    let slices: Api<ResourceSlice> = env.api();
+    let slice = slices.get(&current.resource_slices[0].name).await.unwrap();
+    assert_eq!(slice.spec.synthesis_uuid, current.uuid);
+    assert_eq!(slice.owner_references()[0].uid, comp.metadata.uid.unwrap());
+    let states = slice.status.unwrap().resources;
+    assert_eq!(states.len(), 3);
+    assert!(states.iter().all(|s| {
+        s.reconciled
+            && s.ready.is_some()
+            && s.applied_hash
+                .as_deref()
+                .is_some_and(|h| h.starts_with("v1:"))
+    }));
+
+    // The Synthesizer reports its module digest.
+    let synths: Api<Synthesizer> = Api::all(env.client.clone());
+    let s = synths.get(&synth).await.unwrap().status.unwrap();
+    assert!(s.module_digest.unwrap().starts_with("sha256:"));
+    assert!(
+        s.conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+    );
+}
+
+#[tokio::test]
+async fn changing_the_bound_input_resynthesizes_and_updates_resources() {
+    let (env, _) = setup("hello", 0).await;
+    let enoki = Enoki::start(&env.namespace);
+    let first = wait_ready(&env, &enoki)
+        .await
+        .status
+        .unwrap()
+        .current_synthesis
+        .unwrap()
+        .uuid;
+    set_input(&env, "bonjour", 0).await;
+    eventually("the message to follow the input", WAIT, || async {
+        (message(&env).await.as_deref() == Some("bonjour, world")).then_some(())
+    })
+    .await;
+    let comps: Api<Composition> = env.api();
+    let st = comps.get("hello").await.unwrap().status.unwrap();
+    assert_ne!(st.current_synthesis.unwrap().uuid, first);
+    assert_eq!(st.previous_synthesis.unwrap().uuid, first);
+}
+
+#[tokio::test]
+async fn a_resource_dropped_from_the_output_is_pruned() {
+    let (env, _) = setup("hello", 2).await;
+    let enoki = Enoki::start(&env.namespace);
+    wait_ready(&env, &enoki).await;
+    let cms: Api<ConfigMap> = env.api();
+    assert!(cms.get_opt("hello-extra-1").await.unwrap().is_some());
+    set_input(&env, "hello", 1).await;
+    eventually("hello-extra-1 to be pruned", WAIT, || async {
+        cms.get_opt("hello-extra-1")
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert!(
+        cms.get_opt("hello-extra-0").await.unwrap().is_some(),
+        "still emitted, still there"
+    );
+}
+
+#[tokio::test]
+async fn a_failing_synthesizer_shows_its_typed_error_and_leaves_previous_resources() {
+    let (env, synth) = setup("hello", 0).await;
+    let enoki = Enoki::start(&env.namespace);
+    wait_ready(&env, &enoki).await;
+    let cms: Api<ConfigMap> = env.api();
+    let before = cms.get("hello-message").await.unwrap().resource_version();
+
+    // Swap in a module that exits 3 (a hostile guest, stored the same way).
+    let guest = std::fs::read(harness::workspace_root().join("tests/guests/exit3.wat")).unwrap();
+    let _ = install_synthesizer(&env, "hello", &guest).await;
+    let synths: Api<Synthesizer> = Api::all(env.client.clone());
+    synths
+        .patch(&synth, &PatchParams::default(), &Patch::Merge(json!({"metadata": {"annotations": {"test/bump": "1"}}, "spec": {"env": [{"name": "BUMP", "value": "1"}]}})))
+        .await
+        .unwrap();
+    let comps: Api<Composition> = env.api();
+    let cond = eventually("Synthesized=False with reason ExitCode", WAIT, || async {
+        let c = comps.get("hello").await.unwrap();
+        c.status?
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "Synthesized" && c.status == "False" && c.reason == "ExitCode")
+    })
+    .await;
+    assert!(cond.message.contains("bad input"), "{}", cond.message);
+    let st = comps.get("hello").await.unwrap().status.unwrap();
+    assert_eq!(st.simplified.unwrap().status, "Failed");
+    assert_eq!(
+        cms.get("hello-message").await.unwrap().resource_version(),
+        before,
+        "previous output untouched"
+    );
+}
+
+#[tokio::test]
+async fn deleting_the_composition_removes_its_resources_then_the_composition() {
+    let (env, _) = setup("hello", 0).await;
+    let enoki = Enoki::start(&env.namespace);
+    let comp = wait_ready(&env, &enoki).await;
+    assert!(comp.finalizers().iter().any(|f| f == "enoki.dev/cleanup"));
+    let comps: Api<Composition> = env.api();
+    comps
+        .delete("hello", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the composition to be gone", WAIT, || async {
+        comps
+            .get_opt("hello")
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let cms: Api<ConfigMap> = env.api();
+    for name in ["hello-settings", "hello-message"] {
+        assert!(
+            cms.get_opt(name).await.unwrap().is_none(),
+            "{name} survived"
+        );
+    }
+    let sas: Api<ServiceAccount> = env.api();
+    assert!(sas.get_opt("hello").await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn a_restart_makes_no_writes_to_in_sync_resources() {
+    let (env, _) = setup("hello", 3).await;
+    let mut enoki = Enoki::start(&env.namespace);
+    wait_ready(&env, &enoki).await;
+    let cms: Api<ConfigMap> = env.api();
+    let lp = ListParams::default().labels("enoki.dev/managed-by");
+    let versions = |list: Vec<ConfigMap>| -> BTreeMap<String, String> {
+        list.into_iter()
+            .map(|c| (c.name_any(), c.resource_version().unwrap()))
+            .collect()
+    };
+    // Let any in-flight status settle, then record.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = versions(cms.list(&lp).await.unwrap().items);
+    assert_eq!(before.len(), 5);
+    enoki.stop();
+    let restarted = Enoki::start(&env.namespace);
+    // The new process reconciles everything once (watch start) and finds it in sync.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let after = versions(cms.list(&lp).await.unwrap().items);
+    assert_eq!(
+        before,
+        after,
+        "a restart rewrote in-sync resources; logs:\n{}",
+        restarted.logs()
+    );
+    assert!(
+        !restarted.logs().contains("applied"),
+        "the restarted controller applied something:\n{}",
+        restarted.logs()
+    );
+}
+
+#[tokio::test]
+async fn kubectl_get_comp_prints_the_documented_columns() {
+    let (env, _) = setup("hello", 0).await;
+    let enoki = Enoki::start(&env.namespace);
+    wait_ready(&env, &enoki).await;
+    let out = std::process::Command::new("kubectl")
+        .args(["get", "comp", "-n", &env.namespace])
+        .env("KUBECONFIG", harness::kubeconfig_path())
+        .output()
+        .expect("kubectl is on PATH (make test puts the Go-built one there)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let header: Vec<&str> = text
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        header,
+        ["NAME", "SYNTHESIZER", "STATUS", "READY", "AGE"],
+        "{text}"
+    );
+    assert!(text.contains("Ready") && text.contains("True"), "{text}");
+}
