@@ -1,37 +1,80 @@
 #!/usr/bin/env bash
-# demo.sh up|down — start a local control plane, install enoki's CRDs, and show how to reach it.
+# demo.sh up|down — the product tour: build enoki and the samples, start a local control plane,
+# install the CRDs, run `enoki run` in the background, apply the sample compositions, wait until
+# they are Ready and print what happened.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
 export TESTENV_DIR="${DEMO_DIR:-$ROOT/target/demo}"
+
+stop_enoki() {
+  if [ -f "$TESTENV_DIR/enoki.pid" ]; then
+    kill "$(cat "$TESTENV_DIR/enoki.pid")" 2>/dev/null || true
+    rm -f "$TESTENV_DIR/enoki.pid"
+  fi
+}
 case "${1:-up}" in
-  down) hack/testenv.sh down; exit 0 ;;
+  down) stop_enoki; hack/testenv.sh down; exit 0 ;;
   up) ;;
   *) echo "usage: $0 up|down" >&2; exit 2 ;;
 esac
 
+step() { echo; echo "== $* =="; }
+step "set-up (rust targets, Debian packages, control-plane binaries)"
 hack/setup.sh
 mkdir -p target
 K8S_TESTBIN="$(hack/k8s-testbin.sh)"; export K8S_TESTBIN
+
+step "building enoki and the sample synthesizers"
 cargo build --locked -q -p reconciler-controller --bin enoki
+hack/build-samples.sh 2>/dev/null
 target/debug/enoki crds > target/demo-crds.yaml
+
+step "starting etcd + kube-apiserver + kube-controller-manager on 127.0.0.1"
+stop_enoki
 TESTENV_CRDS="$ROOT/target/demo-crds.yaml" hack/testenv.sh up
 # shellcheck disable=SC1091
 . "$TESTENV_DIR/env"
 
-echo
-echo "== enoki CRDs on the local control plane =="
-kubectl get crds -l '!nothing' -o custom-columns=NAME:.metadata.name,ESTABLISHED:.status.conditions[?\(@.type==\"Established\"\)].status
-echo
-kubectl api-resources --api-group=enoki.dev
+step "starting enoki run (log: $TESTENV_DIR/enoki.log)"
+target/debug/enoki run --module-cache-dir "$TESTENV_DIR/module-cache" >"$TESTENV_DIR/enoki.log" 2>&1 &
+echo $! > "$TESTENV_DIR/enoki.pid"
+
+step "applying samples/01-hello-rust (module stored in a ConfigMap)"
+kubectl create namespace enoki-system --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+kubectl create namespace demo --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+kubectl -n enoki-system create configmap hello-rust-module \
+  --from-file=module.wasm=target/wasm32-wasip1/release/hello-rust.wasm --dry-run=client -o yaml | kubectl apply --server-side -f - >/dev/null
+kubectl apply -f samples/01-hello-rust/composition.yaml
+
+step "waiting for every composition to be Ready"
+if ! kubectl wait --for=condition=Ready composition --all -A --timeout=120s; then
+  echo "compositions did not become Ready; enoki log:" >&2
+  tail -n 40 "$TESTENV_DIR/enoki.log" >&2
+  exit 1
+fi
+
+step "compositions"
+kubectl get comp -A -o wide
+step "synthesizers"
+kubectl get synth
+step "what sample 01 produced (hello-settings in readiness group 0; the others in group 1)"
+kubectl get configmap,serviceaccount -n demo -l enoki.dev/managed-by \
+  -o custom-columns='KIND:.kind,NAME:.metadata.name,MANAGED-BY:.metadata.labels.enoki\.dev/managed-by'
+step "status of the current synthesis"
+kubectl get comp hello -n demo -o jsonpath='{range .status.conditions[*]}{.type}={.status} ({.reason}){"\n"}{end}'
+kubectl get comp hello -n demo -o jsonpath='module {.status.currentSynthesis.moduleDigest}{"\n"}slices {.status.currentSynthesis.resourceSlices[*].name}{"\n"}'
+
 cat <<MSG
 
-The control plane is running (etcd, kube-apiserver, kube-controller-manager on 127.0.0.1).
-Reach it with:
+enoki is running against a local control plane. Try:
 
-  source $TESTENV_DIR/env          # sets KUBECONFIG and puts kubectl $(kubectl version --client -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["clientVersion"]["gitVersion"])') on PATH
-  kubectl get crds
+  source $TESTENV_DIR/env                       # KUBECONFIG + kubectl on PATH
   kubectl get comp -A
+  kubectl -n demo patch configmap hello-config --type merge -p '{"data":{"greeting":"hej"}}'
+  kubectl -n demo get configmap hello-message -o jsonpath='{.data.message}'   # follows the input
+  kubectl get resourceslices.enoki.dev -n demo
+  tail -f $TESTENV_DIR/enoki.log
 
-Stop it with: make demo-down
+Stop everything with: make demo-down
 MSG
