@@ -1,4 +1,4 @@
-//! The `enoki` binary: parse the arguments, hand them to [`controller::run`], and print a
+//! The `enoki` binary: parse the arguments, hand them to [`controller::run()`], and print a
 //! failure as one line per cause (no backtrace) with exit code 1.
 
 use clap::Parser;
