@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # build-samples.sh — build every sample synthesizer to WebAssembly from source.
-# Outputs land in target/wasm32-wasip1/release/*.wasm.
+# Outputs: target/wasm32-wasip{1,2}/release/*.wasm (Rust), target/samples/{go,c}.wasm.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --locked --release --target wasm32-wasip1 -p sample-01-hello-rust
-ls -l target/wasm32-wasip1/release/*.wasm >&2
+cargo build --locked --release --target wasm32-wasip2 -p sample-02-rust-component
+
+mkdir -p target/samples
+(cd samples/03-go && GOOS=wasip1 GOARCH=wasm go build -o ../../target/samples/go.wasm .)
+clang --target=wasm32-wasi -O2 -o target/samples/c.wasm samples/04-c/hello.c
+ls -l target/samples/*.wasm target/wasm32-wasip1/release/*.wasm target/wasm32-wasip2/release/*.wasm >&2

@@ -15,16 +15,23 @@ for c in rustfmt clippy; do
   grep -q "^$c" <<<"$installed_components" || { log "adding rust component $c"; rustup component add "$c"; }
 done
 
-# ---- Debian packages ----
-# command -> package
-declare -A PKGS=(
-  [openssl]=openssl
-  [curl]=curl
-  [python3]=python3
-  [ip]=iproute2
+# ---- Debian packages: "check|package" (a check is a command name or an absolute path) ----
+PKGS=(
+  "openssl|openssl"
+  "curl|curl"
+  "python3|python3"
+  "ip|iproute2"
+  "clang|clang"
+  "wasm-ld|lld"
+  "/usr/lib/wasm32-wasi/libc.a|wasi-libc"
+  "/usr/lib/llvm-14/lib/clang/14.0.6/lib/wasi/libclang_rt.builtins-wasm32.a|libclang-rt-14-dev-wasm32"
 )
 missing=()
-for cmd in "${!PKGS[@]}"; do command -v "$cmd" >/dev/null || missing+=("${PKGS[$cmd]}"); done
+for entry in "${PKGS[@]}"; do
+  check="${entry%%|*}"; pkg="${entry##*|}"
+  if [[ "$check" == /* ]]; then [ -e "$check" ] || missing+=("$pkg")
+  else command -v "$check" >/dev/null || missing+=("$pkg"); fi
+done
 if [ ${#missing[@]} -gt 0 ]; then
   log "installing Debian packages: ${missing[*]}"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"

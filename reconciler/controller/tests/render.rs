@@ -141,3 +141,103 @@ fn a_failing_synthesizer_exits_non_zero_with_one_clear_paragraph() {
             .contains("unknown built-in")
     );
 }
+
+#[test]
+fn render_go_sample() {
+    let wasm = root().join("target/samples/go.wasm");
+    assert!(
+        wasm.exists(),
+        "{} is missing: run hack/build-samples.sh (make test does)",
+        wasm.display()
+    );
+    let out = enoki(&[
+        "render",
+        wasm.to_str().unwrap(),
+        "--resource-list",
+        "samples/03-go/input.json",
+        "-o",
+        "json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["groups"][0]["readinessGroup"], 0);
+    assert_eq!(
+        v["groups"][0]["resources"][0]["metadata"]["name"],
+        "web-settings"
+    );
+    let kinds: Vec<&str> = v["groups"][1]["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["Service", "ServiceAccount"]);
+    assert_eq!(v["results"][0]["message"], "built with Go");
+}
+
+#[test]
+fn render_component_sample() {
+    let wasm = root().join("target/wasm32-wasip2/release/rust-component.wasm");
+    assert!(
+        wasm.exists(),
+        "{} is missing: run hack/build-samples.sh (make test does)",
+        wasm.display()
+    );
+    let out = enoki(&[
+        "render",
+        wasm.to_str().unwrap(),
+        "--resource-list",
+        "samples/02-rust-component/fixtures/input.json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("kind: Role\n")
+            && text.contains("name: platform-ana")
+            && text.contains("tier: gold"),
+        "{text}"
+    );
+}
+
+#[test]
+fn render_c_sample() {
+    let wasm = root().join("target/samples/c.wasm");
+    assert!(
+        wasm.exists(),
+        "{} is missing: run hack/build-samples.sh (make test does)",
+        wasm.display()
+    );
+    let out = enoki(&[
+        "render",
+        wasm.to_str().unwrap(),
+        "--resource-list",
+        "samples/04-c/input.json",
+        "-o",
+        "json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        v["groups"][0]["resources"][0]["metadata"]["name"],
+        "greeter-c"
+    );
+    let kinds: Vec<&str> = v["groups"][1]["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["Secret", "ServiceAccount"]);
+}

@@ -12,8 +12,8 @@
 //! - Runs are reproducible by default: the wall clock reads a fixed instant, the monotonic
 //!   clock advances a fixed step per read, and randomness comes from a seeded generator.
 //!
-//! This release runs WASI preview1 command modules; preview2 components are recognised by
-//! their header and refused with [`HostError::Instantiate`] until the component path lands.
+//! WASI preview1 command modules (`_start`) and preview2 `wasi:cli/command` components are
+//! told apart by their header and run through the same limits and error mapping.
 //! Runs are synchronous: call them from `spawn_blocking`, never on an async worker thread.
 
 mod error;
@@ -30,12 +30,15 @@ use std::time::Duration;
 use rand_wasi::SeedableRng;
 use rand_wasi::rngs::StdRng;
 use sha2::{Digest, Sha256};
+use wasmtime::component::{Component, Linker as ComponentLinker, ResourceTable};
 use wasmtime::{
     Cache, CacheConfig, Config, Engine, InstancePre, Linker, Module, ResourceLimiter, Store,
 };
 use wasmtime_wasi::p1::WasiP1Ctx;
+use wasmtime_wasi::p2::bindings::sync::CommandPre;
 use wasmtime_wasi::p2::pipe::{MemoryInputPipe, MemoryOutputPipe};
 use wasmtime_wasi::{HostMonotonicClock, HostWallClock, I32Exit, WasiCtxBuilder};
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 /// How often the epoch advances; deadlines are rounded up to whole ticks.
 pub const TICK: Duration = Duration::from_millis(10);
@@ -127,6 +130,21 @@ struct RunState {
     limiter: MemoryLimiter,
 }
 
+struct ComponentState {
+    ctx: WasiCtx,
+    table: ResourceTable,
+    limiter: MemoryLimiter,
+}
+
+impl WasiView for ComponentState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.ctx,
+            table: &mut self.table,
+        }
+    }
+}
+
 struct MemoryLimiter {
     max: usize,
     hit: bool,
@@ -182,7 +200,13 @@ impl HostMonotonicClock for SteppedClock {
 pub struct ModulePre {
     digest: String,
     kind: ModuleKind,
-    pre: InstancePre<RunState>,
+    pre: Pre,
+}
+
+#[derive(Clone)]
+enum Pre {
+    Core(InstancePre<RunState>),
+    Component(CommandPre<ComponentState>),
 }
 
 impl std::fmt::Debug for ModulePre {
@@ -209,6 +233,7 @@ impl ModulePre {
 pub struct Host {
     engine: Engine,
     linker: Linker<RunState>,
+    component_linker: ComponentLinker<ComponentState>,
     modules: Mutex<HashMap<String, ModulePre>>,
     cache: Option<Cache>,
     stop: Arc<AtomicBool>,
@@ -248,6 +273,12 @@ impl Host {
             .map_err(|e| HostError::Engine {
                 message: format!("{e:#}"),
             })?;
+        let mut component_linker: ComponentLinker<ComponentState> = ComponentLinker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut component_linker).map_err(|e| {
+            HostError::Engine {
+                message: format!("{e:#}"),
+            }
+        })?;
         let stop = Arc::new(AtomicBool::new(false));
         let (ticker, flag) = (engine.clone(), stop.clone());
         std::thread::Builder::new()
@@ -264,6 +295,7 @@ impl Host {
         Ok(Host {
             engine,
             linker,
+            component_linker,
             modules: Mutex::new(HashMap::new()),
             cache,
             stop,
@@ -275,11 +307,11 @@ impl Host {
         self.cache.as_ref().map_or(0, Cache::cache_hits)
     }
 
-    /// Compiles (once per digest) and pre-links a module.
+    /// Compiles (once per digest) and pre-links a module or component.
     ///
     /// # Errors
-    /// [`HostError::Instantiate`] for bytes that are not a module, a component (not yet
-    /// supported), or imports the host does not provide.
+    /// [`HostError::Instantiate`] for bytes that are neither a module nor a component, a
+    /// component that is not a `wasi:cli/command`, or imports the host does not provide.
     pub fn load(&self, bytes: &[u8]) -> Result<ModulePre, HostError> {
         let digest = digest(bytes);
         if let Some(m) = self.modules.lock().map_err(|_| poisoned())?.get(&digest) {
@@ -300,20 +332,31 @@ impl Host {
                 });
             }
         };
-        if kind == ModuleKind::Component {
-            return Err(HostError::Instantiate {
-                message: "WASI preview2 components are not supported by this release yet".into(),
-            });
-        }
-        let module = Module::new(&self.engine, bytes).map_err(|e| HostError::Instantiate {
-            message: format!("compile: {e:#}"),
-        })?;
-        let pre = self
-            .linker
-            .instantiate_pre(&module)
-            .map_err(|e| HostError::Instantiate {
-                message: format!("{e:#}"),
-            })?;
+        let instantiate = |e: wasmtime::Error| HostError::Instantiate {
+            message: format!("{e:#}"),
+        };
+        let pre = match kind {
+            ModuleKind::Component => {
+                let component =
+                    Component::new(&self.engine, bytes).map_err(|e| HostError::Instantiate {
+                        message: format!("compile: {e:#}"),
+                    })?;
+                let pre = self
+                    .component_linker
+                    .instantiate_pre(&component)
+                    .map_err(instantiate)?;
+                Pre::Component(CommandPre::new(pre).map_err(|e| HostError::Instantiate {
+                    message: format!("not a wasi:cli/command component: {e:#}"),
+                })?)
+            }
+            ModuleKind::Preview1 => {
+                let module =
+                    Module::new(&self.engine, bytes).map_err(|e| HostError::Instantiate {
+                        message: format!("compile: {e:#}"),
+                    })?;
+                Pre::Core(self.linker.instantiate_pre(&module).map_err(instantiate)?)
+            }
+        };
         let m = ModulePre {
             digest: digest.clone(),
             kind,
@@ -356,40 +399,63 @@ impl Host {
                     seed[..16].try_into().unwrap_or_default(),
                 ));
         }
-        let state = RunState {
-            wasi: builder.build_p1(),
-            limiter: MemoryLimiter {
-                max: req.limits.max_memory_bytes,
-                hit: false,
-            },
+        let limiter = MemoryLimiter {
+            max: req.limits.max_memory_bytes,
+            hit: false,
         };
-        let mut store = Store::new(&self.engine, state);
-        store.limiter(|s| &mut s.limiter);
         let ticks = req
             .limits
             .deadline
             .as_nanos()
             .div_ceil(TICK.as_nanos())
             .max(1);
-        store.set_epoch_deadline(u64::try_from(ticks).unwrap_or(u64::MAX));
-        store.epoch_deadline_trap();
-
-        let result = module
-            .pre
-            .instantiate(&mut store)
-            .map_err(|e| classify_instantiate(&e))
-            .and_then(|instance| {
+        let ticks = u64::try_from(ticks).unwrap_or(u64::MAX);
+        let (call, memory_hit) = match &module.pre {
+            Pre::Core(pre) => {
+                let mut store = Store::new(
+                    &self.engine,
+                    RunState {
+                        wasi: builder.build_p1(),
+                        limiter,
+                    },
+                );
+                store.limiter(|s| &mut s.limiter);
+                store.set_epoch_deadline(ticks);
+                store.epoch_deadline_trap();
+                let instance = pre
+                    .instantiate(&mut store)
+                    .map_err(|e| classify_instantiate(&e))?;
                 let start = instance
                     .get_typed_func::<(), ()>(&mut store, "_start")
                     .map_err(|e| HostError::Instantiate {
                         message: format!("no _start export: {e:#}"),
                     })?;
-                Ok(start.call(&mut store, ()))
-            });
+                let call = start.call(&mut store, ());
+                (call, store.data().limiter.hit)
+            }
+            Pre::Component(pre) => {
+                let state = ComponentState {
+                    ctx: builder.build(),
+                    table: ResourceTable::new(),
+                    limiter,
+                };
+                let mut store = Store::new(&self.engine, state);
+                store.limiter(|s| &mut s.limiter);
+                store.set_epoch_deadline(ticks);
+                store.epoch_deadline_trap();
+                let command = pre
+                    .instantiate(&mut store)
+                    .map_err(|e| classify_instantiate(&e))?;
+                let call = match command.wasi_cli_run().call_run(&mut store) {
+                    Ok(Ok(())) => Ok(()),
+                    Ok(Err(())) => Err(wasmtime::Error::new(I32Exit(1))),
+                    Err(e) => Err(e),
+                };
+                (call, store.data().limiter.hit)
+            }
+        };
         let stderr_text = String::from_utf8_lossy(&stderr.contents()).into_owned();
         let out = stdout.contents();
-        let call = result?;
-        let memory_hit = store.data().limiter.hit;
         if let Err(e) = call {
             if let Some(exit) = e.downcast_ref::<I32Exit>() {
                 if exit.0 != 0 {

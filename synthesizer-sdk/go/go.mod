@@ -1,0 +1,3 @@
+module enoki.local/sdk
+
+go 1.24

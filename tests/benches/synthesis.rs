@@ -1,0 +1,123 @@
+//! Synthesis cost, measured in one run (medians), with the native build of the same function
+//! as the baseline:
+//! - warm synthesis of sample 01 producing 100 resources (wasm, precompiled, fresh Store);
+//! - the same synthesizer function compiled natively (parse input, run, serialize output);
+//! - loading a precompiled module from the on-disk cache vs compiling it.
+//!
+//! Run: `cargo bench -p enoki-tests --bench synthesis` (needs `hack/build-samples.sh`).
+
+use std::time::{Duration, Instant};
+
+use wasm_host::{Entropy, Host, RunLimits, RunRequest};
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn time<T>(n: usize, mut f: impl FnMut() -> T) -> Duration {
+    let samples = (0..n)
+        .map(|_| {
+            let t = Instant::now();
+            std::hint::black_box(f());
+            t.elapsed()
+        })
+        .collect();
+    median(samples)
+}
+
+fn main() {
+    let root = harness::workspace_root();
+    let wasm_path = root.join("target/wasm32-wasip1/release/hello-rust.wasm");
+    let Ok(wasm) = std::fs::read(&wasm_path) else {
+        eprintln!(
+            "{} is missing: run hack/build-samples.sh first",
+            wasm_path.display()
+        );
+        std::process::exit(1);
+    };
+    let input = serde_json::json!({
+        "apiVersion": "config.kubernetes.io/v1", "kind": "ResourceList",
+        "items": [{"apiVersion": "v1", "kind": "ConfigMap",
+                   "metadata": {"name": "c", "namespace": "demo", "annotations": {"enoki.dev/input-key": "config"}},
+                   "data": {"greeting": "hello", "extra": "97"}}],
+        "functionConfig": {"composition": {"name": "bench", "namespace": "demo"}, "env": {}},
+    });
+    let input_bytes = serde_json::to_vec(&input).unwrap_or_default();
+
+    let host = Host::new(None).unwrap_or_else(|e| panic!("engine: {e}"));
+    let module = host.load(&wasm).unwrap_or_else(|e| panic!("load: {e}"));
+    let run = || {
+        host.run(
+            &module,
+            RunRequest {
+                input: &input_bytes,
+                env: &[],
+                limits: RunLimits::default(),
+                entropy: Entropy::Reproducible {
+                    wall_clock: Duration::ZERO,
+                    seed: [1; 32],
+                },
+            },
+        )
+        .unwrap_or_else(|e| panic!("run: {e}"))
+    };
+    let out: serde_json::Value = serde_json::from_slice(&run().stdout).unwrap_or_default();
+    let n_items = out["items"].as_array().map_or(0, Vec::len);
+    assert_eq!(n_items, 100, "the benchmark input makes 100 resources");
+
+    let wasm_warm = time(200, run);
+    let native = time(200, || {
+        let parsed: enoki_sdk::Input = serde_json::from_slice(&input_bytes)
+            .unwrap_or_else(|_| enoki_sdk::testing::input_from_items(vec![]));
+        let list = enoki_sdk::testing::run(hello::synthesize, &parsed);
+        serde_json::to_vec(&list).unwrap_or_default()
+    });
+
+    let cache = std::env::temp_dir().join(format!("enoki-bench-cache-{}", std::process::id()));
+    let compile = time(5, || {
+        let h = Host::new(None).unwrap_or_else(|e| panic!("engine: {e}"));
+        h.load(&wasm).map(|m| m.digest().len()).unwrap_or_default()
+    });
+    {
+        let h = Host::new(Some(&cache)).unwrap_or_else(|e| panic!("engine: {e}"));
+        let _ = h.load(&wasm);
+    }
+    let precompiled = time(10, || {
+        let h = Host::new(Some(&cache)).unwrap_or_else(|e| panic!("engine: {e}"));
+        let m = h.load(&wasm).map(|m| m.digest().len()).unwrap_or_default();
+        assert!(h.cache_hits() >= 1, "loaded from the cache");
+        m
+    });
+    let _ = std::fs::remove_dir_all(&cache);
+
+    println!(
+        "synthesis benchmark (medians; module {} bytes; output {} resources)",
+        wasm.len(),
+        n_items
+    );
+    println!(
+        "  warm wasm synthesis (fresh Store each run)  {:>10.3} ms",
+        wasm_warm.as_secs_f64() * 1e3
+    );
+    println!(
+        "  same function compiled natively (baseline)  {:>10.3} ms",
+        native.as_secs_f64() * 1e3
+    );
+    println!(
+        "  wasm / native                               {:>10.2}x",
+        wasm_warm.as_secs_f64() / native.as_secs_f64()
+    );
+    println!(
+        "  compile module (cold, no cache)             {:>10.3} ms",
+        compile.as_secs_f64() * 1e3
+    );
+    println!(
+        "  load precompiled module from disk cache     {:>10.3} ms",
+        precompiled.as_secs_f64() * 1e3
+    );
+    println!(
+        "  compile / load-precompiled                  {:>10.2}x",
+        compile.as_secs_f64() / precompiled.as_secs_f64()
+    );
+}
