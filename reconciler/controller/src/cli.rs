@@ -34,6 +34,26 @@ pub enum Command {
     Render(RenderArgs),
     /// Run the controller against the cluster in KUBECONFIG (or in-cluster config).
     Run(RunArgs),
+    /// Publish and inspect modules.
+    #[command(subcommand)]
+    Module(ModuleCommand),
+}
+
+/// `enoki module …`
+#[derive(Debug, Subcommand)]
+pub enum ModuleCommand {
+    /// Publish a .wasm file as an OCI artifact and print its digest (and the pinned reference).
+    Push {
+        /// The module file.
+        file: PathBuf,
+        /// Where to push: `<registry>/<repository>:<tag>`.
+        reference: String,
+    },
+    /// Show a module's digest, size, kind (p1 module / p2 component) and imports.
+    Inspect {
+        /// A .wasm file, or an OCI reference pinned by digest.
+        module: String,
+    },
 }
 
 /// Log output format.
@@ -66,6 +86,9 @@ pub struct RunArgs {
     /// Safety-net re-check of ready Compositions (humantime).
     #[arg(long, env = "ENOKI_RESYNC", default_value = "5m")]
     pub resync: String,
+    /// Extra CA certificate (PEM) trusted for `url` module sources.
+    #[arg(long, env = "ENOKI_MODULE_CA_FILE")]
+    pub module_ca_file: Option<PathBuf>,
     /// Directory for compiled-module artifacts (kept across restarts).
     #[arg(long, env = "ENOKI_MODULE_CACHE_DIR")]
     pub module_cache_dir: Option<PathBuf>,
@@ -77,8 +100,15 @@ pub struct RunArgs {
 /// Arguments of `enoki render`.
 #[derive(Debug, clap::Args)]
 pub struct RenderArgs {
-    /// The module: a `.wasm` (or `.wat`) file, or `builtin:<name>`.
+    /// The module: a `.wasm` (or `.wat`) file, `builtin:<name>`, an OCI reference pinned by
+    /// digest (`registry/repo:tag@sha256:…`), or an `https://` URL (with `--sha256`).
     pub module: String,
+    /// Expected SHA-256 (hex) of a module given as an https URL.
+    #[arg(long)]
+    pub sha256: Option<String>,
+    /// Extra CA certificate (PEM) trusted for https module URLs.
+    #[arg(long)]
+    pub ca_file: Option<PathBuf>,
     /// A Composition YAML (name, namespace, synthesisEnv, annotations are used).
     #[arg(long, short = 'c')]
     pub composition: Option<PathBuf>,

@@ -8,6 +8,7 @@
 pub mod cli;
 pub mod render;
 pub mod run;
+pub mod sources;
 pub mod synthesis;
 
 use std::io::Write;
@@ -22,6 +23,13 @@ pub fn run(args: &cli::Args) -> anyhow::Result<()> {
         cli::Command::Crds => out.write_all(crds::manifests::render_all()?.as_bytes())?,
         cli::Command::Version => writeln!(out, "enoki {}", env!("CARGO_PKG_VERSION"))?,
         cli::Command::Render(r) => out.write_all(render::render(r)?.as_bytes())?,
+        cli::Command::Module(cmd) => {
+            let text = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?
+                .block_on(module_command(cmd))?;
+            out.write_all(text.as_bytes())?;
+        }
         cli::Command::Run(r) => {
             drop(out);
             start(r)?;
@@ -55,9 +63,47 @@ fn start(args: &cli::RunArgs) -> anyhow::Result<()> {
         readiness_poll: parse("readiness-poll", &args.readiness_poll)?,
         resync: parse("resync", &args.resync)?,
         module_cache_dir: args.module_cache_dir.clone(),
+        module_ca: match &args.module_ca_file {
+            Some(p) => Some(
+                std::fs::read(p)
+                    .map_err(|e| anyhow::anyhow!("--module-ca-file {}: {e}", p.display()))?,
+            ),
+            None => None,
+        },
     };
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?
         .block_on(run::run(opts))
+}
+
+async fn module_command(cmd: &cli::ModuleCommand) -> anyhow::Result<String> {
+    match cmd {
+        cli::ModuleCommand::Push { file, reference } => {
+            let digest = sources::push(file, reference).await?;
+            let base = reference.split('@').next().unwrap_or(reference);
+            Ok(format!("{digest}\npinned: {base}@{digest}\n"))
+        }
+        cli::ModuleCommand::Inspect { module } => {
+            let bytes = if std::path::Path::new(module).exists() {
+                std::fs::read(module)?
+            } else {
+                sources::pull(module).await?
+            };
+            let host = wasm_host::Host::new(None)?;
+            let i = host.inspect(&bytes)?;
+            let kind = match i.kind {
+                wasm_host::ModuleKind::Preview1 => "WASI preview1 command module",
+                wasm_host::ModuleKind::Component => "WASI preview2 component",
+            };
+            let mut text = format!(
+                "digest:  {}\nsize:    {} bytes\nkind:    {kind}\nimports:\n",
+                i.digest, i.size
+            );
+            for imp in &i.imports {
+                text.push_str(&format!("  {imp}\n"));
+            }
+            Ok(text)
+        }
+    }
 }

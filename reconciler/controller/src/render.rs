@@ -75,7 +75,12 @@ fn strings(v: &Value) -> BTreeMap<String, String> {
 ///
 /// # Errors
 /// Unknown built-ins, unreadable files, modules that do not compile.
-pub fn load_module(host: &wasm_host::Host, arg: &str) -> Result<Module, RenderError> {
+pub fn load_module(
+    host: &wasm_host::Host,
+    arg: &str,
+    sha256: Option<&str>,
+    ca_file: Option<&Path>,
+) -> Result<Module, RenderError> {
     if let Some(name) = arg.strip_prefix("builtin:") {
         return match builtins::lookup(name) {
             Some(run) => Ok(Module::Builtin {
@@ -88,10 +93,36 @@ pub fn load_module(host: &wasm_host::Host, arg: &str) -> Result<Module, RenderEr
             ))),
         };
     }
-    let bytes = std::fs::read(arg).map_err(|e| RenderError::File {
-        path: arg.to_string(),
-        message: e.to_string(),
-    })?;
+    let bytes = if Path::new(arg).exists() {
+        std::fs::read(arg).map_err(|e| RenderError::File {
+            path: arg.to_string(),
+            message: e.to_string(),
+        })?
+    } else if arg.starts_with("https://") || arg.contains("@sha256:") {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| RenderError::Usage(e.to_string()))?;
+        let fetched = if arg.starts_with("https://") {
+            let ca = match ca_file {
+                Some(p) => Some(std::fs::read(p).map_err(|e| RenderError::File {
+                    path: p.display().to_string(),
+                    message: e.to_string(),
+                })?),
+                None => None,
+            };
+            rt.block_on(crate::sources::fetch_url(arg, sha256, ca.as_deref()))
+        } else {
+            rt.block_on(crate::sources::pull(arg))
+        };
+        fetched.map_err(|e| RenderError::Usage(format!("cannot fetch module {arg}: {e}")))?
+    } else {
+        return Err(RenderError::File {
+            path: arg.to_string(),
+            message: "no such file (and not an https URL or an OCI reference pinned with @sha256:)"
+                .into(),
+        });
+    };
     let m = host.load(&bytes).map_err(|source| RenderError::Load {
         module: arg.to_string(),
         source,
@@ -114,7 +145,12 @@ pub fn render(args: &RenderArgs) -> Result<String, RenderError> {
         module: args.module.clone(),
         source,
     })?;
-    let module = load_module(&host, &args.module)?;
+    let module = load_module(
+        &host,
+        &args.module,
+        args.sha256.as_deref(),
+        args.ca_file.as_deref(),
+    )?;
 
     let mut input = SynthesisInput {
         composition: CompositionMeta {

@@ -120,6 +120,19 @@ pub fn module_kind(bytes: &[u8]) -> Option<ModuleKind> {
     }
 }
 
+/// What `enoki module inspect` shows.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Inspection {
+    /// `sha256:<hex>` of the bytes.
+    pub digest: String,
+    /// Size in bytes.
+    pub size: usize,
+    /// Core module or component.
+    pub kind: ModuleKind,
+    /// Imports (`module::name` for core modules, interface names for components).
+    pub imports: Vec<String>,
+}
+
 /// `sha256:<hex>` of some bytes.
 pub fn digest(bytes: &[u8]) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
@@ -305,6 +318,41 @@ impl Host {
     /// Artifacts loaded from the on-disk cache instead of being compiled.
     pub fn cache_hits(&self) -> usize {
         self.cache.as_ref().map_or(0, Cache::cache_hits)
+    }
+
+    /// Describes a module without running it: digest, size, kind and imports.
+    ///
+    /// # Errors
+    /// [`HostError::Instantiate`] when the bytes do not compile.
+    pub fn inspect(&self, bytes: &[u8]) -> Result<Inspection, HostError> {
+        let compile = |e: wasmtime::Error| HostError::Instantiate {
+            message: format!("compile: {e:#}"),
+        };
+        let (kind, imports) = match module_kind(bytes) {
+            Some(ModuleKind::Component) => {
+                let c = Component::new(&self.engine, bytes).map_err(compile)?;
+                let imports = c
+                    .component_type()
+                    .imports(&self.engine)
+                    .map(|(name, _)| name.to_string())
+                    .collect();
+                (ModuleKind::Component, imports)
+            }
+            _ => {
+                let m = Module::new(&self.engine, bytes).map_err(compile)?;
+                let imports = m
+                    .imports()
+                    .map(|i| format!("{}::{}", i.module(), i.name()))
+                    .collect();
+                (ModuleKind::Preview1, imports)
+            }
+        };
+        Ok(Inspection {
+            digest: digest(bytes),
+            size: bytes.len(),
+            kind,
+            imports,
+        })
     }
 
     /// Compiles (once per digest) and pre-links a module or component.

@@ -46,6 +46,8 @@ pub struct Options {
     pub resync: Duration,
     /// On-disk cache of compiled modules.
     pub module_cache_dir: Option<PathBuf>,
+    /// Extra CA (PEM) trusted for `url` module sources.
+    pub module_ca: Option<Vec<u8>>,
 }
 
 /// Errors of a reconcile; `is_transient` drives the backoff.

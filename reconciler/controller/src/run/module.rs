@@ -1,6 +1,5 @@
-//! Fetching a Synthesizer's module: `builtin`, `configMap` (binaryData, optionally gzip).
-//! `oci` and `url` sources are recognised and refused with a clear message until the
-//! module-source work lands.
+//! Fetching a Synthesizer's module: `builtin`, `configMap` (binaryData, optionally gzip),
+//! `oci` (pulled by digest) and `url` (https, verified against `sha256`).
 
 use std::io::Read;
 
@@ -44,6 +43,7 @@ pub async fn fetch(
     client: &kube::Client,
     host: &std::sync::Arc<wasm_host::Host>,
     synth: &Synthesizer,
+    ca: Option<&[u8]>,
 ) -> Result<Module, ModuleError> {
     let m = &synth.spec.module;
     if m.sources_set() != 1 {
@@ -110,8 +110,29 @@ pub async fn fetch(
             .map_err(|e| ModuleError::Spec(format!("module compilation task failed: {e}")))??;
         return Ok(Module::Wasm(loaded));
     }
-    let field = if m.oci.is_some() { "oci" } else { "url" };
-    Err(ModuleError::Spec(format!(
-        "{field} module sources are not supported by this release yet"
-    )))
+    let bytes = if let Some(reference) = &m.oci {
+        crate::sources::pull(reference).await.map_err(|e| match e {
+            crate::sources::SourceError::Remote { .. } => ModuleError::Fetch {
+                field: "oci",
+                message: e.to_string(),
+            },
+            other => ModuleError::Spec(format!("oci: {other}")),
+        })?
+    } else {
+        let url = m.url.clone().unwrap_or_default();
+        crate::sources::fetch_url(&url, m.sha256.as_deref(), ca)
+            .await
+            .map_err(|e| match e {
+                crate::sources::SourceError::Remote { .. } => ModuleError::Fetch {
+                    field: "url",
+                    message: e.to_string(),
+                },
+                other => ModuleError::Spec(format!("url: {other}")),
+            })?
+    };
+    let host = host.clone();
+    let loaded = tokio::task::spawn_blocking(move || host.load(&bytes))
+        .await
+        .map_err(|e| ModuleError::Spec(format!("module compilation task failed: {e}")))??;
+    Ok(Module::Wasm(loaded))
 }

@@ -331,7 +331,7 @@ async fn load_module(
     if let Some(m) = ctx.modules.lock().ok().and_then(|m| m.get(&key).cloned()) {
         return Ok(m);
     }
-    let result = module::fetch(&ctx.client, &ctx.host, synth).await;
+    let result = module::fetch(&ctx.client, &ctx.host, synth, ctx.opts.module_ca.as_deref()).await;
     // Report on the Synthesizer too (best effort).
     let mut sst = synth.status.clone().unwrap_or_default();
     let before = sst.clone();

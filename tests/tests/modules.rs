@@ -1,0 +1,384 @@
+//! Module sources against real servers started here: a real OCI registry process
+//! (Debian's `docker-registry`) on 127.0.0.1, and a local TLS server (`openssl s_server`).
+//! `enoki module push|inspect`, `enoki render` from a pinned OCI reference and from an https
+//! URL with a verified digest, and a Synthesizer whose module comes from the registry.
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use harness::workspace_root;
+
+struct Proc(Child);
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn wait_port(port: u16) {
+    let start = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "nothing listens on 127.0.0.1:{port}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn tempdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("enoki-{name}-{:08x}", rand::random::<u32>()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn enoki(args: &[&str]) -> Output {
+    let bin = workspace_root().join("target/debug/enoki");
+    assert!(
+        bin.exists(),
+        "{} is missing (make test builds it)",
+        bin.display()
+    );
+    Command::new(bin)
+        .args(args)
+        .current_dir(workspace_root())
+        .output()
+        .unwrap()
+}
+
+fn sample() -> PathBuf {
+    let p = workspace_root().join("target/wasm32-wasip1/release/hello-rust.wasm");
+    assert!(
+        p.exists(),
+        "{} is missing (hack/build-samples.sh)",
+        p.display()
+    );
+    p
+}
+
+/// Starts Debian's docker-registry on a free port with storage in a temp dir.
+fn registry() -> (Proc, String) {
+    let bin = Path::new("/usr/bin/docker-registry");
+    assert!(
+        bin.exists(),
+        "docker-registry is not installed (hack/setup.sh installs the Debian package)"
+    );
+    let dir = tempdir("registry");
+    let port = free_port();
+    let config = dir.join("config.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "version: 0.1\nlog: {{level: warn}}\nstorage: {{filesystem: {{rootdirectory: {}}}}}\nhttp: {{addr: 127.0.0.1:{port}}}\n",
+            dir.join("data").display()
+        ),
+    )
+    .unwrap();
+    let child = Command::new(bin)
+        .args(["serve", config.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("registry.log")).unwrap())
+        .spawn()
+        .unwrap();
+    wait_port(port);
+    (Proc(child), format!("127.0.0.1:{port}"))
+}
+
+fn push(addr: &str, tag: &str) -> String {
+    let out = enoki(&[
+        "module",
+        "push",
+        sample().to_str().unwrap(),
+        &format!("{addr}/samples/hello:{tag}"),
+    ]);
+    assert!(
+        out.status.success(),
+        "push failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let digest = text.lines().next().unwrap().to_string();
+    assert!(
+        digest.starts_with("sha256:") && digest.len() == 71,
+        "{text}"
+    );
+    digest
+}
+
+#[test]
+fn modules_round_trip_through_a_real_oci_registry() {
+    let (_registry, addr) = registry();
+    let digest = push(&addr, "v1");
+    let pinned = format!("{addr}/samples/hello:v1@{digest}");
+
+    let out = enoki(&["module", "inspect", &pinned]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("WASI preview1 command module"), "{text}");
+    assert!(text.contains("wasi_snapshot_preview1::fd_write"), "{text}");
+    let file_digest = format!("sha256:{}", hex_sha256(&std::fs::read(sample()).unwrap()));
+    assert!(
+        text.contains(&file_digest),
+        "the layer is the module itself: {text}"
+    );
+
+    let out = enoki(&[
+        "render",
+        &pinned,
+        "--resource-list",
+        "samples/01-hello-rust/fixtures/input.json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .contains("name: hello-settings")
+    );
+
+    let out = enoki(&["module", "inspect", &format!("{addr}/samples/hello:v1")]);
+    assert!(
+        !out.status.success(),
+        "a tag-only reference must be refused"
+    );
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.contains("has no digest") && err.contains("@sha256:"),
+        "{err}"
+    );
+
+    let wrong = format!("{addr}/samples/hello:v1@sha256:{}", "0".repeat(64));
+    assert!(
+        !enoki(&["module", "inspect", &wrong]).status.success(),
+        "an unknown digest is refused"
+    );
+}
+
+fn hex_sha256(bytes: &[u8]) -> String {
+    let out = Command::new("sha256sum")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    let mut child = out;
+    child.stdin.take().unwrap().write_all(bytes).unwrap();
+    let o = child.wait_with_output().unwrap();
+    String::from_utf8(o.stdout)
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+/// A CA and a serving certificate for 127.0.0.1, and `openssl s_server -WWW` serving `dir`.
+fn tls_server(dir: &Path) -> (Proc, u16, PathBuf) {
+    let sh = |script: &str| {
+        let st = Command::new("bash")
+            .arg("-c")
+            .arg(script)
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(
+            st.status.success(),
+            "{script}: {}",
+            String::from_utf8_lossy(&st.stderr)
+        );
+    };
+    sh(
+        "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -keyout ca.key -out ca.crt -subj /CN=test-ca \
+        -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign 2>/dev/null",
+    );
+    sh(
+        "printf '%s\\n' basicConstraints=critical,CA:FALSE keyUsage=critical,digitalSignature,keyEncipherment \
+        extendedKeyUsage=serverAuth subjectAltName=IP:127.0.0.1 > srv.ext && \
+        openssl req -newkey rsa:2048 -nodes -keyout srv.key -out srv.csr -subj /CN=127.0.0.1 2>/dev/null && \
+        openssl x509 -req -in srv.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 1 -extfile srv.ext -out srv.crt 2>/dev/null",
+    );
+    let port = free_port();
+    let child = Command::new("openssl")
+        .args([
+            "s_server",
+            "-quiet",
+            "-WWW",
+            "-accept",
+            &port.to_string(),
+            "-cert",
+            "srv.crt",
+            "-key",
+            "srv.key",
+        ])
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_port(port);
+    (Proc(child), port, dir.join("ca.crt"))
+}
+
+#[test]
+fn https_modules_are_verified_against_their_sha256() {
+    let dir = tempdir("https");
+    std::fs::copy(sample(), dir.join("hello.wasm")).unwrap();
+    let sha = hex_sha256(&std::fs::read(sample()).unwrap());
+    let (_server, port, ca) = tls_server(&dir);
+    let url = format!("https://127.0.0.1:{port}/hello.wasm");
+    let fixture = "samples/01-hello-rust/fixtures/input.json";
+
+    let ok = enoki(&[
+        "render",
+        &url,
+        "--sha256",
+        &sha,
+        "--ca-file",
+        ca.to_str().unwrap(),
+        "--resource-list",
+        fixture,
+    ]);
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    assert!(
+        String::from_utf8(ok.stdout)
+            .unwrap()
+            .contains("name: hello-message")
+    );
+
+    let bad = enoki(&[
+        "render",
+        &url,
+        "--sha256",
+        &"a".repeat(64),
+        "--ca-file",
+        ca.to_str().unwrap(),
+        "--resource-list",
+        fixture,
+    ]);
+    assert!(!bad.status.success());
+    let err = String::from_utf8(bad.stderr).unwrap();
+    assert!(err.contains("digest mismatch"), "{err}");
+
+    let untrusted = enoki(&["render", &url, "--sha256", &sha, "--resource-list", fixture]);
+    assert!(
+        !untrusted.status.success(),
+        "a server the CA list does not trust is refused"
+    );
+
+    let no_digest = enoki(&[
+        "render",
+        &url,
+        "--ca-file",
+        ca.to_str().unwrap(),
+        "--resource-list",
+        fixture,
+    ]);
+    assert!(
+        String::from_utf8(no_digest.stderr)
+            .unwrap()
+            .contains("needs sha256")
+    );
+}
+
+#[tokio::test]
+async fn a_synthesizer_pulls_its_module_from_the_registry_by_digest() {
+    use crds::{Composition, Synthesizer};
+    use kube::api::{Api, Patch, PatchParams};
+    use serde_json::json;
+
+    let (_registry, addr) = registry();
+    let digest = push(&addr, "e2e");
+    let env = harness::TestEnv::new().await;
+    harness::install_crds(&env.client).await;
+    let name = format!("{}-oci", env.namespace);
+    let synths: Api<Synthesizer> = Api::all(env.client.clone());
+    let synth = json!({
+        "apiVersion": "enoki.dev/v1alpha1", "kind": "Synthesizer", "metadata": {"name": name},
+        "spec": {
+            "module": {"oci": format!("{addr}/samples/hello:e2e@{digest}")},
+            "refs": [{"key": "config", "resource": {"group": "", "version": "v1", "kind": "ConfigMap"}}],
+        },
+    });
+    synths
+        .patch(
+            &name,
+            &PatchParams::apply("test").force(),
+            &Patch::Apply(&synth),
+        )
+        .await
+        .unwrap();
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = env.api();
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"greeting": "oci"}});
+    cms.patch(
+        "cfg",
+        &PatchParams::apply("test").force(),
+        &Patch::Apply(&cm),
+    )
+    .await
+    .unwrap();
+    let comps: Api<Composition> = env.api();
+    let comp = json!({
+        "apiVersion": "enoki.dev/v1alpha1", "kind": "Composition", "metadata": {"name": "from-oci"},
+        "spec": {"synthesizer": {"name": name}, "bindings": [{"key": "config", "resource": {"name": "cfg"}}]},
+    });
+    comps
+        .patch(
+            "from-oci",
+            &PatchParams::apply("test").force(),
+            &Patch::Apply(&comp),
+        )
+        .await
+        .unwrap();
+    let enoki = harness::Enoki::start(&env.namespace);
+    let ready = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            let c = comps.get("from-oci").await.unwrap();
+            if c.status.as_ref().is_some_and(|s| {
+                s.conditions
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.status == "True")
+            }) {
+                return c;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("not Ready; enoki logs:\n{}", enoki.logs()));
+    let module_digest = ready
+        .status
+        .unwrap()
+        .current_synthesis
+        .unwrap()
+        .module_digest
+        .unwrap();
+    assert_eq!(
+        module_digest,
+        format!("sha256:{}", hex_sha256(&std::fs::read(sample()).unwrap()))
+    );
+    let msg = cms.get("from-oci-message").await.unwrap().data.unwrap()["message"].clone();
+    assert_eq!(msg, "oci, world");
+}
