@@ -17,9 +17,13 @@ use serde_json::json;
 const WAIT: Duration = Duration::from_secs(60);
 
 async fn setup(greeting: &str, extra: u32) -> (TestEnv, String) {
+    setup_with_module(&sample_module(), greeting, extra).await
+}
+
+async fn setup_with_module(module: &[u8], greeting: &str, extra: u32) -> (TestEnv, String) {
     let env = TestEnv::new().await;
     install_crds(&env.client).await;
-    let synth = install_synthesizer(&env, "hello", &sample_module()).await;
+    let synth = install_synthesizer(&env, "hello", module).await;
     set_input(&env, greeting, extra).await;
     let comp = json!({
         "apiVersion": "enoki.dev/v1alpha1", "kind": "Composition",
@@ -329,4 +333,17 @@ async fn kubectl_get_comp_prints_the_documented_columns() {
         "{text}"
     );
     assert!(text.contains("Ready") && text.contains("True"), "{text}");
+}
+
+#[tokio::test]
+async fn a_gzipped_module_in_a_configmap_is_accepted() {
+    use std::io::Write;
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(&sample_module()).unwrap();
+    let compressed = gz.finish().unwrap();
+    assert!(compressed.len() < sample_module().len());
+    let (env, _) = setup_with_module(&compressed, "gz", 0).await;
+    let enoki = Enoki::start(&env.namespace);
+    wait_ready(&env, &enoki).await;
+    assert_eq!(message(&env).await.as_deref(), Some("gz, world"));
 }

@@ -256,3 +256,33 @@ fn a_preview2_component_runs_with_the_same_contract() {
     );
     normal_module_still_runs();
 }
+
+#[test]
+fn the_sample_module_reads_the_golden_contract_input() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let wasm = std::fs::read(root.join("target/wasm32-wasip1/release/hello-rust.wasm"))
+        .unwrap_or_else(|e| {
+            panic!("sample 01 is not built ({e}); run hack/build-samples.sh (`make test` does)")
+        });
+    let input = std::fs::read(root.join("synthesizer-sdk/contract/input.json")).unwrap();
+    let out = host()
+        .run(
+            &host().load(&wasm).unwrap(),
+            RunRequest {
+                input: &input,
+                env: &[],
+                limits: LIMITS,
+                entropy: Entropy::Reproducible {
+                    wall_clock: Duration::ZERO,
+                    seed: SEED,
+                },
+            },
+        )
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["kind"], "ResourceList");
+    // The golden input binds `config` with greeting "hello"; the composition is "hello".
+    let items = v["items"].as_array().unwrap();
+    assert_eq!(items[0]["metadata"]["name"], "hello-settings");
+    assert_eq!(items[0]["data"]["greeting"], "hello");
+}
