@@ -199,8 +199,12 @@ impl Enoki {
             rand::random::<u32>()
         ));
         let file = std::fs::File::create(&log).expect("log file can be created");
+        let mut args = vec!["run", "--namespace", namespace, "--readiness-poll", "1s"];
+        if !extra.contains(&"--metrics-addr") {
+            args.extend(["--metrics-addr", "127.0.0.1:0"]);
+        }
         let child = std::process::Command::new(bin)
-            .args(["run", "--namespace", namespace, "--readiness-poll", "1s"])
+            .args(&args)
             .args(extra)
             .env("KUBECONFIG", kubeconfig_path())
             .env("RUST_LOG", "info")
@@ -287,4 +291,36 @@ pub async fn install_synthesizer(env: &TestEnv, suffix: &str, module: &[u8]) -> 
         .await
         .expect("Synthesizer");
     name
+}
+
+/// A free TCP port on 127.0.0.1.
+///
+/// # Panics
+/// When no port can be bound.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port on 127.0.0.1")
+}
+
+/// GET `http://127.0.0.1:<port><path>` with curl: (status code, body). `(0, "")` when nothing
+/// answers.
+pub fn http_get(port: u16, path: &str) -> (u16, String) {
+    let out = std::process::Command::new("curl")
+        .args([
+            "-s",
+            "-o",
+            "-",
+            "-w",
+            "\n%{http_code}",
+            &format!("http://127.0.0.1:{port}{path}"),
+        ])
+        .output();
+    let Ok(out) = out else {
+        return (0, String::new());
+    };
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (code.trim().parse().unwrap_or(0), body.to_string())
 }

@@ -95,6 +95,16 @@ pub struct RunArgs {
     /// Log format.
     #[arg(long, env = "ENOKI_LOG_FORMAT", value_enum, default_value = "pretty")]
     pub log_format: LogFormat,
+    /// Address for /metrics, /healthz and /readyz (empty to disable).
+    #[arg(long, env = "ENOKI_METRICS_ADDR", default_value = "127.0.0.1:8080")]
+    pub metrics_addr: String,
+    /// Run only while holding the Lease `enoki-controller` in this namespace (leader election,
+    /// for several replicas). Off when unset.
+    #[arg(long, env = "ENOKI_LEADER_ELECTION_NAMESPACE")]
+    pub leader_election_namespace: Option<String>,
+    /// Lease duration in seconds; a stopped leader is replaced after about this long.
+    #[arg(long, env = "ENOKI_LEASE_DURATION_SECS", default_value_t = 15)]
+    pub lease_duration_secs: u64,
 }
 
 /// Arguments of `enoki render`.

@@ -63,6 +63,19 @@ fn start(args: &cli::RunArgs) -> anyhow::Result<()> {
         readiness_poll: parse("readiness-poll", &args.readiness_poll)?,
         resync: parse("resync", &args.resync)?,
         module_cache_dir: args.module_cache_dir.clone(),
+        metrics_addr: if args.metrics_addr.is_empty() {
+            None
+        } else {
+            Some(
+                args.metrics_addr
+                    .parse()
+                    .map_err(|e| anyhow::anyhow!("--metrics-addr {:?}: {e}", args.metrics_addr))?,
+            )
+        },
+        leader_election: args
+            .leader_election_namespace
+            .clone()
+            .map(|ns| (ns, args.lease_duration_secs.max(1))),
         module_ca: match &args.module_ca_file {
             Some(p) => Some(
                 std::fs::read(p)

@@ -333,6 +333,24 @@ pub async fn reconcile_resources(
         .buffered(concurrency)
         .collect()
         .await;
+    for (step, outcome) in the_plan.steps.iter().zip(&outcomes) {
+        if step.op.is_write() {
+            let result = if outcome.error.is_some() {
+                "error"
+            } else {
+                "ok"
+            };
+            super::metrics::Metrics::count(
+                &ctx.metrics.apply_ops,
+                &format!("{}-{result}", op_name(&step.op)),
+            );
+        }
+    }
+    if !deleting {
+        ctx.metrics
+            .managed_resources
+            .set(i64::try_from(the_plan.steps.len()).unwrap_or(i64::MAX));
+    }
 
     // ---- record ----
     let mut states: Vec<Vec<ResourceState>> = slices
@@ -493,6 +511,14 @@ pub async fn reconcile_resources(
             &errors.join("; "),
             generation,
         );
+        ctx.event(
+            comp,
+            true,
+            reasons::APPLY_FAILED,
+            "Apply",
+            errors.join("; "),
+        )
+        .await;
     }
     let ready_msg = if all_ready {
         "every resource is ready".to_string()

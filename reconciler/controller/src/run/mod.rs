@@ -7,6 +7,7 @@
 //! Composition's conditions. Every path returns an explicit requeue.
 
 mod apply;
+pub mod metrics;
 mod module;
 mod reconcile;
 mod status;
@@ -48,6 +49,10 @@ pub struct Options {
     pub module_cache_dir: Option<PathBuf>,
     /// Extra CA (PEM) trusted for `url` module sources.
     pub module_ca: Option<Vec<u8>>,
+    /// Where to serve /metrics, /healthz, /readyz (off when `None`).
+    pub metrics_addr: Option<std::net::SocketAddr>,
+    /// Lease-based leader election: (namespace, lease duration); off when `None`.
+    pub leader_election: Option<(String, u64)>,
 }
 
 /// Errors of a reconcile; `is_transient` drives the backoff.
@@ -91,6 +96,8 @@ pub struct Context {
     pub(crate) prepared: Mutex<HashMap<String, Arc<plan::Prepared>>>,
     discovery: Mutex<HashMap<GroupVersionKind, (ApiResource, bool)>>,
     pub(crate) triggers: Arc<triggers::Triggers>,
+    pub(crate) metrics: metrics::Metrics,
+    pub(crate) recorder: kube::runtime::events::Recorder,
 }
 
 impl Context {
@@ -113,6 +120,33 @@ impl Context {
 }
 
 impl Context {
+    /// Publishes a Kubernetes Event on the Composition (best effort: failures are logged).
+    pub(crate) async fn event(
+        &self,
+        comp: &Composition,
+        warning: bool,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) {
+        use kube::Resource;
+        use kube::runtime::events::{Event, EventType};
+        let ev = Event {
+            type_: if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: reason.to_string(),
+            note: Some(note.chars().take(1000).collect()),
+            action: action.to_string(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&ev, &comp.object_ref(&())).await {
+            tracing::debug!(error = %e, "cannot publish event");
+        }
+    }
+
     /// (group, kind) -> namespaced, for every kind resolved so far.
     pub(crate) fn discovery_snapshot(&self) -> std::collections::BTreeMap<(String, String), bool> {
         self.discovery
@@ -148,13 +182,54 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         wc = wc.labels(sel);
     }
     let concurrency = u16::try_from(opts.concurrency.max(1)).unwrap_or(u16::MAX);
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = metrics::Metrics::register(&mut registry);
+    let ready = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    if let Some(addr) = opts.metrics_addr {
+        metrics::serve(addr, registry, ready.clone()).await?;
+    }
+
+    // Leader election: wait for the Lease, and stop when it is lost.
+    let identity = format!(
+        "{}-{:08x}",
+        std::env::var("HOSTNAME").unwrap_or_else(|_| "enoki".into()),
+        rand::random::<u32>()
+    );
+    let mut leadership: Option<tokio::sync::watch::Receiver<bool>> = None;
+    if let Some((namespace, duration)) = &opts.leader_election {
+        let manager =
+            kube_lease_manager::LeaseManagerBuilder::new(client.clone(), "enoki-controller")
+                .with_namespace(namespace.clone())
+                .with_identity(identity.clone())
+                .with_duration(*duration)
+                .with_grace((*duration / 3).max(1))
+                .build()
+                .await?;
+        let (mut rx, _task) = manager.watch().await;
+        tracing::info!(%identity, lease = %format!("{namespace}/enoki-controller"), "waiting for leadership");
+        while !*rx.borrow_and_update() {
+            rx.changed().await?;
+        }
+        tracing::info!(%identity, "acquired leadership");
+        leadership = Some(rx);
+    }
+
     let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
     let triggers = triggers::Triggers::new(client.clone(), sender);
     let changes = futures::stream::unfold(receiver, |mut rx| async move {
         rx.recv().await.map(|r| (r, rx))
     });
+    let recorder = kube::runtime::events::Recorder::new(
+        client.clone(),
+        kube::runtime::events::Reporter {
+            controller: "enoki".into(),
+            instance: Some(identity.clone()),
+        },
+    );
     let ctx = Arc::new(Context {
         triggers,
+        metrics,
+        recorder,
         client,
         host,
         opts,
@@ -162,11 +237,27 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         prepared: Mutex::new(HashMap::new()),
         discovery: Mutex::new(HashMap::new()),
     });
+    let lost = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let lost_flag = lost.clone();
+    let lost_leadership = async move {
+        match leadership {
+            Some(mut rx) => loop {
+                if rx.changed().await.is_err() || !*rx.borrow() {
+                    lost_flag.store(true, std::sync::atomic::Ordering::Relaxed);
+                    tracing::warn!("lost leadership; stopping");
+                    break;
+                }
+            },
+            None => futures::future::pending::<()>().await,
+        }
+    };
+    ready.store(true, std::sync::atomic::Ordering::Relaxed);
     Controller::new(comps, wc)
         .owns(slices, watcher::Config::default())
         .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
         .reconcile_on(changes)
         .shutdown_on_signal()
+        .graceful_shutdown_on(lost_leadership)
         .run(reconcile::reconcile, error_policy, ctx)
         .for_each(|res| async move {
             if let Err(e) = res {
@@ -174,12 +265,17 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
             }
         })
         .await;
+    ready.store(false, std::sync::atomic::Ordering::Relaxed);
+    if lost.load(std::sync::atomic::Ordering::Relaxed) {
+        anyhow::bail!("lost leadership");
+    }
     tracing::info!("enoki controller stopped");
     Ok(())
 }
 
 #[allow(clippy::needless_pass_by_value)] // the signature kube-runtime requires
-fn error_policy(comp: Arc<Composition>, err: &Error, _ctx: Arc<Context>) -> Action {
+fn error_policy(comp: Arc<Composition>, err: &Error, ctx: Arc<Context>) -> Action {
+    metrics::Metrics::count(&ctx.metrics.reconcile_errors, err.category());
     let chain = {
         let mut parts = vec![err.to_string()];
         let mut src = std::error::Error::source(err);

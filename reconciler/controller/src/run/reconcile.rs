@@ -32,6 +32,15 @@ const SLICE_BYTES: usize = 512 * 1024;
 /// faults become conditions instead.
 #[tracing::instrument(skip_all, fields(composition = %comp.name_any(), generation = ?comp.metadata.generation))]
 pub async fn reconcile(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let start = std::time::Instant::now();
+    let result = reconcile_inner(comp, ctx.clone()).await;
+    ctx.metrics
+        .reconcile_duration
+        .observe(start.elapsed().as_secs_f64());
+    result
+}
+
+async fn reconcile_inner(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Action, Error> {
     let ns = comp.namespace().unwrap_or_default();
     let name = comp.name_any();
     let comps: Api<Composition> = Api::namespaced(ctx.client.clone(), &ns);
@@ -59,6 +68,14 @@ pub async fn reconcile(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Acti
                 .await
                 .map_err(kube_err("removing the cleanup finalizer"))?;
             tracing::info!("resources cleaned up; finalizer removed");
+            ctx.event(
+                &comp,
+                false,
+                reasons::DELETING,
+                "Cleanup",
+                "every managed resource was deleted or orphaned".into(),
+            )
+            .await;
             return Ok(Action::await_change());
         }
         write_status(&comps, &comp, &st).await?;
@@ -210,6 +227,7 @@ pub async fn reconcile(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Acti
         let secure = synth.spec.entropy == Some(crds::Entropy::Secure);
         let scopes = scope_table(&ctx).await;
         let host = ctx.host.clone();
+        let started = std::time::Instant::now();
         let result = tokio::task::spawn_blocking(move || {
             let is_namespaced = |g: &str, k: &str| {
                 scopes
@@ -221,8 +239,17 @@ pub async fn reconcile(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Acti
         })
         .await
         .map_err(|e| Error::Task(e.to_string()))?;
+        ctx.metrics
+            .synthesis_duration
+            .observe(started.elapsed().as_secs_f64());
+        super::metrics::Metrics::count(
+            &ctx.metrics.synthesis_runs,
+            result.as_ref().map_or_else(|e| e.reason(), |_| "Success"),
+        );
         match result {
             Err(e) => {
+                ctx.event(&comp, true, e.reason(), "Synthesize", e.to_string())
+                    .await;
                 tracing::info!(reason = e.reason(), error = %e, "synthesis failed; the previous synthesis stays applied");
                 fail(&mut st, generation, e.reason(), &e.to_string());
                 write_status(&comps, &comp, &st).await?;

@@ -1,0 +1,157 @@
+//! Prometheus metrics (prometheus-client, registry passed in) and the HTTP server for
+//! `/metrics`, `/healthz` and `/readyz`.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::get;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// Label set with one bounded label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct Outcome {
+    /// A fixed, bounded value (an op, a reason, a category).
+    pub outcome: String,
+}
+
+/// Every metric of the controller.
+pub struct Metrics {
+    /// Reconcile durations.
+    pub reconcile_duration: Histogram,
+    /// Reconcile errors by category.
+    pub reconcile_errors: Family<Outcome, Counter>,
+    /// Syntheses by outcome (`success` or the failure reason).
+    pub synthesis_runs: Family<Outcome, Counter>,
+    /// Synthesis durations.
+    pub synthesis_duration: Histogram,
+    /// Apply operations by op and result.
+    pub apply_ops: Family<Outcome, Counter>,
+    /// Resources in current syntheses (last observed).
+    pub managed_resources: Gauge,
+}
+
+impl Metrics {
+    /// Registers every metric in `registry`.
+    pub fn register(registry: &mut Registry) -> Metrics {
+        let m = Metrics {
+            reconcile_duration: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
+            reconcile_errors: Family::default(),
+            synthesis_runs: Family::default(),
+            synthesis_duration: Histogram::new(exponential_buckets(0.0001, 2.0, 18)),
+            apply_ops: Family::default(),
+            managed_resources: Gauge::default(),
+        };
+        registry.register(
+            "enoki_reconcile_duration_seconds",
+            "Composition reconcile duration",
+            m.reconcile_duration.clone(),
+        );
+        registry.register(
+            "enoki_reconcile_errors",
+            "Reconcile errors by category",
+            m.reconcile_errors.clone(),
+        );
+        registry.register(
+            "enoki_synthesis_runs",
+            "Syntheses by outcome",
+            m.synthesis_runs.clone(),
+        );
+        registry.register(
+            "enoki_synthesis_duration_seconds",
+            "Synthesis duration (module run + parsing)",
+            m.synthesis_duration.clone(),
+        );
+        registry.register(
+            "enoki_apply_operations",
+            "Apply operations by op and result",
+            m.apply_ops.clone(),
+        );
+        registry.register(
+            "enoki_managed_resources",
+            "Resources in the last reconciled synthesis",
+            m.managed_resources.clone(),
+        );
+        m
+    }
+
+    /// Counts one labelled event.
+    pub fn count(family: &Family<Outcome, Counter>, outcome: &str) {
+        family
+            .get_or_create(&Outcome {
+                outcome: outcome.to_string(),
+            })
+            .inc();
+    }
+}
+
+struct ServerState {
+    registry: Registry,
+    ready: Arc<AtomicBool>,
+}
+
+/// Serves `/metrics`, `/healthz` (always ok while the process runs) and `/readyz` (ok once
+/// the controller runs: leadership acquired, watches started).
+///
+/// # Errors
+/// When the address cannot be bound.
+pub async fn serve(
+    addr: SocketAddr,
+    registry: Registry,
+    ready: Arc<AtomicBool>,
+) -> std::io::Result<()> {
+    let state = Arc::new(ServerState { registry, ready });
+    let app = Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .with_state(state);
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    tracing::info!(%addr, "serving /metrics, /healthz, /readyz");
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!(error = %e, "metrics server stopped");
+        }
+    });
+    Ok(())
+}
+
+async fn metrics(
+    State(state): State<Arc<ServerState>>,
+) -> (StatusCode, [(&'static str, &'static str); 1], String) {
+    let mut text = String::new();
+    match prometheus_client::encoding::text::encode(&mut text, &state.registry) {
+        Ok(()) => (
+            StatusCode::OK,
+            [(
+                "content-type",
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            text,
+        ),
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            [("content-type", "text/plain")],
+            e.to_string(),
+        ),
+    }
+}
+
+async fn readyz(State(state): State<Arc<ServerState>>) -> (StatusCode, &'static str) {
+    if state.ready.load(Ordering::Relaxed) {
+        (StatusCode::OK, "ok")
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: waiting for leadership or caches",
+        )
+    }
+}
