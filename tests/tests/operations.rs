@@ -217,3 +217,144 @@ async fn client_side_mode_creates_and_merge_patches() {
         enoki.logs()
     );
 }
+
+#[tokio::test]
+async fn a_resource_that_keeps_failing_backs_off_and_reports_its_error() {
+    let env = TestEnv::new().await;
+    install_crds(&env.client).await;
+    let guest =
+        std::fs::read(harness::workspace_root().join("tests/guests/invalid_service.wat")).unwrap();
+    let synth = install_synthesizer(&env, "invalid", &guest).await;
+    set_input(&env, "unused").await;
+    let comp = json!({
+        "apiVersion": "enoki.dev/v1alpha1", "kind": "Composition", "metadata": {"name": "hello"},
+        "spec": {"synthesizer": {"name": synth}, "bindings": [{"key": "config", "resource": {"name": "hello-config"}}]},
+    });
+    let comps: Api<Composition> = env.api();
+    comps
+        .patch(
+            "hello",
+            &PatchParams::apply("test").force(),
+            &Patch::Apply(&comp),
+        )
+        .await
+        .unwrap();
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let enoki = Enoki::start_with(&env.namespace, &["--metrics-addr", &addr]);
+    let cond = eventually("Reconciled=False with ApplyFailed", WAIT, || async {
+        let c = comps.get("hello").await.unwrap();
+        c.status?
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "Reconciled" && c.reason == "ApplyFailed")
+    })
+    .await;
+    assert!(
+        cond.message.contains("Service/") && cond.message.contains("broken"),
+        "{}",
+        cond.message
+    );
+    let cms: Api<ConfigMap> = env.api();
+    assert!(
+        cms.get_opt("fine").await.unwrap().is_some(),
+        "the valid resource is applied regardless"
+    );
+
+    // The per-resource error is in the ResourceSlice status.
+    let st = comps.get("hello").await.unwrap().status.unwrap();
+    let slices: Api<crds::ResourceSlice> = env.api();
+    let slice = slices
+        .get(&st.current_synthesis.unwrap().resource_slices[0].name)
+        .await
+        .unwrap();
+    let errors: Vec<String> = slice
+        .status
+        .unwrap()
+        .resources
+        .into_iter()
+        .filter_map(|r| r.error)
+        .collect();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].contains("Invalid") || errors[0].contains("ports"),
+        "{errors:?}"
+    );
+
+    // Retries back off (1 s, 2 s, 4 s, …) although the readiness poll is 1 s and every status
+    // write triggers a reconcile: only a handful of attempts in 6 s.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let (_, body) = http_get(port, "/metrics");
+    let attempts: u64 = body
+        .lines()
+        .find(|l| l.starts_with("enoki_apply_operations_total{outcome=\"apply-error\"}"))
+        .and_then(|l| l.split_whitespace().last())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| {
+            panic!(
+                "no apply-error counter in:\n{body}\nlogs:\n{}",
+                enoki.logs()
+            )
+        });
+    assert!((1..=5).contains(&attempts), "{attempts} attempts in ~6 s");
+}
+
+#[tokio::test]
+async fn a_synthesizer_change_rolls_out_one_composition_per_cooldown() {
+    let env = TestEnv::new().await;
+    install_crds(&env.client).await;
+    let synth = install_synthesizer(&env, "rollout", &sample_module()).await;
+    set_input(&env, "hello").await;
+    let comps: Api<Composition> = env.api();
+    let names = ["one", "two", "three"];
+    for n in names {
+        let comp = json!({
+            "apiVersion": "enoki.dev/v1alpha1", "kind": "Composition", "metadata": {"name": n},
+            "spec": {"synthesizer": {"name": synth}, "bindings": [{"key": "config", "resource": {"name": "hello-config"}}]},
+        });
+        comps
+            .patch(n, &PatchParams::apply("test").force(), &Patch::Apply(&comp))
+            .await
+            .unwrap();
+    }
+    let _enoki = Enoki::start_with(&env.namespace, &["--rollout-cooldown", "3s"]);
+    let first: Vec<String> = eventually("all three synthesized", WAIT, || async {
+        let mut uuids = Vec::new();
+        for n in names {
+            uuids.push(comps.get(n).await.unwrap().status?.current_synthesis?.uuid);
+        }
+        Some(uuids)
+    })
+    .await;
+    let synths: Api<crds::Synthesizer> = Api::all(env.client.clone());
+    synths
+        .patch(
+            &synth,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"env": [{"name": "ROLLOUT", "value": "2"}]}})),
+        )
+        .await
+        .unwrap();
+    let times = eventually("all three re-synthesized", WAIT, || async {
+        let mut times = Vec::new();
+        for (n, old) in names.iter().zip(&first) {
+            let cur = comps.get(n).await.unwrap().status?.current_synthesis?;
+            if cur.uuid == *old {
+                return None;
+            }
+            times.push(cur.synthesized?.0);
+        }
+        Some(times)
+    })
+    .await;
+    let mut times = times;
+    times.sort();
+    for pair in times.windows(2) {
+        let gap = pair[1].duration_since(pair[0]);
+        assert!(
+            gap.as_secs() >= 2,
+            "re-syntheses {:?} apart; the cooldown is 3 s: {times:?}",
+            gap
+        );
+    }
+}

@@ -83,6 +83,10 @@ pub struct RunArgs {
     /// How soon to look again while a resource is not ready (humantime).
     #[arg(long, env = "ENOKI_READINESS_POLL", default_value = "5s")]
     pub readiness_poll: String,
+    /// Minimum time between re-syntheses caused only by a Synthesizer change, across its
+    /// Compositions (humantime): a bad module rolls out one Composition at a time.
+    #[arg(long, env = "ENOKI_ROLLOUT_COOLDOWN", default_value = "2s")]
+    pub rollout_cooldown: String,
     /// Safety-net re-check of ready Compositions (humantime).
     #[arg(long, env = "ENOKI_RESYNC", default_value = "5m")]
     pub resync: String,

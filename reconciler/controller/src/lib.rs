@@ -62,6 +62,7 @@ fn start(args: &cli::RunArgs) -> anyhow::Result<()> {
         concurrency: args.concurrency,
         readiness_poll: parse("readiness-poll", &args.readiness_poll)?,
         resync: parse("resync", &args.resync)?,
+        rollout_cooldown: parse("rollout-cooldown", &args.rollout_cooldown)?,
         module_cache_dir: args.module_cache_dir.clone(),
         metrics_addr: if args.metrics_addr.is_empty() {
             None

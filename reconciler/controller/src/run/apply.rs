@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -75,9 +76,18 @@ fn summarize(e: &kube::Error) -> String {
 struct Outcome {
     resource_version: Option<String>,
     error: Option<String>,
+    /// Not attempted: the resource is backing off after earlier failures.
+    held: bool,
 }
 
-async fn execute(op: &Op, key: &ResourceKey, obs: &Observation) -> Outcome {
+async fn execute(op: &Op, key: &ResourceKey, obs: &Observation, held: Option<String>) -> Outcome {
+    if let Some(last) = held {
+        return Outcome {
+            error: Some(last),
+            resource_version: None,
+            held: true,
+        };
+    }
     let Some(api) = &obs.api else {
         return match op {
             Op::Skip { .. } | Op::Wait { .. } => Outcome::default(),
@@ -179,12 +189,12 @@ async fn execute(op: &Op, key: &ResourceKey, obs: &Observation) -> Outcome {
             }
             Outcome {
                 resource_version: rv,
-                error: None,
+                ..Outcome::default()
             }
         }
         Err(e) => Outcome {
             error: Some(summarize(&e)),
-            resource_version: None,
+            ..Outcome::default()
         },
     }
 }
@@ -324,17 +334,57 @@ pub async fn reconcile_resources(
 
     // ---- act ----
     let concurrency = ctx.opts.concurrency.max(1);
+    // Per-resource exponential backoff: a resource whose writes keep failing is retried after
+    // 1 s, 2 s, 4 s, … (at most 5 min), not on every pass.
+    let uid = comp.uid().unwrap_or_default();
+    let started = std::time::Instant::now();
+    let backing_off: BTreeMap<ResourceKey, String> = ctx
+        .backoff
+        .lock()
+        .map(|b| {
+            b.iter()
+                .filter(|((u, _), (_, next, _))| *u == uid && *next > started)
+                .map(|((_, k), (_, _, e))| (k.clone(), e.clone()))
+                .collect()
+        })
+        .unwrap_or_default();
     let pending: Vec<_> = the_plan
         .steps
         .iter()
-        .map(|step| execute(&step.op, &step.key, &observations[&step.key]))
+        .map(|step| {
+            let held = step
+                .op
+                .is_write()
+                .then(|| backing_off.get(&step.key).cloned())
+                .flatten();
+            execute(&step.op, &step.key, &observations[&step.key], held)
+        })
         .collect();
     let outcomes: Vec<Outcome> = futures::stream::iter(pending)
         .buffered(concurrency)
         .collect()
         .await;
+    if let Ok(mut b) = ctx.backoff.lock() {
+        for (step, outcome) in the_plan.steps.iter().zip(&outcomes) {
+            if !step.op.is_write() || outcome.held {
+                continue;
+            }
+            let key = (uid.clone(), step.key.clone());
+            match &outcome.error {
+                None => {
+                    b.remove(&key);
+                }
+                Some(e) => {
+                    let failures = b.get(&key).map_or(0, |f| f.0) + 1;
+                    let delay = Duration::from_secs(1u64 << failures.min(9).saturating_sub(1))
+                        .min(Duration::from_secs(300));
+                    b.insert(key, (failures, started + delay, e.clone()));
+                }
+            }
+        }
+    }
     for (step, outcome) in the_plan.steps.iter().zip(&outcomes) {
-        if step.op.is_write() {
+        if step.op.is_write() && !outcome.held {
             let result = if outcome.error.is_some() {
                 "error"
             } else {

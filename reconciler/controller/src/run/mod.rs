@@ -51,6 +51,8 @@ pub struct Options {
     pub module_ca: Option<Vec<u8>>,
     /// Where to serve /metrics, /healthz, /readyz (off when `None`).
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// Minimum time between two re-syntheses caused only by a Synthesizer change.
+    pub rollout_cooldown: Duration,
     /// Lease-based leader election: (namespace, lease duration); off when `None`.
     pub leader_election: Option<(String, u64)>,
 }
@@ -98,6 +100,9 @@ pub struct Context {
     pub(crate) triggers: Arc<triggers::Triggers>,
     pub(crate) metrics: metrics::Metrics,
     pub(crate) recorder: kube::runtime::events::Recorder,
+    rollouts: Mutex<HashMap<String, std::time::Instant>>,
+    pub(crate) backoff:
+        Mutex<HashMap<(String, plan::ResourceKey), (u32, std::time::Instant, String)>>,
 }
 
 impl Context {
@@ -120,6 +125,21 @@ impl Context {
 }
 
 impl Context {
+    /// Claims the rollout slot of a Synthesizer: `None` when this Composition may re-synthesize
+    /// now (and the slot is taken), otherwise how long to wait.
+    pub(crate) fn rollout_slot(&self, synthesizer: &str) -> Option<Duration> {
+        let mut last = self.rollouts.lock().ok()?;
+        let now = std::time::Instant::now();
+        if let Some(prev) = last.get(synthesizer) {
+            let since = now.duration_since(*prev);
+            if since < self.opts.rollout_cooldown {
+                return Some(self.opts.rollout_cooldown - since);
+            }
+        }
+        last.insert(synthesizer.to_string(), now);
+        None
+    }
+
     /// Publishes a Kubernetes Event on the Composition (best effort: failures are logged).
     pub(crate) async fn event(
         &self,
@@ -236,6 +256,8 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         modules: Mutex::new(HashMap::new()),
         prepared: Mutex::new(HashMap::new()),
         discovery: Mutex::new(HashMap::new()),
+        rollouts: Mutex::new(HashMap::new()),
+        backoff: Mutex::new(HashMap::new()),
     });
     let lost = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let lost_flag = lost.clone();

@@ -178,6 +178,21 @@ async fn reconcile_inner(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Ac
             && c.force_resynthesis == forced
     });
 
+    // A Synthesizer change alone rolls out gradually: one Composition per cooldown.
+    let only_synthesizer_changed = st.current_synthesis.as_ref().is_some_and(|c| {
+        c.observed_composition_generation == generation
+            && c.input_revisions == revisions
+            && c.force_resynthesis == forced
+            && (c.observed_synthesizer_generation != synth.metadata.generation
+                || c.module_digest.as_deref() != Some(digest.as_str()))
+    });
+    if !up_to_date && only_synthesizer_changed {
+        if let Some(wait) = ctx.rollout_slot(synth_name) {
+            tracing::debug!(?wait, "synthesizer rollout cooldown");
+            return Ok(Action::requeue(wait));
+        }
+    }
+
     if !up_to_date {
         let attempts = st.in_flight_synthesis.as_ref().map_or(0, |s| s.attempts) + 1;
         let uuid = new_uuid();
