@@ -89,6 +89,9 @@ pub(crate) fn kube_err(action: impl Into<String>) -> impl FnOnce(kube::Error) ->
     move |source| Error::Kube { action, source }
 }
 
+/// Failures so far, when to try again, and the last error, of one resource.
+pub(crate) type Backoff = (u32, std::time::Instant, String);
+
 /// Shared state of every reconcile.
 pub struct Context {
     pub(crate) client: Client,
@@ -101,8 +104,7 @@ pub struct Context {
     pub(crate) metrics: metrics::Metrics,
     pub(crate) recorder: kube::runtime::events::Recorder,
     rollouts: Mutex<HashMap<String, std::time::Instant>>,
-    pub(crate) backoff:
-        Mutex<HashMap<(String, plan::ResourceKey), (u32, std::time::Instant, String)>>,
+    pub(crate) backoff: Mutex<HashMap<(String, plan::ResourceKey), Backoff>>,
 }
 
 impl Context {

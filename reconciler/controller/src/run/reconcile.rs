@@ -186,11 +186,12 @@ async fn reconcile_inner(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Ac
             && (c.observed_synthesizer_generation != synth.metadata.generation
                 || c.module_digest.as_deref() != Some(digest.as_str()))
     });
-    if !up_to_date && only_synthesizer_changed {
-        if let Some(wait) = ctx.rollout_slot(synth_name) {
-            tracing::debug!(?wait, "synthesizer rollout cooldown");
-            return Ok(Action::requeue(wait));
-        }
+    if !up_to_date
+        && only_synthesizer_changed
+        && let Some(wait) = ctx.rollout_slot(synth_name)
+    {
+        tracing::debug!(?wait, "synthesizer rollout cooldown");
+        return Ok(Action::requeue(wait));
     }
 
     if !up_to_date {
