@@ -2,15 +2,19 @@
 
 #[test]
 fn manifests_are_up_to_date() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests");
-    for (file, yaml) in crds::manifests::render().unwrap() {
-        let committed = std::fs::read_to_string(dir.join(&file)).unwrap_or_else(|e| {
-            panic!("{file} is missing ({e}); run `cargo run -p crds --bin crdgen`")
-        });
-        assert_eq!(
-            committed, yaml,
-            "{file} is stale; run `cargo run -p crds --bin crdgen` and commit the result"
-        );
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    for dir in [root.join("manifests"), root.join("../deploy/base/crds")] {
+        for (file, yaml) in crds::manifests::render().unwrap() {
+            let committed = std::fs::read_to_string(dir.join(&file)).unwrap_or_else(|e| {
+                panic!("{file} is missing ({e}); run `cargo run -p crds --bin crdgen`")
+            });
+            assert_eq!(
+                committed,
+                yaml,
+                "{file} in {} is stale; run `cargo run -p crds --bin crdgen` and commit the result",
+                dir.display()
+            );
+        }
     }
 }
 

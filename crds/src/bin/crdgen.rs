@@ -1,17 +1,20 @@
-//! Writes every enoki CRD to `crds/manifests/<plural>.<group>.yaml` (or the directory given
-//! as the first argument).
+//! Writes every enoki CRD to `crds/manifests/<plural>.<group>.yaml` and
+//! `deploy/base/crds/` (or only to the directory given as the first argument).
 
 use std::path::PathBuf;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let dir = std::env::args()
-        .nth(1)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("manifests"));
-    std::fs::create_dir_all(&dir)?;
-    for (file, yaml) in crds::manifests::render()? {
-        std::fs::write(dir.join(&file), yaml)?;
-        println!("wrote {}", dir.join(file).display());
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let dirs = match std::env::args().nth(1) {
+        Some(dir) => vec![PathBuf::from(dir)],
+        None => vec![root.join("manifests"), root.join("../deploy/base/crds")],
+    };
+    for dir in dirs {
+        std::fs::create_dir_all(&dir)?;
+        for (file, yaml) in crds::manifests::render()? {
+            std::fs::write(dir.join(&file), yaml)?;
+            println!("wrote {}", dir.join(file).display());
+        }
     }
     Ok(())
 }
