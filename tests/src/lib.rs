@@ -199,7 +199,11 @@ impl Enoki {
             rand::random::<u32>()
         ));
         let file = std::fs::File::create(&log).expect("log file can be created");
-        let mut args = vec!["run", "--namespace", namespace, "--readiness-poll", "1s"];
+        // An empty namespace runs cluster-wide (Synthesizer status); scope it with a selector.
+        let mut args = vec!["run", "--readiness-poll", "1s"];
+        if !namespace.is_empty() {
+            args.extend(["--namespace", namespace]);
+        }
         if !extra.contains(&"--metrics-addr") {
             args.extend(["--metrics-addr", "127.0.0.1:0"]);
         }

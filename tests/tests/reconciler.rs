@@ -274,6 +274,22 @@ async fn deleting_the_composition_removes_its_resources_then_the_composition() {
     }
     let sas: Api<ServiceAccount> = env.api();
     assert!(sas.get_opt("hello").await.unwrap().is_none());
+    // The ResourceSlices are owned by the Composition and go with it.
+    let slices: Api<ResourceSlice> = env.api();
+    eventually(
+        "the ResourceSlices to be garbage-collected",
+        Duration::from_secs(90),
+        || async {
+            slices
+                .list(&Default::default())
+                .await
+                .unwrap()
+                .items
+                .is_empty()
+                .then_some(())
+        },
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -346,4 +362,135 @@ async fn a_gzipped_module_in_a_configmap_is_accepted() {
     let enoki = Enoki::start(&env.namespace);
     wait_ready(&env, &enoki).await;
     assert_eq!(message(&env).await.as_deref(), Some("gz, world"));
+}
+
+#[tokio::test]
+async fn a_missing_required_input_is_reported_by_name_then_synthesized_once_it_exists() {
+    let env = TestEnv::new().await;
+    install_crds(&env.client).await;
+    let synth = install_synthesizer(&env, "hello", &sample_module()).await;
+    let comp = json!({
+        "apiVersion": "enoki.dev/v1alpha1", "kind": "Composition", "metadata": {"name": "hello"},
+        "spec": {"synthesizer": {"name": synth}, "bindings": [{"key": "config", "resource": {"name": "hello-config"}}]},
+    });
+    let comps: Api<Composition> = env.api();
+    comps
+        .patch(
+            "hello",
+            &PatchParams::apply("test").force(),
+            &Patch::Apply(&comp),
+        )
+        .await
+        .unwrap();
+    let enoki = Enoki::start(&env.namespace);
+    let cond = eventually(
+        "Synthesized=False with reason MissingInput",
+        WAIT,
+        || async {
+            let c = comps.get("hello").await.unwrap();
+            c.status?
+                .conditions
+                .into_iter()
+                .find(|c| c.type_ == "Synthesized" && c.reason == "MissingInput")
+        },
+    )
+    .await;
+    assert!(
+        cond.message.contains("\"config\"") && cond.message.contains("hello-config"),
+        "{}",
+        cond.message
+    );
+    // The input is watched: creating it triggers the synthesis.
+    set_input(&env, "finally", 0).await;
+    wait_ready(&env, &enoki).await;
+    assert_eq!(message(&env).await.as_deref(), Some("finally, world"));
+}
+
+#[tokio::test]
+async fn the_force_resynthesis_annotation_forces_a_new_synthesis() {
+    let (env, _) = setup("hello", 0).await;
+    let enoki = Enoki::start(&env.namespace);
+    let first = wait_ready(&env, &enoki)
+        .await
+        .status
+        .unwrap()
+        .current_synthesis
+        .unwrap()
+        .uuid;
+    let comps: Api<Composition> = env.api();
+    comps
+        .patch(
+            "hello",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {"enoki.dev/force-resynthesis": "1"}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let second = eventually("a new synthesis", WAIT, || async {
+        let uuid = comps
+            .get("hello")
+            .await
+            .unwrap()
+            .status?
+            .current_synthesis?
+            .uuid;
+        (uuid != first).then_some(uuid)
+    })
+    .await;
+    let st = comps.get("hello").await.unwrap().status.unwrap();
+    assert_eq!(st.previous_synthesis.unwrap().uuid, first);
+    assert_eq!(
+        st.current_synthesis.unwrap().force_resynthesis.as_deref(),
+        Some("1")
+    );
+    // Same inputs, same module: the output is byte-identical, so nothing is rewritten.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        comps
+            .get("hello")
+            .await
+            .unwrap()
+            .status
+            .unwrap()
+            .current_synthesis
+            .unwrap()
+            .uuid,
+        second,
+        "exactly one forced synthesis"
+    );
+}
+
+#[tokio::test]
+async fn a_synthesizer_nobody_uses_still_reports_its_module() {
+    let env = TestEnv::new().await;
+    install_crds(&env.client).await;
+    let good = install_synthesizer(&env, "unused", &sample_module()).await;
+    let bad = install_synthesizer(&env, "broken", b"\x00asm not really").await;
+    // A cluster-wide instance (Synthesizers are cluster-scoped) that matches no Composition.
+    let _enoki = Enoki::start_with("", &["--label-selector", "enoki.dev/none-of-these=1"]);
+    let synths: Api<Synthesizer> = Api::all(env.client.clone());
+    let digest = eventually("the unused Synthesizer's digest", WAIT, || async {
+        synths.get(&good).await.unwrap().status?.module_digest
+    })
+    .await;
+    assert!(digest.starts_with("sha256:"));
+    let cond = eventually("Ready=False on the broken Synthesizer", WAIT, || async {
+        synths
+            .get(&bad)
+            .await
+            .unwrap()
+            .status?
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "Ready" && c.status == "False")
+    })
+    .await;
+    assert_eq!(cond.reason, "ModuleUnavailable");
+    assert!(
+        cond.message.contains("bad header") || cond.message.contains("compile"),
+        "{}",
+        cond.message
+    );
 }

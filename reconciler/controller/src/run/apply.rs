@@ -212,7 +212,8 @@ fn op_name(op: &Op) -> &'static str {
 }
 
 /// Plans and executes one pass over the current synthesis. Returns whether nothing is left
-/// to do (used for deletion: every resource gone or orphaned).
+/// to do (used for deletion: every resource gone or orphaned) and the plan's requeue hint
+/// (readiness poll, or the shortest `reconcile-interval`).
 ///
 /// # Errors
 /// Transient API failures while reading slices or writing status.
@@ -221,9 +222,9 @@ pub async fn reconcile_resources(
     comp: &Composition,
     st: &mut CompositionStatus,
     deleting: bool,
-) -> Result<bool, Error> {
+) -> Result<(bool, Option<Duration>), Error> {
     let Some(current) = st.current_synthesis.clone() else {
-        return Ok(deleting);
+        return Ok((deleting, None));
     };
     let ns = comp.namespace().unwrap_or_default();
     let generation = comp.metadata.generation;
@@ -291,7 +292,7 @@ pub async fn reconcile_resources(
                     &e.to_string(),
                     generation,
                 );
-                return Ok(deleting);
+                return Ok((deleting, None));
             }
         },
     };
@@ -524,7 +525,7 @@ pub async fn reconcile_resources(
             status: "Deleting".into(),
             error: errors.first().cloned(),
         });
-        return Ok(the_plan.settled() && errors.is_empty());
+        return Ok((the_plan.settled() && errors.is_empty(), the_plan.requeue));
     }
     if let Some(cur) = st.current_synthesis.as_mut() {
         if all_reconciled && cur.reconciled.is_none() {
@@ -644,5 +645,5 @@ pub async fn reconcile_resources(
             error: None,
         }
     });
-    Ok(the_plan.settled())
+    Ok((the_plan.settled(), the_plan.requeue))
 }

@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use kube::Client;
 use kube::api::Api;
 use kube::core::{ApiResource, GroupVersionKind};
@@ -276,6 +276,29 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         }
     };
     ready.store(true, std::sync::atomic::Ordering::Relaxed);
+    // Synthesizer status (module fetched + compiled, digest) for every Synthesizer, also those
+    // no Composition uses yet. Skipped when scoped to one namespace: Synthesizers are
+    // cluster-scoped, and a namespaced instance still reports on the ones its Compositions use.
+    let synth_controller = if ctx.opts.namespace.is_none() {
+        let synths: Api<crds::Synthesizer> = Api::all(ctx.client.clone());
+        let lost_too = {
+            let flag = lost.clone();
+            async move {
+                while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        };
+        Controller::new(synths, watcher::Config::default())
+            .shutdown_on_signal()
+            .graceful_shutdown_on(lost_too)
+            .run(reconcile_synthesizer, synthesizer_error_policy, ctx.clone())
+            .for_each(|_| async {})
+            .boxed()
+    } else {
+        futures::future::ready(()).boxed()
+    };
+    let synth_task = tokio::spawn(synth_controller);
     Controller::new(comps, wc)
         .owns(slices, watcher::Config::default())
         .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
@@ -290,11 +313,38 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         })
         .await;
     ready.store(false, std::sync::atomic::Ordering::Relaxed);
+    synth_task.abort();
     if lost.load(std::sync::atomic::Ordering::Relaxed) {
         anyhow::bail!("lost leadership");
     }
     tracing::info!("enoki controller stopped");
     Ok(())
+}
+
+async fn reconcile_synthesizer(
+    synth: Arc<crds::Synthesizer>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
+    let current = synth.status.as_ref().is_some_and(|s| {
+        s.observed_generation == synth.metadata.generation && s.module_digest.is_some()
+    });
+    if current {
+        return Ok(Action::requeue(ctx.opts.resync));
+    }
+    Ok(match reconcile::load_module(&ctx, &synth).await {
+        Ok(_) => Action::requeue(ctx.opts.resync),
+        Err(e) if e.is_transient() => Action::requeue(Duration::from_secs(10)),
+        Err(_) => Action::requeue(Duration::from_secs(60)),
+    })
+}
+
+#[allow(clippy::needless_pass_by_value)] // the signature kube-runtime requires
+fn synthesizer_error_policy(
+    _synth: Arc<crds::Synthesizer>,
+    _err: &Error,
+    _ctx: Arc<Context>,
+) -> Action {
+    Action::requeue(Duration::from_secs(10))
 }
 
 #[allow(clippy::needless_pass_by_value)] // the signature kube-runtime requires

@@ -51,7 +51,7 @@ async fn reconcile_inner(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Ac
             return Ok(Action::await_change());
         }
         let mut st = comp.status.clone().unwrap_or_default();
-        let done = super::apply::reconcile_resources(&ctx, &comp, &mut st, true).await?;
+        let (done, _) = super::apply::reconcile_resources(&ctx, &comp, &mut st, true).await?;
         if done {
             let remaining: Vec<String> = comp
                 .finalizers()
@@ -296,8 +296,11 @@ async fn reconcile_inner(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Ac
         }
     }
 
-    let _ = super::apply::reconcile_resources(&ctx, &comp, &mut st, false).await?;
-    let requeue = st_requeue(&st, &ctx);
+    let (_, hint) = super::apply::reconcile_resources(&ctx, &comp, &mut st, false).await?;
+    let requeue = match hint {
+        Some(h) => h.min(st_requeue(&st, &ctx)),
+        None => st_requeue(&st, &ctx),
+    };
     write_status(&comps, &comp, &st).await?;
     Ok(Action::requeue(requeue))
 }
@@ -363,7 +366,7 @@ async fn write_status(
     Ok(())
 }
 
-async fn load_module(
+pub(crate) async fn load_module(
     ctx: &Context,
     synth: &Synthesizer,
 ) -> Result<synthesis::Module, module::ModuleError> {
