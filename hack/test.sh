@@ -21,7 +21,7 @@ phase "control plane binaries (etcd, kube-apiserver, kube-controller-manager, ku
   bash -c 'hack/k8s-testbin.sh > target/.k8s-testbin-dir'
 K8S_TESTBIN="$(cat target/.k8s-testbin-dir)"; export K8S_TESTBIN
 
-phase "samples to wasm (wasm32-wasip1)" hack/build-samples.sh
+phase "samples to wasm (Rust p1 + p2, Go, C)" hack/build-samples.sh
 phase "cargo build (workspace, all targets)" cargo build --workspace --all-targets --locked
 phase "render CRDs" bash -c 'cat crds/manifests/*.yaml > target/crds.yaml'
 export TESTENV_CRDS="$ROOT/target/crds.yaml"

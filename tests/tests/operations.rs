@@ -87,6 +87,7 @@ async fn metrics_and_probes_are_served() {
         "enoki_reconcile_duration_seconds_count",
         "enoki_synthesis_duration_seconds_count 1",
         "enoki_managed_resources 3",
+        "enoki_wasm_peak_memory_bytes_count 1",
     ] {
         assert!(body.contains(needle), "{needle} missing from:\n{body}");
     }

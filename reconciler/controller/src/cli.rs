@@ -87,8 +87,14 @@ pub struct RunArgs {
     /// Compositions (humantime): a bad module rolls out one Composition at a time.
     #[arg(long, env = "ENOKI_ROLLOUT_COOLDOWN", default_value = "2s")]
     pub rollout_cooldown: String,
-    /// Safety-net re-check of ready Compositions (humantime).
-    #[arg(long, env = "ENOKI_RESYNC", default_value = "5m")]
+    /// Safety-net re-check of ready Compositions (humantime): the default reconcile interval.
+    /// In-sync resources cost no write (fast path); `reconcile-interval` annotations shorten it.
+    #[arg(
+        long,
+        visible_alias = "default-reconcile-interval",
+        env = "ENOKI_RESYNC",
+        default_value = "5m"
+    )]
     pub resync: String,
     /// Extra CA certificate (PEM) trusted for `url` module sources.
     #[arg(long, env = "ENOKI_MODULE_CA_FILE")]

@@ -82,6 +82,8 @@ pub struct Synthesized {
     pub input_digest: String,
     /// `sha256:` of the stdout bytes.
     pub output_digest: String,
+    /// Peak linear memory of the wasm run (0 for built-ins).
+    pub peak_memory_bytes: usize,
 }
 
 /// Why a synthesis failed; `reason()` is the condition reason.
@@ -187,6 +189,7 @@ pub fn synthesize(
 ) -> Result<Synthesized, SynthesisError> {
     let stdin = input_bytes(input);
     let input_digest = sha256(&stdin);
+    let mut peak_memory_bytes = 0;
     let stdout = match module {
         Module::Wasm(m) => {
             let env: Vec<(String, String)> = input
@@ -202,7 +205,7 @@ pub fn synthesize(
                     seed: seed(&input.composition.uid, &stdin),
                 }
             };
-            host.run(
+            let out = host.run(
                 m,
                 RunRequest {
                     input: &stdin,
@@ -210,8 +213,9 @@ pub fn synthesize(
                     limits,
                     entropy,
                 },
-            )?
-            .stdout
+            )?;
+            peak_memory_bytes = out.peak_memory_bytes;
+            out.stdout
         }
         Module::Builtin { run, .. } => {
             let parsed: enoki_sdk::Input =
@@ -240,6 +244,7 @@ pub fn synthesize(
         results,
         input_digest,
         output_digest,
+        peak_memory_bytes,
     })
 }
 

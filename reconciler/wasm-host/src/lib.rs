@@ -100,6 +100,8 @@ pub struct RunOutput {
     pub stdout: Vec<u8>,
     /// The last [`STDERR_CAP`] bytes written to stderr (lossy UTF-8).
     pub stderr: String,
+    /// Largest linear memory the module grew to, in bytes.
+    pub peak_memory_bytes: usize,
 }
 
 /// The kind of a module, told apart by its header.
@@ -161,6 +163,7 @@ impl WasiView for ComponentState {
 struct MemoryLimiter {
     max: usize,
     hit: bool,
+    peak: usize,
 }
 
 impl ResourceLimiter for MemoryLimiter {
@@ -174,6 +177,7 @@ impl ResourceLimiter for MemoryLimiter {
             self.hit = true;
             return Ok(false);
         }
+        self.peak = self.peak.max(desired);
         Ok(true)
     }
 
@@ -450,6 +454,7 @@ impl Host {
         let limiter = MemoryLimiter {
             max: req.limits.max_memory_bytes,
             hit: false,
+            peak: 0,
         };
         let ticks = req
             .limits
@@ -458,7 +463,7 @@ impl Host {
             .div_ceil(TICK.as_nanos())
             .max(1);
         let ticks = u64::try_from(ticks).unwrap_or(u64::MAX);
-        let (call, memory_hit) = match &module.pre {
+        let (call, memory_hit, peak) = match &module.pre {
             Pre::Core(pre) => {
                 let mut store = Store::new(
                     &self.engine,
@@ -479,7 +484,7 @@ impl Host {
                         message: format!("no _start export: {e:#}"),
                     })?;
                 let call = start.call(&mut store, ());
-                (call, store.data().limiter.hit)
+                (call, store.data().limiter.hit, store.data().limiter.peak)
             }
             Pre::Component(pre) => {
                 let state = ComponentState {
@@ -499,7 +504,7 @@ impl Host {
                     Ok(Err(())) => Err(wasmtime::Error::new(I32Exit(1))),
                     Err(e) => Err(e),
                 };
-                (call, store.data().limiter.hit)
+                (call, store.data().limiter.hit, store.data().limiter.peak)
             }
         };
         let stderr_text = String::from_utf8_lossy(&stderr.contents()).into_owned();
@@ -550,6 +555,7 @@ impl Host {
         Ok(RunOutput {
             stdout: out.to_vec(),
             stderr: stderr_text,
+            peak_memory_bytes: peak,
         })
     }
 }

@@ -286,3 +286,14 @@ fn the_sample_module_reads_the_golden_contract_input() {
     assert_eq!(items[0]["metadata"]["name"], "hello-settings");
     assert_eq!(items[0]["data"]["greeting"], "hello");
 }
+
+#[test]
+fn peak_memory_is_reported() {
+    let out = run(&load("hello.wat")).unwrap();
+    // hello.wat declares two 64 KiB pages.
+    assert!(
+        out.peak_memory_bytes >= 2 * 65536,
+        "{}",
+        out.peak_memory_bytes
+    );
+}

@@ -37,6 +37,8 @@ pub struct Metrics {
     pub apply_ops: Family<Outcome, Counter>,
     /// Resources in current syntheses (last observed).
     pub managed_resources: Gauge,
+    /// Peak linear memory of wasm synthesis runs.
+    pub wasm_peak_memory: Histogram,
 }
 
 impl Metrics {
@@ -49,6 +51,7 @@ impl Metrics {
             synthesis_duration: Histogram::new(exponential_buckets(0.0001, 2.0, 18)),
             apply_ops: Family::default(),
             managed_resources: Gauge::default(),
+            wasm_peak_memory: Histogram::new(exponential_buckets(65536.0, 2.0, 14)),
         };
         registry.register(
             "enoki_reconcile_duration_seconds",
@@ -74,6 +77,11 @@ impl Metrics {
             "enoki_apply_operations",
             "Apply operations by op and result",
             m.apply_ops.clone(),
+        );
+        registry.register(
+            "enoki_wasm_peak_memory_bytes",
+            "Peak linear memory of wasm synthesis runs",
+            m.wasm_peak_memory.clone(),
         );
         registry.register(
             "enoki_managed_resources",

@@ -272,6 +272,11 @@ async fn reconcile_inner(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Ac
                 return Ok(Action::requeue(Duration::from_secs(60)));
             }
             Ok(out) => {
+                if out.peak_memory_bytes > 0 {
+                    ctx.metrics
+                        .wasm_peak_memory
+                        .observe(out.peak_memory_bytes as f64);
+                }
                 let slices = write_slices(&ctx, &comp, &st, &uuid, &out.items).await?;
                 let mut next = st.in_flight_synthesis.take().unwrap_or_default();
                 next.input_digest = Some(out.input_digest);
