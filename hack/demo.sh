@@ -40,12 +40,19 @@ step "starting enoki run (log: $TESTENV_DIR/enoki.log)"
 target/debug/enoki run --module-cache-dir "$TESTENV_DIR/module-cache" >"$TESTENV_DIR/enoki.log" 2>&1 &
 echo $! > "$TESTENV_DIR/enoki.pid"
 
-step "applying samples/01-hello-rust (module stored in a ConfigMap)"
+step "applying the samples (each module stored in a ConfigMap in enoki-system)"
 kubectl create namespace enoki-system --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 kubectl create namespace demo --dry-run=client -o yaml | kubectl apply -f - >/dev/null
-kubectl -n enoki-system create configmap hello-rust-module \
-  --from-file=module.wasm=target/wasm32-wasip1/release/hello-rust.wasm --dry-run=client -o yaml | kubectl apply --server-side -f - >/dev/null
-kubectl apply -f samples/01-hello-rust/composition.yaml
+module_cm() {  # module_cm NAME FILE — gzip-compressed (ConfigMaps hold at most 1 MiB)
+  gzip -9 -c "$2" > "$TESTENV_DIR/$1.wasm.gz"
+  kubectl -n enoki-system create configmap "$1" --from-file=module.wasm="$TESTENV_DIR/$1.wasm.gz" \
+    --dry-run=client -o yaml | kubectl apply --server-side -f - >/dev/null
+}
+module_cm hello-rust-module target/wasm32-wasip1/release/hello-rust.wasm
+module_cm rust-component-module target/wasm32-wasip2/release/rust-component.wasm
+module_cm go-module target/samples/go.wasm
+module_cm c-module target/samples/c.wasm
+for s in samples/0*/composition.yaml; do kubectl apply -f "$s"; done
 
 step "waiting for every composition to be Ready"
 if ! kubectl wait --for=condition=Ready composition --all -A --timeout=120s; then
@@ -58,10 +65,10 @@ step "compositions"
 kubectl get comp -A -o wide
 step "synthesizers"
 kubectl get synth
-step "what sample 01 produced (hello-settings in readiness group 0; the others in group 1)"
-kubectl get configmap,serviceaccount -n demo -l enoki.dev/managed-by \
-  -o custom-columns='KIND:.kind,NAME:.metadata.name,MANAGED-BY:.metadata.labels.enoki\.dev/managed-by'
-step "status of the current synthesis"
+step "what the compositions produced in namespace demo (managed by enoki)"
+kubectl get configmaps,serviceaccounts,services,secrets,roles,rolebindings -n demo -l enoki.dev/managed-by \
+  -o custom-columns='KIND:.kind,NAME:.metadata.name,COMPOSITION-UID:.metadata.labels.enoki\.dev/managed-by'
+step "status of sample 01's current synthesis"
 kubectl get comp hello -n demo -o jsonpath='{range .status.conditions[*]}{.type}={.status} ({.reason}){"\n"}{end}'
 kubectl get comp hello -n demo -o jsonpath='module {.status.currentSynthesis.moduleDigest}{"\n"}slices {.status.currentSynthesis.resourceSlices[*].name}{"\n"}'
 
