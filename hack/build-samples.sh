@@ -5,6 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --locked --release --target wasm32-wasip1 -p sample-01-hello-rust
 cargo build --locked --release --target wasm32-wasip2 -p sample-02-rust-component
+cargo build --locked --release --target wasm32-wasip1 -p guest-echo   # e2e test synthesizer
 
 mkdir -p target/samples
 (cd samples/03-go && GOOS=wasip1 GOARCH=wasm go build -ldflags="-s -w" -o ../../target/samples/go.wasm .)

@@ -100,8 +100,25 @@ pub fn evaluate(checks: &[ReadinessCheck], live: Option<&Value>) -> ReadinessSta
 }
 
 /// kstatus: `Ready`/`Available` conditions must be True and `status.observedGeneration` must
-/// have caught up with `metadata.generation`; otherwise existing is enough.
+/// have caught up with `metadata.generation`; otherwise existing is enough. A
+/// CustomResourceDefinition is ready once `Established` (its kind is served).
 pub fn kstatus(live: &Value) -> ReadinessState {
+    if live.get("kind").and_then(Value::as_str) == Some("CustomResourceDefinition") {
+        let established = live
+            .pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .is_some_and(|cs| {
+                cs.iter().any(|c| {
+                    c.get("type").and_then(Value::as_str) == Some("Established")
+                        && c.get("status").and_then(Value::as_str) == Some("True")
+                })
+            });
+        if !established {
+            return ReadinessState::NotReady {
+                unsatisfied: vec!["condition Established is not True".into()],
+            };
+        }
+    }
     let generation = live.pointer("/metadata/generation").and_then(Value::as_i64);
     let observed = live
         .pointer("/status/observedGeneration")
@@ -193,6 +210,14 @@ mod tests {
             ReadinessState::NotReady { unsatisfied } => assert!(unsatisfied[0].contains("error")),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn crds_are_ready_once_established() {
+        let crd = json!({"kind": "CustomResourceDefinition", "status": {"conditions": [{"type": "NamesAccepted", "status": "True"}]}});
+        assert!(!kstatus(&crd).is_ready());
+        let crd = json!({"kind": "CustomResourceDefinition", "status": {"conditions": [{"type": "Established", "status": "True"}]}});
+        assert!(kstatus(&crd).is_ready());
     }
 
     #[test]

@@ -456,6 +456,15 @@ pub async fn reconcile_resources(
                 }
                 | Op::Delete { foreground: true }
                 | Op::Wait { .. } => {}
+                Op::Skip {
+                    reason: SkipReason::ReconciliationDisabled,
+                } => {
+                    // Eno: never touched, reported as reconciled (and ready: nothing to wait on).
+                    state.reconciled = true;
+                    if state.ready.is_none() {
+                        state.ready = Some(now());
+                    }
+                }
                 Op::Skip { .. } => state.reconciled = true,
             }
         }

@@ -1,0 +1,378 @@
+//! Eno's reconciliation semantics, end to end: the `echo` test synthesizer emits exactly the
+//! items a test writes into a ConfigMap, and `enoki run` carries them out against the real
+//! control plane. Cases run with both annotation prefixes where the prefix matters.
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
+
+use std::time::Duration;
+
+use crds::Composition;
+use harness::{Enoki, TestEnv, eventually, install_crds, install_synthesizer};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::ResourceExt;
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams};
+use serde_json::{Value, json};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn echo_module() -> Vec<u8> {
+    let p = harness::workspace_root().join("target/wasm32-wasip1/release/echo.wasm");
+    std::fs::read(&p).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}; run hack/build-samples.sh (make test does)",
+            p.display()
+        )
+    })
+}
+
+/// Namespace, synthesizer, the items ConfigMap and a Composition `echo` bound to it.
+async fn setup(items: &Value, comp_annotations: Value) -> TestEnv {
+    let env = TestEnv::new().await;
+    install_crds(&env.client).await;
+    let synth = install_synthesizer(&env, "echo", &echo_module()).await;
+    set_items(&env, items).await;
+    let comp = json!({
+        "apiVersion": "enoki.dev/v1alpha1", "kind": "Composition",
+        "metadata": {"name": "echo", "annotations": comp_annotations},
+        "spec": {"synthesizer": {"name": synth}, "bindings": [{"key": "config", "resource": {"name": "items"}}]},
+    });
+    let comps: Api<Composition> = env.api();
+    comps
+        .patch(
+            "echo",
+            &PatchParams::apply("test").force(),
+            &Patch::Apply(&comp),
+        )
+        .await
+        .unwrap();
+    env
+}
+
+async fn set_items(env: &TestEnv, items: &Value) {
+    let cms: Api<ConfigMap> = env.api();
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "items"}, "data": {"items": items.to_string()}});
+    cms.patch(
+        "items",
+        &PatchParams::apply("test").force(),
+        &Patch::Apply(&cm),
+    )
+    .await
+    .unwrap();
+}
+
+fn cm(name: &str, annotations: Value, data: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "annotations": annotations}, "data": data})
+}
+
+async fn exists(env: &TestEnv, name: &str) -> bool {
+    let cms: Api<ConfigMap> = env.api();
+    cms.get_opt(name).await.unwrap().is_some()
+}
+
+async fn ready(env: &TestEnv) -> bool {
+    let comps: Api<Composition> = env.api();
+    comps.get("echo").await.unwrap().status.is_some_and(|s| {
+        s.conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+    })
+}
+
+async fn readiness_groups_wait_for_readiness(prefix: &str) {
+    let group = format!("{}.e2e.enoki.dev", TestEnv::new().await.namespace);
+    let crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("widgets.{group}")},
+        "spec": {"group": group, "scope": "Namespaced",
+                 "names": {"kind": "Widget", "plural": "widgets", "singular": "widget", "listKind": "WidgetList"},
+                 "versions": [{"name": "v1", "served": true, "storage": true, "subresources": {"status": {}},
+                               "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]},
+    });
+    let widget = json!({
+        "apiVersion": format!("{group}/v1"), "kind": "Widget",
+        "metadata": {"name": "w", "annotations": {
+            format!("{prefix}/readiness-group"): "0",
+            format!("{prefix}/readiness"): "has(self.status) && self.status.ok == true",
+            format!("{prefix}/readiness-conditions"): "self.status.conditions.filter(c, c.type == 'Ready' && c.status == 'True')",
+        }},
+        "spec": {"size": 1},
+    });
+    let after = cm(
+        "after",
+        json!({format!("{prefix}/readiness-group"): "1"}),
+        json!({"x": "y"}),
+    );
+    let first = cm(
+        "first",
+        json!({format!("{prefix}/readiness-group"): "-5"}),
+        json!({"x": "y"}),
+    );
+    let env = setup(&json!([after, widget, crd, first]), json!({})).await;
+    let enoki = Enoki::start(&env.namespace);
+
+    let widgets: Api<DynamicObject> = Api::namespaced_with(
+        env.client.clone(),
+        &env.namespace,
+        &ApiResource {
+            group: group.clone(),
+            version: "v1".into(),
+            api_version: format!("{group}/v1"),
+            kind: "Widget".into(),
+            plural: "widgets".into(),
+        },
+    );
+    eventually(
+        "the Widget (after its CRD, after group -5)",
+        WAIT,
+        || async { widgets.get_opt("w").await.ok().flatten().map(|_| ()) },
+    )
+    .await;
+    assert!(exists(&env, "first").await, "negative groups go first");
+    // Group 0 is not ready: group 1 stays absent.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        !exists(&env, "after").await,
+        "group 1 applied before group 0 was ready:\n{}",
+        enoki.logs()
+    );
+    let comps: Api<Composition> = env.api();
+    let msg = comps
+        .get("echo")
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap()
+        .message;
+    assert!(
+        msg.contains("default") && msg.contains("conditions"),
+        "unsatisfied check names in status: {msg}"
+    );
+
+    // One check true is not enough (ANDed) ...
+    let status = json!({"status": {"ok": true, "conditions": []}});
+    widgets
+        .patch_status("w", &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(!exists(&env, "after").await, "checks are ANDed");
+    // ... both make it ready; the condition's lastTransitionTime becomes the ready time.
+    let status = json!({"status": {"ok": true, "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-02T03:04:05Z"}]}});
+    widgets
+        .patch_status("w", &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .unwrap();
+    eventually("group 1 to appear", WAIT, || async {
+        exists(&env, "after").await.then_some(())
+    })
+    .await;
+    eventually("Ready", WAIT, || async { ready(&env).await.then_some(()) }).await;
+    let st = comps.get("echo").await.unwrap().status.unwrap();
+    let slices: Api<crds::ResourceSlice> = env.api();
+    let slice = slices
+        .get(&st.current_synthesis.unwrap().resource_slices[0].name)
+        .await
+        .unwrap();
+    let times: Vec<String> = slice
+        .status
+        .unwrap()
+        .resources
+        .into_iter()
+        .filter_map(|r| r.ready)
+        .map(|t| t.0.to_string())
+        .collect();
+    assert!(
+        times.iter().any(|t| t.starts_with("2026-01-02T03:04:05")),
+        "{times:?}"
+    );
+    // Readiness latches: making the widget not ready does not take group 1 back.
+    widgets
+        .patch_status(
+            "w",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"status": {"ok": false}})),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(ready(&env).await, "readiness latches within a synthesis");
+}
+
+#[tokio::test]
+async fn readiness_groups_crd_order_and_cel_readiness_enoki_keys() {
+    readiness_groups_wait_for_readiness("enoki.dev").await;
+}
+
+#[tokio::test]
+async fn readiness_groups_crd_order_and_cel_readiness_eno_keys() {
+    readiness_groups_wait_for_readiness("eno.azure.io").await;
+}
+
+#[tokio::test]
+async fn deletion_follows_deletion_groups() {
+    let hold = json!(["test.enoki.dev/hold"]);
+    let mut a = cm("a", json!({"enoki.dev/deletion-group": "0"}), json!({}));
+    let mut b = cm("b", json!({"eno.azure.io/deletion-group": "1"}), json!({}));
+    a["metadata"]["finalizers"] = hold.clone();
+    b["metadata"]["finalizers"] = hold.clone();
+    let env = setup(&json!([a, b]), json!({})).await;
+    let _enoki = Enoki::start(&env.namespace);
+    eventually("Ready", WAIT, || async { ready(&env).await.then_some(()) }).await;
+    let comps: Api<Composition> = env.api();
+    comps
+        .delete("echo", &DeleteParams::default())
+        .await
+        .unwrap();
+    let cms: Api<ConfigMap> = env.api();
+    let deleting = |name: &'static str| {
+        let cms = cms.clone();
+        async move {
+            cms.get_opt(name)
+                .await
+                .unwrap()
+                .is_some_and(|c| c.metadata.deletion_timestamp.is_some())
+        }
+    };
+    eventually("group 0 to be deleted first", WAIT, || async {
+        deleting("a").await.then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        !deleting("b").await,
+        "group 1 was deleted while group 0 still existed"
+    );
+    let release = json!({"metadata": {"finalizers": null}});
+    cms.patch("a", &PatchParams::default(), &Patch::Merge(&release))
+        .await
+        .unwrap();
+    eventually("group 1 deleted once group 0 is gone", WAIT, || async {
+        deleting("b").await.then_some(())
+    })
+    .await;
+    cms.patch("b", &PatchParams::default(), &Patch::Merge(&release))
+        .await
+        .unwrap();
+    eventually("the composition to be gone", WAIT, || async {
+        comps.get_opt("echo").await.unwrap().is_none().then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn orphan_keeps_resources_on_deletion_but_still_prunes_dropped_ones() {
+    let items = json!([
+        cm("kept", json!({}), json!({})),
+        cm("dropped", json!({}), json!({}))
+    ]);
+    let env = setup(&items, json!({"eno.azure.io/deletion-strategy": "orphan"})).await;
+    let _enoki = Enoki::start(&env.namespace);
+    eventually("Ready", WAIT, || async { ready(&env).await.then_some(()) }).await;
+    set_items(&env, &json!([cm("kept", json!({}), json!({}))])).await;
+    eventually("the dropped resource to be pruned", WAIT, || async {
+        (!exists(&env, "dropped").await).then_some(())
+    })
+    .await;
+    let comps: Api<Composition> = env.api();
+    comps
+        .delete("echo", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the composition to be gone", WAIT, || async {
+        comps.get_opt("echo").await.unwrap().is_none().then_some(())
+    })
+    .await;
+    assert!(exists(&env, "kept").await, "orphaned resources stay");
+}
+
+#[tokio::test]
+async fn apply_modes_disable_updates_disable_reconciliation_and_replace() {
+    let items = json!([
+        cm(
+            "create-only",
+            json!({"enoki.dev/disable-updates": "true"}),
+            json!({"v": "1"})
+        ),
+        cm(
+            "untouched",
+            json!({"eno.azure.io/disable-reconciliation": "true"}),
+            json!({"v": "1"})
+        ),
+        cm(
+            "replaced",
+            json!({"enoki.dev/replace": "true"}),
+            json!({"v": "1"})
+        ),
+    ]);
+    let env = setup(&items, json!({})).await;
+    let _enoki = Enoki::start_with(&env.namespace, &["--resync", "1s"]);
+    eventually("Ready", WAIT, || async { ready(&env).await.then_some(()) }).await;
+    assert!(exists(&env, "create-only").await);
+    assert!(
+        !exists(&env, "untouched").await,
+        "disable-reconciliation never creates"
+    );
+
+    // A foreign writer adds a key to the replaced object: the PUT on the next pass removes it.
+    let cms: Api<ConfigMap> = env.api();
+    cms.patch(
+        "replaced",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"foreign": "x"}})),
+    )
+    .await
+    .unwrap();
+    eventually("replace to remove the foreign field", WAIT, || async {
+        let data = cms.get("replaced").await.unwrap().data.unwrap_or_default();
+        (!data.contains_key("foreign")).then_some(())
+    })
+    .await;
+
+    // A new desired value is not applied to the create-only object.
+    let items = json!([
+        cm(
+            "create-only",
+            json!({"enoki.dev/disable-updates": "true"}),
+            json!({"v": "2"})
+        ),
+        cm(
+            "untouched",
+            json!({"eno.azure.io/disable-reconciliation": "true"}),
+            json!({"v": "1"})
+        ),
+        cm(
+            "replaced",
+            json!({"enoki.dev/replace": "true"}),
+            json!({"v": "2"})
+        ),
+    ]);
+    set_items(&env, &items).await;
+    eventually("replaced to get v=2", WAIT, || async {
+        (cms.get("replaced")
+            .await
+            .unwrap()
+            .data
+            .unwrap_or_default()
+            .get("v")
+            .map(String::as_str)
+            == Some("2"))
+        .then_some(())
+    })
+    .await;
+    let v = cms
+        .get("create-only")
+        .await
+        .unwrap()
+        .data
+        .unwrap_or_default();
+    assert_eq!(
+        v.get("v").map(String::as_str),
+        Some("1"),
+        "disable-updates never updates"
+    );
+    let labels = cms.get("create-only").await.unwrap().labels().clone();
+    assert!(labels.contains_key("enoki.dev/managed-by"));
+}
