@@ -1,7 +1,7 @@
 //! Eno's reconciliation semantics, end to end: the `echo` test synthesizer emits exactly the
 //! items a test writes into a ConfigMap, and `enoki run` carries them out against the real
 //! control plane. Cases run with both annotation prefixes where the prefix matters.
-#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
+#![allow(clippy::unwrap_used, clippy::needless_pass_by_value)] // test helpers outside #[test] fns
 
 use std::time::Duration;
 
