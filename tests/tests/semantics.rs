@@ -376,3 +376,78 @@ async fn apply_modes_disable_updates_disable_reconciliation_and_replace() {
     let labels = cms.get("create-only").await.unwrap().labels().clone();
     assert!(labels.contains_key("enoki.dev/managed-by"));
 }
+
+#[tokio::test]
+async fn drift_is_reverted_at_once_through_watches_and_drift_off_is_left_alone() {
+    let items = json!([
+        cm("watched", json!({}), json!({"v": "1"})),
+        cm(
+            "hands-off",
+            json!({"enoki.dev/drift": "off"}),
+            json!({"v": "1"})
+        ),
+    ]);
+    let env = setup(&items, json!({})).await;
+    // Once everything is ready the next periodic pass is the 5 min resync: nothing but the
+    // watches can explain a quick revert.
+    let enoki = Enoki::start(&env.namespace);
+    eventually("Ready", WAIT, || async { ready(&env).await.then_some(()) }).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let applies = |logs: &str| logs.matches(" applied").count();
+    let settled = applies(&enoki.logs());
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        applies(&enoki.logs()),
+        settled,
+        "enoki's own writes must not trigger re-applies"
+    );
+
+    let cms: Api<ConfigMap> = env.api();
+    let intruder = PatchParams {
+        field_manager: Some("intruder".into()),
+        ..PatchParams::default()
+    };
+    let hack = json!({"data": {"v": "hacked"}});
+    cms.patch("watched", &intruder, &Patch::Merge(&hack))
+        .await
+        .unwrap();
+    cms.patch("hands-off", &intruder, &Patch::Merge(&hack))
+        .await
+        .unwrap();
+    let v = |name: &'static str| {
+        let cms = cms.clone();
+        async move {
+            cms.get_opt(name)
+                .await
+                .unwrap()
+                .and_then(|c| c.data)
+                .and_then(|d| d.get("v").cloned())
+        }
+    };
+    let reverted = tokio::time::timeout(Duration::from_secs(15), async {
+        while v("watched").await.as_deref() != Some("1") {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    assert!(
+        reverted.is_ok(),
+        "a foreign update was not reverted quickly:\n{}",
+        enoki.logs()
+    );
+    cms.delete("watched", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(
+        "a foreign delete to be undone",
+        Duration::from_secs(15),
+        || async { (v("watched").await.as_deref() == Some("1")).then_some(()) },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        v("hands-off").await.as_deref(),
+        Some("hacked"),
+        "drift: off leaves foreign writes alone"
+    );
+}

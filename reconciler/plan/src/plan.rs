@@ -420,8 +420,8 @@ pub fn plan(input: PlanInput<'_>) -> Plan {
                 .and_then(Value::as_str);
             recorded.is_some_and(|rec| {
                 rec.applied_hash.as_deref() == Some(hash.as_str())
-                    && rv.is_some()
-                    && rec.applied_resource_version.as_deref() == rv
+                    && (settings.drift == crate::settings::Drift::Off
+                        || (rv.is_some() && rec.applied_resource_version.as_deref() == rv))
             })
         });
         let op = if settings.disable_reconciliation {

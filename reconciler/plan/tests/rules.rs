@@ -325,3 +325,29 @@ fn ingestion_errors_name_the_resource_and_key() {
     let err = plan::prepare(&desired(&[json!({"kind": "X"})]), &comp()).unwrap_err();
     assert!(err.to_string().contains("resource #0") && err.to_string().contains("apiVersion"));
 }
+
+#[test]
+fn drift_off_ignores_foreign_writes_but_not_new_output() {
+    let m = deploy("web", json!({"enoki.dev/drift": "off"}));
+    let mut w = World::new(desired(std::slice::from_ref(&m)))
+        .observe(live(&m, "10", Value::Null))
+        .record_applied();
+    w = w.observe(live(&m, "11", Value::Null));
+    assert_eq!(
+        w.op_of(&m),
+        Op::Skip {
+            reason: SkipReason::InSync
+        },
+        "a foreign write is left alone"
+    );
+    let mut changed = m.clone();
+    changed["spec"]["replicas"] = json!(3);
+    let w2 = World {
+        prepared: plan::prepare(&desired(std::slice::from_ref(&changed)), &w.comp).unwrap(),
+        ..w
+    };
+    assert!(
+        matches!(w2.op_of(&changed), Op::Apply { .. }),
+        "a new synthesis is still applied"
+    );
+}

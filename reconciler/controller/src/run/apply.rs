@@ -301,6 +301,16 @@ pub async fn reconcile_resources(
     let mut observations: BTreeMap<ResourceKey, Observation> = BTreeMap::new();
     for r in &prepared.resources {
         observations.insert(r.key.clone(), observe(ctx, &r.manifest, &r.key).await?);
+        // drift: watch (default) — foreign writes re-trigger this composition immediately.
+        if !deleting
+            && !r.tombstone
+            && r.settings.drift == plan::Drift::Watch
+            && let Some(gvk) = gvk_of_manifest(&r.manifest)
+            && let Ok((ar, _)) = ctx.resolve(&gvk).await
+        {
+            ctx.triggers
+                .track_managed(&gvk, &ar, &r.key.namespace, &r.key.name, comp);
+        }
     }
     let observed: plan::Observed = observations
         .iter()
