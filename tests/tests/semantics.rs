@@ -451,3 +451,111 @@ async fn drift_is_reverted_at_once_through_watches_and_drift_off_is_left_alone()
         "drift: off leaves foreign writes alone"
     );
 }
+
+#[tokio::test]
+async fn client_side_mode_removes_a_field_the_synthesizer_stopped_emitting() {
+    let env = setup(
+        &json!([cm(
+            "shrinking",
+            json!({}),
+            json!({"keep": "1", "drop": "2"})
+        )]),
+        json!({}),
+    )
+    .await;
+    let _enoki = Enoki::start_with(&env.namespace, &["--disable-ssa"]);
+    eventually("Ready", WAIT, || async { ready(&env).await.then_some(()) }).await;
+    set_items(
+        &env,
+        &json!([cm("shrinking", json!({}), json!({"keep": "1"}))]),
+    )
+    .await;
+    let cms: Api<ConfigMap> = env.api();
+    eventually(
+        "the dropped key to be removed by the merge patch",
+        WAIT,
+        || async {
+            let data = cms.get("shrinking").await.unwrap().data.unwrap_or_default();
+            (!data.contains_key("drop") && data.get("keep").map(String::as_str) == Some("1"))
+                .then_some(())
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn fail_open_reports_an_unappliable_resource_as_reconciled() {
+    let broken = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "broken", "annotations": {"eno.azure.io/fail-open": "true"}},
+                        "spec": {"type": "ClusterIP", "ports": []}});
+    let env = setup(
+        &json!([broken, cm("fine", json!({}), json!({}))]),
+        json!({}),
+    )
+    .await;
+    let _enoki = Enoki::start(&env.namespace);
+    let comps: Api<Composition> = env.api();
+    eventually("Reconciled despite the invalid Service", WAIT, || async {
+        let st = comps.get("echo").await.unwrap().status?;
+        let slices: Api<crds::ResourceSlice> = env.api();
+        let slice = slices
+            .get(&st.current_synthesis?.resource_slices.first()?.name)
+            .await
+            .ok()?;
+        let states = slice.status?.resources;
+        let broken = states.iter().find(|s| s.error.is_some())?;
+        broken.reconciled.then_some(())
+    })
+    .await;
+    assert!(exists(&env, "fine").await);
+}
+
+#[tokio::test]
+async fn overrides_leave_fields_another_manager_owns_and_enforce_enokis() {
+    let overrides = json!([
+        // Eno's idiom: once another manager owns the field, stop applying it (null removes it
+        // from enoki's snapshot, so server-side apply leaves the other owner's value alone).
+        {"path": "self.data.replicas", "value": null, "condition": "has(self.data) && has(self.data.replicas) && !pathManagedByEnoki"}
+    ]);
+    let item = cm(
+        "scaled",
+        json!({"enoki.dev/overrides": overrides.to_string()}),
+        json!({"replicas": "1", "image": "app:1"}),
+    );
+    let env = setup(&json!([item]), json!({})).await;
+    let _enoki = Enoki::start(&env.namespace);
+    eventually("Ready", WAIT, || async { ready(&env).await.then_some(()) }).await;
+    let cms: Api<ConfigMap> = env.api();
+    // An autoscaler takes ownership of data.replicas (server-side apply, force) and changes
+    // data.image too.
+    let hpa = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "scaled"}, "data": {"replicas": "5"}});
+    cms.patch(
+        "scaled",
+        &PatchParams::apply("autoscaler").force(),
+        &Patch::Apply(&hpa),
+    )
+    .await
+    .unwrap();
+    let intruder = PatchParams {
+        field_manager: Some("intruder".into()),
+        ..PatchParams::default()
+    };
+    cms.patch(
+        "scaled",
+        &intruder,
+        &Patch::Merge(json!({"data": {"image": "evil:1"}})),
+    )
+    .await
+    .unwrap();
+    eventually("enoki's field (image) enforced", WAIT, || async {
+        let d = cms.get("scaled").await.unwrap().data.unwrap_or_default();
+        (d.get("image").map(String::as_str) == Some("app:1")).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let d = cms.get("scaled").await.unwrap().data.unwrap_or_default();
+    assert_eq!(
+        d.get("replicas").map(String::as_str),
+        Some("5"),
+        "the autoscaler's field is left alone"
+    );
+}

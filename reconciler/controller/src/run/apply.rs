@@ -330,7 +330,30 @@ pub async fn reconcile_resources(
             ))
         })
         .collect();
-    let previous = BTreeMap::new();
+    // Client-side mode patches from what the previous synthesis applied (so fields the
+    // synthesizer stopped emitting are removed).
+    let mut previous: BTreeMap<ResourceKey, Value> = BTreeMap::new();
+    if ctx.opts.mode == plan::ApplyMode::ClientSide
+        && let Some(prev) = &st.previous_synthesis
+    {
+        for r in &prev.resource_slices {
+            let Some(s) = slices_api
+                .get_opt(&r.name)
+                .await
+                .map_err(kube_err("reading the previous ResourceSlice"))?
+            else {
+                continue;
+            };
+            for m in s.spec.resources.iter().filter(|m| !m.deleted) {
+                let Ok(manifest) = serde_json::from_str::<Value>(&m.manifest) else {
+                    continue;
+                };
+                if let Ok(key) = ResourceKey::of(&manifest) {
+                    previous.insert(key, plan::snapshot::strip(&manifest, Some(&info.uid)));
+                }
+            }
+        }
+    }
     let the_plan: Plan = plan::plan(plan::PlanInput {
         prepared: &prepared,
         composition: &info,
