@@ -122,7 +122,12 @@ API_EXTRA=()
 if ! ip route show default 2>/dev/null | grep -q .; then
   API_EXTRA+=(--advertise-address=127.0.0.1)   # no default route: avoid the host-interface lookup
 fi
+# Audit log (metadata level): lets tests count the requests enoki makes.
+printf '%s\n' 'apiVersion: audit.k8s.io/v1' 'kind: Policy' 'omitStages: ["RequestReceived"]' 'rules:' '- level: Metadata' \
+  > "$TESTENV_DIR/audit-policy.yaml"
 "$BIN_DIR/kube-apiserver" \
+  --audit-policy-file="$TESTENV_DIR/audit-policy.yaml" --audit-log-path="$TESTENV_DIR/audit.log" \
+  --audit-log-maxsize=500 --audit-log-mode=blocking \
   --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
   --bind-address=127.0.0.1 --secure-port="$API_PORT" --cert-dir="$TESTENV_DIR/pki" \
   --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
@@ -197,6 +202,7 @@ cat > "$TESTENV_DIR/env" <<ENV
 export KUBECONFIG=$TESTENV_DIR/kubeconfig
 export TESTENV_API_URL=https://127.0.0.1:$API_PORT
 export TESTENV_ETCD_URL=http://127.0.0.1:$ETCD_PORT
+export TESTENV_AUDIT_LOG=$TESTENV_DIR/audit.log
 export PATH=$BIN_DIR:\$PATH
 ENV
 trap - EXIT

@@ -559,3 +559,98 @@ async fn overrides_leave_fields_another_manager_owns_and_enforce_enokis() {
         "the autoscaler's field is left alone"
     );
 }
+
+/// Write requests (create/update/patch/delete, dry runs included) the audit log recorded in
+/// `namespace` after `since` (RFC 3339), as (verb, resource, name).
+fn writes_since(namespace: &str, since: &str) -> Vec<(String, String, String)> {
+    let path = std::env::var("TESTENV_AUDIT_LOG")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|_| {
+            harness::kubeconfig_path()
+                .parent()
+                .unwrap()
+                .join("audit.log")
+        });
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (hack/testenv.sh writes it)", path.display()));
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["stage"] == "ResponseComplete")
+        .filter(|e| e["objectRef"]["namespace"] == namespace)
+        .filter(|e| {
+            e["requestReceivedTimestamp"]
+                .as_str()
+                .is_some_and(|t| t > since)
+        })
+        .filter(|e| {
+            matches!(
+                e["verb"].as_str(),
+                Some("create" | "update" | "patch" | "delete")
+            )
+        })
+        .map(|e| {
+            let s = |v: &Value| v.as_str().unwrap_or_default().to_string();
+            (
+                s(&e["verb"]),
+                s(&e["objectRef"]["resource"]),
+                s(&e["objectRef"]["name"]),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_resync_of_many_in_sync_resources_writes_nothing_and_a_change_writes_only_what_changed() {
+    let items: Vec<Value> = (0..120)
+        .map(|i| cm(&format!("r{i}"), json!({}), json!({"i": i.to_string()})))
+        .collect();
+    let env = setup(&Value::Array(items.clone()), json!({})).await;
+    let mut enoki = Enoki::start(&env.namespace);
+    eventually("Ready", WAIT, || async { ready(&env).await.then_some(()) }).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    // A restart is a full resync: 120 resources observed and planned, zero writes.
+    enoki.stop();
+    let since = k8s_openapi::jiff::Timestamp::now().to_string();
+    let restarted = Enoki::start(&env.namespace);
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert!(restarted.logs().contains("enoki controller starting"));
+    let writes = writes_since(&env.namespace, &since);
+    assert!(
+        writes.is_empty(),
+        "a resync of in-sync resources wrote: {writes:?}"
+    );
+
+    // Change one item: exactly that ConfigMap is written (plus enoki's own bookkeeping).
+    let mut changed = items;
+    changed[7] = cm("r7", json!({}), json!({"i": "seven"}));
+    let since = k8s_openapi::jiff::Timestamp::now().to_string();
+    set_items(&env, &Value::Array(changed)).await;
+    let cms: Api<ConfigMap> = env.api();
+    eventually("r7 to change", WAIT, || async {
+        (cms.get("r7")
+            .await
+            .unwrap()
+            .data
+            .unwrap_or_default()
+            .get("i")
+            .map(String::as_str)
+            == Some("seven"))
+        .then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let cm_writes: Vec<_> = writes_since(&env.namespace, &since)
+        .into_iter()
+        .filter(|(_, resource, name)| resource == "configmaps" && name != "items")
+        .collect();
+    assert_eq!(
+        cm_writes,
+        [(
+            "patch".to_string(),
+            "configmaps".to_string(),
+            "r7".to_string()
+        )],
+        "{cm_writes:?}"
+    );
+}

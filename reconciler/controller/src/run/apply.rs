@@ -316,25 +316,22 @@ pub async fn reconcile_resources(
         .iter()
         .filter_map(|(k, o)| o.live.clone().map(|l| (k.clone(), l)))
         .collect();
-    let recorded: BTreeMap<ResourceKey, plan::Recorded> = position
-        .iter()
-        .filter_map(|(k, (si, ri))| {
-            let state = slices[*si].status.as_ref()?.resources.get(*ri)?;
-            Some((
-                k.clone(),
-                plan::Recorded {
-                    applied_hash: state.applied_hash.clone(),
-                    applied_resource_version: state.applied_resource_version.clone(),
-                    ready: state.ready.as_ref().map(|t| t.0.to_string()),
-                },
-            ))
-        })
-        .collect();
-    // Client-side mode patches from what the previous synthesis applied (so fields the
-    // synthesizer stopped emitting are removed).
+    // What the previous synthesis applied: its snapshots (client-side patches remove fields the
+    // synthesizer stopped emitting) and its recorded hash/resourceVersion, so a new synthesis
+    // that leaves a resource unchanged does not rewrite it (the fast path carries over).
     let mut previous: BTreeMap<ResourceKey, Value> = BTreeMap::new();
-    if ctx.opts.mode == plan::ApplyMode::ClientSide
-        && let Some(prev) = &st.previous_synthesis
+    let mut carried: BTreeMap<ResourceKey, (Option<String>, Option<String>)> = BTreeMap::new();
+    let needs_previous = slices.iter().any(|s| {
+        let states = s
+            .status
+            .as_ref()
+            .map(|x| x.resources.as_slice())
+            .unwrap_or_default();
+        (0..s.spec.resources.len())
+            .any(|i| states.get(i).is_none_or(|st| st.applied_hash.is_none()))
+    });
+    if let Some(prev) = &st.previous_synthesis
+        && (needs_previous || ctx.opts.mode == plan::ApplyMode::ClientSide)
     {
         for r in &prev.resource_slices {
             let Some(s) = slices_api
@@ -344,16 +341,62 @@ pub async fn reconcile_resources(
             else {
                 continue;
             };
-            for m in s.spec.resources.iter().filter(|m| !m.deleted) {
+            let states = s
+                .status
+                .as_ref()
+                .map(|x| x.resources.clone())
+                .unwrap_or_default();
+            for (i, m) in s
+                .spec
+                .resources
+                .iter()
+                .enumerate()
+                .filter(|(_, m)| !m.deleted)
+            {
                 let Ok(manifest) = serde_json::from_str::<Value>(&m.manifest) else {
                     continue;
                 };
-                if let Ok(key) = ResourceKey::of(&manifest) {
-                    previous.insert(key, plan::snapshot::strip(&manifest, Some(&info.uid)));
+                let Ok(key) = ResourceKey::of(&manifest) else {
+                    continue;
+                };
+                if let Some(state) = states.get(i) {
+                    carried.insert(
+                        key.clone(),
+                        (
+                            state.applied_hash.clone(),
+                            state.applied_resource_version.clone(),
+                        ),
+                    );
                 }
+                previous.insert(key, plan::snapshot::strip(&manifest, Some(&info.uid)));
             }
         }
     }
+    let recorded: BTreeMap<ResourceKey, plan::Recorded> = position
+        .iter()
+        .map(|(k, (si, ri))| {
+            let state = slices[*si]
+                .status
+                .as_ref()
+                .and_then(|s| s.resources.get(*ri));
+            let (hash, rv) = match state {
+                Some(st) if st.applied_hash.is_some() => {
+                    (st.applied_hash.clone(), st.applied_resource_version.clone())
+                }
+                _ => carried.get(k).cloned().unwrap_or_default(),
+            };
+            (
+                k.clone(),
+                plan::Recorded {
+                    applied_hash: hash,
+                    applied_resource_version: rv,
+                    ready: state
+                        .and_then(|s| s.ready.as_ref())
+                        .map(|t| t.0.to_string()),
+                },
+            )
+        })
+        .collect();
     let the_plan: Plan = plan::plan(plan::PlanInput {
         prepared: &prepared,
         composition: &info,
@@ -496,6 +539,17 @@ pub async fn reconcile_resources(
                     state.reconciled = true;
                     if state.ready.is_none() {
                         state.ready = Some(now());
+                    }
+                }
+                Op::Skip {
+                    reason: SkipReason::InSync,
+                } => {
+                    state.reconciled = true;
+                    if state.applied_hash.is_none() {
+                        state.applied_hash = step.hash.clone();
+                        state.applied_resource_version = recorded
+                            .get(&step.key)
+                            .and_then(|r| r.applied_resource_version.clone());
                     }
                 }
                 Op::Skip { .. } => state.reconciled = true,
