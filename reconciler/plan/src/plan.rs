@@ -510,18 +510,7 @@ pub fn plan(input: PlanInput<'_>) -> Plan {
         {
             poll = true;
         }
-        steps.push(Step {
-            key: r.key.clone(),
-            op,
-            hash: None,
-            readiness: if live.is_some() {
-                ReadinessState::Ready { at: None }
-            } else {
-                ReadinessState::Absent
-            },
-            overrides: Vec::new(),
-            settings: r.settings.clone(),
-        });
+        steps.push(deletion_step(r, live, op));
     }
 
     if poll {
@@ -530,6 +519,23 @@ pub fn plan(input: PlanInput<'_>) -> Plan {
         }));
     }
     Plan { steps, requeue }
+}
+
+/// The step of a resource being deleted (a tombstone, or any resource of a deleted
+/// Composition): no snapshot, no overrides; "ready" just means it still exists.
+fn deletion_step(r: &PreparedResource, live: Option<&Value>, op: Op) -> Step {
+    Step {
+        key: r.key.clone(),
+        op,
+        hash: None,
+        readiness: if live.is_some() {
+            ReadinessState::Ready { at: None }
+        } else {
+            ReadinessState::Absent
+        },
+        overrides: Vec::new(),
+        settings: r.settings.clone(),
+    }
 }
 
 fn delete_op(live: Option<&Value>, foreground: bool) -> Op {
@@ -634,18 +640,7 @@ fn plan_deletion(input: PlanInput<'_>) -> Plan {
             present_in_rank.push(r.key.clone());
             poll = true;
         }
-        steps.push(Step {
-            key: r.key.clone(),
-            op,
-            hash: None,
-            readiness: if live.is_some() {
-                ReadinessState::Ready { at: None }
-            } else {
-                ReadinessState::Absent
-            },
-            overrides: Vec::new(),
-            settings: r.settings.clone(),
-        });
+        steps.push(deletion_step(r, live, op));
     }
     Plan {
         steps,

@@ -109,52 +109,35 @@ async fn execute(op: &Op, key: &ResourceKey, obs: &Observation, held: Option<Str
             )
             .await
             .map(rv_of),
-        Op::Create { object } => match serde_json::from_value::<DynamicObject>(object.clone()) {
-            Ok(obj) => api
-                .create(
-                    &PostParams {
-                        field_manager: Some(FIELD_MANAGER.into()),
-                        ..PostParams::default()
-                    },
-                    &obj,
-                )
-                .await
-                .map(rv_of),
-            Err(e) => {
-                return Outcome {
-                    error: Some(e.to_string()),
-                    ..Outcome::default()
-                };
-            }
-        },
-        Op::Replace { object } => {
+        Op::Create { object } | Op::Replace { object } => {
             let mut object = object.clone();
-            if let Some(rv) = obs
-                .live
-                .as_ref()
-                .and_then(|l| l.pointer("/metadata/resourceVersion"))
-                .cloned()
+            let replace = matches!(op, Op::Replace { .. });
+            if replace
+                && let Some(rv) = obs
+                    .live
+                    .as_ref()
+                    .and_then(|l| l.pointer("/metadata/resourceVersion"))
+                    .cloned()
             {
                 object["metadata"]["resourceVersion"] = rv;
             }
-            match serde_json::from_value::<DynamicObject>(object) {
-                Ok(obj) => api
-                    .replace(
-                        &key.name,
-                        &PostParams {
-                            field_manager: Some(FIELD_MANAGER.into()),
-                            ..PostParams::default()
-                        },
-                        &obj,
-                    )
-                    .await
-                    .map(rv_of),
+            let obj = match serde_json::from_value::<DynamicObject>(object) {
+                Ok(obj) => obj,
                 Err(e) => {
                     return Outcome {
                         error: Some(e.to_string()),
                         ..Outcome::default()
                     };
                 }
+            };
+            let pp = PostParams {
+                field_manager: Some(FIELD_MANAGER.into()),
+                ..PostParams::default()
+            };
+            if replace {
+                api.replace(&key.name, &pp, &obj).await.map(rv_of)
+            } else {
+                api.create(&pp, &obj).await.map(rv_of)
             }
         }
         Op::MergePatch { patch, .. } => api
