@@ -200,7 +200,10 @@ impl Enoki {
         ));
         let file = std::fs::File::create(&log).expect("log file can be created");
         // An empty namespace runs cluster-wide (Synthesizer status); scope it with a selector.
-        let mut args = vec!["run", "--readiness-poll", "1s"];
+        let mut args = vec!["run"];
+        if !extra.contains(&"--readiness-poll") {
+            args.extend(["--readiness-poll", "1s"]);
+        }
         if !namespace.is_empty() {
             args.extend(["--namespace", namespace]);
         }

@@ -654,3 +654,263 @@ async fn a_resync_of_many_in_sync_resources_writes_nothing_and_a_change_writes_o
         "{cm_writes:?}"
     );
 }
+
+/// enoki's write requests (its field manager in the request URI) to one object since `since`.
+fn enoki_writes_to(namespace: &str, name: &str, since: &str) -> usize {
+    let path = std::env::var("TESTENV_AUDIT_LOG")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|_| {
+            harness::kubeconfig_path()
+                .parent()
+                .unwrap()
+                .join("audit.log")
+        });
+    let text = std::fs::read_to_string(&path).unwrap();
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["stage"] == "ResponseComplete")
+        .filter(|e| e["objectRef"]["namespace"] == namespace && e["objectRef"]["name"] == name)
+        .filter(|e| matches!(e["verb"].as_str(), Some("patch" | "update" | "create")))
+        .filter(|e| {
+            e["requestReceivedTimestamp"]
+                .as_str()
+                .is_some_and(|t| t > since)
+        })
+        .filter(|e| {
+            e["requestURI"].as_str().is_some_and(|u| {
+                u.contains("fieldManager=enoki&") || u.ends_with("fieldManager=enoki")
+            })
+        })
+        .count()
+}
+
+#[tokio::test]
+async fn a_fighting_writer_gets_backoff_and_a_field_conflict_event_not_a_hot_loop() {
+    let env = setup(
+        &json!([cm("contested", json!({}), json!({"v": "ours"}))]),
+        json!({}),
+    )
+    .await;
+    let enoki = Enoki::start(&env.namespace);
+    eventually("Ready", WAIT, || async { ready(&env).await.then_some(()) }).await;
+    let cms: Api<ConfigMap> = env.api();
+    let fighter = PatchParams {
+        field_manager: Some("fighter".into()),
+        ..PatchParams::default()
+    };
+    // A minute of another writer changing the object every 300 ms (200 foreign writes).
+    let since = k8s_openapi::jiff::Timestamp::now().to_string();
+    let fight_started = std::time::Instant::now();
+    let mut i = 0u32;
+    while fight_started.elapsed() < Duration::from_secs(60) {
+        i += 1;
+        let theirs = json!({"data": {"v": format!("theirs-{i}")}});
+        cms.patch("contested", &fighter, &Patch::Merge(&theirs))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let writes = enoki_writes_to(&env.namespace, "contested", &since);
+    // A hot loop would answer every foreign write (~200); the backoff allows three immediate
+    // corrections, then 1 s, 2 s, 4 s, … — about nine in a minute.
+    assert!(
+        (3..=15).contains(&writes),
+        "enoki wrote {writes} times during {i} foreign writes:\n{}",
+        enoki.logs()
+    );
+    let events: Api<k8s_openapi::api::events::v1::Event> = env.api();
+    let conflict = events
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .find(|e| e.reason.as_deref() == Some("FieldConflict"))
+        .unwrap_or_else(|| panic!("no FieldConflict event:\n{}", enoki.logs()));
+    assert_eq!(conflict.type_.as_deref(), Some("Warning"));
+    let note = conflict.note.unwrap_or_default();
+    assert!(
+        note.contains("contested") && note.contains("fighter"),
+        "{note}"
+    );
+    // Once the other writer stops, the managed value comes back (after the current backoff).
+    eventually(
+        "the managed value to be restored",
+        Duration::from_secs(90),
+        || async {
+            (cms.get("contested")
+                .await
+                .unwrap()
+                .data
+                .unwrap_or_default()
+                .get("v")
+                .map(String::as_str)
+                == Some("ours"))
+            .then_some(())
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn drift_interval_reapplies_on_the_reconcile_interval_not_at_once() {
+    let items = json!([
+        cm("watched", json!({}), json!({"v": "1"})),
+        cm(
+            "periodic",
+            json!({"enoki.dev/drift": "interval", "eno.azure.io/reconcile-interval": "20s"}),
+            json!({"v": "1"})
+        ),
+    ]);
+    let env = setup(&items, json!({})).await;
+    let enoki = Enoki::start(&env.namespace);
+    eventually("Ready", WAIT, || async { ready(&env).await.then_some(()) }).await;
+    let cms: Api<ConfigMap> = env.api();
+    let intruder = PatchParams {
+        field_manager: Some("intruder".into()),
+        ..PatchParams::default()
+    };
+    let v = |name: &'static str| {
+        let cms = cms.clone();
+        async move {
+            cms.get(name)
+                .await
+                .unwrap()
+                .data
+                .unwrap_or_default()
+                .get("v")
+                .cloned()
+        }
+    };
+    let hack = json!({"data": {"v": "hacked"}});
+    cms.patch("periodic", &intruder, &Patch::Merge(&hack))
+        .await
+        .unwrap();
+    let hacked_at = std::time::Instant::now();
+    // The watched resource's drift triggers a reconcile at once; it reverts only that one.
+    cms.patch("watched", &intruder, &Patch::Merge(&hack))
+        .await
+        .unwrap();
+    eventually(
+        "the watched resource to be reverted",
+        Duration::from_secs(15),
+        || async { (v("watched").await.as_deref() == Some("1")).then_some(()) },
+    )
+    .await;
+    assert_eq!(
+        v("periodic").await.as_deref(),
+        Some("hacked"),
+        "drift: interval must not revert at once:\n{}",
+        enoki.logs()
+    );
+    eventually(
+        "the interval to revert it",
+        Duration::from_secs(40),
+        || async { (v("periodic").await.as_deref() == Some("1")).then_some(()) },
+    )
+    .await;
+    assert!(
+        hacked_at.elapsed() > Duration::from_secs(1),
+        "reverted before the interval could have come round"
+    );
+}
+
+#[tokio::test]
+async fn foreground_deletion_waits_until_the_object_is_gone() {
+    let mut held = cm(
+        "held",
+        json!({"eno.azure.io/deletion-strategy": "foreground"}),
+        json!({}),
+    );
+    held["metadata"]["finalizers"] = json!(["test.enoki.dev/hold"]);
+    let env = setup(&json!([held, cm("other", json!({}), json!({}))]), json!({})).await;
+    let enoki = Enoki::start(&env.namespace);
+    eventually("Ready", WAIT, || async { ready(&env).await.then_some(()) }).await;
+    // Dropped from the output: deleted, and the composition waits for it to be gone.
+    set_items(&env, &json!([cm("other", json!({}), json!({}))])).await;
+    let cms: Api<ConfigMap> = env.api();
+    eventually("the dropped resource to be deleting", WAIT, || async {
+        cms.get_opt("held")
+            .await
+            .unwrap()
+            .is_some_and(|c| c.metadata.deletion_timestamp.is_some())
+            .then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let comps: Api<Composition> = env.api();
+    let reconciled = |c: &Composition| {
+        c.status.as_ref().is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == "Reconciled" && c.status == "True")
+        })
+    };
+    assert!(
+        !reconciled(&comps.get("echo").await.unwrap()),
+        "reconciled while a foreground delete was still pending:\n{}",
+        enoki.logs()
+    );
+    let release = json!({"metadata": {"finalizers": null}});
+    cms.patch("held", &PatchParams::default(), &Patch::Merge(&release))
+        .await
+        .unwrap();
+    eventually("reconciled once the object is gone", WAIT, || async {
+        reconciled(&comps.get("echo").await.unwrap()).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_not_ready_resource_is_rechecked_at_the_readiness_poll_interval() {
+    // drift: off — no watch on the object; only the poll can see it become ready.
+    let env = setup(
+        &json!([cm(
+            "gate",
+            json!({"enoki.dev/drift": "off", "enoki.dev/readiness": "has(self.data.open) && self.data.open == 'yes'"}),
+            json!({"x": "y"})
+        )]),
+        json!({}),
+    )
+    .await;
+    let enoki = Enoki::start_with(&env.namespace, &["--readiness-poll", "2s"]);
+    let cms: Api<ConfigMap> = env.api();
+    eventually("the resource", WAIT, || async {
+        cms.get_opt("gate").await.unwrap().map(|_| ())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(!ready(&env).await, "ready before its check held");
+    let comps: Api<Composition> = env.api();
+    let msg = comps
+        .get("echo")
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap()
+        .message;
+    assert!(msg.contains("gate"), "{msg}");
+    let open = PatchParams {
+        field_manager: Some("operator".into()),
+        ..PatchParams::default()
+    };
+    cms.patch(
+        "gate",
+        &open,
+        &Patch::Merge(&json!({"data": {"open": "yes"}})),
+    )
+    .await
+    .unwrap();
+    eventually(
+        "Ready after the next poll",
+        Duration::from_secs(15),
+        || async { ready(&env).await.then_some(()) },
+    )
+    .await;
+    assert!(enoki.logs().contains("ready"));
+}

@@ -186,6 +186,9 @@ pub struct Recorded {
     pub applied_resource_version: Option<String>,
     /// Ready time latched in this synthesis.
     pub ready: Option<String>,
+    /// `drift: interval` only: the resource's `reconcile-interval` has elapsed since it was
+    /// last checked, so a foreign change (resourceVersion differs) is re-applied now.
+    pub interval_due: bool,
 }
 
 /// How resources are written.
@@ -421,6 +424,8 @@ pub fn plan(input: PlanInput<'_>) -> Plan {
             recorded.is_some_and(|rec| {
                 rec.applied_hash.as_deref() == Some(hash.as_str())
                     && (settings.drift == crate::settings::Drift::Off
+                        || (settings.drift == crate::settings::Drift::Interval
+                            && !rec.interval_due)
                         || (rv.is_some() && rec.applied_resource_version.as_deref() == rv))
             })
         });

@@ -119,6 +119,7 @@ impl World {
                     applied_hash: s.hash,
                     applied_resource_version: rv,
                     ready: None,
+                    interval_due: false,
                 },
             );
         }

@@ -327,6 +327,38 @@ fn ingestion_errors_name_the_resource_and_key() {
 }
 
 #[test]
+fn drift_interval_reapplies_foreign_writes_only_when_the_interval_is_due() {
+    let m = deploy(
+        "web",
+        json!({"enoki.dev/drift": "interval", "enoki.dev/reconcile-interval": "30s"}),
+    );
+    let mut w = World::new(desired(std::slice::from_ref(&m)))
+        .observe(live(&m, "10", Value::Null))
+        .record_applied();
+    w = w.observe(live(&m, "11", Value::Null));
+    assert_eq!(
+        w.op_of(&m),
+        Op::Skip {
+            reason: SkipReason::InSync
+        },
+        "not due: a foreign write waits for the interval"
+    );
+    w.recorded.get_mut(&key(&m)).unwrap().interval_due = true;
+    assert!(
+        matches!(w.op_of(&m), Op::Apply { .. }),
+        "due: the foreign write is reverted"
+    );
+    w = w.observe(live(&m, "10", Value::Null));
+    assert_eq!(
+        w.op_of(&m),
+        Op::Skip {
+            reason: SkipReason::InSync
+        },
+        "due but unchanged: nothing to write"
+    );
+}
+
+#[test]
 fn drift_off_ignores_foreign_writes_but_not_new_output() {
     let m = deploy("web", json!({"enoki.dev/drift": "off"}));
     let mut w = World::new(desired(std::slice::from_ref(&m)))

@@ -18,6 +18,49 @@ use super::{Context, Error, kube_err, status};
 use crds::names::{FIELD_MANAGER, conditions, reasons};
 use crds::{Composition, CompositionStatus, ResourceSlice, ResourceState, SimplifiedStatus};
 
+/// Drift corrections of one resource: how many in a row (each within [`FIGHT_WINDOW`] of the
+/// last), when the last one happened and when the next one is allowed.
+#[derive(Clone, Debug)]
+pub struct Fight {
+    corrections: u32,
+    last: std::time::Instant,
+    next: std::time::Instant,
+}
+
+/// Two drift corrections further apart than this are unrelated.
+const FIGHT_WINDOW: Duration = Duration::from_secs(60);
+/// The third correction in a row is a fight: a `FieldConflict` Event, and backoff from here.
+const FIGHT_THRESHOLD: u32 = 3;
+
+/// The delay before the next drift correction after `corrections` corrections in a row:
+/// none below [`FIGHT_THRESHOLD`], then 1 s, 2 s, 4 s, … up to 5 min.
+fn fight_delay(corrections: u32) -> Duration {
+    if corrections < FIGHT_THRESHOLD {
+        return Duration::ZERO;
+    }
+    Duration::from_secs(1u64 << (corrections - FIGHT_THRESHOLD).min(9))
+        .min(Duration::from_secs(300))
+}
+
+/// The other field managers that last wrote `live` (for the `FieldConflict` Event).
+fn other_managers(live: Option<&Value>) -> Vec<String> {
+    let mut out: Vec<String> = live
+        .and_then(|l| l.pointer("/metadata/managedFields"))
+        .and_then(Value::as_array)
+        .map(|entries| {
+            entries
+                .iter()
+                .filter_map(|e| e.get("manager").and_then(Value::as_str))
+                .filter(|m| *m != FIELD_MANAGER)
+                .map(String::from)
+                .collect()
+        })
+        .unwrap_or_default();
+    out.sort();
+    out.dedup();
+    out
+}
+
 struct Observation {
     api: Option<Api<DynamicObject>>,
     live: Option<Value>,
@@ -69,6 +112,17 @@ fn summarize(e: &kube::Error) -> String {
     match e {
         kube::Error::Api(resp) => format!("{}: {}", resp.reason, resp.message),
         other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fight_delay_grows_exponentially_from_the_threshold_and_is_capped() {
+        let d: Vec<u64> = (1..=14).map(|c| fight_delay(c).as_secs()).collect();
+        assert_eq!(d, [0, 0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300, 300]);
     }
 }
 
@@ -355,6 +409,32 @@ pub async fn reconcile_resources(
             }
         }
     }
+    // drift: interval — a resource is checked against its live object once per
+    // reconcile-interval (without one it is never re-applied for drift).
+    let uid = comp.uid().unwrap_or_default();
+    let started = std::time::Instant::now();
+    let due: std::collections::BTreeSet<ResourceKey> = {
+        let mut checks = ctx
+            .interval_checks
+            .lock()
+            .map_err(|_| Error::Task("interval table poisoned".into()))?;
+        prepared
+            .resources
+            .iter()
+            .filter(|r| r.settings.drift == plan::Drift::Interval)
+            .filter_map(|r| {
+                let interval = r.settings.reconcile_interval?;
+                let k = (uid.clone(), r.key.clone());
+                let is_due = checks
+                    .get(&k)
+                    .is_none_or(|t| started.duration_since(*t) >= interval);
+                if is_due {
+                    checks.insert(k, started);
+                }
+                is_due.then(|| r.key.clone())
+            })
+            .collect()
+    };
     let recorded: BTreeMap<ResourceKey, plan::Recorded> = position
         .iter()
         .map(|(k, (si, ri))| {
@@ -376,6 +456,7 @@ pub async fn reconcile_resources(
                     ready: state
                         .and_then(|s| s.ready.as_ref())
                         .map(|t| t.0.to_string()),
+                    interval_due: due.contains(k),
                 },
             )
         })
@@ -396,8 +477,6 @@ pub async fn reconcile_resources(
     let concurrency = ctx.opts.concurrency.max(1);
     // Per-resource exponential backoff: a resource whose writes keep failing is retried after
     // 1 s, 2 s, 4 s, … (at most 5 min), not on every pass.
-    let uid = comp.uid().unwrap_or_default();
-    let started = std::time::Instant::now();
     let backing_off: BTreeMap<ResourceKey, String> = ctx
         .backoff
         .lock()
@@ -408,22 +487,112 @@ pub async fn reconcile_resources(
                 .collect()
         })
         .unwrap_or_default();
+    // A write that restores an unchanged snapshot over a live object is a drift correction.
+    // Another writer that keeps changing the object gets backoff, not a hot loop.
+    let is_correction = |step: &plan::Step| {
+        step.op.is_write()
+            && !matches!(step.op, Op::Delete { .. })
+            && observations[&step.key].live.is_some()
+            && recorded
+                .get(&step.key)
+                .is_some_and(|r| r.applied_hash.is_some() && r.applied_hash == step.hash)
+    };
+    let mut fight_wait: Option<Duration> = None;
+    let deferred: std::collections::BTreeSet<ResourceKey> = {
+        let fights = ctx
+            .fights
+            .lock()
+            .map_err(|_| Error::Task("fight table poisoned".into()))?;
+        the_plan
+            .steps
+            .iter()
+            .filter(|s| is_correction(s))
+            .filter(|s| {
+                let next = fights
+                    .get(&(uid.clone(), s.key.clone()))
+                    .map(|f| f.next)
+                    .filter(|n| *n > started);
+                if let Some(n) = next {
+                    let wait = n - started;
+                    fight_wait = Some(fight_wait.map_or(wait, |w| w.min(wait)));
+                }
+                next.is_some()
+            })
+            .map(|s| s.key.clone())
+            .collect()
+    };
     let pending: Vec<_> = the_plan
         .steps
         .iter()
         .map(|step| {
+            let skip = deferred.contains(&step.key);
             let held = step
                 .op
                 .is_write()
                 .then(|| backing_off.get(&step.key).cloned())
                 .flatten();
-            execute(&step.op, &step.key, &observations[&step.key], held)
+            let op = if skip {
+                &Op::Skip {
+                    reason: SkipReason::InSync,
+                }
+            } else {
+                &step.op
+            };
+            execute(op, &step.key, &observations[&step.key], held)
         })
         .collect();
     let outcomes: Vec<Outcome> = futures::stream::iter(pending)
         .buffered(concurrency)
         .collect()
         .await;
+    let mut conflicts = Vec::new();
+    if let Ok(mut fights) = ctx.fights.lock() {
+        for (step, outcome) in the_plan.steps.iter().zip(&outcomes) {
+            let k = (uid.clone(), step.key.clone());
+            if deferred.contains(&step.key) {
+                continue;
+            }
+            if !is_correction(step) || outcome.error.is_some() || outcome.held {
+                if step.op.is_write() && outcome.error.is_none() {
+                    fights.remove(&k);
+                }
+                continue;
+            }
+            let corrections = match fights.get(&k) {
+                Some(f) if started.duration_since(f.last) < FIGHT_WINDOW => f.corrections + 1,
+                _ => 1,
+            };
+            let delay = fight_delay(corrections);
+            fights.insert(
+                k,
+                Fight {
+                    corrections,
+                    last: started,
+                    next: started + delay,
+                },
+            );
+            if corrections >= FIGHT_THRESHOLD {
+                let others = other_managers(observations[&step.key].live.as_ref());
+                conflicts.push(format!(
+                    "{} was changed by another writer ({}) {corrections} times in a row; \
+                     enoki restored it and backs off: next correction in at least {}",
+                    step.key,
+                    if others.is_empty() {
+                        "unknown".to_string()
+                    } else {
+                        others.join(", ")
+                    },
+                    humantime::format_duration(delay)
+                ));
+                fight_wait = Some(fight_wait.map_or(delay, |w| w.min(delay)));
+            }
+        }
+    }
+    for message in conflicts {
+        tracing::warn!(%message, "field conflict");
+        ctx.event(comp, true, reasons::FIELD_CONFLICT, "Apply", message)
+            .await;
+    }
     if let Ok(mut b) = ctx.backoff.lock() {
         for (step, outcome) in the_plan.steps.iter().zip(&outcomes) {
             if !step.op.is_write() || outcome.held {
@@ -724,5 +893,9 @@ pub async fn reconcile_resources(
             error: None,
         }
     });
-    Ok((the_plan.settled(), the_plan.requeue))
+    let requeue = match (the_plan.requeue, fight_wait) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    Ok((the_plan.settled(), requeue))
 }

@@ -105,6 +105,10 @@ pub struct Context {
     pub(crate) recorder: kube::runtime::events::Recorder,
     rollouts: Mutex<HashMap<String, std::time::Instant>>,
     pub(crate) backoff: Mutex<HashMap<(String, plan::ResourceKey), Backoff>>,
+    /// Drift corrections per resource: another writer that keeps changing a managed object.
+    pub(crate) fights: Mutex<HashMap<(String, plan::ResourceKey), apply::Fight>>,
+    /// `drift: interval`: when each resource was last checked against its live object.
+    pub(crate) interval_checks: Mutex<HashMap<(String, plan::ResourceKey), std::time::Instant>>,
 }
 
 impl Context {
@@ -260,6 +264,8 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         discovery: Mutex::new(HashMap::new()),
         rollouts: Mutex::new(HashMap::new()),
         backoff: Mutex::new(HashMap::new()),
+        fights: Mutex::new(HashMap::new()),
+        interval_checks: Mutex::new(HashMap::new()),
     });
     let lost = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let lost_flag = lost.clone();
