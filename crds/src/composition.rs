@@ -98,6 +98,35 @@ pub struct CompositionStatus {
     /// A synthesis that has started but not yet succeeded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub in_flight_synthesis: Option<Synthesis>,
+    /// Whether `dependsOn` holds this Composition back (Eno's `dependencyStatus`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dependency_status: Option<DependencyStatus>,
+}
+
+/// Why `dependsOn` blocks a Composition: before synthesis it waits for its dependencies to be
+/// ready; on deletion it waits for the Compositions that depend on it to be gone.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct DependencyStatus {
+    /// Whether the Composition is held back.
+    pub blocked: bool,
+    /// `WaitingOnDependencies`, `WaitingOnDependents` or `CircularDependency`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The Compositions it waits on.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub blocked_by: Vec<BlockedBy>,
+}
+
+/// One Composition another waits on, and why.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+pub struct BlockedBy {
+    /// Its name.
+    pub name: String,
+    /// Its namespace.
+    pub namespace: String,
+    /// `DependencyNotFound`, `DependencyNotReady` or `DependentNotDeleted`.
+    pub reason: String,
 }
 
 /// A one-word summary and error for `kubectl get comp`.
@@ -169,6 +198,10 @@ pub struct InputRevision {
     /// The object's `enoki.dev/revision` annotation, if set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revision: Option<i64>,
+    /// For a collection (and for the observed outputs, key `enoki.dev/observed`): SHA-256 of
+    /// what the synthesizer sees, so changes it cannot see do not re-synthesize.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
 }
 
 /// A reference to a ResourceSlice by name.

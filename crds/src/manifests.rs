@@ -18,6 +18,40 @@ pub fn all() -> Vec<CustomResourceDefinition> {
     ]
 }
 
+/// The CRDs of the built-in synthesizers' kinds, with their upstream groups
+/// (`crds/manifests/builtins/`, written by hand): TrusteeConfig and KbsConfig
+/// (`confidentialcontainers.org`), ClusterResourceQuota (`quota.powerapp.cloud`) and
+/// LeptonDeployment (`lepton.ai`), as `(file name, YAML)`.
+pub const BUILTIN_YAML: &[(&str, &str)] = &[
+    (
+        "trusteeconfigs.confidentialcontainers.org.yaml",
+        include_str!("../manifests/builtins/trusteeconfigs.confidentialcontainers.org.yaml"),
+    ),
+    (
+        "kbsconfigs.confidentialcontainers.org.yaml",
+        include_str!("../manifests/builtins/kbsconfigs.confidentialcontainers.org.yaml"),
+    ),
+    (
+        "clusterresourcequotas.quota.powerapp.cloud.yaml",
+        include_str!("../manifests/builtins/clusterresourcequotas.quota.powerapp.cloud.yaml"),
+    ),
+    (
+        "leptondeployments.lepton.ai.yaml",
+        include_str!("../manifests/builtins/leptondeployments.lepton.ai.yaml"),
+    ),
+];
+
+/// The built-in kinds' CRDs, parsed.
+///
+/// # Errors
+/// Fails only if a committed YAML file is malformed (a test parses them).
+pub fn builtins() -> Result<Vec<CustomResourceDefinition>, serde_saphyr::Error> {
+    BUILTIN_YAML
+        .iter()
+        .map(|(_, yaml)| serde_saphyr::from_str(yaml))
+        .collect()
+}
+
 /// `(file name, YAML)` for every CRD, e.g. `("compositions.enoki.dev.yaml", "...")`.
 ///
 /// # Errors
@@ -33,10 +67,18 @@ pub fn render() -> Result<Vec<(String, String)>, serde_saphyr::ser::Error> {
         .collect()
 }
 
-/// Every CRD in one multi-document YAML stream (what `enoki crds` prints).
+/// Every CRD — enoki's and the built-in kinds' — in one multi-document YAML stream (what
+/// `enoki crds` prints).
 ///
 /// # Errors
 /// Fails only if a CRD cannot be serialized.
 pub fn render_all() -> Result<String, serde_saphyr::ser::Error> {
-    Ok(render()?.into_iter().map(|(_, yaml)| yaml).collect())
+    let mut out: String = render()?.into_iter().map(|(_, yaml)| yaml).collect();
+    for (_, yaml) in BUILTIN_YAML {
+        if !yaml.starts_with("---") {
+            out.push_str("---\n");
+        }
+        out.push_str(yaml);
+    }
+    Ok(out)
 }

@@ -161,4 +161,30 @@ pub mod reasons {
     pub const FIELD_CONFLICT: &str = "FieldConflict";
     /// The module was fetched and compiled.
     pub const MODULE_READY: &str = "ModuleReady";
+    /// `dependsOn`: a dependency is missing or not ready, so synthesis waits.
+    pub const WAITING_ON_DEPENDENCIES: &str = "WaitingOnDependencies";
+    /// `dependsOn`: deletion waits until every dependent Composition is gone.
+    pub const WAITING_ON_DEPENDENTS: &str = "WaitingOnDependents";
+    /// `dependsOn` forms a cycle.
+    pub const CIRCULAR_DEPENDENCY: &str = "CircularDependency";
+    /// A dependency does not exist.
+    pub const DEPENDENCY_NOT_FOUND: &str = "DependencyNotFound";
+    /// A dependency exists but is not ready.
+    pub const DEPENDENCY_NOT_READY: &str = "DependencyNotReady";
+    /// A dependent still exists.
+    pub const DEPENDENT_NOT_DELETED: &str = "DependentNotDeleted";
 }
+
+/// Labels enoki sets.
+pub mod labels {
+    /// On a Symphony's Compositions: the Symphony's name.
+    pub const SYMPHONY: &str = "enoki.dev/symphony";
+    /// On a Symphony's Compositions while the Symphony is deleted: their resources are
+    /// orphaned (Eno semantics), not deleted.
+    pub const SYMPHONY_DELETING: &str = "enoki.dev/symphony-deleting";
+    /// Eno's spelling of [`SYMPHONY_DELETING`], honoured too.
+    pub const ENO_SYMPHONY_DELETING: &str = "eno.azure.io/symphony-deleting";
+}
+
+/// Field manager of the Symphony controller (it writes Compositions).
+pub const SYMPHONY_FIELD_MANAGER: &str = "enoki-symphony";

@@ -56,6 +56,17 @@ pub struct Variation {
     /// Excluded from the Symphony's status roll-up.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub optional: bool,
+    /// Sibling variations (by synthesizer name) whose Compositions must be ready first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 50))]
+    pub depends_on: Vec<VariationDependency>,
+}
+
+/// A dependency on a sibling variation, named by its synthesizer.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+pub struct VariationDependency {
+    /// The sibling variation's synthesizer name.
+    pub synthesizer: String,
 }
 
 /// Observed state of a Symphony: each time is set once every non-optional variation got there.

@@ -37,6 +37,11 @@ pub struct SynthesizerSpec {
     /// `reproducible` (default): seeded randomness and a fixed clock; `secure`: real entropy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub entropy: Option<Entropy>,
+    /// Re-synthesize when the live state of an emitted resource changes (its observed outputs),
+    /// e.g. to mirror a child's status or keep fields a person changed. Observed outputs are
+    /// passed to every synthesis; this makes a change to them a trigger too.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub watch_outputs: bool,
 }
 
 /// Where a synthesizer's WebAssembly module comes from. Exactly one field is set.
@@ -141,6 +146,17 @@ pub struct CollectionRef {
     /// Label selector (`a=b,c!=d` syntax) for the objects.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub label_selector: Option<String>,
+    /// Instance mode: a dotted path into `self` (e.g. `spec.namespaceSelector`) holding a
+    /// Kubernetes LabelSelector (`matchLabels` / `matchExpressions`) for the namespaces to look
+    /// in. A missing selector selects no namespace; `{}` selects every namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector_from: Option<String>,
+    /// Only these fields of each object are delivered (dotted paths, `[*]` maps over a list,
+    /// e.g. `status.containerStatuses[*].state.terminated`), plus `apiVersion`, `kind` and
+    /// the name, namespace, labels and annotations. Changes to other fields do not
+    /// re-synthesize. Everything when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fields: Vec<String>,
 }
 
 /// An API group, version and kind.

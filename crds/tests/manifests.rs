@@ -19,6 +19,30 @@ fn manifests_are_up_to_date() {
 }
 
 #[test]
+fn builtin_crds_parse_and_deploy_has_the_same_copy() {
+    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let crds = crds::manifests::builtins().unwrap();
+    let names: Vec<String> = crds
+        .iter()
+        .map(|c| c.metadata.name.clone().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "trusteeconfigs.confidentialcontainers.org",
+            "kbsconfigs.confidentialcontainers.org",
+            "clusterresourcequotas.quota.powerapp.cloud",
+            "leptondeployments.lepton.ai"
+        ]
+    );
+    for (file, yaml) in crds::manifests::BUILTIN_YAML {
+        let copy = std::fs::read_to_string(root.join("../deploy/base/crds/builtins").join(file))
+            .unwrap_or_default();
+        assert_eq!(&copy, yaml, "deploy/base/crds/builtins/{file} is stale: run `make crds`");
+    }
+}
+
+#[test]
 fn every_key_has_an_eno_alias() {
     for key in crds::names::annotations::ALL {
         assert_eq!(

@@ -126,7 +126,8 @@ pub async fn create_namespace(client: &Client, name: &str) {
 /// When a CRD is refused or does not become Established within a minute.
 pub async fn install_crds(client: &Client) {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in crds::manifests::all() {
+    let builtin = crds::manifests::builtins().expect("built-in CRDs parse");
+    for crd in crds::manifests::all().into_iter().chain(builtin) {
         let name = crd.metadata.name.clone().expect("generated CRDs are named");
         crds.patch(
             &name,
@@ -330,4 +331,96 @@ pub fn http_get(port: u16, path: &str) -> (u16, String) {
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
     (code.trim().parse().unwrap_or(0), body.to_string())
+}
+
+/// The `echo` test synthesizer (`tests/guests/echo`): it emits the JSON list stored in the
+/// bound ConfigMap's `data.items`.
+///
+/// # Panics
+/// When it has not been built (`hack/build-samples.sh`; `make test` does).
+pub fn echo_module() -> Vec<u8> {
+    let p = workspace_root().join("target/wasm32-wasip1/release/echo.wasm");
+    std::fs::read(&p).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}; run hack/build-samples.sh (make test does)",
+            p.display()
+        )
+    })
+}
+
+/// A ConfigMap manifest for an `echo` items list.
+#[allow(clippy::needless_pass_by_value)] // called with `json!` temporaries
+pub fn config_map(
+    name: &str,
+    annotations: serde_json::Value,
+    data: serde_json::Value,
+) -> serde_json::Value {
+    serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "annotations": annotations}, "data": data})
+}
+
+/// Writes `items` into ConfigMap `name` (`data.items`), the input of an `echo` Composition.
+///
+/// # Panics
+/// When the API server refuses.
+pub async fn set_echo_items(env: &TestEnv, name: &str, items: &serde_json::Value) {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let cms: Api<ConfigMap> = env.api();
+    let cm = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
+        "data": {"items": items.to_string()}});
+    cms.patch(
+        name,
+        &PatchParams::apply(HARNESS_MANAGER).force(),
+        &Patch::Apply(&cm),
+    )
+    .await
+    .expect("items ConfigMap");
+}
+
+/// Applies a Composition `name` of `synthesizer` bound (key `config`) to ConfigMap `items`;
+/// `extra_spec` is merged into its spec (e.g. `dependsOn`).
+///
+/// # Panics
+/// When the API server refuses.
+pub async fn apply_echo_composition(
+    env: &TestEnv,
+    name: &str,
+    synthesizer: &str,
+    items: &str,
+    extra_spec: serde_json::Value,
+) {
+    let mut spec = serde_json::json!({"synthesizer": {"name": synthesizer},
+        "bindings": [{"key": "config", "resource": {"name": items}}]});
+    if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra_spec.as_object()) {
+        spec.extend(extra.clone());
+    }
+    let comp = serde_json::json!({"apiVersion": "enoki.dev/v1alpha1", "kind": "Composition",
+        "metadata": {"name": name}, "spec": spec});
+    let comps: Api<crds::Composition> = env.api();
+    comps
+        .patch(
+            name,
+            &PatchParams::apply(HARNESS_MANAGER).force(),
+            &Patch::Apply(&comp),
+        )
+        .await
+        .expect("Composition");
+}
+
+/// Whether Composition `name` has condition `Ready=True`.
+///
+/// # Panics
+/// When the API server refuses.
+pub async fn composition_ready(env: &TestEnv, name: &str) -> bool {
+    let comps: Api<crds::Composition> = env.api();
+    comps
+        .get_opt(name)
+        .await
+        .expect("reading a Composition")
+        .and_then(|c| c.status)
+        .is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True")
+        })
 }

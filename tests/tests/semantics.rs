@@ -211,11 +211,10 @@ async fn readiness_groups_crd_order_and_cel_readiness_eno_keys() {
     readiness_groups_wait_for_readiness("eno.azure.io").await;
 }
 
-#[tokio::test]
-async fn deletion_follows_deletion_groups() {
+async fn deletion_follows_deletion_groups_case(p: &str) {
     let hold = json!(["test.enoki.dev/hold"]);
-    let mut a = cm("a", json!({"enoki.dev/deletion-group": "0"}), json!({}));
-    let mut b = cm("b", json!({"eno.azure.io/deletion-group": "1"}), json!({}));
+    let mut a = cm("a", json!({format!("{p}/deletion-group"): "0"}), json!({}));
+    let mut b = cm("b", json!({format!("{p}/deletion-group"): "1"}), json!({}));
     a["metadata"]["finalizers"] = hold.clone();
     b["metadata"]["finalizers"] = hold.clone();
     let env = setup(&json!([a, b]), json!({})).await;
@@ -263,12 +262,21 @@ async fn deletion_follows_deletion_groups() {
 }
 
 #[tokio::test]
-async fn orphan_keeps_resources_on_deletion_but_still_prunes_dropped_ones() {
+async fn deletion_follows_deletion_groups_enoki_keys() {
+    deletion_follows_deletion_groups_case("enoki.dev").await;
+}
+
+#[tokio::test]
+async fn deletion_follows_deletion_groups_eno_keys() {
+    deletion_follows_deletion_groups_case("eno.azure.io").await;
+}
+
+async fn orphan_keeps_resources_on_deletion_but_still_prunes_dropped_ones_case(p: &str) {
     let items = json!([
         cm("kept", json!({}), json!({})),
         cm("dropped", json!({}), json!({}))
     ]);
-    let env = setup(&items, json!({"eno.azure.io/deletion-strategy": "orphan"})).await;
+    let env = setup(&items, json!({format!("{p}/deletion-strategy"): "orphan"})).await;
     let _enoki = Enoki::start(&env.namespace);
     eventually("Ready", WAIT, || async { ready(&env).await.then_some(()) }).await;
     set_items(&env, &json!([cm("kept", json!({}), json!({}))])).await;
@@ -289,21 +297,30 @@ async fn orphan_keeps_resources_on_deletion_but_still_prunes_dropped_ones() {
 }
 
 #[tokio::test]
-async fn apply_modes_disable_updates_disable_reconciliation_and_replace() {
+async fn orphan_keeps_resources_on_deletion_but_still_prunes_dropped_ones_enoki_keys() {
+    orphan_keeps_resources_on_deletion_but_still_prunes_dropped_ones_case("enoki.dev").await;
+}
+
+#[tokio::test]
+async fn orphan_keeps_resources_on_deletion_but_still_prunes_dropped_ones_eno_keys() {
+    orphan_keeps_resources_on_deletion_but_still_prunes_dropped_ones_case("eno.azure.io").await;
+}
+
+async fn apply_modes_case(p: &str) {
     let items = json!([
         cm(
             "create-only",
-            json!({"enoki.dev/disable-updates": "true"}),
+            json!({format!("{p}/disable-updates"): "true"}),
             json!({"v": "1"})
         ),
         cm(
             "untouched",
-            json!({"eno.azure.io/disable-reconciliation": "true"}),
+            json!({format!("{p}/disable-reconciliation"): "true"}),
             json!({"v": "1"})
         ),
         cm(
             "replaced",
-            json!({"enoki.dev/replace": "true"}),
+            json!({format!("{p}/replace"): "true"}),
             json!({"v": "1"})
         ),
     ]);
@@ -335,17 +352,17 @@ async fn apply_modes_disable_updates_disable_reconciliation_and_replace() {
     let items = json!([
         cm(
             "create-only",
-            json!({"enoki.dev/disable-updates": "true"}),
+            json!({format!("{p}/disable-updates"): "true"}),
             json!({"v": "2"})
         ),
         cm(
             "untouched",
-            json!({"eno.azure.io/disable-reconciliation": "true"}),
+            json!({format!("{p}/disable-reconciliation"): "true"}),
             json!({"v": "1"})
         ),
         cm(
             "replaced",
-            json!({"enoki.dev/replace": "true"}),
+            json!({format!("{p}/replace"): "true"}),
             json!({"v": "2"})
         ),
     ]);
@@ -378,12 +395,21 @@ async fn apply_modes_disable_updates_disable_reconciliation_and_replace() {
 }
 
 #[tokio::test]
-async fn drift_is_reverted_at_once_through_watches_and_drift_off_is_left_alone() {
+async fn apply_modes_disable_updates_disable_reconciliation_and_replace_enoki_keys() {
+    apply_modes_case("enoki.dev").await;
+}
+
+#[tokio::test]
+async fn apply_modes_disable_updates_disable_reconciliation_and_replace_eno_keys() {
+    apply_modes_case("eno.azure.io").await;
+}
+
+async fn drift_watch_and_off_case(p: &str) {
     let items = json!([
         cm("watched", json!({}), json!({"v": "1"})),
         cm(
             "hands-off",
-            json!({"enoki.dev/drift": "off"}),
+            json!({format!("{p}/drift"): "off"}),
             json!({"v": "1"})
         ),
     ]);
@@ -453,6 +479,16 @@ async fn drift_is_reverted_at_once_through_watches_and_drift_off_is_left_alone()
 }
 
 #[tokio::test]
+async fn drift_is_reverted_at_once_through_watches_and_drift_off_is_left_alone_enoki_keys() {
+    drift_watch_and_off_case("enoki.dev").await;
+}
+
+#[tokio::test]
+async fn drift_is_reverted_at_once_through_watches_and_drift_off_is_left_alone_eno_keys() {
+    drift_watch_and_off_case("eno.azure.io").await;
+}
+
+#[tokio::test]
 async fn client_side_mode_removes_a_field_the_synthesizer_stopped_emitting() {
     let env = setup(
         &json!([cm(
@@ -483,9 +519,8 @@ async fn client_side_mode_removes_a_field_the_synthesizer_stopped_emitting() {
     .await;
 }
 
-#[tokio::test]
-async fn fail_open_reports_an_unappliable_resource_as_reconciled() {
-    let broken = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "broken", "annotations": {"eno.azure.io/fail-open": "true"}},
+async fn fail_open_case(p: &str) {
+    let broken = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "broken", "annotations": {format!("{p}/fail-open"): "true"}},
                         "spec": {"type": "ClusterIP", "ports": []}});
     let env = setup(
         &json!([broken, cm("fine", json!({}), json!({}))]),
@@ -510,7 +545,16 @@ async fn fail_open_reports_an_unappliable_resource_as_reconciled() {
 }
 
 #[tokio::test]
-async fn overrides_leave_fields_another_manager_owns_and_enforce_enokis() {
+async fn fail_open_reports_an_unappliable_resource_as_reconciled_enoki_keys() {
+    fail_open_case("enoki.dev").await;
+}
+
+#[tokio::test]
+async fn fail_open_reports_an_unappliable_resource_as_reconciled_eno_keys() {
+    fail_open_case("eno.azure.io").await;
+}
+
+async fn overrides_case(p: &str) {
     let overrides = json!([
         // Eno's idiom: once another manager owns the field, stop applying it (null removes it
         // from enoki's snapshot, so server-side apply leaves the other owner's value alone).
@@ -518,7 +562,7 @@ async fn overrides_leave_fields_another_manager_owns_and_enforce_enokis() {
     ]);
     let item = cm(
         "scaled",
-        json!({"enoki.dev/overrides": overrides.to_string()}),
+        json!({format!("{p}/overrides"): overrides.to_string()}),
         json!({"replicas": "1", "image": "app:1"}),
     );
     let env = setup(&json!([item]), json!({})).await;
@@ -558,6 +602,16 @@ async fn overrides_leave_fields_another_manager_owns_and_enforce_enokis() {
         Some("5"),
         "the autoscaler's field is left alone"
     );
+}
+
+#[tokio::test]
+async fn overrides_leave_fields_another_manager_owns_and_enforce_enokis_enoki_keys() {
+    overrides_case("enoki.dev").await;
+}
+
+#[tokio::test]
+async fn overrides_leave_fields_another_manager_owns_and_enforce_enokis_eno_keys() {
+    overrides_case("eno.azure.io").await;
 }
 
 /// Write requests (create/update/patch/delete, dry runs included) the audit log recorded in
@@ -753,13 +807,12 @@ async fn a_fighting_writer_gets_backoff_and_a_field_conflict_event_not_a_hot_loo
     .await;
 }
 
-#[tokio::test]
-async fn drift_interval_reapplies_on_the_reconcile_interval_not_at_once() {
+async fn drift_interval_case(p: &str) {
     let items = json!([
         cm("watched", json!({}), json!({"v": "1"})),
         cm(
             "periodic",
-            json!({"enoki.dev/drift": "interval", "eno.azure.io/reconcile-interval": "20s"}),
+            json!({format!("{p}/drift"): "interval", format!("{p}/reconcile-interval"): "20s"}),
             json!({"v": "1"})
         ),
     ]);
@@ -817,10 +870,19 @@ async fn drift_interval_reapplies_on_the_reconcile_interval_not_at_once() {
 }
 
 #[tokio::test]
-async fn foreground_deletion_waits_until_the_object_is_gone() {
+async fn drift_interval_reapplies_on_the_reconcile_interval_not_at_once_enoki_keys() {
+    drift_interval_case("enoki.dev").await;
+}
+
+#[tokio::test]
+async fn drift_interval_reapplies_on_the_reconcile_interval_not_at_once_eno_keys() {
+    drift_interval_case("eno.azure.io").await;
+}
+
+async fn foreground_deletion_case(p: &str) {
     let mut held = cm(
         "held",
-        json!({"eno.azure.io/deletion-strategy": "foreground"}),
+        json!({format!("{p}/deletion-strategy"): "foreground"}),
         json!({}),
     );
     held["metadata"]["finalizers"] = json!(["test.enoki.dev/hold"]);
@@ -860,6 +922,16 @@ async fn foreground_deletion_waits_until_the_object_is_gone() {
         reconciled(&comps.get("echo").await.unwrap()).then_some(())
     })
     .await;
+}
+
+#[tokio::test]
+async fn foreground_deletion_waits_until_the_object_is_gone_enoki_keys() {
+    foreground_deletion_case("enoki.dev").await;
+}
+
+#[tokio::test]
+async fn foreground_deletion_waits_until_the_object_is_gone_eno_keys() {
+    foreground_deletion_case("eno.azure.io").await;
 }
 
 #[tokio::test]

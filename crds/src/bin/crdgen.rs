@@ -16,5 +16,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             println!("wrote {}", dir.join(file).display());
         }
     }
+    // The built-in kinds' CRDs are written by hand in crds/manifests/builtins/; deploy/ gets a
+    // copy (kustomize does not load files outside its root).
+    if std::env::args().nth(1).is_none() {
+        let dir = root.join("../deploy/base/crds/builtins");
+        std::fs::create_dir_all(&dir)?;
+        for (file, yaml) in crds::manifests::BUILTIN_YAML {
+            std::fs::write(dir.join(file), yaml)?;
+            println!("wrote {}", dir.join(file).display());
+        }
+    }
     Ok(())
 }

@@ -297,13 +297,31 @@ pub async fn reconcile_resources(
         namespace: ns.clone(),
         uid: comp.uid().unwrap_or_default(),
         labels: comp.labels().clone(),
-        annotations: comp.annotations().clone(),
+        annotations: {
+            let mut a = comp.annotations().clone();
+            // A Symphony being deleted orphans its Compositions' resources (Eno semantics).
+            let symphony_deleting = [
+                crds::names::labels::SYMPHONY_DELETING,
+                crds::names::labels::ENO_SYMPHONY_DELETING,
+            ]
+            .iter()
+            .any(|l| comp.labels().get(*l).is_some_and(|v| v == "true"));
+            if symphony_deleting {
+                a.insert(
+                    crds::names::annotations::DELETION_STRATEGY
+                        .enoki
+                        .to_string(),
+                    "orphan".into(),
+                );
+            }
+            a
+        },
         deleting,
     };
     let cache_key = format!(
         "{}/{}",
         current.uuid,
-        serde_json::to_string(comp.annotations()).unwrap_or_default()
+        serde_json::to_string(&info.annotations).unwrap_or_default()
     );
     let cached = ctx
         .prepared

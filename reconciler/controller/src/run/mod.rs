@@ -11,6 +11,7 @@ pub mod metrics;
 mod module;
 mod reconcile;
 mod status;
+mod symphony;
 mod triggers;
 
 use std::collections::HashMap;
@@ -156,6 +157,19 @@ impl Context {
         note: String,
     ) {
         use kube::Resource;
+        self.event_on(&comp.object_ref(&()), warning, reason, action, note)
+            .await;
+    }
+
+    /// Publishes a Kubernetes Event on any object (best effort: failures are logged).
+    pub(crate) async fn event_on(
+        &self,
+        object: &k8s_openapi::api::core::v1::ObjectReference,
+        warning: bool,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) {
         use kube::runtime::events::{Event, EventType};
         let ev = Event {
             type_: if warning {
@@ -168,7 +182,7 @@ impl Context {
             action: action.to_string(),
             secondary: None,
         };
-        if let Err(e) = self.recorder.publish(&ev, &comp.object_ref(&())).await {
+        if let Err(e) = self.recorder.publish(&ev, object).await {
             tracing::debug!(error = %e, "cannot publish event");
         }
     }
@@ -305,6 +319,34 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         futures::future::ready(()).boxed()
     };
     let synth_task = tokio::spawn(synth_controller);
+    // Symphonies: one Composition per variation.
+    let symphony_task = {
+        let (syms, owned): (Api<crds::Symphony>, Api<Composition>) = match &ctx.opts.namespace {
+            Some(ns) => (
+                Api::namespaced(ctx.client.clone(), ns),
+                Api::namespaced(ctx.client.clone(), ns),
+            ),
+            None => (Api::all(ctx.client.clone()), Api::all(ctx.client.clone())),
+        };
+        let flag = lost.clone();
+        let lost_too = async move {
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        };
+        tokio::spawn(
+            Controller::new(syms, watcher::Config::default())
+                .owns(owned, watcher::Config::default())
+                .shutdown_on_signal()
+                .graceful_shutdown_on(lost_too)
+                .run(symphony::reconcile, symphony_error_policy, ctx.clone())
+                .for_each(|res| async move {
+                    if let Err(e) = res {
+                        tracing::debug!(error = %e, "symphony reconcile failed");
+                    }
+                }),
+        )
+    };
     Controller::new(comps, wc)
         .owns(slices, watcher::Config::default())
         .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
@@ -320,6 +362,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         .await;
     ready.store(false, std::sync::atomic::Ordering::Relaxed);
     synth_task.abort();
+    symphony_task.abort();
     if lost.load(std::sync::atomic::Ordering::Relaxed) {
         anyhow::bail!("lost leadership");
     }
@@ -342,6 +385,12 @@ async fn reconcile_synthesizer(
         Err(e) if e.is_transient() => Action::requeue(Duration::from_secs(10)),
         Err(_) => Action::requeue(Duration::from_secs(60)),
     })
+}
+
+#[allow(clippy::needless_pass_by_value)] // the signature kube-runtime requires
+fn symphony_error_policy(sym: Arc<crds::Symphony>, err: &Error, _ctx: Arc<Context>) -> Action {
+    tracing::warn!(symphony = %kube::ResourceExt::name_any(sym.as_ref()), error = %err, "symphony reconcile error");
+    Action::requeue(Duration::from_secs(5))
 }
 
 #[allow(clippy::needless_pass_by_value)] // the signature kube-runtime requires

@@ -16,8 +16,9 @@ use super::{Context, Error, kube_err, module, status};
 use crate::synthesis::{self, CompositionMeta, SynthesisInput};
 use crds::names::{FINALIZER, annotations as keys, conditions, reasons};
 use crds::{
-    Composition, CompositionStatus, InputRevision, Manifest, ResourceSlice, ResourceSliceRef,
-    ResourceSliceSpec, SimplifiedStatus, Synthesis, Synthesizer, SynthesizerStatus,
+    BlockedBy, Composition, CompositionStatus, DependencyStatus, InputRevision, Manifest,
+    ResourceSlice, ResourceSliceRef, ResourceSliceSpec, SimplifiedStatus, Synthesis, Synthesizer,
+    SynthesizerStatus,
 };
 
 /// Label on ResourceSlices: the owning Composition's name.
@@ -51,6 +52,22 @@ async fn reconcile_inner(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Ac
             return Ok(Action::await_change());
         }
         let mut st = comp.status.clone().unwrap_or_default();
+        // dependsOn: resources stay until every Composition that depends on this one is gone.
+        let dependents = dependents_of(&ctx, &comp).await?;
+        if !dependents.is_empty() {
+            st.dependency_status = Some(DependencyStatus {
+                blocked: true,
+                reason: Some(reasons::WAITING_ON_DEPENDENTS.into()),
+                blocked_by: dependents,
+            });
+            st.simplified = Some(SimplifiedStatus {
+                status: "Deleting".into(),
+                error: Some(reasons::WAITING_ON_DEPENDENTS.into()),
+            });
+            write_status(&comps, &comp, &st).await?;
+            return Ok(Action::requeue(ctx.opts.readiness_poll));
+        }
+        st.dependency_status = None;
         let (done, _) = super::apply::reconcile_resources(&ctx, &comp, &mut st, true).await?;
         if done {
             let remaining: Vec<String> = comp
@@ -193,6 +210,37 @@ async fn reconcile_inner(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Ac
         tracing::debug!(?wait, "synthesizer rollout cooldown");
         return Ok(Action::requeue(wait));
     }
+
+    // dependsOn: a new synthesis waits until every dependency is ready (Eno gates dispatch;
+    // an existing synthesis keeps being applied).
+    let blocked = dependency_block(&ctx, &comp).await?;
+    if !up_to_date && let Some(block) = blocked {
+        let reason = block.reason.clone().unwrap_or_default();
+        let detail: Vec<String> = block
+            .blocked_by
+            .iter()
+            .map(|b| format!("{}/{} ({})", b.namespace, b.name, b.reason))
+            .collect();
+        let message = format!("{reason}: {}", detail.join(", "));
+        status::set_condition(
+            &mut st.conditions,
+            conditions::SYNTHESIZED,
+            false,
+            &reason,
+            &message,
+            generation,
+        );
+        st.simplified = Some(SimplifiedStatus {
+            status: "Waiting".into(),
+            error: Some(message),
+        });
+        st.dependency_status = Some(block);
+        write_status(&comps, &comp, &st).await?;
+        return Ok(Action::requeue(
+            ctx.opts.readiness_poll.max(Duration::from_secs(2)),
+        ));
+    }
+    st.dependency_status = None;
 
     if !up_to_date {
         let attempts = st.in_flight_synthesis.as_ref().map_or(0, |s| s.attempts) + 1;
@@ -360,11 +408,25 @@ async fn write_status(
     if comp.status.as_ref() == Some(st) {
         return Ok(());
     }
+    // A merge patch leaves out what the new status no longer has: null it explicitly (e.g. a
+    // finished in-flight synthesis, a cleared dependency status).
+    let mut patch = serde_json::to_value(st).unwrap_or_default();
+    if let (Some(new), Some(Value::Object(old))) = (
+        patch.as_object_mut(),
+        comp.status
+            .as_ref()
+            .map(serde_json::to_value)
+            .and_then(Result::ok),
+    ) {
+        for key in old.keys() {
+            new.entry(key.clone()).or_insert(Value::Null);
+        }
+    }
     comps
         .patch_status(
             &comp.name_any(),
             &PatchParams::default(),
-            &Patch::Merge(json!({"status": st})),
+            &Patch::Merge(json!({ "status": patch })),
         )
         .await
         .map_err(kube_err("writing Composition status"))?;
@@ -681,4 +743,131 @@ async fn delete_stale_slices(
         }
     }
     Ok(())
+}
+
+/// Whether `dependsOn` blocks a new synthesis: a dependency is missing, not ready (its current
+/// synthesis has no ready time) or being deleted, or the dependencies form a cycle. Each
+/// dependency is watched, so this Composition is reconciled again when one changes.
+async fn dependency_block(
+    ctx: &Arc<Context>,
+    comp: &Composition,
+) -> Result<Option<DependencyStatus>, Error> {
+    if comp.spec.depends_on.is_empty() {
+        return Ok(None);
+    }
+    let ns = comp.namespace().unwrap_or_default();
+    let gvk = GroupVersionKind::gvk(crds::GROUP, crds::VERSION, "Composition");
+    let ar = kube::core::ApiResource::erase::<Composition>(&());
+    let mut blocked_by = Vec::new();
+    for dep in &comp.spec.depends_on {
+        let dep_ns = dep.namespace.clone().unwrap_or_else(|| ns.clone());
+        ctx.triggers.track(&gvk, &ar, &dep_ns, &dep.name, comp);
+        let api: Api<Composition> = Api::namespaced(ctx.client.clone(), &dep_ns);
+        let found = api
+            .get_opt(&dep.name)
+            .await
+            .map_err(kube_err("reading a dependency"))?;
+        let reason = match &found {
+            None => Some(reasons::DEPENDENCY_NOT_FOUND),
+            Some(d)
+                if d.metadata.deletion_timestamp.is_some()
+                    || d.status
+                        .as_ref()
+                        .and_then(|s| s.current_synthesis.as_ref())
+                        .is_none_or(|c| c.ready.is_none()) =>
+            {
+                Some(reasons::DEPENDENCY_NOT_READY)
+            }
+            Some(_) => None,
+        };
+        if let Some(reason) = reason {
+            blocked_by.push(BlockedBy {
+                name: dep.name.clone(),
+                namespace: dep_ns,
+                reason: reason.into(),
+            });
+        }
+    }
+    if blocked_by.is_empty() {
+        return Ok(None);
+    }
+    // A cycle through this Composition never resolves: say so instead of waiting.
+    let me = (ns.clone(), comp.name_any());
+    let mut seen = BTreeSet::new();
+    let mut stack: Vec<(String, String)> = comp
+        .spec
+        .depends_on
+        .iter()
+        .map(|d| {
+            (
+                d.namespace.clone().unwrap_or_else(|| ns.clone()),
+                d.name.clone(),
+            )
+        })
+        .collect();
+    let mut cycle = false;
+    while let Some(node) = stack.pop() {
+        if node == me {
+            cycle = true;
+            break;
+        }
+        if !seen.insert(node.clone()) || seen.len() > 200 {
+            continue;
+        }
+        let api: Api<Composition> = Api::namespaced(ctx.client.clone(), &node.0);
+        if let Some(c) = api
+            .get_opt(&node.1)
+            .await
+            .map_err(kube_err("reading a dependency"))?
+        {
+            stack.extend(c.spec.depends_on.iter().map(|d| {
+                (
+                    d.namespace.clone().unwrap_or_else(|| node.0.clone()),
+                    d.name.clone(),
+                )
+            }));
+        }
+    }
+    Ok(Some(DependencyStatus {
+        blocked: true,
+        reason: Some(
+            if cycle {
+                reasons::CIRCULAR_DEPENDENCY
+            } else {
+                reasons::WAITING_ON_DEPENDENCIES
+            }
+            .into(),
+        ),
+        blocked_by,
+    }))
+}
+
+/// The Compositions (still present) whose `dependsOn` names this one.
+async fn dependents_of(ctx: &Arc<Context>, comp: &Composition) -> Result<Vec<BlockedBy>, Error> {
+    let ns = comp.namespace().unwrap_or_default();
+    let name = comp.name_any();
+    let api: Api<Composition> = match &ctx.opts.namespace {
+        Some(scope) => Api::namespaced(ctx.client.clone(), scope),
+        None => Api::all(ctx.client.clone()),
+    };
+    let all = api
+        .list(&ListParams::default())
+        .await
+        .map_err(kube_err("listing Compositions for dependents"))?;
+    Ok(all
+        .items
+        .into_iter()
+        .filter(|c| {
+            let c_ns = c.namespace().unwrap_or_default();
+            c.spec
+                .depends_on
+                .iter()
+                .any(|d| d.name == name && d.namespace.as_deref().unwrap_or(c_ns.as_str()) == ns)
+        })
+        .map(|c| BlockedBy {
+            namespace: c.namespace().unwrap_or_default(),
+            name: c.name_any(),
+            reason: reasons::DEPENDENT_NOT_DELETED.into(),
+        })
+        .collect())
 }

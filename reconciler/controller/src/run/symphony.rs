@@ -1,0 +1,366 @@
+//! The Symphony controller (Eno semantics): one Composition per variation, named
+//! `<symphony>-<synthesizer>`, owned by the Symphony. Variations inherit the Symphony's bindings
+//! and environment (the variation's win by key), their `dependsOn` (by synthesizer name) become
+//! Composition `dependsOn`, a Composition whose variation is removed is deleted normally (its
+//! resources are cleaned up), and the status rolls up the non-optional Compositions. Deleting
+//! the Symphony labels every Composition `symphony-deleting` and deletes it: like Eno, the
+//! managed resources are orphaned.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+use super::{Context, Error, kube_err};
+use crds::names::{FINALIZER, SYMPHONY_FIELD_MANAGER, labels, reasons};
+use crds::{
+    Binding, Composition, CompositionRef, CompositionSpec, EnvVar, Symphony, SymphonyStatus,
+    Variation,
+};
+
+/// The name of a variation's Composition.
+pub fn composition_name(symphony: &str, synthesizer: &str) -> String {
+    let mut name = format!("{symphony}-{synthesizer}");
+    name.truncate(253);
+    name
+}
+
+/// Variations in dependency order; the second list are those caught in a cycle (or depending
+/// on one), which are not created.
+fn topo_order(variations: &[Variation]) -> (Vec<&Variation>, Vec<&Variation>) {
+    let names: BTreeSet<&str> = variations
+        .iter()
+        .map(|v| v.synthesizer.name.as_str())
+        .collect();
+    let mut placed: BTreeSet<&str> = BTreeSet::new();
+    let mut order = Vec::new();
+    loop {
+        let before = order.len();
+        for v in variations {
+            let n = v.synthesizer.name.as_str();
+            if placed.contains(n) {
+                continue;
+            }
+            let deps_placed = v
+                .depends_on
+                .iter()
+                .filter(|d| names.contains(d.synthesizer.as_str()))
+                .all(|d| placed.contains(d.synthesizer.as_str()));
+            if deps_placed {
+                placed.insert(n);
+                order.push(v);
+            }
+        }
+        if order.len() == before {
+            break;
+        }
+    }
+    let stuck = variations
+        .iter()
+        .filter(|v| !placed.contains(v.synthesizer.name.as_str()))
+        .collect();
+    (order, stuck)
+}
+
+fn merged_bindings(base: &[Binding], over: &[Binding]) -> Vec<Binding> {
+    let mut by_key: BTreeMap<&str, &Binding> = base.iter().map(|b| (b.key.as_str(), b)).collect();
+    for b in over {
+        by_key.insert(b.key.as_str(), b);
+    }
+    by_key.into_values().cloned().collect()
+}
+
+fn merged_env(base: &[EnvVar], over: &[EnvVar]) -> Vec<EnvVar> {
+    let mut by_name: BTreeMap<&str, &EnvVar> = base.iter().map(|e| (e.name.as_str(), e)).collect();
+    for e in over {
+        by_name.insert(e.name.as_str(), e);
+    }
+    by_name.into_values().cloned().collect()
+}
+
+/// The Composition a variation asks for (applied with server-side apply, so labels and
+/// annotations the Symphony stops setting — e.g. given an empty value — are removed).
+fn desired_composition(sym: &Symphony, v: &Variation) -> serde_json::Value {
+    let sym_name = sym.name_any();
+    let siblings: BTreeSet<&str> = sym
+        .spec
+        .variations
+        .iter()
+        .map(|v| v.synthesizer.name.as_str())
+        .collect();
+    let mut labels_out: BTreeMap<String, String> = v
+        .labels
+        .iter()
+        .filter(|(_, val)| !val.is_empty())
+        .map(|(k, val)| (k.clone(), val.clone()))
+        .collect();
+    labels_out.insert(labels::SYMPHONY.into(), sym_name.clone());
+    let annotations: BTreeMap<String, String> = v
+        .annotations
+        .iter()
+        .filter(|(_, val)| !val.is_empty())
+        .map(|(k, val)| (k.clone(), val.clone()))
+        .collect();
+    let spec = CompositionSpec {
+        synthesizer: v.synthesizer.clone(),
+        bindings: merged_bindings(&sym.spec.bindings, &v.bindings),
+        synthesis_env: merged_env(&sym.spec.synthesis_env, &v.synthesis_env),
+        depends_on: v
+            .depends_on
+            .iter()
+            .filter(|d| siblings.contains(d.synthesizer.as_str()))
+            .map(|d| CompositionRef {
+                name: composition_name(&sym_name, &d.synthesizer),
+                namespace: None,
+            })
+            .collect(),
+    };
+    let owner = OwnerReference {
+        api_version: Symphony::api_version(&()).into(),
+        kind: Symphony::kind(&()).into(),
+        name: sym_name.clone(),
+        uid: sym.uid().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    };
+    json!({
+        "apiVersion": Composition::api_version(&()),
+        "kind": Composition::kind(&()),
+        "metadata": {
+            "name": composition_name(&sym_name, &v.synthesizer.name),
+            "labels": labels_out,
+            "annotations": annotations,
+            "ownerReferences": [owner],
+        },
+        "spec": spec,
+    })
+}
+
+/// Reconciles one Symphony.
+///
+/// # Errors
+/// Transient API failures (retried by the error policy).
+pub async fn reconcile(sym: Arc<Symphony>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let ns = sym.namespace().unwrap_or_default();
+    let name = sym.name_any();
+    let syms: Api<Symphony> = Api::namespaced(ctx.client.clone(), &ns);
+    let comps: Api<Composition> = Api::namespaced(ctx.client.clone(), &ns);
+    let owned = comps
+        .list(&ListParams::default().labels(&format!("{}={name}", labels::SYMPHONY)))
+        .await
+        .map_err(kube_err("listing the Symphony's Compositions"))?
+        .items;
+    let has_finalizer = sym.finalizers().iter().any(|f| f == FINALIZER);
+
+    if sym.metadata.deletion_timestamp.is_some() {
+        if !has_finalizer {
+            return Ok(Action::await_change());
+        }
+        for c in &owned {
+            if c.labels()
+                .get(labels::SYMPHONY_DELETING)
+                .map(String::as_str)
+                != Some("true")
+            {
+                comps
+                    .patch(
+                        &c.name_any(),
+                        &PatchParams::default(),
+                        &Patch::Merge(
+                            json!({"metadata": {"labels": {labels::SYMPHONY_DELETING: "true"}}}),
+                        ),
+                    )
+                    .await
+                    .map_err(kube_err("labelling a Composition symphony-deleting"))?;
+            }
+            if c.metadata.deletion_timestamp.is_none() {
+                let _ = comps.delete(&c.name_any(), &DeleteParams::default()).await;
+            }
+        }
+        if owned.is_empty() {
+            let remaining: Vec<String> = sym
+                .finalizers()
+                .iter()
+                .filter(|f| *f != FINALIZER)
+                .cloned()
+                .collect();
+            syms.patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"finalizers": remaining}})),
+            )
+            .await
+            .map_err(kube_err("removing the Symphony finalizer"))?;
+            return Ok(Action::await_change());
+        }
+        return Ok(Action::requeue(ctx.opts.readiness_poll));
+    }
+    if !has_finalizer {
+        let mut finalizers = sym.finalizers().to_vec();
+        finalizers.push(FINALIZER.into());
+        syms.patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": finalizers}})),
+        )
+        .await
+        .map_err(kube_err("adding the Symphony finalizer"))?;
+    }
+
+    let (order, stuck) = topo_order(&sym.spec.variations);
+    if !stuck.is_empty() {
+        let names: Vec<&str> = stuck.iter().map(|v| v.synthesizer.name.as_str()).collect();
+        let note = format!(
+            "variations {} form a dependsOn cycle and are not created",
+            names.join(", ")
+        );
+        tracing::warn!(symphony = %name, %note);
+        ctx.event_on(
+            &sym.object_ref(&()),
+            true,
+            reasons::CIRCULAR_DEPENDENCY,
+            "Reconcile",
+            note,
+        )
+        .await;
+    }
+    let pp = PatchParams::apply(SYMPHONY_FIELD_MANAGER).force();
+    let mut wanted = BTreeSet::new();
+    for v in order {
+        let desired = desired_composition(&sym, v);
+        let comp_name = composition_name(&name, &v.synthesizer.name);
+        comps
+            .patch(&comp_name, &pp, &Patch::Apply(&desired))
+            .await
+            .map_err(kube_err(format!("applying Composition {comp_name}")))?;
+        wanted.insert(comp_name);
+    }
+    for c in &owned {
+        if !wanted.contains(&c.name_any()) && c.metadata.deletion_timestamp.is_none() {
+            tracing::info!(symphony = %name, composition = %c.name_any(), "variation removed; deleting its Composition");
+            comps
+                .delete(&c.name_any(), &DeleteParams::default())
+                .await
+                .map_err(kube_err("deleting a removed variation's Composition"))?;
+        }
+    }
+
+    // ---- status: each time once every non-optional variation got there ----
+    let current: BTreeMap<String, Composition> = comps
+        .list(&ListParams::default().labels(&format!("{}={name}", labels::SYMPHONY)))
+        .await
+        .map_err(kube_err("listing the Symphony's Compositions"))?
+        .items
+        .into_iter()
+        .map(|c| (c.name_any(), c))
+        .collect();
+    let required: Vec<Option<&Composition>> = sym
+        .spec
+        .variations
+        .iter()
+        .filter(|v| !v.optional)
+        .map(|v| current.get(&composition_name(&name, &v.synthesizer.name)))
+        .collect();
+    let roll_up = |pick: &dyn Fn(&crds::Synthesis) -> Option<Time>| -> Option<Time> {
+        let mut latest: Option<Time> = None;
+        for c in &required {
+            let c = (*c)?;
+            if c.metadata.deletion_timestamp.is_some() {
+                return None;
+            }
+            let s = c.status.as_ref()?.current_synthesis.as_ref()?;
+            if s.observed_composition_generation != c.metadata.generation {
+                return None;
+            }
+            let t = pick(s)?;
+            if latest.as_ref().is_none_or(|l| l.0 < t.0) {
+                latest = Some(t);
+            }
+        }
+        latest
+    };
+    let status = SymphonyStatus {
+        observed_generation: sym.metadata.generation,
+        synthesized: roll_up(&|s| s.synthesized.clone()),
+        reconciled: roll_up(&|s| s.reconciled.clone()),
+        ready: roll_up(&|s| s.ready.clone()),
+    };
+    let all_ready = status.ready.is_some();
+    if sym.status.as_ref() != Some(&status) {
+        syms.patch_status(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": status})),
+        )
+        .await
+        .map_err(kube_err("writing Symphony status"))?;
+    }
+    Ok(Action::requeue(if all_ready {
+        ctx.opts.resync
+    } else {
+        ctx.opts.readiness_poll.max(Duration::from_secs(2))
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crds::{SynthesizerRef, VariationDependency};
+
+    fn var(name: &str, deps: &[&str]) -> Variation {
+        Variation {
+            synthesizer: SynthesizerRef { name: name.into() },
+            depends_on: deps
+                .iter()
+                .map(|d| VariationDependency {
+                    synthesizer: (*d).into(),
+                })
+                .collect(),
+            ..Variation::default()
+        }
+    }
+
+    #[test]
+    fn variations_are_ordered_by_depends_on_and_cycles_are_left_out() {
+        let vs = [
+            var("app", &["db"]),
+            var("db", &["net"]),
+            var("net", &[]),
+            var("a", &["b"]),
+            var("b", &["a"]),
+            var("c", &["a"]),
+            var("lonely", &["missing"]),
+        ];
+        let (order, stuck) = topo_order(&vs);
+        let order: Vec<&str> = order.iter().map(|v| v.synthesizer.name.as_str()).collect();
+        let stuck: Vec<&str> = stuck.iter().map(|v| v.synthesizer.name.as_str()).collect();
+        assert_eq!(order, ["net", "lonely", "db", "app"]);
+        assert_eq!(stuck, ["a", "b", "c"]);
+    }
+
+    #[test]
+    fn variation_bindings_and_env_win_by_key() {
+        let b = |k: &str, n: &str| Binding {
+            key: k.into(),
+            resource: crds::BoundResource {
+                name: n.into(),
+                namespace: None,
+            },
+        };
+        let merged = merged_bindings(&[b("a", "base"), b("b", "base")], &[b("b", "mine")]);
+        assert_eq!(merged, [b("a", "base"), b("b", "mine")]);
+        let e = |n: &str, v: &str| EnvVar {
+            name: n.into(),
+            value: v.into(),
+        };
+        assert_eq!(
+            merged_env(&[e("X", "1"), e("Y", "1")], &[e("Y", "2")]),
+            [e("X", "1"), e("Y", "2")]
+        );
+    }
+}
