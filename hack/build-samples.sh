@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # build-samples.sh — build every sample synthesizer to WebAssembly from source.
-# Outputs: target/wasm32-wasip{1,2}/release/*.wasm (Rust), target/samples/{go,c}.wasm.
+# Outputs: target/wasm32-wasip{1,2}/release/*.wasm (Rust samples, the echo test guest and the
+# built-ins trustee/quota/lepton), target/samples/{go,c}.wasm.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --locked --release --target wasm32-wasip1 -p sample-01-hello-rust
 cargo build --locked --release --target wasm32-wasip2 -p sample-02-rust-component
 cargo build --locked --release --target wasm32-wasip1 -p guest-echo   # e2e test synthesizer
+# The built-ins as standalone wasm synthesizers (their parity with the native ones is a test).
+cargo build --locked --release --target wasm32-wasip1 -p reconciler-builtins --bins
 
 mkdir -p target/samples
 (cd samples/03-go && GOOS=wasip1 GOARCH=wasm go build -ldflags="-s -w" -o ../../target/samples/go.wasm .)

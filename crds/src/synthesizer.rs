@@ -113,6 +113,7 @@ pub struct Ref {
 
 /// A reference to one object by group/version/kind and optional name/namespace.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
 pub struct ResourceRef {
     /// API group (empty for the core group).
     #[serde(default)]
@@ -127,6 +128,11 @@ pub struct ResourceRef {
     /// Object namespace, if fixed by the synthesizer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
+    /// Instance mode: a dotted path into `self` whose string value names the object (in the
+    /// instance's namespace), e.g. `spec.httpsSpec.tlsSecretName`. When the path is unset the
+    /// input is absent (make the ref `optional`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name_from: Option<String>,
 }
 
 /// A reference to every object of a kind matching optional selectors.

@@ -38,7 +38,10 @@ fn builtin_crds_parse_and_deploy_has_the_same_copy() {
     for (file, yaml) in crds::manifests::BUILTIN_YAML {
         let copy = std::fs::read_to_string(root.join("../deploy/base/crds/builtins").join(file))
             .unwrap_or_default();
-        assert_eq!(&copy, yaml, "deploy/base/crds/builtins/{file} is stale: run `make crds`");
+        assert_eq!(
+            &copy, yaml,
+            "deploy/base/crds/builtins/{file} is stale: run `make crds`"
+        );
     }
 }
 

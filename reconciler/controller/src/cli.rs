@@ -115,6 +115,15 @@ pub struct RunArgs {
     /// Lease duration in seconds; a stopped leader is replaced after about this long.
     #[arg(long, env = "ENOKI_LEASE_DURATION_SECS", default_value_t = 15)]
     pub lease_duration_secs: u64,
+    /// Built-in synthesizers to install at startup, comma-separated (`trustee`, `quota`,
+    /// `lepton`), or `none`.
+    #[arg(long, env = "ENOKI_BUILTINS", default_value = "trustee,quota,lepton")]
+    pub builtins: String,
+    /// Namespace for the implicit Compositions of cluster-scoped instances (instance mode),
+    /// e.g. ClusterResourceQuotas. Default `enoki-system`; a `--namespace`-scoped enoki handles
+    /// cluster-scoped instances only when this is set.
+    #[arg(long, env = "ENOKI_INSTANCE_NAMESPACE")]
+    pub instance_namespace: Option<String>,
 }
 
 /// Arguments of `enoki render`.

@@ -73,6 +73,14 @@ fn start(args: &cli::RunArgs) -> anyhow::Result<()> {
                     .map_err(|e| anyhow::anyhow!("--metrics-addr {:?}: {e}", args.metrics_addr))?,
             )
         },
+        instance_namespace: args.instance_namespace.clone(),
+        builtins: args
+            .builtins
+            .split(',')
+            .map(str::trim)
+            .filter(|b| !b.is_empty() && *b != "none")
+            .map(String::from)
+            .collect(),
         leader_election: args
             .leader_election_namespace
             .clone()

@@ -7,6 +7,8 @@
 //! Composition's conditions. Every path returns an explicit requeue.
 
 mod apply;
+mod inputs;
+mod instances;
 pub mod metrics;
 mod module;
 mod reconcile;
@@ -56,6 +58,10 @@ pub struct Options {
     pub rollout_cooldown: Duration,
     /// Lease-based leader election: (namespace, lease duration); off when `None`.
     pub leader_election: Option<(String, u64)>,
+    /// Where implicit Compositions of cluster-scoped instances live (instance mode).
+    pub instance_namespace: Option<String>,
+    /// Built-in synthesizers to install at startup (as Synthesizers named after them).
+    pub builtins: Vec<String>,
 }
 
 /// Errors of a reconcile; `is_transient` drives the backoff.
@@ -110,6 +116,9 @@ pub struct Context {
     pub(crate) fights: Mutex<HashMap<(String, plan::ResourceKey), apply::Fight>>,
     /// `drift: interval`: when each resource was last checked against its live object.
     pub(crate) interval_checks: Mutex<HashMap<(String, plan::ResourceKey), std::time::Instant>>,
+    /// Instance mode: the status write-back of each Composition's current synthesis (`None`
+    /// when its synthesizer emitted none), by Composition UID.
+    pub(crate) status_writes: Mutex<HashMap<String, Option<serde_json::Value>>>,
 }
 
 impl Context {
@@ -280,6 +289,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         backoff: Mutex::new(HashMap::new()),
         fights: Mutex::new(HashMap::new()),
         interval_checks: Mutex::new(HashMap::new()),
+        status_writes: Mutex::new(HashMap::new()),
     });
     let lost = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let lost_flag = lost.clone();
@@ -319,6 +329,9 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         futures::future::ready(()).boxed()
     };
     let synth_task = tokio::spawn(synth_controller);
+    // Built-in synthesizers, then instance mode for every Synthesizer with `spec.for`.
+    install_builtins(&ctx).await;
+    let instance_task = tokio::spawn(instances::run(ctx.clone()));
     // Symphonies: one Composition per variation.
     let symphony_task = {
         let (syms, owned): (Api<crds::Symphony>, Api<Composition>) = match &ctx.opts.namespace {
@@ -363,11 +376,41 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     ready.store(false, std::sync::atomic::Ordering::Relaxed);
     synth_task.abort();
     symphony_task.abort();
+    instance_task.abort();
     if lost.load(std::sync::atomic::Ordering::Relaxed) {
         anyhow::bail!("lost leadership");
     }
     tracing::info!("enoki controller stopped");
     Ok(())
+}
+
+/// Installs (server-side apply) a Synthesizer for each enabled built-in; failures are logged.
+async fn install_builtins(ctx: &Context) {
+    let api: Api<crds::Synthesizer> = Api::all(ctx.client.clone());
+    for name in &ctx.opts.builtins {
+        let Some(spec) = builtins::synthesizer_spec(name) else {
+            tracing::warn!(builtin = %name, "unknown built-in; not installed");
+            continue;
+        };
+        let synth = serde_json::json!({
+            "apiVersion": "enoki.dev/v1alpha1", "kind": "Synthesizer",
+            "metadata": {"name": name, "labels": {"enoki.dev/builtin": "true"}},
+            "spec": spec,
+        });
+        match api
+            .patch(
+                name,
+                &kube::api::PatchParams::apply(crds::names::FIELD_MANAGER).force(),
+                &kube::api::Patch::Apply(&synth),
+            )
+            .await
+        {
+            Ok(_) => tracing::info!(builtin = %name, "built-in synthesizer installed"),
+            Err(e) => {
+                tracing::warn!(builtin = %name, error = %e, "cannot install built-in synthesizer")
+            }
+        }
+    }
 }
 
 async fn reconcile_synthesizer(

@@ -155,16 +155,21 @@ async fn reconcile_inner(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Ac
     };
 
     // ---- inputs ----
-    let inputs = match gather_inputs(&ctx, &comp, &synth).await? {
-        Ok(inputs) => inputs,
+    let (inputs, collection_revisions) = match gather_inputs(&ctx, &comp, &synth).await? {
+        Ok(gathered) => gathered,
         Err(message) => {
             fail(&mut st, generation, reasons::MISSING_INPUT, &message);
             write_status(&comps, &comp, &st).await?;
             return Ok(Action::requeue(Duration::from_secs(15)));
         }
     };
-    let revisions: Vec<InputRevision> = inputs
+    let collection_keys: BTreeSet<&str> = collection_revisions
         .iter()
+        .map(|r| r.key.as_str())
+        .collect();
+    let mut revisions: Vec<InputRevision> = inputs
+        .iter()
+        .filter(|(key, _)| !collection_keys.contains(key.as_str()))
         .map(|(key, obj)| InputRevision {
             key: key.clone(),
             resource_version: obj
@@ -179,8 +184,30 @@ async fn reconcile_inner(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Ac
                 })
                 .and_then(Value::as_str)
                 .and_then(|r| r.parse().ok()),
+            digest: None,
         })
         .collect();
+    revisions.extend(collection_revisions);
+    let instance: Option<Value> = inputs
+        .iter()
+        .find(|(k, _)| k == super::inputs::SELF_KEY)
+        .map(|(_, v)| v.clone());
+    // Observed outputs: passed to every synthesis; with `watchOutputs` a change is a trigger.
+    let mut observed: Option<Vec<Value>> = None;
+    if synth.spec.watch_outputs {
+        let (live, digest) = super::inputs::observed_outputs(&ctx, &comp, &st).await?;
+        revisions.push(InputRevision {
+            key: super::inputs::OBSERVED_REVISION_KEY.into(),
+            digest: Some(digest),
+            ..InputRevision::default()
+        });
+        observed = Some(live);
+    }
+    let uid = comp.uid().unwrap_or_default();
+    // Instance mode: the status write-back lives in memory; after a restart one synthesis
+    // (reproducible, so no resource churn) recovers it.
+    let write_back_known = synth.spec.for_kind.is_none()
+        || ctx.status_writes.lock().is_ok_and(|w| w.contains_key(&uid));
     let forced = comp
         .annotations()
         .get(keys::FORCE_RESYNTHESIS.enoki)
@@ -193,7 +220,7 @@ async fn reconcile_inner(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Ac
             && c.module_digest.as_deref() == Some(digest.as_str())
             && c.input_revisions == revisions
             && c.force_resynthesis == forced
-    });
+    }) && write_back_known;
 
     // A Synthesizer change alone rolls out gradually: one Composition per cooldown.
     let only_synthesizer_changed = st.current_synthesis.as_ref().is_some_and(|c| {
@@ -271,7 +298,10 @@ async fn reconcile_inner(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Ac
                     .unwrap_or_default(),
             },
             inputs,
-            observed: Vec::new(),
+            observed: match observed {
+                Some(o) => o,
+                None => super::inputs::observed_outputs(&ctx, &comp, &st).await?.0,
+            },
             env: synth
                 .spec
                 .env
@@ -325,15 +355,49 @@ async fn reconcile_inner(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Ac
                         .wasm_peak_memory
                         .observe(out.peak_memory_bytes as f64);
                 }
-                let slices = write_slices(&ctx, &comp, &st, &uuid, &out.items).await?;
+                // Status write-backs (instance mode) are not resources: kept aside, applied to
+                // the instance's status subresource.
+                let mut items = out.items;
+                let mut write_back = None;
+                if let Some(me) = &instance {
+                    items.retain(|i| {
+                        if super::inputs::is_status_write_back(i, me) {
+                            write_back = Some(i.clone());
+                            false
+                        } else {
+                            true
+                        }
+                    });
+                }
+                if synth.spec.for_kind.is_some()
+                    && let Ok(mut w) = ctx.status_writes.lock()
+                {
+                    w.insert(uid.clone(), write_back);
+                }
                 let mut next = st.in_flight_synthesis.take().unwrap_or_default();
                 next.input_digest = Some(out.input_digest);
                 next.output_digest = Some(out.output_digest);
                 next.results = out.results;
-                next.resource_slices = slices;
                 next.synthesized = Some(Time(k8s_openapi::jiff::Timestamp::now()));
-                st.previous_synthesis = st.current_synthesis.take();
-                st.current_synthesis = Some(next);
+                let unchanged = match &st.current_synthesis {
+                    Some(cur) => same_output(&ctx, &comp, cur, &items).await?,
+                    None => false,
+                };
+                if let (true, Some(cur)) = (unchanged, st.current_synthesis.as_ref()) {
+                    // The same resources as the current synthesis: keep its slices and its
+                    // progress; only what triggered it is recorded.
+                    next.uuid = cur.uuid.clone();
+                    next.resource_slices = cur.resource_slices.clone();
+                    next.reconciled = cur.reconciled.clone();
+                    next.ready = cur.ready.clone();
+                    next.attempts = 0;
+                    st.current_synthesis = Some(next);
+                    tracing::debug!("re-synthesized with identical output; slices kept");
+                } else {
+                    next.resource_slices = write_slices(&ctx, &comp, &st, &uuid, &items).await?;
+                    st.previous_synthesis = st.current_synthesis.take();
+                    st.current_synthesis = Some(next);
+                }
                 status::set_condition(
                     &mut st.conditions,
                     conditions::SYNTHESIZED,
@@ -342,7 +406,7 @@ async fn reconcile_inner(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Ac
                     "",
                     generation,
                 );
-                tracing::info!(synthesis = %uuid, resources = out.items.len(), "synthesized");
+                tracing::info!(synthesis = %uuid, resources = items.len(), unchanged, "synthesized");
                 write_status(&comps, &comp, &st).await?;
                 delete_stale_slices(&ctx, &comp, &st).await?;
             }
@@ -350,6 +414,24 @@ async fn reconcile_inner(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Ac
     }
 
     let (_, hint) = super::apply::reconcile_resources(&ctx, &comp, &mut st, false).await?;
+    let pending_write_back = ctx
+        .status_writes
+        .lock()
+        .ok()
+        .and_then(|w| w.get(&uid).cloned().flatten());
+    if let (Some(desired), Some(me)) = (pending_write_back, &instance)
+        && let Err(e) = super::inputs::write_back_status(&ctx, &desired, me).await
+    {
+        tracing::warn!(error = %error_chain(&e), "status write-back failed");
+        ctx.event(
+            &comp,
+            true,
+            reasons::APPLY_FAILED,
+            "WriteBackStatus",
+            error_chain(&e),
+        )
+        .await;
+    }
     let requeue = match hint {
         Some(h) => h.min(st_requeue(&st, &ctx)),
         None => st_requeue(&st, &ctx),
@@ -496,15 +578,30 @@ fn gvk_of(group: &str, version: &str, kind: &str) -> GroupVersionKind {
     GroupVersionKind::gvk(group, version, kind)
 }
 
-/// Reads every bound input. Outer error: API failure; inner error: a missing required input.
+/// Bound inputs as (key, object), and one revision (a digest) per collection.
+type Gathered = (Vec<(String, Value)>, Vec<InputRevision>);
+
+/// Reads every bound input: in instance mode first `self`, then every ref. Outer error: API
+/// failure; inner error: a missing required input (or a bad collection selector).
 async fn gather_inputs(
     ctx: &Context,
     comp: &Composition,
     synth: &Synthesizer,
-) -> Result<Result<Vec<(String, Value)>, String>, Error> {
+) -> Result<Result<Gathered, String>, Error> {
     let ns = comp.namespace().unwrap_or_default();
-    let mut out = Vec::new();
-    for r in &synth.spec.refs {
+    let mut out: Vec<(String, Value)> = Vec::new();
+    let mut collections = Vec::new();
+    let self_ref = synth.spec.for_kind.as_ref().map(|f| crds::Ref {
+        key: super::inputs::SELF_KEY.into(),
+        resource: Some(crds::ResourceRef {
+            group: f.group.clone(),
+            version: f.version.clone(),
+            kind: f.kind.clone(),
+            ..crds::ResourceRef::default()
+        }),
+        ..crds::Ref::default()
+    });
+    for r in self_ref.iter().chain(&synth.spec.refs) {
         let binding = comp.spec.bindings.iter().find(|b| b.key == r.key);
         if let Some(res) = &r.resource {
             let gvk = gvk_of(&res.group, &res.version, &res.kind);
@@ -520,9 +617,22 @@ async fn gather_inputs(
                     )));
                 }
             };
+            let instance = out
+                .iter()
+                .find(|(k, _)| k == super::inputs::SELF_KEY)
+                .map(|(_, v)| v.clone());
+            let name_from = res.name_from.as_ref().and_then(|path| {
+                instance
+                    .as_ref()?
+                    .pointer(&format!("/{}", path.replace('.', "/")))?
+                    .as_str()
+                    .filter(|n| !n.is_empty())
+                    .map(String::from)
+            });
             let name = binding
                 .map(|b| b.resource.name.clone())
-                .or_else(|| res.name.clone());
+                .or_else(|| res.name.clone())
+                .or(name_from);
             let Some(name) = name else {
                 if r.optional {
                     continue;
@@ -535,6 +645,13 @@ async fn gather_inputs(
             let obj_ns = binding
                 .and_then(|b| b.resource.namespace.clone())
                 .or_else(|| res.namespace.clone())
+                .or_else(|| {
+                    instance
+                        .as_ref()?
+                        .pointer("/metadata/namespace")?
+                        .as_str()
+                        .map(String::from)
+                })
                 .unwrap_or_else(|| ns.clone());
             ctx.triggers.track(
                 &gvk,
@@ -570,35 +687,25 @@ async fn gather_inputs(
                 }
             }
         } else if let Some(c) = &r.collection {
-            let gvk = gvk_of(&c.group, &c.version, &c.kind);
-            let Ok((ar, _)) = ctx.resolve(&gvk).await else {
-                continue;
-            };
-            ctx.triggers.track(&gvk, &ar, "", "*", comp);
-            let api: Api<DynamicObject> = Api::all_with(ctx.client.clone(), &ar);
-            let mut lp = ListParams::default();
-            if let Some(sel) = &c.label_selector {
-                lp = lp.labels(sel);
+            let instance = out
+                .iter()
+                .find(|(k, _)| k == super::inputs::SELF_KEY)
+                .map(|(_, v)| v.clone());
+            match super::inputs::collection(ctx, comp, &r.key, c, instance.as_ref()).await? {
+                Ok((items, digest)) => {
+                    out.extend(items.into_iter().map(|o| (r.key.clone(), o)));
+                    collections.push(InputRevision {
+                        key: r.key.clone(),
+                        digest: Some(digest),
+                        ..InputRevision::default()
+                    });
+                }
+                Err(_) if r.optional => {}
+                Err(message) => return Ok(Err(message)),
             }
-            let list = api
-                .list(&lp)
-                .await
-                .map_err(kube_err(format!("listing input {:?}", r.key)))?;
-            let mut items: Vec<Value> = list
-                .items
-                .into_iter()
-                .map(|o| serde_json::to_value(o).unwrap_or_default())
-                .collect();
-            items.sort_by_key(|o| {
-                (
-                    o.pointer("/metadata/namespace").map(Value::to_string),
-                    o.pointer("/metadata/name").map(Value::to_string),
-                )
-            });
-            out.extend(items.into_iter().map(|o| (r.key.clone(), o)));
         }
     }
-    Ok(Ok(out))
+    Ok(Ok((out, collections)))
 }
 
 /// (group, kind) -> namespaced, for the kinds discovery already resolved.
@@ -870,4 +977,32 @@ async fn dependents_of(ctx: &Arc<Context>, comp: &Composition) -> Result<Vec<Blo
             reason: reasons::DEPENDENT_NOT_DELETED.into(),
         })
         .collect())
+}
+
+/// Whether `items` are exactly the resources of synthesis `cur` (tombstones aside).
+async fn same_output(
+    ctx: &Context,
+    comp: &Composition,
+    cur: &Synthesis,
+    items: &[Value],
+) -> Result<bool, Error> {
+    let ns = comp.namespace().unwrap_or_default();
+    let api: Api<ResourceSlice> = Api::namespaced(ctx.client.clone(), &ns);
+    let mut emitted = Vec::new();
+    for r in &cur.resource_slices {
+        let Some(slice) = api
+            .get_opt(&r.name)
+            .await
+            .map_err(kube_err("reading the current ResourceSlice"))?
+        else {
+            return Ok(false);
+        };
+        for m in slice.spec.resources.iter().filter(|m| !m.deleted) {
+            match serde_json::from_str::<Value>(&m.manifest) {
+                Ok(v) => emitted.push(v),
+                Err(_) => return Ok(false),
+            }
+        }
+    }
+    Ok(emitted == items)
 }

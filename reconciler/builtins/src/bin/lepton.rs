@@ -1,0 +1,6 @@
+//! The `lepton` built-in as a standalone synthesizer (`wasm32-wasip1`): the same code enoki links
+//! natively.
+
+fn main() {
+    enoki_sdk::run(builtins::lepton::synthesize);
+}

@@ -1,0 +1,647 @@
+//! `trustee`: TrusteeConfig → KbsConfig plus the ConfigMaps and Secrets it references
+//! (seeds/000; confidential-containers/trustee-operator at HEAD, notes/builtins.md §1).
+//!
+//! Every object is named after the TrusteeConfig `<tc>` (plus the fixed `attestation-status`
+//! Secret), lives in its namespace and carries a controller owner reference to it. ConfigMaps
+//! and Secrets go in readiness group 0, the KbsConfig in group 1; the KbsConfig is ready when
+//! its `status.isReady` is true, and the TrusteeConfig's status mirrors it (`isReady`,
+//! `kbsConfigRef`, `statusDescription`, HEAD semantics — no 10 s polling: enoki re-synthesizes
+//! when the KbsConfig changes).
+//!
+//! - KBS TOML ConfigMap: the profile's template the first time; afterwards the live content
+//!   is kept and only the TLS lines of `[http_server]` are re-rendered.
+//! - Auth Secret: an Ed25519 keypair (PKCS#8 / SPKI PEM) generated only when the observed
+//!   Secret lacks one, otherwise read back — stable across syntheses.
+//! - Create-only objects (`disable-updates`): resource policy, RVPS reference values, CPU/GPU
+//!   policies (not with IBM SE), HTTPS and attestation secrets (copied once from the
+//!   `kubernetes.io/tls` source Secrets; rotating the source is not propagated, as upstream).
+//! - KbsConfig: built in upstream's construction order, then merged with the live KbsConfig so
+//!   user-configurable fields survive (replicas, env vars as a union where the live value wins,
+//!   secret resources, cert cache, a foreign IBM SE PVC) while managed fields are restored.
+//!
+//! Errors (the synthesis fails and nothing is written): a source TLS Secret missing, of the
+//! wrong type or without `tls.key`/`tls.crt`; the IBM SE PV missing; the IBM SE PVC bound to
+//! another volume. Tightened: `profileType` is an enum in the CRD (upstream treats a typo as
+//! Permissive). Shared, as upstream: two TrusteeConfigs in one namespace both manage
+//! `attestation-status`.
+
+use std::collections::BTreeMap;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as B64;
+use enoki_sdk::{Error, Input, Output, Resource};
+use serde_json::{Map, Value, json};
+
+/// The instance kind.
+pub const FOR: (&str, &str, &str) = ("confidentialcontainers.org", "v1alpha1", "TrusteeConfig");
+const API: &str = "confidentialcontainers.org/v1alpha1";
+
+const TOML_PERMISSIVE: &str = include_str!("../templates/trustee/kbs-config-permissive.toml");
+const TOML_RESTRICTED: &str = include_str!("../templates/trustee/kbs-config-restricted.toml");
+const POLICY_PERMISSIVE: &str =
+    include_str!("../templates/trustee/resource-policy-permissive.rego");
+const POLICY_RESTRICTIVE: &str =
+    include_str!("../templates/trustee/resource-policy-restrictive.rego");
+const POLICY_IBM: &str = include_str!("../templates/trustee/resource-policy-ibm.rego");
+const CPU_POLICY: &str = include_str!("../templates/trustee/default_cpu.rego");
+const GPU_POLICY: &str = include_str!("../templates/trustee/default_gpu.rego");
+
+const TLS_KEYS: &[&str] = &[
+    "tls_profile",
+    "tls_min_version",
+    "tls_max_version",
+    "tls_ciphers",
+    "tls_groups",
+];
+
+/// The Synthesizer spec enoki installs for this built-in.
+pub fn synthesizer_spec() -> Value {
+    let secret = |key: &str, path: &str| {
+        json!({"key": key, "optional": true, "resource": {"group": "", "version": "v1",
+            "kind": "Secret", "nameFrom": path}})
+    };
+    json!({
+        "module": {"builtin": "trustee"},
+        "for": {"group": FOR.0, "version": FOR.1, "kind": FOR.2},
+        "refs": [
+            secret("https-tls", "spec.httpsSpec.tlsSecretName"),
+            secret("attestation-tls", "spec.attestationTokenVerificationSpec.tlsSecretName"),
+            {"key": "ibmse-pv", "optional": true, "resource": {"group": "", "version": "v1",
+                "kind": "PersistentVolume", "nameFrom": "spec.ibmSE.pvName"}},
+        ],
+        "watchOutputs": true,
+        "entropy": "secure",
+    })
+}
+
+fn s<'a>(v: &'a Value, pointer: &str) -> &'a str {
+    v.pointer(pointer)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+}
+
+/// IANA TLS cipher-suite names → OpenSSL names (TLS 1.3 names are the same in both).
+fn openssl_cipher(iana: &str) -> String {
+    let table = [
+        (
+            "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+            "ECDHE-ECDSA-AES128-GCM-SHA256",
+        ),
+        (
+            "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+            "ECDHE-RSA-AES128-GCM-SHA256",
+        ),
+        (
+            "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
+            "ECDHE-ECDSA-AES256-GCM-SHA384",
+        ),
+        (
+            "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+            "ECDHE-RSA-AES256-GCM-SHA384",
+        ),
+        (
+            "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256",
+            "ECDHE-ECDSA-CHACHA20-POLY1305",
+        ),
+        (
+            "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
+            "ECDHE-RSA-CHACHA20-POLY1305",
+        ),
+        (
+            "TLS_DHE_RSA_WITH_AES_128_GCM_SHA256",
+            "DHE-RSA-AES128-GCM-SHA256",
+        ),
+        (
+            "TLS_DHE_RSA_WITH_AES_256_GCM_SHA384",
+            "DHE-RSA-AES256-GCM-SHA384",
+        ),
+        (
+            "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA256",
+            "ECDHE-ECDSA-AES128-SHA256",
+        ),
+        (
+            "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA256",
+            "ECDHE-RSA-AES128-SHA256",
+        ),
+    ];
+    table
+        .iter()
+        .find(|(i, _)| *i == iana)
+        .map_or_else(|| iana.to_string(), |(_, o)| (*o).to_string())
+}
+
+/// The TLS lines of `[http_server]` for the Restricted profile.
+pub fn tls_lines(tls: &Value) -> Vec<String> {
+    let profile = match s(tls, "/profile") {
+        "" => "intermediate",
+        p => p,
+    };
+    let mut lines = vec![format!("tls_profile = \"{profile}\"")];
+    if profile == "custom" {
+        let list = |key: &str, f: &dyn Fn(&str) -> String| -> Option<String> {
+            let items: Vec<String> = tls
+                .get(key)?
+                .as_array()?
+                .iter()
+                .filter_map(Value::as_str)
+                .map(f)
+                .collect();
+            (!items.is_empty()).then(|| items.join(":"))
+        };
+        for (key, line) in [
+            ("minVersion", "tls_min_version"),
+            ("maxVersion", "tls_max_version"),
+        ] {
+            let v = s(tls, &format!("/{key}"));
+            if !v.is_empty() {
+                lines.push(format!("{line} = \"{v}\""));
+            }
+        }
+        if let Some(c) = list("ciphers", &openssl_cipher) {
+            lines.push(format!("tls_ciphers = \"{c}\""));
+        }
+        if let Some(g) = list("groups", &str::to_string) {
+            lines.push(format!("tls_groups = \"{g}\""));
+        }
+    }
+    lines
+}
+
+/// Replaces the TLS lines of the `[http_server]` section of `toml` with `lines` (upstream's
+/// `mergeTlsSettings`); everything else is kept as it is.
+pub fn merge_tls(toml: &str, lines: &[String]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut in_http = false;
+    let mut insert_at: Option<usize> = None;
+    for line in toml.lines() {
+        let t = line.trim();
+        if t.starts_with('[') {
+            in_http = t == "[http_server]";
+        }
+        if in_http
+            && TLS_KEYS.iter().any(|k| {
+                t.strip_prefix(k)
+                    .is_some_and(|r| r.trim_start().starts_with('='))
+            })
+        {
+            continue;
+        }
+        out.push(line.to_string());
+        if in_http && !t.is_empty() {
+            insert_at = Some(out.len());
+        }
+    }
+    let at = insert_at.unwrap_or(out.len());
+    for (i, l) in lines.iter().enumerate() {
+        out.insert(at + i, l.clone());
+    }
+    let mut text = out.join("\n");
+    text.push('\n');
+    text
+}
+
+fn labels(tc: &str, component: &str) -> Value {
+    json!({"app.kubernetes.io/managed-by": "trustee-operator", "app.kubernetes.io/part-of": "trustee",
+           "app.kubernetes.io/instance": tc, "app.kubernetes.io/component": component})
+}
+
+fn b64(text: &str) -> Value {
+    json!(B64.encode(text.as_bytes()))
+}
+
+/// A fresh Ed25519 keypair as (public SPKI PEM, private PKCS#8 PEM).
+fn keypair() -> Result<(String, String), Error> {
+    use ed25519_dalek::pkcs8::spki::der::pem::LineEnding;
+    use ed25519_dalek::pkcs8::{EncodePrivateKey, EncodePublicKey};
+    let key = ed25519_dalek::SigningKey::generate(&mut rand_core_06::OsRng);
+    let private = key
+        .to_pkcs8_pem(LineEnding::LF)
+        .map_err(|e| Error::Other(format!("encoding the auth private key: {e}")))?;
+    let public = key
+        .verifying_key()
+        .to_public_key_pem(LineEnding::LF)
+        .map_err(|e| Error::Other(format!("encoding the auth public key: {e}")))?;
+    Ok((public, private.to_string()))
+}
+
+/// Reads a `kubernetes.io/tls` source Secret bound under `key`: (tls.key, tls.crt), base64.
+fn tls_source(input: &Input, key: &str, field: &str, name: &str) -> Result<(Value, Value), Error> {
+    let invalid = |message: String| Error::InvalidInput {
+        key: key.into(),
+        message: format!("{field} {name:?}: {message}"),
+    };
+    let secret = input
+        .optional_input(key)
+        .ok_or_else(|| invalid("the Secret does not exist".into()))?;
+    if s(secret, "/type") != "kubernetes.io/tls" {
+        return Err(invalid(format!(
+            "type is {:?}, want \"kubernetes.io/tls\"",
+            s(secret, "/type")
+        )));
+    }
+    let get = |k: &str| {
+        secret
+            .get("data")
+            .and_then(|d| d.get(k))
+            .filter(|v| v.as_str().is_some_and(|s| !s.is_empty()))
+            .cloned()
+            .ok_or_else(|| invalid(format!("data.{k} is missing")))
+    };
+    Ok((get("tls.key")?, get("tls.crt")?))
+}
+
+/// Upstream's `mergeKbsConfigSpecs(generated, current)`: managed fields from `generated`;
+/// replicas, env vars (union, current wins), secret resources, cert cache and a foreign IBM SE
+/// PVC from `current`.
+pub fn merge_kbs_spec(
+    generated: &Map<String, Value>,
+    current: &Map<String, Value>,
+    auto_pvc: &str,
+) -> Map<String, Value> {
+    let mut out = generated.clone();
+    if let Some(r) = current
+        .get("KbsDeploymentSpec")
+        .and_then(|d| d.get("replicas"))
+        .filter(|r| !r.is_null())
+        && generated
+            .get("KbsDeploymentSpec")
+            .and_then(|d| d.get("replicas"))
+            != Some(r)
+    {
+        out.insert("KbsDeploymentSpec".into(), json!({"replicas": r}));
+    }
+    if let Some(cur) = current.get("KbsEnvVars").and_then(Value::as_object) {
+        let mut env = generated
+            .get("KbsEnvVars")
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default();
+        for (k, v) in cur {
+            env.insert(k.clone(), v.clone());
+        }
+        out.insert("KbsEnvVars".into(), Value::Object(env));
+    }
+    if let Some(list) = current
+        .get("kbsSecretResources")
+        .and_then(Value::as_array)
+        .filter(|l| !l.is_empty())
+    {
+        out.insert("kbsSecretResources".into(), Value::Array(list.clone()));
+    }
+    if let Some(cache) = current.get("kbsLocalCertCacheSpec")
+        && cache
+            .get("secrets")
+            .and_then(Value::as_array)
+            .is_some_and(|l| !l.is_empty())
+    {
+        out.insert("kbsLocalCertCacheSpec".into(), cache.clone());
+    }
+    let pvc = current
+        .get("ibmSEConfigSpec")
+        .and_then(|c| c.get("certStorePvc"))
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if !pvc.is_empty() && pvc != auto_pvc {
+        out.insert("ibmSEConfigSpec".into(), json!({"certStorePvc": pvc}));
+    }
+    out
+}
+
+/// Builds everything for one TrusteeConfig.
+///
+/// # Errors
+/// Invalid TLS source Secrets, a missing IBM SE PV, an IBM SE PVC bound elsewhere.
+#[allow(clippy::too_many_lines)] // upstream's construction order, step by step
+pub fn synthesize(input: &Input) -> Result<Output, Error> {
+    let me = input.input("self")?;
+    let tc = s(me, "/metadata/name").to_string();
+    let ns = s(me, "/metadata/namespace").to_string();
+    let spec = me.get("spec").cloned().unwrap_or(Value::Null);
+    let restricted = s(&spec, "/profileType") == "Restricted";
+    let ibm_se = spec.get("ibmSE").is_some_and(|v| !v.is_null());
+    let owners = json!([{"apiVersion": API, "kind": FOR.2, "name": tc,
+        "uid": s(me, "/metadata/uid"), "controller": true, "blockOwnerDeletion": true}]);
+    let meta = |name: &str| json!({"name": name, "namespace": ns, "ownerReferences": owners});
+    let mut out = Output::default();
+    let mut kbs = Map::new();
+
+    // 1–3. service type, deployment type, replicas.
+    let service_type = s(&spec, "/kbsServiceType");
+    if !service_type.is_empty() {
+        kbs.insert("kbsServiceType".into(), json!(service_type));
+    }
+    kbs.insert("kbsDeploymentType".into(), json!("AllInOneDeployment"));
+    kbs.insert("KbsDeploymentSpec".into(), json!({"replicas": 1}));
+
+    // 4. profile: env, KBS TOML, auth + sample secrets, resource policy, RVPS, CPU/GPU policies.
+    let env = if restricted {
+        json!({})
+    } else {
+        json!({"RUST_LOG": "debug"})
+    };
+    kbs.insert("KbsEnvVars".into(), env);
+    let cm_name = format!("{tc}-kbs-config");
+    let tls = if restricted {
+        tls_lines(spec.get("tlsConfig").unwrap_or(&Value::Null))
+    } else {
+        Vec::new()
+    };
+    let toml = match input
+        .observed_named("ConfigMap", &cm_name)
+        .and_then(|c| c.pointer("/data/kbs-config.toml"))
+        .and_then(Value::as_str)
+    {
+        Some(live) => merge_tls(live, &tls),
+        None => merge_tls(
+            if restricted {
+                TOML_RESTRICTED
+            } else {
+                TOML_PERMISSIVE
+            },
+            &tls,
+        ),
+    };
+    out.push(
+        Resource::from_value(
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(&cm_name),
+            "data": {"kbs-config.toml": toml}}),
+        )
+        .readiness_group(0),
+    );
+    kbs.insert("kbsConfigMapName".into(), json!(cm_name));
+
+    let auth = format!("{tc}-auth-secret");
+    let auth_data = match input
+        .observed_named("Secret", &auth)
+        .and_then(|s| s.get("data"))
+    {
+        Some(d) if d.get("publicKey").is_some() && d.get("privateKey").is_some() => {
+            json!({"publicKey": d["publicKey"], "privateKey": d["privateKey"]})
+        }
+        _ => {
+            let (public, private) = keypair()?;
+            json!({"publicKey": b64(&public), "privateKey": b64(&private)})
+        }
+    };
+    let mut auth_meta = meta(&auth);
+    auth_meta["labels"] = labels(&tc, "auth");
+    out.push(
+        Resource::from_value(
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": auth_meta,
+            "type": "Opaque", "data": auth_data}),
+        )
+        .readiness_group(0),
+    );
+    kbs.insert("kbsAuthSecretName".into(), json!(auth));
+
+    let mut sample_meta = meta("attestation-status");
+    sample_meta["labels"] = labels(&tc, "sample");
+    out.push(
+        Resource::from_value(
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": sample_meta,
+            "type": "Opaque", "data": {"status": b64("success")}}),
+        )
+        .readiness_group(0)
+        .disable_updates(),
+    );
+
+    let policy = if ibm_se {
+        POLICY_IBM
+    } else if restricted {
+        POLICY_RESTRICTIVE
+    } else {
+        POLICY_PERMISSIVE
+    };
+    let create_only_cm = |out: &mut Output, name: &str, key: &str, text: &str| {
+        out.push(
+            Resource::from_value(
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(name),
+                "data": {key: text}}),
+            )
+            .readiness_group(0)
+            .disable_updates(),
+        );
+    };
+    let rp = format!("{tc}-resource-policy");
+    create_only_cm(&mut out, &rp, "resource-policy.rego", policy);
+    kbs.insert("kbsResourcePolicyConfigMapName".into(), json!(rp));
+    kbs.insert("kbsSecretResources".into(), json!(["attestation-status"]));
+    let rvps = format!("{tc}-rvps-reference-values");
+    create_only_cm(&mut out, &rvps, "reference_value", "[\n]\n");
+    kbs.insert("kbsRvpsRefValuesConfigMapName".into(), json!(rvps));
+    if !ibm_se {
+        let cpu = format!("{tc}-attestation-policy-cpu");
+        let gpu = format!("{tc}-attestation-policy-gpu");
+        create_only_cm(&mut out, &cpu, "default_cpu.rego", CPU_POLICY);
+        create_only_cm(&mut out, &gpu, "default_gpu.rego", GPU_POLICY);
+        kbs.insert("kbsAttestationPolicyConfigMapName".into(), json!(cpu));
+        kbs.insert("kbsGpuAttestationPolicyConfigMapName".into(), json!(gpu));
+    }
+
+    // 5. IBM SE: a PVC bound to the pre-existing PV.
+    let auto_pvc = format!("{tc}-ibmse-certstore-pvc");
+    if ibm_se {
+        let pv = s(&spec, "/ibmSE/pvName");
+        if input.optional_input("ibmse-pv").is_none() {
+            return Err(Error::InvalidInput {
+                key: "ibmse-pv".into(),
+                message: format!("spec.ibmSE.pvName: PersistentVolume {pv:?} does not exist"),
+            });
+        }
+        if let Some(live) = input.observed_named("PersistentVolumeClaim", &auto_pvc) {
+            let bound = s(live, "/spec/volumeName");
+            if !bound.is_empty() && bound != pv {
+                return Err(Error::Other(format!(
+                    "PersistentVolumeClaim {ns}/{auto_pvc} is bound to volume {bound:?}, not spec.ibmSE.pvName {pv:?}"
+                )));
+            }
+        }
+        out.push(
+            Resource::from_value(json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": meta(&auto_pvc),
+                "spec": {"storageClassName": "", "accessModes": ["ReadOnlyMany"], "volumeName": pv,
+                         "resources": {"requests": {"storage": "100Mi"}}}}))
+            .readiness_group(0)
+            .disable_updates(),
+        );
+        kbs.insert("ibmSEConfigSpec".into(), json!({"certStorePvc": auto_pvc}));
+    }
+
+    // 6–7. HTTPS and attestation secrets, copied once from the TLS sources.
+    let copies = [
+        (
+            "https-tls",
+            "/httpsSpec/tlsSecretName",
+            "spec.httpsSpec.tlsSecretName",
+            "https",
+            [
+                ("https-key-secret", "privateKey", "kbsHttpsKeySecretName"),
+                ("https-cert-secret", "certificate", "kbsHttpsCertSecretName"),
+            ],
+        ),
+        (
+            "attestation-tls",
+            "/attestationTokenVerificationSpec/tlsSecretName",
+            "spec.attestationTokenVerificationSpec.tlsSecretName",
+            "attestation",
+            [
+                (
+                    "attestation-key-secret",
+                    "token.key",
+                    "kbsAttestationKeySecretName",
+                ),
+                (
+                    "attestation-cert-secret",
+                    "token.crt",
+                    "kbsAttestationCertSecretName",
+                ),
+            ],
+        ),
+    ];
+    for (
+        key,
+        pointer,
+        field,
+        component,
+        [
+            (key_suffix, key_data, key_ref),
+            (cert_suffix, cert_data, cert_ref),
+        ],
+    ) in copies
+    {
+        let source = s(&spec, pointer);
+        if source.is_empty() {
+            continue;
+        }
+        let (tls_key, tls_crt) = tls_source(input, key, field, source)?;
+        for (suffix, data_key, value, reference) in [
+            (key_suffix, key_data, tls_key, key_ref),
+            (cert_suffix, cert_data, tls_crt, cert_ref),
+        ] {
+            let name = format!("{tc}-{suffix}");
+            let mut m = meta(&name);
+            m["labels"] = labels(&tc, component);
+            out.push(
+                Resource::from_value(json!({"apiVersion": "v1", "kind": "Secret", "metadata": m,
+                    "type": "Opaque", "data": {data_key: value}}))
+                .readiness_group(0)
+                .disable_updates(),
+            );
+            kbs.insert(reference.into(), json!(name));
+        }
+    }
+
+    // The KbsConfig, merged with the live one.
+    let kbs_name = format!("{tc}-kbs-config");
+    let live_kbs = input.observed_named("KbsConfig", &kbs_name);
+    let current = live_kbs
+        .and_then(|k| k.get("spec"))
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    let merged = merge_kbs_spec(&kbs, &current, &auto_pvc);
+    out.push(
+        Resource::from_value(
+            json!({"apiVersion": API, "kind": "KbsConfig", "metadata": meta(&kbs_name),
+            "spec": merged}),
+        )
+        .readiness_group(1)
+        .readiness("has(self.status) && has(self.status.isReady) && self.status.isReady == true"),
+    );
+
+    // Status: mirrors the KbsConfig's readiness.
+    let ready = live_kbs
+        .and_then(|k| k.pointer("/status/isReady"))
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    out.push(json!({
+        "apiVersion": API, "kind": FOR.2, "metadata": {"name": tc, "namespace": ns},
+        "status": {
+            "isReady": ready,
+            "kbsConfigRef": {"apiVersion": API, "kind": "KbsConfig", "name": kbs_name, "namespace": ns},
+            "statusDescription": if ready {
+                "TrusteeConfig is ready and KbsConfig is deployed successfully"
+            } else {
+                "TrusteeConfig reconciled but KbsConfig deployment is in progress"
+            },
+        },
+    }));
+    Ok(out)
+}
+
+/// Env vars as a sorted map (for tests and docs).
+pub fn env_of(spec: &Map<String, Value>) -> BTreeMap<String, String> {
+    spec.get("KbsEnvVars")
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tls_lines_are_rendered_and_merged_into_http_server_only() {
+        let custom = json!({"profile": "custom", "minVersion": "1.2", "maxVersion": "1.3",
+            "ciphers": ["TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256", "TLS_AES_128_GCM_SHA256"], "groups": ["X25519", "P-256"]});
+        let lines = tls_lines(&custom);
+        assert_eq!(
+            lines,
+            [
+                "tls_profile = \"custom\"",
+                "tls_min_version = \"1.2\"",
+                "tls_max_version = \"1.3\"",
+                "tls_ciphers = \"ECDHE-RSA-AES128-GCM-SHA256:TLS_AES_128_GCM_SHA256\"",
+                "tls_groups = \"X25519:P-256\""
+            ]
+        );
+        assert_eq!(tls_lines(&Value::Null), ["tls_profile = \"intermediate\""]);
+        let edited = "[http_server]\nsockets = [\"0.0.0.0:9999\"]\ntls_profile = \"old\"\n\n[admin]\ntls_profile = \"keep-me\"\n";
+        let merged = merge_tls(edited, &["tls_profile = \"modern\"".into()]);
+        assert_eq!(
+            merged,
+            "[http_server]\nsockets = [\"0.0.0.0:9999\"]\ntls_profile = \"modern\"\n\n[admin]\ntls_profile = \"keep-me\"\n"
+        );
+        // Permissive: no TLS lines at all.
+        assert!(!merge_tls(TOML_PERMISSIVE, &[]).contains("tls_profile"));
+    }
+
+    #[test]
+    fn merge_keeps_user_fields_and_restores_managed_ones() {
+        let generated = json!({"kbsConfigMapName": "tc-kbs-config", "KbsDeploymentSpec": {"replicas": 1},
+            "KbsEnvVars": {"RUST_LOG": "debug"}, "kbsSecretResources": ["attestation-status"]});
+        let current = json!({"kbsConfigMapName": "hacked", "KbsDeploymentSpec": {"replicas": 3},
+            "KbsEnvVars": {"RUST_LOG": "info", "EXTRA": "1"}, "kbsSecretResources": ["attestation-status", "mine"],
+            "ibmSEConfigSpec": {"certStorePvc": "tc-ibmse-certstore-pvc"}});
+        let m = merge_kbs_spec(
+            generated.as_object().unwrap(),
+            current.as_object().unwrap(),
+            "tc-ibmse-certstore-pvc",
+        );
+        assert_eq!(m["kbsConfigMapName"], "tc-kbs-config");
+        assert_eq!(m["KbsDeploymentSpec"]["replicas"], 3);
+        assert_eq!(
+            env_of(&m),
+            [
+                ("EXTRA".to_string(), "1".to_string()),
+                ("RUST_LOG".to_string(), "info".to_string())
+            ]
+            .into()
+        );
+        assert_eq!(
+            m["kbsSecretResources"],
+            json!(["attestation-status", "mine"])
+        );
+        assert!(
+            m.get("ibmSEConfigSpec").is_none(),
+            "the operator's own PVC name is not kept"
+        );
+        // Nothing changed by hand: merge(generated, generated) == generated.
+        let g = generated.as_object().unwrap();
+        assert_eq!(&merge_kbs_spec(g, g, "x"), g);
+    }
+}

@@ -1,0 +1,455 @@
+//! Input extensions: instance mode's `self`, collections (namespace selection — also read from
+//! the instance —, label selection, field projection and a digest so changes a synthesizer
+//! cannot see do not re-synthesize), observed outputs, and status write-back.
+
+use std::collections::BTreeSet;
+
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
+use kube::core::GroupVersionKind;
+use serde_json::{Map, Value, json};
+use sha2::{Digest, Sha256};
+
+use super::{Context, Error, kube_err};
+use crds::names::FIELD_MANAGER;
+use crds::{CollectionRef, Composition, CompositionStatus, ResourceSlice};
+
+/// The key observed outputs are tracked under in `inputRevisions`.
+pub const OBSERVED_REVISION_KEY: &str = "enoki.dev/observed";
+/// The key the instance is bound under in instance mode.
+pub const SELF_KEY: &str = "self";
+
+/// `sha256:<hex>` of the canonical JSON of `value`.
+pub fn digest(value: &Value) -> String {
+    let text = plan::snapshot::canonical_json(value);
+    format!("sha256:{}", hex::encode(Sha256::digest(text.as_bytes())))
+}
+
+/// A Kubernetes LabelSelector object (`matchLabels`, `matchExpressions`) in the string syntax
+/// list calls take. `{}` is `""` (everything).
+///
+/// # Errors
+/// An operator other than In, NotIn, Exists, DoesNotExist, or a malformed expression.
+pub fn selector_string(selector: &Value) -> Result<String, String> {
+    let mut parts = Vec::new();
+    if let Some(labels) = selector.get("matchLabels").and_then(Value::as_object) {
+        for (k, v) in labels {
+            let v = v
+                .as_str()
+                .ok_or_else(|| format!("matchLabels.{k} is not a string"))?;
+            parts.push(format!("{k}={v}"));
+        }
+    }
+    if let Some(exprs) = selector.get("matchExpressions").and_then(Value::as_array) {
+        for (i, e) in exprs.iter().enumerate() {
+            let key = e
+                .get("key")
+                .and_then(Value::as_str)
+                .ok_or_else(|| format!("matchExpressions[{i}].key is missing"))?;
+            let values: Vec<&str> = e
+                .get("values")
+                .and_then(Value::as_array)
+                .map(|v| v.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            match e.get("operator").and_then(Value::as_str) {
+                Some("In") => parts.push(format!("{key} in ({})", values.join(","))),
+                Some("NotIn") => parts.push(format!("{key} notin ({})", values.join(","))),
+                Some("Exists") => parts.push(key.to_string()),
+                Some("DoesNotExist") => parts.push(format!("!{key}")),
+                other => {
+                    return Err(format!(
+                        "matchExpressions[{i}].operator {other:?} is not In, NotIn, Exists or DoesNotExist"
+                    ));
+                }
+            }
+        }
+    }
+    Ok(parts.join(","))
+}
+
+/// Keeps `apiVersion`, `kind`, the name, namespace, labels and annotations, plus `fields`
+/// (dotted paths; a `[*]` suffix maps over a list).
+pub fn project(object: &Value, fields: &[String]) -> Value {
+    if fields.is_empty() {
+        let mut o = object.clone();
+        if let Some(m) = o.get_mut("metadata").and_then(Value::as_object_mut) {
+            m.remove("managedFields");
+        }
+        return o;
+    }
+    let mut out = json!({});
+    for k in ["apiVersion", "kind"] {
+        if let Some(v) = object.get(k) {
+            out[k] = v.clone();
+        }
+    }
+    let mut meta = Map::new();
+    for k in ["name", "namespace", "labels", "annotations"] {
+        if let Some(v) = object.pointer(&format!("/metadata/{k}")) {
+            meta.insert(k.into(), v.clone());
+        }
+    }
+    out["metadata"] = Value::Object(meta);
+    for f in fields {
+        let segments: Vec<(&str, bool)> = f
+            .split('.')
+            .map(|s| match s.strip_suffix("[*]") {
+                Some(name) => (name, true),
+                None => (s, false),
+            })
+            .collect();
+        copy_path(object, &mut out, &segments);
+    }
+    out
+}
+
+fn copy_path(src: &Value, dst: &mut Value, segments: &[(&str, bool)]) {
+    let Some(((name, each), rest)) = segments.split_first() else {
+        *dst = src.clone();
+        return;
+    };
+    let Some(child) = src.get(*name) else { return };
+    if !dst.is_object() {
+        *dst = json!({});
+    }
+    let Some(dst) = dst.as_object_mut() else {
+        return;
+    };
+    if *each {
+        let Some(items) = child.as_array() else {
+            return;
+        };
+        let slot = dst
+            .entry((*name).to_string())
+            .or_insert_with(|| Value::Array(vec![json!({}); items.len()]));
+        if let Some(out) = slot.as_array_mut() {
+            out.resize(items.len(), json!({}));
+            for (item, o) in items.iter().zip(out.iter_mut()) {
+                copy_path(item, o, rest);
+            }
+        }
+    } else {
+        let slot = dst.entry((*name).to_string()).or_insert(Value::Null);
+        copy_path(child, slot, rest);
+    }
+}
+
+fn gvk_of(group: &str, version: &str, kind: &str) -> GroupVersionKind {
+    GroupVersionKind::gvk(group, version, kind)
+}
+
+/// Lists a collection for `comp`: its objects (projected, sorted by namespace and name) and
+/// their digest. Outer error: API failure; inner: a problem to report (kind not served, bad
+/// selector).
+pub async fn collection(
+    ctx: &Context,
+    comp: &Composition,
+    key: &str,
+    c: &CollectionRef,
+    instance: Option<&Value>,
+) -> Result<Result<(Vec<Value>, String), String>, Error> {
+    let gvk = gvk_of(&c.group, &c.version, &c.kind);
+    let (ar, namespaced) = match ctx.resolve(&gvk).await {
+        Ok(x) => x,
+        Err(e) => {
+            return Ok(Err(format!(
+                "input {key:?}: kind {}/{} is not served: {e}",
+                c.version, c.kind
+            )));
+        }
+    };
+    ctx.triggers.track(&gvk, &ar, "", "*", comp);
+    // Which namespaces: from the instance, from a fixed selector, or all.
+    let selector = match (&c.namespace_selector_from, &c.namespace_selector) {
+        (Some(path), _) => {
+            let pointer = format!("/{}", path.replace('.', "/"));
+            match instance.and_then(|i| i.pointer(&pointer)) {
+                None | Some(Value::Null) => Some(None),
+                Some(sel) => match selector_string(sel) {
+                    Ok(s) => Some(Some(s)),
+                    Err(e) => return Ok(Err(format!("input {key:?}: self.{path}: {e}"))),
+                },
+            }
+        }
+        (None, Some(s)) => Some(Some(s.clone())),
+        (None, None) => None,
+    };
+    let namespaces: Option<BTreeSet<String>> = match selector {
+        None => None,
+        Some(None) => Some(BTreeSet::new()),
+        Some(Some(sel)) => {
+            let ns_gvk = gvk_of("", "v1", "Namespace");
+            let ns_ar =
+                kube::core::ApiResource::erase::<k8s_openapi::api::core::v1::Namespace>(&());
+            ctx.triggers.track(&ns_gvk, &ns_ar, "", "*", comp);
+            let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(ctx.client.clone());
+            let list = match api.list(&ListParams::default().labels(&sel)).await {
+                Ok(l) => l,
+                Err(kube::Error::Api(e)) if e.code == 400 => {
+                    return Ok(Err(format!(
+                        "input {key:?}: namespace selector {sel:?}: {}",
+                        e.message
+                    )));
+                }
+                Err(e) => return Err(kube_err(format!("listing namespaces for {key:?}"))(e)),
+            };
+            Some(
+                list.items
+                    .into_iter()
+                    .filter_map(|n| n.metadata.name)
+                    .collect(),
+            )
+        }
+    };
+    if !namespaced && namespaces.is_some() {
+        return Ok(Err(format!(
+            "input {key:?}: {} is cluster-scoped; a namespace selector does not apply",
+            c.kind
+        )));
+    }
+    let api: Api<DynamicObject> = Api::all_with(ctx.client.clone(), &ar);
+    let mut lp = ListParams::default();
+    if let Some(sel) = &c.label_selector {
+        lp = lp.labels(sel);
+    }
+    let list = match api.list(&lp).await {
+        Ok(l) => l,
+        Err(kube::Error::Api(e)) if e.code == 400 => {
+            return Ok(Err(format!("input {key:?}: label selector: {}", e.message)));
+        }
+        Err(e) => return Err(kube_err(format!("listing input {key:?}"))(e)),
+    };
+    let mut items: Vec<Value> = list
+        .items
+        .into_iter()
+        .filter(|o| {
+            namespaces.as_ref().is_none_or(|set| {
+                o.metadata
+                    .namespace
+                    .as_ref()
+                    .is_some_and(|n| set.contains(n))
+            })
+        })
+        .map(|o| {
+            let mut v = serde_json::to_value(o).unwrap_or_default();
+            if v.get("apiVersion").is_none() {
+                v["apiVersion"] = json!(ar.api_version);
+                v["kind"] = json!(ar.kind);
+            }
+            project(&v, &c.fields)
+        })
+        .collect();
+    items.sort_by_key(|o| {
+        (
+            o.pointer("/metadata/namespace").map(Value::to_string),
+            o.pointer("/metadata/name").map(Value::to_string),
+        )
+    });
+    let d = digest(&Value::Array(items.clone()));
+    Ok(Ok((items, d)))
+}
+
+/// The live state of every resource the current synthesis emitted (tombstones excluded),
+/// `managedFields` stripped, in slice order; and a digest of their identities and
+/// resourceVersions.
+pub async fn observed_outputs(
+    ctx: &Context,
+    comp: &Composition,
+    st: &CompositionStatus,
+) -> Result<(Vec<Value>, String), Error> {
+    let mut out = Vec::new();
+    let mut ids = Vec::new();
+    let Some(current) = &st.current_synthesis else {
+        return Ok((out, digest(&json!([]))));
+    };
+    let ns = kube::ResourceExt::namespace(comp).unwrap_or_default();
+    let slices: Api<ResourceSlice> = Api::namespaced(ctx.client.clone(), &ns);
+    for r in &current.resource_slices {
+        let Some(slice) = slices
+            .get_opt(&r.name)
+            .await
+            .map_err(kube_err("reading a ResourceSlice"))?
+        else {
+            continue;
+        };
+        for m in slice.spec.resources.iter().filter(|m| !m.deleted) {
+            let Ok(manifest) = serde_json::from_str::<Value>(&m.manifest) else {
+                continue;
+            };
+            let Ok(key) = plan::ResourceKey::of(&manifest) else {
+                continue;
+            };
+            let api_version = manifest["apiVersion"].as_str().unwrap_or_default();
+            let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+            let Ok((ar, namespaced)) = ctx.resolve(&gvk_of(group, version, &key.kind)).await else {
+                continue;
+            };
+            let api: Api<DynamicObject> = if namespaced {
+                Api::namespaced_with(ctx.client.clone(), &key.namespace, &ar)
+            } else {
+                Api::all_with(ctx.client.clone(), &ar)
+            };
+            if let Some(live) = api
+                .get_opt(&key.name)
+                .await
+                .map_err(kube_err(format!("reading observed output {key}")))?
+            {
+                let mut v = serde_json::to_value(live).unwrap_or_default();
+                if v.get("apiVersion").is_none() {
+                    v["apiVersion"] = json!(ar.api_version);
+                    v["kind"] = json!(ar.kind);
+                }
+                if let Some(meta) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+                    meta.remove("managedFields");
+                }
+                ids.push(json!([
+                    key.to_string(),
+                    v.pointer("/metadata/resourceVersion")
+                ]));
+                out.push(v);
+            }
+        }
+    }
+    Ok((out, digest(&Value::Array(ids))))
+}
+
+/// Whether `item` is a status write-back: the instance itself (same apiVersion, kind, name and
+/// namespace) carrying nothing but `status`.
+pub fn is_status_write_back(item: &Value, instance: &Value) -> bool {
+    let same = |p: &str| item.pointer(p) == instance.pointer(p);
+    let only_status = item.as_object().is_some_and(|o| {
+        o.contains_key("status")
+            && o.keys()
+                .all(|k| matches!(k.as_str(), "apiVersion" | "kind" | "metadata" | "status"))
+    });
+    only_status
+        && same("/apiVersion")
+        && same("/kind")
+        && same("/metadata/name")
+        && item
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            == instance
+                .pointer("/metadata/namespace")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+}
+
+/// Applies a status write-back to the instance's status subresource with server-side apply
+/// (never its spec) when it differs from the live status.
+pub async fn write_back_status(
+    ctx: &Context,
+    desired: &Value,
+    instance: &Value,
+) -> Result<bool, Error> {
+    if instance.get("status") == desired.get("status") {
+        return Ok(false);
+    }
+    let api_version = desired["apiVersion"].as_str().unwrap_or_default();
+    let kind = desired["kind"].as_str().unwrap_or_default();
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    let (ar, namespaced) = ctx
+        .resolve(&gvk_of(group, version, kind))
+        .await
+        .map_err(kube_err("resolving the instance kind"))?;
+    let name = desired
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let namespace = instance
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let api: Api<DynamicObject> = if namespaced {
+        Api::namespaced_with(ctx.client.clone(), namespace, &ar)
+    } else {
+        Api::all_with(ctx.client.clone(), &ar)
+    };
+    let mut metadata = json!({"name": name});
+    if namespaced {
+        metadata["namespace"] = json!(namespace);
+    }
+    let patch = json!({"apiVersion": api_version, "kind": kind, "metadata": metadata,
+        "status": desired.get("status").cloned().unwrap_or(Value::Null)});
+    api.patch_status(
+        name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .map_err(kube_err(format!("writing the status of {kind} {name}")))?;
+    tracing::info!(%kind, %name, "status written back");
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn selectors_render_in_list_syntax() {
+        let sel = json!({"matchLabels": {"team": "a"}, "matchExpressions": [
+            {"key": "env", "operator": "In", "values": ["x", "y"]},
+            {"key": "skip", "operator": "DoesNotExist"},
+            {"key": "tier", "operator": "NotIn", "values": ["z"]},
+            {"key": "owner", "operator": "Exists"}]});
+        assert_eq!(
+            selector_string(&sel).unwrap(),
+            "team=a,env in (x,y),!skip,tier notin (z),owner"
+        );
+        assert_eq!(selector_string(&json!({})).unwrap(), "");
+        let bad = json!({"matchExpressions": [{"key": "k", "operator": "Near"}]});
+        assert!(
+            selector_string(&bad)
+                .unwrap_err()
+                .contains("matchExpressions[0].operator")
+        );
+    }
+
+    #[test]
+    fn projection_keeps_identity_and_the_named_fields_only() {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "n", "resourceVersion": "9", "labels": {"a": "b"}},
+            "spec": {"nodeName": "x", "containers": [
+                {"name": "c1", "image": "i", "resources": {"requests": {"cpu": "1"}}},
+                {"name": "c2", "image": "j"}]},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready"}],
+                       "containerStatuses": [{"name": "c1", "restartCount": 3, "state": {"running": {}}}]}});
+        let fields = vec![
+            "spec.containers[*].name".to_string(),
+            "spec.containers[*].resources".to_string(),
+            "status.phase".to_string(),
+            "status.containerStatuses[*].state.terminated".to_string(),
+            "spec.overhead".to_string(),
+        ];
+        let p = project(&pod, &fields);
+        assert_eq!(
+            p,
+            json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "p", "namespace": "n", "labels": {"a": "b"}},
+                "spec": {"containers": [{"name": "c1", "resources": {"requests": {"cpu": "1"}}}, {"name": "c2"}]},
+                "status": {"phase": "Running", "containerStatuses": [{}]}})
+        );
+        // A change the projection hides keeps the digest.
+        let mut restarted = pod.clone();
+        restarted["status"]["containerStatuses"][0]["restartCount"] = json!(4);
+        restarted["metadata"]["resourceVersion"] = json!("10");
+        assert_eq!(
+            digest(&project(&restarted, &fields)),
+            digest(&project(&pod, &fields))
+        );
+    }
+
+    #[test]
+    fn a_status_write_back_is_the_instance_with_only_status() {
+        let me = json!({"apiVersion": "x/v1", "kind": "K", "metadata": {"name": "a", "namespace": "n"}, "spec": {}});
+        let st = json!({"apiVersion": "x/v1", "kind": "K", "metadata": {"name": "a", "namespace": "n"}, "status": {"s": 1}});
+        assert!(is_status_write_back(&st, &me));
+        let mut with_spec = st.clone();
+        with_spec["spec"] = json!({});
+        assert!(!is_status_write_back(&with_spec, &me));
+        let mut other = st.clone();
+        other["metadata"]["name"] = json!("b");
+        assert!(!is_status_write_back(&other, &me));
+    }
+}
