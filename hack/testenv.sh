@@ -6,8 +6,8 @@
 #   TESTENV_DIR     state directory (default: <repo>/target/testenv); gets kubeconfig, env, logs
 #   TESTENV_CRDS    optional YAML applied before kube-controller-manager starts (so its garbage
 #                   collector discovers those kinds at once instead of after its 30 s resync)
-#   TESTENV_KCM     1 (default) starts kube-controller-manager with only the garbage-collector
-#                   and namespace controllers
+#   TESTENV_KCM     1 (default) starts kube-controller-manager with the few controllers the
+#                   tests need (see below)
 #
 # `down` stops exactly the processes `up` started (by their recorded PIDs), nothing else.
 set -euo pipefail
@@ -183,19 +183,20 @@ if [ -n "${TESTENV_CRDS:-}" ]; then
     --timeout=60s crd --all >&2
 fi
 
-# ---- kube-controller-manager: only the garbage collector and the namespace controller ----
+# ---- kube-controller-manager: garbage collector, namespaces, RBAC aggregation, default
+# ServiceAccounts and the PV/PVC protection finalizers (no scheduler, no kubelet) ----
 if [ "$WITH_KCM" = 1 ]; then
   "$BIN_DIR/kube-controller-manager" \
     --kubeconfig="$TESTENV_DIR/kubeconfig" \
     --authentication-kubeconfig="$TESTENV_DIR/kubeconfig" \
     --authorization-kubeconfig="$TESTENV_DIR/kubeconfig" \
-    --controllers=garbage-collector-controller,namespace-controller,clusterrole-aggregation-controller \
+    --controllers=garbage-collector-controller,namespace-controller,clusterrole-aggregation-controller,serviceaccount-controller,persistentvolume-protection-controller,persistentvolumeclaim-protection-controller \
     --leader-elect=false --use-service-account-credentials=false \
     --bind-address=127.0.0.1 --secure-port="$KCM_PORT" --cert-dir="$TESTENV_DIR/kcm-certs" \
     --v=1 >"$TESTENV_DIR/kcm.log" 2>&1 &
   echo $! > "$TESTENV_DIR/kcm.pid"
   wait_for kcm curl -fsSk "https://127.0.0.1:$KCM_PORT/healthz"
-  log "kube-controller-manager ready: garbage-collector, namespace, clusterrole-aggregation controllers ($(( $(date +%s) - T0 ))s)"
+  log "kube-controller-manager ready: garbage-collector, namespace, clusterrole-aggregation, serviceaccount, pv/pvc-protection controllers ($(( $(date +%s) - T0 ))s)"
 fi
 
 cat > "$TESTENV_DIR/env" <<ENV

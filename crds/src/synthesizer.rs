@@ -152,6 +152,11 @@ pub struct CollectionRef {
     /// Label selector (`a=b,c!=d` syntax) for the objects.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub label_selector: Option<String>,
+    /// Instance mode: a dotted path into `self` holding a Kubernetes LabelSelector that the
+    /// objects themselves must match (ANDed with `labelSelector`). A missing selector selects
+    /// nothing; `{}` selects everything.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label_selector_from: Option<String>,
     /// Instance mode: a dotted path into `self` (e.g. `spec.namespaceSelector`) holding a
     /// Kubernetes LabelSelector (`matchLabels` / `matchExpressions`) for the namespaces to look
     /// in. A missing selector selects no namespace; `{}` selects every namespace.

@@ -6,7 +6,8 @@
 //! `total.used`, `namespaces[]` sorted by name, zero explicit). No child objects.
 //!
 //! Inputs (collections, field-projected so changes that do not affect usage do not
-//! re-synthesize): `namespaces`, `quotas` (every quota's selector, for overlap), `pods`,
+//! re-synthesize): `namespaces` (those the quota's selector matches), `quotas` (every quota's
+//! selector, for overlap), `pods`,
 //! `services`, `pvcs`, and one collection per counted kind. Namespaces are selected by
 //! `spec.namespaceSelector` (`null` selects none, `{}` all), minus those carrying the exclusion
 //! label (env `EXCLUDE_NAMESPACE_LABEL_KEY`, default
@@ -95,7 +96,8 @@ pub fn synthesizer_spec() -> Value {
             "namespaceSelectorFrom": "spec.namespaceSelector", "fields": fields}})
     };
     let mut refs = vec![
-        json!({"key": "namespaces", "collection": {"group": "", "version": "v1", "kind": "Namespace", "fields": ["metadata.name"]}}),
+        json!({"key": "namespaces", "collection": {"group": "", "version": "v1", "kind": "Namespace",
+            "labelSelectorFrom": "spec.namespaceSelector", "fields": ["metadata.name"]}}),
         json!({"key": "quotas", "collection": {"group": FOR.0, "version": FOR.1, "kind": FOR.2, "fields": ["spec.namespaceSelector"]}}),
         selected("pods", "", "v1", "Pod", POD_FIELDS),
         selected("services", "", "v1", "Service", &["spec.type"]),

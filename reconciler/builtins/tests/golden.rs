@@ -41,7 +41,11 @@ fn every_builtin_matches_its_golden_outputs() {
             failures.push(format!("{}:\n{text}", path.display()));
         }
     }
-    assert!(failures.is_empty(), "golden mismatch (UPDATE_GOLDEN=1 rewrites):\n{}", failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "golden mismatch (UPDATE_GOLDEN=1 rewrites):\n{}",
+        failures.join("\n")
+    );
 }
 
 #[test]

@@ -24,8 +24,14 @@ fn synthesis_input(list: &Value) -> SynthesisInput {
     let fc = &list["functionConfig"];
     SynthesisInput {
         composition: CompositionMeta {
-            name: fc["composition"]["name"].as_str().unwrap_or_default().into(),
-            namespace: fc["composition"]["namespace"].as_str().unwrap_or_default().into(),
+            name: fc["composition"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .into(),
+            namespace: fc["composition"]["namespace"]
+                .as_str()
+                .unwrap_or_default()
+                .into(),
             uid: "fixture-uid".into(),
             generation: 1,
             ..CompositionMeta::default()

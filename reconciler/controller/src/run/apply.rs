@@ -570,8 +570,16 @@ pub async fn reconcile_resources(
             if deferred.contains(&step.key) {
                 continue;
             }
-            if !is_correction(step) || outcome.error.is_some() || outcome.held {
-                if step.op.is_write() && outcome.error.is_none() {
+            // A correction whose write changed nothing (the server returned the live
+            // resourceVersion: e.g. only the status moved) reverted nothing: not a fight.
+            let live_rv = observations[&step.key]
+                .live
+                .as_ref()
+                .and_then(|l| l.pointer("/metadata/resourceVersion"))
+                .and_then(Value::as_str);
+            let no_op = outcome.resource_version.as_deref() == live_rv;
+            if !is_correction(step) || outcome.error.is_some() || outcome.held || no_op {
+                if step.op.is_write() && outcome.error.is_none() && !no_op {
                     fights.remove(&k);
                 }
                 continue;

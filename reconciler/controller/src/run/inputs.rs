@@ -206,10 +206,25 @@ pub async fn collection(
             c.kind
         )));
     }
+    let mut selectors: Vec<String> = c.label_selector.iter().cloned().collect();
+    if let Some(path) = &c.label_selector_from {
+        let pointer = format!("/{}", path.replace('.', "/"));
+        match instance.and_then(|i| i.pointer(&pointer)) {
+            None | Some(Value::Null) => {
+                let d = digest(&json!([]));
+                return Ok(Ok((Vec::new(), d)));
+            }
+            Some(sel) => match selector_string(sel) {
+                Ok(s) if s.is_empty() => {}
+                Ok(s) => selectors.push(s),
+                Err(e) => return Ok(Err(format!("input {key:?}: self.{path}: {e}"))),
+            },
+        }
+    }
     let api: Api<DynamicObject> = Api::all_with(ctx.client.clone(), &ar);
     let mut lp = ListParams::default();
-    if let Some(sel) = &c.label_selector {
-        lp = lp.labels(sel);
+    if !selectors.is_empty() {
+        lp = lp.labels(&selectors.join(","));
     }
     let list = match api.list(&lp).await {
         Ok(l) => l,

@@ -270,6 +270,15 @@ async fn reconcile_inner(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Ac
     st.dependency_status = None;
 
     if !up_to_date {
+        let trigger = why_synthesize(
+            st.current_synthesis.as_ref(),
+            generation,
+            synth.metadata.generation,
+            &digest,
+            &revisions,
+            forced.as_ref(),
+        );
+        tracing::debug!(%trigger, "synthesizing");
         let attempts = st.in_flight_synthesis.as_ref().map_or(0, |s| s.attempts) + 1;
         let uuid = new_uuid();
         st.in_flight_synthesis = Some(Synthesis {
@@ -406,7 +415,7 @@ async fn reconcile_inner(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Ac
                     "",
                     generation,
                 );
-                tracing::info!(synthesis = %uuid, resources = items.len(), unchanged, "synthesized");
+                tracing::info!(synthesis = %uuid, resources = items.len(), unchanged, %trigger, "synthesized");
                 write_status(&comps, &comp, &st).await?;
                 delete_stale_slices(&ctx, &comp, &st).await?;
             }
@@ -1005,4 +1014,46 @@ async fn same_output(
         }
     }
     Ok(emitted == items)
+}
+
+/// What made a new synthesis necessary, for logs.
+fn why_synthesize(
+    current: Option<&Synthesis>,
+    generation: Option<i64>,
+    synth_generation: Option<i64>,
+    module_digest: &str,
+    revisions: &[InputRevision],
+    forced: Option<&String>,
+) -> String {
+    let Some(c) = current else {
+        return "first synthesis".into();
+    };
+    let mut why = Vec::new();
+    if c.observed_composition_generation != generation {
+        why.push("composition changed".to_string());
+    }
+    if c.observed_synthesizer_generation != synth_generation
+        || c.module_digest.as_deref() != Some(module_digest)
+    {
+        why.push("synthesizer changed".into());
+    }
+    if c.force_resynthesis.as_ref() != forced {
+        why.push("forced".into());
+    }
+    let keys: BTreeSet<&str> = revisions
+        .iter()
+        .chain(&c.input_revisions)
+        .map(|r| r.key.as_str())
+        .collect();
+    for key in keys {
+        let old: Vec<&InputRevision> = c.input_revisions.iter().filter(|r| r.key == key).collect();
+        let new: Vec<&InputRevision> = revisions.iter().filter(|r| r.key == key).collect();
+        if old != new {
+            why.push(format!("input {key:?} changed"));
+        }
+    }
+    if why.is_empty() {
+        why.push("status write-back unknown after a restart".into());
+    }
+    why.join(", ")
 }

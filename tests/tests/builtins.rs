@@ -1,0 +1,814 @@
+//! The built-in synthesizers end to end on the real control plane (no kubelet, no scheduler:
+//! pods stay Pending and Deployment status is patched by the test): enoki installs the
+//! `trustee`, `quota` and `lepton` Synthesizers at startup and runs each in instance mode.
+#![allow(
+    clippy::unwrap_used,
+    clippy::needless_pass_by_value,
+    clippy::too_many_lines
+)] // test code
+
+use std::time::Duration;
+
+use harness::{Enoki, TestEnv, create_namespace, eventually, install_crds};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{
+    ConfigMap, PersistentVolume, PersistentVolumeClaim, Pod, Secret, Service,
+};
+use k8s_openapi::api::networking::v1::Ingress;
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn dynamic(
+    env: &TestEnv,
+    group: &str,
+    kind: &str,
+    plural: &str,
+    namespaced: bool,
+) -> Api<DynamicObject> {
+    let ar = ApiResource {
+        group: group.into(),
+        version: "v1alpha1".into(),
+        api_version: format!("{group}/v1alpha1"),
+        kind: kind.into(),
+        plural: plural.into(),
+    };
+    if namespaced {
+        Api::namespaced_with(env.client.clone(), &env.namespace, &ar)
+    } else {
+        Api::all_with(env.client.clone(), &ar)
+    }
+}
+
+fn human() -> PatchParams {
+    PatchParams {
+        field_manager: Some("human".into()),
+        ..PatchParams::default()
+    }
+}
+
+async fn status_of(api: &Api<DynamicObject>, name: &str) -> Value {
+    api.get_opt(name)
+        .await
+        .unwrap()
+        .and_then(|o| o.data.get("status").cloned())
+        .unwrap_or(Value::Null)
+}
+
+// ------------------------------------------------------------------ Lepton
+
+#[tokio::test]
+async fn lepton_builds_every_resource_walks_the_state_machine_reverts_edits_and_cleans_up() {
+    let env = TestEnv::new().await;
+    install_crds(&env.client).await;
+    let ns = env.namespace.clone();
+    let lds = dynamic(
+        &env,
+        "lepton.ai",
+        "LeptonDeployment",
+        "leptondeployments",
+        true,
+    );
+    let ld = |mounts: Value| {
+        json!({"apiVersion": "lepton.ai/v1alpha1", "kind": "LeptonDeployment",
+            "metadata": {"name": "llama"},
+            "spec": {"name": "llama", "photon_name": "llama", "photon_id": "p-1", "photon_image": "example.com/llama:1",
+                     "bucket_name": "photons", "photon_prefix": "prod", "root_domain": "lepton.test",
+                     "efs_id": "fs-1", "efs_access_point_id": "ap-1",
+                     "resource_requirement": {"cpu": 0.5, "memory": 512, "min_replicas": 2},
+                     "mounts": mounts}})
+    };
+    let two = json!([{"path": "/models", "mount_path": "/mnt/models"}, {"path": "/cache", "mount_path": "/mnt/cache"}]);
+    let pp = PatchParams::apply("test").force();
+    lds.patch("llama", &pp, &Patch::Apply(ld(two)))
+        .await
+        .unwrap();
+    let enoki = Enoki::start(&ns);
+
+    let deployments: Api<Deployment> = env.api();
+    let services: Api<Service> = env.api();
+    let ingresses: Api<Ingress> = env.api();
+    let pvcs: Api<PersistentVolumeClaim> = env.api();
+    let pvs: Api<PersistentVolume> = Api::all(env.client.clone());
+    eventually("every Lepton resource", WAIT, || async {
+        deployments.get_opt("llama").await.unwrap()?;
+        services.get_opt("llama-service").await.unwrap()?;
+        ingresses.get_opt("llama-header-ingress").await.unwrap()?;
+        ingresses.get_opt("llama-host-ingress").await.unwrap()?;
+        for i in 0..2 {
+            pvcs.get_opt(&format!("pvc-{ns}-llama-{i}"))
+                .await
+                .unwrap()?;
+            pvs.get_opt(&format!("pv-{ns}-llama-{i}")).await.unwrap()?;
+        }
+        Some(())
+    })
+    .await;
+    let d = deployments.get("llama").await.unwrap();
+    let spec = d.spec.clone().unwrap();
+    assert_eq!(spec.replicas, Some(2));
+    assert_eq!(
+        spec.selector
+            .match_labels
+            .unwrap()
+            .get("lepton_deployment_name")
+            .map(String::as_str),
+        Some("llama")
+    );
+    let pod = spec.template.spec.unwrap();
+    assert_eq!(pod.containers[0].name, "main-container");
+    assert_eq!(pod.init_containers.unwrap()[0].name, "env-preparation");
+    assert_eq!(
+        pod.containers[0].ports.as_ref().unwrap()[0].container_port,
+        8080
+    );
+    let host = ingresses.get("llama-host-ingress").await.unwrap();
+    assert_eq!(
+        host.spec.unwrap().rules.unwrap()[0].host.as_deref(),
+        Some("llama.lepton.test")
+    );
+    let pvc = pvcs.get(&format!("pvc-{ns}-llama-1")).await.unwrap();
+    assert_eq!(
+        pvc.spec.unwrap().volume_name,
+        Some(format!("pv-{ns}-llama-1"))
+    );
+
+    // The state machine, driven by the Deployment's status.
+    let state = || async {
+        status_of(&lds, "llama").await["state"]
+            .as_str()
+            .map(String::from)
+    };
+    eventually("Starting", WAIT, || async {
+        (state().await.as_deref() == Some("Starting")).then_some(())
+    })
+    .await;
+    let endpoint = status_of(&lds, "llama").await["endpoint"].clone();
+    assert_eq!(
+        endpoint["internal_endpoint"],
+        format!("llama-service.{ns}.svc.cluster.local:8080")
+    );
+    assert_eq!(endpoint["external_endpoint"], "https://llama.lepton.test");
+    let set_status = |replicas: i32, ready: i32| {
+        let deployments = deployments.clone();
+        async move {
+            deployments
+                .patch_status(
+                    "llama",
+                    &PatchParams::default(),
+                    &Patch::Merge(
+                        json!({"status": {"replicas": replicas, "readyReplicas": ready}}),
+                    ),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    set_status(2, 1).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        state().await.as_deref(),
+        Some("Starting"),
+        "sticky Starting"
+    );
+    for (replicas, ready, want) in [
+        (2, 2, "Running"),
+        (2, 1, "Updating"),
+        (2, 0, "Not Ready"),
+        (2, 2, "Running"),
+    ] {
+        set_status(replicas, ready).await;
+        eventually(want, WAIT, || async {
+            (state().await.as_deref() == Some(want)).then_some(())
+        })
+        .await;
+    }
+
+    // A by-hand edit of the image is reverted within seconds.
+    deployments
+        .patch(
+            "llama",
+            &human(),
+            &Patch::Strategic(json!({"spec": {"template": {"spec": {"containers": [{"name": "main-container", "image": "evil:1"}]}}}})),
+        )
+        .await
+        .unwrap();
+    let image = || async {
+        deployments
+            .get("llama")
+            .await
+            .unwrap()
+            .spec
+            .unwrap()
+            .template
+            .spec
+            .unwrap()
+            .containers[0]
+            .image
+            .clone()
+            .unwrap_or_default()
+    };
+    eventually(
+        "the image edit to be reverted",
+        Duration::from_secs(15),
+        || async { (image().await == "example.com/llama:1").then_some(()) },
+    )
+    .await;
+
+    // Dropping a mount prunes its PVC and PV (no leak).
+    lds.patch(
+        "llama",
+        &pp,
+        &Patch::Apply(ld(
+            json!([{"path": "/models", "mount_path": "/mnt/models"}]),
+        )),
+    )
+    .await
+    .unwrap();
+    eventually("mount 1's PVC and PV to go", WAIT, || async {
+        (pvcs
+            .get_opt(&format!("pvc-{ns}-llama-1"))
+            .await
+            .unwrap()
+            .is_none()
+            && pvs
+                .get_opt(&format!("pv-{ns}-llama-1"))
+                .await
+                .unwrap()
+                .is_none())
+        .then_some(())
+    })
+    .await;
+    assert!(
+        pvs.get_opt(&format!("pv-{ns}-llama-0"))
+            .await
+            .unwrap()
+            .is_some()
+    );
+
+    // Deleting the LeptonDeployment removes everything, PVs included, then the object itself.
+    lds.delete("llama", &DeleteParams::default()).await.unwrap();
+    eventually("everything to be gone", WAIT, || async {
+        (lds.get_opt("llama").await.unwrap().is_none()
+            && deployments.get_opt("llama").await.unwrap().is_none()
+            && services.get_opt("llama-service").await.unwrap().is_none()
+            && ingresses
+                .get_opt("llama-header-ingress")
+                .await
+                .unwrap()
+                .is_none()
+            && pvcs
+                .get_opt(&format!("pvc-{ns}-llama-0"))
+                .await
+                .unwrap()
+                .is_none()
+            && pvs
+                .get_opt(&format!("pv-{ns}-llama-0"))
+                .await
+                .unwrap()
+                .is_none())
+        .then_some(())
+    })
+    .await;
+    assert!(enoki.logs().contains("instance mode: watching"));
+}
+
+// ------------------------------------------------------------------ Trustee
+
+async fn tls_secret(env: &TestEnv, name: &str) {
+    let secrets: Api<Secret> = env.api();
+    let s: Secret = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": name}, "type": "kubernetes.io/tls",
+        "stringData": {"tls.key": format!("{name}-key"), "tls.crt": format!("{name}-crt")}}))
+    .unwrap();
+    secrets.create(&PostParams::default(), &s).await.unwrap();
+}
+
+fn trustee_config(name: &str, spec: Value) -> Value {
+    json!({"apiVersion": "confidentialcontainers.org/v1alpha1", "kind": "TrusteeConfig",
+        "metadata": {"name": name}, "spec": spec})
+}
+
+#[tokio::test]
+async fn trustee_permissive_builds_the_kbs_config_keeps_user_fields_mirrors_readiness_and_cleans_up()
+ {
+    let env = TestEnv::new().await;
+    install_crds(&env.client).await;
+    let tcs = dynamic(
+        &env,
+        "confidentialcontainers.org",
+        "TrusteeConfig",
+        "trusteeconfigs",
+        true,
+    );
+    let kbs = dynamic(
+        &env,
+        "confidentialcontainers.org",
+        "KbsConfig",
+        "kbsconfigs",
+        true,
+    );
+    let pp = PatchParams::apply("test").force();
+    tcs.patch(
+        "tc",
+        &pp,
+        &Patch::Apply(trustee_config("tc", json!({"profileType": "Permissive"}))),
+    )
+    .await
+    .unwrap();
+    let enoki = Enoki::start(&env.namespace);
+    let cms: Api<ConfigMap> = env.api();
+    let secrets: Api<Secret> = env.api();
+    let config_maps = [
+        "tc-kbs-config",
+        "tc-resource-policy",
+        "tc-rvps-reference-values",
+        "tc-attestation-policy-cpu",
+        "tc-attestation-policy-gpu",
+    ];
+    eventually("the KbsConfig and every ConfigMap/Secret", WAIT, || async {
+        kbs.get_opt("tc-kbs-config").await.unwrap()?;
+        for c in config_maps {
+            cms.get_opt(c).await.unwrap()?;
+        }
+        secrets.get_opt("tc-auth-secret").await.unwrap()?;
+        secrets.get_opt("attestation-status").await.unwrap()?;
+        Some(())
+    })
+    .await;
+    let spec = |o: DynamicObject| o.data["spec"].clone();
+    let k = spec(kbs.get("tc-kbs-config").await.unwrap());
+    assert_eq!(k["kbsConfigMapName"], "tc-kbs-config");
+    assert_eq!(k["kbsAuthSecretName"], "tc-auth-secret");
+    assert_eq!(k["kbsDeploymentType"], "AllInOneDeployment");
+    assert_eq!(k["KbsEnvVars"]["RUST_LOG"], "debug");
+    assert_eq!(k["kbsSecretResources"], json!(["attestation-status"]));
+    let toml = cms.get("tc-kbs-config").await.unwrap().data.unwrap()["kbs-config.toml"].clone();
+    assert!(
+        toml.contains("insecure_http = true") && !toml.contains("tls_profile"),
+        "{toml}"
+    );
+    let public_key = || async {
+        secrets.get("tc-auth-secret").await.unwrap().data.unwrap()["publicKey"]
+            .0
+            .clone()
+    };
+    let key = public_key().await;
+    assert!(String::from_utf8_lossy(&key).starts_with("-----BEGIN PUBLIC KEY-----"));
+    let labels = secrets
+        .get("tc-auth-secret")
+        .await
+        .unwrap()
+        .metadata
+        .labels
+        .unwrap();
+    assert_eq!(labels["app.kubernetes.io/component"], "auth");
+
+    // By hand: replicas and an extra env var survive; a managed field is restored.
+    kbs.patch(
+        "tc-kbs-config",
+        &human(),
+        &Patch::Merge(
+            json!({"spec": {"KbsDeploymentSpec": {"replicas": 3}, "KbsEnvVars": {"EXTRA": "1"}}}),
+        ),
+    )
+    .await
+    .unwrap();
+    kbs.patch(
+        "tc-kbs-config",
+        &human(),
+        &Patch::Merge(json!({"spec": {"kbsConfigMapName": "hacked"}})),
+    )
+    .await
+    .unwrap();
+    eventually(
+        "kbsConfigMapName restored",
+        Duration::from_secs(20),
+        || async {
+            (spec(kbs.get("tc-kbs-config").await.unwrap())["kbsConfigMapName"] == "tc-kbs-config")
+                .then_some(())
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let k = spec(kbs.get("tc-kbs-config").await.unwrap());
+    assert_eq!(
+        k["KbsDeploymentSpec"]["replicas"],
+        3,
+        "{k}\n{}",
+        enoki.logs()
+    );
+    assert_eq!(k["KbsEnvVars"]["EXTRA"], "1", "{k}");
+    assert_eq!(k["KbsEnvVars"]["RUST_LOG"], "debug", "{k}");
+    assert_eq!(public_key().await, key, "the auth keypair is stable");
+
+    // Readiness mirrors the KbsConfig.
+    let tc_status = || async { status_of(&tcs, "tc").await };
+    eventually("isReady false at first", WAIT, || async {
+        (tc_status().await["isReady"] == false).then_some(())
+    })
+    .await;
+    assert_eq!(tc_status().await["kbsConfigRef"]["name"], "tc-kbs-config");
+    kbs.patch_status(
+        "tc-kbs-config",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"isReady": true}})),
+    )
+    .await
+    .unwrap();
+    eventually("the TrusteeConfig to become ready", WAIT, || async {
+        let st = tc_status().await;
+        (st["isReady"] == true
+            && st["statusDescription"]
+                == "TrusteeConfig is ready and KbsConfig is deployed successfully")
+            .then_some(())
+    })
+    .await;
+
+    // Deleting the TrusteeConfig removes everything it made.
+    tcs.delete("tc", &DeleteParams::default()).await.unwrap();
+    eventually("everything to be gone", WAIT, || async {
+        if tcs.get_opt("tc").await.unwrap().is_some()
+            || kbs.get_opt("tc-kbs-config").await.unwrap().is_some()
+        {
+            return None;
+        }
+        for c in config_maps {
+            if cms.get_opt(c).await.unwrap().is_some() {
+                return None;
+            }
+        }
+        (secrets.get_opt("tc-auth-secret").await.unwrap().is_none()
+            && secrets
+                .get_opt("attestation-status")
+                .await
+                .unwrap()
+                .is_none())
+        .then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn trustee_restricted_with_https_secrets_and_a_missing_tls_secret_is_a_clear_error() {
+    let env = TestEnv::new().await;
+    install_crds(&env.client).await;
+    tls_secret(&env, "kbs-https").await;
+    tls_secret(&env, "kbs-token").await;
+    let tcs = dynamic(
+        &env,
+        "confidentialcontainers.org",
+        "TrusteeConfig",
+        "trusteeconfigs",
+        true,
+    );
+    let kbs = dynamic(
+        &env,
+        "confidentialcontainers.org",
+        "KbsConfig",
+        "kbsconfigs",
+        true,
+    );
+    let pp = PatchParams::apply("test").force();
+    let restricted = json!({"profileType": "Restricted", "kbsServiceType": "NodePort",
+        "httpsSpec": {"tlsSecretName": "kbs-https"},
+        "attestationTokenVerificationSpec": {"tlsSecretName": "kbs-token"},
+        "tlsConfig": {"profile": "custom", "minVersion": "1.2", "maxVersion": "1.3",
+                      "ciphers": ["TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"]}});
+    tcs.patch(
+        "secure",
+        &pp,
+        &Patch::Apply(trustee_config("secure", restricted)),
+    )
+    .await
+    .unwrap();
+    tcs.patch(
+        "broken",
+        &pp,
+        &Patch::Apply(trustee_config(
+            "broken",
+            json!({"profileType": "Restricted", "httpsSpec": {"tlsSecretName": "nope"}}),
+        )),
+    )
+    .await
+    .unwrap();
+    let _enoki = Enoki::start(&env.namespace);
+    let secrets: Api<Secret> = env.api();
+    let cms: Api<ConfigMap> = env.api();
+    eventually("the KbsConfig and the copied TLS secrets", WAIT, || async {
+        kbs.get_opt("secure-kbs-config").await.unwrap()?;
+        for s in [
+            "https-key-secret",
+            "https-cert-secret",
+            "attestation-key-secret",
+            "attestation-cert-secret",
+        ] {
+            secrets.get_opt(&format!("secure-{s}")).await.unwrap()?;
+        }
+        Some(())
+    })
+    .await;
+    let data = |name: &'static str, key: &'static str| {
+        let secrets = secrets.clone();
+        async move {
+            String::from_utf8(
+                secrets.get(name).await.unwrap().data.unwrap()[key]
+                    .0
+                    .clone(),
+            )
+            .unwrap()
+        }
+    };
+    assert_eq!(
+        data("secure-https-key-secret", "privateKey").await,
+        "kbs-https-key"
+    );
+    assert_eq!(
+        data("secure-https-cert-secret", "certificate").await,
+        "kbs-https-crt"
+    );
+    assert_eq!(
+        data("secure-attestation-key-secret", "token.key").await,
+        "kbs-token-key"
+    );
+    assert_eq!(
+        data("secure-attestation-cert-secret", "token.crt").await,
+        "kbs-token-crt"
+    );
+    let k = kbs.get("secure-kbs-config").await.unwrap().data["spec"].clone();
+    assert_eq!(k["kbsHttpsKeySecretName"], "secure-https-key-secret");
+    assert_eq!(
+        k["kbsAttestationCertSecretName"],
+        "secure-attestation-cert-secret"
+    );
+    assert_eq!(k["kbsServiceType"], "NodePort");
+    assert_eq!(k["KbsEnvVars"], json!({}), "Restricted sets no RUST_LOG");
+    let toml = cms.get("secure-kbs-config").await.unwrap().data.unwrap()["kbs-config.toml"].clone();
+    assert!(toml.contains("insecure_http = false"), "{toml}");
+    assert!(
+        toml.contains("tls_profile = \"custom\"")
+            && toml.contains("tls_ciphers = \"ECDHE-RSA-AES128-GCM-SHA256\""),
+        "{toml}"
+    );
+    let policy = cms
+        .get("secure-resource-policy")
+        .await
+        .unwrap()
+        .data
+        .unwrap()["resource-policy.rego"]
+        .clone();
+    assert!(policy.contains("default allow = false"), "{policy}");
+
+    // The missing TLS secret: a synthesis error naming the field and the Secret; nothing written.
+    let comps: Api<crds::Composition> = env.api();
+    let message = eventually("the error on the implicit Composition", WAIT, || async {
+        let st = comps.get_opt("broken").await.unwrap()?.status?;
+        let c = st
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "Synthesized" && c.status == "False")?;
+        Some(c.message)
+    })
+    .await;
+    assert!(
+        message.contains("spec.httpsSpec.tlsSecretName")
+            && message.contains("nope")
+            && message.contains("does not exist"),
+        "{message}"
+    );
+    assert!(kbs.get_opt("broken-kbs-config").await.unwrap().is_none());
+    assert!(
+        cms.get_opt("broken-kbs-config").await.unwrap().is_none(),
+        "nothing is written partially"
+    );
+}
+
+// ------------------------------------------------------------------ quota
+
+async fn namespace_with(env: &TestEnv, name: &str, labels: Value) {
+    create_namespace(&env.client, name).await;
+    let nss: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(env.client.clone());
+    nss.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": labels}})),
+    )
+    .await
+    .unwrap();
+    let sas: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+        Api::namespaced(env.client.clone(), name);
+    let _ = sas
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "default"}})).unwrap(),
+        )
+        .await;
+}
+
+async fn pod(client: &kube::Client, ns: &str, name: &str, spec: Value) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let p: Pod = serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).unwrap();
+    pods.create(&PostParams::default(), &p).await.unwrap();
+}
+
+fn container(name: &str, cpu: &str, memory: &str) -> Value {
+    json!({"name": name, "image": "example.com/app:1",
+        "resources": {"requests": {"cpu": cpu, "memory": memory}, "limits": {"cpu": cpu, "memory": memory}}})
+}
+
+#[tokio::test]
+async fn quota_aggregates_usage_over_selected_namespaces_and_follows_changes() {
+    let env = TestEnv::new().await;
+    install_crds(&env.client).await;
+    let t = env.namespace.clone();
+    let (a, b, x) = (format!("{t}-a"), format!("{t}-b"), format!("{t}-x"));
+    namespace_with(&env, &a, json!({"quota-team": t})).await;
+    namespace_with(&env, &b, json!({"quota-team": t})).await;
+    namespace_with(
+        &env,
+        &x,
+        json!({"quota-team": t, "pac-quota-controller.powerapp.cloud/exclude": "true"}),
+    )
+    .await;
+    let c = &env.client;
+    pod(c, &a, "web", json!({"containers": [container("app", "500m", "256Mi"), container("sidecar", "100m", "64Mi")]})).await;
+    pod(
+        c,
+        &a,
+        "batch",
+        json!({"containers": [container("app", "1", "1Gi")]}),
+    )
+    .await;
+    pod(
+        c,
+        &b,
+        "api",
+        json!({"containers": [container("app", "250m", "128Mi")]}),
+    )
+    .await;
+    pod(
+        c,
+        &x,
+        "ignored",
+        json!({"containers": [container("app", "8", "8Gi")]}),
+    )
+    .await;
+    // Init containers and overhead (from a RuntimeClass): overhead + max(sum app, max init).
+    let rcs: Api<k8s_openapi::api::node::v1::RuntimeClass> = Api::all(c.clone());
+    rcs.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": t},
+        "handler": "runc", "overhead": {"podFixed": {"cpu": "100m", "memory": "32Mi"}}}))
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    pod(
+        c,
+        &b,
+        "migrating",
+        json!({"runtimeClassName": t,
+        "initContainers": [container("migrate", "2", "1Gi")],
+        "containers": [container("app", "250m", "128Mi")]}),
+    )
+    .await;
+    for (ns, name, ty) in [
+        (&a, "s1", "ClusterIP"),
+        (&a, "s2", "NodePort"),
+        (&b, "s3", "ClusterIP"),
+        (&x, "s4", "NodePort"),
+    ] {
+        let svcs: Api<Service> = Api::namespaced(c.clone(), ns);
+        svcs.create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": name},
+            "spec": {"type": ty, "ports": [{"port": 80}]}}))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    }
+    let crqs = dynamic(
+        &env,
+        "quota.powerapp.cloud",
+        "ClusterResourceQuota",
+        "clusterresourcequotas",
+        false,
+    );
+    let crq = json!({"apiVersion": "quota.powerapp.cloud/v1alpha1", "kind": "ClusterResourceQuota",
+        "metadata": {"name": t},
+        "spec": {"namespaceSelector": {"matchLabels": {"quota-team": t}},
+                 "hard": {"pods": "20", "requests.cpu": "10", "requests.memory": "10Gi", "limits.cpu": "20",
+                          "services": "10", "services.nodeports": "5"}}});
+    crqs.patch(&t, &PatchParams::apply("test").force(), &Patch::Apply(&crq))
+        .await
+        .unwrap();
+    let enoki = Enoki::start_with(&t, &["--instance-namespace", &t]);
+
+    let used = |st: &Value| st["total"]["used"].clone();
+    let status = || async { status_of(&crqs, &t).await };
+    // a: web 600m/320Mi + batch 1/1Gi; b: api 250m/128Mi + migrating 100m+max(250m,2)=2100m,
+    // 32Mi+max(128Mi,1Gi)=1056Mi. x is excluded by its label.
+    let want_total = json!({"pods": "4", "requests.cpu": "3950m", "requests.memory": "2528Mi",
+        "limits.cpu": "3950m", "services": "3", "services.nodeports": "1"});
+    let st = eventually("the exact totals", WAIT, || async {
+        let st = status().await;
+        (used(&st) == want_total).then_some(st)
+    })
+    .await;
+    assert_eq!(st["total"]["hard"], crq["spec"]["hard"]);
+    let names: Vec<&str> = st["namespaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["namespace"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, [a.as_str(), b.as_str()]);
+    assert_eq!(
+        st["namespaces"][0]["status"]["used"]["requests.cpu"],
+        "1600m"
+    );
+    assert_eq!(
+        st["namespaces"][1]["status"]["used"]["requests.memory"],
+        "1184Mi"
+    );
+    assert_eq!(
+        st["namespaces"][1]["status"]["used"]["services.nodeports"],
+        "0"
+    );
+
+    // A pod change that does not affect usage does not re-synthesize.
+    let synthesized = |logs: &str| logs.matches("input \"pods\" changed").count();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = synthesized(&enoki.logs());
+    let pods_a: Api<Pod> = Api::namespaced(c.clone(), &a);
+    pods_a
+        .patch_status(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}})),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        synthesized(&enoki.logs()),
+        before,
+        "an irrelevant pod change re-synthesized"
+    );
+
+    // Marking a pod Succeeded and deleting another lower the usage.
+    pods_a
+        .patch_status(
+            "batch",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": "Succeeded"}})),
+        )
+        .await
+        .unwrap();
+    let pods_b: Api<Pod> = Api::namespaced(c.clone(), &b);
+    pods_b
+        .delete(
+            "api",
+            &DeleteParams {
+                grace_period_seconds: Some(0),
+                ..DeleteParams::default()
+            },
+        )
+        .await
+        .unwrap();
+    eventually("usage to drop", WAIT, || async {
+        let u = used(&status().await);
+        (u["pods"] == "2" && u["requests.cpu"] == "2700m").then_some(())
+    })
+    .await;
+
+    // Relabelling a namespace moves its usage out.
+    let nss: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(c.clone());
+    nss.patch(
+        &b,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"quota-team": null}}})),
+    )
+    .await
+    .unwrap();
+    eventually("b's usage to leave", WAIT, || async {
+        let st = status().await;
+        (st["namespaces"].as_array().map(Vec::len) == Some(1)
+            && used(&st)["requests.cpu"] == "600m")
+            .then_some(())
+    })
+    .await;
+
+    crqs.delete(&t, &DeleteParams::default()).await.unwrap();
+    eventually("the quota to be gone", WAIT, || async {
+        crqs.get_opt(&t).await.unwrap().is_none().then_some(())
+    })
+    .await;
+    let _ = rcs.delete(&t, &DeleteParams::default()).await;
+    for n in [&a, &b, &x] {
+        let _ = nss.delete(n, &DeleteParams::default()).await;
+    }
+}
