@@ -54,6 +54,12 @@ module_cm go-module target/samples/go.wasm
 module_cm c-module target/samples/c.wasm
 for s in samples/0*/composition.yaml; do kubectl apply -f "$s"; done
 
+step "playing the parts of the operators the built-ins' outputs are for (no KBS operator, no kubelet here)"
+for _ in $(seq 60); do kubectl -n demo get kbsconfig trustee-kbs-config >/dev/null 2>&1 && break; sleep 1; done
+kubectl -n demo patch kbsconfig trustee-kbs-config --subresource=status --type=merge -p '{"status":{"isReady":true}}'
+for _ in $(seq 60); do kubectl -n demo get deployment llama >/dev/null 2>&1 && break; sleep 1; done
+kubectl -n demo patch deployment llama --subresource=status --type=merge -p '{"status":{"replicas":1,"readyReplicas":1}}'
+
 step "waiting for every composition to be Ready"
 if ! kubectl wait --for=condition=Ready composition --all -A --timeout=120s; then
   echo "compositions did not become Ready; enoki log:" >&2
@@ -68,6 +74,11 @@ kubectl get synth
 step "what the compositions produced in namespace demo (managed by enoki)"
 kubectl get configmaps,serviceaccounts,services,secrets,roles,rolebindings -n demo -l enoki.dev/managed-by \
   -o custom-columns='KIND:.kind,NAME:.metadata.name,COMPOSITION-UID:.metadata.labels.enoki\.dev/managed-by'
+step "built-ins: TrusteeConfig, ClusterResourceQuota and LeptonDeployment status (written back by enoki)"
+kubectl -n demo get trusteeconfig trustee -o jsonpath='TrusteeConfig trustee: isReady={.status.isReady} ({.status.statusDescription}){"\n"}'
+kubectl get clusterresourcequota team-demo -o jsonpath='ClusterResourceQuota team-demo used: {.status.total.used}{"\n"}'
+kubectl -n demo get leptondeployment llama -o jsonpath='LeptonDeployment llama: state={.status.state} endpoint={.status.endpoint.external_endpoint}{"\n"}'
+kubectl -n demo get kbsconfig,deployments,ingresses,pvc -o name
 step "status of sample 01's current synthesis"
 kubectl get comp hello -n demo -o jsonpath='{range .status.conditions[*]}{.type}={.status} ({.reason}){"\n"}{end}'
 kubectl get comp hello -n demo -o jsonpath='module {.status.currentSynthesis.moduleDigest}{"\n"}slices {.status.currentSynthesis.resourceSlices[*].name}{"\n"}'

@@ -86,6 +86,17 @@ async fn the_kustomize_base_installs_with_least_privilege_rbac() {
         );
         std::thread::sleep(std::time::Duration::from_millis(500));
     }
+    // The built-ins' grants, aggregated the same way.
+    while !can("patch", "clusterresourcequotas.quota.powerapp.cloud/status", None)
+        || !can("create", "persistentvolumes", None)
+    {
+        assert!(
+            start.elapsed().as_secs() < 60,
+            "the built-ins' ClusterRole was never aggregated"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    assert!(can("list", "pods", None), "quota reads pods");
     // Nothing like cluster-admin.
     assert!(!can("create", "clusterrolebindings", None));
     assert!(!can("create", "pods", None));

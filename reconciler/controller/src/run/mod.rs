@@ -392,6 +392,14 @@ async fn install_builtins(ctx: &Context) {
             tracing::warn!(builtin = %name, "unknown built-in; not installed");
             continue;
         };
+        let mut spec = spec;
+        if name == "quota" {
+            // Upstream's chart excludes kube-system and the controller's own namespace.
+            let own = std::env::var("POD_NAMESPACE").unwrap_or_else(|_| "enoki-system".into());
+            spec["env"] = serde_json::json!([
+                {"name": "EXCLUDED_NAMESPACES", "value": format!("kube-system,{own}")}
+            ]);
+        }
         let synth = serde_json::json!({
             "apiVersion": "enoki.dev/v1alpha1", "kind": "Synthesizer",
             "metadata": {"name": name, "labels": {"enoki.dev/builtin": "true"}},
