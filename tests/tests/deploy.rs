@@ -87,8 +87,11 @@ async fn the_kustomize_base_installs_with_least_privilege_rbac() {
         std::thread::sleep(std::time::Duration::from_millis(500));
     }
     // The built-ins' grants, aggregated the same way.
-    while !can("patch", "clusterresourcequotas.quota.powerapp.cloud/status", None)
-        || !can("create", "persistentvolumes", None)
+    while !can(
+        "patch",
+        "clusterresourcequotas.quota.powerapp.cloud/status",
+        None,
+    ) || !can("create", "persistentvolumes", None)
     {
         assert!(
             start.elapsed().as_secs() < 60,
