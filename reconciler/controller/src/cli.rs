@@ -160,3 +160,40 @@ pub struct RenderArgs {
     #[arg(long, default_value = "16Mi")]
     pub max_output: String,
 }
+
+/// Parses `--builtins`: a comma list of built-in names, or `none`.
+///
+/// # Errors
+/// An unknown name (the message lists the known ones).
+pub fn parse_builtins(list: &str) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    for name in list.split(',').map(str::trim).filter(|b| !b.is_empty()) {
+        if name == "none" {
+            continue;
+        }
+        if !builtins::NAMES.contains(&name) {
+            return Err(format!(
+                "unknown built-in {name:?} (known: {}, or none)",
+                builtins::NAMES.join(", ")
+            ));
+        }
+        if !out.iter().any(|o| o == name) {
+            out.push(name.to_string());
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_builtins;
+
+    #[test]
+    fn builtins_flag_turns_each_on_or_off() {
+        assert_eq!(parse_builtins("trustee,quota,lepton").unwrap(), ["trustee", "quota", "lepton"]);
+        assert_eq!(parse_builtins("quota").unwrap(), ["quota"]);
+        assert!(parse_builtins("none").unwrap().is_empty());
+        assert!(parse_builtins("").unwrap().is_empty());
+        assert!(parse_builtins("quota,nope").unwrap_err().contains("unknown built-in \"nope\""));
+    }
+}

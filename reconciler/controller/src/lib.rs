@@ -74,13 +74,7 @@ fn start(args: &cli::RunArgs) -> anyhow::Result<()> {
             )
         },
         instance_namespace: args.instance_namespace.clone(),
-        builtins: args
-            .builtins
-            .split(',')
-            .map(str::trim)
-            .filter(|b| !b.is_empty() && *b != "none")
-            .map(String::from)
-            .collect(),
+        builtins: cli::parse_builtins(&args.builtins).map_err(|e| anyhow::anyhow!("--builtins: {e}"))?,
         leader_election: args
             .leader_election_namespace
             .clone()
