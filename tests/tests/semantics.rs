@@ -6,23 +6,13 @@
 use std::time::Duration;
 
 use crds::Composition;
-use harness::{Enoki, TestEnv, eventually, install_crds, install_synthesizer};
+use harness::{Enoki, TestEnv, echo_module, eventually, install_crds, install_synthesizer};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams};
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(60);
-
-fn echo_module() -> Vec<u8> {
-    let p = harness::workspace_root().join("target/wasm32-wasip1/release/echo.wasm");
-    std::fs::read(&p).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e}; run hack/build-samples.sh (make test does)",
-            p.display()
-        )
-    })
-}
 
 /// Namespace, synthesizer, the items ConfigMap and a Composition `echo` bound to it.
 async fn setup(items: &Value, comp_annotations: Value) -> TestEnv {
@@ -48,19 +38,11 @@ async fn setup(items: &Value, comp_annotations: Value) -> TestEnv {
 }
 
 async fn set_items(env: &TestEnv, items: &Value) {
-    let cms: Api<ConfigMap> = env.api();
-    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "items"}, "data": {"items": items.to_string()}});
-    cms.patch(
-        "items",
-        &PatchParams::apply("test").force(),
-        &Patch::Apply(&cm),
-    )
-    .await
-    .unwrap();
+    harness::set_echo_items(env, "items", items).await;
 }
 
 fn cm(name: &str, annotations: Value, data: Value) -> Value {
-    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "annotations": annotations}, "data": data})
+    harness::config_map(name, annotations, data)
 }
 
 async fn exists(env: &TestEnv, name: &str) -> bool {

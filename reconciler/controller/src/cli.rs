@@ -190,10 +190,17 @@ mod tests {
 
     #[test]
     fn builtins_flag_turns_each_on_or_off() {
-        assert_eq!(parse_builtins("trustee,quota,lepton").unwrap(), ["trustee", "quota", "lepton"]);
+        assert_eq!(
+            parse_builtins("trustee,quota,lepton").unwrap(),
+            ["trustee", "quota", "lepton"]
+        );
         assert_eq!(parse_builtins("quota").unwrap(), ["quota"]);
         assert!(parse_builtins("none").unwrap().is_empty());
         assert!(parse_builtins("").unwrap().is_empty());
-        assert!(parse_builtins("quota,nope").unwrap_err().contains("unknown built-in \"nope\""));
+        assert!(
+            parse_builtins("quota,nope")
+                .unwrap_err()
+                .contains("unknown built-in \"nope\"")
+        );
     }
 }

@@ -74,7 +74,8 @@ fn start(args: &cli::RunArgs) -> anyhow::Result<()> {
             )
         },
         instance_namespace: args.instance_namespace.clone(),
-        builtins: cli::parse_builtins(&args.builtins).map_err(|e| anyhow::anyhow!("--builtins: {e}"))?,
+        builtins: cli::parse_builtins(&args.builtins)
+            .map_err(|e| anyhow::anyhow!("--builtins: {e}"))?,
         leader_election: args
             .leader_election_namespace
             .clone()
