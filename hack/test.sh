@@ -23,7 +23,7 @@ K8S_TESTBIN="$(cat target/.k8s-testbin-dir)"; export K8S_TESTBIN
 
 phase "samples to wasm (Rust p1 + p2, Go, C)" hack/build-samples.sh
 phase "cargo build (workspace, all targets)" cargo build --workspace --all-targets --locked
-phase "render CRDs" bash -c 'cat crds/manifests/*.yaml crds/manifests/builtins/*.yaml > target/crds.yaml'
+phase "render CRDs" bash -c 'for f in crds/manifests/*.yaml crds/manifests/builtins/*.yaml; do echo ---; cat "$f"; done > target/crds.yaml'
 export TESTENV_CRDS="$ROOT/target/crds.yaml"
 
 trap 'hack/testenv.sh down' EXIT
