@@ -388,9 +388,17 @@ async fn reconcile_inner(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Ac
                 next.output_digest = Some(out.output_digest);
                 next.results = out.results;
                 next.synthesized = Some(Time(k8s_openapi::jiff::Timestamp::now()));
+                // Only an input change (or a restart) may keep the current slices: a spec
+                // change, a new synthesizer or a forced re-synthesis always writes new ones.
+                let inputs_only = st.current_synthesis.as_ref().is_some_and(|c| {
+                    c.observed_composition_generation == generation
+                        && c.observed_synthesizer_generation == synth.metadata.generation
+                        && c.module_digest.as_deref() == Some(digest.as_str())
+                        && c.force_resynthesis == forced
+                });
                 let unchanged = match &st.current_synthesis {
-                    Some(cur) => same_output(&ctx, &comp, cur, &items).await?,
-                    None => false,
+                    Some(cur) if inputs_only => same_output(&ctx, &comp, cur, &items).await?,
+                    _ => false,
                 };
                 if let (true, Some(cur)) = (unchanged, st.current_synthesis.as_ref()) {
                     // The same resources as the current synthesis: keep its slices and its
