@@ -97,39 +97,55 @@ pub fn project(object: &Value, fields: &[String]) -> Value {
                 None => (s, false),
             })
             .collect();
-        copy_path(object, &mut out, &segments);
+        if let Some(part) = project_path(object, &segments) {
+            merge_into(&mut out, part);
+        }
     }
     out
 }
 
-fn copy_path(src: &Value, dst: &mut Value, segments: &[(&str, bool)]) {
+/// The part of `src` at `segments`, shaped like `src` (`[*]` keeps every list element, `{}`
+/// where the rest of the path is absent, so paths stay aligned); `None` when absent.
+fn project_path(src: &Value, segments: &[(&str, bool)]) -> Option<Value> {
     let Some(((name, each), rest)) = segments.split_first() else {
-        *dst = src.clone();
-        return;
+        return Some(src.clone());
     };
-    let Some(child) = src.get(*name) else { return };
-    if !dst.is_object() {
-        *dst = json!({});
-    }
-    let Some(dst) = dst.as_object_mut() else {
-        return;
+    let child = src.get(*name)?;
+    let projected = if *each {
+        Value::Array(
+            child
+                .as_array()?
+                .iter()
+                .map(|item| project_path(item, rest).unwrap_or_else(|| json!({})))
+                .collect(),
+        )
+    } else {
+        project_path(child, rest)?
     };
-    if *each {
-        let Some(items) = child.as_array() else {
-            return;
-        };
-        let slot = dst
-            .entry((*name).to_string())
-            .or_insert_with(|| Value::Array(vec![json!({}); items.len()]));
-        if let Some(out) = slot.as_array_mut() {
-            out.resize(items.len(), json!({}));
-            for (item, o) in items.iter().zip(out.iter_mut()) {
-                copy_path(item, o, rest);
+    let mut out = Map::new();
+    out.insert((*name).to_string(), projected);
+    Some(Value::Object(out))
+}
+
+/// Deep-merges `src` into `dst` (objects by key, equally long lists element-wise).
+fn merge_into(dst: &mut Value, src: Value) {
+    match (dst, src) {
+        (Value::Object(d), Value::Object(s)) => {
+            for (k, v) in s {
+                match d.get_mut(&k) {
+                    Some(existing) => merge_into(existing, v),
+                    None => {
+                        d.insert(k, v);
+                    }
+                }
             }
         }
-    } else {
-        let slot = dst.entry((*name).to_string()).or_insert(Value::Null);
-        copy_path(child, slot, rest);
+        (Value::Array(d), Value::Array(s)) if d.len() == s.len() => {
+            for (x, y) in d.iter_mut().zip(s) {
+                merge_into(x, y);
+            }
+        }
+        (d, s) => *d = s,
     }
 }
 
