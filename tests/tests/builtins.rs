@@ -577,6 +577,24 @@ async fn trustee_restricted_with_https_secrets_and_a_missing_tls_secret_is_a_cle
             && message.contains("does not exist"),
         "{message}"
     );
+    // …and the same error as a Warning Event on the TrusteeConfig itself.
+    let events: Api<k8s_openapi::api::events::v1::Event> = env.api();
+    eventually("a Warning Event on the TrusteeConfig", WAIT, || async {
+        events
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .find(|e| {
+                e.regarding.as_ref().and_then(|r| r.kind.as_deref()) == Some("TrusteeConfig")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("broken")
+                    && e.type_.as_deref() == Some("Warning")
+                    && e.note.as_deref().is_some_and(|n| n.contains("nope"))
+            })
+            .map(|_| ())
+    })
+    .await;
     assert!(kbs.get_opt("broken-kbs-config").await.unwrap().is_none());
     assert!(
         cms.get_opt("broken-kbs-config").await.unwrap().is_none(),

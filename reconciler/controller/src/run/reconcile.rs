@@ -353,6 +353,20 @@ async fn reconcile_inner(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Ac
             Err(e) => {
                 ctx.event(&comp, true, e.reason(), "Synthesize", e.to_string())
                     .await;
+                // Instance mode: say it on the object the user applied, too.
+                if let Some(me) = &instance {
+                    let text = |p: &str| me.pointer(p).and_then(Value::as_str).map(String::from);
+                    let object = k8s_openapi::api::core::v1::ObjectReference {
+                        api_version: text("/apiVersion"),
+                        kind: text("/kind"),
+                        name: text("/metadata/name"),
+                        namespace: text("/metadata/namespace"),
+                        uid: text("/metadata/uid"),
+                        ..Default::default()
+                    };
+                    ctx.event_on(&object, true, e.reason(), "Synthesize", e.to_string())
+                        .await;
+                }
                 tracing::info!(reason = e.reason(), error = %e, "synthesis failed; the previous synthesis stays applied");
                 fail(&mut st, generation, e.reason(), &e.to_string());
                 write_status(&comps, &comp, &st).await?;
