@@ -377,20 +377,20 @@ pub async fn set_echo_items(env: &TestEnv, name: &str, items: &serde_json::Value
     .expect("items ConfigMap");
 }
 
-/// Applies a Composition `name` of `synthesizer` bound (key `config`) to ConfigMap `items`;
-/// `extra_spec` is merged into its spec (e.g. `dependsOn`).
+/// Applies a Composition `name` of `synthesizer` with its `config` ref bound to ConfigMap
+/// `config`; `extra_spec` is merged into its spec (e.g. `dependsOn`).
 ///
 /// # Panics
 /// When the API server refuses.
-pub async fn apply_echo_composition(
+pub async fn apply_composition(
     env: &TestEnv,
     name: &str,
     synthesizer: &str,
-    items: &str,
+    config: &str,
     extra_spec: serde_json::Value,
 ) {
     let mut spec = serde_json::json!({"synthesizer": {"name": synthesizer},
-        "bindings": [{"key": "config", "resource": {"name": items}}]});
+        "bindings": [{"key": "config", "resource": {"name": config}}]});
     if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra_spec.as_object()) {
         spec.extend(extra.clone());
     }

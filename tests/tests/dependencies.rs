@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crds::{Composition, Symphony};
 use harness::{
-    Enoki, TestEnv, apply_echo_composition, composition_ready, config_map, echo_module, eventually,
+    Enoki, TestEnv, apply_composition, composition_ready, config_map, echo_module, eventually,
     install_crds, install_synthesizer, set_echo_items,
 };
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -55,8 +55,8 @@ async fn depends_on_gates_synthesis_on_readiness_and_deletion_on_dependents() {
         &json!([config_map("app-thing", json!({}), json!({}))]),
     )
     .await;
-    apply_echo_composition(&env, "infra", &synth, "infra-items", json!({})).await;
-    apply_echo_composition(
+    apply_composition(&env, "infra", &synth, "infra-items", json!({})).await;
+    apply_composition(
         &env,
         "app",
         &synth,
@@ -64,7 +64,7 @@ async fn depends_on_gates_synthesis_on_readiness_and_deletion_on_dependents() {
         json!({"dependsOn": [{"name": "infra"}]}),
     )
     .await;
-    apply_echo_composition(
+    apply_composition(
         &env,
         "orphan-dep",
         &synth,
@@ -72,7 +72,7 @@ async fn depends_on_gates_synthesis_on_readiness_and_deletion_on_dependents() {
         json!({"dependsOn": [{"name": "nope"}]}),
     )
     .await;
-    apply_echo_composition(
+    apply_composition(
         &env,
         "x",
         &synth,
@@ -80,7 +80,7 @@ async fn depends_on_gates_synthesis_on_readiness_and_deletion_on_dependents() {
         json!({"dependsOn": [{"name": "y"}]}),
     )
     .await;
-    apply_echo_composition(
+    apply_composition(
         &env,
         "y",
         &synth,

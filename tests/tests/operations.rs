@@ -20,19 +20,7 @@ async fn setup(greeting: &str) -> TestEnv {
     install_crds(&env.client).await;
     let synth = install_synthesizer(&env, "ops", &sample_module()).await;
     set_input(&env, greeting).await;
-    let comp = json!({
-        "apiVersion": "enoki.dev/v1alpha1", "kind": "Composition", "metadata": {"name": "hello"},
-        "spec": {"synthesizer": {"name": synth}, "bindings": [{"key": "config", "resource": {"name": "hello-config"}}]},
-    });
-    let comps: Api<Composition> = env.api();
-    comps
-        .patch(
-            "hello",
-            &PatchParams::apply("test").force(),
-            &Patch::Apply(&comp),
-        )
-        .await
-        .unwrap();
+    harness::apply_composition(&env, "hello", &synth, "hello-config", json!({})).await;
     env
 }
 
@@ -100,19 +88,7 @@ async fn synthesis_failures_become_warning_events() {
     let guest = std::fs::read(harness::workspace_root().join("tests/guests/exit3.wat")).unwrap();
     let synth = install_synthesizer(&env, "bad", &guest).await;
     set_input(&env, "x").await;
-    let comp = json!({
-        "apiVersion": "enoki.dev/v1alpha1", "kind": "Composition", "metadata": {"name": "hello"},
-        "spec": {"synthesizer": {"name": synth}, "bindings": [{"key": "config", "resource": {"name": "hello-config"}}]},
-    });
-    let comps: Api<Composition> = env.api();
-    comps
-        .patch(
-            "hello",
-            &PatchParams::apply("test").force(),
-            &Patch::Apply(&comp),
-        )
-        .await
-        .unwrap();
+    harness::apply_composition(&env, "hello", &synth, "hello-config", json!({})).await;
     let _enoki = Enoki::start(&env.namespace);
     let events: Api<k8s_openapi::api::events::v1::Event> = env.api();
     let ev = eventually("a Warning event with reason ExitCode", WAIT, || async {
@@ -227,19 +203,8 @@ async fn a_resource_that_keeps_failing_backs_off_and_reports_its_error() {
         std::fs::read(harness::workspace_root().join("tests/guests/invalid_service.wat")).unwrap();
     let synth = install_synthesizer(&env, "invalid", &guest).await;
     set_input(&env, "unused").await;
-    let comp = json!({
-        "apiVersion": "enoki.dev/v1alpha1", "kind": "Composition", "metadata": {"name": "hello"},
-        "spec": {"synthesizer": {"name": synth}, "bindings": [{"key": "config", "resource": {"name": "hello-config"}}]},
-    });
+    harness::apply_composition(&env, "hello", &synth, "hello-config", json!({})).await;
     let comps: Api<Composition> = env.api();
-    comps
-        .patch(
-            "hello",
-            &PatchParams::apply("test").force(),
-            &Patch::Apply(&comp),
-        )
-        .await
-        .unwrap();
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
     let enoki = Enoki::start_with(&env.namespace, &["--metrics-addr", &addr]);

@@ -25,20 +25,7 @@ async fn setup_with_module(module: &[u8], greeting: &str, extra: u32) -> (TestEn
     install_crds(&env.client).await;
     let synth = install_synthesizer(&env, "hello", module).await;
     set_input(&env, greeting, extra).await;
-    let comp = json!({
-        "apiVersion": "enoki.dev/v1alpha1", "kind": "Composition",
-        "metadata": {"name": "hello"},
-        "spec": {"synthesizer": {"name": synth}, "bindings": [{"key": "config", "resource": {"name": "hello-config"}}]},
-    });
-    let comps: Api<Composition> = env.api();
-    comps
-        .patch(
-            "hello",
-            &PatchParams::apply("test").force(),
-            &Patch::Apply(&comp),
-        )
-        .await
-        .unwrap();
+    harness::apply_composition(&env, "hello", &synth, "hello-config", json!({})).await;
     (env, synth)
 }
 
@@ -369,19 +356,8 @@ async fn a_missing_required_input_is_reported_by_name_then_synthesized_once_it_e
     let env = TestEnv::new().await;
     install_crds(&env.client).await;
     let synth = install_synthesizer(&env, "hello", &sample_module()).await;
-    let comp = json!({
-        "apiVersion": "enoki.dev/v1alpha1", "kind": "Composition", "metadata": {"name": "hello"},
-        "spec": {"synthesizer": {"name": synth}, "bindings": [{"key": "config", "resource": {"name": "hello-config"}}]},
-    });
+    harness::apply_composition(&env, "hello", &synth, "hello-config", json!({})).await;
     let comps: Api<Composition> = env.api();
-    comps
-        .patch(
-            "hello",
-            &PatchParams::apply("test").force(),
-            &Patch::Apply(&comp),
-        )
-        .await
-        .unwrap();
     let enoki = Enoki::start(&env.namespace);
     let cond = eventually(
         "Synthesized=False with reason MissingInput",
