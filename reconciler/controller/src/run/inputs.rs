@@ -259,54 +259,70 @@ pub async fn observed_outputs(
         return Ok((out, digest(&json!([]))));
     };
     let ns = kube::ResourceExt::namespace(comp).unwrap_or_default();
-    let slices: Api<ResourceSlice> = Api::namespaced(ctx.client.clone(), &ns);
-    for r in &current.resource_slices {
+    for manifest in emitted(ctx, &ns, current).await?.unwrap_or_default() {
+        let Ok(key) = plan::ResourceKey::of(&manifest) else {
+            continue;
+        };
+        let api_version = manifest["apiVersion"].as_str().unwrap_or_default();
+        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+        let Ok((ar, namespaced)) = ctx.resolve(&gvk_of(group, version, &key.kind)).await else {
+            continue;
+        };
+        let api: Api<DynamicObject> = if namespaced {
+            Api::namespaced_with(ctx.client.clone(), &key.namespace, &ar)
+        } else {
+            Api::all_with(ctx.client.clone(), &ar)
+        };
+        if let Some(live) = api
+            .get_opt(&key.name)
+            .await
+            .map_err(kube_err(format!("reading observed output {key}")))?
+        {
+            let mut v = serde_json::to_value(live).unwrap_or_default();
+            if v.get("apiVersion").is_none() {
+                v["apiVersion"] = json!(ar.api_version);
+                v["kind"] = json!(ar.kind);
+            }
+            if let Some(meta) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+                meta.remove("managedFields");
+            }
+            ids.push(json!([
+                key.to_string(),
+                v.pointer("/metadata/resourceVersion")
+            ]));
+            out.push(v);
+        }
+    }
+    Ok((out, digest(&Value::Array(ids))))
+}
+
+/// The manifests (tombstones excluded) of `synthesis`'s ResourceSlices, in slice order;
+/// `None` when a slice is missing.
+pub async fn emitted(
+    ctx: &Context,
+    namespace: &str,
+    synthesis: &crds::Synthesis,
+) -> Result<Option<Vec<Value>>, Error> {
+    let slices: Api<ResourceSlice> = Api::namespaced(ctx.client.clone(), namespace);
+    let mut out = Vec::new();
+    for r in &synthesis.resource_slices {
         let Some(slice) = slices
             .get_opt(&r.name)
             .await
             .map_err(kube_err("reading a ResourceSlice"))?
         else {
-            continue;
+            return Ok(None);
         };
-        for m in slice.spec.resources.iter().filter(|m| !m.deleted) {
-            let Ok(manifest) = serde_json::from_str::<Value>(&m.manifest) else {
-                continue;
-            };
-            let Ok(key) = plan::ResourceKey::of(&manifest) else {
-                continue;
-            };
-            let api_version = manifest["apiVersion"].as_str().unwrap_or_default();
-            let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
-            let Ok((ar, namespaced)) = ctx.resolve(&gvk_of(group, version, &key.kind)).await else {
-                continue;
-            };
-            let api: Api<DynamicObject> = if namespaced {
-                Api::namespaced_with(ctx.client.clone(), &key.namespace, &ar)
-            } else {
-                Api::all_with(ctx.client.clone(), &ar)
-            };
-            if let Some(live) = api
-                .get_opt(&key.name)
-                .await
-                .map_err(kube_err(format!("reading observed output {key}")))?
-            {
-                let mut v = serde_json::to_value(live).unwrap_or_default();
-                if v.get("apiVersion").is_none() {
-                    v["apiVersion"] = json!(ar.api_version);
-                    v["kind"] = json!(ar.kind);
-                }
-                if let Some(meta) = v.get_mut("metadata").and_then(Value::as_object_mut) {
-                    meta.remove("managedFields");
-                }
-                ids.push(json!([
-                    key.to_string(),
-                    v.pointer("/metadata/resourceVersion")
-                ]));
-                out.push(v);
-            }
-        }
+        out.extend(
+            slice
+                .spec
+                .resources
+                .iter()
+                .filter(|m| !m.deleted)
+                .filter_map(|m| serde_json::from_str::<Value>(&m.manifest).ok()),
+        );
     }
-    Ok((out, digest(&Value::Array(ids))))
+    Ok(Some(out))
 }
 
 /// Whether `item` is a status write-back: the instance itself (same apiVersion, kind, name and

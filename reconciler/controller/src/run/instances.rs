@@ -173,34 +173,18 @@ async fn reconcile(obj: Arc<DynamicObject>, inst: Arc<Instance>) -> Result<Actio
                 Ok(Action::requeue(Duration::from_secs(1)))
             }
             None => {
-                let remaining: Vec<String> = obj
-                    .finalizers()
-                    .iter()
-                    .filter(|f| *f != FINALIZER)
-                    .cloned()
-                    .collect();
-                api.patch(
-                    &name,
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"metadata": {"finalizers": remaining, "resourceVersion": obj.resource_version()}})),
-                )
-                .await
-                .map_err(kube_err("removing the instance finalizer"))?;
+                super::set_cleanup_finalizer(&api, obj.as_ref(), false, obj.resource_version())
+                    .await
+                    .map_err(kube_err("removing the instance finalizer"))?;
                 tracing::info!(instance = %name, "outputs removed; finalizer released");
                 Ok(Action::await_change())
             }
         };
     }
     if !has_finalizer {
-        let mut finalizers = obj.finalizers().to_vec();
-        finalizers.push(FINALIZER.into());
-        api.patch(
-            &name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"finalizers": finalizers, "resourceVersion": obj.resource_version()}})),
-        )
-        .await
-        .map_err(kube_err("adding the instance finalizer"))?;
+        super::set_cleanup_finalizer(&api, obj.as_ref(), true, obj.resource_version())
+            .await
+            .map_err(kube_err("adding the instance finalizer"))?;
     }
     let mut binding = json!({"key": super::inputs::SELF_KEY, "resource": {"name": name}});
     if let Some(ns) = obj.namespace() {

@@ -96,6 +96,41 @@ pub(crate) fn kube_err(action: impl Into<String>) -> impl FnOnce(kube::Error) ->
     move |source| Error::Kube { action, source }
 }
 
+/// Adds (`present`) or removes enoki's cleanup finalizer on `obj`, keeping every other
+/// finalizer. The merge patch carries `resource_version` when given, so a list another writer
+/// changed meanwhile is not overwritten (the request fails with a conflict and is retried).
+pub(crate) async fn set_cleanup_finalizer<K>(
+    api: &Api<K>,
+    obj: &K,
+    present: bool,
+    resource_version: Option<String>,
+) -> Result<(), kube::Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    use kube::ResourceExt;
+    let mut finalizers: Vec<String> = obj
+        .finalizers()
+        .iter()
+        .filter(|f| *f != crds::names::FINALIZER)
+        .cloned()
+        .collect();
+    if present {
+        finalizers.push(crds::names::FINALIZER.to_string());
+    }
+    let mut metadata = serde_json::json!({"finalizers": finalizers});
+    if let Some(rv) = resource_version {
+        metadata["resourceVersion"] = serde_json::json!(rv);
+    }
+    api.patch(
+        &obj.name_any(),
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(serde_json::json!({ "metadata": metadata })),
+    )
+    .await?;
+    Ok(())
+}
+
 /// Failures so far, when to try again, and the last error, of one resource.
 pub(crate) type Backoff = (u32, std::time::Instant, String);
 

@@ -70,18 +70,7 @@ async fn reconcile_inner(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Ac
         st.dependency_status = None;
         let (done, _) = super::apply::reconcile_resources(&ctx, &comp, &mut st, true).await?;
         if done {
-            let remaining: Vec<String> = comp
-                .finalizers()
-                .iter()
-                .filter(|f| *f != FINALIZER)
-                .cloned()
-                .collect();
-            comps
-                .patch(
-                    &name,
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"metadata": {"finalizers": remaining}})),
-                )
+            super::set_cleanup_finalizer(&comps, comp.as_ref(), false, None)
                 .await
                 .map_err(kube_err("removing the cleanup finalizer"))?;
             tracing::info!("resources cleaned up; finalizer removed");
@@ -99,14 +88,7 @@ async fn reconcile_inner(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Ac
         return Ok(Action::requeue(ctx.opts.readiness_poll));
     }
     if !has_finalizer {
-        let mut finalizers = comp.finalizers().to_vec();
-        finalizers.push(FINALIZER.to_string());
-        comps
-            .patch(
-                &name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {"finalizers": finalizers}})),
-            )
+        super::set_cleanup_finalizer(&comps, comp.as_ref(), true, None)
             .await
             .map_err(kube_err("adding the cleanup finalizer"))?;
     }
@@ -1018,24 +1000,9 @@ async fn same_output(
     items: &[Value],
 ) -> Result<bool, Error> {
     let ns = comp.namespace().unwrap_or_default();
-    let api: Api<ResourceSlice> = Api::namespaced(ctx.client.clone(), &ns);
-    let mut emitted = Vec::new();
-    for r in &cur.resource_slices {
-        let Some(slice) = api
-            .get_opt(&r.name)
-            .await
-            .map_err(kube_err("reading the current ResourceSlice"))?
-        else {
-            return Ok(false);
-        };
-        for m in slice.spec.resources.iter().filter(|m| !m.deleted) {
-            match serde_json::from_str::<Value>(&m.manifest) {
-                Ok(v) => emitted.push(v),
-                Err(_) => return Ok(false),
-            }
-        }
-    }
-    Ok(emitted == items)
+    Ok(super::inputs::emitted(ctx, &ns, cur)
+        .await?
+        .is_some_and(|emitted| emitted == items))
 }
 
 /// What made a new synthesis necessary, for logs.

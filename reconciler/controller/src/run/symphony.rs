@@ -183,33 +183,17 @@ pub async fn reconcile(sym: Arc<Symphony>, ctx: Arc<Context>) -> Result<Action, 
             }
         }
         if owned.is_empty() {
-            let remaining: Vec<String> = sym
-                .finalizers()
-                .iter()
-                .filter(|f| *f != FINALIZER)
-                .cloned()
-                .collect();
-            syms.patch(
-                &name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {"finalizers": remaining}})),
-            )
-            .await
-            .map_err(kube_err("removing the Symphony finalizer"))?;
+            super::set_cleanup_finalizer(&syms, sym.as_ref(), false, None)
+                .await
+                .map_err(kube_err("removing the Symphony finalizer"))?;
             return Ok(Action::await_change());
         }
         return Ok(Action::requeue(ctx.opts.readiness_poll));
     }
     if !has_finalizer {
-        let mut finalizers = sym.finalizers().to_vec();
-        finalizers.push(FINALIZER.into());
-        syms.patch(
-            &name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"finalizers": finalizers}})),
-        )
-        .await
-        .map_err(kube_err("adding the Symphony finalizer"))?;
+        super::set_cleanup_finalizer(&syms, sym.as_ref(), true, None)
+            .await
+            .map_err(kube_err("adding the Symphony finalizer"))?;
     }
 
     let (order, stuck) = topo_order(&sym.spec.variations);
