@@ -367,6 +367,27 @@ pub async fn reconcile_resources(
                 .track_managed(&gvk, &ar, &r.key.namespace, &r.key.name, comp);
         }
     }
+    // watchOutputs: the synthesis saw the outputs as they were then. If one changed since (a
+    // person's edit the synthesizer keeps, a child's status), synthesize again first rather
+    // than revert it with a stale snapshot.
+    let recorded_observed = current
+        .input_revisions
+        .iter()
+        .find(|r| r.key == super::inputs::OBSERVED_REVISION_KEY)
+        .and_then(|r| r.digest.clone());
+    if !deleting && let Some(seen) = recorded_observed {
+        let now = super::inputs::observed_digest(
+            prepared
+                .resources
+                .iter()
+                .filter(|r| !r.tombstone)
+                .filter_map(|r| Some((&r.key, observations[&r.key].live.as_ref()?))),
+        );
+        if now != seen {
+            tracing::debug!("observed outputs changed since the synthesis; re-synthesizing first");
+            return Ok((false, Some(Duration::from_millis(100))));
+        }
+    }
     let observed: plan::Observed = observations
         .iter()
         .filter_map(|(k, o)| o.live.clone().map(|l| (k.clone(), l)))

@@ -256,7 +256,7 @@ pub async fn observed_outputs(
     let mut out = Vec::new();
     let mut ids = Vec::new();
     let Some(current) = &st.current_synthesis else {
-        return Ok((out, digest(&json!([]))));
+        return Ok((out, observed_digest(std::iter::empty())));
     };
     let ns = kube::ResourceExt::namespace(comp).unwrap_or_default();
     for manifest in emitted(ctx, &ns, current).await?.unwrap_or_default() {
@@ -286,14 +286,31 @@ pub async fn observed_outputs(
             if let Some(meta) = v.get_mut("metadata").and_then(Value::as_object_mut) {
                 meta.remove("managedFields");
             }
-            ids.push(json!([
-                key.to_string(),
-                v.pointer("/metadata/resourceVersion")
-            ]));
+            ids.push((key, v.clone()));
             out.push(v);
         }
     }
-    Ok((out, digest(&Value::Array(ids))))
+    Ok((out, observed_digest(ids.iter().map(|(k, v)| (k, v)))))
+}
+
+/// The digest of observed outputs: their identities and resourceVersions, in key order. The
+/// synthesis records it; the apply pass recomputes it from what it observes, so a change that
+/// lands between the two is synthesized again instead of being reverted.
+pub fn observed_digest<'a>(
+    live: impl Iterator<Item = (&'a plan::ResourceKey, &'a Value)>,
+) -> String {
+    let mut ids: Vec<(String, Value)> = live
+        .map(|(k, v)| {
+            (
+                k.to_string(),
+                v.pointer("/metadata/resourceVersion")
+                    .cloned()
+                    .unwrap_or(Value::Null),
+            )
+        })
+        .collect();
+    ids.sort_by(|a, b| a.0.cmp(&b.0));
+    digest(&json!(ids))
 }
 
 /// The manifests (tombstones excluded) of `synthesis`'s ResourceSlices, in slice order;
