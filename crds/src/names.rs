@@ -173,6 +173,11 @@ pub mod reasons {
     pub const DEPENDENCY_NOT_READY: &str = "DependencyNotReady";
     /// A dependent still exists.
     pub const DEPENDENT_NOT_DELETED: &str = "DependentNotDeleted";
+    /// The synthesis output could not be stored as ResourceSlices (e.g. a manifest too large
+    /// for the API server); nothing of it was applied.
+    pub const SLICE_WRITE_FAILED: &str = "SliceWriteFailed";
+    /// A step of the reconcile failed for a reason retrying will not fix.
+    pub const RECONCILE_FAILED: &str = "ReconcileFailed";
 }
 
 /// Labels enoki sets.

@@ -77,9 +77,26 @@ pub struct RunArgs {
     /// Write with JSON merge patches from the previous snapshot instead of server-side apply.
     #[arg(long, env = "ENOKI_DISABLE_SSA", default_value_t = false)]
     pub disable_ssa: bool,
-    /// Concurrent reconciles, and concurrent writes within one Composition.
+    /// Concurrent reconciles (Compositions worked on at once).
     #[arg(long, env = "ENOKI_CONCURRENCY", default_value_t = 4)]
     pub concurrency: usize,
+    /// Concurrent writes (and reads of objects the cache cannot answer) within one
+    /// Composition's apply pass. 16 measured best against a local API server on 2 cores
+    /// (README benchmarks).
+    #[arg(long, env = "ENOKI_APPLY_CONCURRENCY", default_value_t = 16)]
+    pub apply_concurrency: usize,
+    /// Syntheses running at once across all Compositions (each holds a wasm store of up to
+    /// its Synthesizer's memory limit). Default: the number of CPUs.
+    #[arg(long, env = "ENOKI_MAX_CONCURRENT_SYNTHESES")]
+    pub max_concurrent_syntheses: Option<usize>,
+    /// Bound of the in-memory cache of compiled modules, in MiB of module source (least
+    /// recently used modules are dropped first).
+    #[arg(long, env = "ENOKI_MODULE_CACHE_MIB", default_value_t = 256)]
+    pub module_cache_mib: usize,
+    /// After SIGTERM, how long in-flight reconciles may run before the process exits
+    /// (humantime; keep it below the pod's terminationGracePeriodSeconds).
+    #[arg(long, env = "ENOKI_SHUTDOWN_GRACE", default_value = "10s")]
+    pub shutdown_grace: String,
     /// How soon to look again while a resource is not ready (humantime).
     #[arg(long, env = "ENOKI_READINESS_POLL", default_value = "5s")]
     pub readiness_poll: String,

@@ -60,6 +60,13 @@ fn start(args: &cli::RunArgs) -> anyhow::Result<()> {
             plan::ApplyMode::ServerSide
         },
         concurrency: args.concurrency,
+        apply_concurrency: args.apply_concurrency.max(1),
+        max_concurrent_syntheses: args
+            .max_concurrent_syntheses
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, usize::from))
+            .max(1),
+        module_cache_bytes: args.module_cache_mib.saturating_mul(1024 * 1024),
+        shutdown_grace: parse("shutdown-grace", &args.shutdown_grace)?,
         readiness_poll: parse("readiness-poll", &args.readiness_poll)?,
         resync: parse("resync", &args.resync)?,
         rollout_cooldown: parse("rollout-cooldown", &args.rollout_cooldown)?,
@@ -88,10 +95,14 @@ fn start(args: &cli::RunArgs) -> anyhow::Result<()> {
             None => None,
         },
     };
-    tokio::runtime::Builder::new_multi_thread()
+    let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
-        .build()?
-        .block_on(run::run(opts))
+        .build()?;
+    let result = runtime.block_on(run::run(opts));
+    // Do not wait for a synthesis still running in a blocking thread: its store is dropped
+    // with the process, and the next leader starts it again.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    result
 }
 
 async fn module_command(cmd: &cli::ModuleCommand) -> anyhow::Result<String> {

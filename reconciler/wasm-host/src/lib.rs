@@ -246,12 +246,82 @@ impl ModulePre {
     }
 }
 
+/// Default bound of the in-memory module cache (module source bytes).
+pub const DEFAULT_MODULE_CACHE_BYTES: usize = 256 * 1024 * 1024;
+
+/// Compiled modules by digest, least recently used dropped first once their source bytes
+/// exceed the capacity (the most recent one is always kept).
+struct ModuleLru {
+    entries: HashMap<String, (ModulePre, usize, u64)>,
+    tick: u64,
+    bytes: usize,
+    capacity: usize,
+}
+
+impl ModuleLru {
+    fn new(capacity: usize) -> ModuleLru {
+        ModuleLru {
+            entries: HashMap::new(),
+            tick: 0,
+            bytes: 0,
+            capacity,
+        }
+    }
+
+    fn get(&mut self, digest: &str) -> Option<ModulePre> {
+        self.tick += 1;
+        let tick = self.tick;
+        self.entries.get_mut(digest).map(|e| {
+            e.2 = tick;
+            e.0.clone()
+        })
+    }
+
+    fn insert(&mut self, digest: String, m: ModulePre, size: usize) {
+        self.tick += 1;
+        if let Some(old) = self.entries.insert(digest, (m, size, self.tick)) {
+            self.bytes -= old.1;
+        }
+        self.bytes += size;
+        self.evict();
+    }
+
+    fn set_capacity(&mut self, capacity: usize) {
+        self.capacity = capacity;
+        self.evict();
+    }
+
+    fn evict(&mut self) {
+        while self.bytes > self.capacity && self.entries.len() > 1 {
+            let Some(oldest) = self
+                .entries
+                .iter()
+                .min_by_key(|(_, e)| e.2)
+                .map(|(k, _)| k.clone())
+            else {
+                break;
+            };
+            if let Some(e) = self.entries.remove(&oldest) {
+                self.bytes -= e.1;
+            }
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
 /// The process-wide wasm host.
 pub struct Host {
     engine: Engine,
     linker: Linker<RunState>,
     component_linker: ComponentLinker<ComponentState>,
-    modules: Mutex<HashMap<String, ModulePre>>,
+    modules: Mutex<ModuleLru>,
     cache: Option<Cache>,
     stop: Arc<AtomicBool>,
 }
@@ -313,10 +383,24 @@ impl Host {
             engine,
             linker,
             component_linker,
-            modules: Mutex::new(HashMap::new()),
+            modules: Mutex::new(ModuleLru::new(DEFAULT_MODULE_CACHE_BYTES)),
             cache,
             stop,
         })
+    }
+
+    /// Bounds the in-memory cache of compiled modules to about `bytes` of module source (the
+    /// least recently used modules are dropped first; a dropped module is compiled again, or
+    /// loaded from the on-disk cache, when it is next needed).
+    pub fn set_module_cache_bytes(&self, bytes: usize) {
+        if let Ok(mut m) = self.modules.lock() {
+            m.set_capacity(bytes);
+        }
+    }
+
+    /// (modules, bytes) held in the in-memory module cache.
+    pub fn module_cache_size(&self) -> (usize, usize) {
+        self.modules.lock().map_or((0, 0), |m| (m.len(), m.bytes()))
     }
 
     /// Artifacts loaded from the on-disk cache instead of being compiled.
@@ -367,7 +451,7 @@ impl Host {
     pub fn load(&self, bytes: &[u8]) -> Result<ModulePre, HostError> {
         let digest = digest(bytes);
         if let Some(m) = self.modules.lock().map_err(|_| poisoned())?.get(&digest) {
-            return Ok(m.clone());
+            return Ok(m);
         }
         let kind = match module_kind(bytes) {
             Some(kind) => kind,
@@ -417,7 +501,7 @@ impl Host {
         self.modules
             .lock()
             .map_err(|_| poisoned())?
-            .insert(digest, m.clone());
+            .insert(digest, m.clone(), bytes.len());
         Ok(m)
     }
 

@@ -297,3 +297,17 @@ fn peak_memory_is_reported() {
         out.peak_memory_bytes
     );
 }
+
+#[test]
+fn the_module_cache_is_bounded_by_bytes_and_drops_the_least_recently_used() {
+    let host = Host::new(None).unwrap();
+    let (a, b, c) = (guest("hello.wat"), guest("loop.wat"), guest("exit3.wat"));
+    host.set_module_cache_bytes(a.len() + b.len() + c.len() - 1);
+    host.load(&a).unwrap();
+    host.load(&b).unwrap();
+    host.load(&a).unwrap(); // a is now more recent than b
+    host.load(&c).unwrap();
+    assert_eq!(host.module_cache_size(), (2, a.len() + c.len()));
+    // b is compiled again when needed, and still runs.
+    assert!(host.load(&b).is_ok());
+}

@@ -11,7 +11,7 @@ use sha2::{Digest, Sha256};
 
 use super::{Context, Error, kube_err};
 use crds::names::FIELD_MANAGER;
-use crds::{CollectionRef, Composition, CompositionStatus, ResourceSlice};
+use crds::{CollectionRef, Composition, CompositionStatus};
 
 /// The key observed outputs are tracked under in `inputRevisions`.
 pub const OBSERVED_REVISION_KEY: &str = "enoki.dev/observed";
@@ -139,7 +139,7 @@ pub async fn collection(
             )));
         }
     };
-    ctx.triggers.track(&gvk, &ar, "", "*", comp);
+    ctx.watches.track(&gvk, &ar, "", "*", comp);
     // Which namespaces: from the instance, from a fixed selector, or all.
     let selector = match (&c.namespace_selector_from, &c.namespace_selector) {
         (Some(path), _) => {
@@ -162,7 +162,7 @@ pub async fn collection(
             let ns_gvk = gvk_of("", "v1", "Namespace");
             let ns_ar =
                 kube::core::ApiResource::erase::<k8s_openapi::api::core::v1::Namespace>(&());
-            ctx.triggers.track(&ns_gvk, &ns_ar, "", "*", comp);
+            ctx.watches.track(&ns_gvk, &ns_ar, "", "*", comp);
             let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(ctx.client.clone());
             let list = match api.list(&ListParams::default().labels(&sel)).await {
                 Ok(l) => l,
@@ -258,8 +258,7 @@ pub async fn observed_outputs(
     let Some(current) = &st.current_synthesis else {
         return Ok((out, observed_digest(std::iter::empty())));
     };
-    let ns = kube::ResourceExt::namespace(comp).unwrap_or_default();
-    for manifest in emitted(ctx, &ns, current).await?.unwrap_or_default() {
+    for manifest in emitted(ctx, comp, current).await?.unwrap_or_default() {
         let Ok(key) = plan::ResourceKey::of(&manifest) else {
             continue;
         };
@@ -317,23 +316,16 @@ pub fn observed_digest<'a>(
 /// `None` when a slice is missing.
 pub async fn emitted(
     ctx: &Context,
-    namespace: &str,
+    comp: &Composition,
     synthesis: &crds::Synthesis,
 ) -> Result<Option<Vec<Value>>, Error> {
-    let slices: Api<ResourceSlice> = Api::namespaced(ctx.client.clone(), namespace);
     let mut out = Vec::new();
     for r in &synthesis.resource_slices {
-        let Some(slice) = slices
-            .get_opt(&r.name)
-            .await
-            .map_err(kube_err("reading a ResourceSlice"))?
-        else {
+        let Some((spec, _)) = super::composition::slices::read(ctx, comp, &r.name).await? else {
             return Ok(None);
         };
         out.extend(
-            slice
-                .spec
-                .resources
+            spec.resources
                 .iter()
                 .filter(|m| !m.deleted)
                 .filter_map(|m| serde_json::from_str::<Value>(&m.manifest).ok()),

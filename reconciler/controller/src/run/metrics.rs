@@ -39,6 +39,16 @@ pub struct Metrics {
     pub managed_resources: Gauge,
     /// Peak linear memory of wasm synthesis runs.
     pub wasm_peak_memory: Histogram,
+    /// GETs of managed objects (the metadata cache did not suffice).
+    pub observe_gets: Counter,
+    /// GETs of inputs (the input cache did not have them).
+    pub input_gets: Counter,
+    /// Resources checked against the cache in apply passes.
+    pub resource_checks: Counter,
+    /// Compositions with remembered state (bounded by the Compositions that exist).
+    pub remembered: Gauge,
+    /// Kinds with a running watch (inputs + managed objects).
+    pub watched_kinds: Gauge,
 }
 
 impl Metrics {
@@ -52,7 +62,37 @@ impl Metrics {
             apply_ops: Family::default(),
             managed_resources: Gauge::default(),
             wasm_peak_memory: Histogram::new(exponential_buckets(65536.0, 2.0, 14)),
+            observe_gets: Counter::default(),
+            input_gets: Counter::default(),
+            resource_checks: Counter::default(),
+            remembered: Gauge::default(),
+            watched_kinds: Gauge::default(),
         };
+        registry.register(
+            "enoki_remembered_compositions",
+            "Compositions with state remembered between reconciles",
+            m.remembered.clone(),
+        );
+        registry.register(
+            "enoki_watched_kinds",
+            "Kinds with a running watch (inputs and managed objects)",
+            m.watched_kinds.clone(),
+        );
+        registry.register(
+            "enoki_observe_gets",
+            "GETs of managed objects in apply passes (the metadata cache did not suffice)",
+            m.observe_gets.clone(),
+        );
+        registry.register(
+            "enoki_input_gets",
+            "GETs of inputs the input cache did not have",
+            m.input_gets.clone(),
+        );
+        registry.register(
+            "enoki_resource_checks",
+            "Resources checked in apply passes",
+            m.resource_checks.clone(),
+        );
         registry.register(
             "enoki_reconcile_duration_seconds",
             "Composition reconcile duration",

@@ -1,0 +1,178 @@
+//! `dependsOn` between Compositions (Eno semantics): a new synthesis waits until every
+//! dependency's current synthesis is ready; deletion waits until no Composition depends on
+//! this one. Dependencies are read through the input cache (and so watched); dependents come
+//! from the controller's own Composition cache.
+
+use std::collections::BTreeSet;
+
+use kube::ResourceExt;
+use kube::core::{ApiResource, GroupVersionKind};
+
+use super::super::{Context, Error};
+use crds::names::reasons;
+use crds::{BlockedBy, Composition, DependencyStatus};
+
+async fn dependency(
+    ctx: &Context,
+    comp: &Composition,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<Composition>, Error> {
+    let gvk = GroupVersionKind::gvk(crds::GROUP, crds::VERSION, "Composition");
+    let ar = ApiResource::erase::<Composition>(&());
+    let obj = super::observe::read(ctx, comp, (&gvk, &ar, true), namespace, name)
+        .await
+        .map_err(|source| Error::ReadDependency {
+            name: format!("{namespace}/{name}"),
+            source,
+        })?;
+    Ok(obj.and_then(|o| o.try_parse::<Composition>().ok()))
+}
+
+/// Why a dependency blocks, `None` when it is ready. Pure.
+pub fn blocking_reason(dep: Option<&Composition>) -> Option<&'static str> {
+    match dep {
+        None => Some(reasons::DEPENDENCY_NOT_FOUND),
+        Some(d)
+            if d.metadata.deletion_timestamp.is_some()
+                || d.status
+                    .as_ref()
+                    .and_then(|s| s.current_synthesis.as_ref())
+                    .is_none_or(|c| c.ready.is_none()) =>
+        {
+            Some(reasons::DEPENDENCY_NOT_READY)
+        }
+        Some(_) => None,
+    }
+}
+
+/// Whether `dependsOn` blocks a new synthesis: a dependency is missing, not ready (its current
+/// synthesis has no ready time) or being deleted, or the dependencies form a cycle.
+///
+/// # Errors
+/// [`Error::ReadDependency`].
+pub(crate) async fn block(
+    ctx: &Context,
+    comp: &Composition,
+) -> Result<Option<DependencyStatus>, Error> {
+    if comp.spec.depends_on.is_empty() {
+        return Ok(None);
+    }
+    let ns = comp.namespace().unwrap_or_default();
+    let mut blocked_by = Vec::new();
+    for dep in &comp.spec.depends_on {
+        let dep_ns = dep.namespace.clone().unwrap_or_else(|| ns.clone());
+        let found = dependency(ctx, comp, &dep_ns, &dep.name).await?;
+        if let Some(reason) = blocking_reason(found.as_ref()) {
+            blocked_by.push(BlockedBy {
+                name: dep.name.clone(),
+                namespace: dep_ns,
+                reason: reason.into(),
+            });
+        }
+    }
+    if blocked_by.is_empty() {
+        return Ok(None);
+    }
+    let cycle = in_cycle(ctx, comp).await?;
+    Ok(Some(DependencyStatus {
+        blocked: true,
+        reason: Some(
+            if cycle {
+                reasons::CIRCULAR_DEPENDENCY
+            } else {
+                reasons::WAITING_ON_DEPENDENCIES
+            }
+            .into(),
+        ),
+        blocked_by,
+    }))
+}
+
+/// Whether following `dependsOn` from `comp` leads back to it (such a wait never resolves).
+async fn in_cycle(ctx: &Context, comp: &Composition) -> Result<bool, Error> {
+    let ns = comp.namespace().unwrap_or_default();
+    let me = (ns.clone(), comp.name_any());
+    let edges = |c: &Composition, from_ns: &str| -> Vec<(String, String)> {
+        c.spec
+            .depends_on
+            .iter()
+            .map(|d| {
+                (
+                    d.namespace.clone().unwrap_or_else(|| from_ns.to_string()),
+                    d.name.clone(),
+                )
+            })
+            .collect()
+    };
+    let mut seen = BTreeSet::new();
+    let mut stack = edges(comp, &ns);
+    while let Some(node) = stack.pop() {
+        if node == me {
+            return Ok(true);
+        }
+        if !seen.insert(node.clone()) || seen.len() > 200 {
+            continue;
+        }
+        if let Some(c) = dependency(ctx, comp, &node.0, &node.1).await? {
+            stack.extend(edges(&c, &node.0));
+        }
+    }
+    Ok(false)
+}
+
+/// The Compositions (still present) whose `dependsOn` names this one.
+pub(crate) fn dependents(ctx: &Context, comp: &Composition) -> Vec<BlockedBy> {
+    let ns = comp.namespace().unwrap_or_default();
+    let name = comp.name_any();
+    let mut out: Vec<BlockedBy> =
+        ctx.compositions
+            .state()
+            .iter()
+            .filter(|c| {
+                let c_ns = c.namespace().unwrap_or_default();
+                c.spec.depends_on.iter().any(|d| {
+                    d.name == name && d.namespace.as_deref().unwrap_or(c_ns.as_str()) == ns
+                })
+            })
+            .map(|c| BlockedBy {
+                namespace: c.namespace().unwrap_or_default(),
+                name: c.name_any(),
+                reason: reasons::DEPENDENT_NOT_DELETED.into(),
+            })
+            .collect();
+    out.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dependency_blocks_until_its_current_synthesis_is_ready() {
+        assert_eq!(blocking_reason(None), Some(reasons::DEPENDENCY_NOT_FOUND));
+        let mut d = Composition::new("d", Default::default());
+        assert_eq!(
+            blocking_reason(Some(&d)),
+            Some(reasons::DEPENDENCY_NOT_READY)
+        );
+        d.status = Some(crds::CompositionStatus {
+            current_synthesis: Some(crds::Synthesis {
+                ready: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+                )),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        assert_eq!(blocking_reason(Some(&d)), None);
+        d.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+        ));
+        assert_eq!(
+            blocking_reason(Some(&d)),
+            Some(reasons::DEPENDENCY_NOT_READY)
+        );
+    }
+}

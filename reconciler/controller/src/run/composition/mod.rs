@@ -1,0 +1,303 @@
+//! One reconcile of one Composition: observe → decide → act.
+//!
+//! 1. [`finalizer`]: a small state value decides the one finalizer action of this pass.
+//! 2. [`observe`]: Synthesizer, module and inputs (from the shared caches).
+//! 3. [`trigger::decide`] (pure): synthesize or not, and why.
+//! 4. [`synthesize`]: run it (at most once per fingerprint), store it as [`slices`].
+//! 5. `resources::reconcile`: apply, record, roll up.
+//! 6. [`status`]: one status write when something changed; an explicit requeue.
+
+pub(crate) mod dependencies;
+pub(crate) mod finalizer;
+pub(crate) mod observe;
+pub(crate) mod slices;
+pub(crate) mod status;
+pub(crate) mod synthesize;
+pub(crate) mod trigger;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::ResourceExt;
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+
+use super::{Context, Error, inputs, resources};
+use crate::synthesis;
+use crds::names::{conditions, reasons};
+use crds::{Composition, CompositionStatus, InputRevision, SimplifiedStatus};
+use synthesize::fail;
+use trigger::Trigger;
+
+/// Reconciles one Composition.
+///
+/// # Errors
+/// Failed API calls, typed by step (`error_policy` backs off); synthesis and module faults
+/// become conditions instead.
+#[tracing::instrument(skip_all, fields(composition = %comp.name_any(), generation = ?comp.metadata.generation))]
+pub async fn reconcile(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let start = std::time::Instant::now();
+    let comp = status::fresh(&ctx, comp);
+    let result = match finalizer::state(&comp) {
+        finalizer::State::Released => Ok(Action::await_change()),
+        finalizer::State::Missing => finalizer::add(&ctx, &comp).await,
+        finalizer::State::Deleting => delete(&ctx, &comp).await,
+        finalizer::State::Present => converge(&ctx, &comp).await,
+    };
+    if result.is_ok()
+        && let Ok(mut f) = ctx.failures.lock()
+    {
+        f.remove(&ObjectRef::from_obj(comp.as_ref()));
+    }
+    ctx.metrics
+        .reconcile_duration
+        .observe(start.elapsed().as_secs_f64());
+    result
+}
+
+/// Deletion: wait for dependents, then delete (or orphan) every resource in deletion-group
+/// order; release the finalizer once nothing is left.
+async fn delete(ctx: &Arc<Context>, comp: &Arc<Composition>) -> Result<Action, Error> {
+    let mut st = comp.status.clone().unwrap_or_default();
+    let dependents = dependencies::dependents(ctx, comp);
+    if !dependents.is_empty() {
+        st.dependency_status = Some(crds::DependencyStatus {
+            blocked: true,
+            reason: Some(reasons::WAITING_ON_DEPENDENTS.into()),
+            blocked_by: dependents,
+        });
+        st.simplified = Some(SimplifiedStatus {
+            status: "Deleting".into(),
+            error: Some(reasons::WAITING_ON_DEPENDENTS.into()),
+        });
+        status::write(ctx, comp, &st).await?;
+        return Ok(Action::requeue(ctx.opts.readiness_poll));
+    }
+    st.dependency_status = None;
+    let pass = resources::reconcile(ctx, comp, &mut st, true).await?;
+    if pass.settled {
+        finalizer::release(ctx, comp).await?;
+        return Ok(Action::await_change());
+    }
+    status::write(ctx, comp, &st).await?;
+    Ok(Action::requeue(ctx.opts.readiness_poll))
+}
+
+/// What [`converge`] decided before acting.
+struct Observed {
+    synth: crds::Synthesizer,
+    module: synthesis::Module,
+    gathered: observe::Gathered,
+    revisions: Vec<InputRevision>,
+    observed: Option<Vec<serde_json::Value>>,
+    limits: wasm_host::RunLimits,
+}
+
+/// Observes what a synthesis depends on; `Err(action)` when something is missing (the
+/// condition is already in `st`).
+async fn observe_all(
+    ctx: &Arc<Context>,
+    comp: &Composition,
+    st: &mut CompositionStatus,
+) -> Result<Result<Observed, Duration>, Error> {
+    let generation = comp.metadata.generation;
+    let Some(synth) = observe::synthesizer(ctx, comp).await? else {
+        let name = &comp.spec.synthesizer.name;
+        let msg = format!("Synthesizer {name:?} does not exist");
+        fail(st, generation, reasons::SYNTHESIZER_NOT_FOUND, &msg);
+        return Ok(Err(Duration::from_secs(30)));
+    };
+    let limits = synthesis::run_limits(synth.spec.limits.as_ref());
+    let module = match (observe::load_module(ctx, &synth).await, limits) {
+        (Ok(m), Ok(limits)) => (m, limits),
+        (Err(e), _) => {
+            let msg = super::error::chain(&e);
+            fail(st, generation, reasons::MODULE_UNAVAILABLE, &msg);
+            return Ok(Err(Duration::from_secs(if e.is_transient() {
+                10
+            } else {
+                60
+            })));
+        }
+        (_, Err(message)) => {
+            fail(st, generation, reasons::MODULE_UNAVAILABLE, &message);
+            return Ok(Err(Duration::from_secs(60)));
+        }
+    };
+    let gathered = match observe::gather(ctx, comp, &synth).await? {
+        Ok(g) => g,
+        Err(message) => {
+            fail(st, generation, reasons::MISSING_INPUT, &message);
+            return Ok(Err(Duration::from_secs(15)));
+        }
+    };
+    let mut revisions = gathered.revisions();
+    // Observed outputs: passed to every synthesis; with `watchOutputs` a change is a trigger.
+    let mut observed = None;
+    if synth.spec.watch_outputs {
+        let (live, digest) = inputs::observed_outputs(ctx, comp, st).await?;
+        revisions.push(InputRevision {
+            key: inputs::OBSERVED_REVISION_KEY.into(),
+            digest: Some(digest),
+            ..InputRevision::default()
+        });
+        observed = Some(live);
+    }
+    let (module, limits) = module;
+    Ok(Ok(Observed {
+        synth,
+        module,
+        gathered,
+        revisions,
+        observed,
+        limits,
+    }))
+}
+
+/// The normal pass: synthesize when a trigger changed, then apply and report.
+async fn converge(ctx: &Arc<Context>, comp: &Arc<Composition>) -> Result<Action, Error> {
+    ctx.watches.own(comp);
+    let mut st = comp.status.clone().unwrap_or_default();
+    st.observed_generation = comp.metadata.generation;
+    let o = match observe_all(ctx, comp, &mut st).await? {
+        Ok(o) => o,
+        Err(requeue) => {
+            status::write(ctx, comp, &st).await?;
+            return Ok(Action::requeue(requeue));
+        }
+    };
+    let uid = comp.uid().unwrap_or_default();
+    let forced = observe::forced(comp);
+    let write_back_known =
+        o.synth.spec.for_kind.is_none() || ctx.remember(&uid, |m| m.status_write.is_some());
+    let slices_missing = match &st.current_synthesis {
+        Some(cur) => !slices::all_exist(ctx, comp, cur).await?,
+        None => false,
+    };
+    let instance = o.gathered.instance().cloned();
+    let digest = o.module.digest();
+    let trigger = trigger::decide(
+        st.current_synthesis.as_ref(),
+        &trigger::Now {
+            generation: comp.metadata.generation,
+            synthesizer_generation: o.synth.metadata.generation,
+            module_digest: &digest,
+            revisions: &o.revisions,
+            forced: forced.as_deref(),
+            write_back_known,
+            slices_missing,
+        },
+    );
+    if trigger != Trigger::UpToDate
+        && let Some(requeue) = synthesize_now(ctx, comp, &mut st, o, forced, &trigger).await?
+    {
+        status::write(ctx, comp, &st).await?;
+        return Ok(Action::requeue(requeue));
+    }
+    if trigger == Trigger::UpToDate {
+        st.dependency_status = None;
+    }
+    let pass = resources::reconcile(ctx, comp, &mut st, false).await?;
+    write_back(ctx, comp, &uid, instance.as_ref()).await;
+    status::write(ctx, comp, &st).await?;
+    if pass.resynthesize || pass.slices_missing {
+        return Ok(Action::requeue(Duration::from_millis(100)));
+    }
+    let idle = if super::status::is_true(&st.conditions, conditions::READY) {
+        ctx.opts.resync
+    } else {
+        ctx.opts.readiness_poll
+    };
+    Ok(Action::requeue(pass.requeue.map_or(idle, |h| h.min(idle))))
+}
+
+/// Rollout cooldown, `dependsOn`, then the synthesis. `Some(requeue)` when no new synthesis
+/// was stored (waiting, or failed).
+async fn synthesize_now(
+    ctx: &Arc<Context>,
+    comp: &Composition,
+    st: &mut CompositionStatus,
+    o: Observed,
+    forced: Option<String>,
+    trigger: &Trigger,
+) -> Result<Option<Duration>, Error> {
+    // A Synthesizer change alone rolls out gradually: one Composition per cooldown.
+    if *trigger == Trigger::SynthesizerChanged
+        && let Some(wait) = ctx.rollout_slot(&comp.spec.synthesizer.name)
+    {
+        tracing::debug!(?wait, "synthesizer rollout cooldown");
+        return Ok(Some(wait));
+    }
+    // dependsOn: a new synthesis waits until every dependency is ready (Eno gates dispatch;
+    // an existing synthesis keeps being applied).
+    if let Some(block) = dependencies::block(ctx, comp).await? {
+        wait_on_dependencies(st, comp.metadata.generation, block);
+        return Ok(Some(ctx.opts.readiness_poll.max(Duration::from_secs(2))));
+    }
+    st.dependency_status = None;
+    tracing::debug!(%trigger, "synthesizing");
+    let req = synthesize::Request {
+        synth: &o.synth,
+        module: o.module,
+        gathered: o.gathered,
+        revisions: o.revisions,
+        forced,
+        trigger,
+        observed: o.observed,
+        limits: o.limits,
+    };
+    match synthesize::synthesize(ctx, comp, st, req).await? {
+        synthesize::Outcome::Stored => {
+            status::write(ctx, comp, st).await?;
+            slices::delete_stale(ctx, comp, st).await;
+            Ok(None)
+        }
+        synthesize::Outcome::Failed(requeue) => Ok(Some(requeue)),
+    }
+}
+
+fn wait_on_dependencies(
+    st: &mut CompositionStatus,
+    generation: Option<i64>,
+    block: crds::DependencyStatus,
+) {
+    let reason = block.reason.clone().unwrap_or_default();
+    let detail: Vec<String> = block
+        .blocked_by
+        .iter()
+        .map(|b| format!("{}/{} ({})", b.namespace, b.name, b.reason))
+        .collect();
+    let message = format!("{reason}: {}", detail.join(", "));
+    super::status::set_condition(
+        &mut st.conditions,
+        conditions::SYNTHESIZED,
+        false,
+        &reason,
+        &message,
+        generation,
+    );
+    st.simplified = Some(SimplifiedStatus {
+        status: "Waiting".into(),
+        error: Some(message),
+    });
+    st.dependency_status = Some(block);
+}
+
+/// Instance mode: applies the current synthesis's status write-back to the instance.
+async fn write_back(
+    ctx: &Arc<Context>,
+    comp: &Composition,
+    uid: &str,
+    instance: Option<&serde_json::Value>,
+) {
+    let pending = ctx.remember(uid, |m| m.status_write.clone().flatten());
+    let (Some(desired), Some(me)) = (pending, instance) else {
+        return;
+    };
+    if let Err(e) = inputs::write_back_status(ctx, &desired, me).await {
+        let chain = super::error::chain(&e);
+        tracing::warn!(error = %chain, "status write-back failed");
+        ctx.event(comp, true, reasons::APPLY_FAILED, "WriteBackStatus", chain)
+            .await;
+    }
+}

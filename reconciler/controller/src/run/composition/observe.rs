@@ -1,0 +1,339 @@
+//! What a Composition's synthesis depends on: its Synthesizer and module, and its inputs.
+//! Reads come from the shared input caches (a GET only when the cache does not have the
+//! object); each read is tracked so a change re-reconciles the Composition.
+
+use std::collections::BTreeSet;
+
+use kube::api::{Api, DynamicObject};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::{Resource, ResourceExt};
+use serde_json::Value;
+
+use super::super::{Context, Error, inputs, module, status};
+use crate::synthesis;
+use crds::names::{annotations as keys, conditions, reasons};
+use crds::{Composition, InputRevision, Synthesizer};
+
+/// Reads an object through the input cache of its kind (tracked for `comp`), or with a GET
+/// when the cache does not have it (not synced yet, or an object enoki manages).
+///
+/// # Errors
+/// The GET's error.
+pub(crate) async fn read(
+    ctx: &Context,
+    comp: &Composition,
+    (gvk, ar, namespaced): (&GroupVersionKind, &ApiResource, bool),
+    namespace: &str,
+    name: &str,
+) -> Result<Option<DynamicObject>, kube::Error> {
+    let ns = if namespaced { namespace } else { "" };
+    ctx.watches.track(gvk, ar, ns, name, comp);
+    if let Some(Some(hit)) = ctx.watches.input(gvk, ns, name).await {
+        return Ok(Some((*hit).clone()));
+    }
+    let api: Api<DynamicObject> = if namespaced {
+        Api::namespaced_with(ctx.client.clone(), ns, ar)
+    } else {
+        Api::all_with(ctx.client.clone(), ar)
+    };
+    ctx.metrics.input_gets.inc();
+    api.get_opt(name).await
+}
+
+/// The Composition's Synthesizer (`None` when it does not exist).
+///
+/// # Errors
+/// [`Error::ReadSynthesizer`].
+pub(crate) async fn synthesizer(
+    ctx: &Context,
+    comp: &Composition,
+) -> Result<Option<Synthesizer>, Error> {
+    let name = &comp.spec.synthesizer.name;
+    let gvk = GroupVersionKind::gvk(crds::GROUP, crds::VERSION, "Synthesizer");
+    let ar = ApiResource::erase::<Synthesizer>(&());
+    let obj = read(ctx, comp, (&gvk, &ar, false), "", name)
+        .await
+        .map_err(|source| Error::ReadSynthesizer {
+            name: name.clone(),
+            source,
+        })?;
+    Ok(obj.and_then(|o| o.try_parse::<Synthesizer>().ok()))
+}
+
+/// The Synthesizer's compiled module (cached per Synthesizer and generation); reports the
+/// result on the Synthesizer's status when it changed.
+///
+/// # Errors
+/// [`module::ModuleError`] naming the field.
+pub(crate) async fn load_module(
+    ctx: &Context,
+    synth: &Synthesizer,
+) -> Result<synthesis::Module, module::ModuleError> {
+    let name = synth.name_any();
+    let cached = ctx.modules.lock().ok().and_then(|m| {
+        m.get(&name)
+            .filter(|(g, _)| *g == synth.metadata.generation)
+            .map(|(_, m)| m.clone())
+    });
+    if let Some(m) = cached {
+        return Ok(m);
+    }
+    let result = module::fetch(&ctx.client, &ctx.host, synth, ctx.opts.module_ca.as_deref()).await;
+    report_module(ctx, synth, &result).await;
+    if let Ok(m) = &result
+        && let Ok(mut cache) = ctx.modules.lock()
+    {
+        cache.insert(name, (synth.metadata.generation, m.clone()));
+    }
+    result
+}
+
+async fn report_module(
+    ctx: &Context,
+    synth: &Synthesizer,
+    result: &Result<synthesis::Module, module::ModuleError>,
+) {
+    let mut sst = synth.status.clone().unwrap_or_default();
+    let before = sst.clone();
+    sst.observed_generation = synth.metadata.generation;
+    let (ok, reason, message) = match result {
+        Ok(m) => {
+            sst.module_digest = Some(m.digest());
+            (
+                true,
+                reasons::MODULE_READY,
+                "module fetched and compiled".to_string(),
+            )
+        }
+        Err(e) => (
+            false,
+            reasons::MODULE_UNAVAILABLE,
+            super::super::error::chain(e),
+        ),
+    };
+    status::set_condition(
+        &mut sst.conditions,
+        conditions::READY,
+        ok,
+        reason,
+        &message,
+        synth.metadata.generation,
+    );
+    if sst == before {
+        return;
+    }
+    let api: Api<Synthesizer> = Api::all(ctx.client.clone());
+    if let Err(e) = api
+        .patch_status(
+            &synth.name_any(),
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({"status": sst})),
+        )
+        .await
+    {
+        tracing::warn!(error = %e, "cannot write Synthesizer status");
+    }
+}
+
+/// Bound inputs as (key, object), and one revision (a digest) per collection.
+pub(crate) struct Gathered {
+    pub inputs: Vec<(String, Value)>,
+    pub collections: Vec<InputRevision>,
+}
+
+impl Gathered {
+    /// The instance (`self`) in instance mode.
+    pub fn instance(&self) -> Option<&Value> {
+        self.inputs
+            .iter()
+            .find(|(k, _)| k == inputs::SELF_KEY)
+            .map(|(_, v)| v)
+    }
+
+    /// One revision per input: resourceVersion and `revision` annotation of each object,
+    /// the digest of each collection.
+    pub fn revisions(&self) -> Vec<InputRevision> {
+        let collection_keys: BTreeSet<&str> =
+            self.collections.iter().map(|r| r.key.as_str()).collect();
+        let mut out: Vec<InputRevision> = self
+            .inputs
+            .iter()
+            .filter(|(key, _)| !collection_keys.contains(key.as_str()))
+            .map(|(key, obj)| InputRevision {
+                key: key.clone(),
+                resource_version: obj
+                    .pointer("/metadata/resourceVersion")
+                    .and_then(Value::as_str)
+                    .map(String::from),
+                revision: obj
+                    .pointer("/metadata/annotations")
+                    .and_then(|a| {
+                        a.get(keys::REVISION.enoki)
+                            .or_else(|| a.get(keys::REVISION.eno))
+                    })
+                    .and_then(Value::as_str)
+                    .and_then(|r| r.parse().ok()),
+                digest: None,
+            })
+            .collect();
+        out.extend(self.collections.iter().cloned());
+        out
+    }
+}
+
+/// Reads every bound input: in instance mode first `self`, then every ref. Outer error: API
+/// failure; inner error: a missing required input (or a bad collection selector).
+///
+/// # Errors
+/// [`Error::ReadInput`].
+pub(crate) async fn gather(
+    ctx: &Context,
+    comp: &Composition,
+    synth: &Synthesizer,
+) -> Result<Result<Gathered, String>, Error> {
+    let mut g = Gathered {
+        inputs: Vec::new(),
+        collections: Vec::new(),
+    };
+    let self_ref = synth.spec.for_kind.as_ref().map(|f| crds::Ref {
+        key: inputs::SELF_KEY.into(),
+        resource: Some(crds::ResourceRef {
+            group: f.group.clone(),
+            version: f.version.clone(),
+            kind: f.kind.clone(),
+            ..crds::ResourceRef::default()
+        }),
+        ..crds::Ref::default()
+    });
+    for r in self_ref.iter().chain(&synth.spec.refs) {
+        let step = if let Some(res) = &r.resource {
+            object_input(ctx, comp, r, res, g.instance().cloned()).await?
+        } else if let Some(c) = &r.collection {
+            let instance = g.instance().cloned();
+            match inputs::collection(ctx, comp, &r.key, c, instance.as_ref()).await? {
+                Ok((items, digest)) => {
+                    g.collections.push(InputRevision {
+                        key: r.key.clone(),
+                        digest: Some(digest),
+                        ..InputRevision::default()
+                    });
+                    Ok(items)
+                }
+                Err(message) => Err(message),
+            }
+        } else {
+            Ok(Vec::new())
+        };
+        match step {
+            Ok(items) => g
+                .inputs
+                .extend(items.into_iter().map(|o| (r.key.clone(), o))),
+            Err(_) if r.optional => {}
+            Err(message) => return Ok(Err(message)),
+        }
+    }
+    Ok(Ok(g))
+}
+
+/// One object input: its name from the binding, the ref or the instance (`nameFrom`), its
+/// namespace from the binding, the ref, the instance or the Composition.
+async fn object_input(
+    ctx: &Context,
+    comp: &Composition,
+    r: &crds::Ref,
+    res: &crds::ResourceRef,
+    instance: Option<Value>,
+) -> Result<Result<Vec<Value>, String>, Error> {
+    let gvk = GroupVersionKind::gvk(&res.group, &res.version, &res.kind);
+    let (ar, namespaced) = match ctx.resolve(&gvk).await {
+        Ok(x) => x,
+        Err(e) => {
+            return Ok(Err(format!(
+                "input {:?}: kind {}/{} is not served: {e}",
+                r.key, res.version, res.kind
+            )));
+        }
+    };
+    let binding = comp.spec.bindings.iter().find(|b| b.key == r.key);
+    let name_from = res.name_from.as_ref().and_then(|path| {
+        instance
+            .as_ref()?
+            .pointer(&format!("/{}", path.replace('.', "/")))?
+            .as_str()
+            .filter(|n| !n.is_empty())
+            .map(String::from)
+    });
+    let name = binding
+        .map(|b| b.resource.name.clone())
+        .or_else(|| res.name.clone())
+        .or(name_from);
+    let Some(name) = name else {
+        return Ok(Err(format!(
+            "input {:?} is not bound (add a binding with this key)",
+            r.key
+        )));
+    };
+    let obj_ns = binding
+        .and_then(|b| b.resource.namespace.clone())
+        .or_else(|| res.namespace.clone())
+        .or_else(|| {
+            instance
+                .as_ref()?
+                .pointer("/metadata/namespace")?
+                .as_str()
+                .map(String::from)
+        })
+        .unwrap_or_else(|| comp.namespace().unwrap_or_default());
+    let found = read(ctx, comp, (&gvk, &ar, namespaced), &obj_ns, &name)
+        .await
+        .map_err(|source| Error::ReadInput {
+            key: r.key.clone(),
+            source,
+        })?;
+    match found {
+        Some(obj) => {
+            let mut v = serde_json::to_value(obj).unwrap_or_default();
+            if v.get("apiVersion").is_none() {
+                v["apiVersion"] = Value::from(ar.api_version.clone());
+                v["kind"] = Value::from(ar.kind.clone());
+            }
+            Ok(Ok(vec![v]))
+        }
+        None => {
+            let at = if namespaced {
+                format!("{obj_ns}/{name}")
+            } else {
+                name.clone()
+            };
+            Ok(Err(format!(
+                "input {:?}: {} {at} does not exist",
+                r.key, res.kind
+            )))
+        }
+    }
+}
+
+/// The `force-resynthesis` annotation (either spelling).
+pub(crate) fn forced(comp: &Composition) -> Option<String> {
+    let a = comp.annotations();
+    a.get(keys::FORCE_RESYNTHESIS.enoki)
+        .or_else(|| a.get(keys::FORCE_RESYNTHESIS.eno))
+        .cloned()
+}
+
+/// A reference to the instance object (for Events in instance mode).
+pub(crate) fn object_ref_of(me: &Value) -> k8s_openapi::api::core::v1::ObjectReference {
+    let text = |p: &str| me.pointer(p).and_then(Value::as_str).map(String::from);
+    k8s_openapi::api::core::v1::ObjectReference {
+        api_version: text("/apiVersion"),
+        kind: text("/kind"),
+        name: text("/metadata/name"),
+        namespace: text("/metadata/namespace"),
+        uid: text("/metadata/uid"),
+        ..Default::default()
+    }
+}
+
+/// Kept for symmetry with `Resource::object_ref` users.
+#[allow(dead_code)]
+fn _assert_resource<K: Resource>() {}

@@ -1,0 +1,391 @@
+//! Runs a synthesis and stores its output as the Composition's current synthesis.
+//!
+//! A synthesis runs at most once per trigger fingerprint (what the Composition, Synthesizer
+//! and inputs looked like): a failed one is retried only with backoff, and an output whose
+//! slices could not be written yet is kept in memory so the retry writes it without running
+//! the synthesizer again. Syntheses share a global number of slots
+//! (`--max-concurrent-syntheses`).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
+use serde_json::Value;
+
+use super::super::{Context, Error, inputs, status};
+use super::observe::{Gathered, object_ref_of};
+use super::slices;
+use super::trigger::Trigger;
+use crate::synthesis::{self, CompositionMeta, SynthesisInput};
+use crds::names::{conditions, reasons};
+use crds::{Composition, CompositionStatus, InputRevision, Synthesis, Synthesizer};
+
+/// A synthesis that failed: not run again for the same fingerprint before `retry_at`.
+#[derive(Clone, Debug)]
+pub(crate) struct Failed {
+    pub fingerprint: String,
+    pub failures: u32,
+    pub retry_at: Instant,
+}
+
+/// The first retry of a failed synthesis; doubles per failure up to [`RETRY_CAP`].
+const RETRY_BASE: Duration = Duration::from_secs(30);
+const RETRY_CAP: Duration = Duration::from_secs(900);
+
+/// The delay before synthesis attempt `failures + 1` of an unchanged fingerprint.
+pub fn retry_delay(failures: u32) -> Duration {
+    RETRY_BASE
+        .saturating_mul(1u32 << failures.saturating_sub(1).min(10))
+        .min(RETRY_CAP)
+}
+
+/// Everything one synthesis needs.
+pub(crate) struct Request<'a> {
+    pub synth: &'a Synthesizer,
+    pub module: synthesis::Module,
+    pub gathered: Gathered,
+    pub revisions: Vec<InputRevision>,
+    pub forced: Option<String>,
+    pub trigger: &'a Trigger,
+    /// The observed outputs when already read (`watchOutputs`); read here otherwise.
+    pub observed: Option<Vec<Value>>,
+    pub limits: wasm_host::RunLimits,
+}
+
+/// How a synthesis ended when it did not produce a new current synthesis.
+pub(crate) enum Outcome {
+    /// `st.current_synthesis` is the new synthesis.
+    Stored,
+    /// It failed (condition set in `st`); look again after this long.
+    Failed(Duration),
+}
+
+fn fingerprint(comp: &Composition, req: &Request<'_>) -> String {
+    let v = serde_json::json!([
+        comp.metadata.generation,
+        req.synth.metadata.generation,
+        req.module.digest(),
+        req.revisions,
+        req.forced,
+    ]);
+    inputs::digest(&v)
+}
+
+/// Runs the synthesis of `req` (or reuses its pending output) and stores it.
+///
+/// # Errors
+/// Transient failures writing the slices (the output is kept for the retry).
+pub(crate) async fn synthesize(
+    ctx: &Arc<Context>,
+    comp: &Composition,
+    st: &mut CompositionStatus,
+    req: Request<'_>,
+) -> Result<Outcome, Error> {
+    let uid = comp.uid().unwrap_or_default();
+    let fp = fingerprint(comp, &req);
+    let now = Instant::now();
+    let (failed, pending) = ctx.remember(&uid, |m| {
+        let failed = m.failed.clone().filter(|f| f.fingerprint == fp);
+        let pending = m
+            .pending_output
+            .take()
+            .filter(|(f, _)| *f == fp)
+            .map(|(_, o)| o);
+        (failed, pending)
+    });
+    if let Some(f) = &failed
+        && f.retry_at > now
+    {
+        tracing::debug!(retry_in = ?(f.retry_at - now), "synthesis failed before; waiting");
+        return Ok(Outcome::Failed(f.retry_at - now));
+    }
+    let attempts = st.in_flight_synthesis.as_ref().map_or(0, |s| s.attempts) + 1;
+    let uuid = new_uuid();
+    st.in_flight_synthesis = Some(Synthesis {
+        uuid: uuid.clone(),
+        observed_composition_generation: comp.metadata.generation,
+        observed_synthesizer_generation: req.synth.metadata.generation,
+        input_revisions: req.revisions.clone(),
+        module_digest: Some(req.module.digest()),
+        force_resynthesis: req.forced.clone(),
+        attempts,
+        ..Synthesis::default()
+    });
+    let instance = req.gathered.instance().cloned();
+    let out = match pending {
+        Some(out) => out,
+        None => match run(ctx, comp, st, &req).await? {
+            Ok(out) => out,
+            Err(e) => {
+                report_failure(ctx, comp, instance.as_ref(), &e).await;
+                fail(st, comp.metadata.generation, e.reason(), &e.to_string());
+                let failures = failed.map_or(0, |f| f.failures) + 1;
+                let delay = retry_delay(failures);
+                ctx.remember(&uid, |m| {
+                    m.failed = Some(Failed {
+                        fingerprint: fp.clone(),
+                        failures,
+                        retry_at: now + delay,
+                    });
+                });
+                return Ok(Outcome::Failed(delay));
+            }
+        },
+    };
+    store(ctx, comp, st, &req, instance.as_ref(), out, &fp).await
+}
+
+/// Runs the module in a blocking task under a global synthesis slot.
+async fn run(
+    ctx: &Arc<Context>,
+    comp: &Composition,
+    st: &CompositionStatus,
+    req: &Request<'_>,
+) -> Result<Result<synthesis::Synthesized, synthesis::SynthesisError>, Error> {
+    let observed = match &req.observed {
+        Some(o) => o.clone(),
+        None => inputs::observed_outputs(ctx, comp, st).await?.0,
+    };
+    let input = SynthesisInput {
+        composition: CompositionMeta {
+            name: comp.name_any(),
+            namespace: comp.namespace().unwrap_or_default(),
+            uid: comp.uid().unwrap_or_default(),
+            labels: comp.labels().clone(),
+            annotations: comp.annotations().clone(),
+            generation: comp.metadata.generation.unwrap_or_default(),
+            created: comp
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| Duration::from_secs(u64::try_from(t.0.as_second()).unwrap_or(0)))
+                .unwrap_or_default(),
+        },
+        inputs: req.gathered.inputs.clone(),
+        observed,
+        env: req
+            .synth
+            .spec
+            .env
+            .iter()
+            .chain(comp.spec.synthesis_env.iter())
+            .map(|e| (e.name.clone(), e.value.clone()))
+            .collect(),
+    };
+    let limits = req.limits;
+    let secure = req.synth.spec.entropy == Some(crds::Entropy::Secure);
+    let scopes = ctx.discovery_snapshot();
+    let host = ctx.host.clone();
+    let module = req.module.clone();
+    let permit = ctx.synthesis_slots.clone().acquire_owned().await.ok();
+    let started = Instant::now();
+    let result = tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        let is_namespaced = |g: &str, k: &str| {
+            scopes
+                .get(&(g.to_string(), k.to_string()))
+                .copied()
+                .unwrap_or_else(|| synthesis::static_is_namespaced(g, k))
+        };
+        synthesis::synthesize(&host, &module, &input, limits, secure, &is_namespaced)
+    })
+    .await
+    .map_err(Error::Task)?;
+    ctx.metrics
+        .synthesis_duration
+        .observe(started.elapsed().as_secs_f64());
+    super::super::metrics::Metrics::count(
+        &ctx.metrics.synthesis_runs,
+        result.as_ref().map_or_else(|e| e.reason(), |_| "Success"),
+    );
+    if let Ok(out) = &result
+        && out.peak_memory_bytes > 0
+    {
+        ctx.metrics
+            .wasm_peak_memory
+            .observe(out.peak_memory_bytes as f64);
+    }
+    Ok(result)
+}
+
+async fn report_failure(
+    ctx: &Context,
+    comp: &Composition,
+    instance: Option<&Value>,
+    e: &synthesis::SynthesisError,
+) {
+    ctx.event(comp, true, e.reason(), "Synthesize", e.to_string())
+        .await;
+    // Instance mode: say it on the object the user applied, too.
+    if let Some(me) = instance {
+        ctx.event_on(
+            &object_ref_of(me),
+            true,
+            e.reason(),
+            "Synthesize",
+            e.to_string(),
+        )
+        .await;
+    }
+    tracing::info!(reason = e.reason(), error = %e, "synthesis failed; the previous synthesis stays applied");
+}
+
+/// Stores a successful output: keeps the current slices when an input-only change produced
+/// identical resources, otherwise writes new slices (with tombstones) and swaps
+/// previous ← current ← new.
+async fn store(
+    ctx: &Arc<Context>,
+    comp: &Composition,
+    st: &mut CompositionStatus,
+    req: &Request<'_>,
+    instance: Option<&Value>,
+    out: synthesis::Synthesized,
+    fp: &str,
+) -> Result<Outcome, Error> {
+    let uid = comp.uid().unwrap_or_default();
+    let kept = out.clone();
+    // Status write-backs (instance mode) are not resources: kept aside, applied to the
+    // instance's status subresource.
+    let mut items = out.items;
+    let mut write_back = None;
+    if let Some(me) = instance {
+        items.retain(|i| {
+            if inputs::is_status_write_back(i, me) {
+                write_back = Some(i.clone());
+                false
+            } else {
+                true
+            }
+        });
+    }
+    let mut next = st.in_flight_synthesis.take().unwrap_or_default();
+    next.input_digest = Some(out.input_digest);
+    next.output_digest = Some(out.output_digest);
+    next.results = out.results;
+    next.synthesized = Some(Time(k8s_openapi::jiff::Timestamp::now()));
+    let unchanged = match &st.current_synthesis {
+        Some(cur) if req.trigger.may_keep_slices() => inputs::emitted(ctx, comp, cur)
+            .await?
+            .is_some_and(|emitted| emitted == items),
+        _ => false,
+    };
+    let uuid = next.uuid.clone();
+    if let (true, Some(cur)) = (unchanged, st.current_synthesis.as_ref()) {
+        next.uuid = cur.uuid.clone();
+        next.resource_slices = cur.resource_slices.clone();
+        next.reconciled = cur.reconciled.clone();
+        next.ready = cur.ready.clone();
+        next.attempts = 0;
+        st.current_synthesis = Some(next);
+        tracing::debug!("re-synthesized with identical output; slices kept");
+    } else {
+        let mut manifests: Vec<crds::Manifest> = items
+            .iter()
+            .map(|i| crds::Manifest {
+                manifest: i.to_string(),
+                deleted: false,
+            })
+            .collect();
+        manifests
+            .extend(slices::tombstones(ctx, comp, st.current_synthesis.as_ref(), &items).await?);
+        match slices::write(ctx, comp, &uuid, manifests).await {
+            Ok(refs) => next.resource_slices = refs,
+            Err(e) if e.is_transient() => {
+                ctx.remember(&uid, |m| m.pending_output = Some((fp.to_string(), kept)));
+                return Err(e);
+            }
+            Err(e) => {
+                let message = super::super::error::chain(&e);
+                ctx.event(
+                    comp,
+                    true,
+                    reasons::SLICE_WRITE_FAILED,
+                    "Synthesize",
+                    message.clone(),
+                )
+                .await;
+                fail(
+                    st,
+                    comp.metadata.generation,
+                    reasons::SLICE_WRITE_FAILED,
+                    &message,
+                );
+                ctx.remember(&uid, |m| {
+                    m.failed = Some(Failed {
+                        fingerprint: fp.to_string(),
+                        failures: 1,
+                        retry_at: Instant::now() + RETRY_CAP,
+                    });
+                });
+                return Ok(Outcome::Failed(RETRY_CAP));
+            }
+        }
+        st.previous_synthesis = st.current_synthesis.take();
+        st.current_synthesis = Some(next);
+    }
+    if req.synth.spec.for_kind.is_some() {
+        ctx.remember(&uid, |m| m.status_write = Some(write_back));
+    }
+    ctx.remember(&uid, |m| m.failed = None);
+    status::set_condition(
+        &mut st.conditions,
+        conditions::SYNTHESIZED,
+        true,
+        reasons::SYNTHESIS_SUCCEEDED,
+        "",
+        comp.metadata.generation,
+    );
+    tracing::info!(synthesis = %uuid, resources = items.len(), unchanged, trigger = %req.trigger, "synthesized");
+    Ok(Outcome::Stored)
+}
+
+/// Marks the synthesis failed: `Synthesized=False`, `Stalled=True`, simplified `Failed`.
+pub(crate) fn fail(
+    st: &mut CompositionStatus,
+    generation: Option<i64>,
+    reason: &str,
+    message: &str,
+) {
+    for (type_, value) in [
+        (conditions::SYNTHESIZED, false),
+        (conditions::STALLED, true),
+    ] {
+        status::set_condition(
+            &mut st.conditions,
+            type_,
+            value,
+            reason,
+            message,
+            generation,
+        );
+    }
+    st.simplified = Some(crds::SimplifiedStatus {
+        status: "Failed".into(),
+        error: Some(format!("{reason}: {message}")),
+    });
+}
+
+fn new_uuid() -> String {
+    let bytes: [u8; 16] = rand::random();
+    let h = hex::encode(bytes);
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..]
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_synthesis_is_retried_with_doubling_delays_up_to_fifteen_minutes() {
+        let d: Vec<u64> = (1..=7).map(|n| retry_delay(n).as_secs()).collect();
+        assert_eq!(d, [30, 60, 120, 240, 480, 900, 900]);
+    }
+}

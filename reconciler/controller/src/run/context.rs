@@ -1,0 +1,239 @@
+//! The state every reconcile shares: the client, the wasm host, the watch caches, and what
+//! enoki remembers per Composition between passes.
+//!
+//! Everything remembered per Composition lives in one [`Memory`] entry keyed by its UID and is
+//! dropped with [`Context::forget`] when the Composition is gone (its finalizer released, or a
+//! periodic sweep finds it missing from the cache); the per-Synthesizer module cache holds one
+//! entry per Synthesizer; compiled modules are bounded by bytes in the wasm host.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use kube::Client;
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::discovery::Scope;
+use kube::runtime::reflector::{ObjectRef, Store};
+
+use super::watches::Watches;
+use super::{Options, metrics};
+use crate::synthesis::Module;
+use crds::{Composition, CompositionStatus, ResourceSlice, ResourceState};
+use plan::ResourceKey;
+
+/// Per-resource write backoff: failures so far, when to try again, and the last error.
+pub(crate) type Backoff = (u32, Instant, String);
+
+/// What enoki remembers about one Composition between reconciles.
+#[derive(Default)]
+pub(crate) struct Memory {
+    /// The ingested current synthesis (cache key, prepared plan input).
+    pub prepared: Option<(String, Arc<plan::Prepared>)>,
+    /// Resources whose writes keep failing.
+    pub backoff: HashMap<ResourceKey, Backoff>,
+    /// Drift corrections per resource (another writer that keeps changing it).
+    pub fights: HashMap<ResourceKey, super::resources::fights::Fight>,
+    /// `drift: interval`: when each resource was last checked against its live object.
+    pub interval_checks: HashMap<ResourceKey, Instant>,
+    /// Instance mode: the status write-back of the current synthesis (`Some(None)`: it
+    /// emitted none; `None`: unknown, e.g. after a restart).
+    pub status_write: Option<Option<serde_json::Value>>,
+    /// The status enoki last wrote and the resourceVersion the server returned, so a pass
+    /// that starts from a cache entry older than that write still sees it.
+    pub written: Option<(String, CompositionStatus)>,
+    /// The same for each ResourceSlice's status, by slice name.
+    pub slice_status: HashMap<String, (String, Vec<ResourceState>)>,
+    /// The output of a synthesis whose slices could not be written yet, by trigger
+    /// fingerprint, so a retry writes them without running the synthesizer again.
+    pub pending_output: Option<(String, crate::synthesis::Synthesized)>,
+    /// A synthesis of this fingerprint failed: not run again before `retry_at`.
+    pub failed: Option<super::composition::synthesize::Failed>,
+}
+
+/// Shared state of every reconcile.
+pub struct Context {
+    pub(crate) client: Client,
+    pub(crate) host: Arc<wasm_host::Host>,
+    pub(crate) opts: Options,
+    /// The compiled module of each Synthesizer, with the generation it was fetched for.
+    pub(crate) modules: Mutex<HashMap<String, (Option<i64>, Module)>>,
+    discovery: Mutex<HashMap<GroupVersionKind, (ApiResource, bool)>>,
+    pub(crate) watches: Arc<Watches>,
+    pub(crate) metrics: metrics::Metrics,
+    pub(crate) recorder: kube::runtime::events::Recorder,
+    rollouts: Mutex<HashMap<String, Instant>>,
+    /// Every Composition enoki reconciles (the controller's own cache).
+    pub(crate) compositions: Store<Composition>,
+    /// Every ResourceSlice in scope.
+    pub(crate) slices: Store<ResourceSlice>,
+    /// Bounds the syntheses running at once, across all Compositions.
+    pub(crate) synthesis_slots: Arc<tokio::sync::Semaphore>,
+    memory: Mutex<HashMap<String, Memory>>,
+    /// Consecutive reconcile failures per Composition (error_policy's backoff).
+    pub(crate) failures: Mutex<HashMap<ObjectRef<Composition>, u32>>,
+}
+
+/// The parts [`Context::new`] takes.
+pub(crate) struct Parts {
+    pub client: Client,
+    pub host: Arc<wasm_host::Host>,
+    pub opts: Options,
+    pub watches: Arc<Watches>,
+    pub metrics: metrics::Metrics,
+    pub recorder: kube::runtime::events::Recorder,
+    pub compositions: Store<Composition>,
+    pub slices: Store<ResourceSlice>,
+}
+
+impl Context {
+    pub(crate) fn new(p: Parts) -> Context {
+        let slots = p.opts.max_concurrent_syntheses.max(1);
+        Context {
+            client: p.client,
+            host: p.host,
+            opts: p.opts,
+            modules: Mutex::new(HashMap::new()),
+            discovery: Mutex::new(HashMap::new()),
+            watches: p.watches,
+            metrics: p.metrics,
+            recorder: p.recorder,
+            rollouts: Mutex::new(HashMap::new()),
+            compositions: p.compositions,
+            slices: p.slices,
+            synthesis_slots: Arc::new(tokio::sync::Semaphore::new(slots)),
+            memory: Mutex::new(HashMap::new()),
+            failures: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Runs `f` on the memory of Composition `uid` (created empty on first use).
+    pub(crate) fn remember<T>(&self, uid: &str, f: impl FnOnce(&mut Memory) -> T) -> T {
+        match self.memory.lock() {
+            Ok(mut m) => f(m.entry(uid.to_string()).or_default()),
+            Err(_) => f(&mut Memory::default()),
+        }
+    }
+
+    /// Drops everything remembered about a Composition that is gone, and the watches only it
+    /// needed.
+    pub(crate) fn forget(&self, comp: &ObjectRef<Composition>, uid: Option<&str>) {
+        if let (Some(uid), Ok(mut m)) = (uid, self.memory.lock()) {
+            m.remove(uid);
+        }
+        if let Ok(mut f) = self.failures.lock() {
+            f.remove(comp);
+        }
+        self.watches.forget(comp, uid);
+    }
+
+    /// Forgets every Composition whose UID is no longer in the cache (deleted without
+    /// enoki's finalizer, e.g. while enoki was down). Returns how many were dropped.
+    pub(crate) fn sweep(&self) -> usize {
+        let live: std::collections::HashSet<String> = self
+            .compositions
+            .state()
+            .iter()
+            .filter_map(|c| c.metadata.uid.clone())
+            .collect();
+        let gone: Vec<String> = self
+            .memory
+            .lock()
+            .map(|m| m.keys().filter(|k| !live.contains(*k)).cloned().collect())
+            .unwrap_or_default();
+        for uid in &gone {
+            if let Ok(mut m) = self.memory.lock() {
+                m.remove(uid);
+            }
+        }
+        gone.len()
+    }
+
+    /// How many Compositions have remembered state (for tests and metrics).
+    pub(crate) fn remembered(&self) -> usize {
+        self.memory.lock().map_or(0, |m| m.len())
+    }
+
+    /// Resolves a GVK to its ApiResource and whether it is namespaced (cached; misses are
+    /// retried, so CRDs created by a synthesis are found once Established).
+    pub(crate) async fn resolve(
+        &self,
+        gvk: &GroupVersionKind,
+    ) -> Result<(ApiResource, bool), kube::Error> {
+        if let Some(hit) = self.discovery.lock().ok().and_then(|d| d.get(gvk).cloned()) {
+            return Ok(hit);
+        }
+        let (ar, caps) = kube::discovery::pinned_kind(&self.client, gvk).await?;
+        let entry = (ar, caps.scope == Scope::Namespaced);
+        if let Ok(mut d) = self.discovery.lock() {
+            d.insert(gvk.clone(), entry.clone());
+        }
+        Ok(entry)
+    }
+
+    /// (group, kind) -> namespaced, for every kind resolved so far.
+    pub(crate) fn discovery_snapshot(&self) -> std::collections::BTreeMap<(String, String), bool> {
+        self.discovery
+            .lock()
+            .map(|d| {
+                d.iter()
+                    .map(|(gvk, (_, ns))| ((gvk.group.clone(), gvk.kind.clone()), *ns))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Claims the rollout slot of a Synthesizer: `None` when this Composition may re-synthesize
+    /// now (and the slot is taken), otherwise how long to wait.
+    pub(crate) fn rollout_slot(&self, synthesizer: &str) -> Option<Duration> {
+        let mut last = self.rollouts.lock().ok()?;
+        let now = Instant::now();
+        if let Some(prev) = last.get(synthesizer) {
+            let since = now.duration_since(*prev);
+            if since < self.opts.rollout_cooldown {
+                return Some(self.opts.rollout_cooldown - since);
+            }
+        }
+        last.insert(synthesizer.to_string(), now);
+        None
+    }
+
+    /// Publishes a Kubernetes Event on the Composition (best effort: failures are logged).
+    pub(crate) async fn event(
+        &self,
+        comp: &Composition,
+        warning: bool,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) {
+        use kube::Resource;
+        self.event_on(&comp.object_ref(&()), warning, reason, action, note)
+            .await;
+    }
+
+    /// Publishes a Kubernetes Event on any object (best effort: failures are logged).
+    pub(crate) async fn event_on(
+        &self,
+        object: &k8s_openapi::api::core::v1::ObjectReference,
+        warning: bool,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) {
+        use kube::runtime::events::{Event, EventType};
+        let ev = Event {
+            type_: if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: reason.to_string(),
+            note: Some(note.chars().take(1000).collect()),
+            action: action.to_string(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&ev, object).await {
+            tracing::debug!(error = %e, "cannot publish event");
+        }
+    }
+}

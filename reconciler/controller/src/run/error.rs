@@ -1,0 +1,248 @@
+//! The errors of a reconcile, one variant per step that failed, and the backoff they drive.
+//!
+//! `is_transient()` decides what `error_policy` does: transient failures (the API server is
+//! unreachable, overloaded or returned a conflict) are retried with per-object exponential
+//! backoff and jitter; terminal ones (forbidden, invalid, too large) become a condition and a
+//! Warning Event and are retried only at the capped delay, never in a hot loop.
+
+use std::time::Duration;
+
+use plan::ResourceKey;
+
+/// Errors of a reconcile; each names the step that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Reading the Composition's Synthesizer failed.
+    #[error("reading Synthesizer {name:?}")]
+    ReadSynthesizer {
+        /// The Synthesizer.
+        name: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+    /// Reading a bound input failed.
+    #[error("reading input {key:?}")]
+    ReadInput {
+        /// The ref key.
+        key: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+    /// Reading another Composition (dependsOn, dependents) failed.
+    #[error("reading Composition {name:?} (dependsOn)")]
+    ReadDependency {
+        /// `namespace/name`, or `*` for a list.
+        name: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+    /// Reading a ResourceSlice failed.
+    #[error("reading ResourceSlice {name:?}")]
+    ReadSlice {
+        /// The slice.
+        name: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+    /// Creating a ResourceSlice failed (the partial set was removed again).
+    #[error("writing ResourceSlice {name:?}")]
+    WriteSlice {
+        /// The slice.
+        name: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+    /// Writing per-resource status into a ResourceSlice failed.
+    #[error("writing the status of ResourceSlice {name:?}")]
+    WriteSliceStatus {
+        /// The slice.
+        name: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+    /// Reading a managed object failed.
+    #[error("reading {key}")]
+    ReadResource {
+        /// The resource.
+        key: ResourceKey,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+    /// Writing the Composition's status failed.
+    #[error("writing Composition status")]
+    WriteStatus {
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+    /// Adding or removing the cleanup finalizer failed.
+    #[error("{action} the cleanup finalizer")]
+    Finalizer {
+        /// `adding` or `removing`.
+        action: &'static str,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+    /// Another step's API call failed (collections, observed outputs, Symphonies).
+    #[error("{action}")]
+    Kube {
+        /// What was being done.
+        action: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+    /// A blocking task (a synthesis) could not be joined.
+    #[error("synthesis task failed")]
+    Task(#[source] tokio::task::JoinError),
+}
+
+impl Error {
+    fn kube_source(&self) -> Option<&kube::Error> {
+        match self {
+            Error::ReadSynthesizer { source, .. }
+            | Error::ReadInput { source, .. }
+            | Error::ReadDependency { source, .. }
+            | Error::ReadSlice { source, .. }
+            | Error::WriteSlice { source, .. }
+            | Error::WriteSliceStatus { source, .. }
+            | Error::ReadResource { source, .. }
+            | Error::WriteStatus { source }
+            | Error::Finalizer { source, .. }
+            | Error::Kube { source, .. } => Some(source),
+            Error::Task(_) => None,
+        }
+    }
+
+    /// A fixed PascalCase name for metrics and Events.
+    pub fn category(&self) -> &'static str {
+        match self {
+            Error::ReadSynthesizer { .. } => "ReadSynthesizer",
+            Error::ReadInput { .. } => "ReadInput",
+            Error::ReadDependency { .. } => "ReadDependency",
+            Error::ReadSlice { .. } => "ReadSlice",
+            Error::WriteSlice { .. } => "WriteSlice",
+            Error::WriteSliceStatus { .. } => "WriteSliceStatus",
+            Error::ReadResource { .. } => "ReadResource",
+            Error::WriteStatus { .. } => "WriteStatus",
+            Error::Finalizer { .. } => "Finalizer",
+            Error::Kube { .. } => "KubeApi",
+            Error::Task(_) => "Task",
+        }
+    }
+
+    /// Whether retrying soon may succeed: the API server was unreachable, overloaded, timed
+    /// out or reported a conflict. Forbidden, invalid and too-large requests are terminal.
+    pub fn is_transient(&self) -> bool {
+        match self.kube_source() {
+            Some(e) => kube_is_transient(e),
+            None => false,
+        }
+    }
+}
+
+/// Whether a Kubernetes API error is worth retrying soon.
+pub fn kube_is_transient(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(resp) => matches!(resp.code, 404 | 409 | 429 | 500..=599),
+        kube::Error::SerdeError(_) => false,
+        _ => true,
+    }
+}
+
+/// `action` → a closure wrapping a `kube::Error` as [`Error::Kube`].
+pub(crate) fn kube_err(action: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
+    let action = action.into();
+    move |source| Error::Kube { action, source }
+}
+
+/// The whole chain of an error, `outer: inner: …`, for conditions and logs.
+pub fn chain(e: &dyn std::error::Error) -> String {
+    let mut parts = vec![e.to_string()];
+    let mut src = e.source();
+    while let Some(s) = src {
+        parts.push(s.to_string());
+        src = s.source();
+    }
+    parts.join(": ")
+}
+
+/// The first retry delay of a failing object.
+pub const BACKOFF_BASE: Duration = Duration::from_millis(500);
+/// The longest delay between two retries of a failing object.
+pub const BACKOFF_CAP: Duration = Duration::from_secs(300);
+
+/// The delay before retry number `failures` (1-based): `BACKOFF_BASE · 2^(failures-1)`,
+/// capped at [`BACKOFF_CAP`], scaled by `jitter` (a factor in `[0.5, 1.0]` drawn by the
+/// caller, so this stays a pure function).
+pub fn backoff_delay(failures: u32, jitter: f64) -> Duration {
+    let exp = failures.saturating_sub(1).min(20);
+    let raw = BACKOFF_BASE.saturating_mul(1u32 << exp).min(BACKOFF_CAP);
+    raw.mul_f64(jitter.clamp(0.5, 1.0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api_error(code: u16) -> kube::Error {
+        kube::Error::Api(
+            kube::core::Status::failure("boom", "Reason")
+                .with_code(code)
+                .boxed(),
+        )
+    }
+
+    #[test]
+    fn server_and_conflict_errors_are_transient_client_errors_are_not() {
+        for code in [409, 429, 500, 503, 504] {
+            assert!(kube_is_transient(&api_error(code)), "{code}");
+        }
+        for code in [400, 403, 413, 422] {
+            assert!(!kube_is_transient(&api_error(code)), "{code}");
+        }
+        let e = Error::WriteSlice {
+            name: "s".into(),
+            source: api_error(413),
+        };
+        assert!(!e.is_transient());
+        assert_eq!(e.category(), "WriteSlice");
+    }
+
+    #[test]
+    fn backoff_doubles_from_half_a_second_and_is_capped() {
+        let d: Vec<u128> = (1..=12)
+            .map(|n| backoff_delay(n, 1.0).as_millis())
+            .collect();
+        assert_eq!(
+            d,
+            [
+                500, 1000, 2000, 4000, 8000, 16000, 32000, 64000, 128000, 256000, 300000, 300000
+            ]
+        );
+        assert_eq!(backoff_delay(100, 1.0), BACKOFF_CAP);
+        assert_eq!(backoff_delay(1, 0.5).as_millis(), 250);
+        assert_eq!(backoff_delay(1, 0.1).as_millis(), 250, "jitter is clamped");
+    }
+
+    #[test]
+    fn the_chain_prints_every_source() {
+        let e = Error::ReadInput {
+            key: "config".into(),
+            source: api_error(500),
+        };
+        assert!(
+            chain(&e).starts_with("reading input \"config\": "),
+            "{}",
+            chain(&e)
+        );
+    }
+}

@@ -1,0 +1,289 @@
+//! Performs a plan's writes with bounded concurrency (`--apply-concurrency`), holding back
+//! resources in failure or fight backoff, and updates that backoff from the outcomes.
+//! Outcomes are data; recording them in status is [`super::record`]'s job.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use plan::{Op, Plan, Recorded, ResourceKey, SkipReason};
+use serde_json::Value;
+
+use super::Context;
+use super::fights;
+use super::observe::Observation;
+use crds::Composition;
+use crds::names::{FIELD_MANAGER, reasons};
+
+/// What happened to one step.
+#[derive(Debug, Default)]
+pub(crate) struct Outcome {
+    /// The resourceVersion the server returned for a write.
+    pub resource_version: Option<String>,
+    /// Why the write failed (the server's message).
+    pub error: Option<String>,
+    /// Not attempted: the resource is backing off after earlier failures.
+    pub held: bool,
+}
+
+/// The outcomes of a plan, in step order, and the shortest fight backoff that is pending.
+pub(crate) struct Acted {
+    pub outcomes: Vec<Outcome>,
+    pub fight_wait: Option<Duration>,
+}
+
+/// Executes `the_plan`.
+pub(crate) async fn act(
+    ctx: &Arc<Context>,
+    comp: &Composition,
+    the_plan: &Plan,
+    observations: &BTreeMap<ResourceKey, Observation>,
+    recorded: &BTreeMap<ResourceKey, Recorded>,
+) -> Acted {
+    let uid = comp.uid().unwrap_or_default();
+    let started = Instant::now();
+    let exists = |k: &ResourceKey| observations.get(k).is_some_and(|o| o.live.is_some());
+    let is_correction =
+        |s: &plan::Step| fights::is_correction(s, exists(&s.key), recorded.get(&s.key));
+    let (backing_off, (deferred, mut fight_wait)) = ctx.remember(&uid, |m| {
+        (
+            fights::held(&m.backoff, started),
+            fights::deferred(
+                &m.fights,
+                the_plan
+                    .steps
+                    .iter()
+                    .filter(|s| is_correction(s))
+                    .map(|s| s.key.clone()),
+                started,
+            ),
+        )
+    });
+    let in_sync = Op::Skip {
+        reason: SkipReason::InSync,
+    };
+    let pending: Vec<_> = the_plan
+        .steps
+        .iter()
+        .map(|step| {
+            let op = if deferred.contains(&step.key) {
+                &in_sync
+            } else {
+                &step.op
+            };
+            let held = step
+                .op
+                .is_write()
+                .then(|| backing_off.get(&step.key).cloned())
+                .flatten();
+            execute(op, &step.key, observations.get(&step.key), held)
+        })
+        .collect();
+    let outcomes: Vec<Outcome> = futures::stream::iter(pending)
+        .buffered(ctx.opts.apply_concurrency.max(1))
+        .collect()
+        .await;
+    let conflicts = ctx.remember(&uid, |m| {
+        let mut conflicts = Vec::new();
+        for (step, outcome) in the_plan.steps.iter().zip(&outcomes) {
+            if deferred.contains(&step.key) {
+                continue;
+            }
+            // A correction whose write changed nothing (the server returned the live
+            // resourceVersion: e.g. only the status moved) reverted nothing: not a fight.
+            let live = observations.get(&step.key).and_then(|o| o.live.as_ref());
+            let live_rv = live
+                .and_then(|l| l.pointer("/metadata/resourceVersion"))
+                .and_then(Value::as_str);
+            let no_op = outcome.resource_version.as_deref() == live_rv;
+            if !is_correction(step) || outcome.error.is_some() || outcome.held || no_op {
+                if step.op.is_write() && outcome.error.is_none() && !no_op {
+                    m.fights.remove(&step.key);
+                }
+                continue;
+            }
+            let (n, delay) = fights::count_correction(&mut m.fights, &step.key, started);
+            if let Some(message) = fights::conflict_message(&step.key, live, n, delay) {
+                conflicts.push(message);
+                fight_wait = Some(fight_wait.map_or(delay, |w| w.min(delay)));
+            }
+        }
+        record_failures(&mut m.backoff, the_plan, &outcomes, started);
+        conflicts
+    });
+    for message in conflicts {
+        tracing::warn!(%message, "field conflict");
+        ctx.event(comp, true, reasons::FIELD_CONFLICT, "Apply", message)
+            .await;
+    }
+    count_ops(ctx, the_plan, &outcomes);
+    Acted {
+        outcomes,
+        fight_wait,
+    }
+}
+
+fn record_failures(
+    backoff: &mut std::collections::HashMap<ResourceKey, super::super::context::Backoff>,
+    the_plan: &Plan,
+    outcomes: &[Outcome],
+    now: Instant,
+) {
+    for (step, outcome) in the_plan.steps.iter().zip(outcomes) {
+        if !step.op.is_write() || outcome.held {
+            continue;
+        }
+        match &outcome.error {
+            None => {
+                backoff.remove(&step.key);
+            }
+            Some(e) => {
+                let failures = backoff.get(&step.key).map_or(0, |f| f.0) + 1;
+                let delay = fights::failure_delay(failures);
+                backoff.insert(step.key.clone(), (failures, now + delay, e.clone()));
+            }
+        }
+    }
+}
+
+fn count_ops(ctx: &Context, the_plan: &Plan, outcomes: &[Outcome]) {
+    for (step, outcome) in the_plan.steps.iter().zip(outcomes) {
+        if step.op.is_write() && !outcome.held {
+            let result = if outcome.error.is_some() {
+                "error"
+            } else {
+                "ok"
+            };
+            super::super::metrics::Metrics::count(
+                &ctx.metrics.apply_ops,
+                &format!("{}-{result}", op_name(&step.op)),
+            );
+        }
+    }
+}
+
+/// Summarizes an API error for status (the server's message, not the transport details).
+fn summarize(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(resp) => format!("{}: {}", resp.reason, resp.message),
+        other => other.to_string(),
+    }
+}
+
+fn failed(message: String) -> Outcome {
+    Outcome {
+        error: Some(message),
+        ..Outcome::default()
+    }
+}
+
+async fn execute(
+    op: &Op,
+    key: &ResourceKey,
+    obs: Option<&Observation>,
+    held: Option<String>,
+) -> Outcome {
+    if let Some(last) = held {
+        return Outcome {
+            error: Some(last),
+            resource_version: None,
+            held: true,
+        };
+    }
+    if matches!(op, Op::Skip { .. } | Op::Wait { .. }) {
+        return Outcome::default();
+    }
+    let Some(api) = obs.and_then(|o| o.api.as_ref()) else {
+        return failed(format!(
+            "kind of {key} is not served by the API server (yet)"
+        ));
+    };
+    let live = obs.and_then(|o| o.live.as_ref());
+    match write(api, op, key, live).await {
+        Ok(rv) => {
+            tracing::info!(resource = %key, op = op_name(op), "applied");
+            Outcome {
+                resource_version: rv,
+                ..Outcome::default()
+            }
+        }
+        Err(e) => failed(e),
+    }
+}
+
+async fn write(
+    api: &Api<DynamicObject>,
+    op: &Op,
+    key: &ResourceKey,
+    live: Option<&Value>,
+) -> Result<Option<String>, String> {
+    let rv_of = |o: DynamicObject| o.metadata.resource_version;
+    let pp = PostParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..PostParams::default()
+    };
+    let result = match op {
+        Op::Apply { object } => api
+            .patch(
+                &key.name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(object),
+            )
+            .await
+            .map(rv_of),
+        Op::Create { object } => {
+            let obj: DynamicObject =
+                serde_json::from_value(object.clone()).map_err(|e| e.to_string())?;
+            api.create(&pp, &obj).await.map(rv_of)
+        }
+        Op::Replace { object } => {
+            let mut object = object.clone();
+            if let Some(rv) = live.and_then(|l| l.pointer("/metadata/resourceVersion")) {
+                object["metadata"]["resourceVersion"] = rv.clone();
+            }
+            let obj: DynamicObject = serde_json::from_value(object).map_err(|e| e.to_string())?;
+            api.replace(&key.name, &pp, &obj).await.map(rv_of)
+        }
+        Op::MergePatch { patch, .. } => api
+            .patch(
+                &key.name,
+                &PatchParams {
+                    field_manager: Some(FIELD_MANAGER.into()),
+                    ..PatchParams::default()
+                },
+                &Patch::Merge(patch),
+            )
+            .await
+            .map(rv_of),
+        Op::Delete { foreground } => {
+            let dp = if *foreground {
+                DeleteParams::foreground()
+            } else {
+                DeleteParams::default()
+            };
+            match api.delete(&key.name, &dp).await {
+                Ok(_) => Ok(None),
+                Err(kube::Error::Api(resp)) if resp.code == 404 => Ok(None),
+                Err(e) => Err(e),
+            }
+        }
+        Op::Skip { .. } | Op::Wait { .. } => Ok(None),
+    };
+    result.map_err(|e| summarize(&e))
+}
+
+/// A short name of an op, for logs and metrics.
+pub(crate) fn op_name(op: &Op) -> &'static str {
+    match op {
+        Op::Apply { .. } => "apply",
+        Op::Create { .. } => "create",
+        Op::Replace { .. } => "replace",
+        Op::MergePatch { .. } => "merge-patch",
+        Op::Delete { .. } => "delete",
+        Op::Skip { .. } => "skip",
+        Op::Wait { .. } => "wait",
+    }
+}

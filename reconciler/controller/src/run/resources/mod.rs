@@ -1,0 +1,247 @@
+//! One pass over the resources of a Composition's current synthesis:
+//! observe → plan → execute → record → roll up.
+//!
+//! - [`observe`]: live state from the shared metadata cache; full objects (GET) only for
+//!   resources that are not in sync, or whose readiness or overrides need them.
+//! - `plan::plan` (pure) decides one op per resource.
+//! - [`execute`]: writes with bounded concurrency, per-resource backoff and drift-fight
+//!   backoff ([`fights`]).
+//! - [`record`] (pure): per-resource outcomes into the ResourceSlice states; written back one
+//!   patch per changed slice.
+//! - [`rollup`] (pure): the Composition's conditions and simplified status.
+//!
+//! What it leaves to the caller: synthesis, the Composition's status write, the requeue.
+
+pub(crate) mod execute;
+pub(crate) mod fights;
+pub(crate) mod observe;
+pub(crate) mod record;
+pub(crate) mod rollup;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::ResourceExt;
+use plan::{Plan, ResourceKey};
+use serde_json::Value;
+
+use super::composition::slices::{self, Loaded};
+use super::{Context, Error, status};
+use crds::names::conditions;
+use crds::{Composition, CompositionStatus};
+
+/// What a pass found.
+#[derive(Debug, Default)]
+pub struct Pass {
+    /// Nothing is left to do (deletion: every resource gone or orphaned).
+    pub settled: bool,
+    /// The plan's requeue hint (readiness poll, a `reconcile-interval`, a fight backoff).
+    pub requeue: Option<Duration>,
+    /// An observed output changed since the synthesis read it: synthesize again first.
+    pub resynthesize: bool,
+    /// Slices of the current synthesis are gone: synthesize again.
+    pub slices_missing: bool,
+}
+
+/// Plans and executes one pass over the current synthesis.
+///
+/// # Errors
+/// Transient API failures while reading slices or writing their status.
+pub async fn reconcile(
+    ctx: &Arc<Context>,
+    comp: &Composition,
+    st: &mut CompositionStatus,
+    deleting: bool,
+) -> Result<Pass, Error> {
+    let Some(current) = st.current_synthesis.clone() else {
+        return Ok(Pass {
+            settled: deleting,
+            ..Pass::default()
+        });
+    };
+    let uid = comp.uid().unwrap_or_default();
+    let loaded = slices::load(ctx, comp, &current).await?;
+    if loaded.missing && !deleting {
+        return Ok(Pass {
+            slices_missing: true,
+            ..Pass::default()
+        });
+    }
+    let info = composition_info(comp, deleting);
+    let prepared = match prepare(ctx, &uid, &current.uuid, &loaded, &info) {
+        Ok(p) => p,
+        Err(e) => {
+            status::set_condition(
+                &mut st.conditions,
+                conditions::RECONCILED,
+                false,
+                e.category(),
+                &e.to_string(),
+                comp.metadata.generation,
+            );
+            // A Composition being deleted whose synthesis cannot be ingested is not done:
+            // nothing was deleted, so its finalizer stays.
+            return Ok(Pass::default());
+        }
+    };
+    let previous = slices::previous_applied(ctx, comp, st, &loaded, &info).await?;
+    let recorded = observe::recorded(ctx, &uid, &prepared, &loaded, &previous.carried);
+    let recorded_observed = current
+        .input_revisions
+        .iter()
+        .find(|r| r.key == super::inputs::OBSERVED_REVISION_KEY)
+        .and_then(|r| r.digest.clone())
+        .filter(|_| !deleting);
+    let deleted_keys = loaded.deleted_keys();
+    let observations = observe::observe(
+        ctx,
+        &uid,
+        &prepared,
+        &recorded,
+        &deleted_keys,
+        observe::Needs {
+            deleting,
+            everything: recorded_observed.is_some(),
+        },
+    )
+    .await?;
+    if let Some(seen) = recorded_observed
+        && observe::outputs_changed(&prepared, &observations, &seen)
+    {
+        tracing::debug!("observed outputs changed since the synthesis; re-synthesizing first");
+        return Ok(Pass {
+            resynthesize: true,
+            requeue: Some(Duration::from_millis(100)),
+            ..Pass::default()
+        });
+    }
+    let observed: plan::Observed = observations
+        .iter()
+        .filter_map(|(k, o)| o.live.clone().map(|l| (k.clone(), l)))
+        .collect();
+    let the_plan: Plan = plan::plan(plan::PlanInput {
+        prepared: &prepared,
+        composition: &info,
+        observed: &observed,
+        recorded: &recorded,
+        previous: &previous.snapshots,
+        options: plan::PlanOptions {
+            mode: ctx.opts.mode,
+            readiness_poll: ctx.opts.readiness_poll,
+        },
+    });
+    let acted = execute::act(ctx, comp, &the_plan, &observations, &recorded).await;
+    if !deleting {
+        ctx.metrics
+            .managed_resources
+            .set(i64::try_from(the_plan.steps.len()).unwrap_or(i64::MAX));
+    }
+    let now =
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now());
+    let recording = record::record(
+        &the_plan,
+        &acted.outcomes,
+        &loaded,
+        &recorded,
+        deleting,
+        &now,
+    );
+    slices::write_states(ctx, comp, &loaded, &recording.states).await?;
+    let roll = rollup::Rollup::of(&the_plan, &loaded, &recording);
+    if !recording.errors.is_empty() && !deleting {
+        ctx.event(
+            comp,
+            true,
+            crds::names::reasons::APPLY_FAILED,
+            "Apply",
+            recording.errors.join("; "),
+        )
+        .await;
+    }
+    roll.apply_to(st, comp.metadata.generation, deleting, &now);
+    let requeue = match (the_plan.requeue, acted.fight_wait) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    Ok(Pass {
+        settled: the_plan.settled() && recording.errors.is_empty(),
+        requeue,
+        ..Pass::default()
+    })
+}
+
+/// The Composition as the planner sees it; a Symphony being deleted orphans its
+/// Compositions' resources (Eno semantics).
+pub(crate) fn composition_info(comp: &Composition, deleting: bool) -> plan::CompositionInfo {
+    let mut annotations = comp.annotations().clone();
+    let symphony_deleting = [
+        crds::names::labels::SYMPHONY_DELETING,
+        crds::names::labels::ENO_SYMPHONY_DELETING,
+    ]
+    .iter()
+    .any(|l| comp.labels().get(*l).is_some_and(|v| v == "true"));
+    if symphony_deleting {
+        annotations.insert(
+            crds::names::annotations::DELETION_STRATEGY
+                .enoki
+                .to_string(),
+            "orphan".into(),
+        );
+    }
+    plan::CompositionInfo {
+        name: comp.name_any(),
+        namespace: comp.namespace().unwrap_or_default(),
+        uid: comp.uid().unwrap_or_default(),
+        labels: comp.labels().clone(),
+        annotations,
+        deleting,
+    }
+}
+
+/// The ingested synthesis, cached per Composition (one entry, replaced when the synthesis or
+/// the effective annotations change).
+fn prepare(
+    ctx: &Context,
+    uid: &str,
+    synthesis: &str,
+    loaded: &Loaded,
+    info: &plan::CompositionInfo,
+) -> Result<Arc<plan::Prepared>, plan::PlanError> {
+    let key = format!(
+        "{synthesis}/{}/{}",
+        info.deleting,
+        serde_json::to_string(&info.annotations).unwrap_or_default()
+    );
+    let hit = ctx.remember(uid, |m| {
+        m.prepared
+            .as_ref()
+            .filter(|(k, _)| *k == key)
+            .map(|(_, p)| p.clone())
+    });
+    if let Some(p) = hit {
+        return Ok(p);
+    }
+    let desired: Vec<plan::Desired> = loaded
+        .resources
+        .iter()
+        .map(|r| plan::Desired {
+            manifest: r.manifest.clone(),
+            tombstone: r.tombstone,
+        })
+        .collect();
+    let p = Arc::new(plan::prepare(&desired, info)?);
+    ctx.remember(uid, |m| m.prepared = Some((key, p.clone())));
+    Ok(p)
+}
+
+/// The group/version/kind of a manifest.
+pub(crate) fn gvk_of_manifest(m: &Value) -> Option<kube::core::GroupVersionKind> {
+    let api_version = m.get("apiVersion")?.as_str()?;
+    let kind = m.get("kind")?.as_str()?;
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    Some(kube::core::GroupVersionKind::gvk(group, version, kind))
+}
+
+/// Per-resource positions in the loaded slices.
+pub(crate) type Positions = BTreeMap<ResourceKey, (usize, usize)>;

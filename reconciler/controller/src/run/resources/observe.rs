@@ -1,0 +1,421 @@
+//! Live state of the resources of a synthesis, from the shared metadata cache.
+//!
+//! Decides, per resource, whether the cached metadata is enough ([`needs_get`], pure) — an
+//! in-sync resource whose readiness has latched costs no request at all — and fetches the
+//! rest with bounded concurrency. Also builds what the planner needs to know about earlier
+//! applies ([`recorded`]).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::StreamExt;
+use kube::api::{Api, DynamicObject};
+use plan::plan::PreparedResource;
+use plan::{Recorded, ResourceKey};
+use serde_json::{Value, json};
+
+use super::super::composition::slices::Loaded;
+use super::super::watches::ManagedView;
+use super::{Context, Error, gvk_of_manifest};
+
+/// A resource's live state.
+pub(crate) struct Observation {
+    /// Its API (`None`: the kind is not served yet).
+    pub api: Option<Api<DynamicObject>>,
+    /// The live object: full when fetched, metadata only when the cache sufficed.
+    pub live: Option<Value>,
+}
+
+/// What the caller needs full objects for.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Needs {
+    /// The Composition is being deleted (existence is all that matters).
+    pub deleting: bool,
+    /// Every live object in full (observed outputs are compared).
+    pub everything: bool,
+}
+
+/// What the cache says about one resource.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Cached<'a> {
+    /// No synced cache for the kind.
+    Unknown,
+    /// The synced cache does not have it.
+    Absent,
+    /// The cache has it at this resourceVersion.
+    Present(Option<&'a str>),
+}
+
+/// Whether a resource must be read with a GET, given what the cache says. Pure.
+///
+/// The cache is enough when it confirms what the last apply recorded and nothing needs the
+/// object's body: the resourceVersion matches, readiness has latched (or the resource is
+/// being deleted) and no override reads `self`. A cache that disagrees with the record (it
+/// may lag behind enoki's own write, or someone else wrote) costs a GET, never a write.
+pub(crate) fn needs_get(
+    r: &PreparedResource,
+    recorded: Option<&Recorded>,
+    cached: Cached<'_>,
+    needs: Needs,
+    deleted: bool,
+    create_semantics: bool,
+) -> bool {
+    if needs.everything {
+        return true;
+    }
+    let applied = recorded.and_then(|r| r.applied_hash.as_ref()).is_some();
+    let recorded_rv = recorded.and_then(|r| r.applied_resource_version.as_deref());
+    let removing = needs.deleting || r.tombstone;
+    match cached {
+        Cached::Unknown => true,
+        // Confirmed deleted earlier: nothing to check. Applied and now missing from the cache:
+        // confirm (the cache may lag behind).
+        Cached::Absent if removing => applied && !deleted,
+        // Never applied: SSA creates it (or adopts an unlabelled one); a plain create must
+        // know whether an unlabelled object is in the way.
+        Cached::Absent => applied || create_semantics,
+        Cached::Present(_) if removing => false,
+        Cached::Present(rv) => {
+            rv.is_none()
+                || rv != recorded_rv
+                || !r.overrides.is_empty()
+                || recorded.is_none_or(|rec| rec.ready.is_none())
+        }
+    }
+}
+
+/// Observes every resource of `prepared`.
+///
+/// # Errors
+/// A GET that failed for another reason than absence.
+pub(crate) async fn observe(
+    ctx: &Arc<Context>,
+    uid: &str,
+    prepared: &plan::Prepared,
+    recorded: &BTreeMap<ResourceKey, Recorded>,
+    deleted_keys: &std::collections::BTreeSet<ResourceKey>,
+    needs: Needs,
+) -> Result<BTreeMap<ResourceKey, Observation>, Error> {
+    let mut views: BTreeMap<String, Option<ManagedView>> = BTreeMap::new();
+    let mut out = BTreeMap::new();
+    let mut fetch = Vec::new();
+    for r in &prepared.resources {
+        let Some(gvk) = gvk_of_manifest(&r.manifest) else {
+            out.insert(
+                r.key.clone(),
+                Observation {
+                    api: None,
+                    live: None,
+                },
+            );
+            continue;
+        };
+        let Ok((ar, namespaced)) = ctx.resolve(&gvk).await else {
+            // Not served (yet): e.g. a CRD from this synthesis is not Established.
+            out.insert(
+                r.key.clone(),
+                Observation {
+                    api: None,
+                    live: None,
+                },
+            );
+            continue;
+        };
+        let api: Api<DynamicObject> = if namespaced {
+            Api::namespaced_with(ctx.client.clone(), &r.key.namespace, &ar)
+        } else {
+            Api::all_with(ctx.client.clone(), &ar)
+        };
+        let view_key = format!("{}/{}/{}", gvk.group, gvk.version, gvk.kind);
+        if !views.contains_key(&view_key) {
+            let view = ctx.watches.managed(&gvk, &ar, uid).await;
+            views.insert(view_key.clone(), view);
+        }
+        let meta = views[&view_key]
+            .as_ref()
+            .map(|v| v.get(if namespaced { &r.key.namespace } else { "" }, &r.key.name));
+        let cached = match &meta {
+            None => Cached::Unknown,
+            Some(None) => Cached::Absent,
+            Some(Some(m)) => Cached::Present(m.metadata.resource_version.as_deref()),
+        };
+        let create_semantics = r.settings.replace
+            || r.settings.disable_updates
+            || ctx.opts.mode == plan::ApplyMode::ClientSide;
+        let deleted = deleted_keys.contains(&r.key);
+        if needs_get(
+            r,
+            recorded.get(&r.key),
+            cached,
+            needs,
+            deleted,
+            create_semantics,
+        ) {
+            fetch.push((r.key.clone(), api));
+            continue;
+        }
+        let live = meta.flatten().map(|m| {
+            json!({
+                "apiVersion": r.manifest.get("apiVersion"),
+                "kind": r.manifest.get("kind"),
+                "metadata": m.metadata,
+            })
+        });
+        out.insert(
+            r.key.clone(),
+            Observation {
+                api: Some(api),
+                live,
+            },
+        );
+    }
+    ctx.metrics.observe_gets.inc_by(fetch.len() as u64);
+    ctx.metrics
+        .resource_checks
+        .inc_by(prepared.resources.len() as u64);
+    let fetched: Vec<Result<(ResourceKey, Observation), Error>> = futures::stream::iter(fetch)
+        .map(|(key, api)| async move {
+            let live = api
+                .get_opt(&key.name)
+                .await
+                .map_err(|source| Error::ReadResource {
+                    key: key.clone(),
+                    source,
+                })?
+                .map(|o| serde_json::to_value(o).unwrap_or_default());
+            Ok((
+                key,
+                Observation {
+                    api: Some(api),
+                    live,
+                },
+            ))
+        })
+        .buffer_unordered(ctx.opts.apply_concurrency.max(1))
+        .collect()
+        .await;
+    for f in fetched {
+        let (key, o) = f?;
+        out.insert(key, o);
+    }
+    Ok(out)
+}
+
+/// Whether the observed outputs differ from the digest the synthesis recorded.
+pub(crate) fn outputs_changed(
+    prepared: &plan::Prepared,
+    observations: &BTreeMap<ResourceKey, Observation>,
+    seen: &str,
+) -> bool {
+    let now = super::super::inputs::observed_digest(
+        prepared
+            .resources
+            .iter()
+            .filter(|r| !r.tombstone)
+            .filter_map(|r| Some((&r.key, observations.get(&r.key)?.live.as_ref()?))),
+    );
+    now != seen
+}
+
+/// What earlier passes recorded per resource: the applied hash and resourceVersion (carried
+/// over from the previous synthesis when this one has none yet), the latched ready time, and
+/// whether a `drift: interval` check is due (marked as done now).
+pub(crate) fn recorded(
+    ctx: &Context,
+    uid: &str,
+    prepared: &plan::Prepared,
+    loaded: &Loaded,
+    carried: &BTreeMap<ResourceKey, (Option<String>, Option<String>)>,
+) -> BTreeMap<ResourceKey, Recorded> {
+    let started = Instant::now();
+    let due: std::collections::BTreeSet<ResourceKey> = ctx.remember(uid, |m| {
+        prepared
+            .resources
+            .iter()
+            .filter(|r| r.settings.drift == plan::Drift::Interval)
+            .filter_map(|r| {
+                let interval = r.settings.reconcile_interval?;
+                let is_due = m
+                    .interval_checks
+                    .get(&r.key)
+                    .is_none_or(|t| started.duration_since(*t) >= interval);
+                if is_due {
+                    m.interval_checks.insert(r.key.clone(), started);
+                }
+                is_due.then(|| r.key.clone())
+            })
+            .collect()
+    });
+    loaded
+        .resources
+        .iter()
+        .map(|r| {
+            let state = loaded.slices[r.slice].states.get(r.index);
+            let (hash, rv) = match state {
+                Some(s) if s.applied_hash.is_some() => {
+                    (s.applied_hash.clone(), s.applied_resource_version.clone())
+                }
+                _ => carried.get(&r.key).cloned().unwrap_or_default(),
+            };
+            let rec = Recorded {
+                applied_hash: hash,
+                applied_resource_version: rv,
+                ready: state
+                    .and_then(|s| s.ready.as_ref())
+                    .map(|t| t.0.to_string()),
+                interval_due: due.contains(&r.key),
+            };
+            (r.key.clone(), rec)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resource(overrides: bool, tombstone: bool) -> PreparedResource {
+        let manifest = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a", "namespace": "n", "annotations": if overrides {
+                json!({"enoki.dev/overrides": r#"[{"path": "self.data.x", "value": "1"}]"#})
+            } else { json!({}) }}});
+        let info = plan::CompositionInfo {
+            name: "c".into(),
+            namespace: "n".into(),
+            uid: "u".into(),
+            labels: Default::default(),
+            annotations: Default::default(),
+            deleting: false,
+        };
+        let p = plan::prepare(
+            &[plan::Desired {
+                manifest,
+                tombstone,
+            }],
+            &info,
+        )
+        .unwrap();
+        p.resources.into_iter().next().unwrap()
+    }
+
+    fn rec(rv: &str, ready: bool) -> Recorded {
+        Recorded {
+            applied_hash: Some("v1:h".into()),
+            applied_resource_version: Some(rv.into()),
+            ready: ready.then(|| "2026-01-01T00:00:00Z".into()),
+            interval_due: false,
+        }
+    }
+
+    const APPLY: Needs = Needs {
+        deleting: false,
+        everything: false,
+    };
+
+    #[test]
+    fn an_in_sync_ready_resource_needs_no_request() {
+        let r = resource(false, false);
+        assert!(!needs_get(
+            &r,
+            Some(&rec("7", true)),
+            Cached::Present(Some("7")),
+            APPLY,
+            false,
+            false
+        ));
+    }
+
+    #[test]
+    fn a_cache_that_disagrees_with_the_record_costs_a_get() {
+        let r = resource(false, false);
+        assert!(needs_get(
+            &r,
+            Some(&rec("7", true)),
+            Cached::Present(Some("8")),
+            APPLY,
+            false,
+            false
+        ));
+        assert!(needs_get(
+            &r,
+            Some(&rec("7", true)),
+            Cached::Absent,
+            APPLY,
+            false,
+            false
+        ));
+        assert!(needs_get(
+            &r,
+            Some(&rec("7", true)),
+            Cached::Unknown,
+            APPLY,
+            false,
+            false
+        ));
+    }
+
+    #[test]
+    fn readiness_and_overrides_need_the_full_object() {
+        assert!(needs_get(
+            &resource(false, false),
+            Some(&rec("7", false)),
+            Cached::Present(Some("7")),
+            APPLY,
+            false,
+            false
+        ));
+        assert!(needs_get(
+            &resource(true, false),
+            Some(&rec("7", true)),
+            Cached::Present(Some("7")),
+            APPLY,
+            false,
+            false
+        ));
+    }
+
+    #[test]
+    fn a_new_resource_is_applied_without_a_get_unless_it_is_created_plainly() {
+        let r = resource(false, false);
+        assert!(!needs_get(&r, None, Cached::Absent, APPLY, false, false));
+        assert!(needs_get(&r, None, Cached::Absent, APPLY, false, true));
+    }
+
+    #[test]
+    fn deletion_trusts_the_cache_for_existence() {
+        let t = resource(false, true);
+        assert!(!needs_get(
+            &t,
+            Some(&rec("7", true)),
+            Cached::Present(Some("9")),
+            APPLY,
+            false,
+            false
+        ));
+        let gone = Recorded {
+            applied_hash: None,
+            ..rec("7", true)
+        };
+        assert!(!needs_get(
+            &t,
+            Some(&gone),
+            Cached::Absent,
+            APPLY,
+            false,
+            false
+        ));
+        let everything = Needs {
+            everything: true,
+            ..APPLY
+        };
+        assert!(needs_get(
+            &t,
+            Some(&gone),
+            Cached::Absent,
+            everything,
+            false,
+            false
+        ));
+    }
+}

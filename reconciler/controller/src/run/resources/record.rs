@@ -1,0 +1,246 @@
+//! Per-resource outcomes into ResourceSlice states. Pure: the caller writes the states back
+//! (one patch per slice whose states changed).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use plan::{Op, Plan, ReadinessState, Recorded, ResourceKey, SkipReason, Step};
+
+use super::super::composition::slices::Loaded;
+use super::execute::Outcome;
+use crds::ResourceState;
+
+/// The new states of every slice, and what the roll-up needs to explain.
+#[derive(Debug, Default)]
+pub(crate) struct Recording {
+    /// One state per manifest, per slice (same shape as the slices).
+    pub states: Vec<Vec<ResourceState>>,
+    /// `key: message` of every write that failed.
+    pub errors: Vec<String>,
+    /// `key (why)` of every resource that is not ready yet.
+    pub not_ready: Vec<String>,
+}
+
+/// Records `outcomes` (in step order) into the loaded slices' states. `now` is the time a
+/// resource that became ready without a condition time is stamped with.
+pub(crate) fn record(
+    the_plan: &Plan,
+    outcomes: &[Outcome],
+    loaded: &Loaded,
+    recorded: &BTreeMap<ResourceKey, Recorded>,
+    deleting: bool,
+    now: &Time,
+) -> Recording {
+    let mut rec = Recording {
+        states: loaded.slices.iter().map(|s| s.states.clone()).collect(),
+        ..Recording::default()
+    };
+    for (step, outcome) in the_plan.steps.iter().zip(outcomes) {
+        let Some(&(si, ri)) = loaded.position.get(&step.key) else {
+            continue;
+        };
+        let state = &mut rec.states[si][ri];
+        if let Some(e) = &outcome.error {
+            state.error = Some(e.clone());
+            state.reconciled = step.settings.fail_open;
+            rec.errors.push(format!("{}: {e}", step.key));
+        } else {
+            state.error = None;
+            record_success(state, step, outcome, recorded.get(&step.key), now);
+        }
+        let tombstone = loaded.is_tombstone(si, ri);
+        if tombstone || deleting || state.ready.is_some() {
+            continue;
+        }
+        match &step.readiness {
+            ReadinessState::Ready { at } => {
+                let t = at
+                    .as_ref()
+                    .and_then(|s| s.parse::<k8s_openapi::jiff::Timestamp>().ok())
+                    .map(Time)
+                    .unwrap_or_else(|| now.clone());
+                state.ready = Some(t);
+                tracing::info!(resource = %step.key, "ready");
+            }
+            ReadinessState::NotReady { unsatisfied } => {
+                rec.not_ready
+                    .push(format!("{} ({})", step.key, unsatisfied.join(", ")))
+            }
+            ReadinessState::Absent => rec
+                .not_ready
+                .push(format!("{} (not created yet)", step.key)),
+        }
+    }
+    rec
+}
+
+fn record_success(
+    state: &mut ResourceState,
+    step: &Step,
+    outcome: &Outcome,
+    recorded: Option<&Recorded>,
+    now: &Time,
+) {
+    match &step.op {
+        Op::Apply { .. } | Op::Create { .. } | Op::Replace { .. } | Op::MergePatch { .. } => {
+            state.reconciled = true;
+            state.applied_hash = step.hash.clone();
+            state.applied_resource_version = outcome.resource_version.clone();
+        }
+        Op::Skip {
+            reason: SkipReason::AlreadyDeleted,
+        } => {
+            state.reconciled = true;
+            state.deleted = true;
+        }
+        Op::Delete { foreground: false } => {
+            state.reconciled = true;
+            state.deleted = true;
+        }
+        Op::Skip {
+            reason: SkipReason::Orphaned,
+        } => state.reconciled = true,
+        Op::Skip {
+            reason: SkipReason::Terminating,
+        }
+        | Op::Delete { foreground: true }
+        | Op::Wait { .. } => {}
+        Op::Skip {
+            reason: SkipReason::ReconciliationDisabled,
+        } => {
+            // Eno: never touched, reported as reconciled (and ready: nothing to wait on).
+            state.reconciled = true;
+            if state.ready.is_none() {
+                state.ready = Some(now.clone());
+            }
+        }
+        Op::Skip {
+            reason: SkipReason::InSync,
+        } => {
+            state.reconciled = true;
+            if state.applied_hash.is_none() {
+                state.applied_hash = step.hash.clone();
+                state.applied_resource_version =
+                    recorded.and_then(|r| r.applied_resource_version.clone());
+            }
+        }
+        Op::Skip { .. } => state.reconciled = true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use plan::Settings;
+
+    fn key(name: &str) -> ResourceKey {
+        ResourceKey {
+            group: String::new(),
+            kind: "ConfigMap".into(),
+            namespace: "n".into(),
+            name: name.into(),
+        }
+    }
+
+    fn step(name: &str, op: Op, readiness: ReadinessState) -> Step {
+        Step {
+            key: key(name),
+            op,
+            hash: Some(format!("v1:{name}")),
+            readiness,
+            overrides: Vec::new(),
+            settings: Settings::default(),
+        }
+    }
+
+    fn loaded(names: &[&str]) -> Loaded {
+        Loaded::for_test(&names.iter().map(|n| (key(n), false)).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn an_applied_resource_records_its_hash_and_version_and_a_failure_its_error() {
+        let the_plan = Plan {
+            steps: vec![
+                step(
+                    "a",
+                    Op::Apply {
+                        object: serde_json::json!({}),
+                    },
+                    ReadinessState::Ready { at: None },
+                ),
+                step(
+                    "b",
+                    Op::Apply {
+                        object: serde_json::json!({}),
+                    },
+                    ReadinessState::Absent,
+                ),
+            ],
+            requeue: None,
+        };
+        let outcomes = vec![
+            Outcome {
+                resource_version: Some("5".into()),
+                ..Outcome::default()
+            },
+            Outcome {
+                error: Some("Forbidden: no".into()),
+                ..Outcome::default()
+            },
+        ];
+        let now = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+        let rec = record(
+            &the_plan,
+            &outcomes,
+            &loaded(&["a", "b"]),
+            &BTreeMap::new(),
+            false,
+            &now,
+        );
+        let a = &rec.states[0][0];
+        assert_eq!(a.applied_hash.as_deref(), Some("v1:a"));
+        assert_eq!(a.applied_resource_version.as_deref(), Some("5"));
+        assert!(a.reconciled && a.ready == Some(now.clone()));
+        let b = &rec.states[0][1];
+        assert!(!b.reconciled && b.error.as_deref() == Some("Forbidden: no"));
+        assert_eq!(rec.errors, [format!("{}: Forbidden: no", key("b"))]);
+        assert_eq!(rec.not_ready, [format!("{} (not created yet)", key("b"))]);
+    }
+
+    #[test]
+    fn an_in_sync_resource_without_a_record_adopts_the_carried_version() {
+        let the_plan = Plan {
+            steps: vec![step(
+                "a",
+                Op::Skip {
+                    reason: SkipReason::InSync,
+                },
+                ReadinessState::Ready { at: None },
+            )],
+            requeue: None,
+        };
+        let carried = BTreeMap::from([(
+            key("a"),
+            Recorded {
+                applied_hash: Some("v1:a".into()),
+                applied_resource_version: Some("9".into()),
+                ready: None,
+                interval_due: false,
+            },
+        )]);
+        let now = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+        let rec = record(
+            &the_plan,
+            &[Outcome::default()],
+            &loaded(&["a"]),
+            &carried,
+            false,
+            &now,
+        );
+        assert_eq!(
+            rec.states[0][0].applied_resource_version.as_deref(),
+            Some("9")
+        );
+        assert!(rec.errors.is_empty() && rec.not_ready.is_empty());
+    }
+}

@@ -1,0 +1,265 @@
+//! The roll-up of per-resource states into the Composition's conditions, the current
+//! synthesis's reconciled/ready times and the simplified status. Pure over its inputs.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use plan::Plan;
+
+use super::super::composition::slices::Loaded;
+use super::super::status;
+use super::record::Recording;
+use crds::names::{conditions, reasons};
+use crds::{CompositionStatus, SimplifiedStatus};
+
+/// What the resources of the current synthesis add up to.
+#[derive(Debug, Default, PartialEq)]
+pub(crate) struct Rollup {
+    /// Every resource was applied (or deleted/orphaned, or fails open).
+    pub all_reconciled: bool,
+    /// Every resource is ready (tombstones and fail-open resources excepted).
+    pub all_ready: bool,
+    /// Failed writes, `key: message`.
+    pub errors: Vec<String>,
+    /// Resources not ready yet, `key (why)`.
+    pub not_ready: Vec<String>,
+}
+
+impl Rollup {
+    /// Adds up `recording` (the new states of `loaded`'s slices).
+    pub fn of(the_plan: &Plan, loaded: &Loaded, recording: &Recording) -> Rollup {
+        let fail_open: std::collections::BTreeSet<(usize, usize)> = the_plan
+            .steps
+            .iter()
+            .filter(|s| s.settings.fail_open)
+            .filter_map(|s| loaded.position.get(&s.key).copied())
+            .collect();
+        let all_reconciled = recording.states.iter().flatten().all(|s| s.reconciled);
+        let all_ready = all_reconciled
+            && recording.states.iter().enumerate().all(|(si, states)| {
+                states.iter().enumerate().all(|(ri, s)| {
+                    loaded.is_tombstone(si, ri)
+                        || s.ready.is_some()
+                        || (s.reconciled && fail_open.contains(&(si, ri)))
+                })
+            });
+        Rollup {
+            all_reconciled,
+            all_ready,
+            errors: recording.errors.clone(),
+            not_ready: recording.not_ready.clone(),
+        }
+    }
+
+    /// Writes the roll-up into `st` (conditions observe `generation`; `now` stamps the
+    /// synthesis's reconciled/ready times the first time they hold).
+    pub fn apply_to(
+        &self,
+        st: &mut CompositionStatus,
+        generation: Option<i64>,
+        deleting: bool,
+        now: &Time,
+    ) {
+        if deleting {
+            status::set_condition(
+                &mut st.conditions,
+                conditions::READY,
+                false,
+                reasons::DELETING,
+                "the composition is being deleted",
+                generation,
+            );
+            st.simplified = Some(SimplifiedStatus {
+                status: "Deleting".into(),
+                error: self.errors.first().cloned(),
+            });
+            return;
+        }
+        if let Some(cur) = st.current_synthesis.as_mut() {
+            if self.all_reconciled && cur.reconciled.is_none() {
+                cur.reconciled = Some(now.clone());
+            }
+            if self.all_ready && cur.ready.is_none() {
+                cur.ready = Some(now.clone());
+            }
+        }
+        self.reconciled_condition(st, generation);
+        self.ready_conditions(st, generation);
+        st.simplified = Some(self.simplified(st));
+    }
+
+    fn reconciled_condition(&self, st: &mut CompositionStatus, generation: Option<i64>) {
+        let (ok, reason, message) = if !self.errors.is_empty() {
+            (false, reasons::APPLY_FAILED, self.errors.join("; "))
+        } else if self.all_reconciled {
+            (true, reasons::APPLIED, "every resource is applied".into())
+        } else {
+            (false, reasons::NOT_READY, "applying resources".into())
+        };
+        status::set_condition(
+            &mut st.conditions,
+            conditions::RECONCILED,
+            ok,
+            reason,
+            &message,
+            generation,
+        );
+    }
+
+    fn ready_conditions(&self, st: &mut CompositionStatus, generation: Option<i64>) {
+        let message = if self.all_ready {
+            "every resource is ready".to_string()
+        } else {
+            let first: Vec<&str> = self.not_ready.iter().take(5).map(String::as_str).collect();
+            format!("waiting for {}", first.join("; "))
+        };
+        let reason = if self.all_ready {
+            reasons::ALL_READY
+        } else {
+            reasons::NOT_READY
+        };
+        let c = &mut st.conditions;
+        status::set_condition(
+            c,
+            conditions::READY,
+            self.all_ready,
+            reason,
+            &message,
+            generation,
+        );
+        status::set_condition(
+            c,
+            conditions::RECONCILING,
+            !self.all_ready,
+            reason,
+            &message,
+            generation,
+        );
+        if status::is_true(c, conditions::SYNTHESIZED) {
+            status::set_condition(
+                c,
+                conditions::STALLED,
+                false,
+                reasons::SYNTHESIS_SUCCEEDED,
+                "",
+                generation,
+            );
+        }
+    }
+
+    fn simplified(&self, st: &CompositionStatus) -> SimplifiedStatus {
+        let word = |s: &str| SimplifiedStatus {
+            status: s.into(),
+            error: None,
+        };
+        if !status::is_true(&st.conditions, conditions::SYNTHESIZED) {
+            st.simplified.clone().unwrap_or(word("Failed"))
+        } else if !self.errors.is_empty() {
+            SimplifiedStatus {
+                status: "Reconciling".into(),
+                error: self.errors.iter().max().cloned(),
+            }
+        } else if self.all_ready {
+            word("Ready")
+        } else if self.all_reconciled {
+            word("NotReady")
+        } else {
+            word("Reconciling")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crds::ResourceState;
+
+    fn status_with_synthesized() -> CompositionStatus {
+        let mut st = CompositionStatus::default();
+        status::set_condition(
+            &mut st.conditions,
+            conditions::SYNTHESIZED,
+            true,
+            "ok",
+            "",
+            Some(1),
+        );
+        st.current_synthesis = Some(crds::Synthesis::default());
+        st
+    }
+
+    fn loaded(n: usize) -> Loaded {
+        Loaded::for_test(
+            &(0..n)
+                .map(|i| {
+                    (
+                        plan::ResourceKey {
+                            group: String::new(),
+                            kind: "ConfigMap".into(),
+                            namespace: "n".into(),
+                            name: format!("r{i}"),
+                        },
+                        false,
+                    )
+                })
+                .collect::<Vec<_>>(),
+        )
+    }
+
+    #[test]
+    fn everything_ready_is_ready_and_stamps_the_synthesis() {
+        let now = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+        let ready = ResourceState {
+            reconciled: true,
+            ready: Some(now.clone()),
+            ..ResourceState::default()
+        };
+        let recording = Recording {
+            states: vec![vec![ready.clone(), ready]],
+            ..Recording::default()
+        };
+        let the_plan = Plan {
+            steps: vec![],
+            requeue: None,
+        };
+        let r = Rollup::of(&the_plan, &loaded(2), &recording);
+        assert!(r.all_ready && r.all_reconciled);
+        let mut st = status_with_synthesized();
+        r.apply_to(&mut st, Some(1), false, &now);
+        assert!(status::is_true(&st.conditions, conditions::READY));
+        assert_eq!(
+            st.simplified.as_ref().map(|s| s.status.as_str()),
+            Some("Ready")
+        );
+        assert!(
+            st.current_synthesis
+                .as_ref()
+                .is_some_and(|c| c.ready.is_some())
+        );
+    }
+
+    #[test]
+    fn a_failed_write_is_reconciling_with_the_error_and_not_ready() {
+        let now = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+        let recording = Recording {
+            states: vec![vec![ResourceState::default()]],
+            errors: vec!["cm/r0: Forbidden".into()],
+            not_ready: vec!["cm/r0 (not created yet)".into()],
+        };
+        let the_plan = Plan {
+            steps: vec![],
+            requeue: None,
+        };
+        let r = Rollup::of(&the_plan, &loaded(1), &recording);
+        assert!(!r.all_ready && !r.all_reconciled);
+        let mut st = status_with_synthesized();
+        r.apply_to(&mut st, Some(1), false, &now);
+        let reconciled = st
+            .conditions
+            .iter()
+            .find(|c| c.type_ == conditions::RECONCILED)
+            .unwrap();
+        assert_eq!(reconciled.reason, reasons::APPLY_FAILED);
+        let simplified = st.simplified.unwrap();
+        assert_eq!(simplified.status, "Reconciling");
+        assert_eq!(simplified.error.as_deref(), Some("cm/r0: Forbidden"));
+    }
+}

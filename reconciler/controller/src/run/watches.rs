@@ -1,0 +1,347 @@
+//! Shared watch caches, and the triggers they fire.
+//!
+//! - **Managed objects**: one metadata-only reflector per kind, selected by the
+//!   `enoki.dev/managed-by` label and shared by every Composition, started when a kind is first
+//!   emitted. The apply pass reads live `resourceVersion`s from it, so an in-sync resource costs
+//!   no request. A change to a managed object re-reconciles its owner (the label's value is the
+//!   owner's UID) — that is drift detection.
+//! - **Inputs**: one reflector per kind that some Composition reads (bound inputs, its
+//!   Synthesizer, dependencies, collections); reads come from it, and a change re-reconciles
+//!   every Composition that read the object. Objects enoki manages are left out of it (they
+//!   are in the metadata cache, and read with a GET when one is an input).
+//!
+//! Every watch backs off (`default_backoff`) and logs its errors; a kind's watch is stopped
+//! when no Composition needs it any more ([`Watches::forget`]). What a cached entry means is
+//! left to the callers: the cache may lag behind the server, so a stale answer must only ever
+//! cost a GET, never a wrong write.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::api::{Api, DynamicObject};
+use kube::core::{ApiResource, GroupVersionKind, PartialObjectMeta};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use tokio::sync::mpsc::UnboundedSender;
+
+use crds::Composition;
+
+/// Metadata of a managed object as the cache holds it.
+pub type Meta = PartialObjectMeta<DynamicObject>;
+
+/// (group, kind, namespace, name); name `*` for collections, namespace `""` for "any".
+type WatchKey = (String, String, String, String);
+
+/// One kind's watch: its store, the task feeding it, and the Compositions that need it.
+struct KindWatch<K: kube::Resource<DynamicType = ApiResource> + 'static> {
+    store: Store<K>,
+    ar: ApiResource,
+    task: tokio::task::AbortHandle,
+    users: HashSet<String>,
+}
+
+impl<K: kube::Resource<DynamicType = ApiResource> + 'static> Drop for KindWatch<K> {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Watches shared by every reconcile; see the module docs.
+pub struct Watches {
+    client: Client,
+    sender: UnboundedSender<ObjectRef<Composition>>,
+    readers: Mutex<HashMap<WatchKey, HashSet<ObjectRef<Composition>>>>,
+    inputs: Mutex<HashMap<GroupVersionKind, KindWatch<DynamicObject>>>,
+    managed: Mutex<HashMap<GroupVersionKind, KindWatch<Meta>>>,
+    owners: Mutex<HashMap<String, ObjectRef<Composition>>>,
+}
+
+/// How long a read waits for a kind's first list before it falls back to a GET.
+const FIRST_LIST: Duration = Duration::from_secs(15);
+
+impl Watches {
+    /// Watches that send Composition refs to re-reconcile on `sender`.
+    pub fn new(client: Client, sender: UnboundedSender<ObjectRef<Composition>>) -> Arc<Watches> {
+        Arc::new(Watches {
+            client,
+            sender,
+            readers: Mutex::new(HashMap::new()),
+            inputs: Mutex::new(HashMap::new()),
+            managed: Mutex::new(HashMap::new()),
+            owners: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Records that `comp` reads the object (or, with name `*`, the collection) and makes sure
+    /// its kind is watched.
+    pub fn track(
+        self: &Arc<Self>,
+        gvk: &GroupVersionKind,
+        ar: &ApiResource,
+        namespace: &str,
+        name: &str,
+        comp: &Composition,
+    ) {
+        let key = (
+            gvk.group.clone(),
+            gvk.kind.clone(),
+            namespace.to_string(),
+            name.to_string(),
+        );
+        let me = ObjectRef::from_obj(comp);
+        if let Ok(mut readers) = self.readers.lock() {
+            readers.entry(key).or_default().insert(me);
+        }
+        let uid = comp.uid().unwrap_or_default();
+        let Ok(mut inputs) = self.inputs.lock() else {
+            return;
+        };
+        if let Some(w) = inputs.get_mut(gvk) {
+            w.users.insert(uid);
+            return;
+        }
+        let writer = reflector::store::Writer::<DynamicObject>::new(ar.clone());
+        let store = writer.as_reader();
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), ar);
+        let wc = watcher::Config::default().labels(&format!("!{}", managed_label()));
+        let this = Arc::downgrade(self);
+        let (group, kind) = (gvk.group.clone(), gvk.kind.clone());
+        let events = watcher(api, wc)
+            .default_backoff()
+            .modify(|o: &mut DynamicObject| o.managed_fields_mut().clear())
+            .reflect(writer)
+            .touched_objects();
+        let task = tokio::spawn(async move {
+            futures::pin_mut!(events);
+            while let Some(event) = events.next().await {
+                let Some(this) = this.upgrade() else { break };
+                match event {
+                    Ok(o) => this.fire_readers(
+                        &group,
+                        &kind,
+                        &o.namespace().unwrap_or_default(),
+                        &o.name_any(),
+                    ),
+                    Err(e) => {
+                        tracing::warn!(kind = %kind, error = %e, "input watch failed; retrying with backoff")
+                    }
+                }
+            }
+        });
+        inputs.insert(
+            gvk.clone(),
+            KindWatch {
+                store,
+                ar: ar.clone(),
+                task: task.abort_handle(),
+                users: [uid].into(),
+            },
+        );
+    }
+
+    /// The cached object, `Some(None)` when the synced cache does not have it, `None` when
+    /// the kind is not watched or its first list has not finished within a few seconds.
+    pub async fn input(
+        &self,
+        gvk: &GroupVersionKind,
+        namespace: &str,
+        name: &str,
+    ) -> Option<Option<Arc<DynamicObject>>> {
+        let (store, ar) = {
+            let inputs = self.inputs.lock().ok()?;
+            let w = inputs.get(gvk)?;
+            (w.store.clone(), w.ar.clone())
+        };
+        tokio::time::timeout(FIRST_LIST, store.wait_until_ready())
+            .await
+            .ok()?
+            .ok()?;
+        let mut r = ObjectRef::new_with(name, ar);
+        if !namespace.is_empty() {
+            r = r.within(namespace);
+        }
+        Some(store.get(&r))
+    }
+
+    /// The metadata cache of managed objects of `gvk`, started on first use; `owner` (a
+    /// Composition UID) is recorded as one of its users. `None` while its first list has not
+    /// finished within a few seconds (callers then read with GETs).
+    pub async fn managed(
+        self: &Arc<Self>,
+        gvk: &GroupVersionKind,
+        ar: &ApiResource,
+        owner: &str,
+    ) -> Option<ManagedView> {
+        let store = {
+            let mut managed = self.managed.lock().ok()?;
+            match managed.get_mut(gvk) {
+                Some(w) => {
+                    w.users.insert(owner.to_string());
+                    w.store.clone()
+                }
+                None => {
+                    let w = self.start_managed(gvk, ar, owner);
+                    let store = w.store.clone();
+                    managed.insert(gvk.clone(), w);
+                    store
+                }
+            }
+        };
+        tokio::time::timeout(FIRST_LIST, store.wait_until_ready())
+            .await
+            .ok()?
+            .ok()?;
+        Some(ManagedView {
+            store,
+            ar: ar.clone(),
+        })
+    }
+
+    fn start_managed(
+        self: &Arc<Self>,
+        gvk: &GroupVersionKind,
+        ar: &ApiResource,
+        owner: &str,
+    ) -> KindWatch<Meta> {
+        let writer = reflector::store::Writer::<Meta>::new(ar.clone());
+        let store = writer.as_reader();
+        let api: Api<Meta> = Api::all_with(self.client.clone(), ar);
+        let wc = watcher::Config::default().labels(managed_label());
+        let events = watcher(api, wc)
+            .default_backoff()
+            .modify(|m: &mut Meta| m.managed_fields_mut().clear())
+            .reflect(writer)
+            .touched_objects();
+        let this = Arc::downgrade(self);
+        let (group, kind) = (gvk.group.clone(), gvk.kind.clone());
+        let task = tokio::spawn(async move {
+            futures::pin_mut!(events);
+            while let Some(event) = events.next().await {
+                let Some(this) = this.upgrade() else { break };
+                match event {
+                    Ok(m) => {
+                        if let Some(uid) = m.labels().get(managed_label()) {
+                            this.fire_owner(uid);
+                        }
+                        this.fire_readers(
+                            &group,
+                            &kind,
+                            &m.namespace().unwrap_or_default(),
+                            &m.name_any(),
+                        );
+                    }
+                    Err(e) => {
+                        tracing::warn!(kind = %kind, error = %e, "managed-object watch failed; retrying with backoff")
+                    }
+                }
+            }
+        });
+        KindWatch {
+            store,
+            ar: ar.clone(),
+            task: task.abort_handle(),
+            users: [owner.to_string()].into(),
+        }
+    }
+
+    /// Records the Composition that owns the objects labelled with its UID.
+    pub fn own(&self, comp: &Composition) {
+        if let (Some(uid), Ok(mut owners)) = (comp.uid(), self.owners.lock()) {
+            owners
+                .entry(uid)
+                .or_insert_with(|| ObjectRef::from_obj(comp));
+        }
+    }
+
+    /// Forgets everything about a Composition that is gone: what it read, that it owns
+    /// objects, and every watch only it needed (those stop).
+    pub fn forget(&self, comp: &ObjectRef<Composition>, uid: Option<&str>) {
+        if let Ok(mut readers) = self.readers.lock() {
+            readers.retain(|_, set| {
+                set.remove(comp);
+                !set.is_empty()
+            });
+        }
+        let Some(uid) = uid else { return };
+        if let Ok(mut owners) = self.owners.lock() {
+            owners.remove(uid);
+        }
+        if let Ok(mut inputs) = self.inputs.lock() {
+            inputs.retain(|_, w| {
+                w.users.remove(uid);
+                !w.users.is_empty()
+            });
+        }
+        if let Ok(mut managed) = self.managed.lock() {
+            managed.retain(|_, w| {
+                w.users.remove(uid);
+                !w.users.is_empty()
+            });
+        }
+    }
+
+    /// (input kinds, managed kinds, reader entries, owners) — for metrics and tests.
+    pub fn sizes(&self) -> (usize, usize, usize, usize) {
+        let n = |r: Option<usize>| r.unwrap_or_default();
+        (
+            n(self.inputs.lock().ok().map(|m| m.len())),
+            n(self.managed.lock().ok().map(|m| m.len())),
+            n(self.readers.lock().ok().map(|m| m.len())),
+            n(self.owners.lock().ok().map(|m| m.len())),
+        )
+    }
+
+    fn fire_owner(&self, uid: &str) {
+        let owner = self.owners.lock().ok().and_then(|o| o.get(uid).cloned());
+        if let Some(r) = owner {
+            let _ = self.sender.send(r);
+        }
+    }
+
+    fn fire_readers(&self, group: &str, kind: &str, namespace: &str, name: &str) {
+        let keys = [(namespace, name), (namespace, "*"), ("", "*")];
+        let refs: Vec<ObjectRef<Composition>> = match self.readers.lock() {
+            Ok(readers) => keys
+                .iter()
+                .filter_map(|(ns, n)| {
+                    readers.get(&(
+                        group.to_string(),
+                        kind.to_string(),
+                        ns.to_string(),
+                        n.to_string(),
+                    ))
+                })
+                .flatten()
+                .cloned()
+                .collect(),
+            Err(_) => return,
+        };
+        for r in refs {
+            let _ = self.sender.send(r);
+        }
+    }
+}
+
+/// A kind's synced metadata cache of managed objects.
+pub struct ManagedView {
+    store: Store<Meta>,
+    ar: ApiResource,
+}
+
+impl ManagedView {
+    /// The cached metadata of one object (`None`: not labelled as managed, or absent).
+    pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<Meta>> {
+        let mut r = ObjectRef::new_with(name, self.ar.clone());
+        if !namespace.is_empty() {
+            r = r.within(namespace);
+        }
+        self.store.get(&r)
+    }
+}
+
+fn managed_label() -> &'static str {
+    crds::names::annotations::MANAGED_BY.enoki
+}
