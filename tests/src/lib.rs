@@ -173,6 +173,8 @@ pub struct Enoki {
     child: std::process::Child,
     /// Where its logs go.
     pub log: PathBuf,
+    /// The port of its /metrics, /healthz and /readyz (when the harness chose it).
+    pub metrics_port: Option<u16>,
 }
 
 impl Enoki {
@@ -208,8 +210,13 @@ impl Enoki {
         if !namespace.is_empty() {
             args.extend(["--namespace", namespace]);
         }
+        let mut metrics_port = None;
+        let metrics_addr;
         if !extra.contains(&"--metrics-addr") {
-            args.extend(["--metrics-addr", "127.0.0.1:0"]);
+            let port = free_port();
+            metrics_port = Some(port);
+            metrics_addr = format!("127.0.0.1:{port}");
+            args.extend(["--metrics-addr", metrics_addr.as_str()]);
         }
         let child = std::process::Command::new(bin)
             .args(&args)
@@ -220,7 +227,48 @@ impl Enoki {
             .stderr(file)
             .spawn()
             .expect("enoki run starts");
-        Enoki { child, log }
+        Enoki {
+            child,
+            log,
+            metrics_port,
+        }
+    }
+
+    /// The value of metric `name` (summed over its label sets) from /metrics; `None` while
+    /// nothing answers.
+    ///
+    /// # Panics
+    /// When the harness did not choose the metrics port.
+    pub fn metric(&self, name: &str) -> Option<f64> {
+        let port = self.metrics_port.expect("started without --metrics-addr");
+        let (code, body) = http_get(port, "/metrics");
+        if code != 200 {
+            return None;
+        }
+        Some(
+            body.lines()
+                .filter(|l| {
+                    l.strip_prefix(name)
+                        .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
+                })
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum(),
+        )
+    }
+
+    /// Sends SIGTERM and waits up to `timeout` for the process to exit; whether it did.
+    pub fn terminate(&mut self, timeout: Duration) -> bool {
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = std::time::Instant::now() + timeout;
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
     }
 
     /// Stops the process (SIGKILL) and waits for it.
@@ -423,4 +471,79 @@ pub async fn composition_ready(env: &TestEnv, name: &str) -> bool {
                 .iter()
                 .any(|c| c.type_ == "Ready" && c.status == "True")
         })
+}
+
+/// One request the API server's audit log recorded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Request {
+    /// `get`, `list`, `watch`, `create`, `patch`, `update`, `delete`, …
+    pub verb: String,
+    /// The resource (`configmaps`), with `/status` for the subresource.
+    pub resource: String,
+    /// The object's name (empty for lists and watches).
+    pub name: String,
+    /// The client's User-Agent.
+    pub user_agent: String,
+}
+
+impl Request {
+    /// Whether enoki made it (its User-Agent is `enoki/<version>`).
+    pub fn by_enoki(&self) -> bool {
+        self.user_agent.starts_with("enoki/")
+    }
+
+    /// Whether it changes something.
+    pub fn is_write(&self) -> bool {
+        matches!(
+            self.verb.as_str(),
+            "create" | "update" | "patch" | "delete" | "deletecollection"
+        )
+    }
+}
+
+/// The requests the audit log (written by `hack/testenv.sh`) recorded in `namespace` after
+/// `since` (RFC 3339).
+///
+/// # Panics
+/// When the audit log cannot be read.
+pub fn audited_requests(namespace: &str, since: &str) -> Vec<Request> {
+    let path = std::env::var("TESTENV_AUDIT_LOG")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| {
+            kubeconfig_path()
+                .parent()
+                .expect("the kubeconfig has a directory")
+                .join("audit.log")
+        });
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (hack/testenv.sh writes it)", path.display()));
+    let s = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| e["stage"] == "ResponseComplete")
+        .filter(|e| e["objectRef"]["namespace"] == namespace)
+        .filter(|e| {
+            e["requestReceivedTimestamp"]
+                .as_str()
+                .is_some_and(|t| t > since)
+        })
+        .map(|e| {
+            let sub = s(&e["objectRef"]["subresource"]);
+            Request {
+                verb: s(&e["verb"]),
+                resource: if sub.is_empty() {
+                    s(&e["objectRef"]["resource"])
+                } else {
+                    format!("{}/{sub}", s(&e["objectRef"]["resource"]))
+                },
+                name: s(&e["objectRef"]["name"]),
+                user_agent: s(&e["userAgent"]),
+            }
+        })
+        .collect()
+}
+
+/// Now, as RFC 3339 (for [`audited_requests`]).
+pub fn now_rfc3339() -> String {
+    k8s_openapi::jiff::Timestamp::now().to_string()
 }

@@ -398,16 +398,23 @@ async fn drift_watch_and_off_case(p: &str) {
     let env = setup(&items, json!({})).await;
     // Once everything is ready the next periodic pass is the 5 min resync: nothing but the
     // watches can explain a quick revert.
-    let enoki = Enoki::start(&env.namespace);
+    let enoki = Enoki::start_with(&env.namespace, &["--resync", "1s"]);
     eventually("Ready", WAIT, || async { ready(&env).await.then_some(()) }).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let applies = |logs: &str| logs.matches(" applied").count();
-    let settled = applies(&enoki.logs());
+    let checks = enoki.metric("enoki_resource_checks_total").unwrap_or(0.0);
+    let since = harness::now_rfc3339();
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(
-        applies(&enoki.logs()),
-        settled,
-        "enoki's own writes must not trigger re-applies"
+    assert!(
+        enoki.metric("enoki_resource_checks_total").unwrap_or(0.0) >= checks + 4.0,
+        "passes over both resources ran meanwhile"
+    );
+    let writes: Vec<_> = harness::audited_requests(&env.namespace, &since)
+        .into_iter()
+        .filter(|r| r.by_enoki() && r.is_write() && r.resource == "configmaps")
+        .collect();
+    assert!(
+        writes.is_empty(),
+        "enoki's own writes must not trigger re-applies: {writes:?}"
     );
 
     let cms: Api<ConfigMap> = env.api();
@@ -641,20 +648,47 @@ async fn a_resync_of_many_in_sync_resources_writes_nothing_and_a_change_writes_o
         .map(|i| cm(&format!("r{i}"), json!({}), json!({"i": i.to_string()})))
         .collect();
     let env = setup(&Value::Array(items.clone()), json!({})).await;
-    let mut enoki = Enoki::start(&env.namespace);
+    let mut enoki = Enoki::start_with(&env.namespace, &["--resync", "2s"]);
     eventually("Ready", WAIT, || async { ready(&env).await.then_some(()) }).await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
 
-    // A restart is a full resync: 120 resources observed and planned, zero writes.
-    enoki.stop();
-    let since = k8s_openapi::jiff::Timestamp::now().to_string();
-    let restarted = Enoki::start(&env.namespace);
-    tokio::time::sleep(Duration::from_secs(6)).await;
-    assert!(restarted.logs().contains("enoki controller starting"));
-    let writes = writes_since(&env.namespace, &since);
+    // Periodic resyncs (every 2 s) of 120 in-sync resources: no GET, no write at all.
+    let checks = |e: &Enoki| e.metric("enoki_resource_checks_total").unwrap_or(0.0);
+    let before = checks(&enoki);
+    let since = harness::now_rfc3339();
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let passes = (checks(&enoki) - before) / 120.0;
+    assert!(passes >= 2.0, "expected at least two resyncs, saw {passes}");
+    let reads_or_writes: Vec<_> = harness::audited_requests(&env.namespace, &since)
+        .into_iter()
+        .filter(|r| r.by_enoki() && (r.verb == "get" || r.is_write()))
+        .collect();
     assert!(
-        writes.is_empty(),
-        "a resync of in-sync resources wrote: {writes:?}"
+        reads_or_writes.is_empty(),
+        "a resync of in-sync resources made requests: {reads_or_writes:?}"
+    );
+
+    // A restart is a full resync from fresh caches: zero writes, zero GETs of managed objects
+    // (the module's ConfigMap is read once per process).
+    enoki.stop();
+    let since = harness::now_rfc3339();
+    let restarted = Enoki::start(&env.namespace);
+    eventually("the restarted controller to check every resource", WAIT, || async {
+        (checks(&restarted) >= 120.0).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let requests: Vec<_> = harness::audited_requests(&env.namespace, &since)
+        .into_iter()
+        .filter(|r| {
+            r.by_enoki()
+                && (r.is_write()
+                    || (r.verb == "get" && r.resource == "configmaps" && !r.name.starts_with("module")))
+        })
+        .collect();
+    assert!(
+        requests.is_empty(),
+        "a resync of in-sync resources wrote or read: {requests:?}"
     );
 
     // Change one item: exactly that ConfigMap is written (plus enoki's own bookkeeping).
