@@ -299,9 +299,17 @@ async fn a_restart_makes_no_writes_to_in_sync_resources() {
     let since = harness::now_rfc3339();
     let restarted = Enoki::start(&env.namespace);
     // The new process reconciles everything once (watch start) and finds it in sync.
-    eventually("the restarted controller to check its resources", WAIT, || async {
-        (restarted.metric("enoki_resource_checks_total").unwrap_or(0.0) >= 5.0).then_some(())
-    })
+    eventually(
+        "the restarted controller to check its resources",
+        WAIT,
+        || async {
+            (restarted
+                .metric("enoki_resource_checks_total")
+                .unwrap_or(0.0)
+                >= 5.0)
+                .then_some(())
+        },
+    )
     .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let after = versions(cms.list(&lp).await.unwrap().items);
@@ -315,7 +323,10 @@ async fn a_restart_makes_no_writes_to_in_sync_resources() {
         .into_iter()
         .filter(|r| r.by_enoki() && r.is_write())
         .collect();
-    assert!(writes.is_empty(), "the restarted controller wrote: {writes:?}");
+    assert!(
+        writes.is_empty(),
+        "the restarted controller wrote: {writes:?}"
+    );
 }
 
 #[tokio::test]

@@ -673,9 +673,11 @@ async fn a_resync_of_many_in_sync_resources_writes_nothing_and_a_change_writes_o
     enoki.stop();
     let since = harness::now_rfc3339();
     let restarted = Enoki::start(&env.namespace);
-    eventually("the restarted controller to check every resource", WAIT, || async {
-        (checks(&restarted) >= 120.0).then_some(())
-    })
+    eventually(
+        "the restarted controller to check every resource",
+        WAIT,
+        || async { (checks(&restarted) >= 120.0).then_some(()) },
+    )
     .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let requests: Vec<_> = harness::audited_requests(&env.namespace, &since)
@@ -683,7 +685,9 @@ async fn a_resync_of_many_in_sync_resources_writes_nothing_and_a_change_writes_o
         .filter(|r| {
             r.by_enoki()
                 && (r.is_write()
-                    || (r.verb == "get" && r.resource == "configmaps" && !r.name.starts_with("module")))
+                    || (r.verb == "get"
+                        && r.resource == "configmaps"
+                        && !r.name.starts_with("module")))
         })
         .collect();
     assert!(

@@ -152,6 +152,8 @@ impl Error {
 /// Whether a Kubernetes API error is worth retrying soon.
 pub fn kube_is_transient(e: &kube::Error) -> bool {
     match e {
+        // etcd refuses objects over its request limit with a 500: retrying cannot help.
+        kube::Error::Api(resp) if resp.message.contains("request is too large") => false,
         kube::Error::Api(resp) => matches!(resp.code, 404 | 409 | 429 | 500..=599),
         kube::Error::SerdeError(_) => false,
         _ => true,
@@ -209,6 +211,12 @@ mod tests {
         for code in [400, 403, 413, 422] {
             assert!(!kube_is_transient(&api_error(code)), "{code}");
         }
+        let too_large = kube::Error::Api(
+            kube::core::Status::failure("etcdserver: request is too large", "")
+                .with_code(500)
+                .boxed(),
+        );
+        assert!(!kube_is_transient(&too_large));
         let e = Error::WriteSlice {
             name: "s".into(),
             source: api_error(413),

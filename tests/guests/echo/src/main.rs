@@ -1,6 +1,7 @@
 //! Test synthesizer for the e2e suites: emits exactly the items stored as a JSON list in
 //! `data.items` of the ConfigMap bound under `config`, so a test controls the synthesis
-//! output (annotations included) by editing one ConfigMap.
+//! output (annotations included) by editing one ConfigMap; `data.pad` pads the last item
+//! with that many bytes.
 
 fn main() {
     enoki_sdk::run(|input| {
@@ -14,8 +15,18 @@ fn main() {
                 key: "config".into(),
                 message: format!("data.items: {e}"),
             })?;
+        // `data.pad`: that many bytes of padding in the last item (tests of oversized output).
+        let pad: usize = config
+            .pointer("/data/pad")
+            .and_then(|v| v.as_str())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
         let mut out = enoki_sdk::Output::default();
-        for item in items {
+        let last = items.len().saturating_sub(1);
+        for (i, mut item) in items.into_iter().enumerate() {
+            if i == last && pad > 0 {
+                item["data"]["pad"] = serde_json::Value::String("x".repeat(pad));
+            }
             out.push(item);
         }
         Ok(out)
