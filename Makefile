@@ -1,7 +1,7 @@
 # enoki — the two commands: `make demo` and `make test`.
 SHELL := /bin/bash
 
-.PHONY: test demo demo-down setup testbin crds fmt clippy
+.PHONY: test demo demo-down setup testbin crds fmt clippy bench
 
 ## test: install what is missing, build/start the local control plane, fmt, clippy, every test
 test:
@@ -26,3 +26,8 @@ testbin:
 ## crds: regenerate crds/manifests/*.yaml from the Rust types
 crds:
 	cargo run -q -p crds --bin crdgen
+
+## bench: controller benchmarks on a local control plane with a release build (not in CI);
+## writes target/bench-controller.md (BENCH_ONLY=converge,steady,many,outage to select)
+bench:
+	hack/bench.sh

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# testenv.sh up|down|status — run etcd + kube-apiserver + kube-controller-manager on 127.0.0.1
+# testenv.sh up|down|status|stop-apiserver|start-apiserver — run etcd + kube-apiserver +
+# kube-controller-manager on 127.0.0.1
 # (random free ports, TLS, token auth, RBAC) for tests and the demo.
 #
 #   K8S_TESTBIN     directory with etcd, kube-apiserver, kube-controller-manager (hack/k8s-testbin.sh)
@@ -10,6 +11,8 @@
 #                   tests need (see below)
 #
 # `down` stops exactly the processes `up` started (by their recorded PIDs), nothing else.
+# `stop-apiserver` / `start-apiserver` stop and restart only the API server (same etcd data,
+# same port): outage tests and benchmarks.
 set -euo pipefail
 
 CMD="${1:-up}"
@@ -36,6 +39,15 @@ down() { stop_one kcm; stop_one apiserver; stop_one etcd; }
 
 case "$CMD" in
   down) down; log "stopped"; exit 0 ;;
+  stop-apiserver) stop_one apiserver; log "kube-apiserver stopped"; exit 0 ;;
+  start-apiserver)
+    [ -f "$TESTENV_DIR/apiserver.cmd" ] || { log "no $TESTENV_DIR/apiserver.cmd: run up first"; exit 1; }
+    bash -c "exec $(cat "$TESTENV_DIR/apiserver.cmd")" >>"$TESTENV_DIR/apiserver.log" 2>&1 &
+    echo $! > "$TESTENV_DIR/apiserver.pid"
+    # shellcheck disable=SC1091
+    . "$TESTENV_DIR/env"
+    for _ in $(seq 1 300); do kubectl get --raw /readyz >/dev/null 2>&1 && { log "kube-apiserver started again"; exit 0; }; sleep 0.2; done
+    log "kube-apiserver did not become ready"; exit 1 ;;
   status)
     for p in etcd apiserver kcm; do
       if [ -f "$TESTENV_DIR/$p.pid" ] && kill -0 "$(cat "$TESTENV_DIR/$p.pid")" 2>/dev/null; then
@@ -46,7 +58,7 @@ case "$CMD" in
     done
     exit 0 ;;
   up) ;;
-  *) echo "usage: $0 up|down|status" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|status|stop-apiserver|start-apiserver" >&2; exit 2 ;;
 esac
 
 [ -n "$BIN_DIR" ] || { log "K8S_TESTBIN is not set (run: K8S_TESTBIN=\$(hack/k8s-testbin.sh) $0 up)"; exit 1; }
@@ -125,21 +137,24 @@ fi
 # Audit log (metadata level): lets tests count the requests enoki makes.
 printf '%s\n' 'apiVersion: audit.k8s.io/v1' 'kind: Policy' 'omitStages: ["RequestReceived"]' 'rules:' '- level: Metadata' \
   > "$TESTENV_DIR/audit-policy.yaml"
-"$BIN_DIR/kube-apiserver" \
-  --audit-policy-file="$TESTENV_DIR/audit-policy.yaml" --audit-log-path="$TESTENV_DIR/audit.log" \
-  --audit-log-maxsize=500 --audit-log-mode=blocking \
-  --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
-  --bind-address=127.0.0.1 --secure-port="$API_PORT" --cert-dir="$TESTENV_DIR/pki" \
-  --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
-  --client-ca-file="$PKI/ca.crt" --token-auth-file="$PKI/tokens.csv" \
-  --authorization-mode=RBAC \
-  --service-account-issuer=https://kubernetes.default.svc.cluster.local \
-  --service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
-  --service-cluster-ip-range=10.0.0.0/24 \
-  --disable-admission-plugins=ServiceAccount \
-  --endpoint-reconciler-type=none \
-  --allow-privileged=true --profiling=false --v=1 \
-  "${API_EXTRA[@]}" >"$TESTENV_DIR/apiserver.log" 2>&1 &
+API_CMD=("$BIN_DIR/kube-apiserver"
+  --audit-policy-file="$TESTENV_DIR/audit-policy.yaml" --audit-log-path="$TESTENV_DIR/audit.log"
+  --audit-log-maxsize=500 --audit-log-mode=blocking
+  --etcd-servers="http://127.0.0.1:$ETCD_PORT"
+  --bind-address=127.0.0.1 --secure-port="$API_PORT" --cert-dir="$TESTENV_DIR/pki"
+  --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key"
+  --client-ca-file="$PKI/ca.crt" --token-auth-file="$PKI/tokens.csv"
+  --authorization-mode=RBAC
+  --service-account-issuer=https://kubernetes.default.svc.cluster.local
+  --service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key"
+  --service-cluster-ip-range=10.0.0.0/24
+  --disable-admission-plugins=ServiceAccount
+  --endpoint-reconciler-type=none
+  --allow-privileged=true --profiling=false --v=1
+  "${API_EXTRA[@]}")
+# Kept so `testenv.sh start-apiserver` can bring the same server back (outage benchmarks).
+{ printf '%q ' "${API_CMD[@]}"; echo; } > "$TESTENV_DIR/apiserver.cmd"
+"${API_CMD[@]}" >"$TESTENV_DIR/apiserver.log" 2>&1 &
 echo $! > "$TESTENV_DIR/apiserver.pid"
 api_ok() { [ "$(curl -sS --cacert "$PKI/ca.crt" -H "Authorization: Bearer $TOKEN" "https://127.0.0.1:$API_PORT/readyz")" = ok ] &&
            curl -fsS -o /dev/null --cacert "$PKI/ca.crt" -H "Authorization: Bearer $TOKEN" "https://127.0.0.1:$API_PORT/api/v1/namespaces/default"; }

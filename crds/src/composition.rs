@@ -38,6 +38,11 @@ pub struct CompositionSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 50))]
     pub depends_on: Vec<CompositionRef>,
+    /// Accept a synthesis that emits no resources although the current one has some (it
+    /// deletes them all). Off by default: such an output is refused (`EmptyOutput`), as Argo
+    /// CD's `allowEmpty`. The Synthesizer's `allowEmpty` allows it for every Composition.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_empty: bool,
 }
 
 /// A reference to a Synthesizer by name.

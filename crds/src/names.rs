@@ -133,6 +133,9 @@ pub mod reasons {
     pub const EXIT_CODE: &str = "ExitCode";
     /// The module's output is not a valid ResourceList.
     pub const MALFORMED_OUTPUT: &str = "MalformedOutput";
+    /// The output has no resources although the current synthesis has some, and neither the
+    /// Synthesizer nor the Composition allows that (`allowEmpty`): refused, nothing deleted.
+    pub const EMPTY_OUTPUT: &str = "EmptyOutput";
     /// The module reported an error result.
     pub const ERROR_RESULT: &str = "ErrorResult";
     /// The module could not be instantiated (e.g. missing imports).

@@ -42,6 +42,10 @@ pub struct SynthesizerSpec {
     /// passed to every synthesis; this makes a change to them a trigger too.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub watch_outputs: bool,
+    /// Accept an output with no resources when the current synthesis has some (it deletes
+    /// them all), for every Composition of this Synthesizer. Off by default (`EmptyOutput`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_empty: bool,
 }
 
 /// Where a synthesizer's WebAssembly module comes from. Exactly one field is set.

@@ -191,7 +191,10 @@ impl Enoki {
     /// # Panics
     /// When the binary is missing or cannot start.
     pub fn start_with(namespace: &str, extra: &[&str]) -> Enoki {
-        let bin = workspace_root().join("target/debug/enoki");
+        // Benchmarks run the release build: ENOKI_BIN names it.
+        let bin = std::env::var("ENOKI_BIN")
+            .map(PathBuf::from)
+            .unwrap_or_else(|_| workspace_root().join("target/debug/enoki"));
         assert!(
             bin.exists(),
             "{} is missing: build it first (`cargo build -p reconciler-controller`; `make test` does)",
@@ -254,6 +257,11 @@ impl Enoki {
                 .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
                 .sum(),
         )
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// Sends SIGTERM and waits up to `timeout` for the process to exit; whether it did.

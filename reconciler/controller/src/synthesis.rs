@@ -5,7 +5,6 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use serde::Deserialize;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use wasm_host::{Entropy, Host, HostError, ModulePre, RunLimits, RunRequest};
@@ -248,45 +247,83 @@ pub fn synthesize(
     })
 }
 
-#[derive(Deserialize)]
-struct RawList {
-    #[serde(default)]
-    kind: Option<String>,
-    #[serde(default)]
-    items: Vec<Value>,
-    #[serde(default)]
-    results: Vec<crds::SynthesisResult>,
-}
+/// The top-level fields a ResourceList on stdout may have (KRM function spec).
+const RESOURCE_LIST_FIELDS: &[&str] = &["apiVersion", "kind", "items", "results", "functionConfig"];
 
-/// Parses stdout as a ResourceList, JSON or YAML.
+/// Parses stdout as a ResourceList, JSON or YAML, strictly: `kind: ResourceList`, `items`
+/// present and a list, no unknown top-level field (a typo such as `itmes` must not read as
+/// an empty output that deletes everything).
 ///
 /// # Errors
-/// [`SynthesisError::MalformedOutput`] with the parser's position.
+/// [`SynthesisError::MalformedOutput`] naming the problem (with the parser's position).
 pub fn parse_output(
     stdout: &[u8],
 ) -> Result<(Vec<Value>, Vec<crds::SynthesisResult>), SynthesisError> {
-    let text = std::str::from_utf8(stdout).map_err(|e| SynthesisError::MalformedOutput {
-        message: format!("not UTF-8: {e}"),
-    })?;
+    let malformed = |message: String| SynthesisError::MalformedOutput { message };
+    let text = std::str::from_utf8(stdout).map_err(|e| malformed(format!("not UTF-8: {e}")))?;
     if text.trim().is_empty() {
-        return Err(SynthesisError::MalformedOutput {
-            message: "stdout is empty".into(),
-        });
+        return Err(malformed("stdout is empty".into()));
     }
-    let list: RawList = if text.trim_start().starts_with('{') {
-        serde_json::from_str(text).map_err(|e| SynthesisError::MalformedOutput {
-            message: format!("JSON at line {} column {}: {e}", e.line(), e.column()),
+    let list: Value = if text.trim_start().starts_with('{') {
+        serde_json::from_str(text).map_err(|e| {
+            malformed(format!(
+                "JSON at line {} column {}: {e}",
+                e.line(),
+                e.column()
+            ))
         })?
     } else {
-        serde_saphyr::from_str(text).map_err(|e| SynthesisError::MalformedOutput {
-            message: format!("YAML: {e}"),
-        })?
+        serde_saphyr::from_str(text).map_err(|e| malformed(format!("YAML: {e}")))?
     };
-    match list.kind.as_deref() {
-        Some("ResourceList") => Ok((list.items, list.results)),
-        other => Err(SynthesisError::MalformedOutput {
-            message: format!("kind is {other:?}, want \"ResourceList\""),
-        }),
+    let Value::Object(mut fields) = list else {
+        return Err(malformed("not an object".into()));
+    };
+    match fields.get("kind").and_then(Value::as_str) {
+        Some("ResourceList") => {}
+        other => {
+            return Err(malformed(format!(
+                "kind is {other:?}, want \"ResourceList\""
+            )));
+        }
+    }
+    let unknown: Vec<&String> = fields
+        .keys()
+        .filter(|k| !RESOURCE_LIST_FIELDS.contains(&k.as_str()))
+        .collect();
+    if !unknown.is_empty() {
+        return Err(malformed(format!(
+            "unknown top-level field(s) {unknown:?}; a ResourceList has {RESOURCE_LIST_FIELDS:?}"
+        )));
+    }
+    let items = match fields.remove("items") {
+        Some(Value::Array(items)) => items,
+        None => {
+            return Err(malformed(
+                "no \"items\" (an empty output is `items: []`)".into(),
+            ));
+        }
+        Some(other) => {
+            return Err(malformed(format!(
+                "\"items\" is {}, want a list",
+                json_type(&other)
+            )));
+        }
+    };
+    let results = match fields.remove("results") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(r) => serde_json::from_value(r).map_err(|e| malformed(format!("results: {e}")))?,
+    };
+    Ok((items, results))
+}
+
+fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
     }
 }
 
@@ -436,6 +473,26 @@ mod tests {
         assert_eq!(err.reason(), "MalformedOutput");
         let (items, _) = parse_output(b"kind: ResourceList\nitems:\n- {apiVersion: v1, kind: ConfigMap, metadata: {name: a}}\n").unwrap();
         assert_eq!(items.len(), 1, "YAML output is accepted");
+    }
+
+    #[test]
+    fn output_is_parsed_strictly() {
+        let err = |text: &str| match parse_output(text.as_bytes()) {
+            Err(SynthesisError::MalformedOutput { message }) => message,
+            other => panic!("{text}: {other:?}"),
+        };
+        assert!(err(r#"{"kind":"ResourceList","itmes":[]}"#).contains("\"itmes\""));
+        assert!(err(r#"{"kind":"ResourceList"}"#).contains("no \"items\""));
+        assert!(err(r#"{"kind":"ResourceList","items":{}}"#).contains("an object, want a list"));
+        assert!(err(r#"{"kind":"ResourceList","items":null}"#).contains("null"));
+        assert!(err("kind: ResourceList\nitems: []\nextra: 1\n").contains("\"extra\""));
+        let (items, results) = parse_output(
+            br#"{"apiVersion":"config.kubernetes.io/v1","kind":"ResourceList","items":[],
+                "functionConfig":{},"results":[{"message":"hi","severity":"info"}]}"#,
+        )
+        .unwrap();
+        assert!(items.is_empty());
+        assert_eq!(results.len(), 1);
     }
 
     #[test]

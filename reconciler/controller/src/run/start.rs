@@ -140,25 +140,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         () = shutdown.clone() => return Ok(()),
     };
     let lost = Arc::new(AtomicBool::new(false));
-    let stop = {
-        let (lost, shutdown) = (lost.clone(), shutdown.clone());
-        async move {
-            let lost_leadership = async move {
-                match leadership {
-                    Some(mut rx) => loop {
-                        if rx.changed().await.is_err() || !*rx.borrow() {
-                            lost.store(true, Ordering::Relaxed);
-                            tracing::warn!("lost leadership; stopping");
-                            break;
-                        }
-                    },
-                    None => futures::future::pending::<()>().await,
-                }
-            };
-            tokio::select! { () = lost_leadership => {}, () = shutdown => {} }
-        }
-        .shared()
-    };
+    let stop = stop_when(leadership, shutdown.clone(), lost.clone()).shared();
     let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
     let watches = Watches::new(client.clone(), sender);
     let changes = futures::stream::unfold(receiver, |mut rx| async move {
@@ -171,29 +153,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
             instance: Some(identity.clone()),
         },
     );
-    let (comps, slices): (Api<Composition>, Api<ResourceSlice>) = match &opts.namespace {
-        Some(ns) => (
-            Api::namespaced(client.clone(), ns),
-            Api::namespaced(client.clone(), ns),
-        ),
-        None => (Api::all(client.clone()), Api::all(client.clone())),
-    };
-    let mut wc = watcher::Config::default();
-    if let Some(sel) = &opts.label_selector {
-        wc = wc.labels(sel);
-    }
-    let (comp_reader, comp_writer) = reflector::store::<Composition>();
-    let comp_stream = watcher(comps, wc)
-        .default_backoff()
-        .reflect(comp_writer)
-        .applied_objects()
-        .predicate_filter(composition_change, Default::default());
-    let (slice_reader, slice_writer) = reflector::store::<ResourceSlice>();
-    let slice_stream = slice_changes(
-        watcher(slices, watcher::Config::default())
-            .default_backoff()
-            .reflect(slice_writer),
-    );
+    let (comp_reader, comp_stream, slice_reader, slice_stream) = caches(&client, &opts);
     let concurrency = u16::try_from(opts.concurrency.max(1)).unwrap_or(u16::MAX);
     let ctx = Arc::new(Context::new(Parts {
         client,
@@ -228,6 +188,67 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     }
     tracing::info!("enoki controller stopped");
     Ok(())
+}
+
+/// Resolves when leadership is lost (recorded in `lost`) or shutdown was requested.
+async fn stop_when(
+    leadership: Option<tokio::sync::watch::Receiver<bool>>,
+    shutdown: impl std::future::Future<Output = ()>,
+    lost: Arc<AtomicBool>,
+) {
+    let lost_leadership = async move {
+        match leadership {
+            Some(mut rx) => loop {
+                if rx.changed().await.is_err() || !*rx.borrow() {
+                    lost.store(true, Ordering::Relaxed);
+                    tracing::warn!("lost leadership; stopping");
+                    break;
+                }
+            },
+            None => futures::future::pending::<()>().await,
+        }
+    };
+    tokio::select! { () = lost_leadership => {}, () = shutdown => {} }
+}
+
+type Events<K> = futures::stream::BoxStream<'static, Result<K, watcher::Error>>;
+
+/// The Composition and ResourceSlice caches, and the event streams that wake reconciles.
+fn caches(
+    client: &Client,
+    opts: &Options,
+) -> (
+    reflector::Store<Composition>,
+    Events<Composition>,
+    reflector::Store<ResourceSlice>,
+    Events<ResourceSlice>,
+) {
+    let (comps, slices): (Api<Composition>, Api<ResourceSlice>) = match &opts.namespace {
+        Some(ns) => (
+            Api::namespaced(client.clone(), ns),
+            Api::namespaced(client.clone(), ns),
+        ),
+        None => (Api::all(client.clone()), Api::all(client.clone())),
+    };
+    let mut wc = watcher::Config::default();
+    if let Some(sel) = &opts.label_selector {
+        wc = wc.labels(sel);
+    }
+    let (comp_reader, comp_writer) = reflector::store::<Composition>();
+    let comp_stream = watcher(comps, wc)
+        .default_backoff()
+        .reflect(comp_writer)
+        .applied_objects()
+        .predicate_filter(composition_change, Default::default())
+        .boxed();
+    let (slice_reader, slice_writer) = reflector::store::<ResourceSlice>();
+    let slice_stream = slice_changes(
+        watcher(slices, watcher::Config::default())
+            .default_backoff()
+            .reflect(slice_writer),
+    )
+    .boxed();
+    (comp_reader, comp_stream, slice_reader, slice_stream)
 }
 
 /// ResourceSlice events that matter to their Composition: a new spec (generation) or a

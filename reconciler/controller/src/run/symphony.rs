@@ -119,6 +119,7 @@ fn desired_composition(sym: &Symphony, v: &Variation) -> serde_json::Value {
                 namespace: None,
             })
             .collect(),
+        allow_empty: false,
     };
     let owner = OwnerReference {
         api_version: Symphony::api_version(&()).into(),
@@ -183,7 +184,7 @@ pub async fn reconcile(sym: Arc<Symphony>, ctx: Arc<Context>) -> Result<Action, 
             }
         }
         if owned.is_empty() {
-            super::set_cleanup_finalizer(&syms, sym.as_ref(), false, None)
+            super::set_cleanup_finalizer(&syms, sym.as_ref(), false, sym.resource_version())
                 .await
                 .map_err(kube_err("removing the Symphony finalizer"))?;
             return Ok(Action::await_change());
@@ -191,7 +192,7 @@ pub async fn reconcile(sym: Arc<Symphony>, ctx: Arc<Context>) -> Result<Action, 
         return Ok(Action::requeue(ctx.opts.readiness_poll));
     }
     if !has_finalizer {
-        super::set_cleanup_finalizer(&syms, sym.as_ref(), true, None)
+        super::set_cleanup_finalizer(&syms, sym.as_ref(), true, sym.resource_version())
             .await
             .map_err(kube_err("adding the Symphony finalizer"))?;
     }

@@ -259,6 +259,36 @@ async fn store(
             }
         });
     }
+    let had_resources = match &st.current_synthesis {
+        Some(cur) if items.is_empty() => inputs::emitted(ctx, comp, cur)
+            .await?
+            .is_none_or(|e| !e.is_empty()),
+        _ => false,
+    };
+    if let Some(message) = refuse_empty(comp, req.synth, had_resources, &items) {
+        ctx.event(
+            comp,
+            true,
+            reasons::EMPTY_OUTPUT,
+            "Synthesize",
+            message.clone(),
+        )
+        .await;
+        fail(
+            st,
+            comp.metadata.generation,
+            reasons::EMPTY_OUTPUT,
+            &message,
+        );
+        ctx.remember(&uid, |m| {
+            m.failed = Some(Failed {
+                fingerprint: fp.to_string(),
+                failures: 1,
+                retry_at: Instant::now() + RETRY_CAP,
+            });
+        });
+        return Ok(Outcome::Failed(RETRY_CAP));
+    }
     let mut next = st.in_flight_synthesis.take().unwrap_or_default();
     next.input_digest = Some(out.input_digest);
     next.output_digest = Some(out.output_digest);
@@ -280,46 +310,9 @@ async fn store(
         st.current_synthesis = Some(next);
         tracing::debug!("re-synthesized with identical output; slices kept");
     } else {
-        let mut manifests: Vec<crds::Manifest> = items
-            .iter()
-            .map(|i| crds::Manifest {
-                manifest: i.to_string(),
-                deleted: false,
-            })
-            .collect();
-        manifests
-            .extend(slices::tombstones(ctx, comp, st.current_synthesis.as_ref(), &items).await?);
-        match slices::write(ctx, comp, &uuid, manifests).await {
+        match write_new(ctx, comp, st, &items, &uuid, (fp, kept)).await? {
             Ok(refs) => next.resource_slices = refs,
-            Err(e) if e.is_transient() => {
-                ctx.remember(&uid, |m| m.pending_output = Some((fp.to_string(), kept)));
-                return Err(e);
-            }
-            Err(e) => {
-                let message = super::super::error::chain(&e);
-                ctx.event(
-                    comp,
-                    true,
-                    reasons::SLICE_WRITE_FAILED,
-                    "Synthesize",
-                    message.clone(),
-                )
-                .await;
-                fail(
-                    st,
-                    comp.metadata.generation,
-                    reasons::SLICE_WRITE_FAILED,
-                    &message,
-                );
-                ctx.remember(&uid, |m| {
-                    m.failed = Some(Failed {
-                        fingerprint: fp.to_string(),
-                        failures: 1,
-                        retry_at: Instant::now() + RETRY_CAP,
-                    });
-                });
-                return Ok(Outcome::Failed(RETRY_CAP));
-            }
+            Err(requeue) => return Ok(Outcome::Failed(requeue)),
         }
         st.previous_synthesis = st.current_synthesis.take();
         st.current_synthesis = Some(next);
@@ -338,6 +331,79 @@ async fn store(
     );
     tracing::info!(synthesis = %uuid, resources = items.len(), unchanged, trigger = %req.trigger, "synthesized");
     Ok(Outcome::Stored)
+}
+
+/// Writes the slices of a new synthesis (its items plus tombstones for what the current one
+/// had). `Ok(Err(requeue))`: refused for good (condition set, not retried for this
+/// fingerprint); a transient failure keeps the output for the retry.
+async fn write_new(
+    ctx: &Arc<Context>,
+    comp: &Composition,
+    st: &mut CompositionStatus,
+    items: &[Value],
+    uuid: &str,
+    (fp, kept): (&str, synthesis::Synthesized),
+) -> Result<Result<Vec<crds::ResourceSliceRef>, Duration>, Error> {
+    let uid = comp.uid().unwrap_or_default();
+    let mut manifests: Vec<crds::Manifest> = items
+        .iter()
+        .map(|i| crds::Manifest {
+            manifest: i.to_string(),
+            deleted: false,
+        })
+        .collect();
+    manifests.extend(slices::tombstones(ctx, comp, st.current_synthesis.as_ref(), items).await?);
+    match slices::write(ctx, comp, uuid, manifests).await {
+        Ok(refs) => Ok(Ok(refs)),
+        Err(e) if e.is_transient() => {
+            ctx.remember(&uid, |m| m.pending_output = Some((fp.to_string(), kept)));
+            Err(e)
+        }
+        Err(e) => {
+            let message = super::super::error::chain(&e);
+            ctx.event(
+                comp,
+                true,
+                reasons::SLICE_WRITE_FAILED,
+                "Synthesize",
+                message.clone(),
+            )
+            .await;
+            fail(
+                st,
+                comp.metadata.generation,
+                reasons::SLICE_WRITE_FAILED,
+                &message,
+            );
+            ctx.remember(&uid, |m| {
+                m.failed = Some(Failed {
+                    fingerprint: fp.to_string(),
+                    failures: 1,
+                    retry_at: Instant::now() + RETRY_CAP,
+                });
+            });
+            Ok(Err(RETRY_CAP))
+        }
+    }
+}
+
+/// Why an empty output is refused: the current synthesis has resources (it would delete
+/// them all) and neither the Synthesizer nor the Composition sets `allowEmpty`.
+pub(crate) fn refuse_empty(
+    comp: &Composition,
+    synth: &Synthesizer,
+    had_resources: bool,
+    items: &[Value],
+) -> Option<String> {
+    if !items.is_empty() || !had_resources || synth.spec.allow_empty || comp.spec.allow_empty {
+        return None;
+    }
+    Some(format!(
+        "the synthesizer emitted no resources; applying that would delete every resource of \
+         the current synthesis. Set spec.allowEmpty on the Composition or Synthesizer {:?} \
+         if this is intended",
+        synth.metadata.name.as_deref().unwrap_or_default()
+    ))
 }
 
 /// Marks the synthesis failed: `Synthesized=False`, `Stalled=True`, simplified `Failed`.
@@ -382,6 +448,27 @@ fn new_uuid() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_empty_output_is_refused_only_when_it_would_delete_everything_and_is_not_allowed() {
+        let mut comp = Composition::new("c", Default::default());
+        let mut synth = Synthesizer::new("s", Default::default());
+        let one = [serde_json::json!({})];
+        assert!(refuse_empty(&comp, &synth, true, &[]).is_some());
+        assert!(
+            refuse_empty(&comp, &synth, false, &[]).is_none(),
+            "nothing to delete"
+        );
+        assert!(
+            refuse_empty(&comp, &synth, true, &one).is_none(),
+            "not empty"
+        );
+        synth.spec.allow_empty = true;
+        assert!(refuse_empty(&comp, &synth, true, &[]).is_none());
+        synth.spec.allow_empty = false;
+        comp.spec.allow_empty = true;
+        assert!(refuse_empty(&comp, &synth, true, &[]).is_none());
+    }
 
     #[test]
     fn a_failed_synthesis_is_retried_with_doubling_delays_up_to_fifteen_minutes() {

@@ -87,34 +87,21 @@ pub(crate) async fn act(
         .collect()
         .await;
     let conflicts = ctx.remember(&uid, |m| {
-        let mut conflicts = Vec::new();
-        for (step, outcome) in the_plan.steps.iter().zip(&outcomes) {
-            if deferred.contains(&step.key) {
-                continue;
-            }
-            // A correction whose write changed nothing (the server returned the live
-            // resourceVersion: e.g. only the status moved) reverted nothing: not a fight.
-            let live = observations.get(&step.key).and_then(|o| o.live.as_ref());
-            let live_rv = live
-                .and_then(|l| l.pointer("/metadata/resourceVersion"))
-                .and_then(Value::as_str);
-            let no_op = outcome.resource_version.as_deref() == live_rv;
-            if !is_correction(step) || outcome.error.is_some() || outcome.held || no_op {
-                if step.op.is_write() && outcome.error.is_none() && !no_op {
-                    m.fights.remove(&step.key);
-                }
-                continue;
-            }
-            let (n, delay) = fights::count_correction(&mut m.fights, &step.key, started);
-            if let Some(message) = fights::conflict_message(&step.key, live, n, delay) {
-                conflicts.push(message);
-                fight_wait = Some(fight_wait.map_or(delay, |w| w.min(delay)));
-            }
-        }
         record_failures(&mut m.backoff, the_plan, &outcomes, started);
-        conflicts
+        count_corrections(
+            &mut m.fights,
+            the_plan,
+            &outcomes,
+            observations,
+            &deferred,
+            &is_correction,
+            started,
+        )
     });
-    for message in conflicts {
+    for (_, delay) in &conflicts {
+        fight_wait = Some(fight_wait.map_or(*delay, |w| w.min(*delay)));
+    }
+    for (message, _) in conflicts {
         tracing::warn!(%message, "field conflict");
         ctx.event(comp, true, reasons::FIELD_CONFLICT, "Apply", message)
             .await;
@@ -124,6 +111,43 @@ pub(crate) async fn act(
         outcomes,
         fight_wait,
     }
+}
+
+/// Counts the drift corrections that took effect; returns a `FieldConflict` message and the
+/// backoff delay for every resource whose correction count reached a fight.
+fn count_corrections(
+    fights: &mut std::collections::HashMap<ResourceKey, fights::Fight>,
+    the_plan: &Plan,
+    outcomes: &[Outcome],
+    observations: &BTreeMap<ResourceKey, Observation>,
+    deferred: &std::collections::BTreeSet<ResourceKey>,
+    is_correction: &dyn Fn(&plan::Step) -> bool,
+    now: Instant,
+) -> Vec<(String, Duration)> {
+    let mut conflicts = Vec::new();
+    for (step, outcome) in the_plan.steps.iter().zip(outcomes) {
+        if deferred.contains(&step.key) {
+            continue;
+        }
+        // A correction whose write changed nothing (the server returned the live
+        // resourceVersion: e.g. only the status moved) reverted nothing: not a fight.
+        let live = observations.get(&step.key).and_then(|o| o.live.as_ref());
+        let live_rv = live
+            .and_then(|l| l.pointer("/metadata/resourceVersion"))
+            .and_then(Value::as_str);
+        let no_op = outcome.resource_version.as_deref() == live_rv;
+        if !is_correction(step) || outcome.error.is_some() || outcome.held || no_op {
+            if step.op.is_write() && outcome.error.is_none() && !no_op {
+                fights.remove(&step.key);
+            }
+            continue;
+        }
+        let (n, delay) = fights::count_correction(fights, &step.key, now);
+        if let Some(message) = fights::conflict_message(&step.key, live, n, delay) {
+            conflicts.push((message, delay));
+        }
+    }
+    conflicts
 }
 
 fn record_failures(

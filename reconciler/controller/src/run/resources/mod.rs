@@ -87,35 +87,18 @@ pub async fn reconcile(
     };
     let previous = slices::previous_applied(ctx, comp, st, &loaded, &info).await?;
     let recorded = observe::recorded(ctx, &uid, &prepared, &loaded, &previous.carried);
-    let recorded_observed = current
-        .input_revisions
-        .iter()
-        .find(|r| r.key == super::inputs::OBSERVED_REVISION_KEY)
-        .and_then(|r| r.digest.clone())
-        .filter(|_| !deleting);
-    let deleted_keys = loaded.deleted_keys();
-    let observations = observe::observe(
-        ctx,
-        &uid,
-        &prepared,
-        &recorded,
-        &deleted_keys,
-        observe::Needs {
-            deleting,
-            everything: recorded_observed.is_some(),
-        },
-    )
-    .await?;
-    if let Some(seen) = recorded_observed
-        && observe::outputs_changed(&prepared, &observations, &seen)
-    {
-        tracing::debug!("observed outputs changed since the synthesis; re-synthesizing first");
+    let seen = Seen {
+        prepared: &prepared,
+        recorded: &recorded,
+        loaded: &loaded,
+    };
+    let Some(observations) = observe_pass(ctx, &uid, &current, &seen, deleting).await? else {
         return Ok(Pass {
             resynthesize: true,
             requeue: Some(Duration::from_millis(100)),
             ..Pass::default()
         });
-    }
+    };
     let observed: plan::Observed = observations
         .iter()
         .filter_map(|(k, o)| o.live.clone().map(|l| (k.clone(), l)))
@@ -132,6 +115,62 @@ pub async fn reconcile(
         },
     });
     let acted = execute::act(ctx, comp, &the_plan, &observations, &recorded).await;
+    finish(ctx, comp, st, deleting, &seen, &the_plan, acted).await
+}
+
+/// What a pass read before planning.
+struct Seen<'a> {
+    prepared: &'a plan::Prepared,
+    recorded: &'a BTreeMap<ResourceKey, plan::Recorded>,
+    loaded: &'a Loaded,
+}
+
+/// Observes the resources; `None` when an observed output changed since the synthesis read
+/// it (synthesize again first rather than revert a change with a stale snapshot).
+async fn observe_pass(
+    ctx: &Arc<Context>,
+    uid: &str,
+    current: &crds::Synthesis,
+    seen: &Seen<'_>,
+    deleting: bool,
+) -> Result<Option<BTreeMap<ResourceKey, observe::Observation>>, Error> {
+    let recorded_observed = current
+        .input_revisions
+        .iter()
+        .find(|r| r.key == super::inputs::OBSERVED_REVISION_KEY)
+        .and_then(|r| r.digest.clone())
+        .filter(|_| !deleting);
+    let observations = observe::observe(
+        ctx,
+        uid,
+        seen.prepared,
+        seen.recorded,
+        &seen.loaded.deleted_keys(),
+        observe::Needs {
+            deleting,
+            everything: recorded_observed.is_some(),
+        },
+    )
+    .await?;
+    if let Some(digest) = recorded_observed
+        && observe::outputs_changed(seen.prepared, &observations, &digest)
+    {
+        tracing::debug!("observed outputs changed since the synthesis; re-synthesizing first");
+        return Ok(None);
+    }
+    Ok(Some(observations))
+}
+
+/// Records the outcomes, writes slice states, rolls up into `st`.
+async fn finish(
+    ctx: &Arc<Context>,
+    comp: &Composition,
+    st: &mut CompositionStatus,
+    deleting: bool,
+    seen: &Seen<'_>,
+    the_plan: &Plan,
+    acted: execute::Acted,
+) -> Result<Pass, Error> {
     if !deleting {
         ctx.metrics
             .managed_resources
@@ -140,15 +179,15 @@ pub async fn reconcile(
     let now =
         k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now());
     let recording = record::record(
-        &the_plan,
+        the_plan,
         &acted.outcomes,
-        &loaded,
-        &recorded,
+        seen.loaded,
+        seen.recorded,
         deleting,
         &now,
     );
-    slices::write_states(ctx, comp, &loaded, &recording.states).await?;
-    let roll = rollup::Rollup::of(&the_plan, &loaded, &recording);
+    slices::write_states(ctx, comp, seen.loaded, &recording.states).await?;
+    let roll = rollup::Rollup::of(the_plan, seen.loaded, &recording);
     if !recording.errors.is_empty() && !deleting {
         ctx.event(
             comp,

@@ -101,74 +101,17 @@ pub(crate) async fn observe(
     let mut out = BTreeMap::new();
     let mut fetch = Vec::new();
     for r in &prepared.resources {
-        let Some(gvk) = gvk_of_manifest(&r.manifest) else {
-            out.insert(
-                r.key.clone(),
-                Observation {
-                    api: None,
-                    live: None,
-                },
-            );
-            continue;
-        };
-        let Ok((ar, namespaced)) = ctx.resolve(&gvk).await else {
-            // Not served (yet): e.g. a CRD from this synthesis is not Established.
-            out.insert(
-                r.key.clone(),
-                Observation {
-                    api: None,
-                    live: None,
-                },
-            );
-            continue;
-        };
-        let api: Api<DynamicObject> = if namespaced {
-            Api::namespaced_with(ctx.client.clone(), &r.key.namespace, &ar)
-        } else {
-            Api::all_with(ctx.client.clone(), &ar)
-        };
-        let view_key = format!("{}/{}/{}", gvk.group, gvk.version, gvk.kind);
-        if !views.contains_key(&view_key) {
-            let view = ctx.watches.managed(&gvk, &ar, uid).await;
-            views.insert(view_key.clone(), view);
-        }
-        let meta = views[&view_key]
-            .as_ref()
-            .map(|v| v.get(if namespaced { &r.key.namespace } else { "" }, &r.key.name));
-        let cached = match &meta {
-            None => Cached::Unknown,
-            Some(None) => Cached::Absent,
-            Some(Some(m)) => Cached::Present(m.metadata.resource_version.as_deref()),
-        };
-        let create_semantics = r.settings.replace
-            || r.settings.disable_updates
-            || ctx.opts.mode == plan::ApplyMode::ClientSide;
         let deleted = deleted_keys.contains(&r.key);
-        if needs_get(
-            r,
-            recorded.get(&r.key),
-            cached,
-            needs,
-            deleted,
-            create_semantics,
-        ) {
-            fetch.push((r.key.clone(), api));
-            continue;
+        let cached = from_cache(ctx, uid, r, &mut views, |cached, create| {
+            needs_get(r, recorded.get(&r.key), cached, needs, deleted, create)
+        })
+        .await;
+        match cached {
+            FromCache::Done(o) => {
+                out.insert(r.key.clone(), o);
+            }
+            FromCache::Fetch(api) => fetch.push((r.key.clone(), api)),
         }
-        let live = meta.flatten().map(|m| {
-            json!({
-                "apiVersion": r.manifest.get("apiVersion"),
-                "kind": r.manifest.get("kind"),
-                "metadata": m.metadata,
-            })
-        });
-        out.insert(
-            r.key.clone(),
-            Observation {
-                api: Some(api),
-                live,
-            },
-        );
     }
     ctx.metrics.observe_gets.inc_by(fetch.len() as u64);
     ctx.metrics
@@ -200,6 +143,80 @@ pub(crate) async fn observe(
         out.insert(key, o);
     }
     Ok(out)
+}
+
+/// What the cache answered for one resource.
+enum FromCache {
+    /// Enough: the observation (metadata only, or absent, or the kind is not served).
+    Done(Observation),
+    /// Read it with this API.
+    Fetch(Api<DynamicObject>),
+}
+
+/// Looks a resource up in the metadata cache of its kind (started on first use) and asks
+/// `get` (given what the cache says and whether the resource is created with a plain
+/// create) whether that suffices.
+async fn from_cache(
+    ctx: &Arc<Context>,
+    uid: &str,
+    r: &PreparedResource,
+    views: &mut BTreeMap<String, Option<ManagedView>>,
+    get: impl Fn(Cached<'_>, bool) -> bool,
+) -> FromCache {
+    let unknown = || {
+        FromCache::Done(Observation {
+            api: None,
+            live: None,
+        })
+    };
+    let Some(gvk) = gvk_of_manifest(&r.manifest) else {
+        return unknown();
+    };
+    // Not served (yet): e.g. a CRD from this synthesis is not Established.
+    let Ok((ar, namespaced)) = ctx.resolve(&gvk).await else {
+        return unknown();
+    };
+    let api: Api<DynamicObject> = if namespaced {
+        Api::namespaced_with(ctx.client.clone(), &r.key.namespace, &ar)
+    } else {
+        Api::all_with(ctx.client.clone(), &ar)
+    };
+    let view_key = format!("{}/{}/{}", gvk.group, gvk.version, gvk.kind);
+    if !views.contains_key(&view_key) {
+        let view = ctx.watches.managed(&gvk, &ar, uid).await;
+        views.insert(view_key.clone(), view);
+    }
+    let ns = if namespaced {
+        r.key.namespace.as_str()
+    } else {
+        ""
+    };
+    let meta = views
+        .get(&view_key)
+        .and_then(Option::as_ref)
+        .map(|v| v.get(ns, &r.key.name));
+    let cached = match &meta {
+        None => Cached::Unknown,
+        Some(None) => Cached::Absent,
+        Some(Some(m)) => Cached::Present(m.metadata.resource_version.as_deref()),
+    };
+    let create_semantics = r.settings.replace
+        || r.settings.disable_updates
+        || ctx.opts.mode == plan::ApplyMode::ClientSide;
+    if get(cached, create_semantics) {
+        return FromCache::Fetch(api);
+    }
+    let live = meta.flatten().map(|m| {
+        json!({
+            "apiVersion": r.manifest.get("apiVersion"),
+            "kind": r.manifest.get("kind"),
+            "metadata": m.metadata,
+        })
+    });
+    FromCache::Done(Observation {
+        api: Some(api),
+        live,
+    })
 }
 
 /// Whether the observed outputs differ from the digest the synthesis recorded.

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# bench.sh — what `make bench` does: set up, build enoki in release mode, start the local
+# control plane, run the controller benchmarks (tests/benches/controller.rs) and the synthesis
+# benchmark, print the tables and keep them in target/bench-*.md. Not part of `make test`.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$ROOT"
+export TESTENV_DIR="${TESTENV_DIR:-$ROOT/target/bench-testenv}"
+hack/setup.sh
+mkdir -p target
+K8S_TESTBIN="$(hack/k8s-testbin.sh)"; export K8S_TESTBIN
+hack/build-samples.sh
+cargo build --release --locked -p reconciler-controller --bin enoki
+export ENOKI_BIN="$ROOT/target/release/enoki"
+for f in crds/manifests/*.yaml crds/manifests/builtins/*.yaml; do echo ---; cat "$f"; done > target/crds.yaml
+export TESTENV_CRDS="$ROOT/target/crds.yaml"
+trap 'hack/testenv.sh down' EXIT
+hack/testenv.sh up
+# shellcheck disable=SC1091
+. "$TESTENV_DIR/env"
+cargo bench --locked -p enoki-tests --bench controller | tee target/bench-controller.md

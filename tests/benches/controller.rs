@@ -1,0 +1,382 @@
+//! Controller benchmarks on the real control plane, every figure next to a baseline measured
+//! in the same run (`make bench`; not part of `make test`):
+//!
+//! 1. converge: one Composition of 1,000 ConfigMaps, against the raw floor (the same 1,000
+//!    server-side applies from a plain client at several concurrencies) and one
+//!    `kubectl apply --server-side`;
+//! 2. steady state: requests and enoki CPU per resync of 1,000 in-sync resources;
+//! 3. many: 1,000 Compositions × 10 ConfigMaps, time until all are Ready, enoki's RSS;
+//! 4. outage: the API server stopped for 60 s (enoki's CPU meanwhile), then SIGTERM while a
+//!    synthesis runs (time to exit).
+//!
+//! Needs the control plane (`hack/testenv.sh up`), the echo guest (`hack/build-samples.sh`)
+//! and a release build of enoki named by `ENOKI_BIN`. `BENCH_ONLY=converge,steady,many,outage`
+//! selects cases.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use harness::{Enoki, TestEnv, echo_module, install_crds, install_synthesizer};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use serde_json::{Value, json};
+
+const CLK_TCK: f64 = 100.0;
+
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let t = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (t(11) + t(12)) / CLK_TCK
+}
+
+/// (current RSS, peak RSS) in MiB.
+fn rss_mib(pid: u32) -> (f64, f64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kb = |key: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(key))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (kb("VmRSS:") / 1024.0, kb("VmHWM:") / 1024.0)
+}
+
+fn items(prefix: &str, n: usize) -> Vec<Value> {
+    (0..n)
+        .map(|i| {
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": format!("{prefix}{i}")},
+                "data": {"index": i.to_string(), "payload": "x".repeat(64)}})
+        })
+        .collect()
+}
+
+/// The raw floor: `n` server-side applies of the items from a plain client.
+async fn raw_apply(env: &TestEnv, objects: &[Value], concurrency: usize) -> Duration {
+    let cms: Api<ConfigMap> = env.api();
+    let pp = PatchParams::apply("bench-raw").force();
+    let start = Instant::now();
+    let results: Vec<_> = futures::stream::iter(objects.iter().map(|o| {
+        let (cms, pp) = (cms.clone(), pp.clone());
+        async move {
+            let name = o["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            cms.patch(&name, &pp, &Patch::Apply(o)).await
+        }
+    }))
+    .buffer_unordered(concurrency)
+    .collect()
+    .await;
+    let elapsed = start.elapsed();
+    assert!(results.iter().all(Result::is_ok), "raw applies failed");
+    elapsed
+}
+
+fn kubectl_apply(env: &TestEnv, objects: &[Value]) -> Duration {
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": objects});
+    let path = std::env::temp_dir().join(format!("bench-{}.json", env.namespace));
+    std::fs::write(&path, list.to_string()).unwrap();
+    let start = Instant::now();
+    let out = std::process::Command::new("kubectl")
+        .args(["apply", "--server-side", "-n", &env.namespace, "-f"])
+        .arg(&path)
+        .env("KUBECONFIG", harness::kubeconfig_path())
+        .output()
+        .expect("kubectl runs");
+    let elapsed = start.elapsed();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    elapsed
+}
+
+async fn wait_ready(env: &TestEnv, name: &str, timeout: Duration) -> Duration {
+    let start = Instant::now();
+    while !harness::composition_ready(env, name).await {
+        assert!(
+            start.elapsed() < timeout,
+            "{name} not Ready within {timeout:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    start.elapsed()
+}
+
+async fn wait_readyz(enoki: &Enoki) {
+    let port = enoki.metrics_port.expect("metrics port");
+    for _ in 0..600 {
+        if harness::http_get(port, "/readyz").0 == 200 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("enoki did not become ready:\n{}", enoki.logs());
+}
+
+async fn converge_and_steady(run_steady: bool) {
+    let n = 1000;
+    let objects = items("cm", n);
+    println!("\n## converge: one Composition of {n} ConfigMaps\n");
+    println!("| what | wall time | vs best raw floor |");
+    println!("| --- | --- | --- |");
+    let mut floors = Vec::new();
+    for c in [4, 8, 16, 32] {
+        let env = TestEnv::new().await;
+        floors.push((c, raw_apply(&env, &objects, c).await));
+    }
+    let (best_c, best) = floors.iter().min_by_key(|(_, d)| *d).copied().unwrap();
+    for (c, d) in &floors {
+        println!(
+            "| raw server-side apply, concurrency {c} | {:.2} s | {:.2}× |",
+            d.as_secs_f64(),
+            d.as_secs_f64() / best.as_secs_f64()
+        );
+    }
+    let env = TestEnv::new().await;
+    let k = kubectl_apply(&env, &objects);
+    println!(
+        "| one `kubectl apply --server-side` | {:.2} s | {:.2}× |",
+        k.as_secs_f64(),
+        k.as_secs_f64() / best.as_secs_f64()
+    );
+    for apply_concurrency in ["16", "32"] {
+        let env = TestEnv::new().await;
+        let synth = install_synthesizer(&env, "echo", &echo_module()).await;
+        harness::set_echo_items(&env, "items", &Value::Array(objects.clone())).await;
+        let enoki = Enoki::start_with(
+            &env.namespace,
+            &["--apply-concurrency", apply_concurrency, "--resync", "2s"],
+        );
+        wait_readyz(&enoki).await;
+        let start = Instant::now();
+        harness::apply_composition(&env, "echo", &synth, "items", json!({})).await;
+        let _ = wait_ready(&env, "echo", Duration::from_secs(300)).await;
+        let d = start.elapsed();
+        println!(
+            "| enoki, Composition applied → Ready, apply concurrency {apply_concurrency} | {:.2} s | {:.2}× (floor at concurrency {best_c}) |",
+            d.as_secs_f64(),
+            d.as_secs_f64() / best.as_secs_f64()
+        );
+        if run_steady && apply_concurrency == "16" {
+            steady(&env, &enoki, n).await;
+        }
+    }
+}
+
+async fn steady(env: &TestEnv, enoki: &Enoki, n: usize) {
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let checks = || enoki.metric("enoki_resource_checks_total").unwrap_or(0.0);
+    let (c0, cpu0) = (checks(), cpu_seconds(enoki.pid()));
+    let since = harness::now_rfc3339();
+    let window = Duration::from_secs(30);
+    tokio::time::sleep(window).await;
+    let (c1, cpu1) = (checks(), cpu_seconds(enoki.pid()));
+    let requests: Vec<_> = harness::audited_requests(&env.namespace, &since)
+        .into_iter()
+        .filter(harness::Request::by_enoki)
+        .collect();
+    let gets = requests.iter().filter(|r| r.verb == "get").count();
+    let writes = requests.iter().filter(|r| r.is_write()).count();
+    let resyncs = (c1 - c0) / n as f64;
+    let cpu = cpu1 - cpu0;
+    println!("\n## steady state: {n} in-sync resources, resync every 2 s, {window:?} window\n");
+    println!("| figure | value |");
+    println!("| --- | --- |");
+    println!("| resyncs of all {n} resources | {resyncs:.1} |");
+    println!("| GETs by enoki | {gets} |");
+    println!("| writes by enoki | {writes} |");
+    println!("| enoki CPU (whole process, incl. watches) | {cpu:.3} s |");
+    println!(
+        "| resource checks per CPU-second | {:.0} |",
+        (c1 - c0) / cpu.max(0.01)
+    );
+}
+
+async fn many() {
+    let (comps, per) = (1000, 10);
+    let env = TestEnv::new().await;
+    let synth = install_synthesizer(&env, "echo", &echo_module()).await;
+    let enoki = Enoki::start_with(&env.namespace, &["--concurrency", "8"]);
+    wait_readyz(&enoki).await;
+    let (_, rss_idle) = rss_mib(enoki.pid());
+    let start = Instant::now();
+    let envr = &env;
+    let synth = &synth;
+    futures::stream::iter(0..comps)
+        .for_each_concurrent(16, |i| async move {
+            let cm = format!("items-{i}");
+            let objects = items(&format!("c{i}-"), per);
+            harness::set_echo_items(envr, &cm, &Value::Array(objects)).await;
+            harness::apply_composition(envr, &format!("comp-{i}"), synth, &cm, json!({})).await;
+        })
+        .await;
+    let created = start.elapsed();
+    let api: Api<crds::Composition> = env.api();
+    let mut ready = 0;
+    while start.elapsed() < Duration::from_secs(600) {
+        let list = api.list(&ListParams::default()).await.unwrap();
+        ready = list
+            .items
+            .iter()
+            .filter(|c| {
+                c.status.as_ref().is_some_and(|s| {
+                    s.conditions
+                        .iter()
+                        .any(|x| x.type_ == "Ready" && x.status == "True")
+                })
+            })
+            .count();
+        if ready == comps {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let all = start.elapsed();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let (rss, peak) = rss_mib(enoki.pid());
+    println!("\n## many: {comps} Compositions × {per} ConfigMaps\n");
+    println!("| figure | value |");
+    println!("| --- | --- |");
+    println!(
+        "| Compositions and inputs created (16 clients) | {:.1} s |",
+        created.as_secs_f64()
+    );
+    println!(
+        "| all {ready}/{comps} Ready, from the first create | {:.1} s |",
+        all.as_secs_f64()
+    );
+    println!(
+        "| enoki RSS idle before / after (peak) | {rss_idle:.0} MiB / {rss:.0} MiB ({peak:.0} MiB) |"
+    );
+}
+
+fn testenv(cmd: &str) {
+    let status = std::process::Command::new("bash")
+        .arg(harness::workspace_root().join("hack/testenv.sh"))
+        .arg(cmd)
+        .status()
+        .expect("testenv.sh runs");
+    assert!(status.success(), "testenv.sh {cmd} failed");
+}
+
+async fn outage() {
+    let env = TestEnv::new().await;
+    let synth = install_synthesizer(&env, "echo", &echo_module()).await;
+    harness::set_echo_items(&env, "items", &Value::Array(items("o", 10))).await;
+    let enoki = Enoki::start(&env.namespace);
+    harness::apply_composition(&env, "echo", &synth, "items", json!({})).await;
+    wait_ready(&env, "echo", Duration::from_secs(60)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let idle0 = cpu_seconds(enoki.pid());
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let idle = cpu_seconds(enoki.pid()) - idle0;
+    testenv("stop-apiserver");
+    let cpu0 = cpu_seconds(enoki.pid());
+    let log0 = enoki.logs().lines().count();
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let cpu = cpu_seconds(enoki.pid()) - cpu0;
+    let lines = enoki.logs().lines().count() - log0;
+    testenv("start-apiserver");
+    println!("\n## outage: API server stopped for 60 s\n");
+    println!("| figure | value |");
+    println!("| --- | --- |");
+    println!(
+        "| enoki CPU, 20 s idle before the outage | {:.2}% of a core |",
+        idle / 20.0 * 100.0
+    );
+    println!(
+        "| enoki CPU during the 60 s outage | {:.2}% of a core |",
+        cpu / 60.0 * 100.0
+    );
+    println!("| log lines during the outage | {lines} |");
+    // Converges afterwards without a restart.
+    harness::set_echo_items(&env, "items", &Value::Array(items("p", 3))).await;
+    let t = Instant::now();
+    loop {
+        let cms: Api<ConfigMap> = env.api();
+        if cms.get_opt("p2").await.ok().flatten().is_some()
+            && harness::composition_ready(&env, "echo").await
+        {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(120),
+            "no convergence after the outage:\n{}",
+            enoki.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    println!(
+        "| converged after the outage, without a restart | {:.1} s after an input change |",
+        t.elapsed().as_secs_f64()
+    );
+    sigterm_during_synthesis().await;
+}
+
+async fn sigterm_during_synthesis() {
+    let env = TestEnv::new().await;
+    let looping = std::fs::read_to_string(harness::workspace_root().join("tests/guests/loop.wat"))
+        .expect("tests/guests/loop.wat");
+    let synth = install_synthesizer(&env, "loop", looping.as_bytes()).await;
+    let synths: Api<crds::Synthesizer> = Api::all(env.client.clone());
+    synths
+        .patch(
+            &synth,
+            &PatchParams::apply("bench").force(),
+            &Patch::Apply(
+                json!({"apiVersion": "enoki.dev/v1alpha1", "kind": "Synthesizer",
+                "metadata": {"name": synth}, "spec": {"limits": {"timeout": "120s"}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    harness::set_echo_items(&env, "items", &json!([])).await;
+    let mut enoki = Enoki::start(&env.namespace);
+    harness::apply_composition(&env, "echo", &synth, "items", json!({})).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let t = Instant::now();
+    let exited = enoki.terminate(Duration::from_secs(30));
+    println!(
+        "| SIGTERM while a 120 s synthesis runs: exited | {} after {:.1} s (grace 10 s) |",
+        if exited { "yes" } else { "NO" },
+        t.elapsed().as_secs_f64()
+    );
+}
+
+fn main() {
+    if std::env::var("ENOKI_BIN").is_err() {
+        eprintln!("ENOKI_BIN must name a release build of enoki (make bench sets it)");
+        std::process::exit(1);
+    }
+    let only = std::env::var("BENCH_ONLY").unwrap_or_else(|_| "converge,steady,many,outage".into());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    runtime.block_on(async {
+        install_crds(&harness::client().await).await;
+        println!(
+            "# enoki controller benchmarks ({} cores)",
+            std::thread::available_parallelism().map_or(0, usize::from)
+        );
+        if only.contains("converge") || only.contains("steady") {
+            converge_and_steady(only.contains("steady")).await;
+        }
+        if only.contains("many") {
+            many().await;
+        }
+        if only.contains("outage") {
+            outage().await;
+        }
+    });
+}
