@@ -492,6 +492,8 @@ pub struct Request {
     pub name: String,
     /// The client's User-Agent.
     pub user_agent: String,
+    /// When the API server received it (RFC 3339, microseconds).
+    pub received: String,
 }
 
 impl Request {
@@ -546,6 +548,7 @@ pub fn audited_requests(namespace: &str, since: &str) -> Vec<Request> {
                 },
                 name: s(&e["objectRef"]["name"]),
                 user_agent: s(&e["userAgent"]),
+                received: s(&e["requestReceivedTimestamp"]),
             }
         })
         .collect()

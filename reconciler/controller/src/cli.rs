@@ -81,9 +81,9 @@ pub struct RunArgs {
     #[arg(long, env = "ENOKI_CONCURRENCY", default_value_t = 4)]
     pub concurrency: usize,
     /// Concurrent writes (and reads of objects the cache cannot answer) within one
-    /// Composition's apply pass. 16 measured best against a local API server on 2 cores
-    /// (README benchmarks).
-    #[arg(long, env = "ENOKI_APPLY_CONCURRENCY", default_value_t = 16)]
+    /// Composition's apply pass. 32 matched the best raw server-side-apply concurrency
+    /// against a local API server on 2 cores (README benchmarks).
+    #[arg(long, env = "ENOKI_APPLY_CONCURRENCY", default_value_t = 32)]
     pub apply_concurrency: usize,
     /// Syntheses running at once across all Compositions (each holds a wasm store of up to
     /// its Synthesizer's memory limit). Default: the number of CPUs.

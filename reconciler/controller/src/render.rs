@@ -151,7 +151,34 @@ pub fn render(args: &RenderArgs) -> Result<String, RenderError> {
         args.sha256.as_deref(),
         args.ca_file.as_deref(),
     )?;
+    let input = synthesis_input(args)?;
+    let out = synthesis::synthesize(
+        &host,
+        &module,
+        &input,
+        limits,
+        false,
+        &synthesis::static_is_namespaced,
+    )
+    .map_err(|source| RenderError::Synthesis { source })?;
+    let groups = readiness_groups(&out.items)?;
+    Ok(match args.output {
+        Format::Json => {
+            let v = json!({
+                "moduleDigest": module.digest(),
+                "inputDigest": out.input_digest,
+                "outputDigest": out.output_digest,
+                "groups": groups.iter().map(|(g, items)| json!({"readinessGroup": g, "resources": items})).collect::<Vec<_>>(),
+                "results": out.results,
+            });
+            serde_json::to_string_pretty(&v).unwrap_or_default() + "\n"
+        }
+        Format::Yaml => yaml(&module.digest(), &out, &groups),
+    })
+}
 
+/// The synthesis input from `--composition`, `--resource-list` and `--input` files.
+fn synthesis_input(args: &RenderArgs) -> Result<SynthesisInput, RenderError> {
     let mut input = SynthesisInput {
         composition: CompositionMeta {
             name: "render".into(),
@@ -163,66 +190,10 @@ pub fn render(args: &RenderArgs) -> Result<String, RenderError> {
         ..SynthesisInput::default()
     };
     if let Some(path) = &args.composition {
-        let comp = read_object(path)?;
-        let c = &mut input.composition;
-        c.name = comp
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .unwrap_or("render")
-            .into();
-        c.namespace = comp
-            .pointer("/metadata/namespace")
-            .and_then(Value::as_str)
-            .unwrap_or("default")
-            .into();
-        c.labels = strings(comp.pointer("/metadata/labels").unwrap_or(&Value::Null));
-        c.annotations = strings(
-            comp.pointer("/metadata/annotations")
-                .unwrap_or(&Value::Null),
-        );
-        for env in comp
-            .pointer("/spec/synthesisEnv")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            if let Some(name) = env.get("name").and_then(Value::as_str) {
-                let value = env.get("value").and_then(Value::as_str).unwrap_or_default();
-                input.env.insert(name.into(), value.into());
-            }
-        }
+        apply_composition(&mut input, &read_object(path)?);
     }
     if let Some(path) = &args.resource_list {
-        let list = read_object(path)?;
-        for item in list
-            .get("items")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            let ann = item.pointer("/metadata/annotations");
-            let get = |k: &crds::names::Key| {
-                ann.and_then(|a| a.get(k.enoki).or_else(|| a.get(k.eno)))
-                    .and_then(Value::as_str)
-            };
-            if let Some(key) = get(&crds::names::annotations::INPUT_KEY) {
-                input.inputs.push((key.to_string(), item.clone()));
-            } else if get(&crds::names::annotations::OBSERVED) == Some("true") {
-                input.observed.push(item.clone());
-            }
-        }
-        if let Some(fc) = list.get("functionConfig") {
-            let c = &mut input.composition;
-            if let Some(n) = fc.pointer("/composition/name").and_then(Value::as_str) {
-                c.name = n.into();
-            }
-            if let Some(n) = fc.pointer("/composition/namespace").and_then(Value::as_str) {
-                c.namespace = n.into();
-            }
-            input
-                .env
-                .extend(strings(fc.get("env").unwrap_or(&Value::Null)));
-        }
+        apply_resource_list(&mut input, &read_object(path)?);
     }
     for spec in &args.inputs {
         let (key, file) = spec
@@ -232,18 +203,76 @@ pub fn render(args: &RenderArgs) -> Result<String, RenderError> {
             .inputs
             .push((key.to_string(), read_object(Path::new(file))?));
     }
+    Ok(input)
+}
 
-    let out = synthesis::synthesize(
-        &host,
-        &module,
-        &input,
-        limits,
-        false,
-        &synthesis::static_is_namespaced,
-    )
-    .map_err(|source| RenderError::Synthesis { source })?;
-    let desired: Vec<plan::Desired> = out
-        .items
+/// Name, namespace, labels, annotations and `synthesisEnv` of a Composition file.
+fn apply_composition(input: &mut SynthesisInput, comp: &Value) {
+    let c = &mut input.composition;
+    c.name = comp
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("render")
+        .into();
+    c.namespace = comp
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or("default")
+        .into();
+    c.labels = strings(comp.pointer("/metadata/labels").unwrap_or(&Value::Null));
+    c.annotations = strings(
+        comp.pointer("/metadata/annotations")
+            .unwrap_or(&Value::Null),
+    );
+    for env in comp
+        .pointer("/spec/synthesisEnv")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        if let Some(name) = env.get("name").and_then(Value::as_str) {
+            let value = env.get("value").and_then(Value::as_str).unwrap_or_default();
+            input.env.insert(name.into(), value.into());
+        }
+    }
+}
+
+/// Inputs (by `input-key`), observed outputs and `functionConfig` of a ResourceList file.
+fn apply_resource_list(input: &mut SynthesisInput, list: &Value) {
+    for item in list
+        .get("items")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let ann = item.pointer("/metadata/annotations");
+        let get = |k: &crds::names::Key| {
+            ann.and_then(|a| a.get(k.enoki).or_else(|| a.get(k.eno)))
+                .and_then(Value::as_str)
+        };
+        if let Some(key) = get(&crds::names::annotations::INPUT_KEY) {
+            input.inputs.push((key.to_string(), item.clone()));
+        } else if get(&crds::names::annotations::OBSERVED) == Some("true") {
+            input.observed.push(item.clone());
+        }
+    }
+    if let Some(fc) = list.get("functionConfig") {
+        let c = &mut input.composition;
+        if let Some(n) = fc.pointer("/composition/name").and_then(Value::as_str) {
+            c.name = n.into();
+        }
+        if let Some(n) = fc.pointer("/composition/namespace").and_then(Value::as_str) {
+            c.namespace = n.into();
+        }
+        input
+            .env
+            .extend(strings(fc.get("env").unwrap_or(&Value::Null)));
+    }
+}
+
+/// The resources in apply order, grouped by readiness group.
+fn readiness_groups(items: &[Value]) -> Result<Vec<(i64, Vec<Value>)>, RenderError> {
+    let desired: Vec<plan::Desired> = items
         .iter()
         .map(|m| plan::Desired {
             manifest: m.clone(),
@@ -265,35 +294,24 @@ pub fn render(args: &RenderArgs) -> Result<String, RenderError> {
             _ => groups.push((g, vec![r.manifest.clone()])),
         }
     }
-    Ok(match args.output {
-        Format::Json => {
-            let v = json!({
-                "moduleDigest": module.digest(),
-                "inputDigest": out.input_digest,
-                "outputDigest": out.output_digest,
-                "groups": groups.iter().map(|(g, items)| json!({"readinessGroup": g, "resources": items})).collect::<Vec<_>>(),
-                "results": out.results,
-            });
-            serde_json::to_string_pretty(&v).unwrap_or_default() + "\n"
+    Ok(groups)
+}
+
+/// Multi-document YAML with a comment per readiness group.
+fn yaml(module: &str, out: &synthesis::Synthesized, groups: &[(i64, Vec<Value>)]) -> String {
+    let mut text = format!(
+        "# module {module}\n# input {}\n# output {}\n",
+        out.input_digest, out.output_digest
+    );
+    for r in &out.results {
+        text.push_str(&format!("# {}: {}\n", r.severity, r.message));
+    }
+    for (g, items) in groups {
+        text.push_str(&format!("# ---- readiness group {g} ----\n"));
+        for item in items {
+            text.push_str("---\n");
+            text.push_str(&serde_saphyr::to_string(item).unwrap_or_default());
         }
-        Format::Yaml => {
-            let mut text = format!(
-                "# module {}\n# input {}\n# output {}\n",
-                module.digest(),
-                out.input_digest,
-                out.output_digest
-            );
-            for r in &out.results {
-                text.push_str(&format!("# {}: {}\n", r.severity, r.message));
-            }
-            for (g, items) in &groups {
-                text.push_str(&format!("# ---- readiness group {g} ----\n"));
-                for item in items {
-                    text.push_str("---\n");
-                    text.push_str(&serde_saphyr::to_string(item).unwrap_or_default());
-                }
-            }
-            text
-        }
-    })
+    }
+    text
 }

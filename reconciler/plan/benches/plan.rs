@@ -5,7 +5,7 @@
 
 #![allow(clippy::unwrap_used)] // benchmark set-up: inputs are generated and valid
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
@@ -51,8 +51,8 @@ fn plan_once(ms: &[Value], obs: &plan::Observed, comp: &CompositionInfo) -> plan
         prepared: &prepared,
         composition: comp,
         observed: obs,
-        recorded: &BTreeMap::new(),
-        previous: &BTreeMap::new(),
+        recorded: &HashMap::new(),
+        previous: &HashMap::new(),
         options: PlanOptions::default(),
     })
 }

@@ -35,8 +35,8 @@ pub struct Ordering {
     /// Every resource, dependencies before dependents.
     pub order: Vec<ResourceKey>,
     groups: BTreeMap<i64, Vec<ResourceKey>>,
-    group_of: BTreeMap<ResourceKey, i64>,
-    crd_of: BTreeMap<ResourceKey, ResourceKey>,
+    group_of: std::collections::HashMap<ResourceKey, i64>,
+    crd_of: std::collections::HashMap<ResourceKey, ResourceKey>,
 }
 
 impl Ordering {
@@ -119,7 +119,7 @@ pub fn order(nodes: &[Node]) -> Result<Ordering, PlanError> {
                 .map(|(g, k)| ((g.as_str(), k.as_str()), i))
         })
         .collect();
-    let mut crd_of = BTreeMap::new();
+    let mut crd_of = std::collections::HashMap::new();
     for (i, node) in sorted.iter().enumerate() {
         if let Some(&crd) = crds.get(&(node.key.group.as_str(), node.key.kind.as_str()))
             && crd != i

@@ -75,6 +75,9 @@ pub struct PreparedResource {
     pub checks: Vec<ReadinessCheck>,
     /// Parsed overrides.
     pub overrides: Vec<Override>,
+    /// The snapshot and its canonical hash, computed once at ingestion when no override can
+    /// change them (no overrides): a pass over an in-sync resource then costs no copy.
+    pub snapshot: Option<(Value, String)>,
 }
 
 /// A synthesis's output, ingested: parsed once, planned many times.
@@ -142,6 +145,12 @@ pub fn prepare(desired: &[Desired], composition: &CompositionInfo) -> Result<Pre
                 message,
             })?,
         };
+        let snapshot = overrides.is_empty().then(|| {
+            let uid = (!composition.uid.is_empty()).then_some(composition.uid.as_str());
+            let object = snapshot::strip(&d.manifest, uid);
+            let hash = snapshot::hash(&object);
+            (object, hash)
+        });
         resources.push(PreparedResource {
             key,
             manifest: d.manifest.clone(),
@@ -149,6 +158,7 @@ pub fn prepare(desired: &[Desired], composition: &CompositionInfo) -> Result<Pre
             settings,
             checks,
             overrides,
+            snapshot,
         });
     }
     resources.sort_by(|a, b| a.key.cmp(&b.key));
@@ -220,7 +230,7 @@ impl Default for PlanOptions {
 }
 
 /// Live state as observed (by key; absent keys do not exist).
-pub type Observed = BTreeMap<ResourceKey, Value>;
+pub type Observed = std::collections::HashMap<ResourceKey, Value>;
 
 /// Everything [`plan`] reads.
 #[derive(Clone, Copy, Debug)]
@@ -232,9 +242,9 @@ pub struct PlanInput<'a> {
     /// Live objects.
     pub observed: &'a Observed,
     /// Recorded per-resource status.
-    pub recorded: &'a BTreeMap<ResourceKey, Recorded>,
+    pub recorded: &'a std::collections::HashMap<ResourceKey, Recorded>,
     /// Snapshots applied by the previous synthesis (for client-side merge patches).
-    pub previous: &'a BTreeMap<ResourceKey, Value>,
+    pub previous: &'a std::collections::HashMap<ResourceKey, Value>,
     /// Options.
     pub options: PlanOptions,
 }
@@ -373,14 +383,15 @@ pub fn plan(input: PlanInput<'_>) -> Plan {
     if input.composition.deleting {
         return plan_deletion(input);
     }
-    let by_key: BTreeMap<&ResourceKey, &PreparedResource> = input
+    let by_key: std::collections::HashMap<&ResourceKey, &PreparedResource> = input
         .prepared
         .resources
         .iter()
         .map(|r| (&r.key, r))
         .collect();
     let mut steps: Vec<Step> = Vec::with_capacity(input.prepared.resources.len());
-    let mut ready: BTreeMap<&ResourceKey, bool> = BTreeMap::new();
+    let mut ready: std::collections::HashMap<&ResourceKey, bool> =
+        std::collections::HashMap::with_capacity(input.prepared.resources.len());
     let mut unready_in_group: BTreeMap<i64, Vec<ResourceKey>> = BTreeMap::new();
     let mut requeue: Option<Duration> = None;
     let mut poll = false;
@@ -389,8 +400,19 @@ pub fn plan(input: PlanInput<'_>) -> Plan {
         let Some(r) = by_key.get(key) else { continue };
         let live = input.observed.get(key);
         let recorded = input.recorded.get(key);
-        let (object, settings, results) = effective(r, live, input.composition);
-        let hash = snapshot::hash(&object);
+        let (object, settings, results, hash) = match &r.snapshot {
+            Some((object, hash)) => (
+                std::borrow::Cow::Borrowed(object),
+                r.settings.clone(),
+                Vec::new(),
+                hash.clone(),
+            ),
+            None => {
+                let (object, settings, results) = effective(r, live, input.composition);
+                let hash = snapshot::hash(&object);
+                (std::borrow::Cow::Owned(object), settings, results, hash)
+            }
+        };
         let readiness = match recorded.and_then(|rec| rec.ready.clone()) {
             Some(at) => ReadinessState::Ready { at: Some(at) },
             None => readiness::evaluate(&r.checks, live),
@@ -441,11 +463,11 @@ pub fn plan(input: PlanInput<'_>) -> Plan {
                 || input.options.mode == ApplyMode::ClientSide
             {
                 Op::Create {
-                    object: object.clone(),
+                    object: object.clone().into_owned(),
                 }
             } else {
                 Op::Apply {
-                    object: object.clone(),
+                    object: object.clone().into_owned(),
                 }
             }
         } else if settings.disable_updates {
@@ -458,7 +480,7 @@ pub fn plan(input: PlanInput<'_>) -> Plan {
             }
         } else if settings.replace {
             Op::Replace {
-                object: object.clone(),
+                object: object.clone().into_owned(),
             }
         } else if input.options.mode == ApplyMode::ClientSide {
             let from = input
@@ -469,12 +491,12 @@ pub fn plan(input: PlanInput<'_>) -> Plan {
             let patch = merge_patch(&from, &object);
             Op::MergePatch {
                 from,
-                to: object.clone(),
+                to: object.clone().into_owned(),
                 patch,
             }
         } else {
             Op::Apply {
-                object: object.clone(),
+                object: object.clone().into_owned(),
             }
         };
         let exempt = settings.disable_reconciliation || settings.fail_open;

@@ -1,8 +1,6 @@
 //! Builders shared by the plan test suites.
 #![allow(dead_code, clippy::unwrap_used, clippy::needless_pass_by_value)]
 
-use std::collections::BTreeMap;
-
 use plan::{
     CompositionInfo, Desired, Observed, Plan, PlanInput, PlanOptions, Prepared, Recorded,
     ResourceKey,
@@ -62,8 +60,8 @@ pub struct World {
     pub comp: CompositionInfo,
     pub prepared: Prepared,
     pub observed: Observed,
-    pub recorded: BTreeMap<ResourceKey, Recorded>,
-    pub previous: BTreeMap<ResourceKey, Value>,
+    pub recorded: std::collections::HashMap<ResourceKey, Recorded>,
+    pub previous: std::collections::HashMap<ResourceKey, Value>,
     pub options: PlanOptions,
 }
 
@@ -75,8 +73,8 @@ impl World {
             comp,
             prepared,
             observed: Observed::new(),
-            recorded: BTreeMap::new(),
-            previous: BTreeMap::new(),
+            recorded: std::collections::HashMap::new(),
+            previous: std::collections::HashMap::new(),
             options: PlanOptions::default(),
         }
     }

@@ -62,7 +62,7 @@ fn render(input: &Value) -> Value {
         .into_iter()
         .map(|o| (ResourceKey::of(&o).unwrap(), o))
         .collect();
-    let previous: BTreeMap<ResourceKey, Value> = list(&input["previous"])
+    let previous: std::collections::HashMap<ResourceKey, Value> = list(&input["previous"])
         .into_iter()
         .map(|o| (ResourceKey::of(&o).unwrap(), o))
         .collect();
@@ -74,7 +74,8 @@ fn render(input: &Value) -> Value {
         },
         ..PlanOptions::default()
     };
-    let mut recorded: BTreeMap<ResourceKey, Recorded> = BTreeMap::new();
+    let mut recorded: std::collections::HashMap<ResourceKey, Recorded> =
+        std::collections::HashMap::new();
     let first = plan::plan(PlanInput {
         prepared: &prepared,
         composition: &comp,

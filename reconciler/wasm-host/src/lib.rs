@@ -324,11 +324,24 @@ pub struct Host {
     modules: Mutex<ModuleLru>,
     cache: Option<Cache>,
     stop: Arc<AtomicBool>,
+    /// Runs in progress: the epoch ticker sleeps (no wakeups) while there are none.
+    running: Arc<std::sync::atomic::AtomicUsize>,
+    ticker: std::thread::Thread,
+}
+
+/// Counts a run in progress for as long as it lives.
+struct Running<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Drop for Host {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
+        self.ticker.unpark();
     }
 }
 
@@ -367,11 +380,17 @@ impl Host {
             }
         })?;
         let stop = Arc::new(AtomicBool::new(false));
-        let (ticker, flag) = (engine.clone(), stop.clone());
-        std::thread::Builder::new()
+        let running = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (ticker, flag, busy) = (engine.clone(), stop.clone(), running.clone());
+        let handle = std::thread::Builder::new()
             .name("wasm-epoch".into())
             .spawn(move || {
                 while !flag.load(Ordering::Relaxed) {
+                    if busy.load(Ordering::Relaxed) == 0 {
+                        // Idle: no wakeups until a run starts (it unparks this thread).
+                        std::thread::park_timeout(Duration::from_secs(1));
+                        continue;
+                    }
                     std::thread::sleep(TICK);
                     ticker.increment_epoch();
                 }
@@ -379,6 +398,7 @@ impl Host {
             .map_err(|e| HostError::Engine {
                 message: format!("cannot start the epoch ticker: {e}"),
             })?;
+        let ticker = handle.thread().clone();
         Ok(Host {
             engine,
             linker,
@@ -386,6 +406,8 @@ impl Host {
             modules: Mutex::new(ModuleLru::new(DEFAULT_MODULE_CACHE_BYTES)),
             cache,
             stop,
+            running,
+            ticker,
         })
     }
 
@@ -514,6 +536,9 @@ impl Host {
     /// # Guarantees
     /// Nothing survives between runs; the host process is never affected by the module.
     pub fn run(&self, module: &ModulePre, req: RunRequest<'_>) -> Result<RunOutput, HostError> {
+        self.running.fetch_add(1, Ordering::Relaxed);
+        let _running = Running(&self.running);
+        self.ticker.unpark();
         let stdout = MemoryOutputPipe::new(req.limits.max_output_bytes);
         let stderr = tail::TailPipe::new(STDERR_CAP);
         let mut builder = WasiCtxBuilder::new();

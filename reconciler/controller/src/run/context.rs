@@ -41,6 +41,8 @@ pub(crate) struct Memory {
     /// The status enoki last wrote and the resourceVersion the server returned, so a pass
     /// that starts from a cache entry older than that write still sees it.
     pub written: Option<(String, CompositionStatus)>,
+    /// Parsed manifests per slice name (with the slice's generation).
+    pub parsed: HashMap<String, (Option<i64>, Arc<super::composition::slices::Parsed>)>,
     /// The same for each ResourceSlice's status, by slice name.
     pub slice_status: HashMap<String, (String, Vec<ResourceState>)>,
     /// The output of a synthesis whose slices could not be written yet, by trigger

@@ -140,47 +140,9 @@ pub async fn collection(
         }
     };
     ctx.watches.track(&gvk, &ar, "", "*", comp);
-    // Which namespaces: from the instance, from a fixed selector, or all.
-    let selector = match (&c.namespace_selector_from, &c.namespace_selector) {
-        (Some(path), _) => {
-            let pointer = format!("/{}", path.replace('.', "/"));
-            match instance.and_then(|i| i.pointer(&pointer)) {
-                None | Some(Value::Null) => Some(None),
-                Some(sel) => match selector_string(sel) {
-                    Ok(s) => Some(Some(s)),
-                    Err(e) => return Ok(Err(format!("input {key:?}: self.{path}: {e}"))),
-                },
-            }
-        }
-        (None, Some(s)) => Some(Some(s.clone())),
-        (None, None) => None,
-    };
-    let namespaces: Option<BTreeSet<String>> = match selector {
-        None => None,
-        Some(None) => Some(BTreeSet::new()),
-        Some(Some(sel)) => {
-            let ns_gvk = gvk_of("", "v1", "Namespace");
-            let ns_ar =
-                kube::core::ApiResource::erase::<k8s_openapi::api::core::v1::Namespace>(&());
-            ctx.watches.track(&ns_gvk, &ns_ar, "", "*", comp);
-            let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(ctx.client.clone());
-            let list = match api.list(&ListParams::default().labels(&sel)).await {
-                Ok(l) => l,
-                Err(kube::Error::Api(e)) if e.code == 400 => {
-                    return Ok(Err(format!(
-                        "input {key:?}: namespace selector {sel:?}: {}",
-                        e.message
-                    )));
-                }
-                Err(e) => return Err(kube_err(format!("listing namespaces for {key:?}"))(e)),
-            };
-            Some(
-                list.items
-                    .into_iter()
-                    .filter_map(|n| n.metadata.name)
-                    .collect(),
-            )
-        }
+    let namespaces = match selected_namespaces(ctx, comp, key, c, instance).await? {
+        Ok(n) => n,
+        Err(message) => return Ok(Err(message)),
     };
     if !namespaced && namespaces.is_some() {
         return Ok(Err(format!(
@@ -243,6 +205,57 @@ pub async fn collection(
     });
     let d = digest(&Value::Array(items.clone()));
     Ok(Ok((items, d)))
+}
+
+/// The namespaces a collection reads (`None`: all): from the instance
+/// (`namespaceSelectorFrom`), from a fixed `namespaceSelector`, or all. Inner error: a bad
+/// selector, named.
+async fn selected_namespaces(
+    ctx: &Context,
+    comp: &Composition,
+    key: &str,
+    c: &CollectionRef,
+    instance: Option<&Value>,
+) -> Result<Result<Option<BTreeSet<String>>, String>, Error> {
+    let selector = match (&c.namespace_selector_from, &c.namespace_selector) {
+        (Some(path), _) => {
+            let pointer = format!("/{}", path.replace('.', "/"));
+            match instance.and_then(|i| i.pointer(&pointer)) {
+                None | Some(Value::Null) => Some(None),
+                Some(sel) => match selector_string(sel) {
+                    Ok(s) => Some(Some(s)),
+                    Err(e) => return Ok(Err(format!("input {key:?}: self.{path}: {e}"))),
+                },
+            }
+        }
+        (None, Some(s)) => Some(Some(s.clone())),
+        (None, None) => None,
+    };
+    let sel = match selector {
+        None => return Ok(Ok(None)),
+        Some(None) => return Ok(Ok(Some(BTreeSet::new()))),
+        Some(Some(sel)) => sel,
+    };
+    let ns_gvk = gvk_of("", "v1", "Namespace");
+    let ns_ar = kube::core::ApiResource::erase::<k8s_openapi::api::core::v1::Namespace>(&());
+    ctx.watches.track(&ns_gvk, &ns_ar, "", "*", comp);
+    let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(ctx.client.clone());
+    let list = match api.list(&ListParams::default().labels(&sel)).await {
+        Ok(l) => l,
+        Err(kube::Error::Api(e)) if e.code == 400 => {
+            return Ok(Err(format!(
+                "input {key:?}: namespace selector {sel:?}: {}",
+                e.message
+            )));
+        }
+        Err(e) => return Err(kube_err(format!("listing namespaces for {key:?}"))(e)),
+    };
+    Ok(Ok(Some(
+        list.items
+            .into_iter()
+            .filter_map(|n| n.metadata.name)
+            .collect(),
+    )))
 }
 
 /// The live state of every resource the current synthesis emitted (tombstones excluded),
@@ -321,11 +334,13 @@ pub async fn emitted(
 ) -> Result<Option<Vec<Value>>, Error> {
     let mut out = Vec::new();
     for r in &synthesis.resource_slices {
-        let Some((spec, _)) = super::composition::slices::read(ctx, comp, &r.name).await? else {
+        let Some((slice, _)) = super::composition::slices::read(ctx, comp, &r.name).await? else {
             return Ok(None);
         };
         out.extend(
-            spec.resources
+            slice
+                .spec
+                .resources
                 .iter()
                 .filter(|m| !m.deleted)
                 .filter_map(|m| serde_json::from_str::<Value>(&m.manifest).ok()),

@@ -65,50 +65,8 @@ pub async fn fetch(
         };
     }
     if let Some(cm) = &m.config_map {
-        let api: Api<ConfigMap> = Api::namespaced(client.clone(), &cm.namespace);
-        let live = api
-            .get_opt(&cm.name)
-            .await
-            .map_err(|e| ModuleError::Fetch {
-                field: "configMap",
-                message: format!("reading ConfigMap {}/{}: {e}", cm.namespace, cm.name),
-            })?;
-        let Some(live) = live else {
-            return Err(ModuleError::Fetch {
-                field: "configMap",
-                message: format!("ConfigMap {}/{} does not exist", cm.namespace, cm.name),
-            });
-        };
-        let bytes = live
-            .binary_data
-            .as_ref()
-            .and_then(|d| d.get(&cm.key))
-            .map(|b| b.0.clone())
-            .ok_or_else(|| ModuleError::Fetch {
-                field: "configMap",
-                message: format!(
-                    "ConfigMap {}/{} has no binaryData key {:?}",
-                    cm.namespace, cm.name, cm.key
-                ),
-            })?;
-        let bytes = if bytes.starts_with(&[0x1f, 0x8b]) {
-            let mut out = Vec::new();
-            flate2::read::GzDecoder::new(bytes.as_slice())
-                .read_to_end(&mut out)
-                .map_err(|e| ModuleError::Fetch {
-                    field: "configMap",
-                    message: format!("gzip: {e}"),
-                })?;
-            out
-        } else {
-            bytes
-        };
-        // Compiling takes ~100 ms: keep it off the async workers.
-        let host = host.clone();
-        let loaded = tokio::task::spawn_blocking(move || host.load(&bytes))
-            .await
-            .map_err(|e| ModuleError::Spec(format!("module compilation task failed: {e}")))??;
-        return Ok(Module::Wasm(loaded));
+        let bytes = config_map_bytes(client, cm).await?;
+        return compile(host, bytes).await;
     }
     let bytes = if let Some(reference) = &m.oci {
         crate::sources::pull(reference).await.map_err(|e| match e {
@@ -130,9 +88,61 @@ pub async fn fetch(
                 other => ModuleError::Spec(format!("url: {other}")),
             })?
     };
+    compile(host, bytes).await
+}
+
+/// Compiles off the async workers (it takes ~100 ms for a small module).
+async fn compile(
+    host: &std::sync::Arc<wasm_host::Host>,
+    bytes: Vec<u8>,
+) -> Result<Module, ModuleError> {
     let host = host.clone();
     let loaded = tokio::task::spawn_blocking(move || host.load(&bytes))
         .await
         .map_err(|e| ModuleError::Spec(format!("module compilation task failed: {e}")))??;
     Ok(Module::Wasm(loaded))
+}
+
+/// The module bytes in a ConfigMap's `binaryData` (gunzipped when gzip).
+async fn config_map_bytes(
+    client: &kube::Client,
+    cm: &crds::ConfigMapModule,
+) -> Result<Vec<u8>, ModuleError> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &cm.namespace);
+    let live = api
+        .get_opt(&cm.name)
+        .await
+        .map_err(|e| ModuleError::Fetch {
+            field: "configMap",
+            message: format!("reading ConfigMap {}/{}: {e}", cm.namespace, cm.name),
+        })?;
+    let Some(live) = live else {
+        return Err(ModuleError::Fetch {
+            field: "configMap",
+            message: format!("ConfigMap {}/{} does not exist", cm.namespace, cm.name),
+        });
+    };
+    let bytes = live
+        .binary_data
+        .as_ref()
+        .and_then(|d| d.get(&cm.key))
+        .map(|b| b.0.clone())
+        .ok_or_else(|| ModuleError::Fetch {
+            field: "configMap",
+            message: format!(
+                "ConfigMap {}/{} has no binaryData key {:?}",
+                cm.namespace, cm.name, cm.key
+            ),
+        })?;
+    if !bytes.starts_with(&[0x1f, 0x8b]) {
+        return Ok(bytes);
+    }
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(bytes.as_slice())
+        .read_to_end(&mut out)
+        .map_err(|e| ModuleError::Fetch {
+            field: "configMap",
+            message: format!("gzip: {e}"),
+        })?;
+    Ok(out)
 }

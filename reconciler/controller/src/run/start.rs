@@ -237,6 +237,7 @@ fn caches(
     let (comp_reader, comp_writer) = reflector::store::<Composition>();
     let comp_stream = watcher(comps, wc)
         .default_backoff()
+        .modify(|c: &mut Composition| c.managed_fields_mut().clear())
         .reflect(comp_writer)
         .applied_objects()
         .predicate_filter(composition_change, Default::default())
@@ -245,6 +246,7 @@ fn caches(
     let slice_stream = slice_changes(
         watcher(slices, watcher::Config::default())
             .default_backoff()
+            .modify(|s: &mut ResourceSlice| s.managed_fields_mut().clear())
             .reflect(slice_writer),
     )
     .boxed();

@@ -151,52 +151,102 @@ pub async fn reconcile(sym: Arc<Symphony>, ctx: Arc<Context>) -> Result<Action, 
     let name = sym.name_any();
     let syms: Api<Symphony> = Api::namespaced(ctx.client.clone(), &ns);
     let comps: Api<Composition> = Api::namespaced(ctx.client.clone(), &ns);
-    let owned = comps
-        .list(&ListParams::default().labels(&format!("{}={name}", labels::SYMPHONY)))
-        .await
-        .map_err(kube_err("listing the Symphony's Compositions"))?
-        .items;
+    let owned = owned_compositions(&comps, &name).await?;
     let has_finalizer = sym.finalizers().iter().any(|f| f == FINALIZER);
-
     if sym.metadata.deletion_timestamp.is_some() {
         if !has_finalizer {
             return Ok(Action::await_change());
         }
-        for c in &owned {
-            if c.labels()
-                .get(labels::SYMPHONY_DELETING)
-                .map(String::as_str)
-                != Some("true")
-            {
-                comps
-                    .patch(
-                        &c.name_any(),
-                        &PatchParams::default(),
-                        &Patch::Merge(
-                            json!({"metadata": {"labels": {labels::SYMPHONY_DELETING: "true"}}}),
-                        ),
-                    )
-                    .await
-                    .map_err(kube_err("labelling a Composition symphony-deleting"))?;
-            }
-            if c.metadata.deletion_timestamp.is_none() {
-                let _ = comps.delete(&c.name_any(), &DeleteParams::default()).await;
-            }
-        }
-        if owned.is_empty() {
-            super::set_cleanup_finalizer(&syms, sym.as_ref(), false, sym.resource_version())
-                .await
-                .map_err(kube_err("removing the Symphony finalizer"))?;
-            return Ok(Action::await_change());
-        }
-        return Ok(Action::requeue(ctx.opts.readiness_poll));
+        return delete(&ctx, &sym, &syms, &comps, &owned).await;
     }
     if !has_finalizer {
         super::set_cleanup_finalizer(&syms, sym.as_ref(), true, sym.resource_version())
             .await
             .map_err(kube_err("adding the Symphony finalizer"))?;
     }
+    apply_variations(&ctx, &sym, &comps, &owned).await?;
+    let current: BTreeMap<String, Composition> = owned_compositions(&comps, &name)
+        .await?
+        .into_iter()
+        .map(|c| (c.name_any(), c))
+        .collect();
+    let status = roll_up(&sym, &current);
+    let all_ready = status.ready.is_some();
+    if sym.status.as_ref() != Some(&status) {
+        syms.patch_status(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": status})),
+        )
+        .await
+        .map_err(kube_err("writing Symphony status"))?;
+    }
+    Ok(Action::requeue(if all_ready {
+        ctx.opts.resync
+    } else {
+        ctx.opts.readiness_poll.max(Duration::from_secs(2))
+    }))
+}
 
+async fn owned_compositions(
+    comps: &Api<Composition>,
+    symphony: &str,
+) -> Result<Vec<Composition>, Error> {
+    Ok(comps
+        .list(&ListParams::default().labels(&format!("{}={symphony}", labels::SYMPHONY)))
+        .await
+        .map_err(kube_err("listing the Symphony's Compositions"))?
+        .items)
+}
+
+/// Deletion: label every Composition `symphony-deleting` (its resources are orphaned, as in
+/// Eno), delete them, and release the finalizer once none is left.
+async fn delete(
+    ctx: &Context,
+    sym: &Symphony,
+    syms: &Api<Symphony>,
+    comps: &Api<Composition>,
+    owned: &[Composition],
+) -> Result<Action, Error> {
+    for c in owned {
+        if c.labels()
+            .get(labels::SYMPHONY_DELETING)
+            .map(String::as_str)
+            != Some("true")
+        {
+            comps
+                .patch(
+                    &c.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(
+                        json!({"metadata": {"labels": {labels::SYMPHONY_DELETING: "true"}}}),
+                    ),
+                )
+                .await
+                .map_err(kube_err("labelling a Composition symphony-deleting"))?;
+        }
+        if c.metadata.deletion_timestamp.is_none() {
+            let _ = comps.delete(&c.name_any(), &DeleteParams::default()).await;
+        }
+    }
+    if owned.is_empty() {
+        super::set_cleanup_finalizer(syms, sym, false, sym.resource_version())
+            .await
+            .map_err(kube_err("removing the Symphony finalizer"))?;
+        return Ok(Action::await_change());
+    }
+    Ok(Action::requeue(ctx.opts.readiness_poll))
+}
+
+/// Applies one Composition per variation (in dependency order; a cycle is an Event) and
+/// deletes the Compositions of removed variations.
+async fn apply_variations(
+    ctx: &Context,
+    sym: &Symphony,
+    comps: &Api<Composition>,
+    owned: &[Composition],
+) -> Result<(), Error> {
+    let name = sym.name_any();
     let (order, stuck) = topo_order(&sym.spec.variations);
     if !stuck.is_empty() {
         let names: Vec<&str> = stuck.iter().map(|v| v.synthesizer.name.as_str()).collect();
@@ -217,7 +267,7 @@ pub async fn reconcile(sym: Arc<Symphony>, ctx: Arc<Context>) -> Result<Action, 
     let pp = PatchParams::apply(SYMPHONY_FIELD_MANAGER).force();
     let mut wanted = BTreeSet::new();
     for v in order {
-        let desired = desired_composition(&sym, v);
+        let desired = desired_composition(sym, v);
         let comp_name = composition_name(&name, &v.synthesizer.name);
         comps
             .patch(&comp_name, &pp, &Patch::Apply(&desired))
@@ -225,7 +275,7 @@ pub async fn reconcile(sym: Arc<Symphony>, ctx: Arc<Context>) -> Result<Action, 
             .map_err(kube_err(format!("applying Composition {comp_name}")))?;
         wanted.insert(comp_name);
     }
-    for c in &owned {
+    for c in owned {
         if !wanted.contains(&c.name_any()) && c.metadata.deletion_timestamp.is_none() {
             tracing::info!(symphony = %name, composition = %c.name_any(), "variation removed; deleting its Composition");
             comps
@@ -234,16 +284,12 @@ pub async fn reconcile(sym: Arc<Symphony>, ctx: Arc<Context>) -> Result<Action, 
                 .map_err(kube_err("deleting a removed variation's Composition"))?;
         }
     }
+    Ok(())
+}
 
-    // ---- status: each time once every non-optional variation got there ----
-    let current: BTreeMap<String, Composition> = comps
-        .list(&ListParams::default().labels(&format!("{}={name}", labels::SYMPHONY)))
-        .await
-        .map_err(kube_err("listing the Symphony's Compositions"))?
-        .items
-        .into_iter()
-        .map(|c| (c.name_any(), c))
-        .collect();
+/// The status: each time once every non-optional variation's Composition got there. Pure.
+fn roll_up(sym: &Symphony, current: &BTreeMap<String, Composition>) -> SymphonyStatus {
+    let name = sym.name_any();
     let required: Vec<Option<&Composition>> = sym
         .spec
         .variations
@@ -251,7 +297,7 @@ pub async fn reconcile(sym: Arc<Symphony>, ctx: Arc<Context>) -> Result<Action, 
         .filter(|v| !v.optional)
         .map(|v| current.get(&composition_name(&name, &v.synthesizer.name)))
         .collect();
-    let roll_up = |pick: &dyn Fn(&crds::Synthesis) -> Option<Time>| -> Option<Time> {
+    let latest = |pick: &dyn Fn(&crds::Synthesis) -> Option<Time>| -> Option<Time> {
         let mut latest: Option<Time> = None;
         for c in &required {
             let c = (*c)?;
@@ -269,27 +315,12 @@ pub async fn reconcile(sym: Arc<Symphony>, ctx: Arc<Context>) -> Result<Action, 
         }
         latest
     };
-    let status = SymphonyStatus {
+    SymphonyStatus {
         observed_generation: sym.metadata.generation,
-        synthesized: roll_up(&|s| s.synthesized.clone()),
-        reconciled: roll_up(&|s| s.reconciled.clone()),
-        ready: roll_up(&|s| s.ready.clone()),
-    };
-    let all_ready = status.ready.is_some();
-    if sym.status.as_ref() != Some(&status) {
-        syms.patch_status(
-            &name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": status})),
-        )
-        .await
-        .map_err(kube_err("writing Symphony status"))?;
+        synthesized: latest(&|s| s.synthesized.clone()),
+        reconciled: latest(&|s| s.reconciled.clone()),
+        ready: latest(&|s| s.ready.clone()),
     }
-    Ok(Action::requeue(if all_ready {
-        ctx.opts.resync
-    } else {
-        ctx.opts.readiness_poll.max(Duration::from_secs(2))
-    }))
 }
 
 #[cfg(test)]

@@ -5,10 +5,11 @@
 //!   emitted. The apply pass reads live `resourceVersion`s from it, so an in-sync resource costs
 //!   no request. A change to a managed object re-reconciles its owner (the label's value is the
 //!   owner's UID) — that is drift detection.
-//! - **Inputs**: one reflector per kind that some Composition reads (bound inputs, its
-//!   Synthesizer, dependencies, collections); reads come from it, and a change re-reconciles
-//!   every Composition that read the object. Objects enoki manages are left out of it (they
-//!   are in the metadata cache, and read with a GET when one is an input).
+//! - **Inputs**: one reflector per kind and namespace that some Composition reads from (bound
+//!   inputs, dependencies; cluster-wide for cluster-scoped kinds, Synthesizers and
+//!   collections); reads come from it, and a change re-reconciles every Composition that read
+//!   the object. Objects enoki manages are left out of it (they are in the metadata cache,
+//!   and read with a GET when one is an input).
 //!
 //! Every watch backs off (`default_backoff`) and logs its errors; a kind's watch is stopped
 //! when no Composition needs it any more ([`Watches::forget`]). What a cached entry means is
@@ -54,7 +55,7 @@ pub struct Watches {
     client: Client,
     sender: UnboundedSender<ObjectRef<Composition>>,
     readers: Mutex<HashMap<WatchKey, HashSet<ObjectRef<Composition>>>>,
-    inputs: Mutex<HashMap<GroupVersionKind, KindWatch<DynamicObject>>>,
+    inputs: Mutex<HashMap<(GroupVersionKind, String), KindWatch<DynamicObject>>>,
     managed: Mutex<HashMap<GroupVersionKind, KindWatch<Meta>>>,
     owners: Mutex<HashMap<String, ObjectRef<Composition>>>,
 }
@@ -96,16 +97,28 @@ impl Watches {
             readers.entry(key).or_default().insert(me);
         }
         let uid = comp.uid().unwrap_or_default();
+        // A named object in a namespace: watch that namespace only; collections and
+        // cluster-scoped kinds: the whole cluster.
+        let scope = if name == "*" {
+            String::new()
+        } else {
+            namespace.to_string()
+        };
         let Ok(mut inputs) = self.inputs.lock() else {
             return;
         };
-        if let Some(w) = inputs.get_mut(gvk) {
+        let watch_key = (gvk.clone(), scope.clone());
+        if let Some(w) = inputs.get_mut(&watch_key) {
             w.users.insert(uid);
             return;
         }
         let writer = reflector::store::Writer::<DynamicObject>::new(ar.clone());
         let store = writer.as_reader();
-        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), ar);
+        let api: Api<DynamicObject> = if scope.is_empty() {
+            Api::all_with(self.client.clone(), ar)
+        } else {
+            Api::namespaced_with(self.client.clone(), &scope, ar)
+        };
         let wc = watcher::Config::default().labels(&format!("!{}", managed_label()));
         let this = Arc::downgrade(self);
         let (group, kind) = (gvk.group.clone(), gvk.kind.clone());
@@ -132,7 +145,7 @@ impl Watches {
             }
         });
         inputs.insert(
-            gvk.clone(),
+            watch_key,
             KindWatch {
                 store,
                 ar: ar.clone(),
@@ -152,7 +165,9 @@ impl Watches {
     ) -> Option<Option<Arc<DynamicObject>>> {
         let (store, ar) = {
             let inputs = self.inputs.lock().ok()?;
-            let w = inputs.get(gvk)?;
+            let w = inputs
+                .get(&(gvk.clone(), namespace.to_string()))
+                .or_else(|| inputs.get(&(gvk.clone(), String::new())))?;
             (w.store.clone(), w.ar.clone())
         };
         tokio::time::timeout(FIRST_LIST, store.wait_until_ready())
@@ -212,7 +227,11 @@ impl Watches {
         let wc = watcher::Config::default().labels(managed_label());
         let events = watcher(api, wc)
             .default_backoff()
-            .modify(|m: &mut Meta| m.managed_fields_mut().clear())
+            .modify(|m: &mut Meta| {
+                // Only identity, version, deletion and the owner label are read.
+                m.managed_fields_mut().clear();
+                m.annotations_mut().clear();
+            })
             .reflect(writer)
             .touched_objects();
         let this = Arc::downgrade(self);

@@ -9,6 +9,7 @@
 
 pub(crate) mod dependencies;
 pub(crate) mod finalizer;
+pub(crate) mod history;
 pub(crate) mod observe;
 pub(crate) mod slices;
 pub(crate) mod status;

@@ -6,7 +6,7 @@
 //! under a byte budget; [`write`] creates them all or, when one is refused, deletes the ones
 //! it created and reports which; [`delete_stale`] removes slices no synthesis refers to.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -28,11 +28,37 @@ pub const SLICE_COMPOSITION_LABEL: &str = "enoki.dev/composition";
 /// Largest manifest payload per ResourceSlice.
 pub const SLICE_BYTES: usize = 512 * 1024;
 
+/// A slice's manifests, parsed once per slice (slices are written once and never change).
+#[derive(Debug, Default)]
+pub(crate) struct Parsed {
+    /// (index, key) of every manifest that parses (the manifests themselves are parsed again
+    /// only when a synthesis is ingested, so no copy of them is kept here).
+    pub keys: Vec<(usize, ResourceKey)>,
+    /// Whether each manifest is a tombstone.
+    pub tombstones: Vec<bool>,
+}
+
+/// Parses a slice's manifests (those that do not parse are skipped).
+pub(crate) fn parse(spec: &ResourceSliceSpec) -> Parsed {
+    let keys = spec
+        .resources
+        .iter()
+        .enumerate()
+        .filter_map(|(ri, m)| {
+            let manifest = serde_json::from_str::<Value>(&m.manifest).ok()?;
+            Some((ri, ResourceKey::of(&manifest).ok()?))
+        })
+        .collect();
+    Parsed {
+        keys,
+        tombstones: spec.resources.iter().map(|m| m.deleted).collect(),
+    }
+}
+
 /// One manifest of a loaded slice.
 #[derive(Debug)]
 pub(crate) struct LoadedResource {
     pub key: ResourceKey,
-    pub manifest: Value,
     pub tombstone: bool,
     pub slice: usize,
     pub index: usize,
@@ -52,6 +78,8 @@ pub(crate) struct LoadedSlice {
 #[derive(Debug, Default)]
 pub(crate) struct Loaded {
     pub slices: Vec<LoadedSlice>,
+    /// The slices themselves (shared with the cache), for the manifests.
+    pub specs: Vec<Arc<ResourceSlice>>,
     pub resources: Vec<LoadedResource>,
     pub position: Positions,
     /// A slice the synthesis refers to does not exist.
@@ -82,30 +110,32 @@ impl Loaded {
             .collect()
     }
 
-    fn push(&mut self, name: String, spec: &ResourceSliceSpec, stored: Vec<ResourceState>) {
+    /// The manifest of a loaded resource, parsed.
+    pub fn manifest(&self, r: &LoadedResource) -> Option<Value> {
+        let m = self.specs.get(r.slice)?.spec.resources.get(r.index)?;
+        serde_json::from_str(&m.manifest).ok()
+    }
+
+    fn push(&mut self, slice: Arc<ResourceSlice>, parsed: &Parsed, stored: Vec<ResourceState>) {
         let si = self.slices.len();
+        let name = slice.name_any();
         let mut states = stored.clone();
-        states.resize(spec.resources.len(), ResourceState::default());
-        for (ri, m) in spec.resources.iter().enumerate() {
-            let Ok(manifest) = serde_json::from_str::<Value>(&m.manifest) else {
-                continue;
-            };
-            if let Ok(key) = ResourceKey::of(&manifest) {
-                self.position.insert(key.clone(), (si, ri));
-                self.resources.push(LoadedResource {
-                    key,
-                    manifest,
-                    tombstone: m.deleted,
-                    slice: si,
-                    index: ri,
-                });
-            }
+        states.resize(parsed.tombstones.len(), ResourceState::default());
+        self.specs.push(slice);
+        for (ri, key) in &parsed.keys {
+            self.position.insert(key.clone(), (si, *ri));
+            self.resources.push(LoadedResource {
+                key: key.clone(),
+                tombstone: parsed.tombstones[*ri],
+                slice: si,
+                index: *ri,
+            });
         }
         self.slices.push(LoadedSlice {
             name,
             states,
             stored,
-            tombstones: spec.resources.iter().map(|m| m.deleted).collect(),
+            tombstones: parsed.tombstones.clone(),
         });
     }
 
@@ -125,7 +155,8 @@ impl Loaded {
                 .collect(),
         };
         let mut l = Loaded::default();
-        l.push("s".into(), &spec, Vec::new());
+        let parsed = parse(&spec);
+        l.push(Arc::new(ResourceSlice::new("s", spec)), &parsed, Vec::new());
         l
     }
 }
@@ -139,12 +170,9 @@ pub(crate) async fn read(
     ctx: &Context,
     comp: &Composition,
     name: &str,
-) -> Result<Option<(ResourceSliceSpec, Vec<ResourceState>)>, Error> {
+) -> Result<Option<(Arc<ResourceSlice>, Vec<ResourceState>)>, Error> {
     let ns = comp.namespace().unwrap_or_default();
-    let cached = ctx
-        .slices
-        .get(&ObjectRef::new(name).within(&ns))
-        .map(|s| (*s).clone());
+    let cached = ctx.slices.get(&ObjectRef::new(name).within(&ns));
     let slice = match cached {
         Some(s) => Some(s),
         None => Api::<ResourceSlice>::namespaced(ctx.client.clone(), &ns)
@@ -153,14 +181,19 @@ pub(crate) async fn read(
             .map_err(|source| Error::ReadSlice {
                 name: name.to_string(),
                 source,
-            })?,
+            })?
+            .map(Arc::new),
     };
     let Some(slice) = slice else {
         return Ok(None);
     };
     let uid = comp.uid().unwrap_or_default();
     let rv = slice.resource_version().unwrap_or_default();
-    let stored = slice.status.map(|s| s.resources).unwrap_or_default();
+    let stored = slice
+        .status
+        .as_ref()
+        .map(|s| s.resources.clone())
+        .unwrap_or_default();
     let states = ctx.remember(&uid, |m| match m.slice_status.get(name) {
         Some((written_rv, _)) if *written_rv == rv => {
             m.slice_status.remove(name);
@@ -169,7 +202,7 @@ pub(crate) async fn read(
         Some((_, written)) => written.clone(),
         None => stored,
     });
-    Ok(Some((slice.spec, states)))
+    Ok(Some((slice, states)))
 }
 
 /// Whether every slice of `synthesis` exists (the cache, then a GET for what it lacks).
@@ -214,9 +247,29 @@ pub(crate) async fn load(
     synthesis: &Synthesis,
 ) -> Result<Loaded, Error> {
     let mut loaded = Loaded::default();
+    let uid = comp.uid().unwrap_or_default();
     for r in &synthesis.resource_slices {
         match read(ctx, comp, &r.name).await? {
-            Some((spec, states)) => loaded.push(r.name.clone(), &spec, states),
+            Some((slice, states)) => {
+                let generation = slice.metadata.generation;
+                let hit = ctx.remember(&uid, |m| {
+                    m.parsed
+                        .get(&r.name)
+                        .filter(|(g, _)| *g == generation)
+                        .map(|(_, p)| p.clone())
+                });
+                let parsed = match hit {
+                    Some(p) => p,
+                    None => {
+                        let p = Arc::new(parse(&slice.spec));
+                        ctx.remember(&uid, |m| {
+                            m.parsed.insert(r.name.clone(), (generation, p.clone()))
+                        });
+                        p
+                    }
+                };
+                loaded.push(slice, &parsed, states);
+            }
             None => loaded.missing = true,
         }
     }
@@ -257,110 +310,6 @@ pub(crate) async fn write_states(
         });
     }
     Ok(())
-}
-
-/// What the previous synthesis applied: its snapshots (client-side patches remove fields the
-/// synthesizer stopped emitting) and its recorded hash/resourceVersion, so a new synthesis
-/// that leaves a resource unchanged does not rewrite it.
-#[derive(Default)]
-pub(crate) struct Previous {
-    pub snapshots: BTreeMap<ResourceKey, Value>,
-    pub carried: BTreeMap<ResourceKey, (Option<String>, Option<String>)>,
-}
-
-/// Reads [`Previous`] when it is needed: some resource of the current synthesis has no
-/// recorded apply yet, or writes are client-side merge patches.
-///
-/// # Errors
-/// [`Error::ReadSlice`].
-pub(crate) async fn previous_applied(
-    ctx: &Context,
-    comp: &Composition,
-    st: &CompositionStatus,
-    loaded: &Loaded,
-    info: &plan::CompositionInfo,
-) -> Result<Previous, Error> {
-    let mut out = Previous::default();
-    let unrecorded = loaded
-        .slices
-        .iter()
-        .any(|s| s.states.iter().any(|x| x.applied_hash.is_none()));
-    let Some(prev) = &st.previous_synthesis else {
-        return Ok(out);
-    };
-    if !unrecorded && ctx.opts.mode != plan::ApplyMode::ClientSide {
-        return Ok(out);
-    }
-    for r in &prev.resource_slices {
-        let Some((spec, states)) = read(ctx, comp, &r.name).await? else {
-            continue;
-        };
-        for (i, m) in spec
-            .resources
-            .iter()
-            .enumerate()
-            .filter(|(_, m)| !m.deleted)
-        {
-            let Ok(manifest) = serde_json::from_str::<Value>(&m.manifest) else {
-                continue;
-            };
-            let Ok(key) = ResourceKey::of(&manifest) else {
-                continue;
-            };
-            if let Some(state) = states.get(i) {
-                let recorded = (
-                    state.applied_hash.clone(),
-                    state.applied_resource_version.clone(),
-                );
-                out.carried.insert(key.clone(), recorded);
-            }
-            out.snapshots
-                .insert(key, plan::snapshot::strip(&manifest, Some(&info.uid)));
-        }
-    }
-    Ok(out)
-}
-
-/// Tombstones for resources of the current synthesis that `items` no longer has (and for
-/// tombstones not yet confirmed deleted, so an interrupted delete is retried).
-///
-/// # Errors
-/// [`Error::ReadSlice`].
-pub(crate) async fn tombstones(
-    ctx: &Context,
-    comp: &Composition,
-    current: Option<&Synthesis>,
-    items: &[Value],
-) -> Result<Vec<Manifest>, Error> {
-    let new_keys: BTreeSet<ResourceKey> = items
-        .iter()
-        .filter_map(|i| ResourceKey::of(i).ok())
-        .collect();
-    let mut out = Vec::new();
-    for slice_ref in current
-        .map(|c| c.resource_slices.as_slice())
-        .unwrap_or_default()
-    {
-        let Some((spec, states)) = read(ctx, comp, &slice_ref.name).await? else {
-            continue;
-        };
-        for (i, m) in spec.resources.iter().enumerate() {
-            let Ok(v) = serde_json::from_str::<Value>(&m.manifest) else {
-                continue;
-            };
-            let Ok(key) = ResourceKey::of(&v) else {
-                continue;
-            };
-            let gone = m.deleted && states.get(i).is_some_and(|s| s.deleted);
-            if !new_keys.contains(&key) && !gone {
-                out.push(Manifest {
-                    manifest: m.manifest.clone(),
-                    deleted: true,
-                });
-            }
-        }
-    }
-    Ok(out)
 }
 
 /// Packs manifests into slices of at most `budget` bytes each, in order; a manifest larger
@@ -455,7 +404,10 @@ pub(crate) async fn delete_stale(ctx: &Arc<Context>, comp: &Composition, st: &Co
             Ok(_) => tracing::debug!(slice = %n, "deleted stale ResourceSlice"),
             Err(e) => tracing::debug!(slice = %n, error = %e, "cannot delete stale ResourceSlice"),
         }
-        ctx.remember(&uid, |m| m.slice_status.remove(&n));
+        ctx.remember(&uid, |m| {
+            m.slice_status.remove(&n);
+            m.parsed.remove(&n);
+        });
     }
 }
 

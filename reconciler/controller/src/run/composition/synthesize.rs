@@ -245,20 +245,7 @@ async fn store(
 ) -> Result<Outcome, Error> {
     let uid = comp.uid().unwrap_or_default();
     let kept = out.clone();
-    // Status write-backs (instance mode) are not resources: kept aside, applied to the
-    // instance's status subresource.
-    let mut items = out.items;
-    let mut write_back = None;
-    if let Some(me) = instance {
-        items.retain(|i| {
-            if inputs::is_status_write_back(i, me) {
-                write_back = Some(i.clone());
-                false
-            } else {
-                true
-            }
-        });
-    }
+    let (items, write_back) = split_write_back(out.items, instance);
     let had_resources = match &st.current_synthesis {
         Some(cur) if items.is_empty() => inputs::emitted(ctx, comp, cur)
             .await?
@@ -333,6 +320,27 @@ async fn store(
     Ok(Outcome::Stored)
 }
 
+/// Status write-backs (instance mode) are not resources: kept aside, applied to the
+/// instance's status subresource.
+fn split_write_back(items: Vec<Value>, instance: Option<&Value>) -> (Vec<Value>, Option<Value>) {
+    let Some(me) = instance else {
+        return (items, None);
+    };
+    let mut write_back = None;
+    let items = items
+        .into_iter()
+        .filter(|i| {
+            if inputs::is_status_write_back(i, me) {
+                write_back = Some(i.clone());
+                false
+            } else {
+                true
+            }
+        })
+        .collect();
+    (items, write_back)
+}
+
 /// Writes the slices of a new synthesis (its items plus tombstones for what the current one
 /// had). `Ok(Err(requeue))`: refused for good (condition set, not retried for this
 /// fingerprint); a transient failure keeps the output for the retry.
@@ -352,7 +360,8 @@ async fn write_new(
             deleted: false,
         })
         .collect();
-    manifests.extend(slices::tombstones(ctx, comp, st.current_synthesis.as_ref(), items).await?);
+    manifests
+        .extend(super::history::tombstones(ctx, comp, st.current_synthesis.as_ref(), items).await?);
     match slices::write(ctx, comp, uuid, manifests).await {
         Ok(refs) => Ok(Ok(refs)),
         Err(e) if e.is_transient() => {

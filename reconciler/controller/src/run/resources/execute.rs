@@ -2,7 +2,7 @@
 //! resources in failure or fight backoff, and updates that backoff from the outcomes.
 //! Outcomes are data; recording them in status is [`super::record`]'s job.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -27,6 +27,9 @@ pub(crate) struct Outcome {
     pub error: Option<String>,
     /// Not attempted: the resource is backing off after earlier failures.
     pub held: bool,
+    /// The object the server returned for a write (its readiness is evaluated from it, so a
+    /// resource that is ready once written needs no second pass).
+    pub object: Option<Value>,
 }
 
 /// The outcomes of a plan, in step order, and the shortest fight backoff that is pending.
@@ -40,8 +43,8 @@ pub(crate) async fn act(
     ctx: &Arc<Context>,
     comp: &Composition,
     the_plan: &Plan,
-    observations: &BTreeMap<ResourceKey, Observation>,
-    recorded: &BTreeMap<ResourceKey, Recorded>,
+    observations: &HashMap<ResourceKey, Observation>,
+    recorded: &HashMap<ResourceKey, Recorded>,
 ) -> Acted {
     let uid = comp.uid().unwrap_or_default();
     let started = Instant::now();
@@ -68,7 +71,8 @@ pub(crate) async fn act(
     let pending: Vec<_> = the_plan
         .steps
         .iter()
-        .map(|step| {
+        .enumerate()
+        .map(|(i, step)| {
             let op = if deferred.contains(&step.key) {
                 &in_sync
             } else {
@@ -79,13 +83,16 @@ pub(crate) async fn act(
                 .is_write()
                 .then(|| backing_off.get(&step.key).cloned())
                 .flatten();
-            execute(op, &step.key, observations.get(&step.key), held)
+            execute(i, op, &step.key, observations.get(&step.key), held)
         })
         .collect();
-    let outcomes: Vec<Outcome> = futures::stream::iter(pending)
-        .buffered(ctx.opts.apply_concurrency.max(1))
+    let mut indexed: Vec<(usize, Outcome)> = futures::stream::iter(pending)
+        .buffer_unordered(ctx.opts.apply_concurrency.max(1))
         .collect()
         .await;
+    indexed.sort_by_key(|(i, _)| *i);
+    let outcomes: Vec<Outcome> = indexed.into_iter().map(|(_, o)| o).collect();
+    log_writes(the_plan, &outcomes, &deferred);
     let conflicts = ctx.remember(&uid, |m| {
         record_failures(&mut m.backoff, the_plan, &outcomes, started);
         count_corrections(
@@ -119,7 +126,7 @@ fn count_corrections(
     fights: &mut std::collections::HashMap<ResourceKey, fights::Fight>,
     the_plan: &Plan,
     outcomes: &[Outcome],
-    observations: &BTreeMap<ResourceKey, Observation>,
+    observations: &HashMap<ResourceKey, Observation>,
     deferred: &std::collections::BTreeSet<ResourceKey>,
     is_correction: &dyn Fn(&plan::Step) -> bool,
     now: Instant,
@@ -148,6 +155,24 @@ fn count_corrections(
         }
     }
     conflicts
+}
+
+fn log_writes(
+    the_plan: &Plan,
+    outcomes: &[Outcome],
+    deferred: &std::collections::BTreeSet<ResourceKey>,
+) {
+    let writes = the_plan
+        .steps
+        .iter()
+        .zip(outcomes)
+        .filter(|(s, o)| {
+            s.op.is_write() && o.error.is_none() && !o.held && !deferred.contains(&s.key)
+        })
+        .count();
+    if writes > 0 {
+        tracing::info!(writes, "applied resources");
+    }
 }
 
 fn record_failures(
@@ -204,7 +229,18 @@ fn failed(message: String) -> Outcome {
     }
 }
 
+/// Executes one step; returns its index with the outcome (steps run out of order).
 async fn execute(
+    index: usize,
+    op: &Op,
+    key: &ResourceKey,
+    obs: Option<&Observation>,
+    held: Option<String>,
+) -> (usize, Outcome) {
+    (index, execute_one(op, key, obs, held).await)
+}
+
+async fn execute_one(
     op: &Op,
     key: &ResourceKey,
     obs: Option<&Observation>,
@@ -213,8 +249,8 @@ async fn execute(
     if let Some(last) = held {
         return Outcome {
             error: Some(last),
-            resource_version: None,
             held: true,
+            ..Outcome::default()
         };
     }
     if matches!(op, Op::Skip { .. } | Op::Wait { .. }) {
@@ -227,10 +263,14 @@ async fn execute(
     };
     let live = obs.and_then(|o| o.live.as_ref());
     match write(api, op, key, live).await {
-        Ok(rv) => {
-            tracing::info!(resource = %key, op = op_name(op), "applied");
+        Ok(written) => {
+            tracing::debug!(resource = %key, op = op_name(op), "applied");
+            let resource_version = written
+                .as_ref()
+                .and_then(|o| o.metadata.resource_version.clone());
             Outcome {
-                resource_version: rv,
+                resource_version,
+                object: written.and_then(|o| serde_json::to_value(o).ok()),
                 ..Outcome::default()
             }
         }
@@ -243,8 +283,8 @@ async fn write(
     op: &Op,
     key: &ResourceKey,
     live: Option<&Value>,
-) -> Result<Option<String>, String> {
-    let rv_of = |o: DynamicObject| o.metadata.resource_version;
+) -> Result<Option<DynamicObject>, String> {
+    let rv_of = Some;
     let pp = PostParams {
         field_manager: Some(FIELD_MANAGER.into()),
         ..PostParams::default()

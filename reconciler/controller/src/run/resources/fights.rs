@@ -6,7 +6,7 @@
 //! retried after 1 s, 2 s, 4 s, … (at most 5 min), not on every pass. The decisions are pure
 //! functions over the remembered state; callers hold the memory.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use plan::{Op, Recorded, ResourceKey, Step};
@@ -139,7 +139,7 @@ pub fn conflict_message(
 pub fn held(
     backoff: &std::collections::HashMap<ResourceKey, super::super::context::Backoff>,
     now: Instant,
-) -> BTreeMap<ResourceKey, String> {
+) -> HashMap<ResourceKey, String> {
     backoff
         .iter()
         .filter(|(_, (_, next, _))| *next > now)

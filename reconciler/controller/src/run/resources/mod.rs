@@ -18,7 +18,7 @@ pub(crate) mod observe;
 pub(crate) mod record;
 pub(crate) mod rollup;
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -85,7 +85,8 @@ pub async fn reconcile(
             return Ok(Pass::default());
         }
     };
-    let previous = slices::previous_applied(ctx, comp, st, &loaded, &info).await?;
+    let previous =
+        super::composition::history::previous_applied(ctx, comp, st, &loaded, &info).await?;
     let recorded = observe::recorded(ctx, &uid, &prepared, &loaded, &previous.carried);
     let seen = Seen {
         prepared: &prepared,
@@ -121,7 +122,7 @@ pub async fn reconcile(
 /// What a pass read before planning.
 struct Seen<'a> {
     prepared: &'a plan::Prepared,
-    recorded: &'a BTreeMap<ResourceKey, plan::Recorded>,
+    recorded: &'a HashMap<ResourceKey, plan::Recorded>,
     loaded: &'a Loaded,
 }
 
@@ -133,7 +134,7 @@ async fn observe_pass(
     current: &crds::Synthesis,
     seen: &Seen<'_>,
     deleting: bool,
-) -> Result<Option<BTreeMap<ResourceKey, observe::Observation>>, Error> {
+) -> Result<Option<HashMap<ResourceKey, observe::Observation>>, Error> {
     let recorded_observed = current
         .input_revisions
         .iter()
@@ -183,6 +184,7 @@ async fn finish(
         &acted.outcomes,
         seen.loaded,
         seen.recorded,
+        seen.prepared,
         deleting,
         &now,
     );
@@ -264,9 +266,11 @@ fn prepare(
     let desired: Vec<plan::Desired> = loaded
         .resources
         .iter()
-        .map(|r| plan::Desired {
-            manifest: r.manifest.clone(),
-            tombstone: r.tombstone,
+        .filter_map(|r| {
+            Some(plan::Desired {
+                manifest: loaded.manifest(r)?,
+                tombstone: r.tombstone,
+            })
         })
         .collect();
     let p = Arc::new(plan::prepare(&desired, info)?);
@@ -283,4 +287,4 @@ pub(crate) fn gvk_of_manifest(m: &Value) -> Option<kube::core::GroupVersionKind>
 }
 
 /// Per-resource positions in the loaded slices.
-pub(crate) type Positions = BTreeMap<ResourceKey, (usize, usize)>;
+pub(crate) type Positions = HashMap<ResourceKey, (usize, usize)>;

@@ -5,7 +5,7 @@
 //! rest with bounded concurrency. Also builds what the planner needs to know about earlier
 //! applies ([`recorded`]).
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -93,12 +93,12 @@ pub(crate) async fn observe(
     ctx: &Arc<Context>,
     uid: &str,
     prepared: &plan::Prepared,
-    recorded: &BTreeMap<ResourceKey, Recorded>,
+    recorded: &HashMap<ResourceKey, Recorded>,
     deleted_keys: &std::collections::BTreeSet<ResourceKey>,
     needs: Needs,
-) -> Result<BTreeMap<ResourceKey, Observation>, Error> {
-    let mut views: BTreeMap<String, Option<ManagedView>> = BTreeMap::new();
-    let mut out = BTreeMap::new();
+) -> Result<HashMap<ResourceKey, Observation>, Error> {
+    let mut views: HashMap<String, Option<ManagedView>> = HashMap::new();
+    let mut out = HashMap::new();
     let mut fetch = Vec::new();
     for r in &prepared.resources {
         let deleted = deleted_keys.contains(&r.key);
@@ -160,7 +160,7 @@ async fn from_cache(
     ctx: &Arc<Context>,
     uid: &str,
     r: &PreparedResource,
-    views: &mut BTreeMap<String, Option<ManagedView>>,
+    views: &mut HashMap<String, Option<ManagedView>>,
     get: impl Fn(Cached<'_>, bool) -> bool,
 ) -> FromCache {
     let unknown = || {
@@ -206,11 +206,24 @@ async fn from_cache(
     if get(cached, create_semantics) {
         return FromCache::Fetch(api);
     }
+    // What the planner reads of a live object it does not need in full: identity, version,
+    // deletion.
     let live = meta.flatten().map(|m| {
+        let md = &m.metadata;
+        let mut metadata = serde_json::Map::new();
+        metadata.insert("name".into(), json!(md.name));
+        if let Some(ns) = &md.namespace {
+            metadata.insert("namespace".into(), json!(ns));
+        }
+        metadata.insert("resourceVersion".into(), json!(md.resource_version));
+        metadata.insert("uid".into(), json!(md.uid));
+        if let Some(t) = &md.deletion_timestamp {
+            metadata.insert("deletionTimestamp".into(), json!(t.0.to_string()));
+        }
         json!({
             "apiVersion": r.manifest.get("apiVersion"),
             "kind": r.manifest.get("kind"),
-            "metadata": m.metadata,
+            "metadata": metadata,
         })
     });
     FromCache::Done(Observation {
@@ -222,7 +235,7 @@ async fn from_cache(
 /// Whether the observed outputs differ from the digest the synthesis recorded.
 pub(crate) fn outputs_changed(
     prepared: &plan::Prepared,
-    observations: &BTreeMap<ResourceKey, Observation>,
+    observations: &HashMap<ResourceKey, Observation>,
     seen: &str,
 ) -> bool {
     let now = super::super::inputs::observed_digest(
@@ -243,8 +256,8 @@ pub(crate) fn recorded(
     uid: &str,
     prepared: &plan::Prepared,
     loaded: &Loaded,
-    carried: &BTreeMap<ResourceKey, (Option<String>, Option<String>)>,
-) -> BTreeMap<ResourceKey, Recorded> {
+    carried: &HashMap<ResourceKey, (Option<String>, Option<String>)>,
+) -> HashMap<ResourceKey, Recorded> {
     let started = Instant::now();
     let due: std::collections::BTreeSet<ResourceKey> = ctx.remember(uid, |m| {
         prepared

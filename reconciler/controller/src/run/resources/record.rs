@@ -1,7 +1,7 @@
 //! Per-resource outcomes into ResourceSlice states. Pure: the caller writes the states back
 //! (one patch per slice whose states changed).
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use plan::{Op, Plan, ReadinessState, Recorded, ResourceKey, SkipReason, Step};
@@ -27,7 +27,8 @@ pub(crate) fn record(
     the_plan: &Plan,
     outcomes: &[Outcome],
     loaded: &Loaded,
-    recorded: &BTreeMap<ResourceKey, Recorded>,
+    recorded: &HashMap<ResourceKey, Recorded>,
+    prepared: &plan::Prepared,
     deleting: bool,
     now: &Time,
 ) -> Recording {
@@ -52,7 +53,7 @@ pub(crate) fn record(
         if tombstone || deleting || state.ready.is_some() {
             continue;
         }
-        match &step.readiness {
+        match &readiness_after(step, outcome, prepared) {
             ReadinessState::Ready { at } => {
                 let t = at
                     .as_ref()
@@ -72,6 +73,21 @@ pub(crate) fn record(
         }
     }
     rec
+}
+
+/// The readiness of a step's resource after it was written: evaluated on the object the
+/// server returned (the plan evaluated it before the write).
+fn readiness_after(step: &Step, outcome: &Outcome, prepared: &plan::Prepared) -> ReadinessState {
+    let (false, Some(object)) = (step.readiness.is_ready(), outcome.object.as_ref()) else {
+        return step.readiness.clone();
+    };
+    match prepared
+        .resources
+        .binary_search_by(|r| r.key.cmp(&step.key))
+    {
+        Ok(i) => plan::readiness::evaluate(&prepared.resources[i].checks, Some(object)),
+        Err(_) => step.readiness.clone(),
+    }
 }
 
 fn record_success(
@@ -153,6 +169,10 @@ mod tests {
         }
     }
 
+    fn empty() -> plan::Prepared {
+        plan::prepare(&[], &plan::CompositionInfo::default()).unwrap()
+    }
+
     fn loaded(names: &[&str]) -> Loaded {
         Loaded::for_test(&names.iter().map(|n| (key(n), false)).collect::<Vec<_>>())
     }
@@ -193,7 +213,8 @@ mod tests {
             &the_plan,
             &outcomes,
             &loaded(&["a", "b"]),
-            &BTreeMap::new(),
+            &HashMap::new(),
+            &empty(),
             false,
             &now,
         );
@@ -219,7 +240,7 @@ mod tests {
             )],
             requeue: None,
         };
-        let carried = BTreeMap::from([(
+        let carried = HashMap::from([(
             key("a"),
             Recorded {
                 applied_hash: Some("v1:a".into()),
@@ -234,6 +255,7 @@ mod tests {
             &[Outcome::default()],
             &loaded(&["a"]),
             &carried,
+            &empty(),
             false,
             &now,
         );
@@ -242,5 +264,46 @@ mod tests {
             Some("9")
         );
         assert!(rec.errors.is_empty() && rec.not_ready.is_empty());
+    }
+
+    #[test]
+    fn a_resource_is_ready_from_the_object_its_write_returned() {
+        let manifest = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a", "namespace": "n"}});
+        let prepared = plan::prepare(
+            &[plan::Desired {
+                manifest: manifest.clone(),
+                tombstone: false,
+            }],
+            &plan::CompositionInfo::default(),
+        )
+        .unwrap();
+        let the_plan = Plan {
+            steps: vec![step(
+                "a",
+                Op::Apply {
+                    object: manifest.clone(),
+                },
+                ReadinessState::Absent,
+            )],
+            requeue: None,
+        };
+        let written = Outcome {
+            resource_version: Some("3".into()),
+            object: Some(manifest),
+            ..Outcome::default()
+        };
+        let now = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+        let rec = record(
+            &the_plan,
+            &[written],
+            &loaded(&["a"]),
+            &HashMap::new(),
+            &prepared,
+            false,
+            &now,
+        );
+        assert!(rec.states[0][0].ready.is_some(), "{rec:?}");
+        assert!(rec.not_ready.is_empty());
     }
 }

@@ -1,0 +1,118 @@
+//! What earlier syntheses left behind: the snapshots and recorded applies of the previous
+//! synthesis (so an unchanged resource is not rewritten by a new one, and client-side patches
+//! remove dropped fields), and the tombstones a new synthesis must carry for resources it no
+//! longer emits.
+
+use std::collections::{BTreeSet, HashMap};
+
+use plan::ResourceKey;
+use serde_json::Value;
+
+use super::super::{Context, Error};
+use super::slices::{Loaded, read};
+use crds::{Composition, CompositionStatus, Manifest, Synthesis};
+
+/// What the previous synthesis applied: its snapshots (client-side patches remove fields the
+/// synthesizer stopped emitting) and its recorded hash/resourceVersion, so a new synthesis
+/// that leaves a resource unchanged does not rewrite it.
+#[derive(Default)]
+pub(crate) struct Previous {
+    pub snapshots: HashMap<ResourceKey, Value>,
+    pub carried: HashMap<ResourceKey, (Option<String>, Option<String>)>,
+}
+
+/// Reads [`Previous`] when it is needed: some resource of the current synthesis has no
+/// recorded apply yet, or writes are client-side merge patches.
+///
+/// # Errors
+/// [`Error::ReadSlice`].
+pub(crate) async fn previous_applied(
+    ctx: &Context,
+    comp: &Composition,
+    st: &CompositionStatus,
+    loaded: &Loaded,
+    info: &plan::CompositionInfo,
+) -> Result<Previous, Error> {
+    let mut out = Previous::default();
+    let unrecorded = loaded
+        .slices
+        .iter()
+        .any(|s| s.states.iter().any(|x| x.applied_hash.is_none()));
+    let Some(prev) = &st.previous_synthesis else {
+        return Ok(out);
+    };
+    if !unrecorded && ctx.opts.mode != plan::ApplyMode::ClientSide {
+        return Ok(out);
+    }
+    for r in &prev.resource_slices {
+        let Some((slice, states)) = read(ctx, comp, &r.name).await? else {
+            continue;
+        };
+        for (i, m) in slice
+            .spec
+            .resources
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| !m.deleted)
+        {
+            let Ok(manifest) = serde_json::from_str::<Value>(&m.manifest) else {
+                continue;
+            };
+            let Ok(key) = ResourceKey::of(&manifest) else {
+                continue;
+            };
+            if let Some(state) = states.get(i) {
+                let recorded = (
+                    state.applied_hash.clone(),
+                    state.applied_resource_version.clone(),
+                );
+                out.carried.insert(key.clone(), recorded);
+            }
+            out.snapshots
+                .insert(key, plan::snapshot::strip(&manifest, Some(&info.uid)));
+        }
+    }
+    Ok(out)
+}
+
+/// Tombstones for resources of the current synthesis that `items` no longer has (and for
+/// tombstones not yet confirmed deleted, so an interrupted delete is retried).
+///
+/// # Errors
+/// [`Error::ReadSlice`].
+pub(crate) async fn tombstones(
+    ctx: &Context,
+    comp: &Composition,
+    current: Option<&Synthesis>,
+    items: &[Value],
+) -> Result<Vec<Manifest>, Error> {
+    let new_keys: BTreeSet<ResourceKey> = items
+        .iter()
+        .filter_map(|i| ResourceKey::of(i).ok())
+        .collect();
+    let mut out = Vec::new();
+    for slice_ref in current
+        .map(|c| c.resource_slices.as_slice())
+        .unwrap_or_default()
+    {
+        let Some((slice, states)) = read(ctx, comp, &slice_ref.name).await? else {
+            continue;
+        };
+        for (i, m) in slice.spec.resources.iter().enumerate() {
+            let Ok(v) = serde_json::from_str::<Value>(&m.manifest) else {
+                continue;
+            };
+            let Ok(key) = ResourceKey::of(&v) else {
+                continue;
+            };
+            let gone = m.deleted && states.get(i).is_some_and(|s| s.deleted);
+            if !new_keys.contains(&key) && !gone {
+                out.push(Manifest {
+                    manifest: m.manifest.clone(),
+                    deleted: true,
+                });
+            }
+        }
+    }
+    Ok(out)
+}
