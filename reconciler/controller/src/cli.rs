@@ -93,6 +93,11 @@ pub struct RunArgs {
     /// recently used modules are dropped first).
     #[arg(long, env = "ENOKI_MODULE_CACHE_MIB", default_value_t = 256)]
     pub module_cache_mib: usize,
+    /// Bound of the cache of ingested syntheses (parsed manifests, compiled CEL, ordering),
+    /// in resources; the least recently used Compositions are ingested again from their
+    /// ResourceSlices when next reconciled (about 4 KiB per cached resource).
+    #[arg(long, env = "ENOKI_PLAN_CACHE_RESOURCES", default_value_t = 5_000)]
+    pub plan_cache_resources: usize,
     /// After SIGTERM, how long in-flight reconciles may run before the process exits
     /// (humantime; keep it below the pod's terminationGracePeriodSeconds).
     #[arg(long, env = "ENOKI_SHUTDOWN_GRACE", default_value = "10s")]

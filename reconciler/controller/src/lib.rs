@@ -66,6 +66,7 @@ fn start(args: &cli::RunArgs) -> anyhow::Result<()> {
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, usize::from))
             .max(1),
         module_cache_bytes: args.module_cache_mib.saturating_mul(1024 * 1024),
+        plan_cache_resources: args.plan_cache_resources.max(1),
         shutdown_grace: parse("shutdown-grace", &args.shutdown_grace)?,
         readiness_poll: parse("readiness-poll", &args.readiness_poll)?,
         resync: parse("resync", &args.resync)?,

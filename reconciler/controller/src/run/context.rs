@@ -27,8 +27,6 @@ pub(crate) type Backoff = (u32, Instant, String);
 /// What enoki remembers about one Composition between reconciles.
 #[derive(Default)]
 pub(crate) struct Memory {
-    /// The ingested current synthesis (cache key, prepared plan input).
-    pub prepared: Option<(String, Arc<plan::Prepared>)>,
     /// Resources whose writes keep failing.
     pub backoff: HashMap<ResourceKey, Backoff>,
     /// Drift corrections per resource (another writer that keeps changing it).
@@ -71,6 +69,10 @@ pub struct Context {
     /// Bounds the syntheses running at once, across all Compositions.
     pub(crate) synthesis_slots: Arc<tokio::sync::Semaphore>,
     memory: Mutex<HashMap<String, Memory>>,
+    /// Ingested syntheses (by Composition UID), least recently used dropped first once they
+    /// hold more than `--plan-cache-resources` resources; a dropped one is ingested again
+    /// from its slices when next needed.
+    prepared: Mutex<PreparedLru>,
     /// Consecutive reconcile failures per Composition (error_policy's backoff).
     pub(crate) failures: Mutex<HashMap<ObjectRef<Composition>, u32>>,
 }
@@ -90,6 +92,7 @@ pub(crate) struct Parts {
 impl Context {
     pub(crate) fn new(p: Parts) -> Context {
         let slots = p.opts.max_concurrent_syntheses.max(1);
+        let plan_cache = p.opts.plan_cache_resources;
         Context {
             client: p.client,
             host: p.host,
@@ -104,6 +107,7 @@ impl Context {
             slices: p.slices,
             synthesis_slots: Arc::new(tokio::sync::Semaphore::new(slots)),
             memory: Mutex::new(HashMap::new()),
+            prepared: Mutex::new(PreparedLru::new(plan_cache)),
             failures: Mutex::new(HashMap::new()),
         }
     }
@@ -116,11 +120,26 @@ impl Context {
         }
     }
 
+    /// The ingested synthesis of Composition `uid` under `key`, if cached.
+    pub(crate) fn prepared(&self, uid: &str, key: &str) -> Option<Arc<plan::Prepared>> {
+        self.prepared.lock().ok()?.get(uid, key)
+    }
+
+    /// Caches the ingested synthesis of Composition `uid` under `key`.
+    pub(crate) fn keep_prepared(&self, uid: &str, key: String, p: Arc<plan::Prepared>) {
+        if let Ok(mut lru) = self.prepared.lock() {
+            lru.insert(uid, key, p);
+        }
+    }
+
     /// Drops everything remembered about a Composition that is gone, and the watches only it
     /// needed.
     pub(crate) fn forget(&self, comp: &ObjectRef<Composition>, uid: Option<&str>) {
         if let (Some(uid), Ok(mut m)) = (uid, self.memory.lock()) {
             m.remove(uid);
+        }
+        if let (Some(uid), Ok(mut p)) = (uid, self.prepared.lock()) {
+            p.remove(uid);
         }
         if let Ok(mut f) = self.failures.lock() {
             f.remove(comp);
@@ -145,6 +164,9 @@ impl Context {
         for uid in &gone {
             if let Ok(mut m) = self.memory.lock() {
                 m.remove(uid);
+            }
+            if let Ok(mut p) = self.prepared.lock() {
+                p.remove(uid);
             }
         }
         gone.len()
@@ -236,6 +258,57 @@ impl Context {
         };
         if let Err(e) = self.recorder.publish(&ev, object).await {
             tracing::debug!(error = %e, "cannot publish event");
+        }
+    }
+}
+
+/// Ingested syntheses by Composition UID, bounded by their total number of resources.
+struct PreparedLru {
+    entries: HashMap<String, (String, Arc<plan::Prepared>, u64)>,
+    resources: usize,
+    capacity: usize,
+    tick: u64,
+}
+
+impl PreparedLru {
+    fn new(capacity: usize) -> PreparedLru {
+        PreparedLru {
+            entries: HashMap::new(),
+            resources: 0,
+            capacity,
+            tick: 0,
+        }
+    }
+
+    fn get(&mut self, uid: &str, key: &str) -> Option<Arc<plan::Prepared>> {
+        self.tick += 1;
+        let tick = self.tick;
+        let e = self.entries.get_mut(uid).filter(|e| e.0 == key)?;
+        e.2 = tick;
+        Some(e.1.clone())
+    }
+
+    fn insert(&mut self, uid: &str, key: String, p: Arc<plan::Prepared>) {
+        self.remove(uid);
+        self.tick += 1;
+        self.resources += p.resources.len();
+        self.entries.insert(uid.to_string(), (key, p, self.tick));
+        while self.resources > self.capacity && self.entries.len() > 1 {
+            let Some(oldest) = self
+                .entries
+                .iter()
+                .min_by_key(|(_, e)| e.2)
+                .map(|(k, _)| k.clone())
+            else {
+                break;
+            };
+            self.remove(&oldest);
+        }
+    }
+
+    fn remove(&mut self, uid: &str) {
+        if let Some(old) = self.entries.remove(uid) {
+            self.resources -= old.1.resources.len();
         }
     }
 }

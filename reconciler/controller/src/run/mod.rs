@@ -67,6 +67,8 @@ pub struct Options {
     pub module_cache_dir: Option<PathBuf>,
     /// Bound of the in-memory cache of compiled modules (module source bytes).
     pub module_cache_bytes: usize,
+    /// Bound of the cache of ingested syntheses, in resources.
+    pub plan_cache_resources: usize,
     /// Extra CA (PEM) trusted for `url` module sources.
     pub module_ca: Option<Vec<u8>>,
     /// Where to serve /metrics, /healthz, /readyz (off when `None`).

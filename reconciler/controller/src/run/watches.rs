@@ -56,7 +56,7 @@ pub struct Watches {
     sender: UnboundedSender<ObjectRef<Composition>>,
     readers: Mutex<HashMap<WatchKey, HashSet<ObjectRef<Composition>>>>,
     inputs: Mutex<HashMap<(GroupVersionKind, String), KindWatch<DynamicObject>>>,
-    managed: Mutex<HashMap<GroupVersionKind, KindWatch<Meta>>>,
+    managed: Mutex<HashMap<GroupVersionKind, ManagedWatch>>,
     owners: Mutex<HashMap<String, ObjectRef<Composition>>>,
 }
 
@@ -190,29 +190,27 @@ impl Watches {
         ar: &ApiResource,
         owner: &str,
     ) -> Option<ManagedView> {
-        let store = {
+        let view = {
             let mut managed = self.managed.lock().ok()?;
             match managed.get_mut(gvk) {
                 Some(w) => {
                     w.users.insert(owner.to_string());
-                    w.store.clone()
+                    w.view.clone()
                 }
                 None => {
                     let w = self.start_managed(gvk, ar, owner);
-                    let store = w.store.clone();
+                    let view = w.view.clone();
                     managed.insert(gvk.clone(), w);
-                    store
+                    view
                 }
             }
         };
-        tokio::time::timeout(FIRST_LIST, store.wait_until_ready())
+        let mut ready = view.ready.clone();
+        tokio::time::timeout(FIRST_LIST, ready.wait_for(|r| *r))
             .await
             .ok()?
             .ok()?;
-        Some(ManagedView {
-            store,
-            ar: ar.clone(),
-        })
+        Some(view)
     }
 
     fn start_managed(
@@ -220,47 +218,40 @@ impl Watches {
         gvk: &GroupVersionKind,
         ar: &ApiResource,
         owner: &str,
-    ) -> KindWatch<Meta> {
-        let writer = reflector::store::Writer::<Meta>::new(ar.clone());
-        let store = writer.as_reader();
+    ) -> ManagedWatch {
+        let (ready_tx, ready_rx) = tokio::sync::watch::channel(false);
+        let view = ManagedView {
+            entries: Arc::new(std::sync::RwLock::new(HashMap::new())),
+            ready: ready_rx,
+        };
         let api: Api<Meta> = Api::all_with(self.client.clone(), ar);
         let wc = watcher::Config::default().labels(managed_label());
-        let events = watcher(api, wc)
-            .default_backoff()
-            .modify(|m: &mut Meta| {
-                // Only identity, version, deletion and the owner label are read.
-                m.managed_fields_mut().clear();
-                m.annotations_mut().clear();
-            })
-            .reflect(writer)
-            .touched_objects();
+        let events = watcher(api, wc).default_backoff();
         let this = Arc::downgrade(self);
         let (group, kind) = (gvk.group.clone(), gvk.kind.clone());
+        let entries = view.entries.clone();
         let task = tokio::spawn(async move {
             futures::pin_mut!(events);
+            let mut relist: Option<HashMap<(String, String), Live>> = None;
             while let Some(event) = events.next().await {
                 let Some(this) = this.upgrade() else { break };
-                match event {
-                    Ok(m) => {
-                        if let Some(uid) = m.labels().get(managed_label()) {
-                            this.fire_owner(uid);
-                        }
-                        this.fire_readers(
-                            &group,
-                            &kind,
-                            &m.namespace().unwrap_or_default(),
-                            &m.name_any(),
-                        );
-                    }
+                let touched = match event {
+                    Ok(e) => apply_event(&entries, &mut relist, &ready_tx, e),
                     Err(e) => {
-                        tracing::warn!(kind = %kind, error = %e, "managed-object watch failed; retrying with backoff")
+                        tracing::warn!(kind = %kind, error = %e, "managed-object watch failed; retrying with backoff");
+                        None
                     }
+                };
+                if let Some((namespace, name, owner)) = touched {
+                    if let Some(uid) = owner {
+                        this.fire_owner(&uid);
+                    }
+                    this.fire_readers(&group, &kind, &namespace, &name);
                 }
             }
         });
-        KindWatch {
-            store,
-            ar: ar.clone(),
+        ManagedWatch {
+            view,
             task: task.abort_handle(),
             users: [owner.to_string()].into(),
         }
@@ -344,20 +335,108 @@ impl Watches {
     }
 }
 
+/// What the apply pass reads of a managed object: its version and whether it is being
+/// deleted (kept compact: thousands of these live in memory).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Live {
+    /// `metadata.resourceVersion`.
+    pub resource_version: Option<String>,
+    /// `metadata.uid`.
+    pub uid: Option<String>,
+    /// `metadata.deletionTimestamp`, RFC 3339.
+    pub deletion_timestamp: Option<String>,
+}
+
+impl Live {
+    fn of(m: &Meta) -> Live {
+        Live {
+            resource_version: m.metadata.resource_version.clone(),
+            uid: m.metadata.uid.clone(),
+            deletion_timestamp: m
+                .metadata
+                .deletion_timestamp
+                .as_ref()
+                .map(|t| t.0.to_string()),
+        }
+    }
+}
+
+type Entries = Arc<std::sync::RwLock<HashMap<(String, String), Live>>>;
+
+/// One managed kind's watch, the Compositions that need it.
+struct ManagedWatch {
+    view: ManagedView,
+    task: tokio::task::AbortHandle,
+    users: HashSet<String>,
+}
+
+impl Drop for ManagedWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Applies one watch event to the entries (a relist is built aside and swapped in when
+/// complete); returns the touched object's (namespace, name, owner UID).
+fn apply_event(
+    entries: &Entries,
+    relist: &mut Option<HashMap<(String, String), Live>>,
+    ready: &tokio::sync::watch::Sender<bool>,
+    event: watcher::Event<Meta>,
+) -> Option<(String, String, Option<String>)> {
+    let id = |m: &Meta| (m.namespace().unwrap_or_default(), m.name_any());
+    let owner = |m: &Meta| m.labels().get(managed_label()).cloned();
+    match event {
+        watcher::Event::Init => {
+            *relist = Some(HashMap::new());
+            None
+        }
+        watcher::Event::InitApply(m) => {
+            if let Some(r) = relist.as_mut() {
+                r.insert(id(&m), Live::of(&m));
+            }
+            let (ns, name) = id(&m);
+            Some((ns, name, owner(&m)))
+        }
+        watcher::Event::InitDone => {
+            if let (Some(r), Ok(mut e)) = (relist.take(), entries.write()) {
+                *e = r;
+            }
+            let _ = ready.send(true);
+            None
+        }
+        watcher::Event::Apply(m) => {
+            if let Ok(mut e) = entries.write() {
+                e.insert(id(&m), Live::of(&m));
+            }
+            let (ns, name) = id(&m);
+            Some((ns, name, owner(&m)))
+        }
+        watcher::Event::Delete(m) => {
+            if let Ok(mut e) = entries.write() {
+                e.remove(&id(&m));
+            }
+            let (ns, name) = id(&m);
+            Some((ns, name, owner(&m)))
+        }
+    }
+}
+
 /// A kind's synced metadata cache of managed objects.
+#[derive(Clone)]
 pub struct ManagedView {
-    store: Store<Meta>,
-    ar: ApiResource,
+    entries: Entries,
+    ready: tokio::sync::watch::Receiver<bool>,
 }
 
 impl ManagedView {
-    /// The cached metadata of one object (`None`: not labelled as managed, or absent).
-    pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<Meta>> {
-        let mut r = ObjectRef::new_with(name, self.ar.clone());
-        if !namespace.is_empty() {
-            r = r.within(namespace);
-        }
-        self.store.get(&r)
+    /// The cached state of one object (`None`: not labelled as managed, or absent).
+    pub fn get(&self, namespace: &str, name: &str) -> Option<Live> {
+        self.entries
+            .read()
+            .ok()?
+            .get(&(namespace.to_string(), name.to_string()))
+            .cloned()
     }
 }
 

@@ -254,13 +254,7 @@ fn prepare(
         info.deleting,
         serde_json::to_string(&info.annotations).unwrap_or_default()
     );
-    let hit = ctx.remember(uid, |m| {
-        m.prepared
-            .as_ref()
-            .filter(|(k, _)| *k == key)
-            .map(|(_, p)| p.clone())
-    });
-    if let Some(p) = hit {
+    if let Some(p) = ctx.prepared(uid, &key) {
         return Ok(p);
     }
     let desired: Vec<plan::Desired> = loaded
@@ -274,7 +268,7 @@ fn prepare(
         })
         .collect();
     let p = Arc::new(plan::prepare(&desired, info)?);
-    ctx.remember(uid, |m| m.prepared = Some((key, p.clone())));
+    ctx.keep_prepared(uid, key, p.clone());
     Ok(p)
 }
 

@@ -198,7 +198,7 @@ async fn from_cache(
     let cached = match &meta {
         None => Cached::Unknown,
         Some(None) => Cached::Absent,
-        Some(Some(m)) => Cached::Present(m.metadata.resource_version.as_deref()),
+        Some(Some(m)) => Cached::Present(m.resource_version.as_deref()),
     };
     let create_semantics = r.settings.replace
         || r.settings.disable_updates
@@ -209,16 +209,15 @@ async fn from_cache(
     // What the planner reads of a live object it does not need in full: identity, version,
     // deletion.
     let live = meta.flatten().map(|m| {
-        let md = &m.metadata;
         let mut metadata = serde_json::Map::new();
-        metadata.insert("name".into(), json!(md.name));
-        if let Some(ns) = &md.namespace {
+        metadata.insert("name".into(), json!(r.key.name));
+        if !ns.is_empty() {
             metadata.insert("namespace".into(), json!(ns));
         }
-        metadata.insert("resourceVersion".into(), json!(md.resource_version));
-        metadata.insert("uid".into(), json!(md.uid));
-        if let Some(t) = &md.deletion_timestamp {
-            metadata.insert("deletionTimestamp".into(), json!(t.0.to_string()));
+        metadata.insert("resourceVersion".into(), json!(m.resource_version));
+        metadata.insert("uid".into(), json!(m.uid));
+        if let Some(t) = &m.deletion_timestamp {
+            metadata.insert("deletionTimestamp".into(), json!(t));
         }
         json!({
             "apiVersion": r.manifest.get("apiVersion"),
