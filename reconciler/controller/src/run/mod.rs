@@ -2,15 +2,15 @@
 //!
 //! Module map (data flows top to bottom):
 //!
-//! - [`start`]: wiring — client, watch caches, leader election, the controllers, shutdown.
-//! - [`watches`]: shared reflector caches (managed objects' metadata, inputs) and the
+//! - `start`: wiring — client, watch caches, leader election, the controllers, shutdown.
+//! - `watches`: shared reflector caches (managed objects' metadata, inputs) and the
 //!   triggers they fire.
 //! - `composition`: one reconcile of a Composition — finalizer, observe, trigger (pure),
 //!   synthesize, slices, status.
 //! - `resources`: one pass over a synthesis's resources — observe (cache first), plan
 //!   (pure, `plan` crate), execute, record (pure), roll up (pure).
 //! - [`error`]: typed errors (`is_transient`) and the backoff they drive.
-//! - [`context`]: shared state, and everything remembered per Composition (dropped when it
+//! - `context`: shared state, and everything remembered per Composition (dropped when it
 //!   is gone).
 //! - `inputs`, `instances`, `symphony`, `module`: collections and observed outputs,
 //!   instance mode, Symphonies, module sources.
