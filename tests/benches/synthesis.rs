@@ -51,6 +51,7 @@ fn main() {
         host.run(
             &module,
             RunRequest {
+                program: "test",
                 input: &input_bytes,
                 env: &[],
                 limits: RunLimits::default(),

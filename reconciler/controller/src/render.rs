@@ -187,6 +187,7 @@ fn synthesis_input(args: &RenderArgs) -> Result<SynthesisInput, RenderError> {
             created: Duration::ZERO,
             ..CompositionMeta::default()
         },
+        program: program_name(&args.module),
         ..SynthesisInput::default()
     };
     if let Some(path) = &args.composition {
@@ -204,6 +205,23 @@ fn synthesis_input(args: &RenderArgs) -> Result<SynthesisInput, RenderError> {
             .push((key.to_string(), read_object(Path::new(file))?));
     }
     Ok(input)
+}
+
+/// `argv[0]` for a module given on the command line: its file stem, built-in or repository
+/// name.
+fn program_name(module: &str) -> String {
+    let last = module
+        .trim_start_matches("builtin:")
+        .split(['@', '?'])
+        .next()
+        .unwrap_or(module)
+        .rsplit('/')
+        .next()
+        .unwrap_or(module);
+    let stem = last.split(':').next().unwrap_or(last);
+    stem.trim_end_matches(".wasm")
+        .trim_end_matches(".wat")
+        .to_string()
 }
 
 /// Name, namespace, labels, annotations and `synthesisEnv` of a Composition file.

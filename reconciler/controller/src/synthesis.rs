@@ -41,6 +41,8 @@ pub struct SynthesisInput {
     pub observed: Vec<Value>,
     /// Environment.
     pub env: BTreeMap<String, String>,
+    /// The synthesizer's name: the module's `argv[0]`.
+    pub program: String,
 }
 
 /// A built-in synthesizer function.
@@ -207,6 +209,7 @@ pub fn synthesize(
             let out = host.run(
                 m,
                 RunRequest {
+                    program: &input.program,
                     input: &stdin,
                     env: &env,
                     limits,

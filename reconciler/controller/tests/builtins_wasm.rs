@@ -53,6 +53,7 @@ fn synthesis_input(list: &Value) -> SynthesisInput {
                     .collect()
             })
             .unwrap_or_default(),
+        program: "builtin".into(),
     }
 }
 

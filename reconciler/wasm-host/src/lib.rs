@@ -83,6 +83,9 @@ pub enum Entropy {
 /// One synthesis run.
 #[derive(Clone, Copy, Debug)]
 pub struct RunRequest<'a> {
+    /// `argv[0]` (the synthesizer's name): real WASI programs (Go's runtime, C's `main`)
+    /// expect one argument, the program name; nothing else is passed.
+    pub program: &'a str,
     /// Bytes on stdin.
     pub input: &'a [u8],
     /// Environment variables.
@@ -543,6 +546,11 @@ impl Host {
         let stderr = tail::TailPipe::new(STDERR_CAP);
         let mut builder = WasiCtxBuilder::new();
         builder
+            .arg(if req.program.is_empty() {
+                "synthesizer"
+            } else {
+                req.program
+            })
             .stdin(MemoryInputPipe::new(req.input.to_vec()))
             .stdout(stdout.clone())
             .stderr(stderr.clone())

@@ -39,6 +39,7 @@ fn run_with(
     host().run(
         module,
         RunRequest {
+            program: "test",
             input: br#"{"apiVersion":"config.kubernetes.io/v1","kind":"ResourceList","items":[]}"#,
             env: &[],
             limits,
@@ -238,6 +239,7 @@ fn a_preview2_component_runs_with_the_same_contract() {
     )
     .unwrap();
     let req = RunRequest {
+        program: "test",
         input: &input,
         env: &[("TIER".to_string(), "gold".to_string())],
         limits: LIMITS,
@@ -269,6 +271,7 @@ fn the_sample_module_reads_the_golden_contract_input() {
         .run(
             &host().load(&wasm).unwrap(),
             RunRequest {
+                program: "test",
                 input: &input,
                 env: &[],
                 limits: LIMITS,
@@ -310,4 +313,25 @@ fn the_module_cache_is_bounded_by_bytes_and_drops_the_least_recently_used() {
     assert_eq!(host.module_cache_size(), (2, a.len() + c.len()));
     // b is compiled again when needed, and still runs.
     assert!(host.load(&b).is_ok());
+}
+
+#[test]
+fn argv_is_the_program_name_and_nothing_else() {
+    let m = load("args.wat");
+    let out = host()
+        .run(
+            &m,
+            RunRequest {
+                program: "my-synth",
+                input: b"",
+                env: &[],
+                limits: LIMITS,
+                entropy: Entropy::Reproducible {
+                    wall_clock: Duration::ZERO,
+                    seed: SEED,
+                },
+            },
+        )
+        .unwrap();
+    assert_eq!(out.stdout, b"my-synth\0");
 }

@@ -172,6 +172,7 @@ async fn run(
             .chain(comp.spec.synthesis_env.iter())
             .map(|e| (e.name.clone(), e.value.clone()))
             .collect(),
+        program: req.synth.name_any(),
     };
     let limits = req.limits;
     let secure = req.synth.spec.entropy == Some(crds::Entropy::Secure);
