@@ -213,7 +213,12 @@ impl Enoki {
         if !namespace.is_empty() {
             args.extend(["--namespace", namespace]);
         }
-        let mut metrics_port = None;
+        // The metrics port: the caller's `--metrics-addr HOST:PORT`, or one chosen here.
+        let mut metrics_port = extra
+            .iter()
+            .position(|a| *a == "--metrics-addr")
+            .and_then(|i| extra.get(i + 1))
+            .and_then(|addr| addr.rsplit(':').next()?.parse().ok());
         let metrics_addr;
         if !extra.contains(&"--metrics-addr") {
             let port = free_port();

@@ -119,6 +119,7 @@ async fn with_two_replicas_only_the_leader_writes_and_the_other_takes_over() {
         "--lease-duration-secs",
         "3",
     ];
+    let since = harness::now_rfc3339();
     let mut first = Enoki::start_with(
         &env.namespace,
         &[&le[..], &["--metrics-addr", &a1]].concat(),
@@ -144,12 +145,21 @@ async fn with_two_replicas_only_the_leader_writes_and_the_other_takes_over() {
         503,
         "the standby must not be ready"
     );
-    assert!(
-        !second.logs().contains("applied"),
-        "the standby wrote:\n{}",
+    // Both replicas carry enoki's User-Agent; the standby's metrics show it never checked a
+    // resource, the leader's that it did, and the leader's writes reached the server.
+    assert_eq!(
+        second.metric("enoki_resource_checks_total"),
+        Some(0.0),
+        "the standby reconciled:\n{}",
         second.logs()
     );
-    assert!(first.logs().contains("applied"));
+    assert!(first.metric("enoki_resource_checks_total").unwrap_or(0.0) > 0.0);
+    assert!(
+        harness::audited_requests(&env.namespace, &since)
+            .iter()
+            .any(|r| r.by_enoki() && r.is_write() && r.resource == "configmaps"),
+        "the leader applied its resources"
+    );
 
     first.stop();
     eventually("the standby to take over", WAIT, || async {

@@ -606,39 +606,10 @@ async fn overrides_leave_fields_another_manager_owns_and_enforce_enokis_eno_keys
 /// Write requests (create/update/patch/delete, dry runs included) the audit log recorded in
 /// `namespace` after `since` (RFC 3339), as (verb, resource, name).
 fn writes_since(namespace: &str, since: &str) -> Vec<(String, String, String)> {
-    let path = std::env::var("TESTENV_AUDIT_LOG")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|_| {
-            harness::kubeconfig_path()
-                .parent()
-                .unwrap()
-                .join("audit.log")
-        });
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e} (hack/testenv.sh writes it)", path.display()));
-    text.lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|e| e["stage"] == "ResponseComplete")
-        .filter(|e| e["objectRef"]["namespace"] == namespace)
-        .filter(|e| {
-            e["requestReceivedTimestamp"]
-                .as_str()
-                .is_some_and(|t| t > since)
-        })
-        .filter(|e| {
-            matches!(
-                e["verb"].as_str(),
-                Some("create" | "update" | "patch" | "delete")
-            )
-        })
-        .map(|e| {
-            let s = |v: &Value| v.as_str().unwrap_or_default().to_string();
-            (
-                s(&e["verb"]),
-                s(&e["objectRef"]["resource"]),
-                s(&e["objectRef"]["name"]),
-            )
-        })
+    harness::audited_requests(namespace, since)
+        .into_iter()
+        .filter(|r| matches!(r.verb.as_str(), "create" | "update" | "patch" | "delete"))
+        .map(|r| (r.verb, r.resource, r.name))
         .collect()
 }
 
@@ -729,32 +700,12 @@ async fn a_resync_of_many_in_sync_resources_writes_nothing_and_a_change_writes_o
     );
 }
 
-/// enoki's write requests (its field manager in the request URI) to one object since `since`.
+/// enoki's write requests (its User-Agent) to one object since `since`.
 fn enoki_writes_to(namespace: &str, name: &str, since: &str) -> usize {
-    let path = std::env::var("TESTENV_AUDIT_LOG")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|_| {
-            harness::kubeconfig_path()
-                .parent()
-                .unwrap()
-                .join("audit.log")
-        });
-    let text = std::fs::read_to_string(&path).unwrap();
-    text.lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|e| e["stage"] == "ResponseComplete")
-        .filter(|e| e["objectRef"]["namespace"] == namespace && e["objectRef"]["name"] == name)
-        .filter(|e| matches!(e["verb"].as_str(), Some("patch" | "update" | "create")))
-        .filter(|e| {
-            e["requestReceivedTimestamp"]
-                .as_str()
-                .is_some_and(|t| t > since)
-        })
-        .filter(|e| {
-            e["requestURI"].as_str().is_some_and(|u| {
-                u.contains("fieldManager=enoki&") || u.ends_with("fieldManager=enoki")
-            })
-        })
+    harness::audited_requests(namespace, since)
+        .iter()
+        .filter(|r| r.by_enoki() && r.name == name)
+        .filter(|r| matches!(r.verb.as_str(), "patch" | "update" | "create"))
         .count()
 }
 

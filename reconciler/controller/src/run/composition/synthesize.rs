@@ -254,27 +254,7 @@ async fn store(
         _ => false,
     };
     if let Some(message) = refuse_empty(comp, req.synth, had_resources, &items) {
-        ctx.event(
-            comp,
-            true,
-            reasons::EMPTY_OUTPUT,
-            "Synthesize",
-            message.clone(),
-        )
-        .await;
-        fail(
-            st,
-            comp.metadata.generation,
-            reasons::EMPTY_OUTPUT,
-            &message,
-        );
-        ctx.remember(&uid, |m| {
-            m.failed = Some(Failed {
-                fingerprint: fp.to_string(),
-                failures: 1,
-                retry_at: Instant::now() + RETRY_CAP,
-            });
-        });
+        refuse(ctx, comp, st, fp, reasons::EMPTY_OUTPUT, &message).await;
         return Ok(Outcome::Failed(RETRY_CAP));
     }
     let mut next = st.in_flight_synthesis.take().unwrap_or_default();
@@ -371,27 +351,7 @@ async fn write_new(
         }
         Err(e) => {
             let message = super::super::error::chain(&e);
-            ctx.event(
-                comp,
-                true,
-                reasons::SLICE_WRITE_FAILED,
-                "Synthesize",
-                message.clone(),
-            )
-            .await;
-            fail(
-                st,
-                comp.metadata.generation,
-                reasons::SLICE_WRITE_FAILED,
-                &message,
-            );
-            ctx.remember(&uid, |m| {
-                m.failed = Some(Failed {
-                    fingerprint: fp.to_string(),
-                    failures: 1,
-                    retry_at: Instant::now() + RETRY_CAP,
-                });
-            });
+            refuse(ctx, comp, st, fp, reasons::SLICE_WRITE_FAILED, &message).await;
             Ok(Err(RETRY_CAP))
         }
     }
@@ -414,6 +374,29 @@ pub(crate) fn refuse_empty(
          if this is intended",
         synth.metadata.name.as_deref().unwrap_or_default()
     ))
+}
+
+/// An output refused for good: Warning Event, failed condition, and no new attempt for this
+/// fingerprint before [`RETRY_CAP`].
+async fn refuse(
+    ctx: &Context,
+    comp: &Composition,
+    st: &mut CompositionStatus,
+    fp: &str,
+    reason: &str,
+    message: &str,
+) {
+    ctx.event(comp, true, reason, "Synthesize", message.to_string())
+        .await;
+    fail(st, comp.metadata.generation, reason, message);
+    let uid = comp.uid().unwrap_or_default();
+    ctx.remember(&uid, |m| {
+        m.failed = Some(Failed {
+            fingerprint: fp.to_string(),
+            failures: 1,
+            retry_at: Instant::now() + RETRY_CAP,
+        });
+    });
 }
 
 /// Marks the synthesis failed: `Synthesized=False`, `Stalled=True`, simplified `Failed`.
