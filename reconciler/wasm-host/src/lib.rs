@@ -8,13 +8,17 @@
 //!   later process load the artifact without compiling ([`Host::cache_hits`]).
 //! - Each run gets a fresh `Store`: no preopened directories, no sockets, only the caller's
 //!   environment, stdin = the input bytes, stdout captured up to the output limit, stderr kept
-//!   up to 64 KiB, memory capped by a resource limiter.
+//!   up to 64 KiB; the sum of all linear memories and tables capped by a store limiter,
+//!   plus caps on instances, memories, tables and host-side random buffers ([`STORE_CAPS`]).
+//!   Features whose allocations the limiter cannot see are off (multi-memory, memory64,
+//!   threads, GC, exceptions, stack switching).
 //! - Runs are reproducible by default: the wall clock reads a fixed instant, the monotonic
 //!   clock advances a fixed step per read, and randomness comes from a seeded generator.
 //!
 //! WASI preview1 command modules (`_start`) and preview2 `wasi:cli/command` components are
 //! told apart by their header and run through the same limits and error mapping.
-//! Runs are synchronous: call them from `spawn_blocking`, never on an async worker thread.
+//! Runs are synchronous (each drives its own single-threaded executor): call them from
+//! `spawn_blocking`, never on an async worker thread.
 
 mod error;
 mod tail;
@@ -35,7 +39,7 @@ use wasmtime::{
     Cache, CacheConfig, Config, Engine, InstancePre, Linker, Module, ResourceLimiter, Store,
 };
 use wasmtime_wasi::p1::WasiP1Ctx;
-use wasmtime_wasi::p2::bindings::sync::CommandPre;
+use wasmtime_wasi::p2::bindings::CommandPre;
 use wasmtime_wasi::p2::pipe::{MemoryInputPipe, MemoryOutputPipe};
 use wasmtime_wasi::{HostMonotonicClock, HostWallClock, I32Exit, WasiCtxBuilder};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
@@ -145,13 +149,13 @@ pub fn digest(bytes: &[u8]) -> String {
 
 struct RunState {
     wasi: WasiP1Ctx,
-    limiter: MemoryLimiter,
+    limiter: StoreLimiter,
 }
 
 struct ComponentState {
     ctx: WasiCtx,
     table: ResourceTable,
-    limiter: MemoryLimiter,
+    limiter: StoreLimiter,
 }
 
 impl WasiView for ComponentState {
@@ -163,34 +167,105 @@ impl WasiView for ComponentState {
     }
 }
 
-struct MemoryLimiter {
+/// Per-store caps on what a guest can make the host allocate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StoreCaps {
+    /// Instances per store (a component has several core instances).
+    pub instances: usize,
+    /// Linear memories per store (a component's adapter has its own).
+    pub memories: usize,
+    /// Tables per store.
+    pub tables: usize,
+    /// Elements per table.
+    pub table_elements: usize,
+    /// Bytes one `random_get` / `get-random-bytes` call may ask for.
+    pub random_bytes: u64,
+}
+
+/// Caps used by every run.
+pub const STORE_CAPS: StoreCaps = StoreCaps {
+    instances: 32,
+    memories: 8,
+    tables: 32,
+    table_elements: 1_000_000,
+    random_bytes: 1 << 20,
+};
+
+/// Bytes one table element is counted as (a funcref is a pointer plus type data).
+pub const TABLE_ELEMENT_BYTES: usize = 16;
+
+/// Enforces [`RunLimits::max_memory_bytes`] over the *sum* of every linear memory and table
+/// of the store (not per memory), plus the counts of [`STORE_CAPS`].
+struct StoreLimiter {
     max: usize,
+    /// Bytes of memories and tables currently allocated.
+    total: usize,
     hit: bool,
     peak: usize,
 }
 
-impl ResourceLimiter for MemoryLimiter {
+impl StoreLimiter {
+    fn new(max: usize) -> StoreLimiter {
+        StoreLimiter {
+            max,
+            total: 0,
+            hit: false,
+            peak: 0,
+        }
+    }
+
+    /// Grows the store's total by `desired - current` bytes if it stays under the cap.
+    fn grow(&mut self, current: usize, desired: usize) -> bool {
+        let total = self
+            .total
+            .saturating_sub(current)
+            .saturating_add(desired);
+        if total > self.max {
+            self.hit = true;
+            return false;
+        }
+        self.total = total;
+        self.peak = self.peak.max(total);
+        true
+    }
+}
+
+impl ResourceLimiter for StoreLimiter {
     fn memory_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        if desired > self.max {
-            self.hit = true;
-            return Ok(false);
-        }
-        self.peak = self.peak.max(desired);
-        Ok(true)
+        Ok(self.grow(current, desired))
     }
 
     fn table_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        Ok(desired <= 1_000_000)
+        if desired > STORE_CAPS.table_elements {
+            self.hit = true;
+            return Ok(false);
+        }
+        Ok(self.grow(
+            current.saturating_mul(TABLE_ELEMENT_BYTES),
+            desired.saturating_mul(TABLE_ELEMENT_BYTES),
+        ))
+    }
+
+    fn instances(&self) -> usize {
+        STORE_CAPS.instances
+    }
+
+    fn tables(&self) -> usize {
+        STORE_CAPS.tables
+    }
+
+    fn memories(&self) -> usize {
+        STORE_CAPS.memories
     }
 }
 
@@ -357,6 +432,9 @@ impl Host {
     pub fn new(cache_dir: Option<&Path>) -> Result<Host, HostError> {
         let mut config = Config::new();
         config.epoch_interruption(true);
+        // Runs are async (`call_async`): a deadline drops the run's future, which also ends
+        // blocking WASI calls (`poll_oneoff` sleeps) that the epoch cannot interrupt.
+        restrict_features(&mut config);
         let cache = match cache_dir {
             Some(dir) => {
                 let mut cc = CacheConfig::new();
@@ -372,12 +450,12 @@ impl Host {
             message: format!("{e:#}"),
         })?;
         let mut linker: Linker<RunState> = Linker::new(&engine);
-        wasmtime_wasi::p1::add_to_linker_sync(&mut linker, |s: &mut RunState| &mut s.wasi)
+        wasmtime_wasi::p1::add_to_linker_async(&mut linker, |s: &mut RunState| &mut s.wasi)
             .map_err(|e| HostError::Engine {
                 message: format!("{e:#}"),
             })?;
         let mut component_linker: ComponentLinker<ComponentState> = ComponentLinker::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_sync(&mut component_linker).map_err(|e| {
+        wasmtime_wasi::p2::add_to_linker_async(&mut component_linker).map_err(|e| {
             HostError::Engine {
                 message: format!("{e:#}"),
             }
@@ -537,71 +615,63 @@ impl Host {
     /// `Trap` (with the wasm backtrace), `ExitCode` (with the stderr tail), `Instantiate`.
     ///
     /// # Guarantees
-    /// Nothing survives between runs; the host process is never affected by the module.
+    /// Nothing survives between runs; the host process is never affected by the module. The
+    /// deadline holds whatever the module does: compute is interrupted by the epoch, and a
+    /// module blocked in a host call (a WASI sleep) is dropped when the deadline passes.
     pub fn run(&self, module: &ModulePre, req: RunRequest<'_>) -> Result<RunOutput, HostError> {
         self.running.fetch_add(1, Ordering::Relaxed);
         let _running = Running(&self.running);
         self.ticker.unpark();
-        let stdout = MemoryOutputPipe::new(req.limits.max_output_bytes);
-        let stderr = tail::TailPipe::new(STDERR_CAP);
-        let mut builder = WasiCtxBuilder::new();
-        builder
-            .arg(if req.program.is_empty() {
-                "synthesizer"
-            } else {
-                req.program
-            })
-            .stdin(MemoryInputPipe::new(req.input.to_vec()))
-            .stdout(stdout.clone())
-            .stderr(stderr.clone())
-            .envs(req.env)
-            .allow_tcp(false)
-            .allow_udp(false)
-            .allow_ip_name_lookup(false);
-        if let Entropy::Reproducible { wall_clock, seed } = req.entropy {
-            builder
-                .wall_clock(FixedWallClock(wall_clock))
-                .monotonic_clock(SteppedClock(AtomicU64::new(0)))
-                .secure_random(StdRng::from_seed(seed))
-                .insecure_random(StdRng::from_seed(seed))
-                .insecure_random_seed(u128::from_le_bytes(
-                    seed[..16].try_into().unwrap_or_default(),
-                ));
-        }
-        let limiter = MemoryLimiter {
-            max: req.limits.max_memory_bytes,
-            hit: false,
-            peak: 0,
+        let io = RunIo::new(&req.limits);
+        let builder = wasi_builder(&req, &io);
+        let limiter = StoreLimiter::new(req.limits.max_memory_bytes);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .map_err(|e| HostError::Engine {
+                message: format!("cannot start the run's executor: {e}"),
+            })?;
+        let deadline = req.limits.deadline;
+        let ticks = deadline_ticks(deadline);
+        let outcome = runtime.block_on(async {
+            tokio::time::timeout(deadline, self.call(module, builder, limiter, ticks)).await
+        });
+        let Ok(outcome) = outcome else {
+            return Err(HostError::Timeout { after: deadline });
         };
-        let ticks = req
-            .limits
-            .deadline
-            .as_nanos()
-            .div_ceil(TICK.as_nanos())
-            .max(1);
-        let ticks = u64::try_from(ticks).unwrap_or(u64::MAX);
-        let (call, memory_hit, peak) = match &module.pre {
+        let (call, limiter) = outcome?;
+        finish(call, &limiter, &io, &req.limits)
+    }
+
+    /// Instantiates the module in a fresh store and runs its entry point to completion.
+    async fn call(
+        &self,
+        module: &ModulePre,
+        mut builder: WasiCtxBuilder,
+        limiter: StoreLimiter,
+        ticks: u64,
+    ) -> Result<(wasmtime::Result<()>, StoreLimiter), HostError> {
+        match &module.pre {
             Pre::Core(pre) => {
-                let mut store = Store::new(
-                    &self.engine,
-                    RunState {
-                        wasi: builder.build_p1(),
-                        limiter,
-                    },
-                );
+                let state = RunState {
+                    wasi: builder.build_p1(),
+                    limiter,
+                };
+                let mut store = Store::new(&self.engine, state);
                 store.limiter(|s| &mut s.limiter);
                 store.set_epoch_deadline(ticks);
                 store.epoch_deadline_trap();
                 let instance = pre
-                    .instantiate(&mut store)
-                    .map_err(|e| classify_instantiate(&e))?;
+                    .instantiate_async(&mut store)
+                    .await
+                    .map_err(|e| instantiate_error(&e, &store.data().limiter))?;
                 let start = instance
                     .get_typed_func::<(), ()>(&mut store, "_start")
                     .map_err(|e| HostError::Instantiate {
                         message: format!("no _start export: {e:#}"),
                     })?;
-                let call = start.call(&mut store, ());
-                (call, store.data().limiter.hit, store.data().limiter.peak)
+                let call = start.call_async(&mut store, ()).await;
+                Ok((call, store.into_data().limiter))
             }
             Pre::Component(pre) => {
                 let state = ComponentState {
@@ -614,73 +684,179 @@ impl Host {
                 store.set_epoch_deadline(ticks);
                 store.epoch_deadline_trap();
                 let command = pre
-                    .instantiate(&mut store)
-                    .map_err(|e| classify_instantiate(&e))?;
-                let call = match command.wasi_cli_run().call_run(&mut store) {
+                    .instantiate_async(&mut store)
+                    .await
+                    .map_err(|e| instantiate_error(&e, &store.data().limiter))?;
+                let call = match command.wasi_cli_run().call_run(&mut store).await {
                     Ok(Ok(())) => Ok(()),
                     Ok(Err(())) => Err(wasmtime::Error::new(I32Exit(1))),
                     Err(e) => Err(e),
                 };
-                (call, store.data().limiter.hit, store.data().limiter.peak)
+                Ok((call, store.into_data().limiter))
             }
-        };
-        let stderr_text = String::from_utf8_lossy(&stderr.contents()).into_owned();
-        let out = stdout.contents();
-        if let Err(e) = call {
-            if let Some(exit) = e.downcast_ref::<I32Exit>() {
-                if exit.0 != 0 {
-                    return Err(HostError::ExitCode {
-                        code: exit.0,
-                        stderr: tail(&stderr_text),
-                    });
-                }
-            } else if out.len() >= req.limits.max_output_bytes
-                || format!("{e:#}").contains("beyond capacity")
-            {
-                return Err(HostError::OutputTooLarge {
-                    limit: req.limits.max_output_bytes,
-                });
-            } else if let Some(wasmtime::Trap::Interrupt) = e.downcast_ref::<wasmtime::Trap>() {
-                return Err(HostError::Timeout {
-                    after: req.limits.deadline,
-                });
-            } else if memory_hit {
-                return Err(HostError::MemoryLimit {
-                    limit: req.limits.max_memory_bytes,
-                });
-            } else {
-                let backtrace = e
-                    .downcast_ref::<wasmtime::WasmBacktrace>()
-                    .map(|bt| format!("{bt}"))
-                    .unwrap_or_default();
-                let message = match e.downcast_ref::<wasmtime::Trap>() {
-                    Some(trap) => trap.to_string(),
-                    None => format!("{e:#}"),
-                };
+        }
+    }
+}
+
+/// Turns off the WebAssembly features enoki does not need and whose allocations the store
+/// limiter would not see or bound (several memories per module, 64-bit memories, shared
+/// memories and threads, GC heaps, exceptions, stack switching, async components).
+fn restrict_features(config: &mut Config) {
+    config
+        .wasm_multi_memory(false)
+        .wasm_memory64(false)
+        .wasm_threads(false)
+        .wasm_shared_everything_threads(false)
+        .wasm_gc(false)
+        .wasm_exceptions(false)
+        .wasm_stack_switching(false)
+        .wasm_custom_page_sizes(false)
+        .wasm_component_model_async(false);
+}
+
+/// The run's stdio: stdout captured up to the output cap, stderr's tail kept.
+struct RunIo {
+    stdout: MemoryOutputPipe,
+    stderr: tail::TailPipe,
+}
+
+impl RunIo {
+    fn new(limits: &RunLimits) -> RunIo {
+        RunIo {
+            stdout: MemoryOutputPipe::new(limits.max_output_bytes),
+            stderr: tail::TailPipe::new(STDERR_CAP),
+        }
+    }
+}
+
+/// The WASI context of one run: argv, stdio, environment, no network, and the request's
+/// clocks and randomness.
+fn wasi_builder(req: &RunRequest<'_>, io: &RunIo) -> WasiCtxBuilder {
+    let mut builder = WasiCtxBuilder::new();
+    builder
+        .arg(if req.program.is_empty() {
+            "synthesizer"
+        } else {
+            req.program
+        })
+        .stdin(MemoryInputPipe::new(req.input.to_vec()))
+        .stdout(io.stdout.clone())
+        .stderr(io.stderr.clone())
+        .envs(req.env)
+        .allow_tcp(false)
+        .allow_udp(false)
+        .allow_ip_name_lookup(false)
+        .max_random_size(STORE_CAPS.random_bytes);
+    if let Entropy::Reproducible { wall_clock, seed } = req.entropy {
+        builder
+            .wall_clock(FixedWallClock(wall_clock))
+            .monotonic_clock(SteppedClock(AtomicU64::new(0)))
+            .secure_random(StdRng::from_seed(seed))
+            .insecure_random(StdRng::from_seed(seed))
+            .insecure_random_seed(u128::from_le_bytes(
+                seed[..16].try_into().unwrap_or_default(),
+            ));
+    }
+    builder
+}
+
+/// The deadline in epoch ticks (rounded up, at least one).
+fn deadline_ticks(deadline: Duration) -> u64 {
+    let ticks = deadline.as_nanos().div_ceil(TICK.as_nanos()).max(1);
+    u64::try_from(ticks).unwrap_or(u64::MAX)
+}
+
+/// Maps how the entry point returned to the run's output or a typed error.
+fn finish(
+    call: wasmtime::Result<()>,
+    limiter: &StoreLimiter,
+    io: &RunIo,
+    limits: &RunLimits,
+) -> Result<RunOutput, HostError> {
+    let stderr_text = String::from_utf8_lossy(&io.stderr.contents()).into_owned();
+    let out = io.stdout.contents();
+    if let Err(e) = call {
+        match classify(&e, limiter, out.len(), &stderr_text, limits) {
+            // `exit(0)` is a success.
+            Some(HostError::ExitCode { code: 0, .. }) => {}
+            Some(err) => return Err(err),
+            None => {
                 return Err(HostError::Trap {
-                    message,
-                    backtrace,
+                    message: e
+                        .downcast_ref::<wasmtime::Trap>()
+                        .map_or_else(|| format!("{e:#}"), ToString::to_string),
+                    backtrace: e
+                        .downcast_ref::<wasmtime::WasmBacktrace>()
+                        .map(|bt| format!("{bt}"))
+                        .unwrap_or_default(),
                     stderr: tail(&stderr_text),
                 });
             }
         }
-        if out.len() >= req.limits.max_output_bytes {
-            return Err(HostError::OutputTooLarge {
-                limit: req.limits.max_output_bytes,
-            });
-        }
-        Ok(RunOutput {
-            stdout: out.to_vec(),
-            stderr: stderr_text,
-            peak_memory_bytes: peak,
-        })
     }
+    success(out.to_vec(), stderr_text, limiter, limits)
 }
 
-fn classify_instantiate(e: &wasmtime::Error) -> HostError {
-    HostError::Instantiate {
-        message: format!("{e:#}"),
+fn success(
+    stdout: Vec<u8>,
+    stderr: String,
+    limiter: &StoreLimiter,
+    limits: &RunLimits,
+) -> Result<RunOutput, HostError> {
+    if stdout.len() >= limits.max_output_bytes {
+        return Err(HostError::OutputTooLarge {
+            limit: limits.max_output_bytes,
+        });
     }
+    Ok(RunOutput {
+        stdout,
+        stderr,
+        peak_memory_bytes: limiter.peak,
+    })
+}
+
+/// The failures with a name of their own (`None`: a plain trap).
+fn classify(
+    e: &wasmtime::Error,
+    limiter: &StoreLimiter,
+    written: usize,
+    stderr: &str,
+    limits: &RunLimits,
+) -> Option<HostError> {
+    if let Some(exit) = e.downcast_ref::<I32Exit>() {
+        return Some(HostError::ExitCode {
+            code: exit.0,
+            stderr: tail(stderr),
+        });
+    }
+    if written >= limits.max_output_bytes || format!("{e:#}").contains("beyond capacity") {
+        return Some(HostError::OutputTooLarge {
+            limit: limits.max_output_bytes,
+        });
+    }
+    if let Some(wasmtime::Trap::Interrupt) = e.downcast_ref::<wasmtime::Trap>() {
+        return Some(HostError::Timeout {
+            after: limits.deadline,
+        });
+    }
+    if limiter.hit {
+        return Some(HostError::MemoryLimit {
+            limit: limits.max_memory_bytes,
+        });
+    }
+    None
+}
+
+/// An instantiation failure: a store cap (memories, tables, instances, initial memory over
+/// the limit) is `MemoryLimit`; anything else is `Instantiate`.
+fn instantiate_error(e: &wasmtime::Error, limiter: &StoreLimiter) -> HostError {
+    let text = format!("{e:#}");
+    if limiter.hit || text.contains("resource limit exceeded") {
+        return HostError::MemoryLimit {
+            limit: limiter.max,
+        };
+    }
+    HostError::Instantiate { message: text }
 }
 
 fn poisoned() -> HostError {

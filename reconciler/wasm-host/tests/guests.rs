@@ -335,3 +335,90 @@ fn argv_is_the_program_name_and_nothing_else() {
         .unwrap();
     assert_eq!(out.stdout, b"my-synth\0");
 }
+
+#[test]
+fn a_module_blocked_in_a_wasi_sleep_past_its_deadline_is_stopped() {
+    let m = load("sleep_long.wat");
+    let started = std::time::Instant::now();
+    let err = run(&m).unwrap_err();
+    let took = started.elapsed();
+    assert_eq!(
+        err,
+        HostError::Timeout {
+            after: LIMITS.deadline
+        }
+    );
+    assert!(
+        took < LIMITS.deadline + Duration::from_secs(2),
+        "a one-hour sleep must end at the deadline ({:?}), took {took:?}",
+        LIMITS.deadline
+    );
+    normal_module_still_runs();
+}
+
+#[test]
+fn a_module_that_sleeps_within_its_deadline_succeeds() {
+    let out = run(&load("sleep_short.wat")).unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["kind"], "ResourceList");
+}
+
+#[test]
+fn several_linear_memories_are_refused_before_they_run() {
+    let Err(err) = host().load(&guest("multi_memory.wat")) else {
+        panic!("a module with eight memories must not load");
+    };
+    let HostError::Instantiate { message } = &err else {
+        panic!("{err:?}")
+    };
+    assert!(message.contains("multiple memories"), "{message}");
+    normal_module_still_runs();
+}
+
+#[test]
+fn the_memory_limit_covers_memories_and_tables_together() {
+    let m = load("memory_and_table.wat");
+    // Obeyed: 40 MiB of memory + 9.6 MB of table fit in 64 MiB.
+    let roomy = RunLimits {
+        max_memory_bytes: 64 << 20,
+        ..LIMITS
+    };
+    let out = run_with(&m, roomy, SEED).unwrap();
+    assert!(out.peak_memory_bytes >= (40 << 20) + 600_000 * 16);
+    // Violated: each fits 48 MiB alone, the sum does not.
+    let tight = RunLimits {
+        max_memory_bytes: 48 << 20,
+        ..LIMITS
+    };
+    assert_eq!(
+        run_with(&m, tight, SEED).unwrap_err(),
+        HostError::MemoryLimit { limit: 48 << 20 }
+    );
+    normal_module_still_runs();
+}
+
+#[test]
+fn a_table_bomb_hits_the_memory_limit() {
+    assert_eq!(
+        run(&load("table_bomb.wat")).unwrap_err(),
+        HostError::MemoryLimit {
+            limit: LIMITS.max_memory_bytes
+        }
+    );
+    normal_module_still_runs();
+}
+
+#[test]
+fn host_side_random_buffers_are_capped() {
+    // Obeyed: hello.wat asks for 16 random bytes (a_normal_module_runs…); violated: 16 MiB.
+    let limits = RunLimits {
+        max_memory_bytes: 32 << 20,
+        ..LIMITS
+    };
+    let err = run_with(&load("random_bomb.wat"), limits, SEED).unwrap_err();
+    let HostError::Trap { message, .. } = &err else {
+        panic!("{err:?}")
+    };
+    assert!(message.contains("exceeds limit"), "{message}");
+    normal_module_still_runs();
+}
