@@ -3,9 +3,11 @@
 //!
 //! - One [`Host`] (one `Engine`) per process, with epoch interruption: a background thread
 //!   ticks the epoch every [`TICK`], and only the host turns a deadline into ticks.
-//! - [`Host::load`] compiles a module once per SHA-256 digest (kept in memory as an
-//!   `InstancePre`); wasmtime's on-disk cache, keyed by module hash and engine settings, lets a
-//!   later process load the artifact without compiling ([`Host::cache_hits`]).
+//! - [`Host::load`] compiles a module once per SHA-256 digest, one compilation at a time per
+//!   digest (kept in memory as an `InstancePre`); the on-disk artifact cache (`artifacts`),
+//!   keyed by module digest, engine settings and wasmtime version and verified against a
+//!   recorded SHA-256 before use, lets a later process load it without compiling
+//!   ([`Host::cache_hits`], [`Host::cache_rejected`]).
 //! - Each run gets a fresh `Store`: no preopened directories, no sockets, only the caller's
 //!   environment, stdin = the input bytes, stdout captured up to the output limit, stderr kept
 //!   up to 64 KiB; the sum of all linear memories and tables capped by a store limiter,
@@ -20,6 +22,7 @@
 //! Runs are synchronous (each drives its own single-threaded executor): call them from
 //! `spawn_blocking`, never on an async worker thread.
 
+mod artifacts;
 mod error;
 mod tail;
 
@@ -35,9 +38,7 @@ use rand_wasi::SeedableRng;
 use rand_wasi::rngs::StdRng;
 use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, Linker as ComponentLinker, ResourceTable};
-use wasmtime::{
-    Cache, CacheConfig, Config, Engine, InstancePre, Linker, Module, ResourceLimiter, Store,
-};
+use wasmtime::{Config, Engine, InstancePre, Linker, Module, ResourceLimiter, Store};
 use wasmtime_wasi::p1::WasiP1Ctx;
 use wasmtime_wasi::p2::bindings::CommandPre;
 use wasmtime_wasi::p2::pipe::{MemoryInputPipe, MemoryOutputPipe};
@@ -216,10 +217,7 @@ impl StoreLimiter {
 
     /// Grows the store's total by `desired - current` bytes if it stays under the cap.
     fn grow(&mut self, current: usize, desired: usize) -> bool {
-        let total = self
-            .total
-            .saturating_sub(current)
-            .saturating_add(desired);
+        let total = self.total.saturating_sub(current).saturating_add(desired);
         if total > self.max {
             self.hit = true;
             return false;
@@ -400,7 +398,11 @@ pub struct Host {
     linker: Linker<RunState>,
     component_linker: ComponentLinker<ComponentState>,
     modules: Mutex<ModuleLru>,
-    cache: Option<Cache>,
+    /// One lock per digest being compiled: concurrent loads of one module compile it once.
+    compiling: Mutex<HashMap<String, Arc<Mutex<()>>>>,
+    artifacts: Option<artifacts::Artifacts>,
+    /// Modules compiled from source (not loaded from memory or disk).
+    compilations: AtomicU64,
     stop: Arc<AtomicBool>,
     /// Runs in progress: the epoch ticker sleeps (no wakeups) while there are none.
     running: Arc<std::sync::atomic::AtomicUsize>,
@@ -435,20 +437,12 @@ impl Host {
         // Runs are async (`call_async`): a deadline drops the run's future, which also ends
         // blocking WASI calls (`poll_oneoff` sleeps) that the epoch cannot interrupt.
         restrict_features(&mut config);
-        let cache = match cache_dir {
-            Some(dir) => {
-                let mut cc = CacheConfig::new();
-                cc.with_directory(dir);
-                Some(Cache::new(cc).map_err(|e| HostError::Engine {
-                    message: format!("{e:#}"),
-                })?)
-            }
-            None => None,
-        };
-        config.cache(cache.clone());
         let engine = Engine::new(&config).map_err(|e| HostError::Engine {
             message: format!("{e:#}"),
         })?;
+        let artifacts = cache_dir
+            .map(|dir| artifacts::Artifacts::open(dir, &engine))
+            .transpose()?;
         let mut linker: Linker<RunState> = Linker::new(&engine);
         wasmtime_wasi::p1::add_to_linker_async(&mut linker, |s: &mut RunState| &mut s.wasi)
             .map_err(|e| HostError::Engine {
@@ -485,7 +479,9 @@ impl Host {
             linker,
             component_linker,
             modules: Mutex::new(ModuleLru::new(DEFAULT_MODULE_CACHE_BYTES)),
-            cache,
+            compiling: Mutex::new(HashMap::new()),
+            artifacts,
+            compilations: AtomicU64::new(0),
             stop,
             running,
             ticker,
@@ -508,7 +504,22 @@ impl Host {
 
     /// Artifacts loaded from the on-disk cache instead of being compiled.
     pub fn cache_hits(&self) -> usize {
-        self.cache.as_ref().map_or(0, Cache::cache_hits)
+        self.artifacts
+            .as_ref()
+            .map_or(0, artifacts::Artifacts::hits)
+    }
+
+    /// Modules compiled from their bytes (cache misses in memory and on disk).
+    pub fn compilations(&self) -> u64 {
+        self.compilations.load(Ordering::Relaxed)
+    }
+
+    /// Cached artifacts deleted because they failed verification (altered, truncated, or
+    /// written by another engine build); each was compiled again.
+    pub fn cache_rejected(&self) -> usize {
+        self.artifacts
+            .as_ref()
+            .map_or(0, artifacts::Artifacts::rejected)
     }
 
     /// Describes a module without running it: digest, size, kind and imports.
@@ -556,6 +567,30 @@ impl Host {
         if let Some(m) = self.modules.lock().map_err(|_| poisoned())?.get(&digest) {
             return Ok(m);
         }
+        // Single flight: one compilation per digest, the other callers wait for it.
+        let gate = self
+            .compiling
+            .lock()
+            .map_err(|_| poisoned())?
+            .entry(digest.clone())
+            .or_default()
+            .clone();
+        let result = {
+            let _compiling = gate.lock().map_err(|_| poisoned())?;
+            let cached = self.modules.lock().map_err(|_| poisoned())?.get(&digest);
+            match cached {
+                Some(m) => Ok(m),
+                None => self.compile(bytes, digest.clone()),
+            }
+        };
+        if let Ok(mut compiling) = self.compiling.lock() {
+            compiling.remove(&digest);
+        }
+        result
+    }
+
+    /// Compiles (or loads the verified on-disk artifact of) a module and pre-links it.
+    fn compile(&self, bytes: &[u8], digest: String) -> Result<ModulePre, HostError> {
         let kind = match module_kind(bytes) {
             Some(kind) => kind,
             // WebAssembly text (tests, hand-written guests): wasmtime compiles it.
@@ -574,12 +609,22 @@ impl Host {
         let instantiate = |e: wasmtime::Error| HostError::Instantiate {
             message: format!("{e:#}"),
         };
+        let compile_error = |e: wasmtime::Error| HostError::Instantiate {
+            message: format!("compile: {e:#}"),
+        };
         let pre = match kind {
             ModuleKind::Component => {
-                let component =
-                    Component::new(&self.engine, bytes).map_err(|e| HostError::Instantiate {
-                        message: format!("compile: {e:#}"),
-                    })?;
+                let component = self
+                    .cached(&digest, kind, artifacts::deserialize_component)
+                    .map_or_else(
+                        || {
+                            self.compilations.fetch_add(1, Ordering::Relaxed);
+                            let c = Component::new(&self.engine, bytes).map_err(compile_error)?;
+                            self.store_artifact(&digest, kind, c.serialize());
+                            Ok(c)
+                        },
+                        Ok,
+                    )?;
                 let pre = self
                     .component_linker
                     .instantiate_pre(&component)
@@ -589,10 +634,17 @@ impl Host {
                 })?)
             }
             ModuleKind::Preview1 => {
-                let module =
-                    Module::new(&self.engine, bytes).map_err(|e| HostError::Instantiate {
-                        message: format!("compile: {e:#}"),
-                    })?;
+                let module = self
+                    .cached(&digest, kind, artifacts::deserialize_module)
+                    .map_or_else(
+                        || {
+                            self.compilations.fetch_add(1, Ordering::Relaxed);
+                            let m = Module::new(&self.engine, bytes).map_err(compile_error)?;
+                            self.store_artifact(&digest, kind, m.serialize());
+                            Ok(m)
+                        },
+                        Ok,
+                    )?;
                 Pre::Core(self.linker.instantiate_pre(&module).map_err(instantiate)?)
             }
         };
@@ -606,6 +658,30 @@ impl Host {
             .map_err(|_| poisoned())?
             .insert(digest, m.clone(), bytes.len());
         Ok(m)
+    }
+
+    /// The verified on-disk artifact of `digest`, deserialized.
+    fn cached<T>(
+        &self,
+        digest: &str,
+        kind: ModuleKind,
+        deserialize: fn(&Engine, &[u8]) -> wasmtime::Result<T>,
+    ) -> Option<T> {
+        let artifacts = self.artifacts.as_ref()?;
+        let bytes = artifacts.read(digest, kind)?;
+        match deserialize(&self.engine, &bytes) {
+            Ok(t) => Some(t),
+            Err(_) => {
+                artifacts.discard(digest, kind);
+                None
+            }
+        }
+    }
+
+    fn store_artifact(&self, digest: &str, kind: ModuleKind, bytes: wasmtime::Result<Vec<u8>>) {
+        if let (Some(artifacts), Ok(bytes)) = (&self.artifacts, bytes) {
+            artifacts.write(digest, kind, &bytes);
+        }
     }
 
     /// Runs a module once in a fresh store.
@@ -852,9 +928,7 @@ fn classify(
 fn instantiate_error(e: &wasmtime::Error, limiter: &StoreLimiter) -> HostError {
     let text = format!("{e:#}");
     if limiter.hit || text.contains("resource limit exceeded") {
-        return HostError::MemoryLimit {
-            limit: limiter.max,
-        };
+        return HostError::MemoryLimit { limit: limiter.max };
     }
     HostError::Instantiate { message: text }
 }

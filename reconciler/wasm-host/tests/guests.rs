@@ -197,16 +197,39 @@ fn bad_bytes_and_components_are_refused_with_a_clear_message() {
     assert!(matches!(err, HostError::Instantiate { .. }), "{err:?}");
 }
 
+fn cache_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("enoki-wasm-cache-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+/// The artifact files (`*.cwasm`) in a cache directory.
+fn artifacts_in(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "cwasm"))
+        .collect()
+}
+
 #[test]
 fn compiled_modules_are_cached_on_disk_for_the_next_process() {
-    let dir = std::env::temp_dir().join(format!("enoki-wasm-cache-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = cache_dir("reuse");
     let bytes = guest("hello.wat");
     let first = Host::new(Some(&dir)).unwrap();
     let m = first.load(&bytes).unwrap();
     assert_eq!(first.cache_hits(), 0);
     assert!(m.digest().starts_with("sha256:"));
     drop(first);
+    // One artifact and its recorded digest, nothing else (no temporary files left).
+    let files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(files.len(), 2, "{files:?}");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700, "the cache directory is created private");
     let second = Host::new(Some(&dir)).unwrap();
     let m2 = second.load(&bytes).unwrap();
     assert_eq!(m2.digest(), m.digest());
@@ -214,6 +237,89 @@ fn compiled_modules_are_cached_on_disk_for_the_next_process() {
         second.cache_hits() >= 1,
         "the second engine compiled again instead of loading the artifact"
     );
+    assert_eq!(second.cache_rejected(), 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_tampered_or_truncated_cache_file_is_rejected_and_recompiled() {
+    let dir = cache_dir("tamper");
+    let bytes = guest("hello.wat");
+    Host::new(Some(&dir)).unwrap().load(&bytes).unwrap();
+    let artifact = artifacts_in(&dir).pop().unwrap();
+    let good = std::fs::read(&artifact).unwrap();
+
+    // Obeyed: the intact artifact is loaded, not compiled.
+    let intact = Host::new(Some(&dir)).unwrap();
+    intact.load(&bytes).unwrap();
+    assert_eq!((intact.cache_hits(), intact.cache_rejected()), (1, 0));
+
+    // Violated: one flipped byte in the code section.
+    let mut evil = good.clone();
+    let at = evil.len() / 2;
+    evil[at] ^= 0xff;
+    std::fs::write(&artifact, &evil).unwrap();
+    let host = Host::new(Some(&dir)).unwrap();
+    let m = host.load(&bytes).unwrap();
+    assert_eq!((host.cache_hits(), host.cache_rejected()), (0, 1));
+    // The module was compiled again from its bytes and runs correctly.
+    let out = host.run(
+        &m,
+        RunRequest {
+            program: "test",
+            input: b"{}",
+            env: &[],
+            limits: LIMITS,
+            entropy: Entropy::Reproducible {
+                wall_clock: Duration::ZERO,
+                seed: SEED,
+            },
+        },
+    );
+    assert!(out.is_ok(), "{out:?}");
+    // …and a fresh, verified artifact replaced the altered one.
+    assert_eq!(std::fs::read(&artifact).unwrap(), good);
+
+    // Violated: a truncated artifact (a crash mid-write without the atomic rename).
+    std::fs::write(&artifact, &good[..good.len() / 3]).unwrap();
+    let host = Host::new(Some(&dir)).unwrap();
+    host.load(&bytes).unwrap();
+    assert_eq!((host.cache_hits(), host.cache_rejected()), (0, 1));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_cache_directory_other_users_can_write_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = cache_dir("perm");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let Err(err) = Host::new(Some(&dir)) else {
+        panic!("a world-writable cache directory must be refused");
+    };
+    assert!(err.to_string().contains("writable by other users"), "{err}");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    assert!(Host::new(Some(&dir)).is_ok());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn concurrent_loads_of_one_module_compile_it_once() {
+    let dir = cache_dir("single-flight");
+    let host = std::sync::Arc::new(Host::new(Some(&dir)).unwrap());
+    let bytes = std::sync::Arc::new(guest("stderr_flood.wat"));
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let (host, bytes) = (host.clone(), bytes.clone());
+            std::thread::spawn(move || host.load(&bytes).unwrap().digest().to_string())
+        })
+        .collect();
+    let digests: Vec<String> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    assert!(digests.windows(2).all(|w| w[0] == w[1]));
+    // One compilation, not four racing ones; one artifact written, never rejected.
+    assert_eq!(host.compilations(), 1);
+    assert_eq!(artifacts_in(&dir).len(), 1);
+    assert_eq!(host.cache_rejected(), 0);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

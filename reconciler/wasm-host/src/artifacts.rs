@@ -1,0 +1,213 @@
+//! The on-disk cache of compiled modules, treated as code.
+//!
+//! A compiled artifact is native code that wasmtime maps and runs without re-validating it,
+//! so a file in this directory is as trusted as the enoki binary. The cache therefore:
+//!
+//! - keys each artifact by the module's SHA-256 and the engine's compatibility hash (every
+//!   setting that affects code generation, and the wasmtime version), so an artifact is never
+//!   loaded into an engine that did not produce it;
+//! - writes atomically (a temporary file in the same directory, `fsync`, `rename`), the
+//!   artifact first and then its SHA-256 in a `.sha256` file next to it, so a crash leaves
+//!   either nothing or a complete pair;
+//! - reads the artifact into memory, checks it against the recorded SHA-256 and only then
+//!   deserializes it; a missing, partial or altered pair is deleted and the module compiled
+//!   again ([`Artifacts::rejected`] counts them);
+//! - creates its directory `0700` and refuses a directory that other users can write.
+//!
+//! The recorded digest detects corruption, truncation and edits of the artifact alone; it
+//! cannot stop someone who can write both files, which is why the directory must be
+//! writable by enoki's user only (docs/security.md).
+
+use std::hash::{Hash, Hasher};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use sha2::{Digest, Sha256};
+use wasmtime::Engine;
+
+use crate::{HostError, ModuleKind};
+
+/// A directory of verified compiled artifacts for one engine.
+pub(crate) struct Artifacts {
+    dir: PathBuf,
+    /// Digest of the engine's compatibility hash (settings and wasmtime version).
+    engine_key: String,
+    hits: AtomicUsize,
+    rejected: AtomicUsize,
+}
+
+/// A [`Hasher`] that feeds SHA-256, so the engine's compatibility hash is stable across
+/// processes (`DefaultHasher` is not promised to be).
+struct ShaHasher(Sha256);
+
+impl Hasher for ShaHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+    fn finish(&self) -> u64 {
+        let d = self.0.clone().finalize();
+        u64::from_le_bytes(d[..8].try_into().unwrap_or_default())
+    }
+}
+
+impl Artifacts {
+    /// Opens (creating it `0700` when missing) the cache directory of `engine`.
+    ///
+    /// # Errors
+    /// [`HostError::Engine`] when the directory cannot be created, is not a directory, or
+    /// can be written by group or others.
+    pub(crate) fn open(dir: &Path, engine: &Engine) -> Result<Artifacts, HostError> {
+        let fail = |message: String| HostError::Engine { message };
+        if !dir.exists() {
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .map_err(|e| fail(format!("module cache {}: {e}", dir.display())))?;
+        }
+        let meta = std::fs::metadata(dir)
+            .map_err(|e| fail(format!("module cache {}: {e}", dir.display())))?;
+        if !meta.is_dir() {
+            return Err(fail(format!(
+                "module cache {} is not a directory",
+                dir.display()
+            )));
+        }
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = meta.permissions().mode();
+            if mode & 0o022 != 0 {
+                return Err(fail(format!(
+                    "module cache {} is writable by other users (mode {:o}): compiled modules \
+                     are native code, make it writable by enoki's user only (chmod 700)",
+                    dir.display(),
+                    mode & 0o777
+                )));
+            }
+        }
+        let mut h = ShaHasher(Sha256::new());
+        engine.precompile_compatibility_hash().hash(&mut h);
+        let engine_key = hex::encode(&h.0.finalize()[..12]);
+        Ok(Artifacts {
+            dir: dir.to_path_buf(),
+            engine_key,
+            hits: AtomicUsize::new(0),
+            rejected: AtomicUsize::new(0),
+        })
+    }
+
+    fn paths(&self, digest: &str, kind: ModuleKind) -> (PathBuf, PathBuf) {
+        let kind = match kind {
+            ModuleKind::Preview1 => "module",
+            ModuleKind::Component => "component",
+        };
+        let hex = digest.trim_start_matches("sha256:");
+        let base = format!("{hex}-{kind}-{}", self.engine_key);
+        (
+            self.dir.join(format!("{base}.cwasm")),
+            self.dir.join(format!("{base}.cwasm.sha256")),
+        )
+    }
+
+    /// The verified artifact of `digest`, or `None` (nothing cached, or a pair that failed
+    /// verification and was deleted).
+    pub(crate) fn read(&self, digest: &str, kind: ModuleKind) -> Option<Vec<u8>> {
+        let (artifact, recorded) = self.paths(digest, kind);
+        let expected = std::fs::read_to_string(&recorded).ok()?;
+        let Ok(bytes) = std::fs::read(&artifact) else {
+            self.reject(&artifact, &recorded);
+            return None;
+        };
+        if hex::encode(Sha256::digest(&bytes)) != expected.trim() {
+            self.reject(&artifact, &recorded);
+            return None;
+        }
+        self.hits.fetch_add(1, Ordering::Relaxed);
+        Some(bytes)
+    }
+
+    /// Records that a verified artifact failed to deserialize (another engine build).
+    pub(crate) fn discard(&self, digest: &str, kind: ModuleKind) {
+        let (artifact, recorded) = self.paths(digest, kind);
+        self.hits.fetch_sub(1, Ordering::Relaxed);
+        self.reject(&artifact, &recorded);
+    }
+
+    fn reject(&self, artifact: &Path, recorded: &Path) {
+        self.rejected.fetch_add(1, Ordering::Relaxed);
+        let _ = std::fs::remove_file(recorded);
+        let _ = std::fs::remove_file(artifact);
+    }
+
+    /// Stores an artifact and its digest atomically. Failures are ignored (the cache is an
+    /// optimisation; the module is compiled again next time).
+    pub(crate) fn write(&self, digest: &str, kind: ModuleKind, bytes: &[u8]) {
+        let (artifact, recorded) = self.paths(digest, kind);
+        let sum = hex::encode(Sha256::digest(bytes));
+        if write_atomic(&artifact, bytes).is_err()
+            || write_atomic(&recorded, sum.as_bytes()).is_err()
+        {
+            let _ = std::fs::remove_file(&artifact);
+        }
+    }
+
+    /// Artifacts loaded instead of compiled.
+    pub(crate) fn hits(&self) -> usize {
+        self.hits.load(Ordering::Relaxed)
+    }
+
+    /// Artifacts deleted because they failed verification.
+    pub(crate) fn rejected(&self) -> usize {
+        self.rejected.load(Ordering::Relaxed)
+    }
+}
+
+/// Writes `bytes` to a temporary file beside `path`, syncs it and renames it into place.
+fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let tmp = path.with_extension(format!(
+        "tmp-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    let result = (|| {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Loads a verified core-module artifact.
+#[allow(unsafe_code)]
+pub(crate) fn deserialize_module(
+    engine: &Engine,
+    bytes: &[u8],
+) -> wasmtime::Result<wasmtime::Module> {
+    // SAFETY: wasmtime requires that the bytes come from `Module::serialize` of a compatible
+    // engine. They were read from a cache directory only enoki's user can write (checked in
+    // `Artifacts::open`), under a key that includes this engine's compatibility hash, and
+    // matched the SHA-256 recorded when this process family wrote them.
+    unsafe { wasmtime::Module::deserialize(engine, bytes) }
+}
+
+/// Loads a verified component artifact.
+#[allow(unsafe_code)]
+pub(crate) fn deserialize_component(
+    engine: &Engine,
+    bytes: &[u8],
+) -> wasmtime::Result<wasmtime::component::Component> {
+    // SAFETY: as for `deserialize_module`.
+    unsafe { wasmtime::component::Component::deserialize(engine, bytes) }
+}
