@@ -12,7 +12,8 @@
 //! - reads the artifact into memory, checks it against the recorded SHA-256 and only then
 //!   deserializes it; a missing, partial or altered pair is deleted and the module compiled
 //!   again ([`Artifacts::rejected`] counts them);
-//! - creates its directory `0700` and refuses a directory that other users can write.
+//! - keeps the artifacts in `<dir>/compiled`, created `0700`, and refuses that directory when
+//!   it is a symlink, belongs to another user or can be written by group or others.
 //!
 //! The recorded digest detects corruption, truncation and edits of the artifact alone; it
 //! cannot stop someone who can write both files, which is why the directory must be
@@ -57,41 +58,25 @@ impl Artifacts {
     /// # Errors
     /// [`HostError::Engine`] when the directory cannot be created, is not a directory, or
     /// can be written by group or others.
-    pub(crate) fn open(dir: &Path, engine: &Engine) -> Result<Artifacts, HostError> {
+    pub(crate) fn open(root: &Path, engine: &Engine) -> Result<Artifacts, HostError> {
         let fail = |message: String| HostError::Engine { message };
+        // The artifacts live in `<root>/compiled`, which enoki creates and owns: `root` itself
+        // may be a shared mount (a Kubernetes emptyDir is mode 0777).
+        let dir = root.join("compiled");
         if !dir.exists() {
             use std::os::unix::fs::DirBuilderExt;
             std::fs::DirBuilder::new()
                 .recursive(true)
                 .mode(0o700)
-                .create(dir)
+                .create(&dir)
                 .map_err(|e| fail(format!("module cache {}: {e}", dir.display())))?;
         }
-        let meta = std::fs::metadata(dir)
-            .map_err(|e| fail(format!("module cache {}: {e}", dir.display())))?;
-        if !meta.is_dir() {
-            return Err(fail(format!(
-                "module cache {} is not a directory",
-                dir.display()
-            )));
-        }
-        {
-            use std::os::unix::fs::PermissionsExt;
-            let mode = meta.permissions().mode();
-            if mode & 0o022 != 0 {
-                return Err(fail(format!(
-                    "module cache {} is writable by other users (mode {:o}): compiled modules \
-                     are native code, make it writable by enoki's user only (chmod 700)",
-                    dir.display(),
-                    mode & 0o777
-                )));
-            }
-        }
+        check_private(&dir).map_err(fail)?;
         let mut h = ShaHasher(Sha256::new());
         engine.precompile_compatibility_hash().hash(&mut h);
         let engine_key = hex::encode(&h.0.finalize()[..12]);
         Ok(Artifacts {
-            dir: dir.to_path_buf(),
+            dir,
             engine_key,
             hits: AtomicUsize::new(0),
             rejected: AtomicUsize::new(0),
@@ -162,6 +147,36 @@ impl Artifacts {
     pub(crate) fn rejected(&self) -> usize {
         self.rejected.load(Ordering::Relaxed)
     }
+}
+
+/// A directory (not a symlink) owned by this process's user that no one else can write.
+fn check_private(dir: &Path) -> Result<(), String> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let meta = std::fs::symlink_metadata(dir)
+        .map_err(|e| format!("module cache {}: {e}", dir.display()))?;
+    if !meta.is_dir() {
+        return Err(format!("module cache {} is not a directory", dir.display()));
+    }
+    // /proc/self belongs to the process's effective user.
+    let me = std::fs::metadata("/proc/self").map(|m| m.uid()).ok();
+    if me.is_some_and(|uid| uid != meta.uid()) {
+        return Err(format!(
+            "module cache {} belongs to uid {}, not to enoki's user: compiled modules are \
+             native code, the directory must be enoki's own",
+            dir.display(),
+            meta.uid()
+        ));
+    }
+    let mode = meta.permissions().mode();
+    if mode & 0o022 != 0 {
+        return Err(format!(
+            "module cache {} is writable by other users (mode {:o}): compiled modules are \
+             native code, make it writable by enoki's user only (chmod 700)",
+            dir.display(),
+            mode & 0o777
+        ));
+    }
+    Ok(())
 }
 
 /// Writes `bytes` to a temporary file beside `path`, syncs it and renames it into place.

@@ -205,7 +205,7 @@ fn cache_dir(name: &str) -> std::path::PathBuf {
 
 /// The artifact files (`*.cwasm`) in a cache directory.
 fn artifacts_in(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    std::fs::read_dir(dir)
+    std::fs::read_dir(dir.join("compiled"))
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|x| x == "cwasm"))
@@ -222,13 +222,17 @@ fn compiled_modules_are_cached_on_disk_for_the_next_process() {
     assert!(m.digest().starts_with("sha256:"));
     drop(first);
     // One artifact and its recorded digest, nothing else (no temporary files left).
-    let files: Vec<_> = std::fs::read_dir(&dir)
+    let files: Vec<_> = std::fs::read_dir(dir.join("compiled"))
         .unwrap()
         .map(|e| e.unwrap().file_name())
         .collect();
     assert_eq!(files.len(), 2, "{files:?}");
     use std::os::unix::fs::PermissionsExt;
-    let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+    let mode = std::fs::metadata(dir.join("compiled"))
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
     assert_eq!(mode, 0o700, "the cache directory is created private");
     let second = Host::new(Some(&dir)).unwrap();
     let m2 = second.load(&bytes).unwrap();
@@ -292,14 +296,22 @@ fn a_tampered_or_truncated_cache_file_is_rejected_and_recompiled() {
 fn a_cache_directory_other_users_can_write_is_refused() {
     use std::os::unix::fs::PermissionsExt;
     let dir = cache_dir("perm");
+    // The mount point may be shared (an emptyDir is 0777): enoki's own subdirectory is private.
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    assert!(Host::new(Some(&dir)).is_ok());
+    let compiled = dir.join("compiled");
+    std::fs::set_permissions(&compiled, std::fs::Permissions::from_mode(0o777)).unwrap();
     let Err(err) = Host::new(Some(&dir)) else {
-        panic!("a world-writable cache directory must be refused");
+        panic!("a world-writable artifact directory must be refused");
     };
     assert!(err.to_string().contains("writable by other users"), "{err}");
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
-    assert!(Host::new(Some(&dir)).is_ok());
+    std::fs::remove_dir(&compiled).unwrap();
+    std::os::unix::fs::symlink("/tmp", &compiled).unwrap();
+    let Err(err) = Host::new(Some(&dir)) else {
+        panic!("a symlinked artifact directory must be refused");
+    };
+    assert!(err.to_string().contains("not a directory"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
