@@ -144,6 +144,8 @@ pub mod reasons {
     pub const MISSING_INPUT: &str = "MissingInput";
     /// The module could not be fetched or compiled.
     pub const MODULE_UNAVAILABLE: &str = "ModuleUnavailable";
+    /// The Synthesizer's `spec.limits` exceed a ceiling the controller's operator set.
+    pub const LIMITS_REFUSED: &str = "LimitsRefused";
     /// The synthesizer named by the Composition does not exist.
     pub const SYNTHESIZER_NOT_FOUND: &str = "SynthesizerNotFound";
     /// Synthesis succeeded.

@@ -121,6 +121,31 @@ pub struct RunArgs {
     /// Extra CA certificate (PEM) trusted for `url` module sources.
     #[arg(long, env = "ENOKI_MODULE_CA_FILE")]
     pub module_ca_file: Option<PathBuf>,
+    /// Highest `spec.limits.memory` a Synthesizer may ask for (quantity).
+    #[arg(long, env = "ENOKI_MAX_SYNTHESIS_MEMORY", default_value = "512Mi")]
+    pub max_synthesis_memory: String,
+    /// Highest `spec.limits.timeout` a Synthesizer may ask for (humantime).
+    #[arg(long, env = "ENOKI_MAX_SYNTHESIS_TIMEOUT", default_value = "2m")]
+    pub max_synthesis_timeout: String,
+    /// Highest `spec.limits.output` a Synthesizer may ask for (quantity).
+    #[arg(long, env = "ENOKI_MAX_SYNTHESIS_OUTPUT", default_value = "64Mi")]
+    pub max_synthesis_output: String,
+    /// Sum of the memory limits of the syntheses running at once (quantity): a run waits
+    /// until its limit fits. Keep it below the controller's own memory limit minus its
+    /// caches (the shipped Deployment: 1Gi limit, 768Mi budget).
+    #[arg(long, env = "ENOKI_SYNTHESIS_MEMORY_BUDGET", default_value = "768Mi")]
+    pub synthesis_memory_budget: String,
+    /// Largest module accepted from any source, after gzip decompression (quantity).
+    #[arg(long, env = "ENOKI_MAX_MODULE_SIZE", default_value = "128Mi")]
+    pub max_module_size: String,
+    /// How long a reconcile waits for a module to compile before reporting
+    /// `CompileTimeout` and retrying (the compilation continues in the background).
+    #[arg(long, env = "ENOKI_COMPILE_TIMEOUT", default_value = "2m")]
+    pub compile_timeout: String,
+    /// Follow module-download redirects and OCI token realms to loopback, link-local and
+    /// private addresses (refused by default).
+    #[arg(long, env = "ENOKI_MODULE_ALLOW_PRIVATE_REDIRECTS", default_value_t = false)]
+    pub module_allow_private_redirects: bool,
     /// Directory for compiled-module artifacts (kept across restarts).
     #[arg(long, env = "ENOKI_MODULE_CACHE_DIR")]
     pub module_cache_dir: Option<PathBuf>,

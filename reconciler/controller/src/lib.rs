@@ -51,7 +51,22 @@ fn start(args: &cli::RunArgs) -> anyhow::Result<()> {
     let parse = |flag: &str, v: &str| {
         humantime::parse_duration(v).map_err(|e| anyhow::anyhow!("--{flag} {v:?}: {e}"))
     };
+    let quantity = |flag: &str, v: &str| {
+        synthesis::parse_quantity(v).map_err(|e| anyhow::anyhow!("--{flag} {v:?}: {e}"))
+    };
+    let sandbox = run::sandbox::Sandbox {
+        max_memory_bytes: quantity("max-synthesis-memory", &args.max_synthesis_memory)?,
+        max_timeout: parse("max-synthesis-timeout", &args.max_synthesis_timeout)?,
+        max_output_bytes: quantity("max-synthesis-output", &args.max_synthesis_output)?,
+        memory_budget_bytes: quantity("synthesis-memory-budget", &args.synthesis_memory_budget)?,
+        fetch: sources::FetchPolicy {
+            max_bytes: quantity("max-module-size", &args.max_module_size)?,
+            allow_private_redirects: args.module_allow_private_redirects,
+        },
+        compile_timeout: parse("compile-timeout", &args.compile_timeout)?,
+    };
     let opts = run::Options {
+        sandbox,
         namespace: args.namespace.clone(),
         label_selector: args.label_selector.clone(),
         mode: if args.disable_ssa {
@@ -117,7 +132,7 @@ async fn module_command(cmd: &cli::ModuleCommand) -> anyhow::Result<String> {
             let bytes = if std::path::Path::new(module).exists() {
                 std::fs::read(module)?
             } else {
-                sources::pull(module).await?
+                sources::pull(module, &sources::FetchPolicy::default()).await?
             };
             let host = wasm_host::Host::new(None)?;
             let i = host.inspect(&bytes)?;

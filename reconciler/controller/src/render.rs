@@ -111,9 +111,17 @@ pub fn load_module(
                 })?),
                 None => None,
             };
-            rt.block_on(crate::sources::fetch_url(arg, sha256, ca.as_deref()))
+            rt.block_on(crate::sources::fetch_url(
+                arg,
+                sha256,
+                ca.as_deref(),
+                &crate::sources::FetchPolicy::default(),
+            ))
         } else {
-            rt.block_on(crate::sources::pull(arg))
+            rt.block_on(crate::sources::pull(
+                arg,
+                &crate::sources::FetchPolicy::default(),
+            ))
         };
         fetched.map_err(|e| RenderError::Usage(format!("cannot fetch module {arg}: {e}")))?
     } else {

@@ -1,8 +1,17 @@
 //! Module sources that live outside the cluster: OCI artifacts (pulled by digest; pushed by
 //! `enoki module push`) and `https://` URLs verified against a SHA-256. Also `enoki module
 //! inspect`.
+//!
+//! Every download obeys a [`FetchPolicy`]: bodies are capped while they stream (a declared
+//! size over the cap is refused before reading), OCI layers are checked against their
+//! descriptor's digest and size, redirects go only to `https://` and never to loopback,
+//! link-local or private addresses, and an OCI registry's token `realm` follows the same rule
+//! (both unless `allow_private_redirects`).
 
+use std::net::IpAddr;
 use std::path::Path;
+
+use futures::TryStreamExt;
 
 use oci_client::client::{ClientConfig, ClientProtocol, Config, ImageLayer};
 use oci_client::secrets::RegistryAuth;
@@ -28,6 +37,16 @@ pub enum SourceError {
         /// What went wrong.
         message: String,
     },
+    /// The body is larger than the policy allows.
+    #[error("{what} is {size} bytes or more, over the module size limit of {limit} bytes (--max-module-size)")]
+    TooLarge {
+        /// What was being read.
+        what: String,
+        /// Bytes seen (or declared) so far.
+        size: u64,
+        /// The cap.
+        limit: usize,
+    },
     /// The bytes do not match the pinned digest.
     #[error("digest mismatch: expected {expected}, got {actual}")]
     DigestMismatch {
@@ -36,6 +55,98 @@ pub enum SourceError {
         /// The digest of what was fetched.
         actual: String,
     },
+}
+
+/// Default cap of a module's size (bytes, after decompression).
+pub const DEFAULT_MAX_MODULE_BYTES: usize = 128 << 20;
+
+/// What a download may do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FetchPolicy {
+    /// Largest module accepted, in bytes (after gzip decompression for ConfigMaps).
+    pub max_bytes: usize,
+    /// Follow redirects (and OCI token realms) to loopback, link-local and private addresses.
+    pub allow_private_redirects: bool,
+}
+
+impl Default for FetchPolicy {
+    fn default() -> Self {
+        FetchPolicy {
+            max_bytes: DEFAULT_MAX_MODULE_BYTES,
+            allow_private_redirects: false,
+        }
+    }
+}
+
+impl FetchPolicy {
+    fn too_large(&self, what: &str, size: u64) -> SourceError {
+        SourceError::TooLarge {
+            what: what.to_string(),
+            size,
+            limit: self.max_bytes,
+        }
+    }
+
+    /// Why a redirect (or token realm) target is refused, if it is.
+    ///
+    /// # Errors
+    /// A message naming the URL and the rule.
+    pub fn check_redirect(&self, url: &reqwest::Url) -> Result<(), String> {
+        if url.scheme() != "https" {
+            return Err(format!("redirect to {url} refused: only https:// is followed"));
+        }
+        if self.allow_private_redirects {
+            return Ok(());
+        }
+        let host = url.host_str().unwrap_or_default();
+        let port = url.port_or_known_default().unwrap_or(443);
+        let private = match url.host() {
+            Some(url::Host::Ipv4(ip)) => is_private(IpAddr::V4(ip)),
+            Some(url::Host::Ipv6(ip)) => is_private(IpAddr::V6(ip)),
+            Some(url::Host::Domain(d)) => {
+                let d = d.trim_end_matches('.').to_ascii_lowercase();
+                d == "localhost"
+                    || d.ends_with(".localhost")
+                    || std::net::ToSocketAddrs::to_socket_addrs(&(d.as_str(), port))
+                        .map(|mut addrs| addrs.any(|a| is_private(a.ip())))
+                        .unwrap_or(false)
+            }
+            None => true,
+        };
+        if private {
+            return Err(format!(
+                "redirect to {url} refused: {host} is a loopback, link-local or private \
+                 address (allow with --module-allow-private-redirects)"
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Loopback, link-local, private (RFC 1918 / unique local), unspecified, CGNAT and
+/// IPv4-mapped forms of them.
+pub fn is_private(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => {
+            let o = v4.octets();
+            v4.is_loopback()
+                || v4.is_private()
+                || v4.is_link_local()
+                || v4.is_unspecified()
+                || v4.is_broadcast()
+                || (o[0] == 100 && (o[1] & 0xc0) == 64)
+        }
+        IpAddr::V6(v6) => {
+            if let Some(v4) = v6.to_ipv4_mapped() {
+                return is_private(IpAddr::V4(v4));
+            }
+            let first = v6.segments()[0];
+            v6.is_loopback()
+                || v6.is_unspecified()
+                || (first & 0xfe00) == 0xfc00
+                || (first & 0xffc0) == 0xfe80
+        }
+    }
 }
 
 fn install_crypto() {
@@ -80,41 +191,148 @@ pub fn insecure_registries(reference: &Reference) -> Vec<String> {
 }
 
 /// Pulls a module pinned by digest (`registry/repo:tag@sha256:…`) and verifies the manifest
-/// digest. Tag-only references are refused: a tag can move, a digest cannot.
+/// digest, the layer's size and the layer's digest. Tag-only references are refused: a tag can
+/// move, a digest cannot.
 ///
 /// # Errors
-/// Tag-only references, registry failures, a digest mismatch, an artifact without a wasm layer.
-pub async fn pull(reference: &str) -> Result<Vec<u8>, SourceError> {
+/// Tag-only references, registry failures, a digest mismatch, an artifact without a wasm
+/// layer, a layer over the size cap, a token realm the policy refuses.
+pub async fn pull(reference: &str, policy: &FetchPolicy) -> Result<Vec<u8>, SourceError> {
     let r = parse(reference)?;
     let Some(pinned) = r.digest().map(String::from) else {
         return Err(SourceError::Invalid(format!(
             "{reference:?} has no digest: pin the module as <registry>/<repo>:<tag>@sha256:<digest> (tag-only references are refused because tags can move)"
         )));
     };
-    let c = client(&insecure_registries(&r));
-    let image = c
-        .pull(&r, &RegistryAuth::Anonymous, vec![WASM_LAYER_MEDIA_TYPE])
+    let insecure = insecure_registries(&r);
+    check_token_realm(&r, &insecure, policy).await?;
+    let c = client(&insecure);
+    let remote = |e: oci_client::errors::OciDistributionError| SourceError::Remote {
+        action: format!("pulling {reference}"),
+        message: e.to_string(),
+    };
+    let (manifest, actual) = c
+        .pull_image_manifest(&r, &RegistryAuth::Anonymous)
         .await
-        .map_err(|e| SourceError::Remote {
-            action: format!("pulling {reference}"),
-            message: e.to_string(),
-        })?;
-    if let Some(actual) = &image.digest
-        && *actual != pinned
-    {
+        .map_err(remote)?;
+    if actual != pinned {
         return Err(SourceError::DigestMismatch {
             expected: pinned,
-            actual: actual.clone(),
+            actual,
         });
     }
-    let layer = image
+    let layer = manifest
         .layers
         .into_iter()
         .find(|l| l.media_type == WASM_LAYER_MEDIA_TYPE)
         .ok_or_else(|| {
             SourceError::Invalid(format!("{reference} has no {WASM_LAYER_MEDIA_TYPE} layer"))
         })?;
-    Ok(layer.data.to_vec())
+    let what = format!("layer {} of {reference}", layer.digest);
+    let declared = u64::try_from(layer.size).unwrap_or(u64::MAX);
+    if declared > policy.max_bytes as u64 {
+        return Err(policy.too_large(&what, declared));
+    }
+    let blob = c.pull_blob_stream(&r, &layer).await.map_err(remote)?;
+    if let Some(len) = blob.content_length
+        && len > policy.max_bytes as u64
+    {
+        return Err(policy.too_large(&what, len));
+    }
+    let stream = blob.stream.map_err(|e| SourceError::Remote {
+        action: format!("pulling {reference}"),
+        message: e.to_string(),
+    });
+    let bytes = read_capped(stream, &what, policy).await?;
+    let got = format!("sha256:{}", hex::encode(Sha256::digest(&bytes)));
+    if got != layer.digest {
+        return Err(SourceError::DigestMismatch {
+            expected: layer.digest,
+            actual: got,
+        });
+    }
+    Ok(bytes)
+}
+
+/// Reads a body stream, refusing it as soon as it passes the cap.
+async fn read_capped(
+    mut stream: impl futures::Stream<Item = Result<bytes::Bytes, SourceError>> + Unpin,
+    what: &str,
+    policy: &FetchPolicy,
+) -> Result<Vec<u8>, SourceError> {
+    let mut out = Vec::new();
+    while let Some(chunk) = stream.try_next().await? {
+        if out.len() + chunk.len() > policy.max_bytes {
+            return Err(policy.too_large(what, (out.len() + chunk.len()) as u64));
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Ok(out)
+}
+
+/// Asks the registry how it authenticates (`GET /v2/`) and refuses a bearer-token `realm`
+/// the policy would not follow as a redirect (plain http, or a private address of a
+/// registry that is not itself local).
+async fn check_token_realm(
+    r: &Reference,
+    insecure: &[String],
+    policy: &FetchPolicy,
+) -> Result<(), SourceError> {
+    let registry = r.resolve_registry();
+    let scheme = if insecure.iter().any(|i| i == registry) {
+        "http"
+    } else {
+        "https"
+    };
+    install_crypto();
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(std::time::Duration::from_secs(30))
+        .build()
+        .map_err(|e| SourceError::Remote {
+            action: "building the HTTPS client".into(),
+            message: e.to_string(),
+        })?;
+    let Ok(resp) = http.get(format!("{scheme}://{registry}/v2/")).send().await else {
+        // Unreachable here means unreachable for the pull too, which reports it.
+        return Ok(());
+    };
+    let Some(header) = resp
+        .headers()
+        .get(reqwest::header::WWW_AUTHENTICATE)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return Ok(());
+    };
+    match token_realm(header) {
+        Some(realm) => check_realm(&realm, scheme == "http", policy),
+        None => Ok(()),
+    }
+}
+
+/// The `realm` of a `Bearer` challenge.
+pub fn token_realm(www_authenticate: &str) -> Option<String> {
+    let rest = www_authenticate.trim().strip_prefix("Bearer")?;
+    rest.split(',').find_map(|kv| {
+        let (k, v) = kv.split_once('=')?;
+        (k.trim().eq_ignore_ascii_case("realm")).then(|| v.trim().trim_matches('"').to_string())
+    })
+}
+
+/// Whether a token realm may be followed: the redirect rule, except that a registry reached
+/// over plain HTTP (a local or explicitly insecure one) may use an http realm.
+///
+/// # Errors
+/// [`SourceError::Invalid`] naming the realm and the rule.
+pub fn check_realm(realm: &str, insecure_registry: bool, policy: &FetchPolicy) -> Result<(), SourceError> {
+    let url = reqwest::Url::parse(realm)
+        .map_err(|e| SourceError::Invalid(format!("token realm {realm:?}: {e}")))?;
+    if insecure_registry {
+        return Ok(());
+    }
+    policy
+        .check_redirect(&url)
+        .map_err(|e| SourceError::Invalid(format!("token realm: {e}")))
 }
 
 /// Publishes a module as an OCI artifact and returns the manifest digest (`sha256:…`).
@@ -147,11 +365,13 @@ pub async fn push(file: &Path, reference: &str) -> Result<String, SourceError> {
 /// Downloads an `https://` module and checks it against `sha256` (hex).
 ///
 /// # Errors
-/// A non-https URL, a missing or malformed digest, a download failure, a mismatch.
+/// A non-https URL, a missing or malformed digest, a download failure, a refused redirect, a
+/// body over the size cap, a mismatch.
 pub async fn fetch_url(
     url: &str,
     sha256: Option<&str>,
     extra_ca: Option<&[u8]>,
+    policy: &FetchPolicy,
 ) -> Result<Vec<u8>, SourceError> {
     if !url.starts_with("https://") {
         return Err(SourceError::Invalid(format!(
@@ -171,7 +391,18 @@ pub async fn fetch_url(
         )));
     }
     install_crypto();
-    let mut builder = reqwest::Client::builder().timeout(std::time::Duration::from_secs(60));
+    let redirects = *policy;
+    let mut builder = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(60))
+        .redirect(reqwest::redirect::Policy::custom(move |attempt| {
+            if attempt.previous().len() >= 5 {
+                return attempt.error("more than 5 redirects");
+            }
+            match redirects.check_redirect(attempt.url()) {
+                Ok(()) => attempt.follow(),
+                Err(e) => attempt.error(e),
+            }
+        }));
     if let Some(pem) = extra_ca {
         let cert = reqwest::Certificate::from_pem(pem)
             .map_err(|e| SourceError::Invalid(format!("CA file: {e}")))?;
@@ -181,19 +412,23 @@ pub async fn fetch_url(
         action: "building the HTTPS client".into(),
         message: e.to_string(),
     })?;
+    let download = |e: reqwest::Error| SourceError::Remote {
+        action: format!("downloading {url}"),
+        message: error_chain(&e),
+    };
     let resp = http
         .get(url)
         .send()
         .await
         .and_then(reqwest::Response::error_for_status)
-        .map_err(|e| SourceError::Remote {
-            action: format!("downloading {url}"),
-            message: e.to_string(),
-        })?;
-    let bytes = resp.bytes().await.map_err(|e| SourceError::Remote {
-        action: format!("downloading {url}"),
-        message: e.to_string(),
-    })?;
+        .map_err(download)?;
+    if let Some(len) = resp.content_length()
+        && len > policy.max_bytes as u64
+    {
+        return Err(policy.too_large(url, len));
+    }
+    let stream = resp.bytes_stream().map_err(download);
+    let bytes = read_capped(stream, url, policy).await?;
     let actual = hex::encode(Sha256::digest(&bytes));
     if actual != expected {
         return Err(SourceError::DigestMismatch {
@@ -201,5 +436,17 @@ pub async fn fetch_url(
             actual: format!("sha256:{actual}"),
         });
     }
-    Ok(bytes.to_vec())
+    Ok(bytes)
+}
+
+/// An error and its sources on one line (reqwest hides a redirect refusal in a source).
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(s) = next {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        next = s.source();
+    }
+    out
 }

@@ -50,13 +50,28 @@ pub(crate) struct Memory {
     pub failed: Option<super::composition::synthesize::Failed>,
 }
 
+/// A Synthesizer's module as last fetched: ready, or failed and not retried before
+/// `retry_at` (a bad module is not downloaded and compiled again on every reconcile).
+#[derive(Clone)]
+pub(crate) enum ModuleEntry {
+    /// Fetched and compiled for this generation.
+    Ready(Option<i64>, Module),
+    /// Failed for this generation; `failures` in a row.
+    Failed {
+        generation: Option<i64>,
+        error: super::module::ModuleError,
+        retry_at: Instant,
+        failures: u32,
+    },
+}
+
 /// Shared state of every reconcile.
 pub struct Context {
     pub(crate) client: Client,
     pub(crate) host: Arc<wasm_host::Host>,
     pub(crate) opts: Options,
-    /// The compiled module of each Synthesizer, with the generation it was fetched for.
-    pub(crate) modules: Mutex<HashMap<String, (Option<i64>, Module)>>,
+    /// The compiled module (or the last failure) of each Synthesizer, by generation.
+    pub(crate) modules: Mutex<HashMap<String, ModuleEntry>>,
     discovery: Mutex<HashMap<GroupVersionKind, (ApiResource, bool)>>,
     pub(crate) watches: Arc<Watches>,
     pub(crate) metrics: metrics::Metrics,
@@ -68,6 +83,10 @@ pub struct Context {
     pub(crate) slices: Store<ResourceSlice>,
     /// Bounds the syntheses running at once, across all Compositions.
     pub(crate) synthesis_slots: Arc<tokio::sync::Semaphore>,
+    /// Runs in progress with their deadlines (`/healthz`).
+    pub(crate) slots: Arc<super::sandbox::Slots>,
+    /// Bounds the sum of the memory limits of runs in progress.
+    pub(crate) memory_budget: super::sandbox::MemoryBudget,
     memory: Mutex<HashMap<String, Memory>>,
     /// Ingested syntheses (by Composition UID), least recently used dropped first once they
     /// hold more than `--plan-cache-resources` resources; a dropped one is ingested again
@@ -87,12 +106,14 @@ pub(crate) struct Parts {
     pub recorder: kube::runtime::events::Recorder,
     pub compositions: Store<Composition>,
     pub slices: Store<ResourceSlice>,
+    pub slots: Arc<super::sandbox::Slots>,
 }
 
 impl Context {
     pub(crate) fn new(p: Parts) -> Context {
         let slots = p.opts.max_concurrent_syntheses.max(1);
         let plan_cache = p.opts.plan_cache_resources;
+        let budget = p.opts.sandbox.memory_budget_bytes;
         Context {
             client: p.client,
             host: p.host,
@@ -106,6 +127,8 @@ impl Context {
             compositions: p.compositions,
             slices: p.slices,
             synthesis_slots: Arc::new(tokio::sync::Semaphore::new(slots)),
+            slots: p.slots,
+            memory_budget: super::sandbox::MemoryBudget::new(budget),
             memory: Mutex::new(HashMap::new()),
             prepared: Mutex::new(PreparedLru::new(plan_cache)),
             failures: Mutex::new(HashMap::new()),

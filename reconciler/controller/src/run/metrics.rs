@@ -49,6 +49,8 @@ pub struct Metrics {
     pub remembered: Gauge,
     /// Kinds with a running watch (inputs + managed objects).
     pub watched_kinds: Gauge,
+    /// Module fetch-and-compile attempts by outcome (`Ready` or the failure's kind).
+    pub module_fetches: Family<Outcome, Counter>,
 }
 
 impl Metrics {
@@ -67,7 +69,13 @@ impl Metrics {
             resource_checks: Counter::default(),
             remembered: Gauge::default(),
             watched_kinds: Gauge::default(),
+            module_fetches: Family::default(),
         };
+        registry.register(
+            "enoki_module_fetches",
+            "Module fetch-and-compile attempts by outcome (failures are retried with backoff)",
+            m.module_fetches.clone(),
+        );
         registry.register(
             "enoki_remembered_compositions",
             "Compositions with state remembered between reconciles",
@@ -144,10 +152,12 @@ impl Metrics {
 struct ServerState {
     registry: Registry,
     ready: Arc<AtomicBool>,
+    slots: Arc<super::sandbox::Slots>,
 }
 
-/// Serves `/metrics`, `/healthz` (always ok while the process runs) and `/readyz` (ok once
-/// the controller runs: leadership acquired, watches started).
+/// Serves `/metrics`, `/healthz` (ok unless every synthesis slot is held by a run stuck past
+/// its deadline) and `/readyz` (ok once the controller runs: leadership acquired, watches
+/// started).
 ///
 /// # Errors
 /// When the address cannot be bound.
@@ -155,11 +165,16 @@ pub async fn serve(
     addr: SocketAddr,
     registry: Registry,
     ready: Arc<AtomicBool>,
+    slots: Arc<super::sandbox::Slots>,
 ) -> std::io::Result<()> {
-    let state = Arc::new(ServerState { registry, ready });
+    let state = Arc::new(ServerState {
+        registry,
+        ready,
+        slots,
+    });
     let app = Router::new()
         .route("/metrics", get(metrics))
-        .route("/healthz", get(|| async { "ok" }))
+        .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .with_state(state);
     let listener = tokio::net::TcpListener::bind(addr).await?;
@@ -190,6 +205,17 @@ async fn metrics(
             [("content-type", "text/plain")],
             e.to_string(),
         ),
+    }
+}
+
+async fn healthz(State(state): State<Arc<ServerState>>) -> (StatusCode, &'static str) {
+    if state.slots.all_stuck(std::time::Instant::now()) {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "every synthesis slot is held by a run stuck past its deadline",
+        )
+    } else {
+        (StatusCode::OK, "ok")
     }
 }
 

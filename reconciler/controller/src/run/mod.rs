@@ -12,6 +12,8 @@
 //! - [`error`]: typed errors (`is_transient`) and the backoff they drive.
 //! - `context`: shared state, and everything remembered per Composition (dropped when it
 //!   is gone).
+//! - [`sandbox`]: ceilings of Synthesizer limits, the memory budget of concurrent runs,
+//!   module ingestion policy, stuck-slot detection for `/healthz`.
 //! - `inputs`, `instances`, `symphony`, `module`: collections and observed outputs,
 //!   instance mode, Symphonies, module sources.
 
@@ -22,6 +24,7 @@ mod inputs;
 mod instances;
 pub mod metrics;
 mod module;
+pub mod sandbox;
 pub(crate) mod resources;
 mod start;
 mod status;
@@ -83,6 +86,8 @@ pub struct Options {
     pub builtins: Vec<String>,
     /// After SIGTERM, how long in-flight reconciles may take before the process exits.
     pub shutdown_grace: Duration,
+    /// Ceilings, memory budget and module ingestion policy.
+    pub sandbox: sandbox::Sandbox,
 }
 
 /// Adds (`present`) or removes enoki's cleanup finalizer on `obj`, keeping every other

@@ -1,16 +1,20 @@
 //! Fetching a Synthesizer's module: `builtin`, `configMap` (binaryData, optionally gzip),
-//! `oci` (pulled by digest) and `url` (https, verified against `sha256`).
+//! `oci` (pulled by digest) and `url` (https, verified against `sha256`), each capped at the
+//! policy's module size while it is read (a gzip bomb stops at the cap, it is never inflated
+//! whole). Compilation runs on a blocking thread under a time budget; see
+//! `composition::observe::load_module` for the negative cache.
 
 use std::io::Read;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 
+use crate::sources::FetchPolicy;
 use crate::synthesis::Module;
 use crds::Synthesizer;
 
 /// Why a module could not be fetched.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum ModuleError {
     /// The spec is invalid (zero or several sources, unknown builtin).
     #[error("spec.module: {0}")]
@@ -26,12 +30,36 @@ pub enum ModuleError {
     /// The module does not compile or link.
     #[error("module does not load")]
     Load(#[from] wasm_host::HostError),
+    /// Compiling took longer than the budget (it goes on in the background).
+    #[error(
+        "compiling the module ({size} bytes) did not finish within {budget:?} (--compile-timeout); \
+         it goes on in the background and is used once ready"
+    )]
+    CompileTimeout {
+        /// The budget.
+        budget: std::time::Duration,
+        /// Module size in bytes.
+        size: usize,
+    },
 }
 
 impl ModuleError {
+    /// A fixed PascalCase name (metric label).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ModuleError::Spec(_) => "Spec",
+            ModuleError::Fetch { .. } => "Fetch",
+            ModuleError::Load(e) => e.category(),
+            ModuleError::CompileTimeout { .. } => "CompileTimeout",
+        }
+    }
+
     /// Transient errors (API reads) are retried with backoff.
     pub fn is_transient(&self) -> bool {
-        matches!(self, ModuleError::Fetch { .. })
+        matches!(
+            self,
+            ModuleError::Fetch { .. } | ModuleError::CompileTimeout { .. }
+        )
     }
 }
 
@@ -44,6 +72,8 @@ pub async fn fetch(
     host: &std::sync::Arc<wasm_host::Host>,
     synth: &Synthesizer,
     ca: Option<&[u8]>,
+    policy: &FetchPolicy,
+    compile_budget: std::time::Duration,
 ) -> Result<Module, ModuleError> {
     let m = &synth.spec.module;
     if m.sources_set() != 1 {
@@ -65,11 +95,11 @@ pub async fn fetch(
         };
     }
     if let Some(cm) = &m.config_map {
-        let bytes = config_map_bytes(client, cm).await?;
-        return compile(host, bytes).await;
+        let bytes = config_map_bytes(client, cm, policy).await?;
+        return compile(host, bytes, compile_budget).await;
     }
     let bytes = if let Some(reference) = &m.oci {
-        crate::sources::pull(reference).await.map_err(|e| match e {
+        crate::sources::pull(reference, policy).await.map_err(|e| match e {
             crate::sources::SourceError::Remote { .. } => ModuleError::Fetch {
                 field: "oci",
                 message: e.to_string(),
@@ -78,7 +108,7 @@ pub async fn fetch(
         })?
     } else {
         let url = m.url.clone().unwrap_or_default();
-        crate::sources::fetch_url(&url, m.sha256.as_deref(), ca)
+        crate::sources::fetch_url(&url, m.sha256.as_deref(), ca, policy)
             .await
             .map_err(|e| match e {
                 crate::sources::SourceError::Remote { .. } => ModuleError::Fetch {
@@ -88,17 +118,23 @@ pub async fn fetch(
                 other => ModuleError::Spec(format!("url: {other}")),
             })?
     };
-    compile(host, bytes).await
+    compile(host, bytes, compile_budget).await
 }
 
-/// Compiles off the async workers (it takes ~100 ms for a small module).
+/// Compiles off the async workers (it takes ~100 ms for a small module). Past `budget` the
+/// caller stops waiting (`CompileTimeout`); the compilation finishes in the background and
+/// lands in the host's cache, so a later attempt finds it.
 async fn compile(
     host: &std::sync::Arc<wasm_host::Host>,
     bytes: Vec<u8>,
+    budget: std::time::Duration,
 ) -> Result<Module, ModuleError> {
     let host = host.clone();
-    let loaded = tokio::task::spawn_blocking(move || host.load(&bytes))
+    let size = bytes.len();
+    let task = tokio::task::spawn_blocking(move || host.load(&bytes));
+    let loaded = tokio::time::timeout(budget, task)
         .await
+        .map_err(|_| ModuleError::CompileTimeout { budget, size })?
         .map_err(|e| ModuleError::Spec(format!("module compilation task failed: {e}")))??;
     Ok(Module::Wasm(loaded))
 }
@@ -107,6 +143,7 @@ async fn compile(
 async fn config_map_bytes(
     client: &kube::Client,
     cm: &crds::ConfigMapModule,
+    policy: &FetchPolicy,
 ) -> Result<Vec<u8>, ModuleError> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &cm.namespace);
     let live = api
@@ -134,15 +171,77 @@ async fn config_map_bytes(
                 cm.namespace, cm.name, cm.key
             ),
         })?;
+    let what = format!("ConfigMap {}/{} key {:?}", cm.namespace, cm.name, cm.key);
+    decompress_capped(bytes, &what, policy.max_bytes).map_err(|message| ModuleError::Fetch {
+        field: "configMap",
+        message,
+    })
+}
+
+/// The bytes, gunzipped when they are gzip, refused as soon as they pass `max` bytes (the
+/// decompressor is read at most `max + 1` bytes, so a bomb never inflates past the cap).
+///
+/// # Errors
+/// A message naming `what`, the cap, or the gzip error.
+pub fn decompress_capped(bytes: Vec<u8>, what: &str, max: usize) -> Result<Vec<u8>, String> {
+    let over = |size: String| {
+        format!("{what} is {size} bytes, over the module size limit of {max} bytes (--max-module-size)")
+    };
     if !bytes.starts_with(&[0x1f, 0x8b]) {
+        if bytes.len() > max {
+            return Err(over(bytes.len().to_string()));
+        }
         return Ok(bytes);
     }
     let mut out = Vec::new();
+    let limit = u64::try_from(max).unwrap_or(u64::MAX).saturating_add(1);
     flate2::read::GzDecoder::new(bytes.as_slice())
+        .take(limit)
         .read_to_end(&mut out)
-        .map_err(|e| ModuleError::Fetch {
-            field: "configMap",
-            message: format!("gzip: {e}"),
-        })?;
+        .map_err(|e| format!("{what}: gzip: {e}"))?;
+    if out.len() > max {
+        return Err(over(format!("gunzipped to more than {max}")));
+    }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn gzip(len: usize) -> Vec<u8> {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        let chunk = vec![0u8; 1 << 20];
+        let mut left = len;
+        while left > 0 {
+            let n = left.min(chunk.len());
+            e.write_all(&chunk[..n]).unwrap();
+            left -= n;
+        }
+        e.finish().unwrap()
+    }
+
+    #[test]
+    fn gzip_within_the_cap_is_inflated() {
+        let out = decompress_capped(gzip(3 << 20), "cm", 4 << 20);
+        assert_eq!(out.map(|b| b.len()), Ok(3 << 20));
+    }
+
+    #[test]
+    fn a_gzip_bomb_stops_at_the_cap() {
+        // 64 MiB of zeros compresses to ~64 KiB; the cap is 4 MiB.
+        let bomb = gzip(64 << 20);
+        assert!(bomb.len() < 1 << 20, "{}", bomb.len());
+        let err = decompress_capped(bomb, "ConfigMap ns/m key \"wasm\"", 4 << 20);
+        let err = err.unwrap_err();
+        assert!(err.contains("over the module size limit of 4194304 bytes"), "{err}");
+        assert!(err.contains("ConfigMap ns/m"), "{err}");
+    }
+
+    #[test]
+    fn plain_bytes_over_the_cap_are_refused() {
+        assert!(decompress_capped(vec![0; 10], "x", 9).is_err());
+        assert_eq!(decompress_capped(vec![0; 9], "x", 9).map(|b| b.len()), Ok(9));
+    }
 }

@@ -126,8 +126,9 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = metrics::Metrics::register(&mut registry);
     let ready = Arc::new(AtomicBool::new(false));
+    let slots = super::sandbox::Slots::new(opts.max_concurrent_syntheses);
     if let Some(addr) = opts.metrics_addr {
-        metrics::serve(addr, registry, ready.clone()).await?;
+        metrics::serve(addr, registry, ready.clone(), slots.clone()).await?;
     }
     let shutdown = shutdown_signal(opts.shutdown_grace).shared();
     let identity = format!(
@@ -164,6 +165,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         recorder,
         compositions: comp_reader.clone(),
         slices: slice_reader,
+        slots,
     }));
     ready.store(true, Ordering::Relaxed);
     let tasks = background(&ctx, stop.clone()).await;

@@ -109,6 +109,7 @@ async fn observe_all(
         return Ok(Err(Duration::from_secs(30)));
     };
     let limits = synthesis::run_limits(synth.spec.limits.as_ref());
+    let limits = limits.and_then(|l| ctx.opts.sandbox.check(l));
     let module = match (observe::load_module(ctx, &synth).await, limits) {
         (Ok(m), Ok(limits)) => (m, limits),
         (Err(e), _) => {
@@ -121,7 +122,7 @@ async fn observe_all(
             })));
         }
         (_, Err(message)) => {
-            fail(st, generation, reasons::MODULE_UNAVAILABLE, &message);
+            fail(st, generation, reasons::LIMITS_REFUSED, &message);
             return Ok(Err(Duration::from_secs(60)));
         }
     };

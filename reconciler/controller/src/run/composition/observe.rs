@@ -3,12 +3,14 @@
 //! object); each read is tracked so a change re-reconciles the Composition.
 
 use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
 
 use kube::api::{Api, DynamicObject};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Resource, ResourceExt};
 use serde_json::Value;
 
+use super::super::context::ModuleEntry;
 use super::super::{Context, Error, inputs, module, status};
 use crate::synthesis;
 use crds::names::{annotations as keys, conditions, reasons};
@@ -61,7 +63,10 @@ pub(crate) async fn synthesizer(
 }
 
 /// The Synthesizer's compiled module (cached per Synthesizer and generation); reports the
-/// result on the Synthesizer's status when it changed.
+/// result on the Synthesizer's status when it changed. A failure is cached too (negative
+/// cache): until its backoff passes (10 s doubling to 5 min; 5 s while a compilation runs on
+/// in the background) every reconcile gets the same error without fetching or compiling
+/// again. A new Synthesizer generation starts over.
 ///
 /// # Errors
 /// [`module::ModuleError`] naming the field.
@@ -70,22 +75,62 @@ pub(crate) async fn load_module(
     synth: &Synthesizer,
 ) -> Result<synthesis::Module, module::ModuleError> {
     let name = synth.name_any();
-    let cached = ctx.modules.lock().ok().and_then(|m| {
-        m.get(&name)
-            .filter(|(g, _)| *g == synth.metadata.generation)
-            .map(|(_, m)| m.clone())
-    });
-    if let Some(m) = cached {
-        return Ok(m);
+    let generation = synth.metadata.generation;
+    let cached = ctx.modules.lock().ok().and_then(|m| m.get(&name).cloned());
+    let mut failures = 0;
+    match cached {
+        Some(ModuleEntry::Ready(g, m)) if g == generation => return Ok(m),
+        Some(ModuleEntry::Failed {
+            generation: g,
+            error,
+            retry_at,
+            failures: n,
+        }) if g == generation => {
+            if Instant::now() < retry_at {
+                return Err(error);
+            }
+            failures = n;
+        }
+        _ => {}
     }
-    let result = module::fetch(&ctx.client, &ctx.host, synth, ctx.opts.module_ca.as_deref()).await;
+    let result = module::fetch(
+        &ctx.client,
+        &ctx.host,
+        synth,
+        ctx.opts.module_ca.as_deref(),
+        &ctx.opts.sandbox.fetch,
+        ctx.opts.sandbox.compile_timeout,
+    )
+    .await;
+    super::super::metrics::Metrics::count(
+        &ctx.metrics.module_fetches,
+        result.as_ref().map_or_else(module::ModuleError::kind, |_| "Ready"),
+    );
     report_module(ctx, synth, &result).await;
-    if let Ok(m) = &result
-        && let Ok(mut cache) = ctx.modules.lock()
-    {
-        cache.insert(name, (synth.metadata.generation, m.clone()));
+    let entry = match &result {
+        Ok(m) => ModuleEntry::Ready(generation, m.clone()),
+        Err(e) => ModuleEntry::Failed {
+            generation,
+            error: e.clone(),
+            retry_at: Instant::now() + module_backoff(e, failures),
+            failures: failures + 1,
+        },
+    };
+    if let Ok(mut cache) = ctx.modules.lock() {
+        cache.insert(name, entry);
     }
     result
+}
+
+/// How long a failed module is not fetched again: 10 s doubling per failure in a row up to
+/// 5 min; 5 s when compilation only ran past its budget (it finishes in the background).
+pub(crate) fn module_backoff(e: &module::ModuleError, failures: u32) -> Duration {
+    if matches!(e, module::ModuleError::CompileTimeout { .. }) {
+        return Duration::from_secs(5);
+    }
+    Duration::from_secs(10)
+        .saturating_mul(1 << failures.min(5))
+        .min(Duration::from_secs(300))
 }
 
 async fn report_module(

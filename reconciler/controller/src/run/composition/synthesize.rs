@@ -179,10 +179,13 @@ async fn run(
     let scopes = ctx.discovery_snapshot();
     let host = ctx.host.clone();
     let module = req.module.clone();
+    // The run's memory limit comes out of the shared budget first, then it takes a slot.
+    let reserved = ctx.memory_budget.reserve(limits.max_memory_bytes).await;
     let permit = ctx.synthesis_slots.clone().acquire_owned().await.ok();
+    let slot = ctx.slots.enter(limits.deadline);
     let started = Instant::now();
     let result = tokio::task::spawn_blocking(move || {
-        let _permit = permit;
+        let _held = (reserved, permit, slot);
         let is_namespaced = |g: &str, k: &str| {
             scopes
                 .get(&(g.to_string(), k.to_string()))
