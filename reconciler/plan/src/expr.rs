@@ -1,4 +1,14 @@
-//! CEL with the `cel` crate: compile once, evaluate many times, never panic.
+//! CEL with the `cel` crate: compile once, evaluate many times, never panic, never run long.
+//!
+//! Limits (the `cel` crate has no cost tracking of its own, so they are enforced here):
+//! - at compile time: at most [`MAX_SOURCE_BYTES`] of source, [`MAX_NESTING`] levels of
+//!   expression nesting and [`MAX_COMPREHENSIONS`] macros (`all`, `exists`, `exists_one`,
+//!   `map`, `filter`);
+//! - before each evaluation: an upper bound of its cost, `nodes × (size + 1)^macros` where
+//!   `size` counts the values in the variables (every list element, map entry and scalar),
+//!   must stay within [`EVAL_BUDGET`]. A comprehension can only iterate over data it was
+//!   given or lists it built from that data, so this bounds the work; an expression over the
+//!   budget is an evaluation error (a per-resource condition), never a stalled controller.
 //!
 //! JSON is converted to CEL values by hand so that integers stay `int` (serde's route turns
 //! positive JSON integers into `uint`, and `self.spec.replicas + 1` then fails). Any panic from
@@ -12,11 +22,129 @@ use cel::objects::{Key, Map};
 use cel::{Context, Program, Value as Cel};
 use serde_json::Value;
 
+/// Longest expression accepted, in bytes.
+pub const MAX_SOURCE_BYTES: usize = 4096;
+/// Deepest expression nesting accepted.
+pub const MAX_NESTING: usize = 32;
+/// Most comprehension macros in one expression.
+pub const MAX_COMPREHENSIONS: u32 = 3;
+/// Largest estimated evaluation cost (steps) allowed.
+pub const EVAL_BUDGET: u64 = 2_000_000;
+
 /// A compiled CEL expression and its source.
 #[derive(Clone)]
 pub struct Expr {
     source: String,
     program: Arc<Program>,
+    /// AST nodes.
+    nodes: u64,
+    /// Comprehension macros.
+    comprehensions: u32,
+}
+
+/// Size and shape of an expression's AST.
+#[derive(Default)]
+struct Shape {
+    nodes: u64,
+    depth: usize,
+    comprehensions: u32,
+}
+
+fn measure(e: &cel::common::ast::IdedExpr, depth: usize, shape: &mut Shape) {
+    use cel::common::ast::{EntryExpr, Expr as Ast};
+    shape.nodes += 1;
+    shape.depth = shape.depth.max(depth);
+    if depth > MAX_NESTING {
+        return;
+    }
+    let d = depth + 1;
+    match &e.expr {
+        Ast::Call(c) => {
+            if let Some(t) = &c.target {
+                measure(t, d, shape);
+            }
+            c.args.iter().for_each(|a| measure(a, d, shape));
+        }
+        Ast::Comprehension(c) => {
+            shape.comprehensions += 1;
+            for part in [&c.iter_range, &c.accu_init, &c.loop_cond, &c.loop_step, &c.result] {
+                measure(part, d, shape);
+            }
+        }
+        Ast::List(l) => l.elements.iter().for_each(|x| measure(x, d, shape)),
+        Ast::Map(m) => m.entries.iter().for_each(|x| match &x.expr {
+            EntryExpr::MapEntry(me) => {
+                measure(&me.key, d, shape);
+                measure(&me.value, d, shape);
+            }
+            EntryExpr::StructField(f) => measure(&f.value, d, shape),
+        }),
+        Ast::Struct(st) => st.entries.iter().for_each(|x| match &x.expr {
+            EntryExpr::MapEntry(me) => {
+                measure(&me.key, d, shape);
+                measure(&me.value, d, shape);
+            }
+            EntryExpr::StructField(f) => measure(&f.value, d, shape),
+        }),
+        Ast::Select(s) => measure(&s.operand, d, shape),
+        Ast::Ident(_) | Ast::Literal(_) | Ast::Unspecified => {}
+    }
+}
+
+/// Deepest nesting of `(`, `[` and `{` outside string literals.
+fn bracket_depth(source: &str) -> usize {
+    let (mut depth, mut max, mut quote, mut escaped) = (0usize, 0usize, None, false);
+    for c in source.chars() {
+        if let Some(q) = quote {
+            if escaped {
+                escaped = false;
+            } else if c == '\\' {
+                escaped = true;
+            } else if c == q {
+                quote = None;
+            }
+            continue;
+        }
+        match c {
+            '\'' | '"' => quote = Some(c),
+            '(' | '[' | '{' => {
+                depth += 1;
+                max = max.max(depth);
+            }
+            ')' | ']' | '}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    max
+}
+
+/// Stack of the parsing thread: the recursive-descent parser uses several frames per
+/// nesting level, more than an async worker's stack holds for hostile input.
+const PARSER_STACK: usize = 32 << 20;
+
+/// Parses on a thread with a large stack (a deep expression cannot overflow the caller's),
+/// containing any panic.
+fn parse(source: &str) -> Result<Program, String> {
+    let owned = source.to_string();
+    let parsed = std::thread::Builder::new()
+        .name("cel-parse".into())
+        .stack_size(PARSER_STACK)
+        .spawn(move || catch_unwind(|| Program::compile(&owned).map_err(|e| e.to_string())))
+        .map_err(|e| format!("cannot start the CEL parser: {e}"))?
+        .join();
+    match parsed {
+        Ok(Ok(result)) => result,
+        _ => Err("the CEL parser panicked on this expression".into()),
+    }
+}
+
+/// Values in a CEL value: 1 per scalar, list element and map entry (recursively).
+fn value_size(v: &Cel) -> u64 {
+    match v {
+        Cel::List(items) => 1 + items.iter().map(value_size).sum::<u64>(),
+        Cel::Map(m) => 1 + m.map.values().map(value_size).sum::<u64>(),
+        _ => 1,
+    }
 }
 
 impl std::fmt::Debug for Expr {
@@ -40,14 +168,48 @@ impl Expr {
         if source.trim().is_empty() {
             return Err("expression is empty".into());
         }
-        match catch_unwind(|| Program::compile(source)) {
-            Ok(Ok(program)) => Ok(Expr {
-                source: source.to_string(),
-                program: Arc::new(program),
-            }),
-            Ok(Err(e)) => Err(e.to_string()),
-            Err(_) => Err("the CEL parser panicked on this expression".into()),
+        if source.len() > MAX_SOURCE_BYTES {
+            return Err(format!(
+                "expression is {} bytes, over the limit of {MAX_SOURCE_BYTES}",
+                source.len()
+            ));
         }
+        if bracket_depth(source) > MAX_NESTING {
+            return Err(format!(
+                "expression nests more than {MAX_NESTING} levels deep"
+            ));
+        }
+        let program = parse(source)?;
+        let mut shape = Shape::default();
+        measure(program.expression(), 0, &mut shape);
+        if shape.depth > MAX_NESTING {
+            return Err(format!(
+                "expression nests more than {MAX_NESTING} levels deep"
+            ));
+        }
+        if shape.comprehensions > MAX_COMPREHENSIONS {
+            return Err(format!(
+                "expression uses {} comprehension macros (all, exists, exists_one, map, \
+                 filter), over the limit of {MAX_COMPREHENSIONS}",
+                shape.comprehensions
+            ));
+        }
+        Ok(Expr {
+            source: source.to_string(),
+            program: Arc::new(program),
+            nodes: shape.nodes,
+            comprehensions: shape.comprehensions,
+        })
+    }
+
+    /// Upper bound of the steps evaluating this expression over `vars` can take.
+    pub fn estimated_cost(&self, vars: &[(&str, Cel)]) -> u64 {
+        if self.comprehensions == 0 {
+            return self.nodes;
+        }
+        let size: u64 = 1 + vars.iter().map(|(_, v)| value_size(v)).sum::<u64>();
+        self.nodes
+            .saturating_mul(size.saturating_add(1).saturating_pow(self.comprehensions))
     }
 
     /// The source text.
@@ -60,6 +222,13 @@ impl Expr {
     /// # Errors
     /// The evaluator's message (including a contained panic).
     pub fn eval(&self, vars: &[(&str, Cel)]) -> Result<Cel, String> {
+        let cost = self.estimated_cost(vars);
+        if cost > EVAL_BUDGET {
+            return Err(format!(
+                "evaluation cost estimate {cost} exceeds the budget of {EVAL_BUDGET} \
+                 (nested macros over a large object); simplify the expression"
+            ));
+        }
         let run = || {
             let mut ctx = Context::default();
             for (name, value) in vars {
@@ -185,6 +354,50 @@ mod tests {
         assert!(e.eval_bool(&[("self", to_cel(&json!({})))]).is_err());
         let e = Expr::compile("'a'").unwrap();
         assert!(e.eval_bool(&[]).unwrap_err().contains("expected a bool"));
+    }
+
+    #[test]
+    fn oversized_and_deeply_nested_expressions_are_refused_at_compile_time() {
+        let long = format!("self.a == '{}'", "x".repeat(MAX_SOURCE_BYTES));
+        assert!(Expr::compile(&long).unwrap_err().contains("over the limit"));
+        let deep = format!("{}1{}", "(1 + ".repeat(40), ")".repeat(40));
+        assert!(Expr::compile(&deep).unwrap_err().contains("nests more than"));
+        let shallow = format!("{}1{} > 0", "(1 + ".repeat(10), ")".repeat(10));
+        assert!(Expr::compile(&shallow).is_ok());
+        // At the limit, and deep without brackets: an answer, never a stack overflow.
+        let limit = format!("{}1{} > 0", "(1 + ".repeat(MAX_NESTING), ")".repeat(MAX_NESTING));
+        let _ = Expr::compile(&limit);
+        let unary = format!("{}true", "!".repeat(4000));
+        let _ = Expr::compile(&unary);
+        let minus = format!("{}1 > 0", "-".repeat(4000));
+        let _ = Expr::compile(&minus);
+    }
+
+    #[test]
+    fn a_nested_macro_bomb_is_refused_at_compile_time() {
+        let bomb = "self.l.all(a, self.l.all(b, self.l.all(c, self.l.all(d, a + b + c + d >= 0))))";
+        let e = Expr::compile(bomb).unwrap_err();
+        assert!(e.contains("comprehension macros"), "{e}");
+    }
+
+    #[test]
+    fn a_macro_bomb_over_a_large_object_exceeds_the_budget_but_small_ones_run() {
+        let e = Expr::compile("self.l.map(a, self.l.map(b, self.l.all(c, a + b + c >= 0)))")
+            .unwrap();
+        // Obeyed: 10 elements, 1,000 iterations.
+        let small = to_cel(&json!({"l": (0..10).collect::<Vec<_>>()}));
+        assert!(e.eval(&[("self", small)]).is_ok());
+        // Violated: 2,000 elements would be 8e9 iterations; refused before it starts.
+        let big = to_cel(&json!({"l": (0..2000).collect::<Vec<_>>()}));
+        let started = std::time::Instant::now();
+        let err = e.eval(&[("self", big)]).unwrap_err();
+        assert!(err.contains("exceeds the budget"), "{err}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(1));
+        // A plain condition lookup on a large object is cheap and runs.
+        let ready = Expr::compile("self.status.conditions.exists(c, c.type == 'Ready')").unwrap();
+        let conds: Vec<_> = (0..5000).map(|i| json!({"type": format!("T{i}")})).collect();
+        let obj = to_cel(&json!({"status": {"conditions": conds}}));
+        assert_eq!(ready.eval_bool(&[("self", obj)]), Ok(false));
     }
 
     #[test]

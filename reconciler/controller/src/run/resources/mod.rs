@@ -104,16 +104,20 @@ pub async fn reconcile(
         .iter()
         .filter_map(|(k, o)| o.live.clone().map(|l| (k.clone(), l)))
         .collect();
-    let the_plan: Plan = plan::plan(plan::PlanInput {
-        prepared: &prepared,
-        composition: &info,
-        observed: &observed,
-        recorded: &recorded,
-        previous: &previous.snapshots,
-        options: plan::PlanOptions {
-            mode: ctx.opts.mode,
-            readiness_poll: ctx.opts.readiness_poll,
-        },
+    // Planning evaluates CEL (readiness, overrides): bounded by the expression budget, and
+    // run where it cannot hold up other reconciles' I/O.
+    let the_plan: Plan = tokio::task::block_in_place(|| {
+        plan::plan(plan::PlanInput {
+            prepared: &prepared,
+            composition: &info,
+            observed: &observed,
+            recorded: &recorded,
+            previous: &previous.snapshots,
+            options: plan::PlanOptions {
+                mode: ctx.opts.mode,
+                readiness_poll: ctx.opts.readiness_poll,
+            },
+        })
     });
     let acted = execute::act(ctx, comp, &the_plan, &observations, &recorded).await;
     finish(ctx, comp, st, deleting, &seen, &the_plan, acted).await
