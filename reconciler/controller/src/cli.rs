@@ -144,7 +144,11 @@ pub struct RunArgs {
     pub compile_timeout: String,
     /// Follow module-download redirects and OCI token realms to loopback, link-local and
     /// private addresses (refused by default).
-    #[arg(long, env = "ENOKI_MODULE_ALLOW_PRIVATE_REDIRECTS", default_value_t = false)]
+    #[arg(
+        long,
+        env = "ENOKI_MODULE_ALLOW_PRIVATE_REDIRECTS",
+        default_value_t = false
+    )]
     pub module_allow_private_redirects: bool,
     /// Directory for compiled-module artifacts (kept across restarts).
     #[arg(long, env = "ENOKI_MODULE_CACHE_DIR")]

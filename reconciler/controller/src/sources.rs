@@ -38,7 +38,9 @@ pub enum SourceError {
         message: String,
     },
     /// The body is larger than the policy allows.
-    #[error("{what} is {size} bytes or more, over the module size limit of {limit} bytes (--max-module-size)")]
+    #[error(
+        "{what} is {size} bytes or more, over the module size limit of {limit} bytes (--max-module-size)"
+    )]
     TooLarge {
         /// What was being read.
         what: String,
@@ -93,7 +95,9 @@ impl FetchPolicy {
     /// A message naming the URL and the rule.
     pub fn check_redirect(&self, url: &reqwest::Url) -> Result<(), String> {
         if url.scheme() != "https" {
-            return Err(format!("redirect to {url} refused: only https:// is followed"));
+            return Err(format!(
+                "redirect to {url} refused: only https:// is followed"
+            ));
         }
         if self.allow_private_redirects {
             return Ok(());
@@ -324,7 +328,11 @@ pub fn token_realm(www_authenticate: &str) -> Option<String> {
 ///
 /// # Errors
 /// [`SourceError::Invalid`] naming the realm and the rule.
-pub fn check_realm(realm: &str, insecure_registry: bool, policy: &FetchPolicy) -> Result<(), SourceError> {
+pub fn check_realm(
+    realm: &str,
+    insecure_registry: bool,
+    policy: &FetchPolicy,
+) -> Result<(), SourceError> {
     let url = reqwest::Url::parse(realm)
         .map_err(|e| SourceError::Invalid(format!("token realm {realm:?}: {e}")))?;
     if insecure_registry {

@@ -67,7 +67,13 @@ fn measure(e: &cel::common::ast::IdedExpr, depth: usize, shape: &mut Shape) {
         }
         Ast::Comprehension(c) => {
             shape.comprehensions += 1;
-            for part in [&c.iter_range, &c.accu_init, &c.loop_cond, &c.loop_step, &c.result] {
+            for part in [
+                &c.iter_range,
+                &c.accu_init,
+                &c.loop_cond,
+                &c.loop_step,
+                &c.result,
+            ] {
                 measure(part, d, shape);
             }
         }
@@ -361,11 +367,19 @@ mod tests {
         let long = format!("self.a == '{}'", "x".repeat(MAX_SOURCE_BYTES));
         assert!(Expr::compile(&long).unwrap_err().contains("over the limit"));
         let deep = format!("{}1{}", "(1 + ".repeat(40), ")".repeat(40));
-        assert!(Expr::compile(&deep).unwrap_err().contains("nests more than"));
+        assert!(
+            Expr::compile(&deep)
+                .unwrap_err()
+                .contains("nests more than")
+        );
         let shallow = format!("{}1{} > 0", "(1 + ".repeat(10), ")".repeat(10));
         assert!(Expr::compile(&shallow).is_ok());
         // At the limit, and deep without brackets: an answer, never a stack overflow.
-        let limit = format!("{}1{} > 0", "(1 + ".repeat(MAX_NESTING), ")".repeat(MAX_NESTING));
+        let limit = format!(
+            "{}1{} > 0",
+            "(1 + ".repeat(MAX_NESTING),
+            ")".repeat(MAX_NESTING)
+        );
         let _ = Expr::compile(&limit);
         let unary = format!("{}true", "!".repeat(4000));
         let _ = Expr::compile(&unary);
@@ -382,8 +396,8 @@ mod tests {
 
     #[test]
     fn a_macro_bomb_over_a_large_object_exceeds_the_budget_but_small_ones_run() {
-        let e = Expr::compile("self.l.map(a, self.l.map(b, self.l.all(c, a + b + c >= 0)))")
-            .unwrap();
+        let e =
+            Expr::compile("self.l.map(a, self.l.map(b, self.l.all(c, a + b + c >= 0)))").unwrap();
         // Obeyed: 10 elements, 1,000 iterations.
         let small = to_cel(&json!({"l": (0..10).collect::<Vec<_>>()}));
         assert!(e.eval(&[("self", small)]).is_ok());
@@ -395,7 +409,9 @@ mod tests {
         assert!(started.elapsed() < std::time::Duration::from_secs(1));
         // A plain condition lookup on a large object is cheap and runs.
         let ready = Expr::compile("self.status.conditions.exists(c, c.type == 'Ready')").unwrap();
-        let conds: Vec<_> = (0..5000).map(|i| json!({"type": format!("T{i}")})).collect();
+        let conds: Vec<_> = (0..5000)
+            .map(|i| json!({"type": format!("T{i}")}))
+            .collect();
         let obj = to_cel(&json!({"status": {"conditions": conds}}));
         assert_eq!(ready.eval_bool(&[("self", obj)]), Ok(false));
     }

@@ -99,13 +99,15 @@ pub async fn fetch(
         return compile(host, bytes, compile_budget).await;
     }
     let bytes = if let Some(reference) = &m.oci {
-        crate::sources::pull(reference, policy).await.map_err(|e| match e {
-            crate::sources::SourceError::Remote { .. } => ModuleError::Fetch {
-                field: "oci",
-                message: e.to_string(),
-            },
-            other => ModuleError::Spec(format!("oci: {other}")),
-        })?
+        crate::sources::pull(reference, policy)
+            .await
+            .map_err(|e| match e {
+                crate::sources::SourceError::Remote { .. } => ModuleError::Fetch {
+                    field: "oci",
+                    message: e.to_string(),
+                },
+                other => ModuleError::Spec(format!("oci: {other}")),
+            })?
     } else {
         let url = m.url.clone().unwrap_or_default();
         crate::sources::fetch_url(&url, m.sha256.as_deref(), ca, policy)
@@ -185,7 +187,9 @@ async fn config_map_bytes(
 /// A message naming `what`, the cap, or the gzip error.
 pub fn decompress_capped(bytes: Vec<u8>, what: &str, max: usize) -> Result<Vec<u8>, String> {
     let over = |size: String| {
-        format!("{what} is {size} bytes, over the module size limit of {max} bytes (--max-module-size)")
+        format!(
+            "{what} is {size} bytes, over the module size limit of {max} bytes (--max-module-size)"
+        )
     };
     if !bytes.starts_with(&[0x1f, 0x8b]) {
         if bytes.len() > max {
@@ -235,13 +239,19 @@ mod tests {
         assert!(bomb.len() < 1 << 20, "{}", bomb.len());
         let err = decompress_capped(bomb, "ConfigMap ns/m key \"wasm\"", 4 << 20);
         let err = err.unwrap_err();
-        assert!(err.contains("over the module size limit of 4194304 bytes"), "{err}");
+        assert!(
+            err.contains("over the module size limit of 4194304 bytes"),
+            "{err}"
+        );
         assert!(err.contains("ConfigMap ns/m"), "{err}");
     }
 
     #[test]
     fn plain_bytes_over_the_cap_are_refused() {
         assert!(decompress_capped(vec![0; 10], "x", 9).is_err());
-        assert_eq!(decompress_capped(vec![0; 9], "x", 9).map(|b| b.len()), Ok(9));
+        assert_eq!(
+            decompress_capped(vec![0; 9], "x", 9).map(|b| b.len()),
+            Ok(9)
+        );
     }
 }

@@ -154,9 +154,9 @@ impl Slots {
 
     /// Whether every slot is held by a run past its deadline and slack at `now`.
     pub fn all_stuck(&self, now: Instant) -> bool {
-        self.running.lock().is_ok_and(|r| {
-            r.len() >= self.capacity && r.values().all(|overdue| *overdue <= now)
-        })
+        self.running
+            .lock()
+            .is_ok_and(|r| r.len() >= self.capacity && r.values().all(|overdue| *overdue <= now))
     }
 }
 
@@ -174,22 +174,38 @@ mod tests {
             ..ok
         };
         let e = s.check(big).unwrap_err();
-        assert!(e.contains("spec.limits.memory") && e.contains("--max-synthesis-memory"), "{e}");
+        assert!(
+            e.contains("spec.limits.memory") && e.contains("--max-synthesis-memory"),
+            "{e}"
+        );
         let slow = RunLimits {
             deadline: Duration::from_secs(3600),
             ..ok
         };
-        assert!(s.check(slow).unwrap_err().contains("--max-synthesis-timeout"));
+        assert!(
+            s.check(slow)
+                .unwrap_err()
+                .contains("--max-synthesis-timeout")
+        );
         let loud = RunLimits {
             max_output_bytes: 1 << 30,
             ..ok
         };
-        assert!(s.check(loud).unwrap_err().contains("--max-synthesis-output"));
+        assert!(
+            s.check(loud)
+                .unwrap_err()
+                .contains("--max-synthesis-output")
+        );
         let tight = Sandbox {
             memory_budget_bytes: 128 << 20,
             ..s
         };
-        assert!(tight.check(ok).unwrap_err().contains("--synthesis-memory-budget"));
+        assert!(
+            tight
+                .check(ok)
+                .unwrap_err()
+                .contains("--synthesis-memory-budget")
+        );
     }
 
     #[tokio::test]
@@ -213,7 +229,10 @@ mod tests {
         let a = slots.enter(Duration::ZERO);
         assert!(!slots.all_stuck(now + SLOT_SLACK * 2), "one free slot left");
         let b = slots.enter(Duration::from_secs(3600));
-        assert!(!slots.all_stuck(now + SLOT_SLACK * 2), "one run is within its deadline");
+        assert!(
+            !slots.all_stuck(now + SLOT_SLACK * 2),
+            "one run is within its deadline"
+        );
         drop(b);
         let _c = slots.enter(Duration::ZERO);
         assert!(!slots.all_stuck(now), "not past the slack yet");

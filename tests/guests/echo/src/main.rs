@@ -1,11 +1,19 @@
 //! Test synthesizer for the e2e suites: emits exactly the items stored as a JSON list in
 //! `data.items` of the ConfigMap bound under `config`, so a test controls the synthesis
 //! output (annotations included) by editing one ConfigMap; `data.pad` pads the last item
-//! with that many bytes.
+//! with that many bytes; `data.raw`, when set, is written to stdout verbatim instead (tests
+//! of malformed output).
 
 fn main() {
     enoki_sdk::run(|input| {
         let config = input.input("config")?;
+        if let Some(raw) = config.pointer("/data/raw").and_then(|v| v.as_str()) {
+            use std::io::Write;
+            let mut out = std::io::stdout();
+            let _ = out.write_all(raw.as_bytes());
+            let _ = out.flush();
+            std::process::exit(0);
+        }
         let text = config
             .pointer("/data/items")
             .and_then(|v| v.as_str())

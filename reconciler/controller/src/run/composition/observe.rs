@@ -104,7 +104,9 @@ pub(crate) async fn load_module(
     .await;
     super::super::metrics::Metrics::count(
         &ctx.metrics.module_fetches,
-        result.as_ref().map_or_else(module::ModuleError::kind, |_| "Ready"),
+        result
+            .as_ref()
+            .map_or_else(module::ModuleError::kind, |_| "Ready"),
     );
     report_module(ctx, synth, &result).await;
     let entry = match &result {
