@@ -278,12 +278,12 @@ async fn a_cel_cost_bomb_is_a_per_resource_condition_not_a_stalled_controller() 
     let data: serde_json::Map<String, serde_json::Value> =
         (0..2000).map(|i| (format!("k{i}"), json!("v"))).collect();
     // Violated: three nested macros over 2,000 keys (8e9 steps if it ran).
-    let bomb = "self.data.map(a, self.data.map(b, self.data.all(c, a != b || b != c)))";
+    let bomb = "self.data.all(a, self.data.all(b, self.data.all(c, a != b || b != c)))";
     let cm = harness::config_map("bomb", json!({"enoki.dev/readiness": bomb}), json!(data));
     harness::set_echo_items(&env, "bomb-items", &json!([cm])).await;
     harness::apply_composition(&env, "bomb", &synth, "bomb-items", json!({})).await;
     // Obeyed: the same shape over three keys is evaluated.
-    let small = "self.data.map(a, self.data.map(b, self.data.all(c, size(a) > 0)))";
+    let small = "self.data.all(a, self.data.all(b, self.data.exists(c, size(a) > 0)))";
     let cm = harness::config_map(
         "small",
         json!({"enoki.dev/readiness": small}),
