@@ -165,6 +165,22 @@ fn modules_round_trip_through_a_real_oci_registry() {
         "{err}"
     );
 
+    // A layer over the size cap is refused from its descriptor, before it is downloaded.
+    let out = enoki(&[
+        "render",
+        &pinned,
+        "--max-module-size",
+        "1000",
+        "--resource-list",
+        "samples/01-hello-rust/fixtures/input.json",
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.contains("over the module size limit of 1000 bytes") && err.contains("layer sha256:"),
+        "{err}"
+    );
+
     let wrong = format!("{addr}/samples/hello:v1@sha256:{}", "0".repeat(64));
     assert!(
         !enoki(&["module", "inspect", &wrong]).status.success(),
@@ -190,8 +206,8 @@ fn hex_sha256(bytes: &[u8]) -> String {
         .to_string()
 }
 
-/// A CA and a serving certificate for 127.0.0.1, and `openssl s_server -WWW` serving `dir`.
-fn tls_server(dir: &Path) -> (Proc, u16, PathBuf) {
+/// A CA (`ca.crt`) and a serving certificate for 127.0.0.1 (`srv.crt`, `srv.key`) in `dir`.
+fn make_certs(dir: &Path) {
     let sh = |script: &str| {
         let st = Command::new("bash")
             .arg("-c")
@@ -215,6 +231,11 @@ fn tls_server(dir: &Path) -> (Proc, u16, PathBuf) {
         openssl req -newkey rsa:2048 -nodes -keyout srv.key -out srv.csr -subj /CN=127.0.0.1 2>/dev/null && \
         openssl x509 -req -in srv.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 1 -extfile srv.ext -out srv.crt 2>/dev/null",
     );
+}
+
+/// A CA and a serving certificate for 127.0.0.1, and `openssl s_server -WWW` serving `dir`.
+fn tls_server(dir: &Path) -> (Proc, u16, PathBuf) {
+    make_certs(dir);
     let port = free_port();
     let child = Command::new("openssl")
         .args([
@@ -381,4 +402,88 @@ async fn a_synthesizer_pulls_its_module_from_the_registry_by_digest() {
     );
     let msg = cms.get("from-oci-message").await.unwrap().data.unwrap()["message"].clone();
     assert_eq!(msg, "oci, world");
+}
+
+/// `tests/servers/https_redirect.py` (redirects, chunked bodies) serving `dir` over TLS.
+fn redirect_server(dir: &Path) -> (Proc, u16, PathBuf) {
+    make_certs(dir);
+    let port = free_port();
+    let child = Command::new("python3")
+        .arg(workspace_root().join("tests/servers/https_redirect.py"))
+        .args([&port.to_string(), "srv.crt", "srv.key", "."])
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("python3 runs (hack/setup.sh installs it)");
+    wait_port(port);
+    (Proc(child), port, dir.join("ca.crt"))
+}
+
+#[test]
+fn https_downloads_are_capped_and_redirects_stay_public_and_https() {
+    let dir = tempdir("redirects");
+    std::fs::copy(sample(), dir.join("hello.wasm")).unwrap();
+    let sha = hex_sha256(&std::fs::read(sample()).unwrap());
+    let (_server, port, ca) = redirect_server(&dir);
+    let ca = ca.to_str().unwrap().to_string();
+    let fixture = "samples/01-hello-rust/fixtures/input.json";
+    let render = |url: &str, extra: &[&str]| {
+        let mut args = vec![
+            "render",
+            url,
+            "--sha256",
+            &sha,
+            "--ca-file",
+            &ca,
+            "--resource-list",
+            fixture,
+        ];
+        args.extend(extra);
+        let out = enoki(&args);
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let direct = format!("https://127.0.0.1:{port}/hello.wasm");
+    let streamed = format!("https://127.0.0.1:{port}/stream/hello.wasm");
+
+    // Size cap: obeyed by default; violated from Content-Length and while streaming.
+    assert_eq!(render(&direct, &[]).0, true, "{}", render(&direct, &[]).1);
+    assert_eq!(render(&streamed, &[]).0, true);
+    for url in [&direct, &streamed] {
+        let (ok, err) = render(url, &["--max-module-size", "1000"]);
+        assert!(!ok);
+        assert!(
+            err.contains("over the module size limit of 1000 bytes"),
+            "{url}: {err}"
+        );
+    }
+
+    // A redirect to a loopback address is refused unless allowed.
+    let to_loopback = format!("https://127.0.0.1:{port}/redirect?to={direct}");
+    let (ok, err) = render(&to_loopback, &[]);
+    assert!(!ok);
+    assert!(
+        err.contains("loopback, link-local or private address"),
+        "{err}"
+    );
+    let (ok, err) = render(&to_loopback, &["--allow-private-redirects"]);
+    assert!(ok, "allowed by flag: {err}");
+    // …and localhost by name, too.
+    let by_name =
+        format!("https://127.0.0.1:{port}/redirect?to=https://localhost:{port}/hello.wasm");
+    assert!(
+        render(&by_name, &[])
+            .1
+            .contains("loopback, link-local or private")
+    );
+    // A redirect to plain http is refused even when private addresses are allowed.
+    let to_http =
+        format!("https://127.0.0.1:{port}/redirect?to=http://127.0.0.1:{port}/hello.wasm");
+    let (ok, err) = render(&to_http, &["--allow-private-redirects"]);
+    assert!(!ok);
+    assert!(err.contains("only https:// is followed"), "{err}");
 }

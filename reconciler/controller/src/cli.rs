@@ -210,6 +210,12 @@ pub struct RenderArgs {
     /// Stdout cap (Kubernetes quantity).
     #[arg(long, default_value = "16Mi")]
     pub max_output: String,
+    /// Largest module accepted from a URL or registry (quantity).
+    #[arg(long, default_value = "128Mi")]
+    pub max_module_size: String,
+    /// Follow redirects (and OCI token realms) to loopback, link-local and private addresses.
+    #[arg(long, default_value_t = false)]
+    pub allow_private_redirects: bool,
 }
 
 /// Parses `--builtins`: a comma list of built-in names, or `none`.

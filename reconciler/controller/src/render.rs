@@ -80,6 +80,7 @@ pub fn load_module(
     arg: &str,
     sha256: Option<&str>,
     ca_file: Option<&Path>,
+    policy: &crate::sources::FetchPolicy,
 ) -> Result<Module, RenderError> {
     if let Some(name) = arg.strip_prefix("builtin:") {
         return match builtins::lookup(name) {
@@ -115,13 +116,10 @@ pub fn load_module(
                 arg,
                 sha256,
                 ca.as_deref(),
-                &crate::sources::FetchPolicy::default(),
+                policy,
             ))
         } else {
-            rt.block_on(crate::sources::pull(
-                arg,
-                &crate::sources::FetchPolicy::default(),
-            ))
+            rt.block_on(crate::sources::pull(arg, policy))
         };
         fetched.map_err(|e| RenderError::Usage(format!("cannot fetch module {arg}: {e}")))?
     } else {
@@ -153,11 +151,17 @@ pub fn render(args: &RenderArgs) -> Result<String, RenderError> {
         module: args.module.clone(),
         source,
     })?;
+    let policy = crate::sources::FetchPolicy {
+        max_bytes: synthesis::parse_quantity(&args.max_module_size)
+            .map_err(|e| RenderError::Usage(format!("--max-module-size: {e}")))?,
+        allow_private_redirects: args.allow_private_redirects,
+    };
     let module = load_module(
         &host,
         &args.module,
         args.sha256.as_deref(),
         args.ca_file.as_deref(),
+        &policy,
     )?;
     let input = synthesis_input(args)?;
     let out = synthesis::synthesize(

@@ -458,3 +458,54 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn private_addresses_are_recognised() {
+        for ip in [
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "169.254.169.254",
+            "100.64.0.1",
+            "0.0.0.0",
+            "::1",
+            "fe80::1",
+            "fd00::1",
+            "::ffff:127.0.0.1",
+        ] {
+            assert!(is_private(ip.parse().unwrap()), "{ip}");
+        }
+        for ip in ["8.8.8.8", "1.1.1.1", "2606:4700::1111"] {
+            assert!(!is_private(ip.parse().unwrap()), "{ip}");
+        }
+    }
+
+    #[test]
+    fn token_realms_follow_the_redirect_rule() {
+        let header = r#"Bearer realm="https://169.254.169.254/token",service="registry",scope="x""#;
+        assert_eq!(
+            token_realm(header).as_deref(),
+            Some("https://169.254.169.254/token")
+        );
+        assert_eq!(token_realm("Basic realm=\"x\""), None);
+        let policy = FetchPolicy::default();
+        // Violated: a metadata-service realm, and a plain-http realm of an https registry.
+        let e = check_realm("https://169.254.169.254/token", false, &policy).unwrap_err();
+        assert!(e.to_string().contains("token realm"), "{e}");
+        assert!(check_realm("http://8.8.8.8/token", false, &policy).is_err());
+        // Obeyed: a public https realm; any realm of a local (plain-http) test registry; a
+        // private realm when the operator allows it.
+        assert!(check_realm("https://8.8.8.8/token", false, &policy).is_ok());
+        assert!(check_realm("http://127.0.0.1:5000/token", true, &policy).is_ok());
+        let allow = FetchPolicy {
+            allow_private_redirects: true,
+            ..policy
+        };
+        assert!(check_realm("https://10.0.0.1/token", false, &allow).is_ok());
+    }
+}
