@@ -288,12 +288,21 @@ impl HostMonotonicClock for SteppedClock {
     }
 }
 
-/// A compiled, pre-linked module ready to run any number of times.
+/// A compiled, pre-linked module ready to run any number of times. A large module may start
+/// on the baseline tier (Winch) and be swapped, in place for every holder, to the optimized
+/// tier (Cranelift) once that finished compiling in the background.
 #[derive(Clone)]
 pub struct ModulePre {
     digest: String,
     kind: ModuleKind,
+    current: Arc<std::sync::RwLock<Arc<Compiled>>>,
+}
+
+/// One tier's compilation of a module.
+struct Compiled {
+    engine: Engine,
     pre: Pre,
+    baseline: bool,
 }
 
 #[derive(Clone)]
@@ -320,6 +329,90 @@ impl ModulePre {
     pub fn kind(&self) -> ModuleKind {
         self.kind
     }
+    /// Whether it currently runs baseline-compiled code (its optimized compilation is still
+    /// under way in the background).
+    pub fn is_baseline(&self) -> bool {
+        self.compiled().baseline
+    }
+
+    fn new(digest: String, kind: ModuleKind, compiled: Compiled) -> ModulePre {
+        ModulePre {
+            digest,
+            kind,
+            current: Arc::new(std::sync::RwLock::new(Arc::new(compiled))),
+        }
+    }
+
+    fn compiled(&self) -> Arc<Compiled> {
+        match self.current.read() {
+            Ok(c) => c.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    fn replace(&self, compiled: Compiled) {
+        let mut slot = match self.current.write() {
+            Ok(c) => c,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        *slot = Arc::new(compiled);
+    }
+}
+
+/// An engine with the linkers of its modules and components.
+struct Tier {
+    engine: Engine,
+    linker: Linker<RunState>,
+    component_linker: ComponentLinker<ComponentState>,
+}
+
+impl Tier {
+    fn new(mut config: Config) -> Result<Tier, HostError> {
+        let fail = |e: wasmtime::Error| HostError::Engine {
+            message: format!("{e:#}"),
+        };
+        config.epoch_interruption(true);
+        restrict_features(&mut config);
+        let engine = Engine::new(&config).map_err(fail)?;
+        let mut linker: Linker<RunState> = Linker::new(&engine);
+        wasmtime_wasi::p1::add_to_linker_async(&mut linker, |s: &mut RunState| &mut s.wasi)
+            .map_err(fail)?;
+        let mut component_linker: ComponentLinker<ComponentState> = ComponentLinker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut component_linker).map_err(fail)?;
+        Ok(Tier {
+            engine,
+            linker,
+            component_linker,
+        })
+    }
+
+    /// Pre-links a compiled core module.
+    fn core(&self, module: &Module, baseline: bool) -> Result<Compiled, HostError> {
+        let pre = self
+            .linker
+            .instantiate_pre(module)
+            .map_err(|e| HostError::Instantiate {
+                message: format!("{e:#}"),
+            })?;
+        Ok(Compiled {
+            engine: self.engine.clone(),
+            pre: Pre::Core(pre),
+            baseline,
+        })
+    }
+}
+
+/// Core modules at least this large are first compiled with the baseline compiler (Winch,
+/// about 5x faster), so they run within seconds, while the optimizing compiler (Cranelift)
+/// works in the background; the optimized code replaces the baseline code when ready and is
+/// what the on-disk cache keeps.
+pub const BASELINE_MIN_BYTES: usize = 16 << 20;
+
+/// Estimated peak memory of compiling a module of `bytes` bytes: measured at about 17x
+/// (Cranelift) to 20x (Winch) the module size for a 92 MB Go module (the native code and its
+/// object file are built in memory); at least 16 MiB.
+pub fn compile_memory_estimate(bytes: usize) -> usize {
+    bytes.saturating_mul(20).max(16 << 20)
 }
 
 /// Default bound of the in-memory module cache (module source bytes).
@@ -394,13 +487,21 @@ impl ModuleLru {
 
 /// The process-wide wasm host.
 pub struct Host {
-    engine: Engine,
-    linker: Linker<RunState>,
-    component_linker: ComponentLinker<ComponentState>,
+    /// Cranelift: every component, every small module, and the code that is cached on disk.
+    optimized: Arc<Tier>,
+    /// Winch: the first code of large core modules.
+    baseline: Arc<Tier>,
+    /// One large compilation (foreground or background) at a time: compile memory is bounded
+    /// by one [`compile_memory_estimate`] of the largest module.
+    large_compile: Arc<Mutex<()>>,
+    /// Background optimizations finished (baseline code replaced).
+    optimized_in_background: Arc<AtomicU64>,
+    /// Core modules at least this large start on the baseline tier.
+    baseline_min_bytes: std::sync::atomic::AtomicUsize,
     modules: Mutex<ModuleLru>,
     /// One lock per digest being compiled: concurrent loads of one module compile it once.
     compiling: Mutex<HashMap<String, Arc<Mutex<()>>>>,
-    artifacts: Option<artifacts::Artifacts>,
+    artifacts: Option<Arc<artifacts::Artifacts>>,
     /// Modules compiled from source (not loaded from memory or disk).
     compilations: AtomicU64,
     stop: Arc<AtomicBool>,
@@ -432,31 +533,19 @@ impl Host {
     /// # Errors
     /// [`HostError::Engine`] when wasmtime rejects the configuration or the cache directory.
     pub fn new(cache_dir: Option<&Path>) -> Result<Host, HostError> {
-        let mut config = Config::new();
-        config.epoch_interruption(true);
         // Runs are async (`call_async`): a deadline drops the run's future, which also ends
         // blocking WASI calls (`poll_oneoff` sleeps) that the epoch cannot interrupt.
-        restrict_features(&mut config);
-        let engine = Engine::new(&config).map_err(|e| HostError::Engine {
-            message: format!("{e:#}"),
-        })?;
+        let optimized = Arc::new(Tier::new(Config::new())?);
+        let mut winch = Config::new();
+        winch.strategy(wasmtime::Strategy::Winch);
+        let baseline = Arc::new(Tier::new(winch)?);
         let artifacts = cache_dir
-            .map(|dir| artifacts::Artifacts::open(dir, &engine))
+            .map(|dir| artifacts::Artifacts::open(dir, &optimized.engine).map(Arc::new))
             .transpose()?;
-        let mut linker: Linker<RunState> = Linker::new(&engine);
-        wasmtime_wasi::p1::add_to_linker_async(&mut linker, |s: &mut RunState| &mut s.wasi)
-            .map_err(|e| HostError::Engine {
-                message: format!("{e:#}"),
-            })?;
-        let mut component_linker: ComponentLinker<ComponentState> = ComponentLinker::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_async(&mut component_linker).map_err(|e| {
-            HostError::Engine {
-                message: format!("{e:#}"),
-            }
-        })?;
         let stop = Arc::new(AtomicBool::new(false));
         let running = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let (ticker, flag, busy) = (engine.clone(), stop.clone(), running.clone());
+        let engines = [optimized.engine.clone(), baseline.engine.clone()];
+        let (flag, busy) = (stop.clone(), running.clone());
         let handle = std::thread::Builder::new()
             .name("wasm-epoch".into())
             .spawn(move || {
@@ -467,7 +556,9 @@ impl Host {
                         continue;
                     }
                     std::thread::sleep(TICK);
-                    ticker.increment_epoch();
+                    for engine in &engines {
+                        engine.increment_epoch();
+                    }
                 }
             })
             .map_err(|e| HostError::Engine {
@@ -475,9 +566,11 @@ impl Host {
             })?;
         let ticker = handle.thread().clone();
         Ok(Host {
-            engine,
-            linker,
-            component_linker,
+            optimized,
+            baseline,
+            large_compile: Arc::new(Mutex::new(())),
+            optimized_in_background: Arc::new(AtomicU64::new(0)),
+            baseline_min_bytes: std::sync::atomic::AtomicUsize::new(BASELINE_MIN_BYTES),
             modules: Mutex::new(ModuleLru::new(DEFAULT_MODULE_CACHE_BYTES)),
             compiling: Mutex::new(HashMap::new()),
             artifacts,
@@ -504,9 +597,18 @@ impl Host {
 
     /// Artifacts loaded from the on-disk cache instead of being compiled.
     pub fn cache_hits(&self) -> usize {
-        self.artifacts
-            .as_ref()
-            .map_or(0, artifacts::Artifacts::hits)
+        self.artifacts.as_ref().map_or(0, |a| a.hits())
+    }
+
+    /// Core modules at least `bytes` large start on the baseline tier (default
+    /// [`BASELINE_MIN_BYTES`]; `usize::MAX` turns the baseline tier off).
+    pub fn set_baseline_min_bytes(&self, bytes: usize) {
+        self.baseline_min_bytes.store(bytes, Ordering::Relaxed);
+    }
+
+    /// Large modules whose baseline code was replaced by optimized code in the background.
+    pub fn optimized_in_background(&self) -> u64 {
+        self.optimized_in_background.load(Ordering::Relaxed)
     }
 
     /// Modules compiled from their bytes (cache misses in memory and on disk).
@@ -517,9 +619,7 @@ impl Host {
     /// Cached artifacts deleted because they failed verification (altered, truncated, or
     /// written by another engine build); each was compiled again.
     pub fn cache_rejected(&self) -> usize {
-        self.artifacts
-            .as_ref()
-            .map_or(0, artifacts::Artifacts::rejected)
+        self.artifacts.as_ref().map_or(0, |a| a.rejected())
     }
 
     /// Describes a module without running it: digest, size, kind and imports.
@@ -532,16 +632,18 @@ impl Host {
         };
         let (kind, imports) = match module_kind(bytes) {
             Some(ModuleKind::Component) => {
-                let c = Component::new(&self.engine, bytes).map_err(compile)?;
+                let c = Component::new(&self.optimized.engine, bytes).map_err(compile)?;
                 let imports = c
                     .component_type()
-                    .imports(&self.engine)
+                    .imports(&self.optimized.engine)
                     .map(|(name, _)| name.to_string())
                     .collect();
                 (ModuleKind::Component, imports)
             }
             _ => {
-                let m = Module::new(&self.engine, bytes).map_err(compile)?;
+                let m = Module::validate(&self.optimized.engine, bytes)
+                    .and_then(|()| Module::new(&self.baseline.engine, bytes))
+                    .map_err(compile)?;
                 let imports = m
                     .imports()
                     .map(|i| format!("{}::{}", i.module(), i.name()))
@@ -606,58 +708,98 @@ impl Host {
                 });
             }
         };
-        let instantiate = |e: wasmtime::Error| HostError::Instantiate {
-            message: format!("{e:#}"),
-        };
-        let compile_error = |e: wasmtime::Error| HostError::Instantiate {
-            message: format!("compile: {e:#}"),
-        };
-        let pre = match kind {
-            ModuleKind::Component => {
-                let component = self
-                    .cached(&digest, kind, artifacts::deserialize_component)
-                    .map_or_else(
-                        || {
-                            self.compilations.fetch_add(1, Ordering::Relaxed);
-                            let c = Component::new(&self.engine, bytes).map_err(compile_error)?;
-                            self.store_artifact(&digest, kind, c.serialize());
-                            Ok(c)
-                        },
-                        Ok,
-                    )?;
-                let pre = self
-                    .component_linker
-                    .instantiate_pre(&component)
-                    .map_err(instantiate)?;
-                Pre::Component(CommandPre::new(pre).map_err(|e| HostError::Instantiate {
-                    message: format!("not a wasi:cli/command component: {e:#}"),
-                })?)
-            }
+        let compiled = match kind {
+            ModuleKind::Component => self.component(bytes, &digest)?,
             ModuleKind::Preview1 => {
-                let module = self
-                    .cached(&digest, kind, artifacts::deserialize_module)
-                    .map_or_else(
-                        || {
-                            self.compilations.fetch_add(1, Ordering::Relaxed);
-                            let m = Module::new(&self.engine, bytes).map_err(compile_error)?;
-                            self.store_artifact(&digest, kind, m.serialize());
-                            Ok(m)
-                        },
-                        Ok,
-                    )?;
-                Pre::Core(self.linker.instantiate_pre(&module).map_err(instantiate)?)
+                if let Some(module) = self.cached(&digest, kind, artifacts::deserialize_module) {
+                    self.optimized.core(&module, false)?
+                } else if bytes.len() >= self.baseline_min_bytes.load(Ordering::Relaxed) {
+                    let _large = self.large_compile.lock().map_err(|_| poisoned())?;
+                    self.compilations.fetch_add(1, Ordering::Relaxed);
+                    let module =
+                        Module::new(&self.baseline.engine, bytes).map_err(compile_error)?;
+                    self.baseline.core(&module, true)?
+                } else {
+                    self.compilations.fetch_add(1, Ordering::Relaxed);
+                    let module =
+                        Module::new(&self.optimized.engine, bytes).map_err(compile_error)?;
+                    store_artifact(self.artifacts.as_deref(), &digest, kind, module.serialize());
+                    self.optimized.core(&module, false)?
+                }
             }
         };
-        let m = ModulePre {
-            digest: digest.clone(),
-            kind,
-            pre,
-        };
+        let baseline = compiled.baseline;
+        let m = ModulePre::new(digest.clone(), kind, compiled);
         self.modules
             .lock()
             .map_err(|_| poisoned())?
             .insert(digest, m.clone(), bytes.len());
+        if baseline {
+            self.optimize_in_background(&m, bytes.to_vec());
+        }
         Ok(m)
+    }
+
+    /// A component, from the on-disk cache or compiled (always optimized).
+    fn component(&self, bytes: &[u8], digest: &str) -> Result<Compiled, HostError> {
+        let kind = ModuleKind::Component;
+        let component = match self.cached(digest, kind, artifacts::deserialize_component) {
+            Some(c) => c,
+            None => {
+                self.compilations.fetch_add(1, Ordering::Relaxed);
+                let c = Component::new(&self.optimized.engine, bytes).map_err(compile_error)?;
+                store_artifact(self.artifacts.as_deref(), digest, kind, c.serialize());
+                c
+            }
+        };
+        let pre = self
+            .optimized
+            .component_linker
+            .instantiate_pre(&component)
+            .map_err(|e| HostError::Instantiate {
+                message: format!("{e:#}"),
+            })?;
+        let pre = CommandPre::new(pre).map_err(|e| HostError::Instantiate {
+            message: format!("not a wasi:cli/command component: {e:#}"),
+        })?;
+        Ok(Compiled {
+            engine: self.optimized.engine.clone(),
+            pre: Pre::Component(pre),
+            baseline: false,
+        })
+    }
+
+    /// Compiles a baseline module with Cranelift on a background thread (one large
+    /// compilation at a time), caches the artifact on disk and swaps it into `module`.
+    fn optimize_in_background(&self, module: &ModulePre, bytes: Vec<u8>) {
+        let tier = self.optimized.clone();
+        let gate = self.large_compile.clone();
+        let artifacts = self.artifacts.clone();
+        let done = self.optimized_in_background.clone();
+        let module = module.clone();
+        let spawned = std::thread::Builder::new()
+            .name("wasm-optimize".into())
+            .spawn(move || {
+                let Ok(_large) = gate.lock() else {
+                    return;
+                };
+                let Ok(compiled) = Module::new(&tier.engine, &bytes) else {
+                    return;
+                };
+                drop(bytes);
+                store_artifact(
+                    artifacts.as_deref(),
+                    &module.digest,
+                    ModuleKind::Preview1,
+                    compiled.serialize(),
+                );
+                if let Ok(c) = tier.core(&compiled, false) {
+                    module.replace(c);
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        // Without a thread the module keeps running baseline code: slower, still correct.
+        drop(spawned);
     }
 
     /// The verified on-disk artifact of `digest`, deserialized.
@@ -669,18 +811,12 @@ impl Host {
     ) -> Option<T> {
         let artifacts = self.artifacts.as_ref()?;
         let bytes = artifacts.read(digest, kind)?;
-        match deserialize(&self.engine, &bytes) {
+        match deserialize(&self.optimized.engine, &bytes) {
             Ok(t) => Some(t),
             Err(_) => {
                 artifacts.discard(digest, kind);
                 None
             }
-        }
-    }
-
-    fn store_artifact(&self, digest: &str, kind: ModuleKind, bytes: wasmtime::Result<Vec<u8>>) {
-        if let (Some(artifacts), Ok(bytes)) = (&self.artifacts, bytes) {
-            artifacts.write(digest, kind, &bytes);
         }
     }
 
@@ -727,13 +863,15 @@ impl Host {
         limiter: StoreLimiter,
         ticks: u64,
     ) -> Result<(wasmtime::Result<()>, StoreLimiter), HostError> {
-        match &module.pre {
+        let compiled = module.compiled();
+        let engine = &compiled.engine;
+        match &compiled.pre {
             Pre::Core(pre) => {
                 let state = RunState {
                     wasi: builder.build_p1(),
                     limiter,
                 };
-                let mut store = Store::new(&self.engine, state);
+                let mut store = Store::new(engine, state);
                 store.limiter(|s| &mut s.limiter);
                 store.set_epoch_deadline(ticks);
                 store.epoch_deadline_trap();
@@ -755,7 +893,7 @@ impl Host {
                     table: ResourceTable::new(),
                     limiter,
                 };
-                let mut store = Store::new(&self.engine, state);
+                let mut store = Store::new(engine, state);
                 store.limiter(|s| &mut s.limiter);
                 store.set_epoch_deadline(ticks);
                 store.epoch_deadline_trap();
@@ -931,6 +1069,25 @@ fn instantiate_error(e: &wasmtime::Error, limiter: &StoreLimiter) -> HostError {
         return HostError::MemoryLimit { limit: limiter.max };
     }
     HostError::Instantiate { message: text }
+}
+
+fn compile_error(e: wasmtime::Error) -> HostError {
+    HostError::Instantiate {
+        message: format!("compile: {e:#}"),
+    }
+}
+
+/// Writes an optimized artifact to the on-disk cache (if any); failures only cost a later
+/// compilation.
+fn store_artifact(
+    artifacts: Option<&artifacts::Artifacts>,
+    digest: &str,
+    kind: ModuleKind,
+    bytes: wasmtime::Result<Vec<u8>>,
+) {
+    if let (Some(artifacts), Ok(bytes)) = (artifacts, bytes) {
+        artifacts.write(digest, kind, &bytes);
+    }
 }
 
 fn poisoned() -> HostError {

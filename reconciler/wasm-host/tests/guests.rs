@@ -540,3 +540,89 @@ fn host_side_random_buffers_are_capped() {
     assert!(message.contains("exceeds limit"), "{message}");
     normal_module_still_runs();
 }
+
+/// A host whose every core module starts on the baseline tier (Winch).
+fn baseline_host(dir: Option<&std::path::Path>) -> Host {
+    let host = Host::new(dir).unwrap();
+    host.set_baseline_min_bytes(0);
+    host
+}
+
+fn run_on(
+    host: &Host,
+    module: &ModulePre,
+    limits: RunLimits,
+) -> Result<wasm_host::RunOutput, HostError> {
+    host.run(
+        module,
+        RunRequest {
+            program: "test",
+            input: br#"{"apiVersion":"config.kubernetes.io/v1","kind":"ResourceList","items":[]}"#,
+            env: &[],
+            limits,
+            entropy: Entropy::Reproducible {
+                wall_clock: Duration::from_secs(1_700_000_000),
+                seed: SEED,
+            },
+        },
+    )
+}
+
+#[test]
+fn baseline_code_obeys_the_same_limits() {
+    let host = baseline_host(None);
+    let timeout = HostError::Timeout {
+        after: LIMITS.deadline,
+    };
+    for (guest_name, expected) in [
+        ("loop.wat", timeout.clone()),
+        ("sleep_long.wat", timeout),
+        (
+            "memory_bomb.wat",
+            HostError::MemoryLimit {
+                limit: LIMITS.max_memory_bytes,
+            },
+        ),
+        (
+            "stdout_bomb.wat",
+            HostError::OutputTooLarge {
+                limit: LIMITS.max_output_bytes,
+            },
+        ),
+    ] {
+        let m = host.load(&guest(guest_name)).unwrap();
+        assert_eq!(
+            run_on(&host, &m, LIMITS).unwrap_err(),
+            expected,
+            "{guest_name}"
+        );
+    }
+}
+
+#[test]
+fn a_large_module_runs_on_baseline_code_then_switches_to_optimized_code() {
+    let dir = cache_dir("tiers");
+    let host = baseline_host(Some(&dir));
+    let m = host.load(&guest("hello.wat")).unwrap();
+    let first = run_on(&host, &m, LIMITS).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while m.is_baseline() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never optimized in the background"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(host.optimized_in_background(), 1);
+    // Same output from the optimized code; the optimized artifact is what is cached.
+    assert_eq!(run_on(&host, &m, LIMITS).unwrap().stdout, first.stdout);
+    assert_eq!(artifacts_in(&dir).len(), 1);
+    let next = baseline_host(Some(&dir));
+    let again = next.load(&guest("hello.wat")).unwrap();
+    assert!(
+        !again.is_baseline(),
+        "a restart loads the optimized artifact"
+    );
+    assert_eq!(next.cache_hits(), 1);
+    let _ = std::fs::remove_dir_all(&dir);
+}
