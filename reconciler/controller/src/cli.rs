@@ -142,6 +142,11 @@ pub struct RunArgs {
     /// `CompileTimeout` and retrying (the compilation continues in the background).
     #[arg(long, env = "ENOKI_COMPILE_TIMEOUT", default_value = "2m")]
     pub compile_timeout: String,
+    /// Memory one module's compilation may take (quantity). Compiling needs about 20x the
+    /// module's size (a 92 MB Go module: 1.6-1.8 GiB); larger modules are refused, and large
+    /// compilations run one at a time.
+    #[arg(long, env = "ENOKI_COMPILE_MEMORY_BUDGET", default_value = "2Gi")]
+    pub compile_memory_budget: String,
     /// Follow module-download redirects and OCI token realms to loopback, link-local and
     /// private addresses (refused by default).
     #[arg(

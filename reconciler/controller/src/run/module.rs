@@ -30,6 +30,20 @@ pub enum ModuleError {
     /// The module does not compile or link.
     #[error("module does not load")]
     Load(#[from] wasm_host::HostError),
+    /// Compiling the module would need more memory than the controller allows.
+    #[error(
+        "the module is {size} bytes; compiling it needs about {estimate} bytes of memory, over \
+         the compile memory budget of {budget} bytes (--compile-memory-budget; raise it together \
+         with the controller's memory limit, or make the module smaller)"
+    )]
+    TooLargeToCompile {
+        /// Module size in bytes.
+        size: usize,
+        /// Estimated compile memory.
+        estimate: usize,
+        /// The budget.
+        budget: usize,
+    },
     /// Compiling took longer than the budget (it goes on in the background).
     #[error(
         "compiling the module ({size} bytes) did not finish within {budget:?} (--compile-timeout); \
@@ -51,6 +65,7 @@ impl ModuleError {
             ModuleError::Fetch { .. } => "Fetch",
             ModuleError::Load(e) => e.category(),
             ModuleError::CompileTimeout { .. } => "CompileTimeout",
+            ModuleError::TooLargeToCompile { .. } => "TooLargeToCompile",
         }
     }
 
@@ -73,7 +88,7 @@ pub async fn fetch(
     synth: &Synthesizer,
     ca: Option<&[u8]>,
     policy: &FetchPolicy,
-    compile_budget: std::time::Duration,
+    compile: &CompileBudget,
 ) -> Result<Module, ModuleError> {
     let m = &synth.spec.module;
     if m.sources_set() != 1 {
@@ -96,7 +111,7 @@ pub async fn fetch(
     }
     if let Some(cm) = &m.config_map {
         let bytes = config_map_bytes(client, cm, policy).await?;
-        return compile(host, bytes, compile_budget).await;
+        return compile_module(host, bytes, compile).await;
     }
     let bytes = if let Some(reference) = &m.oci {
         crate::sources::pull(reference, policy)
@@ -120,23 +135,41 @@ pub async fn fetch(
                 other => ModuleError::Spec(format!("url: {other}")),
             })?
     };
-    compile(host, bytes, compile_budget).await
+    compile_module(host, bytes, compile).await
 }
 
-/// Compiles off the async workers (it takes ~100 ms for a small module). Past `budget` the
-/// caller stops waiting (`CompileTimeout`); the compilation finishes in the background and
-/// lands in the host's cache, so a later attempt finds it.
-async fn compile(
+/// What compiling may take: time before the reconcile stops waiting, and memory.
+pub struct CompileBudget {
+    /// How long the reconcile waits.
+    pub time: std::time::Duration,
+    /// Largest estimated compile memory accepted.
+    pub memory_bytes: usize,
+}
+
+/// Compiles off the async workers (it takes ~100 ms for a small module). A module whose
+/// estimated compile memory exceeds the budget is refused before compiling. Past the time
+/// budget the caller stops waiting (`CompileTimeout`); the compilation finishes in the
+/// background and lands in the host's cache, so a later attempt finds it.
+async fn compile_module(
     host: &std::sync::Arc<wasm_host::Host>,
     bytes: Vec<u8>,
-    budget: std::time::Duration,
+    budget: &CompileBudget,
 ) -> Result<Module, ModuleError> {
-    let host = host.clone();
     let size = bytes.len();
+    let estimate = wasm_host::compile_memory_estimate(size);
+    if estimate > budget.memory_bytes {
+        return Err(ModuleError::TooLargeToCompile {
+            size,
+            estimate,
+            budget: budget.memory_bytes,
+        });
+    }
+    let host = host.clone();
     let task = tokio::task::spawn_blocking(move || host.load(&bytes));
-    let loaded = tokio::time::timeout(budget, task)
+    let time = budget.time;
+    let loaded = tokio::time::timeout(time, task)
         .await
-        .map_err(|_| ModuleError::CompileTimeout { budget, size })?
+        .map_err(|_| ModuleError::CompileTimeout { budget: time, size })?
         .map_err(|e| ModuleError::Spec(format!("module compilation task failed: {e}")))??;
     Ok(Module::Wasm(loaded))
 }
@@ -244,6 +277,23 @@ mod tests {
             "{err}"
         );
         assert!(err.contains("ConfigMap ns/m"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_module_too_large_to_compile_within_the_budget_is_refused_before_compiling() {
+        let host = std::sync::Arc::new(wasm_host::Host::new(None).unwrap());
+        let budget = CompileBudget {
+            time: std::time::Duration::from_secs(10),
+            memory_bytes: 32 << 20,
+        };
+        // 2 MiB needs about 40 MiB to compile: refused, naming the flag, without compiling.
+        let err = compile_module(&host, vec![0; 2 << 20], &budget).await.err().unwrap();
+        assert!(matches!(err, ModuleError::TooLargeToCompile { .. }), "{err}");
+        assert!(err.to_string().contains("--compile-memory-budget"), "{err}");
+        assert_eq!(host.compilations(), 0);
+        // Within the budget it is compiled (an empty module).
+        let small = compile_module(&host, b"\0asm\x01\0\0\0".to_vec(), &budget).await;
+        assert!(small.is_ok(), "{:?}", small.err());
     }
 
     #[test]

@@ -31,6 +31,10 @@ pub struct Sandbox {
     pub fetch: FetchPolicy,
     /// How long a reconcile waits for a module to compile (`--compile-timeout`).
     pub compile_timeout: Duration,
+    /// Memory compiling one module may take (`--compile-memory-budget`): a module whose
+    /// estimated compile memory ([`wasm_host::compile_memory_estimate`], about 20x its size)
+    /// exceeds it is refused; large compilations run one at a time.
+    pub compile_memory_budget_bytes: usize,
 }
 
 impl Default for Sandbox {
@@ -42,6 +46,7 @@ impl Default for Sandbox {
             memory_budget_bytes: 768 << 20,
             fetch: FetchPolicy::default(),
             compile_timeout: Duration::from_secs(120),
+            compile_memory_budget_bytes: 2 << 30,
         }
     }
 }

@@ -99,7 +99,10 @@ pub(crate) async fn load_module(
         synth,
         ctx.opts.module_ca.as_deref(),
         &ctx.opts.sandbox.fetch,
-        ctx.opts.sandbox.compile_timeout,
+        &module::CompileBudget {
+            time: ctx.opts.sandbox.compile_timeout,
+            memory_bytes: ctx.opts.sandbox.compile_memory_budget_bytes,
+        },
     )
     .await;
     super::super::metrics::Metrics::count(
