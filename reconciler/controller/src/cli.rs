@@ -131,9 +131,9 @@ pub struct RunArgs {
     #[arg(long, env = "ENOKI_MAX_SYNTHESIS_OUTPUT", default_value = "64Mi")]
     pub max_synthesis_output: String,
     /// Sum of the memory limits of the syntheses running at once (quantity): a run waits
-    /// until its limit fits. Keep it below the controller's own memory limit minus its
-    /// caches (the shipped Deployment: 1Gi limit, 768Mi budget).
-    #[arg(long, env = "ENOKI_SYNTHESIS_MEMORY_BUDGET", default_value = "768Mi")]
+    /// until its limit fits. The controller's memory limit should cover about 256Mi of its
+    /// own plus this plus --compile-memory-budget (the shipped Deployment: 3Gi).
+    #[arg(long, env = "ENOKI_SYNTHESIS_MEMORY_BUDGET", default_value = "512Mi")]
     pub synthesis_memory_budget: String,
     /// Largest module accepted from any source, after gzip decompression (quantity).
     #[arg(long, env = "ENOKI_MAX_MODULE_SIZE", default_value = "128Mi")]
@@ -142,9 +142,9 @@ pub struct RunArgs {
     /// `CompileTimeout` and retrying (the compilation continues in the background).
     #[arg(long, env = "ENOKI_COMPILE_TIMEOUT", default_value = "2m")]
     pub compile_timeout: String,
-    /// Memory one module's compilation may take (quantity). Compiling needs about 20x the
-    /// module's size (a 92 MB Go module: 1.6-1.8 GiB); larger modules are refused, and large
-    /// compilations run one at a time.
+    /// Memory one module's compilation may take (quantity). Compiling needs about 23x the
+    /// module's size (a 92 MB Go module: 2 GiB while Winch code serves and Cranelift
+    /// compiles); larger modules are refused, and large compilations run one at a time.
     #[arg(long, env = "ENOKI_COMPILE_MEMORY_BUDGET", default_value = "2Gi")]
     pub compile_memory_budget: String,
     /// Follow module-download redirects and OCI token realms to loopback, link-local and

@@ -64,7 +64,10 @@ fn start(args: &cli::RunArgs) -> anyhow::Result<()> {
             allow_private_redirects: args.module_allow_private_redirects,
         },
         compile_timeout: parse("compile-timeout", &args.compile_timeout)?,
-        compile_memory_budget_bytes: quantity("compile-memory-budget", &args.compile_memory_budget)?,
+        compile_memory_budget_bytes: quantity(
+            "compile-memory-budget",
+            &args.compile_memory_budget,
+        )?,
     };
     let opts = run::Options {
         sandbox,

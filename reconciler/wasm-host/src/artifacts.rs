@@ -9,8 +9,8 @@
 //! - writes atomically (a temporary file in the same directory, `fsync`, `rename`), the
 //!   artifact first and then its SHA-256 in a `.sha256` file next to it, so a crash leaves
 //!   either nothing or a complete pair;
-//! - reads the artifact into memory, checks it against the recorded SHA-256 and only then
-//!   deserializes it; a missing, partial or altered pair is deleted and the module compiled
+//! - hashes the artifact (streamed), checks it against the recorded SHA-256 and only then
+//!   maps it (`deserialize_file`: the code is not copied into memory); a missing, partial or altered pair is deleted and the module compiled
 //!   again ([`Artifacts::rejected`] counts them);
 //! - keeps the artifacts in `<dir>/compiled`, created `0700`, and refuses that directory when
 //!   it is a symlink, belongs to another user or can be written by group or others.
@@ -96,21 +96,23 @@ impl Artifacts {
         )
     }
 
-    /// The verified artifact of `digest`, or `None` (nothing cached, or a pair that failed
-    /// verification and was deleted).
-    pub(crate) fn read(&self, digest: &str, kind: ModuleKind) -> Option<Vec<u8>> {
+    /// The path of the verified artifact of `digest`, or `None` (nothing cached, or a pair
+    /// that failed verification and was deleted). The file is hashed as a stream and then
+    /// mapped by the caller, so a large artifact is never held twice in memory.
+    pub(crate) fn read(&self, digest: &str, kind: ModuleKind) -> Option<PathBuf> {
         let (artifact, recorded) = self.paths(digest, kind);
         let expected = std::fs::read_to_string(&recorded).ok()?;
-        let Ok(bytes) = std::fs::read(&artifact) else {
-            self.reject(&artifact, &recorded);
-            return None;
-        };
-        if hex::encode(Sha256::digest(&bytes)) != expected.trim() {
+        let actual = std::fs::File::open(&artifact).and_then(|mut f| {
+            let mut h = Sha256::new();
+            std::io::copy(&mut f, &mut h)?;
+            Ok(hex::encode(h.finalize()))
+        });
+        if actual.ok().as_deref() != Some(expected.trim()) {
             self.reject(&artifact, &recorded);
             return None;
         }
         self.hits.fetch_add(1, Ordering::Relaxed);
-        Some(bytes)
+        Some(artifact)
     }
 
     /// Records that a verified artifact failed to deserialize (another engine build).
@@ -204,25 +206,26 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     result
 }
 
-/// Loads a verified core-module artifact.
+/// Maps a verified core-module artifact.
 #[allow(unsafe_code)]
 pub(crate) fn deserialize_module(
     engine: &Engine,
-    bytes: &[u8],
+    path: &Path,
 ) -> wasmtime::Result<wasmtime::Module> {
-    // SAFETY: wasmtime requires that the bytes come from `Module::serialize` of a compatible
-    // engine. They were read from a cache directory only enoki's user can write (checked in
-    // `Artifacts::open`), under a key that includes this engine's compatibility hash, and
-    // matched the SHA-256 recorded when this process family wrote them.
-    unsafe { wasmtime::Module::deserialize(engine, bytes) }
+    // SAFETY: wasmtime requires that the file holds `Module::serialize` output of a
+    // compatible engine and is not modified while mapped. It is in a cache directory only
+    // enoki's user can write (checked in `Artifacts::open`; enoki replaces files by rename,
+    // never in place), under a key that includes this engine's compatibility hash, and it
+    // matched the SHA-256 recorded when it was written.
+    unsafe { wasmtime::Module::deserialize_file(engine, path) }
 }
 
-/// Loads a verified component artifact.
+/// Maps a verified component artifact.
 #[allow(unsafe_code)]
 pub(crate) fn deserialize_component(
     engine: &Engine,
-    bytes: &[u8],
+    path: &Path,
 ) -> wasmtime::Result<wasmtime::component::Component> {
     // SAFETY: as for `deserialize_module`.
-    unsafe { wasmtime::component::Component::deserialize(engine, bytes) }
+    unsafe { wasmtime::component::Component::deserialize_file(engine, path) }
 }

@@ -32,7 +32,7 @@ pub struct Sandbox {
     /// How long a reconcile waits for a module to compile (`--compile-timeout`).
     pub compile_timeout: Duration,
     /// Memory compiling one module may take (`--compile-memory-budget`): a module whose
-    /// estimated compile memory ([`wasm_host::compile_memory_estimate`], about 20x its size)
+    /// estimated compile memory ([`wasm_host::compile_memory_estimate`], about 23x its size)
     /// exceeds it is refused; large compilations run one at a time.
     pub compile_memory_budget_bytes: usize,
 }
@@ -43,7 +43,7 @@ impl Default for Sandbox {
             max_memory_bytes: 512 << 20,
             max_timeout: Duration::from_secs(120),
             max_output_bytes: 64 << 20,
-            memory_budget_bytes: 768 << 20,
+            memory_budget_bytes: 512 << 20,
             fetch: FetchPolicy::default(),
             compile_timeout: Duration::from_secs(120),
             compile_memory_budget_bytes: 2 << 30,
