@@ -7,6 +7,9 @@ cd "$(dirname "$0")/.."
 cargo build --locked --release --target wasm32-wasip1 -p sample-01-hello-rust
 cargo build --locked --release --target wasm32-wasip2 -p sample-02-rust-component
 cargo build --locked --release --target wasm32-wasip1 -p guest-echo   # e2e test synthesizer
+# Hostile guest that blocks in a WASI sleep, as a preview1 module and a preview2 component.
+cargo build --locked --release --target wasm32-wasip1 -p guest-sleep
+cargo build --locked --release --target wasm32-wasip2 -p guest-sleep
 # The built-ins as standalone wasm synthesizers (their parity with the native ones is a test).
 cargo build --locked --release --target wasm32-wasip1 -p reconciler-builtins --bins
 

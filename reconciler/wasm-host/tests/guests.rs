@@ -626,3 +626,66 @@ fn a_large_module_runs_on_baseline_code_then_switches_to_optimized_code() {
     assert_eq!(next.cache_hits(), 1);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The Rust `sleep` guest (`tests/guests/sleep`), built by hack/build-samples.sh for WASI
+/// preview1 (`wasm32-wasip1`) or preview2 (`wasm32-wasip2`, a component).
+fn rust_sleep_guest(target: &str) -> ModulePre {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../target")
+        .join(target)
+        .join("release/sleep.wasm");
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}; run hack/build-samples.sh (make test does)",
+            path.display()
+        )
+    });
+    host().load(&bytes).unwrap()
+}
+
+fn run_sleep(module: &ModulePre, ms: &str) -> (Result<wasm_host::RunOutput, HostError>, Duration) {
+    let env = [("SLEEP_MS".to_string(), ms.to_string())];
+    let started = std::time::Instant::now();
+    let out = host().run(
+        module,
+        RunRequest {
+            program: "sleep",
+            input: b"{}",
+            env: &env,
+            limits: RunLimits {
+                deadline: Duration::from_secs(2),
+                ..LIMITS
+            },
+            entropy: Entropy::Reproducible {
+                wall_clock: Duration::ZERO,
+                seed: SEED,
+            },
+        },
+    );
+    (out, started.elapsed())
+}
+
+#[test]
+fn a_rust_std_thread_sleep_past_the_timeout_ends_at_the_deadline_on_p1_and_p2() {
+    for target in ["wasm32-wasip1", "wasm32-wasip2"] {
+        let m = rust_sleep_guest(target);
+        // Violated: an hour's sleep with a 2 s limit.
+        let (out, took) = run_sleep(&m, "3600000");
+        assert_eq!(
+            out.unwrap_err(),
+            HostError::Timeout {
+                after: Duration::from_secs(2)
+            },
+            "{target}"
+        );
+        assert!(took < Duration::from_secs(4), "{target}: took {took:?}");
+        // Obeyed: 50 ms within the limit.
+        let (out, _) = run_sleep(&m, "50");
+        let out = out.unwrap_or_else(|e| panic!("{target}: {e}"));
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("ResourceList"),
+            "{target}"
+        );
+    }
+    normal_module_still_runs();
+}
