@@ -12,6 +12,8 @@
 //! Run: `cargo bench -p enoki-tests --bench large_module` (after
 //! `hack/build-go-k8s.sh`; `make bench` does both).
 
+#![allow(clippy::unwrap_used)] // a measuring tool: any failure stops it loudly
+
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 

@@ -33,7 +33,7 @@ pub enum Command {
     /// resources in apply order, grouped by readiness group. No cluster needed.
     Render(RenderArgs),
     /// Run the controller against the cluster in KUBECONFIG (or in-cluster config).
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Publish and inspect modules.
     #[command(subcommand)]
     Module(ModuleCommand),

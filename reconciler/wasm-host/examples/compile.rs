@@ -1,15 +1,20 @@
-//! Compiles one module with a chosen strategy and reports the time (a measuring tool for the
-//! large-module benchmark; peak RSS is read from /proc by the caller).
+//! Compiles one module with a chosen wasmtime strategy and prints the time and this
+//! process's peak RSS: the tool behind the large-module figures in the README.
 //!
-//! usage: compile <module.wasm> <cranelift|cranelift-seq|cranelift-o0|winch|winch-seq>
+//! usage: `compile <module.wasm> <cranelift|cranelift-seq|cranelift-o0|winch|winch-seq>
+//! [no-address-map] [no-unwind]`
+
 use std::time::Instant;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
-    let bytes = std::fs::read(&args[1])?;
+    let (Some(path), Some(strategy)) = (args.get(1), args.get(2)) else {
+        return Err("usage: compile <module.wasm> <strategy> [tweaks…]".into());
+    };
+    let bytes = std::fs::read(path)?;
     let mut config = wasmtime::Config::new();
     config.epoch_interruption(true);
-    match args[2].as_str() {
+    match strategy.as_str() {
         "cranelift" => {}
         "cranelift-seq" => {
             config.parallel_compilation(false);
@@ -26,7 +31,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         other => return Err(format!("unknown strategy {other}").into()),
     }
-    for tweak in args.iter().skip(3) {
+    for tweak in &args[3..] {
         match tweak.as_str() {
             "no-address-map" => {
                 config.generate_address_map(false);
@@ -34,38 +39,23 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "no-unwind" => {
                 config.native_unwind_info(false);
             }
-            "no-cow" => {
-                config.memory_init_cow(false);
-            }
-            "no-backtrace" => {
-                config.wasm_backtrace(false);
-            }
             other => return Err(format!("unknown tweak {other}").into()),
         }
     }
     let engine = wasmtime::Engine::new(&config)?;
     let started = Instant::now();
-    if std::env::var("VALIDATE_ONLY").is_ok() {
-        wasmtime::Module::validate(&engine, &bytes)?;
-    } else if std::env::var("PRECOMPILE_ONLY").is_ok() {
-        let art = engine.precompile_module(&bytes)?;
-        println!("artifact {} bytes", art.len());
-    } else {
-        let _m = wasmtime::Module::new(&engine, &bytes)?;
-    }
-    let module = ();
-    let hwm = std::fs::read_to_string("/proc/self/status")?
+    let module = wasmtime::Module::new(&engine, &bytes)?;
+    let elapsed = started.elapsed();
+    let artifact = module.serialize()?.len();
+    let peak = std::fs::read_to_string("/proc/self/status")?
         .lines()
         .find(|l| l.starts_with("VmHWM"))
-        .unwrap_or_default()
-        .to_string();
+        .map(|l| l.trim_start_matches("VmHWM:").trim().to_string())
+        .unwrap_or_default();
     println!(
-        "{} {:?}: compiled {} bytes in {:?} ({hwm})",
-        args[2],
+        "{strategy} {:?}: compiled {} bytes in {elapsed:?}; artifact {artifact} bytes; peak RSS {peak}",
         &args[3..],
         bytes.len(),
-        started.elapsed(),
     );
-    drop(module);
     Ok(())
 }

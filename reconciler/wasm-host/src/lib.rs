@@ -1072,6 +1072,7 @@ fn instantiate_error(e: &wasmtime::Error, limiter: &StoreLimiter) -> HostError {
     HostError::Instantiate { message: text }
 }
 
+#[allow(clippy::needless_pass_by_value)] // the shape `map_err` passes
 fn compile_error(e: wasmtime::Error) -> HostError {
     HostError::Instantiate {
         message: format!("compile: {e:#}"),
