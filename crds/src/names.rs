@@ -83,6 +83,9 @@ keys! {
     OVERRIDES = "overrides";
     /// `"true"`: readiness/override failures do not block the resource.
     FAIL_OPEN = "fail-open";
+    /// `"never"`: an existing object enoki does not manage is not adopted (a `Conflict`);
+    /// default: adopted (Eno semantics). Another Composition's object is never taken over.
+    ADOPT = "adopt";
     /// `watch` (default), `interval` or `off`.
     DRIFT = "drift";
     /// On synthesizer input items: the ref key the item is bound under.
@@ -144,6 +147,12 @@ pub mod reasons {
     pub const MISSING_INPUT: &str = "MissingInput";
     /// The module could not be fetched or compiled.
     pub const MODULE_UNAVAILABLE: &str = "ModuleUnavailable";
+    /// A binding, `dependsOn`, ref, collection or module ConfigMap names another namespace
+    /// while `--no-cross-namespace-refs` is on.
+    pub const CROSS_NAMESPACE_REF: &str = "CrossNamespaceRef";
+    /// An emitted object is owned by another Composition (its `managed-by` label): not
+    /// taken over.
+    pub const CONFLICT: &str = "Conflict";
     /// The Synthesizer's `spec.limits` exceed a ceiling the controller's operator set.
     pub const LIMITS_REFUSED: &str = "LimitsRefused";
     /// The synthesizer named by the Composition does not exist.

@@ -147,6 +147,12 @@ pub struct RunArgs {
     /// compiles); larger modules are refused, and large compilations run one at a time.
     #[arg(long, env = "ENOKI_COMPILE_MEMORY_BUDGET", default_value = "2Gi")]
     pub compile_memory_budget: String,
+    /// Multi-tenant lockdown: a Composition may only reference its own namespace (bindings,
+    /// dependsOn, the Synthesizer's refs; no collection namespace selectors), and module
+    /// ConfigMaps must be in the controller's namespace (`POD_NAMESPACE`). A violation is a
+    /// terminal `CrossNamespaceRef` condition.
+    #[arg(long, env = "ENOKI_NO_CROSS_NAMESPACE_REFS", default_value_t = false)]
+    pub no_cross_namespace_refs: bool,
     /// Follow module-download redirects and OCI token realms to loopback, link-local and
     /// private addresses (refused by default).
     #[arg(

@@ -71,6 +71,10 @@ fn start(args: &cli::RunArgs) -> anyhow::Result<()> {
     };
     let opts = run::Options {
         sandbox,
+        no_cross_namespace_refs: args.no_cross_namespace_refs,
+        controller_namespace: std::env::var("POD_NAMESPACE")
+            .ok()
+            .filter(|n| !n.is_empty()),
         namespace: args.namespace.clone(),
         label_selector: args.label_selector.clone(),
         mode: if args.disable_ssa {

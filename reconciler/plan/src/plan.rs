@@ -264,6 +264,9 @@ pub enum SkipReason {
     Orphaned,
     /// Deletion already in progress.
     Terminating,
+    /// The object carries another Composition's `managed-by` label: it is never deleted on
+    /// this Composition's behalf.
+    OwnedElsewhere,
 }
 
 /// The one thing to do with a resource.
@@ -309,12 +312,21 @@ pub enum Op {
         /// The resources waited on.
         on: Vec<ResourceKey>,
     },
+    /// The object exists and carries another Composition's `managed-by` label, or no such
+    /// label under `adopt: never`: it is not taken over (nothing is written).
+    Conflict {
+        /// The UID of the Composition that owns it; empty: an object enoki does not manage.
+        owner: String,
+    },
 }
 
 impl Op {
     /// Whether the op writes to the cluster.
     pub fn is_write(&self) -> bool {
-        !matches!(self, Op::Skip { .. } | Op::Wait { .. })
+        !matches!(
+            self,
+            Op::Skip { .. } | Op::Wait { .. } | Op::Conflict { .. }
+        )
     }
 }
 
@@ -367,6 +379,7 @@ impl Plan {
                         reason: SkipReason::ReconciliationDisabled
                             | SkipReason::AlreadyDeleted
                             | SkipReason::Orphaned
+                            | SkipReason::OwnedElsewhere
                     } | Op::Delete { .. }
                 )
         })
@@ -499,6 +512,36 @@ pub fn plan(input: PlanInput<'_>) -> Plan {
                 object: object.clone().into_owned(),
             }
         };
+        let refused = foreign_owner(live, &input.composition.uid).or_else(|| {
+            // `adopt: never`: an existing object without any owner label, never applied by
+            // this Composition, is not adopted.
+            let unmanaged = live.is_some_and(|l| {
+                l.pointer("/metadata/labels")
+                    .and_then(Value::as_object)
+                    .is_none_or(|m| {
+                        !m.contains_key(crds::names::annotations::MANAGED_BY.enoki)
+                            && !m.contains_key(crds::names::annotations::MANAGED_BY.eno)
+                    })
+            });
+            let ours = recorded.is_some_and(|rec| rec.applied_hash.is_some());
+            (settings.adopt_never && unmanaged && !ours).then(String::new)
+        });
+        let (op, readiness) = match refused {
+            Some(owner) if !matches!(op, Op::Wait { .. }) && !settings.disable_reconciliation => {
+                let why = if owner.is_empty() {
+                    "exists and is not managed by enoki (adopt: never)".to_string()
+                } else {
+                    format!("owned by another Composition (uid {owner})")
+                };
+                (
+                    Op::Conflict { owner },
+                    ReadinessState::NotReady {
+                        unsatisfied: vec![why],
+                    },
+                )
+            }
+            _ => (op, readiness),
+        };
         let exempt = settings.disable_reconciliation || settings.fail_open;
         ready.insert(key, readiness.is_ready() || exempt);
         if !(readiness.is_ready() || exempt) || op.is_write() || matches!(op, Op::Wait { .. }) {
@@ -519,6 +562,16 @@ pub fn plan(input: PlanInput<'_>) -> Plan {
 
     for r in input.prepared.resources.iter().filter(|r| r.tombstone) {
         let live = input.observed.get(&r.key);
+        if foreign_owner(live, &input.composition.uid).is_some() {
+            steps.push(deletion_step(
+                r,
+                None,
+                Op::Skip {
+                    reason: SkipReason::OwnedElsewhere,
+                },
+            ));
+            continue;
+        }
         let foreground = r.settings.deletion_strategy == DeletionStrategy::Foreground;
         let op = if r.settings.disable_reconciliation {
             Op::Skip {
@@ -546,6 +599,23 @@ pub fn plan(input: PlanInput<'_>) -> Plan {
         }));
     }
     Plan { steps, requeue }
+}
+
+/// The UID in the live object's `managed-by` label (either spelling) when it names another
+/// Composition. `None` for objects without the label (adopted, Eno semantics), for this
+/// Composition's own, and when this Composition's UID is unknown.
+pub fn foreign_owner(live: Option<&Value>, uid: &str) -> Option<String> {
+    if uid.is_empty() {
+        return None;
+    }
+    let labels = live?.pointer("/metadata/labels")?.as_object()?;
+    let owner = [
+        crds::names::annotations::MANAGED_BY.enoki,
+        crds::names::annotations::MANAGED_BY.eno,
+    ]
+    .iter()
+    .find_map(|k| labels.get(*k).and_then(Value::as_str))?;
+    (!owner.is_empty() && owner != uid).then(|| owner.to_string())
 }
 
 /// The step of a resource being deleted (a tombstone, or any resource of a deleted
@@ -638,7 +708,14 @@ fn plan_deletion(input: PlanInput<'_>) -> Plan {
         }
         let live = input.observed.get(&r.key);
         let orphan = r.settings.deletion_strategy == DeletionStrategy::Orphan;
-        let op = if r.settings.disable_reconciliation {
+        let foreign = foreign_owner(live, &input.composition.uid).is_some();
+        // Another Composition's object is never deleted, and nothing waits for it.
+        let live = if foreign { None } else { live };
+        let op = if foreign {
+            Op::Skip {
+                reason: SkipReason::OwnedElsewhere,
+            }
+        } else if r.settings.disable_reconciliation {
             Op::Skip {
                 reason: SkipReason::ReconciliationDisabled,
             }

@@ -96,6 +96,8 @@ pub struct Settings {
     pub fail_open: bool,
     /// Drift detection mode.
     pub drift: Drift,
+    /// `adopt: never`: an existing object enoki does not manage is refused, not adopted.
+    pub adopt_never: bool,
 }
 
 mod humantime_opt {
@@ -216,7 +218,16 @@ pub fn parse(
             _ => return Err(l.error(k, format!("{v:?} is not watch, interval or off"))),
         },
     };
+    let adopt_never = match l.get(keys::ADOPT, true) {
+        None => false,
+        Some((v, k)) => match v.trim().to_ascii_lowercase().as_str() {
+            "" | "always" | "true" => false,
+            "never" | "false" => true,
+            _ => return Err(l.error(k, format!("{v:?} is not \"never\" or \"always\""))),
+        },
+    };
     let settings = Settings {
+        adopt_never,
         readiness_group,
         deletion_group: l.int(keys::DELETION_GROUP)?,
         reconcile_interval,

@@ -144,6 +144,10 @@ fn render(input: &Value) -> Value {
                     out["op"] = json!("Wait");
                     out["on"] = json!(on.iter().map(ToString::to_string).collect::<Vec<_>>());
                 }
+                Op::Conflict { owner } => {
+                    out["op"] = json!("Conflict");
+                    out["owner"] = json!(owner);
+                }
             }
             out["readiness"] = serde_json::to_value(&s.readiness).unwrap();
             if !s.overrides.is_empty() {

@@ -383,3 +383,86 @@ fn drift_off_ignores_foreign_writes_but_not_new_output() {
         "a new synthesis is still applied"
     );
 }
+
+/// A live copy labelled for the Composition with `owner` as UID.
+fn owned_by(m: &Value, owner: &str) -> Value {
+    let mut l = live(m, "7", Value::Null);
+    l["metadata"]["labels"] = json!({"enoki.dev/managed-by": owner});
+    l
+}
+
+#[test]
+fn an_object_another_composition_owns_is_a_conflict_not_a_write() {
+    let m = cm("shared", json!({}));
+    let w = World::new(desired(std::slice::from_ref(&m))).observe(owned_by(&m, "uid-other"));
+    assert_eq!(
+        w.op_of(&m),
+        Op::Conflict {
+            owner: "uid-other".into()
+        }
+    );
+    let p = w.plan();
+    assert!(!p.all_ready() && !p.settled());
+    // Its own label (uid-1) or none at all: applied as usual.
+    let w = World::new(desired(std::slice::from_ref(&m))).observe(owned_by(&m, "uid-1"));
+    assert!(matches!(w.op_of(&m), Op::Apply { .. }));
+    let w = World::new(desired(std::slice::from_ref(&m))).observe(live(&m, "7", Value::Null));
+    assert!(
+        matches!(w.op_of(&m), Op::Apply { .. }),
+        "adopted (Eno semantics)"
+    );
+}
+
+#[test]
+fn another_compositions_object_is_never_deleted() {
+    let m = cm("shared", json!({}));
+    // Composition deletion.
+    let mut comp = comp();
+    comp.deleting = true;
+    let w = World::new(desired(std::slice::from_ref(&m)))
+        .with_comp(comp, &desired(std::slice::from_ref(&m)))
+        .observe(owned_by(&m, "uid-other"));
+    assert_eq!(
+        w.op_of(&m),
+        Op::Skip {
+            reason: SkipReason::OwnedElsewhere
+        }
+    );
+    assert!(w.plan().settled(), "nothing waits for it");
+    // A tombstone.
+    let w = World::new(vec![Desired {
+        manifest: m.clone(),
+        tombstone: true,
+    }])
+    .observe(owned_by(&m, "uid-other"));
+    assert_eq!(
+        w.op_of(&m),
+        Op::Skip {
+            reason: SkipReason::OwnedElsewhere
+        }
+    );
+}
+
+#[test]
+fn adopt_never_refuses_an_unmanaged_object_but_not_its_own() {
+    let m = cm("guarded", json!({"enoki.dev/adopt": "never"}));
+    let w = World::new(desired(std::slice::from_ref(&m))).observe(live(&m, "7", Value::Null));
+    assert_eq!(
+        w.op_of(&m),
+        Op::Conflict {
+            owner: String::new()
+        }
+    );
+    // Absent: created. Applied by this Composition before: kept in sync.
+    let w = World::new(desired(std::slice::from_ref(&m)));
+    assert!(matches!(w.op_of(&m), Op::Apply { .. }));
+    let w = World::new(desired(std::slice::from_ref(&m)))
+        .observe(live(&m, "7", Value::Null))
+        .record_applied();
+    assert!(!matches!(w.op_of(&m), Op::Conflict { .. }));
+    let bad = cm("x", json!({"enoki.dev/adopt": "sometimes"}));
+    assert!(matches!(
+        plan::prepare(&desired(&[bad]), &comp()),
+        Err(PlanError::Annotation { .. })
+    ));
+}

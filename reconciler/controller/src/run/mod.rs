@@ -29,6 +29,7 @@ pub mod sandbox;
 mod start;
 mod status;
 mod symphony;
+mod tenancy;
 pub(crate) mod watches;
 
 use std::path::PathBuf;
@@ -88,6 +89,11 @@ pub struct Options {
     pub shutdown_grace: Duration,
     /// Ceilings, memory budget and module ingestion policy.
     pub sandbox: sandbox::Sandbox,
+    /// Refuse references that leave a Composition's namespace.
+    pub no_cross_namespace_refs: bool,
+    /// The controller's own namespace (module ConfigMaps must live there under
+    /// `no_cross_namespace_refs`).
+    pub controller_namespace: Option<String>,
 }
 
 /// Adds (`present`) or removes enoki's cleanup finalizer on `obj`, keeping every other

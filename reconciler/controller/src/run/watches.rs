@@ -345,11 +345,14 @@ pub struct Live {
     pub uid: Option<String>,
     /// `metadata.deletionTimestamp`, RFC 3339.
     pub deletion_timestamp: Option<String>,
+    /// The owning Composition's UID (the `managed-by` label).
+    pub owner: Option<String>,
 }
 
 impl Live {
     fn of(m: &Meta) -> Live {
         Live {
+            owner: m.labels().get(managed_label()).cloned(),
             resource_version: m.metadata.resource_version.clone(),
             uid: m.metadata.uid.clone(),
             deletion_timestamp: m

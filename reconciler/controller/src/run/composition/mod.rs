@@ -108,6 +108,22 @@ async fn observe_all(
         fail(st, generation, reasons::SYNTHESIZER_NOT_FOUND, &msg);
         return Ok(Err(Duration::from_secs(30)));
     };
+    if ctx.opts.no_cross_namespace_refs {
+        let violations = super::tenancy::cross_namespace_refs(
+            comp,
+            &synth,
+            ctx.opts.controller_namespace.as_deref(),
+        );
+        if !violations.is_empty() {
+            // Terminal until the spec changes (a new generation is a new reconcile).
+            let msg = format!(
+                "cross-namespace references are not allowed (--no-cross-namespace-refs): {}",
+                violations.join("; ")
+            );
+            fail(st, generation, reasons::CROSS_NAMESPACE_REF, &msg);
+            return Ok(Err(Duration::from_secs(600)));
+        }
+    }
     let limits = synthesis::run_limits(synth.spec.limits.as_ref());
     let limits = limits.and_then(|l| ctx.opts.sandbox.check(l));
     let module = match (observe::load_module(ctx, &synth).await, limits) {

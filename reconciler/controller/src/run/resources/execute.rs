@@ -253,7 +253,7 @@ async fn execute_one(
             ..Outcome::default()
         };
     }
-    if matches!(op, Op::Skip { .. } | Op::Wait { .. }) {
+    if matches!(op, Op::Skip { .. } | Op::Wait { .. } | Op::Conflict { .. }) {
         return Outcome::default();
     }
     let Some(api) = obs.and_then(|o| o.api.as_ref()) else {
@@ -334,7 +334,7 @@ async fn write(
                 Err(e) => Err(e),
             }
         }
-        Op::Skip { .. } | Op::Wait { .. } => Ok(None),
+        Op::Skip { .. } | Op::Wait { .. } | Op::Conflict { .. } => Ok(None),
     };
     result.map_err(|e| summarize(&e))
 }
@@ -349,5 +349,6 @@ pub(crate) fn op_name(op: &Op) -> &'static str {
         Op::Delete { .. } => "delete",
         Op::Skip { .. } => "skip",
         Op::Wait { .. } => "wait",
+        Op::Conflict { .. } => "conflict",
     }
 }

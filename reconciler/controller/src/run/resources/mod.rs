@@ -183,7 +183,15 @@ async fn finish(
     }
     let now =
         k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now());
+    let owner_name = |uid: &str| {
+        ctx.compositions
+            .state()
+            .iter()
+            .find(|c| c.uid().as_deref() == Some(uid))
+            .map(|c| format!("{}/{}", c.namespace().unwrap_or_default(), c.name_any()))
+    };
     let recording = record::record(
+        &owner_name,
         the_plan,
         &acted.outcomes,
         seen.loaded,
@@ -201,6 +209,16 @@ async fn finish(
             crds::names::reasons::APPLY_FAILED,
             "Apply",
             recording.errors.join("; "),
+        )
+        .await;
+    }
+    if !recording.conflicts.is_empty() && !deleting {
+        ctx.event(
+            comp,
+            true,
+            crds::names::reasons::CONFLICT,
+            "Apply",
+            recording.conflicts.join("; "),
         )
         .await;
     }

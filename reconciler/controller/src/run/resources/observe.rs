@@ -74,7 +74,8 @@ pub(crate) fn needs_get(
         Cached::Absent if removing => applied && !deleted,
         // Never applied: SSA creates it (or adopts an unlabelled one); a plain create must
         // know whether an unlabelled object is in the way.
-        Cached::Absent => applied || create_semantics,
+        // `adopt: never` must know whether an unlabelled object is there, too.
+        Cached::Absent => applied || create_semantics || r.settings.adopt_never,
         Cached::Present(_) if removing => false,
         Cached::Present(rv) => {
             rv.is_none()
@@ -207,7 +208,7 @@ async fn from_cache(
         return FromCache::Fetch(api);
     }
     // What the planner reads of a live object it does not need in full: identity, version,
-    // deletion.
+    // deletion, owner.
     let live = meta.flatten().map(|m| {
         let mut metadata = serde_json::Map::new();
         metadata.insert("name".into(), json!(r.key.name));
@@ -218,6 +219,12 @@ async fn from_cache(
         metadata.insert("uid".into(), json!(m.uid));
         if let Some(t) = &m.deletion_timestamp {
             metadata.insert("deletionTimestamp".into(), json!(t));
+        }
+        if let Some(owner) = &m.owner {
+            metadata.insert(
+                "labels".into(),
+                json!({ crds::names::annotations::MANAGED_BY.enoki: owner }),
+            );
         }
         json!({
             "apiVersion": r.manifest.get("apiVersion"),

@@ -19,11 +19,16 @@ pub(crate) struct Recording {
     pub errors: Vec<String>,
     /// `key (why)` of every resource that is not ready yet.
     pub not_ready: Vec<String>,
+    /// `key: owned by …` of every resource another Composition owns (not taken over).
+    pub conflicts: Vec<String>,
 }
 
 /// Records `outcomes` (in step order) into the loaded slices' states. `now` is the time a
-/// resource that became ready without a condition time is stamped with.
+/// resource that became ready without a condition time is stamped with; `owner_name` names
+/// the Composition of a UID (`namespace/name`) for conflict messages.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn record(
+    owner_name: &dyn Fn(&str) -> Option<String>,
     the_plan: &Plan,
     outcomes: &[Outcome],
     loaded: &Loaded,
@@ -41,6 +46,22 @@ pub(crate) fn record(
             continue;
         };
         let state = &mut rec.states[si][ri];
+        if let Op::Conflict { owner } = &step.op {
+            let message = if owner.is_empty() {
+                "exists and is not managed by enoki; not adopted (adopt: never)".to_string()
+            } else {
+                let who = owner_name(owner).map_or_else(
+                    || format!("Composition with uid {owner}"),
+                    |n| format!("Composition {n} (uid {owner})"),
+                );
+                format!("owned by {who}; not taken over")
+            };
+            state.error = Some(message.clone());
+            state.reconciled = false;
+            state.ready = None;
+            rec.conflicts.push(format!("{}: {message}", step.key));
+            continue;
+        }
         if let Some(e) = &outcome.error {
             state.error = Some(e.clone());
             state.reconciled = step.settings.fail_open;
@@ -104,8 +125,9 @@ fn record_success(
             state.applied_resource_version = outcome.resource_version.clone();
         }
         Op::Skip {
-            reason: SkipReason::AlreadyDeleted,
+            reason: SkipReason::AlreadyDeleted | SkipReason::OwnedElsewhere,
         } => {
+            // Gone, or now another Composition's: nothing of it is this one's any more.
             state.reconciled = true;
             state.deleted = true;
         }
@@ -120,7 +142,8 @@ fn record_success(
             reason: SkipReason::Terminating,
         }
         | Op::Delete { foreground: true }
-        | Op::Wait { .. } => {}
+        | Op::Wait { .. }
+        | Op::Conflict { .. } => {}
         Op::Skip {
             reason: SkipReason::ReconciliationDisabled,
         } => {
@@ -210,6 +233,7 @@ mod tests {
         ];
         let now = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
         let rec = record(
+            &|_: &str| None,
             &the_plan,
             &outcomes,
             &loaded(&["a", "b"]),
@@ -251,6 +275,7 @@ mod tests {
         )]);
         let now = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
         let rec = record(
+            &|_: &str| None,
             &the_plan,
             &[Outcome::default()],
             &loaded(&["a"]),
@@ -295,6 +320,7 @@ mod tests {
         };
         let now = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
         let rec = record(
+            &|_: &str| None,
             &the_plan,
             &[written],
             &loaded(&["a"]),

@@ -21,6 +21,8 @@ pub(crate) struct Rollup {
     pub errors: Vec<String>,
     /// Resources not ready yet, `key (why)`.
     pub not_ready: Vec<String>,
+    /// Resources another Composition owns, `key: owned by …`.
+    pub conflicts: Vec<String>,
 }
 
 impl Rollup {
@@ -46,6 +48,7 @@ impl Rollup {
             all_ready,
             errors: recording.errors.clone(),
             not_ready: recording.not_ready.clone(),
+            conflicts: recording.conflicts.clone(),
         }
     }
 
@@ -87,7 +90,9 @@ impl Rollup {
     }
 
     fn reconciled_condition(&self, st: &mut CompositionStatus, generation: Option<i64>) {
-        let (ok, reason, message) = if !self.errors.is_empty() {
+        let (ok, reason, message) = if !self.conflicts.is_empty() {
+            (false, reasons::CONFLICT, self.conflicts.join("; "))
+        } else if !self.errors.is_empty() {
             (false, reasons::APPLY_FAILED, self.errors.join("; "))
         } else if self.all_reconciled {
             (true, reasons::APPLIED, "every resource is applied".into())
@@ -243,6 +248,7 @@ mod tests {
             states: vec![vec![ResourceState::default()]],
             errors: vec!["cm/r0: Forbidden".into()],
             not_ready: vec!["cm/r0 (not created yet)".into()],
+            conflicts: vec![],
         };
         let the_plan = Plan {
             steps: vec![],

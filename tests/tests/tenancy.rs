@@ -1,0 +1,216 @@
+//! Boundaries between Compositions on the real control plane: an object another Composition
+//! owns is never taken over or deleted.
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use crds::Composition;
+use harness::{Enoki, TestEnv, echo_module, eventually, install_crds, install_synthesizer};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams};
+use serde_json::json;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+async fn condition(env: &TestEnv, name: &str, type_: &str) -> Option<(String, String, String)> {
+    let comps: Api<Composition> = env.api();
+    comps
+        .get_opt(name)
+        .await
+        .unwrap()?
+        .status?
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status, c.reason, c.message))
+}
+
+#[tokio::test]
+async fn two_compositions_emitting_one_object_the_first_keeps_it_the_second_reports_conflict() {
+    let env = TestEnv::new().await;
+    install_crds(&env.client).await;
+    let synth = install_synthesizer(&env, "echo", &echo_module()).await;
+    let enoki = Enoki::start(&env.namespace);
+    let shared = |owner: &str| harness::config_map("shared", json!({}), json!({"owner": owner}));
+
+    harness::set_echo_items(&env, "first-items", &json!([shared("first")])).await;
+    harness::apply_composition(&env, "first", &synth, "first-items", json!({})).await;
+    eventually("first Ready", WAIT, || async {
+        harness::composition_ready(&env, "first")
+            .await
+            .then_some(())
+    })
+    .await;
+    let cms: Api<ConfigMap> = env.api();
+    let first_uid = {
+        let comps: Api<Composition> = env.api();
+        comps.get("first").await.unwrap().uid().unwrap()
+    };
+
+    // The second emits the same ConfigMap, plus one of its own that it may create.
+    let own = harness::config_map("second-own", json!({}), json!({"v": "1"}));
+    harness::set_echo_items(&env, "second-items", &json!([shared("second"), own])).await;
+    harness::apply_composition(&env, "second", &synth, "second-items", json!({})).await;
+    let (_, _, message) = eventually("second: Reconciled=False Conflict", WAIT, || async {
+        let c = condition(&env, "second", "Reconciled").await?;
+        (c.0 == "False" && c.1 == "Conflict").then_some(c)
+    })
+    .await;
+    assert!(
+        message.contains("ConfigMap") && message.contains("shared"),
+        "names the object: {message}"
+    );
+    assert!(
+        message.contains(&format!("{}/first", env.namespace)) && message.contains(&first_uid),
+        "names the other owner: {message}"
+    );
+    // Its own object is applied; the shared one still says the first owner.
+    eventually("second-own applied", WAIT, || async {
+        cms.get_opt("second-own").await.unwrap().map(|_| ())
+    })
+    .await;
+    let cm = cms.get("shared").await.unwrap();
+    assert_eq!(
+        cm.data.as_ref().unwrap()["owner"],
+        "first",
+        "not taken over"
+    );
+    assert_eq!(
+        cm.labels().get("enoki.dev/managed-by"),
+        Some(&first_uid),
+        "still labelled for the first"
+    );
+    assert!(!harness::composition_ready(&env, "second").await);
+
+    // Deleting the second leaves the first's object alone (and removes its own).
+    let comps: Api<Composition> = env.api();
+    comps
+        .delete("second", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("second gone", WAIT, || async {
+        comps
+            .get_opt("second")
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert!(cms.get_opt("second-own").await.unwrap().is_none());
+    let cm = cms.get("shared").await.unwrap();
+    assert_eq!(cm.data.unwrap()["owner"], "first");
+    assert!(harness::composition_ready(&env, "first").await);
+    drop(enoki);
+}
+
+#[tokio::test]
+async fn an_unmanaged_object_is_adopted_unless_adopt_never() {
+    let env = TestEnv::new().await;
+    install_crds(&env.client).await;
+    let synth = install_synthesizer(&env, "echo", &echo_module()).await;
+    let cms: Api<ConfigMap> = env.api();
+    for name in ["adoptable", "guarded"] {
+        let cm: ConfigMap = serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name}, "data": {"by": "hand"}}))
+        .unwrap();
+        cms.create(&Default::default(), &cm).await.unwrap();
+    }
+    let enoki = Enoki::start(&env.namespace);
+    // Violated: `adopt: never` on an object someone created by hand.
+    let guarded = harness::config_map(
+        "guarded",
+        json!({"enoki.dev/adopt": "never"}),
+        json!({"by": "enoki"}),
+    );
+    harness::set_echo_items(&env, "guarded-items", &json!([guarded])).await;
+    harness::apply_composition(&env, "guarded", &synth, "guarded-items", json!({})).await;
+    // Obeyed: the default adopts it (Eno semantics).
+    let adoptable = harness::config_map("adoptable", json!({}), json!({"by": "enoki"}));
+    harness::set_echo_items(&env, "adoptable-items", &json!([adoptable])).await;
+    harness::apply_composition(&env, "adoptable", &synth, "adoptable-items", json!({})).await;
+
+    let (_, _, message) = eventually("guarded: Reconciled=False Conflict", WAIT, || async {
+        let c = condition(&env, "guarded", "Reconciled").await?;
+        (c.0 == "False" && c.1 == "Conflict").then_some(c)
+    })
+    .await;
+    assert!(message.contains("not adopted"), "{message}");
+    assert_eq!(
+        cms.get("guarded").await.unwrap().data.unwrap()["by"],
+        "hand"
+    );
+    eventually("adoptable Ready", WAIT, || async {
+        harness::composition_ready(&env, "adoptable")
+            .await
+            .then_some(())
+    })
+    .await;
+    assert_eq!(
+        cms.get("adoptable").await.unwrap().data.unwrap()["by"],
+        "enoki"
+    );
+    drop(enoki);
+}
+
+#[tokio::test]
+async fn no_cross_namespace_refs_refuses_other_namespaces_and_applies_nothing() {
+    let env = TestEnv::new().await;
+    install_crds(&env.client).await;
+    let synth = install_synthesizer(&env, "echo", &echo_module()).await;
+    // Another tenant's namespace with an items ConfigMap that would emit an object.
+    let other = format!("{}-b", env.namespace);
+    harness::create_namespace(&env.client, &other).await;
+    let elsewhere: Api<ConfigMap> = Api::namespaced(env.client.clone(), &other);
+    let items = json!([harness::config_map("stolen", json!({}), json!({"v": "1"}))]);
+    let cm: ConfigMap = serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "items"}, "data": {"items": items.to_string()}}))
+    .unwrap();
+    elsewhere.create(&Default::default(), &cm).await.unwrap();
+    let enoki = Enoki::start_with(&env.namespace, &["--no-cross-namespace-refs"]);
+
+    // Violated: a binding into the other namespace, and a dependsOn on a Composition there.
+    harness::apply_composition(
+        &env,
+        "reach",
+        &synth,
+        "items",
+        json!({"bindings": [{"key": "config", "resource": {"name": "items", "namespace": other}}],
+               "dependsOn": [{"name": "theirs", "namespace": other}]}),
+    )
+    .await;
+    // Obeyed: the same synthesizer bound inside the namespace.
+    let own = harness::config_map("own", json!({}), json!({"v": "1"}));
+    harness::set_echo_items(&env, "items", &json!([own])).await;
+    harness::apply_composition(&env, "local", &synth, "items", json!({})).await;
+
+    let (_, _, message) = eventually(
+        "reach: Synthesized=False CrossNamespaceRef",
+        WAIT,
+        || async {
+            let c = condition(&env, "reach", "Synthesized").await?;
+            (c.0 == "False" && c.1 == "CrossNamespaceRef").then_some(c)
+        },
+    )
+    .await;
+    assert!(
+        message.contains("spec.bindings[0]") && message.contains("spec.dependsOn[0].namespace"),
+        "{message}"
+    );
+    eventually("local Ready", WAIT, || async {
+        harness::composition_ready(&env, "local")
+            .await
+            .then_some(())
+    })
+    .await;
+    let cms: Api<ConfigMap> = env.api();
+    assert!(
+        cms.get_opt("stolen").await.unwrap().is_none(),
+        "nothing applied"
+    );
+    let comps: Api<Composition> = env.api();
+    let st = comps.get("reach").await.unwrap().status.unwrap();
+    assert!(st.current_synthesis.is_none(), "never synthesized");
+    drop(enoki);
+}
