@@ -214,3 +214,74 @@ async fn no_cross_namespace_refs_refuses_other_namespaces_and_applies_nothing() 
     assert!(st.current_synthesis.is_none(), "never synthesized");
     drop(enoki);
 }
+
+#[tokio::test]
+async fn a_resource_slice_not_owned_by_the_composition_is_never_applied() {
+    use crds::ResourceSlice;
+    use kube::api::{Patch, PatchParams, PostParams};
+    let env = TestEnv::new().await;
+    install_crds(&env.client).await;
+    let synth = install_synthesizer(&env, "echo", &echo_module()).await;
+    let own = harness::config_map("own", json!({}), json!({"v": "1"}));
+    harness::set_echo_items(&env, "items", &json!([own])).await;
+    let enoki = Enoki::start(&env.namespace);
+    harness::apply_composition(&env, "echo", &synth, "items", json!({})).await;
+    eventually("Ready", WAIT, || async {
+        harness::composition_ready(&env, "echo").await.then_some(())
+    })
+    .await;
+    let comps: Api<Composition> = env.api();
+    let before = comps.get("echo").await.unwrap().status.unwrap();
+    let uuid = before.current_synthesis.as_ref().unwrap().uuid.clone();
+
+    // A slice nobody wrote for this Composition (no owner reference), planting a ConfigMap,
+    // and the Composition's status pointed at it.
+    let planted = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "planted", "namespace": env.namespace}, "data": {"x": "1"}});
+    let forged: ResourceSlice = serde_json::from_value(json!({
+        "apiVersion": "enoki.dev/v1alpha1", "kind": "ResourceSlice",
+        "metadata": {"name": "forged"},
+        "spec": {"synthesisUUID": uuid, "resources": [{"manifest": planted.to_string()}]}}))
+    .unwrap();
+    let slices: Api<ResourceSlice> = env.api();
+    slices
+        .create(&PostParams::default(), &forged)
+        .await
+        .unwrap();
+    let mut current = serde_json::to_value(before.current_synthesis.unwrap()).unwrap();
+    current["resourceSlices"] = json!([{"name": "forged"}]);
+    comps
+        .patch_status(
+            "echo",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"currentSynthesis": current}})),
+        )
+        .await
+        .unwrap();
+    // Status edits do not wake the controller; an annotation does.
+    comps
+        .patch(
+            "echo",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"test/poke": "1"}}})),
+        )
+        .await
+        .unwrap();
+
+    // The forged slice counts as missing: a new synthesis writes the Composition's own.
+    eventually("a new synthesis, Ready", WAIT, || async {
+        let st = comps.get("echo").await.unwrap().status?;
+        let cur = st.current_synthesis?;
+        (cur.uuid != uuid
+            && !cur.resource_slices.iter().any(|r| r.name == "forged")
+            && harness::composition_ready(&env, "echo").await)
+            .then_some(())
+    })
+    .await;
+    let cms: Api<ConfigMap> = env.api();
+    assert!(
+        cms.get_opt("planted").await.unwrap().is_none(),
+        "the forged slice was applied"
+    );
+    drop(enoki);
+}

@@ -166,6 +166,18 @@ impl Loaded {
 ///
 /// # Errors
 /// [`Error::ReadSlice`] when the GET fails.
+/// Whether `slice` carries an owner reference to the Composition with `uid` (enoki writes
+/// one on every slice; a slice without it was not written for this Composition).
+pub(crate) fn owned_by(slice: &ResourceSlice, uid: &str) -> bool {
+    !uid.is_empty()
+        && slice
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.uid == uid && o.kind == "Composition")
+}
+
 pub(crate) async fn read(
     ctx: &Context,
     comp: &Composition,
@@ -188,6 +200,16 @@ pub(crate) async fn read(
         return Ok(None);
     };
     let uid = comp.uid().unwrap_or_default();
+    if !owned_by(&slice, &uid) {
+        // A slice enoki did not write for this Composition is never applied: it counts as
+        // missing, so a new synthesis writes the Composition's own.
+        tracing::warn!(
+            slice = name,
+            composition = %comp.name_any(),
+            "ResourceSlice is not owned by the Composition that references it; ignored"
+        );
+        return Ok(None);
+    }
     let rv = slice.resource_version().unwrap_or_default();
     let stored = slice
         .status
@@ -205,7 +227,8 @@ pub(crate) async fn read(
     Ok(Some((slice, states)))
 }
 
-/// Whether every slice of `synthesis` exists (the cache, then a GET for what it lacks).
+/// Whether every slice of `synthesis` exists and is owned by `comp` (the cache, then a GET
+/// for what it lacks).
 ///
 /// # Errors
 /// [`Error::ReadSlice`].
@@ -215,22 +238,22 @@ pub(crate) async fn all_exist(
     synthesis: &Synthesis,
 ) -> Result<bool, Error> {
     let ns = comp.namespace().unwrap_or_default();
+    let uid = comp.uid().unwrap_or_default();
     for r in &synthesis.resource_slices {
-        if ctx
-            .slices
-            .get(&ObjectRef::new(&r.name).within(&ns))
-            .is_some()
-        {
-            continue;
-        }
-        let found = Api::<ResourceSlice>::namespaced(ctx.client.clone(), &ns)
-            .get_opt(&r.name)
-            .await
-            .map_err(|source| Error::ReadSlice {
-                name: r.name.clone(),
-                source,
-            })?;
-        if found.is_none() {
+        let cached = ctx.slices.get(&ObjectRef::new(&r.name).within(&ns));
+        let found = match cached {
+            Some(s) => Some(s),
+            None => Api::<ResourceSlice>::namespaced(ctx.client.clone(), &ns)
+                .get_opt(&r.name)
+                .await
+                .map_err(|source| Error::ReadSlice {
+                    name: r.name.clone(),
+                    source,
+                })?
+                .map(Arc::new),
+        };
+        // A slice not owned by this Composition counts as missing (see `read`).
+        if !found.is_some_and(|s| owned_by(&s, &uid)) {
             return Ok(false);
         }
     }
@@ -420,6 +443,35 @@ mod tests {
             manifest: "x".repeat(len),
             deleted: false,
         }
+    }
+
+    #[test]
+    fn only_slices_owned_by_the_composition_are_trusted() {
+        let slice = |owners: serde_json::Value| -> ResourceSlice {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "enoki.dev/v1alpha1", "kind": "ResourceSlice",
+                "metadata": {"name": "s", "namespace": "n", "ownerReferences": owners},
+                "spec": {"synthesisUUID": "x", "resources": []}}))
+            .unwrap()
+        };
+        let owner = |uid: &str, kind: &str| {
+            serde_json::json!([{"apiVersion": "enoki.dev/v1alpha1", "kind": kind,
+                "name": "c", "uid": uid}])
+        };
+        assert!(owned_by(&slice(owner("u1", "Composition")), "u1"));
+        assert!(
+            !owned_by(&slice(owner("u2", "Composition")), "u1"),
+            "another's"
+        );
+        assert!(
+            !owned_by(&slice(owner("u1", "ConfigMap")), "u1"),
+            "not a Composition"
+        );
+        assert!(!owned_by(&slice(serde_json::json!([])), "u1"), "no owner");
+        assert!(
+            !owned_by(&slice(owner("", "Composition")), ""),
+            "unknown uid"
+        );
     }
 
     #[test]
