@@ -43,6 +43,12 @@ pub struct CompositionSpec {
     /// CD's `allowEmpty`. The Synthesizer's `allowEmpty` allows it for every Composition.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub allow_empty: bool,
+    /// A ServiceAccount of this namespace: every read of inputs and every write or delete of
+    /// emitted objects for this Composition is made impersonating it, so the Composition can
+    /// do no more than its RBAC allows (Flux's `serviceAccountName`). Defaults to the
+    /// controller's `--default-service-account`; without either, the controller's identity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_account_name: Option<String>,
 }
 
 /// A reference to a Synthesizer by name.

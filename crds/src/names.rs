@@ -147,6 +147,8 @@ pub mod reasons {
     pub const MISSING_INPUT: &str = "MissingInput";
     /// The module could not be fetched or compiled.
     pub const MODULE_UNAVAILABLE: &str = "ModuleUnavailable";
+    /// A write was refused by RBAC: the Composition's ServiceAccount may not do it.
+    pub const FORBIDDEN: &str = "Forbidden";
     /// A binding, `dependsOn`, ref, collection or module ConfigMap names another namespace
     /// while `--no-cross-namespace-refs` is on.
     pub const CROSS_NAMESPACE_REF: &str = "CrossNamespaceRef";

@@ -285,3 +285,137 @@ async fn a_resource_slice_not_owned_by_the_composition_is_never_applied() {
     );
     drop(enoki);
 }
+
+/// A ServiceAccount `name` in the test namespace that may read and write ConfigMaps there.
+async fn config_map_writer(env: &TestEnv, name: &str) {
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+    let pp = kube::api::PostParams::default();
+    let sa: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+    env.api::<ServiceAccount>().create(&pp, &sa).await.unwrap();
+    let role: Role = serde_json::from_value(json!({"metadata": {"name": name},
+        "rules": [{"apiGroups": [""], "resources": ["configmaps"],
+                   "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}]}))
+    .unwrap();
+    env.api::<Role>().create(&pp, &role).await.unwrap();
+    let rb: RoleBinding = serde_json::from_value(json!({"metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": env.namespace}]}))
+    .unwrap();
+    env.api::<RoleBinding>().create(&pp, &rb).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_composition_with_a_service_account_can_do_no_more_than_its_rbac() {
+    use k8s_openapi::api::rbac::v1::RoleBinding;
+    let env = TestEnv::new().await;
+    install_crds(&env.client).await;
+    let synth = install_synthesizer(&env, "echo", &echo_module()).await;
+    let other = format!("{}-b", env.namespace);
+    harness::create_namespace(&env.client, &other).await;
+    config_map_writer(&env, "deployer").await;
+    let enoki = Enoki::start_with(&env.namespace, &[]);
+
+    let grab = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": format!("grab-{}", env.namespace), "namespace": "kube-system"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"kind": "ServiceAccount", "name": "deployer", "namespace": env.namespace}]});
+    let mut elsewhere = harness::config_map("elsewhere", json!({}), json!({"v": "1"}));
+    elsewhere["metadata"]["namespace"] = json!(other);
+    let allowed = harness::config_map("allowed", json!({}), json!({"v": "1"}));
+    harness::set_echo_items(&env, "items", &json!([allowed, grab, elsewhere])).await;
+    harness::apply_composition(
+        &env,
+        "tenant",
+        &synth,
+        "items",
+        json!({"serviceAccountName": "deployer"}),
+    )
+    .await;
+
+    let (_, _, message) = eventually("tenant: Reconciled=False Forbidden", WAIT, || async {
+        let c = condition(&env, "tenant", "Reconciled").await?;
+        (c.0 == "False" && c.1 == "Forbidden").then_some(c)
+    })
+    .await;
+    assert!(
+        message.contains("grab-") && message.contains("elsewhere"),
+        "names the refused objects: {message}"
+    );
+    assert!(
+        message.contains(&format!("system:serviceaccount:{}:deployer", env.namespace)),
+        "names who was refused: {message}"
+    );
+    // What its RBAC allows is applied; nothing else.
+    let cms: Api<ConfigMap> = env.api();
+    eventually("allowed applied", WAIT, || async {
+        cms.get_opt("allowed").await.unwrap().map(|_| ())
+    })
+    .await;
+    let kube_system: Api<RoleBinding> = Api::namespaced(env.client.clone(), "kube-system");
+    assert!(
+        kube_system
+            .get_opt(&format!("grab-{}", env.namespace))
+            .await
+            .unwrap()
+            .is_none(),
+        "a RoleBinding to cluster-admin in kube-system was created"
+    );
+    let there: Api<ConfigMap> = Api::namespaced(env.client.clone(), &other);
+    assert!(there.get_opt("elsewhere").await.unwrap().is_none());
+    drop(enoki);
+}
+
+#[tokio::test]
+async fn the_default_service_account_applies_to_compositions_that_name_none() {
+    let env = TestEnv::new().await;
+    install_crds(&env.client).await;
+    let synth = install_synthesizer(&env, "echo", &echo_module()).await;
+    config_map_writer(&env, "deployer").await;
+    let enoki = Enoki::start_with(&env.namespace, &["--default-service-account", "nobody"]);
+    let cm = harness::config_map("out", json!({}), json!({"v": "1"}));
+    harness::set_echo_items(&env, "items", &json!([cm])).await;
+    // Violated: no serviceAccountName → `nobody`, which may not even read its input.
+    harness::apply_composition(&env, "locked", &synth, "items", json!({})).await;
+    let (_, _, message) = eventually("locked: not synthesized, forbidden", WAIT, || async {
+        let comps: Api<Composition> = env.api();
+        let st = comps.get_opt("locked").await.unwrap()?.status?;
+        st.conditions
+            .into_iter()
+            .find(|c| c.status == "False" && c.message.contains("forbidden"))
+            .map(|c| (c.status, c.reason, c.message))
+    })
+    .await;
+    assert!(
+        message.contains(&format!("system:serviceaccount:{}:nobody", env.namespace)),
+        "{message}"
+    );
+    // Obeyed: a Composition that names an account with the rights converges.
+    harness::apply_composition(
+        &env,
+        "named",
+        &synth,
+        "items",
+        json!({"serviceAccountName": "deployer"}),
+    )
+    .await;
+    eventually("named Ready", WAIT, || async {
+        harness::composition_ready(&env, "named")
+            .await
+            .then_some(())
+    })
+    .await;
+    let comps: Api<Composition> = env.api();
+    assert!(
+        comps
+            .get("locked")
+            .await
+            .unwrap()
+            .status
+            .unwrap()
+            .current_synthesis
+            .is_none(),
+        "the locked Composition never synthesized"
+    );
+    drop(enoki);
+}

@@ -147,6 +147,11 @@ pub struct RunArgs {
     /// compiles); larger modules are refused, and large compilations run one at a time.
     #[arg(long, env = "ENOKI_COMPILE_MEMORY_BUDGET", default_value = "2Gi")]
     pub compile_memory_budget: String,
+    /// Impersonate this ServiceAccount (of the Composition's namespace) for every Composition
+    /// that sets no `spec.serviceAccountName` (multi-tenant lockdown: no Composition acts as
+    /// the controller).
+    #[arg(long, env = "ENOKI_DEFAULT_SERVICE_ACCOUNT")]
+    pub default_service_account: Option<String>,
     /// Multi-tenant lockdown: a Composition may only reference its own namespace (bindings,
     /// dependsOn, the Synthesizer's refs; no collection namespace selectors), and module
     /// ConfigMaps must be in the controller's namespace (`POD_NAMESPACE`). A violation is a

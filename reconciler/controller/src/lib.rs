@@ -72,6 +72,10 @@ fn start(args: &cli::RunArgs) -> anyhow::Result<()> {
     let opts = run::Options {
         sandbox,
         no_cross_namespace_refs: args.no_cross_namespace_refs,
+        default_service_account: args
+            .default_service_account
+            .clone()
+            .filter(|s| !s.is_empty()),
         controller_namespace: std::env::var("POD_NAMESPACE")
             .ok()
             .filter(|n| !n.is_empty()),

@@ -10,13 +10,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use kube::Client;
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::discovery::Scope;
 use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Client, ResourceExt};
 
 use super::watches::Watches;
-use super::{Options, metrics};
+use super::{Error, Options, metrics};
 use crate::synthesis::Module;
 use crds::{Composition, CompositionStatus, ResourceSlice, ResourceState};
 use plan::ResourceKey;
@@ -68,6 +68,10 @@ pub(crate) enum ModuleEntry {
 /// Shared state of every reconcile.
 pub struct Context {
     pub(crate) client: Client,
+    /// The controller's client configuration, from which impersonating clients are made.
+    base_config: kube::Config,
+    /// Clients impersonating a ServiceAccount, by user name.
+    impersonating: Mutex<HashMap<String, Client>>,
     pub(crate) host: Arc<wasm_host::Host>,
     pub(crate) opts: Options,
     /// The compiled module (or the last failure) of each Synthesizer, by generation.
@@ -99,6 +103,7 @@ pub struct Context {
 /// The parts [`Context::new`] takes.
 pub(crate) struct Parts {
     pub client: Client,
+    pub base_config: kube::Config,
     pub host: Arc<wasm_host::Host>,
     pub opts: Options,
     pub watches: Arc<Watches>,
@@ -116,6 +121,8 @@ impl Context {
         let budget = p.opts.sandbox.memory_budget_bytes;
         Context {
             client: p.client,
+            base_config: p.base_config,
+            impersonating: Mutex::new(HashMap::new()),
             host: p.host,
             opts: p.opts,
             modules: Mutex::new(HashMap::new()),
@@ -133,6 +140,52 @@ impl Context {
             prepared: Mutex::new(PreparedLru::new(plan_cache)),
             failures: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The ServiceAccount `comp` acts as: `spec.serviceAccountName`, else
+    /// `--default-service-account`; `None`: the controller's own identity.
+    pub(crate) fn service_account(&self, comp: &Composition) -> Option<String> {
+        comp.spec
+            .service_account_name
+            .clone()
+            .filter(|s| !s.is_empty())
+            .or_else(|| self.opts.default_service_account.clone())
+    }
+
+    /// The client every read of inputs and every write of emitted objects of `comp` is made
+    /// with: one impersonating its ServiceAccount (cached per account), or the controller's.
+    ///
+    /// # Errors
+    /// [`Error::Impersonate`] when the client cannot be built.
+    pub(crate) fn client_for(&self, comp: &Composition) -> Result<Client, Error> {
+        let Some(sa) = self.service_account(comp) else {
+            return Ok(self.client.clone());
+        };
+        let ns = comp.namespace().unwrap_or_default();
+        let user = format!("system:serviceaccount:{ns}:{sa}");
+        if let Some(c) = self
+            .impersonating
+            .lock()
+            .ok()
+            .and_then(|m| m.get(&user).cloned())
+        {
+            return Ok(c);
+        }
+        let mut config = self.base_config.clone();
+        config.auth_info.impersonate = Some(user.clone());
+        config.auth_info.impersonate_groups = Some(vec![
+            "system:serviceaccounts".into(),
+            format!("system:serviceaccounts:{ns}"),
+            "system:authenticated".into(),
+        ]);
+        let client = Client::try_from(config).map_err(|source| Error::Impersonate {
+            user: user.clone(),
+            source,
+        })?;
+        if let Ok(mut m) = self.impersonating.lock() {
+            m.insert(user, client.clone());
+        }
+        Ok(client)
     }
 
     /// Runs `f` on the memory of Composition `uid` (created empty on first use).

@@ -100,6 +100,15 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
+    /// A client impersonating a Composition's ServiceAccount could not be built.
+    #[error("impersonating {user}")]
+    Impersonate {
+        /// The impersonated user.
+        user: String,
+        /// Why.
+        #[source]
+        source: kube::Error,
+    },
     /// A blocking task (a synthesis) could not be joined.
     #[error("synthesis task failed")]
     Task(#[source] tokio::task::JoinError),
@@ -117,7 +126,8 @@ impl Error {
             | Error::ReadResource { source, .. }
             | Error::WriteStatus { source }
             | Error::Finalizer { source, .. }
-            | Error::Kube { source, .. } => Some(source),
+            | Error::Kube { source, .. }
+            | Error::Impersonate { source, .. } => Some(source),
             Error::Task(_) => None,
         }
     }
@@ -135,6 +145,7 @@ impl Error {
             Error::WriteStatus { .. } => "WriteStatus",
             Error::Finalizer { .. } => "Finalizer",
             Error::Kube { .. } => "KubeApi",
+            Error::Impersonate { .. } => "Impersonate",
             Error::Task(_) => "Task",
         }
     }

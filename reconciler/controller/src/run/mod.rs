@@ -89,6 +89,9 @@ pub struct Options {
     pub shutdown_grace: Duration,
     /// Ceilings, memory budget and module ingestion policy.
     pub sandbox: sandbox::Sandbox,
+    /// The ServiceAccount (in each Composition's namespace) impersonated for Compositions that
+    /// name none; `None`: they act as the controller.
+    pub default_service_account: Option<String>,
     /// Refuse references that leave a Composition's namespace.
     pub no_cross_namespace_refs: bool,
     /// The controller's own namespace (module ConfigMaps must live there under

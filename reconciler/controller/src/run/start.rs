@@ -31,13 +31,13 @@ pub fn user_agent() -> String {
     format!("enoki/{}", env!("CARGO_PKG_VERSION"))
 }
 
-async fn client() -> anyhow::Result<Client> {
+async fn client() -> anyhow::Result<(Client, kube::Config)> {
     let mut config = kube::Config::infer().await?;
     config.headers.push((
         http::header::USER_AGENT,
         http::HeaderValue::from_str(&user_agent())?,
     ));
-    Ok(Client::try_from(config)?)
+    Ok((Client::try_from(config.clone())?, config))
 }
 
 /// The predicate of Composition events that need a reconcile: anything but status.
@@ -118,7 +118,7 @@ async fn lead(
 /// # Errors
 /// When no cluster is reachable or the wasm engine cannot start.
 pub async fn run(opts: Options) -> anyhow::Result<()> {
-    let client = client().await?;
+    let (client, base_config) = client().await?;
     let version = client.apiserver_version().await?;
     tracing::info!(server = %version.git_version, namespace = ?opts.namespace, user_agent = %user_agent(), "enoki controller starting");
     let host = Arc::new(wasm_host::Host::new(opts.module_cache_dir.as_deref())?);
@@ -158,6 +158,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     let concurrency = u16::try_from(opts.concurrency.max(1)).unwrap_or(u16::MAX);
     let ctx = Arc::new(Context::new(Parts {
         client,
+        base_config,
         host,
         opts,
         watches,

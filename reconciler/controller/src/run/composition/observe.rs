@@ -17,26 +17,64 @@ use crds::names::{annotations as keys, conditions, reasons};
 use crds::{Composition, InputRevision, Synthesizer};
 
 /// Reads an object through the input cache of its kind (tracked for `comp`), or with a GET
-/// when the cache does not have it (not synced yet, or an object enoki manages).
+/// when the cache does not have it (not synced yet, or an object enoki manages), with the
+/// controller's identity: Synthesizers and `dependsOn` Compositions.
 ///
 /// # Errors
 /// The GET's error.
 pub(crate) async fn read(
     ctx: &Context,
     comp: &Composition,
+    kind: (&GroupVersionKind, &ApiResource, bool),
+    namespace: &str,
+    name: &str,
+) -> Result<Option<DynamicObject>, kube::Error> {
+    read_as(ctx, comp, false, kind, namespace, name).await
+}
+
+/// Like [`read`], for an input of `comp`: a Composition with a ServiceAccount reads it with a
+/// GET as that account (the cache, read with the controller's identity, still triggers it),
+/// so it sees only what its RBAC allows.
+///
+/// # Errors
+/// The GET's error (`403 Forbidden` when the ServiceAccount may not read it).
+pub(crate) async fn read_input(
+    ctx: &Context,
+    comp: &Composition,
+    kind: (&GroupVersionKind, &ApiResource, bool),
+    namespace: &str,
+    name: &str,
+) -> Result<Option<DynamicObject>, kube::Error> {
+    read_as(ctx, comp, true, kind, namespace, name).await
+}
+
+async fn read_as(
+    ctx: &Context,
+    comp: &Composition,
+    as_composition: bool,
     (gvk, ar, namespaced): (&GroupVersionKind, &ApiResource, bool),
     namespace: &str,
     name: &str,
 ) -> Result<Option<DynamicObject>, kube::Error> {
     let ns = if namespaced { namespace } else { "" };
     ctx.watches.track(gvk, ar, ns, name, comp);
-    if let Some(Some(hit)) = ctx.watches.input(gvk, ns, name).await {
+    let impersonating = as_composition && ctx.service_account(comp).is_some();
+    if !impersonating && let Some(Some(hit)) = ctx.watches.input(gvk, ns, name).await {
         return Ok(Some((*hit).clone()));
     }
-    let api: Api<DynamicObject> = if namespaced {
-        Api::namespaced_with(ctx.client.clone(), ns, ar)
+    let client = if impersonating {
+        match ctx.client_for(comp) {
+            Ok(c) => c,
+            Err(super::super::Error::Impersonate { source, .. }) => return Err(source),
+            Err(_) => ctx.client.clone(),
+        }
     } else {
-        Api::all_with(ctx.client.clone(), ar)
+        ctx.client.clone()
+    };
+    let api: Api<DynamicObject> = if namespaced {
+        Api::namespaced_with(client, ns, ar)
+    } else {
+        Api::all_with(client, ar)
     };
     ctx.metrics.input_gets.inc();
     api.get_opt(name).await
@@ -334,7 +372,7 @@ async fn object_input(
                 .map(String::from)
         })
         .unwrap_or_else(|| comp.namespace().unwrap_or_default());
-    let found = read(ctx, comp, (&gvk, &ar, namespaced), &obj_ns, &name)
+    let found = read_input(ctx, comp, (&gvk, &ar, namespaced), &obj_ns, &name)
         .await
         .map_err(|source| Error::ReadInput {
             key: r.key.clone(),

@@ -93,7 +93,10 @@ pub async fn reconcile(
         recorded: &recorded,
         loaded: &loaded,
     };
-    let Some(observations) = observe_pass(ctx, &uid, &current, &seen, deleting).await? else {
+    // Reads of live objects and every write below act as the Composition's ServiceAccount.
+    let client = ctx.client_for(comp)?;
+    let Some(observations) = observe_pass(ctx, &client, &uid, &current, &seen, deleting).await?
+    else {
         return Ok(Pass {
             resynthesize: true,
             requeue: Some(Duration::from_millis(100)),
@@ -134,6 +137,7 @@ struct Seen<'a> {
 /// it (synthesize again first rather than revert a change with a stale snapshot).
 async fn observe_pass(
     ctx: &Arc<Context>,
+    client: &kube::Client,
     uid: &str,
     current: &crds::Synthesis,
     seen: &Seen<'_>,
@@ -147,6 +151,7 @@ async fn observe_pass(
         .filter(|_| !deleting);
     let observations = observe::observe(
         ctx,
+        client,
         uid,
         seen.prepared,
         seen.recorded,

@@ -86,12 +86,14 @@ pub(crate) fn needs_get(
     }
 }
 
-/// Observes every resource of `prepared`.
+/// Observes every resource of `prepared`; GETs (and the writes that reuse their APIs) go
+/// through `client` (the Composition's impersonating client, or the controller's).
 ///
 /// # Errors
 /// A GET that failed for another reason than absence.
 pub(crate) async fn observe(
     ctx: &Arc<Context>,
+    client: &kube::Client,
     uid: &str,
     prepared: &plan::Prepared,
     recorded: &HashMap<ResourceKey, Recorded>,
@@ -103,7 +105,7 @@ pub(crate) async fn observe(
     let mut fetch = Vec::new();
     for r in &prepared.resources {
         let deleted = deleted_keys.contains(&r.key);
-        let cached = from_cache(ctx, uid, r, &mut views, |cached, create| {
+        let cached = from_cache(ctx, client, uid, r, &mut views, |cached, create| {
             needs_get(r, recorded.get(&r.key), cached, needs, deleted, create)
         })
         .await;
@@ -120,14 +122,18 @@ pub(crate) async fn observe(
         .inc_by(prepared.resources.len() as u64);
     let fetched: Vec<Result<(ResourceKey, Observation), Error>> = futures::stream::iter(fetch)
         .map(|(key, api)| async move {
-            let live = api
-                .get_opt(&key.name)
-                .await
-                .map_err(|source| Error::ReadResource {
-                    key: key.clone(),
-                    source,
-                })?
-                .map(|o| serde_json::to_value(o).unwrap_or_default());
+            let live = match api.get_opt(&key.name).await {
+                Ok(found) => found.map(|o| serde_json::to_value(o).unwrap_or_default()),
+                // The Composition's ServiceAccount may not read it: planned as absent, so the
+                // write is attempted and its 403 becomes this resource's error, not the pass's.
+                Err(kube::Error::Api(resp)) if resp.code == 403 => None,
+                Err(source) => {
+                    return Err(Error::ReadResource {
+                        key: key.clone(),
+                        source,
+                    });
+                }
+            };
             Ok((
                 key,
                 Observation {
@@ -159,6 +165,7 @@ enum FromCache {
 /// create) whether that suffices.
 async fn from_cache(
     ctx: &Arc<Context>,
+    client: &kube::Client,
     uid: &str,
     r: &PreparedResource,
     views: &mut HashMap<String, Option<ManagedView>>,
@@ -178,9 +185,9 @@ async fn from_cache(
         return unknown();
     };
     let api: Api<DynamicObject> = if namespaced {
-        Api::namespaced_with(ctx.client.clone(), &r.key.namespace, &ar)
+        Api::namespaced_with(client.clone(), &r.key.namespace, &ar)
     } else {
-        Api::all_with(ctx.client.clone(), &ar)
+        Api::all_with(client.clone(), &ar)
     };
     let view_key = format!("{}/{}/{}", gvk.group, gvk.version, gvk.kind);
     if !views.contains_key(&view_key) {

@@ -21,6 +21,8 @@ pub(crate) struct Recording {
     pub not_ready: Vec<String>,
     /// `key: owned by …` of every resource another Composition owns (not taken over).
     pub conflicts: Vec<String>,
+    /// A write was refused with `403 Forbidden` (the Composition's ServiceAccount lacks RBAC).
+    pub forbidden: bool,
 }
 
 /// Records `outcomes` (in step order) into the loaded slices' states. `now` is the time a
@@ -63,6 +65,7 @@ pub(crate) fn record(
             continue;
         }
         if let Some(e) = &outcome.error {
+            rec.forbidden |= e.starts_with("Forbidden:");
             state.error = Some(e.clone());
             state.reconciled = step.settings.fail_open;
             rec.errors.push(format!("{}: {e}", step.key));

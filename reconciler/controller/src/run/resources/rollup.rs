@@ -23,6 +23,8 @@ pub(crate) struct Rollup {
     pub not_ready: Vec<String>,
     /// Resources another Composition owns, `key: owned by …`.
     pub conflicts: Vec<String>,
+    /// A write was refused by RBAC (`403 Forbidden`).
+    pub forbidden: bool,
 }
 
 impl Rollup {
@@ -49,6 +51,7 @@ impl Rollup {
             errors: recording.errors.clone(),
             not_ready: recording.not_ready.clone(),
             conflicts: recording.conflicts.clone(),
+            forbidden: recording.forbidden,
         }
     }
 
@@ -93,7 +96,12 @@ impl Rollup {
         let (ok, reason, message) = if !self.conflicts.is_empty() {
             (false, reasons::CONFLICT, self.conflicts.join("; "))
         } else if !self.errors.is_empty() {
-            (false, reasons::APPLY_FAILED, self.errors.join("; "))
+            let reason = if self.forbidden {
+                reasons::FORBIDDEN
+            } else {
+                reasons::APPLY_FAILED
+            };
+            (false, reason, self.errors.join("; "))
         } else if self.all_reconciled {
             (true, reasons::APPLIED, "every resource is applied".into())
         } else {
@@ -249,6 +257,7 @@ mod tests {
             errors: vec!["cm/r0: Forbidden".into()],
             not_ready: vec!["cm/r0 (not created yet)".into()],
             conflicts: vec![],
+            forbidden: false,
         };
         let the_plan = Plan {
             steps: vec![],
