@@ -101,6 +101,13 @@ async fn the_kustomize_base_installs_with_least_privilege_rbac() {
     }
     assert!(can("list", "pods", None), "quota reads pods");
     // Nothing like cluster-admin.
+    assert!(!can("bind", "roles.rbac.authorization.k8s.io", None));
+    assert!(!can(
+        "escalate",
+        "clusterroles.rbac.authorization.k8s.io",
+        None
+    ));
+    assert!(!can("impersonate", "serviceaccounts", None));
     assert!(!can("create", "clusterrolebindings", None));
     assert!(!can("create", "pods", None));
     assert!(!can("delete", "namespaces", None));
@@ -109,4 +116,51 @@ async fn the_kustomize_base_installs_with_least_privilege_rbac() {
         "leases.coordination.k8s.io",
         Some("kube-system")
     ));
+
+    // The multi-tenant overlay on top: reads, impersonation, its own API — no writes of what
+    // synthesizers emit (kustomize does not prune, so the base's aggregated grants go by hand).
+    let overlay = harness::workspace_root().join("deploy/overlays/multi-tenant");
+    let (ok, yaml) = kubectl(&["kustomize", overlay.to_str().unwrap()], None);
+    assert!(ok, "{yaml}");
+    assert!(yaml.contains("--default-service-account=default"));
+    assert!(yaml.contains("--no-cross-namespace-refs"));
+    let (ok, out) = kubectl(
+        &[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--field-manager=deploy-test",
+            "-f",
+            "-",
+        ],
+        Some(yaml.as_bytes()),
+    );
+    assert!(ok, "{out}");
+    for (kind, name) in [
+        ("clusterrolebinding", "enoki-managed-resources"),
+        ("clusterrole", "enoki-managed-resources"),
+        ("clusterrole", "enoki-sample-kinds"),
+        ("clusterrole", "enoki-builtins"),
+    ] {
+        let (ok, out) = kubectl(&["delete", kind, name, "--ignore-not-found"], None);
+        assert!(ok, "{out}");
+    }
+    let start = std::time::Instant::now();
+    while can("patch", "configmaps", None) {
+        assert!(start.elapsed().as_secs() < 60, "write grants survived");
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    assert!(can("impersonate", "serviceaccounts", None));
+    assert!(can("list", "secrets", None), "reads for the watch caches");
+    assert!(can("patch", "compositions.enoki.dev/status", None));
+    for (verb, resource) in [
+        ("create", "configmaps"),
+        ("create", "rolebindings.rbac.authorization.k8s.io"),
+        ("delete", "deployments.apps"),
+        ("create", "persistentvolumes"),
+        ("impersonate", "users"),
+        ("impersonate", "groups"),
+    ] {
+        assert!(!can(verb, resource, None), "{verb} {resource}");
+    }
 }
