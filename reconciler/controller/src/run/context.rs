@@ -16,7 +16,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
 
 use super::watches::Watches;
-use super::{Error, Options, metrics};
+use super::{Options, metrics};
 use crate::synthesis::Module;
 use crds::{Composition, CompositionStatus, ResourceSlice, ResourceState};
 use plan::ResourceKey;
@@ -156,8 +156,8 @@ impl Context {
     /// with: one impersonating its ServiceAccount (cached per account), or the controller's.
     ///
     /// # Errors
-    /// [`Error::Impersonate`] when the client cannot be built.
-    pub(crate) fn client_for(&self, comp: &Composition) -> Result<Client, Error> {
+    /// When the client cannot be built.
+    pub(crate) fn client_for(&self, comp: &Composition) -> Result<Client, kube::Error> {
         let Some(sa) = self.service_account(comp) else {
             return Ok(self.client.clone());
         };
@@ -178,10 +178,7 @@ impl Context {
             format!("system:serviceaccounts:{ns}"),
             "system:authenticated".into(),
         ]);
-        let client = Client::try_from(config).map_err(|source| Error::Impersonate {
-            user: user.clone(),
-            source,
-        })?;
+        let client = Client::try_from(config)?;
         if let Ok(mut m) = self.impersonating.lock() {
             m.insert(user, client.clone());
         }

@@ -79,6 +79,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    #[allow(clippy::needless_pass_by_value)] // called with `json!` temporaries
     fn comp(spec: serde_json::Value) -> Composition {
         serde_json::from_value(
             json!({"apiVersion": "enoki.dev/v1alpha1", "kind": "Composition",
@@ -87,6 +88,7 @@ mod tests {
         .unwrap()
     }
 
+    #[allow(clippy::needless_pass_by_value)] // called with `json!` temporaries
     fn synth(spec: serde_json::Value) -> Synthesizer {
         serde_json::from_value(
             json!({"apiVersion": "enoki.dev/v1alpha1", "kind": "Synthesizer",

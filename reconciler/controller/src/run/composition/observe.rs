@@ -63,11 +63,7 @@ async fn read_as(
         return Ok(Some((*hit).clone()));
     }
     let client = if impersonating {
-        match ctx.client_for(comp) {
-            Ok(c) => c,
-            Err(super::super::Error::Impersonate { source, .. }) => return Err(source),
-            Err(_) => ctx.client.clone(),
-        }
+        ctx.client_for(comp)?
     } else {
         ctx.client.clone()
     };

@@ -94,7 +94,10 @@ pub async fn reconcile(
         loaded: &loaded,
     };
     // Reads of live objects and every write below act as the Composition's ServiceAccount.
-    let client = ctx.client_for(comp)?;
+    let client = ctx.client_for(comp).map_err(|source| Error::Impersonate {
+        user: ctx.service_account(comp).unwrap_or_default(),
+        source,
+    })?;
     let Some(observations) = observe_pass(ctx, &client, &uid, &current, &seen, deleting).await?
     else {
         return Ok(Pass {
