@@ -37,6 +37,14 @@ async fn the_kustomize_base_installs_with_least_privilege_rbac() {
         !yaml.contains("cluster-admin"),
         "deploy/ must never grant cluster-admin"
     );
+    // A previous run may have left the multi-tenant overlay's grants (below) in place.
+    for kind in ["clusterrolebinding", "clusterrole"] {
+        let (ok, out) = kubectl(
+            &["delete", kind, "enoki-multi-tenant", "--ignore-not-found"],
+            None,
+        );
+        assert!(ok, "{out}");
+    }
     let (ok, out) = kubectl(
         &[
             "apply",
