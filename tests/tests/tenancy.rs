@@ -250,34 +250,47 @@ async fn a_resource_slice_not_owned_by_the_composition_is_never_applied() {
         .unwrap();
     let mut current = serde_json::to_value(before.current_synthesis.unwrap()).unwrap();
     current["resourceSlices"] = json!([{"name": "forged"}]);
-    comps
-        .patch_status(
-            "echo",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"currentSynthesis": current}})),
-        )
-        .await
-        .unwrap();
-    // Status edits do not wake the controller; an annotation does.
-    comps
-        .patch(
-            "echo",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": {"test/poke": "1"}}})),
-        )
-        .await
-        .unwrap();
 
-    // The forged slice counts as missing: a new synthesis writes the Composition's own.
-    eventually("a new synthesis, Ready", WAIT, || async {
-        let st = comps.get("echo").await.unwrap().status?;
-        let cur = st.current_synthesis?;
-        (cur.uuid != uuid
-            && !cur.resource_slices.iter().any(|r| r.name == "forged")
-            && harness::composition_ready(&env, "echo").await)
-            .then_some(())
-    })
-    .await;
+    // Point the status at the forged slice and poke the Composition (status edits do not wake
+    // the controller). enoki's own status write may race with the edit and put its slices
+    // back; then the edit is repeated. Done once a new synthesis replaced the forged slice.
+    let started = std::time::Instant::now();
+    let mut poke = 0;
+    loop {
+        let st = comps.get("echo").await.unwrap().status.unwrap();
+        let cur = st.current_synthesis.unwrap();
+        let forged_now = cur.resource_slices.iter().any(|r| r.name == "forged");
+        if cur.uuid != uuid && !forged_now && harness::composition_ready(&env, "echo").await {
+            break;
+        }
+        assert!(
+            started.elapsed() < WAIT,
+            "no new synthesis replaced the forged slice (forged referenced: {forged_now}):\n{}",
+            enoki.logs()
+        );
+        if cur.uuid == uuid && !forged_now {
+            comps
+                .patch_status(
+                    "echo",
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"status": {"currentSynthesis": current}})),
+                )
+                .await
+                .unwrap();
+            poke += 1;
+            comps
+                .patch(
+                    "echo",
+                    &PatchParams::default(),
+                    &Patch::Merge(
+                        json!({"metadata": {"annotations": {"test/poke": poke.to_string()}}}),
+                    ),
+                )
+                .await
+                .unwrap();
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
     let cms: Api<ConfigMap> = env.api();
     assert!(
         cms.get_opt("planted").await.unwrap().is_none(),

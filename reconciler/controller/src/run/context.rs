@@ -36,9 +36,10 @@ pub(crate) struct Memory {
     /// Instance mode: the status write-back of the current synthesis (`Some(None)`: it
     /// emitted none; `None`: unknown, e.g. after a restart).
     pub status_write: Option<Option<serde_json::Value>>,
-    /// The status enoki last wrote and the resourceVersion the server returned, so a pass
-    /// that starts from a cache entry older than that write still sees it.
-    pub written: Option<(String, CompositionStatus)>,
+    /// The status enoki last wrote: (resourceVersion the server returned, resourceVersion
+    /// the cache showed before the write, the status), so a pass that starts from a cache
+    /// entry older than that write still sees it.
+    pub written: Option<(String, String, CompositionStatus)>,
     /// Parsed manifests per slice name (with the slice's generation).
     pub parsed: HashMap<String, (Option<i64>, Arc<super::composition::slices::Parsed>)>,
     /// The same for each ResourceSlice's status, by slice name.

@@ -14,16 +14,21 @@ use serde_json::{Value, json};
 use super::super::{Context, Error};
 use crds::{Composition, CompositionStatus};
 
-/// `comp` with the status enoki last wrote, when the cache has not caught up with it.
+/// `comp` with the status enoki last wrote, when the cache has not caught up with it: only
+/// while the cache still shows the version enoki's write was based on. Once the cache moved
+/// on — to enoki's write or to anyone's later one (a status edit by someone else) — the cache
+/// is the truth and the memory is dropped.
 pub(crate) fn fresh(ctx: &Context, comp: Arc<Composition>) -> Arc<Composition> {
     let uid = comp.uid().unwrap_or_default();
     let rv = comp.resource_version().unwrap_or_default();
     let written = ctx.remember(&uid, |m| match &m.written {
-        Some((written_rv, st)) if *written_rv == rv || comp.status.as_ref() == Some(st) => {
+        Some((_, based_on, st)) if *based_on == rv && comp.status.as_ref() != Some(st) => {
+            Some(st.clone())
+        }
+        Some(_) => {
             m.written = None;
             None
         }
-        Some((_, st)) => Some(st.clone()),
         None => None,
     });
     match written {
@@ -74,6 +79,15 @@ pub(crate) async fn write(
         .map_err(|source| Error::WriteStatus { source })?;
     let rv = written.resource_version().unwrap_or_default();
     let uid = comp.uid().unwrap_or_default();
-    ctx.remember(&uid, |m| m.written = Some((rv, st.clone())));
+    // The version this write was based on: the cache's, or the one an earlier write of this
+    // pass (still not in the cache) was based on.
+    let based_on = comp.resource_version().unwrap_or_default();
+    ctx.remember(&uid, |m| {
+        let based_on = match &m.written {
+            Some((prev_rv, prev_based_on, _)) if *prev_rv != based_on => prev_based_on.clone(),
+            _ => based_on,
+        };
+        m.written = Some((rv, based_on, st.clone()));
+    });
     Ok(())
 }
