@@ -468,6 +468,28 @@ pub async fn apply_composition(
         .expect("Composition");
 }
 
+/// (status, reason, message) of condition `type_` of Composition `name`; `None` while it
+/// has none (or the Composition does not exist).
+///
+/// # Panics
+/// When the API server refuses.
+pub async fn composition_condition(
+    env: &TestEnv,
+    name: &str,
+    type_: &str,
+) -> Option<(String, String, String)> {
+    let comps: Api<crds::Composition> = env.api();
+    comps
+        .get_opt(name)
+        .await
+        .expect("reading a Composition")?
+        .status?
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status, c.reason, c.message))
+}
+
 /// Whether Composition `name` has condition `Ready=True`.
 ///
 /// # Panics

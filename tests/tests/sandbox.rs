@@ -19,20 +19,6 @@ fn guest(name: &str) -> Vec<u8> {
     std::fs::read(harness::workspace_root().join("tests/guests").join(name)).unwrap()
 }
 
-/// The (status, reason, message) of condition `type_` of Composition `name`.
-async fn condition(env: &TestEnv, name: &str, type_: &str) -> Option<(String, String, String)> {
-    let comps: Api<Composition> = env.api();
-    comps
-        .get_opt(name)
-        .await
-        .unwrap()?
-        .status?
-        .conditions
-        .into_iter()
-        .find(|c| c.type_ == type_)
-        .map(|c| (c.status, c.reason, c.message))
-}
-
 async fn wait_condition(
     env: &TestEnv,
     name: &str,
@@ -44,7 +30,7 @@ async fn wait_condition(
         &format!("{name}: {type_}={status} reason {reason}"),
         WAIT,
         || async {
-            let (s, r, m) = condition(env, name, type_).await?;
+            let (s, r, m) = harness::composition_condition(env, name, type_).await?;
             (s == status && r == reason).then_some(m)
         },
     )
@@ -105,7 +91,7 @@ async fn a_module_sleeping_past_its_timeout_fails_and_the_controller_stays_healt
     assert!(msg.contains("2s"), "{msg}");
     // Obeyed: a 50 ms sleep within the limit synthesizes.
     eventually("napper synthesized", WAIT, || async {
-        let (s, _, _) = condition(&env, "napper", "Synthesized").await?;
+        let (s, _, _) = harness::composition_condition(&env, "napper", "Synthesized").await?;
         (s == "True").then_some(())
     })
     .await;
@@ -150,7 +136,7 @@ async fn limits_above_the_controllers_ceilings_are_refused() {
     // Obeyed: within the ceiling, the same Composition synthesizes.
     set_limits(&env, &synth, json!({"memory": "64Mi", "timeout": "5s"})).await;
     eventually("synthesized within the ceilings", WAIT, || async {
-        let (s, _, _) = condition(&env, "greedy", "Synthesized").await?;
+        let (s, _, _) = harness::composition_condition(&env, "greedy", "Synthesized").await?;
         (s == "True").then_some(())
     })
     .await;
@@ -224,7 +210,7 @@ async fn a_gzip_bomb_is_refused_once_and_not_refetched_on_every_reconcile() {
     harness::apply_composition(&env, "gz-ok", &ok, "items", json!({"allowEmpty": true})).await;
     harness::apply_composition(&env, "gz-bomb", &bad, "items", json!({"allowEmpty": true})).await;
     eventually("gz-ok synthesized", WAIT, || async {
-        let (s, _, _) = condition(&env, "gz-ok", "Synthesized").await?;
+        let (s, _, _) = harness::composition_condition(&env, "gz-ok", "Synthesized").await?;
         (s == "True").then_some(())
     })
     .await;
@@ -294,7 +280,7 @@ async fn a_cel_cost_bomb_is_a_per_resource_condition_not_a_stalled_controller() 
     normal_composition(&env).await;
 
     let msg = eventually("bomb: Ready=False naming the budget", WAIT, || async {
-        let (s, _, m) = condition(&env, "bomb", "Ready").await?;
+        let (s, _, m) = harness::composition_condition(&env, "bomb", "Ready").await?;
         (s == "False" && m.contains("exceeds the budget")).then_some(m)
     })
     .await;

@@ -13,19 +13,6 @@ use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(60);
 
-async fn condition(env: &TestEnv, name: &str, type_: &str) -> Option<(String, String, String)> {
-    let comps: Api<Composition> = env.api();
-    comps
-        .get_opt(name)
-        .await
-        .unwrap()?
-        .status?
-        .conditions
-        .into_iter()
-        .find(|c| c.type_ == type_)
-        .map(|c| (c.status, c.reason, c.message))
-}
-
 #[tokio::test]
 async fn two_compositions_emitting_one_object_the_first_keeps_it_the_second_reports_conflict() {
     let env = TestEnv::new().await;
@@ -53,7 +40,7 @@ async fn two_compositions_emitting_one_object_the_first_keeps_it_the_second_repo
     harness::set_echo_items(&env, "second-items", &json!([shared("second"), own])).await;
     harness::apply_composition(&env, "second", &synth, "second-items", json!({})).await;
     let (_, _, message) = eventually("second: Reconciled=False Conflict", WAIT, || async {
-        let c = condition(&env, "second", "Reconciled").await?;
+        let c = harness::composition_condition(&env, "second", "Reconciled").await?;
         (c.0 == "False" && c.1 == "Conflict").then_some(c)
     })
     .await;
@@ -132,7 +119,7 @@ async fn an_unmanaged_object_is_adopted_unless_adopt_never() {
     harness::apply_composition(&env, "adoptable", &synth, "adoptable-items", json!({})).await;
 
     let (_, _, message) = eventually("guarded: Reconciled=False Conflict", WAIT, || async {
-        let c = condition(&env, "guarded", "Reconciled").await?;
+        let c = harness::composition_condition(&env, "guarded", "Reconciled").await?;
         (c.0 == "False" && c.1 == "Conflict").then_some(c)
     })
     .await;
@@ -189,7 +176,7 @@ async fn no_cross_namespace_refs_refuses_other_namespaces_and_applies_nothing() 
         "reach: Synthesized=False CrossNamespaceRef",
         WAIT,
         || async {
-            let c = condition(&env, "reach", "Synthesized").await?;
+            let c = harness::composition_condition(&env, "reach", "Synthesized").await?;
             (c.0 == "False" && c.1 == "CrossNamespaceRef").then_some(c)
         },
     )
@@ -347,7 +334,7 @@ async fn a_composition_with_a_service_account_can_do_no_more_than_its_rbac() {
     .await;
 
     let (_, _, message) = eventually("tenant: Reconciled=False Forbidden", WAIT, || async {
-        let c = condition(&env, "tenant", "Reconciled").await?;
+        let c = harness::composition_condition(&env, "tenant", "Reconciled").await?;
         (c.0 == "False" && c.1 == "Forbidden").then_some(c)
     })
     .await;

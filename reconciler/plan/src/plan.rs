@@ -452,80 +452,17 @@ pub fn plan(input: PlanInput<'_>) -> Plan {
             waiting_on.push(crd.clone());
             waiting_on.sort();
         }
-        let in_sync = live.is_some_and(|l| {
-            let rv = l
-                .pointer("/metadata/resourceVersion")
-                .and_then(Value::as_str);
-            recorded.is_some_and(|rec| {
-                rec.applied_hash.as_deref() == Some(hash.as_str())
-                    && (settings.drift == crate::settings::Drift::Off
-                        || (settings.drift == crate::settings::Drift::Interval
-                            && !rec.interval_due)
-                        || (rv.is_some() && rec.applied_resource_version.as_deref() == rv))
-            })
-        });
+        let in_sync = in_sync(live, recorded, &settings, &hash);
         let op = if settings.disable_reconciliation {
             Op::Skip {
                 reason: SkipReason::ReconciliationDisabled,
             }
         } else if !waiting_on.is_empty() {
             Op::Wait { on: waiting_on }
-        } else if live.is_none() {
-            if settings.disable_updates
-                || settings.replace
-                || input.options.mode == ApplyMode::ClientSide
-            {
-                Op::Create {
-                    object: object.clone().into_owned(),
-                }
-            } else {
-                Op::Apply {
-                    object: object.clone().into_owned(),
-                }
-            }
-        } else if settings.disable_updates {
-            Op::Skip {
-                reason: SkipReason::UpdatesDisabled,
-            }
-        } else if in_sync {
-            Op::Skip {
-                reason: SkipReason::InSync,
-            }
-        } else if settings.replace {
-            Op::Replace {
-                object: object.clone().into_owned(),
-            }
-        } else if input.options.mode == ApplyMode::ClientSide {
-            let from = input
-                .previous
-                .get(key)
-                .cloned()
-                .unwrap_or_else(|| Value::Object(Map::new()));
-            let patch = merge_patch(&from, &object);
-            Op::MergePatch {
-                from,
-                to: object.clone().into_owned(),
-                patch,
-            }
         } else {
-            Op::Apply {
-                object: object.clone().into_owned(),
-            }
+            write_op(live.is_some(), in_sync, &settings, &object, key, &input)
         };
-        let refused = foreign_owner(live, &input.composition.uid).or_else(|| {
-            // `adopt: never`: an existing object without any owner label, never applied by
-            // this Composition, is not adopted.
-            let unmanaged = live.is_some_and(|l| {
-                l.pointer("/metadata/labels")
-                    .and_then(Value::as_object)
-                    .is_none_or(|m| {
-                        !m.contains_key(crds::names::annotations::MANAGED_BY.enoki)
-                            && !m.contains_key(crds::names::annotations::MANAGED_BY.eno)
-                    })
-            });
-            let ours = recorded.is_some_and(|rec| rec.applied_hash.is_some());
-            (settings.adopt_never && unmanaged && !ours).then(String::new)
-        });
+        let refused = refused_owner(live, recorded, &settings, &input.composition.uid);
         let (op, readiness) = match refused {
             Some(owner) if !matches!(op, Op::Wait { .. }) && !settings.disable_reconciliation => {
                 let why = if owner.is_empty() {
@@ -560,6 +497,21 @@ pub fn plan(input: PlanInput<'_>) -> Plan {
         });
     }
 
+    poll |= tombstone_steps(&input, &mut steps);
+
+    if poll {
+        requeue = Some(requeue.map_or(input.options.readiness_poll, |r| {
+            r.min(input.options.readiness_poll)
+        }));
+    }
+    Plan { steps, requeue }
+}
+
+/// The steps of the tombstones (resources the previous synthesis had and this one dropped):
+/// deleted unless reconciliation is disabled or another Composition now owns them. Whether
+/// one still exists (so the pass must look again).
+fn tombstone_steps(input: &PlanInput<'_>, steps: &mut Vec<Step>) -> bool {
+    let mut poll = false;
     for r in input.prepared.resources.iter().filter(|r| r.tombstone) {
         let live = input.observed.get(&r.key);
         if foreign_owner(live, &input.composition.uid).is_some() {
@@ -592,13 +544,106 @@ pub fn plan(input: PlanInput<'_>) -> Plan {
         }
         steps.push(deletion_step(r, live, op));
     }
+    poll
+}
 
-    if poll {
-        requeue = Some(requeue.map_or(input.options.readiness_poll, |r| {
-            r.min(input.options.readiness_poll)
-        }));
+/// Whether a resource that needs a write is in sync with its last apply: the snapshot's hash
+/// is the applied one, and drift detection finds nothing (`off`; `interval` not due; or the
+/// live resourceVersion is the applied one).
+fn in_sync(
+    live: Option<&Value>,
+    recorded: Option<&Recorded>,
+    settings: &Settings,
+    hash: &str,
+) -> bool {
+    live.is_some_and(|l| {
+        let rv = l
+            .pointer("/metadata/resourceVersion")
+            .and_then(Value::as_str);
+        recorded.is_some_and(|rec| {
+            rec.applied_hash.as_deref() == Some(hash)
+                && (settings.drift == crate::settings::Drift::Off
+                    || (settings.drift == crate::settings::Drift::Interval && !rec.interval_due)
+                    || (rv.is_some() && rec.applied_resource_version.as_deref() == rv))
+        })
+    })
+}
+
+/// The op of a resource that waits on nothing: create, apply, replace, merge-patch or skip,
+/// by existence, sync state, settings and apply mode.
+fn write_op(
+    exists: bool,
+    in_sync: bool,
+    settings: &Settings,
+    object: &Value,
+    key: &ResourceKey,
+    input: &PlanInput<'_>,
+) -> Op {
+    let create_only =
+        settings.disable_updates || settings.replace || input.options.mode == ApplyMode::ClientSide;
+    if !exists {
+        return if create_only {
+            Op::Create {
+                object: object.clone(),
+            }
+        } else {
+            Op::Apply {
+                object: object.clone(),
+            }
+        };
     }
-    Plan { steps, requeue }
+    if settings.disable_updates {
+        Op::Skip {
+            reason: SkipReason::UpdatesDisabled,
+        }
+    } else if in_sync {
+        Op::Skip {
+            reason: SkipReason::InSync,
+        }
+    } else if settings.replace {
+        Op::Replace {
+            object: object.clone(),
+        }
+    } else if input.options.mode == ApplyMode::ClientSide {
+        let from = input
+            .previous
+            .get(key)
+            .cloned()
+            .unwrap_or_else(|| Value::Object(Map::new()));
+        let patch = merge_patch(&from, object);
+        Op::MergePatch {
+            from,
+            to: object.clone(),
+            patch,
+        }
+    } else {
+        Op::Apply {
+            object: object.clone(),
+        }
+    }
+}
+
+/// Why a live object must not be written for this Composition: the UID of the Composition
+/// that owns it, or `""` for an object enoki does not manage under `adopt: never` (never
+/// applied by this Composition). `None`: it may be written.
+fn refused_owner(
+    live: Option<&Value>,
+    recorded: Option<&Recorded>,
+    settings: &Settings,
+    uid: &str,
+) -> Option<String> {
+    foreign_owner(live, uid).or_else(|| {
+        let unmanaged = live.is_some_and(|l| {
+            l.pointer("/metadata/labels")
+                .and_then(Value::as_object)
+                .is_none_or(|m| {
+                    !m.contains_key(crds::names::annotations::MANAGED_BY.enoki)
+                        && !m.contains_key(crds::names::annotations::MANAGED_BY.eno)
+                })
+        });
+        let ours = recorded.is_some_and(|rec| rec.applied_hash.is_some());
+        (settings.adopt_never && unmanaged && !ours).then(String::new)
+    })
 }
 
 /// The UID in the live object's `managed-by` label (either spelling) when it names another
