@@ -37,7 +37,7 @@ TESTENV_CRDS="$ROOT/target/demo-crds.yaml" hack/testenv.sh up
 . "$TESTENV_DIR/env"
 
 step "starting enoki run (log: $TESTENV_DIR/enoki.log)"
-target/debug/enoki run --module-cache-dir "$TESTENV_DIR/module-cache" >"$TESTENV_DIR/enoki.log" 2>&1 &
+target/debug/enoki run --lepton-persistent-volumes --module-cache-dir "$TESTENV_DIR/module-cache" >"$TESTENV_DIR/enoki.log" 2>&1 &
 echo $! > "$TESTENV_DIR/enoki.pid"
 
 step "applying the samples (each module stored in a ConfigMap in enoki-system)"

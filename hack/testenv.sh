@@ -112,6 +112,11 @@ T0=$(date +%s)
 )
 TOKEN="$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
 echo "$TOKEN,testenv-admin,testenv-admin,system:masters" > "$PKI/tokens.csv"
+# Two tenant users with no rights of their own (the tenancy e2e grants them namespace `edit`).
+TENANT_A_TOKEN="$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
+TENANT_B_TOKEN="$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
+echo "$TENANT_A_TOKEN,tenant-a,tenant-a" >> "$PKI/tokens.csv"
+echo "$TENANT_B_TOKEN,tenant-b,tenant-b" >> "$PKI/tokens.csv"
 chmod 600 "$PKI"/*.key "$PKI/tokens.csv"
 
 ETCD_PORT="$(free_port)"; PEER_PORT="$(free_port)"; API_PORT="$(free_port)"; KCM_PORT="$(free_port)"
@@ -180,12 +185,26 @@ users:
   user:
     client-certificate-data: $(b64 "$PKI/admin.crt")
     client-key-data: $(b64 "$PKI/admin.key")
+- name: tenant-a
+  user:
+    token: $TENANT_A_TOKEN
+- name: tenant-b
+  user:
+    token: $TENANT_B_TOKEN
 contexts:
 - name: enoki-testenv
   context:
     cluster: enoki-testenv
     user: testenv-admin
     namespace: default
+- name: tenant-a
+  context:
+    cluster: enoki-testenv
+    user: tenant-a
+- name: tenant-b
+  context:
+    cluster: enoki-testenv
+    user: tenant-b
 current-context: enoki-testenv
 KC
 umask 022

@@ -32,6 +32,10 @@ pub struct SymphonySpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 50))]
     pub synthesis_env: Vec<EnvVar>,
+    /// The ServiceAccount (in the Symphony's namespace) every generated Composition acts as:
+    /// their `spec.serviceAccountName` (see Composition).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_account_name: Option<String>,
 }
 
 /// One variation of a Symphony.

@@ -46,6 +46,11 @@ pub struct SynthesizerSpec {
     /// them all), for every Composition of this Synthesizer. Off by default (`EmptyOutput`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub allow_empty: bool,
+    /// Instance mode: the ServiceAccount (in each implicit Composition's namespace) that the
+    /// implicit Compositions act as — their `spec.serviceAccountName`. Unset: the controller's
+    /// `--default-service-account`, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_account_name: Option<String>,
 }
 
 /// Where a synthesizer's WebAssembly module comes from. Exactly one field is set.

@@ -55,6 +55,113 @@ pub fn workspace_root() -> PathBuf {
         .unwrap_or_default()
 }
 
+/// A client for the test control plane as one of the kubeconfig's other contexts: `tenant-a`
+/// and `tenant-b` are token users with no rights of their own (`hack/testenv.sh`).
+///
+/// # Panics
+/// When the kubeconfig is missing or has no such context.
+pub async fn client_as(context: &str) -> Client {
+    let path = kubeconfig_path();
+    let kubeconfig = Kubeconfig::read_from(&path)
+        .unwrap_or_else(|e| panic!("cannot read kubeconfig {}: {e}", path.display()));
+    let options = KubeConfigOptions {
+        context: Some(context.to_string()),
+        ..KubeConfigOptions::default()
+    };
+    let config = Config::from_custom_kubeconfig(kubeconfig, &options)
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "context {context} in {}: {e} (restart the control plane: `hack/testenv.sh up`)",
+                path.display()
+            )
+        });
+    Client::try_from(config).expect("a client can be built from the kubeconfig")
+}
+
+/// Runs `kubectl` (the Go-built one `make test` puts on PATH) against the test control plane
+/// as its admin; (success, stdout + stderr).
+///
+/// # Panics
+/// When kubectl cannot be started.
+pub fn kubectl(args: &[&str], stdin: Option<&[u8]>) -> (bool, String) {
+    use std::io::Write;
+    let mut child = std::process::Command::new("kubectl")
+        .args(args)
+        .env("KUBECONFIG", kubeconfig_path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("kubectl is on PATH (make test puts the Go-built one there)");
+    if let Some(input) = stdin {
+        if let Some(mut pipe) = child.stdin.take() {
+            pipe.write_all(input).expect("kubectl reads stdin");
+        }
+    }
+    let out = child.wait_with_output().expect("kubectl runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+/// The ServiceAccount the shipped manifests run enoki as.
+pub const CONTROLLER_SA: &str = "system:serviceaccount:enoki-system:enoki";
+
+/// Whether `user` may `verb` `resource` (in `namespace`, or in all namespaces).
+pub fn can_i(user: &str, verb: &str, resource: &str, namespace: Option<&str>) -> bool {
+    let mut args = vec!["auth", "can-i", verb, resource, "--as", user];
+    if let Some(ns) = namespace {
+        args.extend(["-n", ns]);
+    } else {
+        args.push("--all-namespaces");
+    }
+    kubectl(&args, None).1.trim().starts_with("yes")
+}
+
+/// Installs `deploy/overlays/multi-tenant` (kustomize, server-side apply) and removes the
+/// base's aggregated write grants, which `kubectl apply` does not prune; returns once the
+/// controller's ServiceAccount has lost them. Returns the rendered overlay.
+///
+/// # Panics
+/// When kustomize or the API server refuses, or the grants outlive a minute.
+pub fn install_multi_tenant_overlay() -> String {
+    let overlay = workspace_root().join("deploy/overlays/multi-tenant");
+    let overlay = overlay.to_string_lossy();
+    let (ok, yaml) = kubectl(&["kustomize", &overlay], None);
+    assert!(ok, "{yaml}");
+    let (ok, out) = kubectl(
+        &[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--field-manager=deploy-test",
+            "-f",
+            "-",
+        ],
+        Some(yaml.as_bytes()),
+    );
+    assert!(ok, "{out}");
+    for (kind, name) in [
+        ("clusterrolebinding", "enoki-managed-resources"),
+        ("clusterrole", "enoki-managed-resources"),
+        ("clusterrole", "enoki-sample-kinds"),
+        ("clusterrole", "enoki-builtins"),
+    ] {
+        let (ok, out) = kubectl(&["delete", kind, name, "--ignore-not-found"], None);
+        assert!(ok, "{out}");
+    }
+    let start = std::time::Instant::now();
+    while can_i(CONTROLLER_SA, "patch", "configmaps", None) {
+        assert!(start.elapsed().as_secs() < 60, "write grants survived");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    yaml
+}
+
 /// A client for the test control plane.
 ///
 /// # Panics
@@ -191,6 +298,20 @@ impl Enoki {
     /// # Panics
     /// When the binary is missing or cannot start.
     pub fn start_with(namespace: &str, extra: &[&str]) -> Enoki {
+        Enoki::start_as(namespace, extra, &kubeconfig_path(), &[])
+    }
+
+    /// Like [`Enoki::start_with`], connecting with `kubeconfig` (e.g. a ServiceAccount token's)
+    /// and with extra environment variables.
+    ///
+    /// # Panics
+    /// When the binary is missing or cannot start.
+    pub fn start_as(
+        namespace: &str,
+        extra: &[&str],
+        kubeconfig: &std::path::Path,
+        env: &[(&str, &str)],
+    ) -> Enoki {
         // Benchmarks run the release build: ENOKI_BIN names it.
         let bin = std::env::var("ENOKI_BIN")
             .map(PathBuf::from)
@@ -229,8 +350,9 @@ impl Enoki {
         let child = std::process::Command::new(bin)
             .args(&args)
             .args(extra)
-            .env("KUBECONFIG", kubeconfig_path())
+            .env("KUBECONFIG", kubeconfig)
             .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
             .stdout(file.try_clone().expect("log file handle"))
             .stderr(file)
             .spawn()

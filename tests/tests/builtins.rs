@@ -84,7 +84,7 @@ async fn lepton_builds_every_resource_walks_the_state_machine_reverts_edits_and_
     lds.patch("llama", &pp, &Patch::Apply(ld(two)))
         .await
         .unwrap();
-    let enoki = Enoki::start(&ns);
+    let enoki = Enoki::start_with(&ns, &["--lepton-persistent-volumes"]);
 
     let deployments: Api<Deployment> = env.api();
     let services: Api<Service> = env.api();
@@ -100,7 +100,7 @@ async fn lepton_builds_every_resource_walks_the_state_machine_reverts_edits_and_
             pvcs.get_opt(&format!("pvc-{ns}-llama-{i}"))
                 .await
                 .unwrap()?;
-            pvs.get_opt(&format!("pv-{ns}-llama-{i}")).await.unwrap()?;
+            pvs.get_opt(&format!("pv-{ns}.llama-{i}")).await.unwrap()?;
         }
         Some(())
     })
@@ -131,7 +131,7 @@ async fn lepton_builds_every_resource_walks_the_state_machine_reverts_edits_and_
     let pvc = pvcs.get(&format!("pvc-{ns}-llama-1")).await.unwrap();
     assert_eq!(
         pvc.spec.unwrap().volume_name,
-        Some(format!("pv-{ns}-llama-1"))
+        Some(format!("pv-{ns}.llama-1"))
     );
 
     // The state machine, driven by the Deployment's status.
@@ -233,7 +233,7 @@ async fn lepton_builds_every_resource_walks_the_state_machine_reverts_edits_and_
             .unwrap()
             .is_none()
             && pvs
-                .get_opt(&format!("pv-{ns}-llama-1"))
+                .get_opt(&format!("pv-{ns}.llama-1"))
                 .await
                 .unwrap()
                 .is_none())
@@ -241,7 +241,7 @@ async fn lepton_builds_every_resource_walks_the_state_machine_reverts_edits_and_
     })
     .await;
     assert!(
-        pvs.get_opt(&format!("pv-{ns}-llama-0"))
+        pvs.get_opt(&format!("pv-{ns}.llama-0"))
             .await
             .unwrap()
             .is_some()
@@ -264,7 +264,7 @@ async fn lepton_builds_every_resource_walks_the_state_machine_reverts_edits_and_
                 .unwrap()
                 .is_none()
             && pvs
-                .get_opt(&format!("pv-{ns}-llama-0"))
+                .get_opt(&format!("pv-{ns}.llama-0"))
                 .await
                 .unwrap()
                 .is_none())
@@ -829,4 +829,73 @@ async fn quota_aggregates_usage_over_selected_namespaces_and_follows_changes() {
     for n in [&a, &b, &x] {
         let _ = nss.delete(n, &DeleteParams::default()).await;
     }
+}
+
+#[tokio::test]
+async fn lepton_mounts_need_the_platforms_persistent_volume_switch() {
+    let env = TestEnv::new().await;
+    install_crds(&env.client).await;
+    let lds = dynamic(
+        &env,
+        "lepton.ai",
+        "LeptonDeployment",
+        "leptondeployments",
+        true,
+    );
+    let ld = json!({"apiVersion": "lepton.ai/v1alpha1", "kind": "LeptonDeployment",
+    "metadata": {"name": "mounted"},
+    "spec": {"name": "mounted", "photon_id": "p-1", "photon_image": "example.com/m:1",
+             "efs_id": "fs-1", "efs_access_point_id": "ap-1",
+             "mounts": [{"path": "/models", "mount_path": "/mnt/models"}],
+             // A tenant cannot switch it on through the synthesis environment.
+             }});
+    lds.patch("mounted", &PatchParams::apply("test"), &Patch::Apply(ld))
+        .await
+        .unwrap();
+    let comps: Api<crds::Composition> = env.api();
+    let enoki = Enoki::start(&env.namespace);
+    eventually("the implicit Composition", WAIT, || async {
+        comps.get_opt("mounted").await.unwrap()
+    })
+    .await;
+    let env_override = json!({"spec": {"synthesisEnv": [
+        {"name": "ENOKI_LEPTON_PERSISTENT_VOLUMES", "value": "true"}]}});
+    let generation = comps
+        .patch(
+            "mounted",
+            &PatchParams::default(),
+            &Patch::Merge(&env_override),
+        )
+        .await
+        .unwrap()
+        .metadata
+        .generation;
+    let message = eventually("Synthesized=False naming the switch", WAIT, || async {
+        let c = comps.get("mounted").await.unwrap().status?.conditions;
+        let c = c.into_iter().find(|c| c.type_ == "Synthesized")?;
+        (c.status == "False"
+            && c.observed_generation >= generation
+            && c.message.contains("--lepton-persistent-volumes"))
+        .then_some(c.message)
+    })
+    .await;
+    assert!(message.contains("spec.mounts"), "{message}");
+    let deployments: Api<Deployment> = env.api();
+    let pvcs: Api<PersistentVolumeClaim> = env.api();
+    assert!(deployments.get_opt("mounted").await.unwrap().is_none());
+    assert!(
+        pvcs.list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    let pvs: Api<PersistentVolume> = Api::all(env.client.clone());
+    assert!(
+        pvs.get_opt(&format!("pv-{}.mounted-0", env.namespace))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    drop(enoki);
 }

@@ -2,29 +2,7 @@
 //! can do what enoki needs and nothing like cluster-admin.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
-use std::process::Command;
-
-fn kubectl(args: &[&str], stdin: Option<&[u8]>) -> (bool, String) {
-    use std::io::Write;
-    let mut child = Command::new("kubectl")
-        .args(args)
-        .env("KUBECONFIG", harness::kubeconfig_path())
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("kubectl is on PATH (make test puts the Go-built one there)");
-    if let Some(input) = stdin {
-        child.stdin.take().unwrap().write_all(input).unwrap();
-    }
-    let out = child.wait_with_output().unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
-}
+use harness::kubectl;
 
 #[tokio::test]
 async fn the_kustomize_base_installs_with_least_privilege_rbac() {
@@ -66,15 +44,8 @@ async fn the_kustomize_base_installs_with_least_privilege_rbac() {
         assert!(out.contains(expected), "{expected} not applied:\n{out}");
     }
 
-    let sa = "system:serviceaccount:enoki-system:enoki";
     let can = |verb: &str, resource: &str, ns: Option<&str>| {
-        let mut args = vec!["auth", "can-i", verb, resource, "--as", sa];
-        if let Some(ns) = ns {
-            args.extend(["-n", ns]);
-        } else {
-            args.push("--all-namespaces");
-        }
-        kubectl(&args, None).1.trim().starts_with("yes")
+        harness::can_i(harness::CONTROLLER_SA, verb, resource, ns)
     };
     // What enoki needs.
     assert!(can("patch", "compositions.enoki.dev/status", None));
@@ -127,37 +98,10 @@ async fn the_kustomize_base_installs_with_least_privilege_rbac() {
 
     // The multi-tenant overlay on top: reads, impersonation, its own API — no writes of what
     // synthesizers emit (kustomize does not prune, so the base's aggregated grants go by hand).
-    let overlay = harness::workspace_root().join("deploy/overlays/multi-tenant");
-    let (ok, yaml) = kubectl(&["kustomize", overlay.to_str().unwrap()], None);
-    assert!(ok, "{yaml}");
+    let yaml = harness::install_multi_tenant_overlay();
     assert!(yaml.contains("--default-service-account=default"));
     assert!(yaml.contains("--no-cross-namespace-refs"));
-    let (ok, out) = kubectl(
-        &[
-            "apply",
-            "--server-side",
-            "--force-conflicts",
-            "--field-manager=deploy-test",
-            "-f",
-            "-",
-        ],
-        Some(yaml.as_bytes()),
-    );
-    assert!(ok, "{out}");
-    for (kind, name) in [
-        ("clusterrolebinding", "enoki-managed-resources"),
-        ("clusterrole", "enoki-managed-resources"),
-        ("clusterrole", "enoki-sample-kinds"),
-        ("clusterrole", "enoki-builtins"),
-    ] {
-        let (ok, out) = kubectl(&["delete", kind, name, "--ignore-not-found"], None);
-        assert!(ok, "{out}");
-    }
-    let start = std::time::Instant::now();
-    while can("patch", "configmaps", None) {
-        assert!(start.elapsed().as_secs() < 60, "write grants survived");
-        std::thread::sleep(std::time::Duration::from_millis(500));
-    }
+    assert!(!yaml.contains("--lepton-persistent-volumes"));
     assert!(can("impersonate", "serviceaccounts", None));
     assert!(can("list", "secrets", None), "reads for the watch caches");
     assert!(can("patch", "compositions.enoki.dev/status", None));

@@ -419,3 +419,167 @@ async fn the_default_service_account_applies_to_compositions_that_name_none() {
     );
     drop(enoki);
 }
+
+#[tokio::test]
+async fn instance_mode_compositions_act_as_the_synthesizers_service_account() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+    use kube::core::GroupVersionKind;
+    let env = TestEnv::new().await;
+    install_crds(&env.client).await;
+    // A kind of this test's own, so no other suite's instances are touched.
+    let group = format!("{}.enoki.test", env.namespace);
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "metadata": {"name": format!("widgets.{group}")},
+        "spec": {"group": group, "scope": "Namespaced",
+                 "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+                 "versions": [{"name": "v1", "served": true, "storage": true,
+                     "schema": {"openAPIV3Schema": {"type": "object",
+                         "x-kubernetes-preserve-unknown-fields": true}}}]}}))
+    .unwrap();
+    let crds: Api<CustomResourceDefinition> = Api::all(env.client.clone());
+    crds.create(&PostParams::default(), &crd).await.unwrap();
+    eventually("Widget served", WAIT, || async {
+        let c = crds.get(&format!("widgets.{group}")).await.unwrap();
+        c.status?
+            .conditions?
+            .iter()
+            .any(|c| c.type_ == "Established" && c.status == "True")
+            .then_some(())
+    })
+    .await;
+    // The platform's instance-mode Synthesizer: every Widget is synthesized as `deployer`.
+    let synth = install_synthesizer(&env, "widgets", &echo_module()).await;
+    let spec = json!({"spec": {"refs": null, "serviceAccountName": "deployer",
+        "for": {"group": group, "version": "v1", "kind": "Widget"}}});
+    Api::<crds::Synthesizer>::all(env.client.clone())
+        .patch(&synth, &PatchParams::default(), &Patch::Merge(&spec))
+        .await
+        .unwrap();
+    config_map_writer(&env, "deployer").await;
+    // Inputs are read as the account too: it may read the Widgets (its instances).
+    let role: k8s_openapi::api::rbac::v1::Role = serde_json::from_value(json!({
+        "metadata": {"name": "widget-reader"},
+        "rules": [{"apiGroups": [group], "resources": ["widgets"], "verbs": ["get", "list", "watch"]}]}))
+    .unwrap();
+    env.api::<k8s_openapi::api::rbac::v1::Role>()
+        .create(&PostParams::default(), &role)
+        .await
+        .unwrap();
+    let rb: k8s_openapi::api::rbac::v1::RoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "widget-reader"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "widget-reader"},
+        "subjects": [{"kind": "ServiceAccount", "name": "deployer", "namespace": env.namespace}]}))
+    .unwrap();
+    env.api::<k8s_openapi::api::rbac::v1::RoleBinding>()
+        .create(&PostParams::default(), &rb)
+        .await
+        .unwrap();
+    let other = format!("{}-b", env.namespace);
+    harness::create_namespace(&env.client, &other).await;
+    let mut elsewhere = harness::config_map("elsewhere", json!({}), json!({"v": "1"}));
+    elsewhere["metadata"]["namespace"] = json!(other);
+    let allowed = harness::config_map("allowed", json!({}), json!({"v": "1"}));
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(&group, "v1", "Widget"),
+        "widgets",
+    );
+    let widgets: Api<DynamicObject> = Api::namespaced_with(env.client.clone(), &env.namespace, &ar);
+    let widget: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": format!("{group}/v1"), "kind": "Widget", "metadata": {"name": "w1"},
+        "data": {"items": json!([allowed, elsewhere]).to_string()}}))
+    .unwrap();
+    widgets
+        .create(&PostParams::default(), &widget)
+        .await
+        .unwrap();
+    let enoki = Enoki::start_with(&env.namespace, &["--builtins", "none"]);
+
+    let comps: Api<Composition> = env.api();
+    let implicit = eventually("the implicit Composition", WAIT, || async {
+        comps.get_opt("w1").await.unwrap()
+    })
+    .await;
+    assert_eq!(
+        implicit.spec.service_account_name.as_deref(),
+        Some("deployer")
+    );
+    let (_, _, message) = eventually("w1: Reconciled=False Forbidden", WAIT, || async {
+        let c = harness::composition_condition(&env, "w1", "Reconciled").await?;
+        (c.0 == "False" && c.1 == "Forbidden").then_some(c)
+    })
+    .await;
+    assert!(
+        message.contains("elsewhere")
+            && message.contains(&format!("system:serviceaccount:{}:deployer", env.namespace)),
+        "{message}"
+    );
+    let cms: Api<ConfigMap> = env.api();
+    eventually("allowed applied", WAIT, || async {
+        cms.get_opt("allowed").await.unwrap().map(|_| ())
+    })
+    .await;
+    let there: Api<ConfigMap> = Api::namespaced(env.client.clone(), &other);
+    assert!(there.get_opt("elsewhere").await.unwrap().is_none());
+    drop(enoki);
+    let _ = crds
+        .delete(&format!("widgets.{group}"), &DeleteParams::default())
+        .await;
+}
+
+#[tokio::test]
+async fn a_symphonys_compositions_act_as_its_service_account() {
+    use kube::api::{Patch, PatchParams};
+    let env = TestEnv::new().await;
+    install_crds(&env.client).await;
+    let synth = install_synthesizer(&env, "echo", &echo_module()).await;
+    config_map_writer(&env, "deployer").await;
+    let other = format!("{}-b", env.namespace);
+    harness::create_namespace(&env.client, &other).await;
+    let mut elsewhere = harness::config_map("elsewhere", json!({}), json!({"v": "1"}));
+    elsewhere["metadata"]["namespace"] = json!(other);
+    let allowed = harness::config_map("allowed", json!({}), json!({"v": "1"}));
+    harness::set_echo_items(&env, "items", &json!([allowed, elsewhere])).await;
+    let symphony = json!({"apiVersion": "enoki.dev/v1alpha1", "kind": "Symphony",
+        "metadata": {"name": "stack"},
+        "spec": {"serviceAccountName": "deployer",
+                 "bindings": [{"key": "config", "resource": {"name": "items"}}],
+                 "variations": [{"synthesizer": {"name": synth}}]}});
+    let syms: Api<crds::Symphony> = env.api();
+    syms.patch(
+        "stack",
+        &PatchParams::apply("test"),
+        &Patch::Apply(&symphony),
+    )
+    .await
+    .unwrap();
+    let enoki = Enoki::start(&env.namespace);
+
+    let comps: Api<Composition> = env.api();
+    let name = format!("stack-{synth}");
+    let generated = eventually("the generated Composition", WAIT, || async {
+        comps.get_opt(&name).await.unwrap()
+    })
+    .await;
+    assert_eq!(
+        generated.spec.service_account_name.as_deref(),
+        Some("deployer")
+    );
+    let (_, _, message) = eventually("Reconciled=False Forbidden", WAIT, || async {
+        let c = harness::composition_condition(&env, &name, "Reconciled").await?;
+        (c.0 == "False" && c.1 == "Forbidden").then_some(c)
+    })
+    .await;
+    assert!(
+        message.contains(&format!("system:serviceaccount:{}:deployer", env.namespace)),
+        "{message}"
+    );
+    let cms: Api<ConfigMap> = env.api();
+    eventually("allowed applied", WAIT, || async {
+        cms.get_opt("allowed").await.unwrap().map(|_| ())
+    })
+    .await;
+    let there: Api<ConfigMap> = Api::namespaced(env.client.clone(), &other);
+    assert!(there.get_opt("elsewhere").await.unwrap().is_none());
+    drop(enoki);
+}

@@ -18,11 +18,24 @@
 //! `lepton.ai/deletion` finalizer); `internal_endpoint` names the Service (upstream names the
 //! Deployment, which no DNS name resolves); `spec.name` must equal `metadata.name` (upstream
 //! loops when they differ).
+//!
+//! PersistentVolumes are cluster-scoped and name storage by `volumeHandle`, so a tenant who may
+//! create LeptonDeployments must not get them by default: they are emitted only when the
+//! platform runs enoki with `--lepton-persistent-volumes` (which reaches this synthesizer as
+//! [`PERSISTENT_VOLUMES_ENV`], set by the controller after every user-supplied variable);
+//! otherwise a LeptonDeployment with `mounts` is refused with a clear error. Each PV is named
+//! `pv-<ns>.<name>-<i>` — a namespace has no dot, so two LeptonDeployments can never collide
+//! (upstream's `pv-<ns>-<name>-<i>` does: `a`/`b-c` and `a-b`/`c`) — and carries a `claimRef`
+//! to its own PVC, so no other claim can bind it.
 
 use enoki_sdk::{Error, Input, Output, Resource};
 use serde_json::{Value, json};
 
 use crate::quantity::Quantity;
+
+/// Set to `true` by the controller (`enoki run --lepton-persistent-volumes`) when this
+/// built-in may emit PersistentVolumes; tenants cannot set it (the controller's value wins).
+pub const PERSISTENT_VOLUMES_ENV: &str = "ENOKI_LEPTON_PERSISTENT_VOLUMES";
 
 /// The instance kind.
 pub const FOR: (&str, &str, &str) = ("lepton.ai", "v1alpha1", "LeptonDeployment");
@@ -122,6 +135,12 @@ pub fn synthesize(input: &Input) -> Result<Output, Error> {
             "spec.efs_id is required when spec.mounts is set".into(),
         ));
     }
+    if !mounts.is_empty() && input.env(PERSISTENT_VOLUMES_ENV).as_deref() != Some("true") {
+        return Err(invalid(format!(
+            "spec.mounts needs PersistentVolumes, which the platform has not enabled for the \
+             lepton built-in (enoki run --lepton-persistent-volumes; {PERSISTENT_VOLUMES_ENV})"
+        )));
+    }
     let (photon_name, photon_id) = (s(&spec, "/photon_name"), s(&spec, "/photon_id"));
     let rr = spec
         .get("resource_requirement")
@@ -138,7 +157,7 @@ pub fn synthesize(input: &Input) -> Result<Output, Error> {
     ];
     let mut mounts_main = vec![json!({"name": "photon", "mountPath": "/photon"})];
     for (i, m) in mounts.iter().enumerate() {
-        let pv = format!("pv-{ns}-{name}-{i}");
+        let pv = format!("pv-{ns}.{name}-{i}");
         let pvc = format!("pvc-{ns}-{name}-{i}");
         out.push(
             Resource::from_value(json!({
@@ -148,6 +167,8 @@ pub fn synthesize(input: &Input) -> Result<Output, Error> {
                     "capacity": {"storage": "5Gi"}, "volumeMode": "Filesystem",
                     "accessModes": ["ReadWriteMany"], "persistentVolumeReclaimPolicy": "Retain",
                     "storageClassName": "efs-sc", "mountOptions": ["tls"],
+                    "claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                                 "namespace": ns, "name": pvc},
                     "csi": {"driver": "efs.csi.aws.com", "volumeHandle": format!("{}:{}:{}",
                         s(&spec, "/efs_id"), s(m, "/path"), s(&spec, "/efs_access_point_id"))},
                 },

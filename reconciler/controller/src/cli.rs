@@ -158,6 +158,11 @@ pub struct RunArgs {
     /// terminal `CrossNamespaceRef` condition.
     #[arg(long, env = "ENOKI_NO_CROSS_NAMESPACE_REFS", default_value_t = false)]
     pub no_cross_namespace_refs: bool,
+    /// Let the `lepton` built-in emit PersistentVolumes for `spec.mounts` (cluster-scoped
+    /// storage: off by default, on in the single-tenant `deploy/base`). Off, a
+    /// LeptonDeployment with mounts gets an `InvalidInput` condition.
+    #[arg(long, env = "ENOKI_LEPTON_PERSISTENT_VOLUMES", default_value_t = false)]
+    pub lepton_persistent_volumes: bool,
     /// Follow module-download redirects and OCI token realms to loopback, link-local and
     /// private addresses (refused by default).
     #[arg(

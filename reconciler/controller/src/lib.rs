@@ -72,6 +72,7 @@ fn start(args: &cli::RunArgs) -> anyhow::Result<()> {
     let opts = run::Options {
         sandbox,
         no_cross_namespace_refs: args.no_cross_namespace_refs,
+        lepton_persistent_volumes: args.lepton_persistent_volumes,
         default_service_account: args
             .default_service_account
             .clone()

@@ -173,12 +173,12 @@ impl Context {
             return Ok(c);
         }
         let mut config = self.base_config.clone();
+        // No groups: for a ServiceAccount user the API server adds its groups itself
+        // (`system:serviceaccounts`, `system:serviceaccounts:<ns>`, `system:authenticated`);
+        // naming them would need `impersonate` on groups, which would let the controller act
+        // as any group.
         config.auth_info.impersonate = Some(user.clone());
-        config.auth_info.impersonate_groups = Some(vec![
-            "system:serviceaccounts".into(),
-            format!("system:serviceaccounts:{ns}"),
-            "system:authenticated".into(),
-        ]);
+        config.auth_info.impersonate_groups = None;
         let client = Client::try_from(config)?;
         if let Ok(mut m) = self.impersonating.lock() {
             m.insert(user, client.clone());

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeSet;
 
+use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use serde_json::{Map, Value, json};
@@ -165,7 +166,15 @@ pub async fn collection(
             },
         }
     }
-    let api: Api<DynamicObject> = Api::all_with(ctx.client.clone(), &ar);
+    // As the Composition's account; under --no-cross-namespace-refs only its own namespace.
+    let client = ctx
+        .client_for(comp)
+        .map_err(kube_err("building the impersonating client"))?;
+    let api: Api<DynamicObject> = if namespaced && ctx.opts.no_cross_namespace_refs {
+        Api::namespaced_with(client, &comp.namespace().unwrap_or_default(), &ar)
+    } else {
+        Api::all_with(client, &ar)
+    };
     let mut lp = ListParams::default();
     if !selectors.is_empty() {
         lp = lp.labels(&selectors.join(","));
@@ -174,6 +183,9 @@ pub async fn collection(
         Ok(l) => l,
         Err(kube::Error::Api(e)) if e.code == 400 => {
             return Ok(Err(format!("input {key:?}: label selector: {}", e.message)));
+        }
+        Err(kube::Error::Api(e)) if e.code == 403 => {
+            return Ok(Err(format!("input {key:?}: {}", e.message)));
         }
         Err(e) => return Err(kube_err(format!("listing input {key:?}"))(e)),
     };
@@ -271,6 +283,9 @@ pub async fn observed_outputs(
     let Some(current) = &st.current_synthesis else {
         return Ok((out, observed_digest(std::iter::empty())));
     };
+    let client = ctx
+        .client_for(comp)
+        .map_err(kube_err("building the impersonating client"))?;
     for manifest in emitted(ctx, comp, current).await?.unwrap_or_default() {
         let Ok(key) = plan::ResourceKey::of(&manifest) else {
             continue;
@@ -281,15 +296,17 @@ pub async fn observed_outputs(
             continue;
         };
         let api: Api<DynamicObject> = if namespaced {
-            Api::namespaced_with(ctx.client.clone(), &key.namespace, &ar)
+            Api::namespaced_with(client.clone(), &key.namespace, &ar)
         } else {
-            Api::all_with(ctx.client.clone(), &ar)
+            Api::all_with(client.clone(), &ar)
         };
-        if let Some(live) = api
-            .get_opt(&key.name)
-            .await
-            .map_err(kube_err(format!("reading observed output {key}")))?
-        {
+        // Read as the Composition's account: an object it may not read is not observed
+        // (otherwise emitting another tenant's Secret would hand its data to the module).
+        let live = match api.get_opt(&key.name).await {
+            Err(kube::Error::Api(e)) if e.code == 403 => None,
+            other => other.map_err(kube_err(format!("reading observed output {key}")))?,
+        };
+        if let Some(live) = live {
             let mut v = serde_json::to_value(live).unwrap_or_default();
             if v.get("apiVersion").is_none() {
                 v["apiVersion"] = json!(ar.api_version);

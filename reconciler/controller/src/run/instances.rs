@@ -7,6 +7,9 @@
 //! Cluster-scoped instances get `<kind>-<name>` in the instance namespace
 //! (`--instance-namespace`; by default `enoki-system`, and none — cluster-scoped instances
 //! are left to a cluster-wide enoki — when enoki is scoped to one namespace).
+//!
+//! The implicit Compositions act as the Synthesizer's `spec.serviceAccountName` (each in its own
+//! namespace) or, when it names none, as `--default-service-account` like any Composition.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -35,14 +38,22 @@ struct Instance {
     ar: ApiResource,
     namespaced: bool,
     composition_namespace: Option<String>,
+    /// The Synthesizer's `spec.serviceAccountName`, given to every implicit Composition.
+    service_account: Option<String>,
+}
+
+/// What an instance controller is started from; a change restarts it.
+#[derive(Clone, PartialEq)]
+struct Wanted {
+    gvk: crds::GroupVersionKind,
+    service_account: Option<String>,
 }
 
 /// Watches Synthesizers and runs one instance controller per Synthesizer with `spec.for`,
 /// until the process stops.
 pub async fn run(ctx: Arc<Context>) {
     let synths: Api<Synthesizer> = Api::all(ctx.client.clone());
-    let mut running: HashMap<String, (crds::GroupVersionKind, tokio::task::JoinHandle<()>)> =
-        HashMap::new();
+    let mut running: HashMap<String, (Wanted, tokio::task::JoinHandle<()>)> = HashMap::new();
     let mut events = watcher(synths, watcher::Config::default())
         .default_backoff()
         .boxed();
@@ -60,27 +71,27 @@ pub async fn run(ctx: Arc<Context>) {
         let wanted = if deleted {
             None
         } else {
-            synth.spec.for_kind.clone()
+            synth.spec.for_kind.clone().map(|gvk| Wanted {
+                gvk,
+                service_account: synth.spec.service_account_name.clone(),
+            })
         };
-        if let Some((gvk, handle)) = running.get(&name) {
-            if Some(gvk) == wanted.as_ref() {
+        if let Some((current, handle)) = running.get(&name) {
+            if Some(current) == wanted.as_ref() {
                 continue;
             }
             handle.abort();
             running.remove(&name);
         }
-        if let Some(gvk) = wanted {
-            let handle = tokio::spawn(instance_controller(ctx.clone(), name.clone(), gvk.clone()));
-            running.insert(name, (gvk, handle));
+        if let Some(w) = wanted {
+            let handle = tokio::spawn(instance_controller(ctx.clone(), name.clone(), w.clone()));
+            running.insert(name, (w, handle));
         }
     }
 }
 
-async fn instance_controller(
-    ctx: Arc<Context>,
-    synthesizer: String,
-    for_kind: crds::GroupVersionKind,
-) {
+async fn instance_controller(ctx: Arc<Context>, synthesizer: String, wanted: Wanted) {
+    let for_kind = wanted.gvk;
     let gvk = GroupVersionKind::gvk(&for_kind.group, &for_kind.version, &for_kind.kind);
     let (ar, namespaced) = loop {
         match ctx.resolve(&gvk).await {
@@ -115,6 +126,7 @@ async fn instance_controller(
         ar: ar.clone(),
         namespaced,
         composition_namespace,
+        service_account: wanted.service_account,
     });
     Controller::new_with(api, watcher::Config::default(), ar)
         .run(reconcile, error_policy, state)
@@ -190,7 +202,7 @@ async fn reconcile(obj: Arc<DynamicObject>, inst: Arc<Instance>) -> Result<Actio
     if let Some(ns) = obj.namespace() {
         binding["resource"]["namespace"] = json!(ns);
     }
-    let comp = json!({
+    let mut comp = json!({
         "apiVersion": Composition::api_version(&()),
         "kind": Composition::kind(&()),
         "metadata": {
@@ -204,6 +216,9 @@ async fn reconcile(obj: Arc<DynamicObject>, inst: Arc<Instance>) -> Result<Actio
         },
         "spec": {"synthesizer": {"name": inst.synthesizer}, "bindings": [binding]},
     });
+    if let Some(sa) = &inst.service_account {
+        comp["spec"]["serviceAccountName"] = json!(sa);
+    }
     comps
         .patch(
             &comp_name,

@@ -94,6 +94,8 @@ pub struct Options {
     pub default_service_account: Option<String>,
     /// Refuse references that leave a Composition's namespace.
     pub no_cross_namespace_refs: bool,
+    /// The `lepton` built-in may emit PersistentVolumes.
+    pub lepton_persistent_volumes: bool,
     /// The controller's own namespace (module ConfigMaps must live there under
     /// `no_cross_namespace_refs`).
     pub controller_namespace: Option<String>,

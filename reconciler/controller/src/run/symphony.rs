@@ -120,8 +120,7 @@ fn desired_composition(sym: &Symphony, v: &Variation) -> serde_json::Value {
             })
             .collect(),
         allow_empty: false,
-        // Symphonies do not carry one yet: the controller's default applies.
-        service_account_name: None,
+        service_account_name: sym.spec.service_account_name.clone(),
     };
     let owner = OwnerReference {
         api_version: Symphony::api_version(&()).into(),

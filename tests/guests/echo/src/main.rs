@@ -2,11 +2,13 @@
 //! `data.items` of the ConfigMap bound under `config`, so a test controls the synthesis
 //! output (annotations included) by editing one ConfigMap; `data.pad` pads the last item
 //! with that many bytes; `data.raw`, when set, is written to stdout verbatim instead (tests
-//! of malformed output).
+//! of malformed output). `data.mirror`, when set, adds a ConfigMap of that name whose data are the
+//! observed outputs it was given (tests that a module never sees what it may not read). In
+//! instance mode (no `config` bound) it reads the instance, `self`.
 
 fn main() {
     enoki_sdk::run(|input| {
-        let config = input.input("config")?;
+        let config = input.input("config").or_else(|_| input.input("self"))?;
         if let Some(raw) = config.pointer("/data/raw").and_then(|v| v.as_str()) {
             use std::io::Write;
             let mut out = std::io::stdout();
@@ -30,6 +32,23 @@ fn main() {
             .and_then(|v| v.parse().ok())
             .unwrap_or(0);
         let mut out = enoki_sdk::Output::default();
+        if let Some(mirror) = config.pointer("/data/mirror").and_then(|v| v.as_str()) {
+            let mut data = serde_json::Map::new();
+            for o in input.observed() {
+                let key = format!(
+                    "{}.{}",
+                    o.pointer("/kind")
+                        .and_then(|v| v.as_str())
+                        .unwrap_or_default(),
+                    o.pointer("/metadata/name")
+                        .and_then(|v| v.as_str())
+                        .unwrap_or_default()
+                );
+                data.insert(key, serde_json::Value::String(o.to_string()));
+            }
+            out.push(serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": mirror}, "data": data}));
+        }
         let last = items.len().saturating_sub(1);
         for (i, mut item) in items.into_iter().enumerate() {
             if i == last && pad > 0 {

@@ -171,6 +171,7 @@ async fn run(
             .iter()
             .chain(comp.spec.synthesis_env.iter())
             .map(|e| (e.name.clone(), e.value.clone()))
+            .chain(controller_env(ctx, req.synth))
             .collect(),
         program: req.synth.name_any(),
     };
@@ -211,6 +212,18 @@ async fn run(
             .observe(out.peak_memory_bytes as f64);
     }
     Ok(result)
+}
+
+/// Variables the controller sets after the Synthesizer's `env` and the Composition's
+/// `synthesisEnv`, so neither can override them: platform switches of the built-ins.
+fn controller_env(ctx: &Context, synth: &Synthesizer) -> Vec<(String, String)> {
+    match synth.spec.module.builtin.as_deref() {
+        Some("lepton") => vec![(
+            builtins::lepton::PERSISTENT_VOLUMES_ENV.to_string(),
+            ctx.opts.lepton_persistent_volumes.to_string(),
+        )],
+        _ => Vec::new(),
+    }
 }
 
 async fn report_failure(
