@@ -94,10 +94,10 @@ pub fn kubectl(args: &[&str], stdin: Option<&[u8]>) -> (bool, String) {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("kubectl is on PATH (make test puts the Go-built one there)");
-    if let Some(input) = stdin {
-        if let Some(mut pipe) = child.stdin.take() {
-            pipe.write_all(input).expect("kubectl reads stdin");
-        }
+    if let Some(input) = stdin
+        && let Some(mut pipe) = child.stdin.take()
+    {
+        pipe.write_all(input).expect("kubectl reads stdin");
     }
     let out = child.wait_with_output().expect("kubectl runs");
     let text = format!(
