@@ -15,5 +15,6 @@ cargo build --locked --release --target wasm32-wasip1 -p reconciler-builtins --b
 
 mkdir -p target/samples
 (cd samples/03-go && GOOS=wasip1 GOARCH=wasm go build -ldflags="-s -w" -o ../../target/samples/go.wasm .)
+(cd samples/11-eno-go && GOOS=wasip1 GOARCH=wasm go build -ldflags="-s -w" -o ../../target/samples/eno-go.wasm .)
 clang --target=wasm32-wasi -O2 -o target/samples/c.wasm samples/04-c/hello.c
 ls -l target/samples/*.wasm target/wasm32-wasip1/release/*.wasm target/wasm32-wasip2/release/*.wasm >&2

@@ -36,5 +36,6 @@ phase "cargo fmt --check" cargo fmt --all --check
 phase "cargo clippy -D warnings" cargo clippy --workspace --all-targets --locked -- -D warnings
 phase "plan stays pure (no tokio/kube-client/hyper/wasmtime)" hack/check-plan-deps.sh
 phase "cargo test (unit, golden, e2e against the control plane)" cargo test --workspace --locked
+phase "go test (sample 11: enoki's stdin as Eno's SDK reads it)" bash -c 'cd samples/11-eno-go && go test ./...'
 phase "cargo doc" env RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked -q
 echo "==> all done in $(( $(date +%s) - T_ALL ))s" >&2

@@ -1,6 +1,8 @@
 //! The `Composition` resource: binds a synthesizer to inputs, and reports the in-flight,
 //! current and previous synthesis plus rolled-up conditions in its status.
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -109,6 +111,10 @@ pub struct CompositionStatus {
     /// A synthesis that has started but not yet succeeded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub in_flight_synthesis: Option<Synthesis>,
+    /// The inputs as last observed (Eno's `status.inputRevisions`): key, resourceVersion and
+    /// the lockstep annotations.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub input_revisions: Vec<InputRevision>,
     /// Whether `dependsOn` holds this Composition back (Eno's `dependencyStatus`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dependency_status: Option<DependencyStatus>,
@@ -209,6 +215,15 @@ pub struct InputRevision {
     /// The object's `enoki.dev/revision` annotation, if set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revision: Option<i64>,
+    /// The object's `synthesizer-generation` annotation, if set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub synthesizer_generation: Option<i64>,
+    /// The object's `composition-generation` annotation, if set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub composition_generation: Option<i64>,
+    /// The object's `ignore-side-effects` annotation, when it parses as a bool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ignore_side_effects: Option<bool>,
     /// For a collection (and for the observed outputs, key `enoki.dev/observed`): SHA-256 of
     /// what the synthesizer sees, so changes it cannot see do not re-synthesize.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -226,11 +241,15 @@ pub struct ResourceSliceRef {
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct SynthesisResult {
-    /// `error`, `warning` or `info`.
+    /// `error`, `warning` or `info`; empty when the synthesizer set none (KRM: optional).
+    #[serde(default)]
     pub severity: String,
     /// What the synthesizer said.
     pub message: String,
     /// The resource it is about, if any (`kind/namespace/name`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource_ref: Option<String>,
+    /// The result's `tags` (KRM), kept as Eno keeps them.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tags: BTreeMap<String, String>,
 }

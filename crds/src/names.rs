@@ -88,6 +88,8 @@ keys! {
     ADOPT = "adopt";
     /// `watch` (default), `interval` or `off`.
     DRIFT = "drift";
+    /// Readiness without CEL checks: `exists` (default, Eno) or `kstatus`. Cascading.
+    HEALTH = "health";
     /// On synthesizer input items: the ref key the item is bound under.
     INPUT_KEY = "input-key";
     /// On synthesizer input items: the item is the live state of a previous output.
@@ -96,6 +98,14 @@ keys! {
     FORCE_RESYNTHESIS = "force-resynthesis";
     /// On inputs: an integer revision that replaces resourceVersion for change detection.
     REVISION = "revision";
+    /// On inputs: the Synthesizer generation the input's producer has seen; synthesis waits
+    /// while the Synthesizer is newer (Eno's lockstep).
+    SYNTHESIZER_GENERATION = "synthesizer-generation";
+    /// On Compositions (`"true"`): only the Composition's own changes re-synthesize. On inputs:
+    /// `"true"`, its changes never do; `"false"`, they always do (Eno).
+    IGNORE_SIDE_EFFECTS = "ignore-side-effects";
+    /// On inputs: the Composition generation the input's producer has seen (as above).
+    COMPOSITION_GENERATION = "composition-generation";
     /// Label on every managed object: the owning composition's UID.
     MANAGED_BY = "managed-by";
 }
@@ -145,6 +155,8 @@ pub mod reasons {
     pub const INSTANTIATE: &str = "Instantiate";
     /// A required input does not exist.
     pub const MISSING_INPUT: &str = "MissingInput";
+    /// Inputs out of lockstep (`revision`, `synthesizer-generation`, `composition-generation`).
+    pub const MISMATCHED_INPUTS: &str = "MismatchedInputs";
     /// The module could not be fetched or compiled.
     pub const MODULE_UNAVAILABLE: &str = "ModuleUnavailable";
     /// A write was refused by RBAC: the Composition's ServiceAccount may not do it.

@@ -27,6 +27,7 @@
 //! No kube client, no tokio, no wasmtime: only serde.
 
 pub mod annotations;
+pub mod quantity;
 pub mod resource;
 pub mod resource_list;
 pub mod selector;

@@ -224,7 +224,11 @@ async fn a_failing_synthesizer_shows_its_typed_error_and_leaves_previous_resourc
     .await;
     assert!(cond.message.contains("bad input"), "{}", cond.message);
     let st = comps.get("hello").await.unwrap().status.unwrap();
-    assert_eq!(st.simplified.unwrap().status, "Failed");
+    assert_eq!(
+        st.simplified.unwrap().status,
+        "SynthesisBackoff",
+        "Eno's word"
+    );
     assert_eq!(
         cms.get("hello-message").await.unwrap().resource_version(),
         before,

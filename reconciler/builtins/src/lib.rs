@@ -10,7 +10,7 @@
 //! [`synthesizer_spec`] is the Synthesizer enoki installs at startup.
 
 pub mod lepton;
-pub mod quantity;
+pub use enoki_sdk::quantity;
 pub mod quota;
 pub mod selector;
 pub mod trustee;

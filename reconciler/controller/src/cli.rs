@@ -109,6 +109,10 @@ pub struct RunArgs {
     /// Compositions (humantime): a bad module rolls out one Composition at a time.
     #[arg(long, env = "ENOKI_ROLLOUT_COOLDOWN", default_value = "2s")]
     pub rollout_cooldown: String,
+    /// The shortest `reconcile-interval` honoured (Eno's `--min-reconcile-interval`): a smaller
+    /// annotation value is raised to it, and no re-check is scheduled sooner (humantime).
+    #[arg(long, env = "ENOKI_MIN_RECONCILE_INTERVAL", default_value = "1s")]
+    pub min_reconcile_interval: String,
     /// Safety-net re-check of ready Compositions (humantime): the default reconcile interval.
     /// In-sync resources cost no write (fast path); `reconcile-interval` annotations shorten it.
     #[arg(

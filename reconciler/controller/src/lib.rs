@@ -99,6 +99,7 @@ fn start(args: &cli::RunArgs) -> anyhow::Result<()> {
         readiness_poll: parse("readiness-poll", &args.readiness_poll)?,
         resync: parse("resync", &args.resync)?,
         rollout_cooldown: parse("rollout-cooldown", &args.rollout_cooldown)?,
+        min_reconcile_interval: parse("min-reconcile-interval", &args.min_reconcile_interval)?,
         module_cache_dir: args.module_cache_dir.clone(),
         metrics_addr: if args.metrics_addr.is_empty() {
             None

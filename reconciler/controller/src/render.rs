@@ -200,6 +200,8 @@ fn synthesis_input(args: &RenderArgs) -> Result<SynthesisInput, RenderError> {
             ..CompositionMeta::default()
         },
         program: program_name(&args.module),
+        // A render is not a synthesis of the cluster: a fixed, recognisable UUID.
+        synthesis_uuid: "00000000-0000-0000-0000-000000000000".into(),
         ..SynthesisInput::default()
     };
     if let Some(path) = &args.composition {
@@ -297,6 +299,14 @@ fn apply_resource_list(input: &mut SynthesisInput, list: &Value) {
         input
             .env
             .extend(strings(fc.get("env").unwrap_or(&Value::Null)));
+        input.optional_refs.extend(
+            fc.get("optionalRefs")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .map(String::from),
+        );
     }
 }
 

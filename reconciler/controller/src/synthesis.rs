@@ -43,6 +43,34 @@ pub struct SynthesisInput {
     pub env: BTreeMap<String, String>,
     /// The synthesizer's name: the module's `argv[0]`.
     pub program: String,
+    /// Keys of the Synthesizer's optional refs (`functionConfig.optionalRefs`, as Eno sends).
+    pub optional_refs: Vec<String>,
+    /// This synthesis's UUID (`SYNTHESIS_UUID` in the module's environment; not in stdin).
+    pub synthesis_uuid: String,
+}
+
+/// The variables Eno sets for every synthesizer; they override `env`/`synthesisEnv`.
+pub const ENO_ENV: [&str; 3] = [
+    "COMPOSITION_NAME",
+    "COMPOSITION_NAMESPACE",
+    "SYNTHESIS_UUID",
+];
+
+/// The module's process environment: the merged synthesis environment, then Eno's
+/// [`ENO_ENV`] (a user variable of the same name is dropped).
+pub fn process_env(input: &SynthesisInput) -> Vec<(String, String)> {
+    let c = &input.composition;
+    input
+        .env
+        .iter()
+        .filter(|(k, _)| !ENO_ENV.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .chain([
+            (ENO_ENV[0].to_string(), c.name.clone()),
+            (ENO_ENV[1].to_string(), c.namespace.clone()),
+            (ENO_ENV[2].to_string(), input.synthesis_uuid.clone()),
+        ])
+        .collect()
 }
 
 /// A built-in synthesizer function.
@@ -133,13 +161,16 @@ impl SynthesisError {
     }
 }
 
-/// The stdin bytes: a ResourceList with inputs (annotated with their key), observed outputs
-/// (annotated observed) and functionConfig. Deterministic for equal inputs.
+/// The stdin bytes: a ResourceList with inputs (annotated with their key under both
+/// `enoki.dev/input-key` and `eno.azure.io/input-key`), observed outputs (annotated observed)
+/// and functionConfig — shaped as Eno's (`apiVersion: v1`, `kind: ConfigMap`,
+/// `optionalRefs`) plus enoki's `composition` and `env`. Deterministic for equal inputs.
 pub fn input_bytes(input: &SynthesisInput) -> Vec<u8> {
     let mut items = Vec::with_capacity(input.inputs.len() + input.observed.len());
     for (key, object) in &input.inputs {
         let mut o = object.clone();
         enoki_sdk::annotations::set(&mut o, keys::INPUT_KEY.enoki, key.clone());
+        enoki_sdk::annotations::set(&mut o, keys::INPUT_KEY.eno, key.clone());
         items.push(o);
     }
     for object in &input.observed {
@@ -153,6 +184,9 @@ pub fn input_bytes(input: &SynthesisInput) -> Vec<u8> {
         "kind": "ResourceList",
         "items": items,
         "functionConfig": {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "optionalRefs": input.optional_refs,
             "composition": {
                 "name": c.name, "namespace": c.namespace, "labels": c.labels,
                 "annotations": c.annotations, "generation": c.generation,
@@ -193,11 +227,7 @@ pub fn synthesize(
     let mut peak_memory_bytes = 0;
     let stdout = match module {
         Module::Wasm(m) => {
-            let env: Vec<(String, String)> = input
-                .env
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect();
+            let env = process_env(input);
             let entropy = if secure {
                 Entropy::Secure
             } else {
@@ -240,7 +270,9 @@ pub fn synthesize(
     if !errors.is_empty() {
         return Err(SynthesisError::ErrorResult { messages: errors });
     }
-    let items = validate(items, &input.composition.namespace, is_namespaced)?;
+    let (items, duplicates) = validate(items, &input.composition.namespace, is_namespaced)?;
+    let mut results = results;
+    results.extend(duplicates);
     Ok(Synthesized {
         items,
         results,
@@ -314,9 +346,70 @@ pub fn parse_output(
     };
     let results = match fields.remove("results") {
         None | Some(Value::Null) => Vec::new(),
-        Some(r) => serde_json::from_value(r).map_err(|e| malformed(format!("results: {e}")))?,
+        Some(r) => serde_json::from_value::<Vec<KrmResult>>(r)
+            .map_err(|e| malformed(format!("results: {e}")))?
+            .into_iter()
+            .map(KrmResult::into_status)
+            .collect(),
     };
     Ok((items, results))
+}
+
+/// A `results[]` entry as the KRM function specification (and Eno's SDK) writes it:
+/// `message` required; `severity` (`error`/`warning`/`info`), `resourceRef` (an object),
+/// `tags` and `file` optional. A `resourceRef` written as a string is accepted too.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct KrmResult {
+    message: String,
+    #[serde(default)]
+    severity: String,
+    #[serde(default)]
+    resource_ref: Option<KrmResourceRef>,
+    #[serde(default)]
+    tags: BTreeMap<String, String>,
+    #[serde(default, rename = "file")]
+    _file: Option<Value>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(untagged)]
+enum KrmResourceRef {
+    Object {
+        #[serde(default, rename = "apiVersion")]
+        _api_version: String,
+        kind: String,
+        name: String,
+        #[serde(default)]
+        namespace: String,
+    },
+    Text(String),
+}
+
+impl KrmResult {
+    fn into_status(self) -> crds::SynthesisResult {
+        let resource_ref = self.resource_ref.map(|r| match r {
+            KrmResourceRef::Object {
+                kind,
+                name,
+                namespace,
+                ..
+            } if namespace.is_empty() => format!("{kind}/{name}"),
+            KrmResourceRef::Object {
+                kind,
+                name,
+                namespace,
+                ..
+            } => format!("{kind}/{namespace}/{name}"),
+            KrmResourceRef::Text(t) => t,
+        });
+        crds::SynthesisResult {
+            severity: self.severity,
+            message: self.message,
+            resource_ref,
+            tags: self.tags,
+        }
+    }
 }
 
 fn json_type(v: &Value) -> &'static str {
@@ -362,32 +455,75 @@ pub fn static_is_namespaced(_group: &str, kind: &str) -> bool {
     !CLUSTER_SCOPED_KINDS.contains(&kind)
 }
 
-/// Validates items: apiVersion/kind/metadata.name present, namespaces defaulted for namespaced
-/// kinds (and removed from cluster-scoped ones), no duplicates, annotations parse.
+/// Validates the items: each has apiVersion/kind/name, namespaces are defaulted on namespaced
+/// kinds (and removed from cluster-scoped ones), annotations parse. Resources emitted more than
+/// once are resolved as Eno resolves them — the copy whose manifest has the greatest FNV-1
+/// 64-bit hash is kept (on a tie, the later one) — and each dropped copy is reported as a
+/// `warning` result.
 ///
 /// # Errors
-/// [`SynthesisError::InvalidOutput`] naming the item index and field.
+/// [`SynthesisError::InvalidOutput`] naming the item and the problem.
 pub fn validate(
     items: Vec<Value>,
     namespace: &str,
     is_namespaced: &dyn Fn(&str, &str) -> bool,
-) -> Result<Vec<Value>, SynthesisError> {
-    let mut out = Vec::with_capacity(items.len());
+) -> Result<(Vec<Value>, Vec<crds::SynthesisResult>), SynthesisError> {
+    let mut out: Vec<Value> = Vec::with_capacity(items.len());
+    let mut seen: std::collections::HashMap<plan::ResourceKey, (usize, usize, u64)> =
+        std::collections::HashMap::new();
+    let mut warnings = Vec::new();
     for (index, mut item) in items.into_iter().enumerate() {
         let key = plan::ResourceKey::of(&item).map_err(|m| SynthesisError::InvalidOutput {
             message: format!("item {index}: {m}"),
         })?;
+        let hash = eno_manifest_hash(&item);
         let namespaced = is_namespaced(&key.group, &key.kind);
+        // As Eno, what client-go structs emit is dropped: `status: {}` and
+        // `creationTimestamp: null`. (Eno drops any status; a non-empty one is kept here, as
+        // it is an instance-mode status write-back.)
+        if let Some(obj) = item.as_object_mut()
+            && obj
+                .get("status")
+                .is_some_and(|s| s.is_null() || s.as_object().is_some_and(|m| m.is_empty()))
+        {
+            obj.remove("status");
+        }
         if let Some(meta) = item.get_mut("metadata").and_then(Value::as_object_mut) {
+            meta.remove("creationTimestamp");
             if namespaced && key.namespace.is_empty() {
                 meta.insert("namespace".into(), Value::String(namespace.to_string()));
             } else if !namespaced {
                 meta.remove("namespace");
             }
         }
-        out.push(item);
+        let key = plan::ResourceKey::of(&item).unwrap_or(key);
+        match seen.get_mut(&key) {
+            None => {
+                seen.insert(key, (out.len(), index, hash));
+                out.push(item);
+            }
+            Some((slot, kept_index, kept_hash)) => {
+                let (kept, dropped) = if hash >= *kept_hash {
+                    let dropped = *kept_index;
+                    out[*slot] = item;
+                    (*kept_index, *kept_hash) = (index, hash);
+                    (index, dropped)
+                } else {
+                    (*kept_index, index)
+                };
+                warnings.push(crds::SynthesisResult {
+                    severity: "warning".into(),
+                    message: format!(
+                        "duplicate resource {key}: kept item {kept}, dropped item {dropped} \
+                         (Eno's rule: the greater manifest hash)"
+                    ),
+                    resource_ref: Some(key.to_string()),
+                    tags: BTreeMap::new(),
+                });
+            }
+        }
     }
-    // Duplicates and annotation values are checked by the planner's ingestion.
+    // Annotation values and CEL are checked by the planner's ingestion.
     let desired: Vec<plan::Desired> = out
         .iter()
         .map(|m| plan::Desired {
@@ -400,7 +536,21 @@ pub fn validate(
             message: e.to_string(),
         }
     })?;
-    Ok(out)
+    Ok((out, warnings))
+}
+
+/// FNV-1 (64-bit) of the manifest's canonical JSON: Eno orders duplicate resources by the
+/// FNV-1 hash of their manifest JSON (Go's `encoding/json`, sorted keys — the same bytes as
+/// enoki's canonical JSON for manifests without `<`, `>` or `&`, which Go escapes).
+fn eno_manifest_hash(manifest: &Value) -> u64 {
+    fnv1_64(plan::snapshot::canonical_json(manifest).as_bytes())
+}
+
+/// FNV-1, 64-bit (Go's `hash/fnv.New64`): multiply, then xor.
+fn fnv1_64(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h: u64, b| {
+        h.wrapping_mul(0x0000_0100_0000_01b3) ^ u64::from(*b)
+    })
 }
 
 /// Parses a Kubernetes quantity such as `256Mi`, `1G` or `1048576` into bytes.
@@ -504,8 +654,13 @@ mod tests {
             json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}}),
             json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "n", "namespace": "x"}}),
         ];
-        let out = validate(items, "demo", &static_is_namespaced).unwrap();
+        let mut items = items;
+        items[0]["status"] = json!({});
+        items[0]["metadata"]["creationTimestamp"] = Value::Null;
+        let (out, _) = validate(items, "demo", &static_is_namespaced).unwrap();
         assert_eq!(out[0]["metadata"]["namespace"], "demo");
+        assert!(out[0].get("status").is_none(), "status dropped as Eno does");
+        assert!(out[0]["metadata"].get("creationTimestamp").is_none());
         assert!(out[1]["metadata"].get("namespace").is_none());
         let err = validate(
             vec![json!({"apiVersion": "v1", "metadata": {"name": "a"}})],
@@ -517,8 +672,129 @@ mod tests {
             err.to_string().contains("item 0") && err.to_string().contains("kind"),
             "{err}"
         );
-        let dup = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}});
-        let err = validate(vec![dup.clone(), dup], "demo", &static_is_namespaced).unwrap_err();
-        assert!(err.to_string().contains("duplicate"), "{err}");
+    }
+
+    /// The stdin enoki sends, as Eno's Go SDK must accept it: both input-key annotations,
+    /// functionConfig shaped as Eno's (`v1 ConfigMap`, `optionalRefs`) plus enoki's fields.
+    /// `samples/11-eno-go/enofn/golden_test.go` decodes this file the way Eno's SDK does
+    /// (every item and functionConfig as `unstructured.Unstructured`, which needs `kind`).
+    #[test]
+    fn the_stdin_resource_list_is_what_enos_sdk_reads() {
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "web-config", "namespace": "team-a"},
+            "data": {"image": "nginx:1.27", "replicas": "2"}});
+        let input = SynthesisInput {
+            composition: CompositionMeta {
+                name: "web".into(),
+                namespace: "team-a".into(),
+                uid: "u".into(),
+                generation: 3,
+                ..CompositionMeta::default()
+            },
+            inputs: vec![("config".into(), cm)],
+            env: [("TIER".to_string(), "prod".to_string())].into(),
+            program: "eno-go".into(),
+            optional_refs: vec!["extra".into()],
+            synthesis_uuid: "5d0c1b8e-0000-4000-8000-000000000001".into(),
+            ..SynthesisInput::default()
+        };
+        let text = String::from_utf8(input_bytes(&input)).unwrap();
+        let v: Value = serde_json::from_str(&text).unwrap();
+        let fc = &v["functionConfig"];
+        assert_eq!(
+            (fc["apiVersion"].as_str(), fc["kind"].as_str()),
+            (Some("v1"), Some("ConfigMap"))
+        );
+        assert_eq!(fc["optionalRefs"], json!(["extra"]));
+        let ann = &v["items"][0]["metadata"]["annotations"];
+        assert_eq!(ann["eno.azure.io/input-key"], "config");
+        assert_eq!(ann["enoki.dev/input-key"], "config");
+        // Eno's variables reach the module's environment, over any user value.
+        let mut user = input.clone();
+        user.env.insert("COMPOSITION_NAME".into(), "spoofed".into());
+        let env: BTreeMap<String, String> = process_env(&user).into_iter().collect();
+        assert_eq!(env["COMPOSITION_NAME"], "web");
+        assert_eq!(env["COMPOSITION_NAMESPACE"], "team-a");
+        assert_eq!(
+            env["SYNTHESIS_UUID"],
+            "5d0c1b8e-0000-4000-8000-000000000001"
+        );
+        assert_eq!(env["TIER"], "prod");
+        let golden = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../samples/11-eno-go/testdata/stdin.json");
+        let text = text + "\n";
+        if std::env::var_os("UPDATE_GOLDEN").is_some() && std::env::var_os("CI").is_none() {
+            std::fs::write(&golden, &text).unwrap();
+        }
+        assert_eq!(
+            std::fs::read_to_string(&golden).unwrap(),
+            text,
+            "UPDATE_GOLDEN=1 rewrites"
+        );
+    }
+
+    #[test]
+    fn krm_results_parse_as_the_spec_writes_them() {
+        let out = br#"{"apiVersion":"config.kubernetes.io/v1","kind":"ResourceList","items":[],
+            "results":[{"message":"m1","severity":"warning","tags":{"team":"a"},
+                        "resourceRef":{"apiVersion":"v1","kind":"ConfigMap","name":"c","namespace":"n"}},
+                       {"message":"no severity"},
+                       {"message":"cluster","resourceRef":{"apiVersion":"v1","kind":"Namespace","name":"x"},
+                        "file":{"path":"a.yaml","index":0}}]}"#;
+        let (_, results) = parse_output(out).unwrap();
+        assert_eq!(results[0].resource_ref.as_deref(), Some("ConfigMap/n/c"));
+        assert_eq!(results[0].tags["team"], "a");
+        assert_eq!(results[0].severity, "warning");
+        assert_eq!(
+            results[1].severity, "",
+            "severity is optional and not an error"
+        );
+        assert_eq!(results[2].resource_ref.as_deref(), Some("Namespace/x"));
+        let bad = br#"{"kind":"ResourceList","items":[],"results":[{"severity":"error"}]}"#;
+        assert!(
+            parse_output(bad)
+                .unwrap_err()
+                .to_string()
+                .contains("message")
+        );
+    }
+
+    /// Go's `fnv.New64()` over `json.Marshal` of `{"apiVersion":"v1","kind":"ConfigMap",
+    /// "metadata":{"name":"a"}}`, computed with go1.26.
+    const GO_FNV1_OF_MANIFEST: u64 = 0xa93a_e0be_92a7_fd77;
+
+    #[test]
+    fn duplicates_are_resolved_as_eno_resolves_them() {
+        // The FNV-1 64 reference vectors.
+        assert_eq!(fnv1_64(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1_64(b"a"), 0xaf63_bd4c_8601_b7be);
+        // Go: fnv.New64 over json.Marshal of the same manifest (checked with go1.26).
+        assert_eq!(
+            eno_manifest_hash(
+                &json!({"kind": "ConfigMap", "apiVersion": "v1", "metadata": {"name": "a"}})
+            ),
+            GO_FNV1_OF_MANIFEST
+        );
+        let a = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"v": "1"}});
+        let b = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "demo"}, "data": {"v": "2"}});
+        let winner = if eno_manifest_hash(&a) >= eno_manifest_hash(&b) {
+            "1"
+        } else {
+            "2"
+        };
+        // Either order gives the same winner (a tie keeps the later copy).
+        for items in [vec![a.clone(), b.clone()], vec![b.clone(), a.clone()]] {
+            let (out, warnings) = validate(items, "demo", &static_is_namespaced).unwrap();
+            assert_eq!(out.len(), 1);
+            assert_eq!(out[0]["data"]["v"], winner);
+            assert_eq!(warnings.len(), 1);
+            assert_eq!(warnings[0].severity, "warning");
+            assert!(
+                warnings[0].message.contains("duplicate resource"),
+                "{warnings:?}"
+            );
+        }
+        let (out, _) = validate(vec![a.clone(), a], "demo", &static_is_namespaced).unwrap();
+        assert_eq!(out.len(), 1);
     }
 }

@@ -54,6 +54,7 @@ fn synthesis_input(list: &Value) -> SynthesisInput {
             })
             .unwrap_or_default(),
         program: "builtin".into(),
+        ..SynthesisInput::default()
     }
 }
 

@@ -241,3 +241,90 @@ fn render_c_sample() {
         .collect();
     assert_eq!(kinds, ["Secret", "ServiceAccount"]);
 }
+
+#[test]
+fn render_eno_go_sample() {
+    let wasm = root().join("target/samples/eno-go.wasm");
+    assert!(
+        wasm.exists(),
+        "{} is missing: run hack/build-samples.sh (make test does)",
+        wasm.display()
+    );
+    let out = enoki(&[
+        "render",
+        wasm.to_str().unwrap(),
+        "--resource-list",
+        "samples/11-eno-go/input.json",
+        "-o",
+        "json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // Readiness group 0: the Service; group 1 (eno.azure.io/readiness-group): the Deployment.
+    let service = &v["groups"][0]["resources"][0];
+    assert_eq!(service["kind"], "Service");
+    assert_eq!(
+        service["metadata"]["name"], "web",
+        "named from COMPOSITION_NAME"
+    );
+    assert_eq!(service["metadata"]["namespace"], "team-a");
+    let deployment = &v["groups"][1]["resources"][0];
+    assert_eq!(deployment["kind"], "Deployment");
+    assert_eq!(deployment["spec"]["replicas"], 2);
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(container["image"], "nginx:1.27");
+    assert_eq!(
+        container["env"],
+        serde_json::json!([{"name": "FEATURE_X", "value": "on"}, {"name": "LOG_LEVEL", "value": "debug"}]),
+        "the optional input, typed"
+    );
+    assert!(deployment["metadata"].get("creationTimestamp").is_none());
+    assert!(deployment.get("status").is_none());
+
+    // Without the optional input the field stays nil; without the required one, an error result.
+    let mut list: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join("samples/11-eno-go/input.json")).unwrap(),
+    )
+    .unwrap();
+    list["items"].as_array_mut().unwrap().pop();
+    let path = std::env::temp_dir().join(format!("eno-go-{}.json", std::process::id()));
+    std::fs::write(&path, list.to_string()).unwrap();
+    let out = enoki(&[
+        "render",
+        wasm.to_str().unwrap(),
+        "--resource-list",
+        path.to_str().unwrap(),
+        "-o",
+        "json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        v["groups"][1]["resources"][0]["spec"]["template"]["spec"]["containers"][0]
+            .get("env")
+            .is_none()
+    );
+    list["items"].as_array_mut().unwrap().clear();
+    std::fs::write(&path, list.to_string()).unwrap();
+    let out = enoki(&[
+        "render",
+        wasm.to_str().unwrap(),
+        "--resource-list",
+        path.to_str().unwrap(),
+    ]);
+    let _ = std::fs::remove_file(&path);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("\"config\"") && stderr.contains("not found"),
+        "{stderr}"
+    );
+}

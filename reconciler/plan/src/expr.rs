@@ -16,10 +16,12 @@
 
 use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
+use cel::common::types::{CelInt, CelString};
 use cel::objects::{Key, Map};
-use cel::{Context, Program, Value as Cel};
+use cel::{Context, Env, ExecutionError, Program, Value as Cel};
+use enoki_sdk::quantity::Quantity;
 use serde_json::Value;
 
 /// Longest expression accepted, in bytes.
@@ -127,6 +129,47 @@ fn bracket_depth(source: &str) -> usize {
 /// Stack of the parsing thread: the recursive-descent parser uses several frames per
 /// nesting level, more than an async worker's stack holds for hostile input.
 const PARSER_STACK: usize = 32 << 20;
+
+/// The environment every expression runs in: CEL's standard library plus what Eno's CEL
+/// environment adds — cel-go's string (`split`, `lowerAscii`, `upperAscii`, `join`, …) and
+/// encoder (`base64.encode`/`decode`) extensions, and `compareResourceQuantities`. Eno also
+/// enables cel-go's list extension; it is left out here because `lists.range(n)` allocates
+/// without bound, outside the cost estimate above. Built once.
+static ENV: LazyLock<Arc<Env>> = LazyLock::new(|| {
+    let mut env = Env::stdlib();
+    let added = env
+        .add_extension(cel::extensions::strings)
+        .and_then(|()| env.add_extension(cel::extensions::encoders))
+        .and_then(|()| {
+            cel::add_overload!(env,
+                fn compare_resource_quantities: (CelString<'_>, CelString<'_>) -> Result<CelInt>,
+                name = "compareResourceQuantities")
+        });
+    debug_assert!(added.is_ok(), "CEL extensions: {added:?}");
+    Arc::new(env)
+});
+
+/// `compareResourceQuantities(a, b)`: -1, 0 or 1 as Kubernetes quantity `a` is less than,
+/// equal to or greater than `b` (`'1Gi'` vs `'1024Mi'` is 0); an error names the bad side.
+fn compare_resource_quantities(
+    a: &CelString<'_>,
+    b: &CelString<'_>,
+) -> Result<CelInt, ExecutionError> {
+    let parse = |s: &CelString<'_>, side: &str| {
+        Quantity::parse(s.inner()).map_err(|e| {
+            ExecutionError::function_error(
+                "compareResourceQuantities",
+                format!("parsing {side} quantity: {e}"),
+            )
+        })
+    };
+    let (l, r) = (parse(a, "left")?, parse(b, "right")?);
+    Ok(CelInt::from(match l.partial_cmp(&r) {
+        Some(std::cmp::Ordering::Less) => -1,
+        Some(std::cmp::Ordering::Greater) => 1,
+        _ => 0,
+    }))
+}
 
 /// Parses on a thread with a large stack (a deep expression cannot overflow the caller's),
 /// containing any panic.
@@ -236,7 +279,7 @@ impl Expr {
             ));
         }
         let run = || {
-            let mut ctx = Context::default();
+            let mut ctx = Context::with_env(ENV.clone());
             for (name, value) in vars {
                 ctx.add_variable_from_value(*name, value.clone());
             }
@@ -339,6 +382,33 @@ pub fn to_json(v: &Cel) -> Option<Value> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn enos_extension_functions_are_there() {
+        let t = |src: &str| Expr::compile(src).unwrap().eval_bool(&[]).unwrap();
+        assert!(t("'a,b'.split(',') == ['a', 'b']"));
+        assert!(t(
+            "'AbC'.lowerAscii() == 'abc' && 'abc'.upperAscii() == 'ABC'"
+        ));
+        assert!(t("['a', 'b'].join('-') == 'a-b'"));
+        assert!(t(
+            "base64.encode(b'hi') == 'aGk=' && base64.decode('aGk=') == b'hi'"
+        ));
+        assert!(t("compareResourceQuantities('1Gi', '1024Mi') == 0"));
+        assert!(t("compareResourceQuantities('500m', '1') == -1"));
+        assert!(t("compareResourceQuantities('2', '1500m') == 1"));
+        let err = Expr::compile("compareResourceQuantities('x', '1') == 0")
+            .unwrap()
+            .eval(&[])
+            .unwrap_err();
+        assert!(err.contains("left quantity"), "{err}");
+        assert!(
+            Expr::compile("lists.range(1000000000).size() > 0")
+                .unwrap()
+                .eval(&[])
+                .is_err()
+        );
+    }
 
     #[test]
     fn json_integers_stay_int_so_arithmetic_works() {

@@ -517,6 +517,30 @@ mod tests {
     }
 
     #[test]
+    fn the_composition_variable_is_shaped_as_enos() {
+        let overrides = parse(r#"[
+            {"path": "self.metadata.labels.eno", "valueExpression": "composition.metadata.name + '.' + composition.metadata.namespace"},
+            {"path": "self.metadata.labels.flat", "valueExpression": "composition.name"},
+            {"path": "self.metadata.labels.deleting", "value": "yes", "condition": "composition.metadata.deletionTimestamp != null"}
+        ]"#).unwrap();
+        let mut info = crate::CompositionInfo {
+            name: "c1".into(),
+            namespace: "ns".into(),
+            ..crate::CompositionInfo::default()
+        };
+        let live = json!({"metadata": {"name": "d"}});
+        let mut desired = json!({"metadata": {"name": "d"}});
+        apply_all(&mut desired, &overrides, Some(&live), &info.cel_value());
+        assert_eq!(desired["metadata"]["labels"]["eno"], "c1.ns");
+        assert_eq!(desired["metadata"]["labels"]["flat"], "c1");
+        assert!(desired["metadata"]["labels"].get("deleting").is_none());
+        info.deletion_timestamp = Some("2026-11-26T00:00:00Z".into());
+        let mut desired = json!({"metadata": {"name": "d"}});
+        apply_all(&mut desired, &overrides, Some(&live), &info.cel_value());
+        assert_eq!(desired["metadata"]["labels"]["deleting"], "yes");
+    }
+
+    #[test]
     fn conditions_and_value_expressions_see_the_live_object() {
         let overrides = parse(r#"[
             {"path": "self.spec.replicas", "valueExpression": "self.spec.replicas", "condition": "!pathManagedByEnoki"},

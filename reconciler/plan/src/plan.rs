@@ -37,17 +37,29 @@ pub struct CompositionInfo {
     pub annotations: BTreeMap<String, String>,
     /// The Composition is being deleted.
     pub deleting: bool,
+    /// Its `metadata.deletionTimestamp` (RFC 3339), when set.
+    pub deletion_timestamp: Option<String>,
 }
 
 impl CompositionInfo {
-    /// The `composition` CEL variable: its metadata.
+    /// The `composition` CEL variable, shaped as in Eno (`composition.metadata.name`, …,
+    /// `metadata.deletionTimestamp` `null` unless it is being deleted), with the flat fields
+    /// (`composition.name`, …) kept as aliases.
     pub fn cel_value(&self) -> Value {
-        serde_json::json!({
+        let mut metadata = serde_json::json!({
             "name": self.name,
             "namespace": self.namespace,
             "labels": self.labels,
             "annotations": self.annotations,
-        })
+        });
+        // As Eno: present, `null` unless the Composition is being deleted.
+        metadata["deletionTimestamp"] = self
+            .deletion_timestamp
+            .clone()
+            .map_or(Value::Null, Value::String);
+        let mut v = metadata.clone();
+        v["metadata"] = metadata;
+        v
     }
 }
 
@@ -428,7 +440,7 @@ pub fn plan(input: PlanInput<'_>) -> Plan {
         };
         let readiness = match recorded.and_then(|rec| rec.ready.clone()) {
             Some(at) => ReadinessState::Ready { at: Some(at) },
-            None => readiness::evaluate(&r.checks, live),
+            None => readiness::evaluate(&r.checks, r.settings.health, live),
         };
         let ordering = &input.prepared.ordering;
         let mut waiting_on: Vec<ResourceKey> = match ordering.previous_group(key) {

@@ -1,5 +1,6 @@
 //! Readiness: CEL checks (`readiness`, `readiness-<name>`, all ANDed) or, without any, the
-//! kstatus convention.
+//! resource's `health`: `exists` (Eno's rule, the default: ready once it exists; a CRD once
+//! `Established`) or `kstatus` (opt-in: the kstatus convention).
 //!
 //! A check may return a bool, or a list of condition objects: the list is satisfied when it
 //! holds a condition with `status == "True"`, and the latest `lastTransitionTime` among those
@@ -10,6 +11,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::expr::{Expr, to_cel, type_name};
+use crate::settings::Health;
 
 /// A compiled readiness check.
 #[derive(Clone, Debug, PartialEq)]
@@ -45,14 +47,19 @@ impl ReadinessState {
     }
 }
 
-/// Evaluates `checks` against the live object (ANDed), or the kstatus default when there are
-/// none. An evaluation error makes that check unsatisfied, with the error in its reason.
-pub fn evaluate(checks: &[ReadinessCheck], live: Option<&Value>) -> ReadinessState {
+/// Evaluates `checks` against the live object (ANDed), or `health` when there are none. An
+/// evaluation error makes that check unsatisfied, with the error in its reason.
+pub fn evaluate(checks: &[ReadinessCheck], health: Health, live: Option<&Value>) -> ReadinessState {
     let Some(live) = live else {
         return ReadinessState::Absent;
     };
     if checks.is_empty() {
-        return kstatus(live);
+        let is_crd = live.get("kind").and_then(Value::as_str) == Some("CustomResourceDefinition");
+        return match health {
+            Health::Kstatus => kstatus(live),
+            Health::Exists if is_crd => kstatus(live),
+            Health::Exists => ReadinessState::Ready { at: None },
+        };
     }
     let this = to_cel(live);
     let mut unsatisfied = Vec::new();
@@ -136,6 +143,24 @@ pub fn kstatus(live: &Value) -> ReadinessState {
         .map(Vec::as_slice)
         .unwrap_or_default();
     let mut unsatisfied = Vec::new();
+    // Workloads (kstatus's Deployment/StatefulSet/ReplicaSet rules): every desired replica
+    // ready, and a generation the workload controller has observed at all.
+    let kind = live.get("kind").and_then(Value::as_str).unwrap_or_default();
+    if matches!(kind, "Deployment" | "StatefulSet" | "ReplicaSet") {
+        let want = live
+            .pointer("/spec/replicas")
+            .and_then(Value::as_i64)
+            .unwrap_or(1);
+        let ready = live
+            .pointer("/status/readyReplicas")
+            .and_then(Value::as_i64)
+            .unwrap_or(0);
+        if observed.is_none() && generation.is_some() {
+            unsatisfied.push("status.observedGeneration not reported yet".into());
+        } else if ready < want {
+            unsatisfied.push(format!("{ready} of {want} replicas ready"));
+        }
+    }
     for c in conditions {
         let ty = c.get("type").and_then(Value::as_str).unwrap_or_default();
         if ty == "Ready" || ty == "Available" {
@@ -172,14 +197,14 @@ mod tests {
         ];
         let live = json!({"status": {"phase": "Running", "ready": 1}});
         assert_eq!(
-            evaluate(&checks, Some(&live)),
+            evaluate(&checks, Health::Exists, Some(&live)),
             ReadinessState::NotReady {
                 unsatisfied: vec!["replicas".into()]
             }
         );
         let live = json!({"status": {"phase": "Running", "ready": 2}});
         assert_eq!(
-            evaluate(&checks, Some(&live)),
+            evaluate(&checks, Health::Exists, Some(&live)),
             ReadinessState::Ready { at: None }
         );
     }
@@ -194,19 +219,19 @@ mod tests {
             {"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-02T03:04:05Z"}
         ]}});
         assert_eq!(
-            evaluate(&checks, Some(&live)),
+            evaluate(&checks, Health::Exists, Some(&live)),
             ReadinessState::Ready {
                 at: Some("2026-01-02T03:04:05Z".into())
             }
         );
         let live = json!({"status": {"conditions": []}});
-        assert!(!evaluate(&checks, Some(&live)).is_ready());
+        assert!(!evaluate(&checks, Health::Exists, Some(&live)).is_ready());
     }
 
     #[test]
     fn evaluation_errors_are_unsatisfied_not_panics() {
         let checks = [check("default", "self.status.nope.deeper")];
-        match evaluate(&checks, Some(&json!({}))) {
+        match evaluate(&checks, Health::Exists, Some(&json!({}))) {
             ReadinessState::NotReady { unsatisfied } => assert!(unsatisfied[0].contains("error")),
             other => panic!("{other:?}"),
         }
@@ -237,6 +262,34 @@ mod tests {
             kstatus(&json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}}))
                 .is_ready()
         );
-        assert_eq!(evaluate(&[], None), ReadinessState::Absent);
+        assert_eq!(evaluate(&[], Health::Exists, None), ReadinessState::Absent);
+    }
+
+    #[test]
+    fn kstatus_waits_for_workload_replicas() {
+        let d = |status: Value| {
+            json!({"kind": "Deployment", "metadata": {"generation": 1},
+            "spec": {"replicas": 2}, "status": status})
+        };
+        assert!(!kstatus(&d(json!({}))).is_ready(), "never observed");
+        assert!(!kstatus(&d(json!({"observedGeneration": 1, "readyReplicas": 1}))).is_ready());
+        assert!(kstatus(&d(json!({"observedGeneration": 1, "readyReplicas": 2}))).is_ready());
+    }
+
+    #[test]
+    fn without_checks_a_resource_is_ready_once_it_exists_unless_it_asks_for_kstatus() {
+        let unavailable = json!({"kind": "Deployment", "metadata": {"generation": 2},
+            "status": {"observedGeneration": 1,
+                       "conditions": [{"type": "Available", "status": "False"}]}});
+        assert!(
+            evaluate(&[], Health::Exists, Some(&unavailable)).is_ready(),
+            "Eno's rule"
+        );
+        assert!(!evaluate(&[], Health::Kstatus, Some(&unavailable)).is_ready());
+        let crd = json!({"kind": "CustomResourceDefinition", "status": {}});
+        assert!(
+            !evaluate(&[], Health::Exists, Some(&crd)).is_ready(),
+            "a CRD still waits for Established"
+        );
     }
 }

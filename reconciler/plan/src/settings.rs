@@ -2,7 +2,8 @@
 //!
 //! Both spellings are accepted (`enoki.dev/<key>` wins over `eno.azure.io/<key>`). The
 //! cascading keys (`disable-updates`, `disable-reconciliation`, `replace`,
-//! `deletion-strategy`, `reconcile-interval`, `fail-open`, `drift`) fall back to the
+//! `deletion-strategy`, `reconcile-interval`, `fail-open`, `drift`, `adopt`, `health`) fall
+//! back to the
 //! Composition's annotations, as in Eno. Kinds in Eno's infra list default to readiness group
 //! -100. Errors name the resource and the key as written.
 
@@ -73,6 +74,18 @@ pub enum Drift {
     Off,
 }
 
+/// What "ready" means for a resource without readiness checks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Health {
+    /// Ready once it exists (Eno's rule); a CRD once it is `Established`.
+    #[default]
+    Exists,
+    /// The kstatus convention: `Ready`/`Available` conditions True, `observedGeneration`
+    /// caught up.
+    Kstatus,
+}
+
 /// Typed settings of one resource.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -98,6 +111,8 @@ pub struct Settings {
     pub drift: Drift,
     /// `adopt: never`: an existing object enoki does not manage is refused, not adopted.
     pub adopt_never: bool,
+    /// Readiness when there are no CEL checks.
+    pub health: Health,
 }
 
 mod humantime_opt {
@@ -226,7 +241,16 @@ pub fn parse(
             _ => return Err(l.error(k, format!("{v:?} is not \"never\" or \"always\""))),
         },
     };
+    let health = match l.get(keys::HEALTH, true) {
+        None => Health::Exists,
+        Some((v, k)) => match v.trim().to_ascii_lowercase().as_str() {
+            "" | "exists" => Health::Exists,
+            "kstatus" => Health::Kstatus,
+            _ => return Err(l.error(k, format!("{v:?} is not \"exists\" or \"kstatus\""))),
+        },
+    };
     let settings = Settings {
+        health,
         adopt_never,
         readiness_group,
         deletion_group: l.int(keys::DELETION_GROUP)?,
@@ -300,6 +324,19 @@ mod tests {
     ) {
         let s = parse(&key("Deployment"), &map(&[(k, v)]), &BTreeMap::new()).unwrap();
         assert_eq!(s.readiness_group, want);
+    }
+
+    #[test]
+    fn health_defaults_to_exists_cascades_and_names_a_bad_value() {
+        let none = BTreeMap::new();
+        let d = key("Deployment");
+        assert_eq!(parse(&d, &none, &none).unwrap().health, Health::Exists);
+        let comp = map(&[("enoki.dev/health", "kstatus")]);
+        assert_eq!(parse(&d, &none, &comp).unwrap().health, Health::Kstatus);
+        let own = map(&[("eno.azure.io/health", "exists")]);
+        assert_eq!(parse(&d, &own, &comp).unwrap().health, Health::Exists);
+        let err = parse(&d, &map(&[("enoki.dev/health", "green")]), &none).unwrap_err();
+        assert!(err.to_string().contains("enoki.dev/health"), "{err}");
     }
 
     #[test]

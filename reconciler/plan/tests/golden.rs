@@ -42,6 +42,7 @@ fn render(input: &Value) -> Value {
         labels: strings(&c["labels"]),
         annotations: strings(&c["annotations"]),
         deleting: c["deleting"].as_bool().unwrap_or(false),
+        deletion_timestamp: None,
     };
     let mut items: Vec<Desired> = list(&input["resources"])
         .into_iter()

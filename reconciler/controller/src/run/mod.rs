@@ -79,6 +79,8 @@ pub struct Options {
     pub metrics_addr: Option<std::net::SocketAddr>,
     /// Minimum time between two re-syntheses caused only by a Synthesizer change.
     pub rollout_cooldown: Duration,
+    /// The shortest reconcile interval (and re-check delay) honoured.
+    pub min_reconcile_interval: Duration,
     /// Lease-based leader election: (namespace, lease duration); off when `None`.
     pub leader_election: Option<(String, u64)>,
     /// Where implicit Compositions of cluster-scoped instances live (instance mode).

@@ -3,7 +3,8 @@
 //! output (annotations included) by editing one ConfigMap; `data.pad` pads the last item
 //! with that many bytes; `data.raw`, when set, is written to stdout verbatim instead (tests
 //! of malformed output). `data.mirror`, when set, adds a ConfigMap of that name whose data are the
-//! observed outputs it was given (tests that a module never sees what it may not read). In
+//! observed outputs it was given (tests that a module never sees what it may not read);
+//! `data.env-mirror` adds a ConfigMap of that name holding the Eno environment variables. In
 //! instance mode (no `config` bound) it reads the instance, `self`.
 
 fn main() {
@@ -48,6 +49,18 @@ fn main() {
             }
             out.push(serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
                 "metadata": {"name": mirror}, "data": data}));
+        }
+        if let Some(name) = config.pointer("/data/env-mirror").and_then(|v| v.as_str()) {
+            let mut data = serde_json::Map::new();
+            for var in [
+                "COMPOSITION_NAME",
+                "COMPOSITION_NAMESPACE",
+                "SYNTHESIS_UUID",
+            ] {
+                data.insert(var.into(), std::env::var(var).unwrap_or_default().into());
+            }
+            out.push(serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": name}, "data": data}));
         }
         let last = items.len().saturating_sub(1);
         for (i, mut item) in items.into_iter().enumerate() {

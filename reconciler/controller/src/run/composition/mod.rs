@@ -150,6 +150,7 @@ async fn observe_all(
         }
     };
     let mut revisions = gathered.revisions();
+    st.input_revisions.clone_from(&revisions);
     // Observed outputs: passed to every synthesis; with `watchOutputs` a change is a trigger.
     let mut observed = None;
     if synth.spec.watch_outputs {
@@ -170,6 +171,16 @@ async fn observe_all(
         observed,
         limits,
     }))
+}
+
+/// The Composition's `ignore-side-effects` annotation is exactly `"true"` (as Eno reads it).
+fn ignores_side_effects(comp: &Composition) -> bool {
+    let key = crds::names::annotations::IGNORE_SIDE_EFFECTS;
+    let a = comp.annotations();
+    a.get(key.enoki)
+        .or_else(|| a.get(key.eno))
+        .map(String::as_str)
+        == Some("true")
 }
 
 /// The normal pass: synthesize when a trigger changed, then apply and report.
@@ -194,6 +205,14 @@ async fn converge(ctx: &Arc<Context>, comp: &Arc<Composition>) -> Result<Action,
     };
     let instance = o.gathered.instance().cloned();
     let digest = o.module.digest();
+    let deferred: Vec<String> = o
+        .synth
+        .spec
+        .refs
+        .iter()
+        .filter(|r| r.defer)
+        .map(|r| r.key.clone())
+        .collect();
     let trigger = trigger::decide(
         st.current_synthesis.as_ref(),
         &trigger::Now {
@@ -204,6 +223,8 @@ async fn converge(ctx: &Arc<Context>, comp: &Arc<Composition>) -> Result<Action,
             forced: forced.as_deref(),
             write_back_known,
             slices_missing,
+            ignore_side_effects: ignores_side_effects(comp),
+            deferred: &deferred,
         },
     );
     if trigger != Trigger::UpToDate
@@ -239,12 +260,37 @@ async fn synthesize_now(
     forced: Option<String>,
     trigger: &Trigger,
 ) -> Result<Option<Duration>, Error> {
-    // A Synthesizer change alone rolls out gradually: one Composition per cooldown.
-    if *trigger == Trigger::SynthesizerChanged
-        && let Some(wait) = ctx.rollout_slot(&comp.spec.synthesizer.name)
-    {
+    // A Synthesizer change alone, or a change of deferred refs only, rolls out gradually:
+    // one Composition per cooldown.
+    let deferrable = matches!(
+        trigger,
+        Trigger::SynthesizerChanged | Trigger::InputsChanged { deferred: true, .. }
+    );
+    if deferrable && let Some(wait) = ctx.rollout_slot(&comp.spec.synthesizer.name) {
         tracing::debug!(?wait, "synthesizer rollout cooldown");
         return Ok(Some(wait));
+    }
+    // Inputs out of lockstep (Eno's `MismatchedInputs`): no synthesis until they agree.
+    let out_of_step = trigger::mismatched(
+        &o.revisions,
+        o.synth.metadata.generation,
+        comp.metadata.generation,
+    );
+    if !out_of_step.is_empty() {
+        let message = format!("inputs out of lockstep: {}", out_of_step.join("; "));
+        super::status::set_condition(
+            &mut st.conditions,
+            conditions::SYNTHESIZED,
+            false,
+            reasons::MISMATCHED_INPUTS,
+            &message,
+            comp.metadata.generation,
+        );
+        st.simplified = Some(SimplifiedStatus {
+            status: reasons::MISMATCHED_INPUTS.into(),
+            error: Some(message),
+        });
+        return Ok(Some(Duration::from_secs(30)));
     }
     // dependsOn: a new synthesis waits until every dependency is ready (Eno gates dispatch;
     // an existing synthesis keeps being applied).
@@ -295,7 +341,7 @@ fn wait_on_dependencies(
         generation,
     );
     st.simplified = Some(SimplifiedStatus {
-        status: "Waiting".into(),
+        status: "WaitingOnDependencies".into(),
         error: Some(message),
     });
     st.dependency_status = Some(block);

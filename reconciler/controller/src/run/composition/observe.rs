@@ -76,6 +76,29 @@ async fn read_as(
     api.get_opt(name).await
 }
 
+/// An integer annotation of an input (either spelling); as Eno, anything that is not a
+/// non-zero integer counts as unset.
+fn annotation_int(obj: &Value, key: crds::names::Key) -> Option<i64> {
+    obj.pointer("/metadata/annotations")
+        .and_then(|a| a.get(key.enoki).or_else(|| a.get(key.eno)))
+        .and_then(Value::as_str)
+        .and_then(|r| r.trim().parse().ok())
+        .filter(|n| *n != 0)
+}
+
+/// A bool annotation of an input, parsed as Go's `strconv.ParseBool` (Eno); `None` otherwise.
+fn annotation_bool(obj: &Value, key: crds::names::Key) -> Option<bool> {
+    let v = obj
+        .pointer("/metadata/annotations")
+        .and_then(|a| a.get(key.enoki).or_else(|| a.get(key.eno)))
+        .and_then(Value::as_str)?;
+    match v {
+        "1" | "t" | "T" | "true" | "TRUE" | "True" => Some(true),
+        "0" | "f" | "F" | "false" | "FALSE" | "False" => Some(false),
+        _ => None,
+    }
+}
+
 /// The Composition's Synthesizer (`None` when it does not exist).
 ///
 /// # Errors
@@ -249,14 +272,10 @@ impl Gathered {
                     .pointer("/metadata/resourceVersion")
                     .and_then(Value::as_str)
                     .map(String::from),
-                revision: obj
-                    .pointer("/metadata/annotations")
-                    .and_then(|a| {
-                        a.get(keys::REVISION.enoki)
-                            .or_else(|| a.get(keys::REVISION.eno))
-                    })
-                    .and_then(Value::as_str)
-                    .and_then(|r| r.parse().ok()),
+                revision: annotation_int(obj, keys::REVISION),
+                synthesizer_generation: annotation_int(obj, keys::SYNTHESIZER_GENERATION),
+                composition_generation: annotation_int(obj, keys::COMPOSITION_GENERATION),
+                ignore_side_effects: annotation_bool(obj, keys::IGNORE_SIDE_EFFECTS),
                 digest: None,
             })
             .collect();

@@ -174,6 +174,19 @@ async fn run(
             .chain(controller_env(ctx, req.synth))
             .collect(),
         program: req.synth.name_any(),
+        optional_refs: req
+            .synth
+            .spec
+            .refs
+            .iter()
+            .filter(|r| r.optional)
+            .map(|r| r.key.clone())
+            .collect(),
+        synthesis_uuid: st
+            .in_flight_synthesis
+            .as_ref()
+            .map(|s| s.uuid.clone())
+            .unwrap_or_default(),
     };
     let limits = req.limits;
     let secure = req.synth.spec.entropy == Some(crds::Entropy::Secure);
@@ -436,9 +449,20 @@ pub(crate) fn fail(
         );
     }
     st.simplified = Some(crds::SimplifiedStatus {
-        status: "Failed".into(),
+        status: simplified_word(reason).into(),
         error: Some(format!("{reason}: {message}")),
     });
+}
+
+/// Eno's word in `status.simplified.status` for a synthesis that cannot go ahead.
+fn simplified_word(reason: &str) -> &'static str {
+    match reason {
+        reasons::MISSING_INPUT => "MissingInputs",
+        reasons::SYNTHESIZER_NOT_FOUND => "MissingSynthesizer",
+        reasons::MISMATCHED_INPUTS => "MismatchedInputs",
+        reasons::CROSS_NAMESPACE_REF | reasons::LIMITS_REFUSED => "Failed",
+        _ => "SynthesisBackoff",
+    }
 }
 
 fn new_uuid() -> String {

@@ -22,6 +22,11 @@ pub struct Now<'a> {
     pub write_back_known: bool,
     /// A slice of the current synthesis was deleted.
     pub slices_missing: bool,
+    /// The Composition's `ignore-side-effects: "true"`: only its own changes (and inputs
+    /// annotated `ignore-side-effects: "false"`) re-synthesize (Eno).
+    pub ignore_side_effects: bool,
+    /// Keys of the refs declared `defer: true`: their changes wait for the rollout cooldown.
+    pub deferred: &'a [String],
 }
 
 /// Why a synthesis runs (or that none is needed). When several hold, the first in this
@@ -40,6 +45,8 @@ pub enum Trigger {
     InputsChanged {
         /// Their keys.
         keys: Vec<String>,
+        /// Every one of them is a deferred ref: rolled out with the cooldown.
+        deferred: bool,
     },
     /// Only the Synthesizer (or its module) changed: rolled out with a cooldown.
     SynthesizerChanged,
@@ -68,7 +75,12 @@ impl std::fmt::Display for Trigger {
             Trigger::First => f.write_str("first synthesis"),
             Trigger::Forced => f.write_str("forced"),
             Trigger::CompositionChanged => f.write_str("composition changed"),
-            Trigger::InputsChanged { keys } => write!(f, "inputs changed: {}", keys.join(", ")),
+            Trigger::InputsChanged { keys, deferred } => write!(
+                f,
+                "{}inputs changed: {}",
+                if *deferred { "deferred " } else { "" },
+                keys.join(", ")
+            ),
             Trigger::SynthesizerChanged => f.write_str("synthesizer changed"),
             Trigger::SlicesMissing => f.write_str("resource slices were deleted"),
             Trigger::WriteBackUnknown => f.write_str("status write-back unknown after a restart"),
@@ -87,12 +99,26 @@ pub fn decide(current: Option<&Synthesis>, now: &Now<'_>) -> Trigger {
     if c.observed_composition_generation != now.generation {
         return Trigger::CompositionChanged;
     }
-    let keys = changed_inputs(&c.input_revisions, now.revisions);
-    if !keys.is_empty() {
-        return Trigger::InputsChanged { keys };
+    // Eno's side effects: an input annotated `ignore-side-effects: "true"` never triggers;
+    // one annotated `"false"` always does, even when the Composition ignores side effects.
+    let side_effect = |key: &String| {
+        now.revisions
+            .iter()
+            .find(|r| &r.key == key)
+            .and_then(|r| r.ignore_side_effects)
+    };
+    let keys: Vec<String> = changed_inputs(&c.input_revisions, now.revisions)
+        .into_iter()
+        .filter(|k| side_effect(k) != Some(true))
+        .collect();
+    let forced_by_input = keys.iter().any(|k| side_effect(k) == Some(false));
+    if !keys.is_empty() && (!now.ignore_side_effects || forced_by_input) {
+        let deferred = keys.iter().all(|k| now.deferred.contains(k));
+        return Trigger::InputsChanged { keys, deferred };
     }
-    if c.observed_synthesizer_generation != now.synthesizer_generation
-        || c.module_digest.as_deref() != Some(now.module_digest)
+    if !now.ignore_side_effects
+        && (c.observed_synthesizer_generation != now.synthesizer_generation
+            || c.module_digest.as_deref() != Some(now.module_digest))
     {
         return Trigger::SynthesizerChanged;
     }
@@ -103,6 +129,45 @@ pub fn decide(current: Option<&Synthesis>, now: &Now<'_>) -> Trigger {
         return Trigger::WriteBackUnknown;
     }
     Trigger::UpToDate
+}
+
+/// Inputs out of lockstep, as Eno decides it: an input whose `revision` differs from the
+/// highest `revision` among the inputs, or whose `synthesizer-generation` /
+/// `composition-generation` is older than the Synthesizer's / Composition's generation. While
+/// any is, no new synthesis starts (`MismatchedInputs`). One `key: why` per input. Pure.
+pub fn mismatched(
+    revisions: &[InputRevision],
+    synthesizer_generation: Option<i64>,
+    composition_generation: Option<i64>,
+) -> Vec<String> {
+    let max = revisions.iter().filter_map(|r| r.revision).max();
+    let mut out = Vec::new();
+    for r in revisions {
+        let mut why = Vec::new();
+        if let (Some(rev), Some(max)) = (r.revision, max)
+            && rev != max
+        {
+            why.push(format!("revision {rev}, another input has {max}"));
+        }
+        if let (Some(seen), Some(now)) = (r.synthesizer_generation, synthesizer_generation)
+            && seen < now
+        {
+            why.push(format!(
+                "synthesizer-generation {seen} < the Synthesizer's {now}"
+            ));
+        }
+        if let (Some(seen), Some(now)) = (r.composition_generation, composition_generation)
+            && seen < now
+        {
+            why.push(format!(
+                "composition-generation {seen} < the Composition's {now}"
+            ));
+        }
+        if !why.is_empty() {
+            out.push(format!("{}: {}", r.key, why.join(", ")));
+        }
+    }
+    out
 }
 
 /// The keys whose revisions differ between `old` and `new` (added and removed included).
@@ -117,11 +182,21 @@ fn changed_inputs(old: &[InputRevision], new: &[InputRevision]) -> Vec<String> {
             let pick = |v: &[InputRevision]| -> Vec<InputRevision> {
                 v.iter().filter(|r| r.key == *key).cloned().collect()
             };
-            pick(old) != pick(new)
+            let (a, b) = (pick(old), pick(new));
+            // Eno: when both sides carry a `revision`, only a revision change counts.
+            let same = a.len() == b.len()
+                && a.iter()
+                    .zip(&b)
+                    .all(|(x, y)| match (x.revision, y.revision) {
+                        (Some(p), Some(q)) => p == q,
+                        _ => x == y,
+                    });
+            !same
         })
         .map(String::from)
         .collect();
-    if changed.is_empty() {
+    let order = |v: &[InputRevision]| v.iter().map(|r| r.key.clone()).collect::<Vec<_>>();
+    if changed.is_empty() && order(old) != order(new) {
         // Same revisions in another order.
         vec!["(order)".into()]
     } else {
@@ -160,6 +235,8 @@ mod tests {
             forced: None,
             write_back_known: true,
             slices_missing: false,
+            ignore_side_effects: false,
+            deferred: &[],
         }
     }
 
@@ -184,7 +261,8 @@ mod tests {
         assert_eq!(
             decide(Some(&old), &now(&new)),
             Trigger::InputsChanged {
-                keys: vec!["a".into(), "b".into(), "c".into()]
+                keys: vec!["a".into(), "b".into(), "c".into()],
+                deferred: false
             }
         );
     }
@@ -215,7 +293,13 @@ mod tests {
 
     #[test]
     fn only_input_changes_may_keep_the_slices() {
-        assert!(Trigger::InputsChanged { keys: vec![] }.may_keep_slices());
+        assert!(
+            Trigger::InputsChanged {
+                keys: vec![],
+                deferred: false
+            }
+            .may_keep_slices()
+        );
         assert!(Trigger::WriteBackUnknown.may_keep_slices());
         for t in [
             Trigger::First,
@@ -226,5 +310,98 @@ mod tests {
         ] {
             assert!(!t.may_keep_slices(), "{t}");
         }
+    }
+
+    #[test]
+    fn inputs_out_of_lockstep_are_named_as_eno_names_them() {
+        let r =
+            |key: &str, revision: Option<i64>, sg: Option<i64>, cg: Option<i64>| InputRevision {
+                key: key.into(),
+                resource_version: Some("1".into()),
+                revision,
+                synthesizer_generation: sg,
+                composition_generation: cg,
+                ..InputRevision::default()
+            };
+        // Same revision (or none): in lockstep.
+        assert!(
+            mismatched(
+                &[
+                    r("a", Some(2), None, None),
+                    r("b", Some(2), None, None),
+                    r("c", None, None, None)
+                ],
+                Some(1),
+                Some(1)
+            )
+            .is_empty()
+        );
+        let m = mismatched(
+            &[r("a", Some(1), None, None), r("b", Some(2), None, None)],
+            Some(1),
+            Some(1),
+        );
+        assert_eq!(m.len(), 1);
+        assert!(m[0].starts_with("a: revision 1"), "{m:?}");
+        let m = mismatched(&[r("a", None, Some(3), Some(5))], Some(4), Some(5));
+        assert_eq!(m, ["a: synthesizer-generation 3 < the Synthesizer's 4"]);
+        assert!(mismatched(&[r("a", None, Some(4), Some(5))], Some(4), Some(5)).is_empty());
+        assert_eq!(
+            mismatched(&[r("a", None, None, Some(1))], Some(4), Some(2)).len(),
+            1
+        );
+    }
+
+    #[test]
+    fn with_revisions_on_both_sides_only_a_revision_change_resynthesizes() {
+        let with = |rv: &str, revision: i64| InputRevision {
+            key: "a".into(),
+            resource_version: Some(rv.into()),
+            revision: Some(revision),
+            ..InputRevision::default()
+        };
+        assert!(changed_inputs(&[with("1", 7)], &[with("2", 7)]).is_empty());
+        assert_eq!(changed_inputs(&[with("1", 7)], &[with("2", 8)]), ["a"]);
+        // Without a revision on one side the resourceVersion counts.
+        assert_eq!(changed_inputs(&[rev("a", "1")], &[with("2", 7)]), ["a"]);
+    }
+
+    #[test]
+    fn side_effects_and_deferred_refs_as_in_eno() {
+        let old = [rev("config", "1"), rev("other", "1")];
+        let current = current(old.to_vec());
+        let mut changed = [rev("config", "2"), rev("other", "1")];
+        // Composition ignores side effects: an input change is not a trigger...
+        let mut n = now(&changed);
+        n.ignore_side_effects = true;
+        assert_eq!(decide(Some(&current), &n), Trigger::UpToDate);
+        // ...nor a Synthesizer change...
+        let mut n2 = now(&old);
+        n2.ignore_side_effects = true;
+        n2.synthesizer_generation = Some(9);
+        assert_eq!(decide(Some(&current), &n2), Trigger::UpToDate);
+        // ...unless the input says `ignore-side-effects: "false"`.
+        changed[0].ignore_side_effects = Some(false);
+        let mut n = now(&changed);
+        n.ignore_side_effects = true;
+        assert!(matches!(
+            decide(Some(&current), &n),
+            Trigger::InputsChanged { .. }
+        ));
+        // An input saying `"true"` never triggers.
+        changed[0].ignore_side_effects = Some(true);
+        assert_eq!(decide(Some(&current), &now(&changed)), Trigger::UpToDate);
+        // A deferred ref's change is a deferred trigger.
+        changed[0].ignore_side_effects = None;
+        let deferred = ["config".to_string()];
+        let mut n = now(&changed);
+        n.deferred = &deferred;
+        assert_eq!(
+            decide(Some(&current), &n),
+            Trigger::InputsChanged {
+                keys: vec!["config".into()],
+                deferred: true
+            }
+        );
     }
 }

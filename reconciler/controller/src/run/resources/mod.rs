@@ -234,7 +234,8 @@ async fn finish(
     let requeue = match (the_plan.requeue, acted.fight_wait) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
-    };
+    }
+    .map(|r| r.max(ctx.opts.min_reconcile_interval));
     Ok(Pass {
         settled: the_plan.settled() && recording.errors.is_empty(),
         requeue,
@@ -267,6 +268,11 @@ pub(crate) fn composition_info(comp: &Composition, deleting: bool) -> plan::Comp
         labels: comp.labels().clone(),
         annotations,
         deleting,
+        deletion_timestamp: comp
+            .metadata
+            .deletion_timestamp
+            .as_ref()
+            .map(|t| t.0.to_string()),
     }
 }
 

@@ -278,7 +278,10 @@ pub(crate) fn recorded(
             .iter()
             .filter(|r| r.settings.drift == plan::Drift::Interval)
             .filter_map(|r| {
-                let interval = r.settings.reconcile_interval?;
+                let interval = r
+                    .settings
+                    .reconcile_interval?
+                    .max(ctx.opts.min_reconcile_interval);
                 let is_due = m
                     .interval_checks
                     .get(&r.key)
@@ -330,6 +333,7 @@ mod tests {
             labels: Default::default(),
             annotations: Default::default(),
             deleting: false,
+            deletion_timestamp: None,
         };
         let p = plan::prepare(
             &[plan::Desired {

@@ -109,7 +109,11 @@ fn readiness_after(step: &Step, outcome: &Outcome, prepared: &plan::Prepared) ->
         .resources
         .binary_search_by(|r| r.key.cmp(&step.key))
     {
-        Ok(i) => plan::readiness::evaluate(&prepared.resources[i].checks, Some(object)),
+        Ok(i) => plan::readiness::evaluate(
+            &prepared.resources[i].checks,
+            prepared.resources[i].settings.health,
+            Some(object),
+        ),
         Err(_) => step.readiness.clone(),
     }
 }
