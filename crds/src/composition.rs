@@ -201,6 +201,13 @@ pub struct Synthesis {
     /// How many times it was attempted.
     #[serde(default)]
     pub attempts: i64,
+    /// When it started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initialized: Option<Time>,
+    /// Started by a change that rolls out under the cooldown (a Synthesizer change, or deferred
+    /// inputs only); with `initialized`, the persisted state of the global rollout cooldown.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub deferred: bool,
 }
 
 /// The revision of one input as it was read.

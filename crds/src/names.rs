@@ -104,6 +104,9 @@ keys! {
     /// On Compositions (`"true"`): only the Composition's own changes re-synthesize. On inputs:
     /// `"true"`, its changes never do; `"false"`, they always do (Eno).
     IGNORE_SIDE_EFFECTS = "ignore-side-effects";
+    /// On Compositions (`"true"`): when its Symphony is gone, deletion releases the finalizer
+    /// without waiting (Eno).
+    FORCE_DELETE_WHEN_SYMPHONY_GONE = "forceDeleteWhenSymphonyGone";
     /// On inputs: the Composition generation the input's producer has seen (as above).
     COMPOSITION_GENERATION = "composition-generation";
     /// Label on every managed object: the owning composition's UID.
@@ -187,6 +190,8 @@ pub mod reasons {
     pub const DELETING: &str = "Deleting";
     /// Another writer keeps changing a managed field.
     pub const FIELD_CONFLICT: &str = "FieldConflict";
+    /// An annotation value did not parse and was read as Eno reads it (Warning Event).
+    pub const INVALID_ANNOTATION: &str = "InvalidAnnotation";
     /// The module was fetched and compiled.
     pub const MODULE_READY: &str = "ModuleReady";
     /// `dependsOn`: a dependency is missing or not ready, so synthesis waits.

@@ -331,6 +331,10 @@ impl Enoki {
         if !extra.contains(&"--readiness-poll") {
             args.extend(["--readiness-poll", "1s"]);
         }
+        // Eno's default (1m) would make every Synthesizer-change test wait a minute.
+        if !extra.contains(&"--rollout-cooldown") {
+            args.extend(["--rollout-cooldown", "2s"]);
+        }
         if !namespace.is_empty() {
             args.extend(["--namespace", namespace]);
         }

@@ -368,7 +368,9 @@ async fn ignore_side_effects_on_the_composition_and_on_inputs() {
 }
 
 /// Eno `api/v1.Ref.Defer` and docs/synthesis.md "Deferral for Large-Scale Changes": a change of
-/// a `defer: true` input is rolled out under the rollout cooldown, one Composition at a time.
+/// a `defer: true` input is rolled out under the global rollout cooldown, one Composition at a
+/// time, and the cooldown survives a restart (`scheduling.getNextCooldownSlot`: persisted in
+/// the syntheses' `initialized`/`deferred`).
 #[tokio::test]
 async fn deferred_inputs_roll_out_under_the_cooldown() {
     let env = TestEnv::new().await;
@@ -406,7 +408,7 @@ async fn deferred_inputs_roll_out_under_the_cooldown() {
         )
         .await;
     }
-    let _enoki = Enoki::start_with(&env.namespace, &["--rollout-cooldown", "20s"]);
+    let enoki = Enoki::start_with(&env.namespace, &["--rollout-cooldown", "20s"]);
     let comps: Api<Composition> = env.api();
     // Which version of `shared` each Composition's current synthesis read.
     let uuid = |name: &'static str| {
@@ -432,6 +434,9 @@ async fn deferred_inputs_roll_out_under_the_cooldown() {
         (changed(&now) >= 1).then_some(now)
     })
     .await;
+    // A restart keeps the pace: the cooldown is persisted in the Compositions' status.
+    drop(enoki);
+    let _enoki = Enoki::start_with(&env.namespace, &["--rollout-cooldown", "20s"]);
     tokio::time::sleep(Duration::from_secs(5)).await;
     let now = (uuid("one").await.unwrap(), uuid("two").await.unwrap());
     assert_eq!(
@@ -448,4 +453,259 @@ async fn deferred_inputs_roll_out_under_the_cooldown() {
         },
     )
     .await;
+}
+
+/// Eno `--migrating-field-managers` (`internal/resource/fieldmanager.go`,
+/// `NormalizeConflictingManagers`): fields another tool applied become enoki's, so what the
+/// synthesizer no longer emits is removed; managers not listed keep theirs.
+#[tokio::test]
+async fn migrating_field_managers_hand_their_fields_to_enoki() {
+    let env = TestEnv::new().await;
+    install_crds(&env.client).await;
+    let synth = install_synthesizer(&env, "echo", &echo_module()).await;
+    // Applied before enoki by Eno (manager `eno`) and by another tool (`helm`).
+    for (name, manager) in [("from-eno", "eno"), ("from-helm", "helm")] {
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
+            "data": {"a": "1", "b": "old"}});
+        env.api::<ConfigMap>()
+            .patch(name, &PatchParams::apply(manager), &Patch::Apply(&cm))
+            .await
+            .unwrap();
+    }
+    // The synthesizer emits both without `b`.
+    let items = json!([
+        harness::config_map("from-eno", json!({}), json!({"a": "1"})),
+        harness::config_map("from-helm", json!({}), json!({"a": "1"})),
+    ]);
+    input(&env, "items", json!({}), &items, json!({})).await;
+    harness::apply_composition(&env, "moved", &synth, "items", json!({})).await;
+    let _enoki = Enoki::start_with(&env.namespace, &["--migrating-field-managers", "eno"]);
+    eventually("moved Ready", WAIT, || async {
+        harness::composition_ready(&env, "moved")
+            .await
+            .then_some(())
+    })
+    .await;
+    let from_eno = env.api::<ConfigMap>().get("from-eno").await.unwrap();
+    assert_eq!(
+        from_eno.data.as_ref().unwrap().get("b"),
+        None,
+        "eno's field handed over and pruned"
+    );
+    let managers: Vec<String> = from_eno
+        .metadata
+        .managed_fields
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|m| m.manager)
+        .collect();
+    assert!(!managers.contains(&"eno".to_string()), "{managers:?}");
+    let from_helm = env.api::<ConfigMap>().get("from-helm").await.unwrap();
+    assert_eq!(
+        from_helm.data.unwrap().get("b").map(String::as_str),
+        Some("old"),
+        "a manager that is not migrating keeps its field"
+    );
+}
+
+/// Eno reads cascading annotation values leniently (`internal/resource`: a bool is true only
+/// when `"true"`, a bad strategy is a background delete): a bad value is reported — a warning
+/// result on the synthesis, an `InvalidAnnotation` Event for the Composition's own — and never
+/// blocks applying.
+#[tokio::test]
+async fn bad_cascading_annotation_values_warn_and_do_not_block() {
+    let env = TestEnv::new().await;
+    install_crds(&env.client).await;
+    let synth = install_synthesizer(&env, "echo", &echo_module()).await;
+    let items = json!([harness::config_map(
+        "lenient",
+        json!({"eno.azure.io/disable-updates": "yes"}),
+        json!({"v": "1"})
+    )]);
+    input(&env, "lenient-items", json!({}), &items, json!({})).await;
+    let comp = json!({"apiVersion": "enoki.dev/v1alpha1", "kind": "Composition",
+        "metadata": {"name": "lenient", "annotations": {"eno.azure.io/deletion-strategy": "shred"}},
+        "spec": {"synthesizer": {"name": synth},
+                 "bindings": [{"key": "config", "resource": {"name": "lenient-items"}}]}});
+    let comps: Api<Composition> = env.api();
+    comps
+        .patch("lenient", &PatchParams::apply("test"), &Patch::Apply(&comp))
+        .await
+        .unwrap();
+    let _enoki = Enoki::start(&env.namespace);
+    eventually("Ready despite the bad values", WAIT, || async {
+        harness::composition_ready(&env, "lenient")
+            .await
+            .then_some(())
+    })
+    .await;
+    assert_eq!(data_of(&env, "lenient").await.unwrap()["v"], "1", "applied");
+    let results = comps
+        .get("lenient")
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .current_synthesis
+        .unwrap()
+        .results;
+    assert!(
+        results.iter().any(|r| r.severity == "warning"
+            && r.message.contains("eno.azure.io/disable-updates")
+            && r.message.contains("\"yes\"")),
+        "{results:?}"
+    );
+    let events: Api<k8s_openapi::api::events::v1::Event> = env.api();
+    let event = eventually("an InvalidAnnotation event", WAIT, || async {
+        events
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("InvalidAnnotation"))
+    })
+    .await;
+    let note = event.note.unwrap_or_default();
+    assert!(
+        note.contains("eno.azure.io/deletion-strategy") && note.contains("shred"),
+        "{note}"
+    );
+}
+
+/// Eno `internal/controllers/composition` (`shouldForceRemoveFinalizer`): a Composition
+/// annotated `forceDeleteWhenSymphonyGone: "true"` whose Symphony no longer exists is released
+/// at once, even while its deletion would otherwise wait (here: on a dependent Composition).
+#[tokio::test]
+async fn force_delete_when_symphony_gone_releases_a_stuck_composition() {
+    let env = TestEnv::new().await;
+    install_crds(&env.client).await;
+    let synth = install_synthesizer(&env, "echo", &echo_module()).await;
+    input(&env, "items", json!({}), &json!([]), json!({})).await;
+    let symphony = json!({"apiVersion": "enoki.dev/v1alpha1", "kind": "Symphony",
+        "metadata": {"name": "stack"},
+        "spec": {"bindings": [{"key": "config", "resource": {"name": "items"}}],
+                 "variations": [{"synthesizer": {"name": synth},
+                     "annotations": {"eno.azure.io/forceDeleteWhenSymphonyGone": "true"}}]}});
+    let syms: Api<crds::Symphony> = env.api();
+    syms.patch(
+        "stack",
+        &PatchParams::apply("test"),
+        &Patch::Apply(&symphony),
+    )
+    .await
+    .unwrap();
+    let generated = format!("stack-{synth}");
+    // A Composition outside the Symphony depends on the generated one: its deletion waits.
+    harness::apply_composition(
+        &env,
+        "dependent",
+        &synth,
+        "items",
+        json!({"dependsOn": [{"name": generated}]}),
+    )
+    .await;
+    let _enoki = Enoki::start(&env.namespace);
+    let comps: Api<Composition> = env.api();
+    eventually("the generated Composition Ready", WAIT, || async {
+        harness::composition_ready(&env, &generated)
+            .await
+            .then_some(())
+    })
+    .await;
+    // The Symphony goes away for good (its finalizer removed by hand, as a force delete).
+    syms.delete("stack", &Default::default()).await.unwrap();
+    syms.patch(
+        "stack",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    eventually("the generated Composition released", WAIT, || async {
+        comps
+            .get_opt(&generated)
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert!(
+        comps.get_opt("dependent").await.unwrap().is_some(),
+        "its dependent is still there: the wait was skipped, not satisfied"
+    );
+}
+
+/// Eno docs/patches.md (`eno.azure.io/v1 Patch`): JSON patches modify existing objects
+/// enoki does not manage, never create one, delete one with a `/metadata/deletionTimestamp` op,
+/// and are not reverted when dropped.
+#[tokio::test]
+async fn patches_modify_and_delete_existing_objects() {
+    let env = TestEnv::new().await;
+    install_crds(&env.client).await;
+    let synth = install_synthesizer(&env, "echo", &echo_module()).await;
+    let cms = env.api::<ConfigMap>();
+    for name in ["legacy", "doomed"] {
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
+            "data": {"a": "1"}});
+        cms.patch(
+            name,
+            &PatchParams::apply("someone-else"),
+            &Patch::Apply(&cm),
+        )
+        .await
+        .unwrap();
+    }
+    let patch = |name: &str, api_version: &str, ops: Value| {
+        json!({"apiVersion": api_version, "kind": "Patch", "metadata": {"name": name},
+            "patch": {"apiVersion": "v1", "kind": "ConfigMap", "ops": ops}})
+    };
+    let hello = json!([{"op": "add", "path": "/data/hello", "value": "world"}]);
+    let delete = json!([{"op": "add", "path": "/metadata/deletionTimestamp", "value": "now"}]);
+    let items = json!([
+        patch("legacy", "eno.azure.io/v1", hello.clone()),
+        patch("ghost", "enoki.dev/v1alpha1", hello),
+    ]);
+    input(&env, "patches", json!({}), &items, json!({})).await;
+    harness::apply_composition(&env, "patcher", &synth, "patches", json!({})).await;
+    let _enoki = Enoki::start(&env.namespace);
+    eventually("patched and Ready", WAIT, || async {
+        let data = data_of(&env, "legacy").await?;
+        (data.get("hello").map(String::as_str) == Some("world")
+            && harness::composition_ready(&env, "patcher").await)
+            .then_some(())
+    })
+    .await;
+    assert_eq!(
+        data_of(&env, "legacy").await.unwrap()["a"],
+        "1",
+        "a patch, not a replace"
+    );
+    assert!(
+        cms.get_opt("ghost").await.unwrap().is_none(),
+        "a patch never creates"
+    );
+    // Now a Patch that deletes `doomed`; the `legacy` patch is dropped.
+    input(
+        &env,
+        "patches",
+        json!({}),
+        &json!([patch("doomed", "eno.azure.io/v1", delete)]),
+        json!({}),
+    )
+    .await;
+    eventually("doomed deleted", WAIT, || async {
+        cms.get_opt("doomed").await.unwrap().is_none().then_some(())
+    })
+    .await;
+    assert_eq!(
+        data_of(&env, "legacy")
+            .await
+            .unwrap()
+            .get("hello")
+            .map(String::as_str),
+        Some("world"),
+        "a dropped patch is not reverted"
+    );
 }

@@ -193,13 +193,21 @@ async fn readiness_groups_crd_order_and_cel_readiness_eno_keys() {
     readiness_groups_wait_for_readiness("eno.azure.io").await;
 }
 
+/// Eno's deletion order (`internal/resource/tree.go`): a group waits for the lower groups to be
+/// released — a background delete once it is terminating, a foreground one once it is gone.
 async fn deletion_follows_deletion_groups_case(p: &str) {
     let hold = json!(["test.enoki.dev/hold"]);
     let mut a = cm("a", json!({format!("{p}/deletion-group"): "0"}), json!({}));
-    let mut b = cm("b", json!({format!("{p}/deletion-group"): "1"}), json!({}));
-    a["metadata"]["finalizers"] = hold.clone();
-    b["metadata"]["finalizers"] = hold.clone();
-    let env = setup(&json!([a, b]), json!({})).await;
+    let mut b = cm(
+        "b",
+        json!({format!("{p}/deletion-group"): "1", format!("{p}/deletion-strategy"): "foreground"}),
+        json!({}),
+    );
+    let mut c = cm("c", json!({format!("{p}/deletion-group"): "2"}), json!({}));
+    for x in [&mut a, &mut b, &mut c] {
+        x["metadata"]["finalizers"] = hold.clone();
+    }
+    let env = setup(&json!([a, b, c]), json!({})).await;
     let _enoki = Enoki::start(&env.namespace);
     eventually("Ready", WAIT, || async { ready(&env).await.then_some(()) }).await;
     let comps: Api<Composition> = env.api();
@@ -221,22 +229,34 @@ async fn deletion_follows_deletion_groups_case(p: &str) {
         deleting("a").await.then_some(())
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    assert!(
-        !deleting("b").await,
-        "group 1 was deleted while group 0 still existed"
-    );
-    let release = json!({"metadata": {"finalizers": null}});
-    cms.patch("a", &PatchParams::default(), &Patch::Merge(&release))
-        .await
-        .unwrap();
-    eventually("group 1 deleted once group 0 is gone", WAIT, || async {
+    // Background: group 0 terminating releases group 1 (it is still there, held).
+    eventually("group 1 once group 0 is terminating", WAIT, || async {
         deleting("b").await.then_some(())
     })
     .await;
+    assert!(
+        deleting("a").await,
+        "group 0 still exists (held by its finalizer)"
+    );
+    // Foreground: group 2 waits until group 1 is gone.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        !deleting("c").await,
+        "group 2 was deleted while the foreground group 1 still existed"
+    );
+    let release = json!({"metadata": {"finalizers": null}});
     cms.patch("b", &PatchParams::default(), &Patch::Merge(&release))
         .await
         .unwrap();
+    eventually("group 2 once group 1 is gone", WAIT, || async {
+        deleting("c").await.then_some(())
+    })
+    .await;
+    for name in ["a", "c"] {
+        cms.patch(name, &PatchParams::default(), &Patch::Merge(&release))
+            .await
+            .unwrap();
+    }
     eventually("the composition to be gone", WAIT, || async {
         comps.get_opt("echo").await.unwrap().is_none().then_some(())
     })
@@ -531,6 +551,14 @@ async fn fail_open_case(p: &str) {
     })
     .await;
     assert!(exists(&env, "fine").await);
+    // Reconciled, but not ready: the Service does not exist (Eno's fail-open).
+    let c = eventually("Reconciled=True, Ready=False", WAIT, || async {
+        let reconciled = harness::composition_condition(&env, "echo", "Reconciled").await?;
+        let ready = harness::composition_condition(&env, "echo", "Ready").await?;
+        (reconciled.0 == "True" && ready.0 == "False").then_some(ready)
+    })
+    .await;
+    assert!(!c.2.is_empty(), "names what is not ready: {c:?}");
 }
 
 #[tokio::test]

@@ -105,14 +105,22 @@ pub struct RunArgs {
     /// How soon to look again while a resource is not ready (humantime).
     #[arg(long, env = "ENOKI_READINESS_POLL", default_value = "5s")]
     pub readiness_poll: String,
-    /// Minimum time between re-syntheses caused only by a Synthesizer change, across its
-    /// Compositions (humantime): a bad module rolls out one Composition at a time.
-    #[arg(long, env = "ENOKI_ROLLOUT_COOLDOWN", default_value = "2s")]
+    /// Minimum time between two deferred syntheses — caused only by a Synthesizer change or by
+    /// `defer: true` inputs — across all Compositions (humantime; Eno's default): a bad module
+    /// rolls out one Composition at a time. Persisted in the Compositions' status, so a restart
+    /// keeps the pace.
+    #[arg(long, env = "ENOKI_ROLLOUT_COOLDOWN", default_value = "1m")]
     pub rollout_cooldown: String,
     /// The shortest `reconcile-interval` honoured (Eno's `--min-reconcile-interval`): a smaller
     /// annotation value is raised to it, and no re-check is scheduled sooner (humantime).
     #[arg(long, env = "ENOKI_MIN_RECONCILE_INTERVAL", default_value = "1s")]
     pub min_reconcile_interval: String,
+    /// Field managers whose server-side-apply ownership enoki takes over when it applies an
+    /// object they manage (Eno's `--migrating-field-managers`; e.g. `eno` when moving from
+    /// Eno), so fields enoki stops emitting are removed instead of staying theirs.
+    /// Comma-separated.
+    #[arg(long, env = "ENOKI_MIGRATING_FIELD_MANAGERS", value_delimiter = ',')]
+    pub migrating_field_managers: Vec<String>,
     /// Safety-net re-check of ready Compositions (humantime): the default reconcile interval.
     /// In-sync resources cost no write (fast path); `reconcile-interval` annotations shorten it.
     #[arg(

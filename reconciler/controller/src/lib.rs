@@ -100,6 +100,12 @@ fn start(args: &cli::RunArgs) -> anyhow::Result<()> {
         resync: parse("resync", &args.resync)?,
         rollout_cooldown: parse("rollout-cooldown", &args.rollout_cooldown)?,
         min_reconcile_interval: parse("min-reconcile-interval", &args.min_reconcile_interval)?,
+        migrating_field_managers: args
+            .migrating_field_managers
+            .iter()
+            .map(|m| m.trim().to_string())
+            .filter(|m| !m.is_empty() && m != crds::names::FIELD_MANAGER)
+            .collect(),
         module_cache_dir: args.module_cache_dir.clone(),
         metrics_addr: if args.metrics_addr.is_empty() {
             None

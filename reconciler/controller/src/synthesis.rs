@@ -531,11 +531,22 @@ pub fn validate(
             tombstone: false,
         })
         .collect();
-    plan::prepare(&desired, &plan::CompositionInfo::default()).map_err(|e| {
+    let prepared = plan::prepare(&desired, &plan::CompositionInfo::default()).map_err(|e| {
         SynthesisError::InvalidOutput {
             message: e.to_string(),
         }
     })?;
+    // Cascading values that did not parse are read as Eno reads them: a warning, not an error.
+    for r in &prepared.resources {
+        for w in &r.settings.warnings {
+            warnings.push(crds::SynthesisResult {
+                severity: "warning".into(),
+                message: w.clone(),
+                resource_ref: Some(r.key.to_string()),
+                tags: BTreeMap::new(),
+            });
+        }
+    }
     Ok((out, warnings))
 }
 

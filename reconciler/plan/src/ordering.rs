@@ -192,14 +192,15 @@ pub fn order(nodes: &[Node]) -> Result<Ordering, PlanError> {
     })
 }
 
-/// Deletion rank of a resource: its `deletion-group`, otherwise the reverse of creation order
-/// (the negated readiness group); CRDs without an explicit group go last.
-pub fn deletion_rank(key: &ResourceKey, deletion_group: Option<i64>, readiness_group: i64) -> i64 {
-    match deletion_group {
-        Some(g) => g,
-        None if key.is_crd() => i64::MAX,
-        None => readiness_group.saturating_neg(),
-    }
+/// Deletion group of a resource during Composition deletion (Eno): its `deletion-group`; for
+/// Eno's infrastructure kinds without one, the negation of their create group (100); for
+/// anything else none — deleted at once, waiting for nothing and holding nothing back.
+pub fn deletion_group(key: &ResourceKey, deletion_group: Option<i64>) -> Option<i64> {
+    deletion_group.or_else(|| {
+        crate::settings::INFRA_KINDS
+            .contains(&key.kind.as_str())
+            .then_some(crate::settings::INFRA_READINESS_GROUP.saturating_neg())
+    })
 }
 
 #[cfg(test)]

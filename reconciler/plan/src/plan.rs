@@ -90,6 +90,42 @@ pub struct PreparedResource {
     /// The snapshot and its canonical hash, computed once at ingestion when no override can
     /// change them (no overrides): a pass over an in-sync resource then costs no copy.
     pub snapshot: Option<(Value, String)>,
+    /// A `Patch` pseudo-resource (Eno's `eno.azure.io/v1 Patch`, enoki's
+    /// `enoki.dev/v1alpha1 Patch`): the object it patches, `(apiVersion, kind)`; the name and
+    /// namespace are the Patch's own.
+    pub patch: Option<(String, String)>,
+}
+
+/// API versions of the `Patch` pseudo-kind.
+pub const PATCH_API_VERSIONS: [&str; 2] = ["eno.azure.io/v1", "enoki.dev/v1alpha1"];
+
+/// The target `(apiVersion, kind)` of a `Patch` pseudo-resource; `Ok(None)` for anything else.
+///
+/// # Errors
+/// A message when it is a Patch without `patch.apiVersion`, `patch.kind` or a list `patch.ops`.
+pub fn patch_target(manifest: &Value) -> Result<Option<(String, String)>, String> {
+    let api_version = manifest
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if manifest.get("kind").and_then(Value::as_str) != Some("Patch")
+        || !PATCH_API_VERSIONS.contains(&api_version)
+    {
+        return Ok(None);
+    }
+    let field = |name: &str| {
+        manifest
+            .pointer(&format!("/patch/{name}"))
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .map(String::from)
+            .ok_or_else(|| format!("a Patch needs patch.{name}"))
+    };
+    let target = (field("apiVersion")?, field("kind")?);
+    match manifest.pointer("/patch/ops") {
+        None | Some(Value::Array(_)) => Ok(Some(target)),
+        Some(_) => Err("patch.ops must be a list of JSON patch operations".into()),
+    }
 }
 
 /// A synthesis's output, ingested: parsed once, planned many times.
@@ -163,6 +199,8 @@ pub fn prepare(desired: &[Desired], composition: &CompositionInfo) -> Result<Pre
             let hash = snapshot::hash(&object);
             (object, hash)
         });
+        let patch =
+            patch_target(&d.manifest).map_err(|message| PlanError::Manifest { index, message })?;
         resources.push(PreparedResource {
             key,
             manifest: d.manifest.clone(),
@@ -171,6 +209,7 @@ pub fn prepare(desired: &[Desired], composition: &CompositionInfo) -> Result<Pre
             checks,
             overrides,
             snapshot,
+            patch,
         });
     }
     resources.sort_by(|a, b| a.key.cmp(&b.key));
@@ -279,6 +318,11 @@ pub enum SkipReason {
     /// The object carries another Composition's `managed-by` label: it is never deleted on
     /// this Composition's behalf.
     OwnedElsewhere,
+    /// A `Patch` whose target does not exist: patches never create.
+    PatchTargetAbsent,
+    /// A `Patch` dropped from the output, or its Composition deleted: the target is left as
+    /// it is (patches are not reverted).
+    PatchLeft,
 }
 
 /// The one thing to do with a resource.
@@ -308,6 +352,11 @@ pub enum Op {
         to: Value,
         /// RFC 7386 patch from `from` to `to`: dropped fields are `null`.
         patch: Value,
+    },
+    /// RFC 6902 JSON patch of an existing object (a `Patch` pseudo-resource).
+    JsonPatch {
+        /// The operations.
+        ops: Value,
     },
     /// Delete the object.
     Delete {
@@ -380,11 +429,11 @@ mod requeue_ser {
 }
 
 impl Plan {
-    /// Every non-tombstone resource is ready (or exempt).
+    /// Every non-tombstone resource is ready (or exempt). A `fail-open` resource is reconciled
+    /// whatever happens, but ready only when it is (Eno).
     pub fn all_ready(&self) -> bool {
         self.steps.iter().all(|s| {
             s.readiness.is_ready()
-                || s.settings.fail_open
                 || matches!(
                     s.op,
                     Op::Skip {
@@ -392,6 +441,8 @@ impl Plan {
                             | SkipReason::AlreadyDeleted
                             | SkipReason::Orphaned
                             | SkipReason::OwnedElsewhere
+                            | SkipReason::PatchLeft
+                            | SkipReason::PatchTargetAbsent
                     } | Op::Delete { .. }
                 )
         })
@@ -471,8 +522,16 @@ pub fn plan(input: PlanInput<'_>) -> Plan {
             }
         } else if !waiting_on.is_empty() {
             Op::Wait { on: waiting_on }
+        } else if r.patch.is_some() {
+            patch_op(&object, live, in_sync, &settings)
         } else {
             write_op(live.is_some(), in_sync, &settings, &object, key, &input)
+        };
+        // A Patch whose target is absent has nothing to wait for.
+        let readiness = if r.patch.is_some() && live.is_none() {
+            ReadinessState::Ready { at: None }
+        } else {
+            readiness
         };
         let refused = refused_owner(live, recorded, &settings, &input.composition.uid);
         let (op, readiness) = match refused {
@@ -526,6 +585,13 @@ fn tombstone_steps(input: &PlanInput<'_>, steps: &mut Vec<Step>) -> bool {
     let mut poll = false;
     for r in input.prepared.resources.iter().filter(|r| r.tombstone) {
         let live = input.observed.get(&r.key);
+        if r.patch.is_some() {
+            let op = Op::Skip {
+                reason: SkipReason::PatchLeft,
+            };
+            steps.push(deletion_step(r, live, op));
+            continue;
+        }
         if foreign_owner(live, &input.composition.uid).is_some() {
             steps.push(deletion_step(
                 r,
@@ -536,8 +602,10 @@ fn tombstone_steps(input: &PlanInput<'_>, steps: &mut Vec<Step>) -> bool {
             ));
             continue;
         }
-        let foreground = r.settings.deletion_strategy == DeletionStrategy::Foreground;
-        let op = if r.settings.disable_reconciliation {
+        // Overrides decide deletion too (Eno's resource-migration recipe).
+        let settings = settings_after_overrides(r, live, input.composition);
+        let foreground = settings.deletion_strategy == DeletionStrategy::Foreground;
+        let op = if settings.disable_reconciliation {
             Op::Skip {
                 reason: SkipReason::ReconciliationDisabled,
             }
@@ -635,6 +703,51 @@ fn write_op(
     }
 }
 
+/// What a `Patch` does to its target: nothing when it is absent (never created), a delete
+/// when an op sets `/metadata/deletionTimestamp` to a non-empty string (Eno), otherwise the
+/// JSON patch — unless it was applied to this very version of the target already.
+fn patch_op(object: &Value, live: Option<&Value>, in_sync: bool, settings: &Settings) -> Op {
+    let Some(live) = live else {
+        return Op::Skip {
+            reason: SkipReason::PatchTargetAbsent,
+        };
+    };
+    let ops = patch_ops(object);
+    if patch_deletes(&ops) {
+        return delete_op(
+            Some(live),
+            settings.deletion_strategy == DeletionStrategy::Foreground,
+        );
+    }
+    if ops.as_array().is_none_or(Vec::is_empty) || in_sync {
+        Op::Skip {
+            reason: SkipReason::InSync,
+        }
+    } else {
+        Op::JsonPatch { ops }
+    }
+}
+
+/// The `patch.ops` list of a Patch (empty when missing).
+fn patch_ops(object: &Value) -> Value {
+    object
+        .pointer("/patch/ops")
+        .cloned()
+        .unwrap_or_else(|| Value::Array(Vec::new()))
+}
+
+/// Whether the ops delete the target: an op on `/metadata/deletionTimestamp` whose value is a
+/// non-empty string (Eno's rule).
+fn patch_deletes(ops: &Value) -> bool {
+    ops.as_array().into_iter().flatten().any(|op| {
+        op.get("path").and_then(Value::as_str) == Some("/metadata/deletionTimestamp")
+            && op
+                .get("value")
+                .and_then(Value::as_str)
+                .is_some_and(|v| !v.is_empty())
+    })
+}
+
 /// Why a live object must not be written for this Composition: the UID of the Composition
 /// that owns it, or `""` for an object enoki does not manage under `adopt: never` (never
 /// applied by this Composition). `None`: it may be written.
@@ -709,6 +822,19 @@ fn delete_op(live: Option<&Value>, foreground: bool) -> Op {
     }
 }
 
+/// The settings of `r` after its overrides (the ingested ones when it has none).
+fn settings_after_overrides(
+    r: &PreparedResource,
+    live: Option<&Value>,
+    composition: &CompositionInfo,
+) -> Settings {
+    if r.overrides.is_empty() {
+        r.settings.clone()
+    } else {
+        effective(r, live, composition).1
+    }
+}
+
 /// The snapshot to apply (overrides applied, reserved keys stripped, managed-by label set),
 /// the settings after overrides, and the override outcomes.
 fn effective(
@@ -738,33 +864,36 @@ fn effective(
     (snapshot::strip(&manifest, uid), settings, results)
 }
 
+/// Composition deletion, ordered as Eno orders it: only resources with a deletion group are
+/// ordered (an explicit `deletion-group`, or Eno's infrastructure kinds, which default to the
+/// negation of their create group); the others are deleted at once and hold nothing back. A
+/// group waits until every resource of the lower groups is released: gone, or — for a
+/// background delete — terminating (it has a `deletionTimestamp`).
 fn plan_deletion(input: PlanInput<'_>) -> Plan {
-    let mut ranked: Vec<(i64, &PreparedResource)> = input
+    let mut ranked: Vec<(Option<i64>, &PreparedResource, Settings)> = input
         .prepared
         .resources
         .iter()
         .map(|r| {
-            let rank = ordering::deletion_rank(
-                &r.key,
-                r.settings.deletion_group,
-                r.settings.readiness_group,
-            );
-            (rank, r)
+            let settings =
+                settings_after_overrides(r, input.observed.get(&r.key), input.composition);
+            let group = ordering::deletion_group(&r.key, settings.deletion_group);
+            (group, r, settings)
         })
         .collect();
     ranked.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.key.cmp(&b.1.key)));
     let mut steps = Vec::with_capacity(ranked.len());
     let mut poll = false;
-    let mut present_below: Vec<ResourceKey> = Vec::new();
-    let mut current_rank: Option<i64> = None;
-    let mut present_in_rank: Vec<ResourceKey> = Vec::new();
-    for (rank, r) in ranked {
+    let mut held_below: Vec<ResourceKey> = Vec::new();
+    let mut current_rank: Option<Option<i64>> = None;
+    let mut held_in_rank: Vec<ResourceKey> = Vec::new();
+    for (rank, r, settings) in ranked {
         if current_rank != Some(rank) {
-            present_below.append(&mut present_in_rank);
+            held_below.append(&mut held_in_rank);
             current_rank = Some(rank);
         }
         let live = input.observed.get(&r.key);
-        let orphan = r.settings.deletion_strategy == DeletionStrategy::Orphan;
+        let foreground = settings.deletion_strategy == DeletionStrategy::Foreground;
         let foreign = foreign_owner(live, &input.composition.uid).is_some();
         // Another Composition's object is never deleted, and nothing waits for it.
         let live = if foreign { None } else { live };
@@ -772,34 +901,45 @@ fn plan_deletion(input: PlanInput<'_>) -> Plan {
             Op::Skip {
                 reason: SkipReason::OwnedElsewhere,
             }
-        } else if r.settings.disable_reconciliation {
+        } else if settings.disable_reconciliation {
             Op::Skip {
                 reason: SkipReason::ReconciliationDisabled,
             }
-        } else if orphan {
+        } else if r.patch.is_some()
+            && !patch_deletes(&patch_ops(&effective(r, live, input.composition).0))
+        {
+            // A Patch leaves its target on Composition deletion, unless (e.g. through an
+            // override on `composition.metadata.deletionTimestamp`) it deletes it.
+            Op::Skip {
+                reason: SkipReason::PatchLeft,
+            }
+        } else if settings.deletion_strategy == DeletionStrategy::Orphan {
             Op::Skip {
                 reason: SkipReason::Orphaned,
             }
-        } else if live.is_some() && !present_below.is_empty() {
+        } else if rank.is_some() && live.is_some() && !held_below.is_empty() {
             Op::Wait {
-                on: present_below.clone(),
+                on: held_below.clone(),
             }
         } else {
-            delete_op(
-                live,
-                r.settings.deletion_strategy == DeletionStrategy::Foreground,
-            )
+            delete_op(live, foreground)
         };
-        if live.is_some()
-            && !matches!(
-                op,
-                Op::Skip {
-                    reason: SkipReason::ReconciliationDisabled | SkipReason::Orphaned
-                }
-            )
-        {
-            present_in_rank.push(r.key.clone());
+        let kept = matches!(
+            op,
+            Op::Skip {
+                reason: SkipReason::ReconciliationDisabled
+                    | SkipReason::Orphaned
+                    | SkipReason::PatchLeft
+            }
+        );
+        if live.is_some() && !kept {
             poll = true;
+            let terminating = live
+                .and_then(|l| l.pointer("/metadata/deletionTimestamp"))
+                .is_some_and(|t| !t.is_null());
+            if rank.is_some() && (foreground || !terminating) {
+                held_in_rank.push(r.key.clone());
+            }
         }
         steps.push(deletion_step(r, live, op));
     }

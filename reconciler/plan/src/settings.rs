@@ -113,6 +113,10 @@ pub struct Settings {
     pub adopt_never: bool,
     /// Readiness when there are no CEL checks.
     pub health: Health,
+    /// Cascading values that did not parse and were read as Eno reads them (the default),
+    /// each naming the resource, the key and the value: reported, never blocking.
+    #[serde(skip)]
+    pub warnings: Vec<String>,
 }
 
 mod humantime_opt {
@@ -138,6 +142,7 @@ struct Lookup<'a> {
     resource: &'a ResourceKey,
     own: &'a BTreeMap<String, String>,
     composition: &'a BTreeMap<String, String>,
+    warnings: std::cell::RefCell<Vec<String>>,
 }
 
 impl Lookup<'_> {
@@ -160,13 +165,25 @@ impl Lookup<'_> {
         }
     }
 
-    fn bool(&self, key: Key, cascade: bool) -> Result<bool, PlanError> {
+    /// A cascading value that does not parse: read as `default`, as Eno does, and reported.
+    fn lenient<T>(&self, key: &str, value: &str, expected: &str, default: T, read_as: &str) -> T {
+        if let Ok(mut w) = self.warnings.try_borrow_mut() {
+            w.push(format!(
+                "{}: {key}: {value:?} is not {expected}; read as {read_as} (Eno)",
+                self.resource
+            ));
+        }
+        default
+    }
+
+    /// Eno's rule: only `"true"` is true; anything else that is not `"false"` is reported.
+    fn bool(&self, key: Key, cascade: bool) -> bool {
         match self.get(key, cascade) {
-            None => Ok(false),
+            None => false,
             Some((v, k)) => match v.trim().to_ascii_lowercase().as_str() {
-                "true" => Ok(true),
-                "false" | "" => Ok(false),
-                _ => Err(self.error(k, format!("{v:?} is not \"true\" or \"false\""))),
+                "true" => true,
+                "false" | "" => false,
+                _ => self.lenient(k, v, "\"true\" or \"false\"", false, "false"),
             },
         }
     }
@@ -186,7 +203,9 @@ impl Lookup<'_> {
 /// Parses the settings of one resource.
 ///
 /// # Errors
-/// [`PlanError::Annotation`] naming the resource and the key when a value does not parse.
+/// [`PlanError::Annotation`] naming the resource and the key when a structural value (a
+/// readiness or deletion group) does not parse; cascading values that do not parse are read
+/// as Eno reads them and listed in [`Settings::warnings`].
 pub fn parse(
     resource: &ResourceKey,
     own: &BTreeMap<String, String>,
@@ -196,6 +215,7 @@ pub fn parse(
         resource,
         own,
         composition,
+        warnings: std::cell::RefCell::new(Vec::new()),
     };
     let readiness_group =
         l.int(keys::READINESS_GROUP)?
@@ -204,24 +224,26 @@ pub fn parse(
             } else {
                 0
             });
-    let reconcile_interval = match l.get(keys::RECONCILE_INTERVAL, true) {
-        None => None,
-        Some((v, k)) => {
-            let d = humantime::parse_duration(v.trim())
-                .map_err(|e| l.error(k, format!("{v:?} is not a duration: {e}")))?;
-            if d.is_zero() {
-                return Err(l.error(k, "must be longer than zero"));
-            }
-            Some(d)
-        }
-    };
+    // Zero or unparseable: the shortest interval (the controller's
+    // `--min-reconcile-interval`), as Eno clamps it.
+    let reconcile_interval = l.get(keys::RECONCILE_INTERVAL, true).map(|(v, k)| {
+        humantime::parse_duration(v.trim()).unwrap_or_else(|_| {
+            l.lenient(k, v, "a duration", Duration::ZERO, "the minimum interval")
+        })
+    });
     let deletion_strategy = match l.get(keys::DELETION_STRATEGY, true) {
         None => DeletionStrategy::Background,
         Some((v, k)) => match v.trim().to_ascii_lowercase().as_str() {
             "orphan" => DeletionStrategy::Orphan,
             "foreground" => DeletionStrategy::Foreground,
             "" | "background" | "delete" => DeletionStrategy::Background,
-            _ => return Err(l.error(k, format!("{v:?} is not \"orphan\" or \"foreground\""))),
+            _ => l.lenient(
+                k,
+                v,
+                "\"orphan\" or \"foreground\"",
+                DeletionStrategy::Background,
+                "a background delete",
+            ),
         },
     };
     let drift = match l.get(keys::DRIFT, true) {
@@ -230,7 +252,7 @@ pub fn parse(
             "watch" | "" => Drift::Watch,
             "interval" => Drift::Interval,
             "off" => Drift::Off,
-            _ => return Err(l.error(k, format!("{v:?} is not watch, interval or off"))),
+            _ => l.lenient(k, v, "watch, interval or off", Drift::Watch, "watch"),
         },
     };
     let adopt_never = match l.get(keys::ADOPT, true) {
@@ -238,7 +260,7 @@ pub fn parse(
         Some((v, k)) => match v.trim().to_ascii_lowercase().as_str() {
             "" | "always" | "true" => false,
             "never" | "false" => true,
-            _ => return Err(l.error(k, format!("{v:?} is not \"never\" or \"always\""))),
+            _ => l.lenient(k, v, "\"never\" or \"always\"", false, "always"),
         },
     };
     let health = match l.get(keys::HEALTH, true) {
@@ -246,22 +268,24 @@ pub fn parse(
         Some((v, k)) => match v.trim().to_ascii_lowercase().as_str() {
             "" | "exists" => Health::Exists,
             "kstatus" => Health::Kstatus,
-            _ => return Err(l.error(k, format!("{v:?} is not \"exists\" or \"kstatus\""))),
+            _ => l.lenient(k, v, "\"exists\" or \"kstatus\"", Health::Exists, "exists"),
         },
     };
-    let settings = Settings {
+    let mut settings = Settings {
         health,
         adopt_never,
         readiness_group,
         deletion_group: l.int(keys::DELETION_GROUP)?,
         reconcile_interval,
-        disable_updates: l.bool(keys::DISABLE_UPDATES, true)?,
-        disable_reconciliation: l.bool(keys::DISABLE_RECONCILIATION, true)?,
-        replace: l.bool(keys::REPLACE, true)?,
+        disable_updates: l.bool(keys::DISABLE_UPDATES, true),
+        disable_reconciliation: l.bool(keys::DISABLE_RECONCILIATION, true),
+        replace: l.bool(keys::REPLACE, true),
         deletion_strategy,
-        fail_open: l.bool(keys::FAIL_OPEN, true)?,
+        fail_open: l.bool(keys::FAIL_OPEN, true),
         drift,
+        warnings: Vec::new(),
     };
+    settings.warnings = l.warnings.into_inner();
     Ok(settings)
 }
 
@@ -335,8 +359,13 @@ mod tests {
         assert_eq!(parse(&d, &none, &comp).unwrap().health, Health::Kstatus);
         let own = map(&[("eno.azure.io/health", "exists")]);
         assert_eq!(parse(&d, &own, &comp).unwrap().health, Health::Exists);
-        let err = parse(&d, &map(&[("enoki.dev/health", "green")]), &none).unwrap_err();
-        assert!(err.to_string().contains("enoki.dev/health"), "{err}");
+        let s = parse(&d, &map(&[("enoki.dev/health", "green")]), &none).unwrap();
+        assert_eq!(s.health, Health::Exists);
+        assert!(
+            s.warnings[0].contains("enoki.dev/health"),
+            "{:?}",
+            s.warnings
+        );
     }
 
     #[test]
@@ -387,18 +416,47 @@ mod tests {
         );
     }
 
+    /// Structural values are refused (Eno's strict validation at synthesis).
     #[rstest]
     #[case::group("enoki.dev/readiness-group", "one")]
     #[case::deletion_group("eno.azure.io/deletion-group", "1.5")]
-    #[case::interval("enoki.dev/reconcile-interval", "soon")]
-    #[case::zero_interval("enoki.dev/reconcile-interval", "0s")]
-    #[case::flag("enoki.dev/disable-updates", "yes")]
-    #[case::strategy("enoki.dev/deletion-strategy", "shred")]
-    #[case::drift("eno.azure.io/drift", "sometimes")]
-    fn bad_values_name_the_resource_and_key(#[case] k: &str, #[case] v: &str) {
+    fn bad_structural_values_name_the_resource_and_key(#[case] k: &str, #[case] v: &str) {
         let err = parse(&key("Deployment"), &map(&[(k, v)]), &BTreeMap::new()).unwrap_err();
         let msg = err.to_string();
         assert!(msg.contains("Deployment/ns/x") && msg.contains(k), "{msg}");
+    }
+
+    /// Cascading values are read as Eno reads them, with a warning naming resource and key.
+    #[rstest]
+    #[case::interval("enoki.dev/reconcile-interval", "soon")]
+    #[case::flag("enoki.dev/disable-updates", "yes")]
+    #[case::strategy("enoki.dev/deletion-strategy", "shred")]
+    #[case::drift("eno.azure.io/drift", "sometimes")]
+    #[case::adopt("enoki.dev/adopt", "maybe")]
+    fn bad_cascading_values_are_read_as_eno_reads_them(#[case] k: &str, #[case] v: &str) {
+        let s = parse(&key("Deployment"), &map(&[(k, v)]), &BTreeMap::new()).unwrap();
+        assert_eq!(s.warnings.len(), 1, "{:?}", s.warnings);
+        assert!(
+            s.warnings[0].contains("Deployment/ns/x") && s.warnings[0].contains(k),
+            "{:?}",
+            s.warnings
+        );
+        assert!(!s.disable_updates && !s.adopt_never);
+        assert_eq!(s.deletion_strategy, DeletionStrategy::Background);
+        assert_eq!(s.drift, Drift::Watch);
+        // An interval that does not parse is the shortest (clamped by the controller).
+        if k.ends_with("reconcile-interval") {
+            assert_eq!(s.reconcile_interval, Some(Duration::ZERO));
+        }
+        // Zero is clamped too, silently.
+        let z = parse(
+            &key("D"),
+            &map(&[("enoki.dev/reconcile-interval", "0s")]),
+            &BTreeMap::new(),
+        )
+        .unwrap();
+        assert_eq!(z.reconcile_interval, Some(Duration::ZERO));
+        assert!(z.warnings.is_empty());
     }
 
     #[test]

@@ -133,6 +133,10 @@ fn render(input: &Value) -> Value {
                     out["op"] = json!("MergePatch");
                     out["patch"] = patch.clone();
                 }
+                Op::JsonPatch { ops } => {
+                    out["op"] = json!("JsonPatch");
+                    out["ops"] = ops.clone();
+                }
                 Op::Delete { foreground } => {
                     out["op"] = json!("Delete");
                     out["foreground"] = json!(foreground);

@@ -201,29 +201,67 @@ fn composition_deletion_follows_deletion_groups() {
     assert_eq!(w.op_of(&b), Op::Delete { foreground: false });
 }
 
+/// Eno (`internal/resource/tree.go`, `kind_ordering.go`): on Composition deletion only
+/// resources with a deletion group are ordered — an explicit `deletion-group`, or the
+/// infrastructure kinds (ConfigMap, CRD, …) at 100; everything else goes at once. A group waits
+/// until the lower groups are released: terminating for a background delete, gone for a
+/// foreground one.
 #[test]
-fn composition_deletion_defaults_to_reverse_creation_order_with_crds_last() {
+fn composition_deletion_orders_only_grouped_resources() {
     let crd = json!({
         "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
         "metadata": {"name": "widgets.example.com"},
         "spec": {"group": "example.com", "names": {"kind": "Widget"}},
     });
-    let a = deploy("a", json!({}));
-    let b = deploy("b", json!({"enoki.dev/readiness-group": "2"}));
-    let items = desired(&[crd.clone(), a.clone(), b.clone()]);
+    let free = deploy("free", json!({"enoki.dev/readiness-group": "2"}));
+    let first = deploy("first", json!({"eno.azure.io/deletion-group": "1"}));
+    let config = cm("config", json!({}));
+    let items = desired(&[crd.clone(), free.clone(), first.clone(), config.clone()]);
+    let deleting = CompositionInfo {
+        deleting: true,
+        ..comp()
+    };
     let w = World::new(items.clone())
-        .with_comp(
-            CompositionInfo {
-                deleting: true,
-                ..comp()
-            },
-            &items,
-        )
+        .with_comp(deleting.clone(), &items)
         .observe(live(&crd, "1", Value::Null))
-        .observe(live(&a, "1", Value::Null))
-        .observe(live(&b, "1", Value::Null));
-    let order: Vec<_> = w.plan().steps.iter().map(|s| s.key.name.clone()).collect();
-    assert_eq!(order, ["b", "a", "widgets.example.com"]);
+        .observe(live(&free, "1", Value::Null))
+        .observe(live(&first, "1", Value::Null))
+        .observe(live(&config, "1", Value::Null));
+    assert_eq!(
+        w.op_of(&free),
+        Op::Delete { foreground: false },
+        "ungrouped: at once"
+    );
+    assert_eq!(w.op_of(&first), Op::Delete { foreground: false });
+    assert_eq!(
+        w.op_of(&config),
+        Op::Wait {
+            on: vec![key(&first)]
+        },
+        "infra kinds go last"
+    );
+    assert_eq!(
+        w.op_of(&crd),
+        Op::Wait {
+            on: vec![key(&first)]
+        }
+    );
+    // A background delete releases the next group as soon as it is terminating.
+    let mut terminating = live(&first, "2", Value::Null);
+    terminating["metadata"]["deletionTimestamp"] = json!("2026-11-26T00:00:00Z");
+    let w = w.observe(terminating.clone());
+    assert_eq!(w.op_of(&config), Op::Delete { foreground: false });
+    // A foreground one only once it is gone.
+    let mut fg = first.clone();
+    fg["metadata"]["annotations"]["eno.azure.io/deletion-strategy"] = json!("foreground");
+    let items = desired(&[fg.clone(), config.clone()]);
+    let mut terminating = live(&fg, "2", Value::Null);
+    terminating["metadata"]["deletionTimestamp"] = json!("2026-11-26T00:00:00Z");
+    let w = World::new(items.clone())
+        .with_comp(deleting, &items)
+        .observe(terminating)
+        .observe(live(&config, "1", Value::Null));
+    assert_eq!(w.op_of(&config), Op::Wait { on: vec![key(&fg)] });
 }
 
 #[test]
@@ -296,6 +334,12 @@ fn fail_open_resources_do_not_block_their_dependents() {
     let b = deploy("b", json!({"enoki.dev/readiness-group": "1"}));
     let w = World::new(desired(&[a.clone(), b.clone()])).observe(live(&a, "1", Value::Null));
     assert!(matches!(w.op_of(&b), Op::Apply { .. }));
+    // Eno: fail-open makes it reconciled whatever happens, but not ready while it is not.
+    let w = w.observe(live(&b, "1", Value::Null)).record_applied();
+    assert!(
+        !w.plan().all_ready(),
+        "a not-ready fail-open resource is not ready"
+    );
 }
 
 #[test]
@@ -460,9 +504,156 @@ fn adopt_never_refuses_an_unmanaged_object_but_not_its_own() {
         .observe(live(&m, "7", Value::Null))
         .record_applied();
     assert!(!matches!(w.op_of(&m), Op::Conflict { .. }));
+    // A value that does not parse is read as the default (adopt) and reported.
     let bad = cm("x", json!({"enoki.dev/adopt": "sometimes"}));
-    assert!(matches!(
-        plan::prepare(&desired(&[bad]), &comp()),
-        Err(PlanError::Annotation { .. })
-    ));
+    let p = plan::prepare(&desired(&[bad]), &comp()).unwrap();
+    assert!(!p.resources[0].settings.adopt_never);
+    assert!(p.resources[0].settings.warnings[0].contains("enoki.dev/adopt"));
+}
+
+/// Eno docs/resource-migration.md and docs/overrides.md: an override that sets
+/// `disable-reconciliation` or `deletion-strategy: orphan` also protects the resource from
+/// being deleted — when dropped from the output and when the Composition is deleted.
+#[test]
+fn overrides_decide_deletion_too() {
+    let keep = r#"[{"path": "self.metadata.annotations['eno.azure.io/disable-reconciliation']",
+                    "value": "true",
+                    "condition": "composition.metadata.annotations['migration/owner'] != 'true'"}]"#;
+    let m = cm("moving", json!({"eno.azure.io/overrides": keep}));
+    // Dropped from the output while this Composition is not the owner (the recipe sets the
+    // annotation empty): left alone.
+    let not_owner = CompositionInfo {
+        annotations: [("migration/owner".to_string(), String::new())].into(),
+        ..comp()
+    };
+    let items = vec![Desired {
+        manifest: m.clone(),
+        tombstone: true,
+    }];
+    let w = World::new(items.clone())
+        .with_comp(not_owner, &items)
+        .observe(live(&m, "3", Value::Null));
+    assert_eq!(
+        w.op_of(&m),
+        Op::Skip {
+            reason: SkipReason::ReconciliationDisabled
+        }
+    );
+    // While it is the owner, the tombstone deletes as usual.
+    let owner = CompositionInfo {
+        annotations: [("migration/owner".to_string(), "true".to_string())].into(),
+        ..comp()
+    };
+    let items = vec![Desired {
+        manifest: m.clone(),
+        tombstone: true,
+    }];
+    let w = World::new(items.clone())
+        .with_comp(owner, &items)
+        .observe(live(&m, "3", Value::Null));
+    assert_eq!(w.op_of(&m), Op::Delete { foreground: false });
+
+    // Orphaned only when the Composition is being deleted.
+    let orphan = r#"[{"path": "self.metadata.annotations['eno.azure.io/deletion-strategy']",
+                      "value": "orphan",
+                      "condition": "composition.metadata.deletionTimestamp != null"}]"#;
+    let o = cm("kept", json!({"eno.azure.io/overrides": orphan}));
+    let items = desired(std::slice::from_ref(&o));
+    let deleting = CompositionInfo {
+        deleting: true,
+        deletion_timestamp: Some("2026-11-26T00:00:00Z".into()),
+        ..comp()
+    };
+    let w = World::new(items.clone())
+        .with_comp(deleting, &items)
+        .observe(live(&o, "1", Value::Null));
+    assert_eq!(
+        w.op_of(&o),
+        Op::Skip {
+            reason: SkipReason::Orphaned
+        }
+    );
+}
+
+/// Eno docs/patches.md: a `Patch` JSON-patches an existing object, never creates it, deletes
+/// it when an op sets `/metadata/deletionTimestamp`, and is not reverted when dropped or when
+/// its Composition is deleted (unless, through an override, it then deletes).
+#[test]
+fn patches_modify_or_delete_existing_objects_only() {
+    let patch = |ops: Value, annotations: Value| {
+        json!({"apiVersion": "eno.azure.io/v1", "kind": "Patch",
+            "metadata": {"name": "target", "namespace": "ns", "annotations": annotations},
+            "patch": {"apiVersion": "v1", "kind": "ConfigMap", "ops": ops}})
+    };
+    let add = json!([{"op": "add", "path": "/data/hello", "value": "world"}]);
+    let p = patch(add.clone(), json!({}));
+    let target = live(&cm("target", json!({})), "5", Value::Null);
+    // Absent target: nothing, and nothing to wait for.
+    let w = World::new(desired(std::slice::from_ref(&p)));
+    assert_eq!(
+        w.op_of(&p),
+        Op::Skip {
+            reason: SkipReason::PatchTargetAbsent
+        }
+    );
+    assert!(w.plan().all_ready());
+    // Present: the JSON patch; once applied to this version, nothing more.
+    let mut w = World::new(desired(std::slice::from_ref(&p)));
+    w.observed.insert(key(&p), target.clone());
+    assert_eq!(w.op_of(&p), Op::JsonPatch { ops: add.clone() });
+    let w = w.record_applied();
+    assert_eq!(
+        w.op_of(&p),
+        Op::Skip {
+            reason: SkipReason::InSync
+        }
+    );
+    // A deletionTimestamp op deletes it.
+    let del = patch(
+        json!([{"op": "add", "path": "/metadata/deletionTimestamp", "value": "anything"}]),
+        json!({}),
+    );
+    let mut w = World::new(desired(std::slice::from_ref(&del)));
+    w.observed.insert(key(&del), target.clone());
+    assert_eq!(w.op_of(&del), Op::Delete { foreground: false });
+    // Dropped: the target is left as it is.
+    let mut w = World::new(vec![Desired {
+        manifest: p.clone(),
+        tombstone: true,
+    }]);
+    w.observed.insert(key(&p), target.clone());
+    assert_eq!(
+        w.op_of(&p),
+        Op::Skip {
+            reason: SkipReason::PatchLeft
+        }
+    );
+    // Composition deletion: left, unless an override makes it delete then.
+    let on_delete = r#"[{"path": "self.patch.ops", "condition": "composition.metadata.deletionTimestamp != null",
+                         "value": [{"op": "add", "path": "/metadata/deletionTimestamp", "value": "x"}]}]"#;
+    let cleanup = patch(json!([]), json!({"eno.azure.io/overrides": on_delete}));
+    let deleting = CompositionInfo {
+        deleting: true,
+        deletion_timestamp: Some("2026-11-26T00:00:00Z".into()),
+        ..comp()
+    };
+    for (manifest, want) in [
+        (
+            p.clone(),
+            Op::Skip {
+                reason: SkipReason::PatchLeft,
+            },
+        ),
+        (cleanup.clone(), Op::Delete { foreground: false }),
+    ] {
+        let items = desired(std::slice::from_ref(&manifest));
+        let mut w = World::new(items.clone()).with_comp(deleting.clone(), &items);
+        w.observed.insert(key(&manifest), target.clone());
+        assert_eq!(w.op_of(&manifest), want);
+    }
+    // A Patch without a target kind is refused at ingestion.
+    let bad = json!({"apiVersion": "enoki.dev/v1alpha1", "kind": "Patch",
+        "metadata": {"name": "x", "namespace": "ns"}, "patch": {"apiVersion": "v1"}});
+    let err = plan::prepare(&desired(&[bad]), &comp()).unwrap_err();
+    assert!(err.to_string().contains("patch.kind"), "{err}");
 }

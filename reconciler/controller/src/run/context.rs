@@ -49,6 +49,9 @@ pub(crate) struct Memory {
     pub pending_output: Option<(String, crate::synthesis::Synthesized)>,
     /// A synthesis of this fingerprint failed: not run again before `retry_at`.
     pub failed: Option<super::composition::synthesize::Failed>,
+    /// The annotation warnings last reported as an Event (reported again only when they
+    /// change).
+    pub warned: Option<String>,
 }
 
 /// A Synthesizer's module as last fetched: ready, or failed and not retried before
@@ -81,7 +84,8 @@ pub struct Context {
     pub(crate) watches: Arc<Watches>,
     pub(crate) metrics: metrics::Metrics,
     pub(crate) recorder: kube::runtime::events::Recorder,
-    rollouts: Mutex<HashMap<String, Instant>>,
+    /// When this process last started a deferred synthesis (the global rollout cooldown).
+    rollout_last: Mutex<Option<std::time::SystemTime>>,
     /// Every Composition enoki reconciles (the controller's own cache).
     pub(crate) compositions: Store<Composition>,
     /// Every ResourceSlice in scope.
@@ -131,7 +135,7 @@ impl Context {
             watches: p.watches,
             metrics: p.metrics,
             recorder: p.recorder,
-            rollouts: Mutex::new(HashMap::new()),
+            rollout_last: Mutex::new(None),
             compositions: p.compositions,
             slices: p.slices,
             synthesis_slots: Arc::new(tokio::sync::Semaphore::new(slots)),
@@ -280,18 +284,40 @@ impl Context {
             .unwrap_or_default()
     }
 
-    /// Claims the rollout slot of a Synthesizer: `None` when this Composition may re-synthesize
-    /// now (and the slot is taken), otherwise how long to wait.
-    pub(crate) fn rollout_slot(&self, synthesizer: &str) -> Option<Duration> {
-        let mut last = self.rollouts.lock().ok()?;
-        let now = Instant::now();
-        if let Some(prev) = last.get(synthesizer) {
-            let since = now.duration_since(*prev);
+    /// Claims the global rollout slot (Eno's cooldown): `None` when a deferred synthesis may
+    /// start now (and the slot is taken), otherwise how long to wait. The last start is the
+    /// later of this process's memory and the `initialized` time of the newest deferred
+    /// synthesis in any Composition's status, so the cooldown survives a restart.
+    pub(crate) fn rollout_slot(&self) -> Option<Duration> {
+        let mut last = self.rollout_last.lock().ok()?;
+        let now = std::time::SystemTime::now();
+        let persisted = self
+            .compositions
+            .state()
+            .iter()
+            .filter_map(|c| c.status.as_ref())
+            .flat_map(|s| {
+                [
+                    &s.in_flight_synthesis,
+                    &s.current_synthesis,
+                    &s.previous_synthesis,
+                ]
+                .into_iter()
+                .flatten()
+                .filter(|syn| syn.deferred)
+                .filter_map(|syn| syn.initialized.as_ref())
+                .map(|t| std::time::SystemTime::from(t.0))
+                .collect::<Vec<_>>()
+            })
+            .max();
+        let prev = (*last).max(persisted);
+        if let Some(prev) = prev {
+            let since = now.duration_since(prev).unwrap_or_default();
             if since < self.opts.rollout_cooldown {
                 return Some(self.opts.rollout_cooldown - since);
             }
         }
-        last.insert(synthesizer.to_string(), now);
+        *last = Some(now);
         None
     }
 

@@ -81,6 +81,8 @@ pub struct Options {
     pub rollout_cooldown: Duration,
     /// The shortest reconcile interval (and re-check delay) honoured.
     pub min_reconcile_interval: Duration,
+    /// Field managers whose ownership enoki takes over on apply.
+    pub migrating_field_managers: Vec<String>,
     /// Lease-based leader election: (namespace, lease duration); off when `None`.
     pub leader_election: Option<(String, u64)>,
     /// Where implicit Compositions of cluster-scoped instances live (instance mode).

@@ -59,6 +59,14 @@ pub async fn reconcile(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Acti
 /// Deletion: wait for dependents, then delete (or orphan) every resource in deletion-group
 /// order; release the finalizer once nothing is left.
 async fn delete(ctx: &Arc<Context>, comp: &Arc<Composition>) -> Result<Action, Error> {
+    if symphony_gone_and_forced(ctx, comp).await? {
+        tracing::warn!(
+            "forceDeleteWhenSymphonyGone: the owning Symphony is gone; releasing the finalizer \
+             without deleting resources"
+        );
+        finalizer::release(ctx, comp).await?;
+        return Ok(Action::await_change());
+    }
     let mut st = comp.status.clone().unwrap_or_default();
     let dependents = dependencies::dependents(ctx, comp);
     if !dependents.is_empty() {
@@ -82,6 +90,34 @@ async fn delete(ctx: &Arc<Context>, comp: &Arc<Composition>) -> Result<Action, E
     }
     status::write(ctx, comp, &st).await?;
     Ok(Action::requeue(ctx.opts.readiness_poll))
+}
+
+/// Eno's `forceDeleteWhenSymphonyGone`: the Composition says `"true"` and the Symphony that
+/// owns it no longer exists, so nothing is left to wait for.
+async fn symphony_gone_and_forced(ctx: &Context, comp: &Composition) -> Result<bool, Error> {
+    let key = crds::names::annotations::FORCE_DELETE_WHEN_SYMPHONY_GONE;
+    let a = comp.annotations();
+    if a.get(key.enoki)
+        .or_else(|| a.get(key.eno))
+        .map(String::as_str)
+        != Some("true")
+    {
+        return Ok(false);
+    }
+    let Some(owner) = comp
+        .owner_references()
+        .iter()
+        .find(|o| o.kind == "Symphony")
+    else {
+        return Ok(false);
+    };
+    let syms: kube::Api<crds::Symphony> =
+        kube::Api::namespaced(ctx.client.clone(), &comp.namespace().unwrap_or_default());
+    let found = syms
+        .get_opt(&owner.name)
+        .await
+        .map_err(super::kube_err("reading the owning Symphony"))?;
+    Ok(found.is_none_or(|s| s.uid().as_deref() != Some(owner.uid.as_str())))
 }
 
 /// What [`converge`] decided before acting.
@@ -261,12 +297,10 @@ async fn synthesize_now(
     trigger: &Trigger,
 ) -> Result<Option<Duration>, Error> {
     // A Synthesizer change alone, or a change of deferred refs only, rolls out gradually:
-    // one Composition per cooldown.
-    let deferrable = matches!(
-        trigger,
-        Trigger::SynthesizerChanged | Trigger::InputsChanged { deferred: true, .. }
-    );
-    if deferrable && let Some(wait) = ctx.rollout_slot(&comp.spec.synthesizer.name) {
+    // one Composition per cooldown, across all Compositions (Eno).
+    if trigger.is_deferred()
+        && let Some(wait) = ctx.rollout_slot()
+    {
         tracing::debug!(?wait, "synthesizer rollout cooldown");
         return Ok(Some(wait));
     }

@@ -110,6 +110,8 @@ pub(crate) async fn synthesize(
         module_digest: Some(req.module.digest()),
         force_resynthesis: req.forced.clone(),
         attempts,
+        initialized: Some(Time(k8s_openapi::jiff::Timestamp::now())),
+        deferred: req.trigger.is_deferred(),
         ..Synthesis::default()
     });
     let instance = req.gathered.instance().cloned();

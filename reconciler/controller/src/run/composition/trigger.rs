@@ -57,6 +57,14 @@ pub enum Trigger {
 }
 
 impl Trigger {
+    /// Whether this synthesis rolls out under the global cooldown (Eno's deferred ops).
+    pub fn is_deferred(&self) -> bool {
+        matches!(
+            self,
+            Trigger::SynthesizerChanged | Trigger::InputsChanged { deferred: true, .. }
+        )
+    }
+
     /// Whether the new output may keep the current slices when it is identical: only when
     /// inputs changed (or a restart lost the write-back); spec and Synthesizer changes and
     /// forced re-syntheses always write new slices (Eno semantics).

@@ -83,7 +83,15 @@ pub(crate) async fn act(
                 .is_write()
                 .then(|| backing_off.get(&step.key).cloned())
                 .flatten();
-            execute(i, op, &step.key, observations.get(&step.key), held)
+            let migrating = ctx.opts.migrating_field_managers.as_slice();
+            execute(
+                i,
+                op,
+                &step.key,
+                observations.get(&step.key),
+                held,
+                migrating,
+            )
         })
         .collect();
     let mut indexed: Vec<(usize, Outcome)> = futures::stream::iter(pending)
@@ -236,8 +244,9 @@ async fn execute(
     key: &ResourceKey,
     obs: Option<&Observation>,
     held: Option<String>,
+    migrating: &[String],
 ) -> (usize, Outcome) {
-    (index, execute_one(op, key, obs, held).await)
+    (index, execute_one(op, key, obs, held, migrating).await)
 }
 
 async fn execute_one(
@@ -245,6 +254,7 @@ async fn execute_one(
     key: &ResourceKey,
     obs: Option<&Observation>,
     held: Option<String>,
+    migrating: &[String],
 ) -> Outcome {
     if let Some(last) = held {
         return Outcome {
@@ -262,7 +272,7 @@ async fn execute_one(
         ));
     };
     let live = obs.and_then(|o| o.live.as_ref());
-    match write(api, op, key, live).await {
+    match write(api, op, key, live, migrating).await {
         Ok(written) => {
             tracing::debug!(resource = %key, op = op_name(op), "applied");
             let resource_version = written
@@ -283,6 +293,7 @@ async fn write(
     op: &Op,
     key: &ResourceKey,
     live: Option<&Value>,
+    migrating: &[String],
 ) -> Result<Option<DynamicObject>, String> {
     let rv_of = Some;
     let pp = PostParams {
@@ -290,14 +301,7 @@ async fn write(
         ..PostParams::default()
     };
     let result = match op {
-        Op::Apply { object } => api
-            .patch(
-                &key.name,
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(object),
-            )
-            .await
-            .map(rv_of),
+        Op::Apply { object } => apply(api, &key.name, object, migrating).await.map(rv_of),
         Op::Create { object } => {
             let obj: DynamicObject =
                 serde_json::from_value(object.clone()).map_err(|e| e.to_string())?;
@@ -322,6 +326,20 @@ async fn write(
             )
             .await
             .map(rv_of),
+        Op::JsonPatch { ops } => {
+            let ops: json_patch::Patch =
+                serde_json::from_value(ops.clone()).map_err(|e| format!("patch.ops: {e}"))?;
+            api.patch(
+                &key.name,
+                &PatchParams {
+                    field_manager: Some(FIELD_MANAGER.into()),
+                    ..PatchParams::default()
+                },
+                &Patch::<()>::Json(ops),
+            )
+            .await
+            .map(rv_of)
+        }
         Op::Delete { foreground } => {
             let dp = if *foreground {
                 DeleteParams::foreground()
@@ -339,12 +357,39 @@ async fn write(
     result.map_err(|e| summarize(&e))
 }
 
+/// Server-side apply; with `--migrating-field-managers`, fields still owned by a migrating
+/// manager are handed to enoki and the manifest applied again (see [`super::migrate`]).
+async fn apply(
+    api: &Api<DynamicObject>,
+    name: &str,
+    object: &Value,
+    migrating: &[String],
+) -> Result<DynamicObject, kube::Error> {
+    let pp = PatchParams::apply(FIELD_MANAGER).force();
+    let written = api.patch(name, &pp, &Patch::Apply(object)).await?;
+    if migrating.is_empty() {
+        return Ok(written);
+    }
+    let Some(fields) = serde_json::to_value(&written)
+        .ok()
+        .and_then(|w| super::migrate::merged_managed_fields(&w, migrating))
+    else {
+        return Ok(written);
+    };
+    let handover = serde_json::json!({"metadata": {"managedFields": fields}});
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&handover))
+        .await?;
+    tracing::info!(resource = name, managers = ?migrating, "field ownership migrated to enoki");
+    api.patch(name, &pp, &Patch::Apply(object)).await
+}
+
 /// A short name of an op, for logs and metrics.
 pub(crate) fn op_name(op: &Op) -> &'static str {
     match op {
         Op::Apply { .. } => "apply",
         Op::Create { .. } => "create",
         Op::Replace { .. } => "replace",
+        Op::JsonPatch { .. } => "json-patch",
         Op::MergePatch { .. } => "merge-patch",
         Op::Delete { .. } => "delete",
         Op::Skip { .. } => "skip",

@@ -14,6 +14,7 @@
 
 pub(crate) mod execute;
 pub(crate) mod fights;
+pub(crate) mod migrate;
 pub(crate) mod observe;
 pub(crate) mod record;
 pub(crate) mod rollup;
@@ -85,6 +86,7 @@ pub async fn reconcile(
             return Ok(Pass::default());
         }
     };
+    report_warnings(ctx, comp, &uid, &prepared).await;
     let previous =
         super::composition::history::previous_applied(ctx, comp, st, &loaded, &info).await?;
     let recorded = observe::recorded(ctx, &uid, &prepared, &loaded, &previous.carried);
@@ -209,7 +211,7 @@ async fn finish(
         &now,
     );
     slices::write_states(ctx, comp, seen.loaded, &recording.states).await?;
-    let roll = rollup::Rollup::of(the_plan, seen.loaded, &recording);
+    let roll = rollup::Rollup::of(seen.loaded, &recording);
     if !recording.errors.is_empty() && !deleting {
         ctx.event(
             comp,
@@ -241,6 +243,33 @@ async fn finish(
         requeue,
         ..Pass::default()
     })
+}
+
+/// Annotation values that did not parse (read as Eno reads them) become one Warning Event,
+/// again only when they change.
+async fn report_warnings(ctx: &Context, comp: &Composition, uid: &str, prepared: &plan::Prepared) {
+    let warnings: Vec<&str> = prepared
+        .resources
+        .iter()
+        .flat_map(|r| r.settings.warnings.iter().map(String::as_str))
+        .collect();
+    let message = warnings.join("; ");
+    let changed = ctx.remember(uid, |m| {
+        let changed = m.warned.as_deref().unwrap_or_default() != message;
+        m.warned = Some(message.clone());
+        changed
+    });
+    if changed && !warnings.is_empty() {
+        tracing::warn!(%message, "annotation values read as Eno reads them");
+        ctx.event(
+            comp,
+            true,
+            crds::names::reasons::INVALID_ANNOTATION,
+            "Plan",
+            message,
+        )
+        .await;
+    }
 }
 
 /// The Composition as the planner sees it; a Symphony being deleted orphans its

@@ -177,7 +177,16 @@ async fn from_cache(
             live: None,
         })
     };
-    let Some(gvk) = gvk_of_manifest(&r.manifest) else {
+    // A Patch observes its target (never labelled by enoki, so always read in full).
+    let target;
+    let manifest = match &r.patch {
+        Some((api_version, kind)) => {
+            target = json!({"apiVersion": api_version, "kind": kind});
+            &target
+        }
+        None => &r.manifest,
+    };
+    let Some(gvk) = gvk_of_manifest(manifest) else {
         return unknown();
     };
     // Not served (yet): e.g. a CRD from this synthesis is not Established.
@@ -211,7 +220,7 @@ async fn from_cache(
     let create_semantics = r.settings.replace
         || r.settings.disable_updates
         || ctx.opts.mode == plan::ApplyMode::ClientSide;
-    if get(cached, create_semantics) {
+    if r.patch.is_some() || get(cached, create_semantics) {
         return FromCache::Fetch(api);
     }
     // What the planner reads of a live object it does not need in full: identity, version,

@@ -68,7 +68,12 @@ pub(crate) fn record(
             rec.forbidden |= e.starts_with("Forbidden:");
             state.error = Some(e.clone());
             state.reconciled = step.settings.fail_open;
-            rec.errors.push(format!("{}: {e}", step.key));
+            if step.settings.fail_open {
+                // Eno suppresses a fail-open resource's error: kept on the resource only.
+                tracing::warn!(resource = %step.key, error = %e, "fail-open: error suppressed");
+            } else {
+                rec.errors.push(format!("{}: {e}", step.key));
+            }
         } else {
             state.error = None;
             record_success(state, step, outcome, recorded.get(&step.key), now);
@@ -126,7 +131,11 @@ fn record_success(
     now: &Time,
 ) {
     match &step.op {
-        Op::Apply { .. } | Op::Create { .. } | Op::Replace { .. } | Op::MergePatch { .. } => {
+        Op::Apply { .. }
+        | Op::Create { .. }
+        | Op::Replace { .. }
+        | Op::MergePatch { .. }
+        | Op::JsonPatch { .. } => {
             state.reconciled = true;
             state.applied_hash = step.hash.clone();
             state.applied_resource_version = outcome.resource_version.clone();

@@ -2,7 +2,6 @@
 //! synthesis's reconciled/ready times and the simplified status. Pure over its inputs.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use plan::Plan;
 
 use super::super::composition::slices::Loaded;
 use super::super::status;
@@ -29,21 +28,16 @@ pub(crate) struct Rollup {
 
 impl Rollup {
     /// Adds up `recording` (the new states of `loaded`'s slices).
-    pub fn of(the_plan: &Plan, loaded: &Loaded, recording: &Recording) -> Rollup {
-        let fail_open: std::collections::BTreeSet<(usize, usize)> = the_plan
-            .steps
-            .iter()
-            .filter(|s| s.settings.fail_open)
-            .filter_map(|s| loaded.position.get(&s.key).copied())
-            .collect();
+    /// A `fail-open` resource is reconciled whatever happens (its state says so), but ready
+    /// only when it is (Eno).
+    pub fn of(loaded: &Loaded, recording: &Recording) -> Rollup {
         let all_reconciled = recording.states.iter().flatten().all(|s| s.reconciled);
         let all_ready = all_reconciled
             && recording.states.iter().enumerate().all(|(si, states)| {
-                states.iter().enumerate().all(|(ri, s)| {
-                    loaded.is_tombstone(si, ri)
-                        || s.ready.is_some()
-                        || (s.reconciled && fail_open.contains(&(si, ri)))
-                })
+                states
+                    .iter()
+                    .enumerate()
+                    .all(|(ri, s)| loaded.is_tombstone(si, ri) || s.ready.is_some())
             });
         Rollup {
             all_reconciled,
@@ -229,11 +223,7 @@ mod tests {
             states: vec![vec![ready.clone(), ready]],
             ..Recording::default()
         };
-        let the_plan = Plan {
-            steps: vec![],
-            requeue: None,
-        };
-        let r = Rollup::of(&the_plan, &loaded(2), &recording);
+        let r = Rollup::of(&loaded(2), &recording);
         assert!(r.all_ready && r.all_reconciled);
         let mut st = status_with_synthesized();
         r.apply_to(&mut st, Some(1), false, &now);
@@ -259,11 +249,7 @@ mod tests {
             conflicts: vec![],
             forbidden: false,
         };
-        let the_plan = Plan {
-            steps: vec![],
-            requeue: None,
-        };
-        let r = Rollup::of(&the_plan, &loaded(1), &recording);
+        let r = Rollup::of(&loaded(1), &recording);
         assert!(!r.all_ready && !r.all_reconciled);
         let mut st = status_with_synthesized();
         r.apply_to(&mut st, Some(1), false, &now);
