@@ -709,3 +709,88 @@ async fn patches_modify_and_delete_existing_objects() {
         "a dropped patch is not reverted"
     );
 }
+
+/// Eno docs/synthesis.md "Generation-based synchronization" (`internal/inputs.Mismatched`): an
+/// input that says which Composition generation its producer has seen holds synthesis back
+/// while the Composition is newer.
+#[tokio::test]
+async fn composition_generation_on_an_input_holds_synthesis_back() {
+    let env = TestEnv::new().await;
+    install_crds(&env.client).await;
+    let synth = install_synthesizer(&env, "echo", &echo_module()).await;
+    let out = |v: &str| json!([harness::config_map("gen-out", json!({}), json!({"v": v}))]);
+    let seen = |g: &str| json!({"eno.azure.io/composition-generation": g});
+    input(&env, "gen", seen("1"), &out("1"), json!({})).await;
+    harness::apply_composition(&env, "gen", &synth, "gen", json!({})).await;
+    let _enoki = Enoki::start(&env.namespace);
+    eventually("generation 1 synthesized", WAIT, || async {
+        (data_of(&env, "gen-out").await?.get("v")? == "1").then_some(())
+    })
+    .await;
+    // The Composition moves to generation 2; its input's producer has not caught up.
+    harness::apply_composition(
+        &env,
+        "gen",
+        &synth,
+        "gen",
+        json!({"synthesisEnv": [{"name": "STEP", "value": "2"}]}),
+    )
+    .await;
+    let (_, _, message) = eventually("MismatchedInputs", WAIT, || async {
+        let c = harness::composition_condition(&env, "gen", "Synthesized").await?;
+        (c.0 == "False" && c.1 == "MismatchedInputs").then_some(c)
+    })
+    .await;
+    assert!(message.contains("composition-generation 1"), "{message}");
+    input(&env, "gen", seen("2"), &out("2"), json!({})).await;
+    eventually("synthesized once the input caught up", WAIT, || async {
+        (data_of(&env, "gen-out").await?.get("v")? == "2").then_some(())
+    })
+    .await;
+}
+
+/// Eno docs/resource-migration.md and docs/overrides.md: an override conditioned on the
+/// Composition's deletion that sets `deletion-strategy: orphan` keeps the resource when the
+/// Composition is deleted, while the others go.
+#[tokio::test]
+async fn an_override_can_orphan_a_resource_on_composition_deletion() {
+    let env = TestEnv::new().await;
+    install_crds(&env.client).await;
+    let synth = install_synthesizer(&env, "echo", &echo_module()).await;
+    let keep = r#"[{"path": "self.metadata.annotations['eno.azure.io/deletion-strategy']",
+                    "value": "orphan",
+                    "condition": "composition.metadata.deletionTimestamp != null"}]"#;
+    let items = json!([
+        harness::config_map("kept", json!({"eno.azure.io/overrides": keep}), json!({})),
+        harness::config_map("gone", json!({}), json!({})),
+    ]);
+    input(&env, "items", json!({}), &items, json!({})).await;
+    harness::apply_composition(&env, "migrating", &synth, "items", json!({})).await;
+    let _enoki = Enoki::start(&env.namespace);
+    eventually("Ready", WAIT, || async {
+        harness::composition_ready(&env, "migrating")
+            .await
+            .then_some(())
+    })
+    .await;
+    let comps: Api<Composition> = env.api();
+    comps
+        .delete("migrating", &Default::default())
+        .await
+        .unwrap();
+    eventually("the Composition gone", WAIT, || async {
+        comps
+            .get_opt("migrating")
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let cms = env.api::<ConfigMap>();
+    assert!(cms.get_opt("gone").await.unwrap().is_none());
+    assert!(
+        cms.get_opt("kept").await.unwrap().is_some(),
+        "orphaned by the override"
+    );
+}

@@ -49,9 +49,9 @@ pub(crate) struct Memory {
     pub pending_output: Option<(String, crate::synthesis::Synthesized)>,
     /// A synthesis of this fingerprint failed: not run again before `retry_at`.
     pub failed: Option<super::composition::synthesize::Failed>,
-    /// The annotation warnings last reported as an Event (reported again only when they
-    /// change).
-    pub warned: Option<String>,
+    /// The note of the last Warning Event per reason (`ApplyFailed`, `Conflict`,
+    /// `InvalidAnnotation`): the same note is not published again on every pass.
+    pub reported: HashMap<&'static str, String>,
 }
 
 /// A Synthesizer's module as last fetched: ready, or failed and not retried before

@@ -212,23 +212,24 @@ async fn finish(
     );
     slices::write_states(ctx, comp, seen.loaded, &recording.states).await?;
     let roll = rollup::Rollup::of(seen.loaded, &recording);
-    if !recording.errors.is_empty() && !deleting {
-        ctx.event(
+    if !deleting {
+        let uid = comp.uid().unwrap_or_default();
+        warn_once(
+            ctx,
             comp,
-            true,
+            &uid,
             crds::names::reasons::APPLY_FAILED,
             "Apply",
-            recording.errors.join("; "),
+            &recording.errors,
         )
         .await;
-    }
-    if !recording.conflicts.is_empty() && !deleting {
-        ctx.event(
+        warn_once(
+            ctx,
             comp,
-            true,
+            &uid,
             crds::names::reasons::CONFLICT,
             "Apply",
-            recording.conflicts.join("; "),
+            &recording.conflicts,
         )
         .await;
     }
@@ -245,30 +246,38 @@ async fn finish(
     })
 }
 
-/// Annotation values that did not parse (read as Eno reads them) become one Warning Event,
-/// again only when they change.
+/// Annotation values that did not parse (read as Eno reads them) become a Warning Event.
 async fn report_warnings(ctx: &Context, comp: &Composition, uid: &str, prepared: &plan::Prepared) {
-    let warnings: Vec<&str> = prepared
+    let warnings: Vec<String> = prepared
         .resources
         .iter()
-        .flat_map(|r| r.settings.warnings.iter().map(String::as_str))
+        .flat_map(|r| r.settings.warnings.iter().cloned())
         .collect();
-    let message = warnings.join("; ");
+    let reason = crds::names::reasons::INVALID_ANNOTATION;
+    warn_once(ctx, comp, uid, reason, "Plan", &warnings).await;
+}
+
+/// Publishes `notes` as one Warning Event with `reason`, unless the last one of that reason
+/// said the same (a conflict or a failing write is not re-announced on every pass); nothing
+/// to say resets it.
+async fn warn_once(
+    ctx: &Context,
+    comp: &Composition,
+    uid: &str,
+    reason: &'static str,
+    action: &str,
+    notes: &[String],
+) {
+    let note = notes.join("; ");
     let changed = ctx.remember(uid, |m| {
-        let changed = m.warned.as_deref().unwrap_or_default() != message;
-        m.warned = Some(message.clone());
-        changed
+        if note.is_empty() {
+            m.reported.remove(reason);
+            return false;
+        }
+        m.reported.insert(reason, note.clone()).as_deref() != Some(note.as_str())
     });
-    if changed && !warnings.is_empty() {
-        tracing::warn!(%message, "annotation values read as Eno reads them");
-        ctx.event(
-            comp,
-            true,
-            crds::names::reasons::INVALID_ANNOTATION,
-            "Plan",
-            message,
-        )
-        .await;
+    if changed {
+        ctx.event(comp, true, reason, action, note).await;
     }
 }
 
