@@ -416,6 +416,8 @@ async fn a_tenant_with_namespace_edit_can_do_no_more_through_enoki() {
         in_b.get("theirs").await.unwrap().data.unwrap()["owner"],
         "team-b"
     );
-    assert!(!enoki.logs().contains("panicked"), "{}", enoki.logs());
+    // The controller is still serving (it survived every refusal).
+    let port = enoki.metrics_port.unwrap();
+    assert_eq!(harness::http_get(port, "/healthz").0, 200);
     let _ = std::fs::remove_file(kubeconfig);
 }

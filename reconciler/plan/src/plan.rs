@@ -493,28 +493,7 @@ pub fn plan(input: PlanInput<'_>) -> Plan {
             Some(at) => ReadinessState::Ready { at: Some(at) },
             None => readiness::evaluate(&r.checks, r.settings.health, live),
         };
-        let ordering = &input.prepared.ordering;
-        let mut waiting_on: Vec<ResourceKey> = match ordering.previous_group(key) {
-            None => Vec::new(),
-            Some(g) => unready_in_group
-                .entry(g)
-                .or_insert_with(|| {
-                    ordering
-                        .group_members(g)
-                        .iter()
-                        .filter(|d| !ready.get(d).copied().unwrap_or(false))
-                        .cloned()
-                        .collect()
-                })
-                .clone(),
-        };
-        if let Some(crd) = ordering.crd_dependency(key)
-            && !ready.get(crd).copied().unwrap_or(false)
-            && !waiting_on.contains(crd)
-        {
-            waiting_on.push(crd.clone());
-            waiting_on.sort();
-        }
+        let waiting_on = waiting_on(key, &input.prepared.ordering, &ready, &mut unready_in_group);
         let in_sync = in_sync(live, recorded, &settings, &hash);
         let op = if settings.disable_reconciliation {
             Op::Skip {
@@ -576,6 +555,38 @@ pub fn plan(input: PlanInput<'_>) -> Plan {
         }));
     }
     Plan { steps, requeue }
+}
+
+/// What `key` must wait for: the not-ready resources of the next-lower readiness group
+/// (computed once per group) and, for a custom resource, its CRD from the same synthesis.
+fn waiting_on(
+    key: &ResourceKey,
+    ordering: &crate::ordering::Ordering,
+    ready: &std::collections::HashMap<&ResourceKey, bool>,
+    unready_in_group: &mut BTreeMap<i64, Vec<ResourceKey>>,
+) -> Vec<ResourceKey> {
+    let mut waiting_on: Vec<ResourceKey> = match ordering.previous_group(key) {
+        None => Vec::new(),
+        Some(g) => unready_in_group
+            .entry(g)
+            .or_insert_with(|| {
+                ordering
+                    .group_members(g)
+                    .iter()
+                    .filter(|d| !ready.get(d).copied().unwrap_or(false))
+                    .cloned()
+                    .collect()
+            })
+            .clone(),
+    };
+    if let Some(crd) = ordering.crd_dependency(key)
+        && !ready.get(crd).copied().unwrap_or(false)
+        && !waiting_on.contains(crd)
+    {
+        waiting_on.push(crd.clone());
+        waiting_on.sort();
+    }
+    waiting_on
 }
 
 /// The steps of the tombstones (resources the previous synthesis had and this one dropped):
