@@ -20,6 +20,8 @@ PKGS=(
   "openssl|openssl"
   "curl|curl"
   "python3|python3"
+  "node|nodejs"
+  "npm|npm"
   "ip|iproute2"
   "clang|clang"
   "wasm-ld|lld"
@@ -38,6 +40,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+python3 -c 'import venv, ensurepip' 2>/dev/null || missing_venv=1
+if [ -n "${missing_venv:-}" ]; then
+  log "installing python3-venv (the Python synthesizer toolchain lives in a venv)"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3-venv >/dev/null
 fi
 command -v go >/dev/null || { log "the go toolchain (>= 1.24) is required to build the control plane"; exit 1; }
 log "ok"

@@ -37,6 +37,67 @@ pub enum Command {
     /// Publish and inspect modules.
     #[command(subcommand)]
     Module(ModuleCommand),
+    /// Scaffold a synthesizer project (build script, SDK dependency, a fixture with its golden
+    /// output, a Synthesizer + Composition) that builds and passes `make test` as created.
+    New(NewArgs),
+}
+
+/// Languages `enoki new` scaffolds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Lang {
+    /// Rust with `enoki_sdk` (WASI preview1 module).
+    Rust,
+    /// Go with `synthesizer-sdk/go` (`GOOS=wasip1`).
+    Go,
+    /// C with `synthesizer-sdk/c/enoki.h` (clang + wasi-libc).
+    C,
+    /// AssemblyScript with `synthesizer-sdk/assemblyscript` (WASI shim).
+    Assemblyscript,
+    /// Python with `synthesizer-sdk/python` (componentize-py component).
+    Python,
+    /// TypeScript with `synthesizer-sdk/js` (componentize-js component).
+    Typescript,
+}
+
+impl Lang {
+    /// Every language, in the order of the docs.
+    pub const ALL: &'static [Lang] = &[
+        Lang::Rust,
+        Lang::Go,
+        Lang::C,
+        Lang::Assemblyscript,
+        Lang::Python,
+        Lang::Typescript,
+    ];
+
+    /// The `--lang` spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Lang::Rust => "rust",
+            Lang::Go => "go",
+            Lang::C => "c",
+            Lang::Assemblyscript => "assemblyscript",
+            Lang::Python => "python",
+            Lang::Typescript => "typescript",
+        }
+    }
+}
+
+/// Arguments of `enoki new`.
+#[derive(Debug, clap::Args)]
+pub struct NewArgs {
+    /// The project (and Synthesizer) name: a DNS-1123 label.
+    pub name: String,
+    /// The language.
+    #[arg(long, value_enum, default_value = "rust")]
+    pub lang: Lang,
+    /// Where to create it (default `./<name>`); must be absent or empty.
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// The enoki `synthesizer-sdk/` directory the project depends on (default
+    /// `$ENOKI_SDK_DIR`, else the checkout this enoki was built from).
+    #[arg(long)]
+    pub sdk_dir: Option<PathBuf>,
 }
 
 /// `enoki module …`
@@ -249,6 +310,11 @@ pub struct RenderArgs {
     /// Follow redirects (and OCI token realms) to loopback, link-local and private addresses.
     #[arg(long, default_value_t = false)]
     pub allow_private_redirects: bool,
+    /// Compare the output with a golden file (what an earlier `enoki render` printed; the
+    /// `# module/input/output sha256` lines are ignored) instead of printing it: prints a
+    /// unified diff and exits 1 when they differ. The test a synthesizer project runs.
+    #[arg(long, value_name = "FILE")]
+    pub expect: Option<PathBuf>,
 }
 
 /// Parses `--builtins`: a comma list of built-in names, or `none`.

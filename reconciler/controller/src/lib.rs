@@ -4,9 +4,11 @@
 //! - [`synthesis`]: one synthesis exactly as the controller runs it (input, module, limits,
 //!   output parsing and validation).
 //! - [`render`]: `enoki render`, the same synthesis over local files.
+//! - [`scaffold`]: `enoki new`, a synthesizer project per language.
 
 pub mod cli;
 pub mod render;
+pub mod scaffold;
 pub mod run;
 pub mod sources;
 pub mod synthesis;
@@ -22,7 +24,13 @@ pub fn run(args: &cli::Args) -> anyhow::Result<()> {
     match &args.command {
         cli::Command::Crds => out.write_all(crds::manifests::render_all()?.as_bytes())?,
         cli::Command::Version => writeln!(out, "enoki {}", env!("CARGO_PKG_VERSION"))?,
-        cli::Command::Render(r) => out.write_all(render::render(r)?.as_bytes())?,
+        cli::Command::Render(r) => {
+            let text = render::render(r)?;
+            match &r.expect {
+                Some(golden) => writeln!(out, "{}", render::check_expected(&text, golden)?)?,
+                None => out.write_all(text.as_bytes())?,
+            }
+        }
         cli::Command::Module(cmd) => {
             let text = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -30,6 +38,7 @@ pub fn run(args: &cli::Args) -> anyhow::Result<()> {
                 .block_on(module_command(cmd))?;
             out.write_all(text.as_bytes())?;
         }
+        cli::Command::New(n) => out.write_all(scaffold::scaffold(n)?.as_bytes())?,
         cli::Command::Run(r) => {
             drop(out);
             start(r)?;

@@ -24,6 +24,14 @@ pub enum RenderError {
     /// Bad command-line value.
     #[error("{0}")]
     Usage(String),
+    /// `--expect`: the output is not the golden file's.
+    #[error("the output differs from {path} (regenerate it with `enoki render … > {path}` if the change is intended):\n{diff}")]
+    Mismatch {
+        /// The golden file.
+        path: String,
+        /// Unified diff, golden → rendered.
+        diff: String,
+    },
     /// The module could not be loaded.
     #[error("cannot load module {module}")]
     Load {
@@ -186,6 +194,46 @@ pub fn render(args: &RenderArgs) -> Result<String, RenderError> {
             serde_json::to_string_pretty(&v).unwrap_or_default() + "\n"
         }
         Format::Yaml => yaml(&module.digest(), &out, &groups),
+    })
+}
+
+/// Whether a line is one of the digest comments `enoki render` starts with (they change with
+/// every rebuild of a module, so golden files do not pin them).
+fn is_digest_line(line: &str) -> bool {
+    ["# module sha256:", "# input sha256:", "# output sha256:"]
+        .iter()
+        .any(|p| line.starts_with(p))
+}
+
+/// `enoki render --expect FILE`: compares the rendered text with the golden file, digest lines
+/// aside, and returns a one-line confirmation.
+///
+/// # Errors
+/// The golden file cannot be read, or the output differs: the message is a unified diff
+/// (`-` the golden file, `+` this render).
+pub fn check_expected(rendered: &str, golden: &Path) -> Result<String, RenderError> {
+    let expected = std::fs::read_to_string(golden).map_err(|e| RenderError::File {
+        path: golden.display().to_string(),
+        message: e.to_string(),
+    })?;
+    let strip = |t: &str| -> String {
+        t.lines()
+            .filter(|l| !is_digest_line(l))
+            .map(|l| format!("{l}\n"))
+            .collect()
+    };
+    let (want, got) = (strip(&expected), strip(rendered));
+    if want == got {
+        return Ok(format!("{}: output matches", golden.display()));
+    }
+    let diff = similar::TextDiff::from_lines(&want, &got)
+        .unified_diff()
+        .context_radius(3)
+        .header(&golden.display().to_string(), "rendered")
+        .to_string();
+    Err(RenderError::Mismatch {
+        path: golden.display().to_string(),
+        diff,
     })
 }
 

@@ -328,3 +328,68 @@ fn render_eno_go_sample() {
         "{stderr}"
     );
 }
+
+/// Samples 08–10 (AssemblyScript, Python, TypeScript; built by `hack/build-samples.sh`) render
+/// their fixture exactly as their golden file says (`enoki render --expect`).
+fn render_matches_golden(wasm: &str, sample: &str) {
+    let module = root().join("target/samples").join(wasm);
+    assert!(
+        module.exists(),
+        "{} is missing: hack/build-samples.sh builds it",
+        module.display()
+    );
+    let input = format!("samples/{sample}/fixtures/input.json");
+    let golden = format!("samples/{sample}/fixtures/expected.yaml");
+    let out = enoki(&[
+        "render",
+        module.to_str().unwrap(),
+        "--resource-list",
+        &input,
+        "--expect",
+        &golden,
+    ]);
+    assert!(
+        out.status.success(),
+        "{sample}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("output matches"));
+}
+
+#[test]
+fn assemblyscript_sample_matches_its_golden_output() {
+    render_matches_golden("assemblyscript.wasm", "08-assemblyscript");
+}
+
+#[test]
+fn python_sample_matches_its_golden_output() {
+    render_matches_golden("python.wasm", "09-python");
+}
+
+#[test]
+fn typescript_sample_matches_its_golden_output() {
+    render_matches_golden("typescript.wasm", "10-typescript");
+}
+
+#[test]
+fn python_sample_reports_bad_input_naming_the_field() {
+    let module = root().join("target/samples/python.wasm");
+    let dir = std::env::temp_dir().join(format!("enoki-render-py-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let text = std::fs::read_to_string(root().join("samples/09-python/fixtures/input.json"))
+        .unwrap()
+        .replace("\"minReplicas\": \"2\"", "\"minReplicas\": \"two\"");
+    std::fs::write(dir.join("input.json"), text).unwrap();
+    let out = enoki(&[
+        "render",
+        module.to_str().unwrap(),
+        "--resource-list",
+        dir.join("input.json").to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("ErrorResult") && stderr.contains("data.minReplicas: 'two' is not an integer"),
+        "{stderr}"
+    );
+}
