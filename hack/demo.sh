@@ -8,10 +8,12 @@ cd "$ROOT"
 export TESTENV_DIR="${DEMO_DIR:-$ROOT/target/demo}"
 
 stop_enoki() {
-  if [ -f "$TESTENV_DIR/enoki.pid" ]; then
-    kill "$(cat "$TESTENV_DIR/enoki.pid")" 2>/dev/null || true
-    rm -f "$TESTENV_DIR/enoki.pid"
-  fi
+  for p in enoki registry; do
+    if [ -f "$TESTENV_DIR/$p.pid" ]; then
+      kill "$(cat "$TESTENV_DIR/$p.pid")" 2>/dev/null || true
+      rm -f "$TESTENV_DIR/$p.pid"
+    fi
+  done
 }
 case "${1:-up}" in
   down) stop_enoki; hack/testenv.sh down; exit 0 ;;
@@ -52,7 +54,25 @@ module_cm hello-rust-module target/wasm32-wasip1/release/hello-rust.wasm
 module_cm rust-component-module target/wasm32-wasip2/release/rust-component.wasm
 module_cm go-module target/samples/go.wasm
 module_cm c-module target/samples/c.wasm
-for s in samples/0*/composition.yaml; do kubectl apply -f "$s"; done
+module_cm assemblyscript-module target/samples/assemblyscript.wasm
+for s in samples/0*/composition.yaml; do
+  grep -q 'REGISTRY/' "$s" || kubectl apply -f "$s"
+done
+
+step "publishing the Python and TypeScript components (14-18 MB) to a local OCI registry"
+REGISTRY_PORT="${DEMO_REGISTRY_PORT:-5123}"
+mkdir -p "$TESTENV_DIR/registry"
+printf 'version: 0.1\nlog: {level: warn}\nstorage: {filesystem: {rootdirectory: %s}}\nhttp: {addr: 127.0.0.1:%s}\n' \
+  "$TESTENV_DIR/registry/data" "$REGISTRY_PORT" > "$TESTENV_DIR/registry/config.yml"
+/usr/bin/docker-registry serve "$TESTENV_DIR/registry/config.yml" >"$TESTENV_DIR/registry/registry.log" 2>&1 &
+echo $! > "$TESTENV_DIR/registry.pid"
+for _ in $(seq 50); do (echo > "/dev/tcp/127.0.0.1/$REGISTRY_PORT") 2>/dev/null && break; sleep 0.2; done
+for lang in python typescript; do
+  digest="$(target/debug/enoki module push "target/samples/$lang.wasm" "127.0.0.1:$REGISTRY_PORT/samples/$lang:0.1.0" | head -1)"
+  echo "  $lang: 127.0.0.1:$REGISTRY_PORT/samples/$lang:0.1.0@$digest"
+  sample="$(ls -d samples/*-"$lang")"
+  sed -e "s|REGISTRY/|127.0.0.1:$REGISTRY_PORT/|" -e "s|@DIGEST|@$digest|" "$sample/composition.yaml" | kubectl apply -f -
+done
 
 step "playing the parts of the operators the built-ins' outputs are for (no KBS operator, no kubelet here)"
 for _ in $(seq 60); do kubectl -n demo get kbsconfig trustee-kbs-config >/dev/null 2>&1 && break; sleep 1; done
@@ -61,7 +81,7 @@ for _ in $(seq 60); do kubectl -n demo get deployment llama >/dev/null 2>&1 && b
 kubectl -n demo patch deployment llama --subresource=status --type=merge -p '{"status":{"replicas":1,"readyReplicas":1}}'
 
 step "waiting for every composition to be Ready"
-if ! kubectl wait --for=condition=Ready composition --all -A --timeout=120s; then
+if ! kubectl wait --for=condition=Ready composition --all -A --timeout=180s; then
   echo "compositions did not become Ready; enoki log:" >&2
   tail -n 40 "$TESTENV_DIR/enoki.log" >&2
   exit 1
@@ -72,7 +92,7 @@ kubectl get comp -A -o wide
 step "synthesizers"
 kubectl get synth
 step "what the compositions produced in namespace demo (managed by enoki)"
-kubectl get configmaps,serviceaccounts,services,secrets,roles,rolebindings -n demo -l enoki.dev/managed-by \
+kubectl get configmaps,serviceaccounts,services,secrets,roles,rolebindings,deployments,horizontalpodautoscalers -n demo -l enoki.dev/managed-by \
   -o custom-columns='KIND:.kind,NAME:.metadata.name,COMPOSITION-UID:.metadata.labels.enoki\.dev/managed-by'
 step "built-ins: TrusteeConfig, ClusterResourceQuota and LeptonDeployment status (written back by enoki)"
 kubectl -n demo get trusteeconfig trustee -o jsonpath='TrusteeConfig trustee: isReady={.status.isReady} ({.status.statusDescription}){"\n"}'
