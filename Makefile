@@ -1,7 +1,7 @@
 # enoki — the two commands: `make demo` and `make test`.
 SHELL := /bin/bash
 
-.PHONY: test demo demo-down setup testbin crds fmt clippy bench
+.PHONY: test demo demo-down setup testbin crds fmt clippy bench bench-languages
 
 ## test: install what is missing, build/start the local control plane, fmt, clippy, every test
 test:
@@ -31,3 +31,9 @@ crds:
 ## writes target/bench-controller.md (BENCH_ONLY=converge,steady,many,outage to select)
 bench:
 	hack/bench.sh
+
+## bench-languages: module size, cold compile and warm synthesis of every sample language
+## (release build; not in CI); writes target/bench-languages.md
+bench-languages:
+	hack/build-samples.sh
+	cargo bench --locked -p enoki-tests --bench languages | tee target/bench-languages.md
