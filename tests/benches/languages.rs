@@ -122,7 +122,9 @@ fn main() {
     let root = harness::workspace_root();
     let rows: Vec<Row> = SAMPLES.iter().map(|s| measure(&root, *s)).collect();
     let base = &rows[0];
-    println!("| language (sample) | module | cold compile | warm synthesis | resources | vs Rust p1: size / compile / synthesis |");
+    println!(
+        "| language (sample) | module | cold compile | warm synthesis | resources | vs Rust p1: size / compile / synthesis |"
+    );
     println!("| --- | --- | --- | --- | --- | --- |");
     for r in &rows {
         println!(

@@ -8,8 +8,8 @@
 
 pub mod cli;
 pub mod render;
-pub mod scaffold;
 pub mod run;
+pub mod scaffold;
 pub mod sources;
 pub mod synthesis;
 

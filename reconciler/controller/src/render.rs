@@ -25,7 +25,9 @@ pub enum RenderError {
     #[error("{0}")]
     Usage(String),
     /// `--expect`: the output is not the golden file's.
-    #[error("the output differs from {path} (regenerate it with `enoki render … > {path}` if the change is intended):\n{diff}")]
+    #[error(
+        "the output differs from {path} (regenerate it with `enoki render … > {path}` if the change is intended):\n{diff}"
+    )]
     Mismatch {
         /// The golden file.
         path: String,

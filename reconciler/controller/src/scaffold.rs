@@ -46,7 +46,10 @@ const COMMON: &[(&str, &str)] = &[
         "fixtures/expected.yaml",
         include_str!("../templates/new/common/fixtures/expected.yaml"),
     ),
-    ("README.md", include_str!("../templates/new/common/README.md")),
+    (
+        "README.md",
+        include_str!("../templates/new/common/README.md"),
+    ),
     (
         "composition.yaml",
         include_str!("../templates/new/common/composition.yaml"),
@@ -59,10 +62,19 @@ const MAKEFILE_TAIL: &str = include_str!("../templates/new/common/Makefile.tail"
 fn files(lang: Lang) -> &'static [(&'static str, &'static str)] {
     match lang {
         Lang::Rust => &[
-            ("Cargo.toml", include_str!("../templates/new/rust/Cargo.toml")),
-            ("src/main.rs", include_str!("../templates/new/rust/src/main.rs")),
+            (
+                "Cargo.toml",
+                include_str!("../templates/new/rust/Cargo.toml"),
+            ),
+            (
+                "src/main.rs",
+                include_str!("../templates/new/rust/src/main.rs"),
+            ),
             ("Makefile", include_str!("../templates/new/rust/Makefile")),
-            (".gitignore", include_str!("../templates/new/rust/.gitignore")),
+            (
+                ".gitignore",
+                include_str!("../templates/new/rust/.gitignore"),
+            ),
         ],
         Lang::Go => &[
             ("go.mod", include_str!("../templates/new/go/go.mod")),
@@ -100,7 +112,10 @@ fn files(lang: Lang) -> &'static [(&'static str, &'static str)] {
                 include_str!("../templates/new/python/requirements.txt"),
             ),
             ("Makefile", include_str!("../templates/new/python/Makefile")),
-            (".gitignore", include_str!("../templates/new/python/.gitignore")),
+            (
+                ".gitignore",
+                include_str!("../templates/new/python/.gitignore"),
+            ),
         ],
         Lang::Typescript => &[
             (
@@ -120,7 +135,10 @@ fn files(lang: Lang) -> &'static [(&'static str, &'static str)] {
                 "build.mjs",
                 include_str!("../../../samples/10-typescript/build.mjs"),
             ),
-            ("Makefile", include_str!("../templates/new/typescript/Makefile")),
+            (
+                "Makefile",
+                include_str!("../templates/new/typescript/Makefile"),
+            ),
             (
                 ".gitignore",
                 include_str!("../templates/new/typescript/.gitignore"),
@@ -169,9 +187,7 @@ fn sdk_dir(args: &NewArgs) -> Result<PathBuf, ScaffoldError> {
         .sdk_dir
         .clone()
         .or_else(|| std::env::var_os("ENOKI_SDK_DIR").map(PathBuf::from))
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../synthesizer-sdk")
-        });
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../synthesizer-sdk"));
     let dir = candidate
         .canonicalize()
         .map_err(|e| ScaffoldError::Sdk(format!("{}: {e}", candidate.display())))?;
@@ -233,7 +249,10 @@ pub fn scaffold(args: &NewArgs) -> Result<String, ScaffoldError> {
     if !valid_name(&args.name) {
         return Err(ScaffoldError::Name(args.name.clone()));
     }
-    let dir = args.dir.clone().unwrap_or_else(|| PathBuf::from(&args.name));
+    let dir = args
+        .dir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(&args.name));
     if std::fs::read_dir(&dir).is_ok_and(|mut d| d.next().is_some()) {
         return Err(ScaffoldError::NotEmpty(dir.display().to_string()));
     }
@@ -287,12 +306,19 @@ mod tests {
                 assert!(!text.contains("{{"), "{lang:?} {path}: {text}");
             }
             let make = &files.iter().find(|(p, _)| p == "Makefile").unwrap().1;
-            assert!(make.contains("build:") && make.contains("test: build"), "{make}");
+            assert!(
+                make.contains("build:") && make.contains("test: build"),
+                "{make}"
+            );
             assert!(
                 make.lines().filter(|l| l.starts_with("\t")).count() >= 3,
                 "recipes are tab-indented"
             );
-            let comp = &files.iter().find(|(p, _)| p == "composition.yaml").unwrap().1;
+            let comp = &files
+                .iter()
+                .find(|(p, _)| p == "composition.yaml")
+                .unwrap()
+                .1;
             let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(comp).unwrap();
             assert_eq!(docs[0]["kind"], "Synthesizer", "{comp}");
             assert_eq!(docs[0]["metadata"]["name"], "demo-synth");

@@ -389,7 +389,8 @@ fn python_sample_reports_bad_input_naming_the_field() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(
-        stderr.contains("ErrorResult") && stderr.contains("data.minReplicas: 'two' is not an integer"),
+        stderr.contains("ErrorResult")
+            && stderr.contains("data.minReplicas: 'two' is not an integer"),
         "{stderr}"
     );
 }
