@@ -59,7 +59,9 @@ pub(crate) fn needs_get(
     cached: Cached<'_>,
     needs: Needs,
     deleted: bool,
-    create_semantics: bool,
+    // Plain-create semantics (replace, create-only): they too GET an absent object first, as
+    // every first write now does; kept so callers state it.
+    _create_semantics: bool,
 ) -> bool {
     if needs.everything {
         return true;
@@ -72,10 +74,11 @@ pub(crate) fn needs_get(
         // Confirmed deleted earlier: nothing to check. Applied and now missing from the cache:
         // confirm (the cache may lag behind).
         Cached::Absent if removing => applied && !deleted,
-        // Never applied: SSA creates it (or adopts an unlabelled one); a plain create must
-        // know whether an unlabelled object is in the way.
-        // `adopt: never` must know whether an unlabelled object is there, too.
-        Cached::Absent => applied || create_semantics || r.settings.adopt_never,
+        // Absent from a synced cache, yet it may exist: the cache can lag behind another
+        // Composition's create of the same object by a few milliseconds, and applying blind
+        // would take it over. Confirm before the first write (one GET per new object, once);
+        // the other cases (applied before, plain create, `adopt: never`) need it anyway.
+        Cached::Absent => true,
         Cached::Present(_) if removing => false,
         Cached::Present(rv) => {
             rv.is_none()
@@ -432,9 +435,10 @@ mod tests {
     }
 
     #[test]
-    fn a_new_resource_is_applied_without_a_get_unless_it_is_created_plainly() {
+    fn a_new_resource_absent_from_the_cache_is_confirmed_with_a_get_before_the_first_write() {
+        // Another Composition may have created it a moment ago (the cache lags behind).
         let r = resource(false, false);
-        assert!(!needs_get(&r, None, Cached::Absent, APPLY, false, false));
+        assert!(needs_get(&r, None, Cached::Absent, APPLY, false, false));
         assert!(needs_get(&r, None, Cached::Absent, APPLY, false, true));
     }
 
