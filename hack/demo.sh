@@ -28,7 +28,8 @@ mkdir -p target
 K8S_TESTBIN="$(hack/k8s-testbin.sh)"; export K8S_TESTBIN
 
 step "building enoki and the sample synthesizers"
-cargo build --locked -q -p reconciler-controller --bin enoki
+# The same build as `make test` (a `-p` build unifies features differently and recompiles).
+cargo build --locked -q --workspace --all-targets
 hack/build-samples.sh 2>/dev/null
 target/debug/enoki crds > target/demo-crds.yaml
 

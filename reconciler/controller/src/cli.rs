@@ -37,6 +37,10 @@ pub enum Command {
     /// Publish and inspect modules.
     #[command(subcommand)]
     Module(ModuleCommand),
+    /// Show what applying a Composition's next synthesis would change: synthesize (from the
+    /// cluster, or from local files with --module), server-side dry-run every resource and
+    /// print a unified diff per object and the prunes. Exit code 1 when anything differs.
+    Diff(DiffArgs),
     /// Scaffold a synthesizer project (build script, SDK dependency, a fixture with its golden
     /// output, a Synthesizer + Composition) that builds and passes `make test` as created.
     New(NewArgs),
@@ -315,6 +319,63 @@ pub struct RenderArgs {
     /// unified diff and exits 1 when they differ. The test a synthesizer project runs.
     #[arg(long, value_name = "FILE")]
     pub expect: Option<PathBuf>,
+}
+
+/// Arguments of `enoki diff`.
+#[derive(Debug, clap::Args)]
+pub struct DiffArgs {
+    /// The Composition in the cluster (its Synthesizer and bound inputs are read from there).
+    #[arg(required_unless_present = "module", conflicts_with = "module")]
+    pub name: Option<String>,
+    /// The Composition's namespace.
+    #[arg(long, short = 'n', default_value = "default")]
+    pub namespace: String,
+    /// Synthesize from local files instead: a module as `enoki render` takes it, with
+    /// --composition / --input / --resource-list (the Composition of that name, when it
+    /// exists in the cluster, gives the current synthesis for the prunes).
+    #[arg(long)]
+    pub module: Option<String>,
+    /// A Composition YAML (local mode).
+    #[arg(long, short = 'c', requires = "module")]
+    pub composition: Option<PathBuf>,
+    /// A bound input as `KEY=FILE` (local mode); repeatable.
+    #[arg(
+        long = "input",
+        short = 'i',
+        value_name = "KEY=FILE",
+        requires = "module"
+    )]
+    pub inputs: Vec<String>,
+    /// A complete stdin ResourceList (local mode).
+    #[arg(long, value_name = "FILE", requires = "module")]
+    pub resource_list: Option<PathBuf>,
+    /// Deadline of a local run (humantime).
+    #[arg(long, default_value = "10s")]
+    pub timeout: String,
+    /// Memory cap of a local run (Kubernetes quantity).
+    #[arg(long, default_value = "256Mi")]
+    pub memory: String,
+}
+
+impl DiffArgs {
+    /// The `enoki render` arguments of local mode.
+    pub fn render_args(&self, module: &str) -> RenderArgs {
+        RenderArgs {
+            module: module.to_string(),
+            sha256: None,
+            ca_file: None,
+            composition: self.composition.clone(),
+            inputs: self.inputs.clone(),
+            resource_list: self.resource_list.clone(),
+            output: Format::Yaml,
+            timeout: self.timeout.clone(),
+            memory: self.memory.clone(),
+            max_output: "16Mi".into(),
+            max_module_size: "128Mi".into(),
+            allow_private_redirects: false,
+            expect: None,
+        }
+    }
 }
 
 /// Parses `--builtins`: a comma list of built-in names, or `none`.

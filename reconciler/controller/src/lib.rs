@@ -15,11 +15,13 @@ pub mod synthesis;
 
 use std::io::Write;
 
-/// Runs one `enoki` subcommand.
+use clap::Parser as _;
+
+/// Runs one `enoki` subcommand and returns the process exit code.
 ///
 /// # Errors
 /// Fails when the output cannot be written or the CRDs cannot be rendered.
-pub fn run(args: &cli::Args) -> anyhow::Result<()> {
+pub fn run(args: &cli::Args) -> anyhow::Result<i32> {
     let mut out = std::io::stdout().lock();
     match &args.command {
         cli::Command::Crds => out.write_all(crds::manifests::render_all()?.as_bytes())?,
@@ -39,12 +41,46 @@ pub fn run(args: &cli::Args) -> anyhow::Result<()> {
             out.write_all(text.as_bytes())?;
         }
         cli::Command::New(n) => out.write_all(scaffold::scaffold(n)?.as_bytes())?,
+        cli::Command::Diff(d) => {
+            let report = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?
+                .block_on(diff(d))?;
+            out.write_all(report.text.as_bytes())?;
+            return Ok(i32::from(report.differs));
+        }
         cli::Command::Run(r) => {
             drop(out);
             start(r)?;
         }
     }
-    Ok(())
+    Ok(0)
+}
+
+/// `enoki diff`: the controller's default options (`enoki run`'s defaults and `ENOKI_*`
+/// variables), a Composition in the cluster or local files.
+async fn diff(args: &cli::DiffArgs) -> anyhow::Result<run::diff::Report> {
+    let defaults = match cli::Args::try_parse_from(["enoki", "run"])?.command {
+        cli::Command::Run(r) => options(&r)?,
+        _ => anyhow::bail!("enoki run's defaults"),
+    };
+    let target = match &args.module {
+        Some(module) => {
+            let r = args.render_args(module);
+            let (host, module, input, limits) = render::prepare(&r)?;
+            run::diff::Target::Local {
+                host,
+                module,
+                input: Box::new(input),
+                limits,
+            }
+        }
+        None => run::diff::Target::Cluster {
+            namespace: args.namespace.clone(),
+            name: args.name.clone().unwrap_or_default(),
+        },
+    };
+    run::diff::diff(defaults, target).await
 }
 
 fn start(args: &cli::RunArgs) -> anyhow::Result<()> {
@@ -57,6 +93,19 @@ fn start(args: &cli::RunArgs) -> anyhow::Result<()> {
         cli::LogFormat::Json => builder.json().init(),
         cli::LogFormat::Pretty => builder.init(),
     }
+    let opts = options(args)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let result = runtime.block_on(run::run(opts));
+    // Do not wait for a synthesis still running in a blocking thread: its store is dropped
+    // with the process, and the next leader starts it again.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    result
+}
+
+/// The controller's options from `enoki run`'s flags.
+fn options(args: &cli::RunArgs) -> anyhow::Result<run::Options> {
     let parse = |flag: &str, v: &str| {
         humantime::parse_duration(v).map_err(|e| anyhow::anyhow!("--{flag} {v:?}: {e}"))
     };
@@ -140,14 +189,7 @@ fn start(args: &cli::RunArgs) -> anyhow::Result<()> {
             None => None,
         },
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    let result = runtime.block_on(run::run(opts));
-    // Do not wait for a synthesis still running in a blocking thread: its store is dropped
-    // with the process, and the next leader starts it again.
-    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
-    result
+    Ok(opts)
 }
 
 async fn module_command(cmd: &cli::ModuleCommand) -> anyhow::Result<String> {

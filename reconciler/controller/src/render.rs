@@ -146,11 +146,21 @@ pub fn load_module(
     Ok(Module::Wasm(m))
 }
 
-/// Runs `enoki render` and returns what to print.
+/// The host, module, input and limits of a render (shared with `enoki diff`'s local mode).
 ///
 /// # Errors
-/// A [`RenderError`] with one clear paragraph.
-pub fn render(args: &RenderArgs) -> Result<String, RenderError> {
+/// A [`RenderError`] naming the file or flag.
+pub fn prepare(
+    args: &RenderArgs,
+) -> Result<
+    (
+        wasm_host::Host,
+        Module,
+        SynthesisInput,
+        wasm_host::RunLimits,
+    ),
+    RenderError,
+> {
     let limits = synthesis::run_limits(Some(&crds::Limits {
         timeout: Some(args.timeout.clone()),
         memory: Some(args.memory.clone()),
@@ -174,6 +184,15 @@ pub fn render(args: &RenderArgs) -> Result<String, RenderError> {
         &policy,
     )?;
     let input = synthesis_input(args)?;
+    Ok((host, module, input, limits))
+}
+
+/// Runs `enoki render` and returns what to print.
+///
+/// # Errors
+/// A [`RenderError`] with one clear paragraph.
+pub fn render(args: &RenderArgs) -> Result<String, RenderError> {
+    let (host, module, input, limits) = prepare(args)?;
     let out = synthesis::synthesize(
         &host,
         &module,

@@ -846,6 +846,17 @@ fn settings_after_overrides(
     }
 }
 
+/// What enoki would apply for `r` over `live`: the snapshot (overrides applied, reserved keys
+/// stripped, managed-by label set) and the settings after overrides (`enoki diff`).
+pub fn desired_snapshot(
+    r: &PreparedResource,
+    live: Option<&Value>,
+    composition: &CompositionInfo,
+) -> (Value, Settings) {
+    let (snapshot, settings, _) = effective(r, live, composition);
+    (snapshot, settings)
+}
+
 /// The snapshot to apply (overrides applied, reserved keys stripped, managed-by label set),
 /// the settings after overrides, and the override outcomes.
 fn effective(

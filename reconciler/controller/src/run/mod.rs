@@ -19,6 +19,7 @@
 
 pub(crate) mod composition;
 pub(crate) mod context;
+pub mod diff;
 pub mod error;
 mod inputs;
 mod instances;

@@ -31,7 +31,7 @@ pub fn user_agent() -> String {
     format!("enoki/{}", env!("CARGO_PKG_VERSION"))
 }
 
-async fn client() -> anyhow::Result<(Client, kube::Config)> {
+pub(crate) async fn client() -> anyhow::Result<(Client, kube::Config)> {
     let mut config = kube::Config::infer().await?;
     config.headers.push((
         http::header::USER_AGENT,

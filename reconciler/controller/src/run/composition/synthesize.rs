@@ -138,18 +138,17 @@ pub(crate) async fn synthesize(
     store(ctx, comp, st, &req, instance.as_ref(), out, &fp).await
 }
 
-/// Runs the module in a blocking task under a global synthesis slot.
-async fn run(
-    ctx: &Arc<Context>,
+/// What the module gets on stdin for `comp`: its metadata, the gathered inputs, the observed
+/// outputs, the Synthesizer's env overlaid with the Composition's (and the controller's).
+pub(crate) fn input_for(
+    ctx: &Context,
     comp: &Composition,
-    st: &CompositionStatus,
-    req: &Request<'_>,
-) -> Result<Result<synthesis::Synthesized, synthesis::SynthesisError>, Error> {
-    let observed = match &req.observed {
-        Some(o) => o.clone(),
-        None => inputs::observed_outputs(ctx, comp, st).await?.0,
-    };
-    let input = SynthesisInput {
+    synth: &crds::Synthesizer,
+    gathered: &super::observe::Gathered,
+    observed: Vec<Value>,
+    synthesis_uuid: String,
+) -> SynthesisInput {
+    SynthesisInput {
         composition: CompositionMeta {
             name: comp.name_any(),
             namespace: comp.namespace().unwrap_or_default(),
@@ -164,32 +163,45 @@ async fn run(
                 .map(|t| Duration::from_secs(u64::try_from(t.0.as_second()).unwrap_or(0)))
                 .unwrap_or_default(),
         },
-        inputs: req.gathered.inputs.clone(),
+        inputs: gathered.inputs.clone(),
         observed,
-        env: req
-            .synth
+        env: synth
             .spec
             .env
             .iter()
             .chain(comp.spec.synthesis_env.iter())
             .map(|e| (e.name.clone(), e.value.clone()))
-            .chain(controller_env(ctx, req.synth))
+            .chain(controller_env(ctx, synth))
             .collect(),
-        program: req.synth.name_any(),
-        optional_refs: req
-            .synth
+        program: synth.name_any(),
+        optional_refs: synth
             .spec
             .refs
             .iter()
             .filter(|r| r.optional)
             .map(|r| r.key.clone())
             .collect(),
-        synthesis_uuid: st
-            .in_flight_synthesis
-            .as_ref()
-            .map(|s| s.uuid.clone())
-            .unwrap_or_default(),
+        synthesis_uuid,
+    }
+}
+
+/// Runs the module in a blocking task under a global synthesis slot.
+async fn run(
+    ctx: &Arc<Context>,
+    comp: &Composition,
+    st: &CompositionStatus,
+    req: &Request<'_>,
+) -> Result<Result<synthesis::Synthesized, synthesis::SynthesisError>, Error> {
+    let observed = match &req.observed {
+        Some(o) => o.clone(),
+        None => inputs::observed_outputs(ctx, comp, st).await?.0,
     };
+    let uuid = st
+        .in_flight_synthesis
+        .as_ref()
+        .map(|s| s.uuid.clone())
+        .unwrap_or_default();
+    let input = input_for(ctx, comp, req.synth, &req.gathered, observed, uuid);
     let limits = req.limits;
     let secure = req.synth.spec.entropy == Some(crds::Entropy::Secure);
     let scopes = ctx.discovery_snapshot();

@@ -1,0 +1,390 @@
+//! `enoki diff`: what applying a Composition's next synthesis would change, without writing
+//! anything. The synthesis runs exactly as the controller runs it (its inputs read from the
+//! cluster, or local files as `enoki render` takes them); every resource is then sent as a
+//! server-side apply **dry run** with enoki's field manager, and the object the API server
+//! would store is compared with the live one. Resources of the current synthesis that the new
+//! one no longer emits are listed as prunes. Like `kubectl diff`, the caller exits 1 when
+//! anything differs.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::core::GroupVersionKind;
+use kube::runtime::reflector;
+use kube::{Client, ResourceExt};
+use serde_json::Value;
+
+use super::composition::{observe, synthesize};
+use super::context::Parts;
+use super::{Context, Options, inputs, module};
+use crate::synthesis::{self, Module, SynthesisInput};
+use crds::names::FIELD_MANAGER;
+use crds::{Composition, ResourceSlice};
+use plan::{CompositionInfo, Desired, ResourceKey};
+
+/// What to diff.
+pub enum Target {
+    /// A Composition in the cluster: its Synthesizer, module and bound inputs, as the
+    /// controller reads them.
+    Cluster {
+        /// Its namespace.
+        namespace: String,
+        /// Its name.
+        name: String,
+    },
+    /// A module and input from local files (`enoki render`'s arguments); the Composition of
+    /// the same name and namespace, when it exists, gives the UID and the current synthesis.
+    Local {
+        /// The engine the module was loaded into.
+        host: wasm_host::Host,
+        /// The module.
+        module: Module,
+        /// The stdin.
+        input: Box<SynthesisInput>,
+        /// Run limits.
+        limits: wasm_host::RunLimits,
+    },
+}
+
+/// The result: the text to print and whether anything would change.
+pub struct Report {
+    /// Unified diffs per object, then the prunes and a summary line.
+    pub text: String,
+    /// Whether applying would change anything (exit code 1).
+    pub differs: bool,
+}
+
+/// A [`Context`] for one command: empty caches (every read is a GET), no background tasks.
+fn cli_context(
+    client: Client,
+    base_config: kube::Config,
+    opts: Options,
+) -> anyhow::Result<Context> {
+    let host = Arc::new(wasm_host::Host::new(opts.module_cache_dir.as_deref())?);
+    let mut registry = prometheus_client::registry::Registry::default();
+    let (sender, _) = tokio::sync::mpsc::unbounded_channel();
+    let recorder = kube::runtime::events::Recorder::new(
+        client.clone(),
+        kube::runtime::events::Reporter {
+            controller: "enoki-diff".into(),
+            instance: None,
+        },
+    );
+    Ok(Context::new(Parts {
+        watches: super::watches::Watches::new(client.clone(), sender),
+        client,
+        base_config,
+        host,
+        metrics: super::metrics::Metrics::register(&mut registry),
+        recorder,
+        compositions: reflector::store::<Composition>().0,
+        slices: reflector::store::<ResourceSlice>().0,
+        slots: super::sandbox::Slots::new(opts.max_concurrent_syntheses),
+        opts,
+    }))
+}
+
+/// Runs `enoki diff`.
+///
+/// # Errors
+/// The Composition, its Synthesizer, module or inputs cannot be read, the synthesis fails, or
+/// a dry run is refused (the message names the object).
+pub async fn diff(opts: Options, target: Target) -> anyhow::Result<Report> {
+    let (client, base_config) = super::start::client().await?;
+    let ctx = cli_context(client, base_config, opts)?;
+    let (comp, items) = match target {
+        Target::Cluster { namespace, name } => {
+            let comp = Api::<Composition>::namespaced(ctx.client.clone(), &namespace)
+                .get(&name)
+                .await
+                .with_context(|| format!("Composition {namespace}/{name}"))?;
+            let items = synthesize_from_cluster(&ctx, &comp).await?;
+            (Some(comp), items)
+        }
+        Target::Local {
+            host,
+            module,
+            input,
+            limits,
+        } => {
+            let (ns, name) = (
+                input.composition.namespace.clone(),
+                input.composition.name.clone(),
+            );
+            let comp = Api::<Composition>::namespaced(ctx.client.clone(), &ns)
+                .get_opt(&name)
+                .await
+                .with_context(|| format!("Composition {ns}/{name}"))?;
+            let out = tokio::task::spawn_blocking(move || {
+                synthesis::synthesize(
+                    &host,
+                    &module,
+                    &input,
+                    limits,
+                    false,
+                    &synthesis::static_is_namespaced,
+                )
+            })
+            .await?
+            .map_err(|e| anyhow::anyhow!("synthesis failed ({}): {e}", e.reason()))?;
+            let info = CompositionInfo {
+                name,
+                namespace: ns,
+                ..CompositionInfo::default()
+            };
+            (comp, with_info(out.items, info))
+        }
+    };
+    compare(&ctx, comp.as_ref(), items).await
+}
+
+/// The synthesized items with the Composition they are for.
+struct Items {
+    items: Vec<Value>,
+    info: CompositionInfo,
+}
+
+fn with_info(items: Vec<Value>, info: CompositionInfo) -> Items {
+    Items { items, info }
+}
+
+fn info_of(comp: &Composition) -> CompositionInfo {
+    CompositionInfo {
+        name: comp.name_any(),
+        namespace: comp.namespace().unwrap_or_default(),
+        uid: comp.uid().unwrap_or_default(),
+        labels: comp.labels().clone(),
+        annotations: comp.annotations().clone(),
+        ..CompositionInfo::default()
+    }
+}
+
+async fn synthesize_from_cluster(ctx: &Context, comp: &Composition) -> anyhow::Result<Items> {
+    let who = format!(
+        "Composition {}/{}",
+        comp.namespace().unwrap_or_default(),
+        comp.name_any()
+    );
+    let synth = observe::synthesizer(ctx, comp).await?.with_context(|| {
+        format!(
+            "{who}: Synthesizer {} does not exist",
+            comp.spec.synthesizer.name
+        )
+    })?;
+    let module = module::fetch(
+        &ctx.client,
+        &ctx.host,
+        &synth,
+        ctx.opts.module_ca.as_deref(),
+        &ctx.opts.sandbox.fetch,
+        &module::CompileBudget {
+            time: ctx.opts.sandbox.compile_timeout,
+            memory_bytes: ctx.opts.sandbox.compile_memory_budget_bytes,
+        },
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("Synthesizer {}: {e}", synth.name_any()))?;
+    let gathered = observe::gather(ctx, comp, &synth)
+        .await?
+        .map_err(|m| anyhow::anyhow!("{who}: {m}"))?;
+    let st = comp.status.clone().unwrap_or_default();
+    let observed = inputs::observed_outputs(ctx, comp, &st).await?.0;
+    let input = synthesize::input_for(ctx, comp, &synth, &gathered, observed, String::new());
+    let limits = synthesis::run_limits(synth.spec.limits.as_ref())
+        .and_then(|l| ctx.opts.sandbox.check(l))
+        .map_err(|e| anyhow::anyhow!("Synthesizer {}: {e}", synth.name_any()))?;
+    let secure = synth.spec.entropy == Some(crds::Entropy::Secure);
+    let host = ctx.host.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        synthesis::synthesize(
+            &host,
+            &module,
+            &input,
+            limits,
+            secure,
+            &synthesis::static_is_namespaced,
+        )
+    })
+    .await?
+    .map_err(|e| anyhow::anyhow!("{who}: synthesis failed ({}): {e}", e.reason()))?;
+    Ok(with_info(out.items, info_of(comp)))
+}
+
+/// A stable display name: `apiVersion Kind namespace/name`.
+fn label_of(api_version: &str, key: &ResourceKey) -> String {
+    if key.namespace.is_empty() {
+        format!("{api_version} {} {}", key.kind, key.name)
+    } else {
+        format!("{api_version} {} {}/{}", key.kind, key.namespace, key.name)
+    }
+}
+
+/// An object as YAML without what the server changes on every write.
+fn normalized(obj: &Value) -> String {
+    let mut v = obj.clone();
+    if let Some(meta) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+        for f in [
+            "managedFields",
+            "resourceVersion",
+            "generation",
+            "creationTimestamp",
+            "uid",
+        ] {
+            meta.remove(f);
+        }
+    }
+    serde_saphyr::to_string(&v).unwrap_or_default()
+}
+
+fn unified(label: &str, before: &str, after: &str) -> String {
+    similar::TextDiff::from_lines(before, after)
+        .unified_diff()
+        .context_radius(3)
+        .header(&format!("live     {label}"), &format!("enoki    {label}"))
+        .to_string()
+}
+
+async fn api_for(
+    ctx: &Context,
+    api_version: &str,
+    key: &ResourceKey,
+) -> anyhow::Result<Api<DynamicObject>> {
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    let gvk = GroupVersionKind::gvk(group, version, &key.kind);
+    let (ar, namespaced) = ctx
+        .resolve(&gvk)
+        .await
+        .with_context(|| format!("kind {api_version} {} is not served", key.kind))?;
+    Ok(if namespaced {
+        Api::namespaced_with(ctx.client.clone(), &key.namespace, &ar)
+    } else {
+        Api::all_with(ctx.client.clone(), &ar)
+    })
+}
+
+async fn compare(
+    ctx: &Context,
+    comp: Option<&Composition>,
+    items: Items,
+) -> anyhow::Result<Report> {
+    let Items { items, mut info } = items;
+    if let Some(c) = comp {
+        info = info_of(c);
+    }
+    let desired: Vec<Desired> = items
+        .into_iter()
+        .map(|manifest| Desired {
+            manifest,
+            tombstone: false,
+        })
+        .collect();
+    let prepared = plan::prepare(&desired, &info).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut text = String::new();
+    let (mut changed, mut unchanged, mut skipped) = (0, 0, 0);
+    let mut emitted = BTreeSet::new();
+    for r in &prepared.resources {
+        emitted.insert(r.key.clone());
+        let api_version = r.manifest["apiVersion"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let label = label_of(&api_version, &r.key);
+        if r.patch.is_some() {
+            text.push_str(&format!("# {label}: a Patch pseudo-resource, not diffed\n"));
+            skipped += 1;
+            continue;
+        }
+        let api = api_for(ctx, &api_version, &r.key).await?;
+        let live = api
+            .get_opt(&r.key.name)
+            .await
+            .with_context(|| format!("reading {label}"))?
+            .map(|o| serde_json::to_value(o).unwrap_or_default());
+        let (snapshot, settings) = plan::plan::desired_snapshot(r, live.as_ref(), &info);
+        if settings.disable_reconciliation || (settings.disable_updates && live.is_some()) {
+            text.push_str(&format!(
+                "# {label}: not updated (its annotations disable updates)\n"
+            ));
+            skipped += 1;
+            continue;
+        }
+        let pp = PatchParams::apply(FIELD_MANAGER).force().dry_run();
+        let would = api
+            .patch(&r.key.name, &pp, &Patch::Apply(&snapshot))
+            .await
+            .with_context(|| format!("server-side dry run of {label}"))?;
+        let before = live.as_ref().map(normalized).unwrap_or_default();
+        let after = normalized(&serde_json::to_value(would).unwrap_or_default());
+        if before == after {
+            unchanged += 1;
+        } else {
+            changed += 1;
+            text.push_str(&unified(&label, &before, &after));
+        }
+    }
+    let prunes = prunes(ctx, comp, &emitted).await?;
+    for (label, live) in &prunes {
+        text.push_str(&unified(label, &normalized(live), ""));
+    }
+    let differs = changed > 0 || !prunes.is_empty();
+    text.push_str(&format!(
+        "# {} changed, {} unchanged, {} pruned, {} skipped\n",
+        changed,
+        unchanged,
+        prunes.len(),
+        skipped
+    ));
+    Ok(Report { text, differs })
+}
+
+/// Live objects of the Composition's current synthesis that the new one does not emit.
+async fn prunes(
+    ctx: &Context,
+    comp: Option<&Composition>,
+    emitted: &BTreeSet<ResourceKey>,
+) -> anyhow::Result<Vec<(String, Value)>> {
+    let Some(comp) = comp else {
+        return Ok(Vec::new());
+    };
+    let ns = comp.namespace().unwrap_or_default();
+    let names: Vec<String> = comp
+        .status
+        .as_ref()
+        .and_then(|s| s.current_synthesis.as_ref())
+        .map(|s| s.resource_slices.iter().map(|r| r.name.clone()).collect())
+        .unwrap_or_default();
+    let mut out = Vec::new();
+    for name in names {
+        let Some(slice) = Api::<ResourceSlice>::namespaced(ctx.client.clone(), &ns)
+            .get_opt(&name)
+            .await
+            .with_context(|| format!("ResourceSlice {ns}/{name}"))?
+        else {
+            continue;
+        };
+        for m in slice.spec.resources.iter().filter(|m| !m.deleted) {
+            let Ok(manifest) = serde_json::from_str::<Value>(&m.manifest) else {
+                continue;
+            };
+            let Ok(key) = ResourceKey::of(&manifest) else {
+                continue;
+            };
+            if emitted.contains(&key) {
+                continue;
+            }
+            let api_version = manifest["apiVersion"].as_str().unwrap_or_default();
+            let api = api_for(ctx, api_version, &key).await?;
+            let label = label_of(api_version, &key);
+            if let Some(live) = api
+                .get_opt(&key.name)
+                .await
+                .with_context(|| format!("reading {label}"))?
+            {
+                out.push((label, serde_json::to_value(live).unwrap_or_default()));
+            }
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,128 @@
+//! `enoki diff` against the real control plane: what a Composition's next synthesis would
+//! change (server-side dry run per object, prunes), exit code 1 when anything differs, and
+//! nothing written — for a Composition in the cluster and for local files.
+#![allow(clippy::unwrap_used)] // test code
+
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use harness::{
+    Enoki, TestEnv, apply_composition, composition_ready, echo_module, eventually, install_crds,
+    install_synthesizer, set_echo_items, workspace_root,
+};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::Api;
+use serde_json::json;
+
+fn enoki(args: &[&str]) -> (i32, String, String) {
+    let bin = workspace_root().join("target/debug/enoki");
+    assert!(
+        bin.exists(),
+        "{} is missing (make test builds it)",
+        bin.display()
+    );
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = Command::new(bin)
+        .args(args)
+        .env("KUBECONFIG", harness::kubeconfig_path())
+        .current_dir(workspace_root())
+        .output()
+        .unwrap();
+    (
+        status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&stdout).to_string(),
+        String::from_utf8_lossy(&stderr).to_string(),
+    )
+}
+
+fn cm(name: &str, x: &str) -> serde_json::Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"x": x}})
+}
+
+#[tokio::test]
+async fn diff_shows_creates_changes_and_prunes_and_writes_nothing() {
+    let env = TestEnv::new().await;
+    install_crds(&env.client).await;
+    let ns = env.namespace.clone();
+    let synth = install_synthesizer(&env, "diff", &echo_module()).await;
+    set_echo_items(&env, "items", &json!([cm("a", "1"), cm("b", "1")])).await;
+    apply_composition(&env, "app", &synth, "items", json!({})).await;
+    let cms: Api<ConfigMap> = env.api();
+
+    // Nothing applied yet: both objects are new; the dry run creates nothing.
+    let (code, out, err) = enoki(&["diff", "app", "-n", &ns]);
+    assert_eq!(code, 1, "{out}\n{err}");
+    assert!(
+        out.contains(&format!("+++ enoki    v1 ConfigMap {ns}/a")),
+        "{out}"
+    );
+    assert!(out.contains("+  x: \"1\""), "{out}");
+    assert!(out.contains("# 2 changed, 0 unchanged, 0 pruned"), "{out}");
+    assert!(
+        cms.get_opt("a").await.unwrap().is_none(),
+        "a dry run wrote a"
+    );
+
+    // Converged: no differences, exit 0.
+    let mut enoki_run = Enoki::start(&ns);
+    eventually(
+        "the Composition is Ready",
+        Duration::from_secs(60),
+        || async { composition_ready(&env, "app").await.then_some(()) },
+    )
+    .await;
+    enoki_run.stop();
+    let (code, out, err) = enoki(&["diff", "app", "-n", &ns]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("# 0 changed, 2 unchanged, 0 pruned"), "{out}");
+
+    // The input changes: a changes, b is dropped (a prune), c is new.
+    set_echo_items(&env, "items", &json!([cm("a", "2"), cm("c", "1")])).await;
+    let (code, out, err) = enoki(&["diff", "app", "-n", &ns]);
+    assert_eq!(code, 1, "{out}\n{err}");
+    assert!(out.contains("-  x: \"1\"\n+  x: \"2\""), "{out}");
+    assert!(
+        out.contains(&format!("--- live     v1 ConfigMap {ns}/b")),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("+++ enoki    v1 ConfigMap {ns}/c")),
+        "{out}"
+    );
+    assert!(out.contains("# 2 changed, 0 unchanged, 1 pruned"), "{out}");
+    let a = cms.get("a").await.unwrap();
+    assert_eq!(a.data.unwrap()["x"], "1", "the dry run changed nothing");
+    assert!(cms.get_opt("b").await.unwrap().is_some());
+    assert!(cms.get_opt("c").await.unwrap().is_none());
+
+    // Local files: the same synthesizer over a ConfigMap file, for the same Composition.
+    let dir = std::env::temp_dir().join(format!("enoki-diff-{ns}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let comp = json!({"apiVersion": "enoki.dev/v1alpha1", "kind": "Composition",
+        "metadata": {"name": "app", "namespace": ns}, "spec": {"synthesizer": {"name": synth}}});
+    std::fs::write(dir.join("comp.yaml"), comp.to_string()).unwrap();
+    let input = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "items", "namespace": ns},
+        "data": {"items": json!([cm("a", "1"), cm("b", "1")]).to_string()}});
+    std::fs::write(dir.join("items.json"), input.to_string()).unwrap();
+    let module = workspace_root().join("target/wasm32-wasip1/release/echo.wasm");
+    let (code, out, err) = enoki(&[
+        "diff",
+        "--module",
+        module.to_str().unwrap(),
+        "-c",
+        dir.join("comp.yaml").to_str().unwrap(),
+        "-i",
+        &format!("config={}", dir.join("items.json").display()),
+    ]);
+    assert_eq!(code, 0, "the files say what is applied: {out}\n{err}");
+    assert!(out.contains("# 0 changed, 2 unchanged, 0 pruned"), "{out}");
+
+    // A Composition that does not exist is an error naming it.
+    let (code, _, err) = enoki(&["diff", "nope", "-n", &ns]);
+    assert_eq!(code, 1);
+    assert!(err.contains(&format!("Composition {ns}/nope")), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
