@@ -21,6 +21,9 @@ phase "control plane binaries (etcd, kube-apiserver, kube-controller-manager, ku
   bash -c 'hack/k8s-testbin.sh > target/.k8s-testbin-dir'
 K8S_TESTBIN="$(cat target/.k8s-testbin-dir)"; export K8S_TESTBIN
 
+phase "tools (helm, built from the Go module proxy, cached per machine)" \
+  bash -c 'TOOLS=helm hack/tools.sh > target/.tools-dir'
+HELM="$(cat target/.tools-dir)/helm"; export HELM
 phase "samples to wasm (Rust p1 + p2, Go, C, AssemblyScript, Python, TypeScript)" hack/build-samples.sh
 phase "cargo build (workspace, all targets)" cargo build --workspace --all-targets --locked
 phase "render CRDs" bash -c 'for f in crds/manifests/*.yaml crds/manifests/builtins/*.yaml; do echo ---; cat "$f"; done > target/crds.yaml'
@@ -38,6 +41,7 @@ phase "plan stays pure (no tokio/kube-client/hyper/wasmtime)" hack/check-plan-de
 phase "cargo test (unit, golden, e2e against the control plane)" cargo test --workspace --locked
 phase "go test (sample 11: enoki's stdin as Eno's SDK reads it)" bash -c 'cd samples/11-eno-go && go test ./...'
 phase "python SDK and sample 09 under CPython" python3 -m unittest discover -s synthesizer-sdk/python/tests
+phase "Helm chart's static manifests match deploy/base" hack/helm-chart.sh --check
 phase "synthesizer WIT matches the wasmtime-wasi in Cargo.lock" hack/sync-wit.sh --check
 phase "cargo doc" env RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked -q
 echo "==> all done in $(( $(date +%s) - T_ALL ))s" >&2

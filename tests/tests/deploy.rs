@@ -96,6 +96,9 @@ async fn the_kustomize_base_installs_with_least_privilege_rbac() {
         Some("kube-system")
     ));
 
+    // The Helm chart renders the same objects and installs over the kustomize ones.
+    helm_chart_matches_kustomize();
+
     // The multi-tenant overlay on top: reads, impersonation, its own API — no writes of what
     // synthesizers emit (kustomize does not prune, so the base's aggregated grants go by hand).
     let yaml = harness::install_multi_tenant_overlay();
@@ -115,4 +118,138 @@ async fn the_kustomize_base_installs_with_least_privilege_rbac() {
     ] {
         assert!(!can(verb, resource, None), "{verb} {resource}");
     }
+}
+
+/// `helm` (built by `hack/tools.sh`; `make test` exports `HELM`): (success, stdout, stderr).
+fn helm(args: &[&str]) -> (bool, String, String) {
+    let bin = std::env::var("HELM").expect(
+        "HELM is not set: make test builds helm with hack/tools.sh and exports HELM=<dir>/helm",
+    );
+    let out = std::process::Command::new(&bin)
+        .args(args)
+        .env("KUBECONFIG", harness::kubeconfig_path())
+        .current_dir(harness::workspace_root())
+        .output()
+        .unwrap_or_else(|e| panic!("{bin}: {e}"));
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+/// Objects of a multi-document YAML by (kind, name), without their namespace (kustomize sets
+/// it on every namespaced object, helm on the release), the Namespace itself (helm installs
+/// into an existing one) and the Deployment's image (a tag per build).
+fn objects(yaml: &str) -> std::collections::BTreeMap<(String, String), serde_json::Value> {
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(yaml).unwrap();
+    docs.into_iter()
+        .filter(|d| d.is_object() && d["kind"] != "Namespace")
+        .map(|mut d| {
+            if let Some(meta) = d["metadata"].as_object_mut() {
+                meta.remove("namespace");
+            }
+            if d["kind"] == "Deployment" {
+                d["spec"]["template"]["spec"]["containers"][0]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("image");
+            }
+            let key = (
+                d["kind"].as_str().unwrap().to_string(),
+                d["metadata"]["name"].as_str().unwrap().to_string(),
+            );
+            (key, d)
+        })
+        .collect()
+}
+
+fn helm_chart_matches_kustomize() {
+    let root = harness::workspace_root();
+    let (ok, out, err) = helm(&["lint", "deploy/helm/enoki", "--strict"]);
+    assert!(ok, "helm lint: {out}{err}");
+    for (tenancy, kustomization) in [
+        ("single", "deploy/base"),
+        ("multi", "deploy/overlays/multi-tenant"),
+    ] {
+        let set = format!("tenancy={tenancy}");
+        let (ok, rendered, err) = helm(&[
+            "template",
+            "enoki",
+            "deploy/helm/enoki",
+            "-n",
+            "enoki-system",
+            "--set",
+            &set,
+        ]);
+        assert!(ok, "helm template ({tenancy}): {err}");
+        let (ok, out) = kubectl(
+            &["apply", "--dry-run=server", "-n", "enoki-system", "-f", "-"],
+            Some(rendered.as_bytes()),
+        );
+        assert!(ok, "server dry run of the chart ({tenancy}): {out}");
+        let (ok, kustomized) = kubectl(
+            &["kustomize", root.join(kustomization).to_str().unwrap()],
+            None,
+        );
+        assert!(ok, "{kustomized}");
+        let (want, got) = (objects(&kustomized), objects(&rendered));
+        assert_eq!(
+            want.keys().collect::<Vec<_>>(),
+            got.keys().collect::<Vec<_>>(),
+            "the chart ({tenancy}) renders the same objects as {kustomization}"
+        );
+        for (key, object) in &want {
+            assert_eq!(
+                &got[key], object,
+                "{key:?} ({tenancy}) differs from {kustomization}"
+            );
+        }
+    }
+    // The built-ins' CRDs can be left to the upstream operators.
+    let (ok, rendered, err) = helm(&[
+        "template",
+        "enoki",
+        "deploy/helm/enoki",
+        "--set",
+        "crds.builtins=false",
+    ]);
+    assert!(ok, "{err}");
+    assert!(!rendered.contains("trusteeconfigs.confidentialcontainers.org"));
+    assert!(rendered.contains("compositions.enoki.dev"));
+
+    // A real install over the objects kustomize created: same names, helm takes them over
+    // (and, with server-side apply forced, the fields the kustomize apply's manager held).
+    let (ok, out, err) = helm(&[
+        "upgrade",
+        "--install",
+        "enoki",
+        "deploy/helm/enoki",
+        "-n",
+        "enoki-system",
+        "--take-ownership",
+        "--server-side=true",
+        "--force-conflicts",
+        "--set",
+        "image.tag=test",
+    ]);
+    assert!(ok, "helm install: {out}{err}");
+    let (ok, live) = kubectl(
+        &[
+            "get",
+            "deployment",
+            "enoki",
+            "-n",
+            "enoki-system",
+            "-o",
+            "jsonpath={.spec.template.spec.containers[0].image} {.metadata.annotations.meta\\.helm\\.sh/release-name}",
+        ],
+        None,
+    );
+    assert!(ok, "{live}");
+    assert_eq!(
+        live.trim(),
+        "enoki:test enoki",
+        "the release owns the Deployment"
+    );
 }
