@@ -1,7 +1,7 @@
 # enoki — the two commands: `make demo` and `make test`.
 SHELL := /bin/bash
 
-.PHONY: test demo demo-down setup testbin crds fmt clippy bench bench-languages
+.PHONY: test demo demo-down setup testbin crds fmt clippy bench bench-languages image
 
 ## test: install what is missing, build/start the local control plane, fmt, clippy, every test
 test:
@@ -37,3 +37,8 @@ bench:
 bench-languages:
 	hack/build-samples.sh
 	cargo bench --locked -p enoki-tests --bench languages | tee target/bench-languages.md
+
+## image: the container image without a daemon (static musl release build + crane), pushed to a
+## local registry (or IMAGE_REPO), pulled back by digest and run; prints the pinned reference
+image:
+	hack/image.sh
