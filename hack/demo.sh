@@ -29,6 +29,8 @@ K8S_TESTBIN="$(hack/k8s-testbin.sh)"; export K8S_TESTBIN
 
 step "building enoki and the sample synthesizers"
 # The same build as `make test` (a `-p` build unifies features differently and recompiles).
+# shellcheck source=hack/cargo-env.sh
+. hack/cargo-env.sh
 cargo build --locked -q --workspace --all-targets
 hack/build-samples.sh 2>/dev/null
 target/debug/enoki crds > target/demo-crds.yaml

@@ -23,8 +23,8 @@ CC_x86_64_unknown_linux_musl=musl-gcc cargo build --locked --release --target x8
   -p reconciler-controller --bin enoki
 BIN=target/x86_64-unknown-linux-musl/release/enoki
 log "static binary built in $(( $(date +%s) - t ))s ($(du -h "$BIN" | cut -f1))"
-file "$BIN" 2>/dev/null | grep -q "statically linked" || ldd "$BIN" 2>&1 | grep -q "not a dynamic" \
-  || { log "$BIN is not statically linked"; exit 1; }
+# Static: no program interpreter (no dynamic loader, no libc needed in the image).
+if readelf -l "$BIN" | grep -q INTERP; then log "$BIN is not statically linked"; exit 1; fi
 
 W="$ROOT/target/image"; rm -rf "$W"; mkdir -p "$W/rootfs/etc/ssl/certs" "$W/rootfs/var/cache/enoki" "$W/rootfs/tmp"
 cp "$BIN" "$W/rootfs/enoki"

@@ -25,7 +25,10 @@ phase "tools (helm, built from the Go module proxy, cached per machine)" \
   bash -c 'TOOLS=helm hack/tools.sh > target/.tools-dir'
 HELM="$(cat target/.tools-dir)/helm"; export HELM
 phase "samples to wasm (Rust p1 + p2, Go, C, AssemblyScript, Python, TypeScript)" hack/build-samples.sh
-phase "cargo build (workspace, all targets)" cargo build --workspace --all-targets --locked
+# shellcheck source=hack/cargo-env.sh
+. hack/cargo-env.sh
+phase "cargo build + clippy -D warnings (workspace, all targets; clippy-driver as rustc wrapper)" \
+  cargo build --workspace --all-targets --locked
 phase "render CRDs" bash -c 'for f in crds/manifests/*.yaml crds/manifests/builtins/*.yaml; do echo ---; cat "$f"; done > target/crds.yaml'
 export TESTENV_CRDS="$ROOT/target/crds.yaml"
 
@@ -36,7 +39,6 @@ phase "start control plane" hack/testenv.sh up
 echo "==> API server: $(kubectl version -o json | python3 -c 'import json,sys; v=json.load(sys.stdin)["serverVersion"]; print(v["gitVersion"], v["platform"])')" >&2
 
 phase "cargo fmt --check" cargo fmt --all --check
-phase "cargo clippy -D warnings" cargo clippy --workspace --all-targets --locked -- -D warnings
 phase "plan stays pure (no tokio/kube-client/hyper/wasmtime)" hack/check-plan-deps.sh
 phase "cargo test (unit, golden, e2e against the control plane)" cargo test --workspace --locked
 phase "go test (sample 11: enoki's stdin as Eno's SDK reads it)" bash -c 'cd samples/11-eno-go && go test ./...'
