@@ -25,6 +25,7 @@ use crds::{Composition, ResourceSlice};
 use plan::{CompositionInfo, Desired, ResourceKey};
 
 /// What to diff.
+#[allow(clippy::large_enum_variant)] // built once per `enoki diff` command
 pub enum Target {
     /// A Composition in the cluster: its Synthesizer, module and bound inputs, as the
     /// controller reads them.
