@@ -63,18 +63,13 @@ for s in samples/0*/composition.yaml; do
 done
 
 step "publishing the Python and TypeScript components (14-18 MB) to a local OCI registry"
-REGISTRY_PORT="${DEMO_REGISTRY_PORT:-5123}"
-mkdir -p "$TESTENV_DIR/registry"
-printf 'version: 0.1\nlog: {level: warn}\nstorage: {filesystem: {rootdirectory: %s}}\nhttp: {addr: 127.0.0.1:%s}\n' \
-  "$TESTENV_DIR/registry/data" "$REGISTRY_PORT" > "$TESTENV_DIR/registry/config.yml"
-/usr/bin/docker-registry serve "$TESTENV_DIR/registry/config.yml" >"$TESTENV_DIR/registry/registry.log" 2>&1 &
-echo $! > "$TESTENV_DIR/registry.pid"
-for _ in $(seq 50); do (echo > "/dev/tcp/127.0.0.1/$REGISTRY_PORT") 2>/dev/null && break; sleep 0.2; done
+REGISTRY="$(hack/registry.sh "$TESTENV_DIR/registry" "${DEMO_REGISTRY_PORT:-5123}")"
+cp "$TESTENV_DIR/registry/pid" "$TESTENV_DIR/registry.pid"
 for lang in python typescript; do
-  digest="$(target/debug/enoki module push "target/samples/$lang.wasm" "127.0.0.1:$REGISTRY_PORT/samples/$lang:0.1.0" | head -1)"
-  echo "  $lang: 127.0.0.1:$REGISTRY_PORT/samples/$lang:0.1.0@$digest"
+  digest="$(target/debug/enoki module push "target/samples/$lang.wasm" "$REGISTRY/samples/$lang:0.1.0" | head -1)"
+  echo "  $lang: $REGISTRY/samples/$lang:0.1.0@$digest"
   sample="$(ls -d samples/*-"$lang")"
-  sed -e "s|REGISTRY/|127.0.0.1:$REGISTRY_PORT/|" -e "s|@DIGEST|@$digest|" "$sample/composition.yaml" | kubectl apply -f -
+  sed -e "s|REGISTRY/|$REGISTRY/|" -e "s|@DIGEST|@$digest|" "$sample/composition.yaml" | kubectl apply -f -
 done
 
 step "playing the parts of the operators the built-ins' outputs are for (no KBS operator, no kubelet here)"

@@ -34,12 +34,9 @@ tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C "$W/rootfs" -c
 
 REG_PID=""
 if [ -z "${IMAGE_REPO:-}" ]; then
-  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-  printf 'version: 0.1\nlog: {level: warn}\nstorage: {filesystem: {rootdirectory: %s}}\nhttp: {addr: 127.0.0.1:%s}\n' "$W/registry" "$port" > "$W/registry.yml"
-  /usr/bin/docker-registry serve "$W/registry.yml" >"$W/registry.log" 2>&1 & REG_PID=$!
+  addr="$(hack/registry.sh "$W/registry")"; REG_PID="$(cat "$W/registry/pid")"
   trap '[ -n "$REG_PID" ] && kill $REG_PID 2>/dev/null || true' EXIT
-  for _ in $(seq 50); do (echo > "/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.2; done
-  IMAGE_REPO="127.0.0.1:$port/enoki"
+  IMAGE_REPO="$addr/enoki"
 fi
 REF="$IMAGE_REPO:$VERSION"
 INSECURE=(); [[ "$IMAGE_REPO" == 127.0.0.1:* || "$IMAGE_REPO" == localhost:* ]] && INSECURE=(--insecure)
