@@ -102,12 +102,19 @@ fn cpu(cores: f64) -> String {
     Quantity::from_millis(millis).to_string()
 }
 
-/// Builds everything for one LeptonDeployment.
-///
-/// # Errors
-/// `spec.name` differs from `metadata.name`, mounts without `efs_id`, a missing image.
-pub fn synthesize(input: &Input) -> Result<Output, Error> {
-    let me = input.input("self")?;
+/// What every part of one LeptonDeployment's output is named after.
+struct Names<'a> {
+    ns: String,
+    meta_name: String,
+    name: String,
+    spec: Value,
+    owners: Value,
+    service_name: String,
+    input: &'a Input,
+}
+
+/// Reads and validates the instance.
+fn names<'a>(input: &'a Input, me: &Value) -> Result<Names<'a>, Error> {
     let ns = s(me, "/metadata/namespace").to_string();
     let meta_name = s(me, "/metadata/name").to_string();
     let spec = me.get("spec").cloned().unwrap_or(Value::Null);
@@ -121,41 +128,48 @@ pub fn synthesize(input: &Input) -> Result<Output, Error> {
             "spec.name {name:?} must equal metadata.name {meta_name:?}"
         )));
     }
-    let image = s(&spec, "/photon_image");
-    if image.is_empty() {
+    if s(&spec, "/photon_image").is_empty() {
         return Err(invalid("spec.photon_image is required".into()));
     }
-    let mounts: Vec<Value> = spec
+    let has_mounts = spec
         .get("mounts")
         .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    if !mounts.is_empty() && s(&spec, "/efs_id").is_empty() {
+        .is_some_and(|m| !m.is_empty());
+    if has_mounts && s(&spec, "/efs_id").is_empty() {
         return Err(invalid(
             "spec.efs_id is required when spec.mounts is set".into(),
         ));
     }
-    if !mounts.is_empty() && input.env(PERSISTENT_VOLUMES_ENV).as_deref() != Some("true") {
+    if has_mounts && input.env(PERSISTENT_VOLUMES_ENV).as_deref() != Some("true") {
         return Err(invalid(format!(
             "spec.mounts needs PersistentVolumes, which the platform has not enabled for the \
              lepton built-in (enoki run --lepton-persistent-volumes; {PERSISTENT_VOLUMES_ENV})"
         )));
     }
-    let (photon_name, photon_id) = (s(&spec, "/photon_name"), s(&spec, "/photon_id"));
-    let rr = spec
-        .get("resource_requirement")
-        .cloned()
-        .unwrap_or(Value::Null);
-    let owners = owner(me);
-    let service_name = format!("{name}-service");
-    let mut out = Output::default();
+    Ok(Names {
+        owners: owner(me),
+        service_name: format!("{name}-service"),
+        ns,
+        meta_name,
+        name,
+        spec,
+        input,
+    })
+}
 
-    // ---- PV and PVC per mount ----
+/// A PV and a PVC per mount; returns the pod's volumes and the main container's mounts.
+fn mounts(n: &Names<'_>, out: &mut Output) -> (Vec<Value>, Vec<Value>) {
+    let (ns, name, spec, owners) = (&n.ns, &n.name, &n.spec, &n.owners);
     let mut volumes = vec![
         json!({"name": "photon", "emptyDir": {}}),
         json!({"name": "aws", "emptyDir": {}}),
     ];
     let mut mounts_main = vec![json!({"name": "photon", "mountPath": "/photon"})];
+    let mounts = spec
+        .get("mounts")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
     for (i, m) in mounts.iter().enumerate() {
         let pv = format!("pv-{ns}.{name}-{i}");
         let pvc = format!("pvc-{ns}-{name}-{i}");
@@ -170,7 +184,7 @@ pub fn synthesize(input: &Input) -> Result<Output, Error> {
                     "claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
                                  "namespace": ns, "name": pvc},
                     "csi": {"driver": "efs.csi.aws.com", "volumeHandle": format!("{}:{}:{}",
-                        s(&spec, "/efs_id"), s(m, "/path"), s(&spec, "/efs_access_point_id"))},
+                        s(spec, "/efs_id"), s(m, "/path"), s(spec, "/efs_access_point_id"))},
                 },
             }))
             .readiness_group(0)
@@ -192,20 +206,11 @@ pub fn synthesize(input: &Input) -> Result<Output, Error> {
         );
         mounts_main.push(json!({"name": format!("mount-{i}"), "mountPath": s(m, "/mount_path")}));
     }
+    (volumes, mounts_main)
+}
 
-    // ---- Service ----
-    out.push(
-        Resource::from_value(json!({
-            "apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": service_name, "namespace": ns, "ownerReferences": owners,
-                         "labels": {"lepton_deployment_name": name}},
-            "spec": {"selector": {"lepton_deployment_name": name},
-                     "ports": [{"name": "http", "port": 8080, "targetPort": 8080, "protocol": "TCP"}]},
-        }))
-        .readiness_group(1),
-    );
-
-    // ---- Deployment ----
+/// The container resources from `resource_requirement`, and the GPU count.
+fn container_resources(rr: &Value) -> (serde_json::Map<String, Value>, f64) {
     let mut resources = serde_json::Map::new();
     if let Some(c) = rr.get("cpu").and_then(Value::as_f64) {
         resources.insert("cpu".into(), json!(cpu(c)));
@@ -226,7 +231,6 @@ pub fn synthesize(input: &Input) -> Result<Output, Error> {
             json!(Quantity::from_binary(g, 3).to_string()),
         );
     }
-    let accelerator = s(&rr, "/accelerator_type");
     let gpus = rr
         .get("accelerator_num")
         .and_then(Value::as_f64)
@@ -234,8 +238,12 @@ pub fn synthesize(input: &Input) -> Result<Output, Error> {
     if gpus > 0.0 {
         resources.insert("nvidia.com/gpu".into(), json!(cpu(gpus)));
     }
-    let envs: Vec<Value> = spec
-        .get("envs")
+    (resources, gpus)
+}
+
+/// `spec.envs`: plain values, or a Secret key (`value_from.secret_name_ref`).
+fn env_vars(spec: &Value) -> Vec<Value> {
+    spec.get("envs")
         .and_then(Value::as_array)
         .map(|e| {
             e.iter()
@@ -251,7 +259,19 @@ pub fn synthesize(input: &Input) -> Result<Output, Error> {
                 })
                 .collect()
         })
-        .unwrap_or_default();
+        .unwrap_or_default()
+}
+
+/// The Deployment running the photon.
+fn deployment(n: &Names<'_>, volumes: &[Value], mounts_main: &[Value]) -> Resource {
+    let (ns, name, spec) = (&n.ns, &n.name, &n.spec);
+    let (photon_name, photon_id) = (s(spec, "/photon_name"), s(spec, "/photon_id"));
+    let rr = spec
+        .get("resource_requirement")
+        .cloned()
+        .unwrap_or(Value::Null);
+    let (resources, gpus) = container_resources(&rr);
+    let accelerator = s(&rr, "/accelerator_type");
     let photon_file = format!("{photon_name}-{photon_id}");
     let probe = json!({"tcpSocket": {"port": 8080}, "initialDelaySeconds": 5, "periodSeconds": 5});
     let mut pod_spec = json!({
@@ -260,15 +280,15 @@ pub fn synthesize(input: &Input) -> Result<Output, Error> {
         "initContainers": [{
             "name": "env-preparation", "image": "amazon/aws-cli",
             "command": ["aws", "s3", "cp",
-                format!("s3://{}/{}/{photon_file}", s(&spec, "/bucket_name"), s(&spec, "/photon_prefix")),
+                format!("s3://{}/{}/{photon_file}", s(spec, "/bucket_name"), s(spec, "/photon_prefix")),
                 format!("/photon/{photon_file}")],
             "envFrom": [{"secretRef": {"name": "s3-ro-key"}}],
             "volumeMounts": [{"name": "photon", "mountPath": "/photon"}, {"name": "aws", "mountPath": "/root/.aws"}],
         }],
         "containers": [{
-            "name": "main-container", "image": image,
+            "name": "main-container", "image": s(spec, "/photon_image"),
             "ports": [{"name": "http", "containerPort": 8080, "protocol": "TCP"}],
-            "env": envs,
+            "env": env_vars(spec),
             "resources": {"requests": resources, "limits": resources},
             "readinessProbe": probe, "livenessProbe": probe,
             "volumeMounts": mounts_main,
@@ -279,24 +299,27 @@ pub fn synthesize(input: &Input) -> Result<Output, Error> {
         pod_spec["nodeSelector"] = json!({"nvidia.com/gpu.product": accelerator});
     }
     let replicas = rr.get("min_replicas").and_then(Value::as_i64).unwrap_or(1);
-    out.push(
-        Resource::from_value(json!({
-            "apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": name, "namespace": ns, "ownerReferences": owners,
-                "labels": {"photon_name": photon_name, "photon_id": photon_id, "lepton_deployment_name": name}},
-            "spec": {
-                "replicas": replicas,
-                "selector": {"matchLabels": {"lepton_deployment_name": name}},
-                "template": {
-                    "metadata": {"labels": {"photon_id": photon_id, "lepton_deployment_name": name}},
-                    "spec": pod_spec,
-                },
+    Resource::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "namespace": ns, "ownerReferences": n.owners,
+            "labels": {"photon_name": photon_name, "photon_id": photon_id, "lepton_deployment_name": name}},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"lepton_deployment_name": name}},
+            "template": {
+                "metadata": {"labels": {"photon_id": photon_id, "lepton_deployment_name": name}},
+                "spec": pod_spec,
             },
-        }))
-        .readiness_group(2),
-    );
+        },
+    }))
+    .readiness_group(2)
+}
 
-    // ---- Ingresses ----
+/// The header Ingress (ALB conditions on the deployment header and the API tokens) and, when
+/// a host is configured, the host Ingress; returns the host.
+fn ingresses(n: &Names<'_>, out: &mut Output) -> Option<String> {
+    let (ns, name, spec, owners, service_name) =
+        (&n.ns, &n.name, &n.spec, &n.owners, &n.service_name);
     let backend = json!({"service": {"name": service_name, "port": {"number": 8080}}});
     let mut conditions = vec![json!({"field": "http-header",
         "httpHeaderConfig": {"httpHeaderName": "X-Lepton-Deployment", "values": [name]}})];
@@ -322,7 +345,7 @@ pub fn synthesize(input: &Input) -> Result<Output, Error> {
         "alb.ingress.kubernetes.io/target-type": "ip",
         format!("alb.ingress.kubernetes.io/conditions.{service_name}"): Value::String(Value::Array(conditions).to_string()),
     });
-    let arn = s(&spec, "/certificate_arn");
+    let arn = s(spec, "/certificate_arn");
     if !arn.is_empty() {
         alb["alb.ingress.kubernetes.io/certificate-arn"] = json!(arn);
     }
@@ -337,7 +360,7 @@ pub fn synthesize(input: &Input) -> Result<Output, Error> {
         }))
         .readiness_group(2),
     );
-    let host = host(&spec, &name);
+    let host = host(spec, name);
     if let Some(h) = &host {
         out.push(
             Resource::from_value(json!({
@@ -351,27 +374,54 @@ pub fn synthesize(input: &Input) -> Result<Output, Error> {
             .readiness_group(2),
         );
     }
+    host
+}
 
-    // ---- status ----
+/// The status write-back: the state machine and the endpoints.
+fn status(n: &Names<'_>, me: &Value, host: Option<&str>) -> Value {
     let deleting = me
         .pointer("/metadata/deletionTimestamp")
         .is_some_and(|t| !t.is_null());
     let state = next_state(
         s(me, "/status/state"),
-        input.observed_named("Deployment", &name),
+        n.input.observed_named("Deployment", &n.name),
         deleting,
     );
-    let external = match (&host, deleting) {
+    let external = match (host, deleting) {
         (Some(h), false) => format!("https://{h}"),
         _ => String::new(),
     };
-    out.push(json!({
+    json!({
         "apiVersion": format!("{}/{}", FOR.0, FOR.1), "kind": FOR.2,
-        "metadata": {"name": meta_name, "namespace": ns},
+        "metadata": {"name": n.meta_name, "namespace": n.ns},
         "status": {"state": state, "endpoint": {
-            "internal_endpoint": format!("{service_name}.{ns}.svc.cluster.local:8080"),
+            "internal_endpoint": format!("{}.{}.svc.cluster.local:8080", n.service_name, n.ns),
             "external_endpoint": external}},
-    }));
+    })
+}
+
+/// Builds everything for one LeptonDeployment.
+///
+/// # Errors
+/// `spec.name` differs from `metadata.name`, mounts without `efs_id`, a missing image.
+pub fn synthesize(input: &Input) -> Result<Output, Error> {
+    let me = input.input("self")?;
+    let n = names(input, me)?;
+    let mut out = Output::default();
+    let (volumes, mounts_main) = mounts(&n, &mut out);
+    out.push(
+        Resource::from_value(json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": n.service_name, "namespace": n.ns, "ownerReferences": n.owners,
+                         "labels": {"lepton_deployment_name": n.name}},
+            "spec": {"selector": {"lepton_deployment_name": n.name},
+                     "ports": [{"name": "http", "port": 8080, "targetPort": 8080, "protocol": "TCP"}]},
+        }))
+        .readiness_group(1),
+    );
+    out.push(deployment(&n, &volumes, &mounts_main));
+    let host = ingresses(&n, &mut out);
+    out.push(status(&n, me, host.as_deref()));
     Ok(out)
 }
 

@@ -272,22 +272,8 @@ fn usage(key: &str, ns: &str, input: &Input) -> Option<Quantity> {
     })
 }
 
-/// Computes the quota's status.
-///
-/// # Errors
-/// A malformed `self` or selector.
-pub fn synthesize(input: &Input) -> Result<Output, Error> {
-    let me = input.input("self")?;
-    let name = str_at(me, "/metadata/name").unwrap_or_default().to_string();
-    let selector = me
-        .pointer("/spec/namespaceSelector")
-        .cloned()
-        .unwrap_or(Value::Null);
-    let hard: Map<String, Value> = me
-        .pointer("/spec/hard")
-        .and_then(Value::as_object)
-        .cloned()
-        .unwrap_or_default();
+/// The namespaces the quota selects (eligible: not excluded by name or label), sorted.
+fn selected_namespaces(input: &Input, name: &str, selector: &Value) -> Result<Vec<String>, Error> {
     let exclude_label = input
         .env("EXCLUDE_NAMESPACE_LABEL_KEY")
         .unwrap_or_else(|| EXCLUDE_LABEL.to_string());
@@ -309,24 +295,24 @@ pub fn synthesize(input: &Input) -> Result<Output, Error> {
     };
     let mut selected: Vec<String> = Vec::new();
     for ns in input.inputs("namespaces").filter(|n| eligible(n)) {
-        if matches(&selector, &labels_of(ns)).map_err(invalid)? {
+        if matches(selector, &labels_of(ns)).map_err(invalid)? {
             selected.push(str_at(ns, "/metadata/name").unwrap_or_default().to_string());
         }
     }
     selected.sort();
+    Ok(selected)
+}
 
-    let mut out = Output::default();
-    for key in hard.keys() {
-        if usage(key, "", input).is_none() {
-            out.warn(format!(
-                "ClusterResourceQuota {name}: spec.hard key {key:?} is not supported; its usage is reported as 0"
-            ));
-        }
-    }
+/// Usage per selected namespace and in total, for every `spec.hard` key.
+fn usage_by_namespace(
+    input: &Input,
+    hard: &Map<String, Value>,
+    selected: &[String],
+) -> (Map<String, Value>, Vec<Value>) {
     let mut total: BTreeMap<&str, Quantity> =
         hard.keys().map(|k| (k.as_str(), Quantity::ZERO)).collect();
     let mut namespaces = Vec::new();
-    for ns in &selected {
+    for ns in selected {
         let mut used = Map::new();
         for key in hard.keys() {
             let q = usage(key, ns, input).unwrap_or(Quantity::ZERO);
@@ -337,12 +323,15 @@ pub fn synthesize(input: &Input) -> Result<Output, Error> {
         }
         namespaces.push(json!({"namespace": ns, "status": {"used": used}}));
     }
-    let used: Map<String, Value> = total
+    let used = total
         .into_iter()
         .map(|(k, q)| (k.to_string(), json!(q.to_string())))
         .collect();
+    (used, namespaces)
+}
 
-    // Overlap: another quota selecting one of these namespaces.
+/// Selected namespaces that another quota selects too, with those quotas' names.
+fn overlaps(input: &Input, name: &str, selected: &[String]) -> BTreeMap<String, BTreeSet<String>> {
     let mut overlaps: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let all_ns: BTreeMap<&str, &Value> = input
         .inputs("namespaces")
@@ -357,7 +346,7 @@ pub fn synthesize(input: &Input) -> Result<Output, Error> {
             .pointer("/spec/namespaceSelector")
             .cloned()
             .unwrap_or(Value::Null);
-        for ns in &selected {
+        for ns in selected {
             if let Some(n) = all_ns.get(ns.as_str())
                 && matches(&other_sel, &labels_of(n)).unwrap_or(false)
             {
@@ -368,6 +357,36 @@ pub fn synthesize(input: &Input) -> Result<Output, Error> {
             }
         }
     }
+    overlaps
+}
+
+/// Computes the quota's status.
+///
+/// # Errors
+/// A malformed `self` or selector.
+pub fn synthesize(input: &Input) -> Result<Output, Error> {
+    let me = input.input("self")?;
+    let name = str_at(me, "/metadata/name").unwrap_or_default().to_string();
+    let selector = me
+        .pointer("/spec/namespaceSelector")
+        .cloned()
+        .unwrap_or(Value::Null);
+    let hard: Map<String, Value> = me
+        .pointer("/spec/hard")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    let selected = selected_namespaces(input, &name, &selector)?;
+    let mut out = Output::default();
+    for key in hard.keys() {
+        if usage(key, "", input).is_none() {
+            out.warn(format!(
+                "ClusterResourceQuota {name}: spec.hard key {key:?} is not supported; its usage is reported as 0"
+            ));
+        }
+    }
+    let (used, namespaces) = usage_by_namespace(input, &hard, &selected);
+    let overlaps = overlaps(input, &name, &selected);
     let mut status = json!({
         "total": {"hard": hard, "used": used},
         "namespaces": namespaces,

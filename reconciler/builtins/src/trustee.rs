@@ -305,42 +305,42 @@ pub fn merge_kbs_spec(
     out
 }
 
-/// Builds everything for one TrusteeConfig.
-///
-/// # Errors
-/// Invalid TLS source Secrets, a missing IBM SE PV, an IBM SE PVC bound elsewhere.
-#[allow(clippy::too_many_lines)] // upstream's construction order, step by step
-pub fn synthesize(input: &Input) -> Result<Output, Error> {
-    let me = input.input("self")?;
-    let tc = s(me, "/metadata/name").to_string();
-    let ns = s(me, "/metadata/namespace").to_string();
-    let spec = me.get("spec").cloned().unwrap_or(Value::Null);
-    let restricted = s(&spec, "/profileType") == "Restricted";
-    let ibm_se = spec.get("ibmSE").is_some_and(|v| !v.is_null());
-    let owners = json!([{"apiVersion": API, "kind": FOR.2, "name": tc,
-        "uid": s(me, "/metadata/uid"), "controller": true, "blockOwnerDeletion": true}]);
-    let meta = |name: &str| json!({"name": name, "namespace": ns, "ownerReferences": owners});
-    let mut out = Output::default();
-    let mut kbs = Map::new();
+/// The TrusteeConfig being synthesized, and what every output is named after.
+struct Tc {
+    tc: String,
+    ns: String,
+    spec: Value,
+    restricted: bool,
+    ibm_se: bool,
+    owners: Value,
+}
 
-    // 1–3. service type, deployment type, replicas.
-    let service_type = s(&spec, "/kbsServiceType");
-    if !service_type.is_empty() {
-        kbs.insert("kbsServiceType".into(), json!(service_type));
+impl Tc {
+    fn of(me: &Value) -> Tc {
+        let tc = s(me, "/metadata/name").to_string();
+        let spec = me.get("spec").cloned().unwrap_or(Value::Null);
+        Tc {
+            owners: json!([{"apiVersion": API, "kind": FOR.2, "name": tc,
+                "uid": s(me, "/metadata/uid"), "controller": true, "blockOwnerDeletion": true}]),
+            ns: s(me, "/metadata/namespace").to_string(),
+            restricted: s(&spec, "/profileType") == "Restricted",
+            ibm_se: spec.get("ibmSE").is_some_and(|v| !v.is_null()),
+            spec,
+            tc,
+        }
     }
-    kbs.insert("kbsDeploymentType".into(), json!("AllInOneDeployment"));
-    kbs.insert("KbsDeploymentSpec".into(), json!({"replicas": 1}));
 
-    // 4. profile: env, KBS TOML, auth + sample secrets, resource policy, RVPS, CPU/GPU policies.
-    let env = if restricted {
-        json!({})
-    } else {
-        json!({"RUST_LOG": "debug"})
-    };
-    kbs.insert("KbsEnvVars".into(), env);
-    let cm_name = format!("{tc}-kbs-config");
-    let tls = if restricted {
-        tls_lines(spec.get("tlsConfig").unwrap_or(&Value::Null))
+    /// Metadata of an output: name, the TrusteeConfig's namespace, its controller reference.
+    fn meta(&self, name: &str) -> Value {
+        json!({"name": name, "namespace": self.ns, "ownerReferences": self.owners})
+    }
+}
+
+/// Step 4a: the KBS TOML ConfigMap; a live one keeps everything but its TLS lines.
+fn kbs_toml(t: &Tc, input: &Input, out: &mut Output, kbs: &mut Map<String, Value>) {
+    let cm_name = format!("{}-kbs-config", t.tc);
+    let tls = if t.restricted {
+        tls_lines(t.spec.get("tlsConfig").unwrap_or(&Value::Null))
     } else {
         Vec::new()
     };
@@ -351,7 +351,7 @@ pub fn synthesize(input: &Input) -> Result<Output, Error> {
     {
         Some(live) => merge_tls(live, &tls),
         None => merge_tls(
-            if restricted {
+            if t.restricted {
                 TOML_RESTRICTED
             } else {
                 TOML_PERMISSIVE
@@ -361,14 +361,22 @@ pub fn synthesize(input: &Input) -> Result<Output, Error> {
     };
     out.push(
         Resource::from_value(
-            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(&cm_name),
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": t.meta(&cm_name),
             "data": {"kbs-config.toml": toml}}),
         )
         .readiness_group(0),
     );
     kbs.insert("kbsConfigMapName".into(), json!(cm_name));
+}
 
-    let auth = format!("{tc}-auth-secret");
+/// Step 4b: the auth key pair (generated once, then kept) and the sample Secret.
+fn auth_and_sample(
+    t: &Tc,
+    input: &Input,
+    out: &mut Output,
+    kbs: &mut Map<String, Value>,
+) -> Result<(), Error> {
+    let auth = format!("{}-auth-secret", t.tc);
     let auth_data = match input
         .observed_named("Secret", &auth)
         .and_then(|s| s.get("data"))
@@ -381,8 +389,8 @@ pub fn synthesize(input: &Input) -> Result<Output, Error> {
             json!({"publicKey": b64(&public), "privateKey": b64(&private)})
         }
     };
-    let mut auth_meta = meta(&auth);
-    auth_meta["labels"] = labels(&tc, "auth");
+    let mut auth_meta = t.meta(&auth);
+    auth_meta["labels"] = labels(&t.tc, "auth");
     out.push(
         Resource::from_value(
             json!({"apiVersion": "v1", "kind": "Secret", "metadata": auth_meta,
@@ -392,8 +400,8 @@ pub fn synthesize(input: &Input) -> Result<Output, Error> {
     );
     kbs.insert("kbsAuthSecretName".into(), json!(auth));
 
-    let mut sample_meta = meta("attestation-status");
-    sample_meta["labels"] = labels(&tc, "sample");
+    let mut sample_meta = t.meta("attestation-status");
+    sample_meta["labels"] = labels(&t.tc, "sample");
     out.push(
         Resource::from_value(
             json!({"apiVersion": "v1", "kind": "Secret", "metadata": sample_meta,
@@ -403,9 +411,15 @@ pub fn synthesize(input: &Input) -> Result<Output, Error> {
         .disable_updates(),
     );
 
-    let policy = if ibm_se {
+    Ok(())
+}
+
+/// Step 4c: the resource policy, the RVPS reference values and (not IBM SE) the CPU and GPU
+/// attestation policies, created once and then left to the user.
+fn policies(t: &Tc, out: &mut Output, kbs: &mut Map<String, Value>) {
+    let policy = if t.ibm_se {
         POLICY_IBM
-    } else if restricted {
+    } else if t.restricted {
         POLICY_RESTRICTIVE
     } else {
         POLICY_PERMISSIVE
@@ -413,33 +427,41 @@ pub fn synthesize(input: &Input) -> Result<Output, Error> {
     let create_only_cm = |out: &mut Output, name: &str, key: &str, text: &str| {
         out.push(
             Resource::from_value(
-                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(name),
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": t.meta(name),
                 "data": {key: text}}),
             )
             .readiness_group(0)
             .disable_updates(),
         );
     };
-    let rp = format!("{tc}-resource-policy");
-    create_only_cm(&mut out, &rp, "resource-policy.rego", policy);
+    let rp = format!("{}-resource-policy", t.tc);
+    create_only_cm(out, &rp, "resource-policy.rego", policy);
     kbs.insert("kbsResourcePolicyConfigMapName".into(), json!(rp));
     kbs.insert("kbsSecretResources".into(), json!(["attestation-status"]));
-    let rvps = format!("{tc}-rvps-reference-values");
-    create_only_cm(&mut out, &rvps, "reference_value", "[\n]\n");
+    let rvps = format!("{}-rvps-reference-values", t.tc);
+    create_only_cm(out, &rvps, "reference_value", "[\n]\n");
     kbs.insert("kbsRvpsRefValuesConfigMapName".into(), json!(rvps));
-    if !ibm_se {
-        let cpu = format!("{tc}-attestation-policy-cpu");
-        let gpu = format!("{tc}-attestation-policy-gpu");
-        create_only_cm(&mut out, &cpu, "default_cpu.rego", CPU_POLICY);
-        create_only_cm(&mut out, &gpu, "default_gpu.rego", GPU_POLICY);
+    if !t.ibm_se {
+        let cpu = format!("{}-attestation-policy-cpu", t.tc);
+        let gpu = format!("{}-attestation-policy-gpu", t.tc);
+        create_only_cm(out, &cpu, "default_cpu.rego", CPU_POLICY);
+        create_only_cm(out, &gpu, "default_gpu.rego", GPU_POLICY);
         kbs.insert("kbsAttestationPolicyConfigMapName".into(), json!(cpu));
         kbs.insert("kbsGpuAttestationPolicyConfigMapName".into(), json!(gpu));
     }
+}
 
+/// Step 5: the IBM SE PVC bound to the pre-existing PV; returns the PVC name enoki uses.
+fn ibm_se(
+    t: &Tc,
+    input: &Input,
+    out: &mut Output,
+    kbs: &mut Map<String, Value>,
+) -> Result<String, Error> {
     // 5. IBM SE: a PVC bound to the pre-existing PV.
-    let auto_pvc = format!("{tc}-ibmse-certstore-pvc");
-    if ibm_se {
-        let pv = s(&spec, "/ibmSE/pvName");
+    let auto_pvc = format!("{}-ibmse-certstore-pvc", t.tc);
+    if t.ibm_se {
+        let pv = s(&t.spec, "/ibmSE/pvName");
         if input.optional_input("ibmse-pv").is_none() {
             return Err(Error::InvalidInput {
                 key: "ibmse-pv".into(),
@@ -450,12 +472,13 @@ pub fn synthesize(input: &Input) -> Result<Output, Error> {
             let bound = s(live, "/spec/volumeName");
             if !bound.is_empty() && bound != pv {
                 return Err(Error::Other(format!(
-                    "PersistentVolumeClaim {ns}/{auto_pvc} is bound to volume {bound:?}, not spec.ibmSE.pvName {pv:?}"
+                    "PersistentVolumeClaim {}/{auto_pvc} is bound to volume {bound:?}, not spec.ibmSE.pvName {pv:?}",
+                    t.ns
                 )));
             }
         }
         out.push(
-            Resource::from_value(json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": meta(&auto_pvc),
+            Resource::from_value(json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": t.meta(&auto_pvc),
                 "spec": {"storageClassName": "", "accessModes": ["ReadOnlyMany"], "volumeName": pv,
                          "resources": {"requests": {"storage": "100Mi"}}}}))
             .readiness_group(0)
@@ -464,6 +487,16 @@ pub fn synthesize(input: &Input) -> Result<Output, Error> {
         kbs.insert("ibmSEConfigSpec".into(), json!({"certStorePvc": auto_pvc}));
     }
 
+    Ok(auto_pvc)
+}
+
+/// Steps 6–7: the HTTPS and attestation Secrets, copied once from the TLS source Secrets.
+fn tls_copies(
+    t: &Tc,
+    input: &Input,
+    out: &mut Output,
+    kbs: &mut Map<String, Value>,
+) -> Result<(), Error> {
     // 6–7. HTTPS and attestation secrets, copied once from the TLS sources.
     let copies = [
         (
@@ -506,7 +539,7 @@ pub fn synthesize(input: &Input) -> Result<Output, Error> {
         ],
     ) in copies
     {
-        let source = s(&spec, pointer);
+        let source = s(&t.spec, pointer);
         if source.is_empty() {
             continue;
         }
@@ -515,9 +548,9 @@ pub fn synthesize(input: &Input) -> Result<Output, Error> {
             (key_suffix, key_data, tls_key, key_ref),
             (cert_suffix, cert_data, tls_crt, cert_ref),
         ] {
-            let name = format!("{tc}-{suffix}");
-            let mut m = meta(&name);
-            m["labels"] = labels(&tc, component);
+            let name = format!("{}-{suffix}", t.tc);
+            let mut m = t.meta(&name);
+            m["labels"] = labels(&t.tc, component);
             out.push(
                 Resource::from_value(json!({"apiVersion": "v1", "kind": "Secret", "metadata": m,
                     "type": "Opaque", "data": {data_key: value}}))
@@ -528,18 +561,29 @@ pub fn synthesize(input: &Input) -> Result<Output, Error> {
         }
     }
 
+    Ok(())
+}
+
+/// The KbsConfig merged with the live one, and the TrusteeConfig's status mirroring it.
+fn kbs_config_and_status(
+    t: &Tc,
+    input: &Input,
+    out: &mut Output,
+    kbs: &Map<String, Value>,
+    auto_pvc: &str,
+) {
     // The KbsConfig, merged with the live one.
-    let kbs_name = format!("{tc}-kbs-config");
+    let kbs_name = format!("{}-kbs-config", t.tc);
     let live_kbs = input.observed_named("KbsConfig", &kbs_name);
     let current = live_kbs
         .and_then(|k| k.get("spec"))
         .and_then(Value::as_object)
         .cloned()
         .unwrap_or_default();
-    let merged = merge_kbs_spec(&kbs, &current, &auto_pvc);
+    let merged = merge_kbs_spec(kbs, &current, auto_pvc);
     out.push(
         Resource::from_value(
-            json!({"apiVersion": API, "kind": "KbsConfig", "metadata": meta(&kbs_name),
+            json!({"apiVersion": API, "kind": "KbsConfig", "metadata": t.meta(&kbs_name),
             "spec": merged}),
         )
         .readiness_group(1)
@@ -552,10 +596,10 @@ pub fn synthesize(input: &Input) -> Result<Output, Error> {
         .and_then(Value::as_bool)
         .unwrap_or(false);
     out.push(json!({
-        "apiVersion": API, "kind": FOR.2, "metadata": {"name": tc, "namespace": ns},
+        "apiVersion": API, "kind": FOR.2, "metadata": {"name": t.tc, "namespace": t.ns},
         "status": {
             "isReady": ready,
-            "kbsConfigRef": {"apiVersion": API, "kind": "KbsConfig", "name": kbs_name, "namespace": ns},
+            "kbsConfigRef": {"apiVersion": API, "kind": "KbsConfig", "name": kbs_name, "namespace": t.ns},
             "statusDescription": if ready {
                 "TrusteeConfig is ready and KbsConfig is deployed successfully"
             } else {
@@ -563,6 +607,38 @@ pub fn synthesize(input: &Input) -> Result<Output, Error> {
             },
         },
     }));
+}
+
+/// Builds everything for one TrusteeConfig, in upstream's construction order.
+///
+/// # Errors
+/// Invalid TLS source Secrets, a missing IBM SE PV, an IBM SE PVC bound elsewhere.
+pub fn synthesize(input: &Input) -> Result<Output, Error> {
+    let me = input.input("self")?;
+    let t = Tc::of(me);
+    let mut out = Output::default();
+    let mut kbs = Map::new();
+    // 1–3. service type, deployment type, replicas.
+    let service_type = s(&t.spec, "/kbsServiceType");
+    if !service_type.is_empty() {
+        kbs.insert("kbsServiceType".into(), json!(service_type));
+    }
+    kbs.insert("kbsDeploymentType".into(), json!("AllInOneDeployment"));
+    kbs.insert("KbsDeploymentSpec".into(), json!({"replicas": 1}));
+
+    // 4. profile: env, KBS TOML, auth + sample secrets, resource policy, RVPS, CPU/GPU policies.
+    let env = if t.restricted {
+        json!({})
+    } else {
+        json!({"RUST_LOG": "debug"})
+    };
+    kbs.insert("KbsEnvVars".into(), env);
+    kbs_toml(&t, input, &mut out, &mut kbs);
+    auth_and_sample(&t, input, &mut out, &mut kbs)?;
+    policies(&t, &mut out, &mut kbs);
+    let auto_pvc = ibm_se(&t, input, &mut out, &mut kbs)?;
+    tls_copies(&t, input, &mut out, &mut kbs)?;
+    kbs_config_and_status(&t, input, &mut out, &kbs, &auto_pvc);
     Ok(out)
 }
 
