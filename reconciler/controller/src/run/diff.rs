@@ -118,24 +118,14 @@ pub async fn diff(opts: Options, target: Target) -> anyhow::Result<Report> {
                 .get_opt(&name)
                 .await
                 .with_context(|| format!("Composition {ns}/{name}"))?;
-            let out = tokio::task::spawn_blocking(move || {
-                synthesis::synthesize(
-                    &host,
-                    &module,
-                    &input,
-                    limits,
-                    false,
-                    &synthesis::static_is_namespaced,
-                )
-            })
-            .await?
-            .map_err(|e| anyhow::anyhow!("synthesis failed ({}): {e}", e.reason()))?;
+            let who = format!("Composition {ns}/{name}");
+            let items = run_blocking(Arc::new(host), module, *input, limits, false, &who).await?;
             let info = CompositionInfo {
                 name,
                 namespace: ns,
                 ..CompositionInfo::default()
             };
-            (comp, with_info(out.items, info))
+            (comp, with_info(items, info))
         }
     };
     compare(&ctx, comp.as_ref(), items).await
@@ -197,7 +187,19 @@ async fn synthesize_from_cluster(ctx: &Context, comp: &Composition) -> anyhow::R
         .and_then(|l| ctx.opts.sandbox.check(l))
         .map_err(|e| anyhow::anyhow!("Synthesizer {}: {e}", synth.name_any()))?;
     let secure = synth.spec.entropy == Some(crds::Entropy::Secure);
-    let host = ctx.host.clone();
+    let items = run_blocking(ctx.host.clone(), module, input, limits, secure, &who).await?;
+    Ok(with_info(items, info_of(comp)))
+}
+
+/// One synthesis on a blocking thread (the wasm host drives its own runtime); the items.
+async fn run_blocking(
+    host: Arc<wasm_host::Host>,
+    module: Module,
+    input: SynthesisInput,
+    limits: wasm_host::RunLimits,
+    secure: bool,
+    who: &str,
+) -> anyhow::Result<Vec<Value>> {
     let out = tokio::task::spawn_blocking(move || {
         synthesis::synthesize(
             &host,
@@ -210,7 +212,7 @@ async fn synthesize_from_cluster(ctx: &Context, comp: &Composition) -> anyhow::R
     })
     .await?
     .map_err(|e| anyhow::anyhow!("{who}: synthesis failed ({}): {e}", e.reason()))?;
-    Ok(with_info(out.items, info_of(comp)))
+    Ok(out.items)
 }
 
 /// A stable display name: `apiVersion Kind namespace/name`.
