@@ -59,9 +59,6 @@ pub(crate) fn needs_get(
     cached: Cached<'_>,
     needs: Needs,
     deleted: bool,
-    // Plain-create semantics (replace, create-only): they too GET an absent object first, as
-    // every first write now does; kept so callers state it.
-    _create_semantics: bool,
 ) -> bool {
     if needs.everything {
         return true;
@@ -108,8 +105,8 @@ pub(crate) async fn observe(
     let mut fetch = Vec::new();
     for r in &prepared.resources {
         let deleted = deleted_keys.contains(&r.key);
-        let cached = from_cache(ctx, client, uid, r, &mut views, |cached, create| {
-            needs_get(r, recorded.get(&r.key), cached, needs, deleted, create)
+        let cached = from_cache(ctx, client, uid, r, &mut views, |cached| {
+            needs_get(r, recorded.get(&r.key), cached, needs, deleted)
         })
         .await;
         match cached {
@@ -164,15 +161,14 @@ enum FromCache {
 }
 
 /// Looks a resource up in the metadata cache of its kind (started on first use) and asks
-/// `get` (given what the cache says and whether the resource is created with a plain
-/// create) whether that suffices.
+/// `get` (given what the cache says) whether that suffices.
 async fn from_cache(
     ctx: &Arc<Context>,
     client: &kube::Client,
     uid: &str,
     r: &PreparedResource,
     views: &mut HashMap<String, Option<ManagedView>>,
-    get: impl Fn(Cached<'_>, bool) -> bool,
+    get: impl Fn(Cached<'_>) -> bool,
 ) -> FromCache {
     let unknown = || {
         FromCache::Done(Observation {
@@ -220,10 +216,7 @@ async fn from_cache(
         Some(None) => Cached::Absent,
         Some(Some(m)) => Cached::Present(m.resource_version.as_deref()),
     };
-    let create_semantics = r.settings.replace
-        || r.settings.disable_updates
-        || ctx.opts.mode == plan::ApplyMode::ClientSide;
-    if r.patch.is_some() || get(cached, create_semantics) {
+    if r.patch.is_some() || get(cached) {
         return FromCache::Fetch(api);
     }
     // What the planner reads of a live object it does not need in full: identity, version,
@@ -380,7 +373,6 @@ mod tests {
             Some(&rec("7", true)),
             Cached::Present(Some("7")),
             APPLY,
-            false,
             false
         ));
     }
@@ -393,7 +385,6 @@ mod tests {
             Some(&rec("7", true)),
             Cached::Present(Some("8")),
             APPLY,
-            false,
             false
         ));
         assert!(needs_get(
@@ -401,7 +392,6 @@ mod tests {
             Some(&rec("7", true)),
             Cached::Absent,
             APPLY,
-            false,
             false
         ));
         assert!(needs_get(
@@ -409,7 +399,6 @@ mod tests {
             Some(&rec("7", true)),
             Cached::Unknown,
             APPLY,
-            false,
             false
         ));
     }
@@ -421,7 +410,6 @@ mod tests {
             Some(&rec("7", false)),
             Cached::Present(Some("7")),
             APPLY,
-            false,
             false
         ));
         assert!(needs_get(
@@ -429,7 +417,6 @@ mod tests {
             Some(&rec("7", true)),
             Cached::Present(Some("7")),
             APPLY,
-            false,
             false
         ));
     }
@@ -438,8 +425,11 @@ mod tests {
     fn a_new_resource_absent_from_the_cache_is_confirmed_with_a_get_before_the_first_write() {
         // Another Composition may have created it a moment ago (the cache lags behind).
         let r = resource(false, false);
-        assert!(needs_get(&r, None, Cached::Absent, APPLY, false, false));
-        assert!(needs_get(&r, None, Cached::Absent, APPLY, false, true));
+        assert!(needs_get(&r, None, Cached::Absent, APPLY, false));
+        // A plain create (replace, create-only) must know whether something is in the way, too.
+        let mut create = resource(false, false);
+        create.settings.replace = true;
+        assert!(needs_get(&create, None, Cached::Absent, APPLY, false));
     }
 
     #[test]
@@ -450,21 +440,13 @@ mod tests {
             Some(&rec("7", true)),
             Cached::Present(Some("9")),
             APPLY,
-            false,
             false
         ));
         let gone = Recorded {
             applied_hash: None,
             ..rec("7", true)
         };
-        assert!(!needs_get(
-            &t,
-            Some(&gone),
-            Cached::Absent,
-            APPLY,
-            false,
-            false
-        ));
+        assert!(!needs_get(&t, Some(&gone), Cached::Absent, APPLY, false));
         let everything = Needs {
             everything: true,
             ..APPLY
@@ -474,7 +456,6 @@ mod tests {
             Some(&gone),
             Cached::Absent,
             everything,
-            false,
             false
         ));
     }
