@@ -32,8 +32,14 @@ phase "cargo build + clippy -D warnings (workspace, all targets; clippy-driver a
 phase "render CRDs" bash -c 'for f in crds/manifests/*.yaml crds/manifests/builtins/*.yaml; do echo ---; cat "$f"; done > target/crds.yaml'
 export TESTENV_CRDS="$ROOT/target/crds.yaml"
 
-trap 'hack/testenv.sh down' EXIT
+REMOTE_DIR="$ROOT/target/testenv-remote"
+trap 'hack/testenv.sh down; TESTENV_DIR="$REMOTE_DIR" hack/testenv.sh down' EXIT
 phase "start control plane" hack/testenv.sh up
+# A second API server (no kube-controller-manager, no CRDs): the target cluster of the
+# --remote-kubeconfig e2e (tests/tests/remote.rs).
+phase "start the remote control plane" \
+  env TESTENV_DIR="$REMOTE_DIR" TESTENV_KCM=0 TESTENV_CRDS= hack/testenv.sh up
+export TESTENV_REMOTE_KUBECONFIG="$REMOTE_DIR/kubeconfig"
 # shellcheck disable=SC1091
 . "$TESTENV_DIR/env"
 echo "==> API server: $(kubectl version -o json | python3 -c 'import json,sys; v=json.load(sys.stdin)["serverVersion"]; print(v["gitVersion"], v["platform"])')" >&2

@@ -47,6 +47,39 @@ pub fn kubeconfig_path() -> PathBuf {
     default
 }
 
+/// Where the kubeconfig of the second ("remote") control plane is: `TESTENV_REMOTE_KUBECONFIG`,
+/// else `target/testenv-remote/kubeconfig` (`make test` starts it, without
+/// kube-controller-manager, for the `--remote-kubeconfig` e2e).
+///
+/// # Panics
+/// When it does not exist: remote tests never skip.
+pub fn remote_kubeconfig_path() -> PathBuf {
+    let path = std::env::var_os("TESTENV_REMOTE_KUBECONFIG")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target/testenv-remote/kubeconfig"));
+    assert!(
+        path.exists(),
+        "no remote control plane: {} does not exist. `make test` starts one \
+         (TESTENV_DIR=target/testenv-remote TESTENV_KCM=0 hack/testenv.sh up).",
+        path.display()
+    );
+    path
+}
+
+/// A client for the remote control plane ([`remote_kubeconfig_path`]).
+///
+/// # Panics
+/// When its kubeconfig is missing or unusable.
+pub async fn remote_client() -> Client {
+    let path = remote_kubeconfig_path();
+    let kubeconfig = Kubeconfig::read_from(&path)
+        .unwrap_or_else(|e| panic!("cannot read kubeconfig {}: {e}", path.display()));
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .expect("remote kubeconfig is usable");
+    Client::try_from(config).expect("remote client")
+}
+
 /// The workspace root (the parent of this crate).
 pub fn workspace_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -11,10 +11,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use kube::core::{ApiResource, GroupVersionKind};
-use kube::discovery::Scope;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
 
+use super::cluster::Cluster;
+use super::shard::Shard;
 use super::watches::Watches;
 use super::{Options, metrics};
 use crate::synthesis::Module;
@@ -71,16 +72,17 @@ pub(crate) enum ModuleEntry {
 
 /// Shared state of every reconcile.
 pub struct Context {
+    /// The management cluster's client (Compositions, Synthesizers, slices, inputs).
     pub(crate) client: Client,
-    /// The controller's client configuration, from which impersonating clients are made.
-    base_config: kube::Config,
-    /// Clients impersonating a ServiceAccount, by user name.
-    impersonating: Mutex<HashMap<String, Client>>,
+    /// The management cluster (the one enoki runs against).
+    pub(crate) management: Arc<Cluster>,
+    /// Where emitted objects are applied: the management cluster, or the one of
+    /// `--remote-kubeconfig`.
+    pub(crate) target: Arc<Cluster>,
     pub(crate) host: Arc<wasm_host::Host>,
     pub(crate) opts: Options,
     /// The compiled module (or the last failure) of each Synthesizer, by generation.
     pub(crate) modules: Mutex<HashMap<String, ModuleEntry>>,
-    discovery: Mutex<HashMap<GroupVersionKind, (ApiResource, bool)>>,
     pub(crate) watches: Arc<Watches>,
     pub(crate) metrics: metrics::Metrics,
     pub(crate) recorder: kube::runtime::events::Recorder,
@@ -96,6 +98,8 @@ pub struct Context {
     pub(crate) slots: Arc<super::sandbox::Slots>,
     /// Bounds the sum of the memory limits of runs in progress.
     pub(crate) memory_budget: super::sandbox::MemoryBudget,
+    /// The Compositions this Context reconciles (all, unless `--shards`).
+    pub(crate) shard: Shard,
     memory: Mutex<HashMap<String, Memory>>,
     /// Ingested syntheses (by Composition UID), least recently used dropped first once they
     /// hold more than `--plan-cache-resources` resources; a dropped one is ingested again
@@ -107,8 +111,8 @@ pub struct Context {
 
 /// The parts [`Context::new`] takes.
 pub(crate) struct Parts {
-    pub client: Client,
-    pub base_config: kube::Config,
+    pub management: Arc<Cluster>,
+    pub target: Arc<Cluster>,
     pub host: Arc<wasm_host::Host>,
     pub opts: Options,
     pub watches: Arc<Watches>,
@@ -117,30 +121,48 @@ pub(crate) struct Parts {
     pub compositions: Store<Composition>,
     pub slices: Store<ResourceSlice>,
     pub slots: Arc<super::sandbox::Slots>,
+    /// Bounds the syntheses running at once (shared by every shard of the process).
+    pub synthesis_slots: Arc<tokio::sync::Semaphore>,
+    /// The memory budget of concurrent runs (shared likewise).
+    pub memory_budget: super::sandbox::MemoryBudget,
+    /// The Compositions this Context reconciles.
+    pub shard: Shard,
+}
+
+impl Parts {
+    /// The process-wide synthesis limits of `opts` (one set per process, shared by shards).
+    pub(crate) fn limits(
+        opts: &Options,
+    ) -> (Arc<tokio::sync::Semaphore>, super::sandbox::MemoryBudget) {
+        (
+            Arc::new(tokio::sync::Semaphore::new(
+                opts.max_concurrent_syntheses.max(1),
+            )),
+            super::sandbox::MemoryBudget::new(opts.sandbox.memory_budget_bytes),
+        )
+    }
 }
 
 impl Context {
     pub(crate) fn new(p: Parts) -> Context {
-        let slots = p.opts.max_concurrent_syntheses.max(1);
         let plan_cache = p.opts.plan_cache_resources;
-        let budget = p.opts.sandbox.memory_budget_bytes;
         Context {
-            client: p.client,
-            base_config: p.base_config,
-            impersonating: Mutex::new(HashMap::new()),
+            client: p.management.client.clone(),
+            management: p.management,
+            target: p.target,
             host: p.host,
             opts: p.opts,
             modules: Mutex::new(HashMap::new()),
-            discovery: Mutex::new(HashMap::new()),
             watches: p.watches,
             metrics: p.metrics,
             recorder: p.recorder,
             rollout_last: Mutex::new(None),
             compositions: p.compositions,
             slices: p.slices,
-            synthesis_slots: Arc::new(tokio::sync::Semaphore::new(slots)),
+            synthesis_slots: p.synthesis_slots,
             slots: p.slots,
-            memory_budget: super::sandbox::MemoryBudget::new(budget),
+            memory_budget: p.memory_budget,
+            shard: p.shard,
             memory: Mutex::new(HashMap::new()),
             prepared: Mutex::new(PreparedLru::new(plan_cache)),
             failures: Mutex::new(HashMap::new()),
@@ -157,37 +179,31 @@ impl Context {
             .or_else(|| self.opts.default_service_account.clone())
     }
 
-    /// The client every read of inputs and every write of emitted objects of `comp` is made
-    /// with: one impersonating its ServiceAccount (cached per account), or the controller's.
+    /// The user `comp` acts as: `system:serviceaccount:<ns>:<sa>`, or `None` for the
+    /// controller's own identity.
+    fn user_of(&self, comp: &Composition) -> Option<String> {
+        let sa = self.service_account(comp)?;
+        let ns = comp.namespace().unwrap_or_default();
+        Some(format!("system:serviceaccount:{ns}:{sa}"))
+    }
+
+    /// The client every read of inputs of `comp` is made with (management cluster): one
+    /// impersonating its ServiceAccount (cached per account), or the controller's.
     ///
     /// # Errors
     /// When the client cannot be built.
     pub(crate) fn client_for(&self, comp: &Composition) -> Result<Client, kube::Error> {
-        let Some(sa) = self.service_account(comp) else {
-            return Ok(self.client.clone());
-        };
-        let ns = comp.namespace().unwrap_or_default();
-        let user = format!("system:serviceaccount:{ns}:{sa}");
-        if let Some(c) = self
-            .impersonating
-            .lock()
-            .ok()
-            .and_then(|m| m.get(&user).cloned())
-        {
-            return Ok(c);
-        }
-        let mut config = self.base_config.clone();
-        // No groups: for a ServiceAccount user the API server adds its groups itself
-        // (`system:serviceaccounts`, `system:serviceaccounts:<ns>`, `system:authenticated`);
-        // naming them would need `impersonate` on groups, which would let the controller act
-        // as any group.
-        config.auth_info.impersonate = Some(user.clone());
-        config.auth_info.impersonate_groups = None;
-        let client = Client::try_from(config)?;
-        if let Ok(mut m) = self.impersonating.lock() {
-            m.insert(user, client.clone());
-        }
-        Ok(client)
+        self.management.acting_as(self.user_of(comp).as_deref())
+    }
+
+    /// The client every read of live objects and every write of emitted objects of `comp` is
+    /// made with (target cluster), impersonating as [`Context::client_for`] does. On a remote
+    /// target the same user name is impersonated there: its RBAC decides.
+    ///
+    /// # Errors
+    /// When the client cannot be built.
+    pub(crate) fn target_for(&self, comp: &Composition) -> Result<Client, kube::Error> {
+        self.target.acting_as(self.user_of(comp).as_deref())
     }
 
     /// Runs `f` on the memory of Composition `uid` (created empty on first use).
@@ -255,33 +271,26 @@ impl Context {
         self.memory.lock().map_or(0, |m| m.len())
     }
 
-    /// Resolves a GVK to its ApiResource and whether it is namespaced (cached; misses are
-    /// retried, so CRDs created by a synthesis are found once Established).
+    /// Resolves a GVK of the management cluster (inputs, instances) to its ApiResource and
+    /// whether it is namespaced (cached; misses are retried).
     pub(crate) async fn resolve(
         &self,
         gvk: &GroupVersionKind,
     ) -> Result<(ApiResource, bool), kube::Error> {
-        if let Some(hit) = self.discovery.lock().ok().and_then(|d| d.get(gvk).cloned()) {
-            return Ok(hit);
-        }
-        let (ar, caps) = kube::discovery::pinned_kind(&self.client, gvk).await?;
-        let entry = (ar, caps.scope == Scope::Namespaced);
-        if let Ok(mut d) = self.discovery.lock() {
-            d.insert(gvk.clone(), entry.clone());
-        }
-        Ok(entry)
+        self.management.resolve(gvk).await
     }
 
-    /// (group, kind) -> namespaced, for every kind resolved so far.
+    /// The same for an emitted kind, on the target cluster.
+    pub(crate) async fn resolve_target(
+        &self,
+        gvk: &GroupVersionKind,
+    ) -> Result<(ApiResource, bool), kube::Error> {
+        self.target.resolve(gvk).await
+    }
+
+    /// (group, kind) -> namespaced, for every emitted kind resolved so far.
     pub(crate) fn discovery_snapshot(&self) -> std::collections::BTreeMap<(String, String), bool> {
-        self.discovery
-            .lock()
-            .map(|d| {
-                d.iter()
-                    .map(|(gvk, (_, ns))| ((gvk.group.clone(), gvk.kind.clone()), *ns))
-                    .collect()
-            })
-            .unwrap_or_default()
+        self.target.scopes()
     }
 
     /// Claims the global rollout slot (Eno's cooldown): `None` when a deferred synthesis may

@@ -10,14 +10,16 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use anyhow::Context as _;
+use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use kube::runtime::reflector;
-use kube::{Client, ResourceExt};
 use serde_json::Value;
 
+use super::cluster::Cluster;
 use super::composition::{observe, synthesize};
 use super::context::Parts;
+use super::shard::Shard;
 use super::{Context, Options, inputs, module};
 use crate::synthesis::{self, Module, SynthesisInput};
 use crds::names::FIELD_MANAGER;
@@ -59,10 +61,10 @@ pub struct Report {
 
 /// A [`Context`] for one command: empty caches (every read is a GET), no background tasks.
 fn cli_context(
-    client: Client,
-    base_config: kube::Config,
+    (management, target): (Arc<Cluster>, Arc<Cluster>),
     opts: Options,
 ) -> anyhow::Result<Context> {
+    let client = management.client.clone();
     let host = Arc::new(wasm_host::Host::new(opts.module_cache_dir.as_deref())?);
     let mut registry = prometheus_client::registry::Registry::default();
     let (sender, _) = tokio::sync::mpsc::unbounded_channel();
@@ -73,10 +75,14 @@ fn cli_context(
             instance: None,
         },
     );
+    let (synthesis_slots, memory_budget) = Parts::limits(&opts);
     Ok(Context::new(Parts {
-        watches: super::watches::Watches::new(client.clone(), sender),
-        client,
-        base_config,
+        synthesis_slots,
+        memory_budget,
+        shard: Shard::ALL,
+        watches: super::watches::Watches::new(client, target.client.clone(), sender, Shard::ALL),
+        management,
+        target,
         host,
         metrics: super::metrics::Metrics::register(&mut registry),
         recorder,
@@ -93,8 +99,8 @@ fn cli_context(
 /// The Composition, its Synthesizer, module or inputs cannot be read, the synthesis fails, or
 /// a dry run is refused (the message names the object).
 pub async fn diff(opts: Options, target: Target) -> anyhow::Result<Report> {
-    let (client, base_config) = super::start::client().await?;
-    let ctx = cli_context(client, base_config, opts)?;
+    let clusters = super::start::clusters(&opts).await?;
+    let ctx = cli_context(clusters, opts)?;
     let (comp, items) = match target {
         Target::Cluster { namespace, name } => {
             let comp = Api::<Composition>::namespaced(ctx.client.clone(), &namespace)
@@ -257,13 +263,14 @@ async fn api_for(
     let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
     let gvk = GroupVersionKind::gvk(group, version, &key.kind);
     let (ar, namespaced) = ctx
-        .resolve(&gvk)
+        .resolve_target(&gvk)
         .await
         .with_context(|| format!("kind {api_version} {} is not served", key.kind))?;
+    let client = ctx.target.client.clone();
     Ok(if namespaced {
-        Api::namespaced_with(ctx.client.clone(), &key.namespace, &ar)
+        Api::namespaced_with(client, &key.namespace, &ar)
     } else {
-        Api::all_with(ctx.client.clone(), &ar)
+        Api::all_with(client, &ar)
     })
 }
 

@@ -284,7 +284,7 @@ pub async fn observed_outputs(
         return Ok((out, observed_digest(std::iter::empty())));
     };
     let client = ctx
-        .client_for(comp)
+        .target_for(comp)
         .map_err(kube_err("building the impersonating client"))?;
     for manifest in emitted(ctx, comp, current).await?.unwrap_or_default() {
         let Ok(key) = plan::ResourceKey::of(&manifest) else {
@@ -292,7 +292,8 @@ pub async fn observed_outputs(
         };
         let api_version = manifest["apiVersion"].as_str().unwrap_or_default();
         let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
-        let Ok((ar, namespaced)) = ctx.resolve(&gvk_of(group, version, &key.kind)).await else {
+        let Ok((ar, namespaced)) = ctx.resolve_target(&gvk_of(group, version, &key.kind)).await
+        else {
             continue;
         };
         let api: Api<DynamicObject> = if namespaced {

@@ -96,7 +96,7 @@ pub async fn reconcile(
         loaded: &loaded,
     };
     // Reads of live objects and every write below act as the Composition's ServiceAccount.
-    let client = ctx.client_for(comp).map_err(|source| Error::Impersonate {
+    let client = ctx.target_for(comp).map_err(|source| Error::Impersonate {
         user: ctx.service_account(comp).unwrap_or_default(),
         source,
     })?;

@@ -189,7 +189,7 @@ async fn from_cache(
         return unknown();
     };
     // Not served (yet): e.g. a CRD from this synthesis is not Established.
-    let Ok((ar, namespaced)) = ctx.resolve(&gvk).await else {
+    let Ok((ar, namespaced)) = ctx.resolve_target(&gvk).await else {
         return unknown();
     };
     let api: Api<DynamicObject> = if namespaced {

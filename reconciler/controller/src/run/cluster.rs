@@ -1,0 +1,97 @@
+//! One cluster enoki talks to: its client, the configuration impersonating clients are made
+//! from, and its discovery cache.
+//!
+//! `enoki run` talks to two clusters, which are the same one unless `--remote-kubeconfig` is
+//! given (Eno's flag): the **management** cluster holds Compositions, Synthesizers,
+//! ResourceSlices, Symphonies, inputs, Events and Leases; the **target** cluster receives
+//! every emitted object (applies, reads of live objects, drift watches, prunes, observed
+//! outputs). Discovery is cached per cluster, since the two may serve different kinds.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+use kube::Client;
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::discovery::Scope;
+
+/// A cluster: its client and what was learned about it.
+pub(crate) struct Cluster {
+    /// The controller's own client.
+    pub client: Client,
+    /// The configuration of `client`, from which impersonating clients are made.
+    config: kube::Config,
+    /// Clients impersonating a user, by user name.
+    impersonating: Mutex<HashMap<String, Client>>,
+    /// GVK -> (ApiResource, namespaced), for every kind resolved so far.
+    discovery: Mutex<HashMap<GroupVersionKind, (ApiResource, bool)>>,
+}
+
+impl Cluster {
+    pub(crate) fn new(client: Client, config: kube::Config) -> Arc<Cluster> {
+        Arc::new(Cluster {
+            client,
+            config,
+            impersonating: Mutex::new(HashMap::new()),
+            discovery: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// A client acting as `user` (cached per user), or the controller's own for `None`.
+    ///
+    /// # Errors
+    /// When the client cannot be built.
+    pub(crate) fn acting_as(&self, user: Option<&str>) -> Result<Client, kube::Error> {
+        let Some(user) = user else {
+            return Ok(self.client.clone());
+        };
+        if let Some(c) = self
+            .impersonating
+            .lock()
+            .ok()
+            .and_then(|m| m.get(user).cloned())
+        {
+            return Ok(c);
+        }
+        let mut config = self.config.clone();
+        // No groups: for a ServiceAccount user the API server adds its groups itself
+        // (`system:serviceaccounts`, `system:serviceaccounts:<ns>`, `system:authenticated`);
+        // naming them would need `impersonate` on groups, which would let the controller act
+        // as any group.
+        config.auth_info.impersonate = Some(user.to_string());
+        config.auth_info.impersonate_groups = None;
+        let client = Client::try_from(config)?;
+        if let Ok(mut m) = self.impersonating.lock() {
+            m.insert(user.to_string(), client.clone());
+        }
+        Ok(client)
+    }
+
+    /// Resolves a GVK to its ApiResource and whether it is namespaced (cached; misses are
+    /// retried, so CRDs created by a synthesis are found once Established).
+    pub(crate) async fn resolve(
+        &self,
+        gvk: &GroupVersionKind,
+    ) -> Result<(ApiResource, bool), kube::Error> {
+        if let Some(hit) = self.discovery.lock().ok().and_then(|d| d.get(gvk).cloned()) {
+            return Ok(hit);
+        }
+        let (ar, caps) = kube::discovery::pinned_kind(&self.client, gvk).await?;
+        let entry = (ar, caps.scope == Scope::Namespaced);
+        if let Ok(mut d) = self.discovery.lock() {
+            d.insert(gvk.clone(), entry.clone());
+        }
+        Ok(entry)
+    }
+
+    /// (group, kind) -> namespaced, for every kind resolved so far.
+    pub(crate) fn scopes(&self) -> BTreeMap<(String, String), bool> {
+        self.discovery
+            .lock()
+            .map(|d| {
+                d.iter()
+                    .map(|(gvk, (_, ns))| ((gvk.group.clone(), gvk.kind.clone()), *ns))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
