@@ -7,10 +7,13 @@
 //! 2. steady state: requests and enoki CPU per resync of 1,000 in-sync resources;
 //! 3. many: 1,000 Compositions × 10 ConfigMaps, time until all are Ready, enoki's RSS;
 //! 4. outage: the API server stopped for 60 s (enoki's CPU meanwhile), then SIGTERM while a
-//!    synthesis runs (time to exit).
+//!    synthesis runs (time to exit);
+//! 5. shards: 400 Compositions × 10 ConfigMaps reconciled by one unsharded replica (the
+//!    baseline), then by two replicas with `--shards 2`: time until all are Ready, and per
+//!    replica the shards it holds, the Compositions and managed objects it caches, its RSS.
 //!
 //! Needs the control plane (`hack/testenv.sh up`), the echo guest (`hack/build-samples.sh`)
-//! and a release build of enoki named by `ENOKI_BIN`. `BENCH_ONLY=converge,steady,many,outage`
+//! and a release build of enoki named by `ENOKI_BIN`. `BENCH_ONLY=converge,steady,many,outage,shards`
 //! selects cases.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -293,6 +296,150 @@ async fn many() {
     );
 }
 
+/// One replica's figures after a fleet converged.
+struct ReplicaFigures {
+    shards: f64,
+    compositions: f64,
+    objects: f64,
+    rss: f64,
+}
+
+/// `replicas` enoki processes (`--shards shards` when more than 1) reconcile `comps`
+/// Compositions of `per` ConfigMaps: (time until all are Ready, figures per replica).
+async fn fleet(
+    comps: usize,
+    per: usize,
+    replicas: usize,
+    shards: u32,
+) -> (Duration, Vec<ReplicaFigures>) {
+    let env = TestEnv::new().await;
+    let synth = install_synthesizer(&env, "echo", &echo_module()).await;
+    let ns = env.namespace.clone();
+    let count = shards.to_string();
+    let mut args = vec!["--concurrency", "8"];
+    if shards > 1 {
+        args.extend([
+            "--shards",
+            count.as_str(),
+            "--leader-election-namespace",
+            ns.as_str(),
+            "--lease-duration-secs",
+            "5",
+        ]);
+    }
+    let fleet: Vec<Enoki> = (0..replicas)
+        .map(|r| {
+            let host = format!("bench-{r}");
+            Enoki::start_as(
+                &ns,
+                &args,
+                &harness::kubeconfig_path(),
+                &[("HOSTNAME", host.as_str())],
+            )
+        })
+        .collect();
+    for e in &fleet {
+        wait_readyz(e).await;
+    }
+    // Every shard held before the clock starts.
+    let held = || {
+        fleet
+            .iter()
+            .filter_map(|e| e.metric("enoki_shard_held"))
+            .sum::<f64>()
+    };
+    while held() < f64::from(shards) {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let start = Instant::now();
+    let (envr, synth) = (&env, &synth);
+    futures::stream::iter(0..comps)
+        .for_each_concurrent(16, |i| async move {
+            let cm = format!("items-{i}");
+            let objects = items(&format!("c{i}-"), per);
+            harness::set_echo_items(envr, &cm, &Value::Array(objects)).await;
+            harness::apply_composition(envr, &format!("comp-{i}"), synth, &cm, json!({})).await;
+        })
+        .await;
+    let api: Api<crds::Composition> = env.api();
+    loop {
+        let list = api.list(&ListParams::default()).await.unwrap();
+        let ready = list
+            .items
+            .iter()
+            .filter(|c| {
+                c.status.as_ref().is_some_and(|s| {
+                    s.conditions
+                        .iter()
+                        .any(|x| x.type_ == "Ready" && x.status == "True")
+                })
+            })
+            .count();
+        if ready == comps {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(900),
+            "{ready}/{comps} Ready after 15 minutes"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let all = start.elapsed();
+    // The sweep publishes the cache sizes every 15 s.
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let figures = fleet
+        .iter()
+        .map(|e| ReplicaFigures {
+            shards: e.metric("enoki_shard_held").unwrap_or(0.0),
+            compositions: e.metric("enoki_shard_compositions").unwrap_or(0.0),
+            objects: e.metric("enoki_shard_managed_objects").unwrap_or(0.0),
+            rss: rss_mib(e.pid()).0,
+        })
+        .collect();
+    drop(fleet);
+    // Leave nothing labelled behind: the next fleet's cluster-wide metadata watch would
+    // count it.
+    let cms: Api<ConfigMap> = env.api();
+    cms.delete_collection(
+        &kube::api::DeleteParams::default(),
+        &ListParams::default().labels("enoki.dev/managed-by"),
+    )
+    .await
+    .unwrap();
+    (all, figures)
+}
+
+async fn shards() {
+    let (comps, per) = (400, 10);
+    let (base, base_figures) = fleet(comps, per, 1, 1).await;
+    let (sharded, sharded_figures) = fleet(comps, per, 2, 2).await;
+    println!("\n## shards: {comps} Compositions × {per} ConfigMaps\n");
+    println!(
+        "| setup | all Ready | vs 1 replica | replica: shards held, Compositions / managed objects cached, RSS |"
+    );
+    println!("| --- | --- | --- | --- |");
+    for (name, t, figures) in [
+        ("1 replica, unsharded", base, &base_figures),
+        ("2 replicas, `--shards 2`", sharded, &sharded_figures),
+    ] {
+        let per_replica: Vec<String> = figures
+            .iter()
+            .map(|f| {
+                format!(
+                    "{:.0} shard(s), {:.0} / {:.0}, {:.0} MiB",
+                    f.shards, f.compositions, f.objects, f.rss
+                )
+            })
+            .collect();
+        println!(
+            "| {name} | {:.1} s | {:.2}x | {} |",
+            t.as_secs_f64(),
+            t.as_secs_f64() / base.as_secs_f64(),
+            per_replica.join("; ")
+        );
+    }
+}
+
 fn testenv(cmd: &str) {
     let status = std::process::Command::new("bash")
         .arg(harness::workspace_root().join("hack/testenv.sh"))
@@ -391,7 +538,8 @@ fn main() {
         eprintln!("ENOKI_BIN must name a release build of enoki (make bench sets it)");
         std::process::exit(1);
     }
-    let only = std::env::var("BENCH_ONLY").unwrap_or_else(|_| "converge,steady,many,outage".into());
+    let only =
+        std::env::var("BENCH_ONLY").unwrap_or_else(|_| "converge,steady,many,outage,shards".into());
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -411,6 +559,9 @@ fn main() {
         }
         if only.contains("outage") {
             outage().await;
+        }
+        if only.contains("shards") {
+            shards().await;
         }
     });
 }

@@ -264,6 +264,15 @@ pub struct RunArgs {
     /// Lease duration in seconds; a stopped leader is replaced after about this long.
     #[arg(long, env = "ENOKI_LEASE_DURATION_SECS", default_value_t = 15)]
     pub lease_duration_secs: u64,
+    /// Split Compositions into this many shards (by UID hash), each with its own Lease
+    /// `enoki-controller-shard-<i>-of-<N>`: every replica runs the shards whose Lease it
+    /// holds and caches only their objects. Needs `--leader-election-namespace`.
+    #[arg(long, env = "ENOKI_SHARDS", default_value_t = 1)]
+    pub shards: u32,
+    /// Apply emitted objects to the cluster of this kubeconfig (Eno's flag); Compositions,
+    /// Synthesizers, ResourceSlices and inputs stay in the cluster enoki runs against.
+    #[arg(long, env = "ENOKI_REMOTE_KUBECONFIG")]
+    pub remote_kubeconfig: Option<std::path::PathBuf>,
     /// Built-in synthesizers to install at startup, comma-separated (`trustee`, `quota`,
     /// `lepton`), or `none`.
     #[arg(long, env = "ENOKI_BUILTINS", default_value = "trustee,quota,lepton")]

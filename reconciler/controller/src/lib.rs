@@ -181,6 +181,14 @@ fn options(args: &cli::RunArgs) -> anyhow::Result<run::Options> {
             .leader_election_namespace
             .clone()
             .map(|ns| (ns, args.lease_duration_secs.max(1))),
+        shards: match (args.shards, &args.leader_election_namespace) {
+            (0, _) => anyhow::bail!("--shards 0: there must be at least one shard"),
+            (n, None) if n > 1 => anyhow::bail!(
+                "--shards {n} needs --leader-election-namespace: each shard is held through a Lease"
+            ),
+            (n, _) => n,
+        },
+        remote_kubeconfig: args.remote_kubeconfig.clone(),
         module_ca: match &args.module_ca_file {
             Some(p) => Some(
                 std::fs::read(p)

@@ -23,7 +23,15 @@ pub struct Outcome {
     pub outcome: String,
 }
 
-/// Every metric of the controller.
+/// Label set of per-shard metrics.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ShardLabel {
+    /// The shard's index (`0` when unsharded).
+    pub shard: String,
+}
+
+/// Every metric of the controller (clones share the same series).
+#[derive(Clone)]
 pub struct Metrics {
     /// Reconcile durations.
     pub reconcile_duration: Histogram,
@@ -51,6 +59,14 @@ pub struct Metrics {
     pub watched_kinds: Gauge,
     /// Module fetch-and-compile attempts by outcome (`Ready` or the failure's kind).
     pub module_fetches: Family<Outcome, Counter>,
+    /// 1 for each shard whose Lease this replica holds (and whose controllers run here).
+    pub shard_held: Family<ShardLabel, Gauge>,
+    /// Compositions in the cache of each shard held here.
+    pub shard_compositions: Family<ShardLabel, Gauge>,
+    /// Composition reconciles per shard held here.
+    pub shard_reconciles: Family<ShardLabel, Counter>,
+    /// Managed objects in the metadata cache of each shard held here.
+    pub shard_managed_objects: Family<ShardLabel, Gauge>,
 }
 
 impl Metrics {
@@ -70,7 +86,31 @@ impl Metrics {
             remembered: Gauge::default(),
             watched_kinds: Gauge::default(),
             module_fetches: Family::default(),
+            shard_held: Family::default(),
+            shard_compositions: Family::default(),
+            shard_reconciles: Family::default(),
+            shard_managed_objects: Family::default(),
         };
+        registry.register(
+            "enoki_shard_managed_objects",
+            "Managed objects in the metadata cache of each shard held by this replica",
+            m.shard_managed_objects.clone(),
+        );
+        registry.register(
+            "enoki_shard_held",
+            "1 for each shard whose Lease this replica holds",
+            m.shard_held.clone(),
+        );
+        registry.register(
+            "enoki_shard_compositions",
+            "Compositions cached by each shard held by this replica",
+            m.shard_compositions.clone(),
+        );
+        registry.register(
+            "enoki_shard_reconciles",
+            "Composition reconciles by each shard held by this replica",
+            m.shard_reconciles.clone(),
+        );
         registry.register(
             "enoki_module_fetches",
             "Module fetch-and-compile attempts by outcome (failures are retried with backoff)",

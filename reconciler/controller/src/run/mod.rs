@@ -17,6 +17,7 @@
 //! - `inputs`, `instances`, `symphony`, `module`: collections and observed outputs,
 //!   instance mode, Symphonies, module sources.
 
+pub(crate) mod cluster;
 pub(crate) mod composition;
 pub(crate) mod context;
 pub mod diff;
@@ -27,6 +28,7 @@ pub mod metrics;
 mod module;
 pub(crate) mod resources;
 pub mod sandbox;
+pub mod shard;
 mod start;
 mod status;
 mod symphony;
@@ -86,6 +88,10 @@ pub struct Options {
     pub migrating_field_managers: Vec<String>,
     /// Lease-based leader election: (namespace, lease duration); off when `None`.
     pub leader_election: Option<(String, u64)>,
+    /// How many shards Compositions are split into (1: none).
+    pub shards: u32,
+    /// Emitted objects go to the cluster of this kubeconfig (`None`: the management cluster).
+    pub remote_kubeconfig: Option<PathBuf>,
     /// Where implicit Compositions of cluster-scoped instances live (instance mode).
     pub instance_namespace: Option<String>,
     /// Built-in synthesizers to install at startup (as Synthesizers named after them).

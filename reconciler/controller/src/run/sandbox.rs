@@ -89,7 +89,8 @@ impl Sandbox {
     }
 }
 
-/// The memory budget of concurrent runs, in MiB permits.
+/// The memory budget of concurrent runs, in MiB permits (clones share it).
+#[derive(Clone)]
 pub struct MemoryBudget(Arc<Semaphore>);
 
 impl MemoryBudget {

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use anyhow::Context as _;
 use futures::{FutureExt, StreamExt};
 use kube::Client;
 use kube::api::Api;
@@ -21,7 +22,9 @@ use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 
+use super::cluster::Cluster;
 use super::context::{Context, Parts};
+use super::shard::Shard;
 use super::watches::Watches;
 use super::{Options, composition, error_policy, instances, metrics, symphony};
 use crds::{Composition, ResourceSlice};
@@ -31,13 +34,50 @@ pub fn user_agent() -> String {
     format!("enoki/{}", env!("CARGO_PKG_VERSION"))
 }
 
-pub(crate) async fn client() -> anyhow::Result<(Client, kube::Config)> {
-    let mut config = kube::Config::infer().await?;
-    config.headers.push((
-        http::header::USER_AGENT,
-        http::HeaderValue::from_str(&user_agent())?,
-    ));
+/// A client with enoki's User-Agent (with `identity` as its comment: which replica made a
+/// request shows in the API server's audit log).
+fn client_of(
+    mut config: kube::Config,
+    identity: Option<&str>,
+) -> anyhow::Result<(Client, kube::Config)> {
+    let ua = match identity {
+        Some(id) => format!("{} ({id})", user_agent()),
+        None => user_agent(),
+    };
+    config
+        .headers
+        .push((http::header::USER_AGENT, http::HeaderValue::from_str(&ua)?));
     Ok((Client::try_from(config.clone())?, config))
+}
+
+/// The management cluster (the ambient kubeconfig or in-cluster config) and the target
+/// cluster (`--remote-kubeconfig`, else the same one).
+pub(crate) async fn clusters(opts: &Options) -> anyhow::Result<(Arc<Cluster>, Arc<Cluster>)> {
+    clusters_as(opts, None).await
+}
+
+async fn clusters_as(
+    opts: &Options,
+    identity: Option<&str>,
+) -> anyhow::Result<(Arc<Cluster>, Arc<Cluster>)> {
+    let (client, config) = client_of(kube::Config::infer().await?, identity)?;
+    let management = Cluster::new(client, config);
+    let target = match &opts.remote_kubeconfig {
+        None => management.clone(),
+        Some(path) => {
+            let kubeconfig = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("--remote-kubeconfig {}", path.display()))?;
+            let config = kube::Config::from_custom_kubeconfig(
+                kubeconfig,
+                &kube::config::KubeConfigOptions::default(),
+            )
+            .await
+            .with_context(|| format!("--remote-kubeconfig {}", path.display()))?;
+            let (client, config) = client_of(config, identity)?;
+            Cluster::new(client, config)
+        }
+    };
+    Ok((management, target))
 }
 
 /// The predicate of Composition events that need a reconcile: anything but status.
@@ -91,11 +131,13 @@ async fn lead(
     client: &Client,
     opts: &Options,
     identity: &str,
+    shard: Shard,
 ) -> anyhow::Result<Option<tokio::sync::watch::Receiver<bool>>> {
     let Some((namespace, duration)) = &opts.leader_election else {
         return Ok(None);
     };
-    let manager = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), "enoki-controller")
+    let lease = shard.lease_name();
+    let manager = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &lease)
         .with_namespace(namespace.clone())
         .with_identity(identity.to_string())
         .with_duration(*duration)
@@ -105,12 +147,24 @@ async fn lead(
     let (mut rx, task) = manager.watch().await;
     // The manager task lives as long as the process.
     std::mem::forget(task);
-    tracing::info!(%identity, lease = %format!("{namespace}/enoki-controller"), "waiting for leadership");
+    tracing::info!(%identity, lease = %format!("{namespace}/{lease}"), "waiting for leadership");
     while !*rx.borrow_and_update() {
         rx.changed().await?;
     }
-    tracing::info!(%identity, "acquired leadership");
+    tracing::info!(%identity, %shard, lease = %format!("{namespace}/{lease}"), "acquired leadership");
     Ok(Some(rx))
+}
+
+/// What every shard of the process shares.
+struct Shared {
+    management: Arc<Cluster>,
+    target: Arc<Cluster>,
+    host: Arc<wasm_host::Host>,
+    opts: Options,
+    metrics: metrics::Metrics,
+    slots: Arc<super::sandbox::Slots>,
+    limits: (Arc<tokio::sync::Semaphore>, super::sandbox::MemoryBudget),
+    identity: String,
 }
 
 /// Runs the controller until SIGTERM/SIGINT (or until leadership is lost: then an error).
@@ -118,9 +172,18 @@ async fn lead(
 /// # Errors
 /// When no cluster is reachable or the wasm engine cannot start.
 pub async fn run(opts: Options) -> anyhow::Result<()> {
-    let (client, base_config) = client().await?;
-    let version = client.apiserver_version().await?;
-    tracing::info!(server = %version.git_version, namespace = ?opts.namespace, user_agent = %user_agent(), "enoki controller starting");
+    let identity = format!(
+        "{}-{:08x}",
+        std::env::var("HOSTNAME").unwrap_or_else(|_| "enoki".into()),
+        rand::random::<u32>()
+    );
+    let (management, target) = clusters_as(&opts, Some(&identity)).await?;
+    let version = management.client.apiserver_version().await?;
+    tracing::info!(server = %version.git_version, namespace = ?opts.namespace, user_agent = %user_agent(), %identity, shards = opts.shards, "enoki controller starting");
+    if opts.remote_kubeconfig.is_some() {
+        let remote = target.client.apiserver_version().await?;
+        tracing::info!(server = %remote.git_version, "emitted objects go to the remote cluster");
+    }
     let host = Arc::new(wasm_host::Host::new(opts.module_cache_dir.as_deref())?);
     host.set_module_cache_bytes(opts.module_cache_bytes);
     let mut registry = prometheus_client::registry::Registry::default();
@@ -131,19 +194,93 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         metrics::serve(addr, registry, ready.clone(), slots.clone()).await?;
     }
     let shutdown = shutdown_signal(opts.shutdown_grace).shared();
-    let identity = format!(
-        "{}-{:08x}",
-        std::env::var("HOSTNAME").unwrap_or_else(|_| "enoki".into()),
-        rand::random::<u32>()
-    );
-    let leadership = tokio::select! {
-        l = lead(&client, &opts, &identity) => l?,
-        () = shutdown.clone() => return Ok(()),
+    let shared = Arc::new(Shared {
+        limits: Parts::limits(&opts),
+        management,
+        target,
+        host,
+        opts,
+        metrics,
+        slots,
+        identity,
+    });
+    let count = shared.opts.shards.max(1);
+    if count > 1 {
+        // A replica holding no shard is a ready standby.
+        ready.store(true, Ordering::Relaxed);
+    }
+    // Spreading shards over replicas: each replica competes at once for one "home" shard
+    // (random), and for the others only after one Lease duration per step away from it —
+    // plus one more when it already holds a shard by then, so a replica holding nothing gets
+    // there first. Any replica can still take any shard (a standby takes over a dead
+    // holder's).
+    let home = rand::random::<u32>() % count;
+    let step = Duration::from_secs(shared.opts.leader_election.as_ref().map_or(0, |l| l.1));
+    let held = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let mut shards: futures::stream::FuturesUnordered<_> = (0..count)
+        .map(|index| {
+            let (shared, shutdown, ready) = (shared.clone(), shutdown.clone(), ready.clone());
+            let held = held.clone();
+            async move {
+                let shard = Shard { index, count };
+                let client = shared.management.client.clone();
+                let wait = async {
+                    if index != home {
+                        tokio::time::sleep(step * ((index + count - home) % count)).await;
+                        if held.load(Ordering::Relaxed) > 0 {
+                            tokio::time::sleep(step).await;
+                        }
+                    }
+                };
+                tokio::select! {
+                    () = wait => {},
+                    () = shutdown.clone() => return Ok(()),
+                }
+                let leadership = tokio::select! {
+                    l = lead(&client, &shared.opts, &shared.identity, shard) => l?,
+                    () = shutdown.clone() => return Ok(()),
+                };
+                ready.store(true, Ordering::Relaxed);
+                held.fetch_add(1, Ordering::Relaxed);
+                let result = run_shard(&shared, shard, leadership, shutdown).await;
+                held.fetch_sub(1, Ordering::Relaxed);
+                result
+            }
+        })
+        .collect();
+    let mut result = Ok(());
+    while let Some(r) = shards.next().await {
+        if let Err(e) = r {
+            // One shard lost (or failed): stop everything; the restarted process competes
+            // for the Leases again.
+            result = Err(e);
+            break;
+        }
+    }
+    drop(shards);
+    ready.store(false, Ordering::Relaxed);
+    if result.is_ok() {
+        tracing::info!("enoki controller stopped");
+    }
+    result
+}
+
+/// Runs the controllers of one shard until shutdown or until its Lease is lost (an error).
+async fn run_shard(
+    shared: &Shared,
+    shard: Shard,
+    leadership: Option<tokio::sync::watch::Receiver<bool>>,
+    shutdown: impl std::future::Future<Output = ()> + Clone + Send + Sync + 'static,
+) -> anyhow::Result<()> {
+    let label = metrics::ShardLabel {
+        shard: shard.label(),
     };
+    shared.metrics.shard_held.get_or_create(&label).set(1);
     let lost = Arc::new(AtomicBool::new(false));
-    let stop = stop_when(leadership, shutdown.clone(), lost.clone()).shared();
+    let stop = stop_when(leadership, shutdown, lost.clone()).shared();
     let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
-    let watches = Watches::new(client.clone(), sender);
+    let client = shared.management.client.clone();
+    let watches = Watches::new(client.clone(), shared.target.client.clone(), sender, shard);
     let changes = futures::stream::unfold(receiver, |mut rx| async move {
         rx.recv().await.map(|r| (r, rx))
     });
@@ -151,24 +288,27 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         client.clone(),
         kube::runtime::events::Reporter {
             controller: "enoki".into(),
-            instance: Some(identity.clone()),
+            instance: Some(shared.identity.clone()),
         },
     );
-    let (comp_reader, comp_stream, slice_reader, slice_stream) = caches(&client, &opts);
-    let concurrency = u16::try_from(opts.concurrency.max(1)).unwrap_or(u16::MAX);
+    let (comp_reader, comp_stream, slice_reader, slice_stream) =
+        caches(&client, &shared.opts, shard);
+    let concurrency = u16::try_from(shared.opts.concurrency.max(1)).unwrap_or(u16::MAX);
     let ctx = Arc::new(Context::new(Parts {
-        client,
-        base_config,
-        host,
-        opts,
+        management: shared.management.clone(),
+        target: shared.target.clone(),
+        host: shared.host.clone(),
+        opts: shared.opts.clone(),
         watches,
-        metrics,
+        metrics: shared.metrics.clone(),
         recorder,
         compositions: comp_reader.clone(),
         slices: slice_reader,
-        slots,
+        slots: shared.slots.clone(),
+        synthesis_slots: shared.limits.0.clone(),
+        memory_budget: shared.limits.1.clone(),
+        shard,
     }));
-    ready.store(true, Ordering::Relaxed);
     let tasks = background(&ctx, stop.clone()).await;
     Controller::for_stream(comp_stream, comp_reader)
         .owns_stream(slice_stream)
@@ -182,14 +322,13 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
             }
         })
         .await;
-    ready.store(false, Ordering::Relaxed);
     for t in tasks {
         t.abort();
     }
+    shared.metrics.shard_held.get_or_create(&label).set(0);
     if lost.load(Ordering::Relaxed) {
-        anyhow::bail!("lost leadership");
+        anyhow::bail!("lost leadership of shard {shard}");
     }
-    tracing::info!("enoki controller stopped");
     Ok(())
 }
 
@@ -220,6 +359,7 @@ type Events<K> = futures::stream::BoxStream<'static, Result<K, watcher::Error>>;
 fn caches(
     client: &Client,
     opts: &Options,
+    shard: Shard,
 ) -> (
     reflector::Store<Composition>,
     Events<Composition>,
@@ -238,8 +378,7 @@ fn caches(
         wc = wc.labels(sel);
     }
     let (comp_reader, comp_writer) = reflector::store::<Composition>();
-    let comp_stream = watcher(comps, wc)
-        .default_backoff()
+    let comp_stream = in_shard(watcher(comps, wc).default_backoff(), move |c| shard.owns(c))
         .modify(|c: &mut Composition| c.managed_fields_mut().clear())
         .reflect(comp_writer)
         .applied_objects()
@@ -247,13 +386,31 @@ fn caches(
         .boxed();
     let (slice_reader, slice_writer) = reflector::store::<ResourceSlice>();
     let slice_stream = slice_changes(
-        watcher(slices, watcher::Config::default())
-            .default_backoff()
-            .modify(|s: &mut ResourceSlice| s.managed_fields_mut().clear())
-            .reflect(slice_writer),
+        in_shard(
+            watcher(slices, watcher::Config::default()).default_backoff(),
+            move |s| shard.owns_slice(s),
+        )
+        .modify(|s: &mut ResourceSlice| s.managed_fields_mut().clear())
+        .reflect(slice_writer),
     )
     .boxed();
     (comp_reader, comp_stream, slice_reader, slice_stream)
+}
+
+/// Watch events of the objects `owns` accepts (the others never reach the cache).
+fn in_shard<K: Send + 'static>(
+    events: impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+    owns: impl Fn(&K) -> bool + Send + 'static,
+) -> impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static {
+    events.filter(move |e| {
+        let keep = match e {
+            Ok(
+                watcher::Event::Apply(o) | watcher::Event::InitApply(o) | watcher::Event::Delete(o),
+            ) => owns(o),
+            _ => true,
+        };
+        futures::future::ready(keep)
+    })
 }
 
 /// ResourceSlice events that matter to their Composition: a new spec (generation) or a
@@ -283,12 +440,54 @@ fn slice_changes(
     })
 }
 
-/// The Synthesizer, instance and Symphony controllers, built-ins, and the memory sweep.
+/// The Synthesizer, instance and Symphony controllers and built-ins (in shard 0 only), and
+/// the memory sweep.
 async fn background(
     ctx: &Arc<Context>,
     stop: impl std::future::Future<Output = ()> + Clone + Send + Sync + 'static,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     let mut tasks = Vec::new();
+    if ctx.shard.is_first() {
+        cluster_wide(ctx, stop, &mut tasks).await;
+    }
+    // Forget Compositions that disappeared without enoki's finalizer (e.g. while it was down).
+    let sweeper = ctx.clone();
+    tasks.push(tokio::spawn(async move {
+        // Gauges are shared by the shards of the process: each adds its own change.
+        let (mut remembered, mut watched) = (0_i64, 0_i64);
+        let label = metrics::ShardLabel {
+            shard: sweeper.shard.label(),
+        };
+        loop {
+            tokio::time::sleep(Duration::from_secs(15)).await;
+            let n = sweeper.sweep();
+            if n > 0 {
+                tracing::debug!(forgotten = n, "swept memory of deleted Compositions");
+            }
+            let (inputs, managed, _, _) = sweeper.watches.sizes();
+            let m = &sweeper.metrics;
+            let now = i64::try_from(sweeper.remembered()).unwrap_or(i64::MAX);
+            m.remembered.inc_by(now - remembered);
+            remembered = now;
+            let now = i64::try_from(inputs + managed).unwrap_or(i64::MAX);
+            m.watched_kinds.inc_by(now - watched);
+            watched = now;
+            let cached = i64::try_from(sweeper.compositions.state().len()).unwrap_or(i64::MAX);
+            m.shard_compositions.get_or_create(&label).set(cached);
+            let objects = i64::try_from(sweeper.watches.managed_objects()).unwrap_or(i64::MAX);
+            m.shard_managed_objects.get_or_create(&label).set(objects);
+        }
+    }));
+    tasks
+}
+
+/// Work that is not per Composition and runs once per cluster: Synthesizer status,
+/// built-ins, instance Compositions, Symphonies.
+async fn cluster_wide(
+    ctx: &Arc<Context>,
+    stop: impl std::future::Future<Output = ()> + Clone + Send + Sync + 'static,
+    tasks: &mut Vec<tokio::task::JoinHandle<()>>,
+) {
     // Synthesizer status for every Synthesizer, also those no Composition uses yet. Skipped
     // when scoped to one namespace: Synthesizers are cluster-scoped.
     if ctx.opts.namespace.is_none() {
@@ -328,22 +527,4 @@ async fn background(
                 }
             }),
     ));
-    // Forget Compositions that disappeared without enoki's finalizer (e.g. while it was down).
-    let sweeper = ctx.clone();
-    tasks.push(tokio::spawn(async move {
-        loop {
-            tokio::time::sleep(Duration::from_secs(15)).await;
-            let n = sweeper.sweep();
-            if n > 0 {
-                tracing::debug!(forgotten = n, "swept memory of deleted Compositions");
-            }
-            let (inputs, managed, _, _) = sweeper.watches.sizes();
-            let m = &sweeper.metrics;
-            m.remembered
-                .set(i64::try_from(sweeper.remembered()).unwrap_or(i64::MAX));
-            m.watched_kinds
-                .set(i64::try_from(inputs + managed).unwrap_or(i64::MAX));
-        }
-    }));
-    tasks
 }

@@ -28,6 +28,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use tokio::sync::mpsc::UnboundedSender;
 
+use super::shard::Shard;
 use crds::Composition;
 
 /// Metadata of a managed object as the cache holds it.
@@ -52,7 +53,12 @@ impl<K: kube::Resource<DynamicType = ApiResource> + 'static> Drop for KindWatch<
 
 /// Watches shared by every reconcile; see the module docs.
 pub struct Watches {
+    /// The management cluster (inputs).
     client: Client,
+    /// The target cluster (managed objects).
+    target: Client,
+    /// Only managed objects of this shard's Compositions are cached.
+    shard: Shard,
     sender: UnboundedSender<ObjectRef<Composition>>,
     readers: Mutex<HashMap<WatchKey, HashSet<ObjectRef<Composition>>>>,
     inputs: Mutex<HashMap<(GroupVersionKind, String), KindWatch<DynamicObject>>>,
@@ -64,10 +70,18 @@ pub struct Watches {
 const FIRST_LIST: Duration = Duration::from_secs(15);
 
 impl Watches {
-    /// Watches that send Composition refs to re-reconcile on `sender`.
-    pub fn new(client: Client, sender: UnboundedSender<ObjectRef<Composition>>) -> Arc<Watches> {
+    /// Watches of inputs (on `client`) and of the managed objects of `shard`'s Compositions
+    /// (on `target`) that send Composition refs to re-reconcile on `sender`.
+    pub fn new(
+        client: Client,
+        target: Client,
+        sender: UnboundedSender<ObjectRef<Composition>>,
+        shard: Shard,
+    ) -> Arc<Watches> {
         Arc::new(Watches {
             client,
+            target,
+            shard,
             sender,
             readers: Mutex::new(HashMap::new()),
             inputs: Mutex::new(HashMap::new()),
@@ -224,8 +238,9 @@ impl Watches {
             entries: Arc::new(std::sync::RwLock::new(HashMap::new())),
             ready: ready_rx,
         };
-        let api: Api<Meta> = Api::all_with(self.client.clone(), ar);
+        let api: Api<Meta> = Api::all_with(self.target.clone(), ar);
         let wc = watcher::Config::default().labels(managed_label());
+        let shard = self.shard;
         let events = watcher(api, wc).default_backoff();
         let this = Arc::downgrade(self);
         let (group, kind) = (gvk.group.clone(), gvk.kind.clone());
@@ -235,6 +250,17 @@ impl Watches {
             let mut relist: Option<HashMap<(String, String), Live>> = None;
             while let Some(event) = events.next().await {
                 let Some(this) = this.upgrade() else { break };
+                // Another shard's object: not cached (an entry it had while it was ours is
+                // dropped), but readers of it as an input still hear of it.
+                if let Ok(e) = &event
+                    && let Some((ns, name, apply)) = foreign(shard, e)
+                {
+                    if apply && let Ok(mut e) = entries.write() {
+                        e.remove(&(ns.clone(), name.clone()));
+                    }
+                    this.fire_readers(&group, &kind, &ns, &name);
+                    continue;
+                }
                 let touched = match event {
                     Ok(e) => apply_event(&entries, &mut relist, &ready_tx, e),
                     Err(e) => {
@@ -302,6 +328,15 @@ impl Watches {
             n(self.readers.lock().ok().map(|m| m.len())),
             n(self.owners.lock().ok().map(|m| m.len())),
         )
+    }
+
+    /// Managed objects in the metadata caches (only this shard's).
+    pub fn managed_objects(&self) -> usize {
+        self.managed.lock().map_or(0, |m| {
+            m.values()
+                .map(|w| w.view.entries.read().map_or(0, |e| e.len()))
+                .sum()
+        })
     }
 
     fn fire_owner(&self, uid: &str) {
@@ -377,6 +412,18 @@ impl Drop for ManagedWatch {
     fn drop(&mut self) {
         self.task.abort();
     }
+}
+
+/// For an event about an object another shard's Composition owns: its (namespace, name) and
+/// whether it is an update (`Apply`); `None` for this shard's objects and list markers.
+fn foreign(shard: Shard, event: &watcher::Event<Meta>) -> Option<(String, String, bool)> {
+    let (m, apply) = match event {
+        watcher::Event::Apply(m) => (m, true),
+        watcher::Event::InitApply(m) | watcher::Event::Delete(m) => (m, false),
+        watcher::Event::Init | watcher::Event::InitDone => return None,
+    };
+    let owner = m.labels().get(managed_label())?;
+    (!shard.owns_uid(owner)).then(|| (m.namespace().unwrap_or_default(), m.name_any(), apply))
 }
 
 /// Applies one watch event to the entries (a relist is built aside and swapped in when

@@ -4,6 +4,7 @@
 //! from the controller's own Composition cache.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use kube::ResourceExt;
 use kube::core::{ApiResource, GroupVersionKind};
@@ -121,14 +122,31 @@ async fn in_cycle(ctx: &Context, comp: &Composition) -> Result<bool, Error> {
     Ok(false)
 }
 
-/// The Compositions (still present) whose `dependsOn` names this one.
-pub(crate) fn dependents(ctx: &Context, comp: &Composition) -> Vec<BlockedBy> {
+/// The Compositions (still present) whose `dependsOn` names this one: from the cache, or —
+/// when sharded, since a dependent may belong to another shard — from a list (only while
+/// a Composition is being deleted).
+pub(crate) async fn dependents(ctx: &Context, comp: &Composition) -> Result<Vec<BlockedBy>, Error> {
+    let all: Vec<Arc<Composition>> = if ctx.shard.count > 1 {
+        let api: kube::Api<Composition> = match &ctx.opts.namespace {
+            Some(ns) => kube::Api::namespaced(ctx.client.clone(), ns),
+            None => kube::Api::all(ctx.client.clone()),
+        };
+        api.list(&kube::api::ListParams::default())
+            .await
+            .map_err(crate::run::kube_err(
+                "listing the Compositions that depend on this one",
+            ))?
+            .items
+            .into_iter()
+            .map(Arc::new)
+            .collect()
+    } else {
+        ctx.compositions.state()
+    };
     let ns = comp.namespace().unwrap_or_default();
     let name = comp.name_any();
     let mut out: Vec<BlockedBy> =
-        ctx.compositions
-            .state()
-            .iter()
+        all.iter()
             .filter(|c| {
                 let c_ns = c.namespace().unwrap_or_default();
                 c.spec.depends_on.iter().any(|d| {
@@ -142,7 +160,7 @@ pub(crate) fn dependents(ctx: &Context, comp: &Composition) -> Vec<BlockedBy> {
             })
             .collect();
     out.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
-    out
+    Ok(out)
 }
 
 #[cfg(test)]

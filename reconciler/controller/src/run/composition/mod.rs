@@ -37,6 +37,12 @@ use trigger::Trigger;
 /// become conditions instead.
 #[tracing::instrument(skip_all, fields(composition = %comp.name_any(), generation = ?comp.metadata.generation))]
 pub async fn reconcile(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Action, Error> {
+    ctx.metrics
+        .shard_reconciles
+        .get_or_create(&super::metrics::ShardLabel {
+            shard: ctx.shard.label(),
+        })
+        .inc();
     let start = std::time::Instant::now();
     let comp = status::fresh(&ctx, comp);
     let result = match finalizer::state(&comp) {
@@ -68,7 +74,7 @@ async fn delete(ctx: &Arc<Context>, comp: &Arc<Composition>) -> Result<Action, E
         return Ok(Action::await_change());
     }
     let mut st = comp.status.clone().unwrap_or_default();
-    let dependents = dependencies::dependents(ctx, comp);
+    let dependents = dependencies::dependents(ctx, comp).await?;
     if !dependents.is_empty() {
         st.dependency_status = Some(crds::DependencyStatus {
             blocked: true,

@@ -1,0 +1,268 @@
+//! `enoki run --shards 2` with three replicas on the real control plane: every Composition is
+//! reconciled by exactly one replica (the holder of its shard's Lease — counted from the
+//! API server's audit log, where each replica's User-Agent names it), a replica holding no
+//! shard caches and reconciles nothing, and when a shard's holder is killed a standby takes
+//! the Lease over and the shard's Compositions keep converging.
+#![allow(clippy::unwrap_used)] // test code
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use harness::{
+    Enoki, TestEnv, apply_composition, audited_requests, composition_ready, echo_module,
+    eventually, install_crds, install_synthesizer, kubeconfig_path, now_rfc3339, set_echo_items,
+};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::ResourceExt;
+use kube::api::{Api, ListParams};
+use serde_json::json;
+
+const COMPOSITIONS: usize = 40;
+const SHARDS: u32 = 2;
+
+/// The shard of a Composition UID, as `reconciler/controller/src/run/shard.rs` documents it
+/// (FNV-1a 64 of the UID, modulo the shard count).
+fn shard_of(uid: &str) -> u32 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in uid.as_bytes() {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    u32::try_from(h % u64::from(SHARDS)).unwrap()
+}
+
+/// The replica named in an enoki User-Agent: `enoki/<version> (<identity>)`.
+fn replica_of(user_agent: &str) -> Option<String> {
+    let inner = user_agent.split_once('(')?.1.split_once(')')?.0;
+    Some(inner.split('-').take(2).collect::<Vec<_>>().join("-"))
+}
+
+fn items(i: usize, x: &str) -> serde_json::Value {
+    json!([{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("out-{i}")},
+        "data": {"x": x}}])
+}
+
+async fn holders(env: &TestEnv) -> BTreeMap<u32, String> {
+    let leases: Api<Lease> = env.api();
+    let mut out = BTreeMap::new();
+    for shard in 0..SHARDS {
+        let name = format!("enoki-controller-shard-{shard}-of-{SHARDS}");
+        if let Some(holder) = leases
+            .get_opt(&name)
+            .await
+            .unwrap()
+            .and_then(|l| l.spec?.holder_identity)
+        {
+            out.insert(
+                shard,
+                holder.split('-').take(2).collect::<Vec<_>>().join("-"),
+            );
+        }
+    }
+    out
+}
+
+/// Which replicas wrote each `out-<i>` ConfigMap after `since`.
+fn writers(ns: &str, since: &str) -> BTreeMap<String, BTreeSet<String>> {
+    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for r in audited_requests(ns, since) {
+        if r.by_enoki() && r.is_write() && r.resource == "configmaps" && r.name.starts_with("out-")
+        {
+            let replica = replica_of(&r.user_agent).unwrap_or_else(|| r.user_agent.clone());
+            out.entry(r.name).or_default().insert(replica);
+        }
+    }
+    out
+}
+
+fn start(env: &TestEnv, replica: usize) -> Enoki {
+    let hostname = format!("replica-{replica}");
+    Enoki::start_as(
+        &env.namespace,
+        &[
+            "--shards",
+            "2",
+            "--leader-election-namespace",
+            &env.namespace,
+            "--lease-duration-secs",
+            "8",
+        ],
+        &kubeconfig_path(),
+        &[("HOSTNAME", hostname.as_str())],
+    )
+}
+
+#[tokio::test]
+async fn three_replicas_two_shards_each_composition_has_one_writer_and_survives_a_kill() {
+    let env = TestEnv::new().await;
+    install_crds(&env.client).await;
+    let ns = env.namespace.clone();
+    let synth = install_synthesizer(&env, "shards", &echo_module()).await;
+    let since = now_rfc3339();
+    for i in 0..COMPOSITIONS {
+        set_echo_items(&env, &format!("items-{i}"), &items(i, "1")).await;
+        apply_composition(
+            &env,
+            &format!("c-{i}"),
+            &synth,
+            &format!("items-{i}"),
+            json!({}),
+        )
+        .await;
+    }
+    let mut replicas: Vec<Option<Enoki>> = (0..3).map(|r| Some(start(&env, r))).collect();
+
+    eventually(
+        "all 40 Compositions are Ready",
+        Duration::from_secs(240),
+        || async {
+            for i in 0..COMPOSITIONS {
+                if !composition_ready(&env, &format!("c-{i}")).await {
+                    return None;
+                }
+            }
+            Some(())
+        },
+    )
+    .await;
+    let comps: Api<crds::Composition> = env.api();
+    let shard_of_comp: BTreeMap<String, u32> = comps
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|c| (c.name_any(), shard_of(&c.uid().unwrap())))
+        .collect();
+    let owners = holders(&env).await;
+    assert_eq!(
+        owners.len(),
+        SHARDS as usize,
+        "every shard is held: {owners:?}"
+    );
+
+    // Exactly one writer per Composition's object, and it is its shard's holder.
+    let written = writers(&ns, &since);
+    assert_eq!(written.len(), COMPOSITIONS, "{written:?}");
+    for (name, by) in &written {
+        let i = name.trim_start_matches("out-");
+        let shard = shard_of_comp[&format!("c-{i}")];
+        assert_eq!(
+            by,
+            &BTreeSet::from([owners[&shard].clone()]),
+            "{name} (shard {shard}) was written by {by:?}; holders {owners:?}"
+        );
+    }
+    // Per replica: it reconciled and cached only the shards it holds.
+    for (r, replica) in replicas.iter().enumerate() {
+        let replica = replica.as_ref().unwrap();
+        let name = format!("replica-{r}");
+        let held: Vec<u32> = owners
+            .iter()
+            .filter(|(_, h)| **h == name)
+            .map(|(s, _)| *s)
+            .collect();
+        let held_metric = replica.metric("enoki_shard_held").unwrap();
+        assert_eq!(held_metric, held.len() as f64, "{name} holds {held:?}");
+        let reconciles = replica.metric("enoki_shard_reconciles_total").unwrap();
+        if held.is_empty() {
+            assert_eq!(reconciles, 0.0, "standby {name} reconciled something");
+        } else {
+            assert!(
+                reconciles > 0.0,
+                "{name} holds {held:?} but reconciled nothing"
+            );
+        }
+    }
+
+    // Each holder caches exactly its shards' Compositions, and of the managed objects (the
+    // metadata watch is cluster-wide, so other tests' leftovers count too) exactly those whose
+    // owner UID hashes to its shards; nothing of the other shard. The sweep publishes these
+    // every 15 s.
+    let all_cms: Api<ConfigMap> = Api::all(env.client.clone());
+    for (r, replica) in replicas.iter().enumerate() {
+        let replica = replica.as_ref().unwrap();
+        let name = format!("replica-{r}");
+        let expected = shard_of_comp
+            .values()
+            .filter(|s| owners.get(s) == Some(&name))
+            .count() as f64;
+        eventually(
+            &format!("{name} caches only its shards' Compositions and objects"),
+            Duration::from_secs(45),
+            || async {
+                let managed = all_cms
+                    .list_metadata(&ListParams::default().labels("enoki.dev/managed-by"))
+                    .await
+                    .unwrap()
+                    .items
+                    .iter()
+                    .filter(|m| {
+                        let owner = &m.labels()["enoki.dev/managed-by"];
+                        owners.get(&shard_of(owner)) == Some(&name)
+                    })
+                    .count() as f64;
+                let comps = replica.metric("enoki_shard_compositions")?;
+                let objects = replica.metric("enoki_shard_managed_objects")?;
+                (comps == expected && objects == managed).then_some(())
+            },
+        )
+        .await;
+    }
+    eprintln!("shard holders: {owners:?}");
+
+    // Kill the holder of shard 0; a standby (or the other holder) takes its Lease over and
+    // the shard's Compositions keep converging after an input change.
+    let victim = owners[&0].clone();
+    let index: usize = victim.trim_start_matches("replica-").parse().unwrap();
+    replicas[index].take().unwrap().stop();
+    let moved: Vec<usize> = (0..COMPOSITIONS)
+        .filter(|i| shard_of_comp[&format!("c-{i}")] == 0)
+        .collect();
+    assert!(!moved.is_empty(), "shard 0 has Compositions");
+    let since_kill = now_rfc3339();
+    for i in &moved {
+        set_echo_items(&env, &format!("items-{i}"), &items(*i, "2")).await;
+    }
+    let cms: Api<ConfigMap> = env.api();
+    eventually(
+        "shard 0's Compositions converge under the new holder",
+        Duration::from_secs(120),
+        || async {
+            for i in &moved {
+                let x = cms
+                    .get_opt(&format!("out-{i}"))
+                    .await
+                    .unwrap()
+                    .and_then(|c| c.data?.get("x").cloned());
+                if x.as_deref() != Some("2") {
+                    return None;
+                }
+            }
+            Some(())
+        },
+    )
+    .await;
+    let new_owners = holders(&env).await;
+    assert_ne!(
+        new_owners[&0], victim,
+        "shard 0 is still held by the killed replica"
+    );
+    for (name, by) in writers(&ns, &since_kill) {
+        assert_eq!(
+            by,
+            BTreeSet::from([new_owners[&0].clone()]),
+            "{name} was written by {by:?} after the kill"
+        );
+    }
+    for i in &moved {
+        let name = format!("c-{i}");
+        eventually(
+            &format!("{name} is Ready"),
+            Duration::from_secs(60),
+            || async { composition_ready(&env, &name).await.then_some(()) },
+        )
+        .await;
+    }
+}
