@@ -15,6 +15,30 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::json;
 
+/// Runs the enoki CLI against the management cluster: (exit code, stdout + stderr).
+fn enoki(args: &[&str]) -> (i32, String) {
+    let bin = harness::workspace_root().join("target/debug/enoki");
+    assert!(
+        bin.exists(),
+        "{} is missing (make test builds it)",
+        bin.display()
+    );
+    let out = std::process::Command::new(bin)
+        .args(args)
+        .env("KUBECONFIG", harness::kubeconfig_path())
+        .env_remove("ENOKI_REMOTE_KUBECONFIG")
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
 fn cm(name: &str, x: &str) -> serde_json::Value {
     json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"x": x}})
 }
@@ -90,6 +114,15 @@ async fn emitted_objects_go_to_the_remote_cluster_and_state_stays_in_management(
         || async { (data_x(&remote_cms, "a").await.as_deref() == Some("1")).then_some(()) },
     )
     .await;
+
+    // `enoki diff --remote-kubeconfig` compares with the remote cluster: in sync there; the
+    // management cluster has none of the objects.
+    let path_str = path.to_str().unwrap();
+    let (code, out) = enoki(&["diff", "app", "-n", &ns, "--remote-kubeconfig", path_str]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("# 0 changed, 2 unchanged, 0 pruned"), "{out}");
+    let (code, out) = enoki(&["diff", "app", "-n", &ns]);
+    assert_eq!(code, 1, "{out}");
 
     // An input change in management re-synthesizes: a changes, b is pruned from the remote.
     set_echo_items(&env, "items", &json!([cm("a", "2")])).await;

@@ -364,6 +364,10 @@ pub struct DiffArgs {
     /// Memory cap of a local run (Kubernetes quantity).
     #[arg(long, default_value = "256Mi")]
     pub memory: String,
+    /// Compare with (and dry-run against) the cluster of this kubeconfig, where `enoki run
+    /// --remote-kubeconfig` applies emitted objects.
+    #[arg(long, env = "ENOKI_REMOTE_KUBECONFIG")]
+    pub remote_kubeconfig: Option<PathBuf>,
 }
 
 impl DiffArgs {

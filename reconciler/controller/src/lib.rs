@@ -60,10 +60,13 @@ pub fn run(args: &cli::Args) -> anyhow::Result<i32> {
 /// `enoki diff`: the controller's default options (`enoki run`'s defaults and `ENOKI_*`
 /// variables), a Composition in the cluster or local files.
 async fn diff(args: &cli::DiffArgs) -> anyhow::Result<run::diff::Report> {
-    let defaults = match cli::Args::try_parse_from(["enoki", "run"])?.command {
+    let mut defaults = match cli::Args::try_parse_from(["enoki", "run"])?.command {
         cli::Command::Run(r) => options(&r)?,
         _ => anyhow::bail!("enoki run's defaults"),
     };
+    defaults
+        .remote_kubeconfig
+        .clone_from(&args.remote_kubeconfig);
     let target = match &args.module {
         Some(module) => {
             let r = args.render_args(module);
