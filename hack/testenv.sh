@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# testenv.sh up|down|status|stop-apiserver|start-apiserver — run etcd + kube-apiserver +
+# testenv.sh up|down|status|stop-apiserver|start-apiserver|stop-etcd|start-etcd — run etcd + kube-apiserver +
 # kube-controller-manager on 127.0.0.1
 # (random free ports, TLS, token auth, RBAC) for tests and the demo.
 #
@@ -12,7 +12,7 @@
 #
 # `down` stops exactly the processes `up` started (by their recorded PIDs), nothing else.
 # `stop-apiserver` / `start-apiserver` stop and restart only the API server (same etcd data,
-# same port): outage tests and benchmarks.
+# same port): outage tests and benchmarks; `stop-etcd` / `start-etcd` the same for etcd.
 set -euo pipefail
 
 CMD="${1:-up}"
@@ -48,6 +48,14 @@ case "$CMD" in
     . "$TESTENV_DIR/env"
     for _ in $(seq 1 300); do kubectl get --raw /readyz >/dev/null 2>&1 && { log "kube-apiserver started again"; exit 0; }; sleep 0.2; done
     log "kube-apiserver did not become ready"; exit 1 ;;
+  stop-etcd) stop_one etcd; log "etcd stopped"; exit 0 ;;
+  start-etcd)
+    [ -f "$TESTENV_DIR/etcd.cmd" ] || { log "no $TESTENV_DIR/etcd.cmd: run up first"; exit 1; }
+    for v in $(compgen -e | grep "^ETCD_" || true); do unset "$v"; done
+    bash -c "exec $(cat "$TESTENV_DIR/etcd.cmd")" >>"$TESTENV_DIR/etcd.log" 2>&1 &
+    echo $! > "$TESTENV_DIR/etcd.pid"
+    for _ in $(seq 1 300); do curl -fsS "$(cat "$TESTENV_DIR/etcd.url")/health" >/dev/null 2>&1 && { log "etcd started again"; exit 0; }; sleep 0.2; done
+    log "etcd did not become healthy"; exit 1 ;;
   status)
     for p in etcd apiserver kcm; do
       if [ -f "$TESTENV_DIR/$p.pid" ] && kill -0 "$(cat "$TESTENV_DIR/$p.pid")" 2>/dev/null; then
@@ -58,7 +66,7 @@ case "$CMD" in
     done
     exit 0 ;;
   up) ;;
-  *) echo "usage: $0 up|down|status|stop-apiserver|start-apiserver" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|status|stop-apiserver|start-apiserver|stop-etcd|start-etcd" >&2; exit 2 ;;
 esac
 
 [ -n "$BIN_DIR" ] || { log "K8S_TESTBIN is not set (run: K8S_TESTBIN=\$(hack/k8s-testbin.sh) $0 up)"; exit 1; }
@@ -125,11 +133,15 @@ ETCD_PORT="$(free_port)"; PEER_PORT="$(free_port)"; API_PORT="$(free_port)"; KCM
 for v in $(compgen -e | grep "^ETCD_" || true); do unset "$v"; done
 ETCD_EXTRA=()
 "$BIN_DIR/etcd" --help 2>&1 | grep -q -- '--unsafe-no-fsync' && ETCD_EXTRA+=(--unsafe-no-fsync=true)
-"$BIN_DIR/etcd" --name=testenv --data-dir="$TESTENV_DIR/etcd-data" \
-  --listen-client-urls="http://127.0.0.1:$ETCD_PORT" --advertise-client-urls="http://127.0.0.1:$ETCD_PORT" \
-  --listen-peer-urls="http://127.0.0.1:$PEER_PORT" --initial-advertise-peer-urls="http://127.0.0.1:$PEER_PORT" \
-  --initial-cluster="testenv=http://127.0.0.1:$PEER_PORT" --listen-metrics-urls="" \
-  "${ETCD_EXTRA[@]}" >"$TESTENV_DIR/etcd.log" 2>&1 &
+ETCD_CMD=("$BIN_DIR/etcd" --name=testenv --data-dir="$TESTENV_DIR/etcd-data"
+  --listen-client-urls="http://127.0.0.1:$ETCD_PORT" --advertise-client-urls="http://127.0.0.1:$ETCD_PORT"
+  --listen-peer-urls="http://127.0.0.1:$PEER_PORT" --initial-advertise-peer-urls="http://127.0.0.1:$PEER_PORT"
+  --initial-cluster="testenv=http://127.0.0.1:$PEER_PORT" --listen-metrics-urls=""
+  "${ETCD_EXTRA[@]}")
+# Kept so `testenv.sh start-etcd` can bring the same etcd back (outage tests).
+{ printf '%q ' "${ETCD_CMD[@]}"; echo; } > "$TESTENV_DIR/etcd.cmd"
+echo "http://127.0.0.1:$ETCD_PORT" > "$TESTENV_DIR/etcd.url"
+"${ETCD_CMD[@]}" >"$TESTENV_DIR/etcd.log" 2>&1 &
 echo $! > "$TESTENV_DIR/etcd.pid"
 wait_for etcd curl -fsS "http://127.0.0.1:$ETCD_PORT/health"
 log "etcd ready on 127.0.0.1:$ETCD_PORT ($(( $(date +%s) - T0 ))s)"

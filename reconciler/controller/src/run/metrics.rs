@@ -192,12 +192,13 @@ impl Metrics {
 struct ServerState {
     registry: Registry,
     ready: Arc<AtomicBool>,
+    api_reachable: Arc<AtomicBool>,
     slots: Arc<super::sandbox::Slots>,
 }
 
 /// Serves `/metrics`, `/healthz` (ok unless every synthesis slot is held by a run stuck past
-/// its deadline) and `/readyz` (ok once the controller runs: leadership acquired, watches
-/// started).
+/// its deadline) and `/readyz` (ok once the controller runs — leadership acquired, watches
+/// started — and while the API server answers).
 ///
 /// # Errors
 /// When the address cannot be bound.
@@ -205,11 +206,13 @@ pub async fn serve(
     addr: SocketAddr,
     registry: Registry,
     ready: Arc<AtomicBool>,
+    api_reachable: Arc<AtomicBool>,
     slots: Arc<super::sandbox::Slots>,
 ) -> std::io::Result<()> {
     let state = Arc::new(ServerState {
         registry,
         ready,
+        api_reachable,
         slots,
     });
     let app = Router::new()
@@ -260,7 +263,12 @@ async fn healthz(State(state): State<Arc<ServerState>>) -> (StatusCode, &'static
 }
 
 async fn readyz(State(state): State<Arc<ServerState>>) -> (StatusCode, &'static str) {
-    if state.ready.load(Ordering::Relaxed) {
+    if !state.api_reachable.load(Ordering::Relaxed) {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: the API server does not answer",
+        )
+    } else if state.ready.load(Ordering::Relaxed) {
         (StatusCode::OK, "ok")
     } else {
         (

@@ -190,8 +190,9 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     let metrics = metrics::Metrics::register(&mut registry);
     let ready = Arc::new(AtomicBool::new(false));
     let slots = super::sandbox::Slots::new(opts.max_concurrent_syntheses);
+    let reachable = probe_api_servers(&management, &target, opts.remote_kubeconfig.is_some());
     if let Some(addr) = opts.metrics_addr {
-        metrics::serve(addr, registry, ready.clone(), slots.clone()).await?;
+        metrics::serve(addr, registry, ready.clone(), reachable, slots.clone()).await?;
     }
     let shutdown = shutdown_signal(opts.shutdown_grace).shared();
     let shared = Arc::new(Shared {
@@ -263,6 +264,43 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         tracing::info!("enoki controller stopped");
     }
     result
+}
+
+/// Whether the API server(s) answer and are ready (etcd included), probed every 5 s (for `/readyz`; watches and
+/// reconciles retry on their own with backoff while they do not).
+fn probe_api_servers(
+    management: &Arc<Cluster>,
+    target: &Arc<Cluster>,
+    remote: bool,
+) -> Arc<AtomicBool> {
+    let reachable = Arc::new(AtomicBool::new(true));
+    let mut clients = vec![management.client.clone()];
+    if remote {
+        clients.push(target.client.clone());
+    }
+    let flag = reachable.clone();
+    tokio::spawn(async move {
+        loop {
+            let mut ok = true;
+            for c in &clients {
+                // The API server's own /readyz (it includes etcd), readable by everyone.
+                let Ok(req) = http::Request::get("/readyz").body(Vec::new()) else {
+                    continue;
+                };
+                let answer = tokio::time::timeout(Duration::from_secs(5), c.request_text(req));
+                ok &= matches!(answer.await, Ok(Ok(_)));
+            }
+            if flag.swap(ok, Ordering::Relaxed) != ok {
+                if ok {
+                    tracing::info!("the API server answers again");
+                } else {
+                    tracing::warn!("the API server does not answer; /readyz reports it");
+                }
+            }
+            tokio::time::sleep(Duration::from_secs(5)).await;
+        }
+    });
+    reachable
 }
 
 /// Runs the controllers of one shard until shutdown or until its Lease is lost (an error).
