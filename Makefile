@@ -1,7 +1,7 @@
 # enoki — the two commands: `make demo` and `make test`.
 SHELL := /bin/bash
 
-.PHONY: test demo demo-down setup testbin crds fmt clippy bench bench-languages image
+.PHONY: test demo demo-down setup testbin crds fmt clippy bench bench-languages image chaos fuzz
 
 ## test: install what is missing, build/start the local control plane, fmt, clippy, every test
 test:
@@ -42,3 +42,13 @@ bench-languages:
 ## local registry (or IMAGE_REPO), pulled back by digest and run; prints the pinned reference
 image:
 	hack/image.sh
+
+## chaos: long forms of the fault tests (crash-anywhere, 1,000 objects × 20 SIGKILLs per seed;
+## control-plane outages) on a local control plane (not in CI); writes target/chaos.md
+chaos:
+	hack/chaos.sh
+
+## fuzz: coverage-guided fuzzing of every parser fed by users or modules (nightly + cargo-fuzz,
+## installed if missing; FUZZ_SECONDS per target, default 600; not in CI); writes target/fuzz.md
+fuzz:
+	hack/fuzz.sh

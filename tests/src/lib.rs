@@ -4,7 +4,10 @@
 //! [`TestEnv::new`] gives each test a [`kube::Client`] and a fresh namespace `t-<random>`.
 //! It **panics** — never skips — when the control plane is not there: a green run that
 //! tested nothing would be a lie. The kubeconfig comes from `KUBECONFIG`, or from
-//! `target/testenv/kubeconfig` (where `hack/testenv.sh up` writes it).
+//! `target/testenv/kubeconfig` (where `hack/testenv.sh up` writes it). [`invariants`] checks
+//! a converged Composition from the API alone; chaos tests and e2e suites end with it.
+
+pub mod invariants;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -78,6 +81,95 @@ pub async fn remote_client() -> Client {
         .await
         .expect("remote kubeconfig is usable");
     Client::try_from(config).expect("remote client")
+}
+
+/// A control plane of one test's own (etcd + kube-apiserver with enoki's CRDs, no
+/// kube-controller-manager), for tests that stop and restart its parts; stopped and removed
+/// when dropped. Needs the binaries (`K8S_TESTBIN`, or `target/.k8s-testbin-dir`) and the
+/// rendered CRDs (`TESTENV_CRDS`, or `target/crds.yaml`): `make test` provides both.
+pub struct OwnControlPlane {
+    /// Its state directory (`hack/testenv.sh`'s `TESTENV_DIR`).
+    pub dir: PathBuf,
+    /// Its kubeconfig.
+    pub kubeconfig: PathBuf,
+}
+
+impl OwnControlPlane {
+    /// Starts one.
+    ///
+    /// # Panics
+    /// When the binaries or CRDs are missing or it does not start.
+    pub fn start() -> OwnControlPlane {
+        let root = workspace_root();
+        let dir = root.join(format!("target/testenv-own-{:08x}", rand::random::<u32>()));
+        let testbin = std::env::var("K8S_TESTBIN").unwrap_or_else(|_| {
+            std::fs::read_to_string(root.join("target/.k8s-testbin-dir"))
+                .map(|s| s.trim().to_string())
+                .expect("K8S_TESTBIN is unset and target/.k8s-testbin-dir is missing (make test)")
+        });
+        let crds = std::env::var("TESTENV_CRDS")
+            .map(PathBuf::from)
+            .unwrap_or_else(|_| root.join("target/crds.yaml"));
+        assert!(
+            crds.exists(),
+            "{} is missing (make test renders it)",
+            crds.display()
+        );
+        let cp = OwnControlPlane {
+            kubeconfig: dir.join("kubeconfig"),
+            dir,
+        };
+        let ok = std::process::Command::new("bash")
+            .arg(root.join("hack/testenv.sh"))
+            .arg("up")
+            .env("TESTENV_DIR", &cp.dir)
+            .env("TESTENV_KCM", "0")
+            .env("TESTENV_CRDS", &crds)
+            .env("K8S_TESTBIN", testbin)
+            .status()
+            .expect("hack/testenv.sh runs")
+            .success();
+        assert!(ok, "hack/testenv.sh up failed for {}", cp.dir.display());
+        cp
+    }
+
+    /// Runs `hack/testenv.sh <cmd>` on it (`stop-apiserver`, `start-etcd`, …).
+    ///
+    /// # Panics
+    /// When the command fails.
+    pub fn run(&self, cmd: &str) {
+        let ok = std::process::Command::new("bash")
+            .arg(workspace_root().join("hack/testenv.sh"))
+            .arg(cmd)
+            .env("TESTENV_DIR", &self.dir)
+            .status()
+            .expect("hack/testenv.sh runs")
+            .success();
+        assert!(ok, "hack/testenv.sh {cmd} failed");
+    }
+
+    /// A client for it (admin).
+    ///
+    /// # Panics
+    /// When its kubeconfig is unusable.
+    pub async fn client(&self) -> Client {
+        let kubeconfig = Kubeconfig::read_from(&self.kubeconfig).expect("its kubeconfig");
+        let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+            .await
+            .expect("a usable kubeconfig");
+        Client::try_from(config).expect("a client")
+    }
+}
+
+impl Drop for OwnControlPlane {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("bash")
+            .arg(workspace_root().join("hack/testenv.sh"))
+            .arg("down")
+            .env("TESTENV_DIR", &self.dir)
+            .status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
 
 /// The workspace root (the parent of this crate).
@@ -421,6 +513,11 @@ impl Enoki {
                 .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
                 .sum(),
         )
+    }
+
+    /// Whether the process is still running.
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
     }
 
     /// The process id.

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crds::{Composition, ResourceSlice, Synthesizer};
+use harness::invariants::{assert_converged, wait_converged};
 use harness::{Enoki, TestEnv, eventually, install_crds, install_synthesizer, sample_module};
 use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
 use kube::ResourceExt;
@@ -173,6 +174,7 @@ async fn changing_the_bound_input_resynthesizes_and_updates_resources() {
     let st = comps.get("hello").await.unwrap().status.unwrap();
     assert_ne!(st.current_synthesis.unwrap().uuid, first);
     assert_eq!(st.previous_synthesis.unwrap().uuid, first);
+    wait_converged(&env.client, &env.namespace, "hello", WAIT).await;
 }
 
 #[tokio::test]
@@ -195,6 +197,7 @@ async fn a_resource_dropped_from_the_output_is_pruned() {
         cms.get_opt("hello-extra-0").await.unwrap().is_some(),
         "still emitted, still there"
     );
+    wait_converged(&env.client, &env.namespace, "hello", WAIT).await;
 }
 
 #[tokio::test]
@@ -331,6 +334,7 @@ async fn a_restart_makes_no_writes_to_in_sync_resources() {
         writes.is_empty(),
         "the restarted controller wrote: {writes:?}"
     );
+    assert_converged(&env.client, &env.namespace, "hello").await;
 }
 
 #[tokio::test]

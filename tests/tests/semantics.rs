@@ -181,6 +181,7 @@ async fn readiness_groups_wait_for_readiness(prefix: &str) {
         .unwrap();
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(ready(&env).await, "readiness latches within a synthesis");
+    harness::invariants::assert_converged(&env.client, &env.namespace, "echo").await;
 }
 
 #[tokio::test]
@@ -726,6 +727,7 @@ async fn a_resync_of_many_in_sync_resources_writes_nothing_and_a_change_writes_o
         )],
         "{cm_writes:?}"
     );
+    harness::invariants::wait_converged(&env.client, &env.namespace, "echo", WAIT).await;
 }
 
 /// enoki's write requests (its User-Agent) to one object since `since`.
