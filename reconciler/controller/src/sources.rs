@@ -171,7 +171,11 @@ fn client(insecure_registries: &[String]) -> Client {
     })
 }
 
-fn parse(reference: &str) -> Result<Reference, SourceError> {
+/// Parses an OCI reference of a module source.
+///
+/// # Errors
+/// [`SourceError::Invalid`] naming the reference.
+pub fn parse_reference(reference: &str) -> Result<Reference, SourceError> {
     reference
         .parse::<Reference>()
         .map_err(|e| SourceError::Invalid(format!("{reference:?} is not an OCI reference: {e}")))
@@ -202,7 +206,7 @@ pub fn insecure_registries(reference: &Reference) -> Vec<String> {
 /// Tag-only references, registry failures, a digest mismatch, an artifact without a wasm
 /// layer, a layer over the size cap, a token realm the policy refuses.
 pub async fn pull(reference: &str, policy: &FetchPolicy) -> Result<Vec<u8>, SourceError> {
-    let r = parse(reference)?;
+    let r = parse_reference(reference)?;
     let Some(pinned) = r.digest().map(String::from) else {
         return Err(SourceError::Invalid(format!(
             "{reference:?} has no digest: pin the module as <registry>/<repo>:<tag>@sha256:<digest> (tag-only references are refused because tags can move)"
@@ -350,7 +354,7 @@ pub fn check_realm(
 pub async fn push(file: &Path, reference: &str) -> Result<String, SourceError> {
     let bytes = std::fs::read(file)
         .map_err(|e| SourceError::Invalid(format!("{}: {e}", file.display())))?;
-    let r = parse(reference)?;
+    let r = parse_reference(reference)?;
     let c = client(&insecure_registries(&r));
     let layer = ImageLayer::new(bytes, WASM_LAYER_MEDIA_TYPE.to_string(), None);
     let config = Config::new(b"{}".to_vec(), WASM_CONFIG_MEDIA_TYPE.to_string(), None);

@@ -48,6 +48,7 @@ use crds::Composition;
 pub use context::Context;
 pub use error::Error;
 pub(crate) use error::kube_err;
+pub use inputs::selector_string;
 pub use module::ModuleError;
 pub use start::run;
 

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# fuzz.sh — what `make fuzz` does (not part of `make test`): install a nightly toolchain and
+# cargo-fuzz if missing, then fuzz every target of tests/fuzz-targets for FUZZ_SECONDS
+# (default 600) each, FUZZ_JOBS (default 2) targets at a time, coverage-guided (libFuzzer).
+# New interesting inputs land in fuzz/corpus/<target>/ (commit them: make test replays them),
+# panics in fuzz/artifacts/<target>/ (fix, then keep the input in fuzz/regressions/<target>/).
+# Figures go to target/fuzz.md. FUZZ_TARGETS="cel overrides" selects targets.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$ROOT"
+SECONDS_EACH="${FUZZ_SECONDS:-600}"
+JOBS="${FUZZ_JOBS:-2}"
+CARGO_FUZZ_VERSION=0.13.1
+rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
+if ! cargo fuzz --version 2>/dev/null | grep -q "$CARGO_FUZZ_VERSION"; then
+  cargo +stable install cargo-fuzz --version "$CARGO_FUZZ_VERSION" --locked
+fi
+TARGETS="${FUZZ_TARGETS:-$(sed -n 's/^name = "\(.*\)"$/\1/p' fuzz/Cargo.toml | grep -v '^enoki-fuzz$')}"
+mkdir -p target
+T0=$(date +%s)
+# --sanitizer none: Rust code is memory-safe; what is sought is panics, hangs and blow-ups.
+(cd fuzz && cargo +nightly fuzz build --sanitizer none -O)
+run_one() {
+  local t="$1" log="target/fuzz-$1.log"
+  mkdir -p "fuzz/corpus/$t" "fuzz/artifacts/$t"
+  if (cd fuzz && cargo +nightly fuzz run "$t" --sanitizer none -O -- \
+      -max_total_time="$SECONDS_EACH" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
+      -print_final_stats=1) >"$log" 2>&1; then
+    echo "| $t | ${SECONDS_EACH} s | $(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' | tail -1) runs | $(ls "fuzz/corpus/$t" | wc -l) inputs | no panic |"
+  else
+    echo "| $t | — | — | $(ls "fuzz/corpus/$t" | wc -l) inputs | **failed**: see $log and fuzz/artifacts/$t |"
+  fi
+}
+export -f run_one
+export SECONDS_EACH
+{
+  echo "| target | time | executions | corpus | result |"
+  echo "| --- | --- | --- | --- | --- |"
+  printf '%s\n' $TARGETS | xargs -P "$JOBS" -I{} bash -c 'run_one {}'
+} | tee target/fuzz.md
+echo "fuzz: done in $(( $(date +%s) - T0 ))s" | tee -a target/fuzz.md
