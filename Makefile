@@ -1,7 +1,7 @@
 # enoki — the two commands: `make demo` and `make test`.
 SHELL := /bin/bash
 
-.PHONY: test demo demo-down setup testbin crds fmt clippy bench bench-languages image chaos fuzz
+.PHONY: test demo demo-down setup testbin crds fmt clippy bench bench-languages image chaos fuzz soak
 
 ## test: install what is missing, build/start the local control plane, fmt, clippy, every test
 test:
@@ -52,3 +52,8 @@ chaos:
 ## installed if missing; FUZZ_SECONDS per target, default 600; not in CI); writes target/fuzz.md
 fuzz:
 	hack/fuzz.sh
+
+## soak: 300 Compositions with inputs changing every 3 s for 30 minutes on a local control
+## plane, release build (not in CI); writes target/soak.md
+soak:
+	hack/soak.sh

@@ -10,7 +10,7 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
 SECONDS_EACH="${FUZZ_SECONDS:-600}"
 JOBS="${FUZZ_JOBS:-2}"
-CARGO_FUZZ_VERSION=0.13.1
+CARGO_FUZZ_VERSION=0.13.2
 rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
 if ! cargo fuzz --version 2>/dev/null | grep -q "$CARGO_FUZZ_VERSION"; then
   cargo +stable install cargo-fuzz --version "$CARGO_FUZZ_VERSION" --locked

@@ -172,6 +172,115 @@ impl Drop for OwnControlPlane {
     }
 }
 
+/// A TCP proxy on 127.0.0.1 in front of the test API server that can cut every connection
+/// (a network partition between one client and the API server) and heal again.
+pub struct Partition {
+    /// The proxy's port.
+    pub port: u16,
+    cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    conns: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
+    accept: tokio::task::AbortHandle,
+}
+
+impl Partition {
+    /// Starts a proxy to `127.0.0.1:<upstream>`.
+    ///
+    /// # Panics
+    /// When no port can be bound.
+    pub async fn start(upstream: u16) -> Partition {
+        use std::sync::atomic::Ordering;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a proxy port");
+        let port = listener.local_addr().expect("its address").port();
+        let cut = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let conns = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (c, l) = (cut.clone(), conns.clone());
+        let accept = tokio::spawn(async move {
+            while let Ok((mut down, _)) = listener.accept().await {
+                if c.load(Ordering::SeqCst) {
+                    continue; // dropped: the connection is refused
+                }
+                let task = tokio::spawn(async move {
+                    if let Ok(mut up) =
+                        tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await
+                    {
+                        let _ = tokio::io::copy_bidirectional(&mut down, &mut up).await;
+                    }
+                });
+                if let Ok(mut v) = l.lock() {
+                    v.push(task.abort_handle());
+                }
+            }
+        })
+        .abort_handle();
+        Partition {
+            port,
+            cut,
+            conns,
+            accept,
+        }
+    }
+
+    /// Cuts every open connection and refuses new ones.
+    pub fn cut(&self) {
+        self.cut.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Ok(mut v) = self.conns.lock() {
+            for c in v.drain(..) {
+                c.abort();
+            }
+        }
+    }
+
+    /// Lets connections through again.
+    pub fn heal(&self) {
+        self.cut.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// A copy of the test kubeconfig whose server is this proxy, written to `path`.
+    ///
+    /// # Panics
+    /// When the kubeconfig cannot be read or written.
+    pub fn kubeconfig(&self, path: &std::path::Path) {
+        let text = std::fs::read_to_string(kubeconfig_path()).expect("the test kubeconfig");
+        let proxied: String = text
+            .lines()
+            .map(
+                |l| match l.trim_start().strip_prefix("server: https://127.0.0.1:") {
+                    Some(_) => format!("    server: https://127.0.0.1:{}", self.port),
+                    None => l.to_string(),
+                },
+            )
+            .collect::<Vec<_>>()
+            .join("\n");
+        std::fs::write(path, proxied).expect("writing the proxied kubeconfig");
+    }
+}
+
+impl Drop for Partition {
+    fn drop(&mut self) {
+        self.accept.abort();
+        self.cut();
+    }
+}
+
+/// The port of the test API server (from the kubeconfig).
+///
+/// # Panics
+/// When the kubeconfig has no `server: https://127.0.0.1:<port>` line.
+pub fn api_server_port() -> u16 {
+    let text = std::fs::read_to_string(kubeconfig_path()).expect("the test kubeconfig");
+    text.lines()
+        .find_map(|l| {
+            l.trim_start()
+                .strip_prefix("server: https://127.0.0.1:")?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .expect("a local API server in the kubeconfig")
+}
+
 /// The workspace root (the parent of this crate).
 pub fn workspace_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -14,6 +14,8 @@ use kube::Client;
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::discovery::Scope;
 
+use super::fence::{Fence, FenceLayer};
+
 /// A cluster: its client and what was learned about it.
 pub(crate) struct Cluster {
     /// The controller's own client.
@@ -24,15 +26,37 @@ pub(crate) struct Cluster {
     impersonating: Mutex<HashMap<String, Client>>,
     /// GVK -> (ApiResource, namespaced), for every kind resolved so far.
     discovery: Mutex<HashMap<GroupVersionKind, (ApiResource, bool)>>,
+    /// With leader election: the fence every client's writes pass.
+    fence: Option<Arc<Fence>>,
+}
+
+/// A client for `config`, its writes behind `fence` when there is one.
+///
+/// # Errors
+/// When the client cannot be built.
+pub(crate) fn build_client(
+    config: kube::Config,
+    fence: Option<&Arc<Fence>>,
+) -> Result<Client, kube::Error> {
+    let builder = kube::client::ClientBuilder::try_from(config)?;
+    Ok(match fence {
+        Some(f) => builder.with_layer(&FenceLayer(f.clone())).build(),
+        None => builder.build(),
+    })
 }
 
 impl Cluster {
-    pub(crate) fn new(client: Client, config: kube::Config) -> Arc<Cluster> {
+    pub(crate) fn new(
+        client: Client,
+        config: kube::Config,
+        fence: Option<Arc<Fence>>,
+    ) -> Arc<Cluster> {
         Arc::new(Cluster {
             client,
             config,
             impersonating: Mutex::new(HashMap::new()),
             discovery: Mutex::new(HashMap::new()),
+            fence,
         })
     }
 
@@ -59,7 +83,7 @@ impl Cluster {
         // as any group.
         config.auth_info.impersonate = Some(user.to_string());
         config.auth_info.impersonate_groups = None;
-        let client = Client::try_from(config)?;
+        let client = build_client(config, self.fence.as_ref())?;
         if let Ok(mut m) = self.impersonating.lock() {
             m.insert(user.to_string(), client.clone());
         }

@@ -22,6 +22,7 @@ pub(crate) mod composition;
 pub(crate) mod context;
 pub mod diff;
 pub mod error;
+pub mod fence;
 mod inputs;
 mod instances;
 pub mod metrics;

@@ -22,8 +22,9 @@ use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 
-use super::cluster::Cluster;
+use super::cluster::{Cluster, build_client};
 use super::context::{Context, Parts};
+use super::fence::Fence;
 use super::shard::Shard;
 use super::watches::Watches;
 use super::{Options, composition, error_policy, instances, metrics, symphony};
@@ -39,6 +40,7 @@ pub fn user_agent() -> String {
 fn client_of(
     mut config: kube::Config,
     identity: Option<&str>,
+    fence: Option<&Arc<Fence>>,
 ) -> anyhow::Result<(Client, kube::Config)> {
     let ua = match identity {
         Some(id) => format!("{} ({id})", user_agent()),
@@ -47,21 +49,22 @@ fn client_of(
     config
         .headers
         .push((http::header::USER_AGENT, http::HeaderValue::from_str(&ua)?));
-    Ok((Client::try_from(config.clone())?, config))
+    Ok((build_client(config.clone(), fence)?, config))
 }
 
 /// The management cluster (the ambient kubeconfig or in-cluster config) and the target
 /// cluster (`--remote-kubeconfig`, else the same one).
 pub(crate) async fn clusters(opts: &Options) -> anyhow::Result<(Arc<Cluster>, Arc<Cluster>)> {
-    clusters_as(opts, None).await
+    clusters_as(opts, None, None).await
 }
 
 async fn clusters_as(
     opts: &Options,
     identity: Option<&str>,
+    fence: Option<&Arc<Fence>>,
 ) -> anyhow::Result<(Arc<Cluster>, Arc<Cluster>)> {
-    let (client, config) = client_of(kube::Config::infer().await?, identity)?;
-    let management = Cluster::new(client, config);
+    let (client, config) = client_of(kube::Config::infer().await?, identity, fence)?;
+    let management = Cluster::new(client, config, fence.cloned());
     let target = match &opts.remote_kubeconfig {
         None => management.clone(),
         Some(path) => {
@@ -73,8 +76,8 @@ async fn clusters_as(
             )
             .await
             .with_context(|| format!("--remote-kubeconfig {}", path.display()))?;
-            let (client, config) = client_of(config, identity)?;
-            Cluster::new(client, config)
+            let (client, config) = client_of(config, identity, fence)?;
+            Cluster::new(client, config, fence.cloned())
         }
     };
     Ok((management, target))
@@ -157,6 +160,7 @@ async fn lead(
 
 /// What every shard of the process shares.
 struct Shared {
+    fence: Option<Arc<Fence>>,
     management: Arc<Cluster>,
     target: Arc<Cluster>,
     host: Arc<wasm_host::Host>,
@@ -177,7 +181,13 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         std::env::var("HOSTNAME").unwrap_or_else(|_| "enoki".into()),
         rand::random::<u32>()
     );
-    let (management, target) = clusters_as(&opts, Some(&identity)).await?;
+    // With leader election, every write waits for the Leases this process holds to be
+    // confirmed (fencing a replica that was paused past its Lease).
+    let fence = opts
+        .leader_election
+        .as_ref()
+        .map(|_| Arc::new(Fence::default()));
+    let (management, target) = clusters_as(&opts, Some(&identity), fence.as_ref()).await?;
     let version = management.client.apiserver_version().await?;
     tracing::info!(server = %version.git_version, namespace = ?opts.namespace, user_agent = %user_agent(), %identity, shards = opts.shards, "enoki controller starting");
     if opts.remote_kubeconfig.is_some() {
@@ -196,6 +206,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     }
     let shutdown = shutdown_signal(opts.shutdown_grace).shared();
     let shared = Arc::new(Shared {
+        fence,
         limits: Parts::limits(&opts),
         management,
         target,
@@ -241,6 +252,18 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
                     l = lead(&client, &shared.opts, &shared.identity, shard) => l?,
                     () = shutdown.clone() => return Ok(()),
                 };
+                if let (Some(fence), Some((ns, secs))) =
+                    (&shared.fence, &shared.opts.leader_election)
+                {
+                    fence
+                        .keep(
+                            Api::namespaced(client.clone(), ns),
+                            shard.lease_name(),
+                            shared.identity.clone(),
+                            Duration::from_secs(*secs),
+                        )
+                        .await;
+                }
                 ready.store(true, Ordering::Relaxed);
                 held.fetch_add(1, Ordering::Relaxed);
                 let result = run_shard(&shared, shard, leadership, shutdown).await;

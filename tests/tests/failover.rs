@@ -1,0 +1,216 @@
+//! Leader failover under load, with two replicas and leader election, during a 1,000-object
+//! rollout:
+//!
+//! - the leader is killed (SIGKILL): the standby takes the Lease over within the Lease
+//!   duration (plus its retry period) and converges the Composition;
+//! - the leader is cut off from the API server (a TCP proxy in front of it drops every
+//!   connection): it cannot renew, its fence closes before the Lease can expire, the standby
+//!   takes over, and when the partition heals the old leader writes nothing more (then stops)
+//!   — checked in the API server's audit log by its User-Agent;
+//! - the leader is frozen (SIGSTOP) past its Lease and resumed after the takeover: it wakes
+//!   with reconciles in flight, and its fence refuses every new write. What it cannot take
+//!   back are the requests already handed to its HTTP connections when it froze: at most
+//!   `--apply-concurrency` of them reach the server late, and nothing else (no slice or
+//!   Composition status, no further object). Without the fence the rest of the rollout
+//!   (hundreds of writes) would go out.
+#![allow(clippy::unwrap_used)] // test code
+
+use std::time::{Duration, Instant};
+
+use harness::invariants::wait_converged;
+use harness::{
+    Enoki, Partition, TestEnv, apply_composition, audited_requests, echo_module, eventually,
+    install_crds, install_synthesizer, kubeconfig_path, now_rfc3339, set_echo_items,
+};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ListParams};
+use serde_json::{Value, json};
+
+const LEASE_SECS: u64 = 6;
+
+fn start(env: &TestEnv, name: &str, kubeconfig: &std::path::Path) -> Enoki {
+    let secs = LEASE_SECS.to_string();
+    Enoki::start_as(
+        &env.namespace,
+        &[
+            "--leader-election-namespace",
+            &env.namespace,
+            "--lease-duration-secs",
+            &secs,
+        ],
+        kubeconfig,
+        &[("HOSTNAME", name)],
+    )
+}
+
+async fn holder(env: &TestEnv) -> Option<(String, k8s_openapi::jiff::Timestamp)> {
+    let leases: Api<Lease> = env.api();
+    let spec = leases.get_opt("enoki-controller").await.unwrap()?.spec?;
+    Some((spec.holder_identity?, spec.acquire_time?.0))
+}
+
+async fn rollout(env: &TestEnv, synth: &str) {
+    let items: Vec<Value> = (0..1000)
+        .map(|i| {
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": format!("cm-{i}")}, "data": {"v": "1"}})
+        })
+        .collect();
+    set_echo_items(env, "items", &Value::Array(items)).await;
+    apply_composition(env, "app", synth, "items", json!({})).await;
+    let cms: Api<ConfigMap> = env.api();
+    eventually(
+        "the rollout has started",
+        Duration::from_secs(60),
+        || async {
+            let n = cms
+                .list_metadata(&ListParams::default())
+                .await
+                .ok()?
+                .items
+                .len();
+            (n > 5).then_some(())
+        },
+    )
+    .await;
+}
+
+async fn leader_is(env: &TestEnv, name: &str) -> k8s_openapi::jiff::Timestamp {
+    eventually(
+        &format!("{name} holds the Lease"),
+        Duration::from_secs(60),
+        || async {
+            holder(env)
+                .await
+                .filter(|(h, _)| h.starts_with(name))
+                .map(|(_, t)| t)
+        },
+    )
+    .await
+}
+
+#[tokio::test]
+async fn a_killed_leader_is_replaced_within_the_lease_duration() {
+    let env = TestEnv::new().await;
+    install_crds(&env.client).await;
+    let synth = install_synthesizer(&env, "failover", &echo_module()).await;
+    let mut a = start(&env, "leader-a", &kubeconfig_path());
+    leader_is(&env, "leader-a").await;
+    let b = start(&env, "standby-b", &kubeconfig_path());
+    rollout(&env, &synth).await;
+    a.stop(); // SIGKILL mid-rollout
+    let killed = Instant::now();
+    leader_is(&env, "standby-b").await;
+    let failover = killed.elapsed();
+    eprintln!("failover: the standby took over {failover:.1?} after the leader was killed");
+    assert!(
+        failover <= Duration::from_secs(LEASE_SECS + 3),
+        "took {failover:?} (Lease duration {LEASE_SECS} s)"
+    );
+    wait_converged(&env.client, &env.namespace, "app", Duration::from_secs(120)).await;
+    drop(b);
+}
+
+#[tokio::test]
+async fn a_partitioned_leader_is_fenced_before_its_lease_can_be_taken() {
+    let env = TestEnv::new().await;
+    install_crds(&env.client).await;
+    let synth = install_synthesizer(&env, "fence", &echo_module()).await;
+    let proxy = Partition::start(harness::api_server_port()).await;
+    let proxied = std::env::temp_dir().join(format!("kubeconfig-{}", env.namespace));
+    proxy.kubeconfig(&proxied);
+    let since = now_rfc3339();
+    let mut a = start(&env, "leader-a", &proxied);
+    leader_is(&env, "leader-a").await;
+    let b = start(&env, "standby-b", &kubeconfig_path());
+    rollout(&env, &synth).await;
+
+    proxy.cut();
+    let acquired = leader_is(&env, "standby-b").await;
+    // Let the old leader's retries pile up behind the partition, then heal it.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    proxy.heal();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while a.running() {
+        assert!(
+            Instant::now() < deadline,
+            "the old leader did not stop after losing its Lease:\n{}",
+            a.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    wait_converged(&env.client, &env.namespace, "app", Duration::from_secs(120)).await;
+    let late: Vec<_> = audited_requests(&env.namespace, &since)
+        .into_iter()
+        .filter(|r| {
+            r.by_enoki()
+                && r.is_write()
+                && r.user_agent.contains("leader-a")
+                && r.resource != "leases"
+                && r.received.parse::<k8s_openapi::jiff::Timestamp>().unwrap() > acquired
+        })
+        .collect();
+    assert!(
+        late.is_empty(),
+        "the old leader wrote after the takeover at {acquired}: {late:#?}\n{}",
+        a.logs()
+    );
+    let _ = std::fs::remove_file(&proxied);
+    drop(b);
+}
+
+fn signal(enoki: &Enoki, sig: &str) {
+    let ok = std::process::Command::new("kill")
+        .args([sig, &enoki.pid().to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill {sig}");
+}
+
+#[tokio::test]
+async fn a_frozen_leader_resumed_after_the_takeover_makes_no_new_write() {
+    let env = TestEnv::new().await;
+    install_crds(&env.client).await;
+    let synth = install_synthesizer(&env, "freeze", &echo_module()).await;
+    let since = now_rfc3339();
+    let mut a = start(&env, "leader-a", &kubeconfig_path());
+    leader_is(&env, "leader-a").await;
+    let b = start(&env, "standby-b", &kubeconfig_path());
+    rollout(&env, &synth).await;
+
+    signal(&a, "-STOP");
+    let acquired = leader_is(&env, "standby-b").await;
+    signal(&a, "-CONT");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while a.running() {
+        assert!(
+            Instant::now() < deadline,
+            "the old leader did not stop after losing its Lease:\n{}",
+            a.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    wait_converged(&env.client, &env.namespace, "app", Duration::from_secs(120)).await;
+    let late: Vec<_> = audited_requests(&env.namespace, &since)
+        .into_iter()
+        .filter(|r| {
+            r.by_enoki()
+                && r.is_write()
+                && r.user_agent.contains("leader-a")
+                && r.resource != "leases"
+                && r.received.parse::<k8s_openapi::jiff::Timestamp>().unwrap() > acquired
+        })
+        .collect();
+    eprintln!(
+        "failover: {} request(s) in flight when the leader froze arrived after the takeover",
+        late.len()
+    );
+    assert!(
+        late.len() <= 32 && late.iter().all(|r| r.resource == "configmaps"),
+        "the old leader made new writes after the takeover at {acquired}: {late:#?}\n{}",
+        a.logs()
+    );
+    drop(b);
+}
