@@ -2,7 +2,8 @@
 # fuzz.sh — what `make fuzz` does (not part of `make test`): install a nightly toolchain and
 # cargo-fuzz if missing, then fuzz every target of tests/fuzz-targets for FUZZ_SECONDS
 # (default 600) each, FUZZ_JOBS (default 2) targets at a time, coverage-guided (libFuzzer).
-# New interesting inputs land in fuzz/corpus/<target>/ (commit them: make test replays them),
+# New interesting inputs land in fuzz/corpus/<target>/ (minimized with cargo fuzz cmin at the
+# end; commit them: make test replays them),
 # panics in fuzz/artifacts/<target>/ (fix, then keep the input in fuzz/regressions/<target>/).
 # Figures go to target/fuzz.md. FUZZ_TARGETS="cel overrides" selects targets.
 set -euo pipefail
@@ -38,4 +39,8 @@ export SECONDS_EACH
   echo "| --- | --- | --- | --- | --- |"
   printf '%s\n' $TARGETS | xargs -P "$JOBS" -I{} bash -c 'run_one {}'
 } | tee target/fuzz.md
-echo "fuzz: done in $(( $(date +%s) - T0 ))s" | tee -a target/fuzz.md
+# Keep the committed corpus small: only inputs that add coverage.
+for t in $TARGETS; do
+  (cd fuzz && cargo +nightly fuzz cmin "$t" --sanitizer none -O >/dev/null 2>&1) || echo "cmin $t failed" >&2
+done
+echo "fuzz: done in $(( $(date +%s) - T0 ))s; corpus after minimizing: $(find fuzz/corpus -type f | wc -l) inputs" | tee -a target/fuzz.md

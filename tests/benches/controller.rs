@@ -238,6 +238,22 @@ async fn steady(env: &TestEnv, enoki: &Enoki, n: usize) {
     );
 }
 
+/// Compositions of the namespace with `Ready=True`.
+async fn count_ready(env: &TestEnv) -> usize {
+    let api: Api<crds::Composition> = env.api();
+    let list = api.list(&ListParams::default()).await.unwrap();
+    list.items
+        .iter()
+        .filter(|c| {
+            c.status.as_ref().is_some_and(|s| {
+                s.conditions
+                    .iter()
+                    .any(|x| x.type_ == "Ready" && x.status == "True")
+            })
+        })
+        .count()
+}
+
 async fn many() {
     let (comps, per) = (1000, 10);
     let env = TestEnv::new().await;
@@ -257,21 +273,9 @@ async fn many() {
         })
         .await;
     let created = start.elapsed();
-    let api: Api<crds::Composition> = env.api();
     let mut ready = 0;
     while start.elapsed() < Duration::from_secs(600) {
-        let list = api.list(&ListParams::default()).await.unwrap();
-        ready = list
-            .items
-            .iter()
-            .filter(|c| {
-                c.status.as_ref().is_some_and(|s| {
-                    s.conditions
-                        .iter()
-                        .any(|x| x.type_ == "Ready" && x.status == "True")
-                })
-            })
-            .count();
+        ready = count_ready(&env).await;
         if ready == comps {
             break;
         }
@@ -361,20 +365,8 @@ async fn fleet(
             harness::apply_composition(envr, &format!("comp-{i}"), synth, &cm, json!({})).await;
         })
         .await;
-    let api: Api<crds::Composition> = env.api();
     loop {
-        let list = api.list(&ListParams::default()).await.unwrap();
-        let ready = list
-            .items
-            .iter()
-            .filter(|c| {
-                c.status.as_ref().is_some_and(|s| {
-                    s.conditions
-                        .iter()
-                        .any(|x| x.type_ == "Ready" && x.status == "True")
-                })
-            })
-            .count();
+        let ready = count_ready(&env).await;
         if ready == comps {
             break;
         }

@@ -90,6 +90,37 @@ async fn leader_is(env: &TestEnv, name: &str) -> k8s_openapi::jiff::Timestamp {
     .await
 }
 
+/// Waits for the old leader to exit after losing its Lease.
+async fn stopped(old: &mut Enoki) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while old.running() {
+        assert!(
+            Instant::now() < deadline,
+            "the old leader did not stop after losing its Lease:\n{}",
+            old.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// The old leader's writes (Leases aside) that reached the API server after `acquired`.
+fn late_writes(
+    env: &TestEnv,
+    since: &str,
+    acquired: k8s_openapi::jiff::Timestamp,
+) -> Vec<harness::Request> {
+    audited_requests(&env.namespace, since)
+        .into_iter()
+        .filter(|r| {
+            r.by_enoki()
+                && r.is_write()
+                && r.user_agent.contains("leader-a")
+                && r.resource != "leases"
+                && r.received.parse::<k8s_openapi::jiff::Timestamp>().unwrap() > acquired
+        })
+        .collect()
+}
+
 #[tokio::test]
 async fn a_killed_leader_is_replaced_within_the_lease_duration() {
     let env = TestEnv::new().await;
@@ -131,26 +162,9 @@ async fn a_partitioned_leader_is_fenced_before_its_lease_can_be_taken() {
     // Let the old leader's retries pile up behind the partition, then heal it.
     tokio::time::sleep(Duration::from_secs(2)).await;
     proxy.heal();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while a.running() {
-        assert!(
-            Instant::now() < deadline,
-            "the old leader did not stop after losing its Lease:\n{}",
-            a.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    stopped(&mut a).await;
     wait_converged(&env.client, &env.namespace, "app", Duration::from_secs(120)).await;
-    let late: Vec<_> = audited_requests(&env.namespace, &since)
-        .into_iter()
-        .filter(|r| {
-            r.by_enoki()
-                && r.is_write()
-                && r.user_agent.contains("leader-a")
-                && r.resource != "leases"
-                && r.received.parse::<k8s_openapi::jiff::Timestamp>().unwrap() > acquired
-        })
-        .collect();
+    let late = late_writes(&env, &since, acquired);
     assert!(
         late.is_empty(),
         "the old leader wrote after the takeover at {acquired}: {late:#?}\n{}",
@@ -183,26 +197,9 @@ async fn a_frozen_leader_resumed_after_the_takeover_makes_no_new_write() {
     signal(&a, "-STOP");
     let acquired = leader_is(&env, "standby-b").await;
     signal(&a, "-CONT");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while a.running() {
-        assert!(
-            Instant::now() < deadline,
-            "the old leader did not stop after losing its Lease:\n{}",
-            a.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    stopped(&mut a).await;
     wait_converged(&env.client, &env.namespace, "app", Duration::from_secs(120)).await;
-    let late: Vec<_> = audited_requests(&env.namespace, &since)
-        .into_iter()
-        .filter(|r| {
-            r.by_enoki()
-                && r.is_write()
-                && r.user_agent.contains("leader-a")
-                && r.resource != "leases"
-                && r.received.parse::<k8s_openapi::jiff::Timestamp>().unwrap() > acquired
-        })
-        .collect();
+    let late = late_writes(&env, &since, acquired);
     eprintln!(
         "failover: {} request(s) in flight when the leader froze arrived after the takeover",
         late.len()
