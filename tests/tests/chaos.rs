@@ -154,7 +154,7 @@ async fn run(n: usize, kills: usize, seed: u64) -> Result<usize, String> {
         if k == kills / 2 {
             set_echo_items(&env, "items", &Value::Array(second(n))).await;
         }
-        let delay = Duration::from_millis(rng.random_range(30..900));
+        let delay = Duration::from_millis(rng.random_range(100..3000));
         tokio::time::sleep(delay).await;
         enoki.stop();
         enoki = start(&ns, &cache);
