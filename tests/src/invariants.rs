@@ -72,181 +72,218 @@ fn annotation<'a>(m: &'a Value, key: &str) -> Option<&'a str> {
         .and_then(Value::as_str)
 }
 
+/// (group, version, kind) of the kinds a Composition emits.
+type Kinds = BTreeSet<(String, String, String)>;
+/// (kind, namespace, name) of the objects it wants.
+type Wanted = BTreeSet<(String, String, String)>;
+
+/// One check of one Composition: its client, namespace, UID and the violations found.
+struct Check<'a> {
+    client: &'a Client,
+    namespace: &'a str,
+    uid: String,
+    out: Vec<String>,
+}
+
+impl Check<'_> {
+    /// The API of `gvk` in `ns` (all namespaces for cluster-scoped kinds) and whether it is
+    /// namespaced; `None` when the kind is not served.
+    async fn api(&self, gvk: &GroupVersionKind, ns: &str) -> Option<(Api<DynamicObject>, bool)> {
+        let (ar, caps) = kube::discovery::pinned_kind(self.client, gvk).await.ok()?;
+        let namespaced = caps.scope == kube::discovery::Scope::Namespaced;
+        Some(if namespaced {
+            (Api::namespaced_with(self.client.clone(), ns, &ar), true)
+        } else {
+            (Api::all_with(self.client.clone(), &ar), false)
+        })
+    }
+
+    /// The manifests of the current synthesis: (desired, tombstones).
+    async fn manifests(&mut self, current: &crds::Synthesis) -> (Vec<Value>, Vec<Value>) {
+        let slices: Api<crds::ResourceSlice> = Api::namespaced(self.client.clone(), self.namespace);
+        let (mut desired, mut tombstones) = (Vec::new(), Vec::new());
+        for r in &current.resource_slices {
+            let Some(slice) = slices.get_opt(&r.name).await.expect("reading a slice") else {
+                self.out.push(format!(
+                    "ResourceSlice {} of the current synthesis is missing",
+                    r.name
+                ));
+                continue;
+            };
+            for m in &slice.spec.resources {
+                match serde_json::from_str::<Value>(&m.manifest) {
+                    Ok(v) if m.deleted => tombstones.push(v),
+                    Ok(v) => desired.push(v),
+                    Err(_) => self.out.push(format!(
+                        "slice {} holds a manifest that is not JSON",
+                        r.name
+                    )),
+                }
+            }
+        }
+        (desired, tombstones)
+    }
+
+    /// Every desired object exists, is labelled and holds the emitted content.
+    async fn desired(&mut self, desired: &[Value], kinds: &mut Kinds, wanted: &mut Wanted) {
+        for m in desired {
+            let (gvk, ns, obj_name) = identity(m, self.namespace);
+            let Some((api, namespaced)) = self.api(&gvk, &ns).await else {
+                self.out.push(format!("kind {gvk:?} is not served"));
+                continue;
+            };
+            let ns = if namespaced { ns } else { String::new() };
+            kinds.insert((gvk.group.clone(), gvk.version.clone(), gvk.kind.clone()));
+            wanted.insert((gvk.kind.clone(), ns.clone(), obj_name.clone()));
+            let what = format!("{} {ns}/{obj_name}", gvk.kind);
+            let Some(live) = api.get_opt(&obj_name).await.expect("reading an object") else {
+                self.out
+                    .push(format!("{what} is desired but does not exist"));
+                continue;
+            };
+            if live.labels().get(MANAGED_BY) != Some(&self.uid) {
+                self.out.push(format!(
+                    "{what} is not labelled {MANAGED_BY}={}: {:?}",
+                    self.uid,
+                    live.labels().get(MANAGED_BY)
+                ));
+            }
+            if annotation(m, "enoki.dev/overrides").is_some()
+                || annotation(m, "enoki.dev/disable-updates") == Some("true")
+            {
+                continue;
+            }
+            let live = serde_json::to_value(&live).expect("an object is JSON");
+            let mut want = m.clone();
+            if let Some(o) = want.as_object_mut() {
+                for k in ["metadata", "status", "apiVersion", "kind"] {
+                    o.remove(k);
+                }
+            }
+            if let Err(e) = subset(&want, &live, "") {
+                self.out
+                    .push(format!("{what} differs from the emitted manifest: {e}"));
+            }
+        }
+    }
+
+    /// Every dropped object (not orphaned) is gone.
+    async fn tombstones(&mut self, tombstones: &[Value], kinds: &mut Kinds) {
+        for m in tombstones {
+            let (gvk, ns, obj_name) = identity(m, self.namespace);
+            if annotation(m, "enoki.dev/deletion-strategy") == Some("orphan") {
+                continue;
+            }
+            let Some((api, _)) = self.api(&gvk, &ns).await else {
+                continue;
+            };
+            kinds.insert((gvk.group.clone(), gvk.version.clone(), gvk.kind.clone()));
+            if let Some(live) = api.get_opt(&obj_name).await.expect("reading an object")
+                && live.labels().get(MANAGED_BY) == Some(&self.uid)
+            {
+                self.out.push(format!(
+                    "{} {ns}/{obj_name} was dropped but still exists",
+                    gvk.kind
+                ));
+            }
+        }
+    }
+
+    /// Nothing of these kinds is labelled for the Composition beyond what it wants.
+    async fn labelled(&mut self, kinds: &Kinds, wanted: &Wanted) {
+        for (group, version, kind) in kinds {
+            let gvk = GroupVersionKind::gvk(group, version, kind);
+            let Ok((ar, caps)) = kube::discovery::pinned_kind(self.client, &gvk).await else {
+                continue;
+            };
+            let namespaced = caps.scope == kube::discovery::Scope::Namespaced;
+            let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &ar);
+            let selector = format!("{MANAGED_BY}={}", self.uid);
+            let labelled = api
+                .list_metadata(&ListParams::default().labels(&selector))
+                .await
+                .expect("listing labelled objects");
+            for o in labelled.items {
+                let ns = if namespaced {
+                    o.namespace().unwrap_or_default()
+                } else {
+                    String::new()
+                };
+                if !wanted.contains(&(kind.clone(), ns.clone(), o.name_any())) {
+                    self.out.push(format!(
+                        "{kind} {ns}/{} carries {selector} but is not desired",
+                        o.name_any()
+                    ));
+                }
+            }
+        }
+    }
+
+    /// No ResourceSlice of the Composition outside its current and previous synthesis.
+    async fn slices(&mut self, st: &crds::CompositionStatus) {
+        let keep: BTreeSet<String> = [&st.current_synthesis, &st.previous_synthesis]
+            .into_iter()
+            .flatten()
+            .flat_map(|s| s.resource_slices.iter().map(|r| r.name.clone()))
+            .collect();
+        let slices: Api<crds::ResourceSlice> = Api::namespaced(self.client.clone(), self.namespace);
+        for s in slices
+            .list(&ListParams::default())
+            .await
+            .expect("listing slices")
+            .items
+        {
+            let owned = s.owner_references().iter().any(|o| o.uid == self.uid);
+            if owned && !keep.contains(&s.name_any()) {
+                self.out.push(format!(
+                    "ResourceSlice {} belongs to neither the current nor the previous synthesis",
+                    s.name_any()
+                ));
+            }
+        }
+    }
+}
+
 /// Every violation of the invariants by Composition `namespace/name` (empty: converged).
 ///
 /// # Panics
 /// When the API server refuses a read.
 pub async fn violations(client: &Client, namespace: &str, name: &str) -> Vec<String> {
-    let mut out = Vec::new();
     let comps: Api<crds::Composition> = Api::namespaced(client.clone(), namespace);
     let Some(comp) = comps.get_opt(name).await.expect("reading the Composition") else {
         return vec![format!("Composition {namespace}/{name} does not exist")];
     };
-    let uid = comp.uid().unwrap_or_default();
+    let mut check = Check {
+        client,
+        namespace,
+        uid: comp.uid().unwrap_or_default(),
+        out: Vec::new(),
+    };
     let st = comp.status.clone().unwrap_or_default();
     if !st
         .conditions
         .iter()
         .any(|c| c.type_ == "Ready" && c.status == "True")
     {
-        out.push(format!("not Ready: {:?}", st.conditions));
+        check.out.push(format!("not Ready: {:?}", st.conditions));
     }
     let Some(current) = &st.current_synthesis else {
-        out.push("no current synthesis".into());
-        return out;
+        check.out.push("no current synthesis".into());
+        return check.out;
     };
     if current.observed_composition_generation != comp.metadata.generation {
-        out.push(format!(
+        check.out.push(format!(
             "the current synthesis observed generation {:?}, the Composition is at {:?}",
             current.observed_composition_generation, comp.metadata.generation
         ));
     }
-
-    // The current synthesis's resources, from its slices.
-    let slices: Api<crds::ResourceSlice> = Api::namespaced(client.clone(), namespace);
-    let mut desired = Vec::new();
-    let mut tombstones = Vec::new();
-    for r in &current.resource_slices {
-        let Some(slice) = slices.get_opt(&r.name).await.expect("reading a slice") else {
-            out.push(format!(
-                "ResourceSlice {} of the current synthesis is missing",
-                r.name
-            ));
-            continue;
-        };
-        for m in &slice.spec.resources {
-            let Ok(v) = serde_json::from_str::<Value>(&m.manifest) else {
-                out.push(format!(
-                    "slice {} holds a manifest that is not JSON",
-                    r.name
-                ));
-                continue;
-            };
-            if m.deleted {
-                tombstones.push(v);
-            } else {
-                desired.push(v);
-            }
-        }
-    }
-
-    let mut kinds = BTreeSet::new();
-    let mut wanted = BTreeSet::new();
-    for m in &desired {
-        let (gvk, ns, obj_name) = identity(m, namespace);
-        let Ok((ar, caps)) = kube::discovery::pinned_kind(client, &gvk).await else {
-            out.push(format!("kind {gvk:?} is not served"));
-            continue;
-        };
-        let namespaced = caps.scope == kube::discovery::Scope::Namespaced;
-        let ns = if namespaced { ns } else { String::new() };
-        kinds.insert((gvk.group.clone(), gvk.version.clone(), gvk.kind.clone()));
-        wanted.insert((gvk.kind.clone(), ns.clone(), obj_name.clone()));
-        let api: Api<DynamicObject> = if namespaced {
-            Api::namespaced_with(client.clone(), &ns, &ar)
-        } else {
-            Api::all_with(client.clone(), &ar)
-        };
-        let what = format!("{} {ns}/{obj_name}", gvk.kind);
-        let Some(live) = api.get_opt(&obj_name).await.expect("reading an object") else {
-            out.push(format!("{what} is desired but does not exist"));
-            continue;
-        };
-        if live.labels().get(MANAGED_BY) != Some(&uid) {
-            out.push(format!(
-                "{what} is not labelled {MANAGED_BY}={uid}: {:?}",
-                live.labels().get(MANAGED_BY)
-            ));
-        }
-        if annotation(m, "enoki.dev/overrides").is_some()
-            || annotation(m, "enoki.dev/disable-updates") == Some("true")
-        {
-            continue;
-        }
-        let live = serde_json::to_value(&live).expect("an object is JSON");
-        let mut want = m.clone();
-        if let Some(o) = want.as_object_mut() {
-            for k in ["metadata", "status", "apiVersion", "kind"] {
-                o.remove(k);
-            }
-        }
-        if let Err(e) = subset(&want, &live, "") {
-            out.push(format!("{what} differs from the emitted manifest: {e}"));
-        }
-    }
-
-    for m in &tombstones {
-        let (gvk, ns, obj_name) = identity(m, namespace);
-        if annotation(m, "enoki.dev/deletion-strategy") == Some("orphan") {
-            continue;
-        }
-        let Ok((ar, caps)) = kube::discovery::pinned_kind(client, &gvk).await else {
-            continue;
-        };
-        kinds.insert((gvk.group.clone(), gvk.version.clone(), gvk.kind.clone()));
-        let api: Api<DynamicObject> = if caps.scope == kube::discovery::Scope::Namespaced {
-            Api::namespaced_with(client.clone(), &ns, &ar)
-        } else {
-            Api::all_with(client.clone(), &ar)
-        };
-        if let Some(live) = api.get_opt(&obj_name).await.expect("reading an object")
-            && live.labels().get(MANAGED_BY) == Some(&uid)
-        {
-            out.push(format!(
-                "{} {ns}/{obj_name} was dropped but still exists",
-                gvk.kind
-            ));
-        }
-    }
-
-    // Nothing labelled for this Composition beyond what it wants.
-    for (group, version, kind) in &kinds {
-        let gvk = GroupVersionKind::gvk(group, version, kind);
-        let Ok((ar, caps)) = kube::discovery::pinned_kind(client, &gvk).await else {
-            continue;
-        };
-        let namespaced = caps.scope == kube::discovery::Scope::Namespaced;
-        let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
-        let labelled = api
-            .list_metadata(&ListParams::default().labels(&format!("{MANAGED_BY}={uid}")))
-            .await
-            .expect("listing labelled objects");
-        for o in labelled.items {
-            let ns = if namespaced {
-                o.namespace().unwrap_or_default()
-            } else {
-                String::new()
-            };
-            if !wanted.contains(&(kind.clone(), ns.clone(), o.name_any())) {
-                out.push(format!(
-                    "{kind} {ns}/{} carries {MANAGED_BY}={uid} but is not desired",
-                    o.name_any()
-                ));
-            }
-        }
-    }
-
-    // No stale slices.
-    let keep: BTreeSet<String> = [&st.current_synthesis, &st.previous_synthesis]
-        .into_iter()
-        .flatten()
-        .flat_map(|s| s.resource_slices.iter().map(|r| r.name.clone()))
-        .collect();
-    for s in slices
-        .list(&ListParams::default())
-        .await
-        .expect("listing slices")
-        .items
-    {
-        let owned = s.owner_references().iter().any(|o| o.uid == uid);
-        if owned && !keep.contains(&s.name_any()) {
-            out.push(format!(
-                "ResourceSlice {} belongs to neither the current nor the previous synthesis",
-                s.name_any()
-            ));
-        }
-    }
-    out
+    let (desired, tombstones) = check.manifests(current).await;
+    let (mut kinds, mut wanted) = (Kinds::new(), Wanted::new());
+    check.desired(&desired, &mut kinds, &mut wanted).await;
+    check.tombstones(&tombstones, &mut kinds).await;
+    check.labelled(&kinds, &wanted).await;
+    check.slices(&st).await;
+    check.out
 }
 
 /// Asserts [`violations`] finds none.

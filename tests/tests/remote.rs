@@ -115,14 +115,7 @@ async fn emitted_objects_go_to_the_remote_cluster_and_state_stays_in_management(
     )
     .await;
 
-    // `enoki diff --remote-kubeconfig` compares with the remote cluster: in sync there; the
-    // management cluster has none of the objects.
-    let path_str = path.to_str().unwrap();
-    let (code, out) = enoki(&["diff", "app", "-n", &ns, "--remote-kubeconfig", path_str]);
-    assert_eq!(code, 0, "{out}");
-    assert!(out.contains("# 0 changed, 2 unchanged, 0 pruned"), "{out}");
-    let (code, out) = enoki(&["diff", "app", "-n", &ns]);
-    assert_eq!(code, 1, "{out}");
+    diff_compares_with_the_remote(&ns, &path);
 
     // An input change in management re-synthesizes: a changes, b is pruned from the remote.
     set_echo_items(&env, "items", &json!([cm("a", "2")])).await;
@@ -137,30 +130,7 @@ async fn emitted_objects_go_to_the_remote_cluster_and_state_stays_in_management(
     )
     .await;
 
-    // An object the remote cluster refuses (its namespace does not exist there) surfaces as a
-    // condition naming it.
-    set_echo_items(
-        &env,
-        "items",
-        &json!([cm("a", "2"), {"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": "c", "namespace": "missing-in-remote"}, "data": {"x": "1"}}]),
-    )
-    .await;
-    let message = eventually(
-        "the refused object is named in a condition",
-        Duration::from_secs(60),
-        || async {
-            let (status, _, message) = composition_condition(&env, "app", "Reconciled").await?;
-            (status == "False" && message.contains("missing-in-remote")).then_some(message)
-        },
-    )
-    .await;
-    assert!(message.contains("ConfigMap"), "{message}");
-    set_echo_items(&env, "items", &json!([cm("a", "2")])).await;
-    eventually("Ready again", Duration::from_secs(60), || async {
-        composition_ready(&env, "app").await.then_some(())
-    })
-    .await;
+    a_refused_object_is_named(&env).await;
 
     // Deleting the Composition deletes what it applied in the remote cluster.
     let comps: Api<crds::Composition> = env.api();
@@ -174,5 +144,43 @@ async fn emitted_objects_go_to_the_remote_cluster_and_state_stays_in_management(
             (gone && a.is_none()).then_some(())
         },
     )
+    .await;
+}
+
+/// `enoki diff --remote-kubeconfig` compares with the remote cluster: in sync there; the
+/// management cluster has none of the objects.
+fn diff_compares_with_the_remote(ns: &str, path: &std::path::Path) {
+    let path_str = path.to_str().unwrap();
+    let (code, out) = enoki(&["diff", "app", "-n", ns, "--remote-kubeconfig", path_str]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("# 0 changed, 2 unchanged, 0 pruned"), "{out}");
+    let (code, out) = enoki(&["diff", "app", "-n", ns]);
+    assert_eq!(code, 1, "{out}");
+}
+
+/// An object the remote cluster refuses (its namespace does not exist there) surfaces as a
+/// condition naming it; the Composition recovers once it is no longer emitted.
+async fn a_refused_object_is_named(env: &TestEnv) {
+    set_echo_items(
+        env,
+        "items",
+        &json!([cm("a", "2"), {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "c", "namespace": "missing-in-remote"}, "data": {"x": "1"}}]),
+    )
+    .await;
+    let message = eventually(
+        "the refused object is named in a condition",
+        Duration::from_secs(60),
+        || async {
+            let (status, _, message) = composition_condition(env, "app", "Reconciled").await?;
+            (status == "False" && message.contains("missing-in-remote")).then_some(message)
+        },
+    )
+    .await;
+    assert!(message.contains("ConfigMap"), "{message}");
+    set_echo_items(env, "items", &json!([cm("a", "2")])).await;
+    eventually("Ready again", Duration::from_secs(60), || async {
+        composition_ready(env, "app").await.then_some(())
+    })
     .await;
 }

@@ -154,7 +154,22 @@ async fn three_replicas_two_shards_each_composition_has_one_writer_and_survives_
             "{name} (shard {shard}) was written by {by:?}; holders {owners:?}"
         );
     }
-    // Per replica: it reconciled and cached only the shards it holds.
+    assert_replicas_work_only_on_their_shards(&replicas, &owners);
+    assert_caches_hold_only_their_shards(&env, &replicas, &owners, &shard_of_comp).await;
+    eprintln!("shard holders: {owners:?}");
+    kill_the_holder_of_shard_0(&env, &mut replicas, &owners, &shard_of_comp).await;
+    // Every Composition, moved or not, ends converged.
+    for i in 0..COMPOSITIONS {
+        let name = format!("c-{i}");
+        harness::invariants::wait_converged(&env.client, &ns, &name, Duration::from_secs(60)).await;
+    }
+}
+
+type Holders = BTreeMap<u32, String>;
+
+/// Per replica: the shards it holds (metric) are the Leases it holds, and only holders
+/// reconciled anything.
+fn assert_replicas_work_only_on_their_shards(replicas: &[Option<Enoki>], owners: &Holders) {
     for (r, replica) in replicas.iter().enumerate() {
         let replica = replica.as_ref().unwrap();
         let name = format!("replica-{r}");
@@ -175,7 +190,15 @@ async fn three_replicas_two_shards_each_composition_has_one_writer_and_survives_
             );
         }
     }
+}
 
+/// Each holder caches exactly its shards' Compositions and managed objects.
+async fn assert_caches_hold_only_their_shards(
+    env: &TestEnv,
+    replicas: &[Option<Enoki>],
+    owners: &Holders,
+    shard_of_comp: &BTreeMap<String, u32>,
+) {
     // Each holder caches exactly its shards' Compositions, and of the managed objects (the
     // metadata watch is cluster-wide, so other tests' leftovers count too) exactly those whose
     // owner UID hashes to its shards; nothing of the other shard. The sweep publishes these
@@ -210,10 +233,17 @@ async fn three_replicas_two_shards_each_composition_has_one_writer_and_survives_
         )
         .await;
     }
-    eprintln!("shard holders: {owners:?}");
+}
 
-    // Kill the holder of shard 0; a standby (or the other holder) takes its Lease over and
-    // the shard's Compositions keep converging after an input change.
+/// Kills the holder of shard 0: another replica takes its Lease over, and the shard's
+/// Compositions converge after an input change, written only by the new holder.
+async fn kill_the_holder_of_shard_0(
+    env: &TestEnv,
+    replicas: &mut [Option<Enoki>],
+    owners: &Holders,
+    shard_of_comp: &BTreeMap<String, u32>,
+) {
+    let ns = env.namespace.clone();
     let victim = owners[&0].clone();
     let index: usize = victim.trim_start_matches("replica-").parse().unwrap();
     replicas[index].take().unwrap().stop();
@@ -223,7 +253,7 @@ async fn three_replicas_two_shards_each_composition_has_one_writer_and_survives_
     assert!(!moved.is_empty(), "shard 0 has Compositions");
     let since_kill = now_rfc3339();
     for i in &moved {
-        set_echo_items(&env, &format!("items-{i}"), &items(*i, "2")).await;
+        set_echo_items(env, &format!("items-{i}"), &items(*i, "2")).await;
     }
     let cms: Api<ConfigMap> = env.api();
     eventually(
@@ -244,7 +274,7 @@ async fn three_replicas_two_shards_each_composition_has_one_writer_and_survives_
         },
     )
     .await;
-    let new_owners = holders(&env).await;
+    let new_owners = holders(env).await;
     assert_ne!(
         new_owners[&0], victim,
         "shard 0 is still held by the killed replica"
@@ -255,14 +285,5 @@ async fn three_replicas_two_shards_each_composition_has_one_writer_and_survives_
             BTreeSet::from([new_owners[&0].clone()]),
             "{name} was written by {by:?} after the kill"
         );
-    }
-    for i in &moved {
-        let name = format!("c-{i}");
-        eventually(
-            &format!("{name} is Ready"),
-            Duration::from_secs(60),
-            || async { composition_ready(&env, &name).await.then_some(()) },
-        )
-        .await;
     }
 }

@@ -14,7 +14,7 @@
 //! - [`cel`]: readiness and override CEL expressions, compiled and evaluated;
 //! - [`overrides`]: override paths and the `overrides` annotation, applied to an object;
 //! - [`label_selector`]: label selectors (collections, the quota built-in);
-//! - [`builtins`]: an arbitrary instance through the three built-ins (Kubernetes quantities in
+//! - [`builtins()`]: an arbitrary instance through the three built-ins (Kubernetes quantities in
 //!   the quota and Lepton specs, selectors, names);
 //! - [`oci_reference`]: the OCI reference of a module source.
 
