@@ -11,6 +11,14 @@ pub const ENO_PREFIX: &str = "eno.azure.io/";
 pub const FIELD_MANAGER: &str = "enoki";
 /// Finalizer on Compositions (and instance-mode objects) that guards resource cleanup.
 pub const FINALIZER: &str = "enoki.dev/cleanup";
+/// KRM result tag: enoki publishes the result as a Kubernetes Event with this reason (the
+/// SDK's `Output::event`).
+pub const EVENT_REASON_TAG: &str = "enoki.dev/event-reason";
+/// Synthesizer annotation choosing the finalizer its instance-mode objects get: absent →
+/// [`FINALIZER`]; `none` → no finalizer (owner references and garbage collection remove the
+/// implicit Composition); any other value → that finalizer (e.g. an upstream operator's own),
+/// released after one last synthesis that sees the deletion and after the outputs are gone.
+pub const INSTANCE_FINALIZER_ANNOTATION: &str = "enoki.dev/instance-finalizer";
 
 /// An annotation key and its Eno alias; both are accepted, `enoki` wins when both are set.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -65,6 +65,12 @@ impl Quantity {
         }
     }
 
+    /// The value as a float (approximate), e.g. for a usage ratio.
+    #[allow(clippy::cast_precision_loss)] // approximate by definition
+    pub fn as_f64(&self) -> f64 {
+        self.nanos as f64 / NANO as f64
+    }
+
     /// Parses the Kubernetes quantity syntax.
     ///
     /// # Errors

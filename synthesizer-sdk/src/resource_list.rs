@@ -91,7 +91,15 @@ pub struct SynthesisResult {
     /// The resource it is about.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource_ref: Option<Value>,
+    /// KRM tags. [`EVENT_REASON_TAG`] turns the result into a Kubernetes Event.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub tags: std::collections::BTreeMap<String, String>,
 }
+
+/// Tag of a result that enoki also publishes as a Kubernetes Event with this reason: on the
+/// instance in instance mode, otherwise on the Composition; `info` results are Normal Events,
+/// `warning` and `error` ones Warning Events. Published once per synthesis.
+pub const EVENT_REASON_TAG: &str = "enoki.dev/event-reason";
 
 impl SynthesisResult {
     /// An `error` result.
@@ -100,6 +108,7 @@ impl SynthesisResult {
             severity: Severity::Error,
             message: message.into(),
             resource_ref: None,
+            tags: std::collections::BTreeMap::new(),
         }
     }
     /// A `warning` result.
@@ -108,6 +117,7 @@ impl SynthesisResult {
             severity: Severity::Warning,
             message: message.into(),
             resource_ref: None,
+            tags: std::collections::BTreeMap::new(),
         }
     }
     /// An `info` result.
@@ -116,6 +126,7 @@ impl SynthesisResult {
             severity: Severity::Info,
             message: message.into(),
             resource_ref: None,
+            tags: std::collections::BTreeMap::new(),
         }
     }
 }
@@ -240,6 +251,30 @@ impl Output {
     /// Adds an info result.
     pub fn info(&mut self, message: impl Into<String>) -> &mut Self {
         self.results.push(SynthesisResult::info(message));
+        self
+    }
+
+    /// Adds a result that enoki also publishes as an Event with `reason` (a Warning Event
+    /// when `warning`, else Normal); see [`EVENT_REASON_TAG`].
+    pub fn event(&mut self, warning: bool, reason: &str, message: impl Into<String>) -> &mut Self {
+        let mut r = if warning {
+            SynthesisResult::warning(message)
+        } else {
+            SynthesisResult::info(message)
+        };
+        r.tags
+            .insert(EVENT_REASON_TAG.to_string(), reason.to_string());
+        self.results.push(r);
+        self
+    }
+
+    /// Fails the synthesis with an error result that enoki also publishes as a Warning Event
+    /// with `reason` (on the instance in instance mode); see [`EVENT_REASON_TAG`].
+    pub fn fail_event(&mut self, reason: &str, message: impl Into<String>) -> &mut Self {
+        let mut r = SynthesisResult::error(message);
+        r.tags
+            .insert(EVENT_REASON_TAG.to_string(), reason.to_string());
+        self.results.push(r);
         self
     }
 

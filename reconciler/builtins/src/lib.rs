@@ -9,9 +9,11 @@
 //! Each runs in instance mode (`spec.for` its kind) and writes the instance's status back;
 //! [`synthesizer_spec`] is the Synthesizer enoki installs at startup.
 
+pub mod gotemplate;
 pub mod lepton;
 pub use enoki_sdk::quantity;
 pub mod quota;
+pub mod scope;
 pub mod selector;
 pub mod trustee;
 
@@ -27,6 +29,17 @@ pub fn lookup(name: &str) -> Option<Builtin> {
         "trustee" => Some(trustee::synthesize),
         "quota" => Some(quota::synthesize),
         "lepton" => Some(lepton::synthesize),
+        _ => None,
+    }
+}
+
+/// The finalizer a built-in's instances get (the Synthesizer annotation
+/// `enoki.dev/instance-finalizer`): upstream's own where upstream has one (Lepton's
+/// `lepton.ai/deletion`), `none` where upstream relies on owner references (Trustee, quota).
+pub fn instance_finalizer(name: &str) -> Option<&'static str> {
+    match name {
+        "trustee" | "quota" => Some("none"),
+        "lepton" => Some(lepton::FINALIZER),
         _ => None,
     }
 }

@@ -14,10 +14,25 @@
 //! `pac-quota-controller.powerapp.cloud/exclude`) and those named in `EXCLUDED_NAMESPACES`
 //! (comma list; enoki sets `kube-system` plus its own namespace).
 //!
+//! Usage follows upstream's `computeNamespaceResourceUsage` (HEAD): `requests.`/`limits.`
+//! cpu, memory and ephemeral-storage from the containers' requests/limits; every other
+//! `requests.<name>` (extended resources, `requests.hugepages-<size>`) from the containers'
+//! requests of `<name>`; `hugepages-<size>` from requests, else limits. `spec.scopes` and
+//! `spec.scopeSelector` (Terminating, NotTerminating, BestEffort, NotBestEffort, PriorityClass
+//! with In/NotIn/Exists/DoesNotExist, CrossNamespacePodAffinity; ANDed) filter the pods —
+//! only the pods: Services, PVCs and object counts are never filtered, as upstream.
+//!
+//! Events, as upstream's recorder (published by enoki from the synthesis results, on the
+//! quota): `NamespaceAdded` / `NamespaceRemoved` (Normal; against the namespaces of the last
+//! written status), `QuotaExceeded` (Warning; used > hard), `InvalidSelector` /
+//! `InvalidScopeSelector` (Warning; the synthesis fails and the status is left as it was).
+//! The usage gauges `pac_quota_controller_crq_usage` / `..._crq_total_usage` (used/hard) are
+//! exported by enoki's `/metrics` from the status it writes back.
+//!
 //! Differences from upstream, on purpose: a namespace selected by two quotas is counted in
 //! both and both get condition `NamespaceOverlap=True` naming the other quota (upstream drops
 //! the events and stops updating both silently); `services.nodeports` counts NodePort Services
-//! (upstream counts allocated ports); `scopes` / `scopeSelector` are not supported.
+//! (upstream counts allocated ports); no admission webhook (enforcement).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -25,6 +40,7 @@ use enoki_sdk::{Error, Input, Output};
 use serde_json::{Map, Value, json};
 
 use crate::quantity::Quantity;
+use crate::scope::Scopes;
 use crate::selector::{labels_of, matches};
 
 /// The instance kind.
@@ -82,6 +98,10 @@ const POD_FIELDS: &[&str] = &[
     "spec.initContainers[*].name",
     "spec.initContainers[*].resources",
     "spec.overhead",
+    "spec.resources",
+    "spec.activeDeadlineSeconds",
+    "spec.priorityClassName",
+    "spec.affinity",
     "status.phase",
     "status.containerStatuses[*].name",
     "status.containerStatuses[*].state.terminated",
@@ -198,17 +218,36 @@ fn pvc_class(pvc: &Value) -> Option<&str> {
 }
 
 /// The usage of `key` in one namespace, or `None` for an unsupported key (reported as 0).
-fn usage(key: &str, ns: &str, input: &Input) -> Option<Quantity> {
+fn usage(key: &str, ns: &str, input: &Input, scopes: Option<&Scopes>) -> Option<Quantity> {
     let in_ns = |input_key: &'static str| {
         input
             .inputs(input_key)
             .filter(move |o| str_at(o, "/metadata/namespace") == Some(ns))
     };
-    let pods = || in_ns("pods").filter(|p| !is_terminal(p));
+    let pods = || {
+        in_ns("pods")
+            .filter(|p| !is_terminal(p))
+            .filter(|p| scopes.is_none_or(|s| s.matches(p)))
+    };
     let compute = |section: &'static str, name: &str| -> Quantity {
         let overhead = [key, name];
         pods()
             .map(|p| pod_usage(p, &overhead, &|c| resource(c, section, name)))
+            .sum()
+    };
+    // Upstream's `getContainerResourceUsage` default branch: `requests.<name>` reads the
+    // requests of `<name>`; otherwise the key itself in requests, then in limits.
+    let compute_generic = |k: &str| -> Quantity {
+        let base = k.strip_prefix("requests.").unwrap_or(k);
+        pods()
+            .map(|p| {
+                pod_usage(p, &[k, base], &|c| {
+                    k.strip_prefix("requests.")
+                        .and_then(|n| resource(c, "requests", n))
+                        .or_else(|| resource(c, "requests", k))
+                        .or_else(|| resource(c, "limits", k))
+                })
+            })
             .sum()
     };
     if let Some(entry) = COUNTED.iter().find(|c| c.0 == key) {
@@ -222,13 +261,7 @@ fn usage(key: &str, ns: &str, input: &Input) -> Option<Quantity> {
         "limits.cpu" | "limits.memory" | "limits.ephemeral-storage" => {
             compute("limits", &key["limits.".len()..])
         }
-        k if k.starts_with("hugepages-") => pods()
-            .map(|p| {
-                pod_usage(p, &[k], &|c| {
-                    resource(c, "requests", k).or_else(|| resource(c, "limits", k))
-                })
-            })
-            .sum(),
+        k if k.starts_with("hugepages-") => compute_generic(k),
         "services" => Quantity::count(in_ns("services").count()),
         "services.loadbalancers" => Quantity::count(
             in_ns("services")
@@ -259,21 +292,13 @@ fn usage(key: &str, ns: &str, input: &Input) -> Option<Quantity> {
                     .count(),
             )
         }
-        k if k.starts_with("requests.")
-            && k.contains('/')
-            && !k.starts_with("requests.storage") =>
-        {
-            let name = &k["requests.".len()..];
-            pods()
-                .map(|p| pod_usage(p, &[k, name], &|c| resource(c, "requests", name)))
-                .sum()
-        }
+        k if k.starts_with("requests.") => compute_generic(k),
         _ => return None,
     })
 }
 
 /// The namespaces the quota selects (eligible: not excluded by name or label), sorted.
-fn selected_namespaces(input: &Input, name: &str, selector: &Value) -> Result<Vec<String>, Error> {
+fn selected_namespaces(input: &Input, name: &str, selector: &Value) -> Result<Vec<String>, String> {
     let exclude_label = input
         .env("EXCLUDE_NAMESPACE_LABEL_KEY")
         .unwrap_or_else(|| EXCLUDE_LABEL.to_string());
@@ -284,10 +309,7 @@ fn selected_namespaces(input: &Input, name: &str, selector: &Value) -> Result<Ve
         .map(|s| s.trim().to_string())
         .filter(|s| !s.is_empty())
         .collect();
-    let invalid = |e: String| Error::InvalidInput {
-        key: "self".into(),
-        message: format!("ClusterResourceQuota {name}: spec.namespaceSelector: {e}"),
-    };
+    let invalid = |e: String| format!("ClusterResourceQuota {name}: spec.namespaceSelector: {e}");
     let eligible = |ns: &Value| {
         let labels = labels_of(ns);
         let n = str_at(ns, "/metadata/name").unwrap_or_default();
@@ -308,6 +330,7 @@ fn usage_by_namespace(
     input: &Input,
     hard: &Map<String, Value>,
     selected: &[String],
+    scopes: &Scopes,
 ) -> (Map<String, Value>, Vec<Value>) {
     let mut total: BTreeMap<&str, Quantity> =
         hard.keys().map(|k| (k.as_str(), Quantity::ZERO)).collect();
@@ -315,7 +338,7 @@ fn usage_by_namespace(
     for ns in selected {
         let mut used = Map::new();
         for key in hard.keys() {
-            let q = usage(key, ns, input).unwrap_or(Quantity::ZERO);
+            let q = usage(key, ns, input, Some(scopes)).unwrap_or(Quantity::ZERO);
             if let Some(t) = total.get_mut(key.as_str()) {
                 *t = *t + q;
             }
@@ -360,32 +383,159 @@ fn overlaps(input: &Input, name: &str, selected: &[String]) -> BTreeMap<String, 
     overlaps
 }
 
+/// (namespace, resource, used / hard).
+pub type NamespaceRatio = (String, String, f64);
+
+/// Upstream's usage gauges from a written status (`percentOfHard`: used / hard, 0 when hard
+/// is not positive): (namespace, resource, ratio) for `pac_quota_controller_crq_usage` and
+/// (resource, ratio) for `pac_quota_controller_crq_total_usage`.
+pub fn usage_ratios(status: &Value) -> (Vec<NamespaceRatio>, Vec<(String, f64)>) {
+    let hard: BTreeMap<String, Quantity> = status
+        .pointer("/total/hard")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+        .filter_map(|(k, v)| Some((k.clone(), quantity_at(Some(v))?)))
+        .collect();
+    let ratio = |key: &str, used: Option<&Value>| -> Option<f64> {
+        let h = hard.get(key)?;
+        let u = quantity_at(used)?;
+        Some(if *h > Quantity::ZERO {
+            u.as_f64() / h.as_f64()
+        } else {
+            0.0
+        })
+    };
+    let total = hard
+        .keys()
+        .filter_map(|k| {
+            Some((
+                k.clone(),
+                ratio(
+                    k,
+                    status.pointer(&format!(
+                        "/total/used/{}",
+                        k.replace('~', "~0").replace('/', "~1")
+                    )),
+                )?,
+            ))
+        })
+        .collect();
+    let mut per_ns = Vec::new();
+    for n in status
+        .get("namespaces")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let ns = str_at(n, "/namespace").unwrap_or_default();
+        for (k, v) in n
+            .pointer("/status/used")
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+        {
+            if let Some(r) = ratio(k, Some(v)) {
+                per_ns.push((ns.to_string(), k.clone(), r));
+            }
+        }
+    }
+    (per_ns, total)
+}
+
+/// Upstream's events: namespaces that entered or left the quota since the last written
+/// status, and every key whose total usage is over its (non-zero) hard limit.
+fn events(
+    out: &mut Output,
+    me: &Value,
+    selected: &[String],
+    hard: &Map<String, Value>,
+    used: &Map<String, Value>,
+) {
+    let before: BTreeSet<&str> = me
+        .pointer("/status/namespaces")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|n| str_at(n, "/namespace"))
+        .collect();
+    let now: BTreeSet<&str> = selected.iter().map(String::as_str).collect();
+    for ns in now.difference(&before) {
+        out.event(
+            false,
+            "NamespaceAdded",
+            format!("Namespace {ns} added to quota scope"),
+        );
+    }
+    for ns in before.difference(&now) {
+        out.event(
+            false,
+            "NamespaceRemoved",
+            format!("Namespace {ns} removed from quota scope"),
+        );
+    }
+    for (key, limit) in hard {
+        let (Some(limit), Some(u)) = (quantity_at(Some(limit)), quantity_at(used.get(key))) else {
+            continue;
+        };
+        if !limit.is_zero() && u > limit {
+            out.event(
+                true,
+                "QuotaExceeded",
+                format!("Resource {key} has exceeded quota: current {u}, limit {limit}"),
+            );
+        }
+    }
+}
+
 /// Computes the quota's status.
 ///
 /// # Errors
-/// A malformed `self` or selector.
+/// A malformed `self`. An invalid namespace selector or scope fails the synthesis with an
+/// `InvalidSelector` / `InvalidScopeSelector` Event, leaving the status as it was.
 pub fn synthesize(input: &Input) -> Result<Output, Error> {
     let me = input.input("self")?;
     let name = str_at(me, "/metadata/name").unwrap_or_default().to_string();
-    let selector = me
-        .pointer("/spec/namespaceSelector")
+    let spec = me.get("spec").cloned().unwrap_or(Value::Null);
+    let selector = spec
+        .get("namespaceSelector")
         .cloned()
         .unwrap_or(Value::Null);
-    let hard: Map<String, Value> = me
-        .pointer("/spec/hard")
+    let hard: Map<String, Value> = spec
+        .get("hard")
         .and_then(Value::as_object)
         .cloned()
         .unwrap_or_default();
-    let selected = selected_namespaces(input, &name, &selector)?;
     let mut out = Output::default();
+    let selected = match selected_namespaces(input, &name, &selector) {
+        Ok(s) => s,
+        Err(e) => {
+            out.fail_event(
+                "InvalidSelector",
+                format!("Invalid namespace selector: {e}"),
+            );
+            return Ok(out);
+        }
+    };
+    let scopes = match Scopes::of(&spec) {
+        Ok(s) => s,
+        Err(e) => {
+            out.fail_event(
+                "InvalidScopeSelector",
+                format!("Invalid scope selector: ClusterResourceQuota {name}: {e}"),
+            );
+            return Ok(out);
+        }
+    };
     for key in hard.keys() {
-        if usage(key, "", input).is_none() {
+        if usage(key, "", input, None).is_none() {
             out.warn(format!(
                 "ClusterResourceQuota {name}: spec.hard key {key:?} is not supported; its usage is reported as 0"
             ));
         }
     }
-    let (used, namespaces) = usage_by_namespace(input, &hard, &selected);
+    let (used, namespaces) = usage_by_namespace(input, &hard, &selected, &scopes);
+    events(&mut out, me, &selected, &hard, &used);
     let overlaps = overlaps(input, &name, &selected);
     let mut status = json!({
         "total": {"hard": hard, "used": used},
@@ -405,10 +555,14 @@ pub fn synthesize(input: &Input) -> Result<Output, Error> {
             "type": "NamespaceOverlap", "status": "True", "reason": "SelectedByAnotherQuota",
             "message": format!("namespaces selected by more than one ClusterResourceQuota are counted in each: {}", detail.join("; ")),
         }]);
-        out.warn(format!(
-            "ClusterResourceQuota {name}: namespaces also selected by another quota: {}",
-            detail.join("; ")
-        ));
+        out.event(
+            true,
+            "NamespaceOverlap",
+            format!(
+                "ClusterResourceQuota {name}: namespaces also selected by another quota: {}",
+                detail.join("; ")
+            ),
+        );
     }
     out.push(json!({
         "apiVersion": format!("{}/{}", FOR.0, FOR.1), "kind": FOR.2,

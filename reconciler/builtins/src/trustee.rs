@@ -34,6 +34,7 @@ use serde_json::{Map, Value, json};
 pub const FOR: (&str, &str, &str) = ("confidentialcontainers.org", "v1alpha1", "TrusteeConfig");
 const API: &str = "confidentialcontainers.org/v1alpha1";
 
+// Upstream's templates, byte for byte (templates/trustee/README.md).
 const TOML_PERMISSIVE: &str = include_str!("../templates/trustee/kbs-config-permissive.toml");
 const TOML_RESTRICTED: &str = include_str!("../templates/trustee/kbs-config-restricted.toml");
 const POLICY_PERMISSIVE: &str =
@@ -41,16 +42,11 @@ const POLICY_PERMISSIVE: &str =
 const POLICY_RESTRICTIVE: &str =
     include_str!("../templates/trustee/resource-policy-restrictive.rego");
 const POLICY_IBM: &str = include_str!("../templates/trustee/resource-policy-ibm.rego");
-const CPU_POLICY: &str = include_str!("../templates/trustee/default_cpu.rego");
-const GPU_POLICY: &str = include_str!("../templates/trustee/default_gpu.rego");
-
-const TLS_KEYS: &[&str] = &[
-    "tls_profile",
-    "tls_min_version",
-    "tls_max_version",
-    "tls_ciphers",
-    "tls_groups",
-];
+const CPU_POLICY: &str =
+    include_str!("../templates/trustee/ear_default_attestation_policy_cpu.rego");
+const GPU_POLICY: &str =
+    include_str!("../templates/trustee/ear_default_attestation_policy_gpu.rego");
+const REFERENCE_VALUES: &str = include_str!("../templates/trustee/rvps-reference-values.json");
 
 /// The Synthesizer spec enoki installs for this built-in.
 pub fn synthesizer_spec() -> Value {
@@ -78,124 +74,182 @@ fn s<'a>(v: &'a Value, pointer: &str) -> &'a str {
         .unwrap_or_default()
 }
 
-/// IANA TLS cipher-suite names → OpenSSL names (TLS 1.3 names are the same in both).
-fn openssl_cipher(iana: &str) -> String {
-    let table = [
+/// An IANA TLS cipher-suite name in OpenSSL's spelling, as upstream's `convertSingleCipher`
+/// (`internal/controller/tlsconfig.go`): TLS 1.3 names unchanged, upstream's explicit table
+/// (ChaCha20, RSA key exchange, 3DES), otherwise the generic rule — drop `TLS_`, `_WITH_` →
+/// `-`, a part starting with a digit joins the part before it, other `_` → `-`.
+pub fn openssl_cipher(iana: &str) -> String {
+    if iana.starts_with("TLS_AES_") || iana.starts_with("TLS_CHACHA20_") {
+        return iana.to_string();
+    }
+    const EXPLICIT: &[(&str, &str)] = &[
         (
-            "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
-            "ECDHE-ECDSA-AES128-GCM-SHA256",
-        ),
-        (
-            "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
-            "ECDHE-RSA-AES128-GCM-SHA256",
-        ),
-        (
-            "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
-            "ECDHE-ECDSA-AES256-GCM-SHA384",
-        ),
-        (
-            "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
-            "ECDHE-RSA-AES256-GCM-SHA384",
+            "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
+            "ECDHE-RSA-CHACHA20-POLY1305",
         ),
         (
             "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256",
             "ECDHE-ECDSA-CHACHA20-POLY1305",
         ),
         (
-            "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
-            "ECDHE-RSA-CHACHA20-POLY1305",
+            "TLS_DHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
+            "DHE-RSA-CHACHA20-POLY1305",
         ),
+        ("TLS_RSA_WITH_AES_128_CBC_SHA", "AES128-SHA"),
+        ("TLS_RSA_WITH_AES_256_CBC_SHA", "AES256-SHA"),
+        ("TLS_RSA_WITH_AES_128_CBC_SHA256", "AES128-SHA256"),
+        ("TLS_RSA_WITH_AES_256_CBC_SHA256", "AES256-SHA256"),
+        ("TLS_RSA_WITH_AES_128_GCM_SHA256", "AES128-GCM-SHA256"),
+        ("TLS_RSA_WITH_AES_256_GCM_SHA384", "AES256-GCM-SHA384"),
+        ("TLS_RSA_WITH_3DES_EDE_CBC_SHA", "DES-CBC3-SHA"),
         (
-            "TLS_DHE_RSA_WITH_AES_128_GCM_SHA256",
-            "DHE-RSA-AES128-GCM-SHA256",
-        ),
-        (
-            "TLS_DHE_RSA_WITH_AES_256_GCM_SHA384",
-            "DHE-RSA-AES256-GCM-SHA384",
-        ),
-        (
-            "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA256",
-            "ECDHE-ECDSA-AES128-SHA256",
-        ),
-        (
-            "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA256",
-            "ECDHE-RSA-AES128-SHA256",
+            "TLS_ECDHE_RSA_WITH_3DES_EDE_CBC_SHA",
+            "ECDHE-RSA-DES-CBC3-SHA",
         ),
     ];
-    table
-        .iter()
-        .find(|(i, _)| *i == iana)
-        .map_or_else(|| iana.to_string(), |(_, o)| (*o).to_string())
+    if let Some((_, o)) = EXPLICIT.iter().find(|(i, _)| *i == iana) {
+        return (*o).to_string();
+    }
+    let rest = iana
+        .strip_prefix("TLS_")
+        .unwrap_or(iana)
+        .replacen("_WITH_", "-", 1);
+    let mut parts: Vec<String> = Vec::new();
+    for (i, part) in rest.split('_').enumerate() {
+        if i > 0
+            && part.starts_with(|c: char| c.is_ascii_digit())
+            && let Some(last) = parts.last_mut()
+        {
+            last.push_str(part);
+            continue;
+        }
+        parts.push(part.to_string());
+    }
+    parts.join("-")
 }
 
-/// The TLS lines of `[http_server]` for the Restricted profile.
-pub fn tls_lines(tls: &Value) -> Vec<String> {
+/// The KBS TOML upstream renders for a profile (`generateKbsTomlConfig`): the Restricted
+/// template with the TLS data of `GetTLSConfigFromTlsConfig` (profile `intermediate` when
+/// unset; for `custom` the versions, the ciphers in OpenSSL spelling joined by `:`, the
+/// groups joined by `:`), or the Permissive template.
+pub fn kbs_toml_text(restricted: bool, tls: &Value) -> String {
+    if !restricted {
+        return TOML_PERMISSIVE.to_string();
+    }
+    let mut data = std::collections::BTreeMap::new();
     let profile = match s(tls, "/profile") {
         "" => "intermediate",
         p => p,
     };
-    let mut lines = vec![format!("tls_profile = \"{profile}\"")];
+    data.insert("TlsProfile", profile.to_string());
     if profile == "custom" {
-        let list = |key: &str, f: &dyn Fn(&str) -> String| -> Option<String> {
-            let items: Vec<String> = tls
-                .get(key)?
-                .as_array()?
-                .iter()
-                .filter_map(Value::as_str)
-                .map(f)
-                .collect();
-            (!items.is_empty()).then(|| items.join(":"))
+        let list = |key: &str, f: &dyn Fn(&str) -> String| -> String {
+            tls.get(key)
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter_map(Value::as_str)
+                        .map(f)
+                        .collect::<Vec<_>>()
+                })
+                .unwrap_or_default()
+                .join(":")
         };
-        for (key, line) in [
-            ("minVersion", "tls_min_version"),
-            ("maxVersion", "tls_max_version"),
-        ] {
-            let v = s(tls, &format!("/{key}"));
-            if !v.is_empty() {
-                lines.push(format!("{line} = \"{v}\""));
+        data.insert("TlsMinVersion", s(tls, "/minVersion").to_string());
+        data.insert("TlsMaxVersion", s(tls, "/maxVersion").to_string());
+        data.insert("TlsCiphers", list("ciphers", &openssl_cipher));
+        data.insert("TlsGroups", list("groups", &str::to_string));
+    }
+    // The template is upstream's and known to parse; a failure is a packaging bug.
+    crate::gotemplate::render(TOML_RESTRICTED, &data)
+        .unwrap_or_else(|e| format!("# kbs-config-restricted.toml: {e}\n"))
+}
+
+/// Upstream's `isTlsLine`.
+fn is_tls_line(trimmed: &str) -> bool {
+    [
+        "tls_profile =",
+        "tls_min_version =",
+        "tls_max_version =",
+        "tls_ciphers =",
+        "tls_groups =",
+        "# TLS configuration",
+    ]
+    .iter()
+    .any(|p| trimmed.starts_with(p))
+}
+
+/// Upstream's `extractTlsLines`: the lines of `[http_server]` from the `# TLS configuration`
+/// comment on (blank ones included), plus any other TLS setting line there.
+pub fn extract_tls_lines(config: &str) -> Vec<String> {
+    let mut lines = Vec::new();
+    let (mut in_http, mut in_block) = (false, false);
+    for line in config.lines() {
+        let t = line.trim();
+        if t == "[http_server]" {
+            in_http = true;
+            continue;
+        } else if t.starts_with('[') {
+            break;
+        }
+        if in_http {
+            in_block |= t.starts_with("# TLS configuration");
+            if in_block || is_tls_line(t) {
+                lines.push(line.to_string());
             }
-        }
-        if let Some(c) = list("ciphers", &openssl_cipher) {
-            lines.push(format!("tls_ciphers = \"{c}\""));
-        }
-        if let Some(g) = list("groups", &str::to_string) {
-            lines.push(format!("tls_groups = \"{g}\""));
         }
     }
     lines
 }
 
-/// Replaces the TLS lines of the `[http_server]` section of `toml` with `lines` (upstream's
-/// `mergeTlsSettings`); everything else is kept as it is.
-pub fn merge_tls(toml: &str, lines: &[String]) -> String {
-    let mut out: Vec<String> = Vec::new();
-    let mut in_http = false;
-    let mut insert_at: Option<usize> = None;
-    for line in toml.lines() {
-        let t = line.trim();
-        if t.starts_with('[') {
-            in_http = t == "[http_server]";
+/// Upstream's `mergeTlsSettings`: the TLS lines of `new` replace those of `existing`'s
+/// `[http_server]` (written just before the next section); everything else the user wrote is
+/// kept. A `new` without TLS lines (the Permissive profile) leaves `existing` as it is.
+pub fn merge_tls(existing: &str, new: &str) -> String {
+    let tls = extract_tls_lines(new);
+    if tls.is_empty() {
+        return existing.to_string();
+    }
+    let mut out = String::new();
+    let push_tls = |out: &mut String| {
+        for l in &tls {
+            out.push_str(l);
+            out.push('\n');
         }
-        if in_http
-            && TLS_KEYS.iter().any(|k| {
-                t.strip_prefix(k)
-                    .is_some_and(|r| r.trim_start().starts_with('='))
-            })
-        {
+    };
+    let (mut in_http, mut written, mut in_block) = (false, false, false);
+    for line in existing.lines() {
+        let t = line.trim();
+        if t == "[http_server]" {
+            in_http = true;
+            out.push_str(line);
+            out.push('\n');
+            continue;
+        } else if t.starts_with('[') {
+            if in_http && !written {
+                push_tls(&mut out);
+                written = true;
+            }
+            in_http = false;
+            in_block = false;
+        }
+        if in_http && is_tls_line(t) {
+            in_block = true;
             continue;
         }
-        out.push(line.to_string());
-        if in_http && !t.is_empty() {
-            insert_at = Some(out.len());
+        if in_http && in_block && t.is_empty() {
+            continue;
         }
+        if in_http && in_block {
+            in_block = false;
+        }
+        out.push_str(line);
+        out.push('\n');
     }
-    let at = insert_at.unwrap_or(out.len());
-    for (i, l) in lines.iter().enumerate() {
-        out.insert(at + i, l.clone());
+    if in_http && !written {
+        push_tls(&mut out);
     }
-    let mut text = out.join("\n");
-    text.push('\n');
-    text
+    out
 }
 
 fn labels(tc: &str, component: &str) -> Value {
@@ -336,28 +390,21 @@ impl Tc {
     }
 }
 
-/// Step 4a: the KBS TOML ConfigMap; a live one keeps everything but its TLS lines.
+/// Step 4a: the KBS TOML ConfigMap: the profile's rendering the first time; afterwards the
+/// live content with the TLS lines re-rendered (`createOrUpdateKbsConfigMap`).
 fn kbs_toml(t: &Tc, input: &Input, out: &mut Output, kbs: &mut Map<String, Value>) {
     let cm_name = format!("{}-kbs-config", t.tc);
-    let tls = if t.restricted {
-        tls_lines(t.spec.get("tlsConfig").unwrap_or(&Value::Null))
-    } else {
-        Vec::new()
-    };
+    let new = kbs_toml_text(
+        t.restricted,
+        t.spec.get("tlsConfig").unwrap_or(&Value::Null),
+    );
     let toml = match input
         .observed_named("ConfigMap", &cm_name)
         .and_then(|c| c.pointer("/data/kbs-config.toml"))
         .and_then(Value::as_str)
     {
-        Some(live) => merge_tls(live, &tls),
-        None => merge_tls(
-            if t.restricted {
-                TOML_RESTRICTED
-            } else {
-                TOML_PERMISSIVE
-            },
-            &tls,
-        ),
+        Some(live) => merge_tls(live, &new),
+        None => new,
     };
     out.push(
         Resource::from_value(
@@ -414,9 +461,33 @@ fn auth_and_sample(
     Ok(())
 }
 
+/// An object upstream created once and never deletes while the TrusteeConfig exists (a
+/// policy ConfigMap after IBM SE was turned on, the IBM SE PVC after it was turned off, the
+/// copied TLS Secrets after their source was unset): when it exists, it is emitted again as it
+/// is (create-only), so enoki does not prune it; it goes with the TrusteeConfig.
+fn keep(t: &Tc, input: &Input, out: &mut Output, kind: &str, name: &str) {
+    let Some(live) = input.observed_named(kind, name) else {
+        return;
+    };
+    let mut obj = json!({"apiVersion": "v1", "kind": kind, "metadata": t.meta(name)});
+    if let Some(l) = live.pointer("/metadata/labels") {
+        obj["metadata"]["labels"] = l.clone();
+    }
+    for field in ["data", "type", "spec"] {
+        if let Some(v) = live.get(field) {
+            obj[field] = v.clone();
+        }
+    }
+    out.push(
+        Resource::from_value(obj)
+            .readiness_group(0)
+            .disable_updates(),
+    );
+}
+
 /// Step 4c: the resource policy, the RVPS reference values and (not IBM SE) the CPU and GPU
 /// attestation policies, created once and then left to the user.
-fn policies(t: &Tc, out: &mut Output, kbs: &mut Map<String, Value>) {
+fn policies(t: &Tc, input: &Input, out: &mut Output, kbs: &mut Map<String, Value>) {
     let policy = if t.ibm_se {
         POLICY_IBM
     } else if t.restricted {
@@ -439,11 +510,14 @@ fn policies(t: &Tc, out: &mut Output, kbs: &mut Map<String, Value>) {
     kbs.insert("kbsResourcePolicyConfigMapName".into(), json!(rp));
     kbs.insert("kbsSecretResources".into(), json!(["attestation-status"]));
     let rvps = format!("{}-rvps-reference-values", t.tc);
-    create_only_cm(out, &rvps, "reference_value", "[\n]\n");
+    create_only_cm(out, &rvps, "reference_value", REFERENCE_VALUES);
     kbs.insert("kbsRvpsRefValuesConfigMapName".into(), json!(rvps));
-    if !t.ibm_se {
-        let cpu = format!("{}-attestation-policy-cpu", t.tc);
-        let gpu = format!("{}-attestation-policy-gpu", t.tc);
+    let cpu = format!("{}-attestation-policy-cpu", t.tc);
+    let gpu = format!("{}-attestation-policy-gpu", t.tc);
+    if t.ibm_se {
+        keep(t, input, out, "ConfigMap", &cpu);
+        keep(t, input, out, "ConfigMap", &gpu);
+    } else {
         create_only_cm(out, &cpu, "default_cpu.rego", CPU_POLICY);
         create_only_cm(out, &gpu, "default_gpu.rego", GPU_POLICY);
         kbs.insert("kbsAttestationPolicyConfigMapName".into(), json!(cpu));
@@ -485,6 +559,8 @@ fn ibm_se(
             .disable_updates(),
         );
         kbs.insert("ibmSEConfigSpec".into(), json!({"certStorePvc": auto_pvc}));
+    } else {
+        keep(t, input, out, "PersistentVolumeClaim", &auto_pvc);
     }
 
     Ok(auto_pvc)
@@ -541,6 +617,9 @@ fn tls_copies(
     {
         let source = s(&t.spec, pointer);
         if source.is_empty() {
+            for suffix in [key_suffix, cert_suffix] {
+                keep(t, input, out, "Secret", &format!("{}-{suffix}", t.tc));
+            }
             continue;
         }
         let (tls_key, tls_crt) = tls_source(input, key, field, source)?;
@@ -635,7 +714,7 @@ pub fn synthesize(input: &Input) -> Result<Output, Error> {
     kbs.insert("KbsEnvVars".into(), env);
     kbs_toml(&t, input, &mut out, &mut kbs);
     auth_and_sample(&t, input, &mut out, &mut kbs)?;
-    policies(&t, &mut out, &mut kbs);
+    policies(&t, input, &mut out, &mut kbs);
     let auto_pvc = ibm_se(&t, input, &mut out, &mut kbs)?;
     tls_copies(&t, input, &mut out, &mut kbs)?;
     kbs_config_and_status(&t, input, &mut out, &kbs, &auto_pvc);
@@ -646,30 +725,98 @@ pub fn synthesize(input: &Input) -> Result<Output, Error> {
 mod tests {
     use super::*;
 
+    /// What Go's text/template makes of upstream's kbs-config-restricted.toml (worked by hand
+    /// from its `{{if}}`/`{{else}}`/`{{end}}` layout: the text between actions is kept, so the
+    /// TLS block is surrounded by blank lines).
     #[test]
-    fn tls_lines_are_rendered_and_merged_into_http_server_only() {
-        let custom = json!({"profile": "custom", "minVersion": "1.2", "maxVersion": "1.3",
-            "ciphers": ["TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256", "TLS_AES_128_GCM_SHA256"], "groups": ["X25519", "P-256"]});
-        let lines = tls_lines(&custom);
-        assert_eq!(
-            lines,
-            [
-                "tls_profile = \"custom\"",
-                "tls_min_version = \"1.2\"",
-                "tls_max_version = \"1.3\"",
-                "tls_ciphers = \"ECDHE-RSA-AES128-GCM-SHA256:TLS_AES_128_GCM_SHA256\"",
-                "tls_groups = \"X25519:P-256\""
-            ]
+    fn the_restricted_toml_is_rendered_as_upstream_renders_it() {
+        let intermediate = kbs_toml_text(true, &Value::Null);
+        assert!(
+            intermediate.contains(
+                "worker_count = 4\n\n# TLS configuration - Mozilla intermediate profile\n\n\
+             tls_profile = \"intermediate\"\n\n\n\n[admin]\n"
+            ),
+            "{intermediate}"
         );
-        assert_eq!(tls_lines(&Value::Null), ["tls_profile = \"intermediate\""]);
-        let edited = "[http_server]\nsockets = [\"0.0.0.0:9999\"]\ntls_profile = \"old\"\n\n[admin]\ntls_profile = \"keep-me\"\n";
-        let merged = merge_tls(edited, &["tls_profile = \"modern\"".into()]);
-        assert_eq!(
-            merged,
-            "[http_server]\nsockets = [\"0.0.0.0:9999\"]\ntls_profile = \"modern\"\n\n[admin]\ntls_profile = \"keep-me\"\n"
+        let custom = json!({"profile": "custom", "minVersion": "1.2",
+            "ciphers": ["TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256", "TLS_AES_128_GCM_SHA256"],
+            "groups": ["X25519", "P-256"]});
+        let text = kbs_toml_text(true, &custom);
+        assert!(
+            text.contains(
+                "# TLS configuration - Mozilla custom profile\n\ntls_profile = \"custom\"\n\
+             tls_min_version = \"1.2\"\n\n\
+             tls_ciphers = \"ECDHE-RSA-AES128-GCM-SHA256:TLS_AES_128_GCM_SHA256\"\n\
+             tls_groups = \"X25519:P-256\"\n\n\n\n[admin]\n"
+            ),
+            "{text}"
         );
-        // Permissive: no TLS lines at all.
-        assert!(!merge_tls(TOML_PERMISSIVE, &[]).contains("tls_profile"));
+        assert_eq!(kbs_toml_text(false, &custom), TOML_PERMISSIVE);
+    }
+
+    /// Upstream's `convertSingleCipher`, case by case (tlsconfig_test.go's table).
+    #[test]
+    fn ciphers_are_converted_for_every_iana_name_upstream_converts() {
+        for (iana, openssl) in [
+            ("TLS_AES_128_GCM_SHA256", "TLS_AES_128_GCM_SHA256"),
+            (
+                "TLS_CHACHA20_POLY1305_SHA256",
+                "TLS_CHACHA20_POLY1305_SHA256",
+            ),
+            (
+                "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+                "ECDHE-ECDSA-AES128-GCM-SHA256",
+            ),
+            (
+                "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+                "ECDHE-RSA-AES256-GCM-SHA384",
+            ),
+            (
+                "TLS_DHE_RSA_WITH_AES_128_GCM_SHA256",
+                "DHE-RSA-AES128-GCM-SHA256",
+            ),
+            ("TLS_DHE_RSA_WITH_AES_128_CBC_SHA", "DHE-RSA-AES128-CBC-SHA"),
+            (
+                "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
+                "ECDHE-RSA-CHACHA20-POLY1305",
+            ),
+            (
+                "TLS_DHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
+                "DHE-RSA-CHACHA20-POLY1305",
+            ),
+            ("TLS_RSA_WITH_AES_128_CBC_SHA", "AES128-SHA"),
+            ("TLS_RSA_WITH_AES_256_GCM_SHA384", "AES256-GCM-SHA384"),
+            ("TLS_RSA_WITH_3DES_EDE_CBC_SHA", "DES-CBC3-SHA"),
+            (
+                "TLS_ECDHE_RSA_WITH_3DES_EDE_CBC_SHA",
+                "ECDHE-RSA-DES-CBC3-SHA",
+            ),
+        ] {
+            assert_eq!(openssl_cipher(iana), openssl, "{iana}");
+        }
+    }
+
+    /// Upstream's `mergeTlsSettings`: hand edits outside the TLS lines survive, the TLS block
+    /// is replaced, and a Permissive rendering (no TLS lines) leaves the live TOML alone.
+    #[test]
+    fn tls_lines_are_merged_as_upstream_merges_them() {
+        let fresh = kbs_toml_text(true, &Value::Null);
+        assert_eq!(
+            merge_tls(&fresh, &fresh),
+            fresh,
+            "merging a rendering into itself"
+        );
+        let edited = fresh.replace("worker_count = 4", "worker_count = 16")
+            + "\n[[plugins]]\nname = \"mine\"\n";
+        let modern = kbs_toml_text(true, &json!({"profile": "modern"}));
+        let merged = merge_tls(&edited, &modern);
+        assert!(merged.contains("worker_count = 16"));
+        assert!(merged.contains("name = \"mine\""));
+        assert!(merged.contains("tls_profile = \"modern\""));
+        assert!(!merged.contains("intermediate"));
+        assert_eq!(merged.matches("tls_profile").count(), 1);
+        let permissive = kbs_toml_text(false, &Value::Null);
+        assert_eq!(merge_tls(&edited, &permissive), edited);
     }
 
     #[test]

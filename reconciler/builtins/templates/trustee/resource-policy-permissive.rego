@@ -1,3 +1,11 @@
 package policy
 
-default allow = true
+import rego.v1
+
+default allow = false
+
+plugin = data.plugin
+
+allow if {
+  plugin == "resource"
+}

@@ -1,10 +1,15 @@
 package policy
-
 import rego.v1
 
 default allow = false
 
-# Release resources only to a TEE whose evidence the attestation service affirmed.
 allow if {
-	input["submods"]["cpu0"]["ear.status"] == "affirming"
+    not any_not_affirming
+    count(input.submods) > 0
+
+}
+
+any_not_affirming if {
+    some _, submod in input.submods
+    submod["ear.status"] != "affirming"
 }
