@@ -75,6 +75,8 @@ async fn lepton_builds_every_resource_walks_the_state_machine_reverts_edits_and_
             "metadata": {"name": "llama"},
             "spec": {"name": "llama", "photon_name": "llama", "photon_id": "p-1", "photon_image": "example.com/llama:1",
                      "bucket_name": "photons", "photon_prefix": "prod", "root_domain": "lepton.test",
+                     "workspace_name": "ws", "workspace_token": "wst",
+                     "api_tokens": [{"value": "t1"}, {"value_from": {"token_name_ref": "WORKSPACE_TOKEN"}}],
                      "efs_id": "fs-1", "efs_access_point_id": "ap-1",
                      "resource_requirement": {"cpu": 0.5, "memory": 512, "min_replicas": 2},
                      "mounts": mounts}})
@@ -116,17 +118,90 @@ async fn lepton_builds_every_resource_walks_the_state_machine_reverts_edits_and_
             .map(String::as_str),
         Some("llama")
     );
+    assert_eq!(
+        spec.template
+            .metadata
+            .as_ref()
+            .unwrap()
+            .labels
+            .as_ref()
+            .unwrap()["lepton_deployment_shape"],
+        "customized"
+    );
     let pod = spec.template.spec.unwrap();
     assert_eq!(pod.containers[0].name, "main-container");
+    // Upstream's command, probes (600 s for model loading) and runtime environment.
+    let main = &pod.containers[0];
+    assert_eq!(main.command.as_deref(), Some(&["sh".to_string()][..]));
+    assert_eq!(
+        main.args.as_ref().unwrap()[1],
+        "lep photon prepare -f /photon/p-1; lep photon run -f /photon/p-1"
+    );
+    assert_eq!(
+        main.liveness_probe.as_ref().unwrap().initial_delay_seconds,
+        Some(600)
+    );
+    let env: Vec<(String, String)> = main
+        .env
+        .clone()
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.name, e.value.unwrap_or_default()))
+        .collect();
+    for want in [
+        ("LEPTON_WORKSPACE_NAME", "ws"),
+        ("LEPTON_DEPLOYMENT_NAME", "llama"),
+        ("OMP_NUM_THREADS", "1"),
+    ] {
+        assert!(
+            env.contains(&(want.0.to_string(), want.1.to_string())),
+            "{want:?} in {env:?}"
+        );
+    }
+    let resources = main.resources.clone().unwrap();
+    assert_eq!(
+        resources.requests.unwrap()["cpu"].0,
+        "450m",
+        "requests are 90 % of limits"
+    );
+    assert_eq!(resources.limits.unwrap()["cpu"].0, "500m");
     assert_eq!(pod.init_containers.unwrap()[0].name, "env-preparation");
     assert_eq!(
         pod.containers[0].ports.as_ref().unwrap()[0].container_port,
         8080
     );
+    // The Ingresses route only requests bearing one of the API tokens (the workspace token
+    // included), on the deployment's header or on its `<workspace>-<name>.<root>` host.
     let host = ingresses.get("llama-host-ingress").await.unwrap();
+    let annotations = host.metadata.annotations.clone().unwrap();
     assert_eq!(
         host.spec.unwrap().rules.unwrap()[0].host.as_deref(),
-        Some("llama.lepton.test")
+        Some("ws-llama.lepton.test")
+    );
+    assert_eq!(
+        annotations["external-dns.alpha.kubernetes.io/hostname"],
+        "ws-llama.lepton.test"
+    );
+    let conditions: Value =
+        serde_json::from_str(&annotations["alb.ingress.kubernetes.io/conditions.llama-service"])
+            .unwrap();
+    assert_eq!(
+        conditions,
+        json!([{"field": "http-header", "httpHeaderConfig": {"httpHeaderName": "Authorization",
+            "values": ["Bearer t1", "Bearer wst"]}}])
+    );
+    let header = ingresses.get("llama-header-ingress").await.unwrap();
+    let conditions: Value = serde_json::from_str(
+        &header.metadata.annotations.unwrap()["alb.ingress.kubernetes.io/conditions.llama-service"],
+    )
+    .unwrap();
+    assert_eq!(
+        conditions[0]["httpHeaderConfig"]["httpHeaderName"],
+        "Deployment"
+    );
+    assert_eq!(
+        conditions[1]["httpHeaderConfig"]["values"],
+        json!(["Bearer t1", "Bearer wst"])
     );
     let pvc = pvcs.get(&format!("pvc-{ns}-llama-1")).await.unwrap();
     assert_eq!(
@@ -149,7 +224,19 @@ async fn lepton_builds_every_resource_walks_the_state_machine_reverts_edits_and_
         endpoint["internal_endpoint"],
         format!("llama-service.{ns}.svc.cluster.local:8080")
     );
-    assert_eq!(endpoint["external_endpoint"], "https://llama.lepton.test");
+    assert_eq!(
+        endpoint["external_endpoint"],
+        "https://ws-llama.lepton.test"
+    );
+    // Upstream's finalizer, not enoki's own.
+    let finalizers = lds
+        .get("llama")
+        .await
+        .unwrap()
+        .metadata
+        .finalizers
+        .unwrap_or_default();
+    assert_eq!(finalizers, ["lepton.ai/deletion"]);
     let set_status = |replicas: i32, ready: i32| {
         let deployments = deployments.clone();
         async move {
@@ -247,28 +334,58 @@ async fn lepton_builds_every_resource_walks_the_state_machine_reverts_edits_and_
             .is_some()
     );
 
-    // Deleting the LeptonDeployment removes everything, PVs included, then the object itself.
+    // Deleting the LeptonDeployment: one last synthesis writes `state: Deleting` and clears the
+    // external endpoint, everything goes (PVs included), then `lepton.ai/deletion` is
+    // released. A finalizer of the test's own keeps the object around to look at.
+    lds.patch(
+        "llama",
+        &PatchParams::default(),
+        &Patch::Merge(
+            json!({"metadata": {"finalizers": ["lepton.ai/deletion", "test.enoki.dev/hold"]}}),
+        ),
+    )
+    .await
+    .unwrap();
     lds.delete("llama", &DeleteParams::default()).await.unwrap();
-    eventually("everything to be gone", WAIT, || async {
-        (lds.get_opt("llama").await.unwrap().is_none()
-            && deployments.get_opt("llama").await.unwrap().is_none()
-            && services.get_opt("llama-service").await.unwrap().is_none()
-            && ingresses
-                .get_opt("llama-header-ingress")
-                .await
-                .unwrap()
-                .is_none()
-            && pvcs
-                .get_opt(&format!("pvc-{ns}-llama-0"))
-                .await
-                .unwrap()
-                .is_none()
-            && pvs
-                .get_opt(&format!("pv-{ns}.llama-0"))
-                .await
-                .unwrap()
-                .is_none())
-        .then_some(())
+    eventually(
+        "everything to be gone and lepton.ai/deletion released",
+        WAIT,
+        || async {
+            let ld = lds.get_opt("llama").await.unwrap()?;
+            (ld.metadata.finalizers.clone().unwrap_or_default() == ["test.enoki.dev/hold"]
+                && deployments.get_opt("llama").await.unwrap().is_none()
+                && services.get_opt("llama-service").await.unwrap().is_none()
+                && ingresses
+                    .get_opt("llama-header-ingress")
+                    .await
+                    .unwrap()
+                    .is_none()
+                && pvcs
+                    .get_opt(&format!("pvc-{ns}-llama-0"))
+                    .await
+                    .unwrap()
+                    .is_none()
+                && pvs
+                    .get_opt(&format!("pv-{ns}.llama-0"))
+                    .await
+                    .unwrap()
+                    .is_none())
+            .then_some(())
+        },
+    )
+    .await;
+    let status = status_of(&lds, "llama").await;
+    assert_eq!(status["state"], "Deleting", "{status}");
+    assert_eq!(status["endpoint"]["external_endpoint"], "", "{status}");
+    lds.patch(
+        "llama",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    eventually("the LeptonDeployment to be gone", WAIT, || async {
+        lds.get_opt("llama").await.unwrap().is_none().then_some(())
     })
     .await;
     assert!(enoki.logs().contains("instance mode: watching"));
@@ -364,6 +481,26 @@ async fn trustee_permissive_builds_the_kbs_config_keeps_user_fields_mirrors_read
         .labels
         .unwrap();
     assert_eq!(labels["app.kubernetes.io/component"], "auth");
+    // No finalizer, as upstream: deleting a TrusteeConfig never waits for enoki.
+    assert_eq!(
+        tcs.get("tc")
+            .await
+            .unwrap()
+            .metadata
+            .finalizers
+            .unwrap_or_default(),
+        Vec::<String>::new()
+    );
+    // The KBS TOML edited by hand (upstream keeps everything but the TLS lines; Permissive
+    // renders none, so the edit stays as it is).
+    let edited = toml.replace("worker_count = 4", "worker_count = 12");
+    cms.patch(
+        "tc-kbs-config",
+        &human(),
+        &Patch::Merge(json!({"data": {"kbs-config.toml": edited}})),
+    )
+    .await
+    .unwrap();
 
     // By hand: replicas and an extra env var survive; a managed field is restored.
     kbs.patch(
@@ -402,6 +539,8 @@ async fn trustee_permissive_builds_the_kbs_config_keeps_user_fields_mirrors_read
     assert_eq!(k["KbsEnvVars"]["EXTRA"], "1", "{k}");
     assert_eq!(k["KbsEnvVars"]["RUST_LOG"], "debug", "{k}");
     assert_eq!(public_key().await, key, "the auth keypair is stable");
+    let toml_now = cms.get("tc-kbs-config").await.unwrap().data.unwrap()["kbs-config.toml"].clone();
+    assert_eq!(toml_now, edited, "the hand-edited KBS TOML is kept");
 
     // Readiness mirrors the KbsConfig.
     let tc_status = || async { status_of(&tcs, "tc").await };
@@ -426,12 +565,18 @@ async fn trustee_permissive_builds_the_kbs_config_keeps_user_fields_mirrors_read
     })
     .await;
 
-    // Deleting the TrusteeConfig removes everything it made.
+    // Deleting the TrusteeConfig while enoki is down: it goes at once (no finalizer), and
+    // garbage collection removes what it owns (owner references, as upstream relies on).
+    drop(enoki);
     tcs.delete("tc", &DeleteParams::default()).await.unwrap();
+    eventually(
+        "the TrusteeConfig to go without enoki",
+        Duration::from_secs(10),
+        || async { tcs.get_opt("tc").await.unwrap().is_none().then_some(()) },
+    )
+    .await;
     eventually("everything to be gone", WAIT, || async {
-        if tcs.get_opt("tc").await.unwrap().is_some()
-            || kbs.get_opt("tc-kbs-config").await.unwrap().is_some()
-        {
+        if kbs.get_opt("tc-kbs-config").await.unwrap().is_some() {
             return None;
         }
         for c in config_maps {
@@ -446,6 +591,13 @@ async fn trustee_permissive_builds_the_kbs_config_keeps_user_fields_mirrors_read
                 .unwrap()
                 .is_none())
         .then_some(())
+    })
+    .await;
+    // enoki, back, finishes the implicit Composition (deleted by garbage collection too).
+    let _enoki = Enoki::start(&env.namespace);
+    let comps: Api<crds::Composition> = env.api();
+    eventually("the implicit Composition to go", WAIT, || async {
+        comps.get_opt("tc").await.unwrap().is_none().then_some(())
     })
     .await;
 }
@@ -471,7 +623,7 @@ async fn trustee_restricted_with_https_secrets_and_a_missing_tls_secret_is_a_cle
         true,
     );
     let pp = PatchParams::apply("test").force();
-    let restricted = json!({"profileType": "Restricted", "kbsServiceType": "NodePort",
+    let restricted_spec = json!({"profileType": "Restricted", "kbsServiceType": "NodePort",
         "httpsSpec": {"tlsSecretName": "kbs-https"},
         "attestationTokenVerificationSpec": {"tlsSecretName": "kbs-token"},
         "tlsConfig": {"profile": "custom", "minVersion": "1.2", "maxVersion": "1.3",
@@ -479,7 +631,7 @@ async fn trustee_restricted_with_https_secrets_and_a_missing_tls_secret_is_a_cle
     tcs.patch(
         "secure",
         &pp,
-        &Patch::Apply(trustee_config("secure", restricted)),
+        &Patch::Apply(trustee_config("secure", restricted_spec.clone())),
     )
     .await
     .unwrap();
@@ -559,6 +711,50 @@ async fn trustee_restricted_with_https_secrets_and_a_missing_tls_secret_is_a_cle
         .unwrap()["resource-policy.rego"]
         .clone();
     assert!(policy.contains("default allow = false"), "{policy}");
+
+    // A hand edit of the KBS TOML survives a TLS change, which rewrites only the TLS lines;
+    // unsetting httpsSpec keeps the copied Secrets (upstream deletes them only with the
+    // TrusteeConfig).
+    cms.patch(
+        "secure-kbs-config",
+        &human(),
+        &Patch::Merge(json!({"data": {"kbs-config.toml": toml.replace("worker_count = 4", "worker_count = 9")}})),
+    )
+    .await
+    .unwrap();
+    let mut changed = restricted_spec.clone();
+    changed["tlsConfig"] = json!({"profile": "modern"});
+    changed.as_object_mut().unwrap().remove("httpsSpec");
+    tcs.patch(
+        "secure",
+        &pp,
+        &Patch::Apply(trustee_config("secure", changed)),
+    )
+    .await
+    .unwrap();
+    let toml = eventually("the TLS lines to follow the new profile", WAIT, || async {
+        let t =
+            cms.get("secure-kbs-config").await.unwrap().data.unwrap()["kbs-config.toml"].clone();
+        t.contains("tls_profile = \"modern\"").then_some(t)
+    })
+    .await;
+    assert!(toml.contains("worker_count = 9"), "{toml}");
+    assert!(!toml.contains("tls_ciphers"), "{toml}");
+    eventually(
+        "the KbsConfig to drop the HTTPS secret names",
+        WAIT,
+        || async {
+            let k = kbs.get("secure-kbs-config").await.unwrap().data["spec"].clone();
+            k.get("kbsHttpsKeySecretName").is_none().then_some(())
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        data("secure-https-key-secret", "privateKey").await,
+        "kbs-https-key",
+        "copied Secrets stay until the TrusteeConfig is deleted"
+    );
 
     // The missing TLS secret: a synthesis error naming the field and the Secret; nothing written.
     let comps: Api<crds::Composition> = env.api();
@@ -820,6 +1016,33 @@ async fn quota_aggregates_usage_over_selected_namespaces_and_follows_changes() {
     })
     .await;
 
+    // Upstream's Events on the quota, and its usage gauges on enoki's /metrics.
+    for (reason, ns) in [
+        ("NamespaceAdded", &a),
+        ("NamespaceAdded", &b),
+        ("NamespaceRemoved", &b),
+    ] {
+        event_on(
+            &env,
+            "ClusterResourceQuota",
+            &t,
+            reason,
+            &format!("Namespace {ns} "),
+        )
+        .await;
+    }
+    let port = enoki.metrics_port.unwrap();
+    let gauge = format!(
+        "pac_quota_controller_crq_total_usage{{crq_name=\"{t}\",resource=\"requests.cpu\"}} 0.06"
+    );
+    eventually("the usage gauge (600m of 10)", WAIT, || async {
+        let (_, body) = harness::http_get(port, "/metrics");
+        body.contains(&gauge).then_some(())
+    })
+    .await;
+
+    scoped_quota(&env, &crqs).await;
+
     crqs.delete(&t, &DeleteParams::default()).await.unwrap();
     eventually("the quota to be gone", WAIT, || async {
         crqs.get_opt(&t).await.unwrap().is_none().then_some(())
@@ -829,6 +1052,130 @@ async fn quota_aggregates_usage_over_selected_namespaces_and_follows_changes() {
     for n in [&a, &b, &x] {
         let _ = nss.delete(n, &DeleteParams::default()).await;
     }
+}
+
+/// An Event on `kind/name` with `reason` whose note contains `note`.
+async fn event_on(env: &TestEnv, kind: &str, name: &str, reason: &str, note: &str) {
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(env.client.clone());
+    eventually(
+        &format!("a {reason} Event on {kind} {name} ({note})"),
+        WAIT,
+        || async {
+            events
+                .list(&Default::default())
+                .await
+                .unwrap()
+                .items
+                .into_iter()
+                .find(|e| {
+                    let r = e.regarding.as_ref();
+                    r.and_then(|r| r.kind.as_deref()) == Some(kind)
+                        && r.and_then(|r| r.name.as_deref()) == Some(name)
+                        && e.reason.as_deref() == Some(reason)
+                        && e.note.as_deref().is_some_and(|n| n.contains(note))
+                })
+                .map(|_| ())
+        },
+    )
+    .await;
+}
+
+/// Scopes filter pods only (NotBestEffort AND priority class in {high}); Services are counted
+/// regardless; usage over a hard limit is a QuotaExceeded Event; the CRD refuses contradicting
+/// scopes and malformed quantities as upstream's does.
+async fn scoped_quota(env: &TestEnv, crqs: &Api<DynamicObject>) {
+    let t = &env.namespace;
+    let (s, name, high) = (format!("{t}-s"), format!("{t}-scoped"), format!("{t}-high"));
+    namespace_with(env, &s, json!({"quota-scope": t})).await;
+    let pcs: Api<k8s_openapi::api::scheduling::v1::PriorityClass> = Api::all(env.client.clone());
+    pcs.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": high}, "value": 1000})).unwrap(),
+    )
+    .await
+    .unwrap();
+    let c = &env.client;
+    pod(
+        c,
+        &s,
+        "best-effort",
+        json!({"containers": [{"name": "app", "image": "example.com/a:1"}]}),
+    )
+    .await;
+    pod(
+        c,
+        &s,
+        "burstable",
+        json!({"containers": [container("app", "100m", "64Mi")]}),
+    )
+    .await;
+    pod(
+        c,
+        &s,
+        "important",
+        json!({"priorityClassName": high, "containers": [container("app", "250m", "64Mi")]}),
+    )
+    .await;
+    let svcs: Api<Service> = Api::namespaced(c.clone(), &s);
+    svcs.create(
+        &PostParams::default(),
+        &serde_json::from_value(
+            json!({"metadata": {"name": "s"}, "spec": {"ports": [{"port": 80}]}}),
+        )
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    let crq = |spec: Value| {
+        json!({"apiVersion": "quota.powerapp.cloud/v1alpha1",
+        "kind": "ClusterResourceQuota", "metadata": {"name": name}, "spec": spec})
+    };
+    let pp = PatchParams::apply("test").force();
+    for (bad, message) in [
+        (
+            json!({"namespaceSelector": {}, "scopes": ["BestEffort", "NotBestEffort"]}),
+            "mutually exclusive",
+        ),
+        (
+            json!({"namespaceSelector": {}, "hard": {"pods": "ten"}}),
+            "spec.hard.pods",
+        ),
+        (
+            json!({"namespaceSelector": {}, "scopeSelector": {"matchExpressions": [
+            {"scopeName": "BestEffort", "operator": "In", "values": ["x"]}]}}),
+            "only the PriorityClass scope",
+        ),
+    ] {
+        let e = crqs
+            .patch(&name, &pp, &Patch::Apply(crq(bad)))
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains(message), "{e}");
+    }
+    crqs.patch(&name, &pp, &Patch::Apply(crq(json!({
+        "namespaceSelector": {"matchLabels": {"quota-scope": t}},
+        "scopes": ["NotBestEffort"],
+        "scopeSelector": {"matchExpressions": [{"scopeName": "PriorityClass", "operator": "In", "values": [high]}]},
+        "hard": {"pods": "5", "requests.cpu": "100m", "services": "5"}}))))
+        .await
+        .unwrap();
+    eventually("usage of the pods in scope only", WAIT, || async {
+        let used = status_of(crqs, &name).await["total"]["used"].clone();
+        (used == json!({"pods": "1", "requests.cpu": "250m", "services": "1"})).then_some(())
+    })
+    .await;
+    event_on(
+        env,
+        "ClusterResourceQuota",
+        &name,
+        "QuotaExceeded",
+        "Resource requests.cpu has exceeded quota: current 250m, limit 100m",
+    )
+    .await;
+    crqs.delete(&name, &DeleteParams::default()).await.unwrap();
+    let _ = pcs.delete(&high, &DeleteParams::default()).await;
+    let nss: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(c.clone());
+    let _ = nss.delete(&s, &DeleteParams::default()).await;
 }
 
 #[tokio::test]

@@ -260,7 +260,24 @@ fn helm_chart_matches_kustomize() {
     assert!(ok, "server dry run of the sharded, remote chart: {out}");
 
     // A real install over the objects kustomize created: same names, helm takes them over
-    // (and, with server-side apply forced, the fields the kustomize apply's manager held).
+    // (and, with server-side apply forced, the fields the kustomize apply's manager held) —
+    // except a built-in's CRD installed by someone else (here the test environment, standing in
+    // for the upstream operator), which the chart neither overwrites nor adopts.
+    let crd_version = |name: &str| {
+        let (ok, out) = kubectl(
+            &[
+                "get",
+                "crd",
+                name,
+                "-o",
+                "jsonpath={.metadata.resourceVersion} {.metadata.annotations.meta\\.helm\\.sh/release-name}",
+            ],
+            None,
+        );
+        assert!(ok, "{out}");
+        out.trim().to_string()
+    };
+    let upstream_before = crd_version("leptondeployments.lepton.ai");
     let (ok, out, err) = helm(&[
         "upgrade",
         "--install",
@@ -293,4 +310,43 @@ fn helm_chart_matches_kustomize() {
         "enoki:test enoki",
         "the release owns the Deployment"
     );
+    assert_eq!(
+        crd_version("leptondeployments.lepton.ai"),
+        upstream_before,
+        "an existing built-in CRD is left as it was (not overwritten, not adopted)"
+    );
+    assert!(crd_version("compositions.enoki.dev").ends_with(" enoki"));
+}
+
+/// `deploy/overlays/upstream-crds` (the `upstream-crds` component): the base without the
+/// built-ins' CRDs, everything else identical.
+#[test]
+fn the_upstream_crds_overlay_leaves_the_builtin_crds_out() {
+    let root = harness::workspace_root();
+    let render = |k: &str| {
+        let (ok, yaml) = kubectl(&["kustomize", root.join(k).to_str().unwrap()], None);
+        assert!(ok, "{yaml}");
+        objects(&yaml)
+    };
+    let (base, overlay) = (
+        render("deploy/base"),
+        render("deploy/overlays/upstream-crds"),
+    );
+    let builtin: Vec<_> = base
+        .keys()
+        .filter(|k| !overlay.contains_key(*k))
+        .map(|(_, name)| name.as_str())
+        .collect();
+    assert_eq!(
+        builtin,
+        [
+            "clusterresourcequotas.quota.powerapp.cloud",
+            "kbsconfigs.confidentialcontainers.org",
+            "leptondeployments.lepton.ai",
+            "trusteeconfigs.confidentialcontainers.org",
+        ]
+    );
+    for (key, object) in &overlay {
+        assert_eq!(&base[key], object, "{key:?}");
+    }
 }

@@ -132,6 +132,9 @@ pub enum SynthesisError {
     ErrorResult {
         /// The error messages.
         messages: Vec<String>,
+        /// The `enoki.dev/event-reason` tag of the first error result that has one: the
+        /// reason of the Event on the instance.
+        event_reason: Option<String>,
     },
     /// An item is invalid (missing fields, duplicates, bad annotations).
     #[error("invalid output: {message}")]
@@ -268,7 +271,14 @@ pub fn synthesize(
         .map(|r| r.message.clone())
         .collect();
     if !errors.is_empty() {
-        return Err(SynthesisError::ErrorResult { messages: errors });
+        let event_reason = results
+            .iter()
+            .filter(|r| r.severity == "error")
+            .find_map(|r| r.tags.get(crds::names::EVENT_REASON_TAG).cloned());
+        return Err(SynthesisError::ErrorResult {
+            messages: errors,
+            event_reason,
+        });
     }
     let (items, duplicates) = validate(items, &input.composition.namespace, is_namespaced)?;
     let mut results = results;

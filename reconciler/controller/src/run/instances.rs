@@ -8,6 +8,17 @@
 //! (`--instance-namespace`; by default `enoki-system`, and none — cluster-scoped instances
 //! are left to a cluster-wide enoki — when enoki is scoped to one namespace).
 //!
+//! The finalizer is the Synthesizer's choice (annotation `enoki.dev/instance-finalizer`):
+//! - absent: `enoki.dev/cleanup`, as above;
+//! - `none`: no finalizer — the implicit Composition is owned by the instance, so garbage
+//!   collection deletes it (and enoki then removes its outputs); deleting an instance never
+//!   waits for enoki (upstream Trustee and quota operators have no finalizer either);
+//! - any other name (the lepton built-in: upstream's `lepton.ai/deletion`): that finalizer;
+//!   on deletion the Composition first synthesizes once more with the deleting instance (so a
+//!   status write-back such as Lepton's `state: Deleting` lands), then it is deleted, then the
+//!   finalizer is released. A synthesis that does not finish within [`FINAL_SYNTHESIS_WAIT`]
+//!   does not hold the deletion back.
+//!
 //! The implicit Compositions act as the Synthesizer's `spec.serviceAccountName` (each in its own
 //! namespace) or, when it names none, as `--default-service-account` like any Composition.
 
@@ -24,7 +35,7 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use super::{Context, Error, kube_err};
-use crds::names::FINALIZER;
+use crds::names::{FINALIZER, INSTANCE_FINALIZER_ANNOTATION, annotations as keys};
 use crds::{Composition, Synthesizer};
 
 /// Field manager of the implicit Compositions.
@@ -40,6 +51,47 @@ struct Instance {
     composition_namespace: Option<String>,
     /// The Synthesizer's `spec.serviceAccountName`, given to every implicit Composition.
     service_account: Option<String>,
+    /// The finalizer instances get.
+    finalizer: InstanceFinalizer,
+}
+
+/// How long a deleting instance with a named finalizer waits for its last synthesis.
+pub const FINAL_SYNTHESIS_WAIT: Duration = Duration::from_secs(60);
+
+/// The finalizer instance-mode objects get (see the module docs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum InstanceFinalizer {
+    /// `enoki.dev/cleanup`.
+    Cleanup,
+    /// No finalizer: owner references and garbage collection.
+    None,
+    /// A named finalizer, released after one last synthesis and the outputs' removal.
+    Named(String),
+}
+
+impl InstanceFinalizer {
+    /// From the Synthesizer's `enoki.dev/instance-finalizer` annotation.
+    pub fn of(synth: &Synthesizer) -> Self {
+        match synth
+            .annotations()
+            .get(INSTANCE_FINALIZER_ANNOTATION)
+            .map(|v| v.trim())
+        {
+            None | Some("") => Self::Cleanup,
+            Some(v) if v == FINALIZER => Self::Cleanup,
+            Some("none") => Self::None,
+            Some(v) => Self::Named(v.to_string()),
+        }
+    }
+
+    /// The finalizer to hold, if any.
+    fn name(&self) -> Option<&str> {
+        match self {
+            Self::Cleanup => Some(FINALIZER),
+            Self::None => None,
+            Self::Named(n) => Some(n),
+        }
+    }
 }
 
 /// What an instance controller is started from; a change restarts it.
@@ -47,6 +99,7 @@ struct Instance {
 struct Wanted {
     gvk: crds::GroupVersionKind,
     service_account: Option<String>,
+    finalizer: InstanceFinalizer,
 }
 
 /// Watches Synthesizers and runs one instance controller per Synthesizer with `spec.for`,
@@ -74,6 +127,7 @@ pub async fn run(ctx: Arc<Context>) {
             synth.spec.for_kind.clone().map(|gvk| Wanted {
                 gvk,
                 service_account: synth.spec.service_account_name.clone(),
+                finalizer: InstanceFinalizer::of(&synth),
             })
         };
         if let Some((current, handle)) = running.get(&name) {
@@ -127,6 +181,7 @@ async fn instance_controller(ctx: Arc<Context>, synthesizer: String, wanted: Wan
         namespaced,
         composition_namespace,
         service_account: wanted.service_account,
+        finalizer: wanted.finalizer,
     });
     Controller::new_with(api, watcher::Config::default(), ar)
         .run(reconcile, error_policy, state)
@@ -163,40 +218,29 @@ async fn reconcile(obj: Arc<DynamicObject>, inst: Arc<Instance>) -> Result<Actio
     let name = obj.name_any();
     let (comp_ns, comp_name) = composition_of(&obj, &inst);
     let comps: Api<Composition> = Api::namespaced(ctx.client.clone(), &comp_ns);
-    let has_finalizer = obj.finalizers().iter().any(|f| f == FINALIZER);
+    let wanted = inst.finalizer.name();
+    let held = |f: &str| obj.finalizers().iter().any(|x| x == f);
+    // Finalizers enoki put there before the Synthesizer chose another one.
+    let stale: Vec<&str> = [FINALIZER]
+        .into_iter()
+        .filter(|f| Some(*f) != wanted && held(f))
+        .collect();
 
     if obj.metadata.deletion_timestamp.is_some() {
-        if !has_finalizer {
-            return Ok(Action::await_change());
+        if !stale.is_empty() {
+            super::set_finalizers(&api, obj.as_ref(), &stale, None, obj.resource_version())
+                .await
+                .map_err(kube_err("removing a stale instance finalizer"))?;
         }
-        return match comps
-            .get_opt(&comp_name)
-            .await
-            .map_err(kube_err("reading the implicit Composition"))?
-        {
-            Some(c) => {
-                if c.metadata.deletion_timestamp.is_none() {
-                    tracing::info!(instance = %name, composition = %comp_name, "instance deleted; deleting its Composition");
-                    comps
-                        .delete(&comp_name, &DeleteParams::default())
-                        .await
-                        .map_err(kube_err("deleting the implicit Composition"))?;
-                }
-                Ok(Action::requeue(Duration::from_secs(1)))
-            }
-            None => {
-                super::set_cleanup_finalizer(&api, obj.as_ref(), false, obj.resource_version())
-                    .await
-                    .map_err(kube_err("removing the instance finalizer"))?;
-                tracing::info!(instance = %name, "outputs removed; finalizer released");
-                Ok(Action::await_change())
-            }
+        let Some(f) = wanted.filter(|f| held(f)) else {
+            return Ok(Action::await_change());
         };
+        return delete_outputs(&obj, &inst, &comps, &comp_name, f, &api, &name).await;
     }
-    if !has_finalizer {
-        super::set_cleanup_finalizer(&api, obj.as_ref(), true, obj.resource_version())
+    if wanted.is_some_and(|f| !held(f)) || !stale.is_empty() {
+        super::set_finalizers(&api, obj.as_ref(), &stale, wanted, obj.resource_version())
             .await
-            .map_err(kube_err("adding the instance finalizer"))?;
+            .map_err(kube_err("setting the instance finalizer"))?;
     }
     let mut binding = json!({"key": super::inputs::SELF_KEY, "resource": {"name": name}});
     if let Some(ns) = obj.namespace() {
@@ -230,6 +274,83 @@ async fn reconcile(obj: Arc<DynamicObject>, inst: Arc<Instance>) -> Result<Actio
             "applying the implicit Composition {comp_name}"
         )))?;
     Ok(Action::requeue(ctx.opts.resync))
+}
+
+/// A deleting instance that holds finalizer `f`: (for a named finalizer) one last synthesis,
+/// then the Composition is deleted, then `f` is released once it is gone.
+async fn delete_outputs(
+    obj: &DynamicObject,
+    inst: &Instance,
+    comps: &Api<Composition>,
+    comp_name: &str,
+    f: &str,
+    api: &Api<DynamicObject>,
+    name: &str,
+) -> Result<Action, Error> {
+    let comp = comps
+        .get_opt(comp_name)
+        .await
+        .map_err(kube_err("reading the implicit Composition"))?;
+    let Some(c) = comp else {
+        super::set_finalizers(api, obj, &[f], None, obj.resource_version())
+            .await
+            .map_err(kube_err("removing the instance finalizer"))?;
+        tracing::info!(instance = %name, "outputs removed; finalizer released");
+        return Ok(Action::await_change());
+    };
+    if c.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    }
+    if matches!(inst.finalizer, InstanceFinalizer::Named(_))
+        && !final_synthesis_done(obj, &c, comps).await?
+    {
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    }
+    tracing::info!(instance = %name, composition = %comp_name, "instance deleted; deleting its Composition");
+    comps
+        .delete(comp_name, &DeleteParams::default())
+        .await
+        .map_err(kube_err("deleting the implicit Composition"))?;
+    Ok(Action::requeue(Duration::from_secs(1)))
+}
+
+/// Whether the Composition of a deleting instance has synthesized (and reconciled) once with
+/// the deletion visible: marks it with `force-resynthesis: deleting-<deletionTimestamp>` and
+/// waits for a synthesis of that mark, at most [`FINAL_SYNTHESIS_WAIT`] after the deletion.
+async fn final_synthesis_done(
+    obj: &DynamicObject,
+    comp: &Composition,
+    comps: &Api<Composition>,
+) -> Result<bool, Error> {
+    let Some(since) = obj.metadata.deletion_timestamp.as_ref() else {
+        return Ok(true);
+    };
+    let elapsed = k8s_openapi::jiff::Timestamp::now().as_second() - since.0.as_second();
+    if elapsed > i64::try_from(FINAL_SYNTHESIS_WAIT.as_secs()).unwrap_or(i64::MAX) {
+        return Ok(true);
+    }
+    let mark = format!("deleting-{}", since.0.as_second());
+    if comp.annotations().get(keys::FORCE_RESYNTHESIS.enoki) != Some(&mark) {
+        let patch = json!({"metadata": {"annotations": {keys::FORCE_RESYNTHESIS.enoki: mark}}});
+        comps
+            .patch(
+                &comp.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+            .map_err(kube_err(
+                "marking the implicit Composition for its last synthesis",
+            ))?;
+        return Ok(false);
+    }
+    let synthesis = comp
+        .status
+        .as_ref()
+        .and_then(|s| s.current_synthesis.as_ref());
+    Ok(synthesis.is_some_and(|s| {
+        s.force_resynthesis.as_deref() == Some(mark.as_str()) && s.reconciled.is_some()
+    }))
 }
 
 #[allow(clippy::needless_pass_by_value)] // the signature kube-runtime requires

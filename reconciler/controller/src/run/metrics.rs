@@ -30,6 +30,29 @@ pub struct ShardLabel {
     pub shard: String,
 }
 
+/// Labels of the quota built-in's per-namespace usage gauge (upstream's names).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CrqNamespaceLabels {
+    /// The ClusterResourceQuota.
+    pub crq_name: String,
+    /// The namespace.
+    pub namespace: String,
+    /// The `spec.hard` key.
+    pub resource: String,
+}
+
+/// Labels of the quota built-in's total usage gauge.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CrqLabels {
+    /// The ClusterResourceQuota.
+    pub crq_name: String,
+    /// The `spec.hard` key.
+    pub resource: String,
+}
+
+/// A float gauge.
+pub type FloatGauge = Gauge<f64, std::sync::atomic::AtomicU64>;
+
 /// Every metric of the controller (clones share the same series).
 #[derive(Clone)]
 pub struct Metrics {
@@ -67,6 +90,12 @@ pub struct Metrics {
     pub shard_reconciles: Family<ShardLabel, Counter>,
     /// Managed objects in the metadata cache of each shard held here.
     pub shard_managed_objects: Family<ShardLabel, Gauge>,
+    /// The quota built-in: used / hard per quota, namespace and resource
+    /// (`pac_quota_controller_crq_usage`, upstream's name).
+    pub crq_usage: Family<CrqNamespaceLabels, FloatGauge>,
+    /// The quota built-in: used / hard per quota and resource, all namespaces
+    /// (`pac_quota_controller_crq_total_usage`).
+    pub crq_total_usage: Family<CrqLabels, FloatGauge>,
 }
 
 impl Metrics {
@@ -90,7 +119,19 @@ impl Metrics {
             shard_compositions: Family::default(),
             shard_reconciles: Family::default(),
             shard_managed_objects: Family::default(),
+            crq_usage: Family::default(),
+            crq_total_usage: Family::default(),
         };
+        registry.register(
+            "pac_quota_controller_crq_usage",
+            "Current usage of a resource for a ClusterResourceQuota in a namespace (used/hard)",
+            m.crq_usage.clone(),
+        );
+        registry.register(
+            "pac_quota_controller_crq_total_usage",
+            "Aggregated usage of a resource across all namespaces for a ClusterResourceQuota (used/hard)",
+            m.crq_total_usage.clone(),
+        );
         registry.register(
             "enoki_shard_managed_objects",
             "Managed objects in the metadata cache of each shard held by this replica",

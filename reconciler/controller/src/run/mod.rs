@@ -126,15 +126,31 @@ pub(crate) async fn set_cleanup_finalizer<K>(
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
+    let add = present.then_some(crds::names::FINALIZER);
+    set_finalizers(api, obj, &[crds::names::FINALIZER], add, resource_version).await
+}
+
+/// Removes every finalizer in `remove` from `obj` and adds `add`, keeping every other
+/// finalizer; guarded by `resource_version` like [`set_cleanup_finalizer`].
+pub(crate) async fn set_finalizers<K>(
+    api: &Api<K>,
+    obj: &K,
+    remove: &[&str],
+    add: Option<&str>,
+    resource_version: Option<String>,
+) -> Result<(), kube::Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
     use kube::ResourceExt;
     let mut finalizers: Vec<String> = obj
         .finalizers()
         .iter()
-        .filter(|f| *f != crds::names::FINALIZER)
+        .filter(|f| !remove.contains(&f.as_str()) && Some(f.as_str()) != add)
         .cloned()
         .collect();
-    if present {
-        finalizers.push(crds::names::FINALIZER.to_string());
+    if let Some(f) = add {
+        finalizers.push(f.to_string());
     }
     let mut metadata = serde_json::json!({"finalizers": finalizers});
     if let Some(rv) = resource_version {
@@ -208,11 +224,15 @@ async fn install_builtins(ctx: &Context) {
                 {"name": "EXCLUDED_NAMESPACES", "value": format!("kube-system,{own}")}
             ]);
         }
-        let synth = serde_json::json!({
+        let mut synth = serde_json::json!({
             "apiVersion": "enoki.dev/v1alpha1", "kind": "Synthesizer",
             "metadata": {"name": name, "labels": {"enoki.dev/builtin": "true"}},
             "spec": spec,
         });
+        if let Some(f) = builtins::instance_finalizer(name) {
+            synth["metadata"]["annotations"] =
+                serde_json::json!({crds::names::INSTANCE_FINALIZER_ANNOTATION: f});
+        }
         match api
             .patch(
                 name,

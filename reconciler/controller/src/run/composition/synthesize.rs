@@ -253,6 +253,26 @@ fn controller_env(ctx: &Context, synth: &Synthesizer) -> Vec<(String, String)> {
     }
 }
 
+/// Results tagged `enoki.dev/event-reason` become Events: on the instance in instance mode,
+/// otherwise on the Composition (info → Normal, warning/error → Warning).
+async fn publish_result_events(
+    ctx: &Context,
+    comp: &Composition,
+    instance: Option<&Value>,
+    results: &[crds::SynthesisResult],
+) {
+    use kube::Resource as _;
+    for r in results {
+        let Some(reason) = r.tags.get(crds::names::EVENT_REASON_TAG) else {
+            continue;
+        };
+        let target = instance.map_or_else(|| comp.object_ref(&()), object_ref_of);
+        let warning = r.severity != "info";
+        ctx.event_on(&target, warning, reason, "Synthesize", r.message.clone())
+            .await;
+    }
+}
+
 async fn report_failure(
     ctx: &Context,
     comp: &Composition,
@@ -261,12 +281,20 @@ async fn report_failure(
 ) {
     ctx.event(comp, true, e.reason(), "Synthesize", e.to_string())
         .await;
-    // Instance mode: say it on the object the user applied, too.
+    // Instance mode: say it on the object the user applied, too (with the reason the
+    // synthesizer gave, when it gave one).
     if let Some(me) = instance {
+        let reason = match e {
+            synthesis::SynthesisError::ErrorResult {
+                event_reason: Some(r),
+                ..
+            } => r.as_str(),
+            _ => e.reason(),
+        };
         ctx.event_on(
             &object_ref_of(me),
             true,
-            e.reason(),
+            reason,
             "Synthesize",
             e.to_string(),
         )
@@ -288,6 +316,7 @@ async fn store(
     fp: &str,
 ) -> Result<Outcome, Error> {
     let uid = comp.uid().unwrap_or_default();
+    publish_result_events(ctx, comp, instance, &out.results).await;
     let kept = out.clone();
     let (items, write_back) = split_write_back(out.items, instance);
     let had_resources = match &st.current_synthesis {
