@@ -39,7 +39,9 @@ fn items(i: usize, round: usize) -> Value {
     )
 }
 
-/// Compositions with a condition that is False for a reason other than waiting.
+/// Compositions with an error condition: `Synthesized` or `Reconciled` False (positive
+/// polarity), or kstatus `Stalled` True. (`Reconciling`/`Stalled` False is the normal state;
+/// `Ready` False while a change rolls out is progress, not an error.)
 async fn errors(env: &TestEnv) -> Vec<String> {
     let api: Api<crds::Composition> = env.api();
     api.list(&ListParams::default())
@@ -52,8 +54,10 @@ async fn errors(env: &TestEnv) -> Vec<String> {
             c.status
                 .iter()
                 .flat_map(|s| s.conditions.clone())
-                .filter(|x| {
-                    x.status == "False" && x.type_ != "Ready" && !x.reason.contains("Progress")
+                .filter(|x| match x.type_.as_str() {
+                    "Synthesized" | "Reconciled" => x.status == "False",
+                    "Stalled" => x.status == "True",
+                    _ => false,
                 })
                 .map(move |x| format!("{name}: {} {} {}", x.type_, x.reason, x.message))
         })
@@ -119,7 +123,12 @@ fn main() {
         let mut seen_errors = std::collections::BTreeSet::new();
         let started = Instant::now();
         let mut round = 0;
+        // RSS every five minutes of churn: warm-up versus growth.
+        let mut samples = vec![start_rss];
         while started.elapsed() < Duration::from_secs(minutes * 60) {
+            if started.elapsed() >= Duration::from_secs(300 * samples.len() as u64) {
+                samples.push(rss_mib(enoki.pid()));
+            }
             round += 1;
             // Every 3 s, a tenth of the inputs change.
             for i in (0..COMPOSITIONS).filter(|i| i % 10 == round % 10) {
@@ -152,6 +161,8 @@ fn main() {
         println!("| figure | start | end |");
         println!("| --- | --- | --- |");
         println!("| enoki RSS | {start_rss:.0} MiB | {end_rss:.0} MiB |");
+        let series: Vec<String> = samples.iter().map(|r| format!("{r:.0}")).collect();
+        println!("| enoki RSS every 5 min of churn (MiB) | {} | {end_rss:.0} |", series.join(" → "));
         println!("| kinds watched | {start_kinds:.0} | {end_kinds:.0} |");
         println!("| watch requests by enoki in the last minute | {start_watches} | {end_watches} |");
         println!("| input changes | — | {} rounds |", round);

@@ -143,6 +143,7 @@ fn domain(spec: &Value, name: &str) -> String {
 }
 
 /// The replica's resources after `resource_shape` (upstream `ShapeToReplicaResourceRequirement`).
+#[derive(Debug)]
 struct Replica {
     cpu: f64,
     memory_mib: i64,
@@ -688,5 +689,34 @@ mod tests {
         assert_eq!(next_state("Updating", Some(&d(0, 0)), false), "Not Ready");
         assert_eq!(next_state("Not Ready", Some(&d(1, 1)), false), "Running");
         assert_eq!(next_state("Running", Some(&d(1, 1)), true), "Deleting");
+    }
+
+    #[test]
+    fn shapes_are_upstreams_and_unknown_shapes_or_fractional_gpus_are_refused() {
+        let invalid = |m: String| Error::Other(m);
+        let r = replica(&json!({"resource_shape": "cpu.small"}), &invalid).unwrap();
+        assert_eq!(
+            (r.cpu, r.memory_mib, r.storage_gib, r.shape.as_str()),
+            (1.0, 4096, 16, "cpu.small")
+        );
+        let r = replica(&json!({"resource_shape": "ac1.a10"}), &invalid).unwrap();
+        assert_eq!(
+            (r.accelerator_type.as_str(), r.accelerator_num),
+            ("NVIDIA-A10G", 1)
+        );
+        let e = replica(&json!({"resource_shape": "gp9.huge"}), &invalid).unwrap_err();
+        assert!(e.to_string().contains("resource_shape \"gp9.huge\""), "{e}");
+        let e = replica(
+            &json!({"accelerator_num": 0.5, "accelerator_type": "T4"}),
+            &invalid,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("accelerator_num 0.5"), "{e}");
+        let r = replica(&json!({"cpu": 2.5, "memory": 1000}), &invalid).unwrap();
+        assert_eq!(r.threads(), "3");
+        assert_eq!(
+            r.resources(),
+            json!({"requests": {"cpu": "2250m", "memory": "900Mi"}, "limits": {"cpu": "2500m", "memory": "1000Mi"}})
+        );
     }
 }

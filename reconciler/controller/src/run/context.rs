@@ -86,6 +86,8 @@ pub struct Context {
     pub(crate) watches: Arc<Watches>,
     pub(crate) metrics: metrics::Metrics,
     pub(crate) recorder: kube::runtime::events::Recorder,
+    /// Who publishes the Events (`reportingController`/`reportingInstance`).
+    reporter: kube::runtime::events::Reporter,
     /// When this process last started a deferred synthesis (the global rollout cooldown).
     rollout_last: Mutex<Option<std::time::SystemTime>>,
     /// Every Composition enoki reconciles (the controller's own cache).
@@ -117,7 +119,7 @@ pub(crate) struct Parts {
     pub opts: Options,
     pub watches: Arc<Watches>,
     pub metrics: metrics::Metrics,
-    pub recorder: kube::runtime::events::Recorder,
+    pub reporter: kube::runtime::events::Reporter,
     pub compositions: Store<Composition>,
     pub slices: Store<ResourceSlice>,
     pub slots: Arc<super::sandbox::Slots>,
@@ -146,6 +148,8 @@ impl Parts {
 impl Context {
     pub(crate) fn new(p: Parts) -> Context {
         let plan_cache = p.opts.plan_cache_resources;
+        let recorder =
+            kube::runtime::events::Recorder::new(p.management.client.clone(), p.reporter.clone());
         Context {
             client: p.management.client.clone(),
             management: p.management,
@@ -155,7 +159,8 @@ impl Context {
             modules: Mutex::new(HashMap::new()),
             watches: p.watches,
             metrics: p.metrics,
-            recorder: p.recorder,
+            recorder,
+            reporter: p.reporter,
             rollout_last: Mutex::new(None),
             compositions: p.compositions,
             slices: p.slices,
@@ -342,6 +347,35 @@ impl Context {
         use kube::Resource;
         self.event_on(&comp.object_ref(&()), warning, reason, action, note)
             .await;
+    }
+
+    /// Publishes a new Kubernetes Event on `object`, never folded into an earlier Event with
+    /// the same reason (the shared recorder counts repeats into a series and keeps the first
+    /// note: right for a failure that repeats, wrong for a synthesizer's events whose notes
+    /// differ, e.g. one `NamespaceAdded` per namespace).
+    pub(crate) async fn event_distinct(
+        &self,
+        object: &k8s_openapi::api::core::v1::ObjectReference,
+        warning: bool,
+        reason: &str,
+        note: String,
+    ) {
+        use kube::runtime::events::{Event, EventType, Recorder};
+        let ev = Event {
+            type_: if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: reason.to_string(),
+            note: Some(note.chars().take(1000).collect()),
+            action: "Synthesize".to_string(),
+            secondary: None,
+        };
+        let recorder = Recorder::new(self.client.clone(), self.reporter.clone());
+        if let Err(e) = recorder.publish(&ev, object).await {
+            tracing::debug!(error = %e, "cannot publish event");
+        }
     }
 
     /// Publishes a Kubernetes Event on any object (best effort: failures are logged).

@@ -68,13 +68,10 @@ fn cli_context(
     let host = Arc::new(wasm_host::Host::new(opts.module_cache_dir.as_deref())?);
     let mut registry = prometheus_client::registry::Registry::default();
     let (sender, _) = tokio::sync::mpsc::unbounded_channel();
-    let recorder = kube::runtime::events::Recorder::new(
-        client.clone(),
-        kube::runtime::events::Reporter {
-            controller: "enoki-diff".into(),
-            instance: None,
-        },
-    );
+    let reporter = kube::runtime::events::Reporter {
+        controller: "enoki-diff".into(),
+        instance: None,
+    };
     let (synthesis_slots, memory_budget) = Parts::limits(&opts);
     Ok(Context::new(Parts {
         synthesis_slots,
@@ -85,7 +82,7 @@ fn cli_context(
         target,
         host,
         metrics: super::metrics::Metrics::register(&mut registry),
-        recorder,
+        reporter,
         compositions: reflector::store::<Composition>().0,
         slices: reflector::store::<ResourceSlice>().0,
         slots: super::sandbox::Slots::new(opts.max_concurrent_syntheses),

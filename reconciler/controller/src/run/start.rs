@@ -345,13 +345,10 @@ async fn run_shard(
     let changes = futures::stream::unfold(receiver, |mut rx| async move {
         rx.recv().await.map(|r| (r, rx))
     });
-    let recorder = kube::runtime::events::Recorder::new(
-        client.clone(),
-        kube::runtime::events::Reporter {
-            controller: "enoki".into(),
-            instance: Some(shared.identity.clone()),
-        },
-    );
+    let reporter = kube::runtime::events::Reporter {
+        controller: "enoki".into(),
+        instance: Some(shared.identity.clone()),
+    };
     let (comp_reader, comp_stream, slice_reader, slice_stream) =
         caches(&client, &shared.opts, shard);
     let concurrency = u16::try_from(shared.opts.concurrency.max(1)).unwrap_or(u16::MAX);
@@ -362,7 +359,7 @@ async fn run_shard(
         opts: shared.opts.clone(),
         watches,
         metrics: shared.metrics.clone(),
-        recorder,
+        reporter,
         compositions: comp_reader.clone(),
         slices: slice_reader,
         slots: shared.slots.clone(),

@@ -268,7 +268,7 @@ async fn publish_result_events(
         };
         let target = instance.map_or_else(|| comp.object_ref(&()), object_ref_of);
         let warning = r.severity != "info";
-        ctx.event_on(&target, warning, reason, "Synthesize", r.message.clone())
+        ctx.event_distinct(&target, warning, reason, r.message.clone())
             .await;
     }
 }
