@@ -94,6 +94,20 @@ impl LabelSelector {
                         ));
                     }
                 };
+                // As Kubernetes' labels.NewRequirement.
+                match (&operator, values.is_empty()) {
+                    (Operator::In | Operator::NotIn, true) => {
+                        return Err(format!(
+                            "matchExpressions[{i}].values must not be empty for In and NotIn"
+                        ));
+                    }
+                    (Operator::Exists | Operator::DoesNotExist, false) => {
+                        return Err(format!(
+                            "matchExpressions[{i}].values must be empty for Exists and DoesNotExist"
+                        ));
+                    }
+                    _ => {}
+                }
                 requirements.push(Requirement {
                     key: key.to_string(),
                     operator,

@@ -571,3 +571,47 @@ pub fn synthesize(input: &Input) -> Result<Output, Error> {
     }));
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn input_with(spec: &Value) -> Input {
+        serde_json::from_value(json!({
+            "apiVersion": "config.kubernetes.io/v1", "kind": "ResourceList",
+            "functionConfig": {"composition": {"name": "c", "namespace": "n", "generation": 1,
+                "labels": {}, "annotations": {}}, "env": {}},
+            "items": [
+                {"apiVersion": "quota.powerapp.cloud/v1alpha1", "kind": "ClusterResourceQuota",
+                 "metadata": {"name": "q", "annotations": {"enoki.dev/input-key": "self"}}, "spec": spec},
+                {"apiVersion": "v1", "kind": "Namespace",
+                 "metadata": {"name": "a", "labels": {"x": "1"}, "annotations": {"enoki.dev/input-key": "namespaces"}}},
+            ],
+        }))
+        .unwrap()
+    }
+
+    /// Upstream's InvalidSelector / InvalidScopeSelector: a Warning Event and no status write.
+    #[test]
+    fn invalid_selectors_fail_with_upstreams_event_reasons() {
+        for (spec, reason) in [
+            (
+                json!({"namespaceSelector": {"matchExpressions": [{"key": "x", "operator": "In"}]}}),
+                "InvalidSelector",
+            ),
+            (
+                json!({"namespaceSelector": {}, "scopes": ["Sometimes"]}),
+                "InvalidScopeSelector",
+            ),
+        ] {
+            let out = synthesize(&input_with(&spec)).unwrap();
+            assert!(out.items.is_empty(), "no status is written");
+            let r = &out.results[0];
+            assert_eq!(r.severity, enoki_sdk::Severity::Error);
+            assert_eq!(
+                r.tags.get(enoki_sdk::resource_list::EVENT_REASON_TAG).map(String::as_str),
+                Some(reason)
+            );
+        }
+    }
+}
