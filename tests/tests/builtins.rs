@@ -313,18 +313,22 @@ async fn lepton_builds_every_resource_walks_the_state_machine_reverts_edits_and_
     )
     .await
     .unwrap();
-    eventually("mount 1's PVC and PV to go", WAIT, || async {
-        (pvcs
-            .get_opt(&format!("pvc-{ns}-llama-1"))
-            .await
-            .unwrap()
-            .is_none()
-            && pvs
-                .get_opt(&format!("pv-{ns}.llama-1"))
+    let mount_gone = |i: usize| {
+        let (pvcs, pvs, ns) = (pvcs.clone(), pvs.clone(), ns.clone());
+        async move {
+            pvcs.get_opt(&format!("pvc-{ns}-llama-{i}"))
                 .await
                 .unwrap()
-                .is_none())
-        .then_some(())
+                .is_none()
+                && pvs
+                    .get_opt(&format!("pv-{ns}.llama-{i}"))
+                    .await
+                    .unwrap()
+                    .is_none()
+        }
+    };
+    eventually("mount 1's PVC and PV to go", WAIT, || async {
+        mount_gone(1).await.then_some(())
     })
     .await;
     assert!(
@@ -360,17 +364,8 @@ async fn lepton_builds_every_resource_walks_the_state_machine_reverts_edits_and_
                     .await
                     .unwrap()
                     .is_none()
-                && pvcs
-                    .get_opt(&format!("pvc-{ns}-llama-0"))
-                    .await
-                    .unwrap()
-                    .is_none()
-                && pvs
-                    .get_opt(&format!("pv-{ns}.llama-0"))
-                    .await
-                    .unwrap()
-                    .is_none())
-            .then_some(())
+                && mount_gone(0).await)
+                .then_some(())
         },
     )
     .await;

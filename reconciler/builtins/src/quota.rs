@@ -609,7 +609,9 @@ mod tests {
             let r = &out.results[0];
             assert_eq!(r.severity, enoki_sdk::Severity::Error);
             assert_eq!(
-                r.tags.get(enoki_sdk::resource_list::EVENT_REASON_TAG).map(String::as_str),
+                r.tags
+                    .get(enoki_sdk::resource_list::EVENT_REASON_TAG)
+                    .map(String::as_str),
                 Some(reason)
             );
         }

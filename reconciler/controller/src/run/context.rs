@@ -360,19 +360,9 @@ impl Context {
         reason: &str,
         note: String,
     ) {
-        use kube::runtime::events::{Event, EventType, Recorder};
-        let ev = Event {
-            type_: if warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: reason.to_string(),
-            note: Some(note.chars().take(1000).collect()),
-            action: "Synthesize".to_string(),
-            secondary: None,
-        };
-        let recorder = Recorder::new(self.client.clone(), self.reporter.clone());
+        let ev = event(warning, reason, "Synthesize", &note);
+        let recorder =
+            kube::runtime::events::Recorder::new(self.client.clone(), self.reporter.clone());
         if let Err(e) = recorder.publish(&ev, object).await {
             tracing::debug!(error = %e, "cannot publish event");
         }
@@ -387,21 +377,26 @@ impl Context {
         action: &str,
         note: String,
     ) {
-        use kube::runtime::events::{Event, EventType};
-        let ev = Event {
-            type_: if warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: reason.to_string(),
-            note: Some(note.chars().take(1000).collect()),
-            action: action.to_string(),
-            secondary: None,
-        };
+        let ev = event(warning, reason, action, &note);
         if let Err(e) = self.recorder.publish(&ev, object).await {
             tracing::debug!(error = %e, "cannot publish event");
         }
+    }
+}
+
+/// An Event (the note cut to 1000 characters).
+fn event(warning: bool, reason: &str, action: &str, note: &str) -> kube::runtime::events::Event {
+    use kube::runtime::events::{Event, EventType};
+    Event {
+        type_: if warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        },
+        reason: reason.to_string(),
+        note: Some(note.chars().take(1000).collect()),
+        action: action.to_string(),
+        secondary: None,
     }
 }
 
