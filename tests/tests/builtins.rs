@@ -88,11 +88,23 @@ async fn lepton_builds_every_resource_walks_the_state_machine_reverts_edits_and_
         .unwrap();
     let enoki = Enoki::start_with(&ns, &["--lepton-persistent-volumes"]);
 
-    let deployments: Api<Deployment> = env.api();
-    let services: Api<Service> = env.api();
-    let ingresses: Api<Ingress> = env.api();
-    let pvcs: Api<PersistentVolumeClaim> = env.api();
-    let pvs: Api<PersistentVolume> = Api::all(env.client.clone());
+    let l = Lepton {
+        lds: lds.clone(),
+        deployments: env.api(),
+        services: env.api(),
+        ingresses: env.api(),
+        pvcs: env.api(),
+        pvs: Api::all(env.client.clone()),
+        ns: ns.clone(),
+    };
+    let Lepton {
+        deployments,
+        services,
+        ingresses,
+        pvcs,
+        pvs,
+        ..
+    } = &l;
     eventually("every Lepton resource", WAIT, || async {
         deployments.get_opt("llama").await.unwrap()?;
         services.get_opt("llama-service").await.unwrap()?;
@@ -107,6 +119,33 @@ async fn lepton_builds_every_resource_walks_the_state_machine_reverts_edits_and_
         Some(())
     })
     .await;
+    lepton_pod_and_ingresses(&l).await;
+    lepton_state_machine(&l).await;
+    lepton_edits_and_mounts(&l, ld).await;
+    lepton_deletion(&l).await;
+    assert!(enoki.logs().contains("instance mode: watching"));
+}
+
+/// The Lepton test's handles.
+struct Lepton {
+    lds: Api<DynamicObject>,
+    deployments: Api<Deployment>,
+    services: Api<Service>,
+    ingresses: Api<Ingress>,
+    pvcs: Api<PersistentVolumeClaim>,
+    pvs: Api<PersistentVolume>,
+    ns: String,
+}
+
+/// Upstream's pod (command, probes, env, requests), Ingress conditions, endpoint, finalizer.
+async fn lepton_pod_and_ingresses(l: &Lepton) {
+    let Lepton {
+        deployments,
+        ingresses,
+        pvcs,
+        ns,
+        ..
+    } = l;
     let d = deployments.get("llama").await.unwrap();
     let spec = d.spec.clone().unwrap();
     assert_eq!(spec.replicas, Some(2));
@@ -208,10 +247,19 @@ async fn lepton_builds_every_resource_walks_the_state_machine_reverts_edits_and_
         pvc.spec.unwrap().volume_name,
         Some(format!("pv-{ns}.llama-1"))
     );
+}
 
+/// The state machine, driven by the Deployment's status (sticky Starting).
+async fn lepton_state_machine(l: &Lepton) {
+    let Lepton {
+        lds,
+        deployments,
+        ns,
+        ..
+    } = l;
     // The state machine, driven by the Deployment's status.
     let state = || async {
-        status_of(&lds, "llama").await["state"]
+        status_of(lds, "llama").await["state"]
             .as_str()
             .map(String::from)
     };
@@ -219,7 +267,7 @@ async fn lepton_builds_every_resource_walks_the_state_machine_reverts_edits_and_
         (state().await.as_deref() == Some("Starting")).then_some(())
     })
     .await;
-    let endpoint = status_of(&lds, "llama").await["endpoint"].clone();
+    let endpoint = status_of(lds, "llama").await["endpoint"].clone();
     assert_eq!(
         endpoint["internal_endpoint"],
         format!("llama-service.{ns}.svc.cluster.local:8080")
@@ -271,7 +319,19 @@ async fn lepton_builds_every_resource_walks_the_state_machine_reverts_edits_and_
         })
         .await;
     }
+}
 
+/// A hand edit is reverted; dropping a mount prunes its PVC and PV (no leak).
+async fn lepton_edits_and_mounts(l: &Lepton, ld: impl Fn(Value) -> Value) {
+    let Lepton {
+        lds,
+        deployments,
+        pvcs,
+        pvs,
+        ns,
+        ..
+    } = l;
+    let pp = PatchParams::apply("test").force();
     // A by-hand edit of the image is reverted within seconds.
     deployments
         .patch(
@@ -337,7 +397,33 @@ async fn lepton_builds_every_resource_walks_the_state_machine_reverts_edits_and_
             .unwrap()
             .is_some()
     );
+}
 
+/// Deletion: `state: Deleting` by one last synthesis, outputs gone, then the finalizer released.
+async fn lepton_deletion(l: &Lepton) {
+    let Lepton {
+        lds,
+        deployments,
+        services,
+        ingresses,
+        pvcs,
+        pvs,
+        ns,
+    } = l;
+    let mount_gone = |i: usize| {
+        let (pvcs, pvs, ns) = (pvcs.clone(), pvs.clone(), ns.clone());
+        async move {
+            pvcs.get_opt(&format!("pvc-{ns}-llama-{i}"))
+                .await
+                .unwrap()
+                .is_none()
+                && pvs
+                    .get_opt(&format!("pv-{ns}.llama-{i}"))
+                    .await
+                    .unwrap()
+                    .is_none()
+        }
+    };
     // Deleting the LeptonDeployment: one last synthesis writes `state: Deleting` and clears the
     // external endpoint, everything goes (PVs included), then `lepton.ai/deletion` is
     // released. A finalizer of the test's own keeps the object around to look at.
@@ -369,7 +455,7 @@ async fn lepton_builds_every_resource_walks_the_state_machine_reverts_edits_and_
         },
     )
     .await;
-    let status = status_of(&lds, "llama").await;
+    let status = status_of(lds, "llama").await;
     assert_eq!(status["state"], "Deleting", "{status}");
     assert_eq!(status["endpoint"]["external_endpoint"], "", "{status}");
     lds.patch(
@@ -383,7 +469,6 @@ async fn lepton_builds_every_resource_walks_the_state_machine_reverts_edits_and_
         lds.get_opt("llama").await.unwrap().is_none().then_some(())
     })
     .await;
-    assert!(enoki.logs().contains("instance mode: watching"));
 }
 
 // ------------------------------------------------------------------ Trustee
@@ -486,6 +571,18 @@ async fn trustee_permissive_builds_the_kbs_config_keeps_user_fields_mirrors_read
             .unwrap_or_default(),
         Vec::<String>::new()
     );
+    trustee_hand_edits(&env, &kbs, &toml, &enoki).await;
+    assert_eq!(public_key().await, key, "the auth keypair is stable");
+
+    trustee_readiness(&tcs, &kbs).await;
+    trustee_deleted_while_enoki_is_down(&env, enoki, &tcs, &kbs, &config_maps).await;
+}
+
+/// Hand edits: the KBS TOML is kept (Permissive renders no TLS lines); replicas and an extra
+/// env var survive; a managed field is restored.
+async fn trustee_hand_edits(env: &TestEnv, kbs: &Api<DynamicObject>, toml: &str, enoki: &Enoki) {
+    let cms: Api<ConfigMap> = env.api();
+    let spec = |o: DynamicObject| o.data["spec"].clone();
     // The KBS TOML edited by hand (upstream keeps everything but the TLS lines; Permissive
     // renders none, so the edit stays as it is).
     let edited = toml.replace("worker_count = 4", "worker_count = 12");
@@ -533,12 +630,14 @@ async fn trustee_permissive_builds_the_kbs_config_keeps_user_fields_mirrors_read
     );
     assert_eq!(k["KbsEnvVars"]["EXTRA"], "1", "{k}");
     assert_eq!(k["KbsEnvVars"]["RUST_LOG"], "debug", "{k}");
-    assert_eq!(public_key().await, key, "the auth keypair is stable");
     let toml_now = cms.get("tc-kbs-config").await.unwrap().data.unwrap()["kbs-config.toml"].clone();
     assert_eq!(toml_now, edited, "the hand-edited KBS TOML is kept");
+}
 
+/// `isReady` mirrors the KbsConfig's.
+async fn trustee_readiness(tcs: &Api<DynamicObject>, kbs: &Api<DynamicObject>) {
     // Readiness mirrors the KbsConfig.
-    let tc_status = || async { status_of(&tcs, "tc").await };
+    let tc_status = || async { status_of(tcs, "tc").await };
     eventually("isReady false at first", WAIT, || async {
         (tc_status().await["isReady"] == false).then_some(())
     })
@@ -559,7 +658,18 @@ async fn trustee_permissive_builds_the_kbs_config_keeps_user_fields_mirrors_read
             .then_some(())
     })
     .await;
+}
 
+/// Deleting the TrusteeConfig while enoki is down: no finalizer holds it.
+async fn trustee_deleted_while_enoki_is_down(
+    env: &TestEnv,
+    enoki: Enoki,
+    tcs: &Api<DynamicObject>,
+    kbs: &Api<DynamicObject>,
+    config_maps: &[&str],
+) {
+    let cms: Api<ConfigMap> = env.api();
+    let secrets: Api<Secret> = env.api();
     // Deleting the TrusteeConfig while enoki is down: it goes at once (no finalizer), and
     // garbage collection removes what it owns (owner references, as upstream relies on).
     drop(enoki);
@@ -574,7 +684,7 @@ async fn trustee_permissive_builds_the_kbs_config_keeps_user_fields_mirrors_read
         if kbs.get_opt("tc-kbs-config").await.unwrap().is_some() {
             return None;
         }
-        for c in config_maps {
+        for c in config_maps.iter().copied() {
             if cms.get_opt(c).await.unwrap().is_some() {
                 return None;
             }
@@ -707,6 +817,32 @@ async fn trustee_restricted_with_https_secrets_and_a_missing_tls_secret_is_a_cle
         .clone();
     assert!(policy.contains("default allow = false"), "{policy}");
 
+    trustee_tls_change_keeps_hand_edits(&env, &tcs, &kbs, &toml, &restricted_spec).await;
+    trustee_missing_tls_secret(&env, &kbs).await;
+}
+
+/// A hand edit of the KBS TOML survives a TLS change; unset HTTPS keeps the copied Secrets.
+async fn trustee_tls_change_keeps_hand_edits(
+    env: &TestEnv,
+    tcs: &Api<DynamicObject>,
+    kbs: &Api<DynamicObject>,
+    toml: &str,
+    restricted_spec: &Value,
+) {
+    let cms: Api<ConfigMap> = env.api();
+    let secrets: Api<Secret> = env.api();
+    let pp = PatchParams::apply("test").force();
+    let data = |name: &'static str, key: &'static str| {
+        let secrets = secrets.clone();
+        async move {
+            String::from_utf8(
+                secrets.get(name).await.unwrap().data.unwrap()[key]
+                    .0
+                    .clone(),
+            )
+            .unwrap()
+        }
+    };
     // A hand edit of the KBS TOML survives a TLS change, which rewrites only the TLS lines;
     // unsetting httpsSpec keeps the copied Secrets (upstream deletes them only with the
     // TrusteeConfig).
@@ -750,7 +886,11 @@ async fn trustee_restricted_with_https_secrets_and_a_missing_tls_secret_is_a_cle
         "kbs-https-key",
         "copied Secrets stay until the TrusteeConfig is deleted"
     );
+}
 
+/// A missing TLS Secret: an error naming the field and the Secret, nothing written.
+async fn trustee_missing_tls_secret(env: &TestEnv, kbs: &Api<DynamicObject>) {
+    let cms: Api<ConfigMap> = env.api();
     // The missing TLS secret: a synthesis error naming the field and the Secret; nothing written.
     let comps: Api<crds::Composition> = env.api();
     let message = eventually("the error on the implicit Composition", WAIT, || async {
@@ -840,64 +980,9 @@ async fn quota_aggregates_usage_over_selected_namespaces_and_follows_changes() {
         json!({"quota-team": t, "pac-quota-controller.powerapp.cloud/exclude": "true"}),
     )
     .await;
+    quota_workloads(&env, &a, &b, &x).await;
     let c = &env.client;
-    pod(c, &a, "web", json!({"containers": [container("app", "500m", "256Mi"), container("sidecar", "100m", "64Mi")]})).await;
-    pod(
-        c,
-        &a,
-        "batch",
-        json!({"containers": [container("app", "1", "1Gi")]}),
-    )
-    .await;
-    pod(
-        c,
-        &b,
-        "api",
-        json!({"containers": [container("app", "250m", "128Mi")]}),
-    )
-    .await;
-    pod(
-        c,
-        &x,
-        "ignored",
-        json!({"containers": [container("app", "8", "8Gi")]}),
-    )
-    .await;
-    // Init containers and overhead (from a RuntimeClass): overhead + max(sum app, max init).
     let rcs: Api<k8s_openapi::api::node::v1::RuntimeClass> = Api::all(c.clone());
-    rcs.create(
-        &PostParams::default(),
-        &serde_json::from_value(json!({"metadata": {"name": t},
-        "handler": "runc", "overhead": {"podFixed": {"cpu": "100m", "memory": "32Mi"}}}))
-        .unwrap(),
-    )
-    .await
-    .unwrap();
-    pod(
-        c,
-        &b,
-        "migrating",
-        json!({"runtimeClassName": t,
-        "initContainers": [container("migrate", "2", "1Gi")],
-        "containers": [container("app", "250m", "128Mi")]}),
-    )
-    .await;
-    for (ns, name, ty) in [
-        (&a, "s1", "ClusterIP"),
-        (&a, "s2", "NodePort"),
-        (&b, "s3", "ClusterIP"),
-        (&x, "s4", "NodePort"),
-    ] {
-        let svcs: Api<Service> = Api::namespaced(c.clone(), ns);
-        svcs.create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": name},
-            "spec": {"type": ty, "ports": [{"port": 80}]}}))
-            .unwrap(),
-        )
-        .await
-        .unwrap();
-    }
     let crqs = dynamic(
         &env,
         "quota.powerapp.cloud",
@@ -947,70 +1032,7 @@ async fn quota_aggregates_usage_over_selected_namespaces_and_follows_changes() {
         "0"
     );
 
-    // A pod change that does not affect usage does not re-synthesize.
-    let synthesized = |logs: &str| logs.matches("input \"pods\" changed").count();
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let before = synthesized(&enoki.logs());
-    let pods_a: Api<Pod> = Api::namespaced(c.clone(), &a);
-    pods_a
-        .patch_status(
-            "web",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"conditions": [
-            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}})),
-        )
-        .await
-        .unwrap();
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(
-        synthesized(&enoki.logs()),
-        before,
-        "an irrelevant pod change re-synthesized"
-    );
-
-    // Marking a pod Succeeded and deleting another lower the usage.
-    pods_a
-        .patch_status(
-            "batch",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"phase": "Succeeded"}})),
-        )
-        .await
-        .unwrap();
-    let pods_b: Api<Pod> = Api::namespaced(c.clone(), &b);
-    pods_b
-        .delete(
-            "api",
-            &DeleteParams {
-                grace_period_seconds: Some(0),
-                ..DeleteParams::default()
-            },
-        )
-        .await
-        .unwrap();
-    eventually("usage to drop", WAIT, || async {
-        let u = used(&status().await);
-        (u["pods"] == "2" && u["requests.cpu"] == "2700m").then_some(())
-    })
-    .await;
-
-    // Relabelling a namespace moves its usage out.
-    let nss: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(c.clone());
-    nss.patch(
-        &b,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"metadata": {"labels": {"quota-team": null}}})),
-    )
-    .await
-    .unwrap();
-    eventually("b's usage to leave", WAIT, || async {
-        let st = status().await;
-        (st["namespaces"].as_array().map(Vec::len) == Some(1)
-            && used(&st)["requests.cpu"] == "600m")
-            .then_some(())
-    })
-    .await;
-
+    quota_follows_changes(&env, &enoki, &crqs, &a, &b).await;
     // Upstream's Events on the quota, and its usage gauges on enoki's /metrics.
     for (reason, ns) in [
         ("NamespaceAdded", &a),
@@ -1044,9 +1066,151 @@ async fn quota_aggregates_usage_over_selected_namespaces_and_follows_changes() {
     })
     .await;
     let _ = rcs.delete(&t, &DeleteParams::default()).await;
+    let nss: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(c.clone());
     for n in [&a, &b, &x] {
         let _ = nss.delete(n, &DeleteParams::default()).await;
     }
+}
+
+/// Pods (with init containers and RuntimeClass overhead) and Services in `a`, `b` and the
+/// excluded `x`.
+async fn quota_workloads(env: &TestEnv, a: &str, b: &str, x: &str) {
+    let t = &env.namespace;
+    let c = &env.client;
+    pod(c, a, "web", json!({"containers": [container("app", "500m", "256Mi"), container("sidecar", "100m", "64Mi")]})).await;
+    pod(
+        c,
+        a,
+        "batch",
+        json!({"containers": [container("app", "1", "1Gi")]}),
+    )
+    .await;
+    pod(
+        c,
+        b,
+        "api",
+        json!({"containers": [container("app", "250m", "128Mi")]}),
+    )
+    .await;
+    pod(
+        c,
+        x,
+        "ignored",
+        json!({"containers": [container("app", "8", "8Gi")]}),
+    )
+    .await;
+    // Init containers and overhead (from a RuntimeClass): overhead + max(sum app, max init).
+    let rcs: Api<k8s_openapi::api::node::v1::RuntimeClass> = Api::all(c.clone());
+    rcs.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": t},
+        "handler": "runc", "overhead": {"podFixed": {"cpu": "100m", "memory": "32Mi"}}}))
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    pod(
+        c,
+        b,
+        "migrating",
+        json!({"runtimeClassName": t,
+        "initContainers": [container("migrate", "2", "1Gi")],
+        "containers": [container("app", "250m", "128Mi")]}),
+    )
+    .await;
+    for (ns, name, ty) in [
+        (a, "s1", "ClusterIP"),
+        (a, "s2", "NodePort"),
+        (b, "s3", "ClusterIP"),
+        (x, "s4", "NodePort"),
+    ] {
+        let svcs: Api<Service> = Api::namespaced(c.clone(), ns);
+        svcs.create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": name},
+            "spec": {"type": ty, "ports": [{"port": 80}]}}))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    }
+}
+
+/// Irrelevant pod changes do not re-synthesize; finished and deleted pods and a relabelled
+/// namespace lower the usage.
+async fn quota_follows_changes(
+    env: &TestEnv,
+    enoki: &Enoki,
+    crqs: &Api<DynamicObject>,
+    a: &str,
+    b: &str,
+) {
+    let (t, c) = (&env.namespace, &env.client);
+    let used = |st: &Value| st["total"]["used"].clone();
+    let status = || async { status_of(crqs, t).await };
+    // A pod change that does not affect usage does not re-synthesize.
+    let synthesized = |logs: &str| logs.matches("input \"pods\" changed").count();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = synthesized(&enoki.logs());
+    let pods_a: Api<Pod> = Api::namespaced(c.clone(), a);
+    pods_a
+        .patch_status(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}})),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        synthesized(&enoki.logs()),
+        before,
+        "an irrelevant pod change re-synthesized"
+    );
+
+    // Marking a pod Succeeded and deleting another lower the usage.
+    pods_a
+        .patch_status(
+            "batch",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": "Succeeded"}})),
+        )
+        .await
+        .unwrap();
+    let pods_b: Api<Pod> = Api::namespaced(c.clone(), b);
+    pods_b
+        .delete(
+            "api",
+            &DeleteParams {
+                grace_period_seconds: Some(0),
+                ..DeleteParams::default()
+            },
+        )
+        .await
+        .unwrap();
+    eventually("usage to drop", WAIT, || async {
+        let u = used(&status().await);
+        (u["pods"] == "2" && u["requests.cpu"] == "2700m").then_some(())
+    })
+    .await;
+
+    // Relabelling a namespace moves its usage out.
+    let nss: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(c.clone());
+    nss.patch(
+        b,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"quota-team": null}}})),
+    )
+    .await
+    .unwrap();
+    eventually("b's usage to leave", WAIT, || async {
+        let st = status().await;
+        (st["namespaces"].as_array().map(Vec::len) == Some(1)
+            && used(&st)["requests.cpu"] == "600m")
+            .then_some(())
+    })
+    .await;
 }
 
 /// An Event on `kind/name` with `reason` whose note contains `note`.
