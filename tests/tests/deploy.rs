@@ -218,46 +218,7 @@ fn helm_chart_matches_kustomize() {
     assert!(!rendered.contains("trusteeconfigs.confidentialcontainers.org"));
     assert!(rendered.contains("compositions.enoki.dev"));
 
-    // Sharding and a remote target cluster: the flags, and the kubeconfig Secret mounted.
-    let (ok, rendered, err) = helm(&[
-        "template",
-        "enoki",
-        "deploy/helm/enoki",
-        "-n",
-        "enoki-system",
-        "--set",
-        "run.shards=2",
-        "--set",
-        "replicas=3",
-        "--set",
-        "remoteKubeconfig.secretName=workload-cluster",
-    ]);
-    assert!(ok, "{err}");
-    let deployment = objects(&rendered)
-        .remove(&("Deployment".to_string(), "enoki".to_string()))
-        .unwrap();
-    let pod = &deployment["spec"]["template"]["spec"];
-    let args: Vec<&str> = pod["containers"][0]["args"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|a| a.as_str())
-        .collect();
-    assert!(args.contains(&"--shards=2"), "{args:?}");
-    assert!(
-        args.contains(&"--remote-kubeconfig=/etc/enoki/remote/kubeconfig"),
-        "{args:?}"
-    );
-    assert_eq!(deployment["spec"]["replicas"], 3);
-    assert_eq!(
-        pod["volumes"][1]["secret"]["secretName"],
-        "workload-cluster"
-    );
-    let (ok, out) = kubectl(
-        &["apply", "--dry-run=server", "-n", "enoki-system", "-f", "-"],
-        Some(rendered.as_bytes()),
-    );
-    assert!(ok, "server dry run of the sharded, remote chart: {out}");
+    chart_renders_sharding_and_a_remote_target();
 
     // A real install over the objects kustomize created: same names, helm takes them over
     // (and, with server-side apply forced, the fields the kustomize apply's manager held) —
@@ -316,6 +277,49 @@ fn helm_chart_matches_kustomize() {
         "an existing built-in CRD is left as it was (not overwritten, not adopted)"
     );
     assert!(crd_version("compositions.enoki.dev").ends_with(" enoki"));
+}
+
+/// Sharding and a remote target cluster: the flags, and the kubeconfig Secret mounted.
+fn chart_renders_sharding_and_a_remote_target() {
+    let (ok, rendered, err) = helm(&[
+        "template",
+        "enoki",
+        "deploy/helm/enoki",
+        "-n",
+        "enoki-system",
+        "--set",
+        "run.shards=2",
+        "--set",
+        "replicas=3",
+        "--set",
+        "remoteKubeconfig.secretName=workload-cluster",
+    ]);
+    assert!(ok, "{err}");
+    let deployment = objects(&rendered)
+        .remove(&("Deployment".to_string(), "enoki".to_string()))
+        .unwrap();
+    let pod = &deployment["spec"]["template"]["spec"];
+    let args: Vec<&str> = pod["containers"][0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|a| a.as_str())
+        .collect();
+    assert!(args.contains(&"--shards=2"), "{args:?}");
+    assert!(
+        args.contains(&"--remote-kubeconfig=/etc/enoki/remote/kubeconfig"),
+        "{args:?}"
+    );
+    assert_eq!(deployment["spec"]["replicas"], 3);
+    assert_eq!(
+        pod["volumes"][1]["secret"]["secretName"],
+        "workload-cluster"
+    );
+    let (ok, out) = kubectl(
+        &["apply", "--dry-run=server", "-n", "enoki-system", "-f", "-"],
+        Some(rendered.as_bytes()),
+    );
+    assert!(ok, "server dry run of the sharded, remote chart: {out}");
 }
 
 /// `deploy/overlays/upstream-crds` (the `upstream-crds` component): the base without the
