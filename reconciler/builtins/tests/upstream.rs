@@ -298,6 +298,35 @@ fn quota_samples_count_what_pac_quota_controller_counts() {
         "gpu",
     );
 
+    // `requests.hugepages-2Mi` reads the requests of `hugepages-2Mi`; `hugepages-2Mi` itself
+    // the requests, else the limits (getContainerResourceUsage's default branch).
+    let crq = json!({"apiVersion": "quota.powerapp.cloud/v1alpha1", "kind": "ClusterResourceQuota",
+        "metadata": {"name": "huge"},
+        "spec": {"namespaceSelector": {}, "hard": {"requests.hugepages-2Mi": "1Gi", "hugepages-2Mi": "1Gi"}}});
+    let status = quota_status(
+        crq,
+        vec![
+            ns("h", json!({})),
+            pod(
+                "h",
+                "a",
+                json!({"containers": [{"name": "c", "image": "x",
+            "resources": {"requests": {"hugepages-2Mi": "64Mi"}, "limits": {"hugepages-2Mi": "64Mi"}}}]}),
+            ),
+            pod(
+                "h",
+                "b",
+                json!({"containers": [{"name": "c", "image": "x",
+            "resources": {"limits": {"hugepages-2Mi": "32Mi"}}}]}),
+            ),
+        ],
+    );
+    same(
+        &status["total"]["used"],
+        &json!({"requests.hugepages-2Mi": "64Mi", "hugepages-2Mi": "96Mi"}),
+        "hugepages",
+    );
+
     // test-crq.yaml with no selected namespace: every hard key reported, zero explicit.
     let crq = json!({"apiVersion": "quota.powerapp.cloud/v1alpha1", "kind": "ClusterResourceQuota",
         "metadata": {"name": "test-crq"},
