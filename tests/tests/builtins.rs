@@ -482,6 +482,16 @@ async fn tls_secret(env: &TestEnv, name: &str) {
     secrets.create(&PostParams::default(), &s).await.unwrap();
 }
 
+/// The text of `key` in Secret `name`.
+async fn secret_text(secrets: &Api<Secret>, name: &str, key: &str) -> String {
+    String::from_utf8(
+        secrets.get(name).await.unwrap().data.unwrap()[key]
+            .0
+            .clone(),
+    )
+    .unwrap()
+}
+
 fn trustee_config(name: &str, spec: Value) -> Value {
     json!({"apiVersion": "confidentialcontainers.org/v1alpha1", "kind": "TrusteeConfig",
         "metadata": {"name": name}, "spec": spec})
@@ -766,17 +776,7 @@ async fn trustee_restricted_with_https_secrets_and_a_missing_tls_secret_is_a_cle
         Some(())
     })
     .await;
-    let data = |name: &'static str, key: &'static str| {
-        let secrets = secrets.clone();
-        async move {
-            String::from_utf8(
-                secrets.get(name).await.unwrap().data.unwrap()[key]
-                    .0
-                    .clone(),
-            )
-            .unwrap()
-        }
-    };
+    let data = |name: &'static str, key: &'static str| secret_text(&secrets, name, key);
     assert_eq!(
         data("secure-https-key-secret", "privateKey").await,
         "kbs-https-key"
@@ -832,17 +832,7 @@ async fn trustee_tls_change_keeps_hand_edits(
     let cms: Api<ConfigMap> = env.api();
     let secrets: Api<Secret> = env.api();
     let pp = PatchParams::apply("test").force();
-    let data = |name: &'static str, key: &'static str| {
-        let secrets = secrets.clone();
-        async move {
-            String::from_utf8(
-                secrets.get(name).await.unwrap().data.unwrap()[key]
-                    .0
-                    .clone(),
-            )
-            .unwrap()
-        }
-    };
+    let data = |name: &'static str, key: &'static str| secret_text(&secrets, name, key);
     // A hand edit of the KBS TOML survives a TLS change, which rewrites only the TLS lines;
     // unsetting httpsSpec keeps the copied Secrets (upstream deletes them only with the
     // TrusteeConfig).
