@@ -143,7 +143,8 @@ fn str_at<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {
     v.pointer(pointer).and_then(Value::as_str)
 }
 
-fn quantity_at(v: Option<&Value>) -> Option<Quantity> {
+/// A quantity given as a string or a number.
+pub(crate) fn quantity_at(v: Option<&Value>) -> Option<Quantity> {
     match v? {
         Value::String(s) => Quantity::parse(s).ok(),
         Value::Number(n) => Quantity::parse(&n.to_string()).ok(),

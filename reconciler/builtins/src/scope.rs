@@ -153,12 +153,7 @@ pub fn best_effort(pod: &Value) -> bool {
     let positive = |r: &Value| {
         ["requests", "limits"].iter().any(|section| {
             ["cpu", "memory"].iter().any(|k| {
-                r.pointer(&format!("/{section}/{k}"))
-                    .and_then(|q| match q {
-                        Value::String(s) => crate::quantity::Quantity::parse(s).ok(),
-                        Value::Number(n) => crate::quantity::Quantity::parse(&n.to_string()).ok(),
-                        _ => None,
-                    })
+                crate::quota::quantity_at(r.pointer(&format!("/{section}/{k}")))
                     .is_some_and(|q| q > crate::quantity::Quantity::ZERO)
             })
         })
