@@ -281,7 +281,7 @@ async fn a_cel_cost_bomb_is_a_per_resource_condition_not_a_stalled_controller() 
 
     let msg = eventually("bomb: Ready=False naming the budget", WAIT, || async {
         let (s, _, m) = harness::composition_condition(&env, "bomb", "Ready").await?;
-        (s == "False" && m.contains("exceeds the budget")).then_some(m)
+        (s == "False" && m.contains("exceeds its budget")).then_some(m)
     })
     .await;
     assert!(

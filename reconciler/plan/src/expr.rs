@@ -4,11 +4,17 @@
 //! - at compile time: at most [`MAX_SOURCE_BYTES`] of source, [`MAX_NESTING`] levels of
 //!   expression nesting and [`MAX_COMPREHENSIONS`] macros (`all`, `exists`, `exists_one`,
 //!   `map`, `filter`);
-//! - before each evaluation: an upper bound of its cost, `nodes × (size + 1)^macros` where
-//!   `size` counts the values in the variables (every list element, map entry and scalar),
-//!   must stay within [`EVAL_BUDGET`]. A comprehension can only iterate over data it was
-//!   given or lists it built from that data, so this bounds the work; an expression over the
-//!   budget is an evaluation error (a per-resource condition), never a stalled controller.
+//! - before each evaluation: a size-aware upper bound of its cost ([`cost`]: the bytes every
+//!   node can touch and produce, following paths into the real variables, with `replace`,
+//!   `split`, `join`, `format`, the encoders and comprehensions bounded by the sizes of their
+//!   operands) must stay within [`EVAL_BUDGET`];
+//! - during each evaluation, whatever the estimate said: a runtime guard ([`guard`]) counts
+//!   every call and comprehension iteration and the bytes every call produces, stops the
+//!   evaluation past [`guard::MAX_EVAL_STEPS`] steps or [`guard::MAX_EVAL_BYTES`] bytes, and
+//!   charges the size-multiplying functions before they allocate.
+//!
+//! An expression over either budget is an evaluation error (a per-resource condition naming
+//! the resource and annotation), never an aborted or stalled controller.
 //!
 //! JSON is converted to CEL values by hand so that integers stay `int` (serde's route turns
 //! positive JSON integers into `uint`, and `self.spec.replicas + 1` then fails). Any panic from
@@ -20,9 +26,15 @@ use std::sync::{Arc, LazyLock};
 
 use cel::common::types::{CelInt, CelString};
 use cel::objects::{Key, Map};
+use cel::common::ast::IdedExpr;
 use cel::{Context, Env, ExecutionError, Program, Value as Cel};
 use enoki_sdk::quantity::Quantity;
 use serde_json::Value;
+
+mod cost;
+pub mod guard;
+
+pub use guard::{MAX_EVAL_BYTES, MAX_EVAL_STEPS, OVER_BUDGET};
 
 /// Longest expression accepted, in bytes.
 pub const MAX_SOURCE_BYTES: usize = 4096;
@@ -30,18 +42,16 @@ pub const MAX_SOURCE_BYTES: usize = 4096;
 pub const MAX_NESTING: usize = 32;
 /// Most comprehension macros in one expression.
 pub const MAX_COMPREHENSIONS: u32 = 3;
-/// Largest estimated evaluation cost (steps) allowed.
-pub const EVAL_BUDGET: u64 = 2_000_000;
+/// Largest estimated evaluation cost allowed (bytes touched or produced, plus steps).
+pub const EVAL_BUDGET: u64 = 64_000_000;
 
 /// A compiled CEL expression and its source.
 #[derive(Clone)]
 pub struct Expr {
     source: String,
     program: Arc<Program>,
-    /// AST nodes.
-    nodes: u64,
-    /// Comprehension macros.
-    comprehensions: u32,
+    /// The program rewritten with the runtime guard ([`guard::rewrite`]).
+    guarded: Arc<IdedExpr>,
 }
 
 /// Size and shape of an expression's AST.
@@ -140,6 +150,7 @@ static ENV: LazyLock<Arc<Env>> = LazyLock::new(|| {
     let added = env
         .add_extension(cel::extensions::strings)
         .and_then(|()| env.add_extension(cel::extensions::encoders))
+        .and_then(|()| guard::install(&mut env))
         .and_then(|()| {
             cel::add_overload!(env,
                 fn compare_resource_quantities: (CelString<'_>, CelString<'_>) -> Result<CelInt>,
@@ -184,15 +195,6 @@ fn parse(source: &str) -> Result<Program, String> {
     match parsed {
         Ok(Ok(result)) => result,
         _ => Err("the CEL parser panicked on this expression".into()),
-    }
-}
-
-/// Values in a CEL value: 1 per scalar, list element and map entry (recursively).
-fn value_size(v: &Cel) -> u64 {
-    match v {
-        Cel::List(items) => 1 + items.iter().map(value_size).sum::<u64>(),
-        Cel::Map(m) => 1 + m.map.values().map(value_size).sum::<u64>(),
-        _ => 1,
     }
 }
 
@@ -243,22 +245,18 @@ impl Expr {
                 shape.comprehensions
             ));
         }
+        let guarded = guard::rewrite(program.expression());
         Ok(Expr {
             source: source.to_string(),
             program: Arc::new(program),
-            nodes: shape.nodes,
-            comprehensions: shape.comprehensions,
+            guarded: Arc::new(guarded),
         })
     }
 
-    /// Upper bound of the steps evaluating this expression over `vars` can take.
+    /// Upper bound of the cost of evaluating this expression over `vars`: the bytes it can
+    /// touch and produce plus its steps (see [`cost`]).
     pub fn estimated_cost(&self, vars: &[(&str, Cel)]) -> u64 {
-        if self.comprehensions == 0 {
-            return self.nodes;
-        }
-        let size: u64 = 1 + vars.iter().map(|(_, v)| value_size(v)).sum::<u64>();
-        self.nodes
-            .saturating_mul(size.saturating_add(1).saturating_pow(self.comprehensions))
+        cost::Estimator::new(vars).cost(self.program.expression())
     }
 
     /// The source text.
@@ -274,8 +272,8 @@ impl Expr {
         let cost = self.estimated_cost(vars);
         if cost > EVAL_BUDGET {
             return Err(format!(
-                "evaluation cost estimate {cost} exceeds the budget of {EVAL_BUDGET} \
-                 (nested macros over a large object); simplify the expression"
+                "{OVER_BUDGET}: estimated cost {cost} is over the limit of {EVAL_BUDGET} \
+                 (string growth, nested macros or a large object); simplify the expression"
             ));
         }
         let run = || {
@@ -283,7 +281,7 @@ impl Expr {
             for (name, value) in vars {
                 ctx.add_variable_from_value(*name, value.clone());
             }
-            self.program.execute(&ctx)
+            guard::metered(|| cel::Value::resolve(&self.guarded, &ctx)).0
         };
         match catch_unwind(AssertUnwindSafe(run)) {
             Ok(Ok(v)) => Ok(v),
@@ -475,7 +473,7 @@ mod tests {
         let big = to_cel(&json!({"l": (0..2000).collect::<Vec<_>>()}));
         let started = std::time::Instant::now();
         let err = e.eval(&[("self", big)]).unwrap_err();
-        assert!(err.contains("exceeds the budget"), "{err}");
+        assert!(err.contains(OVER_BUDGET), "{err}");
         assert!(started.elapsed() < std::time::Duration::from_secs(1));
         // A plain condition lookup on a large object is cheap and runs.
         let ready = Expr::compile("self.status.conditions.exists(c, c.type == 'Ready')").unwrap();
@@ -484,6 +482,84 @@ mod tests {
             .collect();
         let obj = to_cel(&json!({"status": {"conditions": conds}}));
         assert_eq!(ready.eval_bool(&[("self", obj)]), Ok(false));
+    }
+
+    /// The replace chain from the security review: ~10^13 bytes if it ran.
+    fn replace_bomb(n: usize) -> String {
+        let mut e = "'aaaaaaaaaa'".to_string();
+        for _ in 0..n {
+            e.push_str(".replace('a','aaaaaaaaaa')");
+        }
+        format!("size({e}) > 0")
+    }
+
+    #[test]
+    fn a_replace_chain_is_refused_by_the_estimate_before_it_allocates() {
+        let e = Expr::compile(&replace_bomb(13)).unwrap();
+        assert!(e.estimated_cost(&[]) > EVAL_BUDGET);
+        let err = e.eval(&[]).unwrap_err();
+        assert!(err.contains(OVER_BUDGET), "{err}");
+        // Two replaces (1,000 bytes) are fine.
+        assert_eq!(Expr::compile(&replace_bomb(2)).unwrap().eval_bool(&[]), Ok(true));
+    }
+
+    #[test]
+    fn the_runtime_guard_stops_growth_the_estimate_let_through() {
+        // Run the guarded program directly, skipping the estimate: the guard alone must stop it.
+        let e = Expr::compile(&replace_bomb(13)).unwrap();
+        let ctx = Context::with_env(ENV.clone());
+        let (out, used) = guard::metered(|| cel::Value::resolve(&e.guarded, &ctx));
+        let err = out.unwrap_err().to_string();
+        assert!(err.contains(OVER_BUDGET), "{err}");
+        assert!(used.bytes <= MAX_EVAL_BYTES * 11, "{used:?}");
+        // join with a large separator, charged before it allocates.
+        let e = Expr::compile("size(self.s.split('').join(self.s)) > 0").unwrap();
+        let mut ctx = Context::with_env(ENV.clone());
+        ctx.add_variable_from_value("self", to_cel(&json!({"s": "x".repeat(100_000)})));
+        let (out, _) = guard::metered(|| cel::Value::resolve(&e.guarded, &ctx));
+        assert!(out.unwrap_err().to_string().contains(OVER_BUDGET));
+    }
+
+    #[test]
+    fn split_into_macros_is_a_budget_error_not_a_hang() {
+        let big = to_cel(&json!({"s": "x".repeat(200_000)}));
+        for src in [
+            "self.s.split('').all(a, self.s.split('').all(b, a == b))",
+            "self.s.split('').map(a, self.s.split('').exists(b, a != b)).size() > 0",
+            "self.s.split('').filter(a, a == 'x').size() > 0",
+        ] {
+            let e = Expr::compile(src).unwrap();
+            let started = std::time::Instant::now();
+            let err = e.eval(&[("self", big.clone())]).unwrap_err();
+            assert!(err.contains(OVER_BUDGET), "{src}: {err}");
+            assert!(started.elapsed() < std::time::Duration::from_secs(5), "{src}");
+            // Guard alone (no estimate): also stops.
+            let mut ctx = Context::with_env(ENV.clone());
+            ctx.add_variable_from_value("self", big.clone());
+            let (out, used) = guard::metered(|| cel::Value::resolve(&e.guarded, &ctx));
+            assert!(out.is_err(), "{src}");
+            assert!(used.steps <= MAX_EVAL_STEPS + 1 && used.bytes <= MAX_EVAL_BYTES * 2, "{used:?}");
+        }
+    }
+
+    #[test]
+    fn guarded_functions_keep_cel_go_semantics() {
+        let t = |src: &str| Expr::compile(src).unwrap().eval_bool(&[]).unwrap();
+        assert!(t("'hello hello'.replace('he', 'we') == 'wello wello'"));
+        assert!(t("'hello hello'.replace('he', 'we', 1) == 'wello hello'"));
+        assert!(t("'hello'.replace('', '_') == '_h_e_l_l_o_'"));
+        assert!(t("'a,b,c'.split(',', 2) == ['a', 'b,c']"));
+        assert!(t("'abc'.split('') == ['a', 'b', 'c']"));
+        assert!(t("'abc'.split('', 2) == ['a', 'bc']"));
+        assert!(t("'a,b'.split(',', 0) == []"));
+        assert!(t("['a', 'b'].join() == 'ab' && [].join('-') == ''"));
+        assert!(t("[1, 2, 3].map(x, x * 2) == [2, 4, 6]"));
+        assert!(t("[1, 2, 3].filter(x, x > 1) == [2, 3]"));
+        assert!(t("[1, 2, 3].exists_one(x, x == 2)"));
+        assert!(t("!([1, 2, 3].all(x, x > 1))"));
+        assert!(t("{'a': 1, 'b': 2}.all(k, k.size() == 1)"));
+        // cel-go: an error in all() is absorbed by a false element.
+        assert!(!t("[0, 1].all(x, 1 / x > 5)"));
     }
 
     #[test]

@@ -1,0 +1,442 @@
+//! The runtime guard: whatever the cost estimate said, an evaluation stops with an error once
+//! it has taken [`MAX_EVAL_STEPS`] steps or produced [`MAX_EVAL_BYTES`] bytes.
+//!
+//! The `cel` crate has no cost tracking and no hook in its interpreter, so the compiled
+//! program is rewritten once, at compile time:
+//! - every iteration of a comprehension (`all`, `exists`, `exists_one`, `map`, `filter`) passes
+//!   through [`METER`], which counts a step;
+//! - the result of every function call passes through [`METER`], which counts a step and
+//!   charges the bytes of the value it returns (strings and bytes by length, lists and maps by
+//!   entries);
+//! - the functions whose output can be much larger than their input (`replace`, `join`,
+//!   `split`) are replaced by versions that compute the size of their result from their
+//!   arguments and charge it **before** allocating, so one call can never ask for more memory
+//!   than the budget.
+//!
+//! The counters live in a thread-local [`Meter`] that [`metered`] arms around one evaluation;
+//! evaluation is synchronous, so every guarded call of that evaluation sees it.
+
+use std::cell::Cell;
+
+use cel::common::ast::{CallExpr, ComprehensionExpr, EntryExpr, Expr as Ast, IdedExpr, operators};
+use cel::common::types::{CelBytes, CelInt, CelList, CelString, DYN_TYPE, LIST_TYPE, STRING_TYPE};
+use cel::common::value::{CowVal, Val};
+use cel::{Env, ExecutionError};
+
+/// Most steps (function calls and comprehension iterations) one evaluation may take.
+pub const MAX_EVAL_STEPS: u64 = 1_000_000;
+/// Most bytes the values one evaluation produces may add up to.
+pub const MAX_EVAL_BYTES: u64 = 16 << 20;
+
+/// Counts a step and charges its argument's size; returns the argument.
+pub(super) const METER: &str = "@enoki_meter";
+const REPLACE: &str = "@enoki_replace";
+const SPLIT: &str = "@enoki_split";
+const JOIN: &str = "@enoki_join";
+
+/// Bytes a list element or map entry is charged beside its own content.
+const ENTRY_BYTES: u64 = 48;
+
+thread_local! {
+    static METER_STATE: Cell<Option<Meter>> = const { Cell::new(None) };
+}
+
+/// What one evaluation has used so far.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Meter {
+    /// Steps taken.
+    pub steps: u64,
+    /// Bytes produced.
+    pub bytes: u64,
+}
+
+/// Runs `f` with a fresh meter armed on this thread; returns its result and what it used.
+pub fn metered<T>(f: impl FnOnce() -> T) -> (T, Meter) {
+    let outer = METER_STATE.with(|m| m.replace(Some(Meter::default())));
+    let out = f();
+    let used = METER_STATE.with(|m| m.replace(outer)).unwrap_or_default();
+    (out, used)
+}
+
+/// Charges `steps` and `bytes` to the armed meter; an error once over either budget.
+fn charge(function: &str, steps: u64, bytes: u64) -> Result<(), ExecutionError> {
+    METER_STATE.with(|m| {
+        let Some(mut meter) = m.get() else {
+            return Ok(());
+        };
+        meter.steps = meter.steps.saturating_add(steps);
+        meter.bytes = meter.bytes.saturating_add(bytes);
+        m.set(Some(meter));
+        if meter.steps > MAX_EVAL_STEPS {
+            return Err(over_budget(function, &format!("{MAX_EVAL_STEPS} steps")));
+        }
+        if meter.bytes > MAX_EVAL_BYTES {
+            return Err(over_budget(function, &format!("{MAX_EVAL_BYTES} bytes")));
+        }
+        Ok(())
+    })
+}
+
+fn over_budget(function: &str, what: &str) -> ExecutionError {
+    let function = match function {
+        METER => "evaluation",
+        REPLACE => "replace",
+        SPLIT => "split",
+        JOIN => "join",
+        other => other,
+    };
+    ExecutionError::function_error(
+        function,
+        format!("{OVER_BUDGET} of {what} for one expression"),
+    )
+}
+
+/// The words every over-budget error carries.
+pub const OVER_BUDGET: &str = "evaluation exceeds its budget";
+
+/// Bytes a value is charged: its length for strings and bytes, its entries for lists and maps.
+fn shallow_bytes(v: &dyn Val) -> u64 {
+    if let Some(s) = v.downcast_ref::<CelString<'_>>() {
+        return s.len() as u64;
+    }
+    if let Some(b) = v.downcast_ref::<CelBytes<'_>>() {
+        return b.inner().len() as u64;
+    }
+    match v.as_sizer() {
+        Some(s) => u64::try_from(*s.size().inner())
+            .unwrap_or(0)
+            .saturating_mul(ENTRY_BYTES),
+        None => 8,
+    }
+}
+
+fn meter<'b, 'v>(mut args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    if args.len() != 1 {
+        return Err(ExecutionError::invalid_argument_count(1, args.len()));
+    }
+    let v = args.remove(0);
+    charge(METER, 1, shallow_bytes(v.as_ref()))?;
+    Ok(v)
+}
+
+/// `replace` with its result's size charged before it is built.
+fn replace_n(
+    this: &CelString<'_>,
+    from: &CelString<'_>,
+    to: &CelString<'_>,
+    n: &CelInt,
+) -> Result<CelString<'static>, ExecutionError> {
+    let limit = usize::try_from(*n.inner()).ok();
+    let found = if from.is_empty() {
+        this.chars().count() as u64 + 1
+    } else {
+        this.matches(from.inner()).count() as u64
+    };
+    let count = limit.map_or(found, |l| found.min(l as u64));
+    let size = (this.len() as u64)
+        .saturating_sub(count.saturating_mul(from.len() as u64))
+        .saturating_add(count.saturating_mul(to.len() as u64));
+    charge(REPLACE, 1, size)?;
+    Ok(match limit {
+        Some(l) => this.replacen(from.inner(), to.inner(), l),
+        None => this.replace(from.inner(), to.inner()),
+    }
+    .into())
+}
+
+fn replace(
+    this: &CelString<'_>,
+    from: &CelString<'_>,
+    to: &CelString<'_>,
+) -> Result<CelString<'static>, ExecutionError> {
+    replace_n(this, from, to, &CelInt::from(-1))
+}
+
+/// `split` with the size of its list charged before it is built.
+fn split_n(
+    this: &CelString<'_>,
+    sep: &CelString<'_>,
+    n: &CelInt,
+) -> Result<CelList<'static>, ExecutionError> {
+    let limit = usize::try_from(*n.inner()).ok();
+    let found = if sep.is_empty() {
+        this.chars().count() as u64
+    } else {
+        this.matches(sep.inner()).count() as u64 + 1
+    };
+    let parts = limit.map_or(found, |l| found.min(l as u64));
+    charge(
+        SPLIT,
+        1,
+        (this.len() as u64).saturating_add(parts.saturating_mul(ENTRY_BYTES)),
+    )?;
+    let pieces: Vec<&str> = match (limit, sep.is_empty()) {
+        (Some(0), _) => Vec::new(),
+        (Some(n), true) => {
+            let mut pieces = Vec::new();
+            let mut rest: &str = this;
+            while let Some(c) = rest.chars().next() {
+                if pieces.len() + 1 == n {
+                    break;
+                }
+                let (head, tail) = rest.split_at(c.len_utf8());
+                pieces.push(head);
+                rest = tail;
+            }
+            if !rest.is_empty() {
+                pieces.push(rest);
+            }
+            pieces
+        }
+        (Some(n), false) => this.splitn(n, sep.inner()).collect(),
+        (None, true) => this
+            .char_indices()
+            .map(|(i, c)| &this[i..i + c.len_utf8()])
+            .collect(),
+        (None, false) => this.split(sep.inner()).collect(),
+    };
+    Ok(pieces
+        .into_iter()
+        .map(|s| Box::new(CelString::from(s.to_owned())) as Box<dyn Val>)
+        .collect::<Vec<_>>()
+        .into())
+}
+
+fn split(this: &CelString<'_>, sep: &CelString<'_>) -> Result<CelList<'static>, ExecutionError> {
+    split_n(this, sep, &CelInt::from(-1))
+}
+
+/// `join` with its result's size charged before it is built.
+#[allow(clippy::needless_pass_by_value)] // the signature cel requires of an overload
+fn join<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let (list, sep) = match args.as_slice() {
+        [list] => (list, ""),
+        [list, sep] => (
+            list,
+            sep.downcast_ref::<CelString<'_>>()
+                .map(|s| s.inner())
+                .ok_or_else(|| ExecutionError::function_error("join", "separator is not a string"))?,
+        ),
+        _ => return Err(ExecutionError::invalid_argument_count(2, args.len())),
+    };
+    let iterable = list
+        .as_iterable()
+        .ok_or_else(|| ExecutionError::function_error("join", "receiver is not a list"))?;
+    let mut parts: Vec<&str> = Vec::new();
+    let mut items = iterable.iter();
+    while let Some(item) = items.next() {
+        let s = item
+            .downcast_ref::<CelString<'_>>()
+            .ok_or_else(|| ExecutionError::function_error("join", "list holds a non-string"))?;
+        parts.push(s.inner());
+    }
+    let size = parts
+        .iter()
+        .map(|p| p.len() as u64)
+        .sum::<u64>()
+        .saturating_add((parts.len() as u64).saturating_mul(sep.len() as u64));
+    charge(JOIN, 1, size)?;
+    Ok(CowVal::owned(CelString::from(parts.join(sep))))
+}
+
+/// Declares the guard's functions in `env`.
+pub(super) fn install(env: &mut Env) -> Result<(), cel::DeclarationError> {
+    env.add_overload(METER, "enoki_meter_dyn", vec![DYN_TYPE], meter)?;
+    cel::add_member_overload!(env, fn replace: (CelString<'_>, CelString<'_>, CelString<'_>) -> Result<CelString<'_>>, name = REPLACE)?;
+    cel::add_member_overload!(env, fn replace_n: (CelString<'_>, CelString<'_>, CelString<'_>, CelInt) -> Result<CelString<'_>>, name = REPLACE)?;
+    cel::add_member_overload!(env, fn split: (CelString<'_>, CelString<'_>) -> Result<CelList<'_>>, name = SPLIT)?;
+    cel::add_member_overload!(env, fn split_n: (CelString<'_>, CelString<'_>, CelInt) -> Result<CelList<'_>>, name = SPLIT)?;
+    env.add_member_overload(JOIN, "enoki_join", LIST_TYPE, vec![], join)?;
+    env.add_member_overload(JOIN, "enoki_join_sep", LIST_TYPE, vec![STRING_TYPE], join)?;
+    Ok(())
+}
+
+/// Calls the interpreter treats by name (short-circuits, macros' helpers): left as they are,
+/// with their operands guarded.
+fn is_special(name: &str) -> bool {
+    matches!(
+        name,
+        operators::LOGICAL_AND
+            | operators::LOGICAL_OR
+            | operators::CONDITIONAL
+            | operators::NOT_STRICTLY_FALSE
+            | operators::HAS
+    ) || name.starts_with('@')
+}
+
+fn wrap(e: IdedExpr) -> IdedExpr {
+    IdedExpr {
+        id: e.id,
+        expr: Ast::Call(CallExpr {
+            func_name: METER.into(),
+            target: None,
+            args: vec![e],
+        }),
+    }
+}
+
+/// Rewrites a compiled expression so that evaluating it is guarded (see the module docs).
+pub(super) fn rewrite(e: &IdedExpr) -> IdedExpr {
+    let expr = match &e.expr {
+        Ast::Call(c) => {
+            let mut call = CallExpr {
+                func_name: c.func_name.clone(),
+                target: c.target.as_ref().map(|t| Box::new(rewrite(t))),
+                args: c.args.iter().map(rewrite).collect(),
+            };
+            if call.target.is_some() {
+                match call.func_name.as_str() {
+                    "replace" => call.func_name = REPLACE.into(),
+                    "split" => call.func_name = SPLIT.into(),
+                    "join" => call.func_name = JOIN.into(),
+                    _ => {}
+                }
+            }
+            let special = is_special(&c.func_name);
+            let node = IdedExpr {
+                id: e.id,
+                expr: Ast::Call(call),
+            };
+            return if special { node } else { wrap(node) };
+        }
+        Ast::Comprehension(c) => Ast::Comprehension(Box::new(rewrite_comprehension(c))),
+        Ast::List(l) => {
+            let mut l = l.clone();
+            l.elements = l.elements.iter().map(rewrite).collect();
+            Ast::List(l)
+        }
+        Ast::Map(m) => {
+            let mut m = m.clone();
+            for entry in &mut m.entries {
+                match &mut entry.expr {
+                    EntryExpr::MapEntry(me) => {
+                        me.key = rewrite(&me.key);
+                        me.value = rewrite(&me.value);
+                    }
+                    EntryExpr::StructField(f) => f.value = rewrite(&f.value),
+                }
+            }
+            Ast::Map(m)
+        }
+        Ast::Select(s) => {
+            let mut s = s.clone();
+            s.operand = Box::new(rewrite(&s.operand));
+            Ast::Select(s)
+        }
+        other => other.clone(),
+    };
+    IdedExpr { id: e.id, expr }
+}
+
+/// Guards a comprehension without changing the shapes the interpreter recognises (`@result
+/// && x` for `all`, `@result + [x]` and `c ? @result + [x] : @result` for `map`/`filter`):
+/// a loop condition that is not a literal counts each iteration; otherwise the appended
+/// element (and a filter's guard) does.
+fn rewrite_comprehension(c: &ComprehensionExpr) -> ComprehensionExpr {
+    let mut out = c.clone();
+    out.iter_range = rewrite(&c.iter_range);
+    out.accu_init = rewrite(&c.accu_init);
+    out.result = rewrite(&c.result);
+    out.loop_step = rewrite_step(&c.loop_step, &c.accu_var);
+    if matches!(c.loop_cond.expr, Ast::Literal(_)) && counts_in_step(&out.loop_step, &c.accu_var)
+    {
+        out.loop_cond = c.loop_cond.clone();
+    } else {
+        out.loop_cond = wrap(rewrite(&c.loop_cond));
+    }
+    out
+}
+
+fn is_accu(e: &IdedExpr, accu: &str) -> bool {
+    matches!(&e.expr, Ast::Ident(n) if n == accu)
+}
+
+/// Rewrites a loop step, keeping its top-level fold or append shape and metering its parts.
+fn rewrite_step(step: &IdedExpr, accu: &str) -> IdedExpr {
+    let Ast::Call(c) = &step.expr else {
+        return rewrite(step);
+    };
+    let keep_shape = |c: &CallExpr| -> Option<CallExpr> {
+        let folds = c.target.is_none()
+            && c.args.first().is_some_and(|a| is_accu(a, accu))
+            && c.args.len() == 2;
+        match c.func_name.as_str() {
+            operators::LOGICAL_AND | operators::LOGICAL_OR if folds => Some(CallExpr {
+                func_name: c.func_name.clone(),
+                target: None,
+                args: vec![c.args[0].clone(), wrap(rewrite(&c.args[1]))],
+            }),
+            operators::ADD if folds && matches!(c.args[1].expr, Ast::List(_)) => {
+                let Ast::List(l) = &c.args[1].expr else {
+                    return None;
+                };
+                let mut l = l.clone();
+                l.elements = l.elements.iter().map(|x| wrap(rewrite(x))).collect();
+                Some(CallExpr {
+                    func_name: c.func_name.clone(),
+                    target: None,
+                    args: vec![
+                        c.args[0].clone(),
+                        IdedExpr {
+                            id: c.args[1].id,
+                            expr: Ast::List(l),
+                        },
+                    ],
+                })
+            }
+            _ => None,
+        }
+    };
+    if let Some(shaped) = keep_shape(c) {
+        return IdedExpr {
+            id: step.id,
+            expr: Ast::Call(shaped),
+        };
+    }
+    if c.func_name == operators::CONDITIONAL
+        && c.target.is_none()
+        && c.args.len() == 3
+        && let (Ast::Call(then), true) = (&c.args[1].expr, is_accu(&c.args[2], accu))
+        && let Some(shaped) = keep_shape(then)
+    {
+        {
+            {
+                return IdedExpr {
+                    id: step.id,
+                    expr: Ast::Call(CallExpr {
+                        func_name: c.func_name.clone(),
+                        target: None,
+                        args: vec![
+                            wrap(rewrite(&c.args[0])),
+                            IdedExpr {
+                                id: c.args[1].id,
+                                expr: Ast::Call(shaped),
+                            },
+                            c.args[2].clone(),
+                        ],
+                    }),
+                };
+            }
+        }
+    }
+    rewrite(step)
+}
+
+/// Whether a rewritten loop step meters every iteration on its own (so the literal loop
+/// condition can stay, keeping the interpreter's append fast path).
+fn counts_in_step(step: &IdedExpr, accu: &str) -> bool {
+    let Ast::Call(c) = &step.expr else {
+        return false;
+    };
+    let metered = |e: &IdedExpr| matches!(&e.expr, Ast::Call(m) if m.func_name == METER);
+    match c.func_name.as_str() {
+        operators::ADD => match c.args.get(1).map(|a| &a.expr) {
+            Some(Ast::List(l)) => !l.elements.is_empty() && l.elements.iter().all(metered),
+            _ => false,
+        },
+        operators::CONDITIONAL => {
+            c.args.first().is_some_and(metered) && c.args.get(2).is_some_and(|a| is_accu(a, accu))
+        }
+        _ => false,
+    }
+}
