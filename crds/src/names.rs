@@ -180,6 +180,9 @@ pub mod reasons {
     pub const CONFLICT: &str = "Conflict";
     /// The Synthesizer's `spec.limits` exceed a ceiling the controller's operator set.
     pub const LIMITS_REFUSED: &str = "LimitsRefused";
+    /// The Composition's spec is refused (e.g. `synthesisEnv` over its size limit); terminal
+    /// until the spec changes.
+    pub const INVALID_SPEC: &str = "InvalidSpec";
     /// The synthesizer named by the Composition does not exist.
     pub const SYNTHESIZER_NOT_FOUND: &str = "SynthesizerNotFound";
     /// Synthesis succeeded.

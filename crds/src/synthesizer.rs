@@ -31,7 +31,8 @@ pub struct SynthesizerSpec {
     /// Limits for each run of the module.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<Limits>,
-    /// Environment variables set for every run (Composition `synthesisEnv` wins on conflict).
+    /// Environment variables set for every run. They are the platform's policy: a Composition's
+    /// `synthesisEnv` cannot override them (a variable of the same name is dropped).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub env: Vec<EnvVar>,
     /// `reproducible` (default): seeded randomness and a fixed clock; `secure`: real entropy.

@@ -396,6 +396,41 @@ pub fn install_multi_tenant_overlay() -> String {
     yaml
 }
 
+/// Gives the harness's `tenant-a` user Kubernetes' `edit` role in `namespace`, with enoki's
+/// kinds aggregated into it as the shipped manifests aggregate them
+/// (`deploy/base/rbac-tenants.yaml`): what a tenant of a real install holds.
+///
+/// # Panics
+/// When kubectl or the API server refuses.
+pub fn grant_tenant_edit(namespace: &str) {
+    let roles = workspace_root().join("deploy/base/rbac-tenants.yaml");
+    let (ok, out) = kubectl(
+        &[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--field-manager=harness",
+            "-f",
+            &roles.to_string_lossy(),
+        ],
+        None,
+    );
+    assert!(ok, "{out}");
+    let binding = format!(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: tenant-a-edit, namespace: {namespace}}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: edit}}\nsubjects: [{{apiGroup: rbac.authorization.k8s.io, kind: User, name: tenant-a}}]\n"
+    );
+    let (ok, out) = kubectl(
+        &["apply", "--server-side", "--field-manager=harness", "-f", "-"],
+        Some(binding.as_bytes()),
+    );
+    assert!(ok, "{out}");
+    let start = std::time::Instant::now();
+    while !can_i("tenant-a", "create", "compositions.enoki.dev", Some(namespace)) {
+        assert!(start.elapsed().as_secs() < 60, "tenant-a never got edit on Compositions");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 /// A client for the test control plane.
 ///
 /// # Panics

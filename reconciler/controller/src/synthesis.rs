@@ -56,6 +56,21 @@ pub const ENO_ENV: [&str; 3] = [
     "SYNTHESIS_UUID",
 ];
 
+/// Largest total of a Composition's `synthesisEnv` names and values, in bytes: far below
+/// etcd's object size limit, so the status enoki adds always fits beside the spec.
+pub const MAX_SYNTHESIS_ENV_BYTES: usize = 64 * 1024;
+
+/// Why a Composition's `synthesisEnv` is refused (`None`: accepted). Pure.
+pub fn synthesis_env_too_large(env: &[crds::EnvVar]) -> Option<String> {
+    let total: usize = env.iter().map(|e| e.name.len() + e.value.len()).sum();
+    (total > MAX_SYNTHESIS_ENV_BYTES).then(|| {
+        format!(
+            "spec.synthesisEnv holds {total} bytes of names and values; at most \
+             {MAX_SYNTHESIS_ENV_BYTES} are accepted"
+        )
+    })
+}
+
 /// The module's process environment: the merged synthesis environment, then Eno's
 /// [`ENO_ENV`] (a user variable of the same name is dropped).
 pub fn process_env(input: &SynthesisInput) -> Vec<(String, String)> {

@@ -48,6 +48,10 @@ pub(crate) struct Memory {
     /// The output of a synthesis whose slices could not be written yet, by trigger
     /// fingerprint, so a retry writes them without running the synthesizer again.
     pub pending_output: Option<(String, crate::synthesis::Synthesized)>,
+    /// Slices written for a new synthesis whose status write has not succeeded yet: (trigger
+    /// fingerprint, the synthesis as it is to be recorded). A retry records it again instead
+    /// of synthesizing and writing new slices; they are deleted when the write fails for good.
+    pub unrecorded: Option<(String, crds::Synthesis)>,
     /// A synthesis of this fingerprint failed: not run again before `retry_at`.
     pub failed: Option<super::composition::synthesize::Failed>,
     /// The note of the last Warning Event per reason (`ApplyFailed`, `Conflict`,

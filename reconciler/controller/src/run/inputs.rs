@@ -140,7 +140,14 @@ pub async fn collection(
             )));
         }
     };
-    ctx.watches.track(&gvk, &ar, "", "*", comp);
+    // Under --no-cross-namespace-refs a collection is read in the Composition's namespace
+    // only: its trigger watch is scoped the same way.
+    let scope = if namespaced && ctx.opts.no_cross_namespace_refs {
+        comp.namespace().unwrap_or_default()
+    } else {
+        String::new()
+    };
+    ctx.watches.track(&gvk, &ar, &scope, "*", comp);
     let namespaces = match selected_namespaces(ctx, comp, key, c, instance).await? {
         Ok(n) => n,
         Err(message) => return Ok(Err(message)),

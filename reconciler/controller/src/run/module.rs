@@ -180,6 +180,11 @@ async fn config_map_bytes(
     cm: &crds::ConfigMapModule,
     policy: &FetchPolicy,
 ) -> Result<Vec<u8>, ModuleError> {
+    if cm.namespace.is_empty() {
+        return Err(ModuleError::Spec(
+            "configMap.namespace is empty; name the namespace the module ConfigMap lives in".into(),
+        ));
+    }
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &cm.namespace);
     let live = api
         .get_opt(&cm.name)

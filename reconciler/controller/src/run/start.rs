@@ -485,7 +485,11 @@ fn slice_changes(
             Ok(watcher::Event::Apply(s) | watcher::Event::InitApply(s)) => {
                 let r = ObjectRef::from_obj(&s);
                 let generation = s.meta().generation;
-                (seen.insert(r, generation) != Some(generation)).then_some(Ok(s))
+                // A new slice is enoki's own write (the pass that wrote it goes on with it);
+                // only a changed spec concerns the owner. Waking the owner on creation would
+                // skip its error backoff after a failed status write.
+                matches!(seen.insert(r, generation), Some(old) if old != generation)
+                    .then_some(Ok(s))
             }
             Ok(watcher::Event::Delete(s)) => {
                 seen.remove(&ObjectRef::from_obj(&s));

@@ -9,6 +9,16 @@ use kube::ResourceExt;
 
 use crds::{Composition, Synthesizer};
 
+/// The namespace a reference points into, relative to `home` (the namespace of the object
+/// that holds the reference): unset and `""` both mean `home`, never "every namespace". Every
+/// namespaced read of a reference and every cross-namespace check goes through it.
+pub(crate) fn ref_namespace(home: &str, given: Option<&str>) -> String {
+    match given {
+        Some(ns) if !ns.is_empty() => ns.to_string(),
+        _ => home.to_string(),
+    }
+}
+
 /// Every reference from `comp` (and the Synthesizer it uses) that leaves the Composition's
 /// namespace, as `field: why`. `controller_namespace` is where module ConfigMaps must live
 /// (`None`: not checked). Pure.
@@ -19,37 +29,38 @@ pub(crate) fn cross_namespace_refs(
 ) -> Vec<String> {
     let ns = comp.namespace().unwrap_or_default();
     let mut out = Vec::new();
-    let other = |out: &mut Vec<String>, field: String, target: &str| {
-        if !target.is_empty() && target != ns {
+    let other = |out: &mut Vec<String>, field: String, given: Option<&str>| {
+        let target = ref_namespace(&ns, given);
+        if target != ns {
             out.push(format!(
                 "{field}: namespace {target:?} is not the Composition's namespace {ns:?}"
             ));
         }
     };
     for (i, b) in comp.spec.bindings.iter().enumerate() {
-        if let Some(t) = &b.resource.namespace {
-            other(
-                &mut out,
-                format!("spec.bindings[{i}] ({:?}).resource.namespace", b.key),
-                t,
-            );
-        }
+        other(
+            &mut out,
+            format!("spec.bindings[{i}] ({:?}).resource.namespace", b.key),
+            b.resource.namespace.as_deref(),
+        );
     }
     for (i, d) in comp.spec.depends_on.iter().enumerate() {
-        if let Some(t) = &d.namespace {
-            other(&mut out, format!("spec.dependsOn[{i}].namespace"), t);
-        }
+        other(
+            &mut out,
+            format!("spec.dependsOn[{i}].namespace"),
+            d.namespace.as_deref(),
+        );
     }
     let synth_name = synth.name_any();
     for r in &synth.spec.refs {
-        if let Some(t) = r.resource.as_ref().and_then(|res| res.namespace.as_ref()) {
+        if let Some(res) = &r.resource {
             other(
                 &mut out,
                 format!(
                     "Synthesizer {synth_name:?} refs[{:?}].resource.namespace",
                     r.key
                 ),
-                t,
+                res.namespace.as_deref(),
             );
         }
         if let Some(c) = &r.collection
@@ -62,9 +73,10 @@ pub(crate) fn cross_namespace_refs(
             ));
         }
     }
-    if let (Some(cm), Some(home)) = (&synth.spec.module.config_map, controller_namespace)
-        && cm.namespace != home
+    if let Some(cm) = &synth.spec.module.config_map
+        && (cm.namespace.is_empty() || controller_namespace.is_some_and(|home| cm.namespace != home))
     {
+        let home = controller_namespace.unwrap_or("the controller's");
         out.push(format!(
             "Synthesizer {synth_name:?} spec.module.configMap.namespace: {:?} is not the \
              controller's namespace {home:?}",
@@ -136,5 +148,21 @@ mod tests {
         );
         assert!(v[3].contains("namespace selector"), "{}", v[3]);
         assert!(v[4].contains("spec.module.configMap.namespace"), "{}", v[4]);
+    }
+
+    #[test]
+    fn an_empty_namespace_is_the_holders_own_never_every_namespace() {
+        assert_eq!(ref_namespace("team-a", Some("")), "team-a");
+        assert_eq!(ref_namespace("team-a", None), "team-a");
+        assert_eq!(ref_namespace("team-a", Some("team-b")), "team-b");
+        let c = comp(json!({"synthesizer": {"name": "s"},
+            "bindings": [{"key": "tls", "resource": {"name": "x", "namespace": ""}}],
+            "dependsOn": [{"name": "d", "namespace": ""}]}));
+        let s = synth(json!({"module": {"builtin": "trustee"}}));
+        assert!(cross_namespace_refs(&c, &s, None).is_empty());
+        // A module ConfigMap has no holder namespace: "" is refused, known home or not.
+        let s = synth(json!({"module": {"configMap": {"namespace": "", "name": "m", "key": "k"}}}));
+        let v = cross_namespace_refs(&c, &s, None);
+        assert!(v.len() == 1 && v[0].contains("spec.module.configMap.namespace"), "{v:?}");
     }
 }

@@ -111,13 +111,10 @@ impl Watches {
             readers.entry(key).or_default().insert(me);
         }
         let uid = comp.uid().unwrap_or_default();
-        // A named object in a namespace: watch that namespace only; collections and
-        // cluster-scoped kinds: the whole cluster.
-        let scope = if name == "*" {
-            String::new()
-        } else {
-            namespace.to_string()
-        };
+        // A namespace given: watch that namespace only; "" (cluster-scoped kinds, collections
+        // that may span namespaces): the whole cluster. Callers resolve a reference's empty
+        // namespace to the Composition's own (`tenancy::ref_namespace`) before they get here.
+        let scope = namespace.to_string();
         let Ok(mut inputs) = self.inputs.lock() else {
             return;
         };

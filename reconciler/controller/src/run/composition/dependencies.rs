@@ -3,6 +3,7 @@
 //! this one. Dependencies are read through the input cache (and so watched); dependents come
 //! from the controller's own Composition cache.
 
+use crate::run::tenancy::ref_namespace;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -62,7 +63,7 @@ pub(crate) async fn block(
     let ns = comp.namespace().unwrap_or_default();
     let mut blocked_by = Vec::new();
     for dep in &comp.spec.depends_on {
-        let dep_ns = dep.namespace.clone().unwrap_or_else(|| ns.clone());
+        let dep_ns = ref_namespace(&ns, dep.namespace.as_deref());
         let found = dependency(ctx, comp, &dep_ns, &dep.name).await?;
         if let Some(reason) = blocking_reason(found.as_ref()) {
             blocked_by.push(BlockedBy {
@@ -100,7 +101,7 @@ async fn in_cycle(ctx: &Context, comp: &Composition) -> Result<bool, Error> {
             .iter()
             .map(|d| {
                 (
-                    d.namespace.clone().unwrap_or_else(|| from_ns.to_string()),
+                    ref_namespace(from_ns, d.namespace.as_deref()),
                     d.name.clone(),
                 )
             })
@@ -149,8 +150,13 @@ pub(crate) async fn dependents(ctx: &Context, comp: &Composition) -> Result<Vec<
         all.iter()
             .filter(|c| {
                 let c_ns = c.namespace().unwrap_or_default();
+                // A dependsOn refused by --no-cross-namespace-refs is no dependency: it must
+                // not hold this Composition (or its namespace) back from deletion.
+                if ctx.opts.no_cross_namespace_refs && c_ns != ns {
+                    return false;
+                }
                 c.spec.depends_on.iter().any(|d| {
-                    d.name == name && d.namespace.as_deref().unwrap_or(c_ns.as_str()) == ns
+                    d.name == name && ref_namespace(&c_ns, d.namespace.as_deref()) == ns
                 })
             })
             .map(|c| BlockedBy {

@@ -144,6 +144,11 @@ async fn observe_all(
     st: &mut CompositionStatus,
 ) -> Result<Result<Observed, Duration>, Error> {
     let generation = comp.metadata.generation;
+    if let Some(msg) = crate::synthesis::synthesis_env_too_large(&comp.spec.synthesis_env) {
+        // Terminal until the spec changes (a new generation is a new reconcile).
+        fail(st, generation, reasons::INVALID_SPEC, &msg);
+        return Ok(Err(Duration::from_secs(600)));
+    }
     let Some(synth) = observe::synthesizer(ctx, comp).await? else {
         let name = &comp.spec.synthesizer.name;
         let msg = format!("Synthesizer {name:?} does not exist");
@@ -352,7 +357,12 @@ async fn synthesize_now(
     };
     match synthesize::synthesize(ctx, comp, st, req).await? {
         synthesize::Outcome::Stored => {
-            status::write(ctx, comp, st).await?;
+            if let Err(e) = status::write(ctx, comp, st).await {
+                // Never write new slices for the same synthesis again; back off like any error.
+                synthesize::status_write_failed(ctx, comp, &e).await;
+                return Err(e);
+            }
+            ctx.remember(&comp.uid().unwrap_or_default(), |m| m.unrecorded = None);
             slices::delete_stale(ctx, comp, st).await;
             Ok(None)
         }

@@ -56,7 +56,13 @@ async fn read_as(
     namespace: &str,
     name: &str,
 ) -> Result<Option<DynamicObject>, kube::Error> {
-    let ns = if namespaced { namespace } else { "" };
+    // "" is the Composition's own namespace, never "every namespace" (a cluster-wide watch).
+    let ns = if namespaced {
+        super::super::tenancy::ref_namespace(&comp.namespace().unwrap_or_default(), Some(namespace))
+    } else {
+        String::new()
+    };
+    let ns = ns.as_str();
     ctx.watches.track(gvk, ar, ns, name, comp);
     let impersonating = as_composition && ctx.service_account(comp).is_some();
     if !impersonating && let Some(Some(hit)) = ctx.watches.input(gvk, ns, name).await {
@@ -376,7 +382,7 @@ async fn object_input(
             r.key
         )));
     };
-    let obj_ns = binding
+    let given = binding
         .and_then(|b| b.resource.namespace.clone())
         .or_else(|| res.namespace.clone())
         .or_else(|| {
@@ -385,8 +391,11 @@ async fn object_input(
                 .pointer("/metadata/namespace")?
                 .as_str()
                 .map(String::from)
-        })
-        .unwrap_or_else(|| comp.namespace().unwrap_or_default());
+        });
+    let obj_ns = super::super::tenancy::ref_namespace(
+        &comp.namespace().unwrap_or_default(),
+        given.as_deref(),
+    );
     let found = read_input(ctx, comp, (&gvk, &ar, namespaced), &obj_ns, &name)
         .await
         .map_err(|source| Error::ReadInput {

@@ -401,6 +401,23 @@ pub(crate) async fn write(
     Ok(refs)
 }
 
+/// Deletes these slices of `comp` (best effort) and forgets what was remembered of them.
+pub(crate) async fn delete(ctx: &Context, comp: &Composition, refs: &[crds::ResourceSliceRef]) {
+    let api: Api<ResourceSlice> =
+        Api::namespaced(ctx.client.clone(), &comp.namespace().unwrap_or_default());
+    let uid = comp.uid().unwrap_or_default();
+    for r in refs {
+        match api.delete(&r.name, &DeleteParams::default()).await {
+            Ok(_) => tracing::info!(slice = %r.name, "deleted the slice of an unrecorded synthesis"),
+            Err(e) => tracing::debug!(slice = %r.name, error = %e, "cannot delete an unrecorded ResourceSlice"),
+        }
+        ctx.remember(&uid, |m| {
+            m.slice_status.remove(&r.name);
+            m.parsed.remove(&r.name);
+        });
+    }
+}
+
 /// Deletes this Composition's slices that belong to neither the current nor the previous
 /// synthesis (best effort: a failed delete is retried on the next synthesis).
 pub(crate) async fn delete_stale(ctx: &Arc<Context>, comp: &Composition, st: &CompositionStatus) {

@@ -3,7 +3,9 @@
 //! The controller hands a reconcile the Composition from its cache, which may not yet hold
 //! the status enoki wrote in the previous pass. [`fresh`] substitutes the status enoki last
 //! wrote until the cache has caught up (same resourceVersion), so a pass never starts from a
-//! stale synthesis. [`write`] patches only when the status changed, nulling what it drops.
+//! stale synthesis. [`write`] patches only when the status changed, nulling what it drops,
+//! and writes only a [`bounded`] status: whatever a synthesizer reports or a spec holds, the
+//! status enoki writes stays far below etcd's object size limit.
 
 use std::sync::Arc;
 
@@ -41,7 +43,77 @@ pub(crate) fn fresh(ctx: &Context, comp: Arc<Composition>) -> Arc<Composition> {
     }
 }
 
-/// Writes `st` when it differs from `comp`'s status.
+/// Results kept per synthesis.
+pub(crate) const MAX_RESULTS: usize = 100;
+/// Bytes kept of a result's message.
+const MAX_RESULT_TEXT: usize = 1024;
+/// Bytes kept of a condition message or `simplified.error`.
+const MAX_TEXT: usize = 4000;
+/// Dependents or dependencies listed in `dependencyStatus`.
+const MAX_BLOCKED_BY: usize = 50;
+/// Past this serialized size, results are dropped (the previous synthesis's first).
+pub(crate) const MAX_STATUS_BYTES: usize = 256 * 1024;
+
+fn clip(s: &mut String, max: usize) {
+    if s.len() > max {
+        let mut cut = max;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+        s.push_str(" …(truncated)");
+    }
+}
+
+/// `st` as enoki writes it: every text and list filled from synthesizer output or other
+/// objects bounded (at most [`MAX_RESULTS`] results per synthesis, messages clipped, at most
+/// [`MAX_STATUS_BYTES`] in all). Idempotent. Pure.
+pub(crate) fn bounded(st: &CompositionStatus) -> CompositionStatus {
+    let mut st = st.clone();
+    for c in &mut st.conditions {
+        clip(&mut c.message, MAX_TEXT);
+    }
+    if let Some(e) = st.simplified.as_mut().and_then(|s| s.error.as_mut()) {
+        clip(e, MAX_TEXT);
+    }
+    if let Some(d) = &mut st.dependency_status {
+        d.blocked_by.truncate(MAX_BLOCKED_BY);
+    }
+    for s in [
+        &mut st.current_synthesis,
+        &mut st.previous_synthesis,
+        &mut st.in_flight_synthesis,
+    ]
+    .into_iter()
+    .flatten()
+    {
+        s.results.truncate(MAX_RESULTS);
+        for r in &mut s.results {
+            clip(&mut r.message, MAX_RESULT_TEXT);
+            if let Some(x) = &mut r.resource_ref {
+                clip(x, 512);
+            }
+            r.tags.retain(|k, v| k.len() + v.len() <= 512);
+        }
+    }
+    let size = |st: &CompositionStatus| serde_json::to_vec(st).map_or(0, |v| v.len());
+    for drop in 0..3 {
+        if size(&st) <= MAX_STATUS_BYTES {
+            break;
+        }
+        let target = match drop {
+            0 => &mut st.previous_synthesis,
+            1 => &mut st.in_flight_synthesis,
+            _ => &mut st.current_synthesis,
+        };
+        if let Some(s) = target {
+            s.results.clear();
+        }
+    }
+    st
+}
+
+/// Writes `st` ([`bounded`]) when it differs from `comp`'s status.
 ///
 /// # Errors
 /// [`Error::WriteStatus`].
@@ -50,6 +122,7 @@ pub(crate) async fn write(
     comp: &Composition,
     st: &CompositionStatus,
 ) -> Result<(), Error> {
+    let st = &bounded(st);
     if comp.status.as_ref() == Some(st) {
         return Ok(());
     }
@@ -90,4 +163,39 @@ pub(crate) async fn write(
         m.written = Some((rv, based_on, st.clone()));
     });
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_status_enoki_writes_is_bounded_and_bounding_is_idempotent() {
+        let result = crds::SynthesisResult {
+            severity: "warning".into(),
+            message: "x".repeat(10_000),
+            ..Default::default()
+        };
+        let synthesis = crds::Synthesis {
+            results: vec![result; 10_000],
+            ..Default::default()
+        };
+        let st = CompositionStatus {
+            current_synthesis: Some(synthesis.clone()),
+            previous_synthesis: Some(synthesis),
+            conditions: vec![
+                serde_json::from_value(serde_json::json!({"type": "Ready", "status": "False",
+                    "reason": "R", "lastTransitionTime": "2026-01-01T00:00:00Z",
+                    "message": "m".repeat(100_000)}))
+                .unwrap(),
+            ],
+            ..Default::default()
+        };
+        let b = bounded(&st);
+        assert!(serde_json::to_vec(&b).unwrap().len() <= MAX_STATUS_BYTES);
+        assert!(b.conditions[0].message.len() < 4100);
+        assert_eq!(bounded(&b), b, "idempotent");
+        let cur = b.current_synthesis.as_ref().unwrap();
+        assert!(cur.results.len() <= MAX_RESULTS);
+    }
 }

@@ -94,6 +94,9 @@ pub(crate) async fn synthesize(
             .map(|(_, o)| o);
         (failed, pending)
     });
+    if let Some(stored) = reuse_unrecorded(ctx, comp, st, &fp).await {
+        return Ok(stored);
+    }
     if let Some(f) = &failed
         && f.retry_at > now
     {
@@ -165,11 +168,14 @@ pub(crate) fn input_for(
         },
         inputs: gathered.inputs.clone(),
         observed,
-        env: synth
+        // The Synthesizer's env is the platform's policy: a Composition variable of the same
+        // name is dropped, so a tenant cannot override it.
+        env: comp
             .spec
-            .env
+            .synthesis_env
             .iter()
-            .chain(comp.spec.synthesis_env.iter())
+            .filter(|e| !synth.spec.env.iter().any(|s| s.name == e.name))
+            .chain(synth.spec.env.iter())
             .map(|e| (e.name.clone(), e.value.clone()))
             .chain(controller_env(ctx, synth))
             .collect(),
@@ -354,6 +360,7 @@ async fn store(
             Ok(refs) => next.resource_slices = refs,
             Err(requeue) => return Ok(Outcome::Failed(requeue)),
         }
+        ctx.remember(&uid, |m| m.unrecorded = Some((fp.to_string(), next.clone())));
         st.previous_synthesis = st.current_synthesis.take();
         st.current_synthesis = Some(next);
     }
@@ -371,6 +378,64 @@ async fn store(
     );
     tracing::info!(synthesis = %uuid, resources = items.len(), unchanged, trigger = %req.trigger, "synthesized");
     Ok(Outcome::Stored)
+}
+
+/// Slices written before for this Composition whose status write failed: recorded again
+/// (same fingerprint; nothing is run or written) or deleted (an older trigger's orphans).
+async fn reuse_unrecorded(
+    ctx: &Arc<Context>,
+    comp: &Composition,
+    st: &mut CompositionStatus,
+    fp: &str,
+) -> Option<Outcome> {
+    let uid = comp.uid().unwrap_or_default();
+    let (f, next) = ctx.remember(&uid, |m| m.unrecorded.take())?;
+    let landed = [&st.current_synthesis, &st.previous_synthesis]
+        .into_iter()
+        .flatten()
+        .any(|s| s.uuid == next.uuid);
+    if landed {
+        return None;
+    }
+    if f != fp {
+        super::slices::delete(ctx, comp, &next.resource_slices).await;
+        return None;
+    }
+    tracing::debug!(synthesis = %next.uuid, "recording the slices of a synthesis whose status write failed");
+    ctx.remember(&uid, |m| m.unrecorded = Some((f, next.clone())));
+    st.in_flight_synthesis = None;
+    st.previous_synthesis = st.current_synthesis.take();
+    st.current_synthesis = Some(next);
+    status::set_condition(
+        &mut st.conditions,
+        conditions::SYNTHESIZED,
+        true,
+        reasons::SYNTHESIS_SUCCEEDED,
+        "",
+        comp.metadata.generation,
+    );
+    Some(Outcome::Stored)
+}
+
+/// The status write that would record a new synthesis failed. Transient: its slices stay and
+/// the retry records them. Terminal (too large, invalid, forbidden): they are deleted and this
+/// fingerprint is not synthesized again before [`RETRY_CAP`].
+pub(crate) async fn status_write_failed(ctx: &Arc<Context>, comp: &Composition, e: &Error) {
+    if e.is_transient() {
+        return;
+    }
+    let uid = comp.uid().unwrap_or_default();
+    let Some((fp, s)) = ctx.remember(&uid, |m| m.unrecorded.take()) else {
+        return;
+    };
+    super::slices::delete(ctx, comp, &s.resource_slices).await;
+    ctx.remember(&uid, |m| {
+        m.failed = Some(Failed {
+            fingerprint: fp,
+            failures: 1,
+            retry_at: Instant::now() + RETRY_CAP,
+        });
+    });
 }
 
 /// Status write-backs (instance mode) are not resources: kept aside, applied to the
@@ -503,7 +568,7 @@ fn simplified_word(reason: &str) -> &'static str {
         reasons::MISSING_INPUT => "MissingInputs",
         reasons::SYNTHESIZER_NOT_FOUND => "MissingSynthesizer",
         reasons::MISMATCHED_INPUTS => "MismatchedInputs",
-        reasons::CROSS_NAMESPACE_REF | reasons::LIMITS_REFUSED => "Failed",
+        reasons::CROSS_NAMESPACE_REF | reasons::LIMITS_REFUSED | reasons::INVALID_SPEC => "Failed",
         _ => "SynthesisBackoff",
     }
 }
