@@ -921,6 +921,8 @@ pub struct Request {
     pub user_agent: String,
     /// When the API server received it (RFC 3339, microseconds).
     pub received: String,
+    /// The request URI (path and query: label selectors, watch).
+    pub uri: String,
 }
 
 impl Request {
@@ -944,6 +946,19 @@ impl Request {
 /// # Panics
 /// When the audit log cannot be read.
 pub fn audited_requests(namespace: &str, since: &str) -> Vec<Request> {
+    audited(since, |e| e["objectRef"]["namespace"] == namespace)
+}
+
+/// The requests the audit log recorded after `since` with no namespace: cluster-scoped
+/// objects, and lists and watches across every namespace.
+///
+/// # Panics
+/// When the audit log cannot be read.
+pub fn audited_cluster_wide(since: &str) -> Vec<Request> {
+    audited(since, |e| e["objectRef"]["namespace"].is_null())
+}
+
+fn audited(since: &str, keep: impl Fn(&serde_json::Value) -> bool) -> Vec<Request> {
     let path = std::env::var("TESTENV_AUDIT_LOG")
         .map(PathBuf::from)
         .unwrap_or_else(|_| {
@@ -958,7 +973,7 @@ pub fn audited_requests(namespace: &str, since: &str) -> Vec<Request> {
     text.lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .filter(|e| e["stage"] == "ResponseComplete")
-        .filter(|e| e["objectRef"]["namespace"] == namespace)
+        .filter(|e| keep(e))
         .filter(|e| {
             e["requestReceivedTimestamp"]
                 .as_str()
@@ -976,6 +991,7 @@ pub fn audited_requests(namespace: &str, since: &str) -> Vec<Request> {
                 name: s(&e["objectRef"]["name"]),
                 user_agent: s(&e["userAgent"]),
                 received: s(&e["requestReceivedTimestamp"]),
+                uri: s(&e["requestURI"]),
             }
         })
         .collect()

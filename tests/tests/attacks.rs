@@ -6,9 +6,10 @@
 use std::time::Duration;
 
 use crds::Composition;
+use kube::ResourceExt;
 use harness::{Enoki, TestEnv, echo_module, eventually, install_crds, install_synthesizer};
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -38,21 +39,37 @@ impl Tenant {
 
     /// Writes the echo items ConfigMap `name` and a Composition `name` of `synth` bound to it.
     async fn compose(&self, name: &str, synth: &str, items: serde_json::Value) {
+        self.compose_with(name, synth, json!({"items": items.to_string()}), json!({}))
+            .await
+            .expect("the tenant writes Compositions");
+    }
+
+    /// Like [`Tenant::compose`] with the items ConfigMap's whole `data` and more of the
+    /// Composition's spec (merged over the default binding); the API server's answer.
+    async fn compose_with(
+        &self,
+        name: &str,
+        synth: &str,
+        data: serde_json::Value,
+        spec: serde_json::Value,
+    ) -> Result<Composition, kube::Error> {
         let pp = PatchParams::apply("tenant-a").force();
         let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
-            "data": {"items": items.to_string()}});
+            "data": data});
         self.api::<ConfigMap>()
             .patch(name, &pp, &Patch::Apply(&cm))
             .await
             .expect("the tenant writes ConfigMaps");
+        let mut full = json!({"synthesizer": {"name": synth},
+                     "bindings": [{"key": "config", "resource": {"name": name}}]});
+        full.as_object_mut()
+            .unwrap()
+            .extend(spec.as_object().unwrap().clone());
         let comp = json!({"apiVersion": "enoki.dev/v1alpha1", "kind": "Composition",
-            "metadata": {"name": name},
-            "spec": {"synthesizer": {"name": synth},
-                     "bindings": [{"key": "config", "resource": {"name": name}}]}});
+            "metadata": {"name": name, "labels": {"attack": self.namespace}}, "spec": full});
         self.api::<Composition>()
             .patch(name, &pp, &Patch::Apply(&comp))
             .await
-            .expect("the tenant writes Compositions");
     }
 }
 
@@ -146,5 +163,196 @@ async fn split_into_macros_in_an_override_does_not_hang_and_never_blocks_deletio
         cms.get_opt("hang-out").await.unwrap().is_none().then_some(())
     })
     .await;
+    still_serving(&env, &mut enoki, &synth, &tenant).await;
+}
+
+#[tokio::test]
+async fn a_padded_synthesis_env_is_invalid_spec_and_writes_nothing_to_etcd() {
+    let env = TestEnv::new().await;
+    install_crds(&env.client).await;
+    let synth = install_synthesizer(&env, "echo", &echo_module()).await;
+    let tenant = Tenant::of(&env).await;
+    let mut enoki = Enoki::start(&env.namespace);
+    let slices: Api<crds::ResourceSlice> = env.api();
+    let before = slices.list(&ListParams::default()).await.unwrap().items.len();
+
+    // ~1.2 MiB of environment: with the status enoki adds, every status write would exceed
+    // etcd's object limit.
+    let padded: Vec<_> = (0..400)
+        .map(|i| json!({"name": format!("PAD_{i}"), "value": "x".repeat(3000)}))
+        .collect();
+    let out = harness::config_map("padded-out", json!({}), json!({"v": "1"}));
+    tenant
+        .compose_with(
+            "padded",
+            &synth,
+            json!({"items": json!([out]).to_string()}),
+            json!({"synthesisEnv": padded}),
+        )
+        .await
+        .expect("the API server accepts the padded Composition");
+    let msg = eventually("padded: Synthesized=False InvalidSpec", WAIT, || async {
+        let (s, r, m) = harness::composition_condition(&env, "padded", "Synthesized").await?;
+        (s == "False" && r == "InvalidSpec").then_some(m)
+    })
+    .await;
+    assert!(msg.contains("spec.synthesisEnv"), "{msg}");
+    // Other Compositions go on; then the object count is what it was: the padded one
+    // wrote no slice, however many passes it had.
+    still_serving(&env, &mut enoki, &synth, &tenant).await;
+    let after: Vec<_> = slices
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|s| s.name_any().starts_with("padded"))
+        .collect();
+    assert!(after.is_empty(), "slices of the padded Composition: {}", after.len());
+    let all = slices.list(&ListParams::default()).await.unwrap().items.len();
+    assert!(all <= before + 2, "{before} slices before, {all} after");
+}
+
+#[tokio::test]
+async fn an_empty_namespace_binding_means_the_own_namespace_never_every_namespace() {
+    let env = TestEnv::new().await;
+    install_crds(&env.client).await;
+    let synth = install_synthesizer(&env, "echo", &echo_module()).await;
+    let tenant = Tenant::of(&env).await;
+    let mut enoki = Enoki::start_with(&env.namespace, &["--no-cross-namespace-refs"]);
+    let since = harness::now_rfc3339();
+
+    let out = harness::config_map("empty-ns-out", json!({}), json!({"v": "1"}));
+    tenant
+        .compose_with(
+            "empty-ns",
+            &synth,
+            json!({"items": json!([out]).to_string()}),
+            json!({"bindings": [{"key": "config", "resource": {"name": "empty-ns", "namespace": ""}}]}),
+        )
+        .await
+        .unwrap();
+    // The binding reads the Composition's own namespace: it converges, not refused.
+    eventually("empty-ns Ready", WAIT, || async {
+        harness::composition_ready(&env, "empty-ns").await.then_some(())
+    })
+    .await;
+    // And no input watch left the namespace: enoki listed or watched no ConfigMaps
+    // cluster-wide for an input (input watches exclude managed objects by label).
+    let wide: Vec<_> = harness::audited_cluster_wide(&since)
+        .into_iter()
+        .filter(|r| r.by_enoki() && r.resource == "configmaps")
+        .filter(|r| r.uri.contains("labelSelector=%21"))
+        .collect();
+    assert!(wide.is_empty(), "cluster-wide input reads: {wide:#?}");
+    still_serving(&env, &mut enoki, &synth, &tenant).await;
+}
+
+#[tokio::test]
+async fn a_refused_cross_namespace_depends_on_never_blocks_the_targets_deletion() {
+    let env = TestEnv::new().await;
+    install_crds(&env.client).await;
+    let synth = install_synthesizer(&env, "echo", &echo_module()).await;
+    let tenant = Tenant::of(&env).await;
+    let other = format!("{}-b", env.namespace);
+    harness::create_namespace(&env.client, &other).await;
+    // Both namespaces, this test's Compositions only (by label).
+    let selector = format!("attack={}", env.namespace);
+    let mut enoki = Enoki::start_with(
+        "",
+        &["--no-cross-namespace-refs", "--label-selector", &selector],
+    );
+
+    // team-b's Composition, written by its own team (the admin here).
+    let theirs: Api<Composition> = Api::namespaced(env.client.clone(), &other);
+    let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), &other);
+    let items = json!([harness::config_map("target-out", json!({}), json!({"v": "1"}))]);
+    let pp = PatchParams::apply("team-b").force();
+    cms.patch(
+        "target",
+        &pp,
+        &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "target"}, "data": {"items": items.to_string()}})),
+    )
+    .await
+    .unwrap();
+    theirs
+        .patch(
+            "target",
+            &pp,
+            &Patch::Apply(json!({"apiVersion": "enoki.dev/v1alpha1", "kind": "Composition",
+                "metadata": {"name": "target", "labels": {"attack": env.namespace}},
+                "spec": {"synthesizer": {"name": synth},
+                         "bindings": [{"key": "config", "resource": {"name": "target"}}]}})),
+        )
+        .await
+        .unwrap();
+    // The attacker's Composition names it in dependsOn: refused, and must not hold it.
+    tenant
+        .compose_with(
+            "waiter",
+            &synth,
+            json!({"items": "[]"}),
+            json!({"dependsOn": [{"name": "target", "namespace": other}]}),
+        )
+        .await
+        .unwrap();
+    eventually("waiter: CrossNamespaceRef", WAIT, || async {
+        let (s, r, _) = harness::composition_condition(&env, "waiter", "Synthesized").await?;
+        (s == "False" && r == "CrossNamespaceRef").then_some(())
+    })
+    .await;
+    eventually("target converged", WAIT, || async {
+        let st = theirs.get("target").await.ok()?.status?;
+        st.conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+            .then_some(())
+    })
+    .await;
+    theirs
+        .delete("target", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("target deleted despite the refused dependent", WAIT, || async {
+        theirs.get_opt("target").await.unwrap().is_none().then_some(())
+    })
+    .await;
+    assert!(enoki.running(), "{}", enoki.logs());
+}
+
+#[tokio::test]
+async fn a_composition_cannot_override_the_synthesizers_env() {
+    let env = TestEnv::new().await;
+    install_crds(&env.client).await;
+    let synth = install_synthesizer(&env, "echo", &echo_module()).await;
+    let synths: Api<crds::Synthesizer> = Api::all(env.client.clone());
+    synths
+        .patch(
+            &synth,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"env": [{"name": "POLICY", "value": "platform"}]}})),
+        )
+        .await
+        .unwrap();
+    let tenant = Tenant::of(&env).await;
+    let mut enoki = Enoki::start(&env.namespace);
+    tenant
+        .compose_with(
+            "env",
+            &synth,
+            json!({"items": "[]", "env-mirror": "env-out", "env-vars": "POLICY,OWN"}),
+            json!({"synthesisEnv": [{"name": "POLICY", "value": "tenant"},
+                                    {"name": "OWN", "value": "mine"}]}),
+        )
+        .await
+        .unwrap();
+    let cms: Api<ConfigMap> = env.api();
+    let data = eventually("env-out written", WAIT, || async {
+        cms.get_opt("env-out").await.unwrap()?.data
+    })
+    .await;
+    assert_eq!(data.get("POLICY").map(String::as_str), Some("platform"), "{data:?}");
+    assert_eq!(data.get("OWN").map(String::as_str), Some("mine"), "{data:?}");
     still_serving(&env, &mut enoki, &synth, &tenant).await;
 }

@@ -4,7 +4,8 @@
 //! with that many bytes; `data.raw`, when set, is written to stdout verbatim instead (tests
 //! of malformed output). `data.mirror`, when set, adds a ConfigMap of that name whose data are the
 //! observed outputs it was given (tests that a module never sees what it may not read);
-//! `data.env-mirror` adds a ConfigMap of that name holding the Eno environment variables. In
+//! `data.env-mirror` adds a ConfigMap of that name holding the Eno environment variables (and
+//! those named, comma-separated, in `data.env-vars`). In
 //! instance mode (no `config` bound) it reads the instance, `self`.
 
 fn main() {
@@ -52,11 +53,19 @@ fn main() {
         }
         if let Some(name) = config.pointer("/data/env-mirror").and_then(|v| v.as_str()) {
             let mut data = serde_json::Map::new();
+            // `data.env-vars`: more variables to mirror, comma-separated.
+            let extra = config
+                .pointer("/data/env-vars")
+                .and_then(|v| v.as_str())
+                .unwrap_or_default();
             for var in [
                 "COMPOSITION_NAME",
                 "COMPOSITION_NAMESPACE",
                 "SYNTHESIS_UUID",
-            ] {
+            ]
+            .into_iter()
+            .chain(extra.split(',').filter(|v| !v.is_empty()))
+            {
                 data.insert(var.into(), std::env::var(var).unwrap_or_default().into());
             }
             out.push(serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
