@@ -42,6 +42,9 @@ TESTENV_CRDS="$ROOT/target/demo-crds.yaml" hack/testenv.sh up
 . "$TESTENV_DIR/env"
 
 step "starting enoki run (log: $TESTENV_DIR/enoki.log)"
+echo "demo: enoki runs as the local control plane's admin, single-tenant (no impersonation, every" >&2
+echo "demo: Composition acts as the controller). The default install (deploy/base, the Helm chart)" >&2
+echo "demo: is multi-tenant: each Composition acts as its namespace's enoki-composer account." >&2
 target/debug/enoki run --lepton-persistent-volumes --module-cache-dir "$TESTENV_DIR/module-cache" >"$TESTENV_DIR/enoki.log" 2>&1 &
 echo $! > "$TESTENV_DIR/enoki.pid"
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # helm-chart.sh — copy the static manifests the Helm chart shares with the kustomize base (CRDs,
-# RBAC, the multi-tenant overlay's RBAC) into deploy/helm/enoki/files/. `--check` fails when
+# RBAC, the single-tenant overlay's RBAC, the onboarding template) into deploy/helm/enoki/files/. `--check` fails when
 # the chart's copy differs (run by hack/test.sh), so the two installs cannot drift apart.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,8 +9,10 @@ copy() {  # copy DEST-DIR
   mkdir -p "$1/crds/builtins"
   cp deploy/base/crds/*.yaml "$1/crds/"
   cp deploy/base/crds/builtins/*.yaml "$1/crds/builtins/"
-  cp deploy/base/rbac.yaml deploy/base/rbac-builtins.yaml "$1/"
-  cp deploy/overlays/multi-tenant/rbac-multi-tenant.yaml deploy/overlays/multi-tenant/rbac-tenants.yaml "$1/"
+  cp deploy/base/rbac.yaml deploy/base/rbac-tenants.yaml "$1/"
+  cp deploy/overlays/single-tenant/rbac-single-tenant.yaml "$1/"
+  mkdir -p "$1/onboarding"
+  cp deploy/onboarding/tenant.yaml "$1/onboarding/"
 }
 if [ "${1:-}" = --check ]; then
   tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT

@@ -356,16 +356,14 @@ pub fn can_i(user: &str, verb: &str, resource: &str, namespace: Option<&str>) ->
     kubectl(&args, None).1.trim().starts_with("yes")
 }
 
-/// Installs `deploy/overlays/multi-tenant` (kustomize, server-side apply) and removes the
-/// base's aggregated write grants, which `kubectl apply` does not prune; returns once the
-/// controller's ServiceAccount has lost them. Returns the rendered overlay.
+/// Applies a kustomization (`deploy/base`, `deploy/overlays/single-tenant`) with server-side
+/// apply; returns the rendered YAML.
 ///
 /// # Panics
-/// When kustomize or the API server refuses, or the grants outlive a minute.
-pub fn install_multi_tenant_overlay() -> String {
-    let overlay = workspace_root().join("deploy/overlays/multi-tenant");
-    let overlay = overlay.to_string_lossy();
-    let (ok, yaml) = kubectl(&["kustomize", &overlay], None);
+/// When kustomize or the API server refuses.
+pub fn apply_kustomization(dir: &str) -> String {
+    let path = workspace_root().join(dir);
+    let (ok, yaml) = kubectl(&["kustomize", &path.to_string_lossy()], None);
     assert!(ok, "{yaml}");
     let (ok, out) = kubectl(
         &[
@@ -379,11 +377,25 @@ pub fn install_multi_tenant_overlay() -> String {
         Some(yaml.as_bytes()),
     );
     assert!(ok, "{out}");
+    yaml
+}
+
+/// Installs the default install, `deploy/base` (kustomize, server-side apply), and removes the
+/// single-tenant overlay's write grants a previous test may have left (`kubectl apply` does
+/// not prune); returns once the controller's ServiceAccount has lost them. Returns the
+/// rendered base.
+///
+/// # Panics
+/// When kustomize or the API server refuses, or the grants outlive a minute.
+pub fn install_default_install() -> String {
+    let yaml = apply_kustomization("deploy/base");
     for (kind, name) in [
         ("clusterrolebinding", "enoki-managed-resources"),
         ("clusterrole", "enoki-managed-resources"),
         ("clusterrole", "enoki-sample-kinds"),
         ("clusterrole", "enoki-builtins"),
+        ("clusterrolebinding", "enoki-multi-tenant"),
+        ("clusterrole", "enoki-multi-tenant"),
     ] {
         let (ok, out) = kubectl(&["delete", kind, name, "--ignore-not-found"], None);
         assert!(ok, "{out}");
@@ -394,6 +406,29 @@ pub fn install_multi_tenant_overlay() -> String {
         std::thread::sleep(Duration::from_millis(500));
     }
     yaml
+}
+
+/// Onboards namespace `ns` as `deploy/onboarding/tenant.yaml` says: its `enoki-composer`
+/// ServiceAccount, bound to `edit`, and the controller's right to impersonate it there.
+///
+/// # Panics
+/// When the template cannot be read or the API server refuses.
+pub fn onboard_namespace(ns: &str) {
+    let template = workspace_root().join("deploy/onboarding/tenant.yaml");
+    let text = std::fs::read_to_string(&template)
+        .unwrap_or_else(|e| panic!("{}: {e}", template.display()))
+        .replace("TENANT", ns);
+    let (ok, out) = kubectl(
+        &[
+            "apply",
+            "--server-side",
+            "--field-manager=platform",
+            "-f",
+            "-",
+        ],
+        Some(text.as_bytes()),
+    );
+    assert!(ok, "onboarding {ns}: {out}");
 }
 
 /// Gives the harness's `tenant-a` user Kubernetes' `edit` role in `namespace`, with enoki's
@@ -420,13 +455,27 @@ pub fn grant_tenant_edit(namespace: &str) {
         "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: tenant-a-edit, namespace: {namespace}}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: edit}}\nsubjects: [{{apiGroup: rbac.authorization.k8s.io, kind: User, name: tenant-a}}]\n"
     );
     let (ok, out) = kubectl(
-        &["apply", "--server-side", "--field-manager=harness", "-f", "-"],
+        &[
+            "apply",
+            "--server-side",
+            "--field-manager=harness",
+            "-f",
+            "-",
+        ],
         Some(binding.as_bytes()),
     );
     assert!(ok, "{out}");
     let start = std::time::Instant::now();
-    while !can_i("tenant-a", "create", "compositions.enoki.dev", Some(namespace)) {
-        assert!(start.elapsed().as_secs() < 60, "tenant-a never got edit on Compositions");
+    while !can_i(
+        "tenant-a",
+        "create",
+        "compositions.enoki.dev",
+        Some(namespace),
+    ) {
+        assert!(
+            start.elapsed().as_secs() < 60,
+            "tenant-a never got edit on Compositions"
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
 }

@@ -6,9 +6,9 @@
 use std::time::Duration;
 
 use crds::Composition;
-use kube::ResourceExt;
 use harness::{Enoki, TestEnv, echo_module, eventually, install_crds, install_synthesizer};
 use k8s_openapi::api::core::v1::ConfigMap;
+use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::json;
 
@@ -160,7 +160,11 @@ async fn split_into_macros_in_an_override_does_not_hang_and_never_blocks_deletio
     })
     .await;
     eventually("hang-out deleted with it", WAIT, || async {
-        cms.get_opt("hang-out").await.unwrap().is_none().then_some(())
+        cms.get_opt("hang-out")
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
     })
     .await;
     still_serving(&env, &mut enoki, &synth, &tenant).await;
@@ -174,7 +178,12 @@ async fn a_padded_synthesis_env_is_invalid_spec_and_writes_nothing_to_etcd() {
     let tenant = Tenant::of(&env).await;
     let mut enoki = Enoki::start(&env.namespace);
     let slices: Api<crds::ResourceSlice> = env.api();
-    let before = slices.list(&ListParams::default()).await.unwrap().items.len();
+    let before = slices
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .len();
 
     // ~1.2 MiB of environment: with the status enoki adds, every status write would exceed
     // etcd's object limit.
@@ -208,8 +217,17 @@ async fn a_padded_synthesis_env_is_invalid_spec_and_writes_nothing_to_etcd() {
         .into_iter()
         .filter(|s| s.name_any().starts_with("padded"))
         .collect();
-    assert!(after.is_empty(), "slices of the padded Composition: {}", after.len());
-    let all = slices.list(&ListParams::default()).await.unwrap().items.len();
+    assert!(
+        after.is_empty(),
+        "slices of the padded Composition: {}",
+        after.len()
+    );
+    let all = slices
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .len();
     assert!(all <= before + 2, "{before} slices before, {all} after");
 }
 
@@ -234,7 +252,9 @@ async fn an_empty_namespace_binding_means_the_own_namespace_never_every_namespac
         .unwrap();
     // The binding reads the Composition's own namespace: it converges, not refused.
     eventually("empty-ns Ready", WAIT, || async {
-        harness::composition_ready(&env, "empty-ns").await.then_some(())
+        harness::composition_ready(&env, "empty-ns")
+            .await
+            .then_some(())
     })
     .await;
     // And no input watch left the namespace: enoki listed or watched no ConfigMaps
@@ -266,7 +286,11 @@ async fn a_refused_cross_namespace_depends_on_never_blocks_the_targets_deletion(
     // team-b's Composition, written by its own team (the admin here).
     let theirs: Api<Composition> = Api::namespaced(env.client.clone(), &other);
     let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), &other);
-    let items = json!([harness::config_map("target-out", json!({}), json!({"v": "1"}))]);
+    let items = json!([harness::config_map(
+        "target-out",
+        json!({}),
+        json!({"v": "1"})
+    )]);
     let pp = PatchParams::apply("team-b").force();
     cms.patch(
         "target",
@@ -280,10 +304,12 @@ async fn a_refused_cross_namespace_depends_on_never_blocks_the_targets_deletion(
         .patch(
             "target",
             &pp,
-            &Patch::Apply(json!({"apiVersion": "enoki.dev/v1alpha1", "kind": "Composition",
+            &Patch::Apply(
+                json!({"apiVersion": "enoki.dev/v1alpha1", "kind": "Composition",
                 "metadata": {"name": "target", "labels": {"attack": env.namespace}},
                 "spec": {"synthesizer": {"name": synth},
-                         "bindings": [{"key": "config", "resource": {"name": "target"}}]}})),
+                         "bindings": [{"key": "config", "resource": {"name": "target"}}]}}),
+            ),
         )
         .await
         .unwrap();
@@ -314,9 +340,18 @@ async fn a_refused_cross_namespace_depends_on_never_blocks_the_targets_deletion(
         .delete("target", &DeleteParams::default())
         .await
         .unwrap();
-    eventually("target deleted despite the refused dependent", WAIT, || async {
-        theirs.get_opt("target").await.unwrap().is_none().then_some(())
-    })
+    eventually(
+        "target deleted despite the refused dependent",
+        WAIT,
+        || async {
+            theirs
+                .get_opt("target")
+                .await
+                .unwrap()
+                .is_none()
+                .then_some(())
+        },
+    )
     .await;
     assert!(enoki.running(), "{}", enoki.logs());
 }
@@ -352,7 +387,15 @@ async fn a_composition_cannot_override_the_synthesizers_env() {
         cms.get_opt("env-out").await.unwrap()?.data
     })
     .await;
-    assert_eq!(data.get("POLICY").map(String::as_str), Some("platform"), "{data:?}");
-    assert_eq!(data.get("OWN").map(String::as_str), Some("mine"), "{data:?}");
+    assert_eq!(
+        data.get("POLICY").map(String::as_str),
+        Some("platform"),
+        "{data:?}"
+    );
+    assert_eq!(
+        data.get("OWN").map(String::as_str),
+        Some("mine"),
+        "{data:?}"
+    );
     still_serving(&env, &mut enoki, &synth, &tenant).await;
 }

@@ -1,123 +1,276 @@
-//! `deploy/base` (kustomize) installs on the real API server, and the ServiceAccount it creates
-//! can do what enoki needs and nothing like cluster-admin.
+//! `deploy/base` (kustomize), the default install, installs on the real API server, and every
+//! route a tenant could use through it — the controller's ServiceAccount, the `enoki-composer`
+//! account its Compositions act as, the tenant's own `edit` — stops at the tenant's namespace.
+//! The single-tenant overlay grants what it says, and still nothing like cluster-admin.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
 use harness::kubectl;
 
+/// `kubectl auth can-i VERB RESOURCE --as USER` (`RESOURCE` may be `kind/name`), in `ns` or
+/// in every namespace, for `subresource` when given.
+fn can(
+    user: &str,
+    verb: &str,
+    resource: &str,
+    ns: Option<&str>,
+    subresource: Option<&str>,
+) -> bool {
+    let mut args = vec!["auth", "can-i", verb, resource, "--as", user];
+    match ns {
+        Some(ns) => args.extend(["-n", ns]),
+        None => args.push("--all-namespaces"),
+    }
+    let sub;
+    if let Some(s) = subresource {
+        sub = format!("--subresource={s}");
+        args.push(&sub);
+    }
+    kubectl(&args, None).1.trim().starts_with("yes")
+}
+
 #[tokio::test]
-async fn the_kustomize_base_installs_with_least_privilege_rbac() {
+#[allow(clippy::too_many_lines)] // one table of routes per actor
+async fn the_default_install_denies_every_route_past_a_tenants_namespace() {
     // Reach the server first (fails loudly without a control plane).
     let _client = harness::client().await;
-    let base = harness::workspace_root().join("deploy/base");
-    let (ok, yaml) = kubectl(&["kustomize", base.to_str().unwrap()], None);
-    assert!(ok, "{yaml}");
+    let yaml = harness::install_default_install();
     assert!(
         !yaml.contains("cluster-admin"),
         "deploy/ must never grant cluster-admin"
     );
-    // A previous run may have left the multi-tenant overlay's grants (below) in place.
-    for kind in ["clusterrolebinding", "clusterrole"] {
-        let (ok, out) = kubectl(
-            &["delete", kind, "enoki-multi-tenant", "--ignore-not-found"],
-            None,
-        );
-        assert!(ok, "{out}");
+    assert!(yaml.contains("--default-service-account=enoki-composer"));
+    assert!(yaml.contains("--no-cross-namespace-refs"));
+    assert!(!yaml.contains("--lepton-persistent-volumes"));
+    let id = format!("{:06x}", rand::random::<u32>() & 0xff_ffff);
+    let (a, b) = (format!("deploy-a-{id}"), format!("deploy-b-{id}"));
+    let admin = harness::client().await;
+    for ns in [&a, &b] {
+        harness::create_namespace(&admin, ns).await;
     }
-    let (ok, out) = kubectl(
-        &[
-            "apply",
-            "--server-side",
-            "--force-conflicts",
-            "--field-manager=deploy-test",
-            "-f",
-            "-",
-        ],
-        Some(yaml.as_bytes()),
-    );
-    assert!(ok, "{out}");
-    for expected in [
-        "deployment.apps/enoki",
-        "poddisruptionbudget.policy/enoki",
-        "service/enoki-metrics",
-        "clusterrole.rbac.authorization.k8s.io/enoki-controller",
-    ] {
-        assert!(out.contains(expected), "{expected} not applied:\n{out}");
-    }
+    harness::onboard_namespace(&a);
+    harness::grant_tenant_edit(&a);
+    let ctl = harness::CONTROLLER_SA;
+    let composer = format!("system:serviceaccount:{a}:enoki-composer");
+    let (na, nb) = (Some(a.as_str()), Some(b.as_str()));
 
-    let can = |verb: &str, resource: &str, ns: Option<&str>| {
-        harness::can_i(harness::CONTROLLER_SA, verb, resource, ns)
-    };
-    // What enoki needs.
-    assert!(can("patch", "compositions.enoki.dev/status", None));
-    assert!(can("watch", "resourceslices.enoki.dev", None));
-    assert!(can("create", "events.events.k8s.io", None));
-    assert!(can(
-        "update",
-        "leases.coordination.k8s.io",
-        Some("enoki-system")
-    ));
-    // Aggregated from the labelled sample ClusterRole by kube-controller-manager.
+    // What the controller needs, and may.
+    for (verb, resource, ns, sub) in [
+        ("patch", "compositions.enoki.dev", None, Some("status")),
+        ("watch", "resourceslices.enoki.dev", None, None),
+        ("create", "events.events.k8s.io", None, None),
+        (
+            "update",
+            "leases.coordination.k8s.io",
+            Some("enoki-system"),
+            None,
+        ),
+        ("get", "configmaps", Some("enoki-system"), None),
+        ("list", "deployments.apps", None, None),
+        (
+            "patch",
+            "trusteeconfigs.confidentialcontainers.org",
+            None,
+            None,
+        ),
+        (
+            "update",
+            "leptondeployments.lepton.ai",
+            None,
+            Some("status"),
+        ),
+        ("impersonate", "serviceaccounts/enoki-composer", na, None),
+    ] {
+        assert!(
+            can(ctl, verb, resource, ns, sub),
+            "controller may not {verb} {resource} {ns:?} {sub:?}"
+        );
+    }
+    // Aggregation has settled once the watch defaults are visible.
     let start = std::time::Instant::now();
-    while !can("patch", "configmaps", None) {
+    while !can(ctl, "watch", "configmaps", None, None) {
         assert!(
             start.elapsed().as_secs() < 60,
-            "the labelled ClusterRole was never aggregated"
+            "enoki-controller-watch never aggregated"
         );
         std::thread::sleep(std::time::Duration::from_millis(500));
     }
-    // The built-ins' grants, aggregated the same way.
-    while !can(
-        "patch",
-        "clusterresourcequotas.quota.powerapp.cloud/status",
-        None,
-    ) || !can("create", "persistentvolumes", None)
-    {
+    // Everything a tenant could reach through the controller: denied.
+    let denied_controller: Vec<(&str, &str, Option<&str>, Option<&str>)> = vec![
+        ("create", "configmaps", None, None),
+        ("patch", "configmaps", na, None),
+        ("delete", "configmaps", None, None),
+        ("create", "secrets", None, None),
+        ("get", "secrets", None, None),
+        ("list", "secrets", None, None),
+        ("watch", "secrets", None, None),
+        ("get", "secrets", Some("kube-system"), None),
+        ("get", "configmaps", None, None),
+        ("get", "configmaps", Some("kube-system"), None),
+        ("create", "deployments.apps", None, None),
+        ("delete", "deployments.apps", None, None),
+        ("create", "persistentvolumes", None, None),
+        ("create", "serviceaccounts", None, None),
+        ("create", "serviceaccounts", None, Some("token")),
+        ("delete", "namespaces", None, None),
+        (
+            "create",
+            "rolebindings.rbac.authorization.k8s.io",
+            None,
+            None,
+        ),
+        (
+            "create",
+            "clusterrolebindings.rbac.authorization.k8s.io",
+            None,
+            None,
+        ),
+        (
+            "create",
+            "clusterroles.rbac.authorization.k8s.io",
+            None,
+            None,
+        ),
+        ("bind", "roles.rbac.authorization.k8s.io", None, None),
+        (
+            "escalate",
+            "clusterroles.rbac.authorization.k8s.io",
+            None,
+            None,
+        ),
+        ("impersonate", "serviceaccounts", None, None),
+        ("impersonate", "serviceaccounts/default", na, None),
+        ("impersonate", "serviceaccounts/enoki-composer", nb, None),
+        (
+            "impersonate",
+            "serviceaccounts/enoki-composer",
+            Some("kube-system"),
+            None,
+        ),
+        (
+            "impersonate",
+            "serviceaccounts/enoki",
+            Some("enoki-system"),
+            None,
+        ),
+        ("impersonate", "users", None, None),
+        ("impersonate", "groups", None, None),
+        ("create", "pods", None, None),
+        ("create", "pods", na, Some("exec")),
+        ("patch", "nodes", None, None),
+        (
+            "update",
+            "leases.coordination.k8s.io",
+            Some("kube-system"),
+            None,
+        ),
+        ("list", "pods", None, None),
+    ];
+    for (verb, resource, ns, sub) in &denied_controller {
         assert!(
-            start.elapsed().as_secs() < 60,
-            "the built-ins' ClusterRole was never aggregated"
+            !can(ctl, verb, resource, *ns, *sub),
+            "controller may {verb} {resource} {ns:?} {sub:?}"
         );
-        std::thread::sleep(std::time::Duration::from_millis(500));
     }
-    assert!(can("list", "pods", None), "quota reads pods");
-    // Nothing like cluster-admin.
-    assert!(!can("bind", "roles.rbac.authorization.k8s.io", None));
-    assert!(!can(
-        "escalate",
-        "clusterroles.rbac.authorization.k8s.io",
+    // What a Composition in an onboarded namespace acts as: `edit` there, nothing else.
+    assert!(can(&composer, "create", "configmaps", na, None));
+    assert!(can(
+        &composer,
+        "create",
+        "kbsconfigs.confidentialcontainers.org",
+        na,
         None
     ));
-    assert!(!can("impersonate", "serviceaccounts", None));
-    assert!(!can("create", "clusterrolebindings", None));
-    assert!(!can("create", "pods", None));
-    assert!(!can("delete", "namespaces", None));
-    assert!(!can(
-        "update",
-        "leases.coordination.k8s.io",
-        Some("kube-system")
+    for (verb, resource, ns) in [
+        ("create", "configmaps", nb),
+        ("get", "secrets", nb),
+        ("create", "rolebindings.rbac.authorization.k8s.io", na),
+        (
+            "create",
+            "clusterrolebindings.rbac.authorization.k8s.io",
+            None,
+        ),
+        ("create", "resourceslices.enoki.dev", na),
+        ("create", "persistentvolumes", None),
+        ("create", "compositions.enoki.dev", nb),
+    ] {
+        assert!(
+            !can(&composer, verb, resource, ns, None),
+            "enoki-composer may {verb} {resource} {ns:?}"
+        );
+    }
+    // The tenant (`edit` in its namespace): Compositions there, nothing that reaches further.
+    assert!(can(
+        "tenant-a",
+        "create",
+        "compositions.enoki.dev",
+        na,
+        None
     ));
+    for (verb, resource, ns) in [
+        ("impersonate", "serviceaccounts/enoki-composer", nb),
+        ("create", "rolebindings.rbac.authorization.k8s.io", na),
+        ("create", "resourceslices.enoki.dev", na),
+        ("create", "synthesizers.enoki.dev", None),
+        ("create", "compositions.enoki.dev", nb),
+        ("create", "configmaps", Some("enoki-system")),
+    ] {
+        assert!(
+            !can("tenant-a", verb, resource, ns, None),
+            "tenant-a may {verb} {resource} {ns:?}"
+        );
+    }
+    // The onboarded account mounts no token into pods that name no account.
+    let (ok, sa) = kubectl(
+        &["get", "sa", "enoki-composer", "-n", &a, "-o", "json"],
+        None,
+    );
+    assert!(ok, "{sa}");
+    let sa: serde_json::Value = serde_json::from_str(&sa).unwrap();
+    assert_eq!(sa["automountServiceAccountToken"], false);
 
     // The Helm chart renders the same objects and installs over the kustomize ones.
     helm_chart_matches_kustomize();
 
-    // The multi-tenant overlay on top: reads, impersonation, its own API — no writes of what
-    // synthesizers emit (kustomize does not prune, so the base's aggregated grants go by hand).
-    let yaml = harness::install_multi_tenant_overlay();
-    assert!(yaml.contains("--default-service-account=default"));
-    assert!(yaml.contains("--no-cross-namespace-refs"));
-    assert!(!yaml.contains("--lepton-persistent-volumes"));
-    assert!(can("impersonate", "serviceaccounts", None));
-    assert!(can("list", "secrets", None), "reads for the watch caches");
-    assert!(can("patch", "compositions.enoki.dev/status", None));
-    for (verb, resource) in [
-        ("create", "configmaps"),
-        ("create", "rolebindings.rbac.authorization.k8s.io"),
-        ("delete", "deployments.apps"),
-        ("create", "persistentvolumes"),
-        ("impersonate", "users"),
-        ("impersonate", "groups"),
-    ] {
-        assert!(!can(verb, resource, None), "{verb} {resource}");
+    // The single-tenant overlay (opt-in) grants what it says: writes of what synthesizers
+    // emit, the built-ins' kinds, quota's reads.
+    let yaml = harness::apply_kustomization("deploy/overlays/single-tenant");
+    assert!(yaml.contains("--lepton-persistent-volumes"));
+    assert!(!yaml.contains("- --no-cross-namespace-refs"));
+    assert!(!yaml.contains("- --default-service-account="));
+    let start = std::time::Instant::now();
+    while !can(ctl, "patch", "configmaps", None, None)
+        || !can(
+            ctl,
+            "patch",
+            "clusterresourcequotas.quota.powerapp.cloud",
+            None,
+            Some("status"),
+        )
+        || !can(ctl, "create", "persistentvolumes", None, None)
+    {
+        assert!(
+            start.elapsed().as_secs() < 60,
+            "the single-tenant grants were never aggregated"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(500));
     }
+    assert!(can(ctl, "list", "pods", None, None), "quota reads pods");
+    // Even the broad install is not cluster-admin.
+    for (verb, resource) in [
+        ("bind", "roles.rbac.authorization.k8s.io"),
+        ("escalate", "clusterroles.rbac.authorization.k8s.io"),
+        ("impersonate", "serviceaccounts"),
+        ("create", "clusterrolebindings.rbac.authorization.k8s.io"),
+        ("create", "pods"),
+        ("delete", "namespaces"),
+    ] {
+        assert!(
+            !can(ctl, verb, resource, None, None),
+            "single-tenant controller may {verb} {resource}"
+        );
+    }
+    // Back to the default for the suites after this one.
+    let _ = harness::install_default_install();
 }
 
 /// `helm` (built by `hack/tools.sh`; `make test` exports `HELM`): (success, stdout, stderr).
@@ -169,8 +322,8 @@ fn helm_chart_matches_kustomize() {
     let (ok, out, err) = helm(&["lint", "deploy/helm/enoki", "--strict"]);
     assert!(ok, "helm lint: {out}{err}");
     for (tenancy, kustomization) in [
-        ("single", "deploy/base"),
-        ("multi", "deploy/overlays/multi-tenant"),
+        ("multi", "deploy/base"),
+        ("single", "deploy/overlays/single-tenant"),
     ] {
         let set = format!("tenancy={tenancy}");
         let (ok, rendered, err) = helm(&[

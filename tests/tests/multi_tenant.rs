@@ -1,11 +1,12 @@
-//! The multi-tenant install end to end, on the real control plane: enoki runs with
-//! `deploy/overlays/multi-tenant`'s RBAC as its ServiceAccount's token (not as
-//! `system:masters`) and the overlay's flags, and a tenant is a token user (`tenant-a`,
+//! The default install end to end, on the real control plane: enoki runs with `deploy/base`'s
+//! RBAC as its ServiceAccount's token (not as `system:masters`) and the base's flags, tenant
+//! namespaces are onboarded with `deploy/onboarding/tenant.yaml`, and a tenant is a token user (`tenant-a`,
 //! `hack/testenv.sh`) holding only Kubernetes' `edit` role in its namespace. Whatever that
 //! tenant's Compositions emit or reference, it can do no more than `edit` in its own namespace,
 //! and it never takes over or deletes what another Composition owns.
 //!
-//! Own binary: it installs the overlay's cluster-wide grants, which `deploy.rs` also changes.
+//! Own binary: it installs the default install's cluster-wide grants, which `deploy.rs` also
+//! changes.
 #![allow(clippy::unwrap_used)]
 
 use std::path::PathBuf;
@@ -65,8 +66,8 @@ async fn grant_edit(admin: &kube::Client, ns: &str, name: &str, subject: Value) 
         .unwrap();
 }
 
-/// A tenant namespace: the token user `user` and the namespace's `default` ServiceAccount
-/// (what its Compositions act as under `--default-service-account=default`) get `edit` there.
+/// A tenant namespace: the token user `user` gets `edit` there, and the namespace is onboarded
+/// (its `enoki-composer` ServiceAccount, what its Compositions act as).
 async fn tenant_namespace(admin: &kube::Client, ns: &str, user: &str) -> TestEnv {
     harness::create_namespace(admin, ns).await;
     grant_edit(
@@ -76,13 +77,7 @@ async fn tenant_namespace(admin: &kube::Client, ns: &str, user: &str) -> TestEnv
         json!({"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": user}),
     )
     .await;
-    grant_edit(
-        admin,
-        ns,
-        "default-sa-edit",
-        json!({"kind": "ServiceAccount", "name": "default", "namespace": ns}),
-    )
-    .await;
+    harness::onboard_namespace(ns);
     TestEnv {
         client: harness::client_as(user).await,
         namespace: ns.to_string(),
@@ -133,7 +128,7 @@ fn config_map_in(name: &str, ns: &str, data: &Value) -> Value {
 async fn a_tenant_with_namespace_edit_can_do_no_more_through_enoki() {
     let admin = harness::client().await;
     harness::install_crds(&admin).await;
-    let _ = harness::install_multi_tenant_overlay();
+    let _ = harness::install_default_install();
     let id = format!("{:06x}", rand::random::<u32>() & 0xff_ffff);
     let (a, b) = (format!("team-a-{id}"), format!("team-b-{id}"));
 
@@ -190,7 +185,7 @@ async fn a_tenant_with_namespace_edit_can_do_no_more_through_enoki() {
             &selector,
             "--builtins",
             "none",
-            "--default-service-account=default",
+            "--default-service-account=enoki-composer",
             "--no-cross-namespace-refs",
         ],
         &kubeconfig,
@@ -278,7 +273,7 @@ async fn a_tenant_with_namespace_edit_can_do_no_more_through_enoki() {
             .then_some(())
     })
     .await;
-    let sa = format!("system:serviceaccount:{a}:default");
+    let sa = format!("system:serviceaccount:{a}:enoki-composer");
     for (name, object) in [
         ("grab", format!("grab-{id}")),
         ("cluster-grab", format!("grab-{id}")),
@@ -416,6 +411,67 @@ async fn a_tenant_with_namespace_edit_can_do_no_more_through_enoki() {
         in_b.get("theirs").await.unwrap().data.unwrap()["owner"],
         "team-b"
     );
+    // enoki acts only as enoki-composer, only in onboarded namespaces: a Composition naming
+    // the namespace's `default` account, and one in a namespace never onboarded, apply nothing.
+    let via_default = config_map_in("via-default-out", &a, &json!({"v": "1"}));
+    compose(
+        &team_a,
+        &id,
+        "via-default",
+        &synth,
+        json!([via_default]),
+        json!({"serviceAccountName": "default"}),
+    )
+    .await;
+    let c = format!("team-c-{id}");
+    harness::create_namespace(&admin, &c).await;
+    let not_onboarded = TestEnv {
+        client: admin.clone(),
+        namespace: c.clone(),
+    };
+    let stray = config_map_in("stray-out", &c, &json!({"v": "1"}));
+    compose(
+        &not_onboarded,
+        &id,
+        "stray",
+        &synth,
+        json!([stray]),
+        json!({}),
+    )
+    .await;
+    for (env, name) in [(&team_a, "via-default"), (&not_onboarded, "stray")] {
+        let message = eventually(&format!("{name}: refused impersonation"), WAIT, || async {
+            let c = env.api::<Composition>().get(name).await.ok()?;
+            c.status?
+                .conditions
+                .into_iter()
+                .find(|c| c.status == "False" && c.message.contains("impersonate"))
+                .map(|c| c.message)
+        })
+        .await;
+        assert!(message.contains("impersonate"), "{name}: {message}");
+        assert!(!harness::composition_ready(env, name).await, "{name} Ready");
+    }
+    assert!(cms.get_opt("via-default-out").await.unwrap().is_none());
+    let in_c: Api<ConfigMap> = Api::namespaced(admin.clone(), &c);
+    assert!(in_c.get_opt("stray-out").await.unwrap().is_none());
+
+    // team-a's refused dependsOn on team-b's app is no dependency: team-b deletes it freely.
+    let theirs_comps = team_b.api::<Composition>();
+    theirs_comps
+        .delete("app", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("team-b's app deleted", WAIT, || async {
+        theirs_comps
+            .get_opt("app")
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+
     // The controller is still serving (it survived every refusal).
     let port = enoki.metrics_port.unwrap();
     assert_eq!(harness::http_get(port, "/healthz").0, 200);

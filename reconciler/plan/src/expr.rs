@@ -24,9 +24,9 @@ use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, LazyLock};
 
+use cel::common::ast::IdedExpr;
 use cel::common::types::{CelInt, CelString};
 use cel::objects::{Key, Map};
-use cel::common::ast::IdedExpr;
 use cel::{Context, Env, ExecutionError, Program, Value as Cel};
 use enoki_sdk::quantity::Quantity;
 use serde_json::Value;
@@ -500,7 +500,10 @@ mod tests {
         let err = e.eval(&[]).unwrap_err();
         assert!(err.contains(OVER_BUDGET), "{err}");
         // Two replaces (1,000 bytes) are fine.
-        assert_eq!(Expr::compile(&replace_bomb(2)).unwrap().eval_bool(&[]), Ok(true));
+        assert_eq!(
+            Expr::compile(&replace_bomb(2)).unwrap().eval_bool(&[]),
+            Ok(true)
+        );
     }
 
     #[test]
@@ -532,13 +535,19 @@ mod tests {
             let started = std::time::Instant::now();
             let err = e.eval(&[("self", big.clone())]).unwrap_err();
             assert!(err.contains(OVER_BUDGET), "{src}: {err}");
-            assert!(started.elapsed() < std::time::Duration::from_secs(5), "{src}");
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(5),
+                "{src}"
+            );
             // Guard alone (no estimate): also stops.
             let mut ctx = Context::with_env(ENV.clone());
             ctx.add_variable_from_value("self", big.clone());
             let (out, used) = guard::metered(|| cel::Value::resolve(&e.guarded, &ctx));
             assert!(out.is_err(), "{src}");
-            assert!(used.steps <= MAX_EVAL_STEPS + 1 && used.bytes <= MAX_EVAL_BYTES * 2, "{used:?}");
+            assert!(
+                used.steps <= MAX_EVAL_STEPS + 1 && used.bytes <= MAX_EVAL_BYTES * 2,
+                "{used:?}"
+            );
         }
     }
 

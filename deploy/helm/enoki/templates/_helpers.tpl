@@ -20,3 +20,9 @@
 {{- end }}
 {{- end }}
 {{- end -}}
+
+{{/* The built-ins to run: .Values.builtins, or by tenancy (quota aggregates across namespaces:
+single-tenant only). */}}
+{{- define "enoki.builtins" -}}
+{{ .Values.builtins | default (ternary "trustee,quota,lepton" "trustee,lepton" (eq .Values.tenancy "single")) }}
+{{- end -}}

@@ -74,7 +74,8 @@ pub(crate) fn cross_namespace_refs(
         }
     }
     if let Some(cm) = &synth.spec.module.config_map
-        && (cm.namespace.is_empty() || controller_namespace.is_some_and(|home| cm.namespace != home))
+        && (cm.namespace.is_empty()
+            || controller_namespace.is_some_and(|home| cm.namespace != home))
     {
         let home = controller_namespace.unwrap_or("the controller's");
         out.push(format!(
@@ -163,6 +164,9 @@ mod tests {
         // A module ConfigMap has no holder namespace: "" is refused, known home or not.
         let s = synth(json!({"module": {"configMap": {"namespace": "", "name": "m", "key": "k"}}}));
         let v = cross_namespace_refs(&c, &s, None);
-        assert!(v.len() == 1 && v[0].contains("spec.module.configMap.namespace"), "{v:?}");
+        assert!(
+            v.len() == 1 && v[0].contains("spec.module.configMap.namespace"),
+            "{v:?}"
+        );
     }
 }

@@ -17,6 +17,7 @@
 //! cost a GET, never a wrong write.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -149,6 +150,11 @@ impl Watches {
                         &o.namespace().unwrap_or_default(),
                         &o.name_any(),
                     ),
+                    Err(e) if forbidden_watch(&e) => {
+                        tracing::debug!(kind = %kind, "enoki may not list/watch this input kind: \
+                            changes to it are seen at --resync");
+                        break;
+                    }
                     Err(e) => {
                         tracing::warn!(kind = %kind, error = %e, "input watch failed; retrying with backoff")
                     }
@@ -216,11 +222,23 @@ impl Watches {
                 }
             }
         };
+        // A kind enoki may not list or watch (the default install grants list/watch of the
+        // common kinds only, never Secrets): no wait, callers read with GETs.
+        let forbidden = view.forbidden.clone();
+        if forbidden.load(Ordering::Relaxed) {
+            return None;
+        }
         let mut ready = view.ready.clone();
-        tokio::time::timeout(FIRST_LIST, ready.wait_for(|r| *r))
-            .await
-            .ok()?
-            .ok()?;
+        tokio::time::timeout(
+            FIRST_LIST,
+            ready.wait_for(|r| *r || forbidden.load(Ordering::Relaxed)),
+        )
+        .await
+        .ok()?
+        .ok()?;
+        if forbidden.load(Ordering::Relaxed) {
+            return None;
+        }
         Some(view)
     }
 
@@ -234,7 +252,9 @@ impl Watches {
         let view = ManagedView {
             entries: Arc::new(std::sync::RwLock::new(HashMap::new())),
             ready: ready_rx,
+            forbidden: Arc::new(AtomicBool::new(false)),
         };
+        let forbidden = view.forbidden.clone();
         let api: Api<Meta> = Api::all_with(self.target.clone(), ar);
         let wc = watcher::Config::default().labels(managed_label());
         let shard = self.shard;
@@ -260,6 +280,15 @@ impl Watches {
                 }
                 let touched = match event {
                     Ok(e) => apply_event(&entries, &mut relist, &ready_tx, e),
+                    Err(e) if forbidden_watch(&e) => {
+                        tracing::info!(kind = %kind, "enoki may not list/watch this kind: its \
+                            managed objects are read with GETs and drift is found at --resync \
+                            (grant list/watch with a ClusterRole labelled \
+                            enoki.dev/aggregate-to-controller-watch)");
+                        forbidden.store(true, Ordering::Relaxed);
+                        ready_tx.send_replace(false);
+                        break;
+                    }
                     Err(e) => {
                         tracing::warn!(kind = %kind, error = %e, "managed-object watch failed; retrying with backoff");
                         None
@@ -474,6 +503,16 @@ fn apply_event(
 pub struct ManagedView {
     entries: Entries,
     ready: tokio::sync::watch::Receiver<bool>,
+    /// The API server refused to list or watch this kind (403).
+    forbidden: Arc<AtomicBool>,
+}
+
+/// Whether a watch failed because enoki may not list or watch the kind.
+fn forbidden_watch(e: &watcher::Error) -> bool {
+    matches!(e,
+        watcher::Error::InitialListFailed(kube::Error::Api(s))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(s))
+        | watcher::Error::WatchFailed(kube::Error::Api(s)) if s.code == 403)
 }
 
 impl ManagedView {

@@ -234,7 +234,10 @@ impl<'a> Estimator<'a> {
                 };
                 let accu = Size {
                     bytes: init.size.bytes.saturating_add(n.saturating_mul(grow.bytes)),
-                    entries: init.size.entries.saturating_add(n.saturating_mul(grow.entries)),
+                    entries: init
+                        .size
+                        .entries
+                        .saturating_add(n.saturating_mul(grow.entries)),
                     entry: init.size.entry.max(grow.entry),
                 }
                 .max(first.size);
@@ -263,7 +266,12 @@ impl<'a> Estimator<'a> {
         let mut cost = 1u64;
         let mut args: Vec<Bound<'a>> = Vec::new();
         let mut literals: Vec<Option<&LiteralValue>> = Vec::new();
-        for a in call.target.iter().map(|t| t.as_ref()).chain(call.args.iter()) {
+        for a in call
+            .target
+            .iter()
+            .map(|t| t.as_ref())
+            .chain(call.args.iter())
+        {
             let (b, c) = self.node(a);
             cost = cost.saturating_add(c);
             args.push(b);

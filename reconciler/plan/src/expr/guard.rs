@@ -215,7 +215,9 @@ fn join<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionEr
             list,
             sep.downcast_ref::<CelString<'_>>()
                 .map(|s| s.inner())
-                .ok_or_else(|| ExecutionError::function_error("join", "separator is not a string"))?,
+                .ok_or_else(|| {
+                    ExecutionError::function_error("join", "separator is not a string")
+                })?,
         ),
         _ => return Err(ExecutionError::invalid_argument_count(2, args.len())),
     };
@@ -338,8 +340,7 @@ fn rewrite_comprehension(c: &ComprehensionExpr) -> ComprehensionExpr {
     out.accu_init = rewrite(&c.accu_init);
     out.result = rewrite(&c.result);
     out.loop_step = rewrite_step(&c.loop_step, &c.accu_var);
-    if matches!(c.loop_cond.expr, Ast::Literal(_)) && counts_in_step(&out.loop_step, &c.accu_var)
-    {
+    if matches!(c.loop_cond.expr, Ast::Literal(_)) && counts_in_step(&out.loop_step, &c.accu_var) {
         out.loop_cond = c.loop_cond.clone();
     } else {
         out.loop_cond = wrap(rewrite(&c.loop_cond));

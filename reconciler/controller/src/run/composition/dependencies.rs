@@ -146,25 +146,26 @@ pub(crate) async fn dependents(ctx: &Context, comp: &Composition) -> Result<Vec<
     };
     let ns = comp.namespace().unwrap_or_default();
     let name = comp.name_any();
-    let mut out: Vec<BlockedBy> =
-        all.iter()
-            .filter(|c| {
-                let c_ns = c.namespace().unwrap_or_default();
-                // A dependsOn refused by --no-cross-namespace-refs is no dependency: it must
-                // not hold this Composition (or its namespace) back from deletion.
-                if ctx.opts.no_cross_namespace_refs && c_ns != ns {
-                    return false;
-                }
-                c.spec.depends_on.iter().any(|d| {
-                    d.name == name && ref_namespace(&c_ns, d.namespace.as_deref()) == ns
-                })
-            })
-            .map(|c| BlockedBy {
-                namespace: c.namespace().unwrap_or_default(),
-                name: c.name_any(),
-                reason: reasons::DEPENDENT_NOT_DELETED.into(),
-            })
-            .collect();
+    let mut out: Vec<BlockedBy> = all
+        .iter()
+        .filter(|c| {
+            let c_ns = c.namespace().unwrap_or_default();
+            // A dependsOn refused by --no-cross-namespace-refs is no dependency: it must
+            // not hold this Composition (or its namespace) back from deletion.
+            if ctx.opts.no_cross_namespace_refs && c_ns != ns {
+                return false;
+            }
+            c.spec
+                .depends_on
+                .iter()
+                .any(|d| d.name == name && ref_namespace(&c_ns, d.namespace.as_deref()) == ns)
+        })
+        .map(|c| BlockedBy {
+            namespace: c.namespace().unwrap_or_default(),
+            name: c.name_any(),
+            reason: reasons::DEPENDENT_NOT_DELETED.into(),
+        })
+        .collect();
     out.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
     Ok(out)
 }

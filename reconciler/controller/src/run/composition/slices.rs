@@ -408,8 +408,12 @@ pub(crate) async fn delete(ctx: &Context, comp: &Composition, refs: &[crds::Reso
     let uid = comp.uid().unwrap_or_default();
     for r in refs {
         match api.delete(&r.name, &DeleteParams::default()).await {
-            Ok(_) => tracing::info!(slice = %r.name, "deleted the slice of an unrecorded synthesis"),
-            Err(e) => tracing::debug!(slice = %r.name, error = %e, "cannot delete an unrecorded ResourceSlice"),
+            Ok(_) => {
+                tracing::info!(slice = %r.name, "deleted the slice of an unrecorded synthesis")
+            }
+            Err(e) => {
+                tracing::debug!(slice = %r.name, error = %e, "cannot delete an unrecorded ResourceSlice")
+            }
         }
         ctx.remember(&uid, |m| {
             m.slice_status.remove(&r.name);

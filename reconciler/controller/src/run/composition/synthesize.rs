@@ -360,7 +360,9 @@ async fn store(
             Ok(refs) => next.resource_slices = refs,
             Err(requeue) => return Ok(Outcome::Failed(requeue)),
         }
-        ctx.remember(&uid, |m| m.unrecorded = Some((fp.to_string(), next.clone())));
+        ctx.remember(&uid, |m| {
+            m.unrecorded = Some((fp.to_string(), next.clone()))
+        });
         st.previous_synthesis = st.current_synthesis.take();
         st.current_synthesis = Some(next);
     }
