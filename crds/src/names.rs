@@ -183,6 +183,9 @@ pub mod reasons {
     /// The Composition's spec is refused (e.g. `synthesisEnv` over its size limit); terminal
     /// until the spec changes.
     pub const INVALID_SPEC: &str = "InvalidSpec";
+    /// With a remote target, the Composition's namespace has no `--remote-namespace-map`
+    /// entry: it is applied nowhere.
+    pub const REMOTE_NAMESPACE_UNMAPPED: &str = "RemoteNamespaceUnmapped";
     /// The synthesizer named by the Composition does not exist.
     pub const SYNTHESIZER_NOT_FOUND: &str = "SynthesizerNotFound";
     /// Synthesis succeeded.

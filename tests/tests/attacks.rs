@@ -399,3 +399,96 @@ async fn a_composition_cannot_override_the_synthesizers_env() {
     );
     still_serving(&env, &mut enoki, &synth, &tenant).await;
 }
+
+#[tokio::test]
+async fn on_a_remote_target_only_an_explicitly_mapped_namespace_gets_rights() {
+    let env = TestEnv::new().await;
+    install_crds(&env.client).await;
+    let synth = install_synthesizer(&env, "echo", &echo_module()).await;
+    let tenant = Tenant::of(&env).await;
+    let ns = env.namespace.clone();
+    let remote = harness::remote_client().await;
+    harness::create_namespace(&remote, &ns).await;
+    let path = harness::remote_kubeconfig_path();
+    let path = path.to_str().unwrap();
+    let remote_cms: Api<ConfigMap> = Api::namespaced(remote.clone(), &ns);
+
+    // `deployer` holds `edit` in the namespace on both clusters (inputs are read in
+    // management, objects written on the remote one).
+    let rb: k8s_openapi::api::rbac::v1::RoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "deployer-edit"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+        "subjects": [{"kind": "ServiceAccount", "name": "deployer", "namespace": ns}]}))
+    .unwrap();
+    Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(env.client.clone(), &ns)
+        .create(&Default::default(), &rb)
+        .await
+        .unwrap();
+    // The remote control plane runs no aggregation controller (`edit` is empty there): an
+    // explicit Role.
+    let role: k8s_openapi::api::rbac::v1::Role = serde_json::from_value(json!({
+        "metadata": {"name": "deployer-edit"},
+        "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["*"]}]}))
+    .unwrap();
+    Api::<k8s_openapi::api::rbac::v1::Role>::namespaced(remote.clone(), &ns)
+        .create(&Default::default(), &role)
+        .await
+        .unwrap();
+    let mut remote_rb = rb.clone();
+    remote_rb.role_ref.kind = "Role".into();
+    remote_rb.role_ref.name = "deployer-edit".into();
+    Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(remote.clone(), &ns)
+        .create(&Default::default(), &remote_rb)
+        .await
+        .unwrap();
+    let sa = format!("system:serviceaccount:{ns}:deployer");
+    eventually("deployer's edit is in force", WAIT, || async {
+        harness::can_i(&sa, "get", "configmaps", Some(&ns)).then_some(())
+    })
+    .await;
+
+    // Without a mapping, a Composition acting as a ServiceAccount is applied nowhere: the
+    // name of its management namespace never picks whose rights it gets over there.
+    let mut enoki = Enoki::start_with(
+        &ns,
+        &[
+            "--remote-kubeconfig",
+            path,
+            "--default-service-account",
+            "deployer",
+        ],
+    );
+    let out = harness::config_map("remote-out", json!({}), json!({"v": "1"}));
+    tenant.compose("remote", &synth, json!([out])).await;
+    let msg = eventually("remote: RemoteNamespaceUnmapped", WAIT, || async {
+        let (s, r, m) = harness::composition_condition(&env, "remote", "Synthesized").await?;
+        (s == "False" && r == "RemoteNamespaceUnmapped").then_some(m)
+    })
+    .await;
+    assert!(
+        msg.contains("--remote-namespace-map") && msg.contains(&ns),
+        "{msg}"
+    );
+    assert!(remote_cms.get_opt("remote-out").await.unwrap().is_none());
+    assert!(enoki.running(), "{}", enoki.logs());
+    enoki.stop();
+
+    // Mapped explicitly (the platform's choice), it acts as that remote namespace's account,
+    // with exactly the rights the remote cluster gives it.
+    let map = format!("{ns}={ns}");
+    let _enoki = Enoki::start_with(
+        &ns,
+        &[
+            "--remote-kubeconfig",
+            path,
+            "--default-service-account",
+            "deployer",
+            "--remote-namespace-map",
+            &map,
+        ],
+    );
+    eventually("remote-out applied on the remote cluster", WAIT, || async {
+        remote_cms.get_opt("remote-out").await.unwrap().map(|_| ())
+    })
+    .await;
+}

@@ -273,6 +273,13 @@ pub struct RunArgs {
     /// Synthesizers, ResourceSlices and inputs stay in the cluster enoki runs against.
     #[arg(long, env = "ENOKI_REMOTE_KUBECONFIG")]
     pub remote_kubeconfig: Option<std::path::PathBuf>,
+    /// With `--remote-kubeconfig`: as whom a Composition that acts as a ServiceAccount acts on
+    /// the remote cluster, as `MANAGEMENT_NS=REMOTE_NS` pairs (comma-separated): its account
+    /// of the same name in REMOTE_NS. A Composition of a namespace not listed is refused
+    /// (`RemoteNamespaceUnmapped`): a management namespace's name never decides whose rights
+    /// it gets on the remote cluster.
+    #[arg(long, env = "ENOKI_REMOTE_NAMESPACE_MAP", value_delimiter = ',')]
+    pub remote_namespace_map: Vec<String>,
     /// Built-in synthesizers to install at startup, comma-separated (`trustee`, `quota`,
     /// `lepton`), or `none`.
     #[arg(long, env = "ENOKI_BUILTINS", default_value = "trustee,quota,lepton")]

@@ -192,6 +192,10 @@ fn options(args: &cli::RunArgs) -> anyhow::Result<run::Options> {
             (n, _) => n,
         },
         remote_kubeconfig: args.remote_kubeconfig.clone(),
+        remote_namespace_map: remote_namespace_map(
+            &args.remote_namespace_map,
+            args.remote_kubeconfig.is_some(),
+        )?,
         module_ca: match &args.module_ca_file {
             Some(p) => Some(
                 std::fs::read(p)
@@ -232,4 +236,28 @@ async fn module_command(cmd: &cli::ModuleCommand) -> anyhow::Result<String> {
             Ok(text)
         }
     }
+}
+
+/// `--remote-namespace-map` pairs, checked: `MANAGEMENT=REMOTE`, both non-empty, each
+/// management namespace once, and only with a remote target.
+fn remote_namespace_map(
+    pairs: &[String],
+    remote: bool,
+) -> anyhow::Result<std::collections::BTreeMap<String, String>> {
+    let mut map = std::collections::BTreeMap::new();
+    for pair in pairs.iter().filter(|p| !p.is_empty()) {
+        let Some((from, to)) = pair
+            .split_once('=')
+            .filter(|(f, t)| !f.is_empty() && !t.is_empty())
+        else {
+            anyhow::bail!("--remote-namespace-map {pair:?}: expected MANAGEMENT_NS=REMOTE_NS");
+        };
+        if map.insert(from.to_string(), to.to_string()).is_some() {
+            anyhow::bail!("--remote-namespace-map: {from:?} is mapped twice");
+        }
+    }
+    if !map.is_empty() && !remote {
+        anyhow::bail!("--remote-namespace-map needs --remote-kubeconfig");
+    }
+    Ok(map)
 }

@@ -212,7 +212,31 @@ impl Context {
     /// # Errors
     /// When the client cannot be built.
     pub(crate) fn target_for(&self, comp: &Composition) -> Result<Client, kube::Error> {
-        self.target.acting_as(self.user_of(comp).as_deref())
+        let user = self
+            .remote_user_of(comp)
+            .map_err(|message| kube::Error::Service(message.into()))?;
+        self.target.acting_as(user.as_deref())
+    }
+
+    /// The user `comp` acts as on the target cluster: on the management cluster its own; on a
+    /// remote one its ServiceAccount in the namespace `--remote-namespace-map` maps its
+    /// namespace to. `Err`: it impersonates and its namespace is not mapped. Pure.
+    pub(crate) fn remote_user_of(&self, comp: &Composition) -> Result<Option<String>, String> {
+        if self.opts.remote_kubeconfig.is_none() {
+            return Ok(self.user_of(comp));
+        }
+        let Some(sa) = self.service_account(comp) else {
+            return Ok(None);
+        };
+        let ns = comp.namespace().unwrap_or_default();
+        match self.opts.remote_namespace_map.get(&ns) {
+            Some(remote) => Ok(Some(format!("system:serviceaccount:{remote}:{sa}"))),
+            None => Err(format!(
+                "namespace {ns:?} is not mapped to a namespace of the remote cluster \
+                 (--remote-namespace-map): its Compositions act as ServiceAccount {sa:?} and \
+                 are applied nowhere"
+            )),
+        }
     }
 
     /// Runs `f` on the memory of Composition `uid` (created empty on first use).

@@ -94,6 +94,9 @@ pub struct Options {
     pub shards: u32,
     /// Emitted objects go to the cluster of this kubeconfig (`None`: the management cluster).
     pub remote_kubeconfig: Option<PathBuf>,
+    /// Remote target: management namespace -> the namespace whose ServiceAccount a Composition
+    /// acts as there (unlisted namespaces are refused when they impersonate).
+    pub remote_namespace_map: std::collections::BTreeMap<String, String>,
     /// Where implicit Compositions of cluster-scoped instances live (instance mode).
     pub instance_namespace: Option<String>,
     /// Built-in synthesizers to install at startup (as Synthesizers named after them).

@@ -155,6 +155,11 @@ async fn observe_all(
         fail(st, generation, reasons::SYNTHESIZER_NOT_FOUND, &msg);
         return Ok(Err(Duration::from_secs(30)));
     };
+    if let Err(msg) = ctx.remote_user_of(comp) {
+        // Terminal until the flag or the Composition changes.
+        fail(st, generation, reasons::REMOTE_NAMESPACE_UNMAPPED, &msg);
+        return Ok(Err(Duration::from_secs(600)));
+    }
     if ctx.opts.no_cross_namespace_refs {
         let violations = super::tenancy::cross_namespace_refs(
             comp,

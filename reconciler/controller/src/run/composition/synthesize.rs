@@ -570,7 +570,10 @@ fn simplified_word(reason: &str) -> &'static str {
         reasons::MISSING_INPUT => "MissingInputs",
         reasons::SYNTHESIZER_NOT_FOUND => "MissingSynthesizer",
         reasons::MISMATCHED_INPUTS => "MismatchedInputs",
-        reasons::CROSS_NAMESPACE_REF | reasons::LIMITS_REFUSED | reasons::INVALID_SPEC => "Failed",
+        reasons::CROSS_NAMESPACE_REF
+        | reasons::LIMITS_REFUSED
+        | reasons::INVALID_SPEC
+        | reasons::REMOTE_NAMESPACE_UNMAPPED => "Failed",
         _ => "SynthesisBackoff",
     }
 }
