@@ -492,3 +492,50 @@ async fn on_a_remote_target_only_an_explicitly_mapped_namespace_gets_rights() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_registry_that_accepts_and_never_answers_frees_the_reconcile() {
+    let env = TestEnv::new().await;
+    install_crds(&env.client).await;
+    let synth = install_synthesizer(&env, "echo", &echo_module()).await;
+    let tenant = Tenant::of(&env).await;
+    // A "registry" that accepts every connection and never writes a byte.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in listener.incoming().flatten() {
+            held.push(conn);
+        }
+    });
+    let synths: Api<crds::Synthesizer> = Api::all(env.client.clone());
+    let silent = format!("{}-silent", env.namespace);
+    let reference = format!("127.0.0.1:{port}/module:v1@sha256:{}", "0".repeat(64));
+    synths
+        .patch(
+            &silent,
+            &PatchParams::apply("platform").force(),
+            &Patch::Apply(json!({"apiVersion": "enoki.dev/v1alpha1", "kind": "Synthesizer",
+                "metadata": {"name": silent},
+                "spec": {"module": {"oci": reference},
+                         "refs": [{"key": "config", "resource": {"group": "", "version": "v1", "kind": "ConfigMap"}}]}})),
+        )
+        .await
+        .unwrap();
+    // One reconcile worker: were the pull never to end, nothing else would converge.
+    let mut enoki = Enoki::start_with(
+        &env.namespace,
+        &["--concurrency", "1", "--module-fetch-timeout", "3s"],
+    );
+    tenant.compose("silent", &silent, json!([])).await;
+    let msg = eventually("silent: the pull timed out", WAIT, || async {
+        let (s, _, m) = harness::composition_condition(&env, "silent", "Synthesized").await?;
+        (s == "False" && m.contains("--module-fetch-timeout")).then_some(m)
+    })
+    .await;
+    assert!(
+        msg.contains(&format!("127.0.0.1:{port}")),
+        "names the registry: {msg}"
+    );
+    still_serving(&env, &mut enoki, &synth, &tenant).await;
+}

@@ -215,6 +215,10 @@ pub struct RunArgs {
     /// Largest module accepted from any source, after gzip decompression (quantity).
     #[arg(long, env = "ENOKI_MAX_MODULE_SIZE", default_value = "128Mi")]
     pub max_module_size: String,
+    /// Longest a module download (OCI pull or https URL) may take in all; a registry that
+    /// accepts connections and never answers frees the reconcile after this long.
+    #[arg(long, env = "ENOKI_MODULE_FETCH_TIMEOUT", default_value = "2m")]
+    pub module_fetch_timeout: String,
     /// How long a reconcile waits for a module to compile before reporting
     /// `CompileTimeout` and retrying (the compilation continues in the background).
     #[arg(long, env = "ENOKI_COMPILE_TIMEOUT", default_value = "2m")]

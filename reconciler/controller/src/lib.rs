@@ -123,6 +123,7 @@ fn options(args: &cli::RunArgs) -> anyhow::Result<run::Options> {
         fetch: sources::FetchPolicy {
             max_bytes: quantity("max-module-size", &args.max_module_size)?,
             allow_private_redirects: args.module_allow_private_redirects,
+            timeout: parse("module-fetch-timeout", &args.module_fetch_timeout)?,
         },
         compile_timeout: parse("compile-timeout", &args.compile_timeout)?,
         compile_memory_budget_bytes: quantity(

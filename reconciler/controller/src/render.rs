@@ -175,6 +175,7 @@ pub fn prepare(
         max_bytes: synthesis::parse_quantity(&args.max_module_size)
             .map_err(|e| RenderError::Usage(format!("--max-module-size: {e}")))?,
         allow_private_redirects: args.allow_private_redirects,
+        ..crate::sources::FetchPolicy::default()
     };
     let module = load_module(
         &host,

@@ -69,6 +69,8 @@ pub struct FetchPolicy {
     pub max_bytes: usize,
     /// Follow redirects (and OCI token realms) to loopback, link-local and private addresses.
     pub allow_private_redirects: bool,
+    /// Longest a whole download may take.
+    pub timeout: std::time::Duration,
 }
 
 impl Default for FetchPolicy {
@@ -76,6 +78,7 @@ impl Default for FetchPolicy {
         FetchPolicy {
             max_bytes: DEFAULT_MAX_MODULE_BYTES,
             allow_private_redirects: false,
+            timeout: PULL_TIMEOUT,
         }
     }
 }
@@ -198,64 +201,287 @@ pub fn insecure_registries(reference: &Reference) -> Vec<String> {
     out
 }
 
+/// Default of the longest a whole pull may take (connect, token, manifest, layer), however
+/// the registry behaves: a registry that accepts connections and never answers frees the
+/// reconcile (`--module-fetch-timeout`).
+pub const PULL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
+/// Longest a connection may take to open.
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// Longest a read may wait for the next bytes.
+const READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+/// Largest manifest accepted.
+const MAX_MANIFEST_BYTES: usize = 4 << 20;
+/// Largest token response accepted.
+const MAX_TOKEN_BYTES: usize = 64 << 10;
+/// Bytes of a registry's error body kept for the message (the rest is dropped).
+const MAX_REMOTE_TEXT: usize = 512;
+
+/// A remote server's text, made safe for a status message: control characters blanked, at
+/// most [`MAX_REMOTE_TEXT`] bytes.
+pub fn remote_text(text: &str) -> String {
+    let mut out: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if out.len() > MAX_REMOTE_TEXT {
+        let mut cut = MAX_REMOTE_TEXT;
+        while !out.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        out.truncate(cut);
+        out.push('…');
+    }
+    out.trim().to_string()
+}
+
 /// Pulls a module pinned by digest (`registry/repo:tag@sha256:…`) and verifies the manifest
 /// digest, the layer's size and the layer's digest. Tag-only references are refused: a tag can
-/// move, a digest cannot.
+/// move, a digest cannot. The pull is enoki's own HTTP client: redirects follow the policy's
+/// rule (a local or insecure registry may redirect only to itself), every body is capped while
+/// it streams, connections and reads time out, and the whole pull ends after
+/// [`PULL_TIMEOUT`].
 ///
 /// # Errors
-/// Tag-only references, registry failures, a digest mismatch, an artifact without a wasm
-/// layer, a layer over the size cap, a token realm the policy refuses.
+/// Tag-only references, registry failures (with at most [`MAX_REMOTE_TEXT`] bytes of the
+/// registry's answer), a timeout, a digest mismatch, an artifact without a wasm layer, a layer
+/// over the size cap, a token realm the policy refuses.
 pub async fn pull(reference: &str, policy: &FetchPolicy) -> Result<Vec<u8>, SourceError> {
+    match tokio::time::timeout(policy.timeout, pull_unbounded(reference, policy)).await {
+        Ok(result) => result,
+        Err(_) => Err(SourceError::Remote {
+            action: format!("pulling {reference}"),
+            message: format!(
+                "the registry did not complete the pull within {:?} (--module-fetch-timeout)",
+                policy.timeout
+            ),
+        }),
+    }
+}
+
+/// Accept header of a manifest request.
+const MANIFEST_TYPES: &str = "application/vnd.oci.image.manifest.v1+json, \
+    application/vnd.docker.distribution.manifest.v2+json";
+
+struct Registry {
+    http: reqwest::Client,
+    base: String,
+    repository: String,
+    reference: String,
+    insecure: bool,
+    token: Option<String>,
+}
+
+impl Registry {
+    fn remote(&self, e: impl std::fmt::Display) -> SourceError {
+        SourceError::Remote {
+            action: format!("pulling {}", self.reference),
+            message: remote_text(&e.to_string()),
+        }
+    }
+
+    /// GET `path` (with the bearer token once there is one); on a first 401 with a Bearer
+    /// challenge, fetches an anonymous pull token (its realm checked) and asks again.
+    async fn get(
+        &mut self,
+        path: &str,
+        accept: Option<&str>,
+        policy: &FetchPolicy,
+    ) -> Result<reqwest::Response, SourceError> {
+        for attempt in 0..2 {
+            let mut req = self.http.get(format!("{}{path}", self.base));
+            if let Some(a) = accept {
+                req = req.header(reqwest::header::ACCEPT, a);
+            }
+            if let Some(t) = &self.token {
+                req = req.bearer_auth(t);
+            }
+            let resp = req.send().await.map_err(|e| self.remote(e))?;
+            if resp.status() == reqwest::StatusCode::UNAUTHORIZED && attempt == 0 {
+                let challenge = resp
+                    .headers()
+                    .get(reqwest::header::WWW_AUTHENTICATE)
+                    .and_then(|v| v.to_str().ok())
+                    .map(String::from);
+                if let Some(c) = challenge
+                    && let Some(realm) = token_realm(&c)
+                {
+                    check_realm(&realm, self.insecure, policy)?;
+                    self.token = Some(self.fetch_token(&realm, &c).await?);
+                    continue;
+                }
+            }
+            if !resp.status().is_success() {
+                let status = resp.status();
+                let body = read_capped(
+                    resp.bytes_stream().map_err(|e| self.remote(e)),
+                    "error body",
+                    &FetchPolicy {
+                        max_bytes: 4096,
+                        ..*policy
+                    },
+                )
+                .await
+                .unwrap_or_default();
+                return Err(self.remote(format!(
+                    "{path}: {status}: {}",
+                    String::from_utf8_lossy(&body)
+                )));
+            }
+            return Ok(resp);
+        }
+        Err(self.remote(format!("{path}: unauthorized after a token was issued")))
+    }
+
+    /// An anonymous pull token from the challenge's realm.
+    async fn fetch_token(&self, realm: &str, challenge: &str) -> Result<String, SourceError> {
+        let param = |name: &str| {
+            challenge.split(',').find_map(|kv| {
+                let (k, v) = kv.split_once('=')?;
+                let k = k.trim().trim_start_matches("Bearer").trim();
+                k.eq_ignore_ascii_case(name)
+                    .then(|| v.trim().trim_matches('"').to_string())
+            })
+        };
+        let scope =
+            param("scope").unwrap_or_else(|| format!("repository:{}:pull", self.repository));
+        let mut req = self.http.get(realm).query(&[("scope", scope)]);
+        if let Some(service) = param("service") {
+            req = req.query(&[("service", service)]);
+        }
+        let resp = req.send().await.map_err(|e| self.remote(e))?;
+        let status = resp.status();
+        let body = read_capped(
+            resp.bytes_stream().map_err(|e| self.remote(e)),
+            "token response",
+            &FetchPolicy {
+                max_bytes: MAX_TOKEN_BYTES,
+                ..FetchPolicy::default()
+            },
+        )
+        .await?;
+        if !status.is_success() {
+            return Err(self.remote(format!(
+                "token: {status}: {}",
+                String::from_utf8_lossy(&body)
+            )));
+        }
+        let v: serde_json::Value =
+            serde_json::from_slice(&body).map_err(|e| self.remote(format!("token: {e}")))?;
+        v.get("token")
+            .or_else(|| v.get("access_token"))
+            .and_then(|t| t.as_str())
+            .map(String::from)
+            .ok_or_else(|| self.remote("token: the response holds no token"))
+    }
+}
+
+async fn pull_unbounded(reference: &str, policy: &FetchPolicy) -> Result<Vec<u8>, SourceError> {
     let r = parse_reference(reference)?;
     let Some(pinned) = r.digest().map(String::from) else {
         return Err(SourceError::Invalid(format!(
             "{reference:?} has no digest: pin the module as <registry>/<repo>:<tag>@sha256:<digest> (tag-only references are refused because tags can move)"
         )));
     };
-    let insecure = insecure_registries(&r);
-    check_token_realm(&r, &insecure, policy).await?;
-    let c = client(&insecure);
-    let remote = |e: oci_client::errors::OciDistributionError| SourceError::Remote {
-        action: format!("pulling {reference}"),
-        message: e.to_string(),
+    let registry_host = r.resolve_registry().to_string();
+    let insecure = insecure_registries(&r).contains(&registry_host);
+    let scheme = if insecure { "http" } else { "https" };
+    install_crypto();
+    let rule = *policy;
+    let home = registry_host.clone();
+    let http = reqwest::Client::builder()
+        .connect_timeout(CONNECT_TIMEOUT)
+        .read_timeout(READ_TIMEOUT)
+        .redirect(reqwest::redirect::Policy::custom(move |attempt| {
+            if attempt.previous().len() >= 5 {
+                return attempt.error("more than 5 redirects");
+            }
+            // A local or insecure registry may redirect to itself only; others by the rule.
+            let to_home = attempt
+                .url()
+                .host_str()
+                .map(|h| match attempt.url().port() {
+                    Some(p) => format!("{h}:{p}"),
+                    None => h.to_string(),
+                })
+                .is_some_and(|h| h == home);
+            if insecure && to_home {
+                return attempt.follow();
+            }
+            match rule.check_redirect(attempt.url()) {
+                Ok(()) => attempt.follow(),
+                Err(e) => attempt.error(e),
+            }
+        }))
+        .build()
+        .map_err(|e| SourceError::Remote {
+            action: "building the HTTPS client".into(),
+            message: e.to_string(),
+        })?;
+    let mut reg = Registry {
+        http,
+        base: format!("{scheme}://{registry_host}/v2/"),
+        repository: r.repository().to_string(),
+        reference: reference.to_string(),
+        insecure,
+        token: None,
     };
-    let (manifest, actual) = c
-        .pull_image_manifest(&r, &RegistryAuth::Anonymous)
-        .await
-        .map_err(remote)?;
+    let path = format!("{}/manifests/{pinned}", reg.repository);
+    let resp = reg.get(&path, Some(MANIFEST_TYPES), policy).await?;
+    let body = read_capped(
+        resp.bytes_stream().map_err(|e| reg.remote(e)),
+        "manifest",
+        &FetchPolicy {
+            max_bytes: MAX_MANIFEST_BYTES,
+            ..*policy
+        },
+    )
+    .await?;
+    let actual = format!("sha256:{}", hex::encode(Sha256::digest(&body)));
     if actual != pinned {
         return Err(SourceError::DigestMismatch {
             expected: pinned,
             actual,
         });
     }
-    let layer = manifest
-        .layers
+    let manifest: serde_json::Value = serde_json::from_slice(&body)
+        .map_err(|e| SourceError::Invalid(format!("{reference}: the manifest is not JSON: {e}")))?;
+    let layer = manifest["layers"]
+        .as_array()
         .into_iter()
-        .find(|l| l.media_type == WASM_LAYER_MEDIA_TYPE)
+        .flatten()
+        .find(|l| l["mediaType"] == WASM_LAYER_MEDIA_TYPE)
         .ok_or_else(|| {
             SourceError::Invalid(format!("{reference} has no {WASM_LAYER_MEDIA_TYPE} layer"))
         })?;
-    let what = format!("layer {} of {reference}", layer.digest);
-    let declared = u64::try_from(layer.size).unwrap_or(u64::MAX);
+    let digest = layer["digest"].as_str().unwrap_or_default().to_string();
+    if !digest.starts_with("sha256:") || digest.len() != 71 {
+        return Err(SourceError::Invalid(format!(
+            "{reference}: layer digest {:?} is not a sha256 digest",
+            remote_text(&digest)
+        )));
+    }
+    let what = format!("layer {digest} of {reference}");
+    let declared = layer["size"].as_u64().unwrap_or(u64::MAX);
     if declared > policy.max_bytes as u64 {
         return Err(policy.too_large(&what, declared));
     }
-    let blob = c.pull_blob_stream(&r, &layer).await.map_err(remote)?;
-    if let Some(len) = blob.content_length
+    let path = format!("{}/blobs/{digest}", reg.repository);
+    let resp = reg.get(&path, None, policy).await?;
+    if let Some(len) = resp.content_length()
         && len > policy.max_bytes as u64
     {
         return Err(policy.too_large(&what, len));
     }
-    let stream = blob.stream.map_err(|e| SourceError::Remote {
-        action: format!("pulling {reference}"),
-        message: e.to_string(),
-    });
-    let bytes = read_capped(stream, &what, policy).await?;
+    let bytes = read_capped(
+        resp.bytes_stream().map_err(|e| reg.remote(e)),
+        &what,
+        policy,
+    )
+    .await?;
     let got = format!("sha256:{}", hex::encode(Sha256::digest(&bytes)));
-    if got != layer.digest {
+    if got != digest {
         return Err(SourceError::DigestMismatch {
-            expected: layer.digest,
+            expected: digest,
             actual: got,
         });
     }
@@ -276,46 +502,6 @@ async fn read_capped(
         out.extend_from_slice(&chunk);
     }
     Ok(out)
-}
-
-/// Asks the registry how it authenticates (`GET /v2/`) and refuses a bearer-token `realm`
-/// the policy would not follow as a redirect (plain http, or a private address of a
-/// registry that is not itself local).
-async fn check_token_realm(
-    r: &Reference,
-    insecure: &[String],
-    policy: &FetchPolicy,
-) -> Result<(), SourceError> {
-    let registry = r.resolve_registry();
-    let scheme = if insecure.iter().any(|i| i == registry) {
-        "http"
-    } else {
-        "https"
-    };
-    install_crypto();
-    let http = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .timeout(std::time::Duration::from_secs(30))
-        .build()
-        .map_err(|e| SourceError::Remote {
-            action: "building the HTTPS client".into(),
-            message: e.to_string(),
-        })?;
-    let Ok(resp) = http.get(format!("{scheme}://{registry}/v2/")).send().await else {
-        // Unreachable here means unreachable for the pull too, which reports it.
-        return Ok(());
-    };
-    let Some(header) = resp
-        .headers()
-        .get(reqwest::header::WWW_AUTHENTICATE)
-        .and_then(|v| v.to_str().ok())
-    else {
-        return Ok(());
-    };
-    match token_realm(header) {
-        Some(realm) => check_realm(&realm, scheme == "http", policy),
-        None => Ok(()),
-    }
 }
 
 /// The `realm` of a `Bearer` challenge.
@@ -405,7 +591,9 @@ pub async fn fetch_url(
     install_crypto();
     let redirects = *policy;
     let mut builder = reqwest::Client::builder()
-        .timeout(std::time::Duration::from_secs(60))
+        .timeout(policy.timeout)
+        .connect_timeout(CONNECT_TIMEOUT)
+        .read_timeout(READ_TIMEOUT)
         .redirect(reqwest::redirect::Policy::custom(move |attempt| {
             if attempt.previous().len() >= 5 {
                 return attempt.error("more than 5 redirects");

@@ -156,6 +156,11 @@ pub(crate) async fn load_module(
         }
         _ => {}
     }
+    // Held while the module is fetched and compiled: a fetch stuck past both deadlines is
+    // a stuck slot for /healthz.
+    let _slot = ctx
+        .slots
+        .enter(ctx.opts.sandbox.fetch.timeout + ctx.opts.sandbox.compile_timeout);
     let result = module::fetch(
         &ctx.client,
         &ctx.host,
