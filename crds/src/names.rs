@@ -151,6 +151,8 @@ pub mod reasons {
     pub const MEMORY_LIMIT: &str = "MemoryLimit";
     /// Synthesis wrote more than its output cap.
     pub const OUTPUT_TOO_LARGE: &str = "OutputTooLarge";
+    /// The synthesis input (bound inputs, collections, observed outputs) is over its limit.
+    pub const INPUT_TOO_LARGE: &str = "InputTooLarge";
     /// The module trapped.
     pub const TRAP: &str = "Trap";
     /// The module exited non-zero.

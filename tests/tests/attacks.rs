@@ -539,3 +539,70 @@ async fn a_registry_that_accepts_and_never_answers_frees_the_reconcile() {
     );
     still_serving(&env, &mut enoki, &synth, &tenant).await;
 }
+
+#[tokio::test]
+async fn a_module_emitting_250k_items_is_refused_with_a_condition_and_bounded_memory() {
+    let env = TestEnv::new().await;
+    install_crds(&env.client).await;
+    let synth = install_synthesizer(&env, "echo", &echo_module()).await;
+    // The output byte limit is not what stops it: 250,000 minimal items fit in 64Mi.
+    let synths: Api<crds::Synthesizer> = Api::all(env.client.clone());
+    synths
+        .patch(
+            &synth,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"limits": {"output": "64Mi", "timeout": "60s"}}})),
+        )
+        .await
+        .unwrap();
+    let tenant = Tenant::of(&env).await;
+    let mut enoki = Enoki::start(&env.namespace);
+    let rss_before = rss_kib(enoki.pid());
+    tenant
+        .compose_with(
+            "flood",
+            &synth,
+            json!({"items": "[]", "clones": "250000"}),
+            json!({}),
+        )
+        .await
+        .unwrap();
+    let msg = eventually(
+        "flood: OutputTooLarge naming the item limit",
+        WAIT,
+        || async {
+            let (s, r, m) = harness::composition_condition(&env, "flood", "Synthesized").await?;
+            (s == "False" && r == "OutputTooLarge").then_some(m)
+        },
+    )
+    .await;
+    assert!(
+        msg.contains("250000 items") && msg.contains("10000"),
+        "{msg}"
+    );
+    let grown = rss_kib(enoki.pid()).saturating_sub(rss_before);
+    // The module's own output (~17 MB) and the counting pass, not 250,000 parsed objects.
+    assert!(grown < 200 * 1024, "RSS grew by {grown} KiB");
+    let slices: Api<crds::ResourceSlice> = env.api();
+    assert!(
+        !slices
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .any(|s| s.name_any().starts_with("flood")),
+        "nothing of it was stored"
+    );
+    still_serving(&env, &mut enoki, &synth, &tenant).await;
+}
+
+/// Resident set of a process, KiB (`/proc/<pid>/status`).
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}

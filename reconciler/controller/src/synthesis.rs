@@ -157,7 +157,31 @@ pub enum SynthesisError {
         /// Names the item and field.
         message: String,
     },
+    /// The output holds more items than the controller accepts.
+    #[error(
+        "the output holds {count} items, over the limit of {MAX_OUTPUT_ITEMS} per synthesis \
+         (split the synthesizer, or emit fewer, larger objects)"
+    )]
+    TooManyItems {
+        /// Items in the output.
+        count: usize,
+    },
+    /// The inputs passed to the module are larger than the controller accepts.
+    #[error(
+        "the synthesis input is {size} bytes (bound inputs, collections and observed outputs), \
+         over the limit of {MAX_INPUT_BYTES} bytes: bind fewer or smaller objects"
+    )]
+    InputTooLarge {
+        /// Bytes of stdin.
+        size: usize,
+    },
 }
+
+/// Most items one synthesis may emit: the host-side memory of a run (parsed output, plan,
+/// slices) is bounded by it and the output byte limit.
+pub const MAX_OUTPUT_ITEMS: usize = 10_000;
+/// Largest stdin (bound inputs, collections, observed outputs) passed to a module.
+pub const MAX_INPUT_BYTES: usize = 64 << 20;
 
 impl SynthesisError {
     /// Condition/Event reason.
@@ -175,6 +199,8 @@ impl SynthesisError {
                 reasons::MALFORMED_OUTPUT
             }
             SynthesisError::ErrorResult { .. } => reasons::ERROR_RESULT,
+            SynthesisError::TooManyItems { .. } => reasons::OUTPUT_TOO_LARGE,
+            SynthesisError::InputTooLarge { .. } => reasons::INPUT_TOO_LARGE,
         }
     }
 }
@@ -241,6 +267,9 @@ pub fn synthesize(
     is_namespaced: &dyn Fn(&str, &str) -> bool,
 ) -> Result<Synthesized, SynthesisError> {
     let stdin = input_bytes(input);
+    if stdin.len() > MAX_INPUT_BYTES {
+        return Err(SynthesisError::InputTooLarge { size: stdin.len() });
+    }
     let input_digest = sha256(&stdin);
     let mut peak_memory_bytes = 0;
     let stdout = match module {
@@ -307,6 +336,46 @@ pub fn synthesize(
     })
 }
 
+/// The number of `items` of a ResourceList, counted without building them (0 when the text
+/// does not parse: the full parse reports why).
+fn count_items(text: &str) -> usize {
+    use serde::de::{IgnoredAny, SeqAccess, Visitor};
+    struct Count(usize);
+    impl<'de> serde::Deserialize<'de> for Count {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl<'de> Visitor<'de> for V {
+                type Value = Count;
+                fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                    f.write_str("a list")
+                }
+                fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Count, A::Error> {
+                    let mut n = 0;
+                    while seq.next_element::<IgnoredAny>()?.is_some() {
+                        n += 1;
+                    }
+                    Ok(Count(n))
+                }
+                fn visit_unit<E>(self) -> Result<Count, E> {
+                    Ok(Count(0))
+                }
+            }
+            d.deserialize_any(V)
+        }
+    }
+    #[derive(serde::Deserialize)]
+    struct Shape {
+        #[serde(default)]
+        items: Option<Count>,
+    }
+    let shape: Option<Shape> = if text.trim_start().starts_with('{') {
+        serde_json::from_str(text).ok()
+    } else {
+        serde_saphyr::from_str(text).ok()
+    };
+    shape.and_then(|s| s.items).map_or(0, |c| c.0)
+}
+
 /// The top-level fields a ResourceList on stdout may have (KRM function spec).
 const RESOURCE_LIST_FIELDS: &[&str] = &["apiVersion", "kind", "items", "results", "functionConfig"];
 
@@ -323,6 +392,12 @@ pub fn parse_output(
     let text = std::str::from_utf8(stdout).map_err(|e| malformed(format!("not UTF-8: {e}")))?;
     if text.trim().is_empty() {
         return Err(malformed("stdout is empty".into()));
+    }
+    // Count the items before building them: a module emitting 250,000 tiny items is refused
+    // without the host holding 250,000 parsed objects.
+    let count = count_items(text);
+    if count > MAX_OUTPUT_ITEMS {
+        return Err(SynthesisError::TooManyItems { count });
     }
     let list: Value = if text.trim_start().starts_with('{') {
         serde_json::from_str(text).map_err(|e| {

@@ -1,7 +1,7 @@
 //! Test synthesizer for the e2e suites: emits exactly the items stored as a JSON list in
 //! `data.items` of the ConfigMap bound under `config`, so a test controls the synthesis
 //! output (annotations included) by editing one ConfigMap; `data.pad` pads the last item
-//! with that many bytes; `data.raw`, when set, is written to stdout verbatim instead (tests
+//! with that many bytes; `data.clones` adds that many minimal ConfigMaps; `data.raw`, when set, is written to stdout verbatim instead (tests
 //! of malformed output). `data.mirror`, when set, adds a ConfigMap of that name whose data are the
 //! observed outputs it was given (tests that a module never sees what it may not read);
 //! `data.env-mirror` adds a ConfigMap of that name holding the Eno environment variables (and
@@ -70,6 +70,28 @@ fn main() {
             }
             out.push(serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
                 "metadata": {"name": name}, "data": data}));
+        }
+        // `data.clones`: that many minimal ConfigMaps `clone-<i>` (tests of huge outputs).
+        let clones: usize = config
+            .pointer("/data/clones")
+            .and_then(|v| v.as_str())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        if clones > 0 {
+            // Written as it goes: the guest holds none of them.
+            use std::io::Write;
+            let mut w = std::io::BufWriter::new(std::io::stdout());
+            let _ = w.write_all(b"{\"apiVersion\":\"config.kubernetes.io/v1\",\"kind\":\"ResourceList\",\"items\":[");
+            for i in 0..clones {
+                let sep = if i == 0 { "" } else { "," };
+                let _ = write!(
+                    w,
+                    "{sep}{{\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\",\"metadata\":{{\"name\":\"clone-{i}\"}}}}"
+                );
+            }
+            let _ = w.write_all(b"]}");
+            let _ = w.flush();
+            std::process::exit(0);
         }
         let last = items.len().saturating_sub(1);
         for (i, mut item) in items.into_iter().enumerate() {
