@@ -379,6 +379,20 @@ pub struct DiffArgs {
     /// --remote-kubeconfig` applies emitted objects.
     #[arg(long, env = "ENOKI_REMOTE_KUBECONFIG")]
     pub remote_kubeconfig: Option<PathBuf>,
+    /// As `enoki run`: the ServiceAccount a Composition that names none acts as; its reads and
+    /// dry runs are made as that account, as the controller would make them.
+    #[arg(long, env = "ENOKI_DEFAULT_SERVICE_ACCOUNT")]
+    pub default_service_account: Option<String>,
+    /// As `enoki run`: refuse a Composition whose references leave its namespace.
+    #[arg(long, env = "ENOKI_NO_CROSS_NAMESPACE_REFS", default_value_t = false)]
+    pub no_cross_namespace_refs: bool,
+    /// As `enoki run`: `MANAGEMENT_NS=REMOTE_NS` pairs for a remote target.
+    #[arg(long, env = "ENOKI_REMOTE_NAMESPACE_MAP", value_delimiter = ',')]
+    pub remote_namespace_map: Vec<String>,
+    /// Print Secret values instead of `***` (as `kubectl diff` does, values are masked by
+    /// default; a changed value shows as `*** (before)` / `*** (after)`).
+    #[arg(long, default_value_t = false)]
+    pub show_secrets: bool,
 }
 
 impl DiffArgs {

@@ -67,6 +67,14 @@ async fn diff(args: &cli::DiffArgs) -> anyhow::Result<run::diff::Report> {
     defaults
         .remote_kubeconfig
         .clone_from(&args.remote_kubeconfig);
+    // The controller's tenancy options: the diff reads and dry-runs as the Composition would.
+    defaults.default_service_account = args
+        .default_service_account
+        .clone()
+        .filter(|s| !s.is_empty());
+    defaults.no_cross_namespace_refs = args.no_cross_namespace_refs;
+    defaults.remote_namespace_map =
+        remote_namespace_map(&args.remote_namespace_map, args.remote_kubeconfig.is_some())?;
     let target = match &args.module {
         Some(module) => {
             let r = args.render_args(module);
@@ -83,7 +91,7 @@ async fn diff(args: &cli::DiffArgs) -> anyhow::Result<run::diff::Report> {
             name: args.name.clone().unwrap_or_default(),
         },
     };
-    run::diff::diff(defaults, target).await
+    run::diff::diff(defaults, target, args.show_secrets).await
 }
 
 fn start(args: &cli::RunArgs) -> anyhow::Result<()> {

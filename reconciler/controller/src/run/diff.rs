@@ -4,7 +4,10 @@
 //! server-side apply **dry run** with enoki's field manager, and the object the API server
 //! would store is compared with the live one. Resources of the current synthesis that the new
 //! one no longer emits are listed as prunes. Like `kubectl diff`, the caller exits 1 when
-//! anything differs.
+//! anything differs. Reads and dry runs act as the Composition's ServiceAccount when the
+//! tenancy options say it has one (as the controller acts), references out of its namespace
+//! are refused under `--no-cross-namespace-refs`, and Secret values are masked as `kubectl
+//! diff` masks them.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -95,7 +98,7 @@ fn cli_context(
 /// # Errors
 /// The Composition, its Synthesizer, module or inputs cannot be read, the synthesis fails, or
 /// a dry run is refused (the message names the object).
-pub async fn diff(opts: Options, target: Target) -> anyhow::Result<Report> {
+pub async fn diff(opts: Options, target: Target, show_secrets: bool) -> anyhow::Result<Report> {
     let clusters = super::start::clusters(&opts).await?;
     let ctx = cli_context(clusters, opts)?;
     let (comp, items) = match target {
@@ -131,7 +134,7 @@ pub async fn diff(opts: Options, target: Target) -> anyhow::Result<Report> {
             (comp, with_info(items, info))
         }
     };
-    compare(&ctx, comp.as_ref(), items).await
+    compare(&ctx, comp.as_ref(), items, show_secrets).await
 }
 
 /// The synthesized items with the Composition they are for.
@@ -167,6 +170,18 @@ async fn synthesize_from_cluster(ctx: &Context, comp: &Composition) -> anyhow::R
             comp.spec.synthesizer.name
         )
     })?;
+    if ctx.opts.no_cross_namespace_refs {
+        let violations = super::tenancy::cross_namespace_refs(comp, &synth, None);
+        if !violations.is_empty() {
+            anyhow::bail!(
+                "{who}: cross-namespace references are not allowed (--no-cross-namespace-refs): {}",
+                violations.join("; ")
+            );
+        }
+    }
+    if let Err(msg) = ctx.remote_user_of(comp) {
+        anyhow::bail!("{who}: {msg}");
+    }
     let module = module::fetch(
         &ctx.client,
         &ctx.host,
@@ -244,6 +259,50 @@ fn normalized(obj: &Value) -> String {
     serde_saphyr::to_string(&v).unwrap_or_default()
 }
 
+/// Masks Secret values as `kubectl diff` does: every value of `data`/`stringData` becomes
+/// `***`, or `*** (before)` / `*** (after)` where the two differ; the last-applied annotation
+/// (which holds the values too) is dropped.
+fn mask_secrets(before: Option<&mut Value>, after: Option<&mut Value>) {
+    const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+    let get = |v: &Option<&mut Value>, field: &str, key: &str| -> Option<Value> {
+        v.as_deref()?.get(field)?.get(key).cloned()
+    };
+    let (mut before, mut after) = (before, after);
+    for field in ["data", "stringData"] {
+        let keys: BTreeSet<String> = [before.as_deref(), after.as_deref()]
+            .into_iter()
+            .flatten()
+            .filter_map(|o| o.get(field)?.as_object())
+            .flat_map(|m| m.keys().cloned())
+            .collect();
+        for key in keys {
+            let same = get(&before, field, &key) == get(&after, field, &key);
+            let mask = |side: &mut Option<&mut Value>, suffix: &str| {
+                if let Some(slot) = side
+                    .as_deref_mut()
+                    .and_then(|o| o.get_mut(field)?.get_mut(&key))
+                {
+                    *slot = Value::String(if same {
+                        "***".into()
+                    } else {
+                        format!("***{suffix}")
+                    });
+                }
+            };
+            mask(&mut before, " (before)");
+            mask(&mut after, " (after)");
+        }
+    }
+    for side in [before, after].into_iter().flatten() {
+        if let Some(a) = side
+            .pointer_mut("/metadata/annotations")
+            .and_then(Value::as_object_mut)
+        {
+            a.remove(LAST_APPLIED);
+        }
+    }
+}
+
 fn unified(label: &str, before: &str, after: &str) -> String {
     similar::TextDiff::from_lines(before, after)
         .unified_diff()
@@ -254,6 +313,7 @@ fn unified(label: &str, before: &str, after: &str) -> String {
 
 async fn api_for(
     ctx: &Context,
+    comp: Option<&Composition>,
     api_version: &str,
     key: &ResourceKey,
 ) -> anyhow::Result<Api<DynamicObject>> {
@@ -263,7 +323,13 @@ async fn api_for(
         .resolve_target(&gvk)
         .await
         .with_context(|| format!("kind {api_version} {} is not served", key.kind))?;
-    let client = ctx.target.client.clone();
+    // As the controller: the Composition's account when it has one.
+    let client = match comp {
+        Some(c) => ctx
+            .target_for(c)
+            .with_context(|| format!("acting as {:?}", ctx.service_account(c)))?,
+        None => ctx.target.client.clone(),
+    };
     Ok(if namespaced {
         Api::namespaced_with(client, &key.namespace, &ar)
     } else {
@@ -275,6 +341,7 @@ async fn compare(
     ctx: &Context,
     comp: Option<&Composition>,
     items: Items,
+    show_secrets: bool,
 ) -> anyhow::Result<Report> {
     let Items { items, mut info } = items;
     if let Some(c) = comp {
@@ -303,7 +370,7 @@ async fn compare(
             skipped += 1;
             continue;
         }
-        let api = api_for(ctx, &api_version, &r.key).await?;
+        let api = api_for(ctx, comp, &api_version, &r.key).await?;
         let live = api
             .get_opt(&r.key.name)
             .await
@@ -322,8 +389,13 @@ async fn compare(
             .patch(&r.key.name, &pp, &Patch::Apply(&snapshot))
             .await
             .with_context(|| format!("server-side dry run of {label}"))?;
+        let mut would = serde_json::to_value(would).unwrap_or_default();
+        let mut live = live;
+        if !show_secrets && r.key.kind == "Secret" {
+            mask_secrets(live.as_mut(), Some(&mut would));
+        }
         let before = live.as_ref().map(normalized).unwrap_or_default();
-        let after = normalized(&serde_json::to_value(would).unwrap_or_default());
+        let after = normalized(&would);
         if before == after {
             unchanged += 1;
         } else {
@@ -333,7 +405,11 @@ async fn compare(
     }
     let prunes = prunes(ctx, comp, &emitted).await?;
     for (label, live) in &prunes {
-        text.push_str(&unified(label, &normalized(live), ""));
+        let mut live = live.clone();
+        if !show_secrets && live["kind"] == "Secret" {
+            mask_secrets(Some(&mut live), None);
+        }
+        text.push_str(&unified(label, &normalized(&live), ""));
     }
     let differs = changed > 0 || !prunes.is_empty();
     text.push_str(&format!(
@@ -382,7 +458,7 @@ async fn prunes(
                 continue;
             }
             let api_version = manifest["apiVersion"].as_str().unwrap_or_default();
-            let api = api_for(ctx, api_version, &key).await?;
+            let api = api_for(ctx, Some(comp), api_version, &key).await?;
             let label = label_of(api_version, &key);
             if let Some(live) = api
                 .get_opt(&key.name)
