@@ -208,6 +208,26 @@ pub struct Synthesis {
     /// inputs only); with `initialized`, the persisted state of the global rollout cooldown.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub deferred: bool,
+    /// The emitted objects outside the Composition's namespace (cluster-scoped, or in another
+    /// namespace), at most 500: deleting the Composition deletes them even when its
+    /// ResourceSlices are already gone (its namespace is being deleted).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub outside_namespace: Vec<OutputRef>,
+}
+
+/// An emitted object, by API version, kind, namespace and name.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct OutputRef {
+    /// `group/version` or `v1`.
+    pub api_version: String,
+    /// The kind.
+    pub kind: String,
+    /// Its namespace (empty: cluster-scoped).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
 }
 
 /// The revision of one input as it was read.

@@ -699,3 +699,50 @@ fn base64_of(s: &str) -> String {
     use base64::Engine as _;
     base64::engine::general_purpose::STANDARD.encode(s)
 }
+
+#[tokio::test]
+async fn deleting_a_namespace_deletes_its_compositions_cluster_scoped_outputs() {
+    use k8s_openapi::api::rbac::v1::ClusterRole;
+    let env = TestEnv::new().await;
+    install_crds(&env.client).await;
+    let synth = install_synthesizer(&env, "echo", &echo_module()).await;
+    let tenant = Tenant::of(&env).await;
+    let mut enoki = Enoki::start(&env.namespace);
+    let name = format!("attack-{}", env.namespace);
+    let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": name}, "rules": []});
+    tenant.compose("cluster", &synth, json!([role])).await;
+    let roles: Api<ClusterRole> = Api::all(env.client.clone());
+    eventually("the ClusterRole is applied", WAIT, || async {
+        roles.get_opt(&name).await.unwrap().map(|_| ())
+    })
+    .await;
+    eventually("cluster Ready", WAIT, || async {
+        harness::composition_ready(&env, "cluster")
+            .await
+            .then_some(())
+    })
+    .await;
+    // The namespace goes: its ResourceSlices go with it, before enoki's cleanup runs.
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(env.client.clone());
+    namespaces
+        .delete(&env.namespace, &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(
+        "the cluster-scoped output is gone with its namespace",
+        WAIT,
+        || async { roles.get_opt(&name).await.unwrap().is_none().then_some(()) },
+    )
+    .await;
+    eventually("the namespace is gone", WAIT, || async {
+        namespaces
+            .get_opt(&env.namespace)
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert!(enoki.running(), "{}", enoki.logs());
+}

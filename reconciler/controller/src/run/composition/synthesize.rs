@@ -350,6 +350,7 @@ async fn store(
     if let (true, Some(cur)) = (unchanged, st.current_synthesis.as_ref()) {
         next.uuid = cur.uuid.clone();
         next.resource_slices = cur.resource_slices.clone();
+        next.outside_namespace = cur.outside_namespace.clone();
         next.reconciled = cur.reconciled.clone();
         next.ready = cur.ready.clone();
         next.attempts = 0;
@@ -360,6 +361,7 @@ async fn store(
             Ok(refs) => next.resource_slices = refs,
             Err(requeue) => return Ok(Outcome::Failed(requeue)),
         }
+        next.outside_namespace = outside_namespace(&items, &comp.namespace().unwrap_or_default());
         ctx.remember(&uid, |m| {
             m.unrecorded = Some((fp.to_string(), next.clone()))
         });
@@ -438,6 +440,33 @@ pub(crate) async fn status_write_failed(ctx: &Arc<Context>, comp: &Composition, 
             retry_at: Instant::now() + RETRY_CAP,
         });
     });
+}
+
+/// Most objects outside the namespace recorded per synthesis.
+const MAX_OUTSIDE: usize = 500;
+
+/// The items a synthesis emits outside `namespace` (cluster-scoped or elsewhere). Pure.
+pub(crate) fn outside_namespace(items: &[Value], namespace: &str) -> Vec<crds::OutputRef> {
+    items
+        .iter()
+        .filter_map(|i| {
+            let ns = i
+                .pointer("/metadata/namespace")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            (ns != namespace).then(|| crds::OutputRef {
+                api_version: i["apiVersion"].as_str().unwrap_or_default().to_string(),
+                kind: i["kind"].as_str().unwrap_or_default().to_string(),
+                namespace: ns.to_string(),
+                name: i
+                    .pointer("/metadata/name")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string(),
+            })
+        })
+        .take(MAX_OUTSIDE)
+        .collect()
 }
 
 /// Status write-backs (instance mode) are not resources: kept aside, applied to the

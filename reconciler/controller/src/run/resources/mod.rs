@@ -63,6 +63,11 @@ pub async fn reconcile(
     };
     let uid = comp.uid().unwrap_or_default();
     let loaded = slices::load(ctx, comp, &current).await?;
+    // Slices gone while the Composition is deleted (its namespace is being deleted): what it
+    // emitted outside the namespace would outlive it. Delete those from the recorded list.
+    if loaded.missing && deleting && !sweep_outside(ctx, comp, &current).await? {
+        return Ok(Pass::default());
+    }
     if loaded.missing && !deleting {
         return Ok(Pass {
             slices_missing: true,
@@ -356,3 +361,77 @@ pub(crate) fn gvk_of_manifest(m: &Value) -> Option<kube::core::GroupVersionKind>
 
 /// Per-resource positions in the loaded slices.
 pub(crate) type Positions = HashMap<ResourceKey, (usize, usize)>;
+
+/// Deletes the objects `current` recorded outside the Composition's namespace that still carry
+/// its `managed-by` label (unless the Composition orphans on deletion); `true` once none is
+/// left. An object the Composition's account may not read or delete is left (reported).
+async fn sweep_outside(
+    ctx: &Arc<Context>,
+    comp: &Composition,
+    current: &crds::Synthesis,
+) -> Result<bool, Error> {
+    let orphan = crds::names::annotations::DELETION_STRATEGY
+        .get(comp.annotations())
+        .is_some_and(|s| s.eq_ignore_ascii_case("orphan"));
+    if orphan || current.outside_namespace.is_empty() {
+        return Ok(true);
+    }
+    let uid = comp.uid().unwrap_or_default();
+    let client = ctx.target_for(comp).map_err(|source| Error::Impersonate {
+        user: ctx.service_account(comp).unwrap_or_default(),
+        source,
+    })?;
+    let mut left = 0;
+    for o in &current.outside_namespace {
+        let (group, version) = o
+            .api_version
+            .rsplit_once('/')
+            .unwrap_or(("", &o.api_version));
+        let gvk = kube::core::GroupVersionKind::gvk(group, version, &o.kind);
+        let Ok((ar, namespaced)) = ctx.resolve_target(&gvk).await else {
+            continue; // the kind is gone, and its objects with it
+        };
+        let api: kube::Api<kube::api::DynamicObject> = if namespaced {
+            kube::Api::namespaced_with(client.clone(), &o.namespace, &ar)
+        } else {
+            kube::Api::all_with(client.clone(), &ar)
+        };
+        let live = match api.get_opt(&o.name).await {
+            Ok(live) => live,
+            Err(kube::Error::Api(s)) if s.code == 403 => {
+                tracing::warn!(kind = %o.kind, name = %o.name, "may not read an output outside the namespace; left");
+                continue;
+            }
+            Err(e) => {
+                return Err(super::kube_err("reading an output outside the namespace")(
+                    e,
+                ));
+            }
+        };
+        let Some(live) = live else { continue };
+        let ours = live
+            .labels()
+            .get(crds::names::annotations::MANAGED_BY.enoki)
+            .is_some_and(|v| *v == uid);
+        if !ours || live.metadata.deletion_timestamp.is_some() {
+            left += usize::from(ours);
+            continue;
+        }
+        match api.delete(&o.name, &Default::default()).await {
+            Ok(_) => {
+                tracing::info!(kind = %o.kind, namespace = %o.namespace, name = %o.name, "deleted an output outside the namespace");
+                left += 1;
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(kube::Error::Api(s)) if s.code == 403 => {
+                tracing::warn!(kind = %o.kind, name = %o.name, "may not delete an output outside the namespace; left");
+            }
+            Err(e) => {
+                return Err(super::kube_err("deleting an output outside the namespace")(
+                    e,
+                ));
+            }
+        }
+    }
+    Ok(left == 0)
+}
