@@ -185,6 +185,8 @@ pub mod reasons {
     /// The Composition's spec is refused (e.g. `synthesisEnv` over its size limit); terminal
     /// until the spec changes.
     pub const INVALID_SPEC: &str = "InvalidSpec";
+    /// The next synthesis waits for the rollout cooldown (the current one is still applied).
+    pub const ROLLOUT_COOLDOWN: &str = "RolloutCooldown";
     /// With a remote target, the Composition's namespace has no `--remote-namespace-map`
     /// entry: it is applied nowhere.
     pub const REMOTE_NAMESPACE_UNMAPPED: &str = "RemoteNamespaceUnmapped";

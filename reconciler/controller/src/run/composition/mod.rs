@@ -235,18 +235,69 @@ fn ignores_side_effects(comp: &Composition) -> bool {
         == Some("true")
 }
 
-/// The normal pass: synthesize when a trigger changed, then apply and report.
+/// The normal pass, as two paths that never block each other: the decision about the *next*
+/// synthesis (synthesize now, or wait / refuse, with the reason in a condition), and the pass
+/// over the *current* synthesis, which runs whatever that decision was — a deleted output comes
+/// back and drift is reverted while the next synthesis waits on the cooldown, inputs out of
+/// lockstep, `dependsOn`, a failing synthesizer's backoff, or a missing Synthesizer, module or
+/// input. Only deletion (and a resource's `disable-reconciliation`) stops it.
 async fn converge(ctx: &Arc<Context>, comp: &Arc<Composition>) -> Result<Action, Error> {
     ctx.watches.own(comp);
     let mut st = comp.status.clone().unwrap_or_default();
     st.observed_generation = comp.metadata.generation;
-    let o = match observe_all(ctx, comp, &mut st).await? {
-        Ok(o) => o,
-        Err(requeue) => {
-            status::write(ctx, comp, &st).await?;
-            return Ok(Action::requeue(requeue));
+    let uid = comp.uid().unwrap_or_default();
+    let (blocked, instance) = match observe_all(ctx, comp, &mut st).await? {
+        Err(requeue) => (Some(requeue), None),
+        Ok(o) => {
+            let instance = o.gathered.instance().cloned();
+            (next_synthesis(ctx, comp, &mut st, o).await?, instance)
         }
     };
+    if blocked.is_none() {
+        st.dependency_status = None;
+    }
+    // The blocker's summary survives the pass's roll-up.
+    let blocker = blocked.map(|_| st.simplified.clone());
+    // A Composition that may act nowhere (remote namespace unmapped) has no pass.
+    let pass = if ctx.remote_user_of(comp).is_ok() {
+        resources::reconcile(ctx, comp, &mut st, false).await?
+    } else {
+        resources::Pass::default()
+    };
+    if let Some(simplified) = blocker {
+        st.simplified = simplified;
+    }
+    if blocked.is_none() || instance.is_some() {
+        write_back(ctx, comp, &uid, instance.as_ref()).await;
+    }
+    status::write(ctx, comp, &st).await?;
+    let idle = if super::status::is_true(&st.conditions, conditions::READY) {
+        ctx.opts.resync
+    } else {
+        ctx.opts.readiness_poll
+    };
+    let current = pass.requeue.map_or(idle, |h| h.min(idle));
+    if let Some(wait) = blocked {
+        // Never a hot loop: missing slices or a changed output are the next synthesis's
+        // business, and it is blocked.
+        return Ok(Action::requeue(
+            wait.min(current).max(Duration::from_millis(500)),
+        ));
+    }
+    if pass.resynthesize || pass.slices_missing {
+        return Ok(Action::requeue(Duration::from_millis(100)));
+    }
+    Ok(Action::requeue(current))
+}
+
+/// The decision about the next synthesis, and the synthesis when it is due. `Some(requeue)`:
+/// it waits or failed (the reason is in a condition); `None`: up to date, or stored.
+async fn next_synthesis(
+    ctx: &Arc<Context>,
+    comp: &Arc<Composition>,
+    st: &mut CompositionStatus,
+    o: Observed,
+) -> Result<Option<Duration>, Error> {
     let uid = comp.uid().unwrap_or_default();
     let forced = observe::forced(comp);
     let write_back_known =
@@ -255,7 +306,6 @@ async fn converge(ctx: &Arc<Context>, comp: &Arc<Composition>) -> Result<Action,
         Some(cur) => !slices::all_exist(ctx, comp, cur).await?,
         None => false,
     };
-    let instance = o.gathered.instance().cloned();
     let digest = o.module.digest();
     let deferred: Vec<String> = o
         .synth
@@ -279,31 +329,28 @@ async fn converge(ctx: &Arc<Context>, comp: &Arc<Composition>) -> Result<Action,
             deferred: &deferred,
         },
     );
-    if trigger != Trigger::UpToDate
-        && let Some(requeue) = synthesize_now(ctx, comp, &mut st, o, forced, &trigger).await?
-    {
-        status::write(ctx, comp, &st).await?;
-        return Ok(Action::requeue(requeue));
-    }
     if trigger == Trigger::UpToDate {
-        st.dependency_status = None;
+        // The current synthesis is the one these inputs give: a blocker that has cleared
+        // (an input back, a module fetched again) leaves no stale condition behind.
+        if st.current_synthesis.is_some()
+            && !super::status::is_true(&st.conditions, conditions::SYNTHESIZED)
+        {
+            super::status::set_condition(
+                &mut st.conditions,
+                conditions::SYNTHESIZED,
+                true,
+                reasons::SYNTHESIS_SUCCEEDED,
+                "",
+                comp.metadata.generation,
+            );
+        }
+        return Ok(None);
     }
-    let pass = resources::reconcile(ctx, comp, &mut st, false).await?;
-    write_back(ctx, comp, &uid, instance.as_ref()).await;
-    status::write(ctx, comp, &st).await?;
-    if pass.resynthesize || pass.slices_missing {
-        return Ok(Action::requeue(Duration::from_millis(100)));
-    }
-    let idle = if super::status::is_true(&st.conditions, conditions::READY) {
-        ctx.opts.resync
-    } else {
-        ctx.opts.readiness_poll
-    };
-    Ok(Action::requeue(pass.requeue.map_or(idle, |h| h.min(idle))))
+    synthesize_now(ctx, comp, st, o, forced, &trigger).await
 }
 
-/// Rollout cooldown, `dependsOn`, then the synthesis. `Some(requeue)` when no new synthesis
-/// was stored (waiting, or failed).
+/// Inputs in lockstep, `dependsOn`, the rollout cooldown, then the synthesis. `Some(requeue)`
+/// when no new synthesis was stored (waiting, or failed).
 async fn synthesize_now(
     ctx: &Arc<Context>,
     comp: &Composition,
@@ -312,14 +359,6 @@ async fn synthesize_now(
     forced: Option<String>,
     trigger: &Trigger,
 ) -> Result<Option<Duration>, Error> {
-    // A Synthesizer change alone, or a change of deferred refs only, rolls out gradually:
-    // one Composition per cooldown, across all Compositions (Eno).
-    if trigger.is_deferred()
-        && let Some(wait) = ctx.rollout_slot()
-    {
-        tracing::debug!(?wait, "synthesizer rollout cooldown");
-        return Ok(Some(wait));
-    }
     // Inputs out of lockstep (Eno's `MismatchedInputs`): no synthesis until they agree.
     let out_of_step = trigger::mismatched(
         &o.revisions,
@@ -347,6 +386,32 @@ async fn synthesize_now(
     if let Some(block) = dependencies::block(ctx, comp).await? {
         wait_on_dependencies(st, comp.metadata.generation, block);
         return Ok(Some(ctx.opts.readiness_poll.max(Duration::from_secs(2))));
+    }
+    // A Synthesizer change alone, or a change of deferred refs only, rolls out gradually:
+    // one Composition per cooldown, across all Compositions (Eno). Claimed last, when nothing
+    // else holds the synthesis back, so a blocked Composition never uses up a rollout slot.
+    if trigger.is_deferred()
+        && let Some(wait) = ctx.rollout_slot()
+    {
+        tracing::debug!(?wait, "synthesizer rollout cooldown");
+        let message = format!(
+            "the next synthesis ({trigger}) waits {}s for the rollout cooldown \
+             (--rollout-cooldown); the current one is still applied",
+            wait.as_secs().max(1)
+        );
+        super::status::set_condition(
+            &mut st.conditions,
+            conditions::SYNTHESIZED,
+            false,
+            reasons::ROLLOUT_COOLDOWN,
+            &message,
+            comp.metadata.generation,
+        );
+        st.simplified = Some(SimplifiedStatus {
+            status: reasons::ROLLOUT_COOLDOWN.into(),
+            error: None,
+        });
+        return Ok(Some(wait));
     }
     st.dependency_status = None;
     tracing::debug!(%trigger, "synthesizing");
