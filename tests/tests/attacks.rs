@@ -110,7 +110,14 @@ async fn a_replace_chain_in_a_readiness_check_is_a_condition_not_an_aborted_cont
         json!({"enoki.dev/readiness-grow": replace_chain()}),
         json!({"v": "1"}),
     );
-    tenant.compose("bomb", &synth, json!([bomb])).await;
+    // Every iteration copying a 900 KB value (45 GB if it ran), and a quadratic search.
+    let copier = harness::config_map(
+        "copier-out",
+        json!({"enoki.dev/readiness-copy": "self.data.s.split('').map(c, {'k': self.data.big}).size() > 0",
+               "enoki.dev/readiness-search": "self.data.big.indexOf(self.data.big + 'x') == -1"}),
+        json!({"s": "x".repeat(50_000), "big": "y".repeat(900_000)}),
+    );
+    tenant.compose("bomb", &synth, json!([bomb, copier])).await;
     let msg = eventually("bomb: Ready=False naming the budget", WAIT, || async {
         let (s, _, m) = harness::composition_condition(&env, "bomb", "Ready").await?;
         (s == "False" && m.contains("exceeds its budget")).then_some(m)
@@ -120,6 +127,11 @@ async fn a_replace_chain_in_a_readiness_check_is_a_condition_not_an_aborted_cont
         msg.contains("bomb-out") && msg.contains("grow"),
         "the resource and its check are named: {msg}"
     );
+    let cms: Api<ConfigMap> = env.api();
+    eventually("copier-out applied", WAIT, || async {
+        cms.get_opt("copier-out").await.unwrap().map(|_| ())
+    })
+    .await;
     still_serving(&env, &mut enoki, &synth, &tenant).await;
 }
 
@@ -459,7 +471,7 @@ async fn on_a_remote_target_only_an_explicitly_mapped_namespace_gets_rights() {
         ],
     );
     let out = harness::config_map("remote-out", json!({}), json!({"v": "1"}));
-    tenant.compose("remote", &synth, json!([out])).await;
+    tenant.compose("remote", &synth, json!([out.clone()])).await;
     let msg = eventually("remote: RemoteNamespaceUnmapped", WAIT, || async {
         let (s, r, m) = harness::composition_condition(&env, "remote", "Synthesized").await?;
         (s == "False" && r == "RemoteNamespaceUnmapped").then_some(m)
@@ -470,8 +482,24 @@ async fn on_a_remote_target_only_an_explicitly_mapped_namespace_gets_rights() {
         "{msg}"
     );
     assert!(remote_cms.get_opt("remote-out").await.unwrap().is_none());
+    // Its deletion does not hang on an account it may not act as.
+    let comps: Api<Composition> = env.api();
+    comps
+        .delete("remote", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the unmapped Composition is deleted", WAIT, || async {
+        comps
+            .get_opt("remote")
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
     assert!(enoki.running(), "{}", enoki.logs());
     enoki.stop();
+    tenant.compose("remote", &synth, json!([out])).await;
 
     // Mapped explicitly (the platform's choice), it acts as that remote namespace's account,
     // with exactly the rights the remote cluster gives it.

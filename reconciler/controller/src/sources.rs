@@ -454,7 +454,10 @@ async fn pull_unbounded(reference: &str, policy: &FetchPolicy) -> Result<Vec<u8>
             SourceError::Invalid(format!("{reference} has no {WASM_LAYER_MEDIA_TYPE} layer"))
         })?;
     let digest = layer["digest"].as_str().unwrap_or_default().to_string();
-    if !digest.starts_with("sha256:") || digest.len() != 71 {
+    if !digest.starts_with("sha256:")
+        || digest.len() != 71
+        || !digest[7..].bytes().all(|b| b.is_ascii_hexdigit())
+    {
         return Err(SourceError::Invalid(format!(
             "{reference}: layer digest {:?} is not a sha256 digest",
             remote_text(&digest)

@@ -363,17 +363,40 @@ fn count_items(text: &str) -> usize {
             d.deserialize_any(V)
         }
     }
-    #[derive(serde::Deserialize)]
-    struct Shape {
-        #[serde(default)]
-        items: Option<Count>,
+    // Every `items` key counts (a JSON object may repeat one; the full parse keeps the last).
+    struct Shape(usize);
+    impl<'de> serde::Deserialize<'de> for Shape {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl<'de> Visitor<'de> for V {
+                type Value = Shape;
+                fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                    f.write_str("a ResourceList")
+                }
+                fn visit_map<A: serde::de::MapAccess<'de>>(
+                    self,
+                    mut map: A,
+                ) -> Result<Shape, A::Error> {
+                    let mut n = 0usize;
+                    while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                        if key == "items" {
+                            n = n.saturating_add(map.next_value::<Count>()?.0);
+                        } else {
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                    Ok(Shape(n))
+                }
+            }
+            d.deserialize_map(V)
+        }
     }
     let shape: Option<Shape> = if text.trim_start().starts_with('{') {
         serde_json::from_str(text).ok()
     } else {
         serde_saphyr::from_str(text).ok()
     };
-    shape.and_then(|s| s.items).map_or(0, |c| c.0)
+    shape.map_or(0, |s| s.0)
 }
 
 /// The top-level fields a ResourceList on stdout may have (KRM function spec).

@@ -52,7 +52,25 @@ pub struct Expr {
     program: Arc<Program>,
     /// The program rewritten with the runtime guard ([`guard::rewrite`]).
     guarded: Arc<IdedExpr>,
+    /// Deep enough that the interpreter's recursion needs a larger stack than a worker's.
+    deep: bool,
 }
+
+/// Functions and operators of CEL's optional values, which enoki does not offer.
+const OPTIONAL_FUNCTIONS: &[&str] = &[
+    "optional.of",
+    "optional.ofNonZeroValue",
+    "optional.none",
+    "value",
+    "hasValue",
+    "orValue",
+    "or",
+    "_?._",
+    "_[?_]",
+];
+
+/// Guarded expressions deeper than this are evaluated on a thread with [`PARSER_STACK`].
+const SHALLOW_DEPTH: usize = 16;
 
 /// Size and shape of an expression's AST.
 #[derive(Default)]
@@ -189,7 +207,7 @@ fn parse(source: &str) -> Result<Program, String> {
     let parsed = std::thread::Builder::new()
         .name("cel-parse".into())
         .stack_size(PARSER_STACK)
-        .spawn(move || catch_unwind(|| Program::compile(&owned).map_err(|e| e.to_string())))
+        .spawn(move || catch_unwind(|| ENV.compile(&owned).map_err(|e| e.to_string())))
         .map_err(|e| format!("cannot start the CEL parser: {e}"))?
         .join();
     match parsed {
@@ -245,11 +263,20 @@ impl Expr {
                 shape.comprehensions
             ));
         }
+        // No optional values (`optional.of`, `.?f`, `orValue`, …): they hand on values of any
+        // size, which the cost estimate cannot follow.
+        let refs = program.references();
+        if let Some(f) = OPTIONAL_FUNCTIONS.iter().find(|f| refs.has_function(f)) {
+            return Err(format!("{f:?}: optional values are not supported"));
+        }
         let guarded = guard::rewrite(program.expression());
+        let mut guarded_shape = Shape::default();
+        measure(&guarded, 0, &mut guarded_shape);
         Ok(Expr {
             source: source.to_string(),
             program: Arc::new(program),
             guarded: Arc::new(guarded),
+            deep: guarded_shape.depth > SHALLOW_DEPTH,
         })
     }
 
@@ -281,13 +308,27 @@ impl Expr {
             for (name, value) in vars {
                 ctx.add_variable_from_value(*name, value.clone());
             }
-            guard::metered(|| cel::Value::resolve(&self.guarded, &ctx)).0
+            let out = guard::metered(|| cel::Value::resolve(&self.guarded, &ctx)).0;
+            out.map_err(|e| e.to_string())
         };
-        match catch_unwind(AssertUnwindSafe(run)) {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(e.to_string()),
+        let contained = || match catch_unwind(AssertUnwindSafe(run)) {
+            Ok(result) => result,
             Err(_) => Err("the CEL evaluator panicked".into()),
+        };
+        if !self.deep {
+            return contained();
         }
+        // The interpreter recurses once per level (twice where the guard wraps a call): a deep
+        // expression runs on a thread with a large stack, never on the caller's.
+        std::thread::scope(|s| {
+            std::thread::Builder::new()
+                .name("cel-eval".into())
+                .stack_size(PARSER_STACK)
+                .spawn_scoped(s, contained)
+                .map_err(|e| format!("cannot start the CEL evaluator: {e}"))?
+                .join()
+                .unwrap_or_else(|_| Err("the CEL evaluator panicked".into()))
+        })
     }
 
     /// Evaluates and requires a bool.
@@ -569,6 +610,87 @@ mod tests {
         assert!(t("{'a': 1, 'b': 2}.all(k, k.size() == 1)"));
         // cel-go: an error in all() is absorbed by a false element.
         assert!(!t("[0, 1].all(x, 1 / x > 5)"));
+    }
+
+    #[test]
+    fn literals_and_loop_variables_are_charged_by_what_they_hold() {
+        // Each iteration copies a 900 KB string into a map literal: 45 GB if it ran.
+        let e = Expr::compile("self.s.split('').map(c, {'k': self.big}).size() > 0").unwrap();
+        let vars = [(
+            "self",
+            to_cel(&json!({"s": "x".repeat(50_000), "big": "y".repeat(900_000)})),
+        )];
+        let err = e.eval(&vars).unwrap_err();
+        assert!(err.contains(OVER_BUDGET), "{err}");
+        // Guard alone.
+        let mut ctx = Context::with_env(ENV.clone());
+        ctx.add_variable_from_value("self", vars[0].1.clone());
+        let (out, used) = guard::metered(|| cel::Value::resolve(&e.guarded, &ctx));
+        assert!(out.is_err());
+        assert!(used.bytes <= MAX_EVAL_BYTES + 2_000_000, "{used:?}");
+        // Optional values are not part of the environment.
+        for src in [
+            "optional.of(self.s).value() == 'x'",
+            "self.?s.orValue('') == ''",
+        ] {
+            let err = Expr::compile(src).unwrap_err();
+            assert!(err.contains("optional values"), "{src}: {err}");
+        }
+    }
+
+    #[test]
+    fn searches_are_linear_and_keep_cel_go_semantics() {
+        let t = |src: &str| Expr::compile(src).unwrap().eval_bool(&[]).unwrap();
+        assert!(t("'hello mellow'.indexOf('ello') == 1"));
+        assert!(t("'hello mellow'.indexOf('ello', 2) == 7"));
+        assert!(t(
+            "'hello mellow'.indexOf('') == 0 && 'hello'.indexOf('', 2) == 2"
+        ));
+        assert!(t("'hello mellow'.indexOf('jello') == -1"));
+        assert!(t("'hello mellow'.lastIndexOf('ello') == 7"));
+        assert!(t("'hello mellow'.lastIndexOf('ello', 6) == 1"));
+        assert!(t(
+            "'hello'.lastIndexOf('') == 5 && 'hello'.lastIndexOf('', 2) == 2"
+        ));
+        assert!(t("'ab'.lastIndexOf('abc') == -1"));
+        assert!(t(
+            "'ä☃b☃'.indexOf('☃') == 1 && 'ä☃b☃'.lastIndexOf('☃') == 3"
+        ));
+        assert!(
+            Expr::compile("'a'.indexOf('a', 5) == 0")
+                .unwrap()
+                .eval(&[])
+                .is_err()
+        );
+        assert!(t("'abc'.matches('^a.c$') && matches('abc', 'b')"));
+        let long = format!("'a'.matches('{}')", "a".repeat(2000));
+        let err = Expr::compile(&long).unwrap().eval(&[]).unwrap_err();
+        assert!(err.contains("over the limit"), "{err}");
+        // An 8M/4M-character search that is quadratic in cel's own indexOf.
+        let e = Expr::compile("self.a.indexOf(self.b) >= -1").unwrap();
+        let vars = [(
+            "self",
+            to_cel(
+                &json!({"a": "a".repeat(2_000_000), "b": format!("{}b", "a".repeat(1_000_000))}),
+            ),
+        )];
+        let started = std::time::Instant::now();
+        let _ = e.eval(&vars);
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    }
+
+    #[test]
+    fn a_deep_expression_is_evaluated_off_the_callers_stack() {
+        // 28 levels of `+` (56 once guarded) on a small stack.
+        let src = format!("{}1{} > 0", "(1 + ".repeat(28), ")".repeat(28));
+        let e = Expr::compile(&src).unwrap();
+        let out = std::thread::Builder::new()
+            .stack_size(256 << 10)
+            .spawn(move || e.eval_bool(&[]))
+            .unwrap()
+            .join()
+            .unwrap();
+        assert_eq!(out, Ok(true));
     }
 
     #[test]

@@ -360,8 +360,41 @@ impl<'a> Estimator<'a> {
             | "base64.decode" | "decode" | "string" | "bytes" | "dyn" => {
                 Size::within(touched.saturating_add(8))
             }
-            operators::LOGICAL_AND | operators::LOGICAL_OR => Size::SCALAR,
-            _ => Size::SCALAR,
+            // Scalars: comparisons, logic, arithmetic, sizes and searches.
+            operators::LOGICAL_AND
+            | operators::LOGICAL_OR
+            | operators::LOGICAL_NOT
+            | operators::NEGATE
+            | operators::EQUALS
+            | operators::NOT_EQUALS
+            | operators::LESS
+            | operators::LESS_EQUALS
+            | operators::GREATER
+            | operators::GREATER_EQUALS
+            | operators::SUBSTRACT
+            | operators::MULTIPLY
+            | operators::DIVIDE
+            | operators::MODULO
+            | operators::IN
+            | operators::NOT_STRICTLY_FALSE
+            | "size"
+            | "contains"
+            | "startsWith"
+            | "endsWith"
+            | "matches"
+            | "indexOf"
+            | "lastIndexOf"
+            | "int"
+            | "uint"
+            | "double"
+            | "bool"
+            | "type"
+            | "duration"
+            | "timestamp"
+            | "compareResourceQuantities" => Size::SCALAR,
+            n if n.starts_with("get") => Size::SCALAR,
+            // Anything else returns at most what it was given.
+            _ => Size::within(touched.saturating_add(8)),
         };
         // Comparisons and searches touch their operands; builders produce their result (an
         // append produces only what it appends).

@@ -11,7 +11,12 @@
 //! - the functions whose output can be much larger than their input (`replace`, `join`,
 //!   `split`) are replaced by versions that compute the size of their result from their
 //!   arguments and charge it **before** allocating, so one call can never ask for more memory
-//!   than the budget.
+//!   than the budget; list and map literals and the loop variables a comprehension copies on
+//!   every iteration are charged by everything they hold;
+//! - the functions whose time can be much larger than their input (`indexOf`, `lastIndexOf`,
+//!   `matches`) are replaced by linear or bounded versions (a regular expression of at most
+//!   [`MAX_REGEX_BYTES`], compiled to at most 1 MiB);
+//! - every charge also checks the evaluation's age against [`MAX_EVAL_TIME`].
 //!
 //! The counters live in a thread-local [`Meter`] that [`metered`] arms around one evaluation;
 //! evaluation is synchronous, so every guarded call of that evaluation sees it.
@@ -27,10 +32,17 @@ use cel::{Env, ExecutionError};
 pub const MAX_EVAL_STEPS: u64 = 1_000_000;
 /// Most bytes the values one evaluation produces may add up to.
 pub const MAX_EVAL_BYTES: u64 = 16 << 20;
+/// Longest one evaluation may run (checked at every step).
+pub const MAX_EVAL_TIME: std::time::Duration = std::time::Duration::from_millis(250);
+/// Longest regular expression `matches` accepts.
+pub const MAX_REGEX_BYTES: usize = 1024;
 
 /// Counts a step and charges its argument's size; returns the argument.
 pub(super) const METER: &str = "@enoki_meter";
 const REPLACE: &str = "@enoki_replace";
+const INDEX_OF: &str = "@enoki_index_of";
+const LAST_INDEX_OF: &str = "@enoki_last_index_of";
+const MATCHES: &str = "@enoki_matches";
 const SPLIT: &str = "@enoki_split";
 const JOIN: &str = "@enoki_join";
 
@@ -42,12 +54,24 @@ thread_local! {
 }
 
 /// What one evaluation has used so far.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 pub struct Meter {
     /// Steps taken.
     pub steps: u64,
     /// Bytes produced.
     pub bytes: u64,
+    /// When it started.
+    pub started: std::time::Instant,
+}
+
+impl Default for Meter {
+    fn default() -> Self {
+        Meter {
+            steps: 0,
+            bytes: 0,
+            started: std::time::Instant::now(),
+        }
+    }
 }
 
 /// Runs `f` with a fresh meter armed on this thread; returns its result and what it used.
@@ -73,6 +97,9 @@ fn charge(function: &str, steps: u64, bytes: u64) -> Result<(), ExecutionError> 
         if meter.bytes > MAX_EVAL_BYTES {
             return Err(over_budget(function, &format!("{MAX_EVAL_BYTES} bytes")));
         }
+        if meter.started.elapsed() > MAX_EVAL_TIME {
+            return Err(over_budget(function, &format!("{MAX_EVAL_TIME:?}")));
+        }
         Ok(())
     })
 }
@@ -81,6 +108,9 @@ fn over_budget(function: &str, what: &str) -> ExecutionError {
     let function = match function {
         METER => "evaluation",
         REPLACE => "replace",
+        INDEX_OF => "indexOf",
+        LAST_INDEX_OF => "lastIndexOf",
+        MATCHES => "matches",
         SPLIT => "split",
         JOIN => "join",
         other => other,
@@ -150,6 +180,123 @@ fn replace(
     to: &CelString<'_>,
 ) -> Result<CelString<'static>, ExecutionError> {
     replace_n(this, from, to, &CelInt::from(-1))
+}
+
+/// The byte offset of code point `i` of `s` (`s.len()` at the end), `None` past it.
+fn byte_of(s: &str, i: usize) -> Option<usize> {
+    s.char_indices()
+        .map(|(b, _)| b)
+        .chain(std::iter::once(s.len()))
+        .nth(i)
+}
+
+fn out_of_range(function: &str, i: i64) -> ExecutionError {
+    ExecutionError::function_error(function, format!("index out of range: {i}"))
+}
+
+/// `indexOf` (code-point indices, as cel-go) with a linear search.
+fn index_of_at(this: &str, needle: &str, offset: Option<i64>) -> Result<CelInt, ExecutionError> {
+    charge(INDEX_OF, 1, this.len() as u64)?;
+    let n = this.chars().count() as i64;
+    let start = match offset {
+        None => 0,
+        Some(o) if o < 0 => return Err(out_of_range("indexOf", o)),
+        Some(o) if needle.is_empty() => return Ok(CelInt::from(o.min(n))),
+        Some(o) if o >= n => return Err(out_of_range("indexOf", o)),
+        Some(o) => o,
+    };
+    let from = byte_of(this, usize::try_from(start).unwrap_or(0)).unwrap_or(this.len());
+    Ok(CelInt::from(this[from..].find(needle).map_or(-1, |b| {
+        start + this[from..from + b].chars().count() as i64
+    })))
+}
+
+/// `lastIndexOf` (code-point indices, as cel-go) with a linear search.
+fn last_index_of_at(
+    this: &str,
+    needle: &str,
+    offset: Option<i64>,
+) -> Result<CelInt, ExecutionError> {
+    charge(LAST_INDEX_OF, 1, this.len() as u64)?;
+    let n = this.chars().count() as i64;
+    let m = needle.chars().count() as i64;
+    let at = match offset {
+        None => n,
+        Some(o) if o < 0 => return Err(out_of_range("lastIndexOf", o)),
+        Some(o) if needle.is_empty() => return Ok(CelInt::from(o.min(n))),
+        Some(o) if o >= n => return Err(out_of_range("lastIndexOf", o)),
+        Some(o) => o,
+    };
+    if m > n {
+        return Ok(CelInt::from(-1));
+    }
+    // An occurrence starting at or before `at` ends at or before `at + m`.
+    let last = at.min(n - m);
+    let end = byte_of(this, usize::try_from(last + m).unwrap_or(0)).unwrap_or(this.len());
+    Ok(CelInt::from(
+        this[..end]
+            .rfind(needle)
+            .map_or(-1, |b| this[..b].chars().count() as i64),
+    ))
+}
+
+fn index_of(this: &CelString<'_>, needle: &CelString<'_>) -> Result<CelInt, ExecutionError> {
+    index_of_at(this, needle, None)
+}
+
+fn index_of_offset(
+    this: &CelString<'_>,
+    needle: &CelString<'_>,
+    offset: &CelInt,
+) -> Result<CelInt, ExecutionError> {
+    index_of_at(this, needle, Some(*offset.inner()))
+}
+
+fn last_index_of(this: &CelString<'_>, needle: &CelString<'_>) -> Result<CelInt, ExecutionError> {
+    last_index_of_at(this, needle, None)
+}
+
+fn last_index_of_offset(
+    this: &CelString<'_>,
+    needle: &CelString<'_>,
+    offset: &CelInt,
+) -> Result<CelInt, ExecutionError> {
+    last_index_of_at(this, needle, Some(*offset.inner()))
+}
+
+/// `matches` with a bounded regular expression: at most [`MAX_REGEX_BYTES`] of pattern, a
+/// compiled program of at most 1 MiB, the subject charged by its size.
+fn matches(
+    this: &CelString<'_>,
+    re: &CelString<'_>,
+) -> Result<cel::common::types::CelBool, ExecutionError> {
+    if re.len() > MAX_REGEX_BYTES {
+        return Err(ExecutionError::function_error(
+            "matches",
+            format!(
+                "the regular expression is {} bytes, over the limit of {MAX_REGEX_BYTES}",
+                re.len()
+            ),
+        ));
+    }
+    charge(
+        MATCHES,
+        1,
+        (this.len() as u64).saturating_mul(re.len() as u64 / 64 + 1),
+    )?;
+    let compiled = regex::RegexBuilder::new(re.inner())
+        .size_limit(1 << 20)
+        .dfa_size_limit(1 << 20)
+        .build()
+        .map_err(|e| {
+            ExecutionError::function_error(
+                "matches",
+                format!("'{}' not a valid regex: {e}", re.inner()),
+            )
+        })?;
+    Ok(cel::common::types::CelBool::from(
+        compiled.is_match(this.inner()),
+    ))
 }
 
 /// `split` with the size of its list charged before it is built.
@@ -248,6 +395,12 @@ pub(super) fn install(env: &mut Env) -> Result<(), cel::DeclarationError> {
     cel::add_member_overload!(env, fn replace_n: (CelString<'_>, CelString<'_>, CelString<'_>, CelInt) -> Result<CelString<'_>>, name = REPLACE)?;
     cel::add_member_overload!(env, fn split: (CelString<'_>, CelString<'_>) -> Result<CelList<'_>>, name = SPLIT)?;
     cel::add_member_overload!(env, fn split_n: (CelString<'_>, CelString<'_>, CelInt) -> Result<CelList<'_>>, name = SPLIT)?;
+    cel::add_member_overload!(env, fn index_of: (CelString<'_>, CelString<'_>) -> Result<CelInt>, name = INDEX_OF)?;
+    cel::add_member_overload!(env, fn index_of_offset: (CelString<'_>, CelString<'_>, CelInt) -> Result<CelInt>, name = INDEX_OF)?;
+    cel::add_member_overload!(env, fn last_index_of: (CelString<'_>, CelString<'_>) -> Result<CelInt>, name = LAST_INDEX_OF)?;
+    cel::add_member_overload!(env, fn last_index_of_offset: (CelString<'_>, CelString<'_>, CelInt) -> Result<CelInt>, name = LAST_INDEX_OF)?;
+    cel::add_member_overload!(env, fn matches: (CelString<'_>, CelString<'_>) -> Result<cel::common::types::CelBool>, name = MATCHES)?;
+    cel::add_overload!(env, fn matches: (CelString<'_>, CelString<'_>) -> Result<cel::common::types::CelBool>, name = MATCHES, id = "enoki_matches_global")?;
     env.add_member_overload(JOIN, "enoki_join", LIST_TYPE, vec![], join)?;
     env.add_member_overload(JOIN, "enoki_join_sep", LIST_TYPE, vec![STRING_TYPE], join)?;
     Ok(())
@@ -291,8 +444,13 @@ pub(super) fn rewrite(e: &IdedExpr) -> IdedExpr {
                     "replace" => call.func_name = REPLACE.into(),
                     "split" => call.func_name = SPLIT.into(),
                     "join" => call.func_name = JOIN.into(),
+                    "indexOf" => call.func_name = INDEX_OF.into(),
+                    "lastIndexOf" => call.func_name = LAST_INDEX_OF.into(),
+                    "matches" => call.func_name = MATCHES.into(),
                     _ => {}
                 }
+            } else if call.func_name == "matches" {
+                call.func_name = MATCHES.into();
             }
             let special = is_special(&c.func_name);
             let node = IdedExpr {

@@ -73,6 +73,13 @@ async fn delete(ctx: &Arc<Context>, comp: &Arc<Composition>) -> Result<Action, E
         finalizer::release(ctx, comp).await?;
         return Ok(Action::await_change());
     }
+    if let Err(msg) = ctx.remote_user_of(comp) {
+        // It may act nowhere on the target: nothing can be deleted on its behalf, and its
+        // deletion (or its namespace's) must not hang.
+        tracing::warn!(%msg, "releasing the finalizer of a Composition that may act nowhere");
+        finalizer::release(ctx, comp).await?;
+        return Ok(Action::await_change());
+    }
     let mut st = comp.status.clone().unwrap_or_default();
     let dependents = dependencies::dependents(ctx, comp).await?;
     if !dependents.is_empty() {

@@ -88,6 +88,10 @@ pub(crate) fn bounded(st: &CompositionStatus) -> CompositionStatus {
     .flatten()
     {
         s.results.truncate(MAX_RESULTS);
+        s.outside_namespace.retain(|o| {
+            o.name.len() + o.namespace.len() + o.kind.len() + o.api_version.len() <= 600
+        });
+        s.outside_namespace.truncate(500);
         for r in &mut s.results {
             clip(&mut r.message, MAX_RESULT_TEXT);
             if let Some(x) = &mut r.resource_ref {

@@ -268,7 +268,13 @@ async fn publish_result_events(
     results: &[crds::SynthesisResult],
 ) {
     use kube::Resource as _;
-    for r in results {
+    // As many Events as results kept in status, at most: a module printing 200,000 tagged
+    // results does not become 200,000 Events.
+    for r in results
+        .iter()
+        .filter(|r| r.tags.contains_key(crds::names::EVENT_REASON_TAG))
+        .take(super::status::MAX_RESULTS)
+    {
         let Some(reason) = r.tags.get(crds::names::EVENT_REASON_TAG) else {
             continue;
         };
