@@ -774,3 +774,105 @@ async fn deleting_a_namespace_deletes_its_compositions_cluster_scoped_outputs() 
     .await;
     assert!(enoki.running(), "{}", enoki.logs());
 }
+
+/// `module` with a custom section appended: the same code under another digest.
+fn variant(module: &[u8], i: u32) -> Vec<u8> {
+    let name = b"enoki-variant";
+    let payload = i.to_le_bytes();
+    let size = 1 + name.len() + payload.len();
+    let mut out = module.to_vec();
+    out.push(0); // custom section
+    out.push(u8::try_from(size).unwrap());
+    out.push(u8::try_from(name.len()).unwrap());
+    out.extend_from_slice(name);
+    out.extend_from_slice(&payload);
+    out
+}
+
+/// Peak resident set of a process, KiB (`VmHWM`).
+fn peak_rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn eight_concurrent_large_compilations_stay_within_one_compile_budget() {
+    let env = TestEnv::new().await;
+    install_crds(&env.client).await;
+    let synth = install_synthesizer(&env, "echo", &echo_module()).await;
+    let tenant = Tenant::of(&env).await;
+    let (_registry, addr) = harness::start_registry();
+    // The Go sample (3.4 MB, an estimated 78 MiB to compile), eight times under eight digests.
+    let go = std::fs::read(harness::workspace_root().join("target/samples/go.wasm"))
+        .expect("target/samples/go.wasm (hack/build-samples.sh)");
+    let dir = harness::tempdir("compile-budget");
+    let synths: Api<crds::Synthesizer> = Api::all(env.client.clone());
+    let nonce = rand::random::<u32>();
+    for i in 0..8u32 {
+        let file = dir.join(format!("go-{i}.wasm"));
+        std::fs::write(&file, variant(&go, nonce.wrapping_add(i))).unwrap();
+        let reference = format!("{addr}/budget/go:{i}");
+        let digest = harness::push_module(&file, &reference);
+        let name = format!("{}-go-{i}", env.namespace);
+        synths
+            .patch(
+                &name,
+                &PatchParams::apply("platform").force(),
+                &Patch::Apply(json!({"apiVersion": "enoki.dev/v1alpha1", "kind": "Synthesizer",
+                    "metadata": {"name": name},
+                    "spec": {"module": {"oci": format!("{reference}@{digest}")},
+                             "refs": [{"key": "config", "resource": {"group": "", "version": "v1", "kind": "ConfigMap"}}]}})),
+            )
+            .await
+            .unwrap();
+    }
+    // 200 MiB of compile budget: two of these compile at a time, the others wait.
+    let budget_kib = 200 * 1024;
+    let mut enoki = Enoki::start_with(
+        &env.namespace,
+        &["--compile-memory-budget", "200Mi", "--concurrency", "8"],
+    );
+    // Settled before the compilations: its own caches and watches.
+    still_serving(&env, &mut enoki, &synth, &tenant).await;
+    let base = rss_kib(enoki.pid());
+    for i in 0..8 {
+        let synth = format!("{}-go-{i}", env.namespace);
+        tenant
+            .compose_with(
+                &format!("go-{i}"),
+                &synth,
+                json!({"app": format!("go-{i}"), "port": "8080"}),
+                json!({}),
+            )
+            .await
+            .unwrap();
+    }
+    eventually(
+        "every Go module compiled and synthesized",
+        Duration::from_secs(240),
+        || async {
+            let mut done = 0;
+            for i in 0..8 {
+                if let Some((s, _, _)) =
+                    harness::composition_condition(&env, &format!("go-{i}"), "Synthesized").await
+                {
+                    done += usize::from(s == "True");
+                }
+            }
+            (done == 8).then_some(())
+        },
+    )
+    .await;
+    let peak = peak_rss_kib(enoki.pid());
+    // Eight at once would need about 8 x 78 MiB; the budget allows 200 MiB of compiling,
+    // plus the runs' memory (256 MiB each at most, the Go sample uses a few MiB).
+    assert!(
+        peak.saturating_sub(base) < budget_kib + 150 * 1024,
+        "peak RSS {peak} KiB, {base} KiB before: more than the compile budget above it"
+    );
+    still_serving(&env, &mut enoki, &synth, &tenant).await;
+}

@@ -5,43 +5,12 @@
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
 
 use harness::workspace_root;
 
-struct Proc(Child);
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn wait_port(port: u16) {
-    let start = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "nothing listens on 127.0.0.1:{port}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-fn tempdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("enoki-{name}-{:08x}", rand::random::<u32>()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
+use harness::{Proc, free_port, tempdir, wait_port};
 
 fn enoki(args: &[&str]) -> Output {
     let bin = workspace_root().join("target/debug/enoki");
@@ -67,53 +36,12 @@ fn sample() -> PathBuf {
     p
 }
 
-/// Starts Debian's docker-registry on a free port with storage in a temp dir.
 fn registry() -> (Proc, String) {
-    let bin = Path::new("/usr/bin/docker-registry");
-    assert!(
-        bin.exists(),
-        "docker-registry is not installed (hack/setup.sh installs the Debian package)"
-    );
-    let dir = tempdir("registry");
-    let port = free_port();
-    let config = dir.join("config.yml");
-    std::fs::write(
-        &config,
-        format!(
-            "version: 0.1\nlog: {{level: warn}}\nstorage: {{filesystem: {{rootdirectory: {}}}}}\nhttp: {{addr: 127.0.0.1:{port}}}\n",
-            dir.join("data").display()
-        ),
-    )
-    .unwrap();
-    let child = Command::new(bin)
-        .args(["serve", config.to_str().unwrap()])
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.join("registry.log")).unwrap())
-        .spawn()
-        .unwrap();
-    wait_port(port);
-    (Proc(child), format!("127.0.0.1:{port}"))
+    harness::start_registry()
 }
 
 fn push(addr: &str, tag: &str) -> String {
-    let out = enoki(&[
-        "module",
-        "push",
-        sample().to_str().unwrap(),
-        &format!("{addr}/samples/hello:{tag}"),
-    ]);
-    assert!(
-        out.status.success(),
-        "push failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).unwrap();
-    let digest = text.lines().next().unwrap().to_string();
-    assert!(
-        digest.starts_with("sha256:") && digest.len() == 71,
-        "{text}"
-    );
-    digest
+    harness::push_module(&sample(), &format!("{addr}/samples/hello:{tag}"))
 }
 
 #[test]

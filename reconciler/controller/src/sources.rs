@@ -214,7 +214,7 @@ const MAX_MANIFEST_BYTES: usize = 4 << 20;
 /// Largest token response accepted.
 const MAX_TOKEN_BYTES: usize = 64 << 10;
 /// Bytes of a registry's error body kept for the message (the rest is dropped).
-const MAX_REMOTE_TEXT: usize = 512;
+pub const MAX_REMOTE_TEXT: usize = 512;
 
 /// A remote server's text, made safe for a status message: control characters blanked, at
 /// most [`MAX_REMOTE_TEXT`] bytes.

@@ -31,7 +31,7 @@ use cel::{Context, Env, ExecutionError, Program, Value as Cel};
 use enoki_sdk::quantity::Quantity;
 use serde_json::Value;
 
-mod cost;
+pub mod cost;
 pub mod guard;
 
 pub use guard::{MAX_EVAL_BYTES, MAX_EVAL_STEPS, OVER_BUDGET};

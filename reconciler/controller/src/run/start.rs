@@ -341,7 +341,13 @@ async fn run_shard(
     let stop = stop_when(leadership, shutdown, lost.clone()).shared();
     let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
     let client = shared.management.client.clone();
-    let watches = Watches::new(client.clone(), shared.target.client.clone(), sender, shard);
+    let watches = Watches::new(
+        client.clone(),
+        shared.target.client.clone(),
+        sender,
+        shard,
+        shared.opts.default_service_account.is_none(),
+    );
     let changes = futures::stream::unfold(receiver, |mut rx| async move {
         rx.recv().await.map(|r| (r, rx))
     });

@@ -65,6 +65,10 @@ pub struct Watches {
     inputs: Mutex<HashMap<(GroupVersionKind, String), KindWatch<DynamicObject>>>,
     managed: Mutex<HashMap<GroupVersionKind, ManagedWatch>>,
     owners: Mutex<HashMap<String, ObjectRef<Composition>>>,
+    /// Input caches keep whole objects (reads as the controller are served from them); when
+    /// every Composition acts as a ServiceAccount its reads are GETs, and the caches keep
+    /// metadata only — a tenant's thousands of large objects never sit in enoki's memory.
+    whole_inputs: bool,
 }
 
 /// How long a read waits for a kind's first list before it falls back to a GET.
@@ -78,12 +82,14 @@ impl Watches {
         target: Client,
         sender: UnboundedSender<ObjectRef<Composition>>,
         shard: Shard,
+        whole_inputs: bool,
     ) -> Arc<Watches> {
         Arc::new(Watches {
             client,
             target,
             shard,
             sender,
+            whole_inputs,
             readers: Mutex::new(HashMap::new()),
             inputs: Mutex::new(HashMap::new()),
             managed: Mutex::new(HashMap::new()),
@@ -132,11 +138,17 @@ impl Watches {
             Api::namespaced_with(self.client.clone(), &scope, ar)
         };
         let wc = watcher::Config::default().labels(&format!("!{}", managed_label()));
+        let whole = self.whole_inputs;
         let this = Arc::downgrade(self);
         let (group, kind) = (gvk.group.clone(), gvk.kind.clone());
         let events = watcher(api, wc)
             .default_backoff()
-            .modify(|o: &mut DynamicObject| o.managed_fields_mut().clear())
+            .modify(move |o: &mut DynamicObject| {
+                o.managed_fields_mut().clear();
+                if !whole {
+                    o.data = serde_json::Value::Null;
+                }
+            })
             .reflect(writer)
             .touched_objects();
         let task = tokio::spawn(async move {
@@ -180,6 +192,9 @@ impl Watches {
         namespace: &str,
         name: &str,
     ) -> Option<Option<Arc<DynamicObject>>> {
+        if !self.whole_inputs {
+            return None;
+        }
         let (store, ar) = {
             let inputs = self.inputs.lock().ok()?;
             let w = inputs

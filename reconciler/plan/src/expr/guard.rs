@@ -4,10 +4,11 @@
 //! The `cel` crate has no cost tracking and no hook in its interpreter, so the compiled
 //! program is rewritten once, at compile time:
 //! - every iteration of a comprehension (`all`, `exists`, `exists_one`, `map`, `filter`) passes
-//!   through [`METER`], which counts a step;
-//! - the result of every function call passes through [`METER`], which counts a step and
-//!   charges the bytes of the value it returns (strings and bytes by length, lists and maps by
-//!   entries);
+//!   through a metering call that counts a step and charges the loop variables it copies;
+//! - the result of every call that builds a value (`+`, indexing, conversions, the string
+//!   functions) passes through a metering call that counts a step and charges the bytes of the
+//!   value (strings and bytes by length, lists and maps by entries); list and map literals are
+//!   charged by everything they hold;
 //! - the functions whose output can be much larger than their input (`replace`, `join`,
 //!   `split`) are replaced by versions that compute the size of their result from their
 //!   arguments and charge it **before** allocating, so one call can never ask for more memory
