@@ -31,7 +31,7 @@ pub use error::HostError;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use rand_wasi::SeedableRng;
@@ -416,6 +416,77 @@ pub fn compile_memory_estimate(bytes: usize) -> usize {
     bytes.saturating_mul(23).max(16 << 20)
 }
 
+/// Default of [`Host::set_compile_budget`].
+pub const DEFAULT_COMPILE_BUDGET_BYTES: usize = 2 << 30;
+
+/// The memory compilations may take together: shares of it are held while compiling.
+struct CompileBudget {
+    /// (capacity, in use).
+    state: Mutex<(usize, usize)>,
+    freed: Condvar,
+}
+
+/// A compilation's share of the budget, returned when dropped.
+struct CompileShare {
+    budget: Arc<CompileBudget>,
+    amount: usize,
+}
+
+impl CompileBudget {
+    fn new(capacity: usize) -> CompileBudget {
+        CompileBudget {
+            state: Mutex::new((capacity.max(1), 0)),
+            freed: Condvar::new(),
+        }
+    }
+
+    fn set_capacity(&self, capacity: usize) {
+        if let Ok(mut s) = self.state.lock() {
+            s.0 = capacity.max(1);
+        }
+        self.freed.notify_all();
+    }
+
+    /// Blocks until `want` (at most the whole budget) fits, and takes it.
+    fn acquire(self: &Arc<Self>, want: usize) -> CompileShare {
+        let mut amount = want;
+        if let Ok(mut s) = self.state.lock() {
+            amount = want.min(s.0);
+            while s.1 + amount > s.0 {
+                match self.freed.wait(s) {
+                    Ok(next) => s = next,
+                    Err(_) => {
+                        return CompileShare {
+                            budget: self.clone(),
+                            amount: 0,
+                        };
+                    }
+                }
+                amount = want.min(s.0);
+            }
+            s.1 += amount;
+        }
+        CompileShare {
+            budget: self.clone(),
+            amount,
+        }
+    }
+
+    /// Bytes held by compilations right now.
+    fn in_use(&self) -> usize {
+        self.state.lock().map_or(0, |s| s.1)
+    }
+}
+
+impl Drop for CompileShare {
+    fn drop(&mut self) {
+        if let Ok(mut s) = self.budget.state.lock() {
+            s.1 = s.1.saturating_sub(self.amount);
+        }
+        self.budget.freed.notify_all();
+    }
+}
+
 /// Default bound of the in-memory module cache (module source bytes).
 pub const DEFAULT_MODULE_CACHE_BYTES: usize = 256 * 1024 * 1024;
 
@@ -495,6 +566,8 @@ pub struct Host {
     /// One large compilation (foreground or background) at a time: compile memory is bounded
     /// by one [`compile_memory_estimate`] of the largest module.
     large_compile: Arc<Mutex<()>>,
+    /// Memory all compilations may take together (their estimates), background ones included.
+    compile_budget: Arc<CompileBudget>,
     /// Background optimizations finished (baseline code replaced).
     optimized_in_background: Arc<AtomicU64>,
     /// Core modules at least this large start on the baseline tier.
@@ -570,6 +643,7 @@ impl Host {
             optimized,
             baseline,
             large_compile: Arc::new(Mutex::new(())),
+            compile_budget: Arc::new(CompileBudget::new(DEFAULT_COMPILE_BUDGET_BYTES)),
             optimized_in_background: Arc::new(AtomicU64::new(0)),
             baseline_min_bytes: std::sync::atomic::AtomicUsize::new(BASELINE_MIN_BYTES),
             modules: Mutex::new(ModuleLru::new(DEFAULT_MODULE_CACHE_BYTES)),
@@ -582,6 +656,14 @@ impl Host {
         })
     }
 
+    /// Bounds the memory all compilations of this host may take together to `bytes` (their
+    /// estimates, [`compile_memory_estimate`]): a compilation waits until its estimate fits in
+    /// what the others leave — foreground, background and components alike. An estimate over
+    /// the whole budget takes the whole budget (callers refuse such modules first).
+    pub fn set_compile_budget(&self, bytes: usize) {
+        self.compile_budget.set_capacity(bytes);
+    }
+
     /// Bounds the in-memory cache of compiled modules to about `bytes` of module source (the
     /// least recently used modules are dropped first; a dropped module is compiled again, or
     /// loaded from the on-disk cache, when it is next needed).
@@ -589,6 +671,11 @@ impl Host {
         if let Ok(mut m) = self.modules.lock() {
             m.set_capacity(bytes);
         }
+    }
+
+    /// Estimated bytes the compilations running right now hold of the compile budget.
+    pub fn compiling_bytes(&self) -> usize {
+        self.compile_budget.in_use()
     }
 
     /// (modules, bytes) held in the in-memory module cache.
@@ -716,11 +803,17 @@ impl Host {
                     self.optimized.core(&module, false)?
                 } else if bytes.len() >= self.baseline_min_bytes.load(Ordering::Relaxed) {
                     let _large = self.large_compile.lock().map_err(|_| poisoned())?;
+                    let _share = self
+                        .compile_budget
+                        .acquire(compile_memory_estimate(bytes.len()));
                     self.compilations.fetch_add(1, Ordering::Relaxed);
                     let module =
                         Module::new(&self.baseline.engine, bytes).map_err(compile_error)?;
                     self.baseline.core(&module, true)?
                 } else {
+                    let _share = self
+                        .compile_budget
+                        .acquire(compile_memory_estimate(bytes.len()));
                     self.compilations.fetch_add(1, Ordering::Relaxed);
                     let module =
                         Module::new(&self.optimized.engine, bytes).map_err(compile_error)?;
@@ -747,6 +840,9 @@ impl Host {
         let component = match self.cached(digest, kind, artifacts::deserialize_component) {
             Some(c) => c,
             None => {
+                let _share = self
+                    .compile_budget
+                    .acquire(compile_memory_estimate(bytes.len()));
                 self.compilations.fetch_add(1, Ordering::Relaxed);
                 let c = Component::new(&self.optimized.engine, bytes).map_err(compile_error)?;
                 store_artifact(self.artifacts.as_deref(), digest, kind, c.serialize());
@@ -775,6 +871,7 @@ impl Host {
     fn optimize_in_background(&self, module: &ModulePre, bytes: Vec<u8>) {
         let tier = self.optimized.clone();
         let gate = self.large_compile.clone();
+        let budget = self.compile_budget.clone();
         let artifacts = self.artifacts.clone();
         let done = self.optimized_in_background.clone();
         let module = module.clone();
@@ -784,6 +881,7 @@ impl Host {
                 let Ok(_large) = gate.lock() else {
                     return;
                 };
+                let _share = budget.acquire(compile_memory_estimate(bytes.len()));
                 let Ok(compiled) = Module::new(&tier.engine, &bytes) else {
                     return;
                 };
@@ -1105,4 +1203,32 @@ fn tail(stderr: &str) -> String {
         start += 1;
     }
     stderr[start..].to_string()
+}
+
+#[cfg(test)]
+mod compile_budget_tests {
+    use super::*;
+
+    #[test]
+    fn compilations_wait_until_their_share_fits_and_return_it_when_done() {
+        let budget = Arc::new(CompileBudget::new(100));
+        let a = budget.acquire(60);
+        assert_eq!(budget.in_use(), 60);
+        let waiter = {
+            let budget = budget.clone();
+            std::thread::spawn(move || {
+                let _b = budget.acquire(60);
+                budget.in_use()
+            })
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(budget.in_use(), 60, "the second share waited");
+        drop(a);
+        assert_eq!(waiter.join().unwrap(), 60);
+        assert_eq!(budget.in_use(), 0);
+        // More than the whole budget takes the whole budget, never deadlocks.
+        let all = budget.acquire(1_000);
+        assert_eq!(budget.in_use(), 100);
+        drop(all);
+    }
 }

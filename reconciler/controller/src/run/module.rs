@@ -138,10 +138,6 @@ pub async fn fetch(
     compile_module(host, bytes, compile).await
 }
 
-/// Every compilation's share of `--compile-memory-budget`, in MiB (one budget per process).
-static COMPILE_GATE: std::sync::OnceLock<std::sync::Arc<tokio::sync::Semaphore>> =
-    std::sync::OnceLock::new();
-
 /// What compiling may take: time before the reconcile stops waiting, and memory (per module,
 /// and in all: compilations wait until their estimate fits in what the others leave).
 pub struct CompileBudget {
@@ -170,34 +166,13 @@ async fn compile_module(
             budget: budget.memory_bytes,
         });
     }
-    // One budget over every compilation in the process (modules and components alike):
-    // a compilation holds its estimate, in MiB, until it has finished, even after the
-    // reconcile that started it stopped waiting (a compilation cannot be interrupted).
-    let gate = COMPILE_GATE.get_or_init(|| {
-        std::sync::Arc::new(tokio::sync::Semaphore::new(
-            (budget.memory_bytes >> 20).clamp(1, tokio::sync::Semaphore::MAX_PERMITS),
-        ))
-    });
-    let mib = u32::try_from((estimate >> 20).max(1))
-        .unwrap_or(u32::MAX)
-        .min(
-            u32::try_from(budget.memory_bytes >> 20)
-                .unwrap_or(u32::MAX)
-                .max(1),
-        );
+    // One budget over every compilation of the host (modules, components and background
+    // optimizations alike, `Host::set_compile_budget`): the compilation waits inside `load`
+    // until its estimate fits, after the host's own cache checks.
     let time = budget.time;
-    let started = tokio::time::Instant::now();
-    let permit = tokio::time::timeout(time, gate.clone().acquire_many_owned(mib))
-        .await
-        .map_err(|_| ModuleError::CompileTimeout { budget: time, size })?
-        .map_err(|e| ModuleError::Spec(format!("compile budget closed: {e}")))?;
     let host = host.clone();
-    let task = tokio::task::spawn_blocking(move || {
-        let _held = permit;
-        host.load(&bytes)
-    });
-    let left = time.saturating_sub(started.elapsed());
-    let loaded = tokio::time::timeout(left, task)
+    let task = tokio::task::spawn_blocking(move || host.load(&bytes));
+    let loaded = tokio::time::timeout(time, task)
         .await
         .map_err(|_| ModuleError::CompileTimeout { budget: time, size })?
         .map_err(|e| ModuleError::Spec(format!("module compilation task failed: {e}")))??;

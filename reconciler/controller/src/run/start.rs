@@ -196,6 +196,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     }
     let host = Arc::new(wasm_host::Host::new(opts.module_cache_dir.as_deref())?);
     host.set_module_cache_bytes(opts.module_cache_bytes);
+    host.set_compile_budget(opts.sandbox.compile_memory_budget_bytes);
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = metrics::Metrics::register(&mut registry);
     let ready = Arc::new(AtomicBool::new(false));
