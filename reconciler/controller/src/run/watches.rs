@@ -63,6 +63,8 @@ pub struct Watches {
     sender: UnboundedSender<ObjectRef<Composition>>,
     readers: Mutex<HashMap<WatchKey, HashSet<ObjectRef<Composition>>>>,
     inputs: Mutex<HashMap<(GroupVersionKind, String), KindWatch<DynamicObject>>>,
+    /// Input watches the API server refused (403), and when.
+    forbidden_inputs: Mutex<HashMap<(GroupVersionKind, String), std::time::Instant>>,
     managed: Mutex<HashMap<GroupVersionKind, ManagedWatch>>,
     owners: Mutex<HashMap<String, ObjectRef<Composition>>>,
     /// Input caches keep whole objects (reads as the controller are served from them); when
@@ -70,6 +72,9 @@ pub struct Watches {
     /// metadata only — a tenant's thousands of large objects never sit in enoki's memory.
     whole_inputs: bool,
 }
+
+/// How long a refused input watch is not tried again.
+const FORBIDDEN_RETRY: Duration = Duration::from_secs(300);
 
 /// How long a read waits for a kind's first list before it falls back to a GET.
 const FIRST_LIST: Duration = Duration::from_secs(15);
@@ -92,6 +97,7 @@ impl Watches {
             whole_inputs,
             readers: Mutex::new(HashMap::new()),
             inputs: Mutex::new(HashMap::new()),
+            forbidden_inputs: Mutex::new(HashMap::new()),
             managed: Mutex::new(HashMap::new()),
             owners: Mutex::new(HashMap::new()),
         })
@@ -130,6 +136,13 @@ impl Watches {
             w.users.insert(uid);
             return;
         }
+        if self.forbidden_inputs.lock().is_ok_and(|f| {
+            f.get(&watch_key)
+                .is_some_and(|at| at.elapsed() < FORBIDDEN_RETRY)
+        }) {
+            return;
+        }
+        let forbidden_key = watch_key.clone();
         let writer = reflector::store::Writer::<DynamicObject>::new(ar.clone());
         let store = writer.as_reader();
         let api: Api<DynamicObject> = if scope.is_empty() {
@@ -165,6 +178,14 @@ impl Watches {
                     Err(e) if forbidden_watch(&e) => {
                         tracing::debug!(kind = %kind, "enoki may not list/watch this input kind: \
                             changes to it are seen at --resync");
+                        // Reads of it go straight to GETs; a later grant is tried again after
+                        // FORBIDDEN_RETRY.
+                        if let Ok(mut f) = this.forbidden_inputs.lock() {
+                            f.insert(forbidden_key.clone(), std::time::Instant::now());
+                        }
+                        if let Ok(mut inputs) = this.inputs.lock() {
+                            inputs.remove(&forbidden_key);
+                        }
                         break;
                     }
                     Err(e) => {

@@ -139,22 +139,34 @@ pub(crate) async fn load_module(
 ) -> Result<synthesis::Module, module::ModuleError> {
     let name = synth.name_any();
     let generation = synth.metadata.generation;
-    let cached = ctx.modules.lock().ok().and_then(|m| m.get(&name).cloned());
-    let mut failures = 0;
-    match cached {
-        Some(ModuleEntry::Ready(g, m)) if g == generation => return Ok(m),
-        Some(ModuleEntry::Failed {
-            generation: g,
-            error,
-            retry_at,
-            failures: n,
-        }) if g == generation => {
-            if Instant::now() < retry_at {
-                return Err(error);
+    let cached = |failures: &mut u32| -> Option<Result<synthesis::Module, module::ModuleError>> {
+        match ctx.modules.lock().ok().and_then(|m| m.get(&name).cloned()) {
+            Some(ModuleEntry::Ready(g, m)) if g == generation => Some(Ok(m)),
+            Some(ModuleEntry::Failed {
+                generation: g,
+                error,
+                retry_at,
+                failures: n,
+            }) if g == generation => {
+                *failures = n;
+                (Instant::now() < retry_at).then_some(Err(error))
             }
-            failures = n;
+            _ => None,
         }
-        _ => {}
+    };
+    let mut failures = 0;
+    if let Some(hit) = cached(&mut failures) {
+        return hit;
+    }
+    // Single flight per Synthesizer: the Compositions that need its module at once wait for
+    // one fetch (a slow registry holds one reconcile, not every one).
+    let flight = FETCHING
+        .lock()
+        .map(|mut f| f.entry(name.clone()).or_default().clone())
+        .unwrap_or_default();
+    let _one = flight.lock().await;
+    if let Some(hit) = cached(&mut failures) {
+        return hit;
     }
     // Held while the module is fetched and compiled: a fetch stuck past both deadlines is
     // a stuck slot for /healthz.
@@ -190,10 +202,18 @@ pub(crate) async fn load_module(
         },
     };
     if let Ok(mut cache) = ctx.modules.lock() {
-        cache.insert(name, entry);
+        cache.insert(name.clone(), entry);
+    }
+    if let Ok(mut f) = FETCHING.lock() {
+        f.remove(&name);
     }
     result
 }
+
+/// The fetch in flight per Synthesizer name.
+static FETCHING: std::sync::LazyLock<
+    std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<tokio::sync::Mutex<()>>>>,
+> = std::sync::LazyLock::new(Default::default);
 
 /// How long a failed module is not fetched again: 10 s doubling per failure in a row up to
 /// 5 min; 5 s when compilation only ran past its budget (it finishes in the background).
@@ -401,12 +421,23 @@ async fn object_input(
         &comp.namespace().unwrap_or_default(),
         given.as_deref(),
     );
-    let found = read_input(ctx, comp, (&gvk, &ar, namespaced), &obj_ns, &name)
-        .await
-        .map_err(|source| Error::ReadInput {
-            key: r.key.clone(),
-            source,
-        })?;
+    let found = match read_input(ctx, comp, (&gvk, &ar, namespaced), &obj_ns, &name).await {
+        Ok(found) => found,
+        // An optional input the Composition's account may not read is absent for it (e.g. the
+        // trustee built-in's cluster-scoped IBM SE PersistentVolume under the default install).
+        Err(kube::Error::Api(s)) if s.code == 403 && r.optional => {
+            return Ok(Err(format!(
+                "input {:?}: {} {name} may not be read ({})",
+                r.key, res.kind, s.message
+            )));
+        }
+        Err(source) => {
+            return Err(Error::ReadInput {
+                key: r.key.clone(),
+                source,
+            });
+        }
+    };
     match found {
         Some(obj) => {
             let mut v = serde_json::to_value(obj).unwrap_or_default();
