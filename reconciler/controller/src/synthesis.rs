@@ -356,7 +356,34 @@ fn count_items(text: &str) -> usize {
                     }
                     Ok(Count(n))
                 }
+                // Not a list: no items here (the full parse says what is wrong), and the count
+                // goes on to any later `items` key.
                 fn visit_unit<E>(self) -> Result<Count, E> {
+                    Ok(Count(0))
+                }
+                fn visit_none<E>(self) -> Result<Count, E> {
+                    Ok(Count(0))
+                }
+                fn visit_bool<E>(self, _: bool) -> Result<Count, E> {
+                    Ok(Count(0))
+                }
+                fn visit_i64<E>(self, _: i64) -> Result<Count, E> {
+                    Ok(Count(0))
+                }
+                fn visit_u64<E>(self, _: u64) -> Result<Count, E> {
+                    Ok(Count(0))
+                }
+                fn visit_f64<E>(self, _: f64) -> Result<Count, E> {
+                    Ok(Count(0))
+                }
+                fn visit_str<E>(self, _: &str) -> Result<Count, E> {
+                    Ok(Count(0))
+                }
+                fn visit_map<A: serde::de::MapAccess<'de>>(
+                    self,
+                    mut map: A,
+                ) -> Result<Count, A::Error> {
+                    while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
                     Ok(Count(0))
                 }
             }
@@ -397,6 +424,27 @@ fn count_items(text: &str) -> usize {
         serde_saphyr::from_str(text).ok()
     };
     shape.map_or(0, |s| s.0)
+}
+
+#[cfg(test)]
+mod count_tests {
+    #[test]
+    fn every_items_key_is_counted_whatever_comes_before_it() {
+        let many: Vec<String> = (0..20_000).map(|i| format!("{{\"n\":{i}}}")).collect();
+        let many = many.join(",");
+        for text in [
+            format!("{{\"kind\":\"ResourceList\",\"items\":[{many}]}}"),
+            format!("{{\"items\":0,\"items\":[{many}]}}"),
+            format!("{{\"items\":{{\"a\":1}},\"items\":[{many}]}}"),
+            format!("{{\"items\":[],\"items\":[{many}]}}"),
+        ] {
+            assert_eq!(super::count_items(&text), 20_000, "{}", &text[..40]);
+            assert!(matches!(
+                super::parse_output(text.as_bytes()),
+                Err(super::SynthesisError::TooManyItems { count: 20_000 })
+            ));
+        }
+    }
 }
 
 /// The top-level fields a ResourceList on stdout may have (KRM function spec).

@@ -59,6 +59,9 @@ pub struct Expr {
 /// Functions and operators of CEL's optional values, which enoki does not offer.
 const OPTIONAL_FUNCTIONS: &[&str] = &[
     "optional.of",
+    "of",
+    "ofNonZeroValue",
+    "none",
     "optional.ofNonZeroValue",
     "optional.none",
     "value",
@@ -622,12 +625,21 @@ mod tests {
         )];
         let err = e.eval(&vars).unwrap_err();
         assert!(err.contains(OVER_BUDGET), "{err}");
-        // Guard alone.
+        // Guard alone: stopped by the bytes it charged, not by the clock.
         let mut ctx = Context::with_env(ENV.clone());
         ctx.add_variable_from_value("self", vars[0].1.clone());
         let (out, used) = guard::metered(|| cel::Value::resolve(&e.guarded, &ctx));
-        assert!(out.is_err());
-        assert!(used.bytes <= MAX_EVAL_BYTES + 2_000_000, "{used:?}");
+        let err = out.unwrap_err().to_string();
+        assert!(err.contains("bytes"), "{err}");
+        assert!(
+            used.bytes > MAX_EVAL_BYTES && used.bytes <= MAX_EVAL_BYTES + 2_000_000,
+            "{used:?}"
+        );
+        // A list literal is charged by what it holds.
+        let e = Expr::compile("[self.big, self.big].size() == 2").unwrap();
+        let (out, used) = guard::metered(|| cel::Value::resolve(&e.guarded, &ctx));
+        assert!(out.is_ok());
+        assert!(used.bytes >= 1_800_000, "{used:?}");
         // Optional values are not part of the environment.
         for src in [
             "optional.of(self.s).value() == 'x'",

@@ -25,7 +25,9 @@
 use std::cell::Cell;
 
 use cel::common::ast::{CallExpr, ComprehensionExpr, EntryExpr, Expr as Ast, IdedExpr, operators};
-use cel::common::types::{CelBytes, CelInt, CelList, CelString, DYN_TYPE, LIST_TYPE, STRING_TYPE};
+use cel::common::types::{
+    CelBytes, CelInt, CelList, CelMap, CelString, DYN_TYPE, LIST_TYPE, STRING_TYPE,
+};
 use cel::common::value::{CowVal, Val};
 use cel::{Env, ExecutionError};
 
@@ -37,9 +39,17 @@ pub const MAX_EVAL_BYTES: u64 = 16 << 20;
 pub const MAX_EVAL_TIME: std::time::Duration = std::time::Duration::from_millis(250);
 /// Longest regular expression `matches` accepts.
 pub const MAX_REGEX_BYTES: usize = 1024;
+/// Longest string `matches` searches.
+pub const MAX_REGEX_SUBJECT_BYTES: usize = 256 << 10;
 
 /// Counts a step and charges its argument's size; returns the argument.
 pub(super) const METER: &str = "@enoki_meter";
+/// Counts a step and charges the full size of its argument (list and map literals, which copy
+/// what they hold); returns the argument.
+const METER_DEEP: &str = "@enoki_meter_deep";
+/// One comprehension iteration: counts a step and charges the full size of the loop
+/// variables after the first argument (the interpreter copies them); returns the first.
+const TICK: &str = "@enoki_tick";
 const REPLACE: &str = "@enoki_replace";
 const INDEX_OF: &str = "@enoki_index_of";
 const LAST_INDEX_OF: &str = "@enoki_last_index_of";
@@ -139,6 +149,53 @@ fn shallow_bytes(v: &dyn Val) -> u64 {
             .saturating_mul(ENTRY_BYTES),
         None => 8,
     }
+}
+
+/// Bytes a value holds in all: strings and bytes by length, lists and maps by their entries
+/// and everything in them.
+fn deep_bytes(v: &dyn Val) -> u64 {
+    if let Some(l) = v.downcast_ref::<CelList<'_>>() {
+        return l
+            .inner()
+            .iter()
+            .map(|x| deep_bytes(x.as_ref()).saturating_add(ENTRY_BYTES))
+            .fold(0, u64::saturating_add);
+    }
+    if let Some(m) = v.downcast_ref::<CelMap<'_>>() {
+        return m
+            .inner()
+            .iter()
+            .map(|(k, x)| {
+                deep_bytes(k.inner())
+                    .saturating_add(deep_bytes(x.as_ref()))
+                    .saturating_add(ENTRY_BYTES)
+            })
+            .fold(0, u64::saturating_add);
+    }
+    shallow_bytes(v)
+}
+
+#[allow(clippy::needless_pass_by_value)] // the signature cel requires of an overload
+fn meter_deep<'b, 'v>(mut args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    if args.len() != 1 {
+        return Err(ExecutionError::invalid_argument_count(1, args.len()));
+    }
+    let v = args.remove(0);
+    charge(METER, 1, deep_bytes(v.as_ref()))?;
+    Ok(v)
+}
+
+#[allow(clippy::needless_pass_by_value)] // the signature cel requires of an overload
+fn tick<'b, 'v>(mut args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    if args.is_empty() {
+        return Err(ExecutionError::invalid_argument_count(1, 0));
+    }
+    let copied = args[1..]
+        .iter()
+        .map(|v| deep_bytes(v.as_ref()))
+        .fold(0, u64::saturating_add);
+    charge(METER, 1, copied)?;
+    Ok(args.remove(0))
 }
 
 fn meter<'b, 'v>(mut args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
@@ -265,8 +322,8 @@ fn last_index_of_offset(
     last_index_of_at(this, needle, Some(*offset.inner()))
 }
 
-/// `matches` with a bounded regular expression: at most [`MAX_REGEX_BYTES`] of pattern, a
-/// compiled program of at most 1 MiB, the subject charged by its size.
+/// `matches` with a bounded regular expression: at most [`MAX_REGEX_BYTES`] of pattern compiled
+/// to at most 64 KiB, at most [`MAX_REGEX_SUBJECT_BYTES`] of subject, charged by its size.
 fn matches(
     this: &CelString<'_>,
     re: &CelString<'_>,
@@ -280,13 +337,22 @@ fn matches(
             ),
         ));
     }
+    if this.len() > MAX_REGEX_SUBJECT_BYTES {
+        return Err(ExecutionError::function_error(
+            "matches",
+            format!(
+                "the string is {} bytes, over the limit of {MAX_REGEX_SUBJECT_BYTES}",
+                this.len()
+            ),
+        ));
+    }
     charge(
         MATCHES,
         1,
         (this.len() as u64).saturating_mul(re.len() as u64 / 64 + 1),
     )?;
     let compiled = regex::RegexBuilder::new(re.inner())
-        .size_limit(1 << 20)
+        .size_limit(64 << 10)
         .dfa_size_limit(1 << 20)
         .build()
         .map_err(|e| {
@@ -392,6 +458,20 @@ fn join<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionEr
 /// Declares the guard's functions in `env`.
 pub(super) fn install(env: &mut Env) -> Result<(), cel::DeclarationError> {
     env.add_overload(METER, "enoki_meter_dyn", vec![DYN_TYPE], meter)?;
+    env.add_overload(
+        METER_DEEP,
+        "enoki_meter_deep_dyn",
+        vec![DYN_TYPE],
+        meter_deep,
+    )?;
+    env.add_overload(TICK, "enoki_tick_1", vec![DYN_TYPE], tick)?;
+    env.add_overload(TICK, "enoki_tick_2", vec![DYN_TYPE, DYN_TYPE], tick)?;
+    env.add_overload(
+        TICK,
+        "enoki_tick_3",
+        vec![DYN_TYPE, DYN_TYPE, DYN_TYPE],
+        tick,
+    )?;
     cel::add_member_overload!(env, fn replace: (CelString<'_>, CelString<'_>, CelString<'_>) -> Result<CelString<'_>>, name = REPLACE)?;
     cel::add_member_overload!(env, fn replace_n: (CelString<'_>, CelString<'_>, CelString<'_>, CelInt) -> Result<CelString<'_>>, name = REPLACE)?;
     cel::add_member_overload!(env, fn split: (CelString<'_>, CelString<'_>) -> Result<CelList<'_>>, name = SPLIT)?;
@@ -407,28 +487,58 @@ pub(super) fn install(env: &mut Env) -> Result<(), cel::DeclarationError> {
     Ok(())
 }
 
-/// Calls the interpreter treats by name (short-circuits, macros' helpers): left as they are,
-/// with their operands guarded.
-fn is_special(name: &str) -> bool {
+/// Calls that build a new value (strings, bytes, lists) and are not charged inside: their
+/// results are metered. Comparisons, logic, arithmetic, `size`, `contains` and the like yield
+/// scalars; the interpreter's short-circuits (`&&`, `||`, `?:`) and the macros' helpers are
+/// left as they are (their operands are guarded).
+fn produces(name: &str) -> bool {
     matches!(
         name,
-        operators::LOGICAL_AND
-            | operators::LOGICAL_OR
-            | operators::CONDITIONAL
-            | operators::NOT_STRICTLY_FALSE
-            | operators::HAS
-    ) || name.starts_with('@')
+        operators::ADD
+            | operators::INDEX
+            | "string"
+            | "bytes"
+            | "dyn"
+            | "format"
+            | "strings.quote"
+            | "base64.encode"
+            | "base64.decode"
+            | "lowerAscii"
+            | "upperAscii"
+            | "trim"
+            | "reverse"
+            | "substring"
+            | "charAt"
+    )
 }
 
 fn wrap(e: IdedExpr) -> IdedExpr {
+    call(METER, vec![e])
+}
+
+fn call(name: &str, args: Vec<IdedExpr>) -> IdedExpr {
     IdedExpr {
-        id: e.id,
+        id: args.first().map_or(0, |a| a.id),
         expr: Ast::Call(CallExpr {
-            func_name: METER.into(),
+            func_name: name.into(),
             target: None,
-            args: vec![e],
+            args,
         }),
     }
+}
+
+/// One iteration of `c`: `e` passes through [`TICK`] with the loop variables.
+fn tick_with(e: IdedExpr, c: &ComprehensionExpr) -> IdedExpr {
+    let mut args = vec![e];
+    args.extend(
+        std::iter::once(&c.iter_var)
+            .chain(c.iter_var2.as_ref())
+            .map(|v| IdedExpr {
+                id: 0,
+                expr: Ast::Ident(v.clone()),
+            }),
+    );
+    call(TICK, args)
 }
 
 /// Rewrites a compiled expression so that evaluating it is guarded (see the module docs).
@@ -453,18 +563,27 @@ pub(super) fn rewrite(e: &IdedExpr) -> IdedExpr {
             } else if call.func_name == "matches" {
                 call.func_name = MATCHES.into();
             }
-            let special = is_special(&c.func_name);
             let node = IdedExpr {
                 id: e.id,
                 expr: Ast::Call(call),
             };
-            return if special { node } else { wrap(node) };
+            return if produces(&c.func_name) {
+                wrap(node)
+            } else {
+                node
+            };
         }
         Ast::Comprehension(c) => Ast::Comprehension(Box::new(rewrite_comprehension(c))),
         Ast::List(l) => {
             let mut l = l.clone();
             l.elements = l.elements.iter().map(rewrite).collect();
-            Ast::List(l)
+            return call(
+                METER_DEEP,
+                vec![IdedExpr {
+                    id: e.id,
+                    expr: Ast::List(l),
+                }],
+            );
         }
         Ast::Map(m) => {
             let mut m = m.clone();
@@ -477,7 +596,13 @@ pub(super) fn rewrite(e: &IdedExpr) -> IdedExpr {
                     EntryExpr::StructField(f) => f.value = rewrite(&f.value),
                 }
             }
-            Ast::Map(m)
+            return call(
+                METER_DEEP,
+                vec![IdedExpr {
+                    id: e.id,
+                    expr: Ast::Map(m),
+                }],
+            );
         }
         Ast::Select(s) => {
             let mut s = s.clone();
@@ -498,11 +623,12 @@ fn rewrite_comprehension(c: &ComprehensionExpr) -> ComprehensionExpr {
     out.iter_range = rewrite(&c.iter_range);
     out.accu_init = rewrite(&c.accu_init);
     out.result = rewrite(&c.result);
-    out.loop_step = rewrite_step(&c.loop_step, &c.accu_var);
+    out.loop_step = rewrite_step(&c.loop_step, c);
     if matches!(c.loop_cond.expr, Ast::Literal(_)) && counts_in_step(&out.loop_step, &c.accu_var) {
         out.loop_cond = c.loop_cond.clone();
     } else {
-        out.loop_cond = wrap(rewrite(&c.loop_cond));
+        // The loop variables are not bound yet when the condition first runs.
+        out.loop_cond = call(TICK, vec![rewrite(&c.loop_cond)]);
     }
     out
 }
@@ -512,7 +638,8 @@ fn is_accu(e: &IdedExpr, accu: &str) -> bool {
 }
 
 /// Rewrites a loop step, keeping its top-level fold or append shape and metering its parts.
-fn rewrite_step(step: &IdedExpr, accu: &str) -> IdedExpr {
+fn rewrite_step(step: &IdedExpr, comp: &ComprehensionExpr) -> IdedExpr {
+    let accu = comp.accu_var.as_str();
     let Ast::Call(c) = &step.expr else {
         return rewrite(step);
     };
@@ -524,14 +651,18 @@ fn rewrite_step(step: &IdedExpr, accu: &str) -> IdedExpr {
             operators::LOGICAL_AND | operators::LOGICAL_OR if folds => Some(CallExpr {
                 func_name: c.func_name.clone(),
                 target: None,
-                args: vec![c.args[0].clone(), wrap(rewrite(&c.args[1]))],
+                args: vec![c.args[0].clone(), tick_with(rewrite(&c.args[1]), comp)],
             }),
             operators::ADD if folds && matches!(c.args[1].expr, Ast::List(_)) => {
                 let Ast::List(l) = &c.args[1].expr else {
                     return None;
                 };
                 let mut l = l.clone();
-                l.elements = l.elements.iter().map(|x| wrap(rewrite(x))).collect();
+                l.elements = l
+                    .elements
+                    .iter()
+                    .map(|x| tick_with(rewrite(x), comp))
+                    .collect();
                 Some(CallExpr {
                     func_name: c.func_name.clone(),
                     target: None,
@@ -567,7 +698,7 @@ fn rewrite_step(step: &IdedExpr, accu: &str) -> IdedExpr {
                         func_name: c.func_name.clone(),
                         target: None,
                         args: vec![
-                            wrap(rewrite(&c.args[0])),
+                            tick_with(rewrite(&c.args[0]), comp),
                             IdedExpr {
                                 id: c.args[1].id,
                                 expr: Ast::Call(shaped),
@@ -588,7 +719,7 @@ fn counts_in_step(step: &IdedExpr, accu: &str) -> bool {
     let Ast::Call(c) = &step.expr else {
         return false;
     };
-    let metered = |e: &IdedExpr| matches!(&e.expr, Ast::Call(m) if m.func_name == METER);
+    let metered = |e: &IdedExpr| matches!(&e.expr, Ast::Call(m) if m.func_name == TICK);
     match c.func_name.as_str() {
         operators::ADD => match c.args.get(1).map(|a| &a.expr) {
             Some(Ast::List(l)) => !l.elements.is_empty() && l.elements.iter().all(metered),

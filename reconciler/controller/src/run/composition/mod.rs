@@ -96,7 +96,7 @@ async fn delete(ctx: &Arc<Context>, comp: &Arc<Composition>) -> Result<Action, E
         return Ok(Action::requeue(ctx.opts.readiness_poll));
     }
     st.dependency_status = None;
-    let pass = resources::reconcile(ctx, comp, &mut st, true).await?;
+    let pass = resources::reconcile(ctx, comp, &mut st, true, false).await?;
     if pass.settled {
         finalizer::release(ctx, comp).await?;
         return Ok(Action::await_change());
@@ -265,9 +265,23 @@ async fn converge(ctx: &Arc<Context>, comp: &Arc<Composition>) -> Result<Action,
     }
     // The blocker's summary survives the pass's roll-up.
     let blocker = blocked.map(|_| st.simplified.clone());
-    // A Composition that may act nowhere (remote namespace unmapped) has no pass.
-    let pass = if ctx.remote_user_of(comp).is_ok() {
-        resources::reconcile(ctx, comp, &mut st, false).await?
+    // A Composition refused by policy (an invalid spec, references out of its namespace, a
+    // remote namespace without a mapping) has no pass: nothing is applied on its behalf until
+    // its spec or the flags change. Every other blocker leaves the current synthesis enforced.
+    let refused = st.conditions.iter().any(|c| {
+        c.type_ == conditions::SYNTHESIZED
+            && c.status == "False"
+            && [
+                reasons::INVALID_SPEC,
+                reasons::CROSS_NAMESPACE_REF,
+                reasons::REMOTE_NAMESPACE_UNMAPPED,
+            ]
+            .contains(&c.reason.as_str())
+    });
+    let pass = if blocked.is_some() && refused {
+        resources::Pass::default()
+    } else if ctx.remote_user_of(comp).is_ok() {
+        resources::reconcile(ctx, comp, &mut st, false, blocked.is_some()).await?
     } else {
         resources::Pass::default()
     };
@@ -402,9 +416,8 @@ async fn synthesize_now(
     {
         tracing::debug!(?wait, "synthesizer rollout cooldown");
         let message = format!(
-            "the next synthesis ({trigger}) waits {}s for the rollout cooldown \
-             (--rollout-cooldown); the current one is still applied",
-            wait.as_secs().max(1)
+            "the next synthesis ({trigger}) waits for the rollout cooldown \
+             (--rollout-cooldown); the current one is still applied"
         );
         super::status::set_condition(
             &mut st.conditions,

@@ -54,6 +54,7 @@ pub async fn reconcile(
     comp: &Composition,
     st: &mut CompositionStatus,
     deleting: bool,
+    next_blocked: bool,
 ) -> Result<Pass, Error> {
     let Some(current) = st.current_synthesis.clone() else {
         return Ok(Pass {
@@ -105,7 +106,17 @@ pub async fn reconcile(
         user: ctx.service_account(comp).unwrap_or_default(),
         source,
     })?;
-    let Some(observations) = observe_pass(ctx, &client, &uid, &current, &seen, deleting).await?
+    // Changed observed outputs (`watchOutputs`) call for a new synthesis first, unless the next
+    // synthesis is blocked: then the current one is enforced as it is.
+    let Some(observations) = observe_pass(
+        ctx,
+        &client,
+        &uid,
+        &current,
+        &seen,
+        (deleting, next_blocked),
+    )
+    .await?
     else {
         return Ok(Pass {
             resynthesize: true,
@@ -151,14 +162,14 @@ async fn observe_pass(
     uid: &str,
     current: &crds::Synthesis,
     seen: &Seen<'_>,
-    deleting: bool,
+    (deleting, next_blocked): (bool, bool),
 ) -> Result<Option<HashMap<ResourceKey, observe::Observation>>, Error> {
     let recorded_observed = current
         .input_revisions
         .iter()
         .find(|r| r.key == super::inputs::OBSERVED_REVISION_KEY)
         .and_then(|r| r.digest.clone())
-        .filter(|_| !deleting);
+        .filter(|_| !deleting && !next_blocked);
     let observations = observe::observe(
         ctx,
         client,
