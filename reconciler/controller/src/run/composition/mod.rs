@@ -7,6 +7,7 @@
 //! 5. `resources::reconcile`: apply, record, roll up.
 //! 6. [`status`]: one status write when something changed; an explicit requeue.
 
+pub(crate) mod decide;
 pub(crate) mod dependencies;
 pub(crate) mod finalizer;
 pub(crate) mod history;
@@ -268,17 +269,13 @@ async fn converge(ctx: &Arc<Context>, comp: &Arc<Composition>) -> Result<Action,
     // A Composition refused by policy (an invalid spec, references out of its namespace, a
     // remote namespace without a mapping) has no pass: nothing is applied on its behalf until
     // its spec or the flags change. Every other blocker leaves the current synthesis enforced.
-    let refused = st.conditions.iter().any(|c| {
-        c.type_ == conditions::SYNTHESIZED
-            && c.status == "False"
-            && [
-                reasons::INVALID_SPEC,
-                reasons::CROSS_NAMESPACE_REF,
-                reasons::REMOTE_NAMESPACE_UNMAPPED,
-            ]
-            .contains(&c.reason.as_str())
-    });
-    let pass = if blocked.is_some() && refused {
+    let refused = blocked.is_some()
+        && st.conditions.iter().any(|c| {
+            c.type_ == conditions::SYNTHESIZED
+                && c.status == "False"
+                && decide::POLICY_REFUSALS.contains(&c.reason.as_str())
+        });
+    let pass = if decide::current(false, refused) == decide::Current::Nothing {
         resources::Pass::default()
     } else if ctx.remote_user_of(comp).is_ok() {
         resources::reconcile(ctx, comp, &mut st, false, blocked.is_some()).await?
@@ -380,58 +377,65 @@ async fn synthesize_now(
     forced: Option<String>,
     trigger: &Trigger,
 ) -> Result<Option<Duration>, Error> {
-    // Inputs out of lockstep (Eno's `MismatchedInputs`): no synthesis until they agree.
-    let out_of_step = trigger::mismatched(
-        &o.revisions,
-        o.synth.metadata.generation,
-        comp.metadata.generation,
-    );
-    if !out_of_step.is_empty() {
-        let message = format!("inputs out of lockstep: {}", out_of_step.join("; "));
-        super::status::set_condition(
-            &mut st.conditions,
-            conditions::SYNTHESIZED,
-            false,
-            reasons::MISMATCHED_INPUTS,
-            &message,
+    // What holds the synthesis back (reads only), then the pure decision.
+    let seen = decide::Seen {
+        mismatched: trigger::mismatched(
+            &o.revisions,
+            o.synth.metadata.generation,
             comp.metadata.generation,
-        );
-        st.simplified = Some(SimplifiedStatus {
-            status: reasons::MISMATCHED_INPUTS.into(),
-            error: Some(message),
-        });
-        return Ok(Some(Duration::from_secs(30)));
-    }
-    // dependsOn: a new synthesis waits until every dependency is ready (Eno gates dispatch;
-    // an existing synthesis keeps being applied).
-    if let Some(block) = dependencies::block(ctx, comp).await? {
-        wait_on_dependencies(st, comp.metadata.generation, block);
-        return Ok(Some(ctx.opts.readiness_poll.max(Duration::from_secs(2))));
-    }
-    // A Synthesizer change alone, or a change of deferred refs only, rolls out gradually:
-    // one Composition per cooldown, across all Compositions (Eno). Claimed last, when nothing
-    // else holds the synthesis back, so a blocked Composition never uses up a rollout slot.
-    if trigger.is_deferred()
-        && let Some(wait) = ctx.rollout_slot()
-    {
-        tracing::debug!(?wait, "synthesizer rollout cooldown");
-        let message = format!(
-            "the next synthesis ({trigger}) waits for the rollout cooldown \
-             (--rollout-cooldown); the current one is still applied"
-        );
-        super::status::set_condition(
-            &mut st.conditions,
-            conditions::SYNTHESIZED,
-            false,
-            reasons::ROLLOUT_COOLDOWN,
-            &message,
-            comp.metadata.generation,
-        );
-        st.simplified = Some(SimplifiedStatus {
-            status: reasons::ROLLOUT_COOLDOWN.into(),
-            error: None,
-        });
-        return Ok(Some(wait));
+        ),
+        dependencies: dependencies::block(ctx, comp).await?,
+        deferred: trigger.is_deferred(),
+    };
+    match decide::next(&seen) {
+        decide::Next::Wait(wait) => {
+            let retry = wait.retry(ctx.opts.readiness_poll);
+            match wait {
+                decide::Wait::Mismatched(message) => {
+                    super::status::set_condition(
+                        &mut st.conditions,
+                        conditions::SYNTHESIZED,
+                        false,
+                        reasons::MISMATCHED_INPUTS,
+                        &message,
+                        comp.metadata.generation,
+                    );
+                    st.simplified = Some(SimplifiedStatus {
+                        status: reasons::MISMATCHED_INPUTS.into(),
+                        error: Some(message),
+                    });
+                }
+                decide::Wait::Dependencies(block) => {
+                    wait_on_dependencies(st, comp.metadata.generation, block);
+                }
+            }
+            return Ok(Some(retry));
+        }
+        // A Synthesizer change alone, or a change of deferred refs only, rolls out gradually:
+        // one Composition per cooldown, across all Compositions (Eno). Claimed last and
+        // atomically, so a blocked Composition never uses up a rollout slot.
+        decide::Next::Synthesize { claim_rollout } => {
+            if claim_rollout && let Some(wait) = ctx.rollout_slot() {
+                tracing::debug!(?wait, "synthesizer rollout cooldown");
+                let message = format!(
+                    "the next synthesis ({trigger}) waits for the rollout cooldown \
+                     (--rollout-cooldown); the current one is still applied"
+                );
+                super::status::set_condition(
+                    &mut st.conditions,
+                    conditions::SYNTHESIZED,
+                    false,
+                    reasons::ROLLOUT_COOLDOWN,
+                    &message,
+                    comp.metadata.generation,
+                );
+                st.simplified = Some(SimplifiedStatus {
+                    status: reasons::ROLLOUT_COOLDOWN.into(),
+                    error: None,
+                });
+                return Ok(Some(wait));
+            }
+        }
     }
     st.dependency_status = None;
     tracing::debug!(%trigger, "synthesizing");

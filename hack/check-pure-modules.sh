@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# check-pure-modules.sh — the controller's pure decision modules take what was observed and
+# return a value: they import no client, no `Context`, no async runtime and do no I/O. Fails
+# (listing the lines) when one does. Run by `make test`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PURE=(
+  reconciler/controller/src/run/composition/decide.rs
+  reconciler/controller/src/run/composition/trigger.rs
+)
+FORBIDDEN='(kube::(Api|Client|client|runtime)|\bContext\b|super::super::|tokio|reqwest|async fn|\.await|std::fs|std::net)'
+bad=0
+for f in "${PURE[@]}"; do
+  [ -f "$f" ] || { echo "check-pure-modules: $f is missing" >&2; exit 1; }
+  # Only the non-test part of each file, comments left out.
+  if hits=$(awk '/^#\[cfg\(test\)\]/{exit} !/^[[:space:]]*\/\//{print FILENAME":"NR": "$0}' "$f" | grep -E "$FORBIDDEN"); then
+    echo "check-pure-modules: $f must stay pure (no client, Context, runtime or I/O):" >&2
+    echo "$hits" >&2
+    bad=1
+  fi
+done
+[ "$bad" = 0 ] || exit 1
+echo "check-pure-modules: ${#PURE[@]} decision modules import no client, Context or runtime" >&2
