@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 
 use cel::Value as Cel;
-use cel::common::ast::{EntryExpr, Expr as Ast, IdedExpr, LiteralValue, operators};
+use cel::common::ast::{CallExpr, EntryExpr, Expr as Ast, IdedExpr, LiteralValue, operators};
 use cel::objects::Key;
 
 /// A bound of a value: total bytes, entries, and the bytes of its largest entry.
@@ -64,18 +64,19 @@ impl Bound<'_> {
 /// Bytes charged per entry beside its content.
 const ENTRY: u64 = 16;
 
+/// A string or bytes of `len` bytes.
+fn text(len: usize) -> Size {
+    Size {
+        bytes: len as u64 + 8,
+        entries: len as u64,
+        entry: 1,
+    }
+}
+
 fn measure(v: &Cel) -> Size {
     match v {
-        Cel::String(s) => Size {
-            bytes: s.len() as u64 + 8,
-            entries: s.len() as u64,
-            entry: 1,
-        },
-        Cel::Bytes(b) => Size {
-            bytes: b.len() as u64 + 8,
-            entries: b.len() as u64,
-            entry: 1,
-        },
+        Cel::String(s) => text(s.len()),
+        Cel::Bytes(b) => text(b.len()),
         Cel::List(items) => {
             let mut out = Size {
                 bytes: ENTRY,
@@ -262,106 +263,126 @@ impl<'a> Estimator<'a> {
         }
     }
 
-    fn call(&mut self, call: &cel::common::ast::CallExpr) -> (Bound<'a>, u64) {
-        let mut cost = 1u64;
-        let mut args: Vec<Bound<'a>> = Vec::new();
-        let mut literals: Vec<Option<&LiteralValue>> = Vec::new();
-        for a in call
+    fn call(&mut self, call: &CallExpr) -> (Bound<'a>, u64) {
+        let operands: Vec<&IdedExpr> = call
             .target
             .iter()
             .map(|t| t.as_ref())
             .chain(call.args.iter())
-        {
+            .collect();
+        let mut cost = 1u64;
+        let mut args: Vec<Bound<'a>> = Vec::new();
+        for a in &operands {
             let (b, c) = self.node(a);
             cost = cost.saturating_add(c);
             args.push(b);
-            literals.push(match &a.expr {
-                Ast::Literal(l) => Some(l),
-                _ => None,
-            });
+        }
+        if matches!(
+            call.func_name.as_str(),
+            operators::INDEX | operators::OPT_INDEX
+        ) && let Some(found) = self.index_real(call, &args)
+        {
+            return (found, cost + 1);
         }
         // A macro's accumulator (`@result`) is appended to in place by the interpreter: its
         // size is not touched again by the step that grows it.
-        let accumulator: Vec<bool> = call
-            .target
+        let accumulator: Vec<bool> = operands
             .iter()
-            .map(|t| t.as_ref())
-            .chain(call.args.iter())
             .map(|a| matches!(&a.expr, Ast::Ident(n) if n.starts_with('@')))
             .collect();
-        let s = |i: usize| args.get(i).map(|b| b.size).unwrap_or(Size::SCALAR);
-        let touched: u64 = args
+        let sizes: Vec<Size> = args.iter().map(|b| b.size).collect();
+        let touched: u64 = sizes
             .iter()
             .zip(&accumulator)
             .filter(|(_, accu)| !**accu)
-            .map(|(b, _)| b.size.bytes)
+            .map(|(s, _)| s.bytes)
             .fold(0, u64::saturating_add);
+        let replaced = match operands.get(1).map(|a| &a.expr) {
+            Some(Ast::Literal(LiteralValue::String(from))) => Some(from.len() as u64),
+            _ => None,
+        };
+        let result = result_size(&call.func_name, &sizes, touched, replaced);
+        // Comparisons and searches touch their operands; builders produce their result (an
+        // append produces only what it appends).
         let appended = name_is_add(call) && accumulator.first() == Some(&true);
-        let name = call.func_name.as_str();
-        let result = match name {
-            operators::ADD => Size {
-                bytes: s(0).bytes.saturating_add(s(1).bytes),
-                entries: s(0).entries.saturating_add(s(1).entries),
-                entry: s(0).entry.max(s(1).entry),
-            },
-            operators::CONDITIONAL => s(1).max(s(2)),
-            operators::INDEX | operators::OPT_INDEX => {
-                let key = call.args.get(1).map(|a| &a.expr);
-                match (args.first().and_then(|b| b.value), key) {
-                    (Some(Cel::List(items)), Some(Ast::Literal(LiteralValue::Int(i)))) => {
-                        match usize::try_from(*i.inner()).ok().and_then(|i| items.get(i)) {
-                            Some(v) => return (self.real(v), cost + 1),
-                            None => Size::SCALAR,
-                        }
-                    }
-                    (Some(Cel::Map(m)), Some(Ast::Literal(LiteralValue::String(k)))) => {
-                        let key = Key::String(std::sync::Arc::new(k.inner().to_string()));
-                        match m.map.get(&key) {
-                            Some(v) => return (self.real(v), cost + 1),
-                            None => Size::SCALAR,
-                        }
-                    }
-                    _ => Size::within(s(0).entry),
-                }
+        let produced = if appended {
+            result.bytes.saturating_sub(sizes[0].bytes)
+        } else {
+            result.bytes
+        };
+        let cost = cost.saturating_add(touched).saturating_add(produced);
+        (Bound::of(result), cost)
+    }
+
+    /// `list[literal int]` or `map[literal string]` on real data: the real element.
+    fn index_real(&mut self, call: &CallExpr, args: &[Bound<'a>]) -> Option<Bound<'a>> {
+        let key = call.args.get(1).map(|a| &a.expr);
+        let found = match (args.first().and_then(|b| b.value), key) {
+            (Some(Cel::List(items)), Some(Ast::Literal(LiteralValue::Int(i)))) => {
+                usize::try_from(*i.inner()).ok().and_then(|i| items.get(i))
             }
-            "replace" => {
-                let this = s(0).bytes;
-                let matches = match literals.get(1).copied().flatten() {
-                    Some(LiteralValue::String(from)) if !from.is_empty() => {
-                        this / from.len() as u64 + 1
-                    }
-                    _ => this.saturating_add(1),
-                };
-                Size::within(this.saturating_add(matches.saturating_mul(s(2).bytes)))
+            (Some(Cel::Map(m)), Some(Ast::Literal(LiteralValue::String(k)))) => m
+                .map
+                .get(&Key::String(std::sync::Arc::new(k.inner().to_string()))),
+            _ => None,
+        }?;
+        Some(self.real(found))
+    }
+}
+
+/// The bound of what function `name` returns from operands of `sizes` (`touched`: their
+/// bytes in all; `replaced`: the length of a literal second operand, `replace`'s `from`).
+fn result_size(name: &str, sizes: &[Size], touched: u64, replaced: Option<u64>) -> Size {
+    let s = |i: usize| sizes.get(i).copied().unwrap_or(Size::SCALAR);
+    match name {
+        operators::ADD => Size {
+            bytes: s(0).bytes.saturating_add(s(1).bytes),
+            entries: s(0).entries.saturating_add(s(1).entries),
+            entry: s(0).entry.max(s(1).entry),
+        },
+        operators::CONDITIONAL => s(1).max(s(2)),
+        // Not a literal key into real data (`Estimator::index_real`): any element.
+        operators::INDEX | operators::OPT_INDEX => Size::within(s(0).entry),
+        "replace" => {
+            let this = s(0).bytes;
+            let matches = match replaced {
+                Some(from) if from > 0 => this / from + 1,
+                _ => this.saturating_add(1),
+            };
+            Size::within(this.saturating_add(matches.saturating_mul(s(2).bytes)))
+        }
+        "split" => {
+            let this = s(0).bytes;
+            Size {
+                bytes: this.saturating_add((this + 1).saturating_mul(ENTRY * 4)),
+                entries: this + 1,
+                entry: this,
             }
-            "split" => {
-                let this = s(0).bytes;
-                Size {
-                    bytes: this.saturating_add((this + 1).saturating_mul(ENTRY * 4)),
-                    entries: this + 1,
-                    entry: this,
-                }
-            }
-            "join" => Size::within(
-                s(0).bytes
-                    .saturating_add(s(0).entries.saturating_mul(s(1).bytes)),
-            ),
-            // cel-go's largest precision (1,000 digits) per clause, a clause per 2 bytes.
-            "format" => Size::within(
-                s(1).bytes
-                    .saturating_mul(2)
-                    .saturating_add(s(0).bytes.saturating_mul(600)),
-            ),
-            "strings.quote" => Size::within(s(0).bytes.saturating_mul(6).saturating_add(2)),
-            "base64.encode" | "encode" => {
-                Size::within(s(0).bytes.saturating_mul(2).saturating_add(4))
-            }
-            "lowerAscii" | "upperAscii" | "trim" | "reverse" | "substring" | "charAt"
-            | "base64.decode" | "decode" | "string" | "bytes" | "dyn" => {
-                Size::within(touched.saturating_add(8))
-            }
-            // Scalars: comparisons, logic, arithmetic, sizes and searches.
-            operators::LOGICAL_AND
+        }
+        "join" => Size::within(
+            s(0).bytes
+                .saturating_add(s(0).entries.saturating_mul(s(1).bytes)),
+        ),
+        // cel-go's largest precision (1,000 digits) per clause, a clause per 2 bytes.
+        "format" => Size::within(
+            s(1).bytes
+                .saturating_mul(2)
+                .saturating_add(s(0).bytes.saturating_mul(600)),
+        ),
+        "strings.quote" => Size::within(s(0).bytes.saturating_mul(6).saturating_add(2)),
+        "base64.encode" | "encode" => Size::within(s(0).bytes.saturating_mul(2).saturating_add(4)),
+        n if returns_scalar(n) => Size::SCALAR,
+        // Anything else (conversions, case, trim, substrings, decoders) returns at most what
+        // it was given.
+        _ => Size::within(touched.saturating_add(8)),
+    }
+}
+
+/// Comparisons, logic, arithmetic, sizes and searches.
+fn returns_scalar(name: &str) -> bool {
+    matches!(
+        name,
+        operators::LOGICAL_AND
             | operators::LOGICAL_OR
             | operators::LOGICAL_NOT
             | operators::NEGATE
@@ -391,39 +412,18 @@ impl<'a> Estimator<'a> {
             | "type"
             | "duration"
             | "timestamp"
-            | "compareResourceQuantities" => Size::SCALAR,
-            n if n.starts_with("get") => Size::SCALAR,
-            // Anything else returns at most what it was given.
-            _ => Size::within(touched.saturating_add(8)),
-        };
-        // Comparisons and searches touch their operands; builders produce their result (an
-        // append produces only what it appends).
-        let produced = if appended {
-            result.bytes.saturating_sub(s(0).bytes)
-        } else {
-            result.bytes
-        };
-        let cost = cost.saturating_add(touched).saturating_add(produced);
-        (Bound::of(result), cost)
-    }
+            | "compareResourceQuantities"
+    ) || name.starts_with("get")
 }
 
-fn name_is_add(call: &cel::common::ast::CallExpr) -> bool {
+fn name_is_add(call: &CallExpr) -> bool {
     call.func_name == operators::ADD && call.target.is_none()
 }
 
 fn literal(l: &LiteralValue) -> Size {
     match l {
-        LiteralValue::String(s) => Size {
-            bytes: s.len() as u64 + 8,
-            entries: s.len() as u64,
-            entry: 1,
-        },
-        LiteralValue::Bytes(b) => Size {
-            bytes: b.inner().len() as u64 + 8,
-            entries: b.inner().len() as u64,
-            entry: 1,
-        },
+        LiteralValue::String(s) => text(s.len()),
+        LiteralValue::Bytes(b) => text(b.inner().len()),
         _ => Size::SCALAR,
     }
 }

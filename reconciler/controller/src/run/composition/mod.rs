@@ -353,14 +353,7 @@ async fn next_synthesis(
         if st.current_synthesis.is_some()
             && !super::status::is_true(&st.conditions, conditions::SYNTHESIZED)
         {
-            super::status::set_condition(
-                &mut st.conditions,
-                conditions::SYNTHESIZED,
-                true,
-                reasons::SYNTHESIS_SUCCEEDED,
-                "",
-                comp.metadata.generation,
-            );
+            synthesize::synthesized(st, comp.metadata.generation);
         }
         return Ok(None);
     }

@@ -378,14 +378,7 @@ async fn store(
         ctx.remember(&uid, |m| m.status_write = Some(write_back));
     }
     ctx.remember(&uid, |m| m.failed = None);
-    status::set_condition(
-        &mut st.conditions,
-        conditions::SYNTHESIZED,
-        true,
-        reasons::SYNTHESIS_SUCCEEDED,
-        "",
-        comp.metadata.generation,
-    );
+    synthesized(st, comp.metadata.generation);
     tracing::info!(synthesis = %uuid, resources = items.len(), unchanged, trigger = %req.trigger, "synthesized");
     Ok(Outcome::Stored)
 }
@@ -416,14 +409,7 @@ async fn reuse_unrecorded(
     st.in_flight_synthesis = None;
     st.previous_synthesis = st.current_synthesis.take();
     st.current_synthesis = Some(next);
-    status::set_condition(
-        &mut st.conditions,
-        conditions::SYNTHESIZED,
-        true,
-        reasons::SYNTHESIS_SUCCEEDED,
-        "",
-        comp.metadata.generation,
-    );
+    synthesized(st, comp.metadata.generation);
     Some(Outcome::Stored)
 }
 
@@ -597,6 +583,18 @@ pub(crate) fn fail(
         status: simplified_word(reason).into(),
         error: Some(format!("{reason}: {message}")),
     });
+}
+
+/// `Synthesized=True`: the current synthesis is the one the inputs give.
+pub(crate) fn synthesized(st: &mut CompositionStatus, generation: Option<i64>) {
+    status::set_condition(
+        &mut st.conditions,
+        conditions::SYNTHESIZED,
+        true,
+        reasons::SYNTHESIS_SUCCEEDED,
+        "",
+        generation,
+    );
 }
 
 /// Eno's word in `status.simplified.status` for a synthesis that cannot go ahead.
