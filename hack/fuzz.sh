@@ -2,9 +2,10 @@
 # fuzz.sh — what `make fuzz` does (not part of `make test`): install a nightly toolchain and
 # cargo-fuzz if missing, then fuzz every target of tests/fuzz-targets for FUZZ_SECONDS
 # (default 600) each, FUZZ_JOBS (default 2) targets at a time, coverage-guided (libFuzzer).
-# New interesting inputs land in fuzz/corpus/<target>/ (minimized with cargo fuzz cmin at the
-# end; commit them: make test replays them),
-# panics in fuzz/artifacts/<target>/ (fix, then keep the input in fuzz/regressions/<target>/).
+# The generated corpus lives in fuzz/corpus/<target>/ (ignored by git; started from the
+# committed seeds in fuzz/seeds/<target>/ and minimized with cargo fuzz cmin at the end;
+# make test replays it when present). Panics land in fuzz/artifacts/<target>/: fix, then keep
+# the input in fuzz/regressions/<target>/ (committed, replayed by make test).
 # Figures go to target/fuzz.md. FUZZ_TARGETS="cel overrides" selects targets.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -24,6 +25,7 @@ T0=$(date +%s)
 run_one() {
   local t="$1" log="target/fuzz-$1.log"
   mkdir -p "fuzz/corpus/$t" "fuzz/artifacts/$t"
+  cp -n "fuzz/seeds/$t"/* "fuzz/corpus/$t/" 2>/dev/null || true
   if (cd fuzz && cargo +nightly fuzz run "$t" --sanitizer none -O -- \
       -max_total_time="$SECONDS_EACH" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
       -print_final_stats=1) >"$log" 2>&1; then
@@ -39,7 +41,7 @@ export SECONDS_EACH
   echo "| --- | --- | --- | --- | --- |"
   printf '%s\n' $TARGETS | xargs -P "$JOBS" -I{} bash -c 'run_one {}'
 } | tee target/fuzz.md
-# Keep the committed corpus small: only inputs that add coverage.
+# Keep the corpus small: only inputs that add coverage.
 for t in $TARGETS; do
   (cd fuzz && cargo +nightly fuzz cmin "$t" --sanitizer none -O >/dev/null 2>&1) || echo "cmin $t failed" >&2
 done

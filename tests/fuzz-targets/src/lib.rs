@@ -3,9 +3,10 @@
 //! errors are fine (and expected for most inputs); a panic is a bug.
 //!
 //! The same functions are driven by cargo-fuzz (`fuzz/fuzz_targets/*.rs`, coverage-guided,
-//! nightly; `make fuzz`) and replayed over the committed corpus and every regression input in
-//! `make test` (`tests/replay.rs`). [`TARGETS`] lists them by the name their corpus
-//! directory has.
+//! nightly; `make fuzz`) and replayed in `make test` (`tests/replay.rs`) over the committed
+//! seeds (`fuzz/seeds/<target>/`), the committed regression inputs (`fuzz/regressions/<target>/`)
+//! and the generated corpus when `make fuzz` has left one (`fuzz/corpus/`, not committed).
+//! [`TARGETS`] lists them by the name their directories have.
 //!
 //! - [`resource_list`]: a module's stdout (JSON or YAML ResourceList), then the output
 //!   validation the controller runs on it;
