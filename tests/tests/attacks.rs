@@ -243,6 +243,69 @@ async fn a_padded_synthesis_env_is_invalid_spec_and_writes_nothing_to_etcd() {
     assert!(all <= before + 2, "{before} slices before, {all} after");
 }
 
+/// The same padding through any other field (here 1.2 MiB of bindings), and a Symphony that
+/// would copy a Composition per variation: refused by size, nothing generated or written.
+#[tokio::test]
+async fn a_spec_padded_through_any_field_or_a_symphony_of_many_variations_is_invalid_spec() {
+    let env = TestEnv::new().await;
+    install_crds(&env.client).await;
+    let synth = install_synthesizer(&env, "echo", &echo_module()).await;
+    let tenant = Tenant::of(&env).await;
+    let mut enoki = Enoki::start(&env.namespace);
+    let bindings: Vec<_> = (0..4_000)
+        .map(|i| json!({"key": format!("k{i}"), "resource": {"name": "x".repeat(250)}}))
+        .collect();
+    tenant
+        .compose_with(
+            "padded-bindings",
+            &synth,
+            json!({"items": "[]"}),
+            json!({"bindings": bindings}),
+        )
+        .await
+        .expect("the API server accepts the padded Composition");
+    let msg = eventually("padded-bindings: InvalidSpec", WAIT, || async {
+        let (s, r, m) =
+            harness::composition_condition(&env, "padded-bindings", "Synthesized").await?;
+        (s == "False" && r == "InvalidSpec").then_some(m)
+    })
+    .await;
+    assert!(msg.contains("at most 262144"), "{msg}");
+
+    let variations: Vec<_> = (0..300)
+        .map(|i| json!({"synthesizer": {"name": synth}, "labels": {"v": format!("v{i}")}}))
+        .collect();
+    let sym = json!({"apiVersion": "enoki.dev/v1alpha1", "kind": "Symphony",
+        "metadata": {"name": "many"}, "spec": {"variations": variations}});
+    tenant
+        .api::<crds::Symphony>()
+        .patch("many", &PatchParams::apply("tenant-a"), &Patch::Apply(&sym))
+        .await
+        .expect("the tenant writes Symphonies");
+    let event = harness::wait_event(&env, "an InvalidSpec Event on the Symphony", |e| {
+        e.reason.as_deref() == Some("InvalidSpec")
+            && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("many")
+    })
+    .await;
+    assert!(
+        event.note.unwrap_or_default().contains("300 variations"),
+        "names the count"
+    );
+    // The Event is written by the pass that refused it, before anything could be applied;
+    // a fresh Composition converging after it shows the controller went on.
+    still_serving(&env, &mut enoki, &synth, &tenant).await;
+    let generated = tenant
+        .api::<Composition>()
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|c| c.name_any().starts_with("many"))
+        .count();
+    assert_eq!(generated, 0, "no Composition generated from the Symphony");
+}
+
 #[tokio::test]
 async fn an_empty_namespace_binding_means_the_own_namespace_never_every_namespace() {
     let env = TestEnv::new().await;
@@ -484,19 +547,7 @@ async fn on_a_remote_target_only_an_explicitly_mapped_namespace_gets_rights() {
     assert!(remote_cms.get_opt("remote-out").await.unwrap().is_none());
     // Its deletion does not hang on an account it may not act as.
     let comps: Api<Composition> = env.api();
-    comps
-        .delete("remote", &DeleteParams::default())
-        .await
-        .unwrap();
-    eventually("the unmapped Composition is deleted", WAIT, || async {
-        comps
-            .get_opt("remote")
-            .await
-            .unwrap()
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    harness::delete_and_wait(&comps, "remote").await;
     assert!(enoki.running(), "{}", enoki.logs());
     enoki.stop();
     tenant.compose("remote", &synth, json!([out])).await;
@@ -550,20 +601,30 @@ async fn a_registry_that_accepts_and_never_answers_frees_the_reconcile() {
         )
         .await
         .unwrap();
-    // One reconcile worker: were the pull never to end, nothing else would converge.
+    // Two reconcile workers, two Compositions on the silent module: one fetches, the other
+    // does not wait for that fetch (`Loading`), so neither worker is held past the timeout
+    // and a third Composition still converges.
     let mut enoki = Enoki::start_with(
         &env.namespace,
-        &["--concurrency", "1", "--module-fetch-timeout", "3s"],
+        &["--concurrency", "2", "--module-fetch-timeout", "3s"],
     );
     tenant.compose("silent", &silent, json!([])).await;
-    let msg = eventually("silent: the pull timed out", WAIT, || async {
-        let (s, _, m) = harness::composition_condition(&env, "silent", "Synthesized").await?;
-        (s == "False" && m.contains("--module-fetch-timeout")).then_some(m)
-    })
-    .await;
-    assert!(
-        msg.contains(&format!("127.0.0.1:{port}")),
-        "names the registry: {msg}"
+    tenant.compose("silent-too", &silent, json!([])).await;
+    for name in ["silent", "silent-too"] {
+        let msg = eventually(&format!("{name}: the pull timed out"), WAIT, || async {
+            let (s, _, m) = harness::composition_condition(&env, name, "Synthesized").await?;
+            (s == "False" && m.contains("--module-fetch-timeout")).then_some(m)
+        })
+        .await;
+        assert!(
+            msg.contains(&format!("127.0.0.1:{port}")),
+            "names the registry: {msg}"
+        );
+    }
+    // The fetch's slot was freed by the timeout: nothing is stuck for /healthz.
+    assert_eq!(
+        harness::http_get(enoki.metrics_port.unwrap(), "/healthz").0,
+        200
     );
     still_serving(&env, &mut enoki, &synth, &tenant).await;
 }
@@ -635,23 +696,6 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-/// `target/debug/enoki ARGS` against the test control plane: (exit code, stdout + stderr).
-fn enoki_cli(args: &[&str]) -> (i32, String) {
-    let out = std::process::Command::new(harness::workspace_root().join("target/debug/enoki"))
-        .args(args)
-        .env("KUBECONFIG", harness::kubeconfig_path())
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
-}
-
 #[tokio::test]
 async fn enoki_diff_masks_secrets_and_honours_the_tenancy_options() {
     let env = TestEnv::new().await;
@@ -673,7 +717,7 @@ async fn enoki_diff_masks_secrets_and_honours_the_tenancy_options() {
     harness::set_echo_items(&env, "items", &json!([secret])).await;
     harness::apply_composition(&env, "app", &synth, "items", json!({})).await;
 
-    let (code, out) = enoki_cli(&["diff", "app", "-n", &ns]);
+    let (code, out) = harness::enoki_cli_text(&["diff", "app", "-n", &ns]);
     assert_eq!(code, 1, "{out}");
     for value in ["old-value-zzz", "new-value-xxx", "kept-value-yyy"] {
         let b64 = base64_of(value);
@@ -693,7 +737,7 @@ async fn enoki_diff_masks_secrets_and_honours_the_tenancy_options() {
 
     // With the controller's tenancy options it reads and dry-runs as the Composition would:
     // as an account without rights here, it is refused, naming the account.
-    let (code, out) = enoki_cli(&[
+    let (code, out) = harness::enoki_cli_text(&[
         "diff",
         "app",
         "-n",
@@ -715,7 +759,8 @@ async fn enoki_diff_masks_secrets_and_honours_the_tenancy_options() {
         json!({"bindings": [{"key": "config", "resource": {"name": "items", "namespace": "kube-system"}}]}),
     )
     .await;
-    let (code, out) = enoki_cli(&["diff", "reach", "-n", &ns, "--no-cross-namespace-refs"]);
+    let (code, out) =
+        harness::enoki_cli_text(&["diff", "reach", "-n", &ns, "--no-cross-namespace-refs"]);
     assert_ne!(code, 0, "{out}");
     assert!(
         out.contains("--no-cross-namespace-refs") && out.contains("spec.bindings[0]"),

@@ -71,6 +71,35 @@ pub fn synthesis_env_too_large(env: &[crds::EnvVar]) -> Option<String> {
     })
 }
 
+/// Largest serialized `spec` of a Composition or a Symphony enoki acts on, in bytes. A spec
+/// is references and small values; one padded towards etcd's object limit would make every
+/// status write fail (and a Symphony would copy it into every Composition it generates).
+pub const MAX_SPEC_BYTES: usize = 256 * 1024;
+/// Most variations one Symphony may have (each becomes a Composition).
+pub const MAX_SYMPHONY_VARIATIONS: usize = 256;
+
+/// Why a Composition's spec is refused for its size (`None`: accepted). Pure.
+pub fn composition_spec_too_large(spec: &crds::CompositionSpec) -> Option<String> {
+    synthesis_env_too_large(&spec.synthesis_env).or_else(|| spec_too_large(spec))
+}
+
+/// Why a Symphony's spec is refused for its size (`None`: accepted). Pure.
+pub fn symphony_spec_too_large(spec: &crds::SymphonySpec) -> Option<String> {
+    let n = spec.variations.len();
+    if n > MAX_SYMPHONY_VARIATIONS {
+        return Some(format!(
+            "spec.variations holds {n} variations; at most {MAX_SYMPHONY_VARIATIONS} are accepted"
+        ));
+    }
+    synthesis_env_too_large(&spec.synthesis_env).or_else(|| spec_too_large(spec))
+}
+
+fn spec_too_large(spec: &impl serde::Serialize) -> Option<String> {
+    let size = serde_json::to_vec(spec).map_or(0, |v| v.len());
+    (size > MAX_SPEC_BYTES)
+        .then(|| format!("spec is {size} bytes serialized; at most {MAX_SPEC_BYTES} are accepted"))
+}
+
 /// The module's process environment: the merged synthesis environment, then Eno's
 /// [`ENO_ENV`] (a user variable of the same name is dropped).
 pub fn process_env(input: &SynthesisInput) -> Vec<(String, String)> {
@@ -166,6 +195,13 @@ pub enum SynthesisError {
         /// Items in the output.
         count: usize,
     },
+    /// The output holds more values (objects, lists, scalars, results included) than the
+    /// controller parses: each becomes an allocation in the host.
+    #[error(
+        "the output holds more than {MAX_OUTPUT_VALUES} values (objects, lists and scalars, \
+         results included), over the limit per synthesis: emit fewer or smaller objects"
+    )]
+    TooManyValues,
     /// The inputs passed to the module are larger than the controller accepts.
     #[error(
         "the synthesis input is {size} bytes (bound inputs, collections and observed outputs), \
@@ -180,6 +216,10 @@ pub enum SynthesisError {
 /// Most items one synthesis may emit: the host-side memory of a run (parsed output, plan,
 /// slices) is bounded by it and the output byte limit.
 pub const MAX_OUTPUT_ITEMS: usize = 10_000;
+/// Most JSON/YAML values (every object, list and scalar, anywhere in the output, `results`
+/// included) one synthesis may emit: counted before anything is built, so the host memory of
+/// parsing an output is bounded (about 100 bytes per value) whatever its shape.
+pub const MAX_OUTPUT_VALUES: usize = 1_000_000;
 /// Largest stdin (bound inputs, collections, observed outputs) passed to a module.
 pub const MAX_INPUT_BYTES: usize = 64 << 20;
 
@@ -199,7 +239,9 @@ impl SynthesisError {
                 reasons::MALFORMED_OUTPUT
             }
             SynthesisError::ErrorResult { .. } => reasons::ERROR_RESULT,
-            SynthesisError::TooManyItems { .. } => reasons::OUTPUT_TOO_LARGE,
+            SynthesisError::TooManyItems { .. } | SynthesisError::TooManyValues => {
+                reasons::OUTPUT_TOO_LARGE
+            }
             SynthesisError::InputTooLarge { .. } => reasons::INPUT_TOO_LARGE,
         }
     }
@@ -336,6 +378,100 @@ pub fn synthesize(
     })
 }
 
+/// Whether the document holds at most `limit` values (objects, lists and scalars, at any
+/// depth; YAML aliases count each time they are expanded), counted without building any and
+/// stopping as soon as the limit is passed. A document that does not parse counts as within
+/// (the full parse reports why).
+fn values_within(text: &str, limit: usize) -> bool {
+    use serde::de::{DeserializeSeed, MapAccess, SeqAccess, Visitor};
+    use std::cell::Cell;
+    const OVER: &str = "enoki: too many values";
+    #[derive(Clone, Copy)]
+    struct Counter<'a>(&'a Cell<usize>, usize);
+    impl Counter<'_> {
+        fn one<E: serde::de::Error>(self) -> Result<(), E> {
+            self.0.set(self.0.get() + 1);
+            if self.0.get() > self.1 {
+                return Err(E::custom(OVER));
+            }
+            Ok(())
+        }
+    }
+    impl<'de> DeserializeSeed<'de> for Counter<'_> {
+        type Value = ();
+        fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+    impl<'de> Visitor<'de> for Counter<'_> {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("any value")
+        }
+        fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<(), E> {
+            self.one()
+        }
+        fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<(), E> {
+            self.one()
+        }
+        fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<(), E> {
+            self.one()
+        }
+        fn visit_i128<E: serde::de::Error>(self, _: i128) -> Result<(), E> {
+            self.one()
+        }
+        fn visit_u128<E: serde::de::Error>(self, _: u128) -> Result<(), E> {
+            self.one()
+        }
+        fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<(), E> {
+            self.one()
+        }
+        fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<(), E> {
+            self.one()
+        }
+        fn visit_bytes<E: serde::de::Error>(self, _: &[u8]) -> Result<(), E> {
+            self.one()
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<(), E> {
+            self.one()
+        }
+        fn visit_none<E: serde::de::Error>(self) -> Result<(), E> {
+            self.one()
+        }
+        fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_any(self)
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+            self.one()?;
+            while seq.next_element_seed(self)?.is_some() {}
+            Ok(())
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            self.one()?;
+            while map.next_key_seed(self)?.is_some() {
+                map.next_value_seed(self)?;
+            }
+            Ok(())
+        }
+    }
+    let seen = Cell::new(0);
+    let counter = Counter(&seen, limit);
+    let over = |e: &dyn std::fmt::Display| e.to_string().contains(OVER);
+    if text.trim_start().starts_with('{') {
+        let mut de = serde_json::Deserializer::from_str(text);
+        // Deep nesting is the JSON parser's recursion limit's business (128 levels).
+        match counter.deserialize(&mut de) {
+            Err(e) => !over(&e),
+            Ok(()) => true,
+        }
+    } else {
+        match serde_saphyr::with_deserializer_from_str(text, |de| counter.deserialize(de)) {
+            Err(e) => !over(&e),
+            Ok(()) => true,
+        }
+    }
+}
+
 /// The number of `items` of a ResourceList, counted without building them (0 when the text
 /// does not parse: the full parse reports why).
 fn count_items(text: &str) -> usize {
@@ -445,6 +581,80 @@ mod count_tests {
             ));
         }
     }
+
+    /// A spec padded through any field (bindings here), or a Symphony with more variations
+    /// than the cap, is refused by size; an ordinary one is not.
+    #[test]
+    fn padded_specs_are_refused_by_size() {
+        let binding = |i: usize| -> crds::Binding {
+            serde_json::from_value(
+                serde_json::json!({"key": format!("k{i}"), "resource": {"name": "x".repeat(200)}}),
+            )
+            .unwrap()
+        };
+        let mut spec: crds::CompositionSpec =
+            serde_json::from_value(serde_json::json!({"synthesizer": {"name": "s"}})).unwrap();
+        assert_eq!(super::composition_spec_too_large(&spec), None);
+        spec.bindings = (0..2_000).map(binding).collect();
+        let msg = super::composition_spec_too_large(&spec).unwrap();
+        assert!(msg.contains("at most 262144"), "{msg}");
+        let mut sym: crds::SymphonySpec = serde_json::from_value(serde_json::json!({})).unwrap();
+        assert_eq!(super::symphony_spec_too_large(&sym), None);
+        sym.variations = (0..300)
+            .map(|i| {
+                serde_json::from_value(
+                    serde_json::json!({"synthesizer": {"name": format!("s{i}")}}),
+                )
+                .unwrap()
+            })
+            .collect();
+        let msg = super::symphony_spec_too_large(&sym).unwrap();
+        assert!(msg.contains("300 variations"), "{msg}");
+    }
+
+    /// A million tiny results, or one item holding a huge nested list, would each be a
+    /// parsed allocation: refused before any is built, whatever the item count says.
+    #[test]
+    fn values_anywhere_are_counted_results_and_nesting_included() {
+        let results = vec!["{\"message\":\"\"}"; 600_000].join(",");
+        let results = format!("{{\"kind\":\"ResourceList\",\"items\":[],\"results\":[{results}]}}");
+        let nested = vec!["{\"k\":0}"; 600_000].join(",");
+        let nested = format!(
+            "{{\"kind\":\"ResourceList\",\"items\":[{{\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\",\"a\":[{nested}]}}]}}"
+        );
+        // YAML aliases expanded a million times: the YAML parser's own budget (250,000 nodes)
+        // refuses it first.
+        let mut yaml = String::from(
+            "kind: ResourceList\nitems: []\nresults:\n- &a [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n",
+        );
+        for i in 0..6 {
+            let prev = if i == 0 {
+                "a".to_string()
+            } else {
+                format!("b{}", i - 1)
+            };
+            yaml.push_str(&format!("- &b{i} [*{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}]\n"));
+        }
+        assert!(matches!(
+            super::parse_output(yaml.as_bytes()),
+            Err(super::SynthesisError::MalformedOutput { .. })
+        ));
+        for text in [&results, &nested] {
+            assert!(
+                !super::values_within(text, super::MAX_OUTPUT_VALUES),
+                "{}",
+                &text[..60]
+            );
+            let err = super::parse_output(text.as_bytes()).unwrap_err();
+            assert!(matches!(err, super::SynthesisError::TooManyValues), "{err}");
+            assert_eq!(err.reason(), crds::names::reasons::OUTPUT_TOO_LARGE);
+        }
+        // An ordinary output is well within.
+        let ok = "{\"kind\":\"ResourceList\",\"items\":[{\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\",\"metadata\":{\"name\":\"a\"}}]}";
+        // 14 values: 4 objects, 1 list, 9 keys and scalars.
+        assert!(super::values_within(ok, 14) && !super::values_within(ok, 13));
+        assert!(super::parse_output(ok.as_bytes()).is_ok());
+    }
 }
 
 /// The top-level fields a ResourceList on stdout may have (KRM function spec).
@@ -469,6 +679,9 @@ pub fn parse_output(
     let count = count_items(text);
     if count > MAX_OUTPUT_ITEMS {
         return Err(SynthesisError::TooManyItems { count });
+    }
+    if !values_within(text, MAX_OUTPUT_VALUES) {
+        return Err(SynthesisError::TooManyValues);
     }
     let list: Value = if text.trim_start().starts_with('{') {
         serde_json::from_str(text).map_err(|e| {

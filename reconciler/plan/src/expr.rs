@@ -34,7 +34,7 @@ use serde_json::Value;
 pub mod cost;
 pub mod guard;
 
-pub use guard::{MAX_EVAL_BYTES, MAX_EVAL_STEPS, OVER_BUDGET};
+pub use guard::{MAX_EVAL_BYTES, MAX_EVAL_STEPS, MAX_PASS_TIME, OVER_BUDGET, with_pass_budget};
 
 /// Longest expression accepted, in bytes.
 pub const MAX_SOURCE_BYTES: usize = 4096;
@@ -306,12 +306,22 @@ impl Expr {
                  (string growth, nested macros or a large object); simplify the expression"
             ));
         }
+        let pass = guard::pass_deadline();
+        if pass.is_some_and(|d| std::time::Instant::now() > d) {
+            return Err(format!(
+                "{} ({:?} per pass); evaluated again on the next pass",
+                guard::PASS_SPENT,
+                guard::MAX_PASS_TIME
+            ));
+        }
         let run = || {
             let mut ctx = Context::with_env(ENV.clone());
             for (name, value) in vars {
                 ctx.add_variable_from_value(*name, value.clone());
             }
-            let out = guard::metered(|| cel::Value::resolve(&self.guarded, &ctx)).0;
+            let out = guard::with_pass_deadline(pass, || {
+                guard::metered(|| cel::Value::resolve(&self.guarded, &ctx)).0
+            });
             out.map_err(|e| e.to_string())
         };
         let contained = || match catch_unwind(AssertUnwindSafe(run)) {
@@ -565,6 +575,28 @@ mod tests {
         ctx.add_variable_from_value("self", to_cel(&json!({"s": "x".repeat(100_000)})));
         let (out, _) = guard::metered(|| cel::Value::resolve(&e.guarded, &ctx));
         assert!(out.unwrap_err().to_string().contains(OVER_BUDGET));
+    }
+
+    /// Once a pass's CEL time is spent, further evaluations in it fail at once, whatever
+    /// each would cost; outside a pass (or in a new one) they run.
+    #[test]
+    fn a_spent_pass_budget_refuses_further_evaluations() {
+        let e = Expr::compile("self.n == 1").unwrap();
+        let vars = [("self", to_cel(&json!({"n": 1})))];
+        assert_eq!(e.eval_bool(&vars), Ok(true));
+        let in_spent_pass = with_pass_budget(std::time::Duration::ZERO, || {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            e.eval_bool(&vars)
+        });
+        let err = in_spent_pass.unwrap_err();
+        assert!(err.contains(guard::PASS_SPENT), "{err}");
+        let fresh = with_pass_budget(MAX_PASS_TIME, || e.eval_bool(&vars));
+        assert_eq!(fresh, Ok(true));
+        assert_eq!(
+            guard::pass_deadline(),
+            None,
+            "the budget ends with its pass"
+        );
     }
 
     #[test]

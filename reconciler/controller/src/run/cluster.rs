@@ -22,13 +22,18 @@ pub(crate) struct Cluster {
     pub client: Client,
     /// The configuration of `client`, from which impersonating clients are made.
     config: kube::Config,
-    /// Clients impersonating a user, by user name.
-    impersonating: Mutex<HashMap<String, Client>>,
+    /// Clients impersonating a user, by user name, with when each was last used.
+    impersonating: Mutex<HashMap<String, (Client, u64)>>,
+    /// The clock of `impersonating`'s last use.
+    ticks: std::sync::atomic::AtomicU64,
     /// GVK -> (ApiResource, namespaced), for every kind resolved so far.
     discovery: Mutex<HashMap<GroupVersionKind, (ApiResource, bool)>>,
     /// With leader election: the fence every client's writes pass.
     fence: Option<Arc<Fence>>,
 }
+
+/// Impersonating clients kept at once (least recently used dropped first).
+const MAX_IMPERSONATING_CLIENTS: usize = 256;
 
 /// A client for `config`, its writes behind `fence` when there is one.
 ///
@@ -55,6 +60,7 @@ impl Cluster {
             client,
             config,
             impersonating: Mutex::new(HashMap::new()),
+            ticks: std::sync::atomic::AtomicU64::new(0),
             discovery: Mutex::new(HashMap::new()),
             fence,
         })
@@ -68,12 +74,14 @@ impl Cluster {
         let Some(user) = user else {
             return Ok(self.client.clone());
         };
-        if let Some(c) = self
-            .impersonating
-            .lock()
-            .ok()
-            .and_then(|m| m.get(user).cloned())
-        {
+        let tick = self
+            .ticks
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if let Some(c) = self.impersonating.lock().ok().and_then(|mut m| {
+            let (client, used) = m.get_mut(user)?;
+            *used = tick;
+            Some(client.clone())
+        }) {
             return Ok(c);
         }
         let mut config = self.config.clone();
@@ -85,7 +93,18 @@ impl Cluster {
         config.auth_info.impersonate_groups = None;
         let client = build_client(config, self.fence.as_ref())?;
         if let Ok(mut m) = self.impersonating.lock() {
-            m.insert(user.to_string(), client.clone());
+            // Bounded: the names come from Compositions, so a tenant cycling through names
+            // must not grow the cache (each client holds a connection pool). The least
+            // recently used goes first; it is rebuilt when needed.
+            if m.len() >= MAX_IMPERSONATING_CLIENTS
+                && let Some(oldest) = m
+                    .iter()
+                    .min_by_key(|(_, (_, used))| *used)
+                    .map(|(k, _)| k.clone())
+            {
+                m.remove(&oldest);
+            }
+            m.insert(user.to_string(), (client.clone(), tick));
         }
         Ok(client)
     }

@@ -55,6 +55,10 @@ pub enum ModuleError {
         /// Module size in bytes.
         size: usize,
     },
+    /// Another reconcile is fetching and compiling this Synthesizer's module: this one does
+    /// not wait for it (a slow registry must not hold every reconcile worker).
+    #[error("the module is being fetched and compiled (for another Composition); retried shortly")]
+    Loading,
 }
 
 impl ModuleError {
@@ -66,6 +70,7 @@ impl ModuleError {
             ModuleError::Load(e) => e.category(),
             ModuleError::CompileTimeout { .. } => "CompileTimeout",
             ModuleError::TooLargeToCompile { .. } => "TooLargeToCompile",
+            ModuleError::Loading => "Loading",
         }
     }
 
@@ -73,7 +78,7 @@ impl ModuleError {
     pub fn is_transient(&self) -> bool {
         matches!(
             self,
-            ModuleError::Fetch { .. } | ModuleError::CompileTimeout { .. }
+            ModuleError::Fetch { .. } | ModuleError::CompileTimeout { .. } | ModuleError::Loading
         )
     }
 }

@@ -160,6 +160,21 @@ pub async fn reconcile(sym: Arc<Symphony>, ctx: Arc<Context>) -> Result<Action, 
         }
         return delete(&ctx, &sym, &syms, &comps, &owned).await;
     }
+    if let Some(note) = crate::synthesis::symphony_spec_too_large(&sym.spec) {
+        // Nothing is generated from it until the spec changes: its Compositions would each
+        // carry the padding.
+        tracing::warn!(symphony = %name, %note);
+        let note = format!("{note}; no Composition is created or changed");
+        ctx.event_on(
+            &sym.object_ref(&()),
+            true,
+            reasons::INVALID_SPEC,
+            "Reconcile",
+            note,
+        )
+        .await;
+        return Ok(Action::await_change());
+    }
     if !has_finalizer {
         super::set_cleanup_finalizer(&syms, sym.as_ref(), true, sym.resource_version())
             .await

@@ -150,11 +150,27 @@ impl Watches {
         } else {
             Api::namespaced_with(self.client.clone(), &scope, ar)
         };
+        let meta_api: Api<PartialObjectMeta<DynamicObject>> = if scope.is_empty() {
+            Api::all_with(self.client.clone(), ar)
+        } else {
+            Api::namespaced_with(self.client.clone(), &scope, ar)
+        };
         let wc = watcher::Config::default().labels(&format!("!{}", managed_label()));
         let whole = self.whole_inputs;
         let this = Arc::downgrade(self);
         let (group, kind) = (gvk.group.clone(), gvk.kind.clone());
-        let events = watcher(api, wc)
+        // Without whole inputs (impersonating Compositions read inputs with GETs as their
+        // account) the watch lists and streams metadata only: a tenant's large objects of a
+        // bound kind are never downloaded by the controller.
+        let source: futures::stream::BoxStream<
+            'static,
+            watcher::Result<watcher::Event<DynamicObject>>,
+        > = if whole {
+            watcher(api, wc).boxed()
+        } else {
+            watcher(meta_api, wc).map(|r| r.map(metadata_only)).boxed()
+        };
+        let events = source
             .default_backoff()
             .modify(move |o: &mut DynamicObject| {
                 o.managed_fields_mut().clear();
@@ -564,4 +580,22 @@ impl ManagedView {
 
 fn managed_label() -> &'static str {
     crds::names::annotations::MANAGED_BY.enoki
+}
+
+/// A metadata-only watch event as the input store keeps objects (no data).
+fn metadata_only(
+    event: watcher::Event<PartialObjectMeta<DynamicObject>>,
+) -> watcher::Event<DynamicObject> {
+    let object = |p: PartialObjectMeta<DynamicObject>| DynamicObject {
+        types: p.types,
+        metadata: p.metadata,
+        data: serde_json::Value::Null,
+    };
+    match event {
+        watcher::Event::Apply(p) => watcher::Event::Apply(object(p)),
+        watcher::Event::Delete(p) => watcher::Event::Delete(object(p)),
+        watcher::Event::Init => watcher::Event::Init,
+        watcher::Event::InitApply(p) => watcher::Event::InitApply(object(p)),
+        watcher::Event::InitDone => watcher::Event::InitDone,
+    }
 }

@@ -40,7 +40,12 @@ pub const MAX_EVAL_TIME: std::time::Duration = std::time::Duration::from_millis(
 /// Longest regular expression `matches` accepts.
 pub const MAX_REGEX_BYTES: usize = 1024;
 /// Longest string `matches` searches.
-pub const MAX_REGEX_SUBJECT_BYTES: usize = 256 << 10;
+pub const MAX_REGEX_SUBJECT_BYTES: usize = 64 << 10;
+/// Largest compiled program `matches` accepts (bytes).
+pub const MAX_REGEX_PROGRAM_BYTES: usize = 16 << 10;
+/// Longest all the evaluations of one reconcile pass may run together (see
+/// [`with_pass_budget`]).
+pub const MAX_PASS_TIME: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Counts a step and charges its argument's size; returns the argument.
 pub(super) const METER: &str = "@enoki_meter";
@@ -62,7 +67,36 @@ const ENTRY_BYTES: u64 = 48;
 
 thread_local! {
     static METER_STATE: Cell<Option<Meter>> = const { Cell::new(None) };
+    /// When the CEL time of the pass running on this thread is spent.
+    static PASS_DEADLINE: Cell<Option<std::time::Instant>> = const { Cell::new(None) };
 }
+
+/// Runs `f` (one reconcile pass's planning) with at most `budget` of CEL time in all its
+/// evaluations together: once spent, every further evaluation in `f` fails at once (and one
+/// running stops at its next step), so a Composition with many expensive expressions holds
+/// its reconcile worker for about `budget`, not for the sum of every expression's 250 ms.
+pub fn with_pass_budget<T>(budget: std::time::Duration, f: impl FnOnce() -> T) -> T {
+    let outer = PASS_DEADLINE.with(|d| d.replace(Some(std::time::Instant::now() + budget)));
+    let out = f();
+    PASS_DEADLINE.with(|d| d.set(outer));
+    out
+}
+
+/// The deadline of the pass running on this thread, if any.
+pub fn pass_deadline() -> Option<std::time::Instant> {
+    PASS_DEADLINE.with(Cell::get)
+}
+
+/// Runs `f` under `deadline` (a pass deadline carried to another thread).
+pub fn with_pass_deadline<T>(deadline: Option<std::time::Instant>, f: impl FnOnce() -> T) -> T {
+    let outer = PASS_DEADLINE.with(|d| d.replace(deadline));
+    let out = f();
+    PASS_DEADLINE.with(|d| d.set(outer));
+    out
+}
+
+/// The words of the error of an evaluation the pass had no time left for.
+pub const PASS_SPENT: &str = "not evaluated: this reconcile pass spent its CEL time";
 
 /// What one evaluation has used so far.
 #[derive(Clone, Copy, Debug)]
@@ -110,6 +144,12 @@ fn charge(function: &str, steps: u64, bytes: u64) -> Result<(), ExecutionError> 
         }
         if meter.started.elapsed() > MAX_EVAL_TIME {
             return Err(over_budget(function, &format!("{MAX_EVAL_TIME:?}")));
+        }
+        if pass_deadline().is_some_and(|d| std::time::Instant::now() > d) {
+            return Err(ExecutionError::function_error(
+                function,
+                format!("{PASS_SPENT} ({MAX_PASS_TIME:?} per pass)"),
+            ));
         }
         Ok(())
     })
@@ -323,7 +363,7 @@ fn last_index_of_offset(
 }
 
 /// `matches` with a bounded regular expression: at most [`MAX_REGEX_BYTES`] of pattern compiled
-/// to at most 64 KiB, at most [`MAX_REGEX_SUBJECT_BYTES`] of subject, charged by its size.
+/// to at most [`MAX_REGEX_PROGRAM_BYTES`], at most [`MAX_REGEX_SUBJECT_BYTES`] of subject, charged by its size.
 fn matches(
     this: &CelString<'_>,
     re: &CelString<'_>,
@@ -352,7 +392,7 @@ fn matches(
         (this.len() as u64).saturating_mul(re.len() as u64 / 64 + 1),
     )?;
     let compiled = regex::RegexBuilder::new(re.inner())
-        .size_limit(64 << 10)
+        .size_limit(MAX_REGEX_PROGRAM_BYTES)
         .dfa_size_limit(1 << 20)
         .build()
         .map_err(|e| {

@@ -152,7 +152,7 @@ async fn observe_all(
     st: &mut CompositionStatus,
 ) -> Result<Result<Observed, Duration>, Error> {
     let generation = comp.metadata.generation;
-    if let Some(msg) = crate::synthesis::synthesis_env_too_large(&comp.spec.synthesis_env) {
+    if let Some(msg) = crate::synthesis::composition_spec_too_large(&comp.spec) {
         // Terminal until the spec changes (a new generation is a new reconcile).
         fail(st, generation, reasons::INVALID_SPEC, &msg);
         return Ok(Err(Duration::from_secs(600)));
@@ -191,10 +191,10 @@ async fn observe_all(
         (Err(e), _) => {
             let msg = super::error::chain(&e);
             fail(st, generation, reasons::MODULE_UNAVAILABLE, &msg);
-            return Ok(Err(Duration::from_secs(if e.is_transient() {
-                10
-            } else {
-                60
+            return Ok(Err(Duration::from_secs(match e {
+                super::module::ModuleError::Loading => 2,
+                _ if e.is_transient() => 10,
+                _ => 60,
             })));
         }
         (_, Err(message)) => {

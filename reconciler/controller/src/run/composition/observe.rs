@@ -158,13 +158,16 @@ pub(crate) async fn load_module(
     if let Some(hit) = cached(&mut failures) {
         return hit;
     }
-    // Single flight per Synthesizer: the Compositions that need its module at once wait for
-    // one fetch (a slow registry holds one reconcile, not every one).
+    // Single flight per Synthesizer: one reconcile fetches; the others that need the module
+    // meanwhile do not wait for it (`Loading`, retried in 2 s — their current synthesis is
+    // still enforced), so a slow registry holds one reconcile worker, not every one.
     let flight = FETCHING
         .lock()
         .map(|mut f| f.entry(name.clone()).or_default().clone())
         .unwrap_or_default();
-    let _one = flight.lock().await;
+    let Ok(_one) = flight.try_lock() else {
+        return Err(module::ModuleError::Loading);
+    };
     if let Some(hit) = cached(&mut failures) {
         return hit;
     }

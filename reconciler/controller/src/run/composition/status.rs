@@ -91,7 +91,7 @@ pub(crate) fn bounded(st: &CompositionStatus) -> CompositionStatus {
         s.outside_namespace.retain(|o| {
             o.name.len() + o.namespace.len() + o.kind.len() + o.api_version.len() <= 600
         });
-        s.outside_namespace.truncate(500);
+        s.outside_namespace.truncate(super::synthesize::MAX_OUTSIDE);
         for r in &mut s.results {
             clip(&mut r.message, MAX_RESULT_TEXT);
             if let Some(x) = &mut r.resource_ref {
@@ -101,17 +101,33 @@ pub(crate) fn bounded(st: &CompositionStatus) -> CompositionStatus {
         }
     }
     let size = |st: &CompositionStatus| serde_json::to_vec(st).map_or(0, |v| v.len());
-    for drop in 0..3 {
+    for drop in 0..5 {
         if size(&st) <= MAX_STATUS_BYTES {
             break;
         }
-        let target = match drop {
-            0 => &mut st.previous_synthesis,
-            1 => &mut st.in_flight_synthesis,
-            _ => &mut st.current_synthesis,
-        };
-        if let Some(s) = target {
-            s.results.clear();
+        match drop {
+            0..=2 => {
+                let target = match drop {
+                    0 => &mut st.previous_synthesis,
+                    1 => &mut st.in_flight_synthesis,
+                    _ => &mut st.current_synthesis,
+                };
+                if let Some(s) = target {
+                    s.results.clear();
+                }
+            }
+            // Then the outside-namespace records of syntheses that are not current: the
+            // current one's are what a namespace deletion sweeps.
+            3 => {
+                if let Some(s) = &mut st.previous_synthesis {
+                    s.outside_namespace.clear();
+                }
+            }
+            _ => {
+                if let Some(s) = &mut st.in_flight_synthesis {
+                    s.outside_namespace.clear();
+                }
+            }
         }
     }
     st
@@ -201,5 +217,36 @@ mod tests {
         assert_eq!(bounded(&b), b, "idempotent");
         let cur = b.current_synthesis.as_ref().unwrap();
         assert!(cur.results.len() <= MAX_RESULTS);
+    }
+
+    /// Objects outside the namespace at the longest names, in every synthesis the status
+    /// holds: still within the bound, the current synthesis's records kept.
+    #[test]
+    fn outside_namespace_records_stay_within_the_bound() {
+        let long = |c: char, n: usize| std::iter::repeat_n(c, n).collect::<String>();
+        let out = crds::OutputRef {
+            api_version: long('a', 100),
+            kind: long('k', 60),
+            namespace: long('n', 63),
+            name: long('x', 253),
+        };
+        let synthesis = crds::Synthesis {
+            outside_namespace: vec![out; 2_000],
+            ..Default::default()
+        };
+        let st = CompositionStatus {
+            current_synthesis: Some(synthesis.clone()),
+            previous_synthesis: Some(synthesis.clone()),
+            in_flight_synthesis: Some(synthesis),
+            ..Default::default()
+        };
+        let b = bounded(&st);
+        assert!(serde_json::to_vec(&b).unwrap().len() <= MAX_STATUS_BYTES);
+        let cur = b.current_synthesis.as_ref().unwrap();
+        assert_eq!(
+            cur.outside_namespace.len(),
+            super::super::synthesize::MAX_OUTSIDE
+        );
+        assert_eq!(bounded(&b), b, "idempotent");
     }
 }

@@ -435,7 +435,7 @@ pub(crate) async fn status_write_failed(ctx: &Arc<Context>, comp: &Composition, 
 }
 
 /// Most objects outside the namespace recorded per synthesis.
-const MAX_OUTSIDE: usize = 500;
+pub(crate) const MAX_OUTSIDE: usize = 300;
 
 /// The items a synthesis emits outside `namespace` (cluster-scoped or elsewhere). Pure.
 pub(crate) fn outside_namespace(items: &[Value], namespace: &str) -> Vec<crds::OutputRef> {

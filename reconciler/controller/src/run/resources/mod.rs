@@ -128,19 +128,21 @@ pub async fn reconcile(
         .iter()
         .filter_map(|(k, o)| o.live.clone().map(|l| (k.clone(), l)))
         .collect();
-    // Planning evaluates CEL (readiness, overrides): bounded by the expression budget, and
-    // run where it cannot hold up other reconciles' I/O.
+    // Planning evaluates CEL (readiness, overrides): bounded per expression and per pass
+    // (`MAX_PASS_TIME` in all), and run where it cannot hold up other reconciles' I/O.
     let the_plan: Plan = tokio::task::block_in_place(|| {
-        plan::plan(plan::PlanInput {
-            prepared: &prepared,
-            composition: &info,
-            observed: &observed,
-            recorded: &recorded,
-            previous: &previous.snapshots,
-            options: plan::PlanOptions {
-                mode: ctx.opts.mode,
-                readiness_poll: ctx.opts.readiness_poll,
-            },
+        plan::expr::with_pass_budget(plan::expr::MAX_PASS_TIME, || {
+            plan::plan(plan::PlanInput {
+                prepared: &prepared,
+                composition: &info,
+                observed: &observed,
+                recorded: &recorded,
+                previous: &previous.snapshots,
+                options: plan::PlanOptions {
+                    mode: ctx.opts.mode,
+                    readiness_poll: ctx.opts.readiness_poll,
+                },
+            })
         })
     });
     let acted = execute::act(ctx, comp, &the_plan, &observations, &recorded).await;
