@@ -120,10 +120,11 @@ async fn lepton_builds_every_resource_walks_the_state_machine_reverts_edits_and_
     })
     .await;
     lepton_pod_and_ingresses(&l).await;
-    lepton_state_machine(&l).await;
+    lepton_state_machine(&l, &enoki).await;
     lepton_edits_and_mounts(&l, ld).await;
     lepton_deletion(&l).await;
-    assert!(enoki.logs().contains("instance mode: watching"));
+    // Instance mode watches the LeptonDeployment kind (and the kinds it emits).
+    assert!(enoki.metric("enoki_watched_kinds").unwrap_or(0.0) >= 1.0);
 }
 
 /// The Lepton test's handles.
@@ -250,7 +251,7 @@ async fn lepton_pod_and_ingresses(l: &Lepton) {
 }
 
 /// The state machine, driven by the Deployment's status (sticky Starting).
-async fn lepton_state_machine(l: &Lepton) {
+async fn lepton_state_machine(l: &Lepton, enoki: &Enoki) {
     let Lepton {
         lds,
         deployments,
@@ -301,7 +302,13 @@ async fn lepton_state_machine(l: &Lepton) {
         }
     };
     set_status(2, 1).await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    enoki
+        .wait_pass_of(
+            &l.lds.clone().into_client(),
+            &l.ns,
+            "leptondeployment-llama",
+        )
+        .await;
     assert_eq!(
         state().await.as_deref(),
         Some("Starting"),
@@ -630,7 +637,7 @@ async fn trustee_hand_edits(env: &TestEnv, kbs: &Api<DynamicObject>, toml: &str,
         },
     )
     .await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    enoki.wait_pass(env, "trusteeconfig-tc").await;
     let k = spec(kbs.get("tc-kbs-config").await.unwrap());
     assert_eq!(
         k["KbsDeploymentSpec"]["replicas"],
@@ -760,7 +767,7 @@ async fn trustee_restricted_with_https_secrets_and_a_missing_tls_secret_is_a_cle
     )
     .await
     .unwrap();
-    let _enoki = Enoki::start(&env.namespace);
+    let enoki = Enoki::start(&env.namespace);
     let secrets: Api<Secret> = env.api();
     let cms: Api<ConfigMap> = env.api();
     eventually("the KbsConfig and the copied TLS secrets", WAIT, || async {
@@ -817,7 +824,7 @@ async fn trustee_restricted_with_https_secrets_and_a_missing_tls_secret_is_a_cle
         .clone();
     assert!(policy.contains("default allow = false"), "{policy}");
 
-    trustee_tls_change_keeps_hand_edits(&env, &tcs, &kbs, &toml, &restricted_spec).await;
+    trustee_tls_change_keeps_hand_edits(&env, &tcs, &kbs, &toml, &restricted_spec, &enoki).await;
     trustee_missing_tls_secret(&env, &kbs).await;
 }
 
@@ -828,6 +835,7 @@ async fn trustee_tls_change_keeps_hand_edits(
     kbs: &Api<DynamicObject>,
     toml: &str,
     restricted_spec: &Value,
+    enoki: &Enoki,
 ) {
     let cms: Api<ConfigMap> = env.api();
     let secrets: Api<Secret> = env.api();
@@ -870,7 +878,7 @@ async fn trustee_tls_change_keeps_hand_edits(
         },
     )
     .await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    enoki.wait_pass(env, "trusteeconfig-secure").await;
     assert_eq!(
         data("secure-https-key-secret", "privateKey").await,
         "kbs-https-key",
@@ -899,21 +907,11 @@ async fn trustee_missing_tls_secret(env: &TestEnv, kbs: &Api<DynamicObject>) {
         "{message}"
     );
     // …and the same error as a Warning Event on the TrusteeConfig itself.
-    let events: Api<k8s_openapi::api::events::v1::Event> = env.api();
-    eventually("a Warning Event on the TrusteeConfig", WAIT, || async {
-        events
-            .list(&Default::default())
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .find(|e| {
-                e.regarding.as_ref().and_then(|r| r.kind.as_deref()) == Some("TrusteeConfig")
-                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("broken")
-                    && e.type_.as_deref() == Some("Warning")
-                    && e.note.as_deref().is_some_and(|n| n.contains("nope"))
-            })
-            .map(|_| ())
+    harness::wait_event(env, "a Warning Event on the TrusteeConfig", |e| {
+        e.regarding.as_ref().and_then(|r| r.kind.as_deref()) == Some("TrusteeConfig")
+            && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("broken")
+            && e.type_.as_deref() == Some("Warning")
+            && e.note.as_deref().is_some_and(|n| n.contains("nope"))
     })
     .await;
     assert!(kbs.get_opt("broken-kbs-config").await.unwrap().is_none());
@@ -1050,11 +1048,7 @@ async fn quota_aggregates_usage_over_selected_namespaces_and_follows_changes() {
 
     scoped_quota(&env, &crqs).await;
 
-    crqs.delete(&t, &DeleteParams::default()).await.unwrap();
-    eventually("the quota to be gone", WAIT, || async {
-        crqs.get_opt(&t).await.unwrap().is_none().then_some(())
-    })
-    .await;
+    harness::delete_and_wait(&crqs, &t).await;
     let _ = rcs.delete(&t, &DeleteParams::default()).await;
     let nss: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(c.clone());
     for n in [&a, &b, &x] {
@@ -1139,9 +1133,11 @@ async fn quota_follows_changes(
     let used = |st: &Value| st["total"]["used"].clone();
     let status = || async { status_of(crqs, t).await };
     // A pod change that does not affect usage does not re-synthesize.
-    let synthesized = |logs: &str| logs.matches("input \"pods\" changed").count();
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let before = synthesized(&enoki.logs());
+    let synthesized = || enoki.metric("enoki_synthesis_runs_total").unwrap_or(0.0);
+    enoki
+        .wait_pass(env, &format!("clusterresourcequota-{t}"))
+        .await;
+    let before = synthesized();
     let pods_a: Api<Pod> = Api::namespaced(c.clone(), a);
     pods_a
         .patch_status(
@@ -1152,9 +1148,11 @@ async fn quota_follows_changes(
         )
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    enoki
+        .wait_pass(env, &format!("clusterresourcequota-{t}"))
+        .await;
     assert_eq!(
-        synthesized(&enoki.logs()),
+        synthesized(),
         before,
         "an irrelevant pod change re-synthesized"
     );

@@ -110,7 +110,8 @@ async fn a_manifest_too_large_to_store_is_a_terminal_condition_with_no_slices_le
     .await;
     assert!(message.contains("too large"), "{message}");
     // Watch it for a while: no retry loop, the previous synthesis stays current and applied.
-    tokio::time::sleep(Duration::from_secs(8)).await;
+    enoki.wait_pass(&env, "echo").await;
+    harness::audit_barrier(&env).await;
     let creates = harness::audited_requests(&env.namespace, &since)
         .into_iter()
         .filter(|r| r.by_enoki() && r.verb == "create" && r.resource == "resourceslices")
@@ -162,14 +163,7 @@ async fn state_of_a_deleted_composition_is_forgotten_and_sigterm_stops_the_contr
     })
     .await;
     let comps: Api<Composition> = env.api();
-    comps
-        .delete("echo", &DeleteParams::default())
-        .await
-        .unwrap();
-    eventually("the Composition to be gone", WAIT, || async {
-        comps.get_opt("echo").await.unwrap().is_none().then_some(())
-    })
-    .await;
+    harness::delete_and_wait(&comps, "echo").await;
     eventually("its memory and watches to be dropped", WAIT, || async {
         (enoki.metric("enoki_remembered_compositions")? == 0.0
             && enoki.metric("enoki_watched_kinds")? == 0.0)

@@ -99,7 +99,7 @@ async fn depends_on_gates_synthesis_on_readiness_and_deletion_on_dependents() {
             .then_some(())
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    enoki.wait_pass(&env, "app").await;
     assert!(
         !exists(&env, "app-thing").await,
         "app synthesized before infra was ready:\n{}",
@@ -158,8 +158,10 @@ async fn depends_on_gates_synthesis_on_readiness_and_deletion_on_dependents() {
             .then_some(())
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert!(exists(&env, "gate").await, "infra's resources went first");
+    eventually("infra's resources first", WAIT, || async {
+        exists(&env, "gate").await.then_some(())
+    })
+    .await;
     comps.delete("app", &DeleteParams::default()).await.unwrap();
     eventually("infra to be gone after app", WAIT, || async {
         comps

@@ -3,7 +3,6 @@
 //! nothing written — for a Composition in the cluster and for local files.
 #![allow(clippy::unwrap_used)] // test code
 
-use std::process::{Command, Output};
 use std::time::Duration;
 
 use harness::{
@@ -15,26 +14,12 @@ use kube::api::Api;
 use serde_json::json;
 
 fn enoki(args: &[&str]) -> (i32, String, String) {
-    let bin = workspace_root().join("target/debug/enoki");
-    assert!(
-        bin.exists(),
-        "{} is missing (make test builds it)",
-        bin.display()
-    );
-    let Output {
-        status,
-        stdout,
-        stderr,
-    } = Command::new(bin)
-        .args(args)
-        .env("KUBECONFIG", harness::kubeconfig_path())
-        .current_dir(workspace_root())
-        .output()
-        .unwrap();
+    let out = harness::enoki_cli(args);
+    let text = |b: &[u8]| String::from_utf8_lossy(b).to_string();
     (
-        status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&stdout).to_string(),
-        String::from_utf8_lossy(&stderr).to_string(),
+        out.status.code().unwrap_or(-1),
+        text(&out.stdout),
+        text(&out.stderr),
     )
 }
 

@@ -78,7 +78,7 @@ async fn input_revisions_hold_synthesis_until_inputs_agree() {
                             {"key": "second", "resource": {"name": "second"}}]}),
     )
     .await;
-    let _enoki = Enoki::start(&env.namespace);
+    let enoki = Enoki::start(&env.namespace);
     eventually("revision 1 applied", WAIT, || async {
         (data_of(&env, "out").await?.get("v")? == "1").then_some(())
     })
@@ -129,7 +129,7 @@ async fn input_revisions_hold_synthesis_until_inputs_agree() {
         .unwrap()
         .uuid;
     input(&env, "config", rev("2"), &out("3"), json!({})).await;
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    enoki.wait_pass(&env, "locked").await;
     let after = comps
         .get("locked")
         .await
@@ -338,13 +338,13 @@ async fn ignore_side_effects_on_the_composition_and_on_inputs() {
         .patch("quiet", &PatchParams::apply("test"), &Patch::Apply(&comp))
         .await
         .unwrap();
-    let _enoki = Enoki::start(&env.namespace);
+    let enoki = Enoki::start(&env.namespace);
     eventually("first synthesis applied", WAIT, || async {
         (data_of(&env, "quiet-out").await?.get("v")? == "1").then_some(())
     })
     .await;
     input(&env, "quiet", json!({}), &out("2"), json!({})).await;
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    enoki.wait_pass(&env, "quiet").await;
     assert_eq!(
         data_of(&env, "quiet-out").await.unwrap()["v"],
         "1",
@@ -436,8 +436,9 @@ async fn deferred_inputs_roll_out_under_the_cooldown() {
     .await;
     // A restart keeps the pace: the cooldown is persisted in the Compositions' status.
     drop(enoki);
-    let _enoki = Enoki::start_with(&env.namespace, &["--rollout-cooldown", "20s"]);
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    let enoki = Enoki::start_with(&env.namespace, &["--rollout-cooldown", "20s"]);
+    enoki.wait_pass(&env, "one").await;
+    enoki.wait_pass(&env, "two").await;
     let now = (uuid("one").await.unwrap(), uuid("two").await.unwrap());
     assert_eq!(
         changed(&now),
@@ -555,15 +556,8 @@ async fn bad_cascading_annotation_values_warn_and_do_not_block() {
             && r.message.contains("\"yes\"")),
         "{results:?}"
     );
-    let events: Api<k8s_openapi::api::events::v1::Event> = env.api();
-    let event = eventually("an InvalidAnnotation event", WAIT, || async {
-        events
-            .list(&Default::default())
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .find(|e| e.reason.as_deref() == Some("InvalidAnnotation"))
+    let event = harness::wait_event(&env, "an InvalidAnnotation event", |e| {
+        e.reason.as_deref() == Some("InvalidAnnotation")
     })
     .await;
     let note = event.note.unwrap_or_default();

@@ -13,17 +13,7 @@ use harness::workspace_root;
 use harness::{Proc, free_port, tempdir, wait_port};
 
 fn enoki(args: &[&str]) -> Output {
-    let bin = workspace_root().join("target/debug/enoki");
-    assert!(
-        bin.exists(),
-        "{} is missing (make test builds it)",
-        bin.display()
-    );
-    Command::new(bin)
-        .args(args)
-        .current_dir(workspace_root())
-        .output()
-        .unwrap()
+    harness::enoki_cli(args)
 }
 
 fn sample() -> PathBuf {

@@ -375,19 +375,7 @@ async fn a_tenant_with_namespace_edit_can_do_no_more_through_enoki() {
     let message = refused(&team_a, "second", "Reconciled", "Conflict").await;
     assert!(message.contains(&format!("{a}/first")), "{message}");
     let comps = team_a.api::<Composition>();
-    comps
-        .delete("second", &DeleteParams::default())
-        .await
-        .unwrap();
-    eventually("second gone", WAIT, || async {
-        comps
-            .get_opt("second")
-            .await
-            .unwrap()
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    harness::delete_and_wait(&comps, "second").await;
     assert_eq!(
         cms.get("shared").await.unwrap().data.unwrap()["owner"],
         "first"
@@ -458,19 +446,7 @@ async fn a_tenant_with_namespace_edit_can_do_no_more_through_enoki() {
 
     // team-a's refused dependsOn on team-b's app is no dependency: team-b deletes it freely.
     let theirs_comps = team_b.api::<Composition>();
-    theirs_comps
-        .delete("app", &DeleteParams::default())
-        .await
-        .unwrap();
-    eventually("team-b's app deleted", WAIT, || async {
-        theirs_comps
-            .get_opt("app")
-            .await
-            .unwrap()
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    harness::delete_and_wait(&theirs_comps, "app").await;
 
     // The controller is still serving (it survived every refusal).
     let port = enoki.metrics_port.unwrap();

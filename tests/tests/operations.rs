@@ -90,19 +90,10 @@ async fn synthesis_failures_become_warning_events() {
     set_input(&env, "x").await;
     harness::apply_composition(&env, "hello", &synth, "hello-config", json!({})).await;
     let _enoki = Enoki::start(&env.namespace);
-    let events: Api<k8s_openapi::api::events::v1::Event> = env.api();
-    let ev = eventually("a Warning event with reason ExitCode", WAIT, || async {
-        events
-            .list(&Default::default())
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .find(|e| {
-                e.reason.as_deref() == Some("ExitCode")
-                    && e.type_.as_deref() == Some("Warning")
-                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("hello")
-            })
+    let ev = harness::wait_event(&env, "a Warning event with reason ExitCode", |e| {
+        e.reason.as_deref() == Some("ExitCode")
+            && e.type_.as_deref() == Some("Warning")
+            && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("hello")
     })
     .await;
     assert!(ev.note.unwrap_or_default().contains("bad input"));
@@ -171,7 +162,8 @@ async fn with_two_replicas_only_the_leader_writes_and_the_other_takes_over() {
         (message(&env).await.as_deref() == Some("failover, world")).then_some(())
     })
     .await;
-    assert!(second.logs().contains("acquired leadership"));
+    // The standby answers /readyz only once it holds the leader Lease.
+    assert_eq!(http_get(p2, "/readyz").0, 200);
 }
 
 #[tokio::test]

@@ -107,7 +107,7 @@ async fn survives_api_server_and_etcd_restarts_and_a_60s_outage() {
     readyz_is(&enoki, 200, "/readyz recovers after the outage").await;
     converged(&env, "1", n, "still converged after the outage").await;
     // Its inputs did not change: nothing was synthesized again.
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    enoki.wait_pass(&env, "app").await;
     assert_eq!(
         enoki.metric("enoki_synthesis_runs_total").unwrap(),
         runs,

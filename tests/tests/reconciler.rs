@@ -12,7 +12,7 @@ use harness::invariants::{assert_converged, wait_converged};
 use harness::{Enoki, TestEnv, eventually, install_crds, install_synthesizer, sample_module};
 use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -246,19 +246,7 @@ async fn deleting_the_composition_removes_its_resources_then_the_composition() {
     let comp = wait_ready(&env, &enoki).await;
     assert!(comp.finalizers().iter().any(|f| f == "enoki.dev/cleanup"));
     let comps: Api<Composition> = env.api();
-    comps
-        .delete("hello", &DeleteParams::default())
-        .await
-        .unwrap();
-    eventually("the composition to be gone", WAIT, || async {
-        comps
-            .get_opt("hello")
-            .await
-            .unwrap()
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    harness::delete_and_wait(&comps, "hello").await;
     let cms: Api<ConfigMap> = env.api();
     for name in ["hello-settings", "hello-message"] {
         assert!(
@@ -298,11 +286,10 @@ async fn a_restart_makes_no_writes_to_in_sync_resources() {
             .map(|c| (c.name_any(), c.resource_version().unwrap()))
             .collect()
     };
-    // Let any in-flight status settle, then record.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Stopped first: no write of the first process can land after the record.
+    enoki.stop();
     let before = versions(cms.list(&lp).await.unwrap().items);
     assert_eq!(before.len(), 5);
-    enoki.stop();
     let since = harness::now_rfc3339();
     let restarted = Enoki::start(&env.namespace);
     // The new process reconciles everything once (watch start) and finds it in sync.
@@ -318,7 +305,8 @@ async fn a_restart_makes_no_writes_to_in_sync_resources() {
         },
     )
     .await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    restarted.wait_passes_since_start(1).await;
+    harness::audit_barrier(&env).await;
     let after = versions(cms.list(&lp).await.unwrap().items);
     assert_eq!(
         before,
@@ -446,7 +434,7 @@ async fn the_force_resynthesis_annotation_forces_a_new_synthesis() {
         Some("1")
     );
     // Same inputs, same module: the output is byte-identical, so nothing is rewritten.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    enoki.wait_pass(&env, "hello").await;
     assert_eq!(
         comps
             .get("hello")

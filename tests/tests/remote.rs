@@ -17,26 +17,7 @@ use serde_json::json;
 
 /// Runs the enoki CLI against the management cluster: (exit code, stdout + stderr).
 fn enoki(args: &[&str]) -> (i32, String) {
-    let bin = harness::workspace_root().join("target/debug/enoki");
-    assert!(
-        bin.exists(),
-        "{} is missing (make test builds it)",
-        bin.display()
-    );
-    let out = std::process::Command::new(bin)
-        .args(args)
-        .env("KUBECONFIG", harness::kubeconfig_path())
-        .env_remove("ENOKI_REMOTE_KUBECONFIG")
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
+    harness::enoki_cli_text(args)
 }
 
 fn cm(name: &str, x: &str) -> serde_json::Value {

@@ -348,7 +348,7 @@ async fn typoed_and_empty_outputs_never_delete_what_was_applied() {
     .unwrap();
     let msg = wait_condition(&env, "echo", "Synthesized", "False", "EmptyOutput").await;
     assert!(msg.contains("allowEmpty"), "{msg}");
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    enoki.wait_pass(&env, "echo").await;
     assert!(
         cms.get_opt("kept").await.unwrap().is_some(),
         "nothing deleted"

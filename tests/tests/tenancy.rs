@@ -72,19 +72,7 @@ async fn two_compositions_emitting_one_object_the_first_keeps_it_the_second_repo
 
     // Deleting the second leaves the first's object alone (and removes its own).
     let comps: Api<Composition> = env.api();
-    comps
-        .delete("second", &DeleteParams::default())
-        .await
-        .unwrap();
-    eventually("second gone", WAIT, || async {
-        comps
-            .get_opt("second")
-            .await
-            .unwrap()
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    harness::delete_and_wait(&comps, "second").await;
     assert!(cms.get_opt("second-own").await.unwrap().is_none());
     let cm = cms.get("shared").await.unwrap();
     assert_eq!(cm.data.unwrap()["owner"], "first");

@@ -37,5 +37,8 @@ fn every_seed_regression_and_corpus_input_runs_without_a_panic() {
         }
     }
     assert!(failures.is_empty(), "inputs that panic: {failures:#?}");
-    assert!(replayed >= enoki_fuzz::TARGETS.len(), "{replayed} inputs replayed");
+    assert!(
+        replayed >= enoki_fuzz::TARGETS.len(),
+        "{replayed} inputs replayed"
+    );
 }
