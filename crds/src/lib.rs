@@ -30,3 +30,5 @@ pub use synthesizer::*;
 pub const GROUP: &str = "enoki.dev";
 /// The API version of every enoki resource.
 pub const VERSION: &str = "v1alpha1";
+/// `apiVersion` of every enoki resource (`enoki.dev/v1alpha1`).
+pub const API_VERSION: &str = "enoki.dev/v1alpha1";

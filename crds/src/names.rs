@@ -19,6 +19,29 @@ pub const EVENT_REASON_TAG: &str = "enoki.dev/event-reason";
 /// implicit Composition); any other value → that finalizer (e.g. an upstream operator's own),
 /// released after one last synthesis that sees the deletion and after the outputs are gone.
 pub const INSTANCE_FINALIZER_ANNOTATION: &str = "enoki.dev/instance-finalizer";
+/// Label on ResourceSlices: the owning Composition's name.
+pub const SLICE_COMPOSITION_LABEL: &str = "enoki.dev/composition";
+/// The key observed outputs are tracked under in a Composition's `inputRevisions`.
+pub const OBSERVED_REVISION_KEY: &str = "enoki.dev/observed";
+/// Label on implicit (instance-mode) Compositions: the Synthesizer they run.
+pub const INSTANCE_OF_LABEL: &str = "enoki.dev/instance-of";
+/// Label on the Synthesizers enoki installs for its built-ins.
+pub const BUILTIN_LABEL: &str = "enoki.dev/builtin";
+
+/// The kinds of enoki's own API, as owner references and GVKs name them.
+pub mod kinds {
+    /// `Composition`.
+    pub const COMPOSITION: &str = "Composition";
+    /// `Synthesizer`.
+    pub const SYNTHESIZER: &str = "Synthesizer";
+    /// `Symphony`.
+    pub const SYMPHONY: &str = "Symphony";
+    /// `ResourceSlice`.
+    pub const RESOURCE_SLICE: &str = "ResourceSlice";
+}
+
+/// `apiVersion`s a Patch pseudo-resource may have (Eno's and enoki's).
+pub const PATCH_API_VERSIONS: [&str; 2] = ["eno.azure.io/v1", "enoki.dev/v1alpha1"];
 
 /// An annotation key and its Eno alias; both are accepted, `enoki` wins when both are set.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

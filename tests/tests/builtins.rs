@@ -303,11 +303,7 @@ async fn lepton_state_machine(l: &Lepton, enoki: &Enoki) {
     };
     set_status(2, 1).await;
     enoki
-        .wait_pass_of(
-            &l.lds.clone().into_client(),
-            &l.ns,
-            "leptondeployment-llama",
-        )
+        .wait_pass_of(&l.lds.clone().into_client(), &l.ns, "llama")
         .await;
     assert_eq!(
         state().await.as_deref(),
@@ -637,7 +633,7 @@ async fn trustee_hand_edits(env: &TestEnv, kbs: &Api<DynamicObject>, toml: &str,
         },
     )
     .await;
-    enoki.wait_pass(env, "trusteeconfig-tc").await;
+    enoki.wait_pass(env, "tc").await;
     let k = spec(kbs.get("tc-kbs-config").await.unwrap());
     assert_eq!(
         k["KbsDeploymentSpec"]["replicas"],
@@ -878,7 +874,7 @@ async fn trustee_tls_change_keeps_hand_edits(
         },
     )
     .await;
-    enoki.wait_pass(env, "trusteeconfig-secure").await;
+    enoki.wait_pass(env, "secure").await;
     assert_eq!(
         data("secure-https-key-secret", "privateKey").await,
         "kbs-https-key",

@@ -14,8 +14,7 @@ use super::{Context, Error, kube_err};
 use crds::names::FIELD_MANAGER;
 use crds::{CollectionRef, Composition, CompositionStatus};
 
-/// The key observed outputs are tracked under in `inputRevisions`.
-pub const OBSERVED_REVISION_KEY: &str = "enoki.dev/observed";
+pub use crds::names::OBSERVED_REVISION_KEY;
 /// The key the instance is bound under in instance mode.
 pub const SELF_KEY: &str = "self";
 

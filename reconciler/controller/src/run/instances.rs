@@ -40,8 +40,7 @@ use crds::{Composition, Synthesizer};
 
 /// Field manager of the implicit Compositions.
 const MANAGER: &str = "enoki-instances";
-/// Label on implicit Compositions: the Synthesizer they run.
-pub const INSTANCE_OF_LABEL: &str = "enoki.dev/instance-of";
+pub use crds::names::INSTANCE_OF_LABEL;
 
 struct Instance {
     ctx: Arc<Context>,

@@ -18,7 +18,7 @@ use prometheus_client::registry::Registry;
 
 /// Label set with one bounded label.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct Outcome {
+pub struct OutcomeLabel {
     /// A fixed, bounded value (an op, a reason, a category).
     pub outcome: String,
 }
@@ -59,13 +59,13 @@ pub struct Metrics {
     /// Reconcile durations.
     pub reconcile_duration: Histogram,
     /// Reconcile errors by category.
-    pub reconcile_errors: Family<Outcome, Counter>,
+    pub reconcile_errors: Family<OutcomeLabel, Counter>,
     /// Syntheses by outcome (`success` or the failure reason).
-    pub synthesis_runs: Family<Outcome, Counter>,
+    pub synthesis_runs: Family<OutcomeLabel, Counter>,
     /// Synthesis durations.
     pub synthesis_duration: Histogram,
     /// Apply operations by op and result.
-    pub apply_ops: Family<Outcome, Counter>,
+    pub apply_ops: Family<OutcomeLabel, Counter>,
     /// Resources in current syntheses (last observed).
     pub managed_resources: Gauge,
     /// Peak linear memory of wasm synthesis runs.
@@ -81,7 +81,7 @@ pub struct Metrics {
     /// Kinds with a running watch (inputs + managed objects).
     pub watched_kinds: Gauge,
     /// Module fetch-and-compile attempts by outcome (`Ready` or the failure's kind).
-    pub module_fetches: Family<Outcome, Counter>,
+    pub module_fetches: Family<OutcomeLabel, Counter>,
     /// 1 for each shard whose Lease this replica holds (and whose controllers run here).
     pub shard_held: Family<ShardLabel, Gauge>,
     /// Compositions in the cache of each shard held here.
@@ -221,9 +221,9 @@ impl Metrics {
     }
 
     /// Counts one labelled event.
-    pub fn count(family: &Family<Outcome, Counter>, outcome: &str) {
+    pub fn count(family: &Family<OutcomeLabel, Counter>, outcome: &str) {
         family
-            .get_or_create(&Outcome {
+            .get_or_create(&OutcomeLabel {
                 outcome: outcome.to_string(),
             })
             .inc();

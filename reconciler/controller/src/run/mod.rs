@@ -19,6 +19,7 @@
 
 pub(crate) mod cluster;
 pub(crate) mod composition;
+mod condition;
 pub(crate) mod context;
 pub mod diff;
 pub mod error;
@@ -31,7 +32,6 @@ pub(crate) mod resources;
 pub mod sandbox;
 pub mod shard;
 mod start;
-mod status;
 mod symphony;
 mod tenancy;
 pub(crate) mod watches;
@@ -196,7 +196,7 @@ fn error_policy(comp: Arc<Composition>, err: &Error, ctx: Arc<Context>) -> Actio
         ctx.event(&comp, true, category, "Reconcile", chain.clone())
             .await;
         let mut st = comp.status.clone().unwrap_or_default();
-        status::set_condition(
+        condition::set_condition(
             &mut st.conditions,
             crds::names::conditions::RECONCILED,
             false,
@@ -204,7 +204,7 @@ fn error_policy(comp: Arc<Composition>, err: &Error, ctx: Arc<Context>) -> Actio
             &format!("{category}: {chain}"),
             comp.metadata.generation,
         );
-        if let Err(e) = composition::status::write(&ctx, &comp, &st).await {
+        if let Err(e) = composition::status_write::write(&ctx, &comp, &st).await {
             tracing::debug!(error = %e, "cannot write the failure condition");
         }
     });
@@ -228,8 +228,8 @@ async fn install_builtins(ctx: &Context) {
             ]);
         }
         let mut synth = serde_json::json!({
-            "apiVersion": "enoki.dev/v1alpha1", "kind": "Synthesizer",
-            "metadata": {"name": name, "labels": {"enoki.dev/builtin": "true"}},
+            "apiVersion": crds::API_VERSION, "kind": crds::names::kinds::SYNTHESIZER,
+            "metadata": {"name": name, "labels": {crds::names::BUILTIN_LABEL: "true"}},
             "spec": spec,
         });
         if let Some(f) = builtins::instance_finalizer(name) {

@@ -59,7 +59,7 @@ impl Shard {
         match slice
             .owner_references()
             .iter()
-            .find(|o| o.kind == "Composition")
+            .find(|o| o.kind == crds::names::kinds::COMPOSITION)
         {
             Some(o) => self.owns_uid(&o.uid),
             None => self.index == 0,

@@ -20,7 +20,7 @@ async fn dependency(
     namespace: &str,
     name: &str,
 ) -> Result<Option<Composition>, Error> {
-    let gvk = GroupVersionKind::gvk(crds::GROUP, crds::VERSION, "Composition");
+    let gvk = GroupVersionKind::gvk(crds::GROUP, crds::VERSION, crds::names::kinds::COMPOSITION);
     let ar = ApiResource::erase::<Composition>(&());
     let obj = super::observe::read(ctx, comp, (&gvk, &ar, true), namespace, name)
         .await

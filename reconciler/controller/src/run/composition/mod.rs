@@ -13,7 +13,7 @@ pub(crate) mod finalizer;
 pub(crate) mod history;
 pub(crate) mod observe;
 pub(crate) mod slices;
-pub(crate) mod status;
+pub(crate) mod status_write;
 pub(crate) mod synthesize;
 pub(crate) mod trigger;
 
@@ -31,6 +31,9 @@ use crds::{Composition, CompositionStatus, InputRevision, SimplifiedStatus};
 use synthesize::fail;
 use trigger::Trigger;
 
+mod deletion;
+use deletion::*;
+
 /// Reconciles one Composition.
 ///
 /// # Errors
@@ -45,7 +48,7 @@ pub async fn reconcile(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Acti
         })
         .inc();
     let start = std::time::Instant::now();
-    let comp = status::fresh(&ctx, comp);
+    let comp = status_write::fresh(&ctx, comp);
     let result = match finalizer::state(&comp) {
         finalizer::State::Released => Ok(Action::await_change()),
         finalizer::State::Missing => finalizer::add(&ctx, &comp).await,
@@ -61,77 +64,6 @@ pub async fn reconcile(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Acti
         .reconcile_duration
         .observe(start.elapsed().as_secs_f64());
     result
-}
-
-/// Deletion: wait for dependents, then delete (or orphan) every resource in deletion-group
-/// order; release the finalizer once nothing is left.
-async fn delete(ctx: &Arc<Context>, comp: &Arc<Composition>) -> Result<Action, Error> {
-    if symphony_gone_and_forced(ctx, comp).await? {
-        tracing::warn!(
-            "forceDeleteWhenSymphonyGone: the owning Symphony is gone; releasing the finalizer \
-             without deleting resources"
-        );
-        finalizer::release(ctx, comp).await?;
-        return Ok(Action::await_change());
-    }
-    if let Err(msg) = ctx.remote_user_of(comp) {
-        // It may act nowhere on the target: nothing can be deleted on its behalf, and its
-        // deletion (or its namespace's) must not hang.
-        tracing::warn!(%msg, "releasing the finalizer of a Composition that may act nowhere");
-        finalizer::release(ctx, comp).await?;
-        return Ok(Action::await_change());
-    }
-    let mut st = comp.status.clone().unwrap_or_default();
-    let dependents = dependencies::dependents(ctx, comp).await?;
-    if !dependents.is_empty() {
-        st.dependency_status = Some(crds::DependencyStatus {
-            blocked: true,
-            reason: Some(reasons::WAITING_ON_DEPENDENTS.into()),
-            blocked_by: dependents,
-        });
-        st.simplified = Some(SimplifiedStatus {
-            status: "Deleting".into(),
-            error: Some(reasons::WAITING_ON_DEPENDENTS.into()),
-        });
-        status::write(ctx, comp, &st).await?;
-        return Ok(Action::requeue(ctx.opts.readiness_poll));
-    }
-    st.dependency_status = None;
-    let pass = resources::reconcile(ctx, comp, &mut st, true, false).await?;
-    if pass.settled {
-        finalizer::release(ctx, comp).await?;
-        return Ok(Action::await_change());
-    }
-    status::write(ctx, comp, &st).await?;
-    Ok(Action::requeue(ctx.opts.readiness_poll))
-}
-
-/// Eno's `forceDeleteWhenSymphonyGone`: the Composition says `"true"` and the Symphony that
-/// owns it no longer exists, so nothing is left to wait for.
-async fn symphony_gone_and_forced(ctx: &Context, comp: &Composition) -> Result<bool, Error> {
-    let key = crds::names::annotations::FORCE_DELETE_WHEN_SYMPHONY_GONE;
-    let a = comp.annotations();
-    if a.get(key.enoki)
-        .or_else(|| a.get(key.eno))
-        .map(String::as_str)
-        != Some("true")
-    {
-        return Ok(false);
-    }
-    let Some(owner) = comp
-        .owner_references()
-        .iter()
-        .find(|o| o.kind == "Symphony")
-    else {
-        return Ok(false);
-    };
-    let syms: kube::Api<crds::Symphony> =
-        kube::Api::namespaced(ctx.client.clone(), &comp.namespace().unwrap_or_default());
-    let found = syms
-        .get_opt(&owner.name)
-        .await
-        .map_err(super::kube_err("reading the owning Symphony"))?;
-    Ok(found.is_none_or(|s| s.uid().as_deref() != Some(owner.uid.as_str())))
 }
 
 /// What [`converge`] decided before acting.
@@ -288,8 +220,8 @@ async fn converge(ctx: &Arc<Context>, comp: &Arc<Composition>) -> Result<Action,
     if blocked.is_none() || instance.is_some() {
         write_back(ctx, comp, &uid, instance.as_ref()).await;
     }
-    status::write(ctx, comp, &st).await?;
-    let idle = if super::status::is_true(&st.conditions, conditions::READY) {
+    status_write::write(ctx, comp, &st).await?;
+    let idle = if super::condition::is_true(&st.conditions, conditions::READY) {
         ctx.opts.resync
     } else {
         ctx.opts.readiness_poll
@@ -351,7 +283,7 @@ async fn next_synthesis(
         // The current synthesis is the one these inputs give: a blocker that has cleared
         // (an input back, a module fetched again) leaves no stale condition behind.
         if st.current_synthesis.is_some()
-            && !super::status::is_true(&st.conditions, conditions::SYNTHESIZED)
+            && !super::condition::is_true(&st.conditions, conditions::SYNTHESIZED)
         {
             synthesize::synthesized(st, comp.metadata.generation);
         }
@@ -385,7 +317,7 @@ async fn synthesize_now(
             let retry = wait.retry(ctx.opts.readiness_poll);
             match wait {
                 decide::Wait::Mismatched(message) => {
-                    super::status::set_condition(
+                    super::condition::set_condition(
                         &mut st.conditions,
                         conditions::SYNTHESIZED,
                         false,
@@ -414,7 +346,7 @@ async fn synthesize_now(
                     "the next synthesis ({trigger}) waits for the rollout cooldown \
                      (--rollout-cooldown); the current one is still applied"
                 );
-                super::status::set_condition(
+                super::condition::set_condition(
                     &mut st.conditions,
                     conditions::SYNTHESIZED,
                     false,
@@ -443,8 +375,8 @@ async fn synthesize_now(
         limits: o.limits,
     };
     match synthesize::synthesize(ctx, comp, st, req).await? {
-        synthesize::Outcome::Stored => {
-            if let Err(e) = status::write(ctx, comp, st).await {
+        synthesize::SynthesisEnd::Stored => {
+            if let Err(e) = status_write::write(ctx, comp, st).await {
                 // Never write new slices for the same synthesis again; back off like any error.
                 synthesize::status_write_failed(ctx, comp, &e).await;
                 return Err(e);
@@ -453,7 +385,7 @@ async fn synthesize_now(
             slices::delete_stale(ctx, comp, st).await;
             Ok(None)
         }
-        synthesize::Outcome::Failed(requeue) => Ok(Some(requeue)),
+        synthesize::SynthesisEnd::Failed(requeue) => Ok(Some(requeue)),
     }
 }
 
@@ -469,7 +401,7 @@ fn wait_on_dependencies(
         .map(|b| format!("{}/{} ({})", b.namespace, b.name, b.reason))
         .collect();
     let message = format!("{reason}: {}", detail.join(", "));
-    super::status::set_condition(
+    super::condition::set_condition(
         &mut st.conditions,
         conditions::SYNTHESIZED,
         false,

@@ -11,7 +11,7 @@ use kube::{Resource, ResourceExt};
 use serde_json::Value;
 
 use super::super::context::ModuleEntry;
-use super::super::{Context, Error, inputs, module, status};
+use super::super::{Context, Error, condition, inputs, module};
 use crate::synthesis;
 use crds::names::{annotations as keys, conditions, reasons};
 use crds::{Composition, InputRevision, Synthesizer};
@@ -114,7 +114,7 @@ pub(crate) async fn synthesizer(
     comp: &Composition,
 ) -> Result<Option<Synthesizer>, Error> {
     let name = &comp.spec.synthesizer.name;
-    let gvk = GroupVersionKind::gvk(crds::GROUP, crds::VERSION, "Synthesizer");
+    let gvk = GroupVersionKind::gvk(crds::GROUP, crds::VERSION, crds::names::kinds::SYNTHESIZER);
     let ar = ApiResource::erase::<Synthesizer>(&());
     let obj = read(ctx, comp, (&gvk, &ar, false), "", name)
         .await
@@ -252,7 +252,7 @@ async fn report_module(
             super::super::error::chain(e),
         ),
     };
-    status::set_condition(
+    condition::set_condition(
         &mut sst.conditions,
         conditions::READY,
         ok,

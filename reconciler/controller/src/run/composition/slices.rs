@@ -23,8 +23,7 @@ use crds::{
     ResourceState, Synthesis,
 };
 
-/// Label on ResourceSlices: the owning Composition's name.
-pub const SLICE_COMPOSITION_LABEL: &str = "enoki.dev/composition";
+pub use crds::names::SLICE_COMPOSITION_LABEL;
 /// Largest manifest payload per ResourceSlice.
 pub const SLICE_BYTES: usize = 512 * 1024;
 

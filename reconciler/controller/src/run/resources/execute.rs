@@ -20,7 +20,7 @@ use crds::names::{FIELD_MANAGER, reasons};
 
 /// What happened to one step.
 #[derive(Debug, Default)]
-pub(crate) struct Outcome {
+pub(crate) struct StepResult {
     /// The resourceVersion the server returned for a write.
     pub resource_version: Option<String>,
     /// Why the write failed (the server's message).
@@ -34,7 +34,7 @@ pub(crate) struct Outcome {
 
 /// The outcomes of a plan, in step order, and the shortest fight backoff that is pending.
 pub(crate) struct Acted {
-    pub outcomes: Vec<Outcome>,
+    pub outcomes: Vec<StepResult>,
     pub fight_wait: Option<Duration>,
 }
 
@@ -94,12 +94,12 @@ pub(crate) async fn act(
             )
         })
         .collect();
-    let mut indexed: Vec<(usize, Outcome)> = futures::stream::iter(pending)
+    let mut indexed: Vec<(usize, StepResult)> = futures::stream::iter(pending)
         .buffer_unordered(ctx.opts.apply_concurrency.max(1))
         .collect()
         .await;
     indexed.sort_by_key(|(i, _)| *i);
-    let outcomes: Vec<Outcome> = indexed.into_iter().map(|(_, o)| o).collect();
+    let outcomes: Vec<StepResult> = indexed.into_iter().map(|(_, o)| o).collect();
     log_writes(the_plan, &outcomes, &deferred);
     let conflicts = ctx.remember(&uid, |m| {
         record_failures(&mut m.backoff, the_plan, &outcomes, started);
@@ -133,7 +133,7 @@ pub(crate) async fn act(
 fn count_corrections(
     fights: &mut std::collections::HashMap<ResourceKey, fights::Fight>,
     the_plan: &Plan,
-    outcomes: &[Outcome],
+    outcomes: &[StepResult],
     observations: &HashMap<ResourceKey, Observation>,
     deferred: &std::collections::BTreeSet<ResourceKey>,
     is_correction: &dyn Fn(&plan::Step) -> bool,
@@ -167,7 +167,7 @@ fn count_corrections(
 
 fn log_writes(
     the_plan: &Plan,
-    outcomes: &[Outcome],
+    outcomes: &[StepResult],
     deferred: &std::collections::BTreeSet<ResourceKey>,
 ) {
     let writes = the_plan
@@ -186,7 +186,7 @@ fn log_writes(
 fn record_failures(
     backoff: &mut std::collections::HashMap<ResourceKey, super::super::context::Backoff>,
     the_plan: &Plan,
-    outcomes: &[Outcome],
+    outcomes: &[StepResult],
     now: Instant,
 ) {
     for (step, outcome) in the_plan.steps.iter().zip(outcomes) {
@@ -206,7 +206,7 @@ fn record_failures(
     }
 }
 
-fn count_ops(ctx: &Context, the_plan: &Plan, outcomes: &[Outcome]) {
+fn count_ops(ctx: &Context, the_plan: &Plan, outcomes: &[StepResult]) {
     for (step, outcome) in the_plan.steps.iter().zip(outcomes) {
         if step.op.is_write() && !outcome.held {
             let result = if outcome.error.is_some() {
@@ -230,10 +230,10 @@ fn summarize(e: &kube::Error) -> String {
     }
 }
 
-fn failed(message: String) -> Outcome {
-    Outcome {
+fn failed(message: String) -> StepResult {
+    StepResult {
         error: Some(message),
-        ..Outcome::default()
+        ..StepResult::default()
     }
 }
 
@@ -245,7 +245,7 @@ async fn execute(
     obs: Option<&Observation>,
     held: Option<String>,
     migrating: &[String],
-) -> (usize, Outcome) {
+) -> (usize, StepResult) {
     (index, execute_one(op, key, obs, held, migrating).await)
 }
 
@@ -255,16 +255,16 @@ async fn execute_one(
     obs: Option<&Observation>,
     held: Option<String>,
     migrating: &[String],
-) -> Outcome {
+) -> StepResult {
     if let Some(last) = held {
-        return Outcome {
+        return StepResult {
             error: Some(last),
             held: true,
-            ..Outcome::default()
+            ..StepResult::default()
         };
     }
     if matches!(op, Op::Skip { .. } | Op::Wait { .. } | Op::Conflict { .. }) {
-        return Outcome::default();
+        return StepResult::default();
     }
     let Some(api) = obs.and_then(|o| o.api.as_ref()) else {
         return failed(format!(
@@ -278,10 +278,10 @@ async fn execute_one(
             let resource_version = written
                 .as_ref()
                 .and_then(|o| o.metadata.resource_version.clone());
-            Outcome {
+            StepResult {
                 resource_version,
                 object: written.and_then(|o| serde_json::to_value(o).ok()),
-                ..Outcome::default()
+                ..StepResult::default()
             }
         }
         Err(e) => failed(e),

@@ -28,7 +28,7 @@ use plan::{Plan, ResourceKey};
 use serde_json::Value;
 
 use super::composition::slices::{self, Loaded};
-use super::{Context, Error, status};
+use super::{Context, Error, condition};
 use crds::names::conditions;
 use crds::{Composition, CompositionStatus};
 
@@ -79,7 +79,7 @@ pub async fn reconcile(
     let prepared = match prepare(ctx, &uid, &current.uuid, &loaded, &info) {
         Ok(p) => p,
         Err(e) => {
-            status::set_condition(
+            condition::set_condition(
                 &mut st.conditions,
                 conditions::RECONCILED,
                 false,

@@ -7,7 +7,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use plan::{Op, Plan, ReadinessState, Recorded, ResourceKey, SkipReason, Step};
 
 use super::super::composition::slices::Loaded;
-use super::execute::Outcome;
+use super::execute::StepResult;
 use crds::ResourceState;
 
 /// The new states of every slice, and what the roll-up needs to explain.
@@ -32,7 +32,7 @@ pub(crate) struct Recording {
 pub(crate) fn record(
     owner_name: &dyn Fn(&str) -> Option<String>,
     the_plan: &Plan,
-    outcomes: &[Outcome],
+    outcomes: &[StepResult],
     loaded: &Loaded,
     recorded: &HashMap<ResourceKey, Recorded>,
     prepared: &plan::Prepared,
@@ -106,7 +106,7 @@ pub(crate) fn record(
 
 /// The readiness of a step's resource after it was written: evaluated on the object the
 /// server returned (the plan evaluated it before the write).
-fn readiness_after(step: &Step, outcome: &Outcome, prepared: &plan::Prepared) -> ReadinessState {
+fn readiness_after(step: &Step, outcome: &StepResult, prepared: &plan::Prepared) -> ReadinessState {
     let (false, Some(object)) = (step.readiness.is_ready(), outcome.object.as_ref()) else {
         return step.readiness.clone();
     };
@@ -126,7 +126,7 @@ fn readiness_after(step: &Step, outcome: &Outcome, prepared: &plan::Prepared) ->
 fn record_success(
     state: &mut ResourceState,
     step: &Step,
-    outcome: &Outcome,
+    outcome: &StepResult,
     recorded: Option<&Recorded>,
     now: &Time,
 ) {
@@ -238,13 +238,13 @@ mod tests {
             requeue: None,
         };
         let outcomes = vec![
-            Outcome {
+            StepResult {
                 resource_version: Some("5".into()),
-                ..Outcome::default()
+                ..StepResult::default()
             },
-            Outcome {
+            StepResult {
                 error: Some("Forbidden: no".into()),
-                ..Outcome::default()
+                ..StepResult::default()
             },
         ];
         let now = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
@@ -293,7 +293,7 @@ mod tests {
         let rec = record(
             &|_: &str| None,
             &the_plan,
-            &[Outcome::default()],
+            &[StepResult::default()],
             &loaded(&["a"]),
             &carried,
             &empty(),
@@ -329,10 +329,10 @@ mod tests {
             )],
             requeue: None,
         };
-        let written = Outcome {
+        let written = StepResult {
             resource_version: Some("3".into()),
             object: Some(manifest),
-            ..Outcome::default()
+            ..StepResult::default()
         };
         let now = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
         let rec = record(

@@ -4,7 +4,7 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::super::composition::slices::Loaded;
-use super::super::status;
+use super::super::condition;
 use super::record::Recording;
 use crds::names::{conditions, reasons};
 use crds::{CompositionStatus, SimplifiedStatus};
@@ -59,7 +59,7 @@ impl Rollup {
         now: &Time,
     ) {
         if deleting {
-            status::set_condition(
+            condition::set_condition(
                 &mut st.conditions,
                 conditions::READY,
                 false,
@@ -101,7 +101,7 @@ impl Rollup {
         } else {
             (false, reasons::NOT_READY, "applying resources".into())
         };
-        status::set_condition(
+        condition::set_condition(
             &mut st.conditions,
             conditions::RECONCILED,
             ok,
@@ -124,7 +124,7 @@ impl Rollup {
             reasons::NOT_READY
         };
         let c = &mut st.conditions;
-        status::set_condition(
+        condition::set_condition(
             c,
             conditions::READY,
             self.all_ready,
@@ -132,7 +132,7 @@ impl Rollup {
             &message,
             generation,
         );
-        status::set_condition(
+        condition::set_condition(
             c,
             conditions::RECONCILING,
             !self.all_ready,
@@ -140,8 +140,8 @@ impl Rollup {
             &message,
             generation,
         );
-        if status::is_true(c, conditions::SYNTHESIZED) {
-            status::set_condition(
+        if condition::is_true(c, conditions::SYNTHESIZED) {
+            condition::set_condition(
                 c,
                 conditions::STALLED,
                 false,
@@ -157,7 +157,7 @@ impl Rollup {
             status: s.into(),
             error: None,
         };
-        if !status::is_true(&st.conditions, conditions::SYNTHESIZED) {
+        if !condition::is_true(&st.conditions, conditions::SYNTHESIZED) {
             st.simplified.clone().unwrap_or(word("Failed"))
         } else if !self.errors.is_empty() {
             SimplifiedStatus {
@@ -181,7 +181,7 @@ mod tests {
 
     fn status_with_synthesized() -> CompositionStatus {
         let mut st = CompositionStatus::default();
-        status::set_condition(
+        condition::set_condition(
             &mut st.conditions,
             conditions::SYNTHESIZED,
             true,
@@ -227,7 +227,7 @@ mod tests {
         assert!(r.all_ready && r.all_reconciled);
         let mut st = status_with_synthesized();
         r.apply_to(&mut st, Some(1), false, &now);
-        assert!(status::is_true(&st.conditions, conditions::READY));
+        assert!(condition::is_true(&st.conditions, conditions::READY));
         assert_eq!(
             st.simplified.as_ref().map(|s| s.status.as_str()),
             Some("Ready")

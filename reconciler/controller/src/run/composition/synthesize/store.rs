@@ -1,0 +1,211 @@
+//! Storing a synthesis: its ResourceSlices written (or the unrecorded ones of a failed status
+//! write reused), the objects it emits outside the namespace recorded, instance write-backs
+//! split off, and the history moved along (previous ← current ← new).
+
+use super::*;
+
+/// Stores a successful output: keeps the current slices when an input-only change produced
+/// identical resources, otherwise writes new slices (with tombstones) and swaps
+/// previous ← current ← new.
+pub(super) async fn store(
+    ctx: &Arc<Context>,
+    comp: &Composition,
+    st: &mut CompositionStatus,
+    req: &Request<'_>,
+    instance: Option<&Value>,
+    out: synthesis::Synthesized,
+    fp: &str,
+) -> Result<SynthesisEnd, Error> {
+    let uid = comp.uid().unwrap_or_default();
+    publish_result_events(ctx, comp, instance, &out.results).await;
+    let kept = out.clone();
+    let (items, write_back) = split_write_back(out.items, instance);
+    let had_resources = match &st.current_synthesis {
+        Some(cur) if items.is_empty() => inputs::emitted(ctx, comp, cur)
+            .await?
+            .is_none_or(|e| !e.is_empty()),
+        _ => false,
+    };
+    if let Some(message) = refuse_empty(comp, req.synth, had_resources, &items) {
+        refuse(ctx, comp, st, fp, reasons::EMPTY_OUTPUT, &message).await;
+        return Ok(SynthesisEnd::Failed(RETRY_CAP));
+    }
+    let mut next = st.in_flight_synthesis.take().unwrap_or_default();
+    next.input_digest = Some(out.input_digest);
+    next.output_digest = Some(out.output_digest);
+    next.results = out.results;
+    next.synthesized = Some(Time(k8s_openapi::jiff::Timestamp::now()));
+    let unchanged = match &st.current_synthesis {
+        Some(cur) if req.trigger.may_keep_slices() => inputs::emitted(ctx, comp, cur)
+            .await?
+            .is_some_and(|emitted| emitted == items),
+        _ => false,
+    };
+    let uuid = next.uuid.clone();
+    if let (true, Some(cur)) = (unchanged, st.current_synthesis.as_ref()) {
+        next.uuid = cur.uuid.clone();
+        next.resource_slices = cur.resource_slices.clone();
+        next.outside_namespace = cur.outside_namespace.clone();
+        next.reconciled = cur.reconciled.clone();
+        next.ready = cur.ready.clone();
+        next.attempts = 0;
+        st.current_synthesis = Some(next);
+        tracing::debug!("re-synthesized with identical output; slices kept");
+    } else {
+        match write_new(ctx, comp, st, &items, &uuid, (fp, kept)).await? {
+            Ok(refs) => next.resource_slices = refs,
+            Err(requeue) => return Ok(SynthesisEnd::Failed(requeue)),
+        }
+        next.outside_namespace = outside_namespace(&items, &comp.namespace().unwrap_or_default());
+        ctx.remember(&uid, |m| {
+            m.unrecorded = Some((fp.to_string(), next.clone()))
+        });
+        st.previous_synthesis = st.current_synthesis.take();
+        st.current_synthesis = Some(next);
+    }
+    if req.synth.spec.for_kind.is_some() {
+        ctx.remember(&uid, |m| m.status_write = Some(write_back));
+    }
+    ctx.remember(&uid, |m| m.failed = None);
+    synthesized(st, comp.metadata.generation);
+    tracing::info!(synthesis = %uuid, resources = items.len(), unchanged, trigger = %req.trigger, "synthesized");
+    Ok(SynthesisEnd::Stored)
+}
+
+/// Slices written before for this Composition whose status write failed: recorded again
+/// (same fingerprint; nothing is run or written) or deleted (an older trigger's orphans).
+pub(super) async fn reuse_unrecorded(
+    ctx: &Arc<Context>,
+    comp: &Composition,
+    st: &mut CompositionStatus,
+    fp: &str,
+) -> Option<SynthesisEnd> {
+    let uid = comp.uid().unwrap_or_default();
+    let (f, next) = ctx.remember(&uid, |m| m.unrecorded.take())?;
+    let landed = [&st.current_synthesis, &st.previous_synthesis]
+        .into_iter()
+        .flatten()
+        .any(|s| s.uuid == next.uuid);
+    if landed {
+        return None;
+    }
+    if f != fp {
+        super::super::slices::delete(ctx, comp, &next.resource_slices).await;
+        return None;
+    }
+    tracing::debug!(synthesis = %next.uuid, "recording the slices of a synthesis whose status write failed");
+    ctx.remember(&uid, |m| m.unrecorded = Some((f, next.clone())));
+    st.in_flight_synthesis = None;
+    st.previous_synthesis = st.current_synthesis.take();
+    st.current_synthesis = Some(next);
+    synthesized(st, comp.metadata.generation);
+    Some(SynthesisEnd::Stored)
+}
+
+/// The status write that would record a new synthesis failed. Transient: its slices stay and
+/// the retry records them. Terminal (too large, invalid, forbidden): they are deleted and this
+/// fingerprint is not synthesized again before [`RETRY_CAP`].
+pub(crate) async fn status_write_failed(ctx: &Arc<Context>, comp: &Composition, e: &Error) {
+    if e.is_transient() {
+        return;
+    }
+    let uid = comp.uid().unwrap_or_default();
+    let Some((fp, s)) = ctx.remember(&uid, |m| m.unrecorded.take()) else {
+        return;
+    };
+    super::super::slices::delete(ctx, comp, &s.resource_slices).await;
+    ctx.remember(&uid, |m| {
+        m.failed = Some(Failed {
+            fingerprint: fp,
+            failures: 1,
+            retry_at: Instant::now() + RETRY_CAP,
+        });
+    });
+}
+
+/// Most objects outside the namespace recorded per synthesis.
+pub(crate) const MAX_OUTSIDE: usize = 300;
+
+/// The items a synthesis emits outside `namespace` (cluster-scoped or elsewhere). Pure.
+pub(crate) fn outside_namespace(items: &[Value], namespace: &str) -> Vec<crds::OutputRef> {
+    items
+        .iter()
+        .filter_map(|i| {
+            let ns = i
+                .pointer("/metadata/namespace")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            (ns != namespace).then(|| crds::OutputRef {
+                api_version: i["apiVersion"].as_str().unwrap_or_default().to_string(),
+                kind: i["kind"].as_str().unwrap_or_default().to_string(),
+                namespace: ns.to_string(),
+                name: i
+                    .pointer("/metadata/name")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string(),
+            })
+        })
+        .take(MAX_OUTSIDE)
+        .collect()
+}
+
+/// Status write-backs (instance mode) are not resources: kept aside, applied to the
+/// instance's status subresource.
+pub(super) fn split_write_back(
+    items: Vec<Value>,
+    instance: Option<&Value>,
+) -> (Vec<Value>, Option<Value>) {
+    let Some(me) = instance else {
+        return (items, None);
+    };
+    let mut write_back = None;
+    let items = items
+        .into_iter()
+        .filter(|i| {
+            if inputs::is_status_write_back(i, me) {
+                write_back = Some(i.clone());
+                false
+            } else {
+                true
+            }
+        })
+        .collect();
+    (items, write_back)
+}
+
+/// Writes the slices of a new synthesis (its items plus tombstones for what the current one
+/// had). `Ok(Err(requeue))`: refused for good (condition set, not retried for this
+/// fingerprint); a transient failure keeps the output for the retry.
+pub(super) async fn write_new(
+    ctx: &Arc<Context>,
+    comp: &Composition,
+    st: &mut CompositionStatus,
+    items: &[Value],
+    uuid: &str,
+    (fp, kept): (&str, synthesis::Synthesized),
+) -> Result<Result<Vec<crds::ResourceSliceRef>, Duration>, Error> {
+    let uid = comp.uid().unwrap_or_default();
+    let mut manifests: Vec<crds::Manifest> = items
+        .iter()
+        .map(|i| crds::Manifest {
+            manifest: i.to_string(),
+            deleted: false,
+        })
+        .collect();
+    manifests.extend(
+        super::super::history::tombstones(ctx, comp, st.current_synthesis.as_ref(), items).await?,
+    );
+    match slices::write(ctx, comp, uuid, manifests).await {
+        Ok(refs) => Ok(Ok(refs)),
+        Err(e) if e.is_transient() => {
+            ctx.remember(&uid, |m| m.pending_output = Some((fp.to_string(), kept)));
+            Err(e)
+        }
+        Err(e) => {
+            let message = super::super::super::error::chain(&e);
+            refuse(ctx, comp, st, fp, reasons::SLICE_WRITE_FAILED, &message).await;
+            Ok(Err(RETRY_CAP))
+        }
+    }
+}

@@ -1,0 +1,275 @@
+//! What runs per shard this replica holds: the Composition, slice and managed-object caches
+//! filtered to the shard, its controllers, and the cluster-wide background work of the leader.
+
+use super::*;
+
+/// Runs the controllers of one shard until shutdown or until its Lease is lost (an error).
+pub(super) async fn run_shard(
+    shared: &Shared,
+    shard: Shard,
+    leadership: Option<tokio::sync::watch::Receiver<bool>>,
+    shutdown: impl std::future::Future<Output = ()> + Clone + Send + Sync + 'static,
+) -> anyhow::Result<()> {
+    let label = metrics::ShardLabel {
+        shard: shard.label(),
+    };
+    shared.metrics.shard_held.get_or_create(&label).set(1);
+    let lost = Arc::new(AtomicBool::new(false));
+    let stop = stop_when(leadership, shutdown, lost.clone()).shared();
+    let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
+    let client = shared.management.client.clone();
+    let watches = Watches::new(
+        client.clone(),
+        shared.target.client.clone(),
+        sender,
+        shard,
+        shared.opts.default_service_account.is_none(),
+    );
+    let changes = futures::stream::unfold(receiver, |mut rx| async move {
+        rx.recv().await.map(|r| (r, rx))
+    });
+    let reporter = kube::runtime::events::Reporter {
+        controller: "enoki".into(),
+        instance: Some(shared.identity.clone()),
+    };
+    let (comp_reader, comp_stream, slice_reader, slice_stream) =
+        caches(&client, &shared.opts, shard);
+    let concurrency = u16::try_from(shared.opts.concurrency.max(1)).unwrap_or(u16::MAX);
+    let ctx = Arc::new(Context::new(Parts {
+        management: shared.management.clone(),
+        target: shared.target.clone(),
+        host: shared.host.clone(),
+        opts: shared.opts.clone(),
+        watches,
+        metrics: shared.metrics.clone(),
+        reporter,
+        compositions: comp_reader.clone(),
+        slices: slice_reader,
+        slots: shared.slots.clone(),
+        synthesis_slots: shared.limits.0.clone(),
+        memory_budget: shared.limits.1.clone(),
+        shard,
+    }));
+    let tasks = background(&ctx, stop.clone()).await;
+    Controller::for_stream(comp_stream, comp_reader)
+        .owns_stream(slice_stream)
+        .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
+        .reconcile_on(changes)
+        .graceful_shutdown_on(stop)
+        .run(composition::reconcile, error_policy, ctx)
+        .for_each(|res| async move {
+            if let Err(e) = res {
+                tracing::debug!(error = %e, "reconcile failed");
+            }
+        })
+        .await;
+    for t in tasks {
+        t.abort();
+    }
+    shared.metrics.shard_held.get_or_create(&label).set(0);
+    if lost.load(Ordering::Relaxed) {
+        anyhow::bail!("lost leadership of shard {shard}");
+    }
+    Ok(())
+}
+
+/// Resolves when leadership is lost (recorded in `lost`) or shutdown was requested.
+pub(super) async fn stop_when(
+    leadership: Option<tokio::sync::watch::Receiver<bool>>,
+    shutdown: impl std::future::Future<Output = ()>,
+    lost: Arc<AtomicBool>,
+) {
+    let lost_leadership = async move {
+        match leadership {
+            Some(mut rx) => loop {
+                if rx.changed().await.is_err() || !*rx.borrow() {
+                    lost.store(true, Ordering::Relaxed);
+                    tracing::warn!("lost leadership; stopping");
+                    break;
+                }
+            },
+            None => futures::future::pending::<()>().await,
+        }
+    };
+    tokio::select! { () = lost_leadership => {}, () = shutdown => {} }
+}
+
+pub(super) type Events<K> = futures::stream::BoxStream<'static, Result<K, watcher::Error>>;
+
+/// The Composition and ResourceSlice caches, and the event streams that wake reconciles.
+pub(super) fn caches(
+    client: &Client,
+    opts: &Options,
+    shard: Shard,
+) -> (
+    reflector::Store<Composition>,
+    Events<Composition>,
+    reflector::Store<ResourceSlice>,
+    Events<ResourceSlice>,
+) {
+    let (comps, slices): (Api<Composition>, Api<ResourceSlice>) = match &opts.namespace {
+        Some(ns) => (
+            Api::namespaced(client.clone(), ns),
+            Api::namespaced(client.clone(), ns),
+        ),
+        None => (Api::all(client.clone()), Api::all(client.clone())),
+    };
+    let mut wc = watcher::Config::default();
+    if let Some(sel) = &opts.label_selector {
+        wc = wc.labels(sel);
+    }
+    let (comp_reader, comp_writer) = reflector::store::<Composition>();
+    let comp_stream = in_shard(watcher(comps, wc).default_backoff(), move |c| shard.owns(c))
+        .modify(|c: &mut Composition| c.managed_fields_mut().clear())
+        .reflect(comp_writer)
+        .applied_objects()
+        .predicate_filter(composition_change, Default::default())
+        .boxed();
+    let (slice_reader, slice_writer) = reflector::store::<ResourceSlice>();
+    let slice_stream = slice_changes(
+        in_shard(
+            watcher(slices, watcher::Config::default()).default_backoff(),
+            move |s| shard.owns_slice(s),
+        )
+        .modify(|s: &mut ResourceSlice| s.managed_fields_mut().clear())
+        .reflect(slice_writer),
+    )
+    .boxed();
+    (comp_reader, comp_stream, slice_reader, slice_stream)
+}
+
+/// Watch events of the objects `owns` accepts (the others never reach the cache).
+pub(super) fn in_shard<K: Send + 'static>(
+    events: impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+    owns: impl Fn(&K) -> bool + Send + 'static,
+) -> impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static {
+    events.filter(move |e| {
+        let keep = match e {
+            Ok(
+                watcher::Event::Apply(o) | watcher::Event::InitApply(o) | watcher::Event::Delete(o),
+            ) => owns(o),
+            _ => true,
+        };
+        futures::future::ready(keep)
+    })
+}
+
+/// ResourceSlice events that matter to their Composition: a new spec (generation) or a
+/// deletion. Status patches (enoki's own) pass through the cache but wake nobody.
+pub(super) fn slice_changes(
+    events: impl futures::Stream<Item = Result<watcher::Event<ResourceSlice>, watcher::Error>>
+    + Send
+    + 'static,
+) -> impl futures::Stream<Item = Result<ResourceSlice, watcher::Error>> + Send + 'static {
+    let mut seen: std::collections::HashMap<ObjectRef<ResourceSlice>, Option<i64>> =
+        std::collections::HashMap::new();
+    events.filter_map(move |e| {
+        let out = match e {
+            Ok(watcher::Event::Apply(s) | watcher::Event::InitApply(s)) => {
+                let r = ObjectRef::from_obj(&s);
+                let generation = s.meta().generation;
+                // A new slice is enoki's own write (the pass that wrote it goes on with it);
+                // only a changed spec concerns the owner. Waking the owner on creation would
+                // skip its error backoff after a failed status write.
+                matches!(seen.insert(r, generation), Some(old) if old != generation)
+                    .then_some(Ok(s))
+            }
+            Ok(watcher::Event::Delete(s)) => {
+                seen.remove(&ObjectRef::from_obj(&s));
+                Some(Ok(s))
+            }
+            Ok(watcher::Event::Init | watcher::Event::InitDone) => None,
+            Err(e) => Some(Err(e)),
+        };
+        futures::future::ready(out)
+    })
+}
+
+/// The Synthesizer, instance and Symphony controllers and built-ins (in shard 0 only), and
+/// the memory sweep.
+pub(super) async fn background(
+    ctx: &Arc<Context>,
+    stop: impl std::future::Future<Output = ()> + Clone + Send + Sync + 'static,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let mut tasks = Vec::new();
+    if ctx.shard.is_first() {
+        cluster_wide(ctx, stop, &mut tasks).await;
+    }
+    // Forget Compositions that disappeared without enoki's finalizer (e.g. while it was down).
+    let sweeper = ctx.clone();
+    tasks.push(tokio::spawn(async move {
+        // Gauges are shared by the shards of the process: each adds its own change.
+        let (mut remembered, mut watched) = (0_i64, 0_i64);
+        let label = metrics::ShardLabel {
+            shard: sweeper.shard.label(),
+        };
+        loop {
+            tokio::time::sleep(Duration::from_secs(15)).await;
+            let n = sweeper.sweep();
+            if n > 0 {
+                tracing::debug!(forgotten = n, "swept memory of deleted Compositions");
+            }
+            let (inputs, managed, _, _) = sweeper.watches.sizes();
+            let m = &sweeper.metrics;
+            let now = i64::try_from(sweeper.remembered()).unwrap_or(i64::MAX);
+            m.remembered.inc_by(now - remembered);
+            remembered = now;
+            let now = i64::try_from(inputs + managed).unwrap_or(i64::MAX);
+            m.watched_kinds.inc_by(now - watched);
+            watched = now;
+            let cached = i64::try_from(sweeper.compositions.state().len()).unwrap_or(i64::MAX);
+            m.shard_compositions.get_or_create(&label).set(cached);
+            let objects = i64::try_from(sweeper.watches.managed_objects()).unwrap_or(i64::MAX);
+            m.shard_managed_objects.get_or_create(&label).set(objects);
+        }
+    }));
+    tasks
+}
+
+/// Work that is not per Composition and runs once per cluster: Synthesizer status,
+/// built-ins, instance Compositions, Symphonies.
+pub(super) async fn cluster_wide(
+    ctx: &Arc<Context>,
+    stop: impl std::future::Future<Output = ()> + Clone + Send + Sync + 'static,
+    tasks: &mut Vec<tokio::task::JoinHandle<()>>,
+) {
+    // Synthesizer status for every Synthesizer, also those no Composition uses yet. Skipped
+    // when scoped to one namespace: Synthesizers are cluster-scoped.
+    if ctx.opts.namespace.is_none() {
+        let synths: Api<crds::Synthesizer> = Api::all(ctx.client.clone());
+        tasks.push(tokio::spawn(
+            Controller::new(synths, watcher::Config::default())
+                .graceful_shutdown_on(stop.clone())
+                .run(
+                    super::super::reconcile_synthesizer,
+                    super::super::synthesizer_error_policy,
+                    ctx.clone(),
+                )
+                .for_each(|_| async {}),
+        ));
+    }
+    super::super::install_builtins(ctx).await;
+    tasks.push(tokio::spawn(instances::run(ctx.clone())));
+    let (syms, owned): (Api<crds::Symphony>, Api<Composition>) = match &ctx.opts.namespace {
+        Some(ns) => (
+            Api::namespaced(ctx.client.clone(), ns),
+            Api::namespaced(ctx.client.clone(), ns),
+        ),
+        None => (Api::all(ctx.client.clone()), Api::all(ctx.client.clone())),
+    };
+    tasks.push(tokio::spawn(
+        Controller::new(syms, watcher::Config::default())
+            .owns(owned, watcher::Config::default())
+            .graceful_shutdown_on(stop)
+            .run(
+                symphony::reconcile,
+                super::super::symphony_error_policy,
+                ctx.clone(),
+            )
+            .for_each(|res| async move {
+                if let Err(e) = res {
+                    tracing::debug!(error = %e, "symphony reconcile failed");
+                }
+            }),
+    ));
+}

@@ -1,0 +1,340 @@
+//! OCI modules: pulls by digest with enoki's own HTTP client (bearer tokens, redirects under the
+//! redirect rule, capped reads, verified digests) and pushes (`enoki module push`).
+
+use super::*;
+
+/// Pulls a module pinned by digest (`registry/repo:tag@sha256:…`) and verifies the manifest
+/// digest, the layer's size and the layer's digest. Tag-only references are refused: a tag can
+/// move, a digest cannot. The pull is enoki's own HTTP client: redirects follow the policy's
+/// rule (a local or insecure registry may redirect only to itself), every body is capped while
+/// it streams, connections and reads time out, and the whole pull ends after
+/// [`PULL_TIMEOUT`].
+///
+/// # Errors
+/// Tag-only references, registry failures (with at most [`MAX_REMOTE_TEXT`] bytes of the
+/// registry's answer), a timeout, a digest mismatch, an artifact without a wasm layer, a layer
+/// over the size cap, a token realm the policy refuses.
+pub async fn pull(reference: &str, policy: &FetchPolicy) -> Result<Vec<u8>, SourceError> {
+    match tokio::time::timeout(policy.timeout, pull_unbounded(reference, policy)).await {
+        Ok(result) => result,
+        Err(_) => Err(SourceError::Remote {
+            action: format!("pulling {reference}"),
+            message: format!(
+                "the registry did not complete the pull within {:?} (--module-fetch-timeout)",
+                policy.timeout
+            ),
+        }),
+    }
+}
+
+/// Accept header of a manifest request.
+pub(super) const MANIFEST_TYPES: &str = "application/vnd.oci.image.manifest.v1+json, \
+    application/vnd.docker.distribution.manifest.v2+json";
+
+pub(super) struct Registry {
+    pub(crate) http: reqwest::Client,
+    pub(crate) base: String,
+    pub(crate) repository: String,
+    pub(crate) reference: String,
+    pub(crate) insecure: bool,
+    pub(crate) token: Option<String>,
+}
+
+impl Registry {
+    pub(super) fn remote(&self, e: impl std::fmt::Display) -> SourceError {
+        SourceError::Remote {
+            action: format!("pulling {}", self.reference),
+            message: remote_text(&e.to_string()),
+        }
+    }
+
+    /// GET `path` (with the bearer token once there is one); on a first 401 with a Bearer
+    /// challenge, fetches an anonymous pull token (its realm checked) and asks again.
+    pub(super) async fn get(
+        &mut self,
+        path: &str,
+        accept: Option<&str>,
+        policy: &FetchPolicy,
+    ) -> Result<reqwest::Response, SourceError> {
+        for attempt in 0..2 {
+            let mut req = self.http.get(format!("{}{path}", self.base));
+            if let Some(a) = accept {
+                req = req.header(reqwest::header::ACCEPT, a);
+            }
+            if let Some(t) = &self.token {
+                req = req.bearer_auth(t);
+            }
+            let resp = req.send().await.map_err(|e| self.remote(e))?;
+            if resp.status() == reqwest::StatusCode::UNAUTHORIZED && attempt == 0 {
+                let challenge = resp
+                    .headers()
+                    .get(reqwest::header::WWW_AUTHENTICATE)
+                    .and_then(|v| v.to_str().ok())
+                    .map(String::from);
+                if let Some(c) = challenge
+                    && let Some(realm) = token_realm(&c)
+                {
+                    check_realm(&realm, self.insecure, policy)?;
+                    self.token = Some(self.fetch_token(&realm, &c).await?);
+                    continue;
+                }
+            }
+            if !resp.status().is_success() {
+                let status = resp.status();
+                let body = read_capped(
+                    resp.bytes_stream().map_err(|e| self.remote(e)),
+                    "error body",
+                    &FetchPolicy {
+                        max_bytes: 4096,
+                        ..*policy
+                    },
+                )
+                .await
+                .unwrap_or_default();
+                return Err(self.remote(format!(
+                    "{path}: {status}: {}",
+                    String::from_utf8_lossy(&body)
+                )));
+            }
+            return Ok(resp);
+        }
+        Err(self.remote(format!("{path}: unauthorized after a token was issued")))
+    }
+
+    /// An anonymous pull token from the challenge's realm.
+    pub(super) async fn fetch_token(
+        &self,
+        realm: &str,
+        challenge: &str,
+    ) -> Result<String, SourceError> {
+        let param = |name: &str| {
+            challenge.split(',').find_map(|kv| {
+                let (k, v) = kv.split_once('=')?;
+                let k = k.trim().trim_start_matches("Bearer").trim();
+                k.eq_ignore_ascii_case(name)
+                    .then(|| v.trim().trim_matches('"').to_string())
+            })
+        };
+        let scope =
+            param("scope").unwrap_or_else(|| format!("repository:{}:pull", self.repository));
+        let mut req = self.http.get(realm).query(&[("scope", scope)]);
+        if let Some(service) = param("service") {
+            req = req.query(&[("service", service)]);
+        }
+        let resp = req.send().await.map_err(|e| self.remote(e))?;
+        let status = resp.status();
+        let body = read_capped(
+            resp.bytes_stream().map_err(|e| self.remote(e)),
+            "token response",
+            &FetchPolicy {
+                max_bytes: MAX_TOKEN_BYTES,
+                ..FetchPolicy::default()
+            },
+        )
+        .await?;
+        if !status.is_success() {
+            return Err(self.remote(format!(
+                "token: {status}: {}",
+                String::from_utf8_lossy(&body)
+            )));
+        }
+        let v: serde_json::Value =
+            serde_json::from_slice(&body).map_err(|e| self.remote(format!("token: {e}")))?;
+        v.get("token")
+            .or_else(|| v.get("access_token"))
+            .and_then(|t| t.as_str())
+            .map(String::from)
+            .ok_or_else(|| self.remote("token: the response holds no token"))
+    }
+}
+
+pub(super) async fn pull_unbounded(
+    reference: &str,
+    policy: &FetchPolicy,
+) -> Result<Vec<u8>, SourceError> {
+    let r = parse_reference(reference)?;
+    let Some(pinned) = r.digest().map(String::from) else {
+        return Err(SourceError::Invalid(format!(
+            "{reference:?} has no digest: pin the module as <registry>/<repo>:<tag>@sha256:<digest> (tag-only references are refused because tags can move)"
+        )));
+    };
+    let registry_host = r.resolve_registry().to_string();
+    let insecure = insecure_registries(&r).contains(&registry_host);
+    let scheme = if insecure { "http" } else { "https" };
+    install_crypto();
+    let rule = *policy;
+    let home = registry_host.clone();
+    let http = reqwest::Client::builder()
+        .connect_timeout(CONNECT_TIMEOUT)
+        .read_timeout(READ_TIMEOUT)
+        .redirect(reqwest::redirect::Policy::custom(move |attempt| {
+            if attempt.previous().len() >= 5 {
+                return attempt.error("more than 5 redirects");
+            }
+            // A local or insecure registry may redirect to itself only; others by the rule.
+            let to_home = attempt
+                .url()
+                .host_str()
+                .map(|h| match attempt.url().port() {
+                    Some(p) => format!("{h}:{p}"),
+                    None => h.to_string(),
+                })
+                .is_some_and(|h| h == home);
+            if insecure && to_home {
+                return attempt.follow();
+            }
+            match rule.check_redirect(attempt.url()) {
+                Ok(()) => attempt.follow(),
+                Err(e) => attempt.error(e),
+            }
+        }))
+        .build()
+        .map_err(|e| SourceError::Remote {
+            action: "building the HTTPS client".into(),
+            message: e.to_string(),
+        })?;
+    let mut reg = Registry {
+        http,
+        base: format!("{scheme}://{registry_host}/v2/"),
+        repository: r.repository().to_string(),
+        reference: reference.to_string(),
+        insecure,
+        token: None,
+    };
+    let path = format!("{}/manifests/{pinned}", reg.repository);
+    let resp = reg.get(&path, Some(MANIFEST_TYPES), policy).await?;
+    let body = read_capped(
+        resp.bytes_stream().map_err(|e| reg.remote(e)),
+        "manifest",
+        &FetchPolicy {
+            max_bytes: MAX_MANIFEST_BYTES,
+            ..*policy
+        },
+    )
+    .await?;
+    let actual = format!("sha256:{}", hex::encode(Sha256::digest(&body)));
+    if actual != pinned {
+        return Err(SourceError::DigestMismatch {
+            expected: pinned,
+            actual,
+        });
+    }
+    let manifest: serde_json::Value = serde_json::from_slice(&body)
+        .map_err(|e| SourceError::Invalid(format!("{reference}: the manifest is not JSON: {e}")))?;
+    let layer = manifest["layers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|l| l["mediaType"] == WASM_LAYER_MEDIA_TYPE)
+        .ok_or_else(|| {
+            SourceError::Invalid(format!("{reference} has no {WASM_LAYER_MEDIA_TYPE} layer"))
+        })?;
+    let digest = layer["digest"].as_str().unwrap_or_default().to_string();
+    if !digest.starts_with("sha256:")
+        || digest.len() != 71
+        || !digest[7..].bytes().all(|b| b.is_ascii_hexdigit())
+    {
+        return Err(SourceError::Invalid(format!(
+            "{reference}: layer digest {:?} is not a sha256 digest",
+            remote_text(&digest)
+        )));
+    }
+    let what = format!("layer {digest} of {reference}");
+    let declared = layer["size"].as_u64().unwrap_or(u64::MAX);
+    if declared > policy.max_bytes as u64 {
+        return Err(policy.too_large(&what, declared));
+    }
+    let path = format!("{}/blobs/{digest}", reg.repository);
+    let resp = reg.get(&path, None, policy).await?;
+    if let Some(len) = resp.content_length()
+        && len > policy.max_bytes as u64
+    {
+        return Err(policy.too_large(&what, len));
+    }
+    let bytes = read_capped(
+        resp.bytes_stream().map_err(|e| reg.remote(e)),
+        &what,
+        policy,
+    )
+    .await?;
+    let got = format!("sha256:{}", hex::encode(Sha256::digest(&bytes)));
+    if got != digest {
+        return Err(SourceError::DigestMismatch {
+            expected: digest,
+            actual: got,
+        });
+    }
+    Ok(bytes)
+}
+
+/// Reads a body stream, refusing it as soon as it passes the cap.
+pub(super) async fn read_capped(
+    mut stream: impl futures::Stream<Item = Result<bytes::Bytes, SourceError>> + Unpin,
+    what: &str,
+    policy: &FetchPolicy,
+) -> Result<Vec<u8>, SourceError> {
+    let mut out = Vec::new();
+    while let Some(chunk) = stream.try_next().await? {
+        if out.len() + chunk.len() > policy.max_bytes {
+            return Err(policy.too_large(what, (out.len() + chunk.len()) as u64));
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Ok(out)
+}
+
+/// The `realm` of a `Bearer` challenge.
+pub fn token_realm(www_authenticate: &str) -> Option<String> {
+    let rest = www_authenticate.trim().strip_prefix("Bearer")?;
+    rest.split(',').find_map(|kv| {
+        let (k, v) = kv.split_once('=')?;
+        (k.trim().eq_ignore_ascii_case("realm")).then(|| v.trim().trim_matches('"').to_string())
+    })
+}
+
+/// Whether a token realm may be followed: the redirect rule, except that a registry reached
+/// over plain HTTP (a local or explicitly insecure one) may use an http realm.
+///
+/// # Errors
+/// [`SourceError::Invalid`] naming the realm and the rule.
+pub fn check_realm(
+    realm: &str,
+    insecure_registry: bool,
+    policy: &FetchPolicy,
+) -> Result<(), SourceError> {
+    let url = reqwest::Url::parse(realm)
+        .map_err(|e| SourceError::Invalid(format!("token realm {realm:?}: {e}")))?;
+    if insecure_registry {
+        return Ok(());
+    }
+    policy
+        .check_redirect(&url)
+        .map_err(|e| SourceError::Invalid(format!("token realm: {e}")))
+}
+
+/// Publishes a module as an OCI artifact and returns the manifest digest (`sha256:…`).
+///
+/// # Errors
+/// An unreadable file or a registry failure.
+pub async fn push(file: &Path, reference: &str) -> Result<String, SourceError> {
+    let bytes = std::fs::read(file)
+        .map_err(|e| SourceError::Invalid(format!("{}: {e}", file.display())))?;
+    let r = parse_reference(reference)?;
+    let c = client(&insecure_registries(&r));
+    let layer = ImageLayer::new(bytes, WASM_LAYER_MEDIA_TYPE.to_string(), None);
+    let config = Config::new(b"{}".to_vec(), WASM_CONFIG_MEDIA_TYPE.to_string(), None);
+    c.push(&r, &[layer], config, &RegistryAuth::Anonymous, None)
+        .await
+        .map_err(|e| SourceError::Remote {
+            action: format!("pushing to {reference}"),
+            message: e.to_string(),
+        })?;
+    let (_, digest) = c
+        .pull_manifest(&r, &RegistryAuth::Anonymous)
+        .await
+        .map_err(|e| SourceError::Remote {
+            action: format!("reading back {reference}"),
+            message: e.to_string(),
+        })?;
+    Ok(digest)
+}

@@ -1,0 +1,100 @@
+//! Size limits on what a synthesis is given: the Composition's and Symphony's spec, the
+//! synthesis environment, and a Synthesizer's `spec.limits`.
+
+use super::*;
+
+/// Largest total of a Composition's `synthesisEnv` names and values, in bytes: far below
+/// etcd's object size limit, so the status enoki adds always fits beside the spec.
+pub const MAX_SYNTHESIS_ENV_BYTES: usize = 64 * 1024;
+
+/// Why a Composition's `synthesisEnv` is refused (`None`: accepted). Pure.
+pub fn synthesis_env_too_large(env: &[crds::EnvVar]) -> Option<String> {
+    let total: usize = env.iter().map(|e| e.name.len() + e.value.len()).sum();
+    (total > MAX_SYNTHESIS_ENV_BYTES).then(|| {
+        format!(
+            "spec.synthesisEnv holds {total} bytes of names and values; at most \
+             {MAX_SYNTHESIS_ENV_BYTES} are accepted"
+        )
+    })
+}
+
+/// Largest serialized `spec` of a Composition or a Symphony enoki acts on, in bytes. A spec
+/// is references and small values; one padded towards etcd's object limit would make every
+/// status write fail (and a Symphony would copy it into every Composition it generates).
+pub const MAX_SPEC_BYTES: usize = 256 * 1024;
+
+/// Most variations one Symphony may have (each becomes a Composition).
+pub const MAX_SYMPHONY_VARIATIONS: usize = 256;
+
+/// Why a Composition's spec is refused for its size (`None`: accepted). Pure.
+pub fn composition_spec_too_large(spec: &crds::CompositionSpec) -> Option<String> {
+    synthesis_env_too_large(&spec.synthesis_env).or_else(|| spec_too_large(spec))
+}
+
+/// Why a Symphony's spec is refused for its size (`None`: accepted). Pure.
+pub fn symphony_spec_too_large(spec: &crds::SymphonySpec) -> Option<String> {
+    let n = spec.variations.len();
+    if n > MAX_SYMPHONY_VARIATIONS {
+        return Some(format!(
+            "spec.variations holds {n} variations; at most {MAX_SYMPHONY_VARIATIONS} are accepted"
+        ));
+    }
+    synthesis_env_too_large(&spec.synthesis_env).or_else(|| spec_too_large(spec))
+}
+
+pub(super) fn spec_too_large(spec: &impl serde::Serialize) -> Option<String> {
+    let size = serde_json::to_vec(spec).map_or(0, |v| v.len());
+    (size > MAX_SPEC_BYTES)
+        .then(|| format!("spec is {size} bytes serialized; at most {MAX_SPEC_BYTES} are accepted"))
+}
+
+/// Parses a Kubernetes quantity such as `256Mi`, `1G` or `1048576` into bytes.
+///
+/// # Errors
+/// A message when the text is not a quantity.
+pub fn parse_quantity(text: &str) -> Result<usize, String> {
+    let t = text.trim();
+    let (digits, unit) = t.split_at(t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len()));
+    let n: usize = digits
+        .parse()
+        .map_err(|_| format!("{text:?} is not a quantity"))?;
+    let mult: usize = match unit {
+        "" => 1,
+        "Ki" => 1 << 10,
+        "Mi" => 1 << 20,
+        "Gi" => 1 << 30,
+        "k" | "K" => 1_000,
+        "M" => 1_000_000,
+        "G" => 1_000_000_000,
+        _ => {
+            return Err(format!(
+                "{text:?}: unknown unit {unit:?} (use Ki, Mi, Gi, k, M, G)"
+            ));
+        }
+    };
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("{text:?} is too large"))
+}
+
+/// Turns a Synthesizer's `spec.limits` into run limits (defaults 10s, 256Mi, 16Mi).
+///
+/// # Errors
+/// A message naming the field that does not parse.
+pub fn run_limits(limits: Option<&crds::Limits>) -> Result<RunLimits, String> {
+    let mut out = RunLimits::default();
+    if let Some(l) = limits {
+        if let Some(t) = &l.timeout {
+            out.deadline = humantime::parse_duration(t)
+                .map_err(|e| format!("spec.limits.timeout {t:?}: {e}"))?;
+        }
+        if let Some(m) = &l.memory {
+            out.max_memory_bytes =
+                parse_quantity(m).map_err(|e| format!("spec.limits.memory: {e}"))?;
+        }
+        if let Some(o) = &l.output {
+            out.max_output_bytes =
+                parse_quantity(o).map_err(|e| format!("spec.limits.output: {e}"))?;
+        }
+    }
+    Ok(out)
+}

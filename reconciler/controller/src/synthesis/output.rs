@@ -1,0 +1,434 @@
+//! A module's stdout read as a ResourceList: counted (items, values) before anything is built,
+//! then parsed strictly, with its KRM `results`.
+
+use super::*;
+
+/// Whether the document holds at most `limit` values (objects, lists and scalars, at any
+/// depth; YAML aliases count each time they are expanded), counted without building any and
+/// stopping as soon as the limit is passed. A document that does not parse counts as within
+/// (the full parse reports why).
+pub(super) fn values_within(text: &str, limit: usize) -> bool {
+    use serde::de::{DeserializeSeed, MapAccess, SeqAccess, Visitor};
+    use std::cell::Cell;
+    const OVER: &str = "enoki: too many values";
+    #[derive(Clone, Copy)]
+    struct Counter<'a>(&'a Cell<usize>, usize);
+    impl Counter<'_> {
+        fn one<E: serde::de::Error>(self) -> Result<(), E> {
+            self.0.set(self.0.get() + 1);
+            if self.0.get() > self.1 {
+                return Err(E::custom(OVER));
+            }
+            Ok(())
+        }
+    }
+    impl<'de> DeserializeSeed<'de> for Counter<'_> {
+        type Value = ();
+        fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+    impl<'de> Visitor<'de> for Counter<'_> {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("any value")
+        }
+        fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<(), E> {
+            self.one()
+        }
+        fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<(), E> {
+            self.one()
+        }
+        fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<(), E> {
+            self.one()
+        }
+        fn visit_i128<E: serde::de::Error>(self, _: i128) -> Result<(), E> {
+            self.one()
+        }
+        fn visit_u128<E: serde::de::Error>(self, _: u128) -> Result<(), E> {
+            self.one()
+        }
+        fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<(), E> {
+            self.one()
+        }
+        fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<(), E> {
+            self.one()
+        }
+        fn visit_bytes<E: serde::de::Error>(self, _: &[u8]) -> Result<(), E> {
+            self.one()
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<(), E> {
+            self.one()
+        }
+        fn visit_none<E: serde::de::Error>(self) -> Result<(), E> {
+            self.one()
+        }
+        fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_any(self)
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+            self.one()?;
+            while seq.next_element_seed(self)?.is_some() {}
+            Ok(())
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            self.one()?;
+            while map.next_key_seed(self)?.is_some() {
+                map.next_value_seed(self)?;
+            }
+            Ok(())
+        }
+    }
+    let seen = Cell::new(0);
+    let counter = Counter(&seen, limit);
+    let over = |e: &dyn std::fmt::Display| e.to_string().contains(OVER);
+    if text.trim_start().starts_with('{') {
+        let mut de = serde_json::Deserializer::from_str(text);
+        // Deep nesting is the JSON parser's recursion limit's business (128 levels).
+        match counter.deserialize(&mut de) {
+            Err(e) => !over(&e),
+            Ok(()) => true,
+        }
+    } else {
+        match serde_saphyr::with_deserializer_from_str(text, |de| counter.deserialize(de)) {
+            Err(e) => !over(&e),
+            Ok(()) => true,
+        }
+    }
+}
+
+/// The number of `items` of a ResourceList, counted without building them (0 when the text
+/// does not parse: the full parse reports why).
+pub(super) fn count_items(text: &str) -> usize {
+    use serde::de::{IgnoredAny, SeqAccess, Visitor};
+    struct Count(usize);
+    impl<'de> serde::Deserialize<'de> for Count {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl<'de> Visitor<'de> for V {
+                type Value = Count;
+                fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                    f.write_str("a list")
+                }
+                fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Count, A::Error> {
+                    let mut n = 0;
+                    while seq.next_element::<IgnoredAny>()?.is_some() {
+                        n += 1;
+                    }
+                    Ok(Count(n))
+                }
+                // Not a list: no items here (the full parse says what is wrong), and the count
+                // goes on to any later `items` key.
+                fn visit_unit<E>(self) -> Result<Count, E> {
+                    Ok(Count(0))
+                }
+                fn visit_none<E>(self) -> Result<Count, E> {
+                    Ok(Count(0))
+                }
+                fn visit_bool<E>(self, _: bool) -> Result<Count, E> {
+                    Ok(Count(0))
+                }
+                fn visit_i64<E>(self, _: i64) -> Result<Count, E> {
+                    Ok(Count(0))
+                }
+                fn visit_u64<E>(self, _: u64) -> Result<Count, E> {
+                    Ok(Count(0))
+                }
+                fn visit_f64<E>(self, _: f64) -> Result<Count, E> {
+                    Ok(Count(0))
+                }
+                fn visit_str<E>(self, _: &str) -> Result<Count, E> {
+                    Ok(Count(0))
+                }
+                fn visit_map<A: serde::de::MapAccess<'de>>(
+                    self,
+                    mut map: A,
+                ) -> Result<Count, A::Error> {
+                    while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                    Ok(Count(0))
+                }
+            }
+            d.deserialize_any(V)
+        }
+    }
+    // Every `items` key counts (a JSON object may repeat one; the full parse keeps the last).
+    struct Shape(usize);
+    impl<'de> serde::Deserialize<'de> for Shape {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl<'de> Visitor<'de> for V {
+                type Value = Shape;
+                fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                    f.write_str("a ResourceList")
+                }
+                fn visit_map<A: serde::de::MapAccess<'de>>(
+                    self,
+                    mut map: A,
+                ) -> Result<Shape, A::Error> {
+                    let mut n = 0usize;
+                    while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                        if key == "items" {
+                            n = n.saturating_add(map.next_value::<Count>()?.0);
+                        } else {
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                    Ok(Shape(n))
+                }
+            }
+            d.deserialize_map(V)
+        }
+    }
+    let shape: Option<Shape> = if text.trim_start().starts_with('{') {
+        serde_json::from_str(text).ok()
+    } else {
+        serde_saphyr::from_str(text).ok()
+    };
+    shape.map_or(0, |s| s.0)
+}
+
+#[cfg(test)]
+mod count_tests {
+    #[test]
+    fn every_items_key_is_counted_whatever_comes_before_it() {
+        let many: Vec<String> = (0..20_000).map(|i| format!("{{\"n\":{i}}}")).collect();
+        let many = many.join(",");
+        for text in [
+            format!("{{\"kind\":\"ResourceList\",\"items\":[{many}]}}"),
+            format!("{{\"items\":0,\"items\":[{many}]}}"),
+            format!("{{\"items\":{{\"a\":1}},\"items\":[{many}]}}"),
+            format!("{{\"items\":[],\"items\":[{many}]}}"),
+        ] {
+            assert_eq!(super::count_items(&text), 20_000, "{}", &text[..40]);
+            assert!(matches!(
+                super::parse_output(text.as_bytes()),
+                Err(super::SynthesisError::TooManyItems { count: 20_000 })
+            ));
+        }
+    }
+
+    /// A spec padded through any field (bindings here), or a Symphony with more variations
+    /// than the cap, is refused by size; an ordinary one is not.
+    #[test]
+    fn padded_specs_are_refused_by_size() {
+        let binding = |i: usize| -> crds::Binding {
+            serde_json::from_value(
+                serde_json::json!({"key": format!("k{i}"), "resource": {"name": "x".repeat(200)}}),
+            )
+            .unwrap()
+        };
+        let mut spec: crds::CompositionSpec =
+            serde_json::from_value(serde_json::json!({"synthesizer": {"name": "s"}})).unwrap();
+        assert_eq!(super::composition_spec_too_large(&spec), None);
+        spec.bindings = (0..2_000).map(binding).collect();
+        let msg = super::composition_spec_too_large(&spec).unwrap();
+        assert!(msg.contains("at most 262144"), "{msg}");
+        let mut sym: crds::SymphonySpec = serde_json::from_value(serde_json::json!({})).unwrap();
+        assert_eq!(super::symphony_spec_too_large(&sym), None);
+        sym.variations = (0..300)
+            .map(|i| {
+                serde_json::from_value(
+                    serde_json::json!({"synthesizer": {"name": format!("s{i}")}}),
+                )
+                .unwrap()
+            })
+            .collect();
+        let msg = super::symphony_spec_too_large(&sym).unwrap();
+        assert!(msg.contains("300 variations"), "{msg}");
+    }
+
+    /// A million tiny results, or one item holding a huge nested list, would each be a
+    /// parsed allocation: refused before any is built, whatever the item count says.
+    #[test]
+    fn values_anywhere_are_counted_results_and_nesting_included() {
+        let results = vec!["{\"message\":\"\"}"; 600_000].join(",");
+        let results = format!("{{\"kind\":\"ResourceList\",\"items\":[],\"results\":[{results}]}}");
+        let nested = vec!["{\"k\":0}"; 600_000].join(",");
+        let nested = format!(
+            "{{\"kind\":\"ResourceList\",\"items\":[{{\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\",\"a\":[{nested}]}}]}}"
+        );
+        // YAML aliases expanded a million times: the YAML parser's own budget (250,000 nodes)
+        // refuses it first.
+        let mut yaml = String::from(
+            "kind: ResourceList\nitems: []\nresults:\n- &a [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n",
+        );
+        for i in 0..6 {
+            let prev = if i == 0 {
+                "a".to_string()
+            } else {
+                format!("b{}", i - 1)
+            };
+            yaml.push_str(&format!("- &b{i} [*{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}]\n"));
+        }
+        assert!(matches!(
+            super::parse_output(yaml.as_bytes()),
+            Err(super::SynthesisError::MalformedOutput { .. })
+        ));
+        for text in [&results, &nested] {
+            assert!(
+                !super::values_within(text, super::MAX_OUTPUT_VALUES),
+                "{}",
+                &text[..60]
+            );
+            let err = super::parse_output(text.as_bytes()).unwrap_err();
+            assert!(matches!(err, super::SynthesisError::TooManyValues), "{err}");
+            assert_eq!(err.reason(), crds::names::reasons::OUTPUT_TOO_LARGE);
+        }
+        // An ordinary output is well within.
+        let ok = "{\"kind\":\"ResourceList\",\"items\":[{\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\",\"metadata\":{\"name\":\"a\"}}]}";
+        // 14 values: 4 objects, 1 list, 9 keys and scalars.
+        assert!(super::values_within(ok, 14) && !super::values_within(ok, 13));
+        assert!(super::parse_output(ok.as_bytes()).is_ok());
+    }
+}
+
+/// The top-level fields a ResourceList on stdout may have (KRM function spec).
+pub(super) const RESOURCE_LIST_FIELDS: &[&str] =
+    &["apiVersion", "kind", "items", "results", "functionConfig"];
+
+/// Parses stdout as a ResourceList, JSON or YAML, strictly: `kind: ResourceList`, `items`
+/// present and a list, no unknown top-level field (a typo such as `itmes` must not read as
+/// an empty output that deletes everything).
+///
+/// # Errors
+/// [`SynthesisError::MalformedOutput`] naming the problem (with the parser's position).
+pub fn parse_output(
+    stdout: &[u8],
+) -> Result<(Vec<Value>, Vec<crds::SynthesisResult>), SynthesisError> {
+    let malformed = |message: String| SynthesisError::MalformedOutput { message };
+    let text = std::str::from_utf8(stdout).map_err(|e| malformed(format!("not UTF-8: {e}")))?;
+    if text.trim().is_empty() {
+        return Err(malformed("stdout is empty".into()));
+    }
+    // Count the items before building them: a module emitting 250,000 tiny items is refused
+    // without the host holding 250,000 parsed objects.
+    let count = count_items(text);
+    if count > MAX_OUTPUT_ITEMS {
+        return Err(SynthesisError::TooManyItems { count });
+    }
+    if !values_within(text, MAX_OUTPUT_VALUES) {
+        return Err(SynthesisError::TooManyValues);
+    }
+    let list: Value = if text.trim_start().starts_with('{') {
+        serde_json::from_str(text).map_err(|e| {
+            malformed(format!(
+                "JSON at line {} column {}: {e}",
+                e.line(),
+                e.column()
+            ))
+        })?
+    } else {
+        serde_saphyr::from_str(text).map_err(|e| malformed(format!("YAML: {e}")))?
+    };
+    let Value::Object(mut fields) = list else {
+        return Err(malformed("not an object".into()));
+    };
+    match fields.get("kind").and_then(Value::as_str) {
+        Some("ResourceList") => {}
+        other => {
+            return Err(malformed(format!(
+                "kind is {other:?}, want \"ResourceList\""
+            )));
+        }
+    }
+    let unknown: Vec<&String> = fields
+        .keys()
+        .filter(|k| !RESOURCE_LIST_FIELDS.contains(&k.as_str()))
+        .collect();
+    if !unknown.is_empty() {
+        return Err(malformed(format!(
+            "unknown top-level field(s) {unknown:?}; a ResourceList has {RESOURCE_LIST_FIELDS:?}"
+        )));
+    }
+    let items = match fields.remove("items") {
+        Some(Value::Array(items)) => items,
+        None => {
+            return Err(malformed(
+                "no \"items\" (an empty output is `items: []`)".into(),
+            ));
+        }
+        Some(other) => {
+            return Err(malformed(format!(
+                "\"items\" is {}, want a list",
+                json_type(&other)
+            )));
+        }
+    };
+    let results = match fields.remove("results") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(r) => serde_json::from_value::<Vec<KrmResult>>(r)
+            .map_err(|e| malformed(format!("results: {e}")))?
+            .into_iter()
+            .map(KrmResult::into_status)
+            .collect(),
+    };
+    Ok((items, results))
+}
+
+/// A `results[]` entry as the KRM function specification (and Eno's SDK) writes it:
+/// `message` required; `severity` (`error`/`warning`/`info`), `resourceRef` (an object),
+/// `tags` and `file` optional. A `resourceRef` written as a string is accepted too.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct KrmResult {
+    message: String,
+    #[serde(default)]
+    severity: String,
+    #[serde(default)]
+    resource_ref: Option<KrmResourceRef>,
+    #[serde(default)]
+    tags: BTreeMap<String, String>,
+    #[serde(default, rename = "file")]
+    _file: Option<Value>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(untagged)]
+pub(super) enum KrmResourceRef {
+    Object {
+        #[serde(default, rename = "apiVersion")]
+        _api_version: String,
+        kind: String,
+        name: String,
+        #[serde(default)]
+        namespace: String,
+    },
+    Text(String),
+}
+
+impl KrmResult {
+    pub(super) fn into_status(self) -> crds::SynthesisResult {
+        let resource_ref = self.resource_ref.map(|r| match r {
+            KrmResourceRef::Object {
+                kind,
+                name,
+                namespace,
+                ..
+            } if namespace.is_empty() => format!("{kind}/{name}"),
+            KrmResourceRef::Object {
+                kind,
+                name,
+                namespace,
+                ..
+            } => format!("{kind}/{namespace}/{name}"),
+            KrmResourceRef::Text(t) => t,
+        });
+        crds::SynthesisResult {
+            severity: self.severity,
+            message: self.message,
+            resource_ref,
+            tags: self.tags,
+        }
+    }
+}
+
+pub(super) fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}

@@ -1,0 +1,145 @@
+//! Validation of the emitted items: required fields, namespaces of namespaced and
+//! cluster-scoped kinds, duplicates resolved as Eno resolves them.
+
+use super::*;
+
+/// Kinds that are cluster-scoped (used when discovery is not available, e.g. `enoki render`).
+pub const CLUSTER_SCOPED_KINDS: &[&str] = &[
+    "Namespace",
+    "Node",
+    "PersistentVolume",
+    "StorageClass",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "CustomResourceDefinition",
+    "PriorityClass",
+    "ValidatingWebhookConfiguration",
+    "MutatingWebhookConfiguration",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+    "APIService",
+    "IngressClass",
+    "RuntimeClass",
+    "CSIDriver",
+    "CSINode",
+    "VolumeAttachment",
+    "CertificateSigningRequest",
+    "FlowSchema",
+    "PriorityLevelConfiguration",
+    "Synthesizer",
+    "ClusterResourceQuota",
+];
+
+/// Static scope guess: everything not in [`CLUSTER_SCOPED_KINDS`] is namespaced.
+pub fn static_is_namespaced(_group: &str, kind: &str) -> bool {
+    !CLUSTER_SCOPED_KINDS.contains(&kind)
+}
+
+/// Validates the items: each has apiVersion/kind/name, namespaces are defaulted on namespaced
+/// kinds (and removed from cluster-scoped ones), annotations parse. Resources emitted more than
+/// once are resolved as Eno resolves them — the copy whose manifest has the greatest FNV-1
+/// 64-bit hash is kept (on a tie, the later one) — and each dropped copy is reported as a
+/// `warning` result.
+///
+/// # Errors
+/// [`SynthesisError::InvalidOutput`] naming the item and the problem.
+pub fn validate(
+    items: Vec<Value>,
+    namespace: &str,
+    is_namespaced: &dyn Fn(&str, &str) -> bool,
+) -> Result<(Vec<Value>, Vec<crds::SynthesisResult>), SynthesisError> {
+    let mut out: Vec<Value> = Vec::with_capacity(items.len());
+    let mut seen: std::collections::HashMap<plan::ResourceKey, (usize, usize, u64)> =
+        std::collections::HashMap::new();
+    let mut warnings = Vec::new();
+    for (index, mut item) in items.into_iter().enumerate() {
+        let key = plan::ResourceKey::of(&item).map_err(|m| SynthesisError::InvalidOutput {
+            message: format!("item {index}: {m}"),
+        })?;
+        let hash = eno_manifest_hash(&item);
+        let namespaced = is_namespaced(&key.group, &key.kind);
+        // As Eno, what client-go structs emit is dropped: `status: {}` and
+        // `creationTimestamp: null`. (Eno drops any status; a non-empty one is kept here, as
+        // it is an instance-mode status write-back.)
+        if let Some(obj) = item.as_object_mut()
+            && obj
+                .get("status")
+                .is_some_and(|s| s.is_null() || s.as_object().is_some_and(|m| m.is_empty()))
+        {
+            obj.remove("status");
+        }
+        if let Some(meta) = item.get_mut("metadata").and_then(Value::as_object_mut) {
+            meta.remove("creationTimestamp");
+            if namespaced && key.namespace.is_empty() {
+                meta.insert("namespace".into(), Value::String(namespace.to_string()));
+            } else if !namespaced {
+                meta.remove("namespace");
+            }
+        }
+        let key = plan::ResourceKey::of(&item).unwrap_or(key);
+        match seen.get_mut(&key) {
+            None => {
+                seen.insert(key, (out.len(), index, hash));
+                out.push(item);
+            }
+            Some((slot, kept_index, kept_hash)) => {
+                let (kept, dropped) = if hash >= *kept_hash {
+                    let dropped = *kept_index;
+                    out[*slot] = item;
+                    (*kept_index, *kept_hash) = (index, hash);
+                    (index, dropped)
+                } else {
+                    (*kept_index, index)
+                };
+                warnings.push(crds::SynthesisResult {
+                    severity: "warning".into(),
+                    message: format!(
+                        "duplicate resource {key}: kept item {kept}, dropped item {dropped} \
+                         (Eno's rule: the greater manifest hash)"
+                    ),
+                    resource_ref: Some(key.to_string()),
+                    tags: BTreeMap::new(),
+                });
+            }
+        }
+    }
+    // Annotation values and CEL are checked by the planner's ingestion.
+    let desired: Vec<plan::Desired> = out
+        .iter()
+        .map(|m| plan::Desired {
+            manifest: m.clone(),
+            tombstone: false,
+        })
+        .collect();
+    let prepared = plan::prepare(&desired, &plan::CompositionInfo::default()).map_err(|e| {
+        SynthesisError::InvalidOutput {
+            message: e.to_string(),
+        }
+    })?;
+    // Cascading values that did not parse are read as Eno reads them: a warning, not an error.
+    for r in &prepared.resources {
+        for w in &r.settings.warnings {
+            warnings.push(crds::SynthesisResult {
+                severity: "warning".into(),
+                message: w.clone(),
+                resource_ref: Some(r.key.to_string()),
+                tags: BTreeMap::new(),
+            });
+        }
+    }
+    Ok((out, warnings))
+}
+
+/// FNV-1 (64-bit) of the manifest's canonical JSON: Eno orders duplicate resources by the
+/// FNV-1 hash of their manifest JSON (Go's `encoding/json`, sorted keys — the same bytes as
+/// enoki's canonical JSON for manifests without `<`, `>` or `&`, which Go escapes).
+pub(super) fn eno_manifest_hash(manifest: &Value) -> u64 {
+    fnv1_64(plan::snapshot::canonical_json(manifest).as_bytes())
+}
+
+/// FNV-1, 64-bit (Go's `hash/fnv.New64`): multiply, then xor.
+pub(super) fn fnv1_64(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h: u64, b| {
+        h.wrapping_mul(0x0000_0100_0000_01b3) ^ u64::from(*b)
+    })
+}

@@ -1,0 +1,138 @@
+//! Deleting: tombstones of resources a new synthesis dropped, and the plan of a Composition
+//! being deleted (deletion groups, strategies, foreground waits).
+
+use super::*;
+
+/// The steps of the tombstones (resources the previous synthesis had and this one dropped):
+/// deleted unless reconciliation is disabled or another Composition now owns them. Whether
+/// one still exists (so the pass must look again).
+pub(super) fn tombstone_steps(input: &PlanInput<'_>, steps: &mut Vec<Step>) -> bool {
+    let mut poll = false;
+    for r in input.prepared.resources.iter().filter(|r| r.tombstone) {
+        let live = input.observed.get(&r.key);
+        if r.patch.is_some() {
+            let op = Op::Skip {
+                reason: SkipReason::PatchLeft,
+            };
+            steps.push(deletion_step(r, live, op));
+            continue;
+        }
+        if foreign_owner(live, &input.composition.uid).is_some() {
+            steps.push(deletion_step(
+                r,
+                None,
+                Op::Skip {
+                    reason: SkipReason::OwnedElsewhere,
+                },
+            ));
+            continue;
+        }
+        // Overrides decide deletion too (Eno's resource-migration recipe).
+        let settings = settings_after_overrides(r, live, input.composition);
+        let foreground = settings.deletion_strategy == DeletionStrategy::Foreground;
+        let op = if settings.disable_reconciliation {
+            Op::Skip {
+                reason: SkipReason::ReconciliationDisabled,
+            }
+        } else {
+            delete_op(live, foreground)
+        };
+        if live.is_some()
+            && !matches!(
+                op,
+                Op::Skip {
+                    reason: SkipReason::ReconciliationDisabled
+                }
+            )
+        {
+            poll = true;
+        }
+        steps.push(deletion_step(r, live, op));
+    }
+    poll
+}
+
+/// Composition deletion, ordered as Eno orders it: only resources with a deletion group are
+/// ordered (an explicit `deletion-group`, or Eno's infrastructure kinds, which default to the
+/// negation of their create group); the others are deleted at once and hold nothing back. A
+/// group waits until every resource of the lower groups is released: gone, or — for a
+/// background delete — terminating (it has a `deletionTimestamp`).
+pub(super) fn plan_deletion(input: PlanInput<'_>) -> Plan {
+    let mut ranked: Vec<(Option<i64>, &PreparedResource, Settings)> = input
+        .prepared
+        .resources
+        .iter()
+        .map(|r| {
+            let settings =
+                settings_after_overrides(r, input.observed.get(&r.key), input.composition);
+            let group = ordering::deletion_group(&r.key, settings.deletion_group);
+            (group, r, settings)
+        })
+        .collect();
+    ranked.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.key.cmp(&b.1.key)));
+    let mut steps = Vec::with_capacity(ranked.len());
+    let mut poll = false;
+    let mut held_below: Vec<ResourceKey> = Vec::new();
+    let mut current_rank: Option<Option<i64>> = None;
+    let mut held_in_rank: Vec<ResourceKey> = Vec::new();
+    for (rank, r, settings) in ranked {
+        if current_rank != Some(rank) {
+            held_below.append(&mut held_in_rank);
+            current_rank = Some(rank);
+        }
+        let live = input.observed.get(&r.key);
+        let foreground = settings.deletion_strategy == DeletionStrategy::Foreground;
+        let foreign = foreign_owner(live, &input.composition.uid).is_some();
+        // Another Composition's object is never deleted, and nothing waits for it.
+        let live = if foreign { None } else { live };
+        let op = if foreign {
+            Op::Skip {
+                reason: SkipReason::OwnedElsewhere,
+            }
+        } else if settings.disable_reconciliation {
+            Op::Skip {
+                reason: SkipReason::ReconciliationDisabled,
+            }
+        } else if r.patch.is_some()
+            && !patch_deletes(&patch_ops(&effective(r, live, input.composition).0))
+        {
+            // A Patch leaves its target on Composition deletion, unless (e.g. through an
+            // override on `composition.metadata.deletionTimestamp`) it deletes it.
+            Op::Skip {
+                reason: SkipReason::PatchLeft,
+            }
+        } else if settings.deletion_strategy == DeletionStrategy::Orphan {
+            Op::Skip {
+                reason: SkipReason::Orphaned,
+            }
+        } else if rank.is_some() && live.is_some() && !held_below.is_empty() {
+            Op::Wait {
+                on: held_below.clone(),
+            }
+        } else {
+            delete_op(live, foreground)
+        };
+        let kept = matches!(
+            op,
+            Op::Skip {
+                reason: SkipReason::ReconciliationDisabled
+                    | SkipReason::Orphaned
+                    | SkipReason::PatchLeft
+            }
+        );
+        if live.is_some() && !kept {
+            poll = true;
+            let terminating = live
+                .and_then(|l| l.pointer("/metadata/deletionTimestamp"))
+                .is_some_and(|t| !t.is_null());
+            if rank.is_some() && (foreground || !terminating) {
+                held_in_rank.push(r.key.clone());
+            }
+        }
+        steps.push(deletion_step(r, live, op));
+    }
+    Plan {
+        steps,
+        requeue: poll.then_some(input.options.readiness_poll),
+    }
+}

@@ -1,0 +1,134 @@
+//! Preparing a synthesis for planning: each emitted object's key, settings, readiness checks,
+//! overrides and snapshot, computed once per synthesis; Patch targets; CRDs the synthesis defines.
+
+use super::*;
+
+/// The target `(apiVersion, kind)` of a `Patch` pseudo-resource; `Ok(None)` for anything else.
+///
+/// # Errors
+/// A message when it is a Patch without `patch.apiVersion`, `patch.kind` or a list `patch.ops`.
+pub fn patch_target(manifest: &Value) -> Result<Option<(String, String)>, String> {
+    let api_version = manifest
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if manifest.get("kind").and_then(Value::as_str) != Some("Patch")
+        || !PATCH_API_VERSIONS.contains(&api_version)
+    {
+        return Ok(None);
+    }
+    let field = |name: &str| {
+        manifest
+            .pointer(&format!("/patch/{name}"))
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .map(String::from)
+            .ok_or_else(|| format!("a Patch needs patch.{name}"))
+    };
+    let target = (field("apiVersion")?, field("kind")?);
+    match manifest.pointer("/patch/ops") {
+        None | Some(Value::Array(_)) => Ok(Some(target)),
+        Some(_) => Err("patch.ops must be a list of JSON patch operations".into()),
+    }
+}
+
+/// Ingests a synthesis's output.
+///
+/// # Errors
+/// The first invalid manifest, duplicate, bad annotation value, non-compiling CEL or bad
+/// override (naming the resource and key), or a dependency cycle with all its members.
+pub fn prepare(desired: &[Desired], composition: &CompositionInfo) -> Result<Prepared, PlanError> {
+    let mut resources: Vec<PreparedResource> = Vec::with_capacity(desired.len());
+    let mut seen = BTreeMap::new();
+    for (index, d) in desired.iter().enumerate() {
+        let key = ResourceKey::of(&d.manifest)
+            .map_err(|message| PlanError::Manifest { index, message })?;
+        if seen.insert(key.clone(), index).is_some() {
+            return Err(PlanError::Duplicate {
+                resource: key.to_string(),
+            });
+        }
+        let annotations: BTreeMap<String, String> = d
+            .manifest
+            .pointer("/metadata/annotations")
+            .and_then(Value::as_object)
+            .map(|m| {
+                m.iter()
+                    .map(|(k, v)| {
+                        (
+                            k.clone(),
+                            v.as_str().map_or_else(|| v.to_string(), String::from),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let settings = settings::parse(&key, &annotations, &composition.annotations)?;
+        let checks = settings::readiness_annotations(&annotations)
+            .into_iter()
+            .map(|(name, k, cel)| {
+                Expr::compile(&cel)
+                    .map(|expr| ReadinessCheck { name, expr })
+                    .map_err(|message| PlanError::CompileCel {
+                        resource: key.to_string(),
+                        key: k,
+                        message,
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let overrides = match crds::names::annotations::OVERRIDES.get(&annotations) {
+            None => Vec::new(),
+            Some(text) => overrides::parse(text).map_err(|message| PlanError::Annotation {
+                resource: key.to_string(),
+                key: if annotations.contains_key(crds::names::annotations::OVERRIDES.enoki) {
+                    crds::names::annotations::OVERRIDES.enoki.into()
+                } else {
+                    crds::names::annotations::OVERRIDES.eno.into()
+                },
+                message,
+            })?,
+        };
+        let snapshot = overrides.is_empty().then(|| {
+            let uid = (!composition.uid.is_empty()).then_some(composition.uid.as_str());
+            let object = snapshot::strip(&d.manifest, uid);
+            let hash = snapshot::hash(&object);
+            (object, hash)
+        });
+        let patch =
+            patch_target(&d.manifest).map_err(|message| PlanError::Manifest { index, message })?;
+        resources.push(PreparedResource {
+            key,
+            manifest: d.manifest.clone(),
+            tombstone: d.tombstone,
+            settings,
+            checks,
+            overrides,
+            snapshot,
+            patch,
+        });
+    }
+    resources.sort_by(|a, b| a.key.cmp(&b.key));
+    let nodes: Vec<Node> = resources
+        .iter()
+        .filter(|r| !r.tombstone)
+        .map(|r| Node {
+            key: r.key.clone(),
+            readiness_group: r.settings.readiness_group,
+            defines: crd_defines(r),
+        })
+        .collect();
+    let ordering = ordering::order(&nodes)?;
+    Ok(Prepared {
+        resources,
+        ordering,
+    })
+}
+
+pub(super) fn crd_defines(r: &PreparedResource) -> Option<(String, String)> {
+    if !r.key.is_crd() {
+        return None;
+    }
+    let group = r.manifest.pointer("/spec/group")?.as_str()?;
+    let kind = r.manifest.pointer("/spec/names/kind")?.as_str()?;
+    Some((group.to_string(), kind.to_string()))
+}

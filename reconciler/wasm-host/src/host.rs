@@ -1,0 +1,421 @@
+//! The [`Host`]: compiling, caching and loading modules, and running them under their limits.
+
+use super::*;
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.ticker.unpark();
+    }
+}
+
+impl Host {
+    /// Creates the engine (epoch interruption on) and starts its epoch ticker. With
+    /// `cache_dir`, compiled artifacts are cached on disk there.
+    ///
+    /// # Errors
+    /// [`HostError::Engine`] when wasmtime rejects the configuration or the cache directory.
+    pub fn new(cache_dir: Option<&Path>) -> Result<Host, HostError> {
+        // Runs are async (`call_async`): a deadline drops the run's future, which also ends
+        // blocking WASI calls (`poll_oneoff` sleeps) that the epoch cannot interrupt.
+        let optimized = Arc::new(Tier::new(Config::new())?);
+        let mut winch = Config::new();
+        winch.strategy(wasmtime::Strategy::Winch);
+        let baseline = Arc::new(Tier::new(winch)?);
+        let artifacts = cache_dir
+            .map(|dir| artifacts::Artifacts::open(dir, &optimized.engine).map(Arc::new))
+            .transpose()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let running = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let engines = [optimized.engine.clone(), baseline.engine.clone()];
+        let (flag, busy) = (stop.clone(), running.clone());
+        let handle = std::thread::Builder::new()
+            .name("wasm-epoch".into())
+            .spawn(move || {
+                while !flag.load(Ordering::Relaxed) {
+                    if busy.load(Ordering::Relaxed) == 0 {
+                        // Idle: no wakeups until a run starts (it unparks this thread).
+                        std::thread::park_timeout(Duration::from_secs(1));
+                        continue;
+                    }
+                    std::thread::sleep(TICK);
+                    for engine in &engines {
+                        engine.increment_epoch();
+                    }
+                }
+            })
+            .map_err(|e| HostError::Engine {
+                message: format!("cannot start the epoch ticker: {e}"),
+            })?;
+        let ticker = handle.thread().clone();
+        Ok(Host {
+            optimized,
+            baseline,
+            large_compile: Arc::new(Mutex::new(())),
+            compile_budget: Arc::new(CompileBudget::new(DEFAULT_COMPILE_BUDGET_BYTES)),
+            optimized_in_background: Arc::new(AtomicU64::new(0)),
+            baseline_min_bytes: std::sync::atomic::AtomicUsize::new(BASELINE_MIN_BYTES),
+            modules: Mutex::new(ModuleLru::new(DEFAULT_MODULE_CACHE_BYTES)),
+            compiling: Mutex::new(HashMap::new()),
+            artifacts,
+            compilations: AtomicU64::new(0),
+            stop,
+            running,
+            ticker,
+        })
+    }
+
+    /// Bounds the memory all compilations of this host may take together to `bytes` (their
+    /// estimates, [`compile_memory_estimate`]): a compilation waits until its estimate fits in
+    /// what the others leave — foreground, background and components alike. An estimate over
+    /// the whole budget takes the whole budget (callers refuse such modules first).
+    pub fn set_compile_budget(&self, bytes: usize) {
+        self.compile_budget.set_capacity(bytes);
+    }
+
+    /// Bounds the in-memory cache of compiled modules to about `bytes` of module source (the
+    /// least recently used modules are dropped first; a dropped module is compiled again, or
+    /// loaded from the on-disk cache, when it is next needed).
+    pub fn set_module_cache_bytes(&self, bytes: usize) {
+        if let Ok(mut m) = self.modules.lock() {
+            m.set_capacity(bytes);
+        }
+    }
+
+    /// Estimated bytes the compilations running right now hold of the compile budget.
+    pub fn compiling_bytes(&self) -> usize {
+        self.compile_budget.in_use()
+    }
+
+    /// (modules, bytes) held in the in-memory module cache.
+    pub fn module_cache_size(&self) -> (usize, usize) {
+        self.modules.lock().map_or((0, 0), |m| (m.len(), m.bytes()))
+    }
+
+    /// Artifacts loaded from the on-disk cache instead of being compiled.
+    pub fn cache_hits(&self) -> usize {
+        self.artifacts.as_ref().map_or(0, |a| a.hits())
+    }
+
+    /// Core modules at least `bytes` large start on the baseline tier (default
+    /// [`BASELINE_MIN_BYTES`]; `usize::MAX` turns the baseline tier off).
+    pub fn set_baseline_min_bytes(&self, bytes: usize) {
+        self.baseline_min_bytes.store(bytes, Ordering::Relaxed);
+    }
+
+    /// Large modules whose baseline code was replaced by optimized code in the background.
+    pub fn optimized_in_background(&self) -> u64 {
+        self.optimized_in_background.load(Ordering::Relaxed)
+    }
+
+    /// Modules compiled from their bytes (cache misses in memory and on disk).
+    pub fn compilations(&self) -> u64 {
+        self.compilations.load(Ordering::Relaxed)
+    }
+
+    /// Cached artifacts deleted because they failed verification (altered, truncated, or
+    /// written by another engine build); each was compiled again.
+    pub fn cache_rejected(&self) -> usize {
+        self.artifacts.as_ref().map_or(0, |a| a.rejected())
+    }
+
+    /// Describes a module without running it: digest, size, kind and imports.
+    ///
+    /// # Errors
+    /// [`HostError::Instantiate`] when the bytes do not compile.
+    pub fn inspect(&self, bytes: &[u8]) -> Result<Inspection, HostError> {
+        let compile = |e: wasmtime::Error| HostError::Instantiate {
+            message: format!("compile: {e:#}"),
+        };
+        let (kind, imports) = match module_kind(bytes) {
+            Some(ModuleKind::Component) => {
+                let c = Component::new(&self.optimized.engine, bytes).map_err(compile)?;
+                let imports = c
+                    .component_type()
+                    .imports(&self.optimized.engine)
+                    .map(|(name, _)| name.to_string())
+                    .collect();
+                (ModuleKind::Component, imports)
+            }
+            _ => {
+                let m = Module::validate(&self.optimized.engine, bytes)
+                    .and_then(|()| Module::new(&self.baseline.engine, bytes))
+                    .map_err(compile)?;
+                let imports = m
+                    .imports()
+                    .map(|i| format!("{}::{}", i.module(), i.name()))
+                    .collect();
+                (ModuleKind::Preview1, imports)
+            }
+        };
+        Ok(Inspection {
+            digest: digest(bytes),
+            size: bytes.len(),
+            kind,
+            imports,
+        })
+    }
+
+    /// Compiles (once per digest) and pre-links a module or component.
+    ///
+    /// # Errors
+    /// [`HostError::Instantiate`] for bytes that are neither a module nor a component, a
+    /// component that is not a `wasi:cli/command`, or imports the host does not provide.
+    pub fn load(&self, bytes: &[u8]) -> Result<ModulePre, HostError> {
+        let digest = digest(bytes);
+        if let Some(m) = self.modules.lock().map_err(|_| poisoned())?.get(&digest) {
+            return Ok(m);
+        }
+        // Single flight: one compilation per digest, the other callers wait for it.
+        let gate = self
+            .compiling
+            .lock()
+            .map_err(|_| poisoned())?
+            .entry(digest.clone())
+            .or_default()
+            .clone();
+        let result = {
+            let _compiling = gate.lock().map_err(|_| poisoned())?;
+            let cached = self.modules.lock().map_err(|_| poisoned())?.get(&digest);
+            match cached {
+                Some(m) => Ok(m),
+                None => self.compile(bytes, digest.clone()),
+            }
+        };
+        if let Ok(mut compiling) = self.compiling.lock() {
+            compiling.remove(&digest);
+        }
+        result
+    }
+
+    /// Compiles (or loads the verified on-disk artifact of) a module and pre-links it.
+    pub(super) fn compile(&self, bytes: &[u8], digest: String) -> Result<ModulePre, HostError> {
+        let kind = match module_kind(bytes) {
+            Some(kind) => kind,
+            // WebAssembly text (tests, hand-written guests): wasmtime compiles it.
+            None if std::str::from_utf8(bytes).is_ok_and(|t| {
+                t.trim_start().starts_with('(') || t.trim_start().starts_with(";;")
+            }) =>
+            {
+                ModuleKind::Preview1
+            }
+            None => {
+                return Err(HostError::Instantiate {
+                    message: "not a WebAssembly module or component (bad header)".into(),
+                });
+            }
+        };
+        let compiled = match kind {
+            ModuleKind::Component => self.component(bytes, &digest)?,
+            ModuleKind::Preview1 => {
+                if let Some(module) = self.cached(&digest, kind, artifacts::deserialize_module) {
+                    self.optimized.core(&module, false)?
+                } else if bytes.len() >= self.baseline_min_bytes.load(Ordering::Relaxed) {
+                    let _large = self.large_compile.lock().map_err(|_| poisoned())?;
+                    let _share = self
+                        .compile_budget
+                        .acquire(compile_memory_estimate(bytes.len()));
+                    self.compilations.fetch_add(1, Ordering::Relaxed);
+                    let module =
+                        Module::new(&self.baseline.engine, bytes).map_err(compile_error)?;
+                    self.baseline.core(&module, true)?
+                } else {
+                    let _share = self
+                        .compile_budget
+                        .acquire(compile_memory_estimate(bytes.len()));
+                    self.compilations.fetch_add(1, Ordering::Relaxed);
+                    let module =
+                        Module::new(&self.optimized.engine, bytes).map_err(compile_error)?;
+                    store_artifact(self.artifacts.as_deref(), &digest, kind, module.serialize());
+                    self.optimized.core(&module, false)?
+                }
+            }
+        };
+        let baseline = compiled.baseline;
+        let m = ModulePre::new(digest.clone(), kind, compiled);
+        self.modules
+            .lock()
+            .map_err(|_| poisoned())?
+            .insert(digest, m.clone(), bytes.len());
+        if baseline {
+            self.optimize_in_background(&m, bytes.to_vec());
+        }
+        Ok(m)
+    }
+
+    /// A component, from the on-disk cache or compiled (always optimized).
+    pub(super) fn component(&self, bytes: &[u8], digest: &str) -> Result<Compiled, HostError> {
+        let kind = ModuleKind::Component;
+        let component = match self.cached(digest, kind, artifacts::deserialize_component) {
+            Some(c) => c,
+            None => {
+                let _share = self
+                    .compile_budget
+                    .acquire(compile_memory_estimate(bytes.len()));
+                self.compilations.fetch_add(1, Ordering::Relaxed);
+                let c = Component::new(&self.optimized.engine, bytes).map_err(compile_error)?;
+                store_artifact(self.artifacts.as_deref(), digest, kind, c.serialize());
+                c
+            }
+        };
+        let pre = self
+            .optimized
+            .component_linker
+            .instantiate_pre(&component)
+            .map_err(|e| HostError::Instantiate {
+                message: format!("{e:#}"),
+            })?;
+        let pre = CommandPre::new(pre).map_err(|e| HostError::Instantiate {
+            message: format!("not a wasi:cli/command component: {e:#}"),
+        })?;
+        Ok(Compiled {
+            engine: self.optimized.engine.clone(),
+            pre: Pre::Component(pre),
+            baseline: false,
+        })
+    }
+
+    /// Compiles a baseline module with Cranelift on a background thread (one large
+    /// compilation at a time), caches the artifact on disk and swaps it into `module`.
+    pub(super) fn optimize_in_background(&self, module: &ModulePre, bytes: Vec<u8>) {
+        let tier = self.optimized.clone();
+        let gate = self.large_compile.clone();
+        let budget = self.compile_budget.clone();
+        let artifacts = self.artifacts.clone();
+        let done = self.optimized_in_background.clone();
+        let module = module.clone();
+        let spawned = std::thread::Builder::new()
+            .name("wasm-optimize".into())
+            .spawn(move || {
+                let Ok(_large) = gate.lock() else {
+                    return;
+                };
+                let _share = budget.acquire(compile_memory_estimate(bytes.len()));
+                let Ok(compiled) = Module::new(&tier.engine, &bytes) else {
+                    return;
+                };
+                drop(bytes);
+                store_artifact(
+                    artifacts.as_deref(),
+                    &module.digest,
+                    ModuleKind::Preview1,
+                    compiled.serialize(),
+                );
+                if let Ok(c) = tier.core(&compiled, false) {
+                    module.replace(c);
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        // Without a thread the module keeps running baseline code: slower, still correct.
+        drop(spawned);
+    }
+
+    /// The verified on-disk artifact of `digest`, deserialized.
+    pub(super) fn cached<T>(
+        &self,
+        digest: &str,
+        kind: ModuleKind,
+        deserialize: fn(&Engine, &Path) -> wasmtime::Result<T>,
+    ) -> Option<T> {
+        let artifacts = self.artifacts.as_ref()?;
+        let path = artifacts.read(digest, kind)?;
+        match deserialize(&self.optimized.engine, &path) {
+            Ok(t) => Some(t),
+            Err(_) => {
+                artifacts.discard(digest, kind);
+                None
+            }
+        }
+    }
+
+    /// Runs a module once in a fresh store.
+    ///
+    /// # Errors
+    /// Every failure is a typed [`HostError`]: `Timeout`, `MemoryLimit`, `OutputTooLarge`,
+    /// `Trap` (with the wasm backtrace), `ExitCode` (with the stderr tail), `Instantiate`.
+    ///
+    /// # Guarantees
+    /// Nothing survives between runs; the host process is never affected by the module. The
+    /// deadline holds whatever the module does: compute is interrupted by the epoch, and a
+    /// module blocked in a host call (a WASI sleep) is dropped when the deadline passes.
+    pub fn run(&self, module: &ModulePre, req: RunRequest<'_>) -> Result<RunOutput, HostError> {
+        self.running.fetch_add(1, Ordering::Relaxed);
+        let _running = Running(&self.running);
+        self.ticker.unpark();
+        let io = RunIo::new(&req.limits);
+        let builder = wasi_builder(&req, &io);
+        let limiter = StoreLimiter::new(req.limits.max_memory_bytes);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .map_err(|e| HostError::Engine {
+                message: format!("cannot start the run's executor: {e}"),
+            })?;
+        let deadline = req.limits.deadline;
+        let ticks = deadline_ticks(deadline);
+        let outcome = runtime.block_on(async {
+            tokio::time::timeout(deadline, self.call(module, builder, limiter, ticks)).await
+        });
+        let Ok(outcome) = outcome else {
+            return Err(HostError::Timeout { after: deadline });
+        };
+        let (call, limiter) = outcome?;
+        finish(call, &limiter, &io, &req.limits)
+    }
+
+    /// Instantiates the module in a fresh store and runs its entry point to completion.
+    pub(super) async fn call(
+        &self,
+        module: &ModulePre,
+        mut builder: WasiCtxBuilder,
+        limiter: StoreLimiter,
+        ticks: u64,
+    ) -> Result<(wasmtime::Result<()>, StoreLimiter), HostError> {
+        let compiled = module.compiled();
+        let engine = &compiled.engine;
+        match &compiled.pre {
+            Pre::Core(pre) => {
+                let state = RunState {
+                    wasi: builder.build_p1(),
+                    limiter,
+                };
+                let mut store = Store::new(engine, state);
+                store.limiter(|s| &mut s.limiter);
+                store.set_epoch_deadline(ticks);
+                store.epoch_deadline_trap();
+                let instance = pre
+                    .instantiate_async(&mut store)
+                    .await
+                    .map_err(|e| instantiate_error(&e, &store.data().limiter))?;
+                let start = instance
+                    .get_typed_func::<(), ()>(&mut store, "_start")
+                    .map_err(|e| HostError::Instantiate {
+                        message: format!("no _start export: {e:#}"),
+                    })?;
+                let call = start.call_async(&mut store, ()).await;
+                Ok((call, store.into_data().limiter))
+            }
+            Pre::Component(pre) => {
+                let state = ComponentState {
+                    ctx: builder.build(),
+                    table: ResourceTable::new(),
+                    limiter,
+                };
+                let mut store = Store::new(engine, state);
+                store.limiter(|s| &mut s.limiter);
+                store.set_epoch_deadline(ticks);
+                store.epoch_deadline_trap();
+                let command = pre
+                    .instantiate_async(&mut store)
+                    .await
+                    .map_err(|e| instantiate_error(&e, &store.data().limiter))?;
+                let call = match command.wasi_cli_run().call_run(&mut store).await {
+                    Ok(Ok(())) => Ok(()),
+                    Ok(Err(())) => Err(wasmtime::Error::new(I32Exit(1))),
+                    Err(e) => Err(e),
+                };
+                Ok((call, store.into_data().limiter))
+            }
+        }
+    }
+}
