@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench.sh — what `make bench` does: set up, build enoki in release mode, start the local
-# control plane, run the controller benchmarks (tests/benches/controller.rs) and the synthesis
+# control plane, run the controller benchmarks (tests/benches/controller.rs) and the large-module
 # benchmark, print the tables and keep them in target/bench-*.md. Not part of `make test`.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"

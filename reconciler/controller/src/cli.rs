@@ -147,7 +147,7 @@ pub struct RunArgs {
     pub concurrency: usize,
     /// Concurrent writes (and reads of objects the cache cannot answer) within one
     /// Composition's apply pass. 32 matched the best raw server-side-apply concurrency
-    /// against a local API server on 2 cores (README benchmarks).
+    /// against a local API server on 2 cores (docs/benchmarks.md).
     #[arg(long, env = "ENOKI_APPLY_CONCURRENCY", default_value_t = 32)]
     pub apply_concurrency: usize,
     /// Syntheses running at once across all Compositions (each holds a wasm store of up to
@@ -240,7 +240,7 @@ pub struct RunArgs {
     #[arg(long, env = "ENOKI_NO_CROSS_NAMESPACE_REFS", default_value_t = false)]
     pub no_cross_namespace_refs: bool,
     /// Let the `lepton` built-in emit PersistentVolumes for `spec.mounts` (cluster-scoped
-    /// storage: off by default, on in the single-tenant `deploy/base`). Off, a
+    /// storage: off by default, on in the single-tenant overlay `deploy/overlays/single-tenant`). Off, a
     /// LeptonDeployment with mounts gets an `InvalidInput` condition.
     #[arg(long, env = "ENOKI_LEPTON_PERSISTENT_VOLUMES", default_value_t = false)]
     pub lepton_persistent_volumes: bool,

@@ -1,5 +1,5 @@
 //! Compiles one module with a chosen wasmtime strategy and prints the time and this
-//! process's peak RSS: the tool behind the large-module figures in the README.
+//! process's peak RSS: the tool behind the large-module figures in docs/benchmarks.md.
 //!
 //! usage: `compile <module.wasm> <cranelift|cranelift-seq|cranelift-o0|winch|winch-seq>
 //! [no-address-map] [no-unwind]`

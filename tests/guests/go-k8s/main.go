@@ -1,6 +1,6 @@
 // A synthesizer the size of a real Go operator's: it imports k8s.io/api, apimachinery,
 // client-go's scheme (every built-in API type registered) and links the typed clientset, like
-// Eno's Go example built on controller-runtime. Compiled with GOOS=wasip1 it is about 70 MB of wasm; the benchmark
+// Eno's Go example built on controller-runtime. Compiled with GOOS=wasip1 it is about 90 MB of wasm; the benchmark
 // (`make bench`) measures how enoki compiles, caches and runs it.
 //
 // It reads a KRM ResourceList on stdin and writes one with a Deployment built from typed
