@@ -118,22 +118,22 @@ impl Enoki {
         )
     }
 
-    /// Waits until enoki has reconciled Composition `name` (in `namespace`) at least once
-    /// *after* this call began: the way to let the controller have its chance before
+    /// Waits until enoki has finished a reconcile pass of Composition `name` (in `namespace`)
+    /// that *began* after this call: the way to let the controller have its chance before
     /// asserting that something did **not** happen (a slow machine cannot turn such a check
     /// into a false pass). enoki reconciles on changes, not on a clock, so the harness makes
     /// one: it sets a test annotation on the Composition (which enoki ignores but which
-    /// triggers a reconcile) twice, each time waiting for a completed pass
-    /// (`enoki_reconcile_duration_seconds_count`). The second pass to complete began after the
-    /// first annotation, i.e. after everything the test did before calling this.
+    /// triggers a reconcile) twice, each time waiting for the Composition's finished-pass
+    /// counter (`enoki_composition_reconciles_total{namespace,name}`) to move. The second pass
+    /// to finish began after the first annotation, i.e. after everything the test did before.
     ///
     /// # Panics
-    /// When no pass completes within 2 minutes of an annotation.
+    /// When no pass of the Composition finishes within 2 minutes of an annotation.
     pub async fn wait_pass_of(&self, client: &kube::Client, namespace: &str, name: &str) {
-        const COUNT: &str = "enoki_reconcile_duration_seconds_count";
         let comps: Api<crds::Composition> = Api::namespaced(client.clone(), namespace);
+        let count = || self.composition_passes(namespace, name);
         for round in 0..2 {
-            let before = eventually("enoki's metrics", WAIT, || async { self.metric(COUNT) }).await;
+            let before = count();
             let nudge = serde_json::json!({"metadata": {"annotations": {
                 "test.enoki.dev/nudge": format!("{:08x}", rand::random::<u32>())}}});
             comps
@@ -143,10 +143,30 @@ impl Enoki {
             eventually(
                 &format!("a reconcile pass of {namespace}/{name} (round {round})"),
                 Duration::from_secs(120),
-                || async { self.metric(COUNT).is_some_and(|c| c > before).then_some(()) },
+                || async { (count() > before).then_some(()) },
             )
             .await;
         }
+    }
+
+    /// Finished reconcile passes of one Composition (0 before the first, or while /metrics
+    /// does not answer).
+    pub fn composition_passes(&self, namespace: &str, name: &str) -> f64 {
+        let port = self.metrics_port.expect("started without --metrics-addr");
+        let (code, body) = http_get(port, "/metrics");
+        if code != 200 {
+            return 0.0;
+        }
+        let ns = format!("namespace=\"{namespace}\"");
+        let n = format!("name=\"{name}\"");
+        body.lines()
+            .filter(|l| l.starts_with("enoki_composition_reconciles_total{"))
+            .filter(|l| {
+                let labels = l.split(['{', '}']).nth(1).unwrap_or_default();
+                labels.split(',').any(|x| x == ns) && labels.split(',').any(|x| x == n)
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
     }
 
     /// [`Enoki::wait_pass_of`] for a Composition in the test's namespace.

@@ -34,7 +34,10 @@ use serde_json::Value;
 pub mod cost;
 pub mod guard;
 
-pub use guard::{MAX_EVAL_BYTES, MAX_EVAL_STEPS, MAX_PASS_TIME, OVER_BUDGET, with_pass_budget};
+pub use guard::{
+    MAX_EVAL_BYTES, MAX_EVAL_STEPS, MAX_PASS_TIME, OVER_BUDGET, PASS_SPENT, with_pass_budget,
+    with_pass_deadline,
+};
 
 /// Longest expression accepted, in bytes.
 pub const MAX_SOURCE_BYTES: usize = 4096;
@@ -299,19 +302,19 @@ impl Expr {
     /// # Errors
     /// The evaluator's message (including a contained panic).
     pub fn eval(&self, vars: &[(&str, Cel)]) -> Result<Cel, String> {
-        let cost = self.estimated_cost(vars);
-        if cost > EVAL_BUDGET {
-            return Err(format!(
-                "{OVER_BUDGET}: estimated cost {cost} is over the limit of {EVAL_BUDGET} \
-                 (string growth, nested macros or a large object); simplify the expression"
-            ));
-        }
         let pass = guard::pass_deadline();
         if pass.is_some_and(|d| std::time::Instant::now() > d) {
             return Err(format!(
                 "{} ({:?} per pass); evaluated again on the next pass",
                 guard::PASS_SPENT,
                 guard::MAX_PASS_TIME
+            ));
+        }
+        let cost = self.estimated_cost(vars);
+        if cost > EVAL_BUDGET {
+            return Err(format!(
+                "{OVER_BUDGET}: estimated cost {cost} is over the limit of {EVAL_BUDGET} \
+                 (string growth, nested macros or a large object); simplify the expression"
             ));
         }
         let run = || {

@@ -64,6 +64,10 @@ pub enum OverrideStatus {
     PathTypeMismatch,
     /// The valueExpression failed to evaluate.
     InvalidValueExpression,
+    /// Not evaluated: the reconcile pass spent its CEL time first. The resource is not
+    /// written in this pass (never written without its overrides) and is planned again in
+    /// the next.
+    Deferred,
 }
 
 /// Parses an override path such as `self.spec.template["x-y"].containers[name="app"].image`.
@@ -376,6 +380,17 @@ pub fn apply_all(
     live: Option<&Value>,
     composition: &Value,
 ) -> Vec<OverrideResult> {
+    let spent =
+        || crate::expr::guard::pass_deadline().is_some_and(|d| std::time::Instant::now() > d);
+    if !overrides.is_empty() && spent() {
+        return overrides
+            .iter()
+            .map(|o| OverrideResult {
+                path: o.path.clone(),
+                status: OverrideStatus::Deferred,
+            })
+            .collect();
+    }
     let this = to_cel(live.unwrap_or(&Value::Object(Map::new())));
     let comp = to_cel(composition);
     overrides
@@ -395,6 +410,9 @@ pub fn apply_all(
             let status = (|| {
                 if let Some(cond) = &o.condition {
                     match cond.eval_bool(&vars) {
+                        Err(e) if e.contains(crate::expr::PASS_SPENT) => {
+                            return OverrideStatus::Deferred;
+                        }
                         Err(_) => return OverrideStatus::InvalidCondition,
                         Ok(false) => return OverrideStatus::Inactive,
                         Ok(true) => {}
@@ -407,6 +425,9 @@ pub fn apply_all(
                             return OverrideStatus::Inactive;
                         }
                         match expr.eval(&vars) {
+                            Err(e) if e.contains(crate::expr::PASS_SPENT) => {
+                                return OverrideStatus::Deferred;
+                            }
                             Err(_) => return OverrideStatus::InvalidValueExpression,
                             Ok(cel::Value::Null) => return OverrideStatus::Inactive,
                             Ok(v) => match to_json(&v) {

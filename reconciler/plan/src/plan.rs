@@ -200,6 +200,9 @@ pub enum SkipReason {
     /// A `Patch` dropped from the output, or its Composition deleted: the target is left as
     /// it is (patches are not reverted).
     PatchLeft,
+    /// The pass spent its CEL time before this resource's overrides were evaluated: it is not
+    /// written without them, and is planned again at the next poll.
+    CelTimeSpent,
 }
 
 /// The one thing to do with a resource.
@@ -372,9 +375,17 @@ pub fn plan(input: PlanInput<'_>) -> Plan {
         };
         let waiting_on = waiting_on(key, &input.prepared.ordering, &ready, &mut unready_in_group);
         let in_sync = in_sync(live, recorded, &settings, &hash);
+        let deferred = results
+            .iter()
+            .any(|o| o.status == overrides::OverrideStatus::Deferred);
         let op = if settings.disable_reconciliation {
             Op::Skip {
                 reason: SkipReason::ReconciliationDisabled,
+            }
+        } else if deferred {
+            poll = true;
+            Op::Skip {
+                reason: SkipReason::CelTimeSpent,
             }
         } else if !waiting_on.is_empty() {
             Op::Wait { on: waiting_on }

@@ -313,6 +313,44 @@ fn overrides_apply_before_hashing_and_can_flip_cascaded_flags() {
     );
 }
 
+/// A pass that spent its CEL time before a resource's overrides were evaluated does not
+/// write the resource without them (an HPA-owned `replicas` would be fought): it skips it and
+/// plans again at the next poll.
+#[test]
+fn a_spent_cel_budget_defers_a_resource_with_overrides_never_writes_it_without_them() {
+    let overrides = json!([
+        {"path": "self.spec.replicas", "value": null, "condition": "!pathManagedByEnoki"}
+    ]);
+    let m = deploy("web", json!({"enoki.dev/overrides": overrides.to_string()}));
+    let plain = cm("plain", json!({}));
+    let mut l = live(&m, "1", Value::Null);
+    l["spec"]["replicas"] = json!(9);
+    let w = World::new(desired(&[m.clone(), plain.clone()])).observe(l);
+    let spent = plan::expr::with_pass_budget(Duration::ZERO, || {
+        std::thread::sleep(Duration::from_millis(2));
+        (w.op_of(&m), w.op_of(&plain), w.plan().requeue)
+    });
+    assert_eq!(
+        spent.0,
+        Op::Skip {
+            reason: SkipReason::CelTimeSpent
+        }
+    );
+    assert!(matches!(spent.1, Op::Apply { .. }), "{:?}", spent.1);
+    assert!(spent.2.is_some(), "planned again at the next poll");
+    // With time left, the resource is planned as usual.
+    let op = w.op_of(&m);
+    assert!(
+        !matches!(
+            op,
+            Op::Skip {
+                reason: SkipReason::CelTimeSpent
+            }
+        ),
+        "{op:?}"
+    );
+}
+
 #[test]
 fn reconcile_interval_sets_the_requeue_once_ready() {
     let m = deploy(

@@ -30,6 +30,15 @@ pub struct ShardLabel {
     pub shard: String,
 }
 
+/// Label set of per-Composition metrics (one series per Composition, removed when it is gone).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CompositionLabel {
+    /// The Composition's namespace.
+    pub namespace: String,
+    /// The Composition's name.
+    pub name: String,
+}
+
 /// Labels of the quota built-in's per-namespace usage gauge (upstream's names).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CrqNamespaceLabels {
@@ -58,6 +67,8 @@ pub type FloatGauge = Gauge<f64, std::sync::atomic::AtomicU64>;
 pub struct Metrics {
     /// Reconcile durations.
     pub reconcile_duration: Histogram,
+    /// Finished reconcile passes per Composition.
+    pub composition_reconciles: Family<CompositionLabel, Counter>,
     /// Reconcile errors by category.
     pub reconcile_errors: Family<OutcomeLabel, Counter>,
     /// Syntheses by outcome (`success` or the failure reason).
@@ -104,6 +115,7 @@ impl Metrics {
         let m = Metrics {
             reconcile_duration: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
             reconcile_errors: Family::default(),
+            composition_reconciles: Family::default(),
             synthesis_runs: Family::default(),
             synthesis_duration: Histogram::new(exponential_buckets(0.0001, 2.0, 18)),
             apply_ops: Family::default(),
@@ -186,6 +198,11 @@ impl Metrics {
             "enoki_reconcile_duration_seconds",
             "Composition reconcile duration",
             m.reconcile_duration.clone(),
+        );
+        registry.register(
+            "enoki_composition_reconciles",
+            "Finished reconcile passes of each Composition (the series goes when the Composition does)",
+            m.composition_reconciles.clone(),
         );
         registry.register(
             "enoki_reconcile_errors",

@@ -26,9 +26,15 @@ pub const MAX_SPEC_BYTES: usize = 256 * 1024;
 /// Most variations one Symphony may have (each becomes a Composition).
 pub const MAX_SYMPHONY_VARIATIONS: usize = 256;
 
-/// Why a Composition's spec is refused for its size (`None`: accepted). Pure.
-pub fn composition_spec_too_large(spec: &crds::CompositionSpec) -> Option<String> {
-    synthesis_env_too_large(&spec.synthesis_env).or_else(|| spec_too_large(spec))
+/// Why a Composition is refused for its size (`None`: accepted): its `synthesisEnv`, then its
+/// spec together with the metadata a tenant writes (labels, annotations, finalizers, owner
+/// references; not `managedFields`). Pure.
+pub fn composition_too_large(comp: &crds::Composition) -> Option<String> {
+    synthesis_env_too_large(&comp.spec.synthesis_env).or_else(|| {
+        let mut meta = comp.metadata.clone();
+        meta.managed_fields = None;
+        spec_too_large(&(&meta, &comp.spec))
+    })
 }
 
 /// Why a Symphony's spec is refused for its size (`None`: accepted). Pure.
@@ -97,4 +103,25 @@ pub fn run_limits(limits: Option<&crds::Limits>) -> Result<RunLimits, String> {
         }
     }
     Ok(out)
+}
+
+/// Why a Composition's `spec.serviceAccountName` is refused (`None`: accepted, or unset): it
+/// must be a DNS-1123 subdomain, as every ServiceAccount name is. Pure.
+pub fn invalid_service_account_name(name: Option<&str>) -> Option<String> {
+    let name = name.filter(|n| !n.is_empty())?;
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && l.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    (name.len() > 253 || !name.split('.').all(label_ok)).then(|| {
+        format!(
+            "spec.serviceAccountName {:?} is not a valid ServiceAccount name (a DNS-1123 \
+             subdomain of at most 253 characters)",
+            name.chars().take(80).collect::<String>()
+        )
+    })
 }

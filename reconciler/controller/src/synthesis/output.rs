@@ -207,7 +207,7 @@ mod count_tests {
         }
     }
 
-    /// A spec padded through any field (bindings here), or a Symphony with more variations
+    /// A Composition padded through any field (bindings, labels), or a Symphony with more variations
     /// than the cap, is refused by size; an ordinary one is not.
     #[test]
     fn padded_specs_are_refused_by_size() {
@@ -217,12 +217,24 @@ mod count_tests {
             )
             .unwrap()
         };
-        let mut spec: crds::CompositionSpec =
-            serde_json::from_value(serde_json::json!({"synthesizer": {"name": "s"}})).unwrap();
-        assert_eq!(super::composition_spec_too_large(&spec), None);
-        spec.bindings = (0..2_000).map(binding).collect();
-        let msg = super::composition_spec_too_large(&spec).unwrap();
+        let mut comp: crds::Composition = serde_json::from_value(serde_json::json!({
+            "apiVersion": "enoki.dev/v1alpha1", "kind": "Composition",
+            "metadata": {"name": "c", "namespace": "n"},
+            "spec": {"synthesizer": {"name": "s"}}}))
+        .unwrap();
+        assert_eq!(super::composition_too_large(&comp), None);
+        comp.spec.bindings = (0..2_000).map(binding).collect();
+        let msg = super::composition_too_large(&comp).unwrap();
         assert!(msg.contains("at most 262144"), "{msg}");
+        // The same padding in labels (which Kubernetes does not limit in total).
+        comp.spec.bindings.clear();
+        assert_eq!(super::composition_too_large(&comp), None);
+        comp.metadata.labels = Some(
+            (0..5_000)
+                .map(|i| (format!("pad-{i}"), "x".repeat(60)))
+                .collect(),
+        );
+        assert!(super::composition_too_large(&comp).is_some());
         let mut sym: crds::SymphonySpec = serde_json::from_value(serde_json::json!({})).unwrap();
         assert_eq!(super::symphony_spec_too_large(&sym), None);
         sym.variations = (0..300)
@@ -235,6 +247,20 @@ mod count_tests {
             .collect();
         let msg = super::symphony_spec_too_large(&sym).unwrap();
         assert!(msg.contains("300 variations"), "{msg}");
+    }
+
+    #[test]
+    fn service_account_names_are_dns_subdomains() {
+        for ok in [None, Some(""), Some("enoki-composer"), Some("a.b-c.d1")] {
+            assert_eq!(super::invalid_service_account_name(ok), None, "{ok:?}");
+        }
+        let long = "a".repeat(254);
+        for bad in ["Admin", "a_b", "-a", "a..b", "x/y", long.as_str()] {
+            assert!(
+                super::invalid_service_account_name(Some(bad)).is_some(),
+                "{bad}"
+            );
+        }
     }
 
     /// A million tiny results, or one item holding a huge nested list, would each be a

@@ -63,6 +63,18 @@ pub async fn reconcile(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Acti
     ctx.metrics
         .reconcile_duration
         .observe(start.elapsed().as_secs_f64());
+    // Not after the pass that released a deleted Composition (its series went with it).
+    let released = comp.metadata.deletion_timestamp.is_some()
+        && matches!(&result, Ok(a) if *a == Action::await_change());
+    if !released {
+        ctx.metrics
+            .composition_reconciles
+            .get_or_create(&super::metrics::CompositionLabel {
+                namespace: comp.namespace().unwrap_or_default(),
+                name: comp.name_any(),
+            })
+            .inc();
+    }
     result
 }
 
@@ -84,7 +96,9 @@ async fn observe_all(
     st: &mut CompositionStatus,
 ) -> Result<Result<Observed, Duration>, Error> {
     let generation = comp.metadata.generation;
-    if let Some(msg) = crate::synthesis::composition_spec_too_large(&comp.spec) {
+    if let Some(msg) = crate::synthesis::composition_too_large(comp).or_else(|| {
+        crate::synthesis::invalid_service_account_name(comp.spec.service_account_name.as_deref())
+    }) {
         // Terminal until the spec changes (a new generation is a new reconcile).
         fail(st, generation, reasons::INVALID_SPEC, &msg);
         return Ok(Err(Duration::from_secs(600)));
@@ -120,13 +134,18 @@ async fn observe_all(
     let limits = limits.and_then(|l| ctx.opts.sandbox.check(l));
     let module = match (observe::load_module(ctx, &synth).await, limits) {
         (Ok(m), Ok(limits)) => (m, limits),
+        // Another reconcile is fetching the module: not a failure, nothing to report; the
+        // current synthesis is still enforced and this one looks again shortly.
+        (Err(super::module::ModuleError::Loading), _) => {
+            return Ok(Err(Duration::from_secs(2)));
+        }
         (Err(e), _) => {
             let msg = super::error::chain(&e);
             fail(st, generation, reasons::MODULE_UNAVAILABLE, &msg);
-            return Ok(Err(Duration::from_secs(match e {
-                super::module::ModuleError::Loading => 2,
-                _ if e.is_transient() => 10,
-                _ => 60,
+            return Ok(Err(Duration::from_secs(if e.is_transient() {
+                10
+            } else {
+                60
             })));
         }
         (_, Err(message)) => {

@@ -134,43 +134,77 @@ pub(crate) async fn synthesizer(
 /// # Errors
 /// [`module::ModuleError`] naming the field.
 pub(crate) async fn load_module(
-    ctx: &Context,
+    ctx: &std::sync::Arc<Context>,
     synth: &Synthesizer,
 ) -> Result<synthesis::Module, module::ModuleError> {
     let name = synth.name_any();
     let generation = synth.metadata.generation;
-    let cached = |failures: &mut u32| -> Option<Result<synthesis::Module, module::ModuleError>> {
-        match ctx.modules.lock().ok().and_then(|m| m.get(&name).cloned()) {
-            Some(ModuleEntry::Ready(g, m)) if g == generation => Some(Ok(m)),
-            Some(ModuleEntry::Failed {
-                generation: g,
-                error,
-                retry_at,
-                failures: n,
-            }) if g == generation => {
-                *failures = n;
-                (Instant::now() < retry_at).then_some(Err(error))
-            }
-            _ => None,
-        }
-    };
     let mut failures = 0;
-    if let Some(hit) = cached(&mut failures) {
+    if let Some(hit) = cached_module(ctx, &name, generation, &mut failures) {
         return hit;
     }
-    // Single flight per Synthesizer: one reconcile fetches; the others that need the module
-    // meanwhile do not wait for it (`Loading`, retried in 2 s — their current synthesis is
-    // still enforced), so a slow registry holds one reconcile worker, not every one.
+    // Single flight per Synthesizer, off the reconcile: the fetch (and compilation) runs in a
+    // task of its own that stores its result in the cache; a reconcile waits for it at most
+    // FETCH_WAIT, and one that finds a fetch in flight does not wait at all (`Loading`: its
+    // current synthesis is still enforced and it looks again in 2 s). However slow the
+    // registries of however many Synthesizers, no reconcile worker is held longer.
     let flight = FETCHING
         .lock()
         .map(|mut f| f.entry(name.clone()).or_default().clone())
         .unwrap_or_default();
-    let Ok(_one) = flight.try_lock() else {
+    let Ok(one) = flight.try_lock_owned() else {
         return Err(module::ModuleError::Loading);
     };
-    if let Some(hit) = cached(&mut failures) {
+    if let Some(hit) = cached_module(ctx, &name, generation, &mut failures) {
         return hit;
     }
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let (ctx, synth) = (ctx.clone(), synth.clone());
+    tokio::spawn(async move {
+        let _one = one;
+        let result = fetch_and_cache(&ctx, &synth, generation, failures).await;
+        let _ = tx.send(result);
+    });
+    match tokio::time::timeout(FETCH_WAIT, rx).await {
+        Ok(Ok(result)) => result,
+        _ => Err(module::ModuleError::Loading),
+    }
+}
+
+/// How long a reconcile waits for the module fetch it started before it goes on (`Loading`).
+const FETCH_WAIT: Duration = Duration::from_secs(10);
+
+/// The cached module or cached failure (until its backoff passes) of a Synthesizer
+/// generation; `failures` is set to the failures in a row so far.
+fn cached_module(
+    ctx: &Context,
+    name: &str,
+    generation: Option<i64>,
+    failures: &mut u32,
+) -> Option<Result<synthesis::Module, module::ModuleError>> {
+    match ctx.modules.lock().ok().and_then(|m| m.get(name).cloned()) {
+        Some(ModuleEntry::Ready(g, m)) if g == generation => Some(Ok(m)),
+        Some(ModuleEntry::Failed {
+            generation: g,
+            error,
+            retry_at,
+            failures: n,
+        }) if g == generation => {
+            *failures = n;
+            (Instant::now() < retry_at).then_some(Err(error))
+        }
+        _ => None,
+    }
+}
+
+/// Fetches and compiles the module, reports it on the Synthesizer and caches the result.
+async fn fetch_and_cache(
+    ctx: &Context,
+    synth: &Synthesizer,
+    generation: Option<i64>,
+    failures: u32,
+) -> Result<synthesis::Module, module::ModuleError> {
+    let name = synth.name_any();
     // Held while the module is fetched and compiled: a fetch stuck past both deadlines is
     // a stuck slot for /healthz.
     let _slot = ctx

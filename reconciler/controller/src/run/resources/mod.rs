@@ -130,8 +130,9 @@ pub async fn reconcile(
         .collect();
     // Planning evaluates CEL (readiness, overrides): bounded per expression and per pass
     // (`MAX_PASS_TIME` in all), and run where it cannot hold up other reconciles' I/O.
+    let cel_deadline = Some(std::time::Instant::now() + plan::expr::MAX_PASS_TIME);
     let the_plan: Plan = tokio::task::block_in_place(|| {
-        plan::expr::with_pass_budget(plan::expr::MAX_PASS_TIME, || {
+        plan::expr::with_pass_deadline(cel_deadline, || {
             plan::plan(plan::PlanInput {
                 prepared: &prepared,
                 composition: &info,
@@ -146,7 +147,17 @@ pub async fn reconcile(
         })
     });
     let acted = execute::act(ctx, comp, &the_plan, &observations, &recorded).await;
-    finish(ctx, comp, st, deleting, &seen, &the_plan, acted).await
+    let planned = Planned {
+        plan: &the_plan,
+        cel_deadline,
+    };
+    finish(ctx, comp, st, deleting, &seen, &planned, acted).await
+}
+
+/// The plan of a pass and when its CEL time ends.
+struct Planned<'p> {
+    plan: &'p Plan,
+    cel_deadline: Option<std::time::Instant>,
 }
 
 /// What a pass read before planning.
@@ -201,9 +212,10 @@ async fn finish(
     st: &mut CompositionStatus,
     deleting: bool,
     seen: &Seen<'_>,
-    the_plan: &Plan,
+    planned: &Planned<'_>,
     acted: execute::Acted,
 ) -> Result<Pass, Error> {
+    let the_plan = planned.plan;
     if !deleting {
         ctx.metrics
             .managed_resources
@@ -218,16 +230,22 @@ async fn finish(
             .find(|c| c.uid().as_deref() == Some(uid))
             .map(|c| format!("{}/{}", c.namespace().unwrap_or_default(), c.name_any()))
     };
-    let recording = record::record(
-        &owner_name,
-        the_plan,
-        &acted.outcomes,
-        seen.loaded,
-        seen.recorded,
-        seen.prepared,
-        deleting,
-        &now,
-    );
+    // Readiness is evaluated again on the objects the writes returned: CEL, so under the
+    // same pass deadline as planning and off the async workers.
+    let recording = tokio::task::block_in_place(|| {
+        plan::expr::with_pass_deadline(planned.cel_deadline, || {
+            record::record(
+                &owner_name,
+                the_plan,
+                &acted.outcomes,
+                seen.loaded,
+                seen.recorded,
+                seen.prepared,
+                deleting,
+                &now,
+            )
+        })
+    });
     slices::write_states(ctx, comp, seen.loaded, &recording.states).await?;
     let roll = rollup::Rollup::of(seen.loaded, &recording);
     if !deleting {
