@@ -161,16 +161,7 @@ async fn split_into_macros_in_an_override_does_not_hang_and_never_blocks_deletio
     .await;
     still_serving(&env, &mut enoki, &synth, &tenant).await;
 
-    tenant
-        .api::<Composition>()
-        .delete("hang", &DeleteParams::default())
-        .await
-        .unwrap();
-    let comps: Api<Composition> = env.api();
-    eventually("hang deleted", WAIT, || async {
-        comps.get_opt("hang").await.unwrap().is_none().then_some(())
-    })
-    .await;
+    harness::delete_and_wait(&tenant.api::<Composition>(), "hang").await;
     eventually("hang-out deleted with it", WAIT, || async {
         cms.get_opt("hang-out")
             .await
@@ -334,6 +325,7 @@ async fn an_empty_namespace_binding_means_the_own_namespace_never_every_namespac
     .await;
     // And no input watch left the namespace: enoki listed or watched no ConfigMaps
     // cluster-wide for an input (input watches exclude managed objects by label).
+    harness::audit_barrier(&env).await;
     let wide: Vec<_> = harness::audited_cluster_wide(&since)
         .into_iter()
         .filter(|r| r.by_enoki() && r.resource == "configmaps")

@@ -35,15 +35,8 @@ async fn converged(extra: &[&str]) -> (TestEnv, Enoki, String) {
     harness::set_echo_items(&env, "items", &json!([output("out")])).await;
     harness::apply_composition(&env, "app", &synth, "items", json!({})).await;
     let enoki = Enoki::start_with(&env.namespace, extra);
-    ready(&env, "app").await;
+    harness::wait_ready(&env, "app").await;
     (env, enoki, synth)
-}
-
-async fn ready(env: &TestEnv, name: &str) {
-    eventually(&format!("{name} Ready"), WAIT, || async {
-        harness::composition_ready(env, name).await.then_some(())
-    })
-    .await;
 }
 
 /// Waits until `Synthesized=False` names `reason`; then proves the current synthesis is still
@@ -203,7 +196,7 @@ async fn the_rollout_cooldown_does_not_stop_enforcement() {
     let synth_name = synth.clone();
     harness::set_echo_items(&env, "items-b", &json!([output("out-b")])).await;
     harness::apply_composition(&env, "b", &synth_name, "items-b", json!({})).await;
-    ready(&env, "b").await;
+    harness::wait_ready(&env, "b").await;
     let synths: Api<Synthesizer> = Api::all(env.client.clone());
     synths
         .patch(

@@ -164,6 +164,7 @@ async fn a_partitioned_leader_is_fenced_before_its_lease_can_be_taken() {
     proxy.heal();
     stopped(&mut a).await;
     wait_converged(&env.client, &env.namespace, "app", Duration::from_secs(120)).await;
+    harness::audit_barrier(&env).await;
     let late = late_writes(&env, &since, acquired);
     assert!(
         late.is_empty(),
@@ -199,6 +200,7 @@ async fn a_frozen_leader_resumed_after_the_takeover_makes_no_new_write() {
     signal(&a, "-CONT");
     stopped(&mut a).await;
     wait_converged(&env.client, &env.namespace, "app", Duration::from_secs(120)).await;
+    harness::audit_barrier(&env).await;
     let late = late_writes(&env, &since, acquired);
     eprintln!(
         "failover: {} request(s) in flight when the leader froze arrived after the takeover",

@@ -249,8 +249,13 @@ async fn a_resource_that_keeps_failing_backs_off_and_reports_its_error() {
     );
 
     // Retries back off (1 s, 2 s, 4 s, …) although the readiness poll is 1 s and every status
-    // write triggers a reconcile: only a handful of attempts in 6 s.
+    // write triggers a reconcile: only a handful of attempts in 6 s — while the controller
+    // passes over the Composition again and again (counted, so a controller that stopped
+    // reconciling cannot pass this check).
+    let passes = enoki.composition_passes(&env.namespace, "hello");
     tokio::time::sleep(Duration::from_secs(6)).await;
+    let passed = enoki.composition_passes(&env.namespace, "hello") - passes;
+    assert!(passed >= 3.0, "{passed} passes in 6 s");
     let (_, body) = http_get(port, "/metrics");
     let attempts: u64 = body
         .lines()

@@ -249,7 +249,7 @@ async fn a_gzip_bomb_is_refused_once_and_not_refetched_on_every_reconcile() {
             )
             .await
             .unwrap();
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        enoki.wait_pass(&env, "gz-bomb").await;
     }
     assert_eq!(fetches(), before, "the bad module was fetched again");
     assert_healthy(&enoki);

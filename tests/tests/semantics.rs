@@ -422,6 +422,7 @@ async fn drift_watch_and_off_case(p: &str) {
         enoki.metric("enoki_resource_checks_total").unwrap_or(0.0) >= checks + 4.0,
         "passes over both resources ran meanwhile"
     );
+    harness::audit_barrier(&env).await;
     let writes: Vec<_> = harness::audited_requests(&env.namespace, &since)
         .into_iter()
         .filter(|r| r.by_enoki() && r.is_write() && r.resource == "configmaps")
@@ -652,6 +653,7 @@ async fn a_resync_of_many_in_sync_resources_writes_nothing_and_a_change_writes_o
     tokio::time::sleep(Duration::from_secs(7)).await;
     let passes = (checks(&enoki) - before) / 120.0;
     assert!(passes >= 2.0, "expected at least two resyncs, saw {passes}");
+    harness::audit_barrier(&env).await;
     let reads_or_writes: Vec<_> = harness::audited_requests(&env.namespace, &since)
         .into_iter()
         .filter(|r| r.by_enoki() && (r.verb == "get" || r.is_write()))
@@ -770,15 +772,10 @@ async fn a_fighting_writer_gets_backoff_and_a_field_conflict_event_not_a_hot_loo
         "enoki wrote {writes} times during {i} foreign writes:\n{}",
         enoki.logs()
     );
-    let events: Api<k8s_openapi::api::events::v1::Event> = env.api();
-    let conflict = events
-        .list(&Default::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .find(|e| e.reason.as_deref() == Some("FieldConflict"))
-        .unwrap_or_else(|| panic!("no FieldConflict event:\n{}", enoki.logs()));
+    let conflict = harness::wait_event(&env, "a FieldConflict event", |e| {
+        e.reason.as_deref() == Some("FieldConflict")
+    })
+    .await;
     assert_eq!(conflict.type_.as_deref(), Some("Warning"));
     let note = conflict.note.unwrap_or_default();
     assert!(

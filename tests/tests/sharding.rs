@@ -143,6 +143,7 @@ async fn three_replicas_two_shards_each_composition_has_one_writer_and_survives_
     );
 
     // Exactly one writer per Composition's object, and it is its shard's holder.
+    harness::audit_barrier(&env).await;
     let written = writers(&ns, &since);
     assert_eq!(written.len(), COMPOSITIONS, "{written:?}");
     for (name, by) in &written {
@@ -279,6 +280,7 @@ async fn kill_the_holder_of_shard_0(
         new_owners[&0], victim,
         "shard 0 is still held by the killed replica"
     );
+    harness::audit_barrier(env).await;
     for (name, by) in writers(&ns, &since_kill) {
         assert_eq!(
             by,

@@ -52,7 +52,7 @@ impl PlanError {
         match self {
             PlanError::Manifest { .. } => "InvalidManifest",
             PlanError::Duplicate { .. } => "DuplicateResource",
-            PlanError::Annotation { .. } => "InvalidAnnotation",
+            PlanError::Annotation { .. } => crds::names::reasons::INVALID_ANNOTATION,
             PlanError::CompileCel { .. } => "InvalidCel",
             PlanError::DependencyCycle { .. } => "DependencyCycle",
         }

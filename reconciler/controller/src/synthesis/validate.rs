@@ -26,7 +26,7 @@ pub const CLUSTER_SCOPED_KINDS: &[&str] = &[
     "CertificateSigningRequest",
     "FlowSchema",
     "PriorityLevelConfiguration",
-    "Synthesizer",
+    crds::names::kinds::SYNTHESIZER,
     "ClusterResourceQuota",
 ];
 

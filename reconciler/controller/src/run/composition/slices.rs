@@ -174,7 +174,7 @@ pub(crate) fn owned_by(slice: &ResourceSlice, uid: &str) -> bool {
             .owner_references
             .iter()
             .flatten()
-            .any(|o| o.uid == uid && o.kind == "Composition")
+            .any(|o| o.uid == uid && o.kind == crds::names::kinds::COMPOSITION)
 }
 
 pub(crate) async fn read(
