@@ -709,7 +709,7 @@ async fn a_resync_of_many_in_sync_resources_writes_nothing_and_a_change_writes_o
         .then_some(())
     })
     .await;
-    enoki.wait_pass(&env, "echo").await;
+    restarted.wait_pass(&env, "echo").await;
     harness::audit_barrier(&env).await;
     let cm_writes: Vec<_> = writes_since(&env.namespace, &since)
         .into_iter()
