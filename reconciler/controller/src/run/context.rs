@@ -113,6 +113,9 @@ pub struct Context {
     prepared: Mutex<PreparedLru>,
     /// Consecutive reconcile failures per Composition (error_policy's backoff).
     pub(crate) failures: Mutex<HashMap<ObjectRef<Composition>, u32>>,
+    /// Failures in a row of the other controllers' objects (`<kind>/<namespace>/<name>`),
+    /// cleared by a success.
+    pub(crate) other_failures: Mutex<HashMap<String, u32>>,
 }
 
 /// The parts [`Context::new`] takes.
@@ -175,6 +178,7 @@ impl Context {
             memory: Mutex::new(HashMap::new()),
             prepared: Mutex::new(PreparedLru::new(plan_cache)),
             failures: Mutex::new(HashMap::new()),
+            other_failures: Mutex::new(HashMap::new()),
         }
     }
 
@@ -256,6 +260,22 @@ impl Context {
     pub(crate) fn keep_prepared(&self, uid: &str, key: String, p: Arc<plan::Prepared>) {
         if let Ok(mut lru) = self.prepared.lock() {
             lru.insert(uid, key, p);
+        }
+    }
+
+    /// Counts one more failure in a row of object `key`; returns how many.
+    pub(crate) fn count_failure(&self, key: String) -> u32 {
+        self.other_failures.lock().map_or(1, |mut f| {
+            let n = f.entry(key).or_insert(0);
+            *n = n.saturating_add(1);
+            *n
+        })
+    }
+
+    /// Forgets the failures of object `key` (it reconciled).
+    pub(crate) fn clear_failures(&self, key: &str) {
+        if let Ok(mut f) = self.other_failures.lock() {
+            f.remove(key);
         }
     }
 

@@ -188,6 +188,18 @@ pub fn chain(e: &dyn std::error::Error) -> String {
     parts.join(": ")
 }
 
+/// The one error policy of every controller (Compositions, Symphonies, Synthesizers,
+/// instances): a transient error (see [`Error::is_transient`]) is retried after an
+/// exponentially growing, jittered delay (`failures` in a row for that object, 1-based); a
+/// terminal one only after [`BACKOFF_CAP`].
+pub fn retry_after(err: &Error, failures: u32) -> Duration {
+    if err.is_transient() {
+        backoff_delay(failures, 0.5 + rand::random::<f64>() / 2.0)
+    } else {
+        BACKOFF_CAP
+    }
+}
+
 /// The first retry delay of a failing object.
 pub const BACKOFF_BASE: Duration = Duration::from_millis(500);
 /// The longest delay between two retries of a failing object.
@@ -263,5 +275,27 @@ mod tests {
             "{}",
             chain(&e)
         );
+    }
+
+    #[test]
+    fn one_policy_retries_transient_errors_with_backoff_and_terminal_ones_at_the_cap() {
+        let transient = Error::Kube {
+            action: "reading".into(),
+            source: kube::Error::Api(Box::new(kube::core::Status {
+                code: 503,
+                ..Default::default()
+            })),
+        };
+        let terminal = Error::Kube {
+            action: "writing".into(),
+            source: kube::Error::Api(Box::new(kube::core::Status {
+                code: 403,
+                ..Default::default()
+            })),
+        };
+        assert!(retry_after(&transient, 1) <= BACKOFF_BASE);
+        assert!(retry_after(&transient, 4) > retry_after(&transient, 1));
+        assert!(retry_after(&transient, 100) <= BACKOFF_CAP);
+        assert_eq!(retry_after(&terminal, 1), BACKOFF_CAP);
     }
 }

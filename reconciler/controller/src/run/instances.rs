@@ -204,6 +204,15 @@ fn composition_of(obj: &DynamicObject, inst: &Instance) -> (String, String) {
 }
 
 async fn reconcile(obj: Arc<DynamicObject>, inst: Arc<Instance>) -> Result<Action, Error> {
+    let key = instance_key(&obj, &inst);
+    let result = reconcile_once(obj, inst.clone()).await;
+    if result.is_ok() {
+        inst.ctx.clear_failures(&key);
+    }
+    result
+}
+
+async fn reconcile_once(obj: Arc<DynamicObject>, inst: Arc<Instance>) -> Result<Action, Error> {
     let ctx = &inst.ctx;
     let api: Api<DynamicObject> = if inst.namespaced {
         Api::namespaced_with(
@@ -353,7 +362,16 @@ async fn final_synthesis_done(
 }
 
 #[allow(clippy::needless_pass_by_value)] // the signature kube-runtime requires
-fn error_policy(obj: Arc<DynamicObject>, err: &Error, _inst: Arc<Instance>) -> Action {
-    tracing::warn!(instance = %obj.name_any(), error = %err, "instance reconcile error");
-    Action::requeue(Duration::from_secs(5))
+fn error_policy(obj: Arc<DynamicObject>, err: &Error, inst: Arc<Instance>) -> Action {
+    super::other_error_policy(&inst.ctx, &instance_key(&obj, &inst), err)
+}
+
+/// The key of an instance in the failure counts.
+fn instance_key(obj: &DynamicObject, inst: &Instance) -> String {
+    format!(
+        "{}/{}/{}",
+        inst.ar.kind,
+        obj.namespace().unwrap_or_default(),
+        obj.name_any()
+    )
 }

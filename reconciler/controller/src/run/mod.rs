@@ -186,7 +186,7 @@ fn error_policy(comp: Arc<Composition>, err: &Error, ctx: Arc<Context>) -> Actio
     let chain = error::chain(err);
     let name = kube::ResourceExt::name_any(comp.as_ref());
     if err.is_transient() {
-        let delay = error::backoff_delay(failures, 0.5 + rand::random::<f64>() / 2.0);
+        let delay = error::retry_after(err, failures);
         tracing::warn!(composition = %name, category = err.category(), failures, retry_in = ?delay, error = %chain, "reconcile failed; retrying with backoff");
         return Action::requeue(delay);
     }
@@ -259,12 +259,16 @@ async fn reconcile_synthesizer(
     let current = synth.status.as_ref().is_some_and(|s| {
         s.observed_generation == synth.metadata.generation && s.module_digest.is_some()
     });
+    ctx.clear_failures(&object_key(synth.as_ref()));
     if current {
         return Ok(Action::requeue(ctx.opts.resync));
     }
+    // A module that does not load is reported on the Synthesizer's status (not an error of
+    // this controller): looked at again as the module cache's backoff allows.
     Ok(
         match composition::observe::load_module(&ctx, &synth).await {
             Ok(_) => Action::requeue(ctx.opts.resync),
+            Err(ModuleError::Loading) => Action::requeue(Duration::from_secs(2)),
             Err(e) if e.is_transient() => Action::requeue(Duration::from_secs(10)),
             Err(_) => Action::requeue(Duration::from_secs(60)),
         },
@@ -272,16 +276,36 @@ async fn reconcile_synthesizer(
 }
 
 #[allow(clippy::needless_pass_by_value)] // the signature kube-runtime requires
-fn symphony_error_policy(sym: Arc<crds::Symphony>, err: &Error, _ctx: Arc<Context>) -> Action {
-    tracing::warn!(symphony = %kube::ResourceExt::name_any(sym.as_ref()), error = %err, "symphony reconcile error");
-    Action::requeue(Duration::from_secs(5))
+fn symphony_error_policy(sym: Arc<crds::Symphony>, err: &Error, ctx: Arc<Context>) -> Action {
+    other_error_policy(&ctx, &object_key(sym.as_ref()), err)
+}
+
+/// The key of a non-Composition object in the failure counts: `<kind>/<namespace>/<name>`.
+pub(crate) fn object_key<K: kube::Resource<DynamicType = ()>>(obj: &K) -> String {
+    format!(
+        "{}/{}/{}",
+        K::kind(&()),
+        obj.meta().namespace.as_deref().unwrap_or_default(),
+        obj.meta().name.as_deref().unwrap_or_default()
+    )
+}
+
+/// [`error::retry_after`] for the Symphony, Synthesizer and instance controllers: counted per
+/// object (cleared by its next success), and in `enoki_reconcile_errors_total`.
+pub(crate) fn other_error_policy(ctx: &Context, key: &str, err: &Error) -> Action {
+    metrics::Metrics::count(&ctx.metrics.reconcile_errors, err.category());
+    let failures = ctx.count_failure(key.to_string());
+    let delay = error::retry_after(err, failures);
+    tracing::warn!(object = %key, category = err.category(), failures, retry_in = ?delay,
+        error = %error::chain(err), "reconcile failed");
+    Action::requeue(delay)
 }
 
 #[allow(clippy::needless_pass_by_value)] // the signature kube-runtime requires
 fn synthesizer_error_policy(
-    _synth: Arc<crds::Synthesizer>,
-    _err: &Error,
-    _ctx: Arc<Context>,
+    synth: Arc<crds::Synthesizer>,
+    err: &Error,
+    ctx: Arc<Context>,
 ) -> Action {
-    Action::requeue(Duration::from_secs(10))
+    other_error_policy(&ctx, &object_key(synth.as_ref()), err)
 }

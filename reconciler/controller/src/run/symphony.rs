@@ -148,6 +148,15 @@ fn desired_composition(sym: &Symphony, v: &Variation) -> serde_json::Value {
 /// # Errors
 /// Transient API failures (retried by the error policy).
 pub async fn reconcile(sym: Arc<Symphony>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let key = super::object_key(sym.as_ref());
+    let result = reconcile_once(sym, ctx.clone()).await;
+    if result.is_ok() {
+        ctx.clear_failures(&key);
+    }
+    result
+}
+
+async fn reconcile_once(sym: Arc<Symphony>, ctx: Arc<Context>) -> Result<Action, Error> {
     let ns = sym.namespace().unwrap_or_default();
     let name = sym.name_any();
     let syms: Api<Symphony> = Api::namespaced(ctx.client.clone(), &ns);
