@@ -154,6 +154,15 @@ impl Quantity {
         })
     }
 
+    /// The quantity as a whole number of units (bytes, for a memory quantity), rounded up as
+    /// Kubernetes rounds; `None` when it is negative or does not fit in a `u64`.
+    pub fn whole_units(&self) -> Option<u64> {
+        if self.nanos < 0 {
+            return None;
+        }
+        u64::try_from((self.nanos + NANO - 1) / NANO).ok()
+    }
+
     /// Whether it is zero.
     pub fn is_zero(&self) -> bool {
         self.nanos == 0

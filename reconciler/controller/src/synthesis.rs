@@ -351,6 +351,12 @@ mod tests {
         assert_eq!(parse_quantity("1G"), Ok(1_000_000_000));
         assert_eq!(parse_quantity("42"), Ok(42));
         assert!(parse_quantity("1Xi").is_err());
+        // The SDK's parser, as Kubernetes reads quantities.
+        assert_eq!(parse_quantity("1.5Gi"), Ok(3 << 29));
+        assert_eq!(parse_quantity("1Ti"), Ok(1 << 40));
+        assert_eq!(parse_quantity("0.5k"), Ok(500));
+        assert!(parse_quantity("1K").is_err(), "Kubernetes has no K suffix");
+        assert!(parse_quantity("-1Mi").is_err());
         assert!(parse_quantity("lots").is_err());
     }
 

@@ -33,7 +33,7 @@ pub fn composition_too_large(comp: &crds::Composition) -> Option<String> {
     synthesis_env_too_large(&comp.spec.synthesis_env).or_else(|| {
         let mut meta = comp.metadata.clone();
         meta.managed_fields = None;
-        spec_too_large(&(&meta, &comp.spec))
+        spec_too_large("the spec with its metadata", &(&meta, &comp.spec))
     })
 }
 
@@ -45,13 +45,14 @@ pub fn symphony_spec_too_large(spec: &crds::SymphonySpec) -> Option<String> {
             "spec.variations holds {n} variations; at most {MAX_SYMPHONY_VARIATIONS} are accepted"
         ));
     }
-    synthesis_env_too_large(&spec.synthesis_env).or_else(|| spec_too_large(spec))
+    synthesis_env_too_large(&spec.synthesis_env).or_else(|| spec_too_large("spec", spec))
 }
 
-pub(super) fn spec_too_large(spec: &impl serde::Serialize) -> Option<String> {
+pub(super) fn spec_too_large(what: &str, spec: &impl serde::Serialize) -> Option<String> {
     let size = serde_json::to_vec(spec).map_or(0, |v| v.len());
-    (size > MAX_SPEC_BYTES)
-        .then(|| format!("spec is {size} bytes serialized; at most {MAX_SPEC_BYTES} are accepted"))
+    (size > MAX_SPEC_BYTES).then(|| {
+        format!("{what} is {size} bytes serialized; at most {MAX_SPEC_BYTES} are accepted")
+    })
 }
 
 /// Parses a Kubernetes quantity such as `256Mi`, `1G` or `1048576` into bytes.
@@ -59,27 +60,10 @@ pub(super) fn spec_too_large(spec: &impl serde::Serialize) -> Option<String> {
 /// # Errors
 /// A message when the text is not a quantity.
 pub fn parse_quantity(text: &str) -> Result<usize, String> {
-    let t = text.trim();
-    let (digits, unit) = t.split_at(t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len()));
-    let n: usize = digits
-        .parse()
-        .map_err(|_| format!("{text:?} is not a quantity"))?;
-    let mult: usize = match unit {
-        "" => 1,
-        "Ki" => 1 << 10,
-        "Mi" => 1 << 20,
-        "Gi" => 1 << 30,
-        "k" | "K" => 1_000,
-        "M" => 1_000_000,
-        "G" => 1_000_000_000,
-        _ => {
-            return Err(format!(
-                "{text:?}: unknown unit {unit:?} (use Ki, Mi, Gi, k, M, G)"
-            ));
-        }
-    };
-    n.checked_mul(mult)
-        .ok_or_else(|| format!("{text:?} is too large"))
+    let q = enoki_sdk::quantity::Quantity::parse(text)?;
+    q.whole_units()
+        .and_then(|n| usize::try_from(n).ok())
+        .ok_or_else(|| format!("{text:?} is not a size (negative or too large)"))
 }
 
 /// Turns a Synthesizer's `spec.limits` into run limits (defaults 10s, 256Mi, 16Mi).
