@@ -2,7 +2,7 @@
 //! apimachinery, client-go's scheme and clientset; about 90 MB of wasm) through the wasm host,
 //! each phase in its own process so its peak RSS (VmHWM) is its own:
 //!
-//! - `cranelift` (the baseline of the ratios): what enoki did before tiers — compile with
+//! - `cranelift` (the baseline of the ratios): the Cranelift-only path (no Winch tier) — compile with
 //!   Cranelift, then run;
 //! - `first-sight`: a fresh host and cache directory — Winch compiles, the module runs, and
 //!   the optimized (Cranelift) code is compiled in the background and cached on disk;

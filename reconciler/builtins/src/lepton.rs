@@ -1,5 +1,5 @@
 //! `lepton`: LeptonDeployment → Deployment, Service, Ingresses, and a PVC + PV per mount
-//! (seeds/003; leptonai/lepton's deployment-operator).
+//! (leptonai/lepton's deployment-operator).
 //!
 //! Every object is what upstream's operator builds (leptonai/lepton `deployment-operator`,
 //! the version whose spec has `workspace_name`/`workspace_token`; the file each part follows is

@@ -1,4 +1,4 @@
-//! `quota`: ClusterResourceQuota usage aggregation (seeds/001; powerhome/pac-quota-controller).
+//! `quota`: ClusterResourceQuota usage aggregation (powerhome/pac-quota-controller).
 //!
 //! For each `quota.powerapp.cloud/v1alpha1` ClusterResourceQuota (instance mode, bound as
 //! `self`) it computes, for every key of `spec.hard`, the usage summed over the selected

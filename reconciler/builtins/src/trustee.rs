@@ -1,5 +1,5 @@
 //! `trustee`: TrusteeConfig → KbsConfig plus the ConfigMaps and Secrets it references
-//! (seeds/000; confidential-containers/trustee-operator at HEAD, notes/builtins.md §1).
+//! (confidential-containers/trustee-operator).
 //!
 //! Every object is named after the TrusteeConfig `<tc>` (plus the fixed `attestation-status`
 //! Secret), lives in its namespace and carries a controller owner reference to it. ConfigMaps

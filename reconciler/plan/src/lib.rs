@@ -9,7 +9,7 @@
 //! - [`settings`]: annotations (`enoki.dev/*` and the `eno.azure.io/*` alias) -> typed
 //!   [`Settings`], with Composition-level defaults.
 //! - [`snapshot`]: the object that is applied (reserved keys, status and creationTimestamp
-//!   stripped) and its canonical hash (seeds/002).
+//!   stripped) and its canonical hash.
 //! - [`ordering`]: the readiness-group DAG (petgraph) and deletion order.
 //! - [`expr`]: CEL compilation/evaluation with a JSON converter that keeps integers as `int`.
 //! - [`readiness`]: CEL readiness checks and the kstatus default.

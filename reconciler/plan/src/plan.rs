@@ -3,7 +3,7 @@
 //! [`prepare`] ingests a synthesis's output once (keys, settings, compiled CEL, parsed
 //! overrides, the DAG) and fails with a [`PlanError`] naming the resource and key.
 //! [`plan`] is then a pure function of (prepared output, composition, observed live objects,
-//! recorded per-resource status, options). The fast path (seeds/002): when the snapshot's hash
+//! recorded per-resource status, options). The fast path: when the snapshot's hash
 //! and the live resourceVersion both equal what was recorded at the last apply, the op is
 //! `Skip(InSync)` and the controller makes no API call at all.
 

@@ -1,4 +1,4 @@
-//! The object that is actually applied, and its canonical hash (seeds/002).
+//! The object that is actually applied, and its canonical hash.
 //!
 //! A snapshot is the desired manifest with every `enoki.dev/*` and `eno.azure.io/*` label and
 //! annotation, `status`, and server-owned metadata (`creationTimestamp`, `resourceVersion`,
