@@ -235,6 +235,9 @@ pub mod reasons {
     pub const INVALID_ANNOTATION: &str = "InvalidAnnotation";
     /// The module was fetched and compiled.
     pub const MODULE_READY: &str = "ModuleReady";
+    /// The Synthesizer's module is being fetched and compiled (by a task of its own): the
+    /// next synthesis waits for it; the current one is still applied.
+    pub const MODULE_LOADING: &str = "ModuleLoading";
     /// `dependsOn`: a dependency is missing or not ready, so synthesis waits.
     pub const WAITING_ON_DEPENDENCIES: &str = "WaitingOnDependencies";
     /// `dependsOn`: deletion waits until every dependent Composition is gone.

@@ -134,13 +134,17 @@ impl Quantity {
                 }
             })
             .map_err(|_| format!("{text:?} is too large"))?;
-        let scale = 9 + exp10 - i32::try_from(frac.len()).unwrap_or(i32::MAX);
+        let scale = 9i32
+            .checked_add(exp10)
+            .and_then(|x| x.checked_sub(i32::try_from(frac.len()).ok()?))
+            .ok_or_else(|| format!("{text:?}: exponent out of range"))?;
         let scaled = mantissa
             .checked_mul(mul_num)
             .ok_or_else(|| format!("{text:?} is too large"))?;
         let nanos = if scale >= 0 {
-            scaled
-                .checked_mul(10i128.pow(scale.unsigned_abs()))
+            10i128
+                .checked_pow(scale.unsigned_abs())
+                .and_then(|p| scaled.checked_mul(p))
                 .ok_or_else(|| format!("{text:?} is too large"))?
         } else {
             let div = 10i128
@@ -161,6 +165,11 @@ impl Quantity {
             return None;
         }
         u64::try_from((self.nanos + NANO - 1) / NANO).ok()
+    }
+
+    /// Whether the quantity is a whole number of units (`512Mi`, `1.5Gi`; not `512m`).
+    pub fn is_whole(&self) -> bool {
+        self.nanos % NANO == 0
     }
 
     /// Whether it is zero.

@@ -357,6 +357,14 @@ mod tests {
         assert_eq!(parse_quantity("0.5k"), Ok(500));
         assert!(parse_quantity("1K").is_err(), "Kubernetes has no K suffix");
         assert!(parse_quantity("-1Mi").is_err());
+        assert!(
+            parse_quantity("512m")
+                .unwrap_err()
+                .contains("whole number of bytes")
+        );
+        for huge in ["1e30", "1e2147483647", "99999999999999999999999999Ei"] {
+            assert!(parse_quantity(huge).is_err(), "{huge}");
+        }
         assert!(parse_quantity("lots").is_err());
     }
 

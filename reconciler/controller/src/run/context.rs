@@ -59,15 +59,19 @@ pub(crate) struct Memory {
     pub reported: HashMap<&'static str, String>,
 }
 
+/// Which Synthesizer a cached module is for: its UID (a Synthesizer deleted and created again
+/// under the same name starts over) and generation.
+pub(crate) type ModuleVersion = (Option<String>, Option<i64>);
+
 /// A Synthesizer's module as last fetched: ready, or failed and not retried before
 /// `retry_at` (a bad module is not downloaded and compiled again on every reconcile).
 #[derive(Clone)]
 pub(crate) enum ModuleEntry {
-    /// Fetched and compiled for this generation.
-    Ready(Option<i64>, Module),
-    /// Failed for this generation; `failures` in a row.
+    /// Fetched and compiled for this Synthesizer (UID) and generation.
+    Ready(ModuleVersion, Module),
+    /// Failed for this Synthesizer and generation; `failures` in a row.
     Failed {
-        generation: Option<i64>,
+        generation: ModuleVersion,
         error: super::module::ModuleError,
         retry_at: Instant,
         failures: u32,
@@ -266,6 +270,10 @@ impl Context {
     /// Counts one more failure in a row of object `key`; returns how many.
     pub(crate) fn count_failure(&self, key: String) -> u32 {
         self.other_failures.lock().map_or(1, |mut f| {
+            // Keys of objects deleted while failing are never cleared by a success: bounded.
+            if f.len() >= 10_000 && !f.contains_key(&key) {
+                f.clear();
+            }
             let n = f.entry(key).or_insert(0);
             *n = n.saturating_add(1);
             *n

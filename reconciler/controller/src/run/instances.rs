@@ -363,15 +363,22 @@ async fn final_synthesis_done(
 
 #[allow(clippy::needless_pass_by_value)] // the signature kube-runtime requires
 fn error_policy(obj: Arc<DynamicObject>, err: &Error, inst: Arc<Instance>) -> Action {
-    super::other_error_policy(&inst.ctx, &instance_key(&obj, &inst), err)
+    super::other_error_policy(
+        &inst.ctx,
+        &instance_key(&obj, &inst),
+        obj.object_ref(&inst.ar),
+        err,
+    )
 }
 
-/// The key of an instance in the failure counts.
+/// The key of an instance in the failure counts: `<group>/<kind>/<namespace>/<name>/<uid>`.
 fn instance_key(obj: &DynamicObject, inst: &Instance) -> String {
     format!(
-        "{}/{}/{}",
+        "{}/{}/{}/{}/{}",
+        inst.ar.group,
         inst.ar.kind,
         obj.namespace().unwrap_or_default(),
-        obj.name_any()
+        obj.name_any(),
+        obj.uid().unwrap_or_default()
     )
 }

@@ -259,7 +259,6 @@ async fn reconcile_synthesizer(
     let current = synth.status.as_ref().is_some_and(|s| {
         s.observed_generation == synth.metadata.generation && s.module_digest.is_some()
     });
-    ctx.clear_failures(&object_key(synth.as_ref()));
     if current {
         return Ok(Action::requeue(ctx.opts.resync));
     }
@@ -277,27 +276,48 @@ async fn reconcile_synthesizer(
 
 #[allow(clippy::needless_pass_by_value)] // the signature kube-runtime requires
 fn symphony_error_policy(sym: Arc<crds::Symphony>, err: &Error, ctx: Arc<Context>) -> Action {
-    other_error_policy(&ctx, &object_key(sym.as_ref()), err)
+    use kube::Resource;
+    other_error_policy(&ctx, &object_key(sym.as_ref()), sym.object_ref(&()), err)
 }
 
-/// The key of a non-Composition object in the failure counts: `<kind>/<namespace>/<name>`.
+/// The key of a non-Composition object in the failure counts:
+/// `<kind>/<namespace>/<name>/<uid>` (an object created again under the same name starts over).
 pub(crate) fn object_key<K: kube::Resource<DynamicType = ()>>(obj: &K) -> String {
     format!(
-        "{}/{}/{}",
+        "{}/{}/{}/{}",
         K::kind(&()),
         obj.meta().namespace.as_deref().unwrap_or_default(),
-        obj.meta().name.as_deref().unwrap_or_default()
+        obj.meta().name.as_deref().unwrap_or_default(),
+        obj.meta().uid.as_deref().unwrap_or_default()
     )
 }
 
+/// Longest wait after a terminal error of a Symphony or instance: what they generate may
+/// become writable without any change of theirs (RBAC granted, a namespace recreated).
+const OTHER_TERMINAL_RETRY: Duration = Duration::from_secs(60);
+
 /// [`error::retry_after`] for the Symphony, Synthesizer and instance controllers: counted per
-/// object (cleared by its next success), and in `enoki_reconcile_errors_total`.
-pub(crate) fn other_error_policy(ctx: &Context, key: &str, err: &Error) -> Action {
+/// object (cleared by its next success), in `enoki_reconcile_errors_total`, a terminal error
+/// retried within a minute and reported as a Warning Event on the object.
+pub(crate) fn other_error_policy(
+    ctx: &Arc<Context>,
+    key: &str,
+    object: k8s_openapi::api::core::v1::ObjectReference,
+    err: &Error,
+) -> Action {
     metrics::Metrics::count(&ctx.metrics.reconcile_errors, err.category());
     let failures = ctx.count_failure(key.to_string());
-    let delay = error::retry_after(err, failures);
+    let delay = error::retry_after(err, failures).min(OTHER_TERMINAL_RETRY);
+    let chain = error::chain(err);
     tracing::warn!(object = %key, category = err.category(), failures, retry_in = ?delay,
-        error = %error::chain(err), "reconcile failed");
+        error = %chain, "reconcile failed");
+    if !err.is_transient() {
+        let (ctx, category) = (ctx.clone(), err.category());
+        tokio::spawn(async move {
+            ctx.event_on(&object, true, category, "Reconcile", chain)
+                .await;
+        });
+    }
     Action::requeue(delay)
 }
 
@@ -307,5 +327,11 @@ fn synthesizer_error_policy(
     err: &Error,
     ctx: Arc<Context>,
 ) -> Action {
-    other_error_policy(&ctx, &object_key(synth.as_ref()), err)
+    use kube::Resource;
+    other_error_policy(
+        &ctx,
+        &object_key(synth.as_ref()),
+        synth.object_ref(&()),
+        err,
+    )
 }

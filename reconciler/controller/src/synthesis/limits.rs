@@ -61,6 +61,11 @@ pub(super) fn spec_too_large(what: &str, spec: &impl serde::Serialize) -> Option
 /// A message when the text is not a quantity.
 pub fn parse_quantity(text: &str) -> Result<usize, String> {
     let q = enoki_sdk::quantity::Quantity::parse(text)?;
+    if !q.is_whole() {
+        return Err(format!(
+            "{text:?} is not a whole number of bytes (`m` is milli: did you mean `M` or `Mi`?)"
+        ));
+    }
     q.whole_units()
         .and_then(|n| usize::try_from(n).ok())
         .ok_or_else(|| format!("{text:?} is not a size (negative or too large)"))

@@ -137,6 +137,26 @@ async fn observe_all(
         // Another reconcile is fetching the module: not a failure, nothing to report; the
         // current synthesis is still enforced and this one looks again shortly.
         (Err(super::module::ModuleError::Loading), _) => {
+            // Not a failure: a Composition that was synthesized keeps its conditions. One
+            // that never was, or whose last condition is a policy refusal (which no longer
+            // holds: the checks above passed), says what it waits for.
+            let synthesized = st
+                .conditions
+                .iter()
+                .find(|c| c.type_ == conditions::SYNTHESIZED);
+            let stale =
+                synthesized.is_none_or(|c| decide::POLICY_REFUSALS.contains(&c.reason.as_str()));
+            if stale {
+                super::condition::set_condition(
+                    &mut st.conditions,
+                    conditions::SYNTHESIZED,
+                    false,
+                    reasons::MODULE_LOADING,
+                    "the Synthesizer's module is being fetched and compiled; the next synthesis \
+                     waits for it (the current one, if any, is still applied)",
+                    generation,
+                );
+            }
             return Ok(Err(Duration::from_secs(2)));
         }
         (Err(e), _) => {

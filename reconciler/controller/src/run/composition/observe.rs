@@ -138,9 +138,9 @@ pub(crate) async fn load_module(
     synth: &Synthesizer,
 ) -> Result<synthesis::Module, module::ModuleError> {
     let name = synth.name_any();
-    let generation = synth.metadata.generation;
+    let generation = (synth.uid(), synth.metadata.generation);
     let mut failures = 0;
-    if let Some(hit) = cached_module(ctx, &name, generation, &mut failures) {
+    if let Some(hit) = cached_module(ctx, &name, &generation, &mut failures) {
         return hit;
     }
     // Single flight per Synthesizer, off the reconcile: the fetch (and compilation) runs in a
@@ -155,11 +155,12 @@ pub(crate) async fn load_module(
     let Ok(one) = flight.try_lock_owned() else {
         return Err(module::ModuleError::Loading);
     };
-    if let Some(hit) = cached_module(ctx, &name, generation, &mut failures) {
+    if let Some(hit) = cached_module(ctx, &name, &generation, &mut failures) {
         return hit;
     }
     let (tx, rx) = tokio::sync::oneshot::channel();
     let (ctx, synth) = (ctx.clone(), synth.clone());
+    let generation = generation.clone();
     tokio::spawn(async move {
         let _one = one;
         let result = fetch_and_cache(&ctx, &synth, generation, failures).await;
@@ -179,17 +180,17 @@ const FETCH_WAIT: Duration = Duration::from_secs(10);
 fn cached_module(
     ctx: &Context,
     name: &str,
-    generation: Option<i64>,
+    generation: &super::super::context::ModuleVersion,
     failures: &mut u32,
 ) -> Option<Result<synthesis::Module, module::ModuleError>> {
     match ctx.modules.lock().ok().and_then(|m| m.get(name).cloned()) {
-        Some(ModuleEntry::Ready(g, m)) if g == generation => Some(Ok(m)),
+        Some(ModuleEntry::Ready(g, m)) if &g == generation => Some(Ok(m)),
         Some(ModuleEntry::Failed {
             generation: g,
             error,
             retry_at,
             failures: n,
-        }) if g == generation => {
+        }) if &g == generation => {
             *failures = n;
             (Instant::now() < retry_at).then_some(Err(error))
         }
@@ -201,13 +202,13 @@ fn cached_module(
 async fn fetch_and_cache(
     ctx: &Context,
     synth: &Synthesizer,
-    generation: Option<i64>,
+    generation: super::super::context::ModuleVersion,
     failures: u32,
 ) -> Result<synthesis::Module, module::ModuleError> {
     let name = synth.name_any();
     // Held while the module is fetched and compiled: a fetch stuck past both deadlines is
     // a stuck slot for /healthz.
-    let _slot = ctx
+    let slot = ctx
         .slots
         .enter(ctx.opts.sandbox.fetch.timeout + ctx.opts.sandbox.compile_timeout);
     let result = module::fetch(
@@ -228,6 +229,7 @@ async fn fetch_and_cache(
             .as_ref()
             .map_or_else(module::ModuleError::kind, |_| "Ready"),
     );
+    drop(slot);
     report_module(ctx, synth, &result).await;
     let entry = match &result {
         Ok(m) => ModuleEntry::Ready(generation, m.clone()),
