@@ -410,6 +410,11 @@ impl Drop for TestEnv {
                         .await
                         .ok()?;
                 let client = Client::try_from(config).ok()?;
+                // enoki is stopped by now: its finalizers on the test's Compositions would
+                // keep the namespace Terminating for good (and keep the namespace controller
+                // busy retrying it for every later test).
+                release_finalizers::<crds::Composition>(&client, &namespace).await;
+                release_finalizers::<crds::Symphony>(&client, &namespace).await;
                 Api::<Namespace>::all(client)
                     .delete(&namespace, &kube::api::DeleteParams::background())
                     .await
@@ -417,5 +422,34 @@ impl Drop for TestEnv {
             })
         })
         .join();
+    }
+}
+
+/// Removes the finalizers of every `K` in `namespace` (best effort).
+async fn release_finalizers<K>(client: &Client, namespace: &str)
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + k8s_openapi::serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    <K as kube::Resource>::DynamicType: Default,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), namespace);
+    let Ok(list) = api.list(&kube::api::ListParams::default()).await else {
+        return;
+    };
+    let release = serde_json::json!({"metadata": {"finalizers": null}});
+    for item in list {
+        if item
+            .meta()
+            .finalizers
+            .as_ref()
+            .is_some_and(|f| !f.is_empty())
+            && let Some(name) = item.meta().name.clone()
+        {
+            let _ = api
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&release))
+                .await;
+        }
     }
 }
