@@ -134,107 +134,127 @@ impl Metrics {
             crq_usage: Family::default(),
             crq_total_usage: Family::default(),
         };
-        registry.register(
-            "pac_quota_controller_crq_usage",
-            "Current usage of a resource for a ClusterResourceQuota in a namespace (used/hard)",
-            m.crq_usage.clone(),
-        );
-        registry.register(
-            "pac_quota_controller_crq_total_usage",
-            "Aggregated usage of a resource across all namespaces for a ClusterResourceQuota (used/hard)",
-            m.crq_total_usage.clone(),
-        );
-        registry.register(
-            "enoki_shard_managed_objects",
-            "Managed objects in the metadata cache of each shard held by this replica",
-            m.shard_managed_objects.clone(),
-        );
-        registry.register(
-            "enoki_shard_held",
-            "1 for each shard whose Lease this replica holds",
-            m.shard_held.clone(),
-        );
-        registry.register(
-            "enoki_shard_compositions",
-            "Compositions cached by each shard held by this replica",
-            m.shard_compositions.clone(),
-        );
-        registry.register(
-            "enoki_shard_reconciles",
-            "Composition reconciles by each shard held by this replica",
-            m.shard_reconciles.clone(),
-        );
-        registry.register(
-            "enoki_module_fetches",
-            "Module fetch-and-compile attempts by outcome (failures are retried with backoff)",
-            m.module_fetches.clone(),
-        );
-        registry.register(
-            "enoki_remembered_compositions",
-            "Compositions with state remembered between reconciles",
-            m.remembered.clone(),
-        );
-        registry.register(
-            "enoki_watched_kinds",
-            "Kinds with a running watch (inputs and managed objects)",
-            m.watched_kinds.clone(),
-        );
-        registry.register(
-            "enoki_observe_gets",
-            "GETs of managed objects in apply passes (the metadata cache did not suffice)",
-            m.observe_gets.clone(),
-        );
-        registry.register(
-            "enoki_input_gets",
-            "GETs of inputs the input cache did not have",
-            m.input_gets.clone(),
-        );
-        registry.register(
-            "enoki_resource_checks",
-            "Resources checked in apply passes",
-            m.resource_checks.clone(),
-        );
+        m.register_reconciles(registry);
+        m.register_caches(registry);
+        m.register_shards(registry);
+        m.register_quota(registry);
+        m
+    }
+
+    /// Reconciles, syntheses and applies.
+    fn register_reconciles(&self, registry: &mut Registry) {
         registry.register(
             "enoki_reconcile_duration_seconds",
             "Composition reconcile duration",
-            m.reconcile_duration.clone(),
+            self.reconcile_duration.clone(),
         );
         registry.register(
             "enoki_composition_reconciles",
             "Finished reconcile passes of each Composition (the series goes when the Composition does)",
-            m.composition_reconciles.clone(),
+            self.composition_reconciles.clone(),
         );
         registry.register(
             "enoki_reconcile_errors",
             "Reconcile errors by category",
-            m.reconcile_errors.clone(),
+            self.reconcile_errors.clone(),
         );
         registry.register(
             "enoki_synthesis_runs",
             "Syntheses by outcome",
-            m.synthesis_runs.clone(),
+            self.synthesis_runs.clone(),
         );
         registry.register(
             "enoki_synthesis_duration_seconds",
             "Synthesis duration (module run + parsing)",
-            m.synthesis_duration.clone(),
+            self.synthesis_duration.clone(),
         );
         registry.register(
             "enoki_apply_operations",
             "Apply operations by op and result",
-            m.apply_ops.clone(),
+            self.apply_ops.clone(),
         );
         registry.register(
             "enoki_wasm_peak_memory_bytes",
             "Peak linear memory of wasm synthesis runs",
-            m.wasm_peak_memory.clone(),
+            self.wasm_peak_memory.clone(),
         );
         registry.register(
             "enoki_managed_resources",
             "Resources in the last reconciled synthesis",
-            m.managed_resources.clone(),
+            self.managed_resources.clone(),
         );
-        m
+    }
+
+    /// Module fetches, remembered state, watches and cache use.
+    fn register_caches(&self, registry: &mut Registry) {
+        registry.register(
+            "enoki_module_fetches",
+            "Module fetch-and-compile attempts by outcome (failures are retried with backoff)",
+            self.module_fetches.clone(),
+        );
+        registry.register(
+            "enoki_remembered_compositions",
+            "Compositions with state remembered between reconciles",
+            self.remembered.clone(),
+        );
+        registry.register(
+            "enoki_watched_kinds",
+            "Kinds with a running watch (inputs and managed objects)",
+            self.watched_kinds.clone(),
+        );
+        registry.register(
+            "enoki_observe_gets",
+            "GETs of managed objects in apply passes (the metadata cache did not suffice)",
+            self.observe_gets.clone(),
+        );
+        registry.register(
+            "enoki_input_gets",
+            "GETs of inputs the input cache did not have",
+            self.input_gets.clone(),
+        );
+        registry.register(
+            "enoki_resource_checks",
+            "Resources checked in apply passes",
+            self.resource_checks.clone(),
+        );
+    }
+
+    /// Per-shard gauges and counters.
+    fn register_shards(&self, registry: &mut Registry) {
+        registry.register(
+            "enoki_shard_managed_objects",
+            "Managed objects in the metadata cache of each shard held by this replica",
+            self.shard_managed_objects.clone(),
+        );
+        registry.register(
+            "enoki_shard_held",
+            "1 for each shard whose Lease this replica holds",
+            self.shard_held.clone(),
+        );
+        registry.register(
+            "enoki_shard_compositions",
+            "Compositions cached by each shard held by this replica",
+            self.shard_compositions.clone(),
+        );
+        registry.register(
+            "enoki_shard_reconciles",
+            "Composition reconciles by each shard held by this replica",
+            self.shard_reconciles.clone(),
+        );
+    }
+
+    /// The quota built-in's usage gauges (upstream's names).
+    fn register_quota(&self, registry: &mut Registry) {
+        registry.register(
+            "pac_quota_controller_crq_usage",
+            "Current usage of a resource for a ClusterResourceQuota in a namespace (used/hard)",
+            self.crq_usage.clone(),
+        );
+        registry.register(
+            "pac_quota_controller_crq_total_usage",
+            "Aggregated usage of a resource across all namespaces for a ClusterResourceQuota (used/hard)",
+            self.crq_total_usage.clone(),
+        );
     }
 
     /// Counts one labelled event.

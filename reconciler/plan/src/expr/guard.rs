@@ -81,10 +81,7 @@ thread_local! {
 /// running stops at its next step), so a Composition with many expensive expressions holds
 /// its reconcile worker for about `budget`, not for the sum of every expression's 250 ms.
 pub fn with_pass_budget<T>(budget: std::time::Duration, f: impl FnOnce() -> T) -> T {
-    let outer = PASS_DEADLINE.with(|d| d.replace(Some(std::time::Instant::now() + budget)));
-    let out = f();
-    PASS_DEADLINE.with(|d| d.set(outer));
-    out
+    with_pass_deadline(Some(std::time::Instant::now() + budget), f)
 }
 
 /// The deadline of the pass running on this thread, if any.
