@@ -67,6 +67,13 @@ pub struct ModuleSource {
     /// An OCI artifact pinned by digest: `registry/repo:tag@sha256:…`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub oci: Option<String>,
+    /// Credentials for the `oci` registry: a Secret of type `kubernetes.io/dockerconfigjson`
+    /// (what `kubectl create secret docker-registry` writes), read by the controller. When the
+    /// controller is confined to its namespace (`--no-cross-namespace-refs`, the default
+    /// install) the Secret must live there, like a module ConfigMap. Its content never appears
+    /// in status, Events or logs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pull_secret: Option<SecretRef>,
     /// An `https://` URL; `sha256` must also be set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
@@ -88,6 +95,15 @@ impl ModuleSource {
         .filter(|set| *set)
         .count()
     }
+}
+
+/// A Secret named by namespace and name.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+pub struct SecretRef {
+    /// Namespace of the Secret.
+    pub namespace: String,
+    /// Name of the Secret.
+    pub name: String,
 }
 
 /// A module stored in a ConfigMap.

@@ -8,6 +8,19 @@ use super::*;
 /// # Panics
 /// When docker-registry is not installed (`hack/setup.sh` installs it) or does not start.
 pub fn start_registry() -> (Proc, String) {
+    start_registry_with(None)
+}
+
+/// Like [`start_registry`], with HTTP Basic authentication (`auth: htpasswd`): every request
+/// needs `user`:`password`.
+///
+/// # Panics
+/// As [`start_registry`].
+pub fn start_registry_with_auth(user: &str, password: &str) -> (Proc, String) {
+    start_registry_with(Some((user, password)))
+}
+
+fn start_registry_with(auth: Option<(&str, &str)>) -> (Proc, String) {
     let bin = std::path::Path::new("/usr/bin/docker-registry");
     assert!(
         bin.exists(),
@@ -16,14 +29,20 @@ pub fn start_registry() -> (Proc, String) {
     let dir = tempdir("registry");
     let port = free_port();
     let config = dir.join("config.yml");
-    std::fs::write(
-        &config,
-        format!(
-            "version: 0.1\nlog: {{level: warn}}\nstorage: {{filesystem: {{rootdirectory: {}}}}}\nhttp: {{addr: 127.0.0.1:{port}}}\n",
-            dir.join("data").display()
-        ),
-    )
-    .expect("registry config");
+    let mut text = format!(
+        "version: 0.1\nlog: {{level: warn}}\nstorage: {{filesystem: {{rootdirectory: {}}}}}\nhttp: {{addr: 127.0.0.1:{port}}}\n",
+        dir.join("data").display()
+    );
+    if let Some((user, password)) = auth {
+        let hash = bcrypt::hash(password, 4).expect("bcrypt");
+        let htpasswd = dir.join("htpasswd");
+        std::fs::write(&htpasswd, format!("{user}:{hash}\n")).expect("htpasswd");
+        text.push_str(&format!(
+            "auth: {{htpasswd: {{realm: enoki-test, path: {}}}}}\n",
+            htpasswd.display()
+        ));
+    }
+    std::fs::write(&config, text).expect("registry config");
     let child = std::process::Command::new(bin)
         .args(["serve", &config.to_string_lossy()])
         .stdout(std::process::Stdio::null())

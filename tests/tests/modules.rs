@@ -405,3 +405,281 @@ fn https_downloads_are_capped_and_redirects_stay_public_and_https() {
     assert!(!ok);
     assert!(err.contains("only https:// is followed"), "{err}");
 }
+
+/// A docker config dir for `DOCKER_CONFIG`: `auths` with `user:password` for `registry`.
+fn docker_config(registry: &str, user: &str, password: &str) -> PathBuf {
+    use base64::Engine;
+    let dir = tempdir("docker-config");
+    let auth = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+    std::fs::write(
+        dir.join("config.json"),
+        format!(r#"{{"auths": {{"{registry}": {{"auth": "{auth}"}}}}}}"#),
+    )
+    .unwrap();
+    dir
+}
+
+/// A docker config dir whose `credHelpers` sends `registry` to a credential helper
+/// (`docker-credential-enokitest`, a script in the same dir, to be put on PATH).
+fn docker_config_with_helper(registry: &str, user: &str, password: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempdir("docker-helper");
+    std::fs::write(
+        dir.join("config.json"),
+        format!(r#"{{"credHelpers": {{"{registry}": "enokitest"}}}}"#),
+    )
+    .unwrap();
+    let helper = dir.join("docker-credential-enokitest");
+    std::fs::write(
+        &helper,
+        format!(
+            "#!/bin/sh\n[ \"$1\" = get ] || exit 1\nread -r server\n\
+             printf '{{\"ServerURL\":\"%s\",\"Username\":\"{user}\",\"Secret\":\"{password}\"}}' \"$server\"\n"
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&helper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    dir
+}
+
+fn enoki_with_env(args: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> Output {
+    let mut cmd = Command::new(workspace_root().join("target/debug/enoki"));
+    cmd.args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap()
+}
+
+/// `enoki module push` and `inspect` use the user's docker config (`auths`) and credential
+/// helpers (`credHelpers`); without credentials the registry's refusal is named.
+#[test]
+fn the_cli_pushes_and_inspects_with_the_docker_config_and_credential_helpers() {
+    let (_registry, addr) = harness::start_registry_with_auth("ci", "cli-pass-7731");
+    let reference = format!("{addr}/private/hello:v1");
+    let file = sample();
+    let file = file.to_string_lossy();
+    let empty = tempdir("no-docker-config");
+    let out = enoki_with_env(
+        &["module", "push", &file, &reference],
+        &[("DOCKER_CONFIG", empty.as_os_str())],
+    );
+    assert!(!out.status.success(), "an anonymous push is refused");
+
+    let config = docker_config(&addr, "ci", "cli-pass-7731");
+    let out = enoki_with_env(
+        &["module", "push", &file, &reference],
+        &[("DOCKER_CONFIG", config.as_os_str())],
+    );
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let digest = text.lines().next().unwrap().to_string();
+    let pinned = format!("{reference}@{digest}");
+
+    let helper = docker_config_with_helper(&addr, "ci", "cli-pass-7731");
+    let path = format!(
+        "{}:{}",
+        helper.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = enoki_with_env(
+        &["module", "inspect", &pinned],
+        &[
+            ("DOCKER_CONFIG", helper.as_os_str()),
+            ("PATH", std::ffi::OsStr::new(&path)),
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("WASI preview1 command module"));
+
+    let out = enoki_with_env(
+        &["module", "inspect", &pinned],
+        &[("DOCKER_CONFIG", empty.as_os_str())],
+    );
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!out.status.success());
+    assert!(
+        err.contains("unauthorized") && err.contains(&addr),
+        "the refusal names the registry: {err}"
+    );
+}
+
+/// `spec.module.pullSecret`: a Synthesizer pulls from a registry that requires credentials
+/// with a `kubernetes.io/dockerconfigjson` Secret; without it (or with a wrong password) the
+/// condition says unauthorized and names the registry, and the password appears in no status,
+/// Event or log.
+#[tokio::test]
+async fn a_synthesizer_pulls_from_a_private_registry_with_its_pull_secret() {
+    use base64::Engine;
+    use crds::{Composition, Synthesizer};
+    use kube::api::{Api, Patch, PatchParams};
+    use serde_json::json;
+
+    const PASSWORD: &str = "pull-pass-90210";
+    let (_registry, addr) = harness::start_registry_with_auth("puller", PASSWORD);
+    let config = docker_config(&addr, "puller", PASSWORD);
+    let out = enoki_with_env(
+        &[
+            "module",
+            "push",
+            &sample().to_string_lossy(),
+            &format!("{addr}/private/hello:e2e"),
+        ],
+        &[("DOCKER_CONFIG", config.as_os_str())],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let digest = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .next()
+        .unwrap()
+        .to_string();
+    let env = harness::TestEnv::new().await;
+    harness::install_crds(&env.client).await;
+    let ns = env.namespace.clone();
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = env.api();
+    let dockerconfig = |password: &str| {
+        let auth = base64::engine::general_purpose::STANDARD.encode(format!("puller:{password}"));
+        base64::engine::general_purpose::STANDARD
+            .encode(format!(r#"{{"auths":{{"{addr}":{{"auth":"{auth}"}}}}}}"#))
+    };
+    for (name, password) in [("regcred", PASSWORD), ("wrongcred", "not-the-password")] {
+        let secret = json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": name}, "type": "kubernetes.io/dockerconfigjson",
+            "data": {".dockerconfigjson": dockerconfig(password)}});
+        secrets
+            .patch(
+                name,
+                &PatchParams::apply("test").force(),
+                &Patch::Apply(&secret),
+            )
+            .await
+            .unwrap();
+    }
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = env.api();
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"},
+        "data": {"greeting": "private"}});
+    cms.patch(
+        "cfg",
+        &PatchParams::apply("test").force(),
+        &Patch::Apply(&cm),
+    )
+    .await
+    .unwrap();
+    let synths: Api<Synthesizer> = Api::all(env.client.clone());
+    let comps: Api<Composition> = env.api();
+    for (suffix, secret) in [
+        ("with", Some("regcred")),
+        ("without", None),
+        ("wrong", Some("wrongcred")),
+    ] {
+        let name = format!("{ns}-{suffix}");
+        let mut module = json!({"oci": format!("{addr}/private/hello:e2e@{digest}")});
+        if let Some(s) = secret {
+            module["pullSecret"] = json!({"namespace": ns, "name": s});
+        }
+        let synth = json!({"apiVersion": "enoki.dev/v1alpha1", "kind": "Synthesizer",
+            "metadata": {"name": name},
+            "spec": {"module": module, "refs": [{"key": "config",
+                "resource": {"group": "", "version": "v1", "kind": "ConfigMap"}}]}});
+        synths
+            .patch(
+                &name,
+                &PatchParams::apply("test").force(),
+                &Patch::Apply(&synth),
+            )
+            .await
+            .unwrap();
+        let comp = json!({"apiVersion": "enoki.dev/v1alpha1", "kind": "Composition",
+            "metadata": {"name": suffix},
+            "spec": {"synthesizer": {"name": name},
+                "bindings": [{"key": "config", "resource": {"name": "cfg"}}]}});
+        comps
+            .patch(
+                suffix,
+                &PatchParams::apply("test").force(),
+                &Patch::Apply(&comp),
+            )
+            .await
+            .unwrap();
+    }
+    let enoki = harness::Enoki::start(&ns);
+    harness::wait_ready(&env, "with").await;
+    let msg = cms.get("with-message").await.unwrap().data.unwrap()["message"].clone();
+    assert_eq!(msg, "private, world");
+
+    let condition_text = |c: &Composition| {
+        c.status
+            .as_ref()
+            .map(|s| {
+                s.conditions
+                    .iter()
+                    .map(|c| format!("{} {} {}: {}", c.type_, c.status, c.reason, c.message))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            })
+            .unwrap_or_default()
+    };
+    for (name, says) in [
+        ("without", "no credentials were sent"),
+        ("wrong", "the credentials from Secret"),
+    ] {
+        let text = harness::eventually(
+            &format!("{name}: the condition says unauthorized"),
+            Duration::from_secs(60),
+            || async {
+                let t = condition_text(&comps.get(name).await.unwrap());
+                t.contains("unauthorized").then_some(t)
+            },
+        )
+        .await;
+        assert!(
+            text.contains(&addr) && text.contains(says) && text.contains("ModuleUnavailable"),
+            "{name}: {text}"
+        );
+        assert!(
+            !comps
+                .get(name)
+                .await
+                .unwrap()
+                .status
+                .unwrap()
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True")
+        );
+    }
+    // The password is nowhere a user or an operator reads.
+    let mut seen = String::new();
+    for s in synths.list(&Default::default()).await.unwrap() {
+        if s.metadata
+            .name
+            .as_deref()
+            .is_some_and(|n| n.starts_with(&ns))
+        {
+            seen.push_str(&serde_json::to_string(&s.status).unwrap());
+        }
+    }
+    for c in comps.list(&Default::default()).await.unwrap() {
+        seen.push_str(&serde_json::to_string(&c.status).unwrap());
+    }
+    let events: Api<k8s_openapi::api::events::v1::Event> = env.api();
+    for e in events.list(&Default::default()).await.unwrap() {
+        seen.push_str(e.note.as_deref().unwrap_or_default());
+    }
+    seen.push_str(&enoki.logs());
+    assert!(seen.contains("unauthorized"), "the refusals were recorded");
+    assert!(!seen.contains(PASSWORD) && !seen.contains("not-the-password"));
+    assert!(!seen.contains(&dockerconfig(PASSWORD)));
+}

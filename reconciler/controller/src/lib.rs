@@ -227,7 +227,12 @@ async fn module_command(cmd: &cli::ModuleCommand) -> anyhow::Result<String> {
             let bytes = if std::path::Path::new(module).exists() {
                 std::fs::read(module)?
             } else {
-                sources::pull(module, &sources::FetchPolicy::default()).await?
+                sources::pull(
+                    module,
+                    &sources::FetchPolicy::default(),
+                    sources::for_reference(module).as_ref(),
+                )
+                .await?
             };
             let host = wasm_host::Host::new(None)?;
             let i = host.inspect(&bytes)?;

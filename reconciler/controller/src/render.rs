@@ -129,7 +129,11 @@ pub fn load_module(
                 policy,
             ))
         } else {
-            rt.block_on(crate::sources::pull(arg, policy))
+            rt.block_on(crate::sources::pull(
+                arg,
+                policy,
+                crate::sources::for_reference(arg).as_ref(),
+            ))
         };
         fetched.map_err(|e| RenderError::Usage(format!("cannot fetch module {arg}: {e}")))?
     } else {

@@ -18,7 +18,9 @@ use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference};
 use sha2::{Digest, Sha256};
 
+mod credentials;
 mod oci;
+pub use credentials::*;
 pub use oci::*;
 
 /// Layer media type of a WebAssembly module in an OCI artifact.

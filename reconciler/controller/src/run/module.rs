@@ -6,7 +6,7 @@
 
 use std::io::Read;
 
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::Api;
 
 use crate::sources::FetchPolicy;
@@ -114,12 +114,21 @@ pub async fn fetch(
             ))),
         };
     }
+    if m.pull_secret.is_some() && m.oci.is_none() {
+        return Err(ModuleError::Spec(
+            "pullSecret is for an oci module; this Synthesizer's module is not one".into(),
+        ));
+    }
     if let Some(cm) = &m.config_map {
         let bytes = config_map_bytes(client, cm, policy).await?;
         return compile_module(host, bytes, compile).await;
     }
     let bytes = if let Some(reference) = &m.oci {
-        crate::sources::pull(reference, policy)
+        let credentials = match &m.pull_secret {
+            Some(secret) => pull_credentials(client, secret, reference).await?,
+            None => None,
+        };
+        crate::sources::pull(reference, policy, credentials.as_ref())
             .await
             .map_err(|e| match e {
                 crate::sources::SourceError::Remote { .. } => ModuleError::Fetch {
@@ -182,6 +191,55 @@ async fn compile_module(
         .map_err(|_| ModuleError::CompileTimeout { budget: time, size })?
         .map_err(|e| ModuleError::Spec(format!("module compilation task failed: {e}")))??;
     Ok(Module::Wasm(loaded))
+}
+
+/// The credentials of `spec.module.pullSecret` for the registry of `reference`. Messages name
+/// the Secret and the registry, never the Secret's content.
+async fn pull_credentials(
+    client: &kube::Client,
+    secret: &crds::SecretRef,
+    reference: &str,
+) -> Result<Option<crate::sources::Credentials>, ModuleError> {
+    let fail = |message: String| ModuleError::Fetch {
+        field: "pullSecret",
+        message,
+    };
+    let what = format!("Secret {}/{}", secret.namespace, secret.name);
+    if secret.namespace.is_empty() || secret.name.is_empty() {
+        return Err(ModuleError::Spec(
+            "pullSecret needs a namespace and a name".into(),
+        ));
+    }
+    let registry = crate::sources::parse_reference(reference)
+        .map_err(|e| ModuleError::Spec(format!("oci: {e}")))?
+        .resolve_registry()
+        .to_string();
+    let api: Api<Secret> = Api::namespaced(client.clone(), &secret.namespace);
+    let live = api
+        .get_opt(&secret.name)
+        .await
+        .map_err(|e| fail(format!("reading {what}: {e}")))?
+        .ok_or_else(|| fail(format!("{what} does not exist")))?;
+    let kind = live.type_.clone().unwrap_or_default();
+    let Some((_, key)) = crate::sources::DOCKER_CONFIG_KEYS
+        .iter()
+        .find(|(t, _)| *t == kind)
+    else {
+        return Err(fail(format!(
+            "{what} is of type {kind:?}, not kubernetes.io/dockerconfigjson"
+        )));
+    };
+    let data = live
+        .data
+        .as_ref()
+        .and_then(|d| d.get(*key))
+        .ok_or_else(|| fail(format!("{what} has no {key:?} key")))?;
+    match crate::sources::from_docker_config(&data.0, &registry, &what).map_err(fail)? {
+        Some(c) => Ok(Some(c)),
+        None => Err(fail(format!(
+            "{what} holds no credentials for the registry {registry}"
+        ))),
+    }
 }
 
 /// The module bytes in a ConfigMap's `binaryData` (gunzipped when gzip).

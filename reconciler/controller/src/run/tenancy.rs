@@ -1,7 +1,7 @@
 //! Boundaries between tenants that do not depend on RBAC: with `--no-cross-namespace-refs`,
 //! a Composition may only reach its own namespace (bindings, `dependsOn`, the Synthesizer's
-//! refs and collections) and a Synthesizer's module ConfigMap must live in the controller's
-//! namespace. A violation is terminal (a condition naming every offending field), never a
+//! refs and collections) and a Synthesizer's module ConfigMap and pull Secret must live in the
+//! controller's namespace. A violation is terminal (a condition naming every offending field), never a
 //! retry loop. Ownership of emitted objects (`managed-by`) is enforced by the planner
 //! (`plan::plan::foreign_owner`).
 
@@ -82,6 +82,17 @@ pub(crate) fn cross_namespace_refs(
             "Synthesizer {synth_name:?} spec.module.configMap.namespace: {:?} is not the \
              controller's namespace {home:?}",
             cm.namespace
+        ));
+    }
+    if let Some(secret) = &synth.spec.module.pull_secret
+        && (secret.namespace.is_empty()
+            || controller_namespace.is_some_and(|home| secret.namespace != home))
+    {
+        let home = controller_namespace.unwrap_or("the controller's");
+        out.push(format!(
+            "Synthesizer {synth_name:?} spec.module.pullSecret.namespace: {:?} is not the \
+             controller's namespace {home:?}",
+            secret.namespace
         ));
     }
     out

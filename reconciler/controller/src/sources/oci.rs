@@ -12,10 +12,20 @@ use super::*;
 ///
 /// # Errors
 /// Tag-only references, registry failures (with at most [`MAX_REMOTE_TEXT`] bytes of the
-/// registry's answer), a timeout, a digest mismatch, an artifact without a wasm layer, a layer
-/// over the size cap, a token realm the policy refuses.
-pub async fn pull(reference: &str, policy: &FetchPolicy) -> Result<Vec<u8>, SourceError> {
-    match tokio::time::timeout(policy.timeout, pull_unbounded(reference, policy)).await {
+/// registry's answer), a refusal (401/403: "unauthorized", naming the registry and whether
+/// credentials were sent), a timeout, a digest mismatch, an artifact without a wasm layer, a
+/// layer over the size cap, a token realm the policy refuses.
+pub async fn pull(
+    reference: &str,
+    policy: &FetchPolicy,
+    credentials: Option<&Credentials>,
+) -> Result<Vec<u8>, SourceError> {
+    match tokio::time::timeout(
+        policy.timeout,
+        pull_unbounded(reference, policy, credentials),
+    )
+    .await
+    {
         Ok(result) => result,
         Err(_) => Err(SourceError::Remote {
             action: format!("pulling {reference}"),
@@ -38,6 +48,12 @@ pub(super) struct Registry {
     pub(crate) reference: String,
     pub(crate) insecure: bool,
     pub(crate) token: Option<String>,
+    /// Sent as HTTP Basic to a registry that asks for it, and to its token realm.
+    pub(crate) credentials: Option<Credentials>,
+    /// The registry asked for Basic and we have credentials: send them with every request.
+    pub(crate) basic: bool,
+    /// `host[:port]`, for messages.
+    pub(crate) host: String,
 }
 
 impl Registry {
@@ -49,7 +65,9 @@ impl Registry {
     }
 
     /// GET `path` (with the bearer token once there is one); on a first 401 with a Bearer
-    /// challenge, fetches an anonymous pull token (its realm checked) and asks again.
+    /// challenge, fetches a pull token (its realm checked; anonymous, or with the credentials
+    /// as Basic) and asks again; on a first 401 with a Basic challenge, asks again with the
+    /// credentials.
     pub(super) async fn get(
         &mut self,
         path: &str,
@@ -63,6 +81,10 @@ impl Registry {
             }
             if let Some(t) = &self.token {
                 req = req.bearer_auth(t);
+            } else if self.basic
+                && let Some(c) = &self.credentials
+            {
+                req = req.basic_auth(&c.username, Some(&c.password));
             }
             let resp = req.send().await.map_err(|e| self.remote(e))?;
             if resp.status() == reqwest::StatusCode::UNAUTHORIZED && attempt == 0 {
@@ -70,14 +92,25 @@ impl Registry {
                     .headers()
                     .get(reqwest::header::WWW_AUTHENTICATE)
                     .and_then(|v| v.to_str().ok())
-                    .map(String::from);
-                if let Some(c) = challenge
-                    && let Some(realm) = token_realm(&c)
-                {
+                    .map(String::from)
+                    .unwrap_or_default();
+                if let Some(realm) = token_realm(&challenge) {
                     check_realm(&realm, self.insecure, policy)?;
-                    self.token = Some(self.fetch_token(&realm, &c).await?);
+                    self.token = Some(self.fetch_token(&realm, &challenge).await?);
                     continue;
                 }
+                if challenge
+                    .trim_start()
+                    .to_ascii_lowercase()
+                    .starts_with("basic")
+                    && self.credentials.is_some()
+                {
+                    self.basic = true;
+                    continue;
+                }
+            }
+            if matches!(resp.status().as_u16(), 401 | 403) {
+                return Err(self.refused(resp.status()));
             }
             if !resp.status().is_success() {
                 let status = resp.status();
@@ -98,10 +131,27 @@ impl Registry {
             }
             return Ok(resp);
         }
-        Err(self.remote(format!("{path}: unauthorized after a token was issued")))
+        Err(self.refused(reqwest::StatusCode::UNAUTHORIZED))
     }
 
-    /// An anonymous pull token from the challenge's realm.
+    /// A 401/403: unauthorized, naming the registry and what was sent (never the secret).
+    pub(super) fn refused(&self, status: reqwest::StatusCode) -> SourceError {
+        let sent = match &self.credentials {
+            Some(c) => format!("the credentials from {} were refused", c.source),
+            None => "no credentials were sent (set spec.module.pullSecret to a \
+                     kubernetes.io/dockerconfigjson Secret; for the CLI, docker login)"
+                .to_string(),
+        };
+        SourceError::Remote {
+            action: format!("pulling {}", self.reference),
+            message: format!(
+                "unauthorized: registry {} answered {status}: {sent}",
+                self.host
+            ),
+        }
+    }
+
+    /// A pull token from the challenge's realm (anonymous, or with the credentials).
     pub(super) async fn fetch_token(
         &self,
         realm: &str,
@@ -121,8 +171,14 @@ impl Registry {
         if let Some(service) = param("service") {
             req = req.query(&[("service", service)]);
         }
+        if let Some(c) = &self.credentials {
+            req = req.basic_auth(&c.username, Some(&c.password));
+        }
         let resp = req.send().await.map_err(|e| self.remote(e))?;
         let status = resp.status();
+        if matches!(status.as_u16(), 401 | 403) {
+            return Err(self.refused(status));
+        }
         let body = read_capped(
             resp.bytes_stream().map_err(|e| self.remote(e)),
             "token response",
@@ -151,6 +207,7 @@ impl Registry {
 pub(super) async fn pull_unbounded(
     reference: &str,
     policy: &FetchPolicy,
+    credentials: Option<&Credentials>,
 ) -> Result<Vec<u8>, SourceError> {
     let r = parse_reference(reference)?;
     let Some(pinned) = r.digest().map(String::from) else {
@@ -200,6 +257,9 @@ pub(super) async fn pull_unbounded(
         reference: reference.to_string(),
         insecure,
         token: None,
+        credentials: credentials.cloned(),
+        basic: false,
+        host: registry_host.clone(),
     };
     let path = format!("{}/manifests/{pinned}", reg.repository);
     let resp = reg.get(&path, Some(MANIFEST_TYPES), policy).await?;
@@ -312,7 +372,9 @@ pub fn check_realm(
         .map_err(|e| SourceError::Invalid(format!("token realm: {e}")))
 }
 
-/// Publishes a module as an OCI artifact and returns the manifest digest (`sha256:…`).
+/// Publishes a module as an OCI artifact and returns the manifest digest (`sha256:…`), with
+/// the user's credentials for the registry ([`from_user_config`]: docker config and
+/// credential helpers) when there are any.
 ///
 /// # Errors
 /// An unreadable file or a registry failure.
@@ -320,17 +382,22 @@ pub async fn push(file: &Path, reference: &str) -> Result<String, SourceError> {
     let bytes = std::fs::read(file)
         .map_err(|e| SourceError::Invalid(format!("{}: {e}", file.display())))?;
     let r = parse_reference(reference)?;
+    let auth = match from_user_config(r.resolve_registry()) {
+        Some(c) if c.username == "<token>" => RegistryAuth::Bearer(c.password),
+        Some(c) => RegistryAuth::Basic(c.username, c.password),
+        None => RegistryAuth::Anonymous,
+    };
     let c = client(&insecure_registries(&r));
     let layer = ImageLayer::new(bytes, WASM_LAYER_MEDIA_TYPE.to_string(), None);
     let config = Config::new(b"{}".to_vec(), WASM_CONFIG_MEDIA_TYPE.to_string(), None);
-    c.push(&r, &[layer], config, &RegistryAuth::Anonymous, None)
+    c.push(&r, &[layer], config, &auth, None)
         .await
         .map_err(|e| SourceError::Remote {
             action: format!("pushing to {reference}"),
             message: e.to_string(),
         })?;
     let (_, digest) = c
-        .pull_manifest(&r, &RegistryAuth::Anonymous)
+        .pull_manifest(&r, &auth)
         .await
         .map_err(|e| SourceError::Remote {
             action: format!("reading back {reference}"),
