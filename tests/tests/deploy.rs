@@ -230,6 +230,7 @@ async fn the_default_install_denies_every_route_past_a_tenants_namespace() {
 
     // The Helm chart renders the same objects and installs over the kustomize ones.
     helm_chart_matches_kustomize();
+    uninstall_keeps_compositions_and_a_reinstall_adopts_them().await;
 
     // The single-tenant overlay (opt-in) grants what it says: writes of what synthesizers
     // emit, the built-ins' kinds, quota's reads.
@@ -291,14 +292,46 @@ fn helm(args: &[&str]) -> (bool, String, String) {
     )
 }
 
+/// Labels and annotations only a Helm release has (its instance, chart, version, manager, and
+/// the CRDs' keep policy).
+const HELM_ONLY: &[&str] = &[
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/version",
+    "app.kubernetes.io/managed-by",
+    "helm.sh/chart",
+    "helm.sh/resource-policy",
+];
+
+/// `v` without the [`HELM_ONLY`] keys in any map, and without maps left empty by that.
+fn without_helm_keys(v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::Object(map) => {
+            for key in HELM_ONLY {
+                map.remove(*key);
+            }
+            for child in map.values_mut() {
+                without_helm_keys(child);
+            }
+            map.retain(|k, child| {
+                !(matches!(k.as_str(), "labels" | "annotations" | "matchLabels" | "selector")
+                    && child.as_object().is_some_and(serde_json::Map::is_empty))
+            });
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(without_helm_keys),
+        _ => {}
+    }
+}
+
 /// Objects of a multi-document YAML by (kind, name), without their namespace (kustomize sets
 /// it on every namespaced object, helm on the release), the Namespace itself (helm installs
-/// into an existing one) and the Deployment's image (a tag per build).
+/// into an existing one), the Deployment's image (a tag per build) and the labels and
+/// annotations only a Helm release has.
 fn objects(yaml: &str) -> std::collections::BTreeMap<(String, String), serde_json::Value> {
     let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(yaml).unwrap();
     docs.into_iter()
         .filter(|d| d.is_object() && d["kind"] != "Namespace")
         .map(|mut d| {
+            without_helm_keys(&mut d);
             if let Some(meta) = d["metadata"].as_object_mut() {
                 meta.remove("namespace");
             }
@@ -372,6 +405,7 @@ fn helm_chart_matches_kustomize() {
     assert!(rendered.contains("compositions.enoki.dev"));
 
     chart_renders_sharding_and_a_remote_target();
+    chart_knobs_render_as_asked();
 
     // A real install over the objects kustomize created: same names, helm takes them over
     // (and, with server-side apply forced, the fields the kustomize apply's manager held) —
@@ -430,6 +464,173 @@ fn helm_chart_matches_kustomize() {
         "an existing built-in CRD is left as it was (not overwritten, not adopted)"
     );
     assert!(crd_version("compositions.enoki.dev").ends_with(" enoki"));
+}
+
+/// `helm uninstall` keeps the CRDs (`helm.sh/resource-policy: keep`) and with them every
+/// Composition and what it manages; a plain `helm install` of the release adopts the kept CRDs
+/// and the Composition goes on converging.
+async fn uninstall_keeps_compositions_and_a_reinstall_adopts_them() {
+    use kube::ResourceExt;
+    use kube::api::{Api, Patch, PatchParams};
+    let env = harness::TestEnv::new().await;
+    let synth = harness::install_synthesizer(&env, "keep", &harness::sample_module()).await;
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = env.api();
+    let cfg = harness::config_map("cfg", serde_json::json!({}), serde_json::json!({"greeting": "kept"}));
+    cms.patch("cfg", &PatchParams::apply("test").force(), &Patch::Apply(&cfg))
+        .await
+        .unwrap();
+    harness::apply_composition(&env, "kept", &synth, "cfg", serde_json::json!({})).await;
+    {
+        let _enoki = harness::Enoki::start(&env.namespace);
+        harness::wait_ready(&env, "kept").await;
+    }
+    let comps: Api<crds::Composition> = env.api();
+    let uid = comps.get("kept").await.unwrap().uid();
+    let output = cms.get("kept-message").await.unwrap().uid();
+
+    let (ok, out, err) = helm(&["uninstall", "enoki", "-n", "enoki-system", "--wait"]);
+    assert!(ok, "helm uninstall: {out}{err}");
+    for crd in [
+        "compositions.enoki.dev",
+        "synthesizers.enoki.dev",
+        "resourceslices.enoki.dev",
+        "symphonies.enoki.dev",
+    ] {
+        let (ok, out) = kubectl(&["get", "crd", crd], None);
+        assert!(ok, "helm uninstall deleted CRD {crd}: {out}");
+    }
+    let (ok, _) = kubectl(&["get", "deployment", "enoki", "-n", "enoki-system"], None);
+    assert!(!ok, "the release's Deployment is gone");
+    assert_eq!(comps.get("kept").await.unwrap().uid(), uid);
+    assert_eq!(cms.get("kept-message").await.unwrap().uid(), output);
+
+    let (ok, out, err) = helm(&[
+        "install",
+        "enoki",
+        "deploy/helm/enoki",
+        "-n",
+        "enoki-system",
+        "--set",
+        "image.tag=test",
+    ]);
+    assert!(ok, "helm install over the kept CRDs: {out}{err}");
+    assert!(out.contains("kept on `helm uninstall`"), "NOTES.txt: {out}");
+    let (ok, owner) = kubectl(
+        &[
+            "get",
+            "crd",
+            "compositions.enoki.dev",
+            "-o",
+            "jsonpath={.metadata.annotations.meta\\.helm\\.sh/release-name} {.metadata.annotations.helm\\.sh/resource-policy}",
+        ],
+        None,
+    );
+    assert!(ok, "{owner}");
+    assert_eq!(owner.trim(), "enoki keep", "the new release owns the kept CRD");
+    let enoki = harness::Enoki::start(&env.namespace);
+    enoki.wait_pass(&env, "kept").await;
+    harness::wait_ready(&env, "kept").await;
+    assert_eq!(comps.get("kept").await.unwrap().uid(), uid);
+    let message = cms.get("kept-message").await.unwrap();
+    assert_eq!(message.uid(), output, "the output was never recreated");
+    assert_eq!(message.data.unwrap()["message"], "kept, world");
+}
+
+/// The chart's knobs a platform team sets: names, labels, scheduling, security contexts
+/// (OpenShift's restricted SCC: no fixed UID), log level and format — rendered as asked and
+/// accepted by the API server; the values schema refuses a typo.
+fn chart_knobs_render_as_asked() {
+    let (ok, rendered, err) = helm(&[
+        "template",
+        "platform",
+        "deploy/helm/enoki",
+        "-n",
+        "enoki-system",
+        "--set",
+        "fullnameOverride=enoki-ctl",
+        "--set",
+        "podLabels.team=platform",
+        "--set",
+        "commonLabels.cost-center=k8s",
+        "--set",
+        "priorityClassName=system-cluster-critical",
+        "--set",
+        "log.level=debug",
+        "--set",
+        "log.format=pretty",
+        "--set-json",
+        r#"topologySpreadConstraints=[{"maxSkew":1,"topologyKey":"kubernetes.io/hostname","whenUnsatisfiable":"ScheduleAnyway","labelSelector":{"matchLabels":{"app.kubernetes.io/instance":"{{ .Release.Name }}"}}}]"#,
+        "--set",
+        "podSecurityContext.runAsUser=1000700000",
+        "--set",
+        "tenants={team-x}",
+    ]);
+    assert!(ok, "{err}");
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&rendered).unwrap();
+    let named = |kind: &str, name: &str| {
+        docs.iter()
+            .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("no {kind} {name}"))
+    };
+    let deployment = named("Deployment", "enoki-ctl");
+    let pod = &deployment["spec"]["template"];
+    assert_eq!(pod["metadata"]["labels"]["team"], "platform");
+    assert_eq!(
+        pod["spec"]["priorityClassName"],
+        "system-cluster-critical"
+    );
+    assert_eq!(pod["spec"]["serviceAccountName"], "enoki-ctl");
+    assert_eq!(
+        pod["spec"]["topologySpreadConstraints"][0]["labelSelector"]["matchLabels"]
+            ["app.kubernetes.io/instance"],
+        "platform"
+    );
+    assert_eq!(
+        pod["spec"]["securityContext"],
+        serde_json::json!({"runAsNonRoot": true, "runAsUser": 1_000_700_000,
+            "seccompProfile": {"type": "RuntimeDefault"}}),
+        "a UID assigned by the platform (OpenShift's restricted SCC) is set, not fought"
+    );
+    let container = &pod["spec"]["containers"][0];
+    assert!(
+        container["args"]
+            .as_array()
+            .unwrap()
+            .contains(&serde_json::json!("--log-format=pretty"))
+    );
+    assert!(
+        container["env"]
+            .as_array()
+            .unwrap()
+            .contains(&serde_json::json!({"name": "RUST_LOG", "value": "debug"}))
+    );
+    named("ServiceAccount", "enoki-ctl");
+    named("Service", "enoki-ctl-metrics");
+    // Every binding to the controller names the renamed account; every object is labelled.
+    for d in docs.iter().filter(|d| d.is_object()) {
+        assert_eq!(
+            d["metadata"]["labels"]["cost-center"], "k8s",
+            "{} {} has the common labels",
+            d["kind"], d["metadata"]["name"]
+        );
+        assert_eq!(d["metadata"]["labels"]["app.kubernetes.io/instance"], "platform");
+        for subject in d["subjects"].as_array().into_iter().flatten() {
+            if subject["namespace"] == "enoki-system" {
+                assert_eq!(subject["name"], "enoki-ctl", "{d}");
+            }
+        }
+    }
+    let (ok, out) = kubectl(
+        &["apply", "--dry-run=server", "-n", "enoki-system", "-f", "-"],
+        Some(rendered.as_bytes()),
+    );
+    assert!(ok, "server dry run of the chart with its knobs: {out}");
+    // By default no UID is fixed (the image's non-root 65532, or the platform's).
+    let (ok, plain, err) = helm(&["template", "enoki", "deploy/helm/enoki"]);
+    assert!(ok, "{err}");
+    assert!(!plain.contains("runAsUser"), "no fixed UID by default");
+    let (ok, _, err) = helm(&["template", "x", "deploy/helm/enoki", "--set", "replica=3"]);
+    assert!(!ok && err.contains("replica"), "the schema refuses a typo: {err}");
 }
 
 /// Sharding and a remote target cluster: the flags, and the kubeconfig Secret mounted.
