@@ -29,6 +29,7 @@ phase "samples to wasm (Rust p1 + p2, Go, C, AssemblyScript, Python, TypeScript)
 . hack/cargo-env.sh
 phase "cargo build + clippy -D warnings (workspace, all targets; clippy-driver as rustc wrapper)" \
   cargo build --workspace --all-targets --locked
+phase "SDK packages (cargo publish --dry-run, Go module proxy dir, npm pack, wheel)" hack/sdk-packages.sh
 phase "render CRDs" bash -c 'for f in crds/manifests/*.yaml crds/manifests/builtins/*.yaml; do echo ---; cat "$f"; done > target/crds.yaml'
 export TESTENV_CRDS="$ROOT/target/crds.yaml"
 

@@ -2,6 +2,6 @@ module enoki.local/samples/go
 
 go 1.24
 
-require enoki.local/sdk v0.0.0
+require github.com/enoki-dev/enoki/synthesizer-sdk/go v0.0.0
 
-replace enoki.local/sdk => ../../synthesizer-sdk/go
+replace github.com/enoki-dev/enoki/synthesizer-sdk/go => ../../synthesizer-sdk/go

@@ -6,7 +6,7 @@ package main
 import (
 	"fmt"
 
-	sdk "enoki.local/sdk"
+	sdk "github.com/enoki-dev/enoki/synthesizer-sdk/go"
 )
 
 func synthesize(in *sdk.ResourceList) ([]sdk.Object, []sdk.Result, error) {

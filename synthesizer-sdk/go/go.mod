@@ -1,3 +1,3 @@
-module enoki.local/sdk
+module github.com/enoki-dev/enoki/synthesizer-sdk/go
 
 go 1.24

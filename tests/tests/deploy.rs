@@ -313,8 +313,10 @@ fn without_helm_keys(v: &mut serde_json::Value) {
                 without_helm_keys(child);
             }
             map.retain(|k, child| {
-                !(matches!(k.as_str(), "labels" | "annotations" | "matchLabels" | "selector")
-                    && child.as_object().is_some_and(serde_json::Map::is_empty))
+                !(matches!(
+                    k.as_str(),
+                    "labels" | "annotations" | "matchLabels" | "selector"
+                ) && child.as_object().is_some_and(serde_json::Map::is_empty))
             });
         }
         serde_json::Value::Array(items) => items.iter_mut().for_each(without_helm_keys),
@@ -475,10 +477,18 @@ async fn uninstall_keeps_compositions_and_a_reinstall_adopts_them() {
     let env = harness::TestEnv::new().await;
     let synth = harness::install_synthesizer(&env, "keep", &harness::sample_module()).await;
     let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = env.api();
-    let cfg = harness::config_map("cfg", serde_json::json!({}), serde_json::json!({"greeting": "kept"}));
-    cms.patch("cfg", &PatchParams::apply("test").force(), &Patch::Apply(&cfg))
-        .await
-        .unwrap();
+    let cfg = harness::config_map(
+        "cfg",
+        serde_json::json!({}),
+        serde_json::json!({"greeting": "kept"}),
+    );
+    cms.patch(
+        "cfg",
+        &PatchParams::apply("test").force(),
+        &Patch::Apply(&cfg),
+    )
+    .await
+    .unwrap();
     harness::apply_composition(&env, "kept", &synth, "cfg", serde_json::json!({})).await;
     {
         let _enoki = harness::Enoki::start(&env.namespace);
@@ -526,7 +536,11 @@ async fn uninstall_keeps_compositions_and_a_reinstall_adopts_them() {
         None,
     );
     assert!(ok, "{owner}");
-    assert_eq!(owner.trim(), "enoki keep", "the new release owns the kept CRD");
+    assert_eq!(
+        owner.trim(),
+        "enoki keep",
+        "the new release owns the kept CRD"
+    );
     let enoki = harness::Enoki::start(&env.namespace);
     enoki.wait_pass(&env, "kept").await;
     harness::wait_ready(&env, "kept").await;
@@ -575,14 +589,10 @@ fn chart_knobs_render_as_asked() {
     let deployment = named("Deployment", "enoki-ctl");
     let pod = &deployment["spec"]["template"];
     assert_eq!(pod["metadata"]["labels"]["team"], "platform");
-    assert_eq!(
-        pod["spec"]["priorityClassName"],
-        "system-cluster-critical"
-    );
+    assert_eq!(pod["spec"]["priorityClassName"], "system-cluster-critical");
     assert_eq!(pod["spec"]["serviceAccountName"], "enoki-ctl");
     assert_eq!(
-        pod["spec"]["topologySpreadConstraints"][0]["labelSelector"]["matchLabels"]
-            ["app.kubernetes.io/instance"],
+        pod["spec"]["topologySpreadConstraints"][0]["labelSelector"]["matchLabels"]["app.kubernetes.io/instance"],
         "platform"
     );
     assert_eq!(
@@ -613,7 +623,10 @@ fn chart_knobs_render_as_asked() {
             "{} {} has the common labels",
             d["kind"], d["metadata"]["name"]
         );
-        assert_eq!(d["metadata"]["labels"]["app.kubernetes.io/instance"], "platform");
+        assert_eq!(
+            d["metadata"]["labels"]["app.kubernetes.io/instance"],
+            "platform"
+        );
         for subject in d["subjects"].as_array().into_iter().flatten() {
             if subject["namespace"] == "enoki-system" {
                 assert_eq!(subject["name"], "enoki-ctl", "{d}");
@@ -630,7 +643,10 @@ fn chart_knobs_render_as_asked() {
     assert!(ok, "{err}");
     assert!(!plain.contains("runAsUser"), "no fixed UID by default");
     let (ok, _, err) = helm(&["template", "x", "deploy/helm/enoki", "--set", "replica=3"]);
-    assert!(!ok && err.contains("replica"), "the schema refuses a typo: {err}");
+    assert!(
+        !ok && err.contains("replica"),
+        "the schema refuses a typo: {err}"
+    );
 }
 
 /// Sharding and a remote target cluster: the flags, and the kubeconfig Secret mounted.

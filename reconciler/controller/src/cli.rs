@@ -98,10 +98,16 @@ pub struct NewArgs {
     /// Where to create it (default `./<name>`); must be absent or empty.
     #[arg(long)]
     pub dir: Option<PathBuf>,
-    /// The enoki `synthesizer-sdk/` directory the project depends on (default
-    /// `$ENOKI_SDK_DIR`, else the checkout this enoki was built from).
-    #[arg(long)]
+    /// Depend on an enoki checkout's `synthesizer-sdk/` directory by path (also
+    /// `$ENOKI_SDK_DIR`). Default: the SDK packages of this enoki's version from crates.io, the
+    /// Go module proxy, npm and PyPI.
+    #[arg(long, conflicts_with = "sdk_packages")]
     pub sdk_dir: Option<PathBuf>,
+    /// Depend on the packed SDKs in this directory (`make release` writes them to
+    /// `dist/sdk`; `hack/sdk-packages.sh DIR` alone): the same versions, installed from
+    /// the files.
+    #[arg(long)]
+    pub sdk_packages: Option<PathBuf>,
 }
 
 /// `enoki module …`

@@ -2,9 +2,12 @@
 //! test out of the box. Every language emits the same resource from the same fixture, so all
 //! six projects share one golden file; the templates are in `templates/new/` (compiled in).
 //!
-//! A project refers to the SDK by path (`--sdk-dir`, default `$ENOKI_SDK_DIR`, else the
-//! `synthesizer-sdk/` of the checkout enoki was built from): the SDKs are not published to a
-//! registry yet.
+//! A project depends on the SDK package of this enoki's version ([`SDK_VERSION`]) as its
+//! ecosystem does — the `enoki-sdk` crate, the Go module
+//! `github.com/enoki-dev/enoki/synthesizer-sdk/go`, the npm packages `@enoki/sdk` and
+//! `enoki-sdk-assemblyscript`, the Python distribution `enoki-sdk`; C gets the header
+//! (`enoki.h`) copied in. `--sdk-packages DIR` installs the same versions from the packed files
+//! (`hack/sdk-packages.sh`), `--sdk-dir` (or `$ENOKI_SDK_DIR`) uses a checkout by path.
 
 use std::path::{Path, PathBuf};
 
@@ -21,9 +24,9 @@ pub enum ScaffoldError {
     /// The target directory exists and is not empty.
     #[error("{0} exists and is not empty (choose another --dir or remove it)")]
     NotEmpty(String),
-    /// No SDK directory.
+    /// No SDK directory or packages.
     #[error(
-        "cannot find the enoki SDK ({0}): pass --sdk-dir <checkout>/synthesizer-sdk or set ENOKI_SDK_DIR"
+        "cannot find the enoki SDK ({0}): pass --sdk-dir <checkout>/synthesizer-sdk (or set ENOKI_SDK_DIR), or --sdk-packages <dir of hack/sdk-packages.sh>"
     )]
     Sdk(String),
     /// Writing a file failed.
@@ -84,6 +87,11 @@ fn files(lang: Lang) -> &'static [(&'static str, &'static str)] {
         ],
         Lang::C => &[
             ("main.c", include_str!("../templates/new/c/main.c")),
+            // The SDK is one header: the project keeps its copy.
+            (
+                "enoki.h",
+                include_str!("../../../synthesizer-sdk/c/enoki.h"),
+            ),
             ("Makefile", include_str!("../templates/new/c/Makefile")),
             (".gitignore", include_str!("../templates/new/c/.gitignore")),
         ],
@@ -182,26 +190,133 @@ pub fn valid_name(name: &str) -> bool {
         && b[b.len() - 1] != b'-'
 }
 
-fn sdk_dir(args: &NewArgs) -> Result<PathBuf, ScaffoldError> {
-    let candidate = args
+/// The version of the SDK packages a project depends on: this enoki's.
+pub const SDK_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Where a scaffolded project gets the SDK.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SdkSource {
+    /// The published packages of [`SDK_VERSION`].
+    Registry,
+    /// A checkout's `synthesizer-sdk/` directory, by path.
+    Dir(PathBuf),
+    /// The packed files of `hack/sdk-packages.sh` (same versions).
+    Packages(PathBuf),
+}
+
+fn sdk_source(args: &NewArgs) -> Result<SdkSource, ScaffoldError> {
+    let canonical = |p: &Path| {
+        p.canonicalize()
+            .map_err(|e| ScaffoldError::Sdk(format!("{}: {e}", p.display())))
+    };
+    if let Some(p) = &args.sdk_packages {
+        let dir = canonical(p)?;
+        let crate_dir = dir.join(format!("rust/enoki-sdk-{SDK_VERSION}"));
+        if !crate_dir.join("Cargo.toml").exists() {
+            return Err(ScaffoldError::Sdk(format!(
+                "{} has no rust/enoki-sdk-{SDK_VERSION}: not the output of hack/sdk-packages.sh for enoki {SDK_VERSION}",
+                dir.display()
+            )));
+        }
+        return Ok(SdkSource::Packages(dir));
+    }
+    let Some(candidate) = args
         .sdk_dir
         .clone()
         .or_else(|| std::env::var_os("ENOKI_SDK_DIR").map(PathBuf::from))
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../synthesizer-sdk"));
-    let dir = candidate
-        .canonicalize()
-        .map_err(|e| ScaffoldError::Sdk(format!("{}: {e}", candidate.display())))?;
+    else {
+        return Ok(SdkSource::Registry);
+    };
+    let dir = canonical(&candidate)?;
     if !dir.join("CONTRACT.md").exists() {
         return Err(ScaffoldError::Sdk(format!(
             "{} has no CONTRACT.md",
             dir.display()
         )));
     }
-    Ok(dir)
+    Ok(SdkSource::Dir(dir))
+}
+
+/// The placeholders that say where the SDK comes from.
+fn sdk_placeholders(lang: Lang, sdk: &SdkSource) -> Vec<(&'static str, String)> {
+    let v = SDK_VERSION;
+    let go_module = "github.com/enoki-dev/enoki/synthesizer-sdk/go";
+    let (rust_dep, rust_patch, go_replace, go_env, npm, npm_as, origin) = match sdk {
+        SdkSource::Registry => (
+            format!("\"{v}\""),
+            String::new(),
+            String::new(),
+            String::new(),
+            v.to_string(),
+            v.to_string(),
+            format!("version {v}"),
+        ),
+        SdkSource::Dir(d) => (
+            format!("{{ path = \"{}\" }}", d.display()),
+            String::new(),
+            format!("\nreplace {go_module} => {}/go\n", d.display()),
+            String::new(),
+            format!("file:{}/js", d.display()),
+            format!("file:{}/assemblyscript", d.display()),
+            d.display().to_string(),
+        ),
+        SdkSource::Packages(d) => (
+            format!("\"{v}\""),
+            format!(
+                "\n# The packed crate stands in for the published one.\n[patch.crates-io]\nenoki-sdk = {{ path = \"{}/rust/enoki-sdk-{v}\" }}\n",
+                d.display()
+            ),
+            String::new(),
+            format!(
+                "# The Go module comes from the packed proxy directory.\nexport GOPROXY := file://{}/go\nexport GONOSUMDB := {go_module}\nexport GOFLAGS := -mod=mod\n",
+                d.display()
+            ),
+            format!("file:{}/npm/enoki-sdk-{v}.tgz", d.display()),
+            format!("file:{}/npm/enoki-sdk-assemblyscript-{v}.tgz", d.display()),
+            format!("packages in {}", d.display()),
+        ),
+    };
+    // The WIT files ship inside the Python and npm packages.
+    let wit_dir = match (sdk, lang) {
+        (SdkSource::Dir(d), _) => format!("{}/wit", d.display()),
+        (_, Lang::Python) => ".venv/enoki-sdk/enoki_sdk/wit".to_string(),
+        _ => "node_modules/@enoki/sdk/wit".to_string(),
+    };
+    let (py_sdk_path, py_install) = match sdk {
+        SdkSource::Dir(d) => (format!("-p {}/python", d.display()), "true".to_string()),
+        other => {
+            let what = match other {
+                SdkSource::Packages(d) => {
+                    format!("{}/python/enoki_sdk-{v}-py3-none-any.whl", d.display())
+                }
+                _ => format!("enoki-sdk=={v}"),
+            };
+            (
+                "-p .venv/enoki-sdk".to_string(),
+                format!(
+                    ".venv/bin/pip install -q --disable-pip-version-check --target .venv/enoki-sdk '{what}'"
+                ),
+            )
+        }
+    };
+    vec![
+        ("{{rust_dep}}", rust_dep),
+        ("{{rust_patch}}", rust_patch),
+        ("{{go_replace}}", go_replace),
+        ("{{go_env}}", go_env),
+        ("{{npm_sdk}}", npm),
+        ("{{npm_sdk_as}}", npm_as),
+        ("{{sdk_origin}}", origin),
+        ("{{py_sdk_path}}", py_sdk_path),
+        ("{{py_install_sdk}}", py_install),
+        ("{{version}}", v.to_string()),
+        ("{{wit_dir}}", wit_dir),
+    ]
 }
 
 /// The project's files with placeholders filled: `(relative path, content)`.
-fn render(name: &str, lang: Lang, sdk: &Path) -> Vec<(String, String)> {
+fn render(name: &str, lang: Lang, sdk: &SdkSource) -> Vec<(String, String)> {
+    let placeholders = sdk_placeholders(lang, sdk);
     let f = flavour(lang);
     let (source, comment, hint) = if f.oci {
         (
@@ -217,13 +332,15 @@ fn render(name: &str, lang: Lang, sdk: &Path) -> Vec<(String, String)> {
         )
     };
     let fill = |t: &str| {
+        let t = placeholders
+            .iter()
+            .fold(t.to_string(), |t, (k, v)| t.replace(k, v));
         t.replace("{{module_source}}", &source)
             .replace("{{publish_comment}}", &comment)
             .replace("{{publish_hint}}", hint)
             .replace("{{lang_title}}", f.title)
             .replace("{{module_kind}}", f.module_kind)
             .replace("{{lang}}", lang.as_str())
-            .replace("{{sdk}}", &sdk.display().to_string())
             .replace("{{name}}", name)
     };
     let mut out: Vec<(String, String)> = COMMON
@@ -256,12 +373,16 @@ pub fn scaffold(args: &NewArgs) -> Result<String, ScaffoldError> {
     if std::fs::read_dir(&dir).is_ok_and(|mut d| d.next().is_some()) {
         return Err(ScaffoldError::NotEmpty(dir.display().to_string()));
     }
-    let sdk = sdk_dir(args)?;
+    let sdk = sdk_source(args)?;
+    let origin = match &sdk {
+        SdkSource::Registry => format!("SDK {SDK_VERSION}"),
+        SdkSource::Dir(d) => format!("SDK {}", d.display()),
+        SdkSource::Packages(d) => format!("SDK {SDK_VERSION} from {}", d.display()),
+    };
     let mut report = format!(
-        "created {} ({}, SDK {}):\n",
+        "created {} ({}, {origin}):\n",
         dir.display(),
         flavour(args.lang).title,
-        sdk.display()
     );
     for (path, text) in render(&args.name, args.lang, &sdk) {
         let full = dir.join(&path);
@@ -300,11 +421,37 @@ mod tests {
 
     #[test]
     fn every_language_fills_every_placeholder_and_has_a_makefile_with_test() {
+        // By default a project depends on the published SDK of this version.
+        let rust = render("x", Lang::Rust, &SdkSource::Registry);
+        let cargo = &rust.iter().find(|(p, _)| p == "Cargo.toml").unwrap().1;
+        assert!(
+            cargo.contains(&format!("enoki-sdk = \"{SDK_VERSION}\"")),
+            "{cargo}"
+        );
+        let go = render("x", Lang::Go, &SdkSource::Registry);
+        let gomod = &go.iter().find(|(p, _)| p == "go.mod").unwrap().1;
+        assert!(
+            gomod.contains(&format!(
+                "require github.com/enoki-dev/enoki/synthesizer-sdk/go v{SDK_VERSION}"
+            )) && !gomod.contains("replace"),
+            "{gomod}"
+        );
         for lang in Lang::ALL {
-            let files = render("demo-synth", *lang, Path::new("/sdk"));
-            for (path, text) in &files {
-                assert!(!text.contains("{{"), "{lang:?} {path}: {text}");
+            let sources = [
+                SdkSource::Registry,
+                SdkSource::Dir("/sdk".into()),
+                SdkSource::Packages("/pkgs".into()),
+            ];
+            for sdk in &sources {
+                for (path, text) in &render("demo-synth", *lang, sdk) {
+                    assert!(!text.contains("{{"), "{lang:?} {sdk:?} {path}: {text}");
+                    // Only an explicit option puts a local path in the project.
+                    if *sdk == SdkSource::Registry {
+                        assert!(!text.contains("/sdk") && !text.contains("file:"), "{path}");
+                    }
+                }
             }
+            let files = render("demo-synth", *lang, &SdkSource::Registry);
             let make = &files.iter().find(|(p, _)| p == "Makefile").unwrap().1;
             assert!(
                 make.contains("build:") && make.contains("test: build"),

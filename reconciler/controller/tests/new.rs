@@ -1,7 +1,10 @@
-//! `enoki new`: a project scaffolded for each of the six languages builds with its own
-//! toolchain and passes its own `make test` (render the fixture, compare with the golden file)
-//! as created. Needs the toolchains `hack/setup.sh` and `hack/setup-langs.sh` install (Rust
-//! wasm targets, Go, clang + wasi-libc, Node.js + npm, Python with venv).
+//! `enoki new`: a project scaffolded for each of the six languages, its SDK installed from the
+//! packed artifact (`hack/sdk-packages.sh`: the crate, a Go module proxy directory, the npm
+//! tarballs, the wheel), builds with its own toolchain and passes its own `make test` (render
+//! the fixture, compare with the golden file — `enoki render --expect`) as created; one project
+//! on a checkout by path (`--sdk-dir`). Needs the toolchains `hack/setup.sh` and
+//! `hack/setup-langs.sh` install (Rust wasm targets, Go, clang + wasi-libc, Node.js + npm,
+//! Python with venv) and the packages (`make test` builds them).
 #![allow(clippy::unwrap_used)] // test code
 
 use std::path::{Path, PathBuf};
@@ -27,11 +30,31 @@ fn enoki_new(cwd: &Path, args: &[&str]) -> Output {
         .unwrap()
 }
 
-/// Scaffolds `lang`, runs `make test` in it and checks the golden comparison passed.
+/// The packed SDKs (`hack/sdk-packages.sh`, run by `make test`).
+fn packages() -> String {
+    let dir = root().join("target/sdk-packages");
+    assert!(
+        dir.join("SHA256SUMS").exists(),
+        "{} is missing: run hack/sdk-packages.sh (make test does)",
+        dir.display()
+    );
+    dir.to_string_lossy().into_owned()
+}
+
+/// Scaffolds `lang` on its packed SDK, runs `make test` in it and checks the golden
+/// comparison passed.
 fn scaffold_builds_and_passes_its_test(lang: &str) {
-    let dir = tempdir(lang);
+    scaffold_with(lang, &["--sdk-packages", &packages()]);
+}
+
+/// Scaffolds `lang` with `sdk` (the SDK options), runs `make test` in it and checks the golden
+/// comparison passed.
+fn scaffold_with(lang: &str, sdk: &[&str]) {
+    let dir = tempdir(&format!("{lang}{}", sdk[0].trim_start_matches("--")));
     let name = format!("my-{lang}-synth");
-    let out = enoki_new(&dir, &[&name, "--lang", lang]);
+    let mut args = vec![name.as_str(), "--lang", lang];
+    args.extend_from_slice(sdk);
+    let out = enoki_new(&dir, &args);
     assert!(
         out.status.success(),
         "enoki new: {}",
@@ -102,6 +125,12 @@ fn rust_project_builds_and_passes_its_test() {
 #[test]
 fn go_project_builds_and_passes_its_test() {
     scaffold_builds_and_passes_its_test("go");
+}
+
+#[test]
+fn a_project_on_a_checkout_by_path_builds_and_passes_its_test() {
+    let sdk = root().join("synthesizer-sdk");
+    scaffold_with("go", &["--sdk-dir", &sdk.to_string_lossy()]);
 }
 
 #[test]

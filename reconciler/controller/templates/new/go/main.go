@@ -1,7 +1,7 @@
 // {{name}}: an enoki synthesizer in Go (GOOS=wasip1 GOARCH=wasm, a WASI preview1 module).
 package main
 
-import sdk "enoki.local/sdk"
+import sdk "github.com/enoki-dev/enoki/synthesizer-sdk/go"
 
 // synthesize reads config.data.greeting (default "hello") and emits <composition>-greeting.
 func synthesize(in *sdk.ResourceList) ([]sdk.Object, []sdk.Result, error) {

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# sdk-packages.sh [OUT] — pack every SDK as its ecosystem publishes it, into OUT (default
+# target/sdk-packages), with SHA256SUMS:
+#   rust/enoki-sdk-V.crate (+ unpacked)  `cargo publish --dry-run`: packaged and built from the package
+#   go/  a module proxy directory         github.com/enoki-dev/enoki/synthesizer-sdk/go@vV (GOPROXY=file://OUT/go)
+#   npm/enoki-sdk-V.tgz                   `npm pack` of @enoki/sdk (TypeScript/JavaScript, with the WIT world)
+#   npm/enoki-sdk-assemblyscript-V.tgz    `npm pack` of enoki-sdk-assemblyscript
+#   python/enoki_sdk-V-py3-none-any.whl   `pip wheel` of enoki-sdk (with the WIT world)
+#   c/enoki.h                             the C SDK is one header
+# `enoki new NAME --lang L --sdk-packages OUT` scaffolds a project that installs from these files.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT="$PWD"
+OUT="$(mkdir -p "${1:-target/sdk-packages}" && cd "${1:-target/sdk-packages}" && pwd)"
+VERSION="$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)"
+SDK=synthesizer-sdk
+GO_MODULE=github.com/enoki-dev/enoki/synthesizer-sdk/go
+start=$(date +%s)
+rm -rf "$OUT"/{rust,go,npm,python,c} "$OUT/SHA256SUMS"
+mkdir -p "$OUT"/{rust,go,npm,python,c}
+stage="$(mktemp -d)"; trap 'rm -rf "$stage"' EXIT
+
+# Rust: the crate as crates.io would receive it, verified by building it from the package.
+. hack/cargo-env.sh 2>/dev/null || true
+cargo publish --dry-run --locked -p enoki-sdk --allow-dirty -q
+cargo package --locked -p enoki-sdk --allow-dirty --no-verify -q
+cp "target/package/enoki-sdk-$VERSION.crate" "$OUT/rust/"
+tar -xzf "$OUT/rust/enoki-sdk-$VERSION.crate" -C "$OUT/rust"
+
+# Go: a module proxy directory (list, .info, .mod, .zip) for GOPROXY=file://.
+proxy="$OUT/go/$GO_MODULE/@v"
+mkdir -p "$proxy"
+echo "v$VERSION" > "$proxy/list"
+printf '{"Version":"v%s"}\n' "$VERSION" > "$proxy/v$VERSION.info"
+cp "$SDK/go/go.mod" "$proxy/v$VERSION.mod"
+python3 - "$SDK/go" "$proxy/v$VERSION.zip" "$GO_MODULE@v$VERSION" <<'PY'
+import os, sys, zipfile
+src, out, prefix = sys.argv[1:]
+with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+    for name in sorted(os.listdir(src)):
+        if os.path.isfile(os.path.join(src, name)):
+            z.write(os.path.join(src, name), f"{prefix}/{name}")
+PY
+
+# npm: @enoki/sdk with the WIT world, and the AssemblyScript SDK.
+cp -r "$SDK/js" "$stage/js"; cp -r "$SDK/wit" "$stage/js/wit"
+rm -rf "$stage/js/node_modules"
+(cd "$stage/js" && npm pack --silent --pack-destination "$OUT/npm" >/dev/null)
+cp -r "$SDK/assemblyscript" "$stage/as"; rm -rf "$stage/as/node_modules"
+(cd "$stage/as" && npm pack --silent --pack-destination "$OUT/npm" >/dev/null)
+
+# Python: a wheel with the WIT world inside the package.
+mkdir -p "$stage/py"
+cp -r "$SDK/python/enoki_sdk" "$SDK/python/pyproject.toml" "$SDK/python/README.md" "$SDK/python/LICENSE" "$stage/py/"
+find "$stage/py" -name __pycache__ -prune -exec rm -rf {} +
+cp -r "$SDK/wit" "$stage/py/enoki_sdk/wit"
+python3 -m pip wheel -q --disable-pip-version-check --no-deps -w "$OUT/python" "$stage/py" >/dev/null
+
+cp "$SDK/c/enoki.h" "$SDK/c/README.md" "$SDK/c/LICENSE" "$OUT/c/"
+
+(cd "$OUT" && find rust/*.crate go npm python c -type f | sort | xargs sha256sum > SHA256SUMS)
+(cd "$OUT" && sha256sum -c --quiet SHA256SUMS)
+echo "sdk-packages: $(wc -l < "$OUT/SHA256SUMS") files in $OUT ($(( $(date +%s) - start )) s)" >&2
