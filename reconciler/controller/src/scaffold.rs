@@ -439,7 +439,7 @@ mod tests {
         for lang in Lang::ALL {
             let sources = [
                 SdkSource::Registry,
-                SdkSource::Dir("/sdk".into()),
+                SdkSource::Dir("/checkout/synthesizer-sdk".into()),
                 SdkSource::Packages("/pkgs".into()),
             ];
             for sdk in &sources {
@@ -447,7 +447,10 @@ mod tests {
                     assert!(!text.contains("{{"), "{lang:?} {sdk:?} {path}: {text}");
                     // Only an explicit option puts a local path in the project.
                     if *sdk == SdkSource::Registry {
-                        assert!(!text.contains("/sdk") && !text.contains("file:"), "{path}");
+                        assert!(
+                            !text.contains("/checkout") && !text.contains("file:"),
+                            "{path}"
+                        );
                     }
                 }
             }
