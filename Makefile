@@ -1,7 +1,7 @@
 # enoki — the two commands: `make demo` and `make test`.
 SHELL := /bin/bash
 
-.PHONY: test demo demo-down setup testbin crds fmt clippy bench bench-languages image chaos fuzz soak
+.PHONY: test demo demo-down setup testbin crds fmt clippy bench bench-languages image release sdk-packages chaos fuzz soak
 
 ## test: install what is missing, build/start the local control plane, fmt, clippy, every test
 test:
@@ -42,6 +42,16 @@ bench-languages:
 ## local registry (or IMAGE_REPO), pulled back by digest and run; prints the pinned reference
 image:
 	hack/image.sh
+
+## release: everything a release publishes, offline, into dist/ (not in CI): static enoki
+## binaries (linux/amd64, linux/arm64), the image as an OCI layout tarball (an index of both),
+## the packaged chart, the CRDs, the SDK packages, an SPDX SBOM, LICENSE, SHA256SUMS (verified)
+release:
+	hack/release.sh
+
+## sdk-packages: pack every SDK as its ecosystem publishes it (target/sdk-packages)
+sdk-packages:
+	hack/sdk-packages.sh
 
 ## chaos: long forms of the fault tests (crash-anywhere, 1,000 objects × 20 SIGKILLs per seed;
 ## control-plane outages) on a local control plane (not in CI); writes target/chaos.md

@@ -18,7 +18,6 @@ GO_MODULE=github.com/enoki-dev/enoki/synthesizer-sdk/go
 start=$(date +%s)
 rm -rf "$OUT"/{rust,go,npm,python,c} "$OUT/SHA256SUMS"
 mkdir -p "$OUT"/{rust,go,npm,python,c}
-stage="$(mktemp -d)"; trap 'rm -rf "$stage"' EXIT
 
 # Rust: the crate as crates.io would receive it, verified by building it from the package.
 . hack/cargo-env.sh 2>/dev/null || true
@@ -42,19 +41,14 @@ with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
             z.write(os.path.join(src, name), f"{prefix}/{name}")
 PY
 
-# npm: @enoki/sdk with the WIT world, and the AssemblyScript SDK.
-cp -r "$SDK/js" "$stage/js"; cp -r "$SDK/wit" "$stage/js/wit"
-rm -rf "$stage/js/node_modules"
-(cd "$stage/js" && npm pack --silent --pack-destination "$OUT/npm" >/dev/null)
-cp -r "$SDK/assemblyscript" "$stage/as"; rm -rf "$stage/as/node_modules"
-(cd "$stage/as" && npm pack --silent --pack-destination "$OUT/npm" >/dev/null)
+# npm: @enoki/sdk (its prepack script copies in the WIT world), and the AssemblyScript SDK;
+# packed from their own directories, as `npm publish` would.
+(cd "$SDK/js" && npm pack --silent --pack-destination "$OUT/npm" >/dev/null)
+(cd "$SDK/assemblyscript" && npm pack --silent --pack-destination "$OUT/npm" >/dev/null)
 
-# Python: a wheel with the WIT world inside the package.
-mkdir -p "$stage/py"
-cp -r "$SDK/python/enoki_sdk" "$SDK/python/pyproject.toml" "$SDK/python/README.md" "$SDK/python/LICENSE" "$stage/py/"
-find "$stage/py" -name __pycache__ -prune -exec rm -rf {} +
-cp -r "$SDK/wit" "$stage/py/enoki_sdk/wit"
-python3 -m pip wheel -q --disable-pip-version-check --no-deps -w "$OUT/python" "$stage/py" >/dev/null
+# Python: a wheel built from its own directory (enoki_sdk/wit links the WIT world in).
+python3 -m pip wheel -q --disable-pip-version-check --no-deps -w "$OUT/python" "$SDK/python" >/dev/null
+rm -rf "$SDK/python/build" "$SDK/python"/*.egg-info
 
 cp "$SDK/c/enoki.h" "$SDK/c/README.md" "$SDK/c/LICENSE" "$OUT/c/"
 

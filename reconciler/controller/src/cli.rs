@@ -201,7 +201,8 @@ pub struct RunArgs {
         default_value = "5m"
     )]
     pub resync: String,
-    /// Extra CA certificate (PEM) trusted for `url` module sources.
+    /// Extra CA certificate (PEM) trusted for `url` and `oci` module sources (a registry or
+    /// server with a private CA).
     #[arg(long, env = "ENOKI_MODULE_CA_FILE")]
     pub module_ca_file: Option<PathBuf>,
     /// Highest `spec.limits.memory` a Synthesizer may ask for (quantity).

@@ -231,6 +231,7 @@ async fn module_command(cmd: &cli::ModuleCommand) -> anyhow::Result<String> {
                     module,
                     &sources::FetchPolicy::default(),
                     sources::for_reference(module).as_ref(),
+                    None,
                 )
                 .await?
             };

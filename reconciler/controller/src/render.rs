@@ -114,14 +114,14 @@ pub fn load_module(
             .enable_all()
             .build()
             .map_err(|e| RenderError::Usage(e.to_string()))?;
+        let ca = match ca_file {
+            Some(p) => Some(std::fs::read(p).map_err(|e| RenderError::File {
+                path: p.display().to_string(),
+                message: e.to_string(),
+            })?),
+            None => None,
+        };
         let fetched = if arg.starts_with("https://") {
-            let ca = match ca_file {
-                Some(p) => Some(std::fs::read(p).map_err(|e| RenderError::File {
-                    path: p.display().to_string(),
-                    message: e.to_string(),
-                })?),
-                None => None,
-            };
             rt.block_on(crate::sources::fetch_url(
                 arg,
                 sha256,
@@ -133,6 +133,7 @@ pub fn load_module(
                 arg,
                 policy,
                 crate::sources::for_reference(arg).as_ref(),
+                ca.as_deref(),
             ))
         };
         fetched.map_err(|e| RenderError::Usage(format!("cannot fetch module {arg}: {e}")))?

@@ -1,6 +1,11 @@
-{{/* The image reference: repository:tag, the tag defaulting to the chart's appVersion. */}}
+{{/* The image reference: repository@digest when image.digest is set, else repository:tag
+(the tag defaulting to the chart's appVersion). */}}
 {{- define "enoki.image" -}}
+{{- if .Values.image.digest -}}
+{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{- else -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
 {{- end -}}
 
 {{/* The chart's name (nameOverride). */}}
@@ -31,17 +36,23 @@ cluster. */}}
 app.kubernetes.io/name: {{ include "enoki.name" . }}
 {{- end -}}
 
-{{/* The standard labels of every object the chart installs, plus .Values.commonLabels. */}}
+{{/* The standard labels of every object the chart installs, plus .Values.commonLabels (which
+cannot override a standard one: no key appears twice). */}}
 {{- define "enoki.labels" -}}
-helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
-{{ include "enoki.selectorLabels" . }}
-app.kubernetes.io/instance: {{ .Release.Name }}
-app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
-app.kubernetes.io/managed-by: {{ .Release.Service }}
-app.kubernetes.io/part-of: enoki
-{{- with .Values.commonLabels }}
-{{ toYaml . }}
-{{- end }}
+{{- $std := dict
+  "helm.sh/chart" (printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_")
+  "app.kubernetes.io/name" (include "enoki.name" .)
+  "app.kubernetes.io/instance" .Release.Name
+  "app.kubernetes.io/version" .Chart.AppVersion
+  "app.kubernetes.io/managed-by" .Release.Service
+  "app.kubernetes.io/part-of" "enoki" -}}
+{{- toYaml (merge $std (.Values.commonLabels | default dict)) -}}
+{{- end -}}
+
+{{/* A flag value as text: whole numbers stay whole (values files hand numbers over as
+floats). */}}
+{{- define "enoki.flagValue" -}}
+{{- if kindIs "float64" . -}}{{ int64 . }}{{- else -}}{{ . }}{{- end -}}
 {{- end -}}
 
 {{/* A static manifest from files/: the controller's ServiceAccount (subject of the bindings)

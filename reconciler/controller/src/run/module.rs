@@ -128,7 +128,7 @@ pub async fn fetch(
             Some(secret) => pull_credentials(client, secret, reference).await?,
             None => None,
         };
-        crate::sources::pull(reference, policy, credentials.as_ref())
+        crate::sources::pull(reference, policy, credentials.as_ref(), ca)
             .await
             .map_err(|e| match e {
                 crate::sources::SourceError::Remote { .. } => ModuleError::Fetch {
@@ -210,10 +210,9 @@ async fn pull_credentials(
             "pullSecret needs a namespace and a name".into(),
         ));
     }
-    let registry = crate::sources::parse_reference(reference)
-        .map_err(|e| ModuleError::Spec(format!("oci: {e}")))?
-        .resolve_registry()
-        .to_string();
+    let parsed = crate::sources::parse_reference(reference)
+        .map_err(|e| ModuleError::Spec(format!("oci: {e}")))?;
+    let registry = parsed.resolve_registry().to_string();
     let api: Api<Secret> = Api::namespaced(client.clone(), &secret.namespace);
     let live = api
         .get_opt(&secret.name)
@@ -234,7 +233,9 @@ async fn pull_credentials(
         .as_ref()
         .and_then(|d| d.get(*key))
         .ok_or_else(|| fail(format!("{what} has no {key:?} key")))?;
-    match crate::sources::from_docker_config(&data.0, &registry, &what).map_err(fail)? {
+    match crate::sources::from_docker_config(&data.0, &registry, parsed.repository(), &what)
+        .map_err(fail)?
+    {
         Some(c) => Ok(Some(c)),
         None => Err(fail(format!(
             "{what} holds no credentials for the registry {registry}"

@@ -73,27 +73,37 @@ pub(crate) fn cross_namespace_refs(
             ));
         }
     }
-    if let Some(cm) = &synth.spec.module.config_map
-        && (cm.namespace.is_empty()
-            || controller_namespace.is_some_and(|home| cm.namespace != home))
-    {
-        let home = controller_namespace.unwrap_or("the controller's");
-        out.push(format!(
-            "Synthesizer {synth_name:?} spec.module.configMap.namespace: {:?} is not the \
-             controller's namespace {home:?}",
-            cm.namespace
-        ));
-    }
-    if let Some(secret) = &synth.spec.module.pull_secret
-        && (secret.namespace.is_empty()
-            || controller_namespace.is_some_and(|home| secret.namespace != home))
-    {
-        let home = controller_namespace.unwrap_or("the controller's");
-        out.push(format!(
-            "Synthesizer {synth_name:?} spec.module.pullSecret.namespace: {:?} is not the \
-             controller's namespace {home:?}",
-            secret.namespace
-        ));
+    out.extend(module_refs(synth, controller_namespace));
+    out
+}
+
+/// The Synthesizer's module references that leave the controller's namespace (its module
+/// ConfigMap and its pull Secret), as `field: why`; checked before any module is fetched,
+/// whichever controller fetches it. Pure.
+pub(crate) fn module_refs(synth: &Synthesizer, controller_namespace: Option<&str>) -> Vec<String> {
+    let synth_name = synth.name_any();
+    let home = controller_namespace.unwrap_or("the controller's");
+    let mut out = Vec::new();
+    let module = &synth.spec.module;
+    let refs = [
+        (
+            "configMap",
+            module.config_map.as_ref().map(|c| c.namespace.as_str()),
+        ),
+        (
+            "pullSecret",
+            module.pull_secret.as_ref().map(|s| s.namespace.as_str()),
+        ),
+    ];
+    for (field, namespace) in refs {
+        if let Some(ns) = namespace
+            && (ns.is_empty() || controller_namespace.is_some_and(|h| ns != h))
+        {
+            out.push(format!(
+                "Synthesizer {synth_name:?} spec.module.{field}.namespace: {ns:?} is not the \
+                 controller's namespace {home:?}"
+            ));
+        }
     }
     out
 }
@@ -179,5 +189,23 @@ mod tests {
             v.len() == 1 && v[0].contains("spec.module.configMap.namespace"),
             "{v:?}"
         );
+    }
+
+    #[test]
+    fn a_pull_secret_must_live_in_the_controllers_namespace() {
+        let s = synth(json!({"module": {"oci": "r.example/m:v1@sha256:00",
+            "pullSecret": {"namespace": "team-a", "name": "regcred"}}}));
+        let v = module_refs(&s, Some("enoki-system"));
+        assert!(
+            v.len() == 1 && v[0].contains("spec.module.pullSecret.namespace"),
+            "{v:?}"
+        );
+        let c = comp(json!({"synthesizer": {"name": "s"}}));
+        assert_eq!(cross_namespace_refs(&c, &s, Some("enoki-system")), v);
+        let home = synth(json!({"module": {"oci": "r.example/m:v1@sha256:00",
+            "pullSecret": {"namespace": "enoki-system", "name": "regcred"}}}));
+        assert!(module_refs(&home, Some("enoki-system")).is_empty());
+        // No known home: only the empty namespace is refused.
+        assert!(module_refs(&s, None).is_empty());
     }
 }

@@ -4,13 +4,16 @@
 
 use base64::Engine;
 
-/// A user name and password (or token) for one registry, and where they came from.
+/// A user name and password (or an identity token) for one registry, and where they came from.
 #[derive(Clone)]
 pub struct Credentials {
-    /// User name (for an identity token: `<token>`, as docker writes it).
+    /// User name.
     pub username: String,
-    /// Password or token.
+    /// Password, or the identity (OAuth2 refresh) token when `identity_token`.
     pub password: String,
+    /// `password` is an identity token: it is exchanged at the registry's token service for an
+    /// access token (OAuth2 `grant_type=refresh_token`), never sent as a password.
+    pub identity_token: bool,
     /// Where they came from, for messages (`Secret enoki-system/regcred`, `docker config`).
     pub source: String,
 }
@@ -30,24 +33,37 @@ pub const DOCKER_CONFIG_KEYS: &[(&str, &str)] = &[
 /// The registry a docker config key names, without scheme, path or trailing slash
 /// (`https://index.docker.io/v1/` → `index.docker.io`), Docker Hub's aliases made one.
 pub fn registry_key(key: &str) -> String {
-    let host = key
+    key_parts(key).0
+}
+
+/// A docker config key as (registry host, repository path prefix): `quay.io/org-a` →
+/// (`quay.io`, `org-a`); an API version path (`https://host/v1/`, as docker writes Docker
+/// Hub's key) is not a repository path.
+fn key_parts(key: &str) -> (String, String) {
+    let rest = key
         .trim()
         .trim_start_matches("https://")
         .trim_start_matches("http://");
-    let host = host
-        .split('/')
-        .next()
-        .unwrap_or_default()
-        .to_ascii_lowercase();
-    match host.as_str() {
-        "docker.io" | "registry-1.docker.io" | "index.docker.io" => "index.docker.io".into(),
-        _ => host,
-    }
+    let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let host = match host.to_ascii_lowercase().as_str() {
+        "docker.io" | "registry-1.docker.io" | "index.docker.io" => "index.docker.io".to_string(),
+        h => h.to_string(),
+    };
+    let path = path.trim_matches('/');
+    let path = if matches!(path, "v1" | "v2") {
+        ""
+    } else {
+        path
+    };
+    (host, path.to_string())
 }
 
-/// The credentials for `registry` in a docker config (`{"auths": {…}}`, or the legacy
-/// `.dockercfg` map without `auths`): `username`/`password`, else `auth` (base64 of
-/// `user:password`), else `identitytoken`. `Ok(None)` when the config has no entry for it.
+/// The credentials for `repository` of `registry` in a docker config (`{"auths": {…}}`, or the
+/// legacy `.dockercfg` map without `auths`). Keys are matched as the kubelet matches them: the
+/// registry's host, and of keys with a path (`quay.io/org-a`) the longest that prefixes the
+/// repository. An entry's `identitytoken` wins (docker writes `auth` beside it with an empty
+/// password), then `username`/`password`, then `auth` (base64 of `user:password`). `Ok(None)`
+/// when the config has no entry for it.
 ///
 /// # Errors
 /// The config is not JSON, or the registry's entry is malformed; the message never quotes the
@@ -55,6 +71,7 @@ pub fn registry_key(key: &str) -> String {
 pub fn from_docker_config(
     config: &[u8],
     registry: &str,
+    repository: &str,
     source: &str,
 ) -> Result<Option<Credentials>, String> {
     let doc: serde_json::Value = serde_json::from_slice(config)
@@ -64,9 +81,16 @@ pub fn from_docker_config(
         return Err(format!("{source}: `auths` is not a map of registries"));
     };
     let wanted = registry_key(registry);
-    let Some(entry) = auths
+    let under = |path: &str| {
+        path.is_empty() || repository == path || repository.starts_with(&format!("{path}/"))
+    };
+    let Some((_, entry)) = auths
         .iter()
-        .find_map(|(k, v)| (registry_key(k) == wanted).then_some(v))
+        .filter_map(|(k, v)| {
+            let (host, path) = key_parts(k);
+            (host == wanted && under(&path)).then_some((path.len(), v))
+        })
+        .max_by_key(|(len, _)| *len)
     else {
         return Ok(None);
     };
@@ -76,15 +100,10 @@ pub fn from_docker_config(
             .and_then(|v| v.as_str())
             .filter(|s| !s.is_empty())
     };
-    let made = |username: &str, password: &str| Credentials {
-        username: username.to_string(),
-        password: password.to_string(),
-        source: source.to_string(),
-    };
-    if let (Some(u), Some(p)) = (field("username"), field("password")) {
-        return Ok(Some(made(u, p)));
-    }
-    if let Some(auth) = field("auth") {
+    let decoded_auth = || -> Result<Option<(String, String)>, String> {
+        let Some(auth) = field("auth") else {
+            return Ok(None);
+        };
         let decoded = base64::engine::general_purpose::STANDARD
             .decode(auth.trim())
             .ok()
@@ -95,10 +114,26 @@ pub fn from_docker_config(
         let (u, p) = decoded
             .split_once(':')
             .ok_or_else(|| format!("{source}: the `auth` of {wanted} has no ':'"))?;
-        return Ok(Some(made(u, p)));
-    }
+        Ok(Some((u.to_string(), p.to_string())))
+    };
+    let made = |username: &str, password: &str, identity_token: bool| Credentials {
+        username: username.to_string(),
+        password: password.to_string(),
+        identity_token,
+        source: source.to_string(),
+    };
     if let Some(token) = field("identitytoken") {
-        return Ok(Some(made("<token>", token)));
+        let user = match field("username") {
+            Some(u) => u.to_string(),
+            None => decoded_auth()?.map(|(u, _)| u).unwrap_or_default(),
+        };
+        return Ok(Some(made(&user, token, true)));
+    }
+    if let (Some(u), Some(p)) = (field("username"), field("password")) {
+        return Ok(Some(made(u, p, false)));
+    }
+    if let Some((u, p)) = decoded_auth()? {
+        return Ok(Some(made(&u, &p, false)));
     }
     Err(format!(
         "{source}: the entry of {wanted} has no username/password, auth or identitytoken"
@@ -120,12 +155,14 @@ pub fn from_user_config(registry: &str) -> Option<Credentials> {
             Some(Credentials {
                 username,
                 password,
+                identity_token: false,
                 source,
             })
         }
         Ok(docker_credential::DockerCredential::IdentityToken(token)) => Some(Credentials {
-            username: "<token>".into(),
+            username: String::new(),
             password: token,
+            identity_token: true,
             source,
         }),
         Err(_) => None,
@@ -133,9 +170,11 @@ pub fn from_user_config(registry: &str) -> Option<Credentials> {
 }
 
 /// The user's credentials for the registry of an OCI reference ([`from_user_config`]); `None`
-/// for an unparsable reference (the pull reports that) or when there are none.
+/// for an unparsable reference (the pull reports that), a reference not pinned by digest (the
+/// pull refuses it before any request) or when there are none.
 pub fn for_reference(reference: &str) -> Option<Credentials> {
     let r = super::parse_reference(reference).ok()?;
+    r.digest()?;
     from_user_config(r.resolve_registry())
 }
 
@@ -147,6 +186,10 @@ mod tests {
         base64::engine::general_purpose::STANDARD.encode(s)
     }
 
+    fn find(config: &str, registry: &str, repository: &str) -> Option<Credentials> {
+        from_docker_config(config.as_bytes(), registry, repository, "Secret a/b").unwrap()
+    }
+
     #[test]
     fn docker_config_entries_are_found_by_registry_whatever_the_key_form() {
         let config = format!(
@@ -154,45 +197,60 @@ mod tests {
                 "index.docker.io": {{"username": "u", "password": "p"}}}}}}"#,
             b64("alice:s3cr:et")
         );
-        let c = from_docker_config(config.as_bytes(), "reg.example:5000", "Secret a/b")
-            .unwrap()
-            .unwrap();
+        let c = find(&config, "reg.example:5000", "team/app").unwrap();
         assert_eq!(
             (c.username.as_str(), c.password.as_str()),
             ("alice", "s3cr:et")
         );
-        let hub = from_docker_config(config.as_bytes(), "docker.io", "s")
-            .unwrap()
-            .unwrap();
-        assert_eq!(hub.username, "u");
-        assert!(
-            from_docker_config(config.as_bytes(), "other:1", "s")
-                .unwrap()
-                .is_none()
+        assert!(!c.identity_token);
+        assert_eq!(
+            find(&config, "docker.io", "library/x").unwrap().username,
+            "u"
         );
+        assert!(find(&config, "other:1", "x").is_none());
         // Legacy .dockercfg: the map itself.
         let legacy = format!(r#"{{"reg:1": {{"auth": "{}"}}}}"#, b64("x:y"));
-        assert!(
-            from_docker_config(legacy.as_bytes(), "reg:1", "s")
-                .unwrap()
-                .is_some()
+        assert!(find(&legacy, "reg:1", "x").is_some());
+    }
+
+    #[test]
+    fn path_scoped_keys_match_the_longest_prefix_of_the_repository() {
+        let config = format!(
+            r#"{{"auths": {{"quay.io": {{"auth": "{}"}}, "quay.io/org-a": {{"auth": "{}"}},
+                "quay.io/org-ab": {{"auth": "{}"}}}}}}"#,
+            b64("any:1"),
+            b64("a:2"),
+            b64("ab:3")
         );
+        let user = |repo: &str| find(&config, "quay.io", repo).unwrap().username;
+        assert_eq!(user("org-a/app"), "a");
+        assert_eq!(user("org-ab/app"), "ab");
+        assert_eq!(user("org-b/app"), "any");
+    }
+
+    #[test]
+    fn an_identity_token_wins_over_the_empty_password_docker_writes_beside_it() {
+        let config = format!(
+            r#"{{"auths": {{"acr.example": {{"auth": "{}", "identitytoken": "refresh-xyz"}}}}}}"#,
+            b64("00000000-0000-0000-0000-000000000000:")
+        );
+        let c = find(&config, "acr.example", "app").unwrap();
+        assert!(c.identity_token);
+        assert_eq!(c.password, "refresh-xyz");
+        assert_eq!(c.username, "00000000-0000-0000-0000-000000000000");
     }
 
     #[test]
     fn malformed_configs_are_refused_without_quoting_them() {
-        let e = from_docker_config(
-            b"{\"auths\": {\"r:1\": {\"auth\": \"!!hunter2\"}}}",
-            "r:1",
-            "Secret a/b",
-        )
-        .unwrap_err();
+        let bad = r#"{"auths": {"r:1": {"auth": "!!hunter2"}}}"#;
+        let e = from_docker_config(bad.as_bytes(), "r:1", "x", "Secret a/b").unwrap_err();
         assert!(e.contains("Secret a/b") && !e.contains("hunter2"), "{e}");
-        let e = from_docker_config(b"hunter2", "r:1", "Secret a/b").unwrap_err();
+        let e = from_docker_config(b"hunter2", "r:1", "x", "Secret a/b").unwrap_err();
         assert!(!e.contains("hunter2"), "{e}");
         let c = Credentials {
             username: "u".into(),
             password: "hunter2".into(),
+            identity_token: false,
             source: "Secret a/b".into(),
         };
         assert!(!format!("{c:?}").contains("hunter2"));

@@ -19,10 +19,11 @@ pub async fn pull(
     reference: &str,
     policy: &FetchPolicy,
     credentials: Option<&Credentials>,
+    extra_ca: Option<&[u8]>,
 ) -> Result<Vec<u8>, SourceError> {
     match tokio::time::timeout(
         policy.timeout,
-        pull_unbounded(reference, policy, credentials),
+        pull_unbounded(reference, policy, credentials, extra_ca),
     )
     .await
     {
@@ -48,10 +49,13 @@ pub(super) struct Registry {
     pub(crate) reference: String,
     pub(crate) insecure: bool,
     pub(crate) token: Option<String>,
-    /// Sent as HTTP Basic to a registry that asks for it, and to its token realm.
+    /// Sent as HTTP Basic to a registry that asks for it, and to its token realm when the
+    /// realm is on the registry's host or domain ([`credentials_may_go_to`]).
     pub(crate) credentials: Option<Credentials>,
     /// The registry asked for Basic and we have credentials: send them with every request.
     pub(crate) basic: bool,
+    /// Whether the credentials were sent (for the refusal's message).
+    pub(crate) sent: bool,
     /// `host[:port]`, for messages.
     pub(crate) host: String,
 }
@@ -103,9 +107,17 @@ impl Registry {
                     .trim_start()
                     .to_ascii_lowercase()
                     .starts_with("basic")
-                    && self.credentials.is_some()
+                    && let Some(c) = &self.credentials
                 {
+                    if c.identity_token {
+                        return Err(self.remote(format!(
+                            "the registry {} asks for a password and the credentials from {} \
+                             hold an identity token, which only a token service accepts",
+                            self.host, c.source
+                        )));
+                    }
                     self.basic = true;
+                    self.sent = true;
                     continue;
                 }
             }
@@ -137,7 +149,11 @@ impl Registry {
     /// A 401/403: unauthorized, naming the registry and what was sent (never the secret).
     pub(super) fn refused(&self, status: reqwest::StatusCode) -> SourceError {
         let sent = match &self.credentials {
-            Some(c) => format!("the credentials from {} were refused", c.source),
+            Some(c) if self.sent => format!("the credentials from {} were refused", c.source),
+            Some(c) => format!(
+                "the registry did not ask for credentials, so those from {} were not sent",
+                c.source
+            ),
             None => "no credentials were sent (set spec.module.pullSecret to a \
                      kubernetes.io/dockerconfigjson Secret; for the CLI, docker login)"
                 .to_string(),
@@ -151,9 +167,12 @@ impl Registry {
         }
     }
 
-    /// A pull token from the challenge's realm (anonymous, or with the credentials).
+    /// A pull token from the challenge's realm: anonymous; with the credentials as Basic; or,
+    /// for an identity token, the OAuth2 refresh-token exchange docker makes (`POST`
+    /// `grant_type=refresh_token`). Credentials go only to a realm on the registry's host or
+    /// domain ([`credentials_may_go_to`]).
     pub(super) async fn fetch_token(
-        &self,
+        &mut self,
         realm: &str,
         challenge: &str,
     ) -> Result<String, SourceError> {
@@ -167,13 +186,47 @@ impl Registry {
         };
         let scope =
             param("scope").unwrap_or_else(|| format!("repository:{}:pull", self.repository));
-        let mut req = self.http.get(realm).query(&[("scope", scope)]);
-        if let Some(service) = param("service") {
-            req = req.query(&[("service", service)]);
-        }
-        if let Some(c) = &self.credentials {
-            req = req.basic_auth(&c.username, Some(&c.password));
-        }
+        let service = param("service");
+        let credentials = match &self.credentials {
+            Some(c) if !credentials_may_go_to(realm, &self.host) => {
+                return Err(SourceError::Invalid(format!(
+                    "the token service {realm:?} of registry {} is neither on its host nor in \
+                     its domain: the credentials from {} are not sent there",
+                    self.host, c.source
+                )));
+            }
+            other => other.clone(),
+        };
+        let req = match &credentials {
+            Some(c) if c.identity_token => {
+                let mut form = url::form_urlencoded::Serializer::new(String::new());
+                form.append_pair("grant_type", "refresh_token")
+                    .append_pair("refresh_token", &c.password)
+                    .append_pair("client_id", "enoki")
+                    .append_pair("scope", &scope);
+                if let Some(service) = &service {
+                    form.append_pair("service", service);
+                }
+                self.http
+                    .post(realm)
+                    .header(
+                        reqwest::header::CONTENT_TYPE,
+                        "application/x-www-form-urlencoded",
+                    )
+                    .body(form.finish())
+            }
+            other => {
+                let mut req = self.http.get(realm).query(&[("scope", scope)]);
+                if let Some(service) = &service {
+                    req = req.query(&[("service", service)]);
+                }
+                if let Some(c) = other {
+                    req = req.basic_auth(&c.username, Some(&c.password));
+                }
+                req
+            }
+        };
+        self.sent = credentials.is_some();
         let resp = req.send().await.map_err(|e| self.remote(e))?;
         let status = resp.status();
         if matches!(status.as_u16(), 401 | 403) {
@@ -204,10 +257,40 @@ impl Registry {
     }
 }
 
+/// Whether a registry's credentials may go to the token service at `realm`: its host is the
+/// registry's host (any port), or both are DNS names in the same domain (the last two labels:
+/// `auth.docker.io` for `registry-1.docker.io`) and the realm is `https://`. An IP address
+/// matches only itself.
+pub fn credentials_may_go_to(realm: &str, registry_host: &str) -> bool {
+    let Ok(url) = reqwest::Url::parse(realm) else {
+        return false;
+    };
+    let Some(realm_host) = url.host_str() else {
+        return false;
+    };
+    let realm_host = realm_host.trim_end_matches('.').to_ascii_lowercase();
+    let registry = registry_host
+        .rsplit_once(':')
+        .filter(|(_, port)| port.chars().all(|c| c.is_ascii_digit()))
+        .map_or(registry_host, |(host, _)| host)
+        .trim_end_matches('.')
+        .to_ascii_lowercase();
+    if realm_host == registry {
+        return true;
+    }
+    let domain = |h: &str| {
+        let labels: Vec<&str> = h.rsplit('.').take(2).collect();
+        (labels.len() == 2 && h.parse::<std::net::IpAddr>().is_err() && !h.starts_with('['))
+            .then(|| format!("{}.{}", labels[1], labels[0]))
+    };
+    url.scheme() == "https" && domain(&realm_host).is_some_and(|d| Some(d) == domain(&registry))
+}
+
 pub(super) async fn pull_unbounded(
     reference: &str,
     policy: &FetchPolicy,
     credentials: Option<&Credentials>,
+    extra_ca: Option<&[u8]>,
 ) -> Result<Vec<u8>, SourceError> {
     let r = parse_reference(reference)?;
     let Some(pinned) = r.digest().map(String::from) else {
@@ -221,9 +304,15 @@ pub(super) async fn pull_unbounded(
     install_crypto();
     let rule = *policy;
     let home = registry_host.clone();
-    let http = reqwest::Client::builder()
+    let mut builder = reqwest::Client::builder()
         .connect_timeout(CONNECT_TIMEOUT)
-        .read_timeout(READ_TIMEOUT)
+        .read_timeout(READ_TIMEOUT);
+    if let Some(pem) = extra_ca {
+        let cert = reqwest::Certificate::from_pem(pem)
+            .map_err(|e| SourceError::Invalid(format!("CA file: {e}")))?;
+        builder = builder.add_root_certificate(cert);
+    }
+    let http = builder
         .redirect(reqwest::redirect::Policy::custom(move |attempt| {
             if attempt.previous().len() >= 5 {
                 return attempt.error("more than 5 redirects");
@@ -259,6 +348,7 @@ pub(super) async fn pull_unbounded(
         token: None,
         credentials: credentials.cloned(),
         basic: false,
+        sent: false,
         host: registry_host.clone(),
     };
     let path = format!("{}/manifests/{pinned}", reg.repository);
@@ -383,7 +473,14 @@ pub async fn push(file: &Path, reference: &str) -> Result<String, SourceError> {
         .map_err(|e| SourceError::Invalid(format!("{}: {e}", file.display())))?;
     let r = parse_reference(reference)?;
     let auth = match from_user_config(r.resolve_registry()) {
-        Some(c) if c.username == "<token>" => RegistryAuth::Bearer(c.password),
+        Some(c) if c.identity_token => {
+            return Err(SourceError::Invalid(format!(
+                "the {} login for {} is an identity token, which enoki module push does not \
+                 exchange: log in with a user name and password or access token",
+                c.source,
+                r.resolve_registry()
+            )));
+        }
         Some(c) => RegistryAuth::Basic(c.username, c.password),
         None => RegistryAuth::Anonymous,
     };
@@ -404,4 +501,177 @@ pub async fn push(file: &Path, reference: &str) -> Result<String, SourceError> {
             message: e.to_string(),
         })?;
     Ok(digest)
+}
+
+#[cfg(test)]
+mod token_service_tests {
+    //! The token-service protocol of a registry (RFC 6750 challenge, docker's token service
+    //! with Basic credentials, the OAuth2 refresh-token exchange for identity tokens) against a
+    //! small HTTP server started here: the protocol only. The e2e against a real registry
+    //! process is `tests/tests/modules.rs`.
+    use super::*;
+    use axum::extract::State;
+    use axum::http::{HeaderMap, StatusCode, header};
+    use axum::response::{IntoResponse, Response};
+    use base64::Engine;
+
+    const LAYER: &[u8] = b"\0asm\x01\0\0\0";
+
+    struct Served {
+        manifest: Vec<u8>,
+        port: u16,
+    }
+
+    fn challenge(port: u16) -> Response {
+        (
+            StatusCode::UNAUTHORIZED,
+            [(
+                header::WWW_AUTHENTICATE,
+                format!(
+                    r#"Bearer realm="http://127.0.0.1:{port}/token",service="reg",scope="repository:m:pull""#
+                ),
+            )],
+        )
+            .into_response()
+    }
+
+    async fn artifact(
+        State(s): State<std::sync::Arc<Served>>,
+        headers: HeaderMap,
+        uri: axum::http::Uri,
+    ) -> Response {
+        if headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            != Some("Bearer access-ok")
+        {
+            return challenge(s.port);
+        }
+        if uri.path().contains("/manifests/") {
+            s.manifest.clone().into_response()
+        } else {
+            LAYER.to_vec().into_response()
+        }
+    }
+
+    async fn token_get(headers: HeaderMap) -> Response {
+        let basic = format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode("robot:pw")
+        );
+        if headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            == Some(&basic)
+        {
+            r#"{"token": "access-ok"}"#.into_response()
+        } else {
+            StatusCode::UNAUTHORIZED.into_response()
+        }
+    }
+
+    async fn token_post(body: String) -> Response {
+        let form: std::collections::HashMap<String, String> =
+            url::form_urlencoded::parse(body.as_bytes())
+                .into_owned()
+                .collect();
+        let ok = form.get("grant_type").map(String::as_str) == Some("refresh_token")
+            && form.get("refresh_token").map(String::as_str) == Some("refresh-ok")
+            && form.get("service").map(String::as_str) == Some("reg");
+        if ok {
+            r#"{"access_token": "access-ok"}"#.into_response()
+        } else {
+            StatusCode::UNAUTHORIZED.into_response()
+        }
+    }
+
+    /// Serves one artifact behind a token service on 127.0.0.1; the pinned reference.
+    async fn serve() -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let layer = format!("sha256:{}", hex::encode(Sha256::digest(LAYER)));
+        let manifest = serde_json::to_vec(&serde_json::json!({
+            "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": {"mediaType": WASM_CONFIG_MEDIA_TYPE, "digest": layer, "size": 8},
+            "layers": [{"mediaType": WASM_LAYER_MEDIA_TYPE, "digest": layer, "size": LAYER.len()}],
+        }))
+        .unwrap();
+        let digest = format!("sha256:{}", hex::encode(Sha256::digest(&manifest)));
+        let app = axum::Router::new()
+            .route("/token", axum::routing::get(token_get).post(token_post))
+            .fallback(artifact)
+            .with_state(std::sync::Arc::new(Served { manifest, port }));
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        format!("127.0.0.1:{port}/m:v1@{digest}")
+    }
+
+    fn creds(username: &str, password: &str, identity_token: bool) -> Credentials {
+        Credentials {
+            username: username.into(),
+            password: password.into(),
+            identity_token,
+            source: "Secret ns/regcred".into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_token_service_takes_basic_credentials_and_identity_tokens() {
+        let reference = serve().await;
+        let policy = FetchPolicy::default();
+        let basic = creds("robot", "pw", false);
+        let got = pull(&reference, &policy, Some(&basic), None).await.unwrap();
+        assert_eq!(got, LAYER);
+        let token = creds("", "refresh-ok", true);
+        let got = pull(&reference, &policy, Some(&token), None).await.unwrap();
+        assert_eq!(got, LAYER);
+
+        let e = pull(&reference, &policy, None, None)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("unauthorized") && e.contains("no credentials were sent"),
+            "{e}"
+        );
+        let wrong = creds("robot", "not-pw", false);
+        let e = pull(&reference, &policy, Some(&wrong), None)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("unauthorized")
+                && e.contains("credentials from Secret ns/regcred were refused")
+                && !e.contains("not-pw"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn credentials_go_only_to_a_token_service_on_the_registrys_host_or_domain() {
+        assert!(credentials_may_go_to(
+            "https://reg.example:5000/token",
+            "reg.example:5000"
+        ));
+        assert!(credentials_may_go_to(
+            "http://127.0.0.1:9/token",
+            "127.0.0.1:5000"
+        ));
+        assert!(credentials_may_go_to(
+            "https://auth.docker.io/token",
+            "registry-1.docker.io"
+        ));
+        assert!(!credentials_may_go_to(
+            "https://evil.example/token",
+            "reg.example:5000"
+        ));
+        assert!(!credentials_may_go_to(
+            "http://auth.docker.io/token",
+            "registry-1.docker.io"
+        ));
+        assert!(!credentials_may_go_to(
+            "https://10.0.0.2/token",
+            "10.0.0.1:5000"
+        ));
+        assert!(!credentials_may_go_to("not a url", "reg.example"));
+    }
 }

@@ -211,18 +211,29 @@ async fn fetch_and_cache(
     let slot = ctx
         .slots
         .enter(ctx.opts.sandbox.fetch.timeout + ctx.opts.sandbox.compile_timeout);
-    let result = module::fetch(
-        &ctx.client,
-        &ctx.host,
-        synth,
-        ctx.opts.module_ca.as_deref(),
-        &ctx.opts.sandbox.fetch,
-        &module::CompileBudget {
-            time: ctx.opts.sandbox.compile_timeout,
-            memory_bytes: ctx.opts.sandbox.compile_memory_budget_bytes,
-        },
-    )
-    .await;
+    // The module's own references obey the tenancy rule before anything is read, whichever
+    // controller (Composition, Synthesizer) asked for the module.
+    let refused = if ctx.opts.no_cross_namespace_refs {
+        super::super::tenancy::module_refs(synth, ctx.opts.controller_namespace.as_deref())
+    } else {
+        Vec::new()
+    };
+    let result = if refused.is_empty() {
+        module::fetch(
+            &ctx.client,
+            &ctx.host,
+            synth,
+            ctx.opts.module_ca.as_deref(),
+            &ctx.opts.sandbox.fetch,
+            &module::CompileBudget {
+                time: ctx.opts.sandbox.compile_timeout,
+                memory_bytes: ctx.opts.sandbox.compile_memory_budget_bytes,
+            },
+        )
+        .await
+    } else {
+        Err(module::ModuleError::Spec(refused.join("; ")))
+    };
     super::super::metrics::Metrics::count(
         &ctx.metrics.module_fetches,
         result
