@@ -55,6 +55,7 @@ for arch in amd64 arm64; do
     cargo build --locked --release --target "$target" -p reconciler-controller --bin enoki
   bin="$DIST/bin/enoki-$VERSION-linux-$arch"
   cp "target/$target/release/enoki" "$bin"
+  if [ "$arch" = arm64 ]; then aarch64-linux-gnu-strip "$bin"; else strip "$bin"; fi
   if readelf -l "$bin" | grep -q INTERP; then log "$bin is not statically linked"; exit 1; fi
   log "linux/$arch binary built in $(( $(date +%s) - t ))s ($(du -h "$bin" | cut -f1))"
 done
@@ -109,6 +110,10 @@ for m in inner["manifests"]:
 assert set(platforms) == {"amd64", "arm64"}, platforms
 print("image index:", ", ".join(f"linux/{a} {d[:19]}…" for a, d in sorted(platforms.items())), file=sys.stderr)
 PY
+# Publishing it as a user would: the extracted layout pushed to a registry, pulled back.
+"$CRANE" push --insecure --index "$W/check" "$REPO:published" >/dev/null
+"$CRANE" manifest --insecure "$REPO:published" | grep -q '"linux"' || { log "the pushed index lost its platforms"; exit 1; }
+log "the OCI layout pushes to a registry as an index (crane push --index)"
 
 # ---- chart, CRDs, SDKs, SBOM, licence ----
 "$HELM" package deploy/helm/enoki -d "$DIST/chart" --version "$VERSION" --app-version "$VERSION" >/dev/null
