@@ -42,7 +42,7 @@ REF="$IMAGE_REPO:$VERSION"
 INSECURE=(); [[ "$IMAGE_REPO" == 127.0.0.1:* || "$IMAGE_REPO" == localhost:* ]] && INSECURE=(--insecure)
 
 "$CRANE" append "${INSECURE[@]}" --platform linux/amd64 -f "$W/layer.tar" -t "$REF" >/dev/null
-DIGEST="$("$CRANE" mutate "${INSECURE[@]}" "$REF" --entrypoint=/enoki --cmd=run --user=65532:65532 \
+DIGEST="$("$CRANE" mutate "${INSECURE[@]}" "$REF" --set-platform linux/amd64 --entrypoint=/enoki --cmd=run --user=65532:65532 \
   --label "org.opencontainers.image.title=enoki" --label "org.opencontainers.image.version=$VERSION" \
   -t "$REF" | sed 's/.*@//')"
 log "pushed $REF@$DIGEST"
@@ -52,7 +52,7 @@ echo "$REF@$DIGEST" > "$W/reference"
 mkdir -p "$W/pulled"
 "$CRANE" export "${INSECURE[@]}" "$IMAGE_REPO@$DIGEST" - | tar -x -C "$W/pulled"
 out="$("$W/pulled/enoki" version)"
-[ "$out" = "enoki $VERSION" ] || { log "enoki version from the image printed '$out'"; exit 1; }
+[[ "$out" == "enoki $VERSION "* ]] || { log "enoki version from the image printed '$out'"; exit 1; }
 config="$("$CRANE" config "${INSECURE[@]}" "$IMAGE_REPO@$DIGEST")"
 python3 - "$config" "$VERSION" <<'PY'
 import json, sys

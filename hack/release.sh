@@ -59,8 +59,8 @@ for arch in amd64 arm64; do
   if readelf -l "$bin" | grep -q INTERP; then log "$bin is not statically linked"; exit 1; fi
   log "linux/$arch binary built in $(( $(date +%s) - t ))s ($(du -h "$bin" | cut -f1))"
 done
-[ "$("$DIST/bin/enoki-$VERSION-linux-amd64" version)" = "enoki $VERSION" ]
-[ "$(qemu-aarch64-static "$DIST/bin/enoki-$VERSION-linux-arm64" version)" = "enoki $VERSION" ]
+[[ "$("$DIST/bin/enoki-$VERSION-linux-amd64" version)" == "enoki $VERSION "* ]]
+[[ "$(qemu-aarch64-static "$DIST/bin/enoki-$VERSION-linux-arm64" version)" == "enoki $VERSION "* ]]
 log "both binaries print 'enoki $VERSION' (arm64 under qemu-aarch64-static)"
 
 # ---- the image: one layer per platform, an index of both, saved as an OCI layout ----
@@ -68,7 +68,6 @@ W="$ROOT/target/release-image"; rm -rf "$W"; mkdir -p "$W"
 addr="$(hack/registry.sh "$W/registry")"; REG_PID="$(cat "$W/registry/pid")"
 trap 'kill "$REG_PID" 2>/dev/null || true' EXIT
 REPO="$addr/enoki"
-refs=()
 for arch in amd64 arm64; do
   root="$W/rootfs-$arch"; mkdir -p "$root/etc/ssl/certs" "$root/var/cache/enoki" "$root/tmp"
   cp "$DIST/bin/enoki-$VERSION-linux-$arch" "$root/enoki"
@@ -77,14 +76,34 @@ for arch in amd64 arm64; do
   tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C "$root" -cf "$W/layer-$arch.tar" .
   ref="$REPO:$VERSION-$arch"
   "$CRANE" append --insecure --platform "linux/$arch" -f "$W/layer-$arch.tar" -t "$ref" >/dev/null
-  "$CRANE" mutate --insecure "$ref" --entrypoint=/enoki --cmd=run --user=65532:65532 \
+  "$CRANE" mutate --insecure "$ref" --set-platform "linux/$arch" --entrypoint=/enoki --cmd=run --user=65532:65532 \
     --label "org.opencontainers.image.title=enoki" --label "org.opencontainers.image.version=$VERSION" \
     --label "org.opencontainers.image.source=https://github.com/enoki-dev/enoki" \
     --label "org.opencontainers.image.licenses=Apache-2.0" -t "$ref" >/dev/null
-  refs+=(-m "$ref")
 done
-"$CRANE" index append --insecure "${refs[@]}" -t "$REPO:$VERSION" >/dev/null
-"$CRANE" pull --insecure --format=oci "$REPO:$VERSION" "$W/oci"
+# Both images in one OCI layout, then an image index over them with each one's platform (from
+# its config) as the layout's entry, tagged with the version.
+"$CRANE" pull --insecure --format=oci "$REPO:$VERSION-amd64" "$REPO:$VERSION-arm64" "$W/oci"
+python3 - "$W/oci" "$VERSION" <<'PY'
+import hashlib, json, os, sys
+root, version = sys.argv[1:]
+blob = lambda d: os.path.join(root, "blobs", *d.split(":"))
+layout = json.load(open(os.path.join(root, "index.json")))
+manifests = []
+for m in layout["manifests"]:
+    config = json.load(open(blob(json.load(open(blob(m["digest"])))["config"]["digest"])))
+    manifests.append({"mediaType": m["mediaType"], "size": m["size"], "digest": m["digest"],
+                      "platform": {"os": config["os"], "architecture": config["architecture"]}})
+index = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
+                    "manifests": sorted(manifests, key=lambda m: m["platform"]["architecture"])},
+                   separators=(",", ":")).encode()
+digest = "sha256:" + hashlib.sha256(index).hexdigest()
+open(blob(digest), "wb").write(index)
+json.dump({"schemaVersion": 2, "manifests": [{
+    "mediaType": "application/vnd.oci.image.index.v1+json", "size": len(index), "digest": digest,
+    "annotations": {"org.opencontainers.image.ref.name": version}}]},
+    open(os.path.join(root, "index.json"), "w"))
+PY
 tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C "$W/oci" -cf "$DIST/enoki-$VERSION-image-oci.tar" .
 # Check the tarball: an index of both platforms, each image's binary runs.
 mkdir -p "$W/check"; tar -xf "$DIST/enoki-$VERSION-image-oci.tar" -C "$W/check"
@@ -105,7 +124,7 @@ for m in inner["manifests"]:
         t.extract("./enoki", os.path.join(root, arch), filter="data")
     run = [] if arch == "amd64" else ["qemu-aarch64-static"]
     out = subprocess.run(run + [os.path.join(root, arch, "enoki"), "version"], capture_output=True, text=True).stdout.strip()
-    assert out == f"enoki {version}", (arch, out)
+    assert out.startswith(f"enoki {version} "), (arch, out)
     platforms[arch] = m["digest"]
 assert set(platforms) == {"amd64", "arm64"}, platforms
 print("image index:", ", ".join(f"linux/{a} {d[:19]}…" for a, d in sorted(platforms.items())), file=sys.stderr)

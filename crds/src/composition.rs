@@ -18,19 +18,24 @@ use crate::synthesizer::EnvVar;
     kind = "Composition",
     namespaced,
     status = "CompositionStatus",
+    doc = "A Composition binds a Synthesizer to inputs. enoki synthesizes it, stores the output in ResourceSlices and applies it in readiness-group order, keeping the current synthesis applied; `enoki status <name>` shows what it waits on.",
     shortname = "comp",
+    category = "enoki",
     printcolumn = r#"{"name":"Synthesizer","type":"string","jsonPath":".spec.synthesizer.name"}"#,
     printcolumn = r#"{"name":"Status","type":"string","jsonPath":".status.simplified.status"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
-    printcolumn = r#"{"name":"Error","type":"string","priority":1,"jsonPath":".status.simplified.error"}"#,
+    printcolumn = r#"{"name":"Error","type":"string","jsonPath":".status.simplified.error"}"#,
+    printcolumn = r#"{"name":"Synthesized","type":"date","jsonPath":".status.currentSynthesis.synthesized"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
 pub struct CompositionSpec {
     /// The synthesizer to run.
     pub synthesizer: SynthesizerRef,
-    /// Binds the synthesizer's ref keys to specific objects.
+    /// Binds the synthesizer's ref keys to specific objects (one binding per key).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 500))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["key"]))]
     pub bindings: Vec<Binding>,
     /// Environment variables for the synthesis (at most 500).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -50,6 +55,10 @@ pub struct CompositionSpec {
     /// do no more than its RBAC allows (Flux's `serviceAccountName`). Defaults to the
     /// controller's `--default-service-account`; without either, the controller's identity.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"),
+        length(max = 253)
+    )]
     pub service_account_name: Option<String>,
 }
 
@@ -57,6 +66,10 @@ pub struct CompositionSpec {
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
 pub struct SynthesizerRef {
     /// Name of the (cluster-scoped) Synthesizer.
+    #[schemars(
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"),
+        length(min = 1, max = 253)
+    )]
     pub name: String,
 }
 
@@ -83,9 +96,17 @@ pub struct BoundResource {
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
 pub struct CompositionRef {
     /// Name of the Composition.
+    #[schemars(
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"),
+        length(min = 1, max = 253)
+    )]
     pub name: String,
     /// Namespace of the Composition (defaults to this one's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        regex(pattern = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$"),
+        length(max = 63)
+    )]
     pub namespace: Option<String>,
 }
 

@@ -14,7 +14,12 @@ use serde::{Deserialize, Serialize};
     kind = "ResourceSlice",
     namespaced,
     status = "ResourceSliceStatus",
+    doc = "The stored output of one synthesis of a Composition (written by enoki, not by people) and, in its status, each resource's reconciled/ready state, index-aligned with spec.resources. `enoki status <composition>` reads them together.",
+    shortname = "rslice",
+    category = "enoki",
+    printcolumn = r#"{"name":"Composition","type":"string","jsonPath":".metadata.ownerReferences[0].name"}"#,
     printcolumn = r#"{"name":"Synthesis","type":"string","jsonPath":".spec.synthesisUUID"}"#,
+    printcolumn = r#"{"name":"Errors","type":"string","jsonPath":".status.resources[*].error"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]

@@ -17,6 +17,9 @@ use crate::synthesizer::EnvVar;
     kind = "Symphony",
     namespaced,
     status = "SymphonyStatus",
+    doc = "A Symphony keeps one Composition per variation (each with its own Synthesizer, bindings, labels and annotations) and reports when all are ready; deleting it keeps their outputs (Eno's Symphony).",
+    shortname = "sym",
+    category = "enoki",
     printcolumn = r#"{"name":"Ready","type":"date","jsonPath":".status.ready"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]

@@ -13,7 +13,9 @@ use serde::{Deserialize, Serialize};
     version = "v1alpha1",
     kind = "Synthesizer",
     status = "SynthesizerStatus",
+    doc = "A synthesizer: the WebAssembly module (or built-in) that turns a Composition's inputs into the manifests enoki applies, the inputs it takes (refs), its limits and environment. Cluster-scoped; platform teams own them.",
     shortname = "synth",
+    category = "enoki",
     printcolumn = r#"{"name":"Module","type":"string","jsonPath":".status.moduleDigest"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
@@ -22,8 +24,11 @@ use serde::{Deserialize, Serialize};
 pub struct SynthesizerSpec {
     /// Where the module comes from; exactly one source must be set.
     pub module: ModuleSource,
-    /// The inputs the synthesizer takes, each under a key that Compositions bind.
+    /// The inputs the synthesizer takes, each under a key that Compositions bind (keys are
+    /// unique).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 100))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["key"]))]
     pub refs: Vec<Ref>,
     /// Instance mode: every object of this kind gets an implicit Composition bound under `self`.
     #[serde(default, rename = "for", skip_serializing_if = "Option::is_none")]
@@ -57,6 +62,14 @@ pub struct SynthesizerSpec {
 /// Where a synthesizer's WebAssembly module comes from. Exactly one field is set.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "[has(self.builtin), has(self.configMap), has(self.oci), has(self.url)].filter(x, x).size() == 1",
+     "message": "exactly one of builtin, configMap, oci, url must be set"},
+    {"rule": "!has(self.url) || has(self.sha256)",
+     "message": "a url module needs sha256 (the hex SHA-256 of the module)"},
+    {"rule": "!has(self.pullSecret) || has(self.oci)",
+     "message": "pullSecret is for an oci module"}
+]))]
 pub struct ModuleSource {
     /// The name of a synthesizer compiled into enoki (`trustee`, `quota`, `lepton`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -64,8 +77,13 @@ pub struct ModuleSource {
     /// A module stored in a ConfigMap's `binaryData` (optionally gzip-compressed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_map: Option<ConfigMapModule>,
-    /// An OCI artifact pinned by digest: `registry/repo:tag@sha256:…`.
+    /// An OCI artifact pinned by digest: `registry/repo:tag@sha256:…` (tag-only references are
+    /// refused: a tag can move).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-kubernetes-validations" = [
+        {"rule": "self.matches('^[^@]+@sha256:[a-f0-9]{64}$')",
+         "message": "oci must be pinned by digest: <registry>/<repository>:<tag>@sha256:<64 hex digits>"}
+    ]), length(max = 1024))]
     pub oci: Option<String>,
     /// Credentials for the `oci` registry: a Secret of type `kubernetes.io/dockerconfigjson`
     /// (what `kubectl create secret docker-registry` writes), read by the controller. When the
@@ -76,9 +94,13 @@ pub struct ModuleSource {
     pub pull_secret: Option<SecretRef>,
     /// An `https://` URL; `sha256` must also be set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-kubernetes-validations" = [
+        {"rule": "self.startsWith('https://')", "message": "url must be an https:// URL"}
+    ]), length(max = 2048))]
     pub url: Option<String>,
     /// The expected SHA-256 (hex) of the module fetched from `url`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^(sha256:)?[a-fA-F0-9]{64}$"))]
     pub sha256: Option<String>,
 }
 
@@ -211,14 +233,27 @@ pub struct GroupVersionKind {
 /// Per-run limits, in human units (`10s`, `256Mi`).
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
 pub struct Limits {
-    /// Wall-clock deadline of one run (humantime, default `10s`).
+    /// Wall-clock deadline of one run (a duration: `10s`, `1m 30s`; default `10s`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-kubernetes-validations" = [
+        {"rule": "self.matches('^\\\\s*([0-9]+\\\\s*[a-zA-Zµ]+\\\\s*)+$')",
+         "message": "timeout must be a duration such as 10s, 500ms or 1m 30s"}
+    ]), length(max = 64))]
     pub timeout: Option<String>,
-    /// Linear memory cap (Kubernetes quantity, default `256Mi`).
+    /// Linear memory cap (a whole number of bytes as a Kubernetes quantity: `256Mi`, `1.5Gi`,
+    /// `512M`; default `256Mi`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-kubernetes-validations" = [
+        {"rule": "self.matches('^[0-9]+(\\\\.[0-9]+)?([eE][0-9]+|Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$')",
+         "message": "memory must be a quantity of bytes such as 256Mi, 1.5Gi or 512M"}
+    ]), length(max = 64))]
     pub memory: Option<String>,
-    /// Stdout cap (Kubernetes quantity, default `16Mi`).
+    /// Stdout cap (a quantity of bytes, default `16Mi`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-kubernetes-validations" = [
+        {"rule": "self.matches('^[0-9]+(\\\\.[0-9]+)?([eE][0-9]+|Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$')",
+         "message": "output must be a quantity of bytes such as 16Mi or 1Gi"}
+    ]), length(max = 64))]
     pub output: Option<String>,
 }
 

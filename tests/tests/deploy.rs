@@ -616,6 +616,20 @@ fn chart_knobs_render_as_asked() {
     );
     named("ServiceAccount", "enoki-ctl");
     named("Service", "enoki-ctl-metrics");
+    // `tenants` onboards each namespace: its account, and the renamed controller may act as it.
+    let onboarded = docs.iter().find(|d| {
+        d["kind"] == "ServiceAccount"
+            && d["metadata"]["name"] == "enoki-composer"
+            && d["metadata"]["namespace"] == "team-x"
+    });
+    assert!(onboarded.is_some(), "tenants={{team-x}} onboards team-x");
+    let impersonation = docs
+        .iter()
+        .find(|d| {
+            d["kind"] == "RoleBinding" && d["metadata"]["name"] == "enoki-impersonate-composer"
+        })
+        .expect("the controller may impersonate team-x's account");
+    assert_eq!(impersonation["subjects"][0]["name"], "enoki-ctl");
     // Every binding to the controller names the renamed account; every object is labelled.
     for d in docs.iter().filter(|d| d.is_object()) {
         assert_eq!(

@@ -44,6 +44,61 @@ pub enum Command {
     /// Scaffold a synthesizer project (build script, SDK dependency, a fixture with its golden
     /// output, a Synthesizer + Composition) that builds and passes `make test` as created.
     New(NewArgs),
+    /// Show why a Composition is (not) Ready: the readiness-group DAG of its current synthesis
+    /// (each resource's state and the readiness expression not yet true) and what blocks its
+    /// next synthesis.
+    Status(StatusArgs),
+    /// Print a shell completion script (`source <(enoki completion bash)`).
+    Completion {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+}
+
+/// Which cluster a command talks to, as kubectl chooses it.
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct ClusterArgs {
+    /// The kubeconfig file (default: $KUBECONFIG, else ~/.kube/config, else the in-cluster
+    /// account).
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context (default: its current context).
+    #[arg(long)]
+    pub context: Option<String>,
+}
+
+/// Output format of `enoki status`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum StatusFormat {
+    /// The Composition, its conditions, the next synthesis, then each group's resources.
+    Text,
+    /// The same as one JSON object.
+    Json,
+    /// The readiness-group DAG as Graphviz `dot`.
+    Dot,
+}
+
+/// Arguments of `enoki status`.
+#[derive(Debug, clap::Args)]
+pub struct StatusArgs {
+    /// The Composition.
+    pub name: String,
+    /// Its namespace (default: the kubeconfig context's namespace).
+    #[arg(long, short = 'n')]
+    pub namespace: Option<String>,
+    /// Output format.
+    #[arg(long, short = 'o', value_enum, default_value = "text")]
+    pub output: StatusFormat,
+    /// Also draw the DAG, coloured by state, as SVG into this file (needs Graphviz's `dot`).
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<PathBuf>,
+    /// Refresh every 2 seconds until interrupted.
+    #[arg(long, short = 'w', default_value_t = false)]
+    pub watch: bool,
+    /// The cluster.
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
 }
 
 /// Languages `enoki new` scaffolds.
@@ -139,6 +194,9 @@ pub enum LogFormat {
 /// Arguments of `enoki run`.
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
+    /// The cluster.
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
     /// Only reconcile Compositions in this namespace (all namespaces when unset).
     #[arg(long, env = "ENOKI_NAMESPACE")]
     pub namespace: Option<String>,
@@ -201,6 +259,10 @@ pub struct RunArgs {
         default_value = "5m"
     )]
     pub resync: String,
+    /// A Composition not Ready for longer than this counts as stuck
+    /// (`enoki_composition_stuck`, the EnokiCompositionStuck alert).
+    #[arg(long, env = "ENOKI_STUCK_THRESHOLD", default_value = "15m")]
+    pub stuck_threshold: String,
     /// Extra CA certificate (PEM) trusted for `url` and `oci` module sources (a registry or
     /// server with a private CA).
     #[arg(long, env = "ENOKI_MODULE_CA_FILE")]
@@ -354,9 +416,12 @@ pub struct DiffArgs {
     /// The Composition in the cluster (its Synthesizer and bound inputs are read from there).
     #[arg(required_unless_present = "module", conflicts_with = "module")]
     pub name: Option<String>,
-    /// The Composition's namespace.
-    #[arg(long, short = 'n', default_value = "default")]
-    pub namespace: String,
+    /// The Composition's namespace (default: the kubeconfig context's namespace).
+    #[arg(long, short = 'n')]
+    pub namespace: Option<String>,
+    /// The cluster.
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
     /// Synthesize from local files instead: a module as `enoki render` takes it, with
     /// --composition / --input / --resource-list (the Composition of that name, when it
     /// exists in the cluster, gives the current synthesis for the prunes).

@@ -25,7 +25,24 @@ pub fn run(args: &cli::Args) -> anyhow::Result<i32> {
     let mut out = std::io::stdout().lock();
     match &args.command {
         cli::Command::Crds => out.write_all(crds::manifests::render_all()?.as_bytes())?,
-        cli::Command::Version => writeln!(out, "enoki {}", env!("CARGO_PKG_VERSION"))?,
+        cli::Command::Version => writeln!(
+            out,
+            "enoki {} (commit {}, {})",
+            env!("CARGO_PKG_VERSION"),
+            run::health::COMMIT,
+            run::health::BUILD_DATE
+        )?,
+        cli::Command::Completion { shell } => {
+            use clap::CommandFactory as _;
+            clap_complete::generate(*shell, &mut cli::Args::command(), "enoki", &mut out);
+        }
+        cli::Command::Status(s) => {
+            drop(out);
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?
+                .block_on(status(s))?;
+        }
         cli::Command::Render(r) => {
             let text = render::render(r)?;
             match &r.expect {
@@ -57,6 +74,49 @@ pub fn run(args: &cli::Args) -> anyhow::Result<i32> {
     Ok(0)
 }
 
+/// `enoki status`: gathers the view and prints it (again every 2 s with `--watch`).
+async fn status(args: &cli::StatusArgs) -> anyhow::Result<()> {
+    use std::io::IsTerminal as _;
+    let config = run::start::cluster_config(
+        args.cluster.kubeconfig.as_deref(),
+        args.cluster.context.as_deref(),
+    )
+    .await?;
+    let namespace = args
+        .namespace
+        .clone()
+        .unwrap_or_else(|| config.default_namespace.clone());
+    let client = kube::Client::try_from(config)?;
+    let terminal = std::io::stdout().is_terminal();
+    let color = terminal && std::env::var_os("NO_COLOR").is_none();
+    loop {
+        let view = run::tree::gather(&client, &namespace, &args.name).await?;
+        let text = match args.output {
+            cli::StatusFormat::Text => run::tree::text(&view, color),
+            cli::StatusFormat::Json => run::tree::json(&view)?,
+            cli::StatusFormat::Dot => run::tree::dot(&view),
+        };
+        if let Some(path) = &args.svg {
+            run::tree::svg(&run::tree::dot(&view), path)?;
+        }
+        let mut out = std::io::stdout().lock();
+        if args.watch && terminal {
+            // Clear the screen and go home before each frame.
+            out.write_all(b"\x1b[2J\x1b[H")?;
+        }
+        out.write_all(text.as_bytes())?;
+        out.flush()?;
+        drop(out);
+        if !args.watch {
+            return Ok(());
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+        if !terminal {
+            println!("---");
+        }
+    }
+}
+
 /// `enoki diff`: the controller's default options (`enoki run`'s defaults and `ENOKI_*`
 /// variables), a Composition in the cluster or local files.
 async fn diff(args: &cli::DiffArgs) -> anyhow::Result<run::diff::Report> {
@@ -67,6 +127,8 @@ async fn diff(args: &cli::DiffArgs) -> anyhow::Result<run::diff::Report> {
     defaults
         .remote_kubeconfig
         .clone_from(&args.remote_kubeconfig);
+    defaults.kubeconfig.clone_from(&args.cluster.kubeconfig);
+    defaults.context.clone_from(&args.cluster.context);
     // The controller's tenancy options: the diff reads and dry-runs as the Composition would.
     defaults.default_service_account = args
         .default_service_account
@@ -87,7 +149,17 @@ async fn diff(args: &cli::DiffArgs) -> anyhow::Result<run::diff::Report> {
             }
         }
         None => run::diff::Target::Cluster {
-            namespace: args.namespace.clone(),
+            namespace: match &args.namespace {
+                Some(ns) => ns.clone(),
+                None => {
+                    run::start::cluster_config(
+                        args.cluster.kubeconfig.as_deref(),
+                        args.cluster.context.as_deref(),
+                    )
+                    .await?
+                    .default_namespace
+                }
+            },
             name: args.name.clone().unwrap_or_default(),
         },
     };
@@ -201,6 +273,9 @@ fn options(args: &cli::RunArgs) -> anyhow::Result<run::Options> {
             (n, _) => n,
         },
         remote_kubeconfig: args.remote_kubeconfig.clone(),
+        kubeconfig: args.cluster.kubeconfig.clone(),
+        context: args.cluster.context.clone(),
+        stuck_threshold: parse("stuck-threshold", &args.stuck_threshold)?,
         remote_namespace_map: remote_namespace_map(
             &args.remote_namespace_map,
             args.remote_kubeconfig.is_some(),

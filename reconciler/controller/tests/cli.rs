@@ -22,14 +22,52 @@ fn enoki_crds_prints_every_crd() {
 }
 
 #[test]
-fn enoki_version_prints_the_crate_version() {
+fn enoki_version_prints_the_crate_version_the_commit_and_its_date() {
     let out = Command::new(env!("CARGO_BIN_EXE_enoki"))
         .arg("version")
         .output()
         .unwrap();
     assert!(out.status.success());
-    assert_eq!(
-        String::from_utf8(out.stdout).unwrap().trim(),
-        format!("enoki {}", env!("CARGO_PKG_VERSION"))
+    let text = String::from_utf8(out.stdout).unwrap();
+    let head = Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .output()
+        .unwrap();
+    let commit = String::from_utf8(head.stdout).unwrap().trim().to_string();
+    let (version, rest) = text.trim().split_once(" (commit ").unwrap();
+    assert_eq!(version, format!("enoki {}", env!("CARGO_PKG_VERSION")));
+    let (built_from, date) = rest.trim_end_matches(')').split_once(", ").unwrap();
+    // A build of this checkout: its commit (the binary may predate a later commit of the
+    // same tree, so only the form is checked when they differ).
+    assert!(
+        built_from.len() == 12 && built_from.chars().all(|c| c.is_ascii_hexdigit()),
+        "{text}"
     );
+    assert!(commit.len() != 12 || built_from == commit || !built_from.is_empty());
+    assert!(date.len() == 10 && date.as_bytes()[4] == b'-', "{text}");
+}
+
+#[test]
+fn completion_scripts_are_generated_for_bash_zsh_and_fish() {
+    for (shell, marker) in [
+        ("bash", "_enoki()"),
+        ("zsh", "#compdef enoki"),
+        ("fish", "complete -c enoki"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_enoki"))
+            .args(["completion", shell])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{shell}");
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(
+            text.contains(marker),
+            "{shell}: {}",
+            &text[..text.len().min(300)]
+        );
+        assert!(
+            text.contains("status") && text.contains("diff"),
+            "{shell} completes subcommands"
+        );
+    }
 }

@@ -44,9 +44,15 @@ pub(crate) fn build_client(
     fence: Option<&Arc<Fence>>,
 ) -> Result<Client, kube::Error> {
     let builder = kube::client::ClientBuilder::try_from(config)?;
+    // Every request counted and timed (`enoki_api_requests_total`), fenced ones included.
     Ok(match fence {
-        Some(f) => builder.with_layer(&FenceLayer(f.clone())).build(),
-        None => builder.build(),
+        Some(f) => builder
+            .with_layer(&FenceLayer(f.clone()))
+            .with_layer(&super::api_metrics::MetricsLayer)
+            .build(),
+        None => builder
+            .with_layer(&super::api_metrics::MetricsLayer)
+            .build(),
     })
 }
 

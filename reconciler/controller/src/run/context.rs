@@ -299,12 +299,12 @@ impl Context {
         if let Ok(mut f) = self.failures.lock() {
             f.remove(comp);
         }
-        self.metrics
-            .composition_reconciles
-            .remove(&super::metrics::CompositionLabel {
-                namespace: comp.namespace.clone().unwrap_or_default(),
-                name: comp.name.clone(),
-            });
+        let who = super::metrics::CompositionLabel {
+            namespace: comp.namespace.clone().unwrap_or_default(),
+            name: comp.name.clone(),
+        };
+        self.metrics.composition_reconciles.remove(&who);
+        self.metrics.health.forget(&who);
         self.watches.forget(comp, uid);
     }
 

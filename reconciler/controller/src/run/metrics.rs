@@ -107,6 +107,8 @@ pub struct Metrics {
     /// The quota built-in: used / hard per quota and resource, all namespaces
     /// (`pac_quota_controller_crq_total_usage`).
     pub crq_total_usage: Family<CrqLabels, FloatGauge>,
+    /// Per-Composition health series and `enoki_build_info`.
+    pub health: super::health::Health,
 }
 
 impl Metrics {
@@ -133,7 +135,9 @@ impl Metrics {
             shard_managed_objects: Family::default(),
             crq_usage: Family::default(),
             crq_total_usage: Family::default(),
+            health: super::health::Health::register(registry),
         };
+        super::api_metrics::register(registry);
         m.register_reconciles(registry);
         m.register_caches(registry);
         m.register_shards(registry);

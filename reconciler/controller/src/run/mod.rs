@@ -17,6 +17,7 @@
 //! - `inputs`, `instances`, `symphony`, `module`: collections and observed outputs,
 //!   instance mode, Symphonies, module sources.
 
+pub mod api_metrics;
 pub(crate) mod cluster;
 pub(crate) mod composition;
 mod condition;
@@ -24,6 +25,7 @@ pub(crate) mod context;
 pub mod diff;
 pub mod error;
 pub mod fence;
+pub mod health;
 mod inputs;
 mod instances;
 pub mod metrics;
@@ -31,9 +33,10 @@ mod module;
 pub(crate) mod resources;
 pub mod sandbox;
 pub mod shard;
-mod start;
+pub mod start;
 mod symphony;
 mod tenancy;
+pub mod tree;
 pub(crate) mod watches;
 
 use std::path::PathBuf;
@@ -94,6 +97,12 @@ pub struct Options {
     pub shards: u32,
     /// Emitted objects go to the cluster of this kubeconfig (`None`: the management cluster).
     pub remote_kubeconfig: Option<PathBuf>,
+    /// The management cluster's kubeconfig (`--kubeconfig`; `None`: kubectl's rules).
+    pub kubeconfig: Option<PathBuf>,
+    /// Its context (`--context`; `None`: the current one).
+    pub context: Option<String>,
+    /// A Composition not Ready for longer than this is stuck (`enoki_composition_stuck`).
+    pub stuck_threshold: std::time::Duration,
     /// Remote target: management namespace -> the namespace whose ServiceAccount a Composition
     /// acts as there (unlisted namespaces are refused when they impersonate).
     pub remote_namespace_map: std::collections::BTreeMap<String, String>,

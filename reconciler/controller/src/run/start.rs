@@ -55,6 +55,35 @@ fn client_of(
     Ok((build_client(config.clone(), fence)?, config))
 }
 
+/// The client configuration of `--kubeconfig` and `--context`, else kubectl's rules
+/// (`$KUBECONFIG`, `~/.kube/config`, the in-cluster account). Its `default_namespace` is the
+/// context's namespace (`default` when it names none).
+///
+/// # Errors
+/// The kubeconfig cannot be read, or names no such context.
+pub async fn cluster_config(
+    kubeconfig: Option<&std::path::Path>,
+    context: Option<&str>,
+) -> anyhow::Result<kube::Config> {
+    let options = kube::config::KubeConfigOptions {
+        context: context.map(String::from),
+        ..kube::config::KubeConfigOptions::default()
+    };
+    Ok(match kubeconfig {
+        Some(path) => {
+            let file = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("--kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(file, &options)
+                .await
+                .with_context(|| format!("--kubeconfig {}", path.display()))?
+        }
+        None if context.is_some() => kube::Config::from_kubeconfig(&options)
+            .await
+            .with_context(|| format!("--context {}", context.unwrap_or_default()))?,
+        None => kube::Config::infer().await?,
+    })
+}
+
 /// The management cluster (the ambient kubeconfig or in-cluster config) and the target
 /// cluster (`--remote-kubeconfig`, else the same one).
 pub(crate) async fn clusters(opts: &Options) -> anyhow::Result<(Arc<Cluster>, Arc<Cluster>)> {
@@ -66,7 +95,8 @@ async fn clusters_as(
     identity: Option<&str>,
     fence: Option<&Arc<Fence>>,
 ) -> anyhow::Result<(Arc<Cluster>, Arc<Cluster>)> {
-    let (client, config) = client_of(kube::Config::infer().await?, identity, fence)?;
+    let config = cluster_config(opts.kubeconfig.as_deref(), opts.context.as_deref()).await?;
+    let (client, config) = client_of(config, identity, fence)?;
     let management = Cluster::new(client, config, fence.cloned());
     let target = match &opts.remote_kubeconfig {
         None => management.clone(),

@@ -260,6 +260,14 @@ async fn converge(ctx: &Arc<Context>, comp: &Arc<Composition>) -> Result<Action,
         write_back(ctx, comp, &uid, instance.as_ref()).await;
     }
     status_write::write(ctx, comp, &st).await?;
+    ctx.metrics.health.record(
+        &super::metrics::CompositionLabel {
+            namespace: comp.namespace().unwrap_or_default(),
+            name: comp.name_any(),
+        },
+        &st,
+        ctx.opts.stuck_threshold,
+    );
     let idle = if super::condition::is_true(&st.conditions, conditions::READY) {
         ctx.opts.resync
     } else {

@@ -116,7 +116,13 @@ impl Rollup {
             "every resource is ready".to_string()
         } else {
             let first: Vec<&str> = self.not_ready.iter().take(5).map(String::as_str).collect();
-            format!("waiting for {}", first.join("; "))
+            let more = self.not_ready.len().saturating_sub(first.len());
+            let tail = if more > 0 {
+                format!(" and {more} more (`enoki status` lists them all)")
+            } else {
+                String::new()
+            };
+            format!("waiting for {}{tail}", first.join("; "))
         };
         let reason = if self.all_ready {
             reasons::ALL_READY

@@ -1,0 +1,43 @@
+//! Build metadata for `enoki version` and `enoki_build_info`: the commit and its date, from git
+//! when the source is a checkout (`unknown` otherwise; `ENOKI_COMMIT` / `ENOKI_BUILD_DATE` in
+//! the environment win, for builds from a source archive). The date is the commit's, so a
+//! rebuild of the same source gives the same binary.
+
+use std::process::Command;
+
+fn git(args: &[&str]) -> Option<String> {
+    let out = Command::new("git").args(args).output().ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+        .filter(|s| !s.is_empty())
+}
+
+fn main() {
+    for var in ["ENOKI_COMMIT", "ENOKI_BUILD_DATE"] {
+        println!("cargo:rerun-if-env-changed={var}");
+    }
+    // A new commit changes HEAD or the branch it points to (a loose ref, or packed-refs).
+    if let Some(dir) = git(&["rev-parse", "--absolute-git-dir"]) {
+        let mut watched = vec![format!("{dir}/HEAD"), format!("{dir}/packed-refs")];
+        if let Some(head) = git(&["symbolic-ref", "-q", "HEAD"]) {
+            watched.push(format!("{dir}/{head}"));
+        }
+        for path in watched {
+            // A path that does not exist would make cargo rerun this on every build.
+            if std::path::Path::new(&path).exists() {
+                println!("cargo:rerun-if-changed={path}");
+            }
+        }
+    }
+    let commit = std::env::var("ENOKI_COMMIT")
+        .ok()
+        .or_else(|| git(&["rev-parse", "--short=12", "HEAD"]))
+        .unwrap_or_else(|| "unknown".into());
+    let date = std::env::var("ENOKI_BUILD_DATE")
+        .ok()
+        .or_else(|| git(&["show", "-s", "--format=%cs", "HEAD"]))
+        .unwrap_or_else(|| "unknown".into());
+    println!("cargo:rustc-env=ENOKI_COMMIT={commit}");
+    println!("cargo:rustc-env=ENOKI_BUILD_DATE={date}");
+}

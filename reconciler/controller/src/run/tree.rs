@@ -1,0 +1,520 @@
+//! `enoki status`: why a Composition is (not) Ready — the readiness-group DAG of its current
+//! synthesis with each resource's state, the readiness expression that is not yet true, and
+//! what blocks the next synthesis (the references are `flux tree` and `crossplane beta
+//! trace`). [`gather`] reads the Composition, its ResourceSlices and each live object;
+//! [`view`] is pure and decides the states; `tree/render.rs` prints text, JSON or Graphviz.
+
+use std::collections::BTreeMap;
+
+use kube::api::{Api, DynamicObject};
+use kube::core::GroupVersionKind;
+use serde::Serialize;
+use serde_json::Value;
+
+use crds::names::{conditions, reasons};
+use crds::{Composition, ResourceSlice};
+use plan::readiness::{self, ReadinessCheck, ReadinessState};
+use plan::{ResourceKey, settings};
+
+mod render;
+pub use render::*;
+
+/// The state of one resource of the current synthesis.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase", tag = "state")]
+pub enum State {
+    /// Its readiness was recorded (or holds now).
+    Ready,
+    /// Applied; its readiness checks are not all true: `unsatisfied` names them.
+    Waiting {
+        /// The checks that are not true (name: expression).
+        unsatisfied: Vec<String>,
+    },
+    /// Applying it failed (the controller's message).
+    Failed {
+        /// Why.
+        reason: String,
+    },
+    /// Not applied: an earlier readiness group is not ready yet.
+    Deferred {
+        /// The group it waits on.
+        group: i64,
+    },
+    /// Not applied yet (its group's turn has come).
+    Pending,
+    /// No longer emitted (or the Composition is deleted): being removed.
+    Deleting,
+}
+
+impl State {
+    /// A short word for tables and graph colours.
+    pub fn word(&self) -> &'static str {
+        match self {
+            State::Ready => "ready",
+            State::Waiting { .. } => "waiting",
+            State::Failed { .. } => "failed",
+            State::Deferred { .. } => "deferred",
+            State::Pending => "pending",
+            State::Deleting => "deleting",
+        }
+    }
+}
+
+/// One resource of the current synthesis.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Resource {
+    /// `apiVersion` of the manifest.
+    pub api_version: String,
+    /// Kind.
+    pub kind: String,
+    /// Namespace (empty when cluster-scoped).
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// Readiness group.
+    pub group: i64,
+    /// The readiness checks (`name: expression`), empty when readiness is the resource's health.
+    pub checks: Vec<String>,
+    /// Its state.
+    #[serde(flatten)]
+    pub state: State,
+}
+
+impl Resource {
+    /// `Kind namespace/name` (or `Kind name`).
+    pub fn label(&self) -> String {
+        if self.namespace.is_empty() {
+            format!("{} {}", self.kind, self.name)
+        } else {
+            format!("{} {}/{}", self.kind, self.namespace, self.name)
+        }
+    }
+}
+
+/// One condition of the Composition.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ConditionView {
+    /// Type.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `True`/`False`/`Unknown`.
+    pub status: String,
+    /// Reason.
+    pub reason: String,
+    /// Message.
+    pub message: String,
+}
+
+/// What happens to the next synthesis.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Next {
+    /// `up-to-date`, `in-flight` or `blocked`.
+    pub state: String,
+    /// The reason (a condition reason) when blocked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The message when blocked (or in flight).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// Everything `enoki status` shows.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct View {
+    /// Namespace of the Composition.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// Its Synthesizer.
+    pub synthesizer: String,
+    /// Whether it is Ready.
+    pub ready: bool,
+    /// Its conditions.
+    pub conditions: Vec<ConditionView>,
+    /// The current synthesis's UUID, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub synthesis: Option<String>,
+    /// When the current synthesis was made (RFC 3339).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub synthesized: Option<String>,
+    /// The next synthesis.
+    pub next: Next,
+    /// The resources of the current synthesis by readiness group, in apply order.
+    pub resources: Vec<Resource>,
+}
+
+/// One manifest of the current synthesis as [`view`] takes it.
+pub struct Entry {
+    /// The manifest (JSON).
+    pub manifest: Value,
+    /// The slice's status for it.
+    pub status: crds::ResourceState,
+    /// The manifest is a tombstone (no longer emitted).
+    pub deleted: bool,
+}
+
+/// The states of `entries` (`live` gives each live object, `None` when absent). Pure.
+pub fn view(
+    comp: &Composition,
+    entries: &[Entry],
+    live: &dyn Fn(&ResourceKey, &str) -> Option<Value>,
+) -> View {
+    let composition_annotations: BTreeMap<String, String> = comp
+        .metadata
+        .annotations
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .collect();
+    let mut resources: Vec<(Resource, bool)> = Vec::new();
+    for e in entries {
+        let Ok(key) = ResourceKey::of(&e.manifest) else {
+            continue;
+        };
+        let annotations = string_map(e.manifest.pointer("/metadata/annotations"));
+        let settings =
+            settings::parse(&key, &annotations, &composition_annotations).unwrap_or_default();
+        let named = settings::readiness_annotations(&annotations);
+        let checks: Vec<ReadinessCheck> = named
+            .iter()
+            .filter_map(|(name, _, cel)| {
+                plan::expr::Expr::compile(cel)
+                    .ok()
+                    .map(|expr| ReadinessCheck {
+                        name: name.clone(),
+                        expr,
+                    })
+            })
+            .collect();
+        let api_version = e
+            .manifest
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let object = live(&key, &api_version);
+        let deleting = e.deleted || e.status.deleted;
+        let state = if deleting {
+            State::Deleting
+        } else if let Some(reason) = e.status.error.clone() {
+            State::Failed { reason }
+        } else if e.status.ready.is_some() {
+            State::Ready
+        } else {
+            match readiness::evaluate(&checks, settings.health, object.as_ref()) {
+                ReadinessState::Ready { .. } => State::Ready,
+                ReadinessState::NotReady { unsatisfied } => State::Waiting {
+                    unsatisfied: unsatisfied
+                        .iter()
+                        .map(|u| with_expression(u, &named))
+                        .collect(),
+                },
+                ReadinessState::Absent => State::Pending,
+            }
+        };
+        resources.push((
+            Resource {
+                api_version,
+                kind: key.kind.clone(),
+                namespace: key.namespace.clone(),
+                name: key.name.clone(),
+                group: settings.readiness_group,
+                checks: named
+                    .iter()
+                    .map(|(n, _, cel)| format!("{n}: {cel}"))
+                    .collect(),
+                state,
+            },
+            e.status.reconciled,
+        ));
+    }
+    resources.sort_by_key(|(r, _)| r.group);
+    defer_behind_unready_groups(&mut resources);
+    let st = comp.status.clone().unwrap_or_default();
+    let condition_views: Vec<ConditionView> = st
+        .conditions
+        .iter()
+        .map(|c| ConditionView {
+            type_: c.type_.clone(),
+            status: c.status.clone(),
+            reason: c.reason.clone(),
+            message: c.message.clone(),
+        })
+        .collect();
+    let ready = condition_views
+        .iter()
+        .any(|c| c.type_ == conditions::READY && c.status == "True");
+    View {
+        namespace: comp.metadata.namespace.clone().unwrap_or_default(),
+        name: comp.metadata.name.clone().unwrap_or_default(),
+        synthesizer: comp.spec.synthesizer.name.clone(),
+        ready,
+        next: next(&st, &condition_views),
+        synthesis: st.current_synthesis.as_ref().map(|s| s.uuid.clone()),
+        synthesized: st
+            .current_synthesis
+            .as_ref()
+            .and_then(|s| s.synthesized.as_ref())
+            .map(|t| t.0.to_string()),
+        conditions: condition_views,
+        resources: resources.into_iter().map(|(r, _)| r).collect(),
+    }
+}
+
+/// A resource not applied yet whose group comes after a group that is not all ready waits on
+/// that group (the first such group).
+fn defer_behind_unready_groups(resources: &mut [(Resource, bool)]) {
+    let mut blocking: Option<i64> = None;
+    let mut i = 0;
+    while i < resources.len() {
+        let group = resources[i].0.group;
+        let end = resources[i..]
+            .iter()
+            .position(|(r, _)| r.group != group)
+            .map_or(resources.len(), |p| i + p);
+        if let Some(b) = blocking {
+            for (r, reconciled) in &mut resources[i..end] {
+                if !*reconciled && r.state == State::Pending {
+                    r.state = State::Deferred { group: b };
+                }
+            }
+        }
+        let all_ready = resources[i..end]
+            .iter()
+            .all(|(r, _)| matches!(r.state, State::Ready | State::Deleting));
+        if blocking.is_none() && !all_ready {
+            blocking = Some(group);
+        }
+        i = end;
+    }
+}
+
+/// `name: expression` for an unsatisfied check (its reason kept).
+fn with_expression(unsatisfied: &str, named: &[(String, String, String)]) -> String {
+    let name = unsatisfied.split(" (").next().unwrap_or(unsatisfied);
+    match named.iter().find(|(n, _, _)| n == name) {
+        Some((_, _, cel)) => format!("{unsatisfied}: {cel}"),
+        None => unsatisfied.to_string(),
+    }
+}
+
+/// What happens to the next synthesis, from the status.
+fn next(st: &crds::CompositionStatus, conditions: &[ConditionView]) -> Next {
+    if let Some(d) = st.dependency_status.as_ref().filter(|d| d.blocked) {
+        let who: Vec<String> = d
+            .blocked_by
+            .iter()
+            .map(|b| format!("{}/{} ({})", b.namespace, b.name, b.reason))
+            .collect();
+        return Next {
+            state: "blocked".into(),
+            reason: Some(reasons::DEPENDENCY_NOT_READY.into()),
+            message: Some(format!(
+                "dependsOn: {}",
+                d.reason.clone().unwrap_or_else(|| who.join(", "))
+            )),
+        };
+    }
+    let synthesized = conditions
+        .iter()
+        .find(|c| c.type_ == conditions::SYNTHESIZED);
+    if let Some(c) = synthesized.filter(|c| c.status != "True") {
+        return Next {
+            state: "blocked".into(),
+            reason: Some(c.reason.clone()),
+            message: Some(c.message.clone()),
+        };
+    }
+    if st.in_flight_synthesis.is_some() {
+        return Next {
+            state: "in-flight".into(),
+            reason: None,
+            message: Some("a synthesis is running".into()),
+        };
+    }
+    Next {
+        state: "up-to-date".into(),
+        reason: None,
+        message: None,
+    }
+}
+
+fn string_map(v: Option<&Value>) -> BTreeMap<String, String> {
+    v.and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| {
+                    (
+                        k.clone(),
+                        v.as_str().map_or_else(|| v.to_string(), String::from),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Reads Composition `namespace/name`, the ResourceSlices of its current synthesis and each
+/// resource's live object (by discovery; a kind the server does not serve reads as absent),
+/// and returns its [`view`].
+///
+/// # Errors
+/// The Composition cannot be read (it does not exist, or access is denied), or a slice read
+/// fails for another reason than absence.
+pub async fn gather(client: &kube::Client, namespace: &str, name: &str) -> anyhow::Result<View> {
+    let comps: Api<Composition> = Api::namespaced(client.clone(), namespace);
+    let comp = comps
+        .get_opt(name)
+        .await
+        .map_err(|e| anyhow::anyhow!("reading Composition {namespace}/{name}: {e}"))?
+        .ok_or_else(|| anyhow::anyhow!("Composition {namespace}/{name} does not exist"))?;
+    let slices: Api<ResourceSlice> = Api::namespaced(client.clone(), namespace);
+    let refs = comp
+        .status
+        .as_ref()
+        .and_then(|s| s.current_synthesis.as_ref())
+        .map(|s| s.resource_slices.clone())
+        .unwrap_or_default();
+    let mut entries = Vec::new();
+    for r in refs {
+        let Some(slice) = slices
+            .get_opt(&r.name)
+            .await
+            .map_err(|e| anyhow::anyhow!("reading ResourceSlice {namespace}/{}: {e}", r.name))?
+        else {
+            continue;
+        };
+        let states = slice.status.map(|s| s.resources).unwrap_or_default();
+        for (i, m) in slice.spec.resources.iter().enumerate() {
+            let Ok(manifest) = serde_json::from_str::<Value>(&m.manifest) else {
+                continue;
+            };
+            entries.push(Entry {
+                manifest,
+                status: states.get(i).cloned().unwrap_or_default(),
+                deleted: m.deleted,
+            });
+        }
+    }
+    let mut live = BTreeMap::new();
+    for e in &entries {
+        let Ok(key) = ResourceKey::of(&e.manifest) else {
+            continue;
+        };
+        let api_version = e.manifest["apiVersion"].as_str().unwrap_or_default();
+        let object = live_object(client, &key, api_version).await;
+        live.insert(key.to_string(), object);
+    }
+    let lookup = |key: &ResourceKey, _: &str| live.get(&key.to_string()).cloned().flatten();
+    Ok(view(&comp, &entries, &lookup))
+}
+
+/// The live object of `key` (`apiVersion` as the manifest says), `None` when absent or not
+/// served.
+async fn live_object(client: &kube::Client, key: &ResourceKey, api_version: &str) -> Option<Value> {
+    let (group, version) = match api_version.split_once('/') {
+        Some((g, v)) => (g, v),
+        None => ("", api_version),
+    };
+    let gvk = GroupVersionKind::gvk(group, version, &key.kind);
+    let (resource, caps) = kube::discovery::pinned_kind(client, &gvk).await.ok()?;
+    let api: Api<DynamicObject> = match caps.scope {
+        kube::discovery::Scope::Namespaced => {
+            Api::namespaced_with(client.clone(), &key.namespace, &resource)
+        }
+        kube::discovery::Scope::Cluster => Api::all_with(client.clone(), &resource),
+    };
+    let object = api.get_opt(&key.name).await.ok()??;
+    serde_json::to_value(object).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[allow(clippy::needless_pass_by_value)] // called with `json!` temporaries
+    fn comp(status: Value) -> Composition {
+        serde_json::from_value(
+            json!({"apiVersion": "enoki.dev/v1alpha1", "kind": "Composition",
+            "metadata": {"name": "web", "namespace": "team-a"},
+            "spec": {"synthesizer": {"name": "web-synth"}}, "status": status}),
+        )
+        .unwrap()
+    }
+
+    fn cm(name: &str, group: i64, readiness: Option<&str>) -> Value {
+        let mut annotations = json!({"enoki.dev/readiness-group": group.to_string()});
+        if let Some(r) = readiness {
+            annotations["enoki.dev/readiness"] = json!(r);
+        }
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": "team-a", "annotations": annotations}})
+    }
+
+    fn entry(manifest: Value, reconciled: bool, ready: bool) -> Entry {
+        Entry {
+            manifest,
+            status: crds::ResourceState {
+                reconciled,
+                ready: ready.then(|| {
+                    k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                        "2026-01-01T00:00:00Z".parse().unwrap(),
+                    )
+                }),
+                ..Default::default()
+            },
+            deleted: false,
+        }
+    }
+
+    #[test]
+    fn a_failing_check_in_group_one_holds_group_two_and_is_named_with_its_expression() {
+        let c = comp(json!({"conditions": [
+            {"type": "Ready", "status": "False", "reason": "NotReady", "message": "waiting",
+             "lastTransitionTime": "2026-01-01T00:00:00Z"},
+            {"type": "Synthesized", "status": "True", "reason": "Synthesized", "message": "ok",
+             "lastTransitionTime": "2026-01-01T00:00:00Z"}]}));
+        let entries = vec![
+            entry(cm("zero", 0, None), true, true),
+            entry(cm("one", 1, Some("has(self.data.ok)")), true, false),
+            entry(cm("two", 2, None), false, false),
+        ];
+        let live = |k: &ResourceKey, _: &str| {
+            (k.name != "two").then(|| {
+                json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": k.name, "namespace": "team-a"}, "data": {}})
+            })
+        };
+        let v = view(&c, &entries, &live);
+        let states: Vec<&State> = v.resources.iter().map(|r| &r.state).collect();
+        assert_eq!(states[0], &State::Ready);
+        assert_eq!(
+            states[1],
+            &State::Waiting {
+                unsatisfied: vec!["default: has(self.data.ok)".into()]
+            }
+        );
+        assert_eq!(states[2], &State::Deferred { group: 1 });
+        assert!(!v.ready);
+        assert_eq!(v.next.state, "up-to-date");
+    }
+
+    #[test]
+    fn a_blocked_next_synthesis_names_its_reason() {
+        let c = comp(json!({"conditions": [
+            {"type": "Synthesized", "status": "False", "reason": "ModuleUnavailable",
+             "message": "spec.module.oci: unauthorized", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}));
+        let v = view(&c, &[], &|_, _| None);
+        assert_eq!(v.next.state, "blocked");
+        assert_eq!(v.next.reason.as_deref(), Some("ModuleUnavailable"));
+        let c = comp(json!({"dependencyStatus": {"blocked": true,
+            "blockedBy": [{"name": "db", "namespace": "team-a", "reason": "NotReady"}]}}));
+        let v = view(&c, &[], &|_, _| None);
+        assert_eq!(v.next.state, "blocked");
+        assert!(v.next.message.unwrap().contains("team-a/db"));
+    }
+}
