@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # helm-chart.sh — copy the static manifests the Helm chart shares with the kustomize base (CRDs,
-# RBAC, the single-tenant overlay's RBAC, the onboarding template) into deploy/helm/enoki/files/. `--check` fails when
+# RBAC, the single-tenant overlay's RBAC, the onboarding template, the alert rules and the dashboard) into deploy/helm/enoki/files/. `--check` fails when
 # the chart's copy differs (run by hack/test.sh), so the two installs cannot drift apart.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,8 +11,9 @@ copy() {  # copy DEST-DIR
   cp deploy/base/crds/builtins/*.yaml "$1/crds/builtins/"
   cp deploy/base/rbac.yaml deploy/base/rbac-tenants.yaml "$1/"
   cp deploy/overlays/single-tenant/rbac-single-tenant.yaml "$1/"
-  mkdir -p "$1/onboarding"
+  mkdir -p "$1/onboarding" "$1/monitoring"
   cp deploy/onboarding/tenant.yaml "$1/onboarding/"
+  cp deploy/monitoring/rules.yaml deploy/monitoring/dashboard.json "$1/monitoring/"
 }
 if [ "${1:-}" = --check ]; then
   tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT

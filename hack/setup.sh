@@ -28,6 +28,7 @@ PKGS=(
   "/usr/lib/wasm32-wasi/libc.a|wasi-libc"
   "/usr/lib/llvm-14/lib/clang/14.0.6/lib/wasi/libclang_rt.builtins-wasm32.a|libclang-rt-14-dev-wasm32"
   "/usr/bin/docker-registry|docker-registry"
+  "dot|graphviz"
 )
 missing=()
 for entry in "${PKGS[@]}"; do

@@ -149,6 +149,16 @@ impl Enoki {
         }
     }
 
+    /// The whole /metrics text (empty while it does not answer).
+    ///
+    /// # Panics
+    /// When the process was started without a metrics port.
+    pub fn metrics_text(&self) -> String {
+        let port = self.metrics_port.expect("started without --metrics-addr");
+        let (code, body) = http_get(port, "/metrics");
+        if code == 200 { body } else { String::new() }
+    }
+
     /// Finished reconcile passes of one Composition (0 before the first, or while /metrics
     /// does not answer).
     pub fn composition_passes(&self, namespace: &str, name: &str) -> f64 {
