@@ -67,10 +67,8 @@ fn served(metrics: &str) -> BTreeSet<String> {
 
 /// (name, PromQL) of every alert in the rule file.
 fn alerts() -> Vec<(String, String)> {
-    let text = std::fs::read_to_string(
-        workspace_root().join("deploy/monitoring/rules.yaml"),
-    )
-    .unwrap();
+    let text =
+        std::fs::read_to_string(workspace_root().join("deploy/monitoring/rules.yaml")).unwrap();
     let doc: serde_json::Value = serde_saphyr::from_str(&text).unwrap();
     doc["groups"]
         .as_array()
@@ -88,10 +86,8 @@ fn alerts() -> Vec<(String, String)> {
 
 /// (title, description, expressions) of every dashboard panel.
 fn panels() -> Vec<(String, String, Vec<String>)> {
-    let text = std::fs::read_to_string(
-        workspace_root().join("deploy/monitoring/dashboard.json"),
-    )
-    .unwrap();
+    let text =
+        std::fs::read_to_string(workspace_root().join("deploy/monitoring/dashboard.json")).unwrap();
     let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
     doc["panels"]
         .as_array()

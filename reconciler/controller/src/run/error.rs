@@ -132,6 +132,22 @@ impl Error {
         }
     }
 
+    /// Every value [`Error::category`] returns (the metric's series start at 0).
+    pub const CATEGORIES: &'static [&'static str] = &[
+        "ReadSynthesizer",
+        "ReadInput",
+        "ReadDependency",
+        "ReadSlice",
+        "WriteSlice",
+        "WriteSliceStatus",
+        "ReadResource",
+        "WriteStatus",
+        "Finalizer",
+        "KubeApi",
+        "Impersonate",
+        "Task",
+    ];
+
     /// A fixed PascalCase name for metrics and Events.
     pub fn category(&self) -> &'static str {
         match self {

@@ -138,6 +138,7 @@ impl Metrics {
             health: super::health::Health::register(registry),
         };
         super::api_metrics::register(registry);
+        m.start_at_zero();
         m.register_reconciles(registry);
         m.register_caches(registry);
         m.register_shards(registry);
@@ -259,6 +260,33 @@ impl Metrics {
             "Aggregated usage of a resource across all namespaces for a ClusterResourceQuota (used/hard)",
             self.crq_total_usage.clone(),
         );
+    }
+
+    /// Creates the series of the known outcomes at 0, so they are served (and `rate()` works)
+    /// before the first event, as Prometheus advises for label values known in advance.
+    fn start_at_zero(&self) {
+        let zero = |family: &Family<OutcomeLabel, Counter>, outcome: &str| {
+            drop(family.get_or_create(&OutcomeLabel {
+                outcome: outcome.to_string(),
+            }));
+        };
+        for category in super::error::Error::CATEGORIES {
+            zero(&self.reconcile_errors, category);
+        }
+        zero(&self.synthesis_runs, "Success");
+        zero(&self.module_fetches, "Ready");
+        for op in [
+            "apply",
+            "create",
+            "replace",
+            "json-patch",
+            "merge-patch",
+            "delete",
+        ] {
+            for result in ["ok", "error"] {
+                zero(&self.apply_ops, &format!("{op}-{result}"));
+            }
+        }
     }
 
     /// Counts one labelled event.
