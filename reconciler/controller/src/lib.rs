@@ -74,6 +74,14 @@ pub fn run(args: &cli::Args) -> anyhow::Result<i32> {
     Ok(0)
 }
 
+/// A progress line on stderr, only when stderr is a terminal (scripts and logs get none).
+pub(crate) fn progress(message: &str) {
+    use std::io::IsTerminal as _;
+    if std::io::stderr().is_terminal() {
+        eprintln!("{message}");
+    }
+}
+
 /// `enoki status`: gathers the view and prints it (again every 2 s with `--watch`).
 async fn status(args: &cli::StatusArgs) -> anyhow::Result<()> {
     use std::io::IsTerminal as _;
@@ -294,6 +302,12 @@ fn options(args: &cli::RunArgs) -> anyhow::Result<run::Options> {
 async fn module_command(cmd: &cli::ModuleCommand) -> anyhow::Result<String> {
     match cmd {
         cli::ModuleCommand::Push { file, reference } => {
+            let size = std::fs::metadata(file).map(|m| m.len()).unwrap_or(0);
+            progress(&format!(
+                "pushing {} ({:.1} MiB) to {reference}…",
+                file.display(),
+                size as f64 / f64::from(1 << 20)
+            ));
             let digest = sources::push(file, reference).await?;
             let base = reference.split('@').next().unwrap_or(reference);
             Ok(format!("{digest}\npinned: {base}@{digest}\n"))

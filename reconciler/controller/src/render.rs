@@ -144,6 +144,12 @@ pub fn load_module(
                 .into(),
         });
     };
+    if bytes.len() > 1 << 20 {
+        crate::progress(&format!(
+            "compiling {arg} ({:.1} MiB; cached for the next run)…",
+            bytes.len() as f64 / f64::from(1 << 20)
+        ));
+    }
     let m = host.load(&bytes).map_err(|source| RenderError::Load {
         module: arg.to_string(),
         source,

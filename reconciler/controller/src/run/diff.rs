@@ -365,6 +365,12 @@ async fn compare(
     let mut text = String::new();
     let (mut changed, mut unchanged, mut skipped) = (0, 0, 0);
     let mut emitted = BTreeSet::new();
+    if prepared.resources.len() > 20 {
+        crate::progress(&format!(
+            "dry-running {} objects…",
+            prepared.resources.len()
+        ));
+    }
     for r in &prepared.resources {
         emitted.insert(r.key.clone());
         let api_version = r.manifest["apiVersion"]
