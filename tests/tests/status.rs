@@ -138,7 +138,11 @@ async fn enoki_status_names_the_failing_check_and_what_blocks_the_next_synthesis
         view["resources"][1]["unsatisfied"],
         json!(["default: self.data.ok == 'yes'"])
     );
-    assert_eq!(view["resources"][2]["group"], 1, "deferred behind group 1");
+    assert_eq!(view["resources"][2]["group"], 2);
+    assert_eq!(
+        view["resources"][2]["waitsOn"], 1,
+        "deferred behind group 1"
+    );
     assert_eq!(view["ready"], false);
     assert_eq!(view["next"]["state"], "up-to-date");
 
@@ -174,13 +178,17 @@ async fn enoki_status_names_the_failing_check_and_what_blocks_the_next_synthesis
     let drawn = std::fs::read_to_string(&svg).unwrap();
     assert!(drawn.contains("<svg") && drawn.contains("gate") && drawn.contains("#ffe08a"));
     // The namespace comes from the kubeconfig context when -n is absent; --context picks one.
-    let kubeconfig = kubeconfig_with_namespaces(ns, ns);
+    let kubeconfig = kubeconfig_with_namespaces(ns, "kube-public");
     let file = kubeconfig.to_string_lossy().to_string();
     let (code, text) = status(&["gated", "--kubeconfig", &file]);
     assert_eq!(code, 0, "the context's namespace: {text}");
     assert!(text.contains(&format!("{ns}/gated")));
     let (code, text) = status(&["gated", "--kubeconfig", &file, "--context", "other"]);
-    assert_eq!(code, 0, "--context: {text}");
+    assert_ne!(code, 0, "--context other: its namespace is kube-public");
+    assert!(
+        text.contains("Composition kube-public/gated does not exist"),
+        "{text}"
+    );
     let (code, text) = status(&["gated", "--kubeconfig", &file, "--context", "nowhere"]);
     assert_ne!(code, 0);
     assert!(text.contains("nowhere"), "{text}");
@@ -188,6 +196,38 @@ async fn enoki_status_names_the_failing_check_and_what_blocks_the_next_synthesis
     assert_ne!(code, 0);
     assert!(
         text.contains(&format!("Composition {ns}/missing does not exist")),
+        "{text}"
+    );
+
+    // A tenant with `edit` in the namespace sees everything; one with `view` sees the
+    // conditions and the next synthesis, not the slices (they hold rendered Secrets).
+    harness::grant_tenant_edit(ns);
+    harness::eventually(
+        "tenant-a (edit) sees the resources",
+        Duration::from_secs(60),
+        || async {
+            let (code, text) = status(&["gated", "-n", ns, "--context", "tenant-a", "-o", "json"]);
+            let v: Value = serde_json::from_str(&text).ok()?;
+            (code == 0 && states(&v).len() == 3).then_some(())
+        },
+    )
+    .await;
+    let binding = format!(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: tenant-b-view, namespace: {ns}}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: view}}\nsubjects: [{{apiGroup: rbac.authorization.k8s.io, kind: User, name: tenant-b}}]\n"
+    );
+    let (ok, out) = harness::kubectl(&["apply", "-f", "-"], Some(binding.as_bytes()));
+    assert!(ok, "{out}");
+    let text = harness::eventually(
+        "tenant-b (view) sees the conditions",
+        Duration::from_secs(60),
+        || async {
+            let (code, text) = status(&["gated", "-n", ns, "--context", "tenant-b"]);
+            (code == 0).then_some(text)
+        },
+    )
+    .await;
+    assert!(
+        text.contains("reading ResourceSlices is forbidden") && !text.contains("group 1"),
         "{text}"
     );
 

@@ -96,6 +96,10 @@ pub struct StatusArgs {
     /// Refresh every 2 seconds until interrupted.
     #[arg(long, short = 'w', default_value_t = false)]
     pub watch: bool,
+    /// Read the live objects from the cluster of this kubeconfig (where `enoki run
+    /// --remote-kubeconfig` applies them).
+    #[arg(long, env = "ENOKI_REMOTE_KUBECONFIG", value_name = "FILE")]
+    pub remote_kubeconfig: Option<PathBuf>,
     /// The cluster.
     #[command(flatten)]
     pub cluster: ClusterArgs,

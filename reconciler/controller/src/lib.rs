@@ -95,18 +95,28 @@ async fn status(args: &cli::StatusArgs) -> anyhow::Result<()> {
         .clone()
         .unwrap_or_else(|| config.default_namespace.clone());
     let client = kube::Client::try_from(config)?;
+    let target = match &args.remote_kubeconfig {
+        Some(path) => kube::Client::try_from(run::start::cluster_config(Some(path), None).await?)?,
+        None => client.clone(),
+    };
     let terminal = std::io::stdout().is_terminal();
     let color = terminal && std::env::var_os("NO_COLOR").is_none();
     loop {
-        let view = run::tree::gather(&client, &namespace, &args.name).await?;
-        let text = match args.output {
-            cli::StatusFormat::Text => run::tree::text(&view, color),
-            cli::StatusFormat::Json => run::tree::json(&view)?,
-            cli::StatusFormat::Dot => run::tree::dot(&view),
+        let text = match run::tree::gather(&client, &target, &namespace, &args.name).await {
+            Ok(view) => {
+                if let Some(path) = &args.svg {
+                    run::tree::svg(&run::tree::dot(&view), path)?;
+                }
+                match args.output {
+                    cli::StatusFormat::Text => run::tree::text(&view, color),
+                    cli::StatusFormat::Json => run::tree::json(&view)?,
+                    cli::StatusFormat::Dot => run::tree::dot(&view),
+                }
+            }
+            // One failed read does not end --watch: it is shown and tried again.
+            Err(e) if args.watch => format!("error: {e:#}\n"),
+            Err(e) => return Err(e),
         };
-        if let Some(path) = &args.svg {
-            run::tree::svg(&run::tree::dot(&view), path)?;
-        }
         let mut out = std::io::stdout().lock();
         if args.watch && terminal {
             // Clear the screen and go home before each frame.

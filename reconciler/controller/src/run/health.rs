@@ -101,8 +101,15 @@ impl Health {
         h
     }
 
-    /// Sets the series of `who` from the status just written.
-    pub fn record(&self, who: &CompositionLabel, st: &CompositionStatus, stuck_after: Duration) {
+    /// Sets the series of `who` from its status (`created`: the Composition's creation time,
+    /// which a Composition that never had a Ready condition is stuck since).
+    pub fn record(
+        &self,
+        who: &CompositionLabel,
+        st: &CompositionStatus,
+        created: Option<&Time>,
+        stuck_after: Duration,
+    ) {
         let condition = |t: &str| st.conditions.iter().find(|c| c.type_ == t);
         let is_true = |t: &str| i64::from(condition(t).is_some_and(|c| c.status == "True"));
         self.ready
@@ -120,13 +127,18 @@ impl Health {
             .get_or_create(who)
             .set(i64::from(!out_of_lockstep));
         let ready = condition(conditions::READY);
-        let stuck = ready.is_some_and(|c| {
-            c.status != "True"
-                && k8s_openapi::jiff::Timestamp::now()
-                    .duration_since(c.last_transition_time.0)
-                    .unsigned_abs()
-                    > stuck_after
-        });
+        let older = |t: &Time| {
+            k8s_openapi::jiff::Timestamp::now()
+                .duration_since(t.0)
+                .unsigned_abs()
+                > stuck_after
+        };
+        // Not Ready since Ready last changed, or since creation when it never had one (a
+        // missing Synthesizer, module or input: no synthesis, no Ready condition).
+        let stuck = match ready {
+            Some(c) => c.status != "True" && older(&c.last_transition_time),
+            None => created.is_some_and(older),
+        };
         self.stuck.get_or_create(who).set(i64::from(stuck));
         if let Some(c) = ready {
             self.ready_transition

@@ -107,6 +107,8 @@ pub struct Metrics {
     /// The quota built-in: used / hard per quota and resource, all namespaces
     /// (`pac_quota_controller_crq_total_usage`).
     pub crq_total_usage: Family<CrqLabels, FloatGauge>,
+    /// How many shards Compositions are split into (`--shards`).
+    pub shards_configured: Gauge,
     /// Per-Composition health series and `enoki_build_info`.
     pub health: super::health::Health,
 }
@@ -135,6 +137,7 @@ impl Metrics {
             shard_managed_objects: Family::default(),
             crq_usage: Family::default(),
             crq_total_usage: Family::default(),
+            shards_configured: Gauge::default(),
             health: super::health::Health::register(registry),
         };
         super::api_metrics::register(registry);
@@ -230,6 +233,11 @@ impl Metrics {
             "enoki_shard_managed_objects",
             "Managed objects in the metadata cache of each shard held by this replica",
             self.shard_managed_objects.clone(),
+        );
+        registry.register(
+            "enoki_shards_configured",
+            "How many shards Compositions are split into (--shards)",
+            self.shards_configured.clone(),
         );
         registry.register(
             "enoki_shard_held",

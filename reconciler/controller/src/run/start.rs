@@ -232,6 +232,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     host.set_compile_budget(opts.sandbox.compile_memory_budget_bytes);
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = metrics::Metrics::register(&mut registry);
+    metrics.shards_configured.set(i64::from(opts.shards));
     let ready = Arc::new(AtomicBool::new(false));
     let slots = super::sandbox::Slots::new(opts.max_concurrent_syntheses);
     let reachable = probe_api_servers(&management, &target, opts.remote_kubeconfig.is_some());

@@ -38,7 +38,13 @@ pub enum State {
     /// Not applied: an earlier readiness group is not ready yet.
     Deferred {
         /// The group it waits on.
-        group: i64,
+        #[serde(rename = "waitsOn")]
+        waits_on: i64,
+    },
+    /// Its live object could not be read (e.g. 403 for the account running `enoki status`).
+    Unreadable {
+        /// Why.
+        reason: String,
     },
     /// Not applied yet (its group's turn has come).
     Pending,
@@ -54,6 +60,7 @@ impl State {
             State::Waiting { .. } => "waiting",
             State::Failed { .. } => "failed",
             State::Deferred { .. } => "deferred",
+            State::Unreadable { .. } => "unreadable",
             State::Pending => "pending",
             State::Deleting => "deleting",
         }
@@ -144,7 +151,13 @@ pub struct View {
     pub next: Next,
     /// The resources of the current synthesis by readiness group, in apply order.
     pub resources: Vec<Resource>,
+    /// Why the resources are not shown (their ResourceSlices could not be read).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
+
+/// A live object as [`view`] takes it: the object, or why it could not be read.
+pub type Live = Result<Option<Value>, String>;
 
 /// One manifest of the current synthesis as [`view`] takes it.
 pub struct Entry {
@@ -160,7 +173,7 @@ pub struct Entry {
 pub fn view(
     comp: &Composition,
     entries: &[Entry],
-    live: &dyn Fn(&ResourceKey, &str) -> Option<Value>,
+    live: &dyn Fn(&ResourceKey, &str) -> Live,
 ) -> View {
     let composition_annotations: BTreeMap<String, String> = comp
         .metadata
@@ -195,7 +208,6 @@ pub fn view(
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_string();
-        let object = live(&key, &api_version);
         let deleting = e.deleted || e.status.deleted;
         let state = if deleting {
             State::Deleting
@@ -203,7 +215,31 @@ pub fn view(
             State::Failed { reason }
         } else if e.status.ready.is_some() {
             State::Ready
+        } else if !e.status.reconciled {
+            // Not applied for this synthesis yet: a live object is an older synthesis's.
+            State::Pending
         } else {
+            let object = match live(&key, &api_version) {
+                Ok(object) => object,
+                Err(reason) => {
+                    resources.push((
+                        Resource {
+                            api_version,
+                            kind: key.kind.clone(),
+                            namespace: key.namespace.clone(),
+                            name: key.name.clone(),
+                            group: settings.readiness_group,
+                            checks: named
+                                .iter()
+                                .map(|(n, _, cel)| format!("{n}: {cel}"))
+                                .collect(),
+                            state: State::Unreadable { reason },
+                        },
+                        e.status.reconciled,
+                    ));
+                    continue;
+                }
+            };
             match readiness::evaluate(&checks, settings.health, object.as_ref()) {
                 ReadinessState::Ready { .. } => State::Ready,
                 ReadinessState::NotReady { unsatisfied } => State::Waiting {
@@ -261,6 +297,7 @@ pub fn view(
             .map(|t| t.0.to_string()),
         conditions: condition_views,
         resources: resources.into_iter().map(|(r, _)| r).collect(),
+        note: None,
     }
 }
 
@@ -278,7 +315,7 @@ fn defer_behind_unready_groups(resources: &mut [(Resource, bool)]) {
         if let Some(b) = blocking {
             for (r, reconciled) in &mut resources[i..end] {
                 if !*reconciled && r.state == State::Pending {
-                    r.state = State::Deferred { group: b };
+                    r.state = State::Deferred { waits_on: b };
                 }
             }
         }
@@ -357,14 +394,20 @@ fn string_map(v: Option<&Value>) -> BTreeMap<String, String> {
         .unwrap_or_default()
 }
 
-/// Reads Composition `namespace/name`, the ResourceSlices of its current synthesis and each
-/// resource's live object (by discovery; a kind the server does not serve reads as absent),
-/// and returns its [`view`].
+/// Reads Composition `namespace/name` and the ResourceSlices of its current synthesis from
+/// `client`, and the live object of each resource still waiting from `target` (the cluster
+/// emitted objects go to: the same, or `--remote-kubeconfig`'s), and returns its [`view`].
+/// Discovery is cached per kind; ready, failed and unapplied resources need no read.
 ///
 /// # Errors
 /// The Composition cannot be read (it does not exist, or access is denied), or a slice read
 /// fails for another reason than absence.
-pub async fn gather(client: &kube::Client, namespace: &str, name: &str) -> anyhow::Result<View> {
+pub async fn gather(
+    client: &kube::Client,
+    target: &kube::Client,
+    namespace: &str,
+    name: &str,
+) -> anyhow::Result<View> {
     let comps: Api<Composition> = Api::namespaced(client.clone(), namespace);
     let comp = comps
         .get_opt(name)
@@ -380,12 +423,21 @@ pub async fn gather(client: &kube::Client, namespace: &str, name: &str) -> anyho
         .unwrap_or_default();
     let mut entries = Vec::new();
     for r in refs {
-        let Some(slice) = slices
-            .get_opt(&r.name)
-            .await
-            .map_err(|e| anyhow::anyhow!("reading ResourceSlice {namespace}/{}: {e}", r.name))?
-        else {
-            continue;
+        let slice = match slices.get_opt(&r.name).await {
+            Ok(Some(slice)) => slice,
+            Ok(None) => continue,
+            // `view` may read Compositions but not slices (they hold rendered Secrets): the
+            // conditions and the next synthesis are still worth showing.
+            Err(kube::Error::Api(e)) if e.code == 403 => {
+                let mut v = view(&comp, &[], &|_, _| Ok(None));
+                v.note = Some(format!(
+                    "the resources are not shown: reading ResourceSlices is forbidden for this \
+                     account ({}); `edit` in the namespace may read them",
+                    e.message
+                ));
+                return Ok(v);
+            }
+            Err(e) => anyhow::bail!("reading ResourceSlice {namespace}/{}: {e}", r.name),
         };
         let states = slice.status.map(|s| s.resources).unwrap_or_default();
         for (i, m) in slice.spec.resources.iter().enumerate() {
@@ -399,36 +451,71 @@ pub async fn gather(client: &kube::Client, namespace: &str, name: &str) -> anyho
             });
         }
     }
+    let mut discovery = BTreeMap::new();
     let mut live = BTreeMap::new();
     for e in &entries {
+        let waiting = !e.deleted
+            && !e.status.deleted
+            && e.status.reconciled
+            && e.status.ready.is_none()
+            && e.status.error.is_none();
         let Ok(key) = ResourceKey::of(&e.manifest) else {
             continue;
         };
-        let api_version = e.manifest["apiVersion"].as_str().unwrap_or_default();
-        let object = live_object(client, &key, api_version).await;
-        live.insert(key.to_string(), object);
+        if waiting {
+            let object = live_object(target, &mut discovery, &key, &e.manifest).await;
+            live.insert(key.to_string(), object);
+        }
     }
-    let lookup = |key: &ResourceKey, _: &str| live.get(&key.to_string()).cloned().flatten();
+    let lookup =
+        |key: &ResourceKey, _: &str| live.get(&key.to_string()).cloned().unwrap_or(Ok(None));
     Ok(view(&comp, &entries, &lookup))
 }
 
-/// The live object of `key` (`apiVersion` as the manifest says), `None` when absent or not
-/// served.
-async fn live_object(client: &kube::Client, key: &ResourceKey, api_version: &str) -> Option<Value> {
-    let (group, version) = match api_version.split_once('/') {
-        Some((g, v)) => (g, v),
-        None => ("", api_version),
+/// The live object of `key` (a Patch's target for a Patch): `Ok(None)` when absent or its kind
+/// is not served, `Err` when the read is refused.
+async fn live_object(
+    client: &kube::Client,
+    discovery: &mut BTreeMap<String, Option<(kube::api::ApiResource, kube::discovery::Scope)>>,
+    key: &ResourceKey,
+    manifest: &Value,
+) -> Live {
+    let (api_version, kind) = match plan::plan::patch_target(manifest) {
+        Ok(Some(target)) => target,
+        _ => (
+            manifest["apiVersion"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            key.kind.clone(),
+        ),
     };
-    let gvk = GroupVersionKind::gvk(group, version, &key.kind);
-    let (resource, caps) = kube::discovery::pinned_kind(client, &gvk).await.ok()?;
-    let api: Api<DynamicObject> = match caps.scope {
+    let (group, version) = api_version
+        .split_once('/')
+        .unwrap_or(("", api_version.as_str()));
+    let gvk = GroupVersionKind::gvk(group, version, &kind);
+    let cache_key = format!("{api_version}/{kind}");
+    if !discovery.contains_key(&cache_key) {
+        let found = kube::discovery::pinned_kind(client, &gvk)
+            .await
+            .ok()
+            .map(|(resource, caps)| (resource, caps.scope));
+        discovery.insert(cache_key.clone(), found);
+    }
+    let Some(Some((resource, scope))) = discovery.get(&cache_key) else {
+        return Ok(None);
+    };
+    let api: Api<DynamicObject> = match scope {
         kube::discovery::Scope::Namespaced => {
-            Api::namespaced_with(client.clone(), &key.namespace, &resource)
+            Api::namespaced_with(client.clone(), &key.namespace, resource)
         }
-        kube::discovery::Scope::Cluster => Api::all_with(client.clone(), &resource),
+        kube::discovery::Scope::Cluster => Api::all_with(client.clone(), resource),
     };
-    let object = api.get_opt(&key.name).await.ok()??;
-    serde_json::to_value(object).ok()
+    match api.get_opt(&key.name).await {
+        Ok(object) => Ok(object.and_then(|o| serde_json::to_value(o).ok())),
+        Err(kube::Error::Api(e)) => Err(format!("reading it: {} ({})", e.message, e.code)),
+        Err(e) => Err(format!("reading it: {e}")),
+    }
 }
 
 #[cfg(test)]
@@ -484,10 +571,10 @@ mod tests {
             entry(cm("two", 2, None), false, false),
         ];
         let live = |k: &ResourceKey, _: &str| {
-            (k.name != "two").then(|| {
+            Ok((k.name != "two").then(|| {
                 json!({"apiVersion": "v1", "kind": "ConfigMap",
                 "metadata": {"name": k.name, "namespace": "team-a"}, "data": {}})
-            })
+            }))
         };
         let v = view(&c, &entries, &live);
         let states: Vec<&State> = v.resources.iter().map(|r| &r.state).collect();
@@ -498,9 +585,37 @@ mod tests {
                 unsatisfied: vec!["default: has(self.data.ok)".into()]
             }
         );
-        assert_eq!(states[2], &State::Deferred { group: 1 });
+        assert_eq!(states[2], &State::Deferred { waits_on: 1 });
         assert!(!v.ready);
         assert_eq!(v.next.state, "up-to-date");
+    }
+
+    #[test]
+    fn an_unapplied_resource_is_pending_whatever_an_older_object_says_and_a_refused_read_is_named()
+    {
+        let c = comp(json!({}));
+        let entries = vec![
+            entry(cm("old", 0, Some("true")), false, false),
+            entry(cm("hidden", 0, Some("true")), true, false),
+        ];
+        let live = |k: &ResourceKey, _: &str| {
+            if k.name == "hidden" {
+                Err("reading it: forbidden (403)".to_string())
+            } else {
+                Ok(Some(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": k.name, "namespace": "team-a"}})))
+            }
+        };
+        let v = view(&c, &entries, &live);
+        assert_eq!(v.resources[0].state, State::Pending);
+        assert_eq!(
+            v.resources[1].state,
+            State::Unreadable {
+                reason: "reading it: forbidden (403)".into()
+            }
+        );
+        let json = serde_json::to_value(&v).unwrap();
+        assert_eq!(json["resources"][1]["state"], "unreadable");
     }
 
     #[test]
@@ -508,12 +623,12 @@ mod tests {
         let c = comp(json!({"conditions": [
             {"type": "Synthesized", "status": "False", "reason": "ModuleUnavailable",
              "message": "spec.module.oci: unauthorized", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}));
-        let v = view(&c, &[], &|_, _| None);
+        let v = view(&c, &[], &|_, _| Ok(None));
         assert_eq!(v.next.state, "blocked");
         assert_eq!(v.next.reason.as_deref(), Some("ModuleUnavailable"));
         let c = comp(json!({"dependencyStatus": {"blocked": true,
             "blockedBy": [{"name": "db", "namespace": "team-a", "reason": "NotReady"}]}}));
-        let v = view(&c, &[], &|_, _| None);
+        let v = view(&c, &[], &|_, _| Ok(None));
         assert_eq!(v.next.state, "blocked");
         assert!(v.next.message.unwrap().contains("team-a/db"));
     }

@@ -67,13 +67,20 @@ pub async fn reconcile(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Acti
     let released = comp.metadata.deletion_timestamp.is_some()
         && matches!(&result, Ok(a) if *a == Action::await_change());
     if !released {
-        ctx.metrics
-            .composition_reconciles
-            .get_or_create(&super::metrics::CompositionLabel {
-                namespace: comp.namespace().unwrap_or_default(),
-                name: comp.name_any(),
-            })
-            .inc();
+        let who = super::metrics::CompositionLabel {
+            namespace: comp.namespace().unwrap_or_default(),
+            name: comp.name_any(),
+        };
+        ctx.metrics.composition_reconciles.get_or_create(&who).inc();
+        // A failed pass wrote no status: the health series still advance (stuck keeps time).
+        if result.is_err() {
+            ctx.metrics.health.record(
+                &who,
+                &comp.status.clone().unwrap_or_default(),
+                comp.metadata.creation_timestamp.as_ref(),
+                ctx.opts.stuck_threshold,
+            );
+        }
     }
     result
 }
@@ -260,14 +267,6 @@ async fn converge(ctx: &Arc<Context>, comp: &Arc<Composition>) -> Result<Action,
         write_back(ctx, comp, &uid, instance.as_ref()).await;
     }
     status_write::write(ctx, comp, &st).await?;
-    ctx.metrics.health.record(
-        &super::metrics::CompositionLabel {
-            namespace: comp.namespace().unwrap_or_default(),
-            name: comp.name_any(),
-        },
-        &st,
-        ctx.opts.stuck_threshold,
-    );
     let idle = if super::condition::is_true(&st.conditions, conditions::READY) {
         ctx.opts.resync
     } else {

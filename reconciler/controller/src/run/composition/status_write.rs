@@ -143,6 +143,16 @@ pub(crate) async fn write(
     st: &CompositionStatus,
 ) -> Result<(), Error> {
     let st = &bounded(st);
+    // Every status a pass settles on sets the health series, written or unchanged.
+    ctx.metrics.health.record(
+        &super::super::metrics::CompositionLabel {
+            namespace: comp.namespace().unwrap_or_default(),
+            name: comp.name_any(),
+        },
+        st,
+        comp.metadata.creation_timestamp.as_ref(),
+        ctx.opts.stuck_threshold,
+    );
     if comp.status.as_ref() == Some(st) {
         return Ok(());
     }

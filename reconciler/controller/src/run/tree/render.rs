@@ -5,6 +5,14 @@ use std::fmt::Write as _;
 
 use super::{Resource, State, View};
 
+/// `s` without control characters (a message from a synthesizer or the API server must not
+/// drive the terminal).
+fn clean(s: &str) -> String {
+    s.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
+}
+
 /// The text of `enoki status`: the Composition, its conditions, the next synthesis, then each
 /// readiness group with its resources. `color`: ANSI colours (only for a terminal).
 pub fn text(v: &View, color: bool) -> String {
@@ -51,12 +59,16 @@ pub fn text(v: &View, color: bool) -> String {
         (None, Some(m)) => format!("{}: {m}", v.next.state),
         _ => v.next.state.clone(),
     };
+    let next = clean(&next);
     let next = if v.next.state == "blocked" {
         paint("33", &next)
     } else {
         next
     };
     let _ = writeln!(out, "  next synthesis: {next}");
+    if let Some(note) = &v.note {
+        let _ = writeln!(out, "  {}", clean(note));
+    }
     let width = v
         .resources
         .iter()
@@ -72,7 +84,7 @@ pub fn text(v: &View, color: bool) -> String {
         let (mark, code) = match r.state {
             State::Ready => ("✔", "32"),
             State::Waiting { .. } => ("…", "33"),
-            State::Failed { .. } => ("✘", "31"),
+            State::Failed { .. } | State::Unreadable { .. } => ("✘", "31"),
             State::Deferred { .. } | State::Pending => ("○", "90"),
             State::Deleting => ("−", "35"),
         };
@@ -80,8 +92,8 @@ pub fn text(v: &View, color: bool) -> String {
             out,
             "  {} {:width$}  {}",
             paint(code, mark),
-            r.label(),
-            describe(r)
+            clean(&r.label()),
+            clean(&describe(r))
         );
     }
     out
@@ -93,7 +105,8 @@ pub fn describe(r: &Resource) -> String {
         State::Ready => "ready".into(),
         State::Waiting { unsatisfied } => format!("waiting on {}", unsatisfied.join("; ")),
         State::Failed { reason } => format!("failed: {reason}"),
-        State::Deferred { group } => format!("deferred: group {group} is not ready"),
+        State::Deferred { waits_on } => format!("deferred: group {waits_on} is not ready"),
+        State::Unreadable { reason } => format!("unreadable: {reason}"),
         State::Pending => "pending: not applied yet".into(),
         State::Deleting => "deleting: no longer emitted".into(),
     }
@@ -114,6 +127,7 @@ fn fill(state: &State) -> &'static str {
         State::Waiting { .. } => "#ffe08a",
         State::Failed { .. } => "#f4a6a6",
         State::Deferred { .. } => "#dddddd",
+        State::Unreadable { .. } => "#f4a6a6",
         State::Pending => "#cfe2ff",
         State::Deleting => "#e0c3fc",
     }
