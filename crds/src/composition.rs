@@ -55,8 +55,9 @@ pub struct CompositionSpec {
     /// do no more than its RBAC allows (Flux's `serviceAccountName`). Defaults to the
     /// controller's `--default-service-account`; without either, the controller's identity.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// (`""` is the same as unset.)
     #[schemars(
-        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"),
+        regex(pattern = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)?$"),
         length(max = 253)
     )]
     pub service_account_name: Option<String>,

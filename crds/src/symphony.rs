@@ -36,8 +36,12 @@ pub struct SymphonySpec {
     #[schemars(length(max = 50))]
     pub synthesis_env: Vec<EnvVar>,
     /// The ServiceAccount (in the Symphony's namespace) every generated Composition acts as:
-    /// their `spec.serviceAccountName` (see Composition).
+    /// their `spec.serviceAccountName` (see Composition; `""` is the same as unset).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        regex(pattern = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)?$"),
+        length(max = 253)
+    )]
     pub service_account_name: Option<String>,
 }
 

@@ -236,22 +236,22 @@ pub struct Limits {
     /// Wall-clock deadline of one run (a duration: `10s`, `1m 30s`; default `10s`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("x-kubernetes-validations" = [
-        {"rule": "self.matches('^\\\\s*([0-9]+\\\\s*[a-zA-Zµ]+\\\\s*)+$')",
-         "message": "timeout must be a duration such as 10s, 500ms or 1m 30s"}
+        {"rule": "self.matches('^\\\\s*([0-9]+(\\\\.[0-9]+)?\\\\s*[a-zA-Zµ]+\\\\s*)+$')",
+         "message": "timeout must be a duration such as 10s, 1.5s, 500ms or 1m 30s"}
     ]), length(max = 64))]
     pub timeout: Option<String>,
     /// Linear memory cap (a whole number of bytes as a Kubernetes quantity: `256Mi`, `1.5Gi`,
     /// `512M`; default `256Mi`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("x-kubernetes-validations" = [
-        {"rule": "self.matches('^[0-9]+(\\\\.[0-9]+)?([eE][0-9]+|Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$')",
+        {"rule": "self.matches('^\\\\s*\\\\+?([0-9]+(\\\\.[0-9]*)?|\\\\.[0-9]+)([eE][+-]?[0-9]+|Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?\\\\s*$')",
          "message": "memory must be a quantity of bytes such as 256Mi, 1.5Gi or 512M"}
     ]), length(max = 64))]
     pub memory: Option<String>,
     /// Stdout cap (a quantity of bytes, default `16Mi`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("x-kubernetes-validations" = [
-        {"rule": "self.matches('^[0-9]+(\\\\.[0-9]+)?([eE][0-9]+|Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$')",
+        {"rule": "self.matches('^\\\\s*\\\\+?([0-9]+(\\\\.[0-9]*)?|\\\\.[0-9]+)([eE][+-]?[0-9]+|Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?\\\\s*$')",
          "message": "output must be a quantity of bytes such as 16Mi or 1Gi"}
     ]), length(max = 64))]
     pub output: Option<String>,

@@ -13,15 +13,25 @@ fn git(args: &[&str]) -> Option<String> {
         .filter(|s| !s.is_empty())
 }
 
+/// Whether this crate's sources are tracked by the git repository around them (a source archive
+/// unpacked inside some other repository is not: its commit is not this source's).
+fn in_own_checkout() -> bool {
+    git(&["ls-files", "--error-unmatch", "build.rs"]).is_some()
+}
+
 fn main() {
     for var in ["ENOKI_COMMIT", "ENOKI_BUILD_DATE"] {
         println!("cargo:rerun-if-env-changed={var}");
     }
-    // A new commit changes HEAD or the branch it points to (a loose ref, or packed-refs).
-    if let Some(dir) = git(&["rev-parse", "--absolute-git-dir"]) {
-        let mut watched = vec![format!("{dir}/HEAD"), format!("{dir}/packed-refs")];
+    let own = in_own_checkout();
+    // A new commit changes HEAD or the branch it points to (a loose ref, or packed-refs; in a
+    // worktree those two live in the common directory).
+    if own && let Some(dir) = git(&["rev-parse", "--absolute-git-dir"]) {
+        let common = git(&["rev-parse", "--path-format=absolute", "--git-common-dir"])
+            .unwrap_or_else(|| dir.clone());
+        let mut watched = vec![format!("{dir}/HEAD"), format!("{common}/packed-refs")];
         if let Some(head) = git(&["symbolic-ref", "-q", "HEAD"]) {
-            watched.push(format!("{dir}/{head}"));
+            watched.push(format!("{common}/{head}"));
         }
         for path in watched {
             // A path that does not exist would make cargo rerun this on every build.
@@ -30,13 +40,14 @@ fn main() {
             }
         }
     }
+    let from_git = |args: &[&str]| if own { git(args) } else { None };
     let commit = std::env::var("ENOKI_COMMIT")
         .ok()
-        .or_else(|| git(&["rev-parse", "--short=12", "HEAD"]))
+        .or_else(|| from_git(&["rev-parse", "--short=12", "HEAD"]))
         .unwrap_or_else(|| "unknown".into());
     let date = std::env::var("ENOKI_BUILD_DATE")
         .ok()
-        .or_else(|| git(&["show", "-s", "--format=%cs", "HEAD"]))
+        .or_else(|| from_git(&["show", "-s", "--format=%cs", "HEAD"]))
         .unwrap_or_else(|| "unknown".into());
     println!("cargo:rustc-env=ENOKI_COMMIT={commit}");
     println!("cargo:rustc-env=ENOKI_BUILD_DATE={date}");

@@ -6,7 +6,18 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 /// enoki: a Kubernetes composition reconciler with in-process WebAssembly synthesizers.
 #[derive(Debug, Parser)]
-#[command(name = "enoki", version, about)]
+#[command(
+    name = "enoki",
+    version = concat!(
+        env!("CARGO_PKG_VERSION"),
+        " (commit ",
+        env!("ENOKI_COMMIT"),
+        ", ",
+        env!("ENOKI_BUILD_DATE"),
+        ")"
+    ),
+    about
+)]
 pub struct Args {
     /// What to do.
     #[command(subcommand)]

@@ -187,8 +187,10 @@ async fn diff(args: &cli::DiffArgs) -> anyhow::Result<run::diff::Report> {
 fn start(args: &cli::RunArgs) -> anyhow::Result<()> {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colour only when the log goes to a terminal.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     match args.log_format {
         cli::LogFormat::Json => builder.json().init(),
