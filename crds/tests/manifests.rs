@@ -74,6 +74,30 @@ fn composition_crd_has_status_columns_and_short_name() {
         .iter()
         .map(|c| c.name.as_str())
         .collect();
-    assert_eq!(columns, ["Synthesizer", "Status", "Ready", "Error", "Age"]);
+    assert_eq!(
+        columns,
+        ["Synthesizer", "Status", "Ready", "Error", "Synthesized", "Age"]
+    );
     assert_eq!(crds::Synthesizer::crd().spec.scope, "Cluster");
+}
+
+#[test]
+fn every_crd_is_in_the_enoki_category_with_a_short_name_and_documented() {
+    use kube::CustomResourceExt;
+    for (crd, short) in [
+        (crds::Composition::crd(), "comp"),
+        (crds::Synthesizer::crd(), "synth"),
+        (crds::Symphony::crd(), "sym"),
+        (crds::ResourceSlice::crd(), "rslice"),
+    ] {
+        let names = &crd.spec.names;
+        assert_eq!(names.categories.as_deref(), Some(&["enoki".to_string()][..]));
+        assert_eq!(names.short_names.as_deref(), Some(&[short.to_string()][..]));
+        let yaml = serde_json::to_string(&crd).unwrap();
+        assert!(
+            !yaml.contains("Auto-generated"),
+            "{}: kubectl explain shows documentation, not a generated placeholder",
+            names.kind
+        );
+    }
 }
