@@ -76,7 +76,14 @@ fn composition_crd_has_status_columns_and_short_name() {
         .collect();
     assert_eq!(
         columns,
-        ["Synthesizer", "Status", "Ready", "Error", "Synthesized", "Age"]
+        [
+            "Synthesizer",
+            "Status",
+            "Ready",
+            "Error",
+            "Synthesized",
+            "Age"
+        ]
     );
     assert_eq!(crds::Synthesizer::crd().spec.scope, "Cluster");
 }
@@ -91,7 +98,10 @@ fn every_crd_is_in_the_enoki_category_with_a_short_name_and_documented() {
         (crds::ResourceSlice::crd(), "rslice"),
     ] {
         let names = &crd.spec.names;
-        assert_eq!(names.categories.as_deref(), Some(&["enoki".to_string()][..]));
+        assert_eq!(
+            names.categories.as_deref(),
+            Some(&["enoki".to_string()][..])
+        );
         assert_eq!(names.short_names.as_deref(), Some(&[short.to_string()][..]));
         let yaml = serde_json::to_string(&crd).unwrap();
         assert!(

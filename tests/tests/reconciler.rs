@@ -344,7 +344,15 @@ async fn kubectl_get_comp_prints_the_documented_columns() {
         .collect();
     assert_eq!(
         header,
-        ["NAME", "SYNTHESIZER", "STATUS", "READY", "AGE"],
+        [
+            "NAME",
+            "SYNTHESIZER",
+            "STATUS",
+            "READY",
+            "ERROR",
+            "SYNTHESIZED",
+            "AGE"
+        ],
         "{text}"
     );
     assert!(text.contains("Ready") && text.contains("True"), "{text}");
