@@ -29,7 +29,12 @@ fn main() {
     if own && let Some(dir) = git(&["rev-parse", "--absolute-git-dir"]) {
         let common = git(&["rev-parse", "--path-format=absolute", "--git-common-dir"])
             .unwrap_or_else(|| dir.clone());
-        let mut watched = vec![format!("{dir}/HEAD"), format!("{common}/packed-refs")];
+        // logs/HEAD changes with every commit, whichever way the branch's ref is stored.
+        let mut watched = vec![
+            format!("{dir}/HEAD"),
+            format!("{dir}/logs/HEAD"),
+            format!("{common}/packed-refs"),
+        ];
         if let Some(head) = git(&["symbolic-ref", "-q", "HEAD"]) {
             watched.push(format!("{common}/{head}"));
         }

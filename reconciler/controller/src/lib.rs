@@ -114,7 +114,7 @@ async fn status(args: &cli::StatusArgs) -> anyhow::Result<()> {
                 }
             }
             // One failed read does not end --watch: it is shown and tried again.
-            Err(e) if args.watch => format!("error: {e:#}\n"),
+            Err(e) if args.watch => format!("error: {}\n", run::tree::clean(&format!("{e:#}"))),
             Err(e) => return Err(e),
         };
         let mut out = std::io::stdout().lock();

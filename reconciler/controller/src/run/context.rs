@@ -330,6 +330,16 @@ impl Context {
                 p.remove(uid);
             }
         }
+        let cached: std::collections::HashSet<super::metrics::CompositionLabel> = self
+            .compositions
+            .state()
+            .iter()
+            .map(|c| super::metrics::CompositionLabel {
+                namespace: c.metadata.namespace.clone().unwrap_or_default(),
+                name: c.metadata.name.clone().unwrap_or_default(),
+            })
+            .collect();
+        self.metrics.health.retain(&cached);
         gone.len()
     }
 

@@ -21,6 +21,8 @@ use crds::names::{conditions, reasons};
 /// The health series of every Composition.
 #[derive(Clone, Default)]
 pub struct Health {
+    /// Whose series exist (to drop those of Compositions gone from the cache).
+    known: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<CompositionLabel>>>,
     ready: Family<CompositionLabel, Gauge>,
     synthesized: Family<CompositionLabel, Gauge>,
     reconciled: Family<CompositionLabel, Gauge>,
@@ -110,6 +112,9 @@ impl Health {
         created: Option<&Time>,
         stuck_after: Duration,
     ) {
+        if let Ok(mut k) = self.known.lock() {
+            k.insert(who.clone());
+        }
         let condition = |t: &str| st.conditions.iter().find(|c| c.type_ == t);
         let is_true = |t: &str| i64::from(condition(t).is_some_and(|c| c.status == "True"));
         self.ready
@@ -154,8 +159,24 @@ impl Health {
         }
     }
 
+    /// Drops the series of every Composition not in `live` (gone from the cache, e.g. its
+    /// finalizer removed by someone else).
+    pub fn retain(&self, live: &std::collections::HashSet<CompositionLabel>) {
+        let gone: Vec<CompositionLabel> = self
+            .known
+            .lock()
+            .map(|k| k.iter().filter(|w| !live.contains(*w)).cloned().collect())
+            .unwrap_or_default();
+        for who in &gone {
+            self.forget(who);
+        }
+    }
+
     /// Drops the series of a Composition that is gone.
     pub fn forget(&self, who: &CompositionLabel) {
+        if let Ok(mut k) = self.known.lock() {
+            k.remove(who);
+        }
         self.ready.remove(who);
         self.synthesized.remove(who);
         self.reconciled.remove(who);

@@ -238,7 +238,8 @@ async fn pull_credentials(
     {
         Some(c) => Ok(Some(c)),
         None => Err(fail(format!(
-            "{what} holds no credentials for the registry {registry}"
+            "{what} holds no credentials for the registry {registry} (repository {})",
+            parsed.repository()
         ))),
     }
 }

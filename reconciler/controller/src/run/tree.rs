@@ -187,7 +187,7 @@ pub fn view(
         let Ok(key) = ResourceKey::of(&e.manifest) else {
             continue;
         };
-        let annotations = string_map(e.manifest.pointer("/metadata/annotations"));
+        let annotations = plan::plan::annotations_of(&e.manifest);
         let settings =
             settings::parse(&key, &annotations, &composition_annotations).unwrap_or_default();
         let named = settings::readiness_annotations(&annotations);
@@ -219,36 +219,20 @@ pub fn view(
             // Not applied for this synthesis yet: a live object is an older synthesis's.
             State::Pending
         } else {
-            let object = match live(&key, &api_version) {
-                Ok(object) => object,
-                Err(reason) => {
-                    resources.push((
-                        Resource {
-                            api_version,
-                            kind: key.kind.clone(),
-                            namespace: key.namespace.clone(),
-                            name: key.name.clone(),
-                            group: settings.readiness_group,
-                            checks: named
+            match live(&key, &api_version) {
+                Err(reason) => State::Unreadable { reason },
+                Ok(object) => {
+                    match readiness::evaluate(&checks, settings.health, object.as_ref()) {
+                        ReadinessState::Ready { .. } => State::Ready,
+                        ReadinessState::NotReady { unsatisfied } => State::Waiting {
+                            unsatisfied: unsatisfied
                                 .iter()
-                                .map(|(n, _, cel)| format!("{n}: {cel}"))
+                                .map(|u| with_expression(u, &named))
                                 .collect(),
-                            state: State::Unreadable { reason },
                         },
-                        e.status.reconciled,
-                    ));
-                    continue;
+                        ReadinessState::Absent => State::Pending,
+                    }
                 }
-            };
-            match readiness::evaluate(&checks, settings.health, object.as_ref()) {
-                ReadinessState::Ready { .. } => State::Ready,
-                ReadinessState::NotReady { unsatisfied } => State::Waiting {
-                    unsatisfied: unsatisfied
-                        .iter()
-                        .map(|u| with_expression(u, &named))
-                        .collect(),
-                },
-                ReadinessState::Absent => State::Pending,
             }
         };
         resources.push((
@@ -379,21 +363,6 @@ fn next(st: &crds::CompositionStatus, conditions: &[ConditionView]) -> Next {
     }
 }
 
-fn string_map(v: Option<&Value>) -> BTreeMap<String, String> {
-    v.and_then(Value::as_object)
-        .map(|m| {
-            m.iter()
-                .map(|(k, v)| {
-                    (
-                        k.clone(),
-                        v.as_str().map_or_else(|| v.to_string(), String::from),
-                    )
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// Reads Composition `namespace/name` and the ResourceSlices of its current synthesis from
 /// `client`, and the live object of each resource still waiting from `target` (the cluster
 /// emitted objects go to: the same, or `--remote-kubeconfig`'s), and returns its [`view`].
@@ -496,10 +465,13 @@ async fn live_object(
     let gvk = GroupVersionKind::gvk(group, version, &kind);
     let cache_key = format!("{api_version}/{kind}");
     if !discovery.contains_key(&cache_key) {
-        let found = kube::discovery::pinned_kind(client, &gvk)
-            .await
-            .ok()
-            .map(|(resource, caps)| (resource, caps.scope));
+        let found = match kube::discovery::pinned_kind(client, &gvk).await {
+            Ok((resource, caps)) => Some((resource, caps.scope)),
+            // The kind is not served: the object cannot exist.
+            Err(kube::Error::Discovery(_)) => None,
+            // Discovery itself failed (403, an aggregated API down): say so.
+            Err(e) => return Err(format!("discovering {api_version} {kind}: {e}")),
+        };
         discovery.insert(cache_key.clone(), found);
     }
     let Some(Some((resource, scope))) = discovery.get(&cache_key) else {

@@ -257,10 +257,23 @@ impl Registry {
     }
 }
 
+/// Registry services that give each customer a subdomain (`<name>.azurecr.io`): a token realm
+/// there must be on the registry's own host.
+const SHARED_REGISTRY_DOMAINS: &[&str] = &[
+    "azurecr.io",
+    "azurecr.cn",
+    "azurecr.us",
+    "pkg.dev",
+    "amazonaws.com",
+    "jfrog.io",
+    "cloudsmith.io",
+];
+
 /// Whether a registry's credentials may go to the token service at `realm`: its host is the
-/// registry's host (any port), or both are DNS names in the same domain (the last two labels:
-/// `auth.docker.io` for `registry-1.docker.io`) and the realm is `https://`. An IP address
-/// matches only itself.
+/// registry's host (any port), or both are DNS names with the same registrable domain under the
+/// public suffix list (`auth.docker.io` for `registry-1.docker.io`), that domain is not a
+/// registry service's shared one ([`SHARED_REGISTRY_DOMAINS`]: never `evil.azurecr.io` for
+/// `team.azurecr.io`) and the realm is `https://`. An IP address matches only itself.
 pub fn credentials_may_go_to(realm: &str, registry_host: &str) -> bool {
     let Ok(url) = reqwest::Url::parse(realm) else {
         return false;
@@ -279,9 +292,11 @@ pub fn credentials_may_go_to(realm: &str, registry_host: &str) -> bool {
         return true;
     }
     let domain = |h: &str| {
-        let labels: Vec<&str> = h.rsplit('.').take(2).collect();
-        (labels.len() == 2 && h.parse::<std::net::IpAddr>().is_err() && !h.starts_with('['))
-            .then(|| format!("{}.{}", labels[1], labels[0]))
+        (h.parse::<std::net::IpAddr>().is_err() && !h.starts_with('['))
+            .then(|| psl::domain_str(h).map(String::from))
+            .flatten()
+            // Registry services whose subdomains are different customers' registries.
+            .filter(|d| !SHARED_REGISTRY_DOMAINS.contains(&d.as_str()))
     };
     url.scheme() == "https" && domain(&realm_host).is_some_and(|d| Some(d) == domain(&registry))
 }
@@ -671,6 +686,19 @@ mod token_service_tests {
         assert!(!credentials_may_go_to(
             "https://10.0.0.2/token",
             "10.0.0.1:5000"
+        ));
+        // Public suffixes are not a shared domain.
+        assert!(!credentials_may_go_to(
+            "https://evil.azurecr.io/oauth2/token",
+            "team.azurecr.io"
+        ));
+        assert!(!credentials_may_go_to(
+            "https://evil.co.uk/token",
+            "reg.example.co.uk"
+        ));
+        assert!(credentials_may_go_to(
+            "https://auth.example.co.uk/token",
+            "reg.example.co.uk"
         ));
         assert!(!credentials_may_go_to("not a url", "reg.example"));
     }

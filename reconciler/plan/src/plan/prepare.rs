@@ -32,6 +32,24 @@ pub fn patch_target(manifest: &Value) -> Result<Option<(String, String)>, String
     }
 }
 
+/// A manifest's annotations as strings (a non-string value as its JSON text).
+pub fn annotations_of(manifest: &Value) -> BTreeMap<String, String> {
+    manifest
+        .pointer("/metadata/annotations")
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| {
+                    (
+                        k.clone(),
+                        v.as_str().map_or_else(|| v.to_string(), String::from),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// Ingests a synthesis's output.
 ///
 /// # Errors
@@ -48,21 +66,7 @@ pub fn prepare(desired: &[Desired], composition: &CompositionInfo) -> Result<Pre
                 resource: key.to_string(),
             });
         }
-        let annotations: BTreeMap<String, String> = d
-            .manifest
-            .pointer("/metadata/annotations")
-            .and_then(Value::as_object)
-            .map(|m| {
-                m.iter()
-                    .map(|(k, v)| {
-                        (
-                            k.clone(),
-                            v.as_str().map_or_else(|| v.to_string(), String::from),
-                        )
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
+        let annotations = annotations_of(&d.manifest);
         let settings = settings::parse(&key, &annotations, &composition.annotations)?;
         let checks = settings::readiness_annotations(&annotations)
             .into_iter()

@@ -50,7 +50,16 @@ pub async fn reconcile(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Acti
     let start = std::time::Instant::now();
     let comp = status_write::fresh(&ctx, comp);
     let result = match finalizer::state(&comp) {
-        finalizer::State::Released => Ok(Action::await_change()),
+        finalizer::State::Released => {
+            // Released by someone else (or a pass before): nothing of it is reported any more.
+            ctx.metrics
+                .health
+                .forget(&super::metrics::CompositionLabel {
+                    namespace: comp.namespace().unwrap_or_default(),
+                    name: comp.name_any(),
+                });
+            Ok(Action::await_change())
+        }
         finalizer::State::Missing => finalizer::add(&ctx, &comp).await,
         finalizer::State::Deleting => delete(&ctx, &comp).await,
         finalizer::State::Present => converge(&ctx, &comp).await,

@@ -7,7 +7,7 @@ use super::{Resource, State, View};
 
 /// `s` without control characters (a message from a synthesizer or the API server must not
 /// drive the terminal).
-fn clean(s: &str) -> String {
+pub fn clean(s: &str) -> String {
     s.chars()
         .map(|c| if c.is_control() { ' ' } else { c })
         .collect()
@@ -40,7 +40,10 @@ pub fn text(v: &View, color: bool) -> String {
         let _ = writeln!(
             out,
             "  {}={} {}: {}",
-            c.type_, c.status, c.reason, c.message
+            clean(&c.type_),
+            clean(&c.status),
+            clean(&c.reason),
+            clean(&c.message)
         );
     }
     match (&v.synthesis, &v.synthesized) {
