@@ -512,20 +512,19 @@ fn the_cli_pushes_and_inspects_with_the_docker_config_and_credential_helpers() {
     );
 }
 
-/// `spec.module.pullSecret`: a Synthesizer pulls from a registry that requires credentials
-/// with a `kubernetes.io/dockerconfigjson` Secret; without it (or with a wrong password) the
-/// condition says unauthorized and names the registry, and the password appears in no status,
-/// Event or log.
-#[tokio::test]
-async fn a_synthesizer_pulls_from_a_private_registry_with_its_pull_secret() {
+/// `.dockerconfigjson` (base64) of `puller:password` for `registry`.
+fn docker_config_json(registry: &str, password: &str) -> String {
     use base64::Engine;
-    use crds::{Composition, Synthesizer};
-    use kube::api::{Api, Patch, PatchParams};
-    use serde_json::json;
+    let b64 = |s: String| base64::engine::general_purpose::STANDARD.encode(s);
+    let auth = b64(format!("puller:{password}"));
+    b64(format!(
+        r#"{{"auths":{{"{registry}":{{"auth":"{auth}"}}}}}}"#
+    ))
+}
 
-    const PASSWORD: &str = "pull-pass-90210";
-    let (_registry, addr) = harness::start_registry_with_auth("puller", PASSWORD);
-    let config = docker_config(&addr, "puller", PASSWORD);
+/// Pushes the sample to the private registry `addr` (as `puller`) and returns its digest.
+fn push_private(addr: &str, password: &str) -> String {
+    let config = docker_config(addr, "puller", password);
     let out = enoki_with_env(
         &[
             "module",
@@ -540,45 +539,36 @@ async fn a_synthesizer_pulls_from_a_private_registry_with_its_pull_secret() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let digest = String::from_utf8_lossy(&out.stdout)
+    String::from_utf8_lossy(&out.stdout)
         .lines()
         .next()
         .unwrap()
-        .to_string();
-    let env = harness::TestEnv::new().await;
-    harness::install_crds(&env.client).await;
-    let ns = env.namespace.clone();
+        .to_string()
+}
+
+/// Secrets `regcred` (`password`) and `wrongcred`, ConfigMap `cfg`, and three Synthesizers
+/// and Compositions on the private module: `with` (regcred), `without`, `wrong` (wrongcred).
+async fn private_compositions(env: &harness::TestEnv, addr: &str, digest: &str, password: &str) {
+    use kube::api::{Api, Patch, PatchParams};
+    use serde_json::json;
+    let ns = env.namespace.as_str();
+    let apply = PatchParams::apply("test").force();
     let secrets: Api<k8s_openapi::api::core::v1::Secret> = env.api();
-    let dockerconfig = |password: &str| {
-        let auth = base64::engine::general_purpose::STANDARD.encode(format!("puller:{password}"));
-        base64::engine::general_purpose::STANDARD
-            .encode(format!(r#"{{"auths":{{"{addr}":{{"auth":"{auth}"}}}}}}"#))
-    };
-    for (name, password) in [("regcred", PASSWORD), ("wrongcred", "not-the-password")] {
+    for (name, pw) in [("regcred", password), ("wrongcred", "not-the-password")] {
         let secret = json!({"apiVersion": "v1", "kind": "Secret",
             "metadata": {"name": name}, "type": "kubernetes.io/dockerconfigjson",
-            "data": {".dockerconfigjson": dockerconfig(password)}});
+            "data": {".dockerconfigjson": docker_config_json(addr, pw)}});
         secrets
-            .patch(
-                name,
-                &PatchParams::apply("test").force(),
-                &Patch::Apply(&secret),
-            )
+            .patch(name, &apply, &Patch::Apply(&secret))
             .await
             .unwrap();
     }
     let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = env.api();
     let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"},
         "data": {"greeting": "private"}});
-    cms.patch(
-        "cfg",
-        &PatchParams::apply("test").force(),
-        &Patch::Apply(&cm),
-    )
-    .await
-    .unwrap();
-    let synths: Api<Synthesizer> = Api::all(env.client.clone());
-    let comps: Api<Composition> = env.api();
+    cms.patch("cfg", &apply, &Patch::Apply(&cm)).await.unwrap();
+    let synths: Api<crds::Synthesizer> = Api::all(env.client.clone());
+    let comps: Api<crds::Composition> = env.api();
     for (suffix, secret) in [
         ("with", Some("regcred")),
         ("without", None),
@@ -594,11 +584,7 @@ async fn a_synthesizer_pulls_from_a_private_registry_with_its_pull_secret() {
             "spec": {"module": module, "refs": [{"key": "config",
                 "resource": {"group": "", "version": "v1", "kind": "ConfigMap"}}]}});
         synths
-            .patch(
-                &name,
-                &PatchParams::apply("test").force(),
-                &Patch::Apply(&synth),
-            )
+            .patch(&name, &apply, &Patch::Apply(&synth))
             .await
             .unwrap();
         let comp = json!({"apiVersion": "enoki.dev/v1alpha1", "kind": "Composition",
@@ -606,67 +592,23 @@ async fn a_synthesizer_pulls_from_a_private_registry_with_its_pull_secret() {
             "spec": {"synthesizer": {"name": name},
                 "bindings": [{"key": "config", "resource": {"name": "cfg"}}]}});
         comps
-            .patch(
-                suffix,
-                &PatchParams::apply("test").force(),
-                &Patch::Apply(&comp),
-            )
+            .patch(suffix, &apply, &Patch::Apply(&comp))
             .await
             .unwrap();
     }
-    let enoki = harness::Enoki::start(&ns);
-    harness::wait_ready(&env, "with").await;
-    let msg = cms.get("with-message").await.unwrap().data.unwrap()["message"].clone();
-    assert_eq!(msg, "private, world");
+}
 
-    let condition_text = |c: &Composition| {
-        c.status
-            .as_ref()
-            .map(|s| {
-                s.conditions
-                    .iter()
-                    .map(|c| format!("{} {} {}: {}", c.type_, c.status, c.reason, c.message))
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            })
-            .unwrap_or_default()
-    };
-    for (name, says) in [
-        ("without", "no credentials were sent"),
-        ("wrong", "the credentials from Secret"),
-    ] {
-        let text = harness::eventually(
-            &format!("{name}: the condition says unauthorized"),
-            Duration::from_secs(60),
-            || async {
-                let t = condition_text(&comps.get(name).await.unwrap());
-                t.contains("unauthorized").then_some(t)
-            },
-        )
-        .await;
-        assert!(
-            text.contains(&addr) && text.contains(says) && text.contains("ModuleUnavailable"),
-            "{name}: {text}"
-        );
-        assert!(
-            !comps
-                .get(name)
-                .await
-                .unwrap()
-                .status
-                .unwrap()
-                .conditions
-                .iter()
-                .any(|c| c.type_ == "Ready" && c.status == "True")
-        );
-    }
-    // The password is nowhere a user or an operator reads.
+/// Every status, Event and log line of the test's objects, as one text.
+async fn everything_readable(env: &harness::TestEnv, enoki: &harness::Enoki) -> String {
+    use kube::api::Api;
+    let synths: Api<crds::Synthesizer> = Api::all(env.client.clone());
+    let comps: Api<crds::Composition> = env.api();
     let mut seen = String::new();
     for s in synths.list(&Default::default()).await.unwrap() {
         if s.metadata
             .name
             .as_deref()
-            .is_some_and(|n| n.starts_with(&ns))
+            .is_some_and(|n| n.starts_with(&env.namespace))
         {
             seen.push_str(&serde_json::to_string(&s.status).unwrap());
         }
@@ -679,7 +621,54 @@ async fn a_synthesizer_pulls_from_a_private_registry_with_its_pull_secret() {
         seen.push_str(e.note.as_deref().unwrap_or_default());
     }
     seen.push_str(&enoki.logs());
+    seen
+}
+
+/// `spec.module.pullSecret`: a Synthesizer pulls from a registry that requires credentials
+/// with a `kubernetes.io/dockerconfigjson` Secret; without it (or with a wrong password) the
+/// condition says unauthorized and names the registry, and the password appears in no status,
+/// Event or log.
+#[tokio::test]
+async fn a_synthesizer_pulls_from_a_private_registry_with_its_pull_secret() {
+    const PASSWORD: &str = "pull-pass-90210";
+    let (_registry, addr) = harness::start_registry_with_auth("puller", PASSWORD);
+    let digest = push_private(&addr, PASSWORD);
+    let env = harness::TestEnv::new().await;
+    harness::install_crds(&env.client).await;
+    private_compositions(&env, &addr, &digest, PASSWORD).await;
+    let enoki = harness::Enoki::start(&env.namespace);
+    harness::wait_ready(&env, "with").await;
+    let cms: kube::Api<k8s_openapi::api::core::v1::ConfigMap> = env.api();
+    let msg = cms.get("with-message").await.unwrap().data.unwrap()["message"].clone();
+    assert_eq!(msg, "private, world");
+
+    for (name, says) in [
+        ("without", "no credentials were sent"),
+        ("wrong", "the credentials from Secret"),
+    ] {
+        let (status, reason, message) = harness::eventually(
+            &format!("{name}: the condition says unauthorized"),
+            Duration::from_secs(60),
+            || async {
+                harness::composition_condition(&env, name, "Synthesized")
+                    .await
+                    .filter(|(_, _, m)| m.contains("unauthorized"))
+            },
+        )
+        .await;
+        assert_eq!(
+            (status.as_str(), reason.as_str()),
+            ("False", "ModuleUnavailable")
+        );
+        assert!(
+            message.contains(&addr) && message.contains(says),
+            "{name}: {message}"
+        );
+        assert!(!harness::composition_ready(&env, name).await);
+    }
+    // The password is nowhere a user or an operator reads.
+    let seen = everything_readable(&env, &enoki).await;
     assert!(seen.contains("unauthorized"), "the refusals were recorded");
     assert!(!seen.contains(PASSWORD) && !seen.contains("not-the-password"));
-    assert!(!seen.contains(&dockerconfig(PASSWORD)));
+    assert!(!seen.contains(&docker_config_json(&addr, PASSWORD)));
 }

@@ -104,14 +104,9 @@ fn kubeconfig_with_namespaces(ns: &str, other_ns: &str) -> std::path::PathBuf {
     path
 }
 
-#[tokio::test]
-async fn enoki_status_names_the_failing_check_and_what_blocks_the_next_synthesis() {
-    let env = harness::TestEnv::new().await;
-    harness::install_crds(&env.client).await;
-    let synth = harness::install_synthesizer(&env, "echo", &harness::echo_module()).await;
-    harness::set_echo_items(&env, "cfg", &items("no")).await;
-    harness::apply_composition(&env, "gated", &synth, "cfg", json!({})).await;
-    let enoki = harness::Enoki::start(&env.namespace);
+/// Group 0 ready, group 1 waiting on its check, group 2 deferred — in JSON and in text — and the
+/// Ready condition naming the blocking resource.
+async fn the_view_names_the_waiting_check(env: &harness::TestEnv, synth: &str) {
     let ns = env.namespace.as_str();
     // Group 0 is ready, group 1 waits on its check, group 2 is not applied.
     let view: Value = harness::eventually(
@@ -163,11 +158,14 @@ async fn enoki_status_names_the_failing_check_and_what_blocks_the_next_synthesis
         "no colour when stdout is not a terminal"
     );
     // The Ready condition names the blocking resource too (kubectl shows it).
-    let (_, _, message) = harness::composition_condition(&env, "gated", "Ready")
+    let (_, _, message) = harness::composition_condition(env, "gated", "Ready")
         .await
         .unwrap();
     assert!(message.contains("gate"), "{message}");
+}
 
+/// The DAG as Graphviz `dot`, and drawn as SVG.
+fn the_graph_is_drawn(ns: &str) {
     // The DAG as Graphviz, and drawn as SVG.
     let (code, dot) = status(&["gated", "-n", ns, "-o", "dot"]);
     assert_eq!(code, 0, "{dot}");
@@ -177,6 +175,10 @@ async fn enoki_status_names_the_failing_check_and_what_blocks_the_next_synthesis
     assert_eq!(code, 0, "{out}");
     let drawn = std::fs::read_to_string(&svg).unwrap();
     assert!(drawn.contains("<svg") && drawn.contains("gate") && drawn.contains("#ffe08a"));
+}
+
+/// The namespace from the kubeconfig context when -n is absent; --context picks another.
+fn the_namespace_comes_from_the_context(ns: &str) {
     // The namespace comes from the kubeconfig context when -n is absent; --context picks one.
     let kubeconfig = kubeconfig_with_namespaces(ns, "kube-public");
     let file = kubeconfig.to_string_lossy().to_string();
@@ -198,7 +200,10 @@ async fn enoki_status_names_the_failing_check_and_what_blocks_the_next_synthesis
         text.contains(&format!("Composition {ns}/missing does not exist")),
         "{text}"
     );
+}
 
+/// `edit` sees everything; `view` the conditions and the next synthesis, not the slices.
+async fn tenants_see_what_their_roles_allow(ns: &str) {
     // A tenant with `edit` in the namespace sees everything; one with `view` sees the
     // conditions and the next synthesis, not the slices (they hold rendered Secrets).
     harness::grant_tenant_edit(ns);
@@ -230,7 +235,12 @@ async fn enoki_status_names_the_failing_check_and_what_blocks_the_next_synthesis
         text.contains("reading ResourceSlices is forbidden") && !text.contains("group 1"),
         "{text}"
     );
+}
 
+/// The next synthesis blocked (its Synthesizer does not exist): the current synthesis is still
+/// shown and the blocker is named.
+async fn a_blocked_next_synthesis_is_named(env: &harness::TestEnv) {
+    let ns = env.namespace.as_str();
     // The next synthesis blocked: the Synthesizer it names does not exist. The current
     // synthesis is still shown, and the blocker is named.
     let comps: Api<crds::Composition> = env.api();
@@ -269,7 +279,21 @@ async fn enoki_status_names_the_failing_check_and_what_blocks_the_next_synthesis
         text.contains("next synthesis: blocked: SynthesizerNotFound"),
         "{text}"
     );
-    drop(enoki);
+}
+
+#[tokio::test]
+async fn enoki_status_names_the_failing_check_and_what_blocks_the_next_synthesis() {
+    let env = harness::TestEnv::new().await;
+    harness::install_crds(&env.client).await;
+    let synth = harness::install_synthesizer(&env, "echo", &harness::echo_module()).await;
+    harness::set_echo_items(&env, "cfg", &items("no")).await;
+    harness::apply_composition(&env, "gated", &synth, "cfg", json!({})).await;
+    let _enoki = harness::Enoki::start(&env.namespace);
+    the_view_names_the_waiting_check(&env, &synth).await;
+    the_graph_is_drawn(&env.namespace);
+    the_namespace_comes_from_the_context(&env.namespace);
+    tenants_see_what_their_roles_allow(&env.namespace).await;
+    a_blocked_next_synthesis_is_named(&env).await;
 }
 
 /// What admission refuses (CEL `x-kubernetes-validations`, patterns, list-map keys), with the

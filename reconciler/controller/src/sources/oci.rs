@@ -301,24 +301,17 @@ pub fn credentials_may_go_to(realm: &str, registry_host: &str) -> bool {
     url.scheme() == "https" && domain(&realm_host).is_some_and(|d| Some(d) == domain(&registry))
 }
 
-pub(super) async fn pull_unbounded(
-    reference: &str,
+/// The HTTP client of one pull: timeouts, the extra CA, and redirects under the rule (a local
+/// or insecure registry may redirect only to itself).
+fn registry_client(
+    registry_host: &str,
+    insecure: bool,
     policy: &FetchPolicy,
-    credentials: Option<&Credentials>,
     extra_ca: Option<&[u8]>,
-) -> Result<Vec<u8>, SourceError> {
-    let r = parse_reference(reference)?;
-    let Some(pinned) = r.digest().map(String::from) else {
-        return Err(SourceError::Invalid(format!(
-            "{reference:?} has no digest: pin the module as <registry>/<repo>:<tag>@sha256:<digest> (tag-only references are refused because tags can move)"
-        )));
-    };
-    let registry_host = r.resolve_registry().to_string();
-    let insecure = insecure_registries(&r).contains(&registry_host);
-    let scheme = if insecure { "http" } else { "https" };
+) -> Result<reqwest::Client, SourceError> {
     install_crypto();
     let rule = *policy;
-    let home = registry_host.clone();
+    let home = registry_host.to_string();
     let mut builder = reqwest::Client::builder()
         .connect_timeout(CONNECT_TIMEOUT)
         .read_timeout(READ_TIMEOUT);
@@ -327,12 +320,11 @@ pub(super) async fn pull_unbounded(
             .map_err(|e| SourceError::Invalid(format!("CA file: {e}")))?;
         builder = builder.add_root_certificate(cert);
     }
-    let http = builder
+    builder
         .redirect(reqwest::redirect::Policy::custom(move |attempt| {
             if attempt.previous().len() >= 5 {
                 return attempt.error("more than 5 redirects");
             }
-            // A local or insecure registry may redirect to itself only; others by the rule.
             let to_home = attempt
                 .url()
                 .host_str()
@@ -353,7 +345,25 @@ pub(super) async fn pull_unbounded(
         .map_err(|e| SourceError::Remote {
             action: "building the HTTPS client".into(),
             message: e.to_string(),
-        })?;
+        })
+}
+
+pub(super) async fn pull_unbounded(
+    reference: &str,
+    policy: &FetchPolicy,
+    credentials: Option<&Credentials>,
+    extra_ca: Option<&[u8]>,
+) -> Result<Vec<u8>, SourceError> {
+    let r = parse_reference(reference)?;
+    let Some(pinned) = r.digest().map(String::from) else {
+        return Err(SourceError::Invalid(format!(
+            "{reference:?} has no digest: pin the module as <registry>/<repo>:<tag>@sha256:<digest> (tag-only references are refused because tags can move)"
+        )));
+    };
+    let registry_host = r.resolve_registry().to_string();
+    let insecure = insecure_registries(&r).contains(&registry_host);
+    let scheme = if insecure { "http" } else { "https" };
+    let http = registry_client(&registry_host, insecure, policy, extra_ca)?;
     let mut reg = Registry {
         http,
         base: format!("{scheme}://{registry_host}/v2/"),
