@@ -28,31 +28,9 @@ fn can(
     kubectl(&args, None).1.trim().starts_with("yes")
 }
 
-#[tokio::test]
-#[allow(clippy::too_many_lines)] // one table of routes per actor
-async fn the_default_install_denies_every_route_past_a_tenants_namespace() {
-    // Reach the server first (fails loudly without a control plane).
-    let _client = harness::client().await;
-    let yaml = harness::install_default_install();
-    assert!(
-        !yaml.contains("cluster-admin"),
-        "deploy/ must never grant cluster-admin"
-    );
-    assert!(yaml.contains("--default-service-account=enoki-composer"));
-    assert!(yaml.contains("--no-cross-namespace-refs"));
-    assert!(!yaml.contains("--lepton-persistent-volumes"));
-    let id = format!("{:06x}", rand::random::<u32>() & 0xff_ffff);
-    let (a, b) = (format!("deploy-a-{id}"), format!("deploy-b-{id}"));
-    let admin = harness::client().await;
-    for ns in [&a, &b] {
-        harness::create_namespace(&admin, ns).await;
-    }
-    harness::onboard_namespace(&a);
-    harness::grant_tenant_edit(&a);
+/// What the controller needs under the default install, and may (`na` onboarded).
+fn the_controller_may_do_what_it_needs(na: Option<&str>) {
     let ctl = harness::CONTROLLER_SA;
-    let composer = format!("system:serviceaccount:{a}:enoki-composer");
-    let (na, nb) = (Some(a.as_str()), Some(b.as_str()));
-
     // What the controller needs, and may.
     for (verb, resource, ns, sub) in [
         ("patch", "compositions.enoki.dev", None, Some("status")),
@@ -94,6 +72,11 @@ async fn the_default_install_denies_every_route_past_a_tenants_namespace() {
         );
         std::thread::sleep(std::time::Duration::from_millis(500));
     }
+}
+
+/// Everything a tenant could reach through the controller: denied (`na` onboarded, `nb` not).
+fn the_controller_may_do_no_more(na: Option<&str>, nb: Option<&str>) {
+    let ctl = harness::CONTROLLER_SA;
     // Everything a tenant could reach through the controller: denied.
     let denied_controller: Vec<(&str, &str, Option<&str>, Option<&str>)> = vec![
         ("create", "configmaps", None, None),
@@ -171,6 +154,11 @@ async fn the_default_install_denies_every_route_past_a_tenants_namespace() {
             "controller may {verb} {resource} {ns:?} {sub:?}"
         );
     }
+}
+
+/// What a Composition in onboarded namespace `a` acts as, and what its tenant may do.
+fn compositions_and_tenants_stay_in_their_namespace(a: &str, na: Option<&str>, nb: Option<&str>) {
+    let composer = format!("system:serviceaccount:{a}:enoki-composer");
     // What a Composition in an onboarded namespace acts as: `edit` there, nothing else.
     assert!(can(&composer, "create", "configmaps", na, None));
     assert!(can(
@@ -221,17 +209,17 @@ async fn the_default_install_denies_every_route_past_a_tenants_namespace() {
     }
     // The onboarded account mounts no token into pods that name no account.
     let (ok, sa) = kubectl(
-        &["get", "sa", "enoki-composer", "-n", &a, "-o", "json"],
+        &["get", "sa", "enoki-composer", "-n", a, "-o", "json"],
         None,
     );
     assert!(ok, "{sa}");
     let sa: serde_json::Value = serde_json::from_str(&sa).unwrap();
     assert_eq!(sa["automountServiceAccountToken"], false);
+}
 
-    // The Helm chart renders the same objects and installs over the kustomize ones.
-    helm_chart_matches_kustomize();
-    uninstall_keeps_compositions_and_a_reinstall_adopts_them().await;
-
+/// The single-tenant overlay (opt-in) grants what it says and is still not cluster-admin.
+fn the_single_tenant_overlay_grants_what_it_says() {
+    let ctl = harness::CONTROLLER_SA;
     // The single-tenant overlay (opt-in) grants what it says: writes of what synthesizers
     // emit, the built-ins' kinds, quota's reads.
     let yaml = harness::apply_kustomization("deploy/overlays/single-tenant");
@@ -270,6 +258,39 @@ async fn the_default_install_denies_every_route_past_a_tenants_namespace() {
             "single-tenant controller may {verb} {resource}"
         );
     }
+}
+
+#[tokio::test]
+async fn the_default_install_denies_every_route_past_a_tenants_namespace() {
+    // Reach the server first (fails loudly without a control plane).
+    let _client = harness::client().await;
+    let yaml = harness::install_default_install();
+    assert!(
+        !yaml.contains("cluster-admin"),
+        "deploy/ must never grant cluster-admin"
+    );
+    assert!(yaml.contains("--default-service-account=enoki-composer"));
+    assert!(yaml.contains("--no-cross-namespace-refs"));
+    assert!(!yaml.contains("--lepton-persistent-volumes"));
+    let id = format!("{:06x}", rand::random::<u32>() & 0xff_ffff);
+    let (a, b) = (format!("deploy-a-{id}"), format!("deploy-b-{id}"));
+    let admin = harness::client().await;
+    for ns in [&a, &b] {
+        harness::create_namespace(&admin, ns).await;
+    }
+    harness::onboard_namespace(&a);
+    harness::grant_tenant_edit(&a);
+    let (na, nb) = (Some(a.as_str()), Some(b.as_str()));
+
+    the_controller_may_do_what_it_needs(na);
+    the_controller_may_do_no_more(na, nb);
+    compositions_and_tenants_stay_in_their_namespace(&a, na, nb);
+
+    // The Helm chart renders the same objects and installs over the kustomize ones.
+    helm_chart_matches_kustomize();
+    uninstall_keeps_compositions_and_a_reinstall_adopts_them().await;
+
+    the_single_tenant_overlay_grants_what_it_says();
     // Back to the default for the suites after this one.
     let _ = harness::install_default_install();
 }

@@ -259,7 +259,7 @@ impl Registry {
 
 /// Registry services that give each customer a subdomain (`<name>.azurecr.io`): a token realm
 /// there must be on the registry's own host.
-const SHARED_REGISTRY_DOMAINS: &[&str] = &[
+pub const SHARED_REGISTRY_DOMAINS: &[&str] = &[
     "azurecr.io",
     "azurecr.cn",
     "azurecr.us",
