@@ -23,7 +23,7 @@ use super::cluster::Cluster;
 use super::composition::{observe, synthesize};
 use super::context::Parts;
 use super::shard::Shard;
-use super::{Context, Options, inputs, module};
+use super::{Context, Options, inputs};
 use crate::synthesis::{self, Module, SynthesisInput};
 use crds::names::FIELD_MANAGER;
 use crds::{Composition, ResourceSlice};
@@ -189,19 +189,9 @@ async fn synthesize_from_cluster(ctx: &Context, comp: &Composition) -> anyhow::R
     if let Err(msg) = ctx.remote_user_of(comp) {
         anyhow::bail!("{who}: {msg}");
     }
-    let module = module::fetch(
-        &ctx.client,
-        &ctx.host,
-        &synth,
-        ctx.opts.module_ca.as_deref(),
-        &ctx.opts.sandbox.fetch,
-        &module::CompileBudget {
-            time: ctx.opts.sandbox.compile_timeout,
-            memory_bytes: ctx.opts.sandbox.compile_memory_budget_bytes,
-        },
-    )
-    .await
-    .map_err(|e| anyhow::anyhow!("Synthesizer {}: {e}", synth.name_any()))?;
+    let module = observe::fetch_module(ctx, &synth)
+        .await
+        .map_err(|e| anyhow::anyhow!("Synthesizer {}: {e}", synth.name_any()))?;
     let gathered = observe::gather(ctx, comp, &synth)
         .await?
         .map_err(|m| anyhow::anyhow!("{who}: {m}"))?;

@@ -199,6 +199,34 @@ fn cached_module(
 }
 
 /// Fetches and compiles the module, reports it on the Synthesizer and caches the result.
+/// Fetches and compiles `synth`'s module with the controller's options; its own references
+/// obey the tenancy rule before anything is read, whoever asks (a Composition, the Synthesizer
+/// controller, `enoki diff`).
+pub(crate) async fn fetch_module(
+    ctx: &Context,
+    synth: &Synthesizer,
+) -> Result<synthesis::Module, module::ModuleError> {
+    if ctx.opts.no_cross_namespace_refs {
+        let refused =
+            super::super::tenancy::module_refs(synth, ctx.opts.controller_namespace.as_deref());
+        if !refused.is_empty() {
+            return Err(module::ModuleError::Spec(refused.join("; ")));
+        }
+    }
+    module::fetch(
+        &ctx.client,
+        &ctx.host,
+        synth,
+        ctx.opts.module_ca.as_deref(),
+        &ctx.opts.sandbox.fetch,
+        &module::CompileBudget {
+            time: ctx.opts.sandbox.compile_timeout,
+            memory_bytes: ctx.opts.sandbox.compile_memory_budget_bytes,
+        },
+    )
+    .await
+}
+
 async fn fetch_and_cache(
     ctx: &Context,
     synth: &Synthesizer,
@@ -211,29 +239,7 @@ async fn fetch_and_cache(
     let slot = ctx
         .slots
         .enter(ctx.opts.sandbox.fetch.timeout + ctx.opts.sandbox.compile_timeout);
-    // The module's own references obey the tenancy rule before anything is read, whichever
-    // controller (Composition, Synthesizer) asked for the module.
-    let refused = if ctx.opts.no_cross_namespace_refs {
-        super::super::tenancy::module_refs(synth, ctx.opts.controller_namespace.as_deref())
-    } else {
-        Vec::new()
-    };
-    let result = if refused.is_empty() {
-        module::fetch(
-            &ctx.client,
-            &ctx.host,
-            synth,
-            ctx.opts.module_ca.as_deref(),
-            &ctx.opts.sandbox.fetch,
-            &module::CompileBudget {
-                time: ctx.opts.sandbox.compile_timeout,
-                memory_bytes: ctx.opts.sandbox.compile_memory_budget_bytes,
-            },
-        )
-        .await
-    } else {
-        Err(module::ModuleError::Spec(refused.join("; ")))
-    };
+    let result = fetch_module(ctx, synth).await;
     super::super::metrics::Metrics::count(
         &ctx.metrics.module_fetches,
         result
