@@ -190,6 +190,15 @@ pub fn parse_reference(reference: &str) -> Result<Reference, SourceError> {
 }
 
 /// Registries reached over plain HTTP: loopback addresses (a local test registry), plus
+/// The user's credentials for the registry of an OCI reference ([`credentials::from_user_config`]); `None`
+/// for an unparsable reference (the pull reports that), a reference not pinned by digest (the
+/// pull refuses it before any request) or when there are none.
+pub fn for_reference(reference: &str) -> Option<credentials::Credentials> {
+    let r = parse_reference(reference).ok()?;
+    r.digest()?;
+    credentials::from_user_config(r.resolve_registry())
+}
+
 /// any listed in `ENOKI_INSECURE_REGISTRIES` (comma-separated `host:port`).
 pub fn insecure_registries(reference: &Reference) -> Vec<String> {
     let mut out: Vec<String> = std::env::var("ENOKI_INSECURE_REGISTRIES")

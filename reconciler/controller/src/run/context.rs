@@ -1,8 +1,8 @@
 //! The state every reconcile shares: the client, the wasm host, the watch caches, and what
 //! enoki remembers per Composition between passes.
 //!
-//! Everything remembered per Composition lives in one [`Memory`] entry keyed by its UID and is
-//! dropped with [`Context::forget`] when the Composition is gone (its finalizer released, or a
+//! Everything remembered per Composition lives in the stores of [`super::memory::Memory`],
+//! keyed by its UID, and is dropped with [`Context::forget`] when the Composition is gone (its finalizer released, or a
 //! periodic sweep finds it missing from the cache); the per-Synthesizer module cache holds one
 //! entry per Synthesizer; compiled modules are bounded by bytes in the wasm host.
 
@@ -19,45 +19,7 @@ use super::shard::Shard;
 use super::watches::Watches;
 use super::{Options, metrics};
 use crate::synthesis::Module;
-use crds::{Composition, CompositionStatus, ResourceSlice, ResourceState};
-use plan::ResourceKey;
-
-/// Per-resource write backoff: failures so far, when to try again, and the last error.
-pub(crate) type Backoff = (u32, Instant, String);
-
-/// What enoki remembers about one Composition between reconciles.
-#[derive(Default)]
-pub(crate) struct Memory {
-    /// Resources whose writes keep failing.
-    pub backoff: HashMap<ResourceKey, Backoff>,
-    /// Drift corrections per resource (another writer that keeps changing it).
-    pub fights: HashMap<ResourceKey, super::resources::fights::Fight>,
-    /// `drift: interval`: when each resource was last checked against its live object.
-    pub interval_checks: HashMap<ResourceKey, Instant>,
-    /// Instance mode: the status write-back of the current synthesis (`Some(None)`: it
-    /// emitted none; `None`: unknown, e.g. after a restart).
-    pub status_write: Option<Option<serde_json::Value>>,
-    /// The status enoki last wrote: (resourceVersion the server returned, resourceVersion
-    /// the cache showed before the write, the status), so a pass that starts from a cache
-    /// entry older than that write still sees it.
-    pub written: Option<(String, String, CompositionStatus)>,
-    /// Parsed manifests per slice name (with the slice's generation).
-    pub parsed: HashMap<String, (Option<i64>, Arc<super::composition::slices::Parsed>)>,
-    /// The same for each ResourceSlice's status, by slice name.
-    pub slice_status: HashMap<String, (String, Vec<ResourceState>)>,
-    /// The output of a synthesis whose slices could not be written yet, by trigger
-    /// fingerprint, so a retry writes them without running the synthesizer again.
-    pub pending_output: Option<(String, crate::synthesis::Synthesized)>,
-    /// Slices written for a new synthesis whose status write has not succeeded yet: (trigger
-    /// fingerprint, the synthesis as it is to be recorded). A retry records it again instead
-    /// of synthesizing and writing new slices; they are deleted when the write fails for good.
-    pub unrecorded: Option<(String, crds::Synthesis)>,
-    /// A synthesis of this fingerprint failed: not run again before `retry_at`.
-    pub failed: Option<super::composition::synthesize::Failed>,
-    /// The note of the last Warning Event per reason (`ApplyFailed`, `Conflict`,
-    /// `InvalidAnnotation`): the same note is not published again on every pass.
-    pub reported: HashMap<&'static str, String>,
-}
+use crds::{Composition, ResourceSlice};
 
 /// Which Synthesizer a cached module is for: its UID (a Synthesizer deleted and created again
 /// under the same name starts over) and generation.
@@ -110,7 +72,8 @@ pub struct Context {
     pub(crate) memory_budget: super::sandbox::MemoryBudget,
     /// The Compositions this Context reconciles (all, unless `--shards`).
     pub(crate) shard: Shard,
-    memory: Mutex<HashMap<String, Memory>>,
+    /// What enoki remembers per Composition between reconciles, one store per concern.
+    pub(crate) memory: super::memory::Memory,
     /// Ingested syntheses (by Composition UID), least recently used dropped first once they
     /// hold more than `--plan-cache-resources` resources; a dropped one is ingested again
     /// from its slices when next needed.
@@ -179,7 +142,7 @@ impl Context {
             slots: p.slots,
             memory_budget: p.memory_budget,
             shard: p.shard,
-            memory: Mutex::new(HashMap::new()),
+            memory: super::memory::Memory::default(),
             prepared: Mutex::new(PreparedLru::new(plan_cache)),
             failures: Mutex::new(HashMap::new()),
             other_failures: Mutex::new(HashMap::new()),
@@ -247,14 +210,6 @@ impl Context {
         }
     }
 
-    /// Runs `f` on the memory of Composition `uid` (created empty on first use).
-    pub(crate) fn remember<T>(&self, uid: &str, f: impl FnOnce(&mut Memory) -> T) -> T {
-        match self.memory.lock() {
-            Ok(mut m) => f(m.entry(uid.to_string()).or_default()),
-            Err(_) => f(&mut Memory::default()),
-        }
-    }
-
     /// The ingested synthesis of Composition `uid` under `key`, if cached.
     pub(crate) fn prepared(&self, uid: &str, key: &str) -> Option<Arc<plan::Prepared>> {
         self.prepared.lock().ok()?.get(uid, key)
@@ -290,8 +245,8 @@ impl Context {
     /// Drops everything remembered about a Composition that is gone, and the watches only it
     /// needed.
     pub(crate) fn forget(&self, comp: &ObjectRef<Composition>, uid: Option<&str>) {
-        if let (Some(uid), Ok(mut m)) = (uid, self.memory.lock()) {
-            m.remove(uid);
+        if let Some(uid) = uid {
+            self.memory.forget(uid);
         }
         if let (Some(uid), Ok(mut p)) = (uid, self.prepared.lock()) {
             p.remove(uid);
@@ -319,13 +274,12 @@ impl Context {
             .collect();
         let gone: Vec<String> = self
             .memory
-            .lock()
-            .map(|m| m.keys().filter(|k| !live.contains(*k)).cloned().collect())
-            .unwrap_or_default();
+            .uids()
+            .into_iter()
+            .filter(|k| !live.contains(k))
+            .collect();
         for uid in &gone {
-            if let Ok(mut m) = self.memory.lock() {
-                m.remove(uid);
-            }
+            self.memory.forget(uid);
             if let Ok(mut p) = self.prepared.lock() {
                 p.remove(uid);
             }
@@ -345,7 +299,7 @@ impl Context {
 
     /// How many Compositions have remembered state (for tests and metrics).
     pub(crate) fn remembered(&self) -> usize {
-        self.memory.lock().map_or(0, |m| m.len())
+        self.memory.uids().len()
     }
 
     /// Resolves a GVK of the management cluster (inputs, instances) to its ApiResource and

@@ -189,7 +189,7 @@ async fn synthesize_from_cluster(ctx: &Context, comp: &Composition) -> anyhow::R
     if let Err(msg) = ctx.remote_user_of(comp) {
         anyhow::bail!("{who}: {msg}");
     }
-    let module = observe::fetch_module(ctx, &synth)
+    let module = super::synthesizer::fetch_module(ctx, &synth)
         .await
         .map_err(|e| anyhow::anyhow!("Synthesizer {}: {e}", synth.name_any()))?;
     let gathered = observe::gather(ctx, comp, &synth)

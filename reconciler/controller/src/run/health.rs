@@ -14,7 +14,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use super::metrics::{CompositionLabel, FloatGauge};
+use super::labels::{CompositionLabel, FloatGauge};
 use crds::CompositionStatus;
 use crds::names::{conditions, reasons};
 

@@ -236,9 +236,15 @@ async fn reconcile_once(obj: Arc<DynamicObject>, inst: Arc<Instance>) -> Result<
 
     if obj.metadata.deletion_timestamp.is_some() {
         if !stale.is_empty() {
-            super::set_finalizers(&api, obj.as_ref(), &stale, None, obj.resource_version())
-                .await
-                .map_err(kube_err("removing a stale instance finalizer"))?;
+            super::finalizers::set_finalizers(
+                &api,
+                obj.as_ref(),
+                &stale,
+                None,
+                obj.resource_version(),
+            )
+            .await
+            .map_err(kube_err("removing a stale instance finalizer"))?;
         }
         let Some(f) = wanted.filter(|f| held(f)) else {
             return Ok(Action::await_change());
@@ -246,9 +252,15 @@ async fn reconcile_once(obj: Arc<DynamicObject>, inst: Arc<Instance>) -> Result<
         return delete_outputs(&obj, &inst, &comps, &comp_name, f, &api, &name).await;
     }
     if wanted.is_some_and(|f| !held(f)) || !stale.is_empty() {
-        super::set_finalizers(&api, obj.as_ref(), &stale, wanted, obj.resource_version())
-            .await
-            .map_err(kube_err("setting the instance finalizer"))?;
+        super::finalizers::set_finalizers(
+            &api,
+            obj.as_ref(),
+            &stale,
+            wanted,
+            obj.resource_version(),
+        )
+        .await
+        .map_err(kube_err("setting the instance finalizer"))?;
     }
     let mut binding = json!({"key": super::inputs::SELF_KEY, "resource": {"name": name}});
     if let Some(ns) = obj.namespace() {
@@ -300,7 +312,7 @@ async fn delete_outputs(
         .await
         .map_err(kube_err("reading the implicit Composition"))?;
     let Some(c) = comp else {
-        super::set_finalizers(api, obj, &[f], None, obj.resource_version())
+        super::finalizers::set_finalizers(api, obj, &[f], None, obj.resource_version())
             .await
             .map_err(kube_err("removing the instance finalizer"))?;
         tracing::info!(instance = %name, "outputs removed; finalizer released");
@@ -363,7 +375,7 @@ async fn final_synthesis_done(
 
 #[allow(clippy::needless_pass_by_value)] // the signature kube-runtime requires
 fn error_policy(obj: Arc<DynamicObject>, err: &Error, inst: Arc<Instance>) -> Action {
-    super::other_error_policy(
+    super::policy::other_error_policy(
         &inst.ctx,
         &instance_key(&obj, &inst),
         obj.object_ref(&inst.ar),

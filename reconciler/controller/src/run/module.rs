@@ -2,7 +2,7 @@
 //! `oci` (pulled by digest) and `url` (https, verified against `sha256`), each capped at the
 //! policy's module size while it is read (a gzip bomb stops at the cap, it is never inflated
 //! whole). Compilation runs on a blocking thread under a time budget; see
-//! `composition::observe::load_module` for the negative cache.
+//! `synthesizer::load_module` for the negative cache.
 
 use std::io::Read;
 

@@ -25,9 +25,10 @@ use kube::{Resource, ResourceExt};
 use super::cluster::{Cluster, build_client};
 use super::context::{Context, Parts};
 use super::fence::Fence;
+use super::policy::error_policy;
 use super::shard::Shard;
 use super::watches::Watches;
-use super::{Options, composition, error_policy, instances, metrics, symphony};
+use super::{Options, composition, instances, metrics, symphony};
 use crds::{Composition, ResourceSlice};
 
 mod shards;

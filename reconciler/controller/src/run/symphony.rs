@@ -148,7 +148,7 @@ fn desired_composition(sym: &Symphony, v: &Variation) -> serde_json::Value {
 /// # Errors
 /// Transient API failures (retried by the error policy).
 pub async fn reconcile(sym: Arc<Symphony>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let key = super::object_key(sym.as_ref());
+    let key = super::policy::object_key(sym.as_ref());
     let result = reconcile_once(sym, ctx.clone()).await;
     if result.is_ok() {
         ctx.clear_failures(&key);
@@ -185,7 +185,7 @@ async fn reconcile_once(sym: Arc<Symphony>, ctx: Arc<Context>) -> Result<Action,
         return Ok(Action::await_change());
     }
     if !has_finalizer {
-        super::set_cleanup_finalizer(&syms, sym.as_ref(), true, sym.resource_version())
+        super::finalizers::set_cleanup_finalizer(&syms, sym.as_ref(), true, sym.resource_version())
             .await
             .map_err(kube_err("adding the Symphony finalizer"))?;
     }
@@ -255,7 +255,7 @@ async fn delete(
         }
     }
     if owned.is_empty() {
-        super::set_cleanup_finalizer(syms, sym, false, sym.resource_version())
+        super::finalizers::set_cleanup_finalizer(syms, sym, false, sym.resource_version())
             .await
             .map_err(kube_err("removing the Symphony finalizer"))?;
         return Ok(Action::await_change());

@@ -169,15 +169,6 @@ pub fn from_user_config(registry: &str) -> Option<Credentials> {
     }
 }
 
-/// The user's credentials for the registry of an OCI reference ([`from_user_config`]); `None`
-/// for an unparsable reference (the pull reports that), a reference not pinned by digest (the
-/// pull refuses it before any request) or when there are none.
-pub fn for_reference(reference: &str) -> Option<Credentials> {
-    let r = super::parse_reference(reference).ok()?;
-    r.digest()?;
-    from_user_config(r.resolve_registry())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

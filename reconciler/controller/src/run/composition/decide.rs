@@ -8,14 +8,129 @@
 //! (a claim the caller makes atomically, the one step that is not a pure function of what was
 //! observed). The pass over the current synthesis runs whatever that decision is: only
 //! deletion (which deletes instead) and a policy refusal (nothing is applied on behalf of a
-//! Composition refused for its spec or the controller's flags) change it. Blockers found while
-//! observing (a missing Synthesizer, module or input, an invalid spec) are decided where they
-//! are found and follow the same rule for the current synthesis.
+//! Composition refused for its spec or the controller's flags) change it. The preconditions
+//! observing finds (an invalid spec, a missing Synthesizer, module or input, refused limits or
+//! references) are judged by [`precondition`], in the order they are read.
 
 use std::time::Duration;
 
 use crds::DependencyStatus;
 use crds::names::reasons;
+
+/// A Synthesizer's module as observed.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) enum ModuleSeen {
+    /// Fetched and compiled (or not read yet: an earlier precondition blocks).
+    #[default]
+    Ready,
+    /// Being fetched or compiled by the Synthesizer controller.
+    Loading,
+    /// It failed (cached until its backoff passes).
+    Failed {
+        /// The error chain.
+        message: String,
+        /// Worth retrying soon (a registry or network fault).
+        transient: bool,
+    },
+}
+
+/// What observing a Composition found about the preconditions of any synthesis, in the order
+/// they are read; what comes after the first blocker is not read (left at its default).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct Preconditions {
+    /// Why the spec is invalid (too large, a bad ServiceAccount name).
+    pub invalid_spec: Option<String>,
+    /// The name of the Synthesizer that does not exist.
+    pub missing_synthesizer: Option<String>,
+    /// Why the namespace has no remote counterpart (`--remote-namespace-map`).
+    pub remote_unmapped: Option<String>,
+    /// References out of the namespace (`--no-cross-namespace-refs`).
+    pub cross_namespace: Vec<String>,
+    /// The module.
+    pub module: ModuleSeen,
+    /// Why the Synthesizer's limits are refused (above the controller's ceilings).
+    pub limits_refused: Option<String>,
+    /// Which required input is missing.
+    pub missing_input: Option<String>,
+}
+
+/// A precondition that blocks every synthesis.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Blocked {
+    /// Refused by policy: nothing is applied on the Composition's behalf (see [`current`]).
+    Refused {
+        reason: &'static str,
+        message: String,
+        retry: Duration,
+    },
+    /// Failed: the next synthesis waits; the current one is still enforced.
+    Failed {
+        reason: &'static str,
+        message: String,
+        retry: Duration,
+    },
+    /// The module is being fetched: not a failure; the current synthesis is still enforced.
+    Loading,
+}
+
+impl Blocked {
+    /// When to look again.
+    pub(crate) fn retry(&self) -> Duration {
+        match self {
+            Blocked::Refused { retry, .. } | Blocked::Failed { retry, .. } => *retry,
+            Blocked::Loading => Duration::from_secs(2),
+        }
+    }
+}
+
+/// The first precondition that blocks, in the order they are read: the spec, the Synthesizer,
+/// the remote namespace mapping, cross-namespace references, the module, the limits, the
+/// inputs. Policy refusals (terminal until the spec or the flags change) look again in 10 min;
+/// failures sooner, by how likely they are to clear.
+pub(crate) fn precondition(p: &Preconditions) -> Option<Blocked> {
+    let refused = |reason, message: &str| Blocked::Refused {
+        reason,
+        message: message.to_string(),
+        retry: Duration::from_secs(600),
+    };
+    let failed = |reason, message: String, secs| Blocked::Failed {
+        reason,
+        message,
+        retry: Duration::from_secs(secs),
+    };
+    if let Some(m) = &p.invalid_spec {
+        return Some(refused(reasons::INVALID_SPEC, m));
+    }
+    if let Some(name) = &p.missing_synthesizer {
+        let message = format!("Synthesizer {name:?} does not exist");
+        return Some(failed(reasons::SYNTHESIZER_NOT_FOUND, message, 30));
+    }
+    if let Some(m) = &p.remote_unmapped {
+        return Some(refused(reasons::REMOTE_NAMESPACE_UNMAPPED, m));
+    }
+    if !p.cross_namespace.is_empty() {
+        let message = format!(
+            "cross-namespace references are not allowed (--no-cross-namespace-refs): {}",
+            p.cross_namespace.join("; ")
+        );
+        return Some(refused(reasons::CROSS_NAMESPACE_REF, &message));
+    }
+    match &p.module {
+        ModuleSeen::Ready => {}
+        ModuleSeen::Loading => return Some(Blocked::Loading),
+        ModuleSeen::Failed { message, transient } => {
+            let secs = if *transient { 10 } else { 60 };
+            return Some(failed(reasons::MODULE_UNAVAILABLE, message.clone(), secs));
+        }
+    }
+    if let Some(m) = &p.limits_refused {
+        return Some(failed(reasons::LIMITS_REFUSED, m.clone(), 60));
+    }
+    if let Some(m) = &p.missing_input {
+        return Some(failed(reasons::MISSING_INPUT, m.clone(), 15));
+    }
+    None
+}
 
 /// What was observed of a due synthesis's preconditions.
 #[derive(Clone, Debug, Default)]
@@ -181,5 +296,124 @@ mod tests {
             }
         }
         assert_eq!(current(false, false), Current::Enforce);
+    }
+
+    /// Every precondition alone, then all at once: each blocks with its reason and retry, the
+    /// first in reading order wins, and the current synthesis is enforced under every one
+    /// except a policy refusal — or deleted while the Composition is deleting.
+    #[test]
+    fn preconditions_block_in_reading_order_and_leave_the_current_synthesis_enforced() {
+        let failed = ModuleSeen::Failed {
+            message: "registry down".into(),
+            transient: true,
+        };
+        let table: Vec<(Preconditions, Option<&str>, u64)> = vec![
+            (Preconditions::default(), None, 0),
+            (
+                Preconditions {
+                    invalid_spec: Some("too large".into()),
+                    ..Default::default()
+                },
+                Some(reasons::INVALID_SPEC),
+                600,
+            ),
+            (
+                Preconditions {
+                    missing_synthesizer: Some("s".into()),
+                    ..Default::default()
+                },
+                Some(reasons::SYNTHESIZER_NOT_FOUND),
+                30,
+            ),
+            (
+                Preconditions {
+                    remote_unmapped: Some("ns".into()),
+                    ..Default::default()
+                },
+                Some(reasons::REMOTE_NAMESPACE_UNMAPPED),
+                600,
+            ),
+            (
+                Preconditions {
+                    cross_namespace: vec!["bindings[0]".into()],
+                    ..Default::default()
+                },
+                Some(reasons::CROSS_NAMESPACE_REF),
+                600,
+            ),
+            (
+                Preconditions {
+                    module: ModuleSeen::Loading,
+                    ..Default::default()
+                },
+                Some(reasons::MODULE_LOADING),
+                2,
+            ),
+            (
+                Preconditions {
+                    module: failed.clone(),
+                    ..Default::default()
+                },
+                Some(reasons::MODULE_UNAVAILABLE),
+                10,
+            ),
+            (
+                Preconditions {
+                    limits_refused: Some("memory above the ceiling".into()),
+                    ..Default::default()
+                },
+                Some(reasons::LIMITS_REFUSED),
+                60,
+            ),
+            (
+                Preconditions {
+                    missing_input: Some("config".into()),
+                    ..Default::default()
+                },
+                Some(reasons::MISSING_INPUT),
+                15,
+            ),
+            (
+                Preconditions {
+                    invalid_spec: None,
+                    missing_synthesizer: Some("s".into()),
+                    remote_unmapped: Some("ns".into()),
+                    cross_namespace: vec!["x".into()],
+                    module: failed,
+                    limits_refused: Some("l".into()),
+                    missing_input: Some("i".into()),
+                },
+                Some(reasons::SYNTHESIZER_NOT_FOUND),
+                30,
+            ),
+        ];
+        for (seen, reason, retry) in table {
+            let got = precondition(&seen);
+            let got_reason = got.as_ref().map(|b| match b {
+                Blocked::Refused { reason, .. } | Blocked::Failed { reason, .. } => *reason,
+                Blocked::Loading => reasons::MODULE_LOADING,
+            });
+            assert_eq!(got_reason, reason, "{seen:?}");
+            if let Some(b) = &got {
+                assert_eq!(b.retry(), Duration::from_secs(retry), "{seen:?}");
+            }
+            let refused = matches!(got, Some(Blocked::Refused { .. }));
+            assert_eq!(
+                refused,
+                reason.is_some_and(|r| POLICY_REFUSALS.contains(&r))
+            );
+            for deleting in [false, true] {
+                let want = match (deleting, refused) {
+                    (true, _) => Current::Delete,
+                    (false, true) => Current::Nothing,
+                    (false, false) => Current::Enforce,
+                };
+                assert_eq!(
+                    current(deleting, refused),
+                    want,
+                    "{seen:?} deleting={deleting}"
+                );
+            }
+        }
     }
 }

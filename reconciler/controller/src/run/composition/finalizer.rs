@@ -44,7 +44,7 @@ pub fn state(comp: &Composition) -> State {
 pub(crate) async fn add(ctx: &Context, comp: &Composition) -> Result<Action, Error> {
     let api: Api<Composition> =
         Api::namespaced(ctx.client.clone(), &comp.namespace().unwrap_or_default());
-    super::super::set_cleanup_finalizer(&api, comp, true, comp.resource_version())
+    super::super::finalizers::set_cleanup_finalizer(&api, comp, true, comp.resource_version())
         .await
         .map_err(|source| Error::Finalizer {
             action: "adding",
@@ -60,7 +60,7 @@ pub(crate) async fn add(ctx: &Context, comp: &Composition) -> Result<Action, Err
 pub(crate) async fn release(ctx: &Arc<Context>, comp: &Composition) -> Result<(), Error> {
     let api: Api<Composition> =
         Api::namespaced(ctx.client.clone(), &comp.namespace().unwrap_or_default());
-    super::super::set_cleanup_finalizer(&api, comp, false, comp.resource_version())
+    super::super::finalizers::set_cleanup_finalizer(&api, comp, false, comp.resource_version())
         .await
         .map_err(|source| Error::Finalizer {
             action: "removing",

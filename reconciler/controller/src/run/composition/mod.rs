@@ -104,58 +104,100 @@ struct Observed {
     limits: wasm_host::RunLimits,
 }
 
-/// Observes what a synthesis depends on; `Err(action)` when something is missing (the
-/// condition is already in `st`).
+/// Observes what a synthesis depends on. `Err(requeue)` when a precondition blocks it: what
+/// was read goes to [`decide::precondition`], and its verdict into `st` (the one write here is
+/// to the status value this pass will write).
 async fn observe_all(
     ctx: &Arc<Context>,
     comp: &Composition,
     st: &mut CompositionStatus,
 ) -> Result<Result<Observed, Duration>, Error> {
-    let generation = comp.metadata.generation;
-    if let Some(msg) = crate::synthesis::composition_too_large(comp).or_else(|| {
-        crate::synthesis::invalid_service_account_name(comp.spec.service_account_name.as_deref())
-    }) {
-        // Terminal until the spec changes (a new generation is a new reconcile).
-        fail(st, generation, reasons::INVALID_SPEC, &msg);
-        return Ok(Err(Duration::from_secs(600)));
-    }
-    let Some(synth) = observe::synthesizer(ctx, comp).await? else {
-        let name = &comp.spec.synthesizer.name;
-        let msg = format!("Synthesizer {name:?} does not exist");
-        fail(st, generation, reasons::SYNTHESIZER_NOT_FOUND, &msg);
-        return Ok(Err(Duration::from_secs(30)));
+    let mut seen = decide::Preconditions::default();
+    let blocked = |st: &mut CompositionStatus, seen: &decide::Preconditions| {
+        decide::precondition(seen).map(|b| {
+            record_blocker(st, comp.metadata.generation, &b);
+            b.retry()
+        })
     };
-    if let Err(msg) = ctx.remote_user_of(comp) {
-        // Terminal until the flag or the Composition changes.
-        fail(st, generation, reasons::REMOTE_NAMESPACE_UNMAPPED, &msg);
-        return Ok(Err(Duration::from_secs(600)));
+    seen.invalid_spec = crate::synthesis::composition_too_large(comp).or_else(|| {
+        crate::synthesis::invalid_service_account_name(comp.spec.service_account_name.as_deref())
+    });
+    if let Some(wait) = blocked(st, &seen) {
+        return Ok(Err(wait));
     }
-    if ctx.opts.no_cross_namespace_refs {
-        let violations = super::tenancy::cross_namespace_refs(
-            comp,
-            &synth,
-            ctx.opts.controller_namespace.as_deref(),
-        );
-        if !violations.is_empty() {
-            // Terminal until the spec changes (a new generation is a new reconcile).
-            let msg = format!(
-                "cross-namespace references are not allowed (--no-cross-namespace-refs): {}",
-                violations.join("; ")
-            );
-            fail(st, generation, reasons::CROSS_NAMESPACE_REF, &msg);
-            return Ok(Err(Duration::from_secs(600)));
-        }
+    let synth = observe::synthesizer(ctx, comp).await?;
+    seen.missing_synthesizer = synth.is_none().then(|| comp.spec.synthesizer.name.clone());
+    seen.remote_unmapped = ctx.remote_user_of(comp).err();
+    if let Some(s) = synth.as_ref().filter(|_| ctx.opts.no_cross_namespace_refs) {
+        seen.cross_namespace =
+            super::tenancy::cross_namespace_refs(comp, s, ctx.opts.controller_namespace.as_deref());
     }
+    let (Some(synth), None) = (synth, blocked(st, &seen)) else {
+        return Ok(Err(
+            decide::precondition(&seen).map_or(Duration::from_secs(30), |b| b.retry())
+        ));
+    };
     let limits = synthesis::run_limits(synth.spec.limits.as_ref());
     let limits = limits.and_then(|l| ctx.opts.sandbox.check(l));
-    let module = match (observe::load_module(ctx, &synth).await, limits) {
-        (Ok(m), Ok(limits)) => (m, limits),
-        // Another reconcile is fetching the module: not a failure, nothing to report; the
-        // current synthesis is still enforced and this one looks again shortly.
-        (Err(super::module::ModuleError::Loading), _) => {
-            // Not a failure: a Composition that was synthesized keeps its conditions. One
-            // that never was, or whose last condition is a policy refusal (which no longer
-            // holds: the checks above passed), says what it waits for.
+    let module = super::synthesizer::load_module(ctx, &synth).await;
+    seen.module = match &module {
+        Ok(_) => decide::ModuleSeen::Ready,
+        Err(super::module::ModuleError::Loading) => decide::ModuleSeen::Loading,
+        Err(e) => decide::ModuleSeen::Failed {
+            message: super::error::chain(e),
+            transient: e.is_transient(),
+        },
+    };
+    seen.limits_refused = limits.as_ref().err().cloned();
+    let (Ok(module), Ok(limits), None) = (module, limits, blocked(st, &seen)) else {
+        return Ok(Err(
+            decide::precondition(&seen).map_or(Duration::from_secs(30), |b| b.retry())
+        ));
+    };
+    let gathered = match observe::gather(ctx, comp, &synth).await? {
+        Ok(g) => g,
+        Err(message) => {
+            seen.missing_input = Some(message);
+            let wait = blocked(st, &seen).unwrap_or(Duration::from_secs(15));
+            return Ok(Err(wait));
+        }
+    };
+    let mut revisions = gathered.revisions();
+    st.input_revisions.clone_from(&revisions);
+    // Observed outputs: passed to every synthesis; with `watchOutputs` a change is a trigger.
+    let mut observed = None;
+    if synth.spec.watch_outputs {
+        let (live, digest) = inputs::observed_outputs(ctx, comp, st).await?;
+        revisions.push(InputRevision {
+            key: inputs::OBSERVED_REVISION_KEY.into(),
+            digest: Some(digest),
+            ..InputRevision::default()
+        });
+        observed = Some(live);
+    }
+    Ok(Ok(Observed {
+        synth,
+        module,
+        gathered,
+        revisions,
+        observed,
+        limits,
+    }))
+}
+
+/// Records a precondition's verdict in the status this pass writes. A module being fetched is
+/// not a failure: a Composition that was synthesized keeps its conditions; one that never was,
+/// or whose last condition is a policy refusal (which no longer holds: the checks before the
+/// module passed), says what it waits for.
+fn record_blocker(st: &mut CompositionStatus, generation: Option<i64>, blocked: &decide::Blocked) {
+    match blocked {
+        decide::Blocked::Refused {
+            reason, message, ..
+        }
+        | decide::Blocked::Failed {
+            reason, message, ..
+        } => fail(st, generation, reason, message),
+        decide::Blocked::Loading => {
             let synthesized = st
                 .conditions
                 .iter()
@@ -173,51 +215,8 @@ async fn observe_all(
                     generation,
                 );
             }
-            return Ok(Err(Duration::from_secs(2)));
         }
-        (Err(e), _) => {
-            let msg = super::error::chain(&e);
-            fail(st, generation, reasons::MODULE_UNAVAILABLE, &msg);
-            return Ok(Err(Duration::from_secs(if e.is_transient() {
-                10
-            } else {
-                60
-            })));
-        }
-        (_, Err(message)) => {
-            fail(st, generation, reasons::LIMITS_REFUSED, &message);
-            return Ok(Err(Duration::from_secs(60)));
-        }
-    };
-    let gathered = match observe::gather(ctx, comp, &synth).await? {
-        Ok(g) => g,
-        Err(message) => {
-            fail(st, generation, reasons::MISSING_INPUT, &message);
-            return Ok(Err(Duration::from_secs(15)));
-        }
-    };
-    let mut revisions = gathered.revisions();
-    st.input_revisions.clone_from(&revisions);
-    // Observed outputs: passed to every synthesis; with `watchOutputs` a change is a trigger.
-    let mut observed = None;
-    if synth.spec.watch_outputs {
-        let (live, digest) = inputs::observed_outputs(ctx, comp, st).await?;
-        revisions.push(InputRevision {
-            key: inputs::OBSERVED_REVISION_KEY.into(),
-            digest: Some(digest),
-            ..InputRevision::default()
-        });
-        observed = Some(live);
     }
-    let (module, limits) = module;
-    Ok(Ok(Observed {
-        synth,
-        module,
-        gathered,
-        revisions,
-        observed,
-        limits,
-    }))
 }
 
 /// The Composition's `ignore-side-effects` annotation is exactly `"true"` (as Eno reads it).
@@ -305,8 +304,11 @@ async fn next_synthesis(
 ) -> Result<Option<Duration>, Error> {
     let uid = comp.uid().unwrap_or_default();
     let forced = observe::forced(comp);
-    let write_back_known =
-        o.synth.spec.for_kind.is_none() || ctx.remember(&uid, |m| m.status_write.is_some());
+    let write_back_known = o.synth.spec.for_kind.is_none()
+        || ctx
+            .memory
+            .synthesis
+            .with(&uid, |m| m.status_write.is_some());
     let slices_missing = match &st.current_synthesis {
         Some(cur) => !slices::all_exist(ctx, comp, cur).await?,
         None => false,
@@ -436,7 +438,9 @@ async fn synthesize_now(
                 synthesize::status_write_failed(ctx, comp, &e).await;
                 return Err(e);
             }
-            ctx.remember(&comp.uid().unwrap_or_default(), |m| m.unrecorded = None);
+            ctx.memory
+                .synthesis
+                .with(&comp.uid().unwrap_or_default(), |m| m.unrecorded = None);
             slices::delete_stale(ctx, comp, st).await;
             Ok(None)
         }
@@ -505,7 +509,10 @@ async fn write_back(
     uid: &str,
     instance: Option<&serde_json::Value>,
 ) {
-    let pending = ctx.remember(uid, |m| m.status_write.clone().flatten());
+    let pending = ctx
+        .memory
+        .synthesis
+        .with(uid, |m| m.status_write.clone().flatten());
     let (Some(desired), Some(me)) = (pending, instance) else {
         return;
     };

@@ -13,10 +13,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
-use plan::ResourceKey;
-use serde_json::{Value, json};
+use serde_json::json;
 
-use super::super::resources::Positions;
+pub(crate) use super::super::model::{Loaded, parse};
 use super::super::{Context, Error};
 use crds::{
     Composition, CompositionStatus, Manifest, ResourceSlice, ResourceSliceRef, ResourceSliceSpec,
@@ -26,139 +25,6 @@ use crds::{
 pub use crds::names::SLICE_COMPOSITION_LABEL;
 /// Largest manifest payload per ResourceSlice.
 pub const SLICE_BYTES: usize = 512 * 1024;
-
-/// A slice's manifests, parsed once per slice (slices are written once and never change).
-#[derive(Debug, Default)]
-pub(crate) struct Parsed {
-    /// (index, key) of every manifest that parses (the manifests themselves are parsed again
-    /// only when a synthesis is ingested, so no copy of them is kept here).
-    pub keys: Vec<(usize, ResourceKey)>,
-    /// Whether each manifest is a tombstone.
-    pub tombstones: Vec<bool>,
-}
-
-/// Parses a slice's manifests (those that do not parse are skipped).
-pub(crate) fn parse(spec: &ResourceSliceSpec) -> Parsed {
-    let keys = spec
-        .resources
-        .iter()
-        .enumerate()
-        .filter_map(|(ri, m)| {
-            let manifest = serde_json::from_str::<Value>(&m.manifest).ok()?;
-            Some((ri, ResourceKey::of(&manifest).ok()?))
-        })
-        .collect();
-    Parsed {
-        keys,
-        tombstones: spec.resources.iter().map(|m| m.deleted).collect(),
-    }
-}
-
-/// One manifest of a loaded slice.
-#[derive(Debug)]
-pub(crate) struct LoadedResource {
-    pub key: ResourceKey,
-    pub tombstone: bool,
-    pub slice: usize,
-    pub index: usize,
-}
-
-/// One loaded slice: its name and per-manifest states (resized to its manifests).
-#[derive(Debug)]
-pub(crate) struct LoadedSlice {
-    pub name: String,
-    pub states: Vec<ResourceState>,
-    /// The states as stored (to skip writing unchanged ones).
-    pub stored: Vec<ResourceState>,
-    pub tombstones: Vec<bool>,
-}
-
-/// The slices of one synthesis, parsed.
-#[derive(Debug, Default)]
-pub(crate) struct Loaded {
-    pub slices: Vec<LoadedSlice>,
-    /// The slices themselves (shared with the cache), for the manifests.
-    pub specs: Vec<Arc<ResourceSlice>>,
-    pub resources: Vec<LoadedResource>,
-    pub position: Positions,
-    /// A slice the synthesis refers to does not exist.
-    pub missing: bool,
-}
-
-impl Loaded {
-    /// Whether manifest `ri` of slice `si` is a tombstone.
-    pub fn is_tombstone(&self, si: usize, ri: usize) -> bool {
-        self.slices
-            .get(si)
-            .and_then(|s| s.tombstones.get(ri))
-            .copied()
-            .unwrap_or(false)
-    }
-
-    /// Resources recorded as deleted.
-    pub fn deleted_keys(&self) -> BTreeSet<ResourceKey> {
-        self.resources
-            .iter()
-            .filter(|r| {
-                self.slices[r.slice]
-                    .states
-                    .get(r.index)
-                    .is_some_and(|s| s.deleted)
-            })
-            .map(|r| r.key.clone())
-            .collect()
-    }
-
-    /// The manifest of a loaded resource, parsed.
-    pub fn manifest(&self, r: &LoadedResource) -> Option<Value> {
-        let m = self.specs.get(r.slice)?.spec.resources.get(r.index)?;
-        serde_json::from_str(&m.manifest).ok()
-    }
-
-    fn push(&mut self, slice: Arc<ResourceSlice>, parsed: &Parsed, stored: Vec<ResourceState>) {
-        let si = self.slices.len();
-        let name = slice.name_any();
-        let mut states = stored.clone();
-        states.resize(parsed.tombstones.len(), ResourceState::default());
-        self.specs.push(slice);
-        for (ri, key) in &parsed.keys {
-            self.position.insert(key.clone(), (si, *ri));
-            self.resources.push(LoadedResource {
-                key: key.clone(),
-                tombstone: parsed.tombstones[*ri],
-                slice: si,
-                index: *ri,
-            });
-        }
-        self.slices.push(LoadedSlice {
-            name,
-            states,
-            stored,
-            tombstones: parsed.tombstones.clone(),
-        });
-    }
-
-    /// A loaded set of one slice with these (key, tombstone) resources, for unit tests.
-    #[cfg(test)]
-    pub fn for_test(keys: &[(ResourceKey, bool)]) -> Loaded {
-        let spec = ResourceSliceSpec {
-            synthesis_uuid: "u".into(),
-            resources: keys
-                .iter()
-                .map(|(k, t)| Manifest {
-                    manifest: json!({"apiVersion": "v1", "kind": k.kind, "metadata":
-                        {"name": k.name, "namespace": k.namespace}})
-                    .to_string(),
-                    deleted: *t,
-                })
-                .collect(),
-        };
-        let mut l = Loaded::default();
-        let parsed = parse(&spec);
-        l.push(Arc::new(ResourceSlice::new("s", spec)), &parsed, Vec::new());
-        l
-    }
-}
 
 /// Reads one slice of `comp`: from the cache, with the states enoki wrote last when the
 /// cache has not caught up; a slice missing from the cache is confirmed with a GET.
@@ -215,14 +81,17 @@ pub(crate) async fn read(
         .as_ref()
         .map(|s| s.resources.clone())
         .unwrap_or_default();
-    let states = ctx.remember(&uid, |m| match m.slice_status.get(name) {
-        Some((written_rv, _)) if *written_rv == rv => {
-            m.slice_status.remove(name);
-            stored
-        }
-        Some((_, written)) => written.clone(),
-        None => stored,
-    });
+    let states = ctx
+        .memory
+        .slices
+        .with(&uid, |m| match m.slice_status.get(name) {
+            Some((written_rv, _)) if *written_rv == rv => {
+                m.slice_status.remove(name);
+                stored
+            }
+            Some((_, written)) => written.clone(),
+            None => stored,
+        });
     Ok(Some((slice, states)))
 }
 
@@ -274,7 +143,7 @@ pub(crate) async fn load(
         match read(ctx, comp, &r.name).await? {
             Some((slice, states)) => {
                 let generation = slice.metadata.generation;
-                let hit = ctx.remember(&uid, |m| {
+                let hit = ctx.memory.slices.with(&uid, |m| {
                     m.parsed
                         .get(&r.name)
                         .filter(|(g, _)| *g == generation)
@@ -284,7 +153,7 @@ pub(crate) async fn load(
                     Some(p) => p,
                     None => {
                         let p = Arc::new(parse(&slice.spec));
-                        ctx.remember(&uid, |m| {
+                        ctx.memory.slices.with(&uid, |m| {
                             m.parsed.insert(r.name.clone(), (generation, p.clone()))
                         });
                         p
@@ -327,7 +196,7 @@ pub(crate) async fn write_states(
                 source,
             })?;
         let rv = written.resource_version().unwrap_or_default();
-        ctx.remember(&uid, |m| {
+        ctx.memory.slices.with(&uid, |m| {
             m.slice_status.insert(slice.name.clone(), (rv, new.clone()))
         });
     }
@@ -414,7 +283,7 @@ pub(crate) async fn delete(ctx: &Context, comp: &Composition, refs: &[crds::Reso
                 tracing::debug!(slice = %r.name, error = %e, "cannot delete an unrecorded ResourceSlice")
             }
         }
-        ctx.remember(&uid, |m| {
+        ctx.memory.slices.with(&uid, |m| {
             m.slice_status.remove(&r.name);
             m.parsed.remove(&r.name);
         });
@@ -447,7 +316,7 @@ pub(crate) async fn delete_stale(ctx: &Arc<Context>, comp: &Composition, st: &Co
             Ok(_) => tracing::debug!(slice = %n, "deleted stale ResourceSlice"),
             Err(e) => tracing::debug!(slice = %n, error = %e, "cannot delete stale ResourceSlice"),
         }
-        ctx.remember(&uid, |m| {
+        ctx.memory.slices.with(&uid, |m| {
             m.slice_status.remove(&n);
             m.parsed.remove(&n);
         });

@@ -23,7 +23,7 @@ use crds::{Composition, CompositionStatus};
 pub(crate) fn fresh(ctx: &Context, comp: Arc<Composition>) -> Arc<Composition> {
     let uid = comp.uid().unwrap_or_default();
     let rv = comp.resource_version().unwrap_or_default();
-    let written = ctx.remember(&uid, |m| match &m.written {
+    let written = ctx.memory.reports.with(&uid, |m| match &m.written {
         Some((_, based_on, st)) if *based_on == rv && comp.status.as_ref() != Some(st) => {
             Some(st.clone())
         }
@@ -185,7 +185,7 @@ pub(crate) async fn write(
     // The version this write was based on: the cache's, or the one an earlier write of this
     // pass (still not in the cache) was based on.
     let based_on = comp.resource_version().unwrap_or_default();
-    ctx.remember(&uid, |m| {
+    ctx.memory.reports.with(&uid, |m| {
         let based_on = match &m.written {
             Some((prev_rv, prev_based_on, _)) if *prev_rv != based_on => prev_based_on.clone(),
             _ => based_on,

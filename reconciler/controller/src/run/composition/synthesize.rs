@@ -21,16 +21,10 @@ use crate::synthesis::{self, CompositionMeta, SynthesisInput};
 use crds::names::{conditions, reasons};
 use crds::{Composition, CompositionStatus, InputRevision, Synthesis, Synthesizer};
 
+pub(crate) use super::super::model::Failed;
+
 mod store;
 pub(crate) use store::*;
-
-/// A synthesis that failed: not run again for the same fingerprint before `retry_at`.
-#[derive(Clone, Debug)]
-pub(crate) struct Failed {
-    pub fingerprint: String,
-    pub failures: u32,
-    pub retry_at: Instant,
-}
 
 /// The first retry of a failed synthesis; doubles per failure up to [`RETRY_CAP`].
 const RETRY_BASE: Duration = Duration::from_secs(30);
@@ -88,7 +82,7 @@ pub(crate) async fn synthesize(
     let uid = comp.uid().unwrap_or_default();
     let fp = fingerprint(comp, &req);
     let now = Instant::now();
-    let (failed, pending) = ctx.remember(&uid, |m| {
+    let (failed, pending) = ctx.memory.synthesis.with(&uid, |m| {
         let failed = m.failed.clone().filter(|f| f.fingerprint == fp);
         let pending = m
             .pending_output
@@ -130,7 +124,7 @@ pub(crate) async fn synthesize(
                 fail(st, comp.metadata.generation, e.reason(), &e.to_string());
                 let failures = failed.map_or(0, |f| f.failures) + 1;
                 let delay = retry_delay(failures);
-                ctx.remember(&uid, |m| {
+                ctx.memory.synthesis.with(&uid, |m| {
                     m.failed = Some(Failed {
                         fingerprint: fp.clone(),
                         failures,
@@ -351,7 +345,7 @@ async fn refuse(
         .await;
     fail(st, comp.metadata.generation, reason, message);
     let uid = comp.uid().unwrap_or_default();
-    ctx.remember(&uid, |m| {
+    ctx.memory.synthesis.with(&uid, |m| {
         m.failed = Some(Failed {
             fingerprint: fp.to_string(),
             failures: 1,

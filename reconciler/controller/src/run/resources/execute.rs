@@ -12,25 +12,12 @@ use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams
 use plan::{Op, Plan, Recorded, ResourceKey, SkipReason};
 use serde_json::Value;
 
+pub(crate) use super::super::model::StepResult;
 use super::Context;
 use super::fights;
 use super::observe::Observation;
 use crds::Composition;
 use crds::names::{FIELD_MANAGER, reasons};
-
-/// What happened to one step.
-#[derive(Debug, Default)]
-pub(crate) struct StepResult {
-    /// The resourceVersion the server returned for a write.
-    pub resource_version: Option<String>,
-    /// Why the write failed (the server's message).
-    pub error: Option<String>,
-    /// Not attempted: the resource is backing off after earlier failures.
-    pub held: bool,
-    /// The object the server returned for a write (its readiness is evaluated from it, so a
-    /// resource that is ready once written needs no second pass).
-    pub object: Option<Value>,
-}
 
 /// The outcomes of a plan, in step order, and the shortest fight backoff that is pending.
 pub(crate) struct Acted {
@@ -51,7 +38,7 @@ pub(crate) async fn act(
     let exists = |k: &ResourceKey| observations.get(k).is_some_and(|o| o.live.is_some());
     let is_correction =
         |s: &plan::Step| fights::is_correction(s, exists(&s.key), recorded.get(&s.key));
-    let (backing_off, (deferred, mut fight_wait)) = ctx.remember(&uid, |m| {
+    let (backing_off, (deferred, mut fight_wait)) = ctx.memory.apply.with(&uid, |m| {
         (
             fights::held(&m.backoff, started),
             fights::deferred(
@@ -101,7 +88,7 @@ pub(crate) async fn act(
     indexed.sort_by_key(|(i, _)| *i);
     let outcomes: Vec<StepResult> = indexed.into_iter().map(|(_, o)| o).collect();
     log_writes(the_plan, &outcomes, &deferred);
-    let conflicts = ctx.remember(&uid, |m| {
+    let conflicts = ctx.memory.apply.with(&uid, |m| {
         record_failures(&mut m.backoff, the_plan, &outcomes, started);
         count_corrections(
             &mut m.fights,
@@ -184,7 +171,7 @@ fn log_writes(
 }
 
 fn record_failures(
-    backoff: &mut std::collections::HashMap<ResourceKey, super::super::context::Backoff>,
+    backoff: &mut std::collections::HashMap<ResourceKey, super::super::model::Backoff>,
     the_plan: &Plan,
     outcomes: &[StepResult],
     now: Instant,

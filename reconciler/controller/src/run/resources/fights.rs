@@ -137,7 +137,7 @@ pub fn conflict_message(
 
 /// The resources whose writes are held back by failure backoff now, with their last error.
 pub fn held(
-    backoff: &std::collections::HashMap<ResourceKey, super::super::context::Backoff>,
+    backoff: &std::collections::HashMap<ResourceKey, super::super::model::Backoff>,
     now: Instant,
 ) -> HashMap<ResourceKey, String> {
     backoff

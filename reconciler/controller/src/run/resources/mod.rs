@@ -25,9 +25,9 @@ use std::time::Duration;
 
 use kube::ResourceExt;
 use plan::{Plan, ResourceKey};
-use serde_json::Value;
 
 use super::composition::slices::{self, Loaded};
+pub(crate) use super::model::gvk_of_manifest;
 use super::{Context, Error, condition};
 use crds::names::conditions;
 use crds::{Composition, CompositionStatus};
@@ -305,7 +305,7 @@ async fn warn_once(
     notes: &[String],
 ) {
     let note = notes.join("; ");
-    let changed = ctx.remember(uid, |m| {
+    let changed = ctx.memory.reports.with(uid, |m| {
         if note.is_empty() {
             m.reported.remove(reason);
             return false;
@@ -381,17 +381,6 @@ fn prepare(
     ctx.keep_prepared(uid, key, p.clone());
     Ok(p)
 }
-
-/// The group/version/kind of a manifest.
-pub(crate) fn gvk_of_manifest(m: &Value) -> Option<kube::core::GroupVersionKind> {
-    let api_version = m.get("apiVersion")?.as_str()?;
-    let kind = m.get("kind")?.as_str()?;
-    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
-    Some(kube::core::GroupVersionKind::gvk(group, version, kind))
-}
-
-/// Per-resource positions in the loaded slices.
-pub(crate) type Positions = HashMap<ResourceKey, (usize, usize)>;
 
 /// Deletes the objects `current` recorded outside the Composition's namespace that still carry
 /// its `managed-by` label (unless the Composition orphans on deletion); `true` once none is

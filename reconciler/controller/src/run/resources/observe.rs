@@ -277,7 +277,7 @@ pub(crate) fn recorded(
     carried: &HashMap<ResourceKey, (Option<String>, Option<String>)>,
 ) -> HashMap<ResourceKey, Recorded> {
     let started = Instant::now();
-    let due: std::collections::BTreeSet<ResourceKey> = ctx.remember(uid, |m| {
+    let due: std::collections::BTreeSet<ResourceKey> = ctx.memory.apply.with(uid, |m| {
         prepared
             .resources
             .iter()

@@ -6,8 +6,7 @@ use std::collections::HashMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use plan::{Op, Plan, ReadinessState, Recorded, ResourceKey, SkipReason, Step};
 
-use super::super::composition::slices::Loaded;
-use super::execute::StepResult;
+use super::super::model::{Loaded, StepResult};
 use crds::ResourceState;
 
 /// The new states of every slice, and what the roll-up needs to explain.

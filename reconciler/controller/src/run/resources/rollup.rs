@@ -3,8 +3,8 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::super::composition::slices::Loaded;
 use super::super::condition;
+use super::super::model::Loaded;
 use super::record::Recording;
 use crds::names::{conditions, reasons};
 use crds::{CompositionStatus, SimplifiedStatus};

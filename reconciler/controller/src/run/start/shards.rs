@@ -241,14 +241,14 @@ pub(super) async fn cluster_wide(
             Controller::new(synths, watcher::Config::default())
                 .graceful_shutdown_on(stop.clone())
                 .run(
-                    super::super::reconcile_synthesizer,
-                    super::super::synthesizer_error_policy,
+                    super::super::synthesizer::reconcile_synthesizer,
+                    super::super::synthesizer::synthesizer_error_policy,
                     ctx.clone(),
                 )
                 .for_each(|_| async {}),
         ));
     }
-    super::super::install_builtins(ctx).await;
+    super::super::synthesizer::install_builtins(ctx).await;
     tasks.push(tokio::spawn(instances::run(ctx.clone())));
     let (syms, owned): (Api<crds::Symphony>, Api<Composition>) = match &ctx.opts.namespace {
         Some(ns) => (
@@ -263,7 +263,7 @@ pub(super) async fn cluster_wide(
             .graceful_shutdown_on(stop)
             .run(
                 symphony::reconcile,
-                super::super::symphony_error_policy,
+                super::super::policy::symphony_error_policy,
                 ctx.clone(),
             )
             .for_each(|res| async move {

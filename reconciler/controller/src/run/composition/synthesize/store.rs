@@ -57,16 +57,18 @@ pub(super) async fn store(
             Err(requeue) => return Ok(SynthesisEnd::Failed(requeue)),
         }
         next.outside_namespace = outside_namespace(&items, &comp.namespace().unwrap_or_default());
-        ctx.remember(&uid, |m| {
+        ctx.memory.synthesis.with(&uid, |m| {
             m.unrecorded = Some((fp.to_string(), next.clone()))
         });
         st.previous_synthesis = st.current_synthesis.take();
         st.current_synthesis = Some(next);
     }
     if req.synth.spec.for_kind.is_some() {
-        ctx.remember(&uid, |m| m.status_write = Some(write_back));
+        ctx.memory
+            .synthesis
+            .with(&uid, |m| m.status_write = Some(write_back));
     }
-    ctx.remember(&uid, |m| m.failed = None);
+    ctx.memory.synthesis.with(&uid, |m| m.failed = None);
     synthesized(st, comp.metadata.generation);
     tracing::info!(synthesis = %uuid, resources = items.len(), unchanged, trigger = %req.trigger, "synthesized");
     Ok(SynthesisEnd::Stored)
@@ -81,7 +83,7 @@ pub(super) async fn reuse_unrecorded(
     fp: &str,
 ) -> Option<SynthesisEnd> {
     let uid = comp.uid().unwrap_or_default();
-    let (f, next) = ctx.remember(&uid, |m| m.unrecorded.take())?;
+    let (f, next) = ctx.memory.synthesis.with(&uid, |m| m.unrecorded.take())?;
     let landed = [&st.current_synthesis, &st.previous_synthesis]
         .into_iter()
         .flatten()
@@ -94,7 +96,9 @@ pub(super) async fn reuse_unrecorded(
         return None;
     }
     tracing::debug!(synthesis = %next.uuid, "recording the slices of a synthesis whose status write failed");
-    ctx.remember(&uid, |m| m.unrecorded = Some((f, next.clone())));
+    ctx.memory
+        .synthesis
+        .with(&uid, |m| m.unrecorded = Some((f, next.clone())));
     st.in_flight_synthesis = None;
     st.previous_synthesis = st.current_synthesis.take();
     st.current_synthesis = Some(next);
@@ -110,11 +114,11 @@ pub(crate) async fn status_write_failed(ctx: &Arc<Context>, comp: &Composition, 
         return;
     }
     let uid = comp.uid().unwrap_or_default();
-    let Some((fp, s)) = ctx.remember(&uid, |m| m.unrecorded.take()) else {
+    let Some((fp, s)) = ctx.memory.synthesis.with(&uid, |m| m.unrecorded.take()) else {
         return;
     };
     super::super::slices::delete(ctx, comp, &s.resource_slices).await;
-    ctx.remember(&uid, |m| {
+    ctx.memory.synthesis.with(&uid, |m| {
         m.failed = Some(Failed {
             fingerprint: fp,
             failures: 1,
@@ -199,7 +203,9 @@ pub(super) async fn write_new(
     match slices::write(ctx, comp, uuid, manifests).await {
         Ok(refs) => Ok(Ok(refs)),
         Err(e) if e.is_transient() => {
-            ctx.remember(&uid, |m| m.pending_output = Some((fp.to_string(), kept)));
+            ctx.memory
+                .synthesis
+                .with(&uid, |m| m.pending_output = Some((fp.to_string(), kept)));
             Err(e)
         }
         Err(e) => {

@@ -1,0 +1,218 @@
+#!/usr/bin/env python3
+"""import-graph.py — the controller's module import graph, and whether it has a cycle.
+
+Reads every `.rs` file under reconciler/controller/src (test modules left out), resolves each
+`crate::…` and `super::…` path to the module file that defines it, and reports the strongly
+connected components with more than one module. Exits 1 when there is one (a cycle), listing
+its modules and the edges inside it. `--dot` prints the graph. Run by `make test`.
+"""
+import os
+import re
+import sys
+
+# The pure layer: plain data and decisions over what was observed. These modules may import
+# only each other (and crates outside the controller); hack/check-pure-modules.sh checks that
+# they hold no client, Context, runtime or I/O.
+PURE = {
+    ("run", "model"),
+    ("run", "condition"),
+    ("run", "composition", "decide"),
+    ("run", "composition", "trigger"),
+    ("run", "resources", "fights"),
+    ("run", "resources", "migrate"),
+    ("run", "resources", "record"),
+    ("run", "resources", "rollup"),
+}
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reconciler", "controller", "src")
+PATH = re.compile(r"\b(crate|super)((?:::(?:super|[A-Za-z_][A-Za-z0-9_]*))+)")
+GROUP = re.compile(r"\b(crate|super)((?:::(?:super|[A-Za-z_][A-Za-z0-9_]*))*)::\{([^;]*?)\}", re.S)
+
+
+def modules():
+    """Module path (tuple) → file, for every file in the crate."""
+    found = {}
+    for dirpath, _, files in os.walk(ROOT):
+        for f in files:
+            if not f.endswith(".rs"):
+                continue
+            full = os.path.join(dirpath, f)
+            rel = os.path.relpath(full, ROOT)[:-3].split(os.sep)
+            if rel in (["lib"], ["main"]):
+                mod = ()
+            elif rel[-1] == "mod":
+                mod = tuple(rel[:-1])
+            else:
+                mod = tuple(rel)
+            found[mod] = full
+    return found
+
+
+def source(path):
+    """The file without its `#[cfg(test)]` modules and comments."""
+    text = open(path, encoding="utf-8").read()
+    cut = re.search(r"^#\[cfg\(test\)\]\s*\n\s*mod\s+\w+\s*\{", text, re.M)
+    if cut:
+        text = text[: cut.start()]
+    text = re.sub(r"//[^\n]*", "", text)
+    return text
+
+
+REEXPORT = re.compile(r"^\s*pub(?:\([a-z]+\))?\s+use\s+([^;]+);", re.M)
+# Any `use`: a child that names an item through its parent's import reaches the item's module.
+ALIAS = re.compile(r"^\s*(?:pub(?:\([a-z]+\))?\s+)?use\s+((?:crate|super|self)[^;]*|[a-z_]+::[^;]*);", re.M)
+
+
+def reexports(mods):
+    """(module, name) → the path it re-exports (`pub use inner::Name;`), and each file's text
+    without those lines: a re-export is not a use of the item by the module's own code."""
+    table, texts = {}, {}
+    for mod, path in mods.items():
+        text = source(path)
+        for stmt in ALIAS.findall(text):
+            stmt = " ".join(stmt.split())
+            m = re.match(r"^(.*)::\{(.*)\}$", stmt)
+            items = [(m.group(1), i.strip()) for i in m.group(2).split(",")] if m else [stmt.rsplit("::", 1)]
+            for prefix, item in items:
+                if not item:
+                    continue
+                alias = item.split(" as ")[-1].strip()
+                item = item.split(" as ")[0].strip()
+                table[(mod, alias)] = prefix + "::" + item
+        texts[mod] = REEXPORT.sub("", text)
+    return table, texts
+
+
+def defines(path, name):
+    """Whether the file at `path` defines an item called `name`."""
+    item = r"^\s*pub(?:\([a-z]+\))?\s+(?:async\s+)?(?:struct|enum|fn|type|const|static|trait|mod|use[^;]*\b)\s*"
+    return re.search(item + re.escape(name) + r"\b", source(path), re.M) is not None
+
+
+def resolve(mods, here, head, rest, table=None, depth=0):
+    """The module a path refers to: the longest prefix that names a module file, following
+    re-exports to the module that defines the item."""
+    parts = [p for p in rest.split("::") if p]
+    if head == "self":
+        base = list(here)
+    else:
+        base = list(() if head == "crate" else here[:-1] if here else ())
+    if head == "super" and not here:
+        return None
+    while parts and parts[0] == "super":
+        base = base[:-1]
+        parts.pop(0)
+    path = base + parts
+    for n in range(len(path), -1, -1):
+        if tuple(path[:n]) in mods:
+            found = tuple(path[:n])
+            if table and n < len(path) and (found, path[n]) not in table and depth < 8:
+                for key, target in table.items():
+                    if key[0] == found and key[1] == "*":
+                        inner = resolve(mods, found, "self", "::" + target[: -len("::*")])
+                        if inner is not None and defines(mods[inner], path[n]):
+                            return inner
+            if table and n < len(path) and (found, path[n]) in table and depth < 8:
+                target = table[(found, path[n])] + "".join("::" + p for p in path[n + 1 :])
+                head2, _, rest2 = target.partition("::")
+                if head2 not in ("crate", "super", "self"):
+                    rest2 = target
+                    head2 = "self"
+                inner = resolve(mods, found, head2, "::" + rest2 if rest2 else "", table, depth + 1)
+                if inner is not None:
+                    return inner
+            return found
+    return None
+
+
+def graph(mods):
+    edges = {m: set() for m in mods}
+    table, texts = reexports(mods)
+    for mod in mods:
+        text = texts[mod]
+        refs = [(h, r) for h, r in PATH.findall(text)]
+        for h, prefix, inner in GROUP.findall(text):
+            for item in re.split(r"[,\s]+", inner):
+                item = item.split("::")[0].strip("{} ")
+                if item and item != "self":
+                    refs.append((h, prefix + "::" + item))
+        # Paths relative to this module: `self::child::…` and `child::…`.
+        children = {m[len(mod)] for m in mods if len(m) == len(mod) + 1 and m[: len(mod)] == mod}
+        for child in children:
+            for r in re.findall(r"(?<![:\w])(?:self::)?" + child + r"((?:::[A-Za-z_][A-Za-z0-9_]*)+)", text):
+                refs.append(("self", "::" + child + r))
+        for h, r in refs:
+            target = resolve(mods, mod, h, r, table)
+            # A module refers to its parent only for what the parent re-exports or declares;
+            # the parent's `mod` declarations are not a dependency of the child.
+            if target is not None and target != mod and target != ():
+                edges[mod].add(target)
+    return edges
+
+
+def sccs(edges):
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in edges[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            out.append(comp)
+
+    sys.setrecursionlimit(10000)
+    for v in edges:
+        if v not in index:
+            visit(v)
+    return out
+
+
+def name(m):
+    return "::".join(m) or "crate"
+
+
+def main():
+    mods = modules()
+    edges = graph(mods)
+    if "--dot" in sys.argv:
+        print("digraph controller {")
+        for a in sorted(edges):
+            for b in sorted(edges[a]):
+                print(f'  "{name(a)}" -> "{name(b)}";')
+        print("}")
+        return 0
+    cycles = [sorted(c) for c in sccs(edges) if len(c) > 1]
+    impure = [(a, b) for a in sorted(PURE) for b in sorted(edges.get(a, ())) if b not in PURE]
+    missing = [m for m in sorted(PURE) if m not in mods]
+    for m in missing:
+        print(f"import-graph: pure module {name(m)} does not exist", file=sys.stderr)
+    for a, b in impure:
+        print(f"import-graph: pure module {name(a)} imports {name(b)}", file=sys.stderr)
+    if not cycles and not impure and not missing:
+        print(f"import-graph: {len(mods)} controller modules, no import cycle; "
+              f"{len(PURE)} pure modules import only each other", file=sys.stderr)
+        return 0
+    for c in cycles:
+        inside = set(c)
+        print(f"import-graph: a cycle of {len(c)} modules:", file=sys.stderr)
+        for a in c:
+            for b in sorted(edges[a] & inside):
+                print(f"  {name(a)} -> {name(b)}", file=sys.stderr)
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,75 @@
+//! The options of `enoki run` as the controller uses them, free of clap (`lib.rs` builds them
+//! from the command line).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Options of `enoki run`, free of clap.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Only this namespace's Compositions (all when `None`).
+    pub namespace: Option<String>,
+    /// Only Compositions matching this label selector.
+    pub label_selector: Option<String>,
+    /// Server-side apply or client-side merge patches.
+    pub mode: plan::ApplyMode,
+    /// Concurrent reconciles.
+    pub concurrency: usize,
+    /// Concurrent writes (and GETs) within one Composition's apply pass.
+    pub apply_concurrency: usize,
+    /// Syntheses running at once, across all Compositions.
+    pub max_concurrent_syntheses: usize,
+    /// How soon to look again while something is not ready.
+    pub readiness_poll: Duration,
+    /// Safety-net resync once everything is ready.
+    pub resync: Duration,
+    /// On-disk cache of compiled modules.
+    pub module_cache_dir: Option<PathBuf>,
+    /// Bound of the in-memory cache of compiled modules (module source bytes).
+    pub module_cache_bytes: usize,
+    /// Bound of the cache of ingested syntheses, in resources.
+    pub plan_cache_resources: usize,
+    /// Extra CA (PEM) trusted for `url` module sources.
+    pub module_ca: Option<Vec<u8>>,
+    /// Where to serve /metrics, /healthz, /readyz (off when `None`).
+    pub metrics_addr: Option<std::net::SocketAddr>,
+    /// Minimum time between two re-syntheses caused only by a Synthesizer change.
+    pub rollout_cooldown: Duration,
+    /// The shortest reconcile interval (and re-check delay) honoured.
+    pub min_reconcile_interval: Duration,
+    /// Field managers whose ownership enoki takes over on apply.
+    pub migrating_field_managers: Vec<String>,
+    /// Lease-based leader election: (namespace, lease duration); off when `None`.
+    pub leader_election: Option<(String, u64)>,
+    /// How many shards Compositions are split into (1: none).
+    pub shards: u32,
+    /// Emitted objects go to the cluster of this kubeconfig (`None`: the management cluster).
+    pub remote_kubeconfig: Option<PathBuf>,
+    /// The management cluster's kubeconfig (`--kubeconfig`; `None`: kubectl's rules).
+    pub kubeconfig: Option<PathBuf>,
+    /// Its context (`--context`; `None`: the current one).
+    pub context: Option<String>,
+    /// A Composition not Ready for longer than this is stuck (`enoki_composition_stuck`).
+    pub stuck_threshold: std::time::Duration,
+    /// Remote target: management namespace -> the namespace whose ServiceAccount a Composition
+    /// acts as there (unlisted namespaces are refused when they impersonate).
+    pub remote_namespace_map: std::collections::BTreeMap<String, String>,
+    /// Where implicit Compositions of cluster-scoped instances live (instance mode).
+    pub instance_namespace: Option<String>,
+    /// Built-in synthesizers to install at startup (as Synthesizers named after them).
+    pub builtins: Vec<String>,
+    /// After SIGTERM, how long in-flight reconciles may take before the process exits.
+    pub shutdown_grace: Duration,
+    /// Ceilings, memory budget and module ingestion policy.
+    pub sandbox: super::sandbox::Sandbox,
+    /// The ServiceAccount (in each Composition's namespace) impersonated for Compositions that
+    /// name none; `None`: they act as the controller.
+    pub default_service_account: Option<String>,
+    /// Refuse references that leave a Composition's namespace.
+    pub no_cross_namespace_refs: bool,
+    /// The `lepton` built-in may emit PersistentVolumes.
+    pub lepton_persistent_volumes: bool,
+    /// The controller's own namespace (module ConfigMaps must live there under
+    /// `no_cross_namespace_refs`).
+    pub controller_namespace: Option<String>,
+}

@@ -1,0 +1,122 @@
+//! What enoki remembers per Composition between reconciles: one store per concern, each with
+//! its own lock, so the slice reader, the synthesis, the apply pass and the status writer
+//! never wait on each other's state. Every store is keyed by the Composition's UID and
+//! dropped together by [`Memory::forget`] (its finalizer released, or a sweep finds it gone).
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use super::model::{Backoff, Failed, Parsed};
+use super::resources::fights::Fight;
+use crds::{CompositionStatus, ResourceState};
+use plan::ResourceKey;
+
+/// One kind of per-Composition state behind its own lock.
+pub(crate) struct PerComposition<T>(Mutex<HashMap<String, T>>);
+
+impl<T> Default for PerComposition<T> {
+    fn default() -> Self {
+        PerComposition(Mutex::new(HashMap::new()))
+    }
+}
+
+impl<T: Default> PerComposition<T> {
+    /// Runs `f` on the state of Composition `uid` (created empty on first use).
+    pub(crate) fn with<R>(&self, uid: &str, f: impl FnOnce(&mut T) -> R) -> R {
+        match self.0.lock() {
+            Ok(mut m) => f(m.entry(uid.to_string()).or_default()),
+            Err(_) => f(&mut T::default()),
+        }
+    }
+
+    fn remove(&self, uid: &str) {
+        if let Ok(mut m) = self.0.lock() {
+            m.remove(uid);
+        }
+    }
+
+    fn keys(&self, into: &mut BTreeSet<String>) {
+        if let Ok(m) = self.0.lock() {
+            into.extend(m.keys().cloned());
+        }
+    }
+}
+
+/// The slices of the current synthesis as read: parsed once per slice.
+#[derive(Default)]
+pub(crate) struct SliceMemory {
+    /// Parsed manifests per slice name (with the slice's generation).
+    pub parsed: HashMap<String, (Option<i64>, Arc<Parsed>)>,
+    /// The same for each ResourceSlice's status, by slice name.
+    pub slice_status: HashMap<String, (String, Vec<ResourceState>)>,
+}
+
+/// The synthesis in progress or last failed.
+#[derive(Default)]
+pub(crate) struct SynthesisMemory {
+    /// Instance mode: the status write-back of the current synthesis (`Some(None)`: it
+    /// emitted none; `None`: unknown, e.g. after a restart).
+    pub status_write: Option<Option<serde_json::Value>>,
+    /// The output of a synthesis whose slices could not be written yet, by trigger
+    /// fingerprint, so a retry writes them without running the synthesizer again.
+    pub pending_output: Option<(String, crate::synthesis::Synthesized)>,
+    /// Slices written for a new synthesis whose status write has not succeeded yet: (trigger
+    /// fingerprint, the synthesis as it is to be recorded). A retry records it again instead
+    /// of synthesizing and writing new slices; they are deleted when the write fails for good.
+    pub unrecorded: Option<(String, crds::Synthesis)>,
+    /// A synthesis of this fingerprint failed: not run again before `retry_at`.
+    pub failed: Option<Failed>,
+}
+
+/// The apply pass over the current synthesis.
+#[derive(Default)]
+pub(crate) struct ApplyMemory {
+    /// Resources whose writes keep failing.
+    pub backoff: HashMap<ResourceKey, Backoff>,
+    /// Drift corrections per resource (another writer that keeps changing it).
+    pub fights: HashMap<ResourceKey, Fight>,
+    /// `drift: interval`: when each resource was last checked against its live object.
+    pub interval_checks: HashMap<ResourceKey, Instant>,
+}
+
+/// What enoki last reported: the status it wrote and the Warning Events it published.
+#[derive(Default)]
+pub(crate) struct ReportMemory {
+    /// The status enoki last wrote: (resourceVersion the server returned, resourceVersion
+    /// the cache showed before the write, the status), so a pass that starts from a cache
+    /// entry older than that write still sees it.
+    pub written: Option<(String, String, CompositionStatus)>,
+    /// The note of the last Warning Event per reason (`ApplyFailed`, `Conflict`,
+    /// `InvalidAnnotation`): the same note is not published again on every pass.
+    pub reported: HashMap<&'static str, String>,
+}
+
+/// Every per-Composition store.
+#[derive(Default)]
+pub(crate) struct Memory {
+    pub slices: PerComposition<SliceMemory>,
+    pub synthesis: PerComposition<SynthesisMemory>,
+    pub apply: PerComposition<ApplyMemory>,
+    pub reports: PerComposition<ReportMemory>,
+}
+
+impl Memory {
+    /// Drops everything remembered about Composition `uid`.
+    pub(crate) fn forget(&self, uid: &str) {
+        self.slices.remove(uid);
+        self.synthesis.remove(uid);
+        self.apply.remove(uid);
+        self.reports.remove(uid);
+    }
+
+    /// The UIDs of every Composition something is remembered about.
+    pub(crate) fn uids(&self) -> BTreeSet<String> {
+        let mut uids = BTreeSet::new();
+        self.slices.keys(&mut uids);
+        self.synthesis.keys(&mut uids);
+        self.apply.keys(&mut uids);
+        self.reports.keys(&mut uids);
+        uids
+    }
+}

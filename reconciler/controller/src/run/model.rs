@@ -1,0 +1,186 @@
+//! Plain data the controller's phases share — no client, no `Context`, no I/O: the bottom of
+//! the controller's import graph (`hack/import-graph.py` fails `make test` on a cycle).
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Instant;
+
+use kube::ResourceExt;
+
+use crds::{ResourceSlice, ResourceSliceSpec, ResourceState};
+use plan::ResourceKey;
+use serde_json::Value;
+
+/// Per-resource write backoff: failures so far, when to try again, and the last error.
+pub(crate) type Backoff = (u32, Instant, String);
+
+/// A slice's manifests, parsed once per slice (slices are written once and never change).
+#[derive(Debug, Default)]
+pub(crate) struct Parsed {
+    /// (index, key) of every manifest that parses (the manifests themselves are parsed again
+    /// only when a synthesis is ingested, so no copy of them is kept here).
+    pub keys: Vec<(usize, ResourceKey)>,
+    /// Whether each manifest is a tombstone.
+    pub tombstones: Vec<bool>,
+}
+
+/// Parses a slice's manifests (those that do not parse are skipped).
+pub(crate) fn parse(spec: &ResourceSliceSpec) -> Parsed {
+    let keys = spec
+        .resources
+        .iter()
+        .enumerate()
+        .filter_map(|(ri, m)| {
+            let manifest = serde_json::from_str::<Value>(&m.manifest).ok()?;
+            Some((ri, ResourceKey::of(&manifest).ok()?))
+        })
+        .collect();
+    Parsed {
+        keys,
+        tombstones: spec.resources.iter().map(|m| m.deleted).collect(),
+    }
+}
+
+/// A synthesis that failed: not run again for the same fingerprint before `retry_at`.
+#[derive(Clone, Debug)]
+pub(crate) struct Failed {
+    pub fingerprint: String,
+    pub failures: u32,
+    pub retry_at: Instant,
+}
+
+/// The group/version/kind of a manifest.
+pub(crate) fn gvk_of_manifest(m: &Value) -> Option<kube::core::GroupVersionKind> {
+    let api_version = m.get("apiVersion")?.as_str()?;
+    let kind = m.get("kind")?.as_str()?;
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    Some(kube::core::GroupVersionKind::gvk(group, version, kind))
+}
+
+/// Per-resource positions in the loaded slices.
+pub(crate) type Positions = HashMap<ResourceKey, (usize, usize)>;
+
+/// One manifest of a loaded slice.
+#[derive(Debug)]
+pub(crate) struct LoadedResource {
+    pub key: ResourceKey,
+    pub tombstone: bool,
+    pub slice: usize,
+    pub index: usize,
+}
+
+/// One loaded slice: its name and per-manifest states (resized to its manifests).
+#[derive(Debug)]
+pub(crate) struct LoadedSlice {
+    pub name: String,
+    pub states: Vec<ResourceState>,
+    /// The states as stored (to skip writing unchanged ones).
+    pub stored: Vec<ResourceState>,
+    pub tombstones: Vec<bool>,
+}
+
+/// The slices of one synthesis, parsed.
+#[derive(Debug, Default)]
+pub(crate) struct Loaded {
+    pub slices: Vec<LoadedSlice>,
+    /// The slices themselves (shared with the cache), for the manifests.
+    pub specs: Vec<Arc<ResourceSlice>>,
+    pub resources: Vec<LoadedResource>,
+    pub position: Positions,
+    /// A slice the synthesis refers to does not exist.
+    pub missing: bool,
+}
+
+impl Loaded {
+    /// Whether manifest `ri` of slice `si` is a tombstone.
+    pub fn is_tombstone(&self, si: usize, ri: usize) -> bool {
+        self.slices
+            .get(si)
+            .and_then(|s| s.tombstones.get(ri))
+            .copied()
+            .unwrap_or(false)
+    }
+
+    /// Resources recorded as deleted.
+    pub fn deleted_keys(&self) -> BTreeSet<ResourceKey> {
+        self.resources
+            .iter()
+            .filter(|r| {
+                self.slices[r.slice]
+                    .states
+                    .get(r.index)
+                    .is_some_and(|s| s.deleted)
+            })
+            .map(|r| r.key.clone())
+            .collect()
+    }
+
+    /// The manifest of a loaded resource, parsed.
+    pub fn manifest(&self, r: &LoadedResource) -> Option<Value> {
+        let m = self.specs.get(r.slice)?.spec.resources.get(r.index)?;
+        serde_json::from_str(&m.manifest).ok()
+    }
+
+    pub(crate) fn push(
+        &mut self,
+        slice: Arc<ResourceSlice>,
+        parsed: &Parsed,
+        stored: Vec<ResourceState>,
+    ) {
+        let si = self.slices.len();
+        let name = slice.name_any();
+        let mut states = stored.clone();
+        states.resize(parsed.tombstones.len(), ResourceState::default());
+        self.specs.push(slice);
+        for (ri, key) in &parsed.keys {
+            self.position.insert(key.clone(), (si, *ri));
+            self.resources.push(LoadedResource {
+                key: key.clone(),
+                tombstone: parsed.tombstones[*ri],
+                slice: si,
+                index: *ri,
+            });
+        }
+        self.slices.push(LoadedSlice {
+            name,
+            states,
+            stored,
+            tombstones: parsed.tombstones.clone(),
+        });
+    }
+
+    /// A loaded set of one slice with these (key, tombstone) resources, for unit tests.
+    #[cfg(test)]
+    pub fn for_test(keys: &[(ResourceKey, bool)]) -> Loaded {
+        let spec = ResourceSliceSpec {
+            synthesis_uuid: "u".into(),
+            resources: keys
+                .iter()
+                .map(|(k, t)| crds::Manifest {
+                    manifest: serde_json::json!({"apiVersion": "v1", "kind": k.kind, "metadata":
+                        {"name": k.name, "namespace": k.namespace}})
+                    .to_string(),
+                    deleted: *t,
+                })
+                .collect(),
+        };
+        let mut l = Loaded::default();
+        let parsed = parse(&spec);
+        l.push(Arc::new(ResourceSlice::new("s", spec)), &parsed, Vec::new());
+        l
+    }
+}
+
+/// What happened to one step.
+#[derive(Debug, Default)]
+pub(crate) struct StepResult {
+    /// The resourceVersion the server returned for a write.
+    pub resource_version: Option<String>,
+    /// Why the write failed (the server's message).
+    pub error: Option<String>,
+    /// Not attempted: the resource is backing off after earlier failures.
+    pub held: bool,
+    /// The object the server returned for a write (its readiness is evaluated from it, so a
+    /// resource that is ready once written needs no second pass).
+    pub object: Option<Value>,
+}

@@ -1,0 +1,110 @@
+//! What the controllers do with a failed reconcile: one policy driven by
+//! [`Error::is_transient`] — transient failures back off per object (cleared by its next
+//! success), terminal ones are reported (a condition on a Composition, a Warning Event on
+//! every kind) and retried at a capped delay.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+
+use super::composition::status_write;
+use super::context::Context;
+use super::error::{self, Error};
+use super::{condition, metrics};
+use crds::Composition;
+
+/// The backoff of a Composition whose reconcile failed: transient errors are retried after
+/// an exponentially growing, jittered delay (per Composition, reset by a success); terminal
+/// ones become a `Reconciled=False` condition and a Warning Event, and are retried only at
+/// the capped delay.
+#[allow(clippy::needless_pass_by_value)] // the signature kube-runtime requires
+pub(crate) fn error_policy(comp: Arc<Composition>, err: &Error, ctx: Arc<Context>) -> Action {
+    metrics::Metrics::count(&ctx.metrics.reconcile_errors, err.category());
+    let failures = match ctx.failures.lock() {
+        Ok(mut f) => {
+            let n = f.entry(ObjectRef::from_obj(comp.as_ref())).or_insert(0);
+            *n = n.saturating_add(1);
+            *n
+        }
+        Err(_) => 1,
+    };
+    let chain = error::chain(err);
+    let name = kube::ResourceExt::name_any(comp.as_ref());
+    if err.is_transient() {
+        let delay = error::retry_after(err, failures);
+        tracing::warn!(composition = %name, category = err.category(), failures, retry_in = ?delay, error = %chain, "reconcile failed; retrying with backoff");
+        return Action::requeue(delay);
+    }
+    tracing::warn!(composition = %name, category = err.category(), error = %chain, "reconcile failed; not retrying soon");
+    let category = err.category();
+    tokio::spawn(async move {
+        ctx.event(&comp, true, category, "Reconcile", chain.clone())
+            .await;
+        let mut st = comp.status.clone().unwrap_or_default();
+        condition::set_condition(
+            &mut st.conditions,
+            crds::names::conditions::RECONCILED,
+            false,
+            crds::names::reasons::RECONCILE_FAILED,
+            &format!("{category}: {chain}"),
+            comp.metadata.generation,
+        );
+        if let Err(e) = status_write::write(&ctx, &comp, &st).await {
+            tracing::debug!(error = %e, "cannot write the failure condition");
+        }
+    });
+    Action::requeue(error::BACKOFF_CAP)
+}
+
+#[allow(clippy::needless_pass_by_value)] // the signature kube-runtime requires
+pub(crate) fn symphony_error_policy(
+    sym: Arc<crds::Symphony>,
+    err: &Error,
+    ctx: Arc<Context>,
+) -> Action {
+    use kube::Resource;
+    other_error_policy(&ctx, &object_key(sym.as_ref()), sym.object_ref(&()), err)
+}
+
+/// The key of a non-Composition object in the failure counts:
+/// `<kind>/<namespace>/<name>/<uid>` (an object created again under the same name starts over).
+pub(crate) fn object_key<K: kube::Resource<DynamicType = ()>>(obj: &K) -> String {
+    format!(
+        "{}/{}/{}/{}",
+        K::kind(&()),
+        obj.meta().namespace.as_deref().unwrap_or_default(),
+        obj.meta().name.as_deref().unwrap_or_default(),
+        obj.meta().uid.as_deref().unwrap_or_default()
+    )
+}
+
+/// Longest wait after a terminal error of a Symphony or instance: what they generate may
+/// become writable without any change of theirs (RBAC granted, a namespace recreated).
+const OTHER_TERMINAL_RETRY: Duration = Duration::from_secs(60);
+
+/// [`error::retry_after`] for the Symphony, Synthesizer and instance controllers: counted per
+/// object (cleared by its next success), in `enoki_reconcile_errors_total`, a terminal error
+/// retried within a minute and reported as a Warning Event on the object.
+pub(crate) fn other_error_policy(
+    ctx: &Arc<Context>,
+    key: &str,
+    object: k8s_openapi::api::core::v1::ObjectReference,
+    err: &Error,
+) -> Action {
+    metrics::Metrics::count(&ctx.metrics.reconcile_errors, err.category());
+    let failures = ctx.count_failure(key.to_string());
+    let delay = error::retry_after(err, failures).min(OTHER_TERMINAL_RETRY);
+    let chain = error::chain(err);
+    tracing::warn!(object = %key, category = err.category(), failures, retry_in = ?delay,
+        error = %chain, "reconcile failed");
+    if !err.is_transient() {
+        let (ctx, category) = (ctx.clone(), err.category());
+        tokio::spawn(async move {
+            ctx.event_on(&object, true, category, "Reconcile", chain)
+                .await;
+        });
+    }
+    Action::requeue(delay)
+}
