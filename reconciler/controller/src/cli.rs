@@ -265,6 +265,40 @@ pub struct RunArgs {
     /// Comma-separated.
     #[arg(long, env = "ENOKI_MIGRATING_FIELD_MANAGERS", value_delimiter = ',')]
     pub migrating_field_managers: Vec<String>,
+    /// The fields whose ownership is taken from `--migrating-field-managers` (Eno's
+    /// `--migrating-fields`): dot-separated paths (`spec`, `data`, `metadata.labels`), each
+    /// with everything under it; the managers keep their other fields. As in Eno, nothing is
+    /// migrated unless both flags are set. Comma-separated.
+    #[arg(long, env = "ENOKI_MIGRATING_FIELDS", value_delimiter = ',')]
+    pub migrating_fields: Vec<String>,
+    /// Resources fail open unless they say otherwise (Eno's `--fail-open`): a failed write is
+    /// reported reconciled, and ready when the resource has no readiness checks. A resource's
+    /// own `fail-open: "false"` (or `"true"`) wins.
+    #[arg(long, env = "ENOKI_FAIL_OPEN")]
+    pub fail_open: bool,
+    /// Only resources this CEL expression is true for are reconciled (Eno's
+    /// `--resource-filter`): `self` is the manifest as synthesized, `composition` the
+    /// Composition's metadata. The others are not applied, not deleted and not waited for;
+    /// an expression that fails or is not a bool excludes the resource.
+    #[arg(long, env = "ENOKI_RESOURCE_FILTER")]
+    pub resource_filter: Option<String>,
+    /// Requests per second to the management cluster's API server, across all of enoki's
+    /// clients (Eno's `--qps`); 0: no limit.
+    #[arg(long, env = "ENOKI_QPS", default_value_t = 0.0)]
+    pub qps: f64,
+    /// Requests allowed at once above `--qps` (Eno's `--burst`).
+    #[arg(long, env = "ENOKI_BURST", default_value_t = 50)]
+    pub burst: u32,
+    /// `--qps` for the cluster of `--remote-kubeconfig` (Eno's `--remote-qps`); 0: no limit.
+    #[arg(long, env = "ENOKI_REMOTE_QPS", default_value_t = 0.0)]
+    pub remote_qps: f64,
+    /// `--burst` for the cluster of `--remote-kubeconfig`.
+    #[arg(long, env = "ENOKI_REMOTE_BURST", default_value_t = 50)]
+    pub remote_burst: u32,
+    /// The longest one write of a resource may take (apply, patch, create, delete) before it
+    /// counts as failed and is retried with backoff (Eno's `--timeout`; humantime).
+    #[arg(long, env = "ENOKI_TIMEOUT", default_value = "1m")]
+    pub timeout: String,
     /// Safety-net re-check of ready Compositions (humantime): the default reconcile interval.
     /// In-sync resources cost no write (fast path); `reconcile-interval` annotations shorten it.
     #[arg(

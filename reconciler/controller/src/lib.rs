@@ -268,6 +268,20 @@ fn options(args: &cli::RunArgs) -> anyhow::Result<run::Options> {
             .map(|m| m.trim().to_string())
             .filter(|m| !m.is_empty() && m != crds::names::FIELD_MANAGER)
             .collect(),
+        migrating_fields: migrating_fields(&args.migrating_fields)?,
+        fail_open: args.fail_open,
+        resource_filter: match args.resource_filter.as_deref().map(str::trim) {
+            None | Some("") => None,
+            Some(src) => Some(
+                plan::expr::Expr::compile(src)
+                    .map_err(|e| anyhow::anyhow!("--resource-filter {src:?}: {e}"))?,
+            ),
+        },
+        timeout: parse("timeout", &args.timeout)?,
+        qps: args.qps,
+        burst: args.burst,
+        remote_qps: args.remote_qps,
+        remote_burst: args.remote_burst,
         module_cache_dir: args.module_cache_dir.clone(),
         metrics_addr: if args.metrics_addr.is_empty() {
             None
@@ -352,6 +366,24 @@ async fn module_command(cmd: &cli::ModuleCommand) -> anyhow::Result<String> {
             Ok(text)
         }
     }
+}
+
+/// `--migrating-fields` as path segments: dot-separated, no empty segment.
+fn migrating_fields(fields: &[String]) -> anyhow::Result<Vec<Vec<String>>> {
+    fields
+        .iter()
+        .map(|f| f.trim())
+        .filter(|f| !f.is_empty())
+        .map(|f| {
+            let path: Vec<String> = f.split('.').map(str::to_string).collect();
+            if path.iter().any(String::is_empty) {
+                anyhow::bail!(
+                    "--migrating-fields {f:?}: a dot-separated path has an empty segment"
+                );
+            }
+            Ok(path)
+        })
+        .collect()
 }
 
 /// `--remote-namespace-map` pairs, checked: `MANAGEMENT=REMOTE`, both non-empty, each

@@ -32,7 +32,7 @@ pub use error::PlanError;
 pub use key::ResourceKey;
 pub use plan::{
     ApplyMode, CompositionInfo, Desired, Observed, Op, Plan, PlanInput, PlanOptions, Prepared,
-    Recorded, SkipReason, Step, plan, prepare,
+    Recorded, SkipReason, Step, filter_desired, plan, prepare,
 };
 pub use readiness::ReadinessState;
 pub use settings::{DeletionStrategy, Drift, Settings};

@@ -68,6 +68,66 @@ impl CompositionInfo {
         v["metadata"] = metadata;
         v
     }
+
+    /// Its Symphony is being deleted (the `symphony-deleting` label, either spelling, set by
+    /// the Symphony controller): nothing of it is deleted, whatever a resource's own
+    /// deletion strategy says (Eno's reconciliation controller, `symphony-deleting`).
+    pub fn symphony_deleting(&self) -> bool {
+        [
+            crds::names::labels::SYMPHONY_DELETING,
+            crds::names::labels::ENO_SYMPHONY_DELETING,
+        ]
+        .iter()
+        .any(|l| self.labels.get(*l).is_some_and(|v| v == "true"))
+    }
+}
+
+/// `--resource-filter` (Eno's): the items `filter` is true for, and (index, error) of each
+/// evaluation that failed or was not a bool (such an item is left out, as in Eno). `self` is
+/// the manifest as synthesized, without `status` and `metadata.creationTimestamp`;
+/// `composition` is the Composition's metadata. Pure.
+pub fn filter_desired(
+    desired: Vec<Desired>,
+    filter: &crate::expr::Expr,
+    composition: &CompositionInfo,
+) -> (Vec<Desired>, Vec<(usize, String)>) {
+    let comp = crate::expr::to_cel(&composition.cel_value());
+    let mut errors = Vec::new();
+    let kept = desired
+        .into_iter()
+        .enumerate()
+        .filter_map(|(i, d)| {
+            let mut m = d.manifest.clone();
+            if let Some(o) = m.as_object_mut() {
+                o.remove("status");
+            }
+            if let Some(md) = m.get_mut("metadata").and_then(Value::as_object_mut) {
+                md.remove("creationTimestamp");
+            }
+            let vars = [
+                ("self", crate::expr::to_cel(&m)),
+                ("composition", comp.clone()),
+            ];
+            match filter.eval_bool(&vars) {
+                Ok(true) => Some(d),
+                Ok(false) => None,
+                Err(e) => {
+                    errors.push((i, e));
+                    None
+                }
+            }
+        })
+        .collect();
+    (kept, errors)
+}
+
+/// Resolves every step's `fail-open` (Eno): the resource's own annotation, else `--fail-open`;
+/// never for a foreground delete.
+fn resolve_fail_open(steps: &mut [Step], default: bool) {
+    for s in steps {
+        let foreground_delete = matches!(s.op, Op::Delete { foreground: true });
+        s.settings.fail_open = Some(!foreground_delete && s.settings.fail_open.unwrap_or(default));
+    }
 }
 
 /// One item of a synthesis's output.
@@ -146,6 +206,8 @@ pub struct PlanOptions {
     pub mode: ApplyMode,
     /// How soon to look again while something is not ready.
     pub readiness_poll: Duration,
+    /// `--fail-open`: resources without their own `fail-open` annotation fail open (Eno).
+    pub fail_open: bool,
 }
 
 impl Default for PlanOptions {
@@ -153,6 +215,7 @@ impl Default for PlanOptions {
         PlanOptions {
             mode: ApplyMode::ServerSide,
             readiness_poll: Duration::from_secs(5),
+            fail_open: false,
         }
     }
 }
@@ -310,7 +373,8 @@ mod requeue_ser {
 
 impl Plan {
     /// Every non-tombstone resource is ready (or exempt). A `fail-open` resource is reconciled
-    /// whatever happens, but ready only when it is (Eno).
+    /// whatever happens, and ready when it is (recorded ready after a failed attempt when it
+    /// has no readiness checks, as Eno).
     pub fn all_ready(&self) -> bool {
         self.steps.iter().all(|s| {
             s.readiness.is_ready()
@@ -356,7 +420,7 @@ pub fn plan(input: PlanInput<'_>) -> Plan {
         let Some(r) = by_key.get(key) else { continue };
         let live = input.observed.get(key);
         let recorded = input.recorded.get(key);
-        let (object, settings, results, hash) = match &r.snapshot {
+        let (object, mut settings, results, hash) = match &r.snapshot {
             Some((object, hash)) => (
                 std::borrow::Cow::Borrowed(object),
                 r.settings.clone(),
@@ -369,6 +433,8 @@ pub fn plan(input: PlanInput<'_>) -> Plan {
                 (std::borrow::Cow::Owned(object), settings, results, hash)
             }
         };
+        // Eno reads fail-open from the resource as synthesized, before overrides.
+        settings.fail_open = Some(r.settings.fail_open.unwrap_or(input.options.fail_open));
         let readiness = match recorded.and_then(|rec| rec.ready.clone()) {
             Some(at) => ReadinessState::Ready { at: Some(at) },
             None => readiness::evaluate(&r.checks, r.settings.health, live),
@@ -417,7 +483,9 @@ pub fn plan(input: PlanInput<'_>) -> Plan {
             }
             _ => (op, readiness),
         };
-        let exempt = settings.disable_reconciliation || settings.fail_open;
+        // A fail-open resource blocks its dependents until its state records it ready (with
+        // no readiness checks, once it was attempted), as Eno's readiness tree does.
+        let exempt = settings.disable_reconciliation;
         ready.insert(key, readiness.is_ready() || exempt);
         if !(readiness.is_ready() || exempt) || op.is_write() || matches!(op, Op::Wait { .. }) {
             poll = true;
@@ -436,6 +504,7 @@ pub fn plan(input: PlanInput<'_>) -> Plan {
     }
 
     poll |= tombstone_steps(&input, &mut steps);
+    resolve_fail_open(&mut steps, input.options.fail_open);
 
     if poll {
         requeue = Some(requeue.map_or(input.options.readiness_poll, |r| {

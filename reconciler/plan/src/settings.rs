@@ -2,9 +2,10 @@
 //!
 //! Both spellings are accepted (`enoki.dev/<key>` wins over `eno.azure.io/<key>`). The
 //! cascading keys (`disable-updates`, `disable-reconciliation`, `replace`,
-//! `deletion-strategy`, `reconcile-interval`, `fail-open`, `drift`, `adopt`, `health`) fall
-//! back to the
-//! Composition's annotations, as in Eno. Kinds in Eno's infra list default to readiness group
+//! `deletion-strategy`, `reconcile-interval`, `drift`, `adopt`, `health`) fall back to the
+//! Composition's annotations, as in Eno. `fail-open` is the resource's own, read as Go's
+//! `strconv.ParseBool` reads it (a value it refuses fails the synthesis), before overrides —
+//! as Eno reads it; without it the controller's `--fail-open` applies. Kinds in Eno's infra list default to readiness group
 //! -100. Errors name the resource and the key as written.
 
 use std::collections::BTreeMap;
@@ -105,8 +106,10 @@ pub struct Settings {
     pub replace: bool,
     /// What composition deletion does.
     pub deletion_strategy: DeletionStrategy,
-    /// Report reconciled/ready even when reconciliation fails.
-    pub fail_open: bool,
+    /// Report reconciled even when reconciliation fails (and ready, without readiness
+    /// checks): the resource's own `fail-open`; `None` takes the controller's `--fail-open`.
+    /// In a [`crate::Step`] it is resolved (`Some`), `Some(false)` for a foreground delete.
+    pub fail_open: Option<bool>,
     /// Drift detection mode.
     pub drift: Drift,
     /// `adopt: never`: an existing object enoki does not manage is refused, not adopted.
@@ -184,6 +187,22 @@ impl Lookup<'_> {
                 "true" => true,
                 "false" | "" => false,
                 _ => self.lenient(k, v, "\"true\" or \"false\"", false, "false"),
+            },
+        }
+    }
+
+    /// Go's `strconv.ParseBool`, byte for byte (no trimming, no case folding beyond its own
+    /// list), on the resource's own annotation only; a value it refuses is an error.
+    fn go_bool(&self, key: Key) -> Result<Option<bool>, PlanError> {
+        match self.get(key, false) {
+            None => Ok(None),
+            Some((v, k)) => match v {
+                "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(Some(true)),
+                "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(Some(false)),
+                _ => Err(self.error(
+                    k,
+                    format!("{v:?} is not a boolean (Go's strconv.ParseBool: 1, t, true, 0, f, false, …)"),
+                )),
             },
         }
     }
@@ -281,7 +300,7 @@ pub fn parse(
         disable_reconciliation: l.bool(keys::DISABLE_RECONCILIATION, true),
         replace: l.bool(keys::REPLACE, true),
         deletion_strategy,
-        fail_open: l.bool(keys::FAIL_OPEN, true),
+        fail_open: l.go_bool(keys::FAIL_OPEN)?,
         drift,
         warnings: Vec::new(),
     };

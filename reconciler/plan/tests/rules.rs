@@ -286,6 +286,50 @@ fn orphan_on_the_composition_leaves_everything() {
     assert_eq!(w.plan().requeue, None);
 }
 
+/// Eno's reconciliation controller: a Composition labelled `symphony-deleting` deletes
+/// nothing — not a resource whose own strategy is `foreground` or `delete`, not one an
+/// override gives a strategy, not one in a deletion group.
+#[test]
+fn a_symphony_being_deleted_deletes_nothing_whatever_the_resources_say() {
+    let override_fg = r#"[{"path": "self.metadata.annotations['eno.azure.io/deletion-strategy']",
+        "value": "foreground", "condition": "composition.metadata.deletionTimestamp != null"}]"#;
+    let items = [
+        deploy(
+            "fg",
+            json!({"eno.azure.io/deletion-strategy": "foreground"}),
+        ),
+        deploy("bg", json!({"enoki.dev/deletion-strategy": "delete"})),
+        deploy("grouped", json!({"eno.azure.io/deletion-group": "1"})),
+        deploy("ovr", json!({"eno.azure.io/overrides": override_fg})),
+    ];
+    for label in [
+        "eno.azure.io/symphony-deleting",
+        "enoki.dev/symphony-deleting",
+    ] {
+        let mut comp = CompositionInfo {
+            deleting: true,
+            deletion_timestamp: Some("2026-11-27T00:00:00Z".into()),
+            ..comp()
+        };
+        comp.labels.insert(label.into(), "true".into());
+        let d = desired(&items);
+        let mut w = World::new(d.clone()).with_comp(comp, &d);
+        for m in &items {
+            w = w.observe(live(m, "1", Value::Null));
+        }
+        for m in &items {
+            assert_eq!(
+                w.op_of(m),
+                Op::Skip {
+                    reason: SkipReason::Orphaned
+                },
+                "{label} {}",
+                m["metadata"]["name"]
+            );
+        }
+    }
+}
+
 #[test]
 fn overrides_apply_before_hashing_and_can_flip_cascaded_flags() {
     let overrides = json!([
@@ -363,20 +407,60 @@ fn reconcile_interval_sets_the_requeue_once_ready() {
     assert_eq!(w.plan().requeue, Some(Duration::from_secs(60)));
 }
 
+/// Eno's `fail-open` (internal/resource/resource.go, reconciliation/controller.go): the
+/// resource's own annotation, parsed as Go's `strconv.ParseBool`, never from the Composition;
+/// without it `--fail-open` applies; never for a foreground delete. A fail-open resource whose
+/// readiness check fails still holds its dependents back (Eno's readiness tree).
 #[test]
-fn fail_open_resources_do_not_block_their_dependents() {
+fn fail_open_is_the_resources_own_go_bool_else_the_flag() {
+    let resolved = |annotations: Value, flag: bool| {
+        let a = deploy("a", annotations);
+        let mut w = World::new(desired(std::slice::from_ref(&a)));
+        w.options.fail_open = flag;
+        w.plan().steps[0].settings.fail_open
+    };
+    for v in ["1", "t", "T", "TRUE", "true", "True"] {
+        assert_eq!(
+            resolved(json!({"eno.azure.io/fail-open": v}), false),
+            Some(true),
+            "{v}"
+        );
+    }
+    for v in ["0", "f", "F", "FALSE", "false", "False"] {
+        assert_eq!(
+            resolved(json!({"eno.azure.io/fail-open": v}), true),
+            Some(false),
+            "{v}"
+        );
+    }
+    assert_eq!(resolved(json!({}), false), Some(false));
+    assert_eq!(resolved(json!({}), true), Some(true));
+    for bad in ["yes", "", " true", "tRuE"] {
+        let a = deploy("a", json!({"eno.azure.io/fail-open": bad}));
+        let err = plan::prepare(&desired(&[a]), &Default::default()).unwrap_err();
+        assert!(
+            err.to_string().contains("eno.azure.io/fail-open"),
+            "{bad:?}: {err}"
+        );
+    }
+    // Not cascaded from the Composition.
+    let a = deploy("a", json!({}));
+    let mut comp = CompositionInfo::default();
+    comp.annotations
+        .insert("eno.azure.io/fail-open".into(), "true".into());
+    let items = desired(std::slice::from_ref(&a));
+    let w = World::new(items.clone()).with_comp(comp, &items);
+    assert_eq!(w.plan().steps[0].settings.fail_open, Some(false));
+
     let a = deploy(
         "a",
         json!({"enoki.dev/fail-open": "true", "enoki.dev/readiness": "false"}),
     );
     let b = deploy("b", json!({"enoki.dev/readiness-group": "1"}));
     let w = World::new(desired(&[a.clone(), b.clone()])).observe(live(&a, "1", Value::Null));
-    assert!(matches!(w.op_of(&b), Op::Apply { .. }));
-    // Eno: fail-open makes it reconciled whatever happens, but not ready while it is not.
-    let w = w.observe(live(&b, "1", Value::Null)).record_applied();
     assert!(
-        !w.plan().all_ready(),
-        "a not-ready fail-open resource is not ready"
+        matches!(w.op_of(&b), Op::Wait { .. }),
+        "a fail-open resource that is not ready holds its dependents"
     );
 }
 

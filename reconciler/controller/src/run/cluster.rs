@@ -15,6 +15,7 @@ use kube::core::{ApiResource, GroupVersionKind};
 use kube::discovery::Scope;
 
 use super::fence::{Fence, FenceLayer};
+use super::ratelimit::{Bucket, RateLimitLayer};
 
 /// A cluster: its client and what was learned about it.
 pub(crate) struct Cluster {
@@ -30,6 +31,8 @@ pub(crate) struct Cluster {
     discovery: Mutex<HashMap<GroupVersionKind, (ApiResource, bool)>>,
     /// With leader election: the fence every client's writes pass.
     fence: Option<Arc<Fence>>,
+    /// `--qps`/`--burst` of this cluster, shared by all its clients.
+    limit: Option<Arc<Bucket>>,
 }
 
 /// Impersonating clients kept at once (least recently used dropped first).
@@ -42,16 +45,21 @@ const MAX_IMPERSONATING_CLIENTS: usize = 256;
 pub(crate) fn build_client(
     config: kube::Config,
     fence: Option<&Arc<Fence>>,
+    limit: Option<&Arc<Bucket>>,
 ) -> Result<Client, kube::Error> {
     let builder = kube::client::ClientBuilder::try_from(config)?;
-    // Every request counted and timed (`enoki_api_requests_total`), fenced ones included.
+    // Every request counted and timed (`enoki_api_requests_total`), fenced ones included (the
+    // time a request waits for its `--qps` token is part of its duration).
+    let limit = RateLimitLayer(limit.cloned());
     Ok(match fence {
         Some(f) => builder
             .with_layer(&FenceLayer(f.clone()))
             .with_layer(&super::api_metrics::MetricsLayer)
+            .with_layer(&limit)
             .build(),
         None => builder
             .with_layer(&super::api_metrics::MetricsLayer)
+            .with_layer(&limit)
             .build(),
     })
 }
@@ -61,8 +69,10 @@ impl Cluster {
         client: Client,
         config: kube::Config,
         fence: Option<Arc<Fence>>,
+        limit: Option<Arc<Bucket>>,
     ) -> Arc<Cluster> {
         Arc::new(Cluster {
+            limit,
             client,
             config,
             impersonating: Mutex::new(HashMap::new()),
@@ -97,7 +107,7 @@ impl Cluster {
         // as any group.
         config.auth_info.impersonate = Some(user.to_string());
         config.auth_info.impersonate_groups = None;
-        let client = build_client(config, self.fence.as_ref())?;
+        let client = build_client(config, self.fence.as_ref(), self.limit.as_ref())?;
         if let Ok(mut m) = self.impersonating.lock() {
             // Bounded: the names come from Compositions, so a tenant cycling through names
             // must not grow the cache (each client holds a connection pool). The least

@@ -39,6 +39,20 @@ pub struct Options {
     pub min_reconcile_interval: Duration,
     /// Field managers whose ownership enoki takes over on apply.
     pub migrating_field_managers: Vec<String>,
+    /// The fields taken over from them, as path segments (`metadata.labels` → two).
+    pub migrating_fields: Vec<Vec<String>>,
+    /// `--fail-open`: the default of resources without their own `fail-open`.
+    pub fail_open: bool,
+    /// `--resource-filter`: only resources it is true for are reconciled.
+    pub resource_filter: Option<plan::expr::Expr>,
+    /// The longest one write of a resource may take.
+    pub timeout: Duration,
+    /// `--qps`/`--burst` of the management cluster (0: no limit).
+    pub qps: f64,
+    pub burst: u32,
+    /// `--remote-qps`/`--remote-burst` of the `--remote-kubeconfig` cluster.
+    pub remote_qps: f64,
+    pub remote_burst: u32,
     /// Lease-based leader election: (namespace, lease duration); off when `None`.
     pub leader_election: Option<(String, u64)>,
     /// How many shards Compositions are split into (1: none).

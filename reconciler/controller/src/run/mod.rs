@@ -22,6 +22,7 @@ pub mod metrics;
 mod model;
 mod module;
 mod policy;
+mod ratelimit;
 pub(crate) mod resources;
 pub mod sandbox;
 pub mod shard;

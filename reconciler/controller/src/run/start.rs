@@ -26,6 +26,7 @@ use super::cluster::{Cluster, build_client};
 use super::context::{Context, Parts};
 use super::fence::Fence;
 use super::policy::error_policy;
+use super::ratelimit::Bucket;
 use super::shard::Shard;
 use super::watches::Watches;
 use super::{Options, composition, instances, metrics, symphony};
@@ -45,6 +46,7 @@ fn client_of(
     mut config: kube::Config,
     identity: Option<&str>,
     fence: Option<&Arc<Fence>>,
+    limit: Option<&Arc<Bucket>>,
 ) -> anyhow::Result<(Client, kube::Config)> {
     let ua = match identity {
         Some(id) => format!("{} ({id})", user_agent()),
@@ -53,7 +55,7 @@ fn client_of(
     config
         .headers
         .push((http::header::USER_AGENT, http::HeaderValue::from_str(&ua)?));
-    Ok((build_client(config.clone(), fence)?, config))
+    Ok((build_client(config.clone(), fence, limit)?, config))
 }
 
 /// The client configuration of `--kubeconfig` and `--context`, else kubectl's rules
@@ -97,8 +99,9 @@ async fn clusters_as(
     fence: Option<&Arc<Fence>>,
 ) -> anyhow::Result<(Arc<Cluster>, Arc<Cluster>)> {
     let config = cluster_config(opts.kubeconfig.as_deref(), opts.context.as_deref()).await?;
-    let (client, config) = client_of(config, identity, fence)?;
-    let management = Cluster::new(client, config, fence.cloned());
+    let limit = Bucket::new(opts.qps, opts.burst);
+    let (client, config) = client_of(config, identity, fence, limit.as_ref())?;
+    let management = Cluster::new(client, config, fence.cloned(), limit);
     let target = match &opts.remote_kubeconfig {
         None => management.clone(),
         Some(path) => {
@@ -110,8 +113,9 @@ async fn clusters_as(
             )
             .await
             .with_context(|| format!("--remote-kubeconfig {}", path.display()))?;
-            let (client, config) = client_of(config, identity, fence)?;
-            Cluster::new(client, config, fence.cloned())
+            let limit = Bucket::new(opts.remote_qps, opts.remote_burst);
+            let (client, config) = client_of(config, identity, fence, limit.as_ref())?;
+            Cluster::new(client, config, fence.cloned(), limit)
         }
     };
     Ok((management, target))

@@ -4,7 +4,14 @@
 //! Composition `dependsOn`, a Composition whose variation is removed is deleted normally (its
 //! resources are cleaned up), and the status rolls up the non-optional Compositions. Deleting
 //! the Symphony labels every Composition `symphony-deleting` and deletes it: like Eno, the
-//! managed resources are orphaned.
+//! managed resources are orphaned, whatever a resource's own deletion strategy says.
+//!
+//! Variation labels and annotations are merged into what others set, and change in Eno's two
+//! phases: first every key to be removed (set to `""` in the variation, or no longer asked
+//! for) is removed from every Composition, then — on a later pass that finds nothing to
+//! remove — the new values are applied. A key moving between Compositions is never on two at
+//! once. A variation in a `dependsOn` cycle is not created or changed, and keeps its
+//! Composition.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -83,8 +90,8 @@ fn merged_env(base: &[EnvVar], over: &[EnvVar]) -> Vec<EnvVar> {
     by_name.into_values().cloned().collect()
 }
 
-/// The Composition a variation asks for (applied with server-side apply, so labels and
-/// annotations the Symphony stops setting — e.g. given an empty value — are removed).
+/// The Composition a variation asks for (applied with server-side apply once
+/// [`prune_metadata`] found nothing to remove).
 fn desired_composition(sym: &Symphony, v: &Variation) -> serde_json::Value {
     let sym_name = sym.name_any();
     let siblings: BTreeSet<&str> = sym
@@ -189,6 +196,10 @@ async fn reconcile_once(sym: Arc<Symphony>, ctx: Arc<Context>) -> Result<Action,
             .await
             .map_err(kube_err("adding the Symphony finalizer"))?;
     }
+    if prune_metadata(&sym, &comps, &owned).await? {
+        // Phase two (setting) waits until no Composition has anything left to prune.
+        return Ok(Action::requeue(Duration::from_millis(200)));
+    }
     apply_variations(&ctx, &sym, &comps, &owned).await?;
     let current: BTreeMap<String, Composition> = owned_compositions(&comps, &name)
         .await?
@@ -290,7 +301,6 @@ async fn apply_variations(
         .await;
     }
     let pp = PatchParams::apply(SYMPHONY_FIELD_MANAGER).force();
-    let mut wanted = BTreeSet::new();
     for v in order {
         let desired = desired_composition(sym, v);
         let comp_name = composition_name(&name, &v.synthesizer.name);
@@ -298,8 +308,15 @@ async fn apply_variations(
             .patch(&comp_name, &pp, &Patch::Apply(&desired))
             .await
             .map_err(kube_err(format!("applying Composition {comp_name}")))?;
-        wanted.insert(comp_name);
     }
+    // Every variation keeps its Composition, those caught in a dependsOn cycle too (they are
+    // only not created or changed, as in Eno).
+    let wanted: BTreeSet<String> = sym
+        .spec
+        .variations
+        .iter()
+        .map(|v| composition_name(&name, &v.synthesizer.name))
+        .collect();
     for c in owned {
         if !wanted.contains(&c.name_any()) && c.metadata.deletion_timestamp.is_none() {
             tracing::info!(symphony = %name, composition = %c.name_any(), "variation removed; deleting its Composition");
@@ -310,6 +327,100 @@ async fn apply_variations(
         }
     }
     Ok(())
+}
+
+/// Phase one of Eno's two-phase protocol for variation labels and annotations
+/// (docs/symphony.md): every key to be removed from a variation's Composition is removed from
+/// all of them before any Composition is applied, so a key moving from one Composition to
+/// another is never on both. Removed: keys the variation sets to `""` (whoever set them, as
+/// in Eno) and keys this controller applied before but no longer asks for. `true` when it
+/// wrote (the caller looks again before phase two).
+async fn prune_metadata(
+    sym: &Symphony,
+    comps: &Api<Composition>,
+    owned: &[Composition],
+) -> Result<bool, Error> {
+    let mut wrote = false;
+    for v in &sym.spec.variations {
+        let name = composition_name(&sym.name_any(), &v.synthesizer.name);
+        let Some(c) = owned
+            .iter()
+            .find(|c| c.name_any() == name && c.metadata.deletion_timestamp.is_none())
+        else {
+            continue;
+        };
+        let desired = desired_composition(sym, v);
+        let (mine_annotations, mine_labels) = applied_keys(c);
+        let annotations = stale_keys(
+            c.annotations(),
+            &v.annotations,
+            &desired["metadata"]["annotations"],
+            &mine_annotations,
+        );
+        let labels = stale_keys(
+            c.labels(),
+            &v.labels,
+            &desired["metadata"]["labels"],
+            &mine_labels,
+        );
+        if annotations.is_empty() && labels.is_empty() {
+            continue;
+        }
+        let patch = json!({"metadata": {
+            "resourceVersion": c.resource_version(),
+            "annotations": annotations,
+            "labels": labels,
+        }});
+        comps
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(kube_err(format!(
+                "pruning labels and annotations of Composition {name}"
+            )))?;
+        wrote = true;
+    }
+    Ok(wrote)
+}
+
+/// The keys of `live` to remove (each mapped to `null` for a merge patch): those the variation
+/// asks to be `""`, and those this controller applied (`mine`) but `want` no longer has. Pure.
+fn stale_keys(
+    live: &BTreeMap<String, String>,
+    asked: &BTreeMap<String, String>,
+    want: &serde_json::Value,
+    mine: &BTreeSet<String>,
+) -> serde_json::Map<String, serde_json::Value> {
+    live.keys()
+        .filter(|k| {
+            asked.get(*k).is_some_and(String::is_empty)
+                || (mine.contains(*k) && want.get(k.as_str()).is_none())
+        })
+        .map(|k| (k.clone(), serde_json::Value::Null))
+        .collect()
+}
+
+/// The annotation and label keys the Symphony controller owns on `c` through its applies.
+fn applied_keys(c: &Composition) -> (BTreeSet<String>, BTreeSet<String>) {
+    let mut out = (BTreeSet::new(), BTreeSet::new());
+    let ours = c.metadata.managed_fields.iter().flatten().filter(|e| {
+        e.manager.as_deref() == Some(SYMPHONY_FIELD_MANAGER)
+            && e.operation.as_deref() == Some("Apply")
+    });
+    for e in ours {
+        let Some(f) = e.fields_v1.as_ref() else {
+            continue;
+        };
+        for (slot, set) in [("f:annotations", &mut out.0), ("f:labels", &mut out.1)] {
+            if let Some(m) = f.0["f:metadata"][slot].as_object() {
+                set.extend(
+                    m.keys()
+                        .filter_map(|k| k.strip_prefix("f:"))
+                        .map(String::from),
+                );
+            }
+        }
+    }
+    out
 }
 
 /// The status: each time once every non-optional variation's Composition got there. Pure.

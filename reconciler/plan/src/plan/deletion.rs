@@ -10,6 +10,13 @@ pub(super) fn tombstone_steps(input: &PlanInput<'_>, steps: &mut Vec<Step>) -> b
     let mut poll = false;
     for r in input.prepared.resources.iter().filter(|r| r.tombstone) {
         let live = input.observed.get(&r.key);
+        if input.composition.symphony_deleting() {
+            let op = Op::Skip {
+                reason: SkipReason::Orphaned,
+            };
+            steps.push(deletion_step(r, live, op));
+            continue;
+        }
         if r.patch.is_some() {
             let op = Op::Skip {
                 reason: SkipReason::PatchLeft,
@@ -89,6 +96,12 @@ pub(super) fn plan_deletion(input: PlanInput<'_>) -> Plan {
             Op::Skip {
                 reason: SkipReason::OwnedElsewhere,
             }
+        } else if input.composition.symphony_deleting() {
+            // Eno: a Composition whose Symphony is deleted deletes nothing (reconciliation
+            // controller, `symphony-deleting`), whatever the resource's own strategy says.
+            Op::Skip {
+                reason: SkipReason::Orphaned,
+            }
         } else if settings.disable_reconciliation {
             Op::Skip {
                 reason: SkipReason::ReconciliationDisabled,
@@ -131,6 +144,7 @@ pub(super) fn plan_deletion(input: PlanInput<'_>) -> Plan {
         }
         steps.push(deletion_step(r, live, op));
     }
+    resolve_fail_open(&mut steps, input.options.fail_open);
     Plan {
         steps,
         requeue: poll.then_some(input.options.readiness_poll),

@@ -70,7 +70,10 @@ pub(crate) async fn act(
                 .is_write()
                 .then(|| backing_off.get(&step.key).cloned())
                 .flatten();
-            let migrating = ctx.opts.migrating_field_managers.as_slice();
+            let migrating = super::migrate::Migration {
+                managers: &ctx.opts.migrating_field_managers,
+                fields: &ctx.opts.migrating_fields,
+            };
             execute(
                 i,
                 op,
@@ -78,6 +81,7 @@ pub(crate) async fn act(
                 observations.get(&step.key),
                 held,
                 migrating,
+                ctx.opts.timeout,
             )
         })
         .collect();
@@ -231,9 +235,21 @@ async fn execute(
     key: &ResourceKey,
     obs: Option<&Observation>,
     held: Option<String>,
-    migrating: &[String],
+    migrating: super::migrate::Migration<'_>,
+    timeout: Duration,
 ) -> (usize, StepResult) {
-    (index, execute_one(op, key, obs, held, migrating).await)
+    // `--timeout`: a write that takes longer failed (retried with backoff).
+    match tokio::time::timeout(timeout, execute_one(op, key, obs, held, migrating)).await {
+        Ok(result) => (index, result),
+        Err(_) => (
+            index,
+            failed(format!(
+                "{} of {key} took longer than --timeout {}",
+                op_name(op),
+                humantime::format_duration(timeout)
+            )),
+        ),
+    }
 }
 
 async fn execute_one(
@@ -241,7 +257,7 @@ async fn execute_one(
     key: &ResourceKey,
     obs: Option<&Observation>,
     held: Option<String>,
-    migrating: &[String],
+    migrating: super::migrate::Migration<'_>,
 ) -> StepResult {
     if let Some(last) = held {
         return StepResult {
@@ -280,7 +296,7 @@ async fn write(
     op: &Op,
     key: &ResourceKey,
     live: Option<&Value>,
-    migrating: &[String],
+    migrating: super::migrate::Migration<'_>,
 ) -> Result<Option<DynamicObject>, String> {
     let rv_of = Some;
     let pp = PostParams {
@@ -350,11 +366,11 @@ async fn apply(
     api: &Api<DynamicObject>,
     name: &str,
     object: &Value,
-    migrating: &[String],
+    migrating: super::migrate::Migration<'_>,
 ) -> Result<DynamicObject, kube::Error> {
     let pp = PatchParams::apply(FIELD_MANAGER).force();
     let written = api.patch(name, &pp, &Patch::Apply(object)).await?;
-    if migrating.is_empty() {
+    if !migrating.is_on() {
         return Ok(written);
     }
     let Some(fields) = serde_json::to_value(&written)
@@ -363,10 +379,15 @@ async fn apply(
     else {
         return Ok(written);
     };
-    let handover = serde_json::json!({"metadata": {"managedFields": fields}});
+    // Guarded by the resourceVersion just written: a concurrent change makes it a conflict.
+    let handover = serde_json::json!({"metadata": {
+        "managedFields": fields,
+        "resourceVersion": written.metadata.resource_version,
+    }});
     api.patch(name, &PatchParams::default(), &Patch::Merge(&handover))
         .await?;
-    tracing::info!(resource = name, managers = ?migrating, "field ownership migrated to enoki");
+    tracing::info!(resource = name, managers = ?migrating.managers, fields = ?migrating.fields,
+        "field ownership migrated to enoki");
     api.patch(name, &pp, &Patch::Apply(object)).await
 }
 

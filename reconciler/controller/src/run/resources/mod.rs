@@ -142,6 +142,7 @@ pub async fn reconcile(
                 options: plan::PlanOptions {
                     mode: ctx.opts.mode,
                     readiness_poll: ctx.opts.readiness_poll,
+                    fail_open: ctx.opts.fail_open,
                 },
             })
         })
@@ -247,7 +248,7 @@ async fn finish(
         })
     });
     slices::write_states(ctx, comp, seen.loaded, &recording.states).await?;
-    let roll = rollup::Rollup::of(seen.loaded, &recording);
+    let roll = rollup::Rollup::of(seen.loaded, &recording, &filtered_out(ctx, seen));
     if !deleting {
         let uid = comp.uid().unwrap_or_default();
         warn_once(
@@ -275,8 +276,15 @@ async fn finish(
         (a, b) => a.or(b),
     }
     .map(|r| r.max(ctx.opts.min_reconcile_interval));
+    // A fail-open delete that failed counts as done (Eno marks it deleted and moves on).
+    let settled = the_plan.steps.iter().zip(&acted.outcomes).all(|(s, o)| {
+        matches!(s.op, plan::Op::Skip { .. })
+            || (s.settings.fail_open == Some(true)
+                && matches!(s.op, plan::Op::Delete { .. })
+                && o.error.is_some())
+    });
     Ok(Pass {
-        settled: the_plan.settled() && recording.errors.is_empty(),
+        settled: settled && recording.errors.is_empty(),
         requeue,
         ..Pass::default()
     })
@@ -320,21 +328,8 @@ async fn warn_once(
 /// The Composition as the planner sees it; a Symphony being deleted orphans its
 /// Compositions' resources (Eno semantics).
 pub(crate) fn composition_info(comp: &Composition, deleting: bool) -> plan::CompositionInfo {
-    let mut annotations = comp.annotations().clone();
-    let symphony_deleting = [
-        crds::names::labels::SYMPHONY_DELETING,
-        crds::names::labels::ENO_SYMPHONY_DELETING,
-    ]
-    .iter()
-    .any(|l| comp.labels().get(*l).is_some_and(|v| v == "true"));
-    if symphony_deleting {
-        annotations.insert(
-            crds::names::annotations::DELETION_STRATEGY
-                .enoki
-                .to_string(),
-            "orphan".into(),
-        );
-    }
+    // A Symphony being deleted is read from the labels by the planner (`symphony_deleting`).
+    let annotations = comp.annotations().clone();
     plan::CompositionInfo {
         name: comp.name_any(),
         namespace: comp.namespace().unwrap_or_default(),
@@ -350,6 +345,25 @@ pub(crate) fn composition_info(comp: &Composition, deleting: bool) -> plan::Comp
     }
 }
 
+/// The positions of the resources `--resource-filter` left out (none without it): not
+/// reconciled here, so they count neither for nor against the Composition's roll-up.
+fn filtered_out(ctx: &Context, seen: &Seen<'_>) -> std::collections::HashSet<(usize, usize)> {
+    if ctx.opts.resource_filter.is_none() {
+        return std::collections::HashSet::new();
+    }
+    seen.loaded
+        .position
+        .iter()
+        .filter(|(k, _)| {
+            seen.prepared
+                .resources
+                .binary_search_by(|r| r.key.cmp(k))
+                .is_err()
+        })
+        .map(|(_, p)| *p)
+        .collect()
+}
+
 /// The ingested synthesis, cached per Composition (one entry, replaced when the synthesis or
 /// the effective annotations change).
 fn prepare(
@@ -359,8 +373,13 @@ fn prepare(
     loaded: &Loaded,
     info: &plan::CompositionInfo,
 ) -> Result<Arc<plan::Prepared>, plan::PlanError> {
+    // The filter may read the Composition's labels: they are part of the key with it.
+    let labels = match ctx.opts.resource_filter {
+        Some(_) => serde_json::to_string(&info.labels).unwrap_or_default(),
+        None => String::new(),
+    };
     let key = format!(
-        "{synthesis}/{}/{}",
+        "{synthesis}/{}/{}/{labels}",
         info.deleting,
         serde_json::to_string(&info.annotations).unwrap_or_default()
     );
@@ -377,6 +396,18 @@ fn prepare(
             })
         })
         .collect();
+    let desired = match &ctx.opts.resource_filter {
+        None => desired,
+        Some(filter) => {
+            // Eno's --resource-filter: the others are not reconciled by this controller.
+            let (kept, errors) = plan::filter_desired(desired, filter, info);
+            for (item, error) in errors {
+                tracing::warn!(composition = %info.name, item, %error,
+                    "--resource-filter failed on a resource; it is left out");
+            }
+            kept
+        }
+    };
     let p = Arc::new(plan::prepare(&desired, info)?);
     ctx.keep_prepared(uid, key, p.clone());
     Ok(p)
@@ -390,9 +421,11 @@ async fn sweep_outside(
     comp: &Composition,
     current: &crds::Synthesis,
 ) -> Result<bool, Error> {
+    // A Composition whose Symphony is deleted deletes nothing (Eno), as the planner decides.
     let orphan = crds::names::annotations::DELETION_STRATEGY
         .get(comp.annotations())
-        .is_some_and(|s| s.eq_ignore_ascii_case("orphan"));
+        .is_some_and(|s| s.eq_ignore_ascii_case("orphan"))
+        || composition_info(comp, true).symphony_deleting();
     if orphan || current.outside_namespace.is_empty() {
         return Ok(true);
     }

@@ -66,10 +66,20 @@ pub(crate) fn record(
         if let Some(e) = &outcome.error {
             rec.forbidden |= e.starts_with("Forbidden:");
             state.error = Some(e.clone());
-            state.reconciled = step.settings.fail_open;
-            if step.settings.fail_open {
-                // Eno suppresses a fail-open resource's error: kept on the resource only.
+            let fail_open = step.settings.fail_open == Some(true);
+            state.reconciled = fail_open;
+            if fail_open {
+                // Eno suppresses a fail-open resource's error (kept on the resource's state
+                // here, for `enoki status`): it is reconciled, a delete counts as done, and
+                // without readiness checks it is ready (Eno's EvalOptionally).
                 tracing::warn!(resource = %step.key, error = %e, "fail-open: error suppressed");
+                if matches!(step.op, Op::Delete { .. }) {
+                    state.deleted = true;
+                }
+                let tombstone = loaded.is_tombstone(si, ri);
+                if !tombstone && !deleting && state.ready.is_none() && no_checks(prepared, step) {
+                    state.ready = Some(now.clone());
+                }
             } else {
                 rec.errors.push(format!("{}: {e}", step.key));
             }
@@ -101,6 +111,14 @@ pub(crate) fn record(
         }
     }
     rec
+}
+
+/// Whether a step's resource has no CEL readiness checks.
+fn no_checks(prepared: &plan::Prepared, step: &Step) -> bool {
+    prepared
+        .resources
+        .binary_search_by(|r| r.key.cmp(&step.key))
+        .is_ok_and(|i| prepared.resources[i].checks.is_empty())
 }
 
 /// The readiness of a step's resource after it was written: evaluated on the object the

@@ -27,17 +27,26 @@ pub(crate) struct Rollup {
 }
 
 impl Rollup {
-    /// Adds up `recording` (the new states of `loaded`'s slices).
-    /// A `fail-open` resource is reconciled whatever happens (its state says so), but ready
-    /// only when it is (Eno).
-    pub fn of(loaded: &Loaded, recording: &Recording) -> Rollup {
-        let all_reconciled = recording.states.iter().flatten().all(|s| s.reconciled);
+    /// Adds up `recording` (the new states of `loaded`'s slices), leaving out the positions
+    /// in `excluded` (resources `--resource-filter` leaves to others). A `fail-open` resource
+    /// is reconciled whatever happens (its state says so), and ready when it is (Eno).
+    pub fn of(
+        loaded: &Loaded,
+        recording: &Recording,
+        excluded: &std::collections::HashSet<(usize, usize)>,
+    ) -> Rollup {
+        let counted = |si: usize, ri: usize| !excluded.contains(&(si, ri));
+        let all_reconciled = recording.states.iter().enumerate().all(|(si, states)| {
+            states
+                .iter()
+                .enumerate()
+                .all(|(ri, s)| !counted(si, ri) || s.reconciled)
+        });
         let all_ready = all_reconciled
             && recording.states.iter().enumerate().all(|(si, states)| {
-                states
-                    .iter()
-                    .enumerate()
-                    .all(|(ri, s)| loaded.is_tombstone(si, ri) || s.ready.is_some())
+                states.iter().enumerate().all(|(ri, s)| {
+                    !counted(si, ri) || loaded.is_tombstone(si, ri) || s.ready.is_some()
+                })
             });
         Rollup {
             all_reconciled,
@@ -229,7 +238,7 @@ mod tests {
             states: vec![vec![ready.clone(), ready]],
             ..Recording::default()
         };
-        let r = Rollup::of(&loaded(2), &recording);
+        let r = Rollup::of(&loaded(2), &recording, &Default::default());
         assert!(r.all_ready && r.all_reconciled);
         let mut st = status_with_synthesized();
         r.apply_to(&mut st, Some(1), false, &now);
@@ -255,7 +264,7 @@ mod tests {
             conflicts: vec![],
             forbidden: false,
         };
-        let r = Rollup::of(&loaded(1), &recording);
+        let r = Rollup::of(&loaded(1), &recording, &Default::default());
         assert!(!r.all_ready && !r.all_reconciled);
         let mut st = status_with_synthesized();
         r.apply_to(&mut st, Some(1), false, &now);
