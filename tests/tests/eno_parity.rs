@@ -456,31 +456,38 @@ async fn deferred_inputs_roll_out_under_the_cooldown() {
     .await;
 }
 
-/// Eno `--migrating-field-managers` (`internal/resource/fieldmanager.go`,
-/// `NormalizeConflictingManagers`): fields another tool applied become enoki's, so what the
-/// synthesizer no longer emits is removed; managers not listed keep theirs.
+/// Eno `--migrating-field-managers` with `--migrating-fields` (`cmd/eno-reconciler/main.go`,
+/// `internal/resource/fieldmanager.go` `NormalizeConflictingManagers`): the fields a listed
+/// manager applied under a listed path become enoki's, so what the synthesizer no longer emits
+/// there is removed; the manager keeps its other fields, and managers not listed keep theirs.
 #[tokio::test]
-async fn migrating_field_managers_hand_their_fields_to_enoki() {
+async fn migrating_field_managers_hand_their_fields_under_the_paths_to_enoki() {
     let env = TestEnv::new().await;
     install_crds(&env.client).await;
     let synth = install_synthesizer(&env, "echo", &echo_module()).await;
     // Applied before enoki by Eno (manager `eno`) and by another tool (`helm`).
     for (name, manager) in [("from-eno", "eno"), ("from-helm", "helm")] {
-        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
-            "data": {"a": "1", "b": "old"}});
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "labels": {"x": "1"}}, "data": {"a": "1", "b": "old"}});
         env.api::<ConfigMap>()
             .patch(name, &PatchParams::apply(manager), &Patch::Apply(&cm))
             .await
             .unwrap();
     }
-    // The synthesizer emits both without `b`.
+    // The synthesizer emits both without `b` and without the label.
     let items = json!([
         harness::config_map("from-eno", json!({}), json!({"a": "1"})),
         harness::config_map("from-helm", json!({}), json!({"a": "1"})),
     ]);
     input(&env, "items", json!({}), &items, json!({})).await;
     harness::apply_composition(&env, "moved", &synth, "items", json!({})).await;
-    let _enoki = Enoki::start_with(&env.namespace, &["--migrating-field-managers", "eno"]);
+    let flags = [
+        "--migrating-field-managers",
+        "eno",
+        "--migrating-fields",
+        "data",
+    ];
+    let _enoki = Enoki::start_with(&env.namespace, &flags);
     eventually("moved Ready", WAIT, || async {
         harness::composition_ready(&env, "moved")
             .await
@@ -491,16 +498,27 @@ async fn migrating_field_managers_hand_their_fields_to_enoki() {
     assert_eq!(
         from_eno.data.as_ref().unwrap().get("b"),
         None,
-        "eno's field handed over and pruned"
+        "eno's field under `data` handed over and pruned"
     );
-    let managers: Vec<String> = from_eno
+    assert_eq!(
+        from_eno
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("x"))
+            .map(String::as_str),
+        Some("1"),
+        "eno keeps its label: `metadata.labels` is not a migrating path"
+    );
+    let eno_entry = from_eno
         .metadata
         .managed_fields
         .unwrap_or_default()
         .into_iter()
-        .filter_map(|m| m.manager)
-        .collect();
-    assert!(!managers.contains(&"eno".to_string()), "{managers:?}");
+        .find(|m| m.manager.as_deref() == Some("eno"))
+        .expect("eno keeps an entry for its other fields");
+    let fields = serde_json::to_value(eno_entry.fields_v1.unwrap()).unwrap();
+    assert!(fields.get("f:data").is_none(), "{fields}");
     let from_helm = env.api::<ConfigMap>().get("from-helm").await.unwrap();
     assert_eq!(
         from_helm.data.unwrap().get("b").map(String::as_str),

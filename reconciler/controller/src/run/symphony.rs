@@ -137,17 +137,22 @@ fn desired_composition(sym: &Symphony, v: &Variation) -> serde_json::Value {
         controller: Some(true),
         block_owner_deletion: Some(true),
     };
-    json!({
+    let mut desired = json!({
         "apiVersion": Composition::api_version(&()),
         "kind": Composition::kind(&()),
         "metadata": {
             "name": composition_name(&sym_name, &v.synthesizer.name),
             "labels": labels_out,
-            "annotations": annotations,
             "ownerReferences": [owner],
         },
         "spec": spec,
-    })
+    });
+    // An empty map would make the map itself this manager's, and another manager's
+    // annotation a conflict.
+    if !annotations.is_empty() {
+        desired["metadata"]["annotations"] = json!(annotations);
+    }
+    desired
 }
 
 /// Reconciles one Symphony.
