@@ -9,6 +9,9 @@ pub const PREFIX: &str = "enoki.dev/";
 pub const ENO_PREFIX: &str = "eno.azure.io/";
 /// Field manager for every server-side apply enoki performs.
 pub const FIELD_MANAGER: &str = "enoki";
+/// Eno's field manager: what Eno applied is "managed" for `pathManagedByEno` (a cluster moved
+/// from Eno keeps its overrides' meaning).
+pub const ENO_FIELD_MANAGER: &str = "eno";
 /// Finalizer on Compositions (and instance-mode objects) that guards resource cleanup.
 pub const FINALIZER: &str = "enoki.dev/cleanup";
 /// KRM result tag: enoki publishes the result as a Kubernetes Event with this reason (the

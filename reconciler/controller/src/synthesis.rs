@@ -142,6 +142,8 @@ pub enum SynthesisError {
         /// The `enoki.dev/event-reason` tag of the first error result that has one: the
         /// reason of the Event on the instance.
         event_reason: Option<String>,
+        /// Every result of the run (kept on the in-flight synthesis, as Eno keeps them).
+        results: Vec<crds::SynthesisResult>,
     },
     /// An item is invalid (missing fields, duplicates, bad annotations).
     #[error("invalid output: {message}")]
@@ -327,6 +329,7 @@ pub fn synthesize(
         return Err(SynthesisError::ErrorResult {
             messages: errors,
             event_reason,
+            results,
         });
     }
     let (items, duplicates) = validate(items, &input.composition.namespace, is_namespaced)?;
@@ -501,13 +504,24 @@ mod tests {
             "severity is optional and not an error"
         );
         assert_eq!(results[2].resource_ref.as_deref(), Some("Namespace/x"));
-        let bad = br#"{"kind":"ResourceList","items":[],"results":[{"severity":"error"}]}"#;
-        assert!(
-            parse_output(bad)
-                .unwrap_err()
-                .to_string()
-                .contains("message")
-        );
+        // Eno (Go's encoding/json) reads a result without a message as "".
+        let bare = br#"{"kind":"ResourceList","items":[],"results":[{"severity":"error"}]}"#;
+        assert_eq!(parse_output(bare).unwrap().1[0].message, "");
+        // Eno's documented failure output: results only, no items.
+        let eno = br#"{"apiVersion":"config.kubernetes.io/v1","kind":"ResourceList",
+            "results":[{"severity":"warning","message":"w"},
+                       {"severity":"error","message":"Invalid configuration: replicas must be a positive integer"},
+                       {"severity":"error","message":"second"}]}"#;
+        let (items, results) = parse_output(eno).unwrap();
+        assert!(items.is_empty());
+        assert_eq!(results.len(), 3);
+        let null_items = br#"{"kind":"ResourceList","items":null,"results":[{"severity":"error","message":"x"}]}"#;
+        assert!(parse_output(null_items).is_ok());
+        // Without an error result, a missing items is still refused (not an empty output).
+        let no_items =
+            br#"{"kind":"ResourceList","results":[{"severity":"warning","message":"x"}]}"#;
+        assert!(parse_output(no_items).is_err());
+        assert!(parse_output(br#"{"kind":"ResourceList"}"#).is_err());
     }
 
     /// Go's `fnv.New64()` over `json.Marshal` of `{"apiVersion":"v1","kind":"ConfigMap",

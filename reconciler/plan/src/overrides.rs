@@ -6,8 +6,8 @@
 //! (list-map matcher). A `null` value deletes the key and prunes maps it emptied; missing
 //! intermediate maps are created for non-null values. Every failure is fail-open: the override
 //! is skipped and its [`OverrideStatus`] says why. CEL sees `self` (the live object, `{}` when
-//! absent), `composition` (its metadata) and `pathManagedByEnoki` (whether enoki's
-//! managedFields entry owns the path; `pathManagedByEno` is accepted as an alias).
+//! absent), `composition` (its metadata) and `pathManagedByEnoki` (whether enoki's — or Eno's,
+//! manager `eno` — managedFields entry owns the path; `pathManagedByEno` is the same).
 
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -168,55 +168,71 @@ pub fn parse_path(path: &str) -> Result<Vec<Segment>, String> {
 /// # Errors
 /// A message naming the item index and field when the JSON or a path or CEL is invalid.
 pub fn parse(annotation: &str) -> Result<Vec<Override>, String> {
+    parse_with_warnings(annotation).map(|(o, _)| o)
+}
+
+/// Parses the `overrides` annotation value as leniently as Eno reads it
+/// (`internal/resource/mutation`): an item with neither `value` nor `valueExpression` (or a
+/// `null` value) removes the field; an empty `condition` or `valueExpression` is none (the
+/// item always applies); unknown fields are ignored — each named in a warning.
+///
+/// # Errors
+/// A message naming the item index and field when the JSON or a path or CEL is invalid, or
+/// when an item has both a value and a `valueExpression`.
+pub fn parse_with_warnings(annotation: &str) -> Result<(Vec<Override>, Vec<String>), String> {
     let items: Vec<Value> =
         serde_json::from_str(annotation).map_err(|e| format!("not a JSON list: {e}"))?;
-    items
-        .into_iter()
-        .enumerate()
-        .map(|(i, item)| {
-            let Value::Object(mut obj) = item else {
-                return Err(format!("item {i}: not an object"));
-            };
-            let path = match obj.remove("path") {
-                Some(Value::String(p)) => p,
-                _ => return Err(format!("item {i}: path is missing or not a string")),
-            };
-            let segments =
-                parse_path(&path).map_err(|e| format!("item {i}: path {path:?}: {e}"))?;
-            let value = obj.remove("value");
-            let cel = |obj: &mut Map<String, Value>, field: &str| -> Result<Option<Expr>, String> {
-                match obj.remove(field) {
-                    None | Some(Value::Null) => Ok(None),
-                    Some(Value::String(s)) => Expr::compile(&s)
-                        .map(Some)
-                        .map_err(|e| format!("item {i}: {field}: CEL does not compile: {e}")),
-                    Some(_) => Err(format!("item {i}: {field} is not a string")),
-                }
-            };
-            let value_expression = cel(&mut obj, "valueExpression")?;
-            let condition = cel(&mut obj, "condition")?;
-            if value.is_some() && value_expression.is_some() {
-                return Err(format!(
-                    "item {i}: value and valueExpression are mutually exclusive"
-                ));
+    let mut warnings = Vec::new();
+    let mut out = Vec::with_capacity(items.len());
+    for (i, item) in items.into_iter().enumerate() {
+        let Value::Object(mut obj) = item else {
+            return Err(format!("item {i}: not an object"));
+        };
+        let path = match obj.remove("path") {
+            Some(Value::String(p)) => p,
+            _ => return Err(format!("item {i}: path is missing or not a string")),
+        };
+        let segments = parse_path(&path).map_err(|e| format!("item {i}: path {path:?}: {e}"))?;
+        let cel = |obj: &mut Map<String, Value>, field: &str| -> Result<Option<Expr>, String> {
+            match obj.remove(field) {
+                None | Some(Value::Null) => Ok(None),
+                // Eno: an empty expression is no expression.
+                Some(Value::String(s)) if s.is_empty() => Ok(None),
+                Some(Value::String(s)) => Expr::compile(&s)
+                    .map(Some)
+                    .map_err(|e| format!("item {i}: {field}: CEL does not compile: {e}")),
+                Some(_) => Err(format!("item {i}: {field} is not a string")),
             }
-            if value.is_none() && value_expression.is_none() {
-                return Err(format!(
-                    "item {i}: one of value or valueExpression is required"
-                ));
-            }
-            if let Some(extra) = obj.keys().next() {
-                return Err(format!("item {i}: unknown field {extra:?}"));
-            }
-            Ok(Override {
-                path,
-                segments,
-                value,
-                value_expression,
-                condition,
-            })
-        })
-        .collect()
+        };
+        let value_expression = cel(&mut obj, "valueExpression")?;
+        let condition = cel(&mut obj, "condition")?;
+        let value = match obj.remove("value") {
+            None | Some(Value::Null) => None,
+            v => v,
+        };
+        if value.is_some() && value_expression.is_some() {
+            return Err(format!(
+                "item {i}: value and valueExpression are mutually exclusive"
+            ));
+        }
+        // Eno: no value and no valueExpression assigns nil, which removes the field.
+        let value = match (&value, &value_expression) {
+            (None, None) => Some(Value::Null),
+            _ => value,
+        };
+        warnings.extend(
+            obj.keys()
+                .map(|k| format!("item {i}: unknown field {k:?} ignored (as Eno ignores it)")),
+        );
+        out.push(Override {
+            path,
+            segments,
+            value,
+            value_expression,
+            condition,
+        });
+    }
+    Ok((out, warnings))
 }
 
 /// Applies `value` at `segments` inside `node`.
@@ -396,11 +412,12 @@ pub fn apply_all(
     overrides
         .iter()
         .map(|o| {
-            let managed = cel::Value::Bool(path_managed_by(
-                live,
-                crds::names::FIELD_MANAGER,
-                &o.segments,
-            ));
+            // Eno's own manager counts too: a field Eno applied before the move to enoki is
+            // still "managed" (Eno's `pathManagedByEno` reads the `eno` manager).
+            let managed = cel::Value::Bool(
+                path_managed_by(live, crds::names::FIELD_MANAGER, &o.segments)
+                    || path_managed_by(live, crds::names::ENO_FIELD_MANAGER, &o.segments),
+            );
             let vars = [
                 ("self", this.clone()),
                 ("composition", comp.clone()),
@@ -632,15 +649,50 @@ mod tests {
         assert!(managed(r#"self.spec.containers[name="app"].image"#));
         assert!(!managed("self.spec.paused"));
         assert!(!managed(r#"self.spec.containers[name="other"].image"#));
+        // Eno's manager counts for the CEL variable (what Eno applied before a move).
+        let eno = json!({"metadata": {"managedFields": [
+            {"manager": "eno", "fieldsV1": {"f:spec": {"f:replicas": {}}}}]}});
+        let o = parse(
+            r#"[{"path": "self.spec.replicas", "value": null, "condition": "!pathManagedByEno"}]"#,
+        )
+        .unwrap();
+        let mut desired = json!({"spec": {"replicas": 3}});
+        let r = apply_all(&mut desired, &o, Some(&eno), &json!({}));
+        assert_eq!(desired, json!({"spec": {"replicas": 3}}), "{r:?}");
     }
 
     #[rstest]
     #[case::not_json("nope")]
     #[case::both(r#"[{"path": "self.a", "value": 1, "valueExpression": "1"}]"#)]
-    #[case::neither(r#"[{"path": "self.a"}]"#)]
     #[case::bad_cel(r#"[{"path": "self.a", "value": 1, "condition": "(("}]"#)]
-    #[case::unknown(r#"[{"path": "self.a", "value": 1, "when": "x"}]"#)]
+    #[case::blank_cel(r#"[{"path": "self.a", "value": 1, "condition": " "}]"#)]
     fn bad_annotations_are_errors(#[case] text: &str) {
         assert!(parse(text).is_err());
+    }
+
+    /// Eno `internal/resource/mutation/mutation.go` (`jsonOp` decoded by encoding/json): no
+    /// value removes the field, an empty condition always applies, `null` with a
+    /// `valueExpression` is the expression, unknown fields are ignored (warned here).
+    #[test]
+    fn override_items_are_read_as_leniently_as_eno_reads_them() {
+        let (o, w) = parse_with_warnings(
+            r#"[{"path":"self.data.a"},
+                {"path":"self.data.b","value":"x","condition":""},
+                {"path":"self.data.c","value":"y","comment":"why"},
+                {"path":"self.data.d","value":null,"valueExpression":"self.data.keep"}]"#,
+        )
+        .unwrap();
+        assert_eq!(o[0].value, Some(Value::Null));
+        assert!(o[1].condition.is_none());
+        assert!(o[3].value.is_none() && o[3].value_expression.is_some());
+        assert_eq!(w.len(), 1);
+        assert!(w[0].contains("\"comment\""), "{w:?}");
+        let mut desired = json!({"data": {"a": "1", "keep": "k"}});
+        let r = apply_all(&mut desired, &o[..3], None, &json!({}));
+        assert_eq!(desired, json!({"data": {"keep": "k", "b": "x", "c": "y"}}));
+        assert!(
+            r.iter().all(|r| r.status == OverrideStatus::Active),
+            "{r:?}"
+        );
     }
 }

@@ -366,8 +366,19 @@ pub fn parse_output(
             "unknown top-level field(s) {unknown:?}; a ResourceList has {RESOURCE_LIST_FIELDS:?}"
         )));
     }
+    let results: Vec<crds::SynthesisResult> = match fields.remove("results") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(r) => serde_json::from_value::<Vec<KrmResult>>(r)
+            .map_err(|e| malformed(format!("results: {e}")))?
+            .into_iter()
+            .map(KrmResult::into_status)
+            .collect(),
+    };
+    let failed = results.iter().any(|r| r.severity == "error");
     let items = match fields.remove("items") {
         Some(Value::Array(items)) => items,
+        // Eno's documented failure output (docs/synthesis.md, "Error Handling"): results only.
+        None | Some(Value::Null) if failed => Vec::new(),
         None => {
             return Err(malformed(
                 "no \"items\" (an empty output is `items: []`)".into(),
@@ -380,23 +391,16 @@ pub fn parse_output(
             )));
         }
     };
-    let results = match fields.remove("results") {
-        None | Some(Value::Null) => Vec::new(),
-        Some(r) => serde_json::from_value::<Vec<KrmResult>>(r)
-            .map_err(|e| malformed(format!("results: {e}")))?
-            .into_iter()
-            .map(KrmResult::into_status)
-            .collect(),
-    };
     Ok((items, results))
 }
 
 /// A `results[]` entry as the KRM function specification (and Eno's SDK) writes it:
-/// `message` required; `severity` (`error`/`warning`/`info`), `resourceRef` (an object),
+/// `message` (as Eno reads it, `""` when absent); `severity` (`error`/`warning`/`info`), `resourceRef` (an object),
 /// `tags` and `file` optional. A `resourceRef` written as a string is accepted too.
 #[derive(serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(super) struct KrmResult {
+    #[serde(default)]
     message: String,
     #[serde(default)]
     severity: String,

@@ -67,7 +67,7 @@ pub fn prepare(desired: &[Desired], composition: &CompositionInfo) -> Result<Pre
             });
         }
         let annotations = annotations_of(&d.manifest);
-        let settings = settings::parse(&key, &annotations, &composition.annotations)?;
+        let mut settings = settings::parse(&key, &annotations, &composition.annotations)?;
         let checks = settings::readiness_annotations(&annotations)
             .into_iter()
             .map(|(name, k, cel)| {
@@ -82,15 +82,28 @@ pub fn prepare(desired: &[Desired], composition: &CompositionInfo) -> Result<Pre
             .collect::<Result<Vec<_>, _>>()?;
         let overrides = match crds::names::annotations::OVERRIDES.get(&annotations) {
             None => Vec::new(),
-            Some(text) => overrides::parse(text).map_err(|message| PlanError::Annotation {
-                resource: key.to_string(),
-                key: if annotations.contains_key(crds::names::annotations::OVERRIDES.enoki) {
-                    crds::names::annotations::OVERRIDES.enoki.into()
+            Some(text) => {
+                let written = if annotations.contains_key(crds::names::annotations::OVERRIDES.enoki)
+                {
+                    crds::names::annotations::OVERRIDES.enoki
                 } else {
-                    crds::names::annotations::OVERRIDES.eno.into()
-                },
-                message,
-            })?,
+                    crds::names::annotations::OVERRIDES.eno
+                };
+                let (overrides, warnings) =
+                    overrides::parse_with_warnings(text).map_err(|message| {
+                        PlanError::Annotation {
+                            resource: key.to_string(),
+                            key: written.into(),
+                            message,
+                        }
+                    })?;
+                settings.warnings.extend(
+                    warnings
+                        .into_iter()
+                        .map(|w| format!("{key}: {written}: {w}")),
+                );
+                overrides
+            }
         };
         let snapshot = overrides.is_empty().then(|| {
             let uid = (!composition.uid.is_empty()).then_some(composition.uid.as_str());

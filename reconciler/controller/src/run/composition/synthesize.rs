@@ -121,7 +121,7 @@ pub(crate) async fn synthesize(
             Ok(out) => out,
             Err(e) => {
                 report_failure(ctx, comp, instance.as_ref(), &e).await;
-                fail(st, comp.metadata.generation, e.reason(), &e.to_string());
+                failed_run(st, comp.metadata.generation, &e);
                 let failures = failed.map_or(0, |f| f.failures) + 1;
                 let delay = retry_delay(failures);
                 ctx.memory.synthesis.with(&uid, |m| {
@@ -378,6 +378,28 @@ pub(crate) fn fail(
         status: simplified_word(reason).into(),
         error: Some(format!("{reason}: {message}")),
     });
+}
+
+/// A failed run: [`fail`], and for error results what Eno shows (`docs/synthesis.md`, "Error
+/// Handling"): the first error result's message, verbatim, as `status.simplified.error`, and
+/// every result of the run kept on the in-flight synthesis. Pure.
+pub(crate) fn failed_run(
+    st: &mut CompositionStatus,
+    generation: Option<i64>,
+    e: &synthesis::SynthesisError,
+) {
+    fail(st, generation, e.reason(), &e.to_string());
+    if let synthesis::SynthesisError::ErrorResult {
+        messages, results, ..
+    } = e
+    {
+        if let (Some(s), Some(first)) = (st.simplified.as_mut(), messages.first()) {
+            s.error = Some(first.clone());
+        }
+        if let Some(f) = st.in_flight_synthesis.as_mut() {
+            f.results.clone_from(results);
+        }
+    }
 }
 
 /// `Synthesized=True`: the current synthesis is the one the inputs give.

@@ -178,20 +178,25 @@ pub fn mismatched(
     out
 }
 
-/// The keys whose revisions differ between `old` and `new` (added and removed included).
+/// The inputs read now whose revision moved since `old` (Eno's `inputChangeCount`): when both
+/// sides carry a `revision`, only a revision change counts. An input absent from `old` (an
+/// optional input that appeared) counts only when it says `ignore-side-effects: "false"`; one
+/// absent now (an optional input that went away) never counts — as in Eno, which notes that
+/// counting them loops. Order does not matter.
 fn changed_inputs(old: &[InputRevision], new: &[InputRevision]) -> Vec<String> {
     if old == new {
         return Vec::new();
     }
-    let keys: BTreeSet<&str> = old.iter().chain(new).map(|r| r.key.as_str()).collect();
-    let changed: Vec<String> = keys
-        .into_iter()
+    let keys: BTreeSet<&str> = new.iter().map(|r| r.key.as_str()).collect();
+    keys.into_iter()
         .filter(|key| {
             let pick = |v: &[InputRevision]| -> Vec<InputRevision> {
                 v.iter().filter(|r| r.key == *key).cloned().collect()
             };
             let (a, b) = (pick(old), pick(new));
-            // Eno: when both sides carry a `revision`, only a revision change counts.
+            if a.is_empty() {
+                return b.iter().any(|r| r.ignore_side_effects == Some(false));
+            }
             let same = a.len() == b.len()
                 && a.iter()
                     .zip(&b)
@@ -202,14 +207,7 @@ fn changed_inputs(old: &[InputRevision], new: &[InputRevision]) -> Vec<String> {
             !same
         })
         .map(String::from)
-        .collect();
-    let order = |v: &[InputRevision]| v.iter().map(|r| r.key.clone()).collect::<Vec<_>>();
-    if changed.is_empty() && order(old) != order(new) {
-        // Same revisions in another order.
-        vec!["(order)".into()]
-    } else {
-        changed
-    }
+        .collect()
 }
 
 #[cfg(test)]
@@ -263,13 +261,47 @@ mod tests {
     }
 
     #[test]
-    fn changed_inputs_are_named_including_added_and_removed_ones() {
+    fn changed_inputs_are_named_and_added_or_removed_ones_do_not_count() {
         let old = current(vec![rev("a", "1"), rev("b", "1")]);
         let new = [rev("a", "2"), rev("c", "1")];
         assert_eq!(
             decide(Some(&old), &now(&new)),
             Trigger::InputsChanged {
-                keys: vec!["a".into(), "b".into(), "c".into()],
+                keys: vec!["a".into()],
+                deferred: false
+            }
+        );
+    }
+
+    /// Eno `internal/controllers/scheduling/op.go` (`inputChangeCount`, `op_test.go`): an
+    /// optional input appearing re-synthesizes only when it says `ignore-side-effects:
+    /// "false"` (even under the Composition's own `ignore-side-effects`); one going away never
+    /// does; one that comes back changed does.
+    #[test]
+    fn optional_inputs_appearing_or_going_resynthesize_only_as_in_eno() {
+        let c = current(vec![rev("config", "1")]);
+        let appeared = [rev("config", "1"), rev("opt", "5")];
+        assert_eq!(decide(Some(&c), &now(&appeared)), Trigger::UpToDate);
+        let mut insisting = appeared.clone();
+        insisting[1].ignore_side_effects = Some(false);
+        let mut n = now(&insisting);
+        n.ignore_side_effects = true;
+        assert_eq!(
+            decide(Some(&c), &n),
+            Trigger::InputsChanged {
+                keys: vec!["opt".into()],
+                deferred: false
+            }
+        );
+        let c2 = current(vec![rev("config", "1"), rev("opt", "5")]);
+        assert_eq!(
+            decide(Some(&c2), &now(&[rev("config", "1")])),
+            Trigger::UpToDate
+        );
+        assert_eq!(
+            decide(Some(&c2), &now(&[rev("config", "1"), rev("opt", "9")])),
+            Trigger::InputsChanged {
+                keys: vec!["opt".into()],
                 deferred: false
             }
         );
