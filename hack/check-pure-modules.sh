@@ -12,6 +12,7 @@ PURE=(
   reconciler/controller/src/run/composition/trigger.rs
   reconciler/controller/src/run/resources/fights.rs
   reconciler/controller/src/run/resources/migrate.rs
+  reconciler/controller/src/run/resources/ownership.rs
   reconciler/controller/src/run/resources/record.rs
   reconciler/controller/src/run/resources/rollup.rs
 )

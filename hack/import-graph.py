@@ -20,6 +20,7 @@ PURE = {
     ("run", "composition", "trigger"),
     ("run", "resources", "fights"),
     ("run", "resources", "migrate"),
+    ("run", "resources", "ownership"),
     ("run", "resources", "record"),
     ("run", "resources", "rollup"),
 }

@@ -46,6 +46,20 @@ impl Ordering {
         self.groups.range(..g).next_back().map(|(g, _)| *g)
     }
 
+    /// The next-higher readiness group that exists above `key`'s group.
+    pub fn next_group(&self, key: &ResourceKey) -> Option<i64> {
+        let g = *self.group_of.get(key)?;
+        self.groups
+            .range(g.saturating_add(1)..)
+            .next()
+            .map(|(g, _)| *g)
+    }
+
+    /// The readiness group of `key`.
+    pub fn group_of(&self, key: &ResourceKey) -> Option<i64> {
+        self.group_of.get(key).copied()
+    }
+
     /// The members of a readiness group, sorted.
     pub fn group_members(&self, group: i64) -> &[ResourceKey] {
         self.groups

@@ -7,7 +7,7 @@
 //! and the live resourceVersion both equal what was recorded at the last apply, the op is
 //! `Skip(InSync)` and the controller makes no API call at all.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use serde::Serialize;
@@ -121,6 +121,51 @@ pub fn filter_desired(
     (kept, errors)
 }
 
+/// The previous synthesis's snapshot of `r` with `r`'s overrides (evaluated against `live`, as
+/// Eno's `SnapshotWithOverrides`), for a server-side apply over an existing object, when it
+/// differs from what is applied now.
+fn previous_snapshot(
+    input: &PlanInput<'_>,
+    r: &PreparedResource,
+    op: &Op,
+    live: Option<&Value>,
+) -> Option<Value> {
+    let (Op::Apply { object }, Some(_), ApplyMode::ServerSide) = (op, live, input.options.mode)
+    else {
+        return None;
+    };
+    let mut p = input.previous.get(&r.key)?.clone();
+    if !r.overrides.is_empty() {
+        overrides::apply_all(&mut p, &r.overrides, live, &input.composition.cel_value());
+    }
+    let uid = (!input.composition.uid.is_empty()).then_some(input.composition.uid.as_str());
+    let p = snapshot::strip(&p, uid);
+    (&p != object).then_some(p)
+}
+
+/// Eno's backtracking rule: a resource whose readiness is recorded and whose object a member of
+/// the next readiness group writes — one that may go ahead — is left alone (its readiness
+/// kept), so a Patch and the resource it patches never undo each other.
+fn supersede(input: &PlanInput<'_>, unblocked: &BTreeSet<&ResourceKey>, steps: &mut [Step]) {
+    for step in steps.iter_mut() {
+        let Some(later) = input.prepared.superseded_by.get(&step.key) else {
+            continue;
+        };
+        let latched = input
+            .recorded
+            .get(&step.key)
+            .is_some_and(|r| r.ready.is_some());
+        if latched
+            && later.iter().any(|d| unblocked.contains(d))
+            && !matches!(step.op, Op::Conflict { .. })
+        {
+            step.op = Op::Skip {
+                reason: SkipReason::Superseded,
+            };
+        }
+    }
+}
+
 /// Resolves every step's `fail-open` (Eno): the resource's own annotation, else `--fail-open`;
 /// never for a foreground delete.
 fn resolve_fail_open(steps: &mut [Step], default: bool) {
@@ -173,6 +218,11 @@ pub struct Prepared {
     pub resources: Vec<PreparedResource>,
     /// The readiness DAG over the live (non-tombstone) resources.
     pub ordering: Ordering,
+    /// Eno's backtracking rule (`internal/resource/tree.go`, `Backtracks`): a resource whose
+    /// object (a Patch's target) is also written by a member of the next readiness group, with
+    /// those members. Once the later one may go ahead, the earlier one is left alone, so the
+    /// two never undo each other.
+    pub superseded_by: BTreeMap<ResourceKey, Vec<ResourceKey>>,
 }
 
 /// What was recorded about a resource at its last reconciliation (ResourceSlice status).
@@ -266,6 +316,9 @@ pub enum SkipReason {
     /// The pass spent its CEL time before this resource's overrides were evaluated: it is not
     /// written without them, and is planned again at the next poll.
     CelTimeSpent,
+    /// A member of the next readiness group writes the same object (a Patch and the resource
+    /// it patches) and may go ahead: this one is left as it is (Eno's backtracking rule).
+    Superseded,
 }
 
 /// The one thing to do with a resource.
@@ -349,6 +402,12 @@ pub struct Step {
     pub overrides: Vec<OverrideResult>,
     /// Effective settings (after overrides).
     pub settings: Settings,
+    /// Server-side apply over an existing object during the first passes of a new synthesis:
+    /// the previous synthesis's snapshot of it (with this resource's overrides), when it
+    /// differs from `object`. Fields it had that `object` lacks must go even if another
+    /// manager co-owns them (Eno's ownership repair, e.g. after `managedFields` were wiped).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub previous: Option<Value>,
 }
 
 /// The whole plan.
@@ -387,6 +446,7 @@ impl Plan {
                             | SkipReason::OwnedElsewhere
                             | SkipReason::PatchLeft
                             | SkipReason::PatchTargetAbsent
+                            | SkipReason::Superseded
                     } | Op::Delete { .. }
                 )
         })
@@ -415,6 +475,7 @@ pub fn plan(input: PlanInput<'_>) -> Plan {
     let mut unready_in_group: BTreeMap<i64, Vec<ResourceKey>> = BTreeMap::new();
     let mut requeue: Option<Duration> = None;
     let mut poll = false;
+    let mut unblocked: BTreeSet<&ResourceKey> = BTreeSet::new();
 
     for key in &input.prepared.ordering.order {
         let Some(r) = by_key.get(key) else { continue };
@@ -486,13 +547,27 @@ pub fn plan(input: PlanInput<'_>) -> Plan {
         // A fail-open resource blocks its dependents until its state records it ready (with
         // no readiness checks, once it was attempted), as Eno's readiness tree does.
         let exempt = settings.disable_reconciliation;
-        ready.insert(key, readiness.is_ready() || exempt);
+        // A resource the next group also writes counts as ready for that group only once its
+        // readiness is recorded (Eno clears a pending dependency on a recorded readiness, after
+        // a pass that wrote nothing): it settles before the later one starts.
+        let latched = recorded.is_some_and(|rec| rec.ready.is_some());
+        if input.prepared.superseded_by.contains_key(key) {
+            ready.insert(key, latched || exempt);
+        } else {
+            ready.insert(key, readiness.is_ready() || exempt);
+        }
+        if matches!(op, Op::Wait { .. }) {
+            poll = true;
+        } else {
+            unblocked.insert(key);
+        }
         if !(readiness.is_ready() || exempt) || op.is_write() || matches!(op, Op::Wait { .. }) {
             poll = true;
         }
         if let Some(interval) = settings.reconcile_interval {
             requeue = Some(requeue.map_or(interval, |r: Duration| r.min(interval)));
         }
+        let previous = previous_snapshot(&input, r, &op, live);
         steps.push(Step {
             key: key.clone(),
             op,
@@ -500,9 +575,11 @@ pub fn plan(input: PlanInput<'_>) -> Plan {
             readiness,
             overrides: results,
             settings,
+            previous,
         });
     }
 
+    supersede(&input, &unblocked, &mut steps);
     poll |= tombstone_steps(&input, &mut steps);
     resolve_fail_open(&mut steps, input.options.fail_open);
 

@@ -700,6 +700,64 @@ fn overrides_decide_deletion_too() {
 /// Eno docs/patches.md: a `Patch` JSON-patches an existing object, never creates it, deletes
 /// it when an op sets `/metadata/deletionTimestamp`, and is not reverted when dropped or when
 /// its Composition is deleted (unless, through an override, it then deletes).
+/// Eno `internal/resource/tree.go` (`Backtracks`) and `patch_test.go`
+/// (`TestPatchDeletionBeforeCreation`, `TestPatchDeleteOrphanedResources`): a Patch and the
+/// resource it patches in adjacent readiness groups settle — the earlier one, once recorded
+/// ready, is left alone while the later one goes ahead — in both orders.
+#[test]
+fn a_patch_and_the_object_it_patches_in_adjacent_groups_do_not_fight() {
+    let deleting = json!({"eno.azure.io/readiness-group": "1"});
+    let del = json!({"apiVersion": "eno.azure.io/v1", "kind": "Patch",
+        "metadata": {"name": "target", "namespace": "ns", "annotations": deleting},
+        "patch": {"apiVersion": "v1", "kind": "ConfigMap",
+            "ops": [{"op": "add", "path": "/metadata/deletionTimestamp", "value": "x"}]}});
+    let later = cm("target", json!({"eno.azure.io/readiness-group": "2"}));
+    let existing = live(&cm("target", json!({})), "5", Value::Null);
+    let latch = |mut w: World, v: &Value| {
+        w.recorded.entry(key(v)).or_default().ready = Some("2026-11-27T00:00:00Z".into());
+        w
+    };
+    // Patch first: it deletes, the resource waits; then the Patch is left alone and the
+    // resource is created — and stays (no delete again).
+    let mut w = World::new(desired(&[del.clone(), later.clone()]));
+    w.observed.insert(key(&del), existing.clone());
+    w.observed.insert(key(&later), existing.clone());
+    assert_eq!(w.op_of(&del), Op::Delete { foreground: false });
+    assert!(matches!(w.op_of(&later), Op::Wait { .. }));
+    let mut w = latch(w, &del);
+    w.observed.clear();
+    let superseded = Op::Skip {
+        reason: SkipReason::Superseded,
+    };
+    assert_eq!(w.op_of(&del), superseded);
+    assert!(matches!(w.op_of(&later), Op::Apply { .. }));
+    w.observed.insert(key(&del), existing.clone());
+    w.observed.insert(key(&later), existing.clone());
+    assert_eq!(
+        w.op_of(&del),
+        superseded,
+        "the created object is not deleted again"
+    );
+
+    // Resource first, then a Patch that deletes it: once the resource is recorded ready it is
+    // left alone, so it is never created again.
+    let first = cm("target", json!({"eno.azure.io/readiness-group": "1"}));
+    let mut del2 = del.clone();
+    del2["metadata"]["annotations"] = json!({"eno.azure.io/readiness-group": "2"});
+    let w = World::new(desired(&[first.clone(), del2.clone()]));
+    assert!(matches!(w.op_of(&first), Op::Apply { .. }));
+    assert!(matches!(w.op_of(&del2), Op::Wait { .. }));
+    let w = latch(w, &first);
+    assert_eq!(w.op_of(&first), superseded);
+    assert_eq!(
+        w.op_of(&del2),
+        Op::Skip {
+            reason: SkipReason::PatchTargetAbsent
+        }
+    );
+    assert!(w.plan().all_ready());
+}
+
 #[test]
 fn patches_modify_or_delete_existing_objects_only() {
     let patch = |ops: Value, annotations: Value| {

@@ -183,6 +183,7 @@ pub(super) fn deletion_step(r: &PreparedResource, live: Option<&Value>, op: Op) 
         },
         overrides: Vec::new(),
         settings: r.settings.clone(),
+        previous: None,
     }
 }
 

@@ -135,10 +135,51 @@ pub fn prepare(desired: &[Desired], composition: &CompositionInfo) -> Result<Pre
         })
         .collect();
     let ordering = ordering::order(&nodes)?;
+    let superseded_by = superseded_by(&resources, &ordering);
     Ok(Prepared {
         resources,
         ordering,
+        superseded_by,
     })
+}
+
+/// The object a resource writes: itself, or a Patch's target (the Patch's namespace and name).
+pub fn target_of(r: &PreparedResource) -> ResourceKey {
+    match &r.patch {
+        Some((api_version, kind)) => ResourceKey {
+            group: api_version
+                .rsplit_once('/')
+                .map(|(g, _)| g.to_string())
+                .unwrap_or_default(),
+            kind: kind.clone(),
+            namespace: r.key.namespace.clone(),
+            name: r.key.name.clone(),
+        },
+        None => r.key.clone(),
+    }
+}
+
+/// Eno's `Backtracks` pairs: each resource whose object a member of the next readiness group
+/// (adjacent groups only, as in Eno) also writes, with those members.
+fn superseded_by(
+    resources: &[PreparedResource],
+    ordering: &Ordering,
+) -> BTreeMap<ResourceKey, Vec<ResourceKey>> {
+    let mut at: BTreeMap<(i64, ResourceKey), Vec<ResourceKey>> = BTreeMap::new();
+    for r in resources.iter().filter(|r| !r.tombstone) {
+        if let Some(g) = ordering.group_of(&r.key) {
+            at.entry((g, target_of(r))).or_default().push(r.key.clone());
+        }
+    }
+    resources
+        .iter()
+        .filter(|r| !r.tombstone)
+        .filter_map(|r| {
+            let next = ordering.next_group(&r.key)?;
+            let later = at.get(&(next, target_of(r)))?;
+            Some((r.key.clone(), later.clone()))
+        })
+        .collect()
 }
 
 pub(super) fn crd_defines(r: &PreparedResource) -> Option<(String, String)> {

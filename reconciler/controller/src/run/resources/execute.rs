@@ -70,9 +70,12 @@ pub(crate) async fn act(
                 .is_write()
                 .then(|| backing_off.get(&step.key).cloned())
                 .flatten();
-            let migrating = super::migrate::Migration {
-                managers: &ctx.opts.migrating_field_managers,
-                fields: &ctx.opts.migrating_fields,
+            let migrating = Handover {
+                migration: super::migrate::Migration {
+                    managers: &ctx.opts.migrating_field_managers,
+                    fields: &ctx.opts.migrating_fields,
+                },
+                previous: step.previous.as_ref(),
             };
             execute(
                 i,
@@ -235,7 +238,7 @@ async fn execute(
     key: &ResourceKey,
     obs: Option<&Observation>,
     held: Option<String>,
-    migrating: super::migrate::Migration<'_>,
+    migrating: Handover<'_>,
     timeout: Duration,
 ) -> (usize, StepResult) {
     // `--timeout`: a write that takes longer failed (retried with backoff).
@@ -257,7 +260,7 @@ async fn execute_one(
     key: &ResourceKey,
     obs: Option<&Observation>,
     held: Option<String>,
-    migrating: super::migrate::Migration<'_>,
+    migrating: Handover<'_>,
 ) -> StepResult {
     if let Some(last) = held {
         return StepResult {
@@ -296,7 +299,7 @@ async fn write(
     op: &Op,
     key: &ResourceKey,
     live: Option<&Value>,
-    migrating: super::migrate::Migration<'_>,
+    migrating: Handover<'_>,
 ) -> Result<Option<DynamicObject>, String> {
     let rv_of = Some;
     let pp = PostParams {
@@ -360,35 +363,84 @@ async fn write(
     result.map_err(|e| summarize(&e))
 }
 
-/// Server-side apply; with `--migrating-field-managers`, fields still owned by a migrating
-/// manager are handed to enoki and the manifest applied again (see [`super::migrate`]).
+/// What a server-side apply may hand over to enoki after writing: a migrating manager's fields
+/// (`--migrating-field-managers`), and the fields the previous synthesis left behind.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Handover<'a> {
+    pub migration: super::migrate::Migration<'a>,
+    /// The previous synthesis's snapshot ([`plan::Step::previous`]).
+    pub previous: Option<&'a Value>,
+}
+
+/// Server-side apply; then, when a migrating manager still owns fields under the migrating
+/// paths (see [`super::migrate`]), or fields the previous synthesis applied are left behind
+/// because another manager co-owns them (see [`super::ownership`]), those become enoki's and
+/// the manifest is applied again, which prunes what enoki no longer emits.
 async fn apply(
     api: &Api<DynamicObject>,
     name: &str,
     object: &Value,
-    migrating: super::migrate::Migration<'_>,
+    handover: Handover<'_>,
 ) -> Result<DynamicObject, kube::Error> {
     let pp = PatchParams::apply(FIELD_MANAGER).force();
     let written = api.patch(name, &pp, &Patch::Apply(object)).await?;
-    if !migrating.is_on() {
-        return Ok(written);
+    let migration = handover.migration;
+    let migrated = if migration.is_on() {
+        serde_json::to_value(&written)
+            .ok()
+            .and_then(|w| super::migrate::merged_managed_fields(&w, migration))
+    } else {
+        None
+    };
+    if let Some(fields) = migrated {
+        hand_over(api, name, fields, &written).await?;
+        tracing::info!(resource = name, managers = ?migration.managers, fields = ?migration.fields,
+            "field ownership migrated to enoki");
+        return api.patch(name, &pp, &Patch::Apply(object)).await;
     }
-    let Some(fields) = serde_json::to_value(&written)
-        .ok()
-        .and_then(|w| super::migrate::merged_managed_fields(&w, migrating))
-    else {
+    let Some(previous) = handover.previous else {
         return Ok(written);
     };
-    // Guarded by the resourceVersion just written: a concurrent change makes it a conflict.
+    let w = serde_json::to_value(&written).unwrap_or_default();
+    if !super::ownership::shared_ownership(&w) {
+        return Ok(written);
+    }
+    // The previous snapshot's field set, as the server computes it. One the server now
+    // refuses (a schema or an immutable field changed) only skips the repair.
+    let dry = PatchParams {
+        dry_run: true,
+        ..PatchParams::apply(FIELD_MANAGER).force()
+    };
+    let Ok(before) = api.patch(name, &dry, &Patch::Apply(previous)).await else {
+        return Ok(written);
+    };
+    let before = serde_json::to_value(&before).unwrap_or_default();
+    let Some(fields) = super::ownership::repaired_managed_fields(&before, &w) else {
+        return Ok(written);
+    };
+    hand_over(api, name, fields, &written).await?;
+    tracing::info!(
+        resource = name,
+        "fields the previous synthesis left behind handed to enoki"
+    );
+    api.patch(name, &pp, &Patch::Apply(object)).await
+}
+
+/// Writes `fields` as the object's `managedFields`, guarded by the resourceVersion just
+/// written: a concurrent change makes it a conflict (retried on the next pass).
+async fn hand_over(
+    api: &Api<DynamicObject>,
+    name: &str,
+    fields: Value,
+    written: &DynamicObject,
+) -> Result<(), kube::Error> {
     let handover = serde_json::json!({"metadata": {
         "managedFields": fields,
         "resourceVersion": written.metadata.resource_version,
     }});
     api.patch(name, &PatchParams::default(), &Patch::Merge(&handover))
         .await?;
-    tracing::info!(resource = name, managers = ?migrating.managers, fields = ?migrating.fields,
-        "field ownership migrated to enoki");
-    api.patch(name, &pp, &Patch::Apply(object)).await
+    Ok(())
 }
 
 /// A short name of an op, for logs and metrics.

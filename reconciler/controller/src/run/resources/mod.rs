@@ -16,6 +16,7 @@ pub(crate) mod execute;
 pub(crate) mod fights;
 pub(crate) mod migrate;
 pub(crate) mod observe;
+pub(crate) mod ownership;
 pub(crate) mod record;
 pub(crate) mod rollup;
 

@@ -222,6 +222,7 @@ mod tests {
             readiness,
             overrides: Vec::new(),
             settings: Settings::default(),
+            previous: None,
         }
     }
 

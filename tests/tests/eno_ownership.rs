@@ -1,0 +1,159 @@
+//! Eno's rules for who owns what, against the real control plane: a Patch and the object it
+//! patches in adjacent readiness groups settle instead of undoing each other, and fields the
+//! synthesizer stops emitting are removed even after someone wiped `managedFields`. Each test
+//! names the Eno code it restates (Eno's repository: github.com/Azure/eno; read, not copied).
+#![allow(clippy::unwrap_used, clippy::needless_pass_by_value)]
+
+use std::time::Duration;
+
+use harness::{Enoki, TestEnv, echo_module, eventually, install_crds, install_synthesizer};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::{Value, json};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn patch(name: &str, group: &str, ops: Value) -> Value {
+    json!({"apiVersion": "eno.azure.io/v1", "kind": "Patch",
+        "metadata": {"name": name, "annotations": {"eno.azure.io/readiness-group": group}},
+        "patch": {"apiVersion": "v1", "kind": "ConfigMap", "ops": ops}})
+}
+
+fn grouped(name: &str, group: &str, data: Value) -> Value {
+    harness::config_map(name, json!({"eno.azure.io/readiness-group": group}), data)
+}
+
+fn deletes() -> Value {
+    json!([{"op": "add", "path": "/metadata/deletionTimestamp", "value": "x"}])
+}
+
+/// Eno `internal/resource/tree.go` (`Backtracks`) and `reconciliation/patch_test.go`
+/// (`TestPatchDeletionBeforeCreation`, `TestPatchDeleteOrphanedResources`) and
+/// `docs/patches.md` ("Ordering with Readiness Groups"): a Patch that deletes in group 1 and
+/// the object created in group 2 replace it once; an object in group 1 that a Patch in group
+/// 2 deletes stays deleted; one a Patch in group 2 modifies keeps the patched value. After
+/// that, passes write none of them.
+#[tokio::test]
+async fn a_patch_and_the_object_it_patches_in_adjacent_groups_settle() {
+    let env = TestEnv::new().await;
+    install_crds(&env.client).await;
+    let synth = install_synthesizer(&env, "echo", &echo_module()).await;
+    let cms: Api<ConfigMap> = env.api();
+    let before = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "pre"},
+        "data": {"old": "1"}});
+    let uid0 = cms
+        .patch(
+            "pre",
+            &PatchParams::apply("someone-else"),
+            &Patch::Apply(&before),
+        )
+        .await
+        .unwrap()
+        .uid();
+    let cases = [
+        (
+            "pre",
+            json!([
+                patch("pre", "1", deletes()),
+                grouped("pre", "2", json!({"foo": "bar"}))
+            ]),
+        ),
+        (
+            "gone",
+            json!([
+                grouped("gone", "1", json!({"foo": "bar"})),
+                patch("gone", "2", deletes())
+            ]),
+        ),
+        (
+            "post",
+            json!([
+                grouped("post", "1", json!({"foo": "bar", "keep": "x"})),
+                patch(
+                    "post",
+                    "2",
+                    json!([{"op": "replace", "path": "/data/foo", "value": "patched"}])
+                )
+            ]),
+        ),
+    ];
+    for (name, items) in &cases {
+        harness::set_echo_items(&env, &format!("{name}-items"), items).await;
+        harness::apply_composition(&env, name, &synth, &format!("{name}-items"), json!({})).await;
+    }
+    let enoki = Enoki::start_with(&env.namespace, &["--readiness-poll", "200ms"]);
+    for (name, _) in &cases {
+        harness::wait_ready(&env, name).await;
+    }
+    let data = |c: &ConfigMap| serde_json::to_value(c.data.clone().unwrap_or_default()).unwrap();
+    let pre = eventually("pre created again", WAIT, || async {
+        cms.get_opt("pre").await.unwrap()
+    })
+    .await;
+    assert_ne!(pre.uid(), uid0, "replaced once");
+    assert_eq!(data(&pre), json!({"foo": "bar"}));
+    let post = cms.get("post").await.unwrap();
+    assert_eq!(data(&post), json!({"foo": "patched", "keep": "x"}));
+    assert!(cms.get_opt("gone").await.unwrap().is_none());
+
+    let since = harness::now_rfc3339();
+    for _ in 0..3 {
+        for (name, _) in &cases {
+            enoki.wait_pass(&env, name).await;
+        }
+    }
+    harness::audit_barrier(&env).await;
+    let writes: Vec<_> = harness::audited_requests(&env.namespace, &since)
+        .into_iter()
+        .filter(|r| r.by_enoki() && r.is_write() && r.resource == "configmaps")
+        .filter(|r| ["pre", "post", "gone"].contains(&r.name.as_str()))
+        .collect();
+    assert!(writes.is_empty(), "they still fight: {writes:?}");
+    assert_eq!(cms.get("pre").await.unwrap().uid(), pre.uid());
+    assert!(cms.get_opt("gone").await.unwrap().is_none());
+}
+
+/// Eno `internal/controllers/reconciliation/controller.go` ("Eno should always remove fields
+/// that are no longer set by the synthesizer, even if another client messed with
+/// managedFields"), `internal/resource/fieldmanager.go` (`MergeEnoManagedFields`) and
+/// `merge_test.go` (`TestRemovePropertyAndOwnership`): after `managedFields` are wiped, a
+/// label and a data key the synthesizer stops emitting are still removed.
+#[tokio::test]
+async fn fields_dropped_after_managed_fields_were_wiped_are_still_removed() {
+    let env = TestEnv::new().await;
+    install_crds(&env.client).await;
+    let synth = install_synthesizer(&env, "echo", &echo_module()).await;
+    let owned = |labels: Value, data: Value| {
+        json!([{"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "owned", "labels": labels}, "data": data}])
+    };
+    let v1 = owned(
+        json!({"foo": "bar", "baz": "qux"}),
+        json!({"foo": "bar", "baz": "qux"}),
+    );
+    harness::set_echo_items(&env, "items", &v1).await;
+    harness::apply_composition(&env, "wiped", &synth, "items", json!({})).await;
+    let enoki = Enoki::start(&env.namespace);
+    harness::wait_ready(&env, "wiped").await;
+    let cms: Api<ConfigMap> = env.api();
+    let wipe = json!({"metadata": {"managedFields": [{}]}});
+    cms.patch("owned", &PatchParams::default(), &Patch::Merge(&wipe))
+        .await
+        .unwrap();
+    enoki.wait_pass(&env, "wiped").await;
+    let v2 = owned(json!({"foo": "bar"}), json!({"baz": "qux"}));
+    harness::set_echo_items(&env, "items", &v2).await;
+    eventually("the dropped label and key removed", WAIT, || async {
+        let c = cms.get("owned").await.unwrap();
+        let labels = c.labels();
+        let data = c.data.clone().unwrap_or_default();
+        (!labels.contains_key("baz")
+            && labels.get("foo").map(String::as_str) == Some("bar")
+            && !data.contains_key("foo")
+            && data.get("baz").map(String::as_str) == Some("qux"))
+        .then_some(())
+    })
+    .await;
+    harness::wait_ready(&env, "wiped").await;
+}
