@@ -157,3 +157,44 @@ async fn fields_dropped_after_managed_fields_were_wiped_are_still_removed() {
     .await;
     harness::wait_ready(&env, "wiped").await;
 }
+
+/// Eno `docs/patches.md` (a Patch keeps its target patched): the target of a Patch is watched
+/// (it carries no label of enoki's), so a foreign change to a patched field is patched again at
+/// once, not at the next resync.
+#[tokio::test]
+async fn a_foreign_change_to_a_patched_field_is_patched_again_at_once() {
+    let env = TestEnv::new().await;
+    install_crds(&env.client).await;
+    let synth = install_synthesizer(&env, "echo", &echo_module()).await;
+    let cms: Api<ConfigMap> = env.api();
+    let theirs = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "legacy"},
+        "data": {"hello": "there"}});
+    cms.patch(
+        "legacy",
+        &PatchParams::apply("someone-else"),
+        &Patch::Apply(&theirs),
+    )
+    .await
+    .unwrap();
+    let ops = json!([{"op": "add", "path": "/data/hello", "value": "world"}]);
+    harness::set_echo_items(&env, "items", &json!([patch("legacy", "0", ops)])).await;
+    harness::apply_composition(&env, "patcher", &synth, "items", json!({})).await;
+    // The default resync (5 m) is far longer than the wait below.
+    let _enoki = Enoki::start(&env.namespace);
+    let hello = || async {
+        let c = cms.get("legacy").await.unwrap();
+        c.data.unwrap_or_default().get("hello").cloned()
+    };
+    eventually("patched", WAIT, || async {
+        (hello().await.as_deref() == Some("world")).then_some(())
+    })
+    .await;
+    let intruder = json!({"data": {"hello": "x"}});
+    cms.patch("legacy", &PatchParams::default(), &Patch::Merge(&intruder))
+        .await
+        .unwrap();
+    eventually("patched again", Duration::from_secs(20), || async {
+        (hello().await.as_deref() == Some("world")).then_some(())
+    })
+    .await;
+}

@@ -277,10 +277,10 @@ fn options(args: &cli::RunArgs) -> anyhow::Result<run::Options> {
                     .map_err(|e| anyhow::anyhow!("--resource-filter {src:?}: {e}"))?,
             ),
         },
-        timeout: parse("timeout", &args.timeout)?,
-        qps: args.qps,
+        timeout: positive("timeout", parse("timeout", &args.timeout)?)?,
+        qps: qps("qps", args.qps)?,
         burst: args.burst,
-        remote_qps: args.remote_qps,
+        remote_qps: qps("remote-qps", args.remote_qps)?,
         remote_burst: args.remote_burst,
         module_cache_dir: args.module_cache_dir.clone(),
         metrics_addr: if args.metrics_addr.is_empty() {
@@ -366,6 +366,24 @@ async fn module_command(cmd: &cli::ModuleCommand) -> anyhow::Result<String> {
             Ok(text)
         }
     }
+}
+
+/// A `--qps`: 0 (no limit), or at least one request in 1000 s.
+fn qps(flag: &str, value: f64) -> anyhow::Result<f64> {
+    let min = run::ratelimit_min_qps();
+    if value == 0.0 || (value.is_finite() && value >= min) {
+        Ok(value)
+    } else {
+        anyhow::bail!("--{flag} {value}: 0 (no limit) or at least {min}")
+    }
+}
+
+/// A duration flag that must not be zero.
+fn positive(flag: &str, d: std::time::Duration) -> anyhow::Result<std::time::Duration> {
+    if d.is_zero() {
+        anyhow::bail!("--{flag} must be longer than 0");
+    }
+    Ok(d)
 }
 
 /// `--migrating-fields` as path segments: dot-separated, no empty segment.

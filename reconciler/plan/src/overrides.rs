@@ -188,6 +188,19 @@ pub fn parse_with_warnings(annotation: &str) -> Result<(Vec<Override>, Vec<Strin
         let Value::Object(mut obj) = item else {
             return Err(format!("item {i}: not an object"));
         };
+        // Go's encoding/json matches field names case-insensitively (an exact match first).
+        for canonical in ["path", "value", "valueExpression", "condition"] {
+            if obj.contains_key(canonical) {
+                continue;
+            }
+            let other = obj
+                .keys()
+                .find(|k| k.eq_ignore_ascii_case(canonical))
+                .cloned();
+            if let Some(v) = other.and_then(|k| obj.remove(&k)) {
+                obj.insert(canonical.into(), v);
+            }
+        }
         let path = match obj.remove("path") {
             Some(Value::String(p)) => p,
             _ => return Err(format!("item {i}: path is missing or not a string")),
@@ -679,12 +692,16 @@ mod tests {
             r#"[{"path":"self.data.a"},
                 {"path":"self.data.b","value":"x","condition":""},
                 {"path":"self.data.c","value":"y","comment":"why"},
-                {"path":"self.data.d","value":null,"valueExpression":"self.data.keep"}]"#,
+                {"path":"self.data.d","value":null,"valueExpression":"self.data.keep"},
+                {"path":"self.data.e","Value":"z","CONDITION":"true"}]"#,
         )
         .unwrap();
         assert_eq!(o[0].value, Some(Value::Null));
         assert!(o[1].condition.is_none());
         assert!(o[3].value.is_none() && o[3].value_expression.is_some());
+        // Field names match case-insensitively, as Go's encoding/json matches them.
+        assert_eq!(o[4].value, Some(json!("z")));
+        assert!(o[4].condition.is_some());
         assert_eq!(w.len(), 1);
         assert!(w[0].contains("\"comment\""), "{w:?}");
         let mut desired = json!({"data": {"a": "1", "keep": "k"}});

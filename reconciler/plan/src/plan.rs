@@ -136,7 +136,15 @@ fn previous_snapshot(
     };
     let mut p = input.previous.get(&r.key)?.clone();
     if !r.overrides.is_empty() {
-        overrides::apply_all(&mut p, &r.overrides, live, &input.composition.cel_value());
+        let results =
+            overrides::apply_all(&mut p, &r.overrides, live, &input.composition.cel_value());
+        // Without all its overrides the snapshot would claim fields they leave to others.
+        if results
+            .iter()
+            .any(|o| o.status == overrides::OverrideStatus::Deferred)
+        {
+            return None;
+        }
     }
     let uid = (!input.composition.uid.is_empty()).then_some(input.composition.uid.as_str());
     let p = snapshot::strip(&p, uid);
@@ -476,6 +484,7 @@ pub fn plan(input: PlanInput<'_>) -> Plan {
     let mut requeue: Option<Duration> = None;
     let mut poll = false;
     let mut unblocked: BTreeSet<&ResourceKey> = BTreeSet::new();
+    let mut wants_poll: Vec<bool> = Vec::with_capacity(input.prepared.resources.len());
 
     for key in &input.prepared.ordering.order {
         let Some(r) = by_key.get(key) else { continue };
@@ -556,14 +565,12 @@ pub fn plan(input: PlanInput<'_>) -> Plan {
         } else {
             ready.insert(key, readiness.is_ready() || exempt);
         }
-        if matches!(op, Op::Wait { .. }) {
-            poll = true;
-        } else {
+        if !matches!(op, Op::Wait { .. }) {
             unblocked.insert(key);
         }
-        if !(readiness.is_ready() || exempt) || op.is_write() || matches!(op, Op::Wait { .. }) {
-            poll = true;
-        }
+        wants_poll.push(
+            !(readiness.is_ready() || exempt) || op.is_write() || matches!(op, Op::Wait { .. }),
+        );
         if let Some(interval) = settings.reconcile_interval {
             requeue = Some(requeue.map_or(interval, |r: Duration| r.min(interval)));
         }
@@ -580,6 +587,16 @@ pub fn plan(input: PlanInput<'_>) -> Plan {
     }
 
     supersede(&input, &unblocked, &mut steps);
+    // A superseded resource is settled: it asks for no early look.
+    poll |= steps.iter().zip(&wants_poll).any(|(s, wants)| {
+        *wants
+            && !matches!(
+                s.op,
+                Op::Skip {
+                    reason: SkipReason::Superseded
+                }
+            )
+    });
     poll |= tombstone_steps(&input, &mut steps);
     resolve_fail_open(&mut steps, input.options.fail_open);
 

@@ -120,6 +120,11 @@ pub struct Settings {
     /// each naming the resource, the key and the value: reported, never blocking.
     #[serde(skip)]
     pub warnings: Vec<String>,
+    /// Values Eno refuses when a synthesis is made but reads leniently from stored output (a
+    /// `fail-open` that is not a Go bool): a synthesis carrying one fails; a stored one is
+    /// read as absent.
+    #[serde(skip)]
+    pub refused: Vec<String>,
 }
 
 mod humantime_opt {
@@ -193,17 +198,23 @@ impl Lookup<'_> {
 
     /// Go's `strconv.ParseBool`, byte for byte (no trimming, no case folding beyond its own
     /// list), on the resource's own annotation only; a value it refuses is an error.
-    fn go_bool(&self, key: Key) -> Result<Option<bool>, PlanError> {
-        match self.get(key, false) {
-            None => Ok(None),
-            Some((v, k)) => match v {
-                "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(Some(true)),
-                "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(Some(false)),
-                _ => Err(self.error(
-                    k,
-                    format!("{v:?} is not a boolean (Go's strconv.ParseBool: 1, t, true, 0, f, false, …)"),
-                )),
-            },
+    fn go_bool(&self, key: Key, refused: &mut Vec<String>) -> Option<bool> {
+        let (v, k) = self.get(key, false)?;
+        match v {
+            "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
+            "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
+            _ => {
+                refused.push(
+                    self.error(
+                        k,
+                        format!(
+                            "{v:?} is not a boolean (Go's strconv.ParseBool: 1, t, true, 0, f, false, …)"
+                        ),
+                    )
+                    .to_string(),
+                );
+                None
+            }
         }
     }
 
@@ -290,6 +301,8 @@ pub fn parse(
             _ => l.lenient(k, v, "\"exists\" or \"kstatus\"", Health::Exists, "exists"),
         },
     };
+    let mut refused = Vec::new();
+    let fail_open = l.go_bool(keys::FAIL_OPEN, &mut refused);
     let mut settings = Settings {
         health,
         adopt_never,
@@ -300,9 +313,10 @@ pub fn parse(
         disable_reconciliation: l.bool(keys::DISABLE_RECONCILIATION, true),
         replace: l.bool(keys::REPLACE, true),
         deletion_strategy,
-        fail_open: l.go_bool(keys::FAIL_OPEN)?,
+        fail_open,
         drift,
         warnings: Vec::new(),
+        refused,
     };
     settings.warnings = l.warnings.into_inner();
     Ok(settings)

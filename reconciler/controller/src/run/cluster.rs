@@ -50,7 +50,10 @@ pub(crate) fn build_client(
     let builder = kube::client::ClientBuilder::try_from(config)?;
     // Every request counted and timed (`enoki_api_requests_total`), fenced ones included (the
     // time a request waits for its `--qps` token is part of its duration).
-    let limit = RateLimitLayer(limit.cloned());
+    let limit = RateLimitLayer {
+        bucket: limit.cloned(),
+        fence: fence.cloned(),
+    };
     Ok(match fence {
         Some(f) => builder
             .with_layer(&FenceLayer(f.clone()))

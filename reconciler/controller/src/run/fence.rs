@@ -120,7 +120,8 @@ pub struct Fenced<S> {
 )]
 pub struct FencedWrite;
 
-fn is_write(req: &Request<kube::client::Body>) -> bool {
+/// Whether a request writes (Lease writes excepted: they are how the fence is held).
+pub(crate) fn is_write(req: &Request<kube::client::Body>) -> bool {
     !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS)
         && !req.uri().path().contains("/leases/")
         && !req.uri().path().ends_with("/leases")

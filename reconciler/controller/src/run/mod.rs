@@ -40,3 +40,8 @@ pub(crate) use error::kube_err;
 pub use inputs::selector_string;
 pub use module::ModuleError;
 pub use start::run;
+
+/// The lowest `--qps` that is not 0 (no limit).
+pub fn ratelimit_min_qps() -> f64 {
+    ratelimit::MIN_QPS
+}

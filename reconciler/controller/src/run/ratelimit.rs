@@ -1,7 +1,8 @@
 //! `--qps` and `--burst` (Eno's flags): a token bucket shared by every client of a cluster
 //! (the controller's own and each impersonating one), in front of every request but the
 //! Lease renewals (leader election is never delayed by a busy reconcile). A request that finds
-//! the bucket empty waits for its token; none is refused.
+//! the bucket empty waits for its token; none is refused, and one dropped while it waits (its
+//! `--timeout` passed) takes none.
 
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -10,20 +11,25 @@ use std::time::{Duration, Instant};
 use futures::future::BoxFuture;
 use http::Request;
 
+use super::fence::{Fence, FencedWrite, is_write};
+
 /// A token bucket: `qps` tokens a second, at most `burst` saved up.
 #[derive(Debug)]
 pub(crate) struct Bucket {
     qps: f64,
     burst: f64,
-    /// Tokens now (negative: reserved by requests still waiting) and when that was.
+    /// Tokens now and when that was.
     state: Mutex<(f64, Instant)>,
 }
 
+/// The lowest `--qps` that is not 0 (no limit).
+pub(crate) const MIN_QPS: f64 = 0.001;
+
 impl Bucket {
-    /// A bucket of `qps` requests a second and `burst` at once; `None` when `qps` is not
-    /// positive (no limit, as client-go reads a negative QPS).
+    /// A bucket of `qps` requests a second and `burst` at once; `None` when `qps` is 0 (no
+    /// limit). Callers refuse a `qps` below [`MIN_QPS`] that is not 0.
     pub(crate) fn new(qps: f64, burst: u32) -> Option<Arc<Bucket>> {
-        (qps.is_finite() && qps > 0.0).then(|| {
+        (qps.is_finite() && qps >= MIN_QPS).then(|| {
             let burst = f64::from(burst.max(1));
             Arc::new(Bucket {
                 qps,
@@ -33,33 +39,60 @@ impl Bucket {
         })
     }
 
-    /// Takes one token; how long to wait before using it.
-    pub(crate) fn reserve(&self) -> Duration {
+    /// Takes a token if one is there; otherwise how long until one is.
+    pub(crate) fn try_take(&self) -> Result<(), Duration> {
         let Ok(mut s) = self.state.lock() else {
-            return Duration::ZERO;
+            return Ok(());
         };
         let now = Instant::now();
         let refill = now.duration_since(s.1).as_secs_f64() * self.qps;
-        s.0 = (s.0 + refill).min(self.burst) - 1.0;
+        s.0 = (s.0 + refill).min(self.burst);
         s.1 = now;
-        if s.0 >= 0.0 {
-            Duration::ZERO
+        if s.0 >= 1.0 {
+            s.0 -= 1.0;
+            Ok(())
         } else {
-            Duration::from_secs_f64(-s.0 / self.qps)
+            let wait = (1.0 - s.0) / self.qps;
+            Err(Duration::try_from_secs_f64(wait).unwrap_or(Duration::from_secs(3600)))
+        }
+    }
+
+    /// Waits for a token. A request dropped while it waits (its deadline passed, shutdown)
+    /// never took one.
+    pub(crate) async fn acquire(&self) {
+        while let Err(wait) = self.try_take() {
+            tokio::time::sleep(wait).await;
         }
     }
 }
 
-/// The layer that puts a [`Bucket`] in front of a client (none: no limit).
+/// Whether a request renews one of the Leases enoki holds (leader election, shards): never
+/// delayed, so a busy reconcile cannot cost the lead.
+fn is_lease(req: &Request<kube::client::Body>) -> bool {
+    let path = req.uri().path();
+    path.starts_with("/apis/coordination.k8s.io/")
+        && path
+            .rsplit('/')
+            .nth(1)
+            .is_some_and(|resource| resource == "leases")
+}
+
+/// The layer that puts a [`Bucket`] in front of a client (none: no limit). With leader
+/// election, a write that waited for its token is checked against the fence again before it
+/// goes out: one queued while the Lease was held is not sent once it may have expired.
 #[derive(Clone)]
-pub(crate) struct RateLimitLayer(pub Option<Arc<Bucket>>);
+pub(crate) struct RateLimitLayer {
+    pub bucket: Option<Arc<Bucket>>,
+    pub fence: Option<Arc<Fence>>,
+}
 
 impl<S> tower::Layer<S> for RateLimitLayer {
     type Service = Limited<S>;
     fn layer(&self, inner: S) -> Limited<S> {
         Limited {
             inner,
-            bucket: self.0.clone(),
+            bucket: self.bucket.clone(),
+            fence: self.fence.clone(),
         }
     }
 }
@@ -69,11 +102,12 @@ impl<S> tower::Layer<S> for RateLimitLayer {
 pub(crate) struct Limited<S> {
     inner: S,
     bucket: Option<Arc<Bucket>>,
+    fence: Option<Arc<Fence>>,
 }
 
-impl<S, B, R> tower::Service<Request<B>> for Limited<S>
+impl<S, R> tower::Service<Request<kube::client::Body>> for Limited<S>
 where
-    S: tower::Service<Request<B>, Response = R>,
+    S: tower::Service<Request<kube::client::Body>, Response = R>,
     S::Error: Into<tower::BoxError>,
     S::Future: Send + 'static,
     R: Send + 'static,
@@ -86,18 +120,18 @@ where
         self.inner.poll_ready(cx).map_err(Into::into)
     }
 
-    fn call(&mut self, req: Request<B>) -> Self::Future {
-        let lease = req.uri().path().contains("/leases");
-        let wait = match &self.bucket {
-            Some(b) if !lease => b.reserve(),
-            _ => Duration::ZERO,
-        };
+    fn call(&mut self, req: Request<kube::client::Body>) -> Self::Future {
+        let bucket = self.bucket.clone().filter(|_| !is_lease(&req));
+        let fence = self.fence.clone().filter(|_| is_write(&req));
         // The request is handed to the (ready) inner service now; its future sends nothing
-        // until it is polled, which happens once the token is due.
+        // until it is polled, which happens once a token is taken.
         let fut = self.inner.call(req);
         Box::pin(async move {
-            if !wait.is_zero() {
-                tokio::time::sleep(wait).await;
+            if let Some(b) = bucket {
+                b.acquire().await;
+                if fence.is_some_and(|f| !f.open()) {
+                    return Err(FencedWrite.into());
+                }
             }
             fut.await.map_err(Into::into)
         })
@@ -113,10 +147,34 @@ mod tests {
         assert!(Bucket::new(0.0, 10).is_none());
         assert!(Bucket::new(-1.0, 10).is_none());
         let b = Bucket::new(10.0, 3).unwrap();
-        let waits: Vec<Duration> = (0..5).map(|_| b.reserve()).collect();
-        assert!(waits[..3].iter().all(Duration::is_zero), "{waits:?}");
-        // The 4th and 5th wait about 0.1 s and 0.2 s (less the little time that passed).
-        assert!(waits[3] > Duration::from_millis(50) && waits[3] <= Duration::from_millis(100));
-        assert!(waits[4] > Duration::from_millis(150) && waits[4] <= Duration::from_millis(200));
+        let taken: Vec<Result<(), Duration>> = (0..5).map(|_| b.try_take()).collect();
+        assert!(taken[..3].iter().all(Result::is_ok), "{taken:?}");
+        // No token left: about 0.1 s until the next, and asking again takes none.
+        let wait = taken[3].unwrap_err();
+        assert!(wait > Duration::from_millis(50) && wait <= Duration::from_millis(100));
+        assert!(taken[4].unwrap_err() <= Duration::from_millis(100));
+        // The slowest bucket still gives a finite wait.
+        let slow = Bucket::new(MIN_QPS, 1).unwrap();
+        assert!(slow.try_take().is_ok());
+        assert!(slow.try_take().unwrap_err() <= Duration::from_secs(3600));
+    }
+
+    #[test]
+    fn only_lease_requests_skip_the_bucket() {
+        let req = |path: &str| {
+            Request::builder()
+                .uri(path)
+                .body(kube::client::Body::empty())
+                .unwrap()
+        };
+        assert!(is_lease(&req(
+            "/apis/coordination.k8s.io/v1/namespaces/enoki-system/leases/enoki"
+        )));
+        assert!(!is_lease(&req(
+            "/api/v1/namespaces/t/configmaps/leases-cache"
+        )));
+        assert!(!is_lease(&req(
+            "/apis/example.com/v1/namespaces/t/leases/x"
+        )));
     }
 }

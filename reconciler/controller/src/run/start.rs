@@ -228,6 +228,11 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     let (management, target) = clusters_as(&opts, Some(&identity), fence.as_ref()).await?;
     let version = management.client.apiserver_version().await?;
     tracing::info!(server = %version.git_version, namespace = ?opts.namespace, user_agent = %user_agent(), %identity, shards = opts.shards, "enoki controller starting");
+    if opts.migrating_field_managers.is_empty() != opts.migrating_fields.is_empty() {
+        // As in Eno, nothing migrates unless both are set.
+        tracing::warn!(managers = ?opts.migrating_field_managers, fields = ?opts.migrating_fields,
+            "--migrating-field-managers and --migrating-fields work together: with one of them only, no field ownership is migrated");
+    }
     if opts.remote_kubeconfig.is_some() {
         let remote = target.client.apiserver_version().await?;
         tracing::info!(server = %remote.git_version, "emitted objects go to the remote cluster");

@@ -202,8 +202,9 @@ async fn reconcile_once(sym: Arc<Symphony>, ctx: Arc<Context>) -> Result<Action,
             .map_err(kube_err("adding the Symphony finalizer"))?;
     }
     if prune_metadata(&sym, &comps, &owned).await? {
-        // Phase two (setting) waits until no Composition has anything left to prune.
-        return Ok(Action::requeue(Duration::from_millis(200)));
+        // Phase two (setting) waits until no Composition has anything left to prune (a writer
+        // that keeps re-adding a removed key is met once a second, not in a hot loop).
+        return Ok(Action::requeue(Duration::from_secs(1)));
     }
     apply_variations(&ctx, &sym, &comps, &owned).await?;
     let current: BTreeMap<String, Composition> = owned_compositions(&comps, &name)
@@ -346,7 +347,9 @@ async fn prune_metadata(
     owned: &[Composition],
 ) -> Result<bool, Error> {
     let mut wrote = false;
-    for v in &sym.spec.variations {
+    // Variations in a dependsOn cycle are not changed at all.
+    let (order, _) = topo_order(&sym.spec.variations);
+    for v in order {
         let name = composition_name(&sym.name_any(), &v.synthesizer.name);
         let Some(c) = owned
             .iter()
@@ -396,10 +399,9 @@ fn stale_keys(
     mine: &BTreeSet<String>,
 ) -> serde_json::Map<String, serde_json::Value> {
     live.keys()
-        .filter(|k| {
-            asked.get(*k).is_some_and(String::is_empty)
-                || (mine.contains(*k) && want.get(k.as_str()).is_none())
-        })
+        // What the Composition is to carry (the `enoki.dev/symphony` label among it) stays.
+        .filter(|k| want.get(k.as_str()).is_none())
+        .filter(|k| asked.get(*k).is_some_and(String::is_empty) || mine.contains(*k))
         .map(|k| (k.clone(), serde_json::Value::Null))
         .collect()
 }

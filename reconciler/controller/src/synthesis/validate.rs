@@ -116,6 +116,16 @@ pub fn validate(
             message: e.to_string(),
         }
     })?;
+    // What Eno refuses at synthesis (and reads leniently from stored output) fails it here.
+    if let Some(message) = prepared
+        .resources
+        .iter()
+        .find_map(|r| r.settings.refused.first())
+    {
+        return Err(SynthesisError::InvalidOutput {
+            message: message.clone(),
+        });
+    }
     // Cascading values that did not parse are read as Eno reads them: a warning, not an error.
     for r in &prepared.resources {
         for w in &r.settings.warnings {

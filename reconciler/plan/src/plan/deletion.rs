@@ -138,7 +138,10 @@ pub(super) fn plan_deletion(input: PlanInput<'_>) -> Plan {
             let terminating = live
                 .and_then(|l| l.pointer("/metadata/deletionTimestamp"))
                 .is_some_and(|t| !t.is_null());
-            if rank.is_some() && (foreground || !terminating) {
+            // A fail-open background delete holds nothing back: Eno counts it deleted once
+            // tried, whether or not the delete went through.
+            let fail_open = !foreground && r.settings.fail_open.unwrap_or(input.options.fail_open);
+            if rank.is_some() && (foreground || !terminating) && !fail_open {
                 held_in_rank.push(r.key.clone());
             }
         }

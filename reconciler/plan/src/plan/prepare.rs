@@ -160,24 +160,41 @@ pub fn target_of(r: &PreparedResource) -> ResourceKey {
 }
 
 /// Eno's `Backtracks` pairs: each resource whose object a member of the next readiness group
-/// (adjacent groups only, as in Eno) also writes, with those members.
+/// (adjacent groups only, as in Eno) also writes, with those members. A Patch carries the
+/// Composition's namespace even when its target is cluster-scoped: it pairs with a
+/// cluster-scoped object of the same kind and name.
 fn superseded_by(
     resources: &[PreparedResource],
     ordering: &Ordering,
 ) -> BTreeMap<ResourceKey, Vec<ResourceKey>> {
-    let mut at: BTreeMap<(i64, ResourceKey), Vec<ResourceKey>> = BTreeMap::new();
+    type Object = (i64, String, String, String);
+    let object = |g: i64, t: &ResourceKey| (g, t.group.clone(), t.kind.clone(), t.name.clone());
+    let mut at: BTreeMap<Object, Vec<(&PreparedResource, ResourceKey)>> = BTreeMap::new();
     for r in resources.iter().filter(|r| !r.tombstone) {
         if let Some(g) = ordering.group_of(&r.key) {
-            at.entry((g, target_of(r))).or_default().push(r.key.clone());
+            let t = target_of(r);
+            at.entry(object(g, &t)).or_default().push((r, t));
         }
     }
+    let same_object =
+        |a: &PreparedResource, at: &ResourceKey, b: &PreparedResource, bt: &ResourceKey| {
+            at.namespace == bt.namespace
+                || (a.patch.is_some() && b.patch.is_none() && bt.namespace.is_empty())
+                || (b.patch.is_some() && a.patch.is_none() && at.namespace.is_empty())
+        };
     resources
         .iter()
         .filter(|r| !r.tombstone)
         .filter_map(|r| {
             let next = ordering.next_group(&r.key)?;
-            let later = at.get(&(next, target_of(r)))?;
-            Some((r.key.clone(), later.clone()))
+            let t = target_of(r);
+            let later: Vec<ResourceKey> = at
+                .get(&object(next, &t))?
+                .iter()
+                .filter(|(l, lt)| same_object(r, &t, l, lt))
+                .map(|(l, _)| l.key.clone())
+                .collect();
+            (!later.is_empty()).then(|| (r.key.clone(), later))
         })
         .collect()
 }

@@ -240,12 +240,16 @@ async fn converge(ctx: &Arc<Context>, comp: &Arc<Composition>) -> Result<Action,
     let mut st = comp.status.clone().unwrap_or_default();
     st.observed_generation = comp.metadata.generation;
     let uid = comp.uid().unwrap_or_default();
-    let (blocked, instance) = match observe_all(ctx, comp, &mut st).await? {
-        Err(requeue) => (Some(requeue), None),
-        Ok(o) => {
+    let (blocked, instance) = match observe_all(ctx, comp, &mut st).await {
+        Ok(Err(requeue)) => (Some(requeue), None),
+        Ok(Ok(o)) => {
             let instance = o.gathered.instance().cloned();
-            (next_synthesis(ctx, comp, &mut st, o).await?, instance)
+            match next_synthesis(ctx, comp, &mut st, o).await {
+                Ok(blocked) => (blocked, instance),
+                Err(e) => return enforce_then_fail(ctx, comp, e).await,
+            }
         }
+        Err(e) => return enforce_then_fail(ctx, comp, e).await,
     };
     if blocked.is_none() {
         st.dependency_status = None;
@@ -255,12 +259,7 @@ async fn converge(ctx: &Arc<Context>, comp: &Arc<Composition>) -> Result<Action,
     // A Composition refused by policy (an invalid spec, references out of its namespace, a
     // remote namespace without a mapping) has no pass: nothing is applied on its behalf until
     // its spec or the flags change. Every other blocker leaves the current synthesis enforced.
-    let refused = blocked.is_some()
-        && st.conditions.iter().any(|c| {
-            c.type_ == conditions::SYNTHESIZED
-                && c.status == "False"
-                && decide::POLICY_REFUSALS.contains(&c.reason.as_str())
-        });
+    let refused = blocked.is_some() && refused_by_policy(&st);
     let pass = if decide::current(false, refused) == decide::Current::Nothing {
         resources::Pass::default()
     } else if ctx.remote_user_of(comp).is_ok() {
@@ -292,6 +291,36 @@ async fn converge(ctx: &Arc<Context>, comp: &Arc<Composition>) -> Result<Action,
         return Ok(Action::requeue(Duration::from_millis(100)));
     }
     Ok(Action::requeue(current))
+}
+
+/// Whether `st` says the Composition is refused by policy (`Synthesized=False` with a policy
+/// reason).
+fn refused_by_policy(st: &CompositionStatus) -> bool {
+    st.conditions.iter().any(|c| {
+        c.type_ == conditions::SYNTHESIZED
+            && c.status == "False"
+            && decide::POLICY_REFUSALS.contains(&c.reason.as_str())
+    })
+}
+
+/// A read or write of the next synthesis failed (an input the Composition's account may no
+/// longer read, slices that cannot be written): the current synthesis is still enforced — its
+/// pass runs from the status as it was — and the error then goes to the error policy, which
+/// reports and retries it.
+async fn enforce_then_fail(
+    ctx: &Arc<Context>,
+    comp: &Arc<Composition>,
+    error: Error,
+) -> Result<Action, Error> {
+    let mut st = comp.status.clone().unwrap_or_default();
+    if !refused_by_policy(&st) && st.current_synthesis.is_some() && ctx.remote_user_of(comp).is_ok()
+    {
+        // The pass's own failure is reported with the first one's.
+        if let Err(e) = resources::reconcile(ctx, comp, &mut st, false, true).await {
+            tracing::warn!(error = %e, "the pass over the current synthesis failed too");
+        }
+    }
+    Err(error)
 }
 
 /// The decision about the next synthesis, and the synthesis when it is due. `Some(requeue)`:

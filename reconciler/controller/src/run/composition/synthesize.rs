@@ -393,7 +393,8 @@ pub(crate) fn failed_run(
         messages, results, ..
     } = e
     {
-        if let (Some(s), Some(first)) = (st.simplified.as_mut(), messages.first()) {
+        let first = messages.iter().find(|m| !m.is_empty());
+        if let (Some(s), Some(first)) = (st.simplified.as_mut(), first) {
             s.error = Some(first.clone());
         }
         if let Some(f) = st.in_flight_synthesis.as_mut() {

@@ -179,7 +179,7 @@ pub fn mismatched(
 }
 
 /// The inputs read now whose revision moved since `old` (Eno's `inputChangeCount`): when both
-/// sides carry a `revision`, only a revision change counts. An input absent from `old` (an
+/// sides carry a `revision`, only a higher revision counts. An input absent from `old` (an
 /// optional input that appeared) counts only when it says `ignore-side-effects: "false"`; one
 /// absent now (an optional input that went away) never counts — as in Eno, which notes that
 /// counting them loops. Order does not matter.
@@ -197,11 +197,12 @@ fn changed_inputs(old: &[InputRevision], new: &[InputRevision]) -> Vec<String> {
             if a.is_empty() {
                 return b.iter().any(|r| r.ignore_side_effects == Some(false));
             }
+            // Eno's `Less`: with a `revision` on both sides only a higher one counts.
             let same = a.len() == b.len()
                 && a.iter()
                     .zip(&b)
                     .all(|(x, y)| match (x.revision, y.revision) {
-                        (Some(p), Some(q)) => p == q,
+                        (Some(p), Some(q)) => q <= p,
                         _ => x == y,
                     });
             !same
@@ -402,6 +403,8 @@ mod tests {
         };
         assert!(changed_inputs(&[with("1", 7)], &[with("2", 7)]).is_empty());
         assert_eq!(changed_inputs(&[with("1", 7)], &[with("2", 8)]), ["a"]);
+        // Eno's `Less`: a lower revision is not a change.
+        assert!(changed_inputs(&[with("1", 8)], &[with("2", 7)]).is_empty());
         // Without a revision on one side the resourceVersion counts.
         assert_eq!(changed_inputs(&[rev("a", "1")], &[with("2", 7)]), ["a"]);
     }

@@ -418,7 +418,12 @@ async fn apply(
     let Some(fields) = super::ownership::repaired_managed_fields(&before, &w) else {
         return Ok(written);
     };
-    hand_over(api, name, fields, &written).await?;
+    // The apply went through: a concurrent change (a status update mid-rollout) only puts the
+    // repair off to the next pass.
+    if let Err(e) = hand_over(api, name, fields, &written).await {
+        tracing::debug!(resource = name, error = %e, "field ownership repair put off");
+        return Ok(written);
+    }
     tracing::info!(
         resource = name,
         "fields the previous synthesis left behind handed to enoki"

@@ -112,7 +112,7 @@ pub async fn reconcile(
     let Some(observations) = observe_pass(
         ctx,
         &client,
-        &uid,
+        comp,
         &current,
         &seen,
         (deleting, next_blocked),
@@ -174,7 +174,7 @@ struct Seen<'a> {
 async fn observe_pass(
     ctx: &Arc<Context>,
     client: &kube::Client,
-    uid: &str,
+    comp: &Composition,
     current: &crds::Synthesis,
     seen: &Seen<'_>,
     (deleting, next_blocked): (bool, bool),
@@ -188,7 +188,7 @@ async fn observe_pass(
     let observations = observe::observe(
         ctx,
         client,
-        uid,
+        comp,
         seen.prepared,
         seen.recorded,
         &seen.loaded.deleted_keys(),
@@ -400,8 +400,10 @@ fn prepare(
     let desired = match &ctx.opts.resource_filter {
         None => desired,
         Some(filter) => {
-            // Eno's --resource-filter: the others are not reconciled by this controller.
-            let (kept, errors) = plan::filter_desired(desired, filter, info);
+            // Eno's --resource-filter: the others are not reconciled by this controller. CEL
+            // over tenant content: off the async workers.
+            let (kept, errors) =
+                tokio::task::block_in_place(|| plan::filter_desired(desired, filter, info));
             for (item, error) in errors {
                 tracing::warn!(composition = %info.name, item, %error,
                     "--resource-filter failed on a resource; it is left out");
@@ -426,7 +428,10 @@ async fn sweep_outside(
     let orphan = crds::names::annotations::DELETION_STRATEGY
         .get(comp.annotations())
         .is_some_and(|s| s.eq_ignore_ascii_case("orphan"))
-        || composition_info(comp, true).symphony_deleting();
+        || composition_info(comp, true).symphony_deleting()
+        // Which of them a --resource-filter leaves to others is not known from kind and
+        // name alone: none is swept.
+        || ctx.opts.resource_filter.is_some();
     if orphan || current.outside_namespace.is_empty() {
         return Ok(true);
     }

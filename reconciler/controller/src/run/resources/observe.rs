@@ -94,7 +94,7 @@ pub(crate) fn needs_get(
 pub(crate) async fn observe(
     ctx: &Arc<Context>,
     client: &kube::Client,
-    uid: &str,
+    comp: &crds::Composition,
     prepared: &plan::Prepared,
     recorded: &HashMap<ResourceKey, Recorded>,
     deleted_keys: &std::collections::BTreeSet<ResourceKey>,
@@ -105,7 +105,7 @@ pub(crate) async fn observe(
     let mut fetch = Vec::new();
     for r in &prepared.resources {
         let deleted = deleted_keys.contains(&r.key);
-        let cached = from_cache(ctx, client, uid, r, &mut views, |cached| {
+        let cached = from_cache(ctx, client, comp, r, &mut views, |cached| {
             needs_get(r, recorded.get(&r.key), cached, needs, deleted)
         })
         .await;
@@ -165,7 +165,7 @@ enum FromCache {
 async fn from_cache(
     ctx: &Arc<Context>,
     client: &kube::Client,
-    uid: &str,
+    comp: &crds::Composition,
     r: &PreparedResource,
     views: &mut HashMap<String, Option<ManagedView>>,
     get: impl Fn(Cached<'_>) -> bool,
@@ -199,6 +199,7 @@ async fn from_cache(
     };
     let view_key = format!("{}/{}/{}", gvk.group, gvk.version, gvk.kind);
     if !views.contains_key(&view_key) {
+        let uid = comp.metadata.uid.as_deref().unwrap_or_default();
         let view = ctx.watches.managed(&gvk, &ar, uid).await;
         views.insert(view_key.clone(), view);
     }
@@ -216,7 +217,16 @@ async fn from_cache(
         Some(None) => Cached::Absent,
         Some(Some(m)) => Cached::Present(m.resource_version.as_deref()),
     };
-    if r.patch.is_some() || get(cached) {
+    if r.patch.is_some() {
+        // A Patch's target is someone else's object (not labelled by enoki): watched like an
+        // input, so a foreign change to a patched field is patched again at once. Only on the
+        // management cluster, where the input watches are.
+        if Arc::ptr_eq(&ctx.target, &ctx.management) {
+            ctx.watches.track(&gvk, &ar, ns, &r.key.name, comp);
+        }
+        return FromCache::Fetch(api);
+    }
+    if get(cached) {
         return FromCache::Fetch(api);
     }
     // What the planner reads of a live object it does not need in full: identity, version,

@@ -113,12 +113,15 @@ pub(crate) fn record(
     rec
 }
 
-/// Whether a step's resource has no CEL readiness checks.
+/// Whether a step's resource has no readiness checks (no CEL, and not `health: kstatus`).
 fn no_checks(prepared: &plan::Prepared, step: &Step) -> bool {
     prepared
         .resources
         .binary_search_by(|r| r.key.cmp(&step.key))
-        .is_ok_and(|i| prepared.resources[i].checks.is_empty())
+        .is_ok_and(|i| {
+            let r = &prepared.resources[i];
+            r.checks.is_empty() && r.settings.health == plan::settings::Health::Exists
+        })
 }
 
 /// The readiness of a step's resource after it was written: evaluated on the object the
