@@ -762,6 +762,45 @@ fn a_patch_and_the_object_it_patches_in_adjacent_groups_do_not_fight() {
     assert!(w.plan().all_ready());
 }
 
+/// A Patch carries the Composition's namespace even when its target is cluster-scoped: it
+/// still pairs with that object (Eno compares group, kind and name).
+#[test]
+fn a_patch_of_a_cluster_scoped_object_pairs_with_it() {
+    let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "r", "annotations": {"eno.azure.io/readiness-group": "1"}}});
+    let patch = json!({"apiVersion": "eno.azure.io/v1", "kind": "Patch",
+        "metadata": {"name": "r", "namespace": "ns", "annotations": {"eno.azure.io/readiness-group": "2"}},
+        "patch": {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "ops": [{"op": "add", "path": "/metadata/labels", "value": {"x": "y"}}]}});
+    let p = plan::prepare(
+        &desired(&[role.clone(), patch.clone()]),
+        &Default::default(),
+    )
+    .unwrap();
+    assert_eq!(p.superseded_by.get(&key(&role)), Some(&vec![key(&patch)]));
+}
+
+/// Eno marks a fail-open resource deleted once its delete was tried: a failing one holds no
+/// later deletion group back.
+#[test]
+fn a_fail_open_delete_holds_no_deletion_group_back() {
+    let first = deploy(
+        "first",
+        json!({"eno.azure.io/deletion-group": "1", "eno.azure.io/fail-open": "true"}),
+    );
+    let then = deploy("then", json!({"eno.azure.io/deletion-group": "2"}));
+    let items = desired(&[first.clone(), then.clone()]);
+    let comp = CompositionInfo {
+        deleting: true,
+        ..comp()
+    };
+    let w = World::new(items.clone())
+        .with_comp(comp, &items)
+        .observe(live(&first, "1", Value::Null))
+        .observe(live(&then, "1", Value::Null));
+    assert_eq!(w.op_of(&then), Op::Delete { foreground: false });
+}
+
 #[test]
 fn patches_modify_or_delete_existing_objects_only() {
     let patch = |ops: Value, annotations: Value| {

@@ -522,4 +522,33 @@ mod tests {
             [e("X", "1"), e("Y", "2")]
         );
     }
+
+    /// Phase one prunes `""` keys whoever set them and keys this controller set and no longer
+    /// asks for, never a key the Composition is to carry (the `enoki.dev/symphony` label even
+    /// when a variation names it with `""`), so pruning and applying never undo each other.
+    #[test]
+    fn stale_keys_never_include_what_the_composition_is_to_carry() {
+        let live: BTreeMap<String, String> = [
+            ("enoki.dev/symphony", "stack"),
+            ("moved", "true"),
+            ("theirs", "x"),
+            ("dropped", "1"),
+            ("kept", "1"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let asked: BTreeMap<String, String> =
+            [("enoki.dev/symphony", ""), ("moved", ""), ("kept", "1")]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+        let want = serde_json::json!({"enoki.dev/symphony": "stack", "kept": "1"});
+        let mine: BTreeSet<String> = ["dropped", "kept"].into_iter().map(String::from).collect();
+        let stale: Vec<String> = stale_keys(&live, &asked, &want, &mine)
+            .keys()
+            .cloned()
+            .collect();
+        assert_eq!(stale, ["dropped", "moved"]);
+    }
 }
