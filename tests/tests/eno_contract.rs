@@ -198,3 +198,33 @@ async fn an_optional_input_appearing_or_going_resynthesizes_only_as_in_eno() {
     enoki.wait_pass(&env, "echo").await;
     assert!(read(&comps.get("echo").await.unwrap()).contains(&"extra".to_string()));
 }
+
+/// Eno `internal/resource/mutation` (`pathManagedByEno` reads the `eno` field manager) and
+/// `docs/overrides.md`: after a move from Eno, a field Eno applied still counts as managed, so
+/// the usual "set to null unless managed" override leaves enoki's value in place.
+#[tokio::test]
+async fn path_managed_by_eno_counts_what_eno_applied() {
+    let (env, synth) = setup().await;
+    let before = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "moved"},
+        "data": {"x": "old"}});
+    env.api::<ConfigMap>()
+        .patch("moved", &PatchParams::apply("eno"), &Patch::Apply(&before))
+        .await
+        .unwrap();
+    let overrides =
+        json!([{"path": "self.data.x", "value": null, "condition": "!pathManagedByEno"}]);
+    let cm = harness::config_map(
+        "moved",
+        json!({"eno.azure.io/overrides": overrides.to_string()}),
+        json!({"x": "new"}),
+    );
+    harness::set_echo_items(&env, "items", &json!([cm])).await;
+    harness::apply_composition(&env, "echo", &synth, "items", json!({})).await;
+    let _enoki = Enoki::start(&env.namespace);
+    harness::wait_ready(&env, "echo").await;
+    eventually("enoki's value applied over Eno's field", WAIT, || async {
+        let data = env.api::<ConfigMap>().get("moved").await.unwrap().data?;
+        (data.get("x").map(String::as_str) == Some("new")).then_some(())
+    })
+    .await;
+}

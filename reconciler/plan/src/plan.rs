@@ -151,6 +151,45 @@ fn previous_snapshot(
     (&p != object).then_some(p)
 }
 
+/// A resource another owner holds (another Composition, or `adopt: never` over an unmanaged
+/// object) is a conflict, not a write — unless it only waits or is never touched.
+fn conflict_or(
+    refused: Option<String>,
+    op: Op,
+    readiness: ReadinessState,
+    settings: &Settings,
+) -> (Op, ReadinessState) {
+    match refused {
+        Some(owner) if !matches!(op, Op::Wait { .. }) && !settings.disable_reconciliation => {
+            let why = if owner.is_empty() {
+                "exists and is not managed by enoki (adopt: never)".to_string()
+            } else {
+                format!("owned by another Composition (uid {owner})")
+            };
+            (
+                Op::Conflict { owner },
+                ReadinessState::NotReady {
+                    unsatisfied: vec![why],
+                },
+            )
+        }
+        _ => (op, readiness),
+    }
+}
+
+/// Whether a step asks for an early look (`wants`, per step); a superseded one is settled.
+fn still_wants_poll(steps: &[Step], wants: &[bool]) -> bool {
+    steps.iter().zip(wants).any(|(s, wants)| {
+        *wants
+            && !matches!(
+                s.op,
+                Op::Skip {
+                    reason: SkipReason::Superseded
+                }
+            )
+    })
+}
+
 /// Eno's backtracking rule: a resource whose readiness is recorded and whose object a member of
 /// the next readiness group writes — one that may go ahead — is left alone (its readiness
 /// kept), so a Patch and the resource it patches never undo each other.
@@ -537,22 +576,7 @@ pub fn plan(input: PlanInput<'_>) -> Plan {
             readiness
         };
         let refused = refused_owner(live, recorded, &settings, &input.composition.uid);
-        let (op, readiness) = match refused {
-            Some(owner) if !matches!(op, Op::Wait { .. }) && !settings.disable_reconciliation => {
-                let why = if owner.is_empty() {
-                    "exists and is not managed by enoki (adopt: never)".to_string()
-                } else {
-                    format!("owned by another Composition (uid {owner})")
-                };
-                (
-                    Op::Conflict { owner },
-                    ReadinessState::NotReady {
-                        unsatisfied: vec![why],
-                    },
-                )
-            }
-            _ => (op, readiness),
-        };
+        let (op, readiness) = conflict_or(refused, op, readiness, &settings);
         // A fail-open resource blocks its dependents until its state records it ready (with
         // no readiness checks, once it was attempted), as Eno's readiness tree does.
         let exempt = settings.disable_reconciliation;
@@ -587,16 +611,7 @@ pub fn plan(input: PlanInput<'_>) -> Plan {
     }
 
     supersede(&input, &unblocked, &mut steps);
-    // A superseded resource is settled: it asks for no early look.
-    poll |= steps.iter().zip(&wants_poll).any(|(s, wants)| {
-        *wants
-            && !matches!(
-                s.op,
-                Op::Skip {
-                    reason: SkipReason::Superseded
-                }
-            )
-    });
+    poll |= still_wants_poll(&steps, &wants_poll);
     poll |= tombstone_steps(&input, &mut steps);
     resolve_fail_open(&mut steps, input.options.fail_open);
 
