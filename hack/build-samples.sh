@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # build-samples.sh — build every sample synthesizer to WebAssembly from source.
 # Outputs: target/wasm32-wasip{1,2}/release/*.wasm (Rust samples, the echo test guest and the
-# built-ins trustee/quota/lepton), target/samples/{go,c,assemblyscript,python,typescript}.wasm.
+# built-ins trustee/quota/lepton), target/samples/{go,eno-go,helm,helm-chart,c,assemblyscript,python,typescript}.wasm,
+# target/charts/ (real-world Helm charts).
 # The AssemblyScript, Python and TypeScript toolchains come from hack/setup-langs.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,6 +18,21 @@ cargo build --locked --release --target wasm32-wasip1 -p reconciler-builtins --b
 mkdir -p target/samples
 (cd samples/03-go && GOOS=wasip1 GOARCH=wasm go build -ldflags="-s -w" -o ../../target/samples/go.wasm .)
 (cd samples/11-eno-go && GOOS=wasip1 GOARCH=wasm go build -ldflags="-s -w" -o ../../target/samples/eno-go.wasm .)
+# Helm's engine in the sandbox: sample 12 (an embedded chart) and a synthesizer that renders
+# any packaged chart bound as an input; real-world charts from the Go module proxy for the
+# goldens against `helm template` (reconciler/controller/tests/helm.rs).
+(cd samples/12-helm && GOOS=wasip1 GOARCH=wasm go build -ldflags="-s -w" -o ../../target/samples/helm.wasm .)
+(cd synthesizer-sdk/go/helm && GOOS=wasip1 GOARCH=wasm go build -ldflags="-s -w" -o ../../../target/samples/helm-chart.wasm ./cmd/helm-chart)
+mkdir -p target/charts
+for pinned in k8s.io/ingress-nginx@v0.0.0-20240708192948-52c50467d67d:charts/ingress-nginx \
+  sigs.k8s.io/metrics-server@v0.9.0:charts/metrics-server \
+  sigs.k8s.io/descheduler@v0.36.0:charts/descheduler; do
+  module="${pinned%%:*}" dir="${pinned#*:}"
+  src="$(cd synthesizer-sdk/go/helm && go mod download -json "$module" | sed -n 's/.*"Dir": "\(.*\)",/\1/p')"
+  rm -rf "target/charts/$(basename "$dir")"
+  cp -r "$src/$dir" "target/charts/$(basename "$dir")"
+  chmod -R u+w "target/charts/$(basename "$dir")"
+done
 clang --target=wasm32-wasi -O2 -o target/samples/c.wasm samples/04-c/hello.c
 hack/setup-langs.sh
 (cd samples/08-assemblyscript && npm run -s build) && cp samples/08-assemblyscript/build/assemblyscript.wasm target/samples/

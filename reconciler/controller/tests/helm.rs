@@ -1,0 +1,245 @@
+//! Helm charts rendered in enoki's sandbox with Helm's own engine (`synthesizer-sdk/go/helm`,
+//! built to wasm by `hack/build-samples.sh`) against `helm template` of the same chart, values,
+//! release name and namespace, object by object: three real-world charts nobody here wrote
+//! (from the Go module proxy), each with its defaults and a non-trivial values file, and the
+//! sample chart (crds/, `tpl`, partials, a test hook, NOTES.txt, `values.schema.json`).
+#![allow(clippy::unwrap_used)] // test code
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use base64::Engine as _;
+use serde_json::{Value, json};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn built(rel: &str) -> PathBuf {
+    let p = root().join(rel);
+    assert!(
+        p.exists(),
+        "{} is missing: run hack/build-samples.sh (make test does)",
+        p.display()
+    );
+    p
+}
+
+fn helm(args: &[&str]) -> String {
+    let bin = std::env::var("HELM")
+        .expect("HELM: the helm binary (hack/tools.sh builds it; make test sets it)");
+    let out = Command::new(bin).args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "helm {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let d = root().join("target/tmp/helm-goldens").join(name);
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// `helm package` of a chart directory.
+fn package(chart: &Path, into: &Path) -> PathBuf {
+    helm(&[
+        "package",
+        chart.to_str().unwrap(),
+        "-d",
+        into.to_str().unwrap(),
+    ]);
+    std::fs::read_dir(into)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "tgz"))
+        .unwrap()
+}
+
+/// The ResourceList of the `helm-chart` synthesizer: the packaged chart and the values.
+fn resource_list(tgz: &Path, values: Option<&str>, release: &str, ns: &str, at: &Path) -> PathBuf {
+    let chart = base64::engine::general_purpose::STANDARD.encode(std::fs::read(tgz).unwrap());
+    let mut items = vec![json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "chart", "namespace": ns, "annotations": {"enoki.dev/input-key": "chart"}},
+        "binaryData": {"chart.tgz": chart}})];
+    if let Some(v) = values {
+        items.push(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "values", "namespace": ns, "annotations": {"enoki.dev/input-key": "values"}},
+            "data": {"values.yaml": v}}));
+    }
+    let list = json!({"apiVersion": "config.kubernetes.io/v1", "kind": "ResourceList", "items": items,
+        "functionConfig": {"composition": {"name": release, "namespace": ns}, "env": {}}});
+    let p = at.join("input.json");
+    std::fs::write(&p, list.to_string()).unwrap();
+    p
+}
+
+/// Runs `enoki render MODULE --resource-list LIST -o json`: the objects, or the error text.
+fn render(module: &Path, list: &Path) -> Result<Vec<Value>, String> {
+    let out = Command::new(env!("CARGO_BIN_EXE_enoki"))
+        .args(["render", module.to_str().unwrap(), "--resource-list"])
+        .arg(list)
+        .args(["-o", "json"])
+        .current_dir(root())
+        .output()
+        .unwrap();
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    Ok(v["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|g| g["resources"].as_array().unwrap().clone())
+        .collect())
+}
+
+/// The objects `helm template` prints (hooks left out, CRDs in).
+fn template(tgz: &Path, values: Option<&Path>, release: &str, ns: &str) -> Vec<Value> {
+    let mut args = vec![
+        "template",
+        release,
+        tgz.to_str().unwrap(),
+        "-n",
+        ns,
+        "--include-crds",
+        "--no-hooks",
+    ];
+    if let Some(v) = values {
+        args.extend(["-f", v.to_str().unwrap()]);
+    }
+    let text = helm(&args);
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
+    docs.into_iter().filter(|d| d.is_object()).collect()
+}
+
+/// One object as both sides are compared: the release namespace enoki defaults is dropped,
+/// and so are the annotations the shim adds (the readiness group of the chart's crds/ CRDs,
+/// `deletion-strategy: orphan` on them and on what says `helm.sh/resource-policy: keep`).
+fn normalized(mut o: Value, ns: &str) -> (String, Value) {
+    let meta = o["metadata"].as_object_mut().unwrap();
+    if meta.get("namespace").and_then(Value::as_str) == Some(ns) {
+        meta.remove("namespace");
+    }
+    if let Some(a) = meta.get_mut("annotations").and_then(Value::as_object_mut) {
+        if a.get("enoki.dev/readiness-group").and_then(Value::as_str) == Some("-1000") {
+            a.remove("enoki.dev/readiness-group");
+        }
+        if a.get("enoki.dev/deletion-strategy").and_then(Value::as_str) == Some("orphan") {
+            a.remove("enoki.dev/deletion-strategy");
+        }
+        if a.is_empty() {
+            meta.remove("annotations");
+        }
+    }
+    let key = format!(
+        "{}/{}/{}",
+        o["apiVersion"], o["kind"], o["metadata"]["name"]
+    );
+    (key, o)
+}
+
+/// Renders `chart` both ways (defaults, then `values` when given) and compares.
+fn same_as_helm_template(name: &str, chart: &Path, values: Option<&str>) {
+    let dir = scratch(name);
+    let tgz = package(chart, &dir);
+    let (release, ns) = ("rel", "apps");
+    let values_file = values.map(|v| {
+        let p = dir.join("values.yaml");
+        std::fs::write(&p, v).unwrap();
+        p
+    });
+    let list = resource_list(&tgz, values, release, ns, &dir);
+    let module = built("target/samples/helm-chart.wasm");
+    let mut ours: Vec<(String, Value)> = render(&module, &list)
+        .unwrap_or_else(|e| panic!("{name}: {e}"))
+        .into_iter()
+        .map(|o| normalized(o, ns))
+        .collect();
+    let mut theirs: Vec<(String, Value)> = template(&tgz, values_file.as_deref(), release, ns)
+        .into_iter()
+        .map(|o| normalized(o, ns))
+        .collect();
+    ours.sort_by(|a, b| a.0.cmp(&b.0));
+    theirs.sort_by(|a, b| a.0.cmp(&b.0));
+    let keys = |v: &[(String, Value)]| v.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>();
+    assert_eq!(keys(&ours), keys(&theirs), "{name}: the same objects");
+    assert!(!ours.is_empty(), "{name}: renders something");
+    for ((k, a), (_, b)) in ours.iter().zip(&theirs) {
+        assert_eq!(a, b, "{name}: {k} differs");
+    }
+}
+
+fn chart(dir: &str) -> PathBuf {
+    built(&format!("target/charts/{dir}"))
+}
+
+#[test]
+fn ingress_nginx_renders_as_helm_template_renders_it() {
+    same_as_helm_template("ingress-nginx-defaults", &chart("ingress-nginx"), None);
+    let values = "controller:\n  replicaCount: 3\n  kind: DaemonSet\n  metrics:\n    enabled: true\n  \
+                  admissionWebhooks:\n    enabled: false\n  config:\n    use-forwarded-headers: \"true\"\n\
+                  defaultBackend:\n  enabled: true\ntcp:\n  \"9000\": \"default/tcp-svc:9000\"\n";
+    same_as_helm_template(
+        "ingress-nginx-values",
+        &chart("ingress-nginx"),
+        Some(values),
+    );
+}
+
+#[test]
+fn metrics_server_renders_as_helm_template_renders_it() {
+    same_as_helm_template("metrics-server-defaults", &chart("metrics-server"), None);
+    let values = "replicas: 2\npodDisruptionBudget:\n  enabled: true\n  minAvailable: 1\n\
+                  args:\n  - --kubelet-insecure-tls\nserviceMonitor:\n  enabled: false\n\
+                  apiService:\n  insecureSkipTLSVerify: false\n";
+    same_as_helm_template(
+        "metrics-server-values",
+        &chart("metrics-server"),
+        Some(values),
+    );
+}
+
+#[test]
+fn descheduler_renders_as_helm_template_renders_it() {
+    same_as_helm_template("descheduler-defaults", &chart("descheduler"), None);
+    let values = "kind: Deployment\nreplicas: 2\nleaderElection:\n  enabled: true\n\
+                  deschedulerPolicy:\n  profiles:\n    - name: default\n      pluginConfig:\n\
+                  \x20       - name: RemoveDuplicates\n      plugins:\n        balance:\n\
+                  \x20         enabled:\n            - RemoveDuplicates\n";
+    same_as_helm_template("descheduler-values", &chart("descheduler"), Some(values));
+}
+
+/// The sample chart: crds/ first in a readiness group of their own, partials and `tpl`,
+/// the test hook and NOTES.txt left out, `.Capabilities`; and a value its
+/// `values.schema.json` refuses is a synthesis error naming the value.
+#[test]
+fn the_sample_chart_renders_as_helm_template_and_its_schema_is_enforced() {
+    let sample = root().join("samples/12-helm/chart");
+    same_as_helm_template("sample", &sample, Some("greeting: hi\nport: 9090\n"));
+    let dir = scratch("sample-schema");
+    let tgz = package(&sample, &dir);
+    let list = resource_list(&tgz, Some("port: not-a-number\n"), "rel", "apps", &dir);
+    let err = render(&built("target/samples/helm-chart.wasm"), &list).unwrap_err();
+    assert!(err.contains("port"), "{err}");
+    // The embedded-chart sample itself.
+    let objs = render(
+        &built("target/samples/helm.wasm"),
+        &root().join("samples/12-helm/input.json"),
+    )
+    .unwrap();
+    let kinds: Vec<&str> = objs.iter().map(|o| o["kind"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "CustomResourceDefinition",
+            "ConfigMap",
+            "Service",
+            "Greeting"
+        ]
+    );
+}

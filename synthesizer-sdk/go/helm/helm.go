@@ -1,0 +1,245 @@
+// Package helm renders a Helm chart inside an enoki synthesizer with Helm's own engine — the
+// counterpart of Eno's pkg/helmshim — so a chart needs no rewriting: the output is what
+// `helm template` prints for the same chart, values, release name and namespace.
+//
+// The chart comes from an fs.FS (an embed.FS holding the chart directory) or from the bytes of
+// a packaged chart (.tgz). Values are computed from the bound inputs by the author's function
+// and merged over the chart's values.yaml as Helm merges them. The release name and namespace
+// default to the Composition's.
+//
+// What differs from `helm install`, as in Eno's shim:
+//   - hooks (helm.sh/hook) are not run and not emitted; NOTES.txt and partials render nothing;
+//   - CRDs from the chart's crds/ directory are emitted, in a readiness group of their own
+//     before everything else (enoki applies custom resources after their CRDs anyway);
+//   - those CRDs, and objects annotated helm.sh/resource-policy: keep, are left in place when
+//     the Composition is deleted (enoki.dev/deletion-strategy: orphan), as Helm leaves them;
+//   - `lookup` finds nothing (there is no cluster in the sandbox): charts must cope with an
+//     empty result, as they do under `helm template`;
+//   - `.Capabilities` are Helm's client-only defaults, plus the API versions of Options.
+//
+// Readiness groups, readiness checks and every enoki.dev/* or eno.azure.io/* annotation
+// written in the chart's templates work as in any synthesizer.
+package helm
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"strings"
+
+	"helm.sh/helm/v4/pkg/chart/common"
+	"helm.sh/helm/v4/pkg/chart/common/util"
+	"helm.sh/helm/v4/pkg/chart/loader/archive"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
+	"helm.sh/helm/v4/pkg/chart/v2/loader"
+	chartutil "helm.sh/helm/v4/pkg/chart/v2/util"
+	"helm.sh/helm/v4/pkg/engine"
+	releaseutil "helm.sh/helm/v4/pkg/release/v1/util"
+	"sigs.k8s.io/yaml"
+
+	sdk "github.com/enoki-dev/enoki/synthesizer-sdk/go"
+)
+
+// CRDGroup is the readiness group of the CRDs from a chart's crds/ directory.
+const CRDGroup = -1000
+
+// Options say which chart to render and how.
+type Options struct {
+	// FS holds the chart directory at Dir (e.g. an embed.FS); or Archive is a packaged chart.
+	FS      fs.FS
+	Dir     string
+	Archive []byte
+	// Values computes the values from the inputs (nil: the chart's defaults).
+	Values func(in *sdk.ResourceList) (map[string]any, error)
+	// ReleaseName and Namespace default to the Composition's name and namespace.
+	ReleaseName string
+	Namespace   string
+	// KubeVersion (e.g. "v1.35.0") and APIVersions set .Capabilities beyond Helm's defaults.
+	KubeVersion string
+	APIVersions []string
+}
+
+// Load reads the chart of o.
+func (o Options) Load() (*chart.Chart, error) {
+	if o.Archive != nil {
+		return loader.LoadArchive(bytes.NewReader(o.Archive))
+	}
+	if o.FS == nil {
+		return nil, errors.New("helm: Options needs FS or Archive")
+	}
+	dir := o.Dir
+	if dir == "" {
+		dir = "."
+	}
+	var files []*archive.BufferedFile
+	err := fs.WalkDir(o.FS, dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		data, err := fs.ReadFile(o.FS, p)
+		if err != nil {
+			return err
+		}
+		rel := strings.TrimPrefix(strings.TrimPrefix(p, dir), "/")
+		files = append(files, &archive.BufferedFile{Name: path.Clean(rel), Data: data})
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("helm: reading the chart: %w", err)
+	}
+	return loader.LoadFiles(files)
+}
+
+// Render renders the chart as `helm template --include-crds` would, and returns its objects
+// in Helm's install order, CRDs first.
+func Render(in *sdk.ResourceList, o Options) ([]sdk.Object, error) {
+	ch, err := o.Load()
+	if err != nil {
+		return nil, err
+	}
+	vals := map[string]any{}
+	if o.Values != nil {
+		if vals, err = o.Values(in); err != nil {
+			return nil, err
+		}
+	}
+	name, namespace := o.ReleaseName, o.Namespace
+	if in.FunctionConfig != nil {
+		if name == "" {
+			name = in.FunctionConfig.Composition.Name
+		}
+		if namespace == "" {
+			namespace = in.FunctionConfig.Composition.Namespace
+		}
+	}
+	manifest, err := Template(ch, vals, name, namespace, o.KubeVersion, o.APIVersions)
+	if err != nil {
+		return nil, err
+	}
+	return Objects(manifest, ch)
+}
+
+// Template is `helm template --include-crds NAME CHART -n NAMESPACE`: the rendered manifest,
+// hooks and NOTES.txt left out — the steps of Helm's client-only install (dependencies
+// processed, values coalesced and checked against values.schema.json, templates rendered,
+// manifests in Helm's install order after the crds/ CRDs), without Helm's action package,
+// which does not build for wasip1.
+func Template(ch *chart.Chart, vals map[string]any, name, namespace, kubeVersion string, apis []string) (string, error) {
+	caps := common.DefaultCapabilities.Copy()
+	if kubeVersion != "" {
+		v, err := common.ParseKubeVersion(kubeVersion)
+		if err != nil {
+			return "", fmt.Errorf("helm: kube version %q: %w", kubeVersion, err)
+		}
+		caps.KubeVersion = *v
+	}
+	caps.APIVersions = append(caps.APIVersions, apis...)
+	if err := chartutil.ProcessDependencies(ch, vals); err != nil {
+		return "", fmt.Errorf("helm: chart dependencies: %w", err)
+	}
+	if c := ch.Metadata.KubeVersion; c != "" && !chartutil.IsCompatibleRange(c, caps.KubeVersion.String()) {
+		return "", fmt.Errorf("helm: chart requires kubeVersion %s, incompatible with %s", c, caps.KubeVersion.Version)
+	}
+	options := common.ReleaseOptions{Name: name, Namespace: namespace, Revision: 1, IsInstall: true}
+	values, err := util.ToRenderValuesWithSchemaValidation(ch, vals, options, caps, false)
+	if err != nil {
+		return "", fmt.Errorf("helm: %w", err)
+	}
+	files, err := engine.Engine{}.Render(ch, values)
+	if err != nil {
+		return "", fmt.Errorf("helm: %w", err)
+	}
+	for k := range files {
+		if strings.HasSuffix(k, "NOTES.txt") {
+			delete(files, k)
+		}
+	}
+	_, manifests, err := releaseutil.SortManifests(files, nil, releaseutil.InstallOrder)
+	if err != nil {
+		return "", fmt.Errorf("helm: %w", err)
+	}
+	var b strings.Builder
+	for _, crd := range ch.CRDObjects() {
+		fmt.Fprintf(&b, "---\n# Source: %s\n%s\n", crd.Filename, string(crd.File.Data))
+	}
+	for _, m := range manifests {
+		fmt.Fprintf(&b, "---\n# Source: %s\n%s\n", m.Name, m.Content)
+	}
+	return b.String(), nil
+}
+
+// Objects splits a rendered manifest into objects; the chart's crds/ CRDs get [CRDGroup].
+func Objects(manifest string, ch *chart.Chart) ([]sdk.Object, error) {
+	crds := map[string]bool{}
+	if ch != nil {
+		for _, c := range ch.CRDObjects() {
+			crds[c.Filename] = true
+		}
+	}
+	var out []sdk.Object
+	for _, doc := range splitDocuments(manifest) {
+		source, body := sourceOf(doc)
+		if strings.TrimSpace(body) == "" {
+			continue
+		}
+		var obj map[string]any
+		if err := yaml.Unmarshal([]byte(body), &obj); err != nil {
+			return nil, fmt.Errorf("helm: %s: %w", source, err)
+		}
+		if len(obj) == 0 {
+			continue
+		}
+		if crds[source] {
+			sdk.ReadinessGroup(obj, CRDGroup)
+		}
+		// Helm never deletes the CRDs of crds/, nor what says helm.sh/resource-policy: keep.
+		if crds[source] || keep(obj) {
+			sdk.Annotate(obj, "enoki.dev/deletion-strategy", "orphan")
+		}
+		out = append(out, obj)
+	}
+	return out, nil
+}
+
+// keep reports an object annotated helm.sh/resource-policy: keep.
+func keep(obj map[string]any) bool {
+	meta, _ := obj["metadata"].(map[string]any)
+	ann, _ := meta["annotations"].(map[string]any)
+	return ann["helm.sh/resource-policy"] == "keep"
+}
+
+// splitDocuments splits a multi-document YAML stream on `---` lines.
+func splitDocuments(manifest string) []string {
+	var docs []string
+	var cur []string
+	for _, line := range strings.Split(manifest, "\n") {
+		if strings.TrimRight(line, " \t") == "---" {
+			docs = append(docs, strings.Join(cur, "\n"))
+			cur = nil
+			continue
+		}
+		cur = append(cur, line)
+	}
+	return append(docs, strings.Join(cur, "\n"))
+}
+
+// sourceOf reads Helm's `# Source: <chart>/<path>` comment of a document.
+func sourceOf(doc string) (string, string) {
+	for _, line := range strings.Split(doc, "\n") {
+		if s, ok := strings.CutPrefix(strings.TrimSpace(line), "# Source: "); ok {
+			return s, doc
+		}
+	}
+	return "", doc
+}
+
+// Run is sdk.Run for a chart: the synthesizer's whole main.
+func Run(o Options) {
+	sdk.Run(func(in *sdk.ResourceList) ([]sdk.Object, []sdk.Result, error) {
+		objs, err := Render(in, o)
+		return objs, nil, err
+	})
+}
+
