@@ -59,6 +59,40 @@ async fn ready(env: &TestEnv) -> bool {
     })
 }
 
+/// The Widgets of the e2e group `group`.
+fn widgets_api(env: &TestEnv, group: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(
+        env.client.clone(),
+        &env.namespace,
+        &ApiResource {
+            group: group.to_string(),
+            version: "v1".into(),
+            api_version: format!("{group}/v1"),
+            kind: "Widget".into(),
+            plural: "widgets".into(),
+        },
+    )
+}
+
+/// The ready times recorded in the first slice of Composition `echo`'s current synthesis.
+async fn ready_times(env: &TestEnv) -> Vec<String> {
+    let comps: Api<Composition> = env.api();
+    let st = comps.get("echo").await.unwrap().status.unwrap();
+    let slices: Api<crds::ResourceSlice> = env.api();
+    let slice = slices
+        .get(&st.current_synthesis.unwrap().resource_slices[0].name)
+        .await
+        .unwrap();
+    slice
+        .status
+        .unwrap()
+        .resources
+        .into_iter()
+        .filter_map(|r| r.ready)
+        .map(|t| t.0.to_string())
+        .collect()
+}
+
 async fn readiness_groups_wait_for_readiness(prefix: &str) {
     let group = format!("{}.e2e.enoki.dev", TestEnv::new().await.namespace);
     let crd = json!({
@@ -91,17 +125,7 @@ async fn readiness_groups_wait_for_readiness(prefix: &str) {
     let env = setup(&json!([after, widget, crd, first]), json!({})).await;
     let enoki = Enoki::start(&env.namespace);
 
-    let widgets: Api<DynamicObject> = Api::namespaced_with(
-        env.client.clone(),
-        &env.namespace,
-        &ApiResource {
-            group: group.clone(),
-            version: "v1".into(),
-            api_version: format!("{group}/v1"),
-            kind: "Widget".into(),
-            plural: "widgets".into(),
-        },
-    );
+    let widgets = widgets_api(&env, &group);
     eventually(
         "the Widget (after its CRD, after group -5)",
         WAIT,
@@ -152,20 +176,7 @@ async fn readiness_groups_wait_for_readiness(prefix: &str) {
     })
     .await;
     eventually("Ready", WAIT, || async { ready(&env).await.then_some(()) }).await;
-    let st = comps.get("echo").await.unwrap().status.unwrap();
-    let slices: Api<crds::ResourceSlice> = env.api();
-    let slice = slices
-        .get(&st.current_synthesis.unwrap().resource_slices[0].name)
-        .await
-        .unwrap();
-    let times: Vec<String> = slice
-        .status
-        .unwrap()
-        .resources
-        .into_iter()
-        .filter_map(|r| r.ready)
-        .map(|t| t.0.to_string())
-        .collect();
+    let times = ready_times(&env).await;
     assert!(
         times.iter().any(|t| t.starts_with("2026-01-02T03:04:05")),
         "{times:?}"

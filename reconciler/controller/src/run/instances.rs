@@ -30,7 +30,7 @@ use futures::StreamExt;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
@@ -106,9 +106,8 @@ struct Wanted {
 pub async fn run(ctx: Arc<Context>) {
     let synths: Api<Synthesizer> = Api::all(ctx.client.clone());
     let mut running: HashMap<String, (Wanted, tokio::task::JoinHandle<()>)> = HashMap::new();
-    let mut events = watcher(synths, watcher::Config::default())
-        .default_backoff()
-        .boxed();
+    let mut events =
+        super::recovery::recovering(watcher(synths, watcher::Config::default())).boxed();
     while let Some(event) = events.next().await {
         let (synth, deleted) = match event {
             Ok(watcher::Event::Apply(s) | watcher::Event::InitApply(s)) => (s, false),

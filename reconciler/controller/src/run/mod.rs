@@ -23,6 +23,7 @@ mod model;
 mod module;
 mod policy;
 mod ratelimit;
+mod recovery;
 pub(crate) mod resources;
 pub mod sandbox;
 pub mod shard;

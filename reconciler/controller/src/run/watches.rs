@@ -11,8 +11,9 @@
 //!   the object. Objects enoki manages are left out of it (they are in the metadata cache,
 //!   and read with a GET when one is an input).
 //!
-//! Every watch backs off (`default_backoff`) and logs its errors; a kind's watch is stopped
-//! when no Composition needs it any more ([`Watches::forget`]). What a cached entry means is
+//! Every watch backs off (`super::recovery`: at most 5 s, no wait on `410 Expired`) and logs its
+//! errors; a kind's watch is stopped when no Composition needs it any more
+//! ([`Watches::forget`]). What a cached entry means is
 //! left to the callers: the cache may lag behind the server, so a stale answer must only ever
 //! cost a GET, never a wrong write.
 
@@ -173,8 +174,7 @@ impl Watches {
         } else {
             watcher(meta_api, wc).map(|r| r.map(metadata_only)).boxed()
         };
-        let events = source
-            .default_backoff()
+        let events = super::recovery::recovering(source)
             .modify(move |o: &mut DynamicObject| {
                 o.managed_fields_mut().clear();
                 if !whole {
@@ -313,7 +313,7 @@ impl Watches {
         let api: Api<Meta> = Api::all_with(self.target.clone(), ar);
         let wc = watcher::Config::default().labels(managed_label());
         let shard = self.shard;
-        let events = watcher(api, wc).default_backoff();
+        let events = super::recovery::recovering(watcher(api, wc));
         let this = Arc::downgrade(self);
         let (group, kind) = (gvk.group.clone(), gvk.kind.clone());
         let entries = view.entries.clone();

@@ -1,6 +1,7 @@
 //! What runs per shard this replica holds: the Composition, slice and managed-object caches
 //! filtered to the shard, its controllers, and the cluster-wide background work of the leader.
 
+use super::super::recovery::recovering;
 use super::*;
 
 /// Runs the controllers of one shard until shutdown or until its Lease is lost (an error).
@@ -119,7 +120,7 @@ pub(super) fn caches(
         wc = wc.labels(sel);
     }
     let (comp_reader, comp_writer) = reflector::store::<Composition>();
-    let comp_stream = in_shard(watcher(comps, wc).default_backoff(), move |c| shard.owns(c))
+    let comp_stream = in_shard(recovering(watcher(comps, wc)), move |c| shard.owns(c))
         .modify(|c: &mut Composition| c.managed_fields_mut().clear())
         .reflect(comp_writer)
         .applied_objects()
@@ -128,7 +129,7 @@ pub(super) fn caches(
     let (slice_reader, slice_writer) = reflector::store::<ResourceSlice>();
     let slice_stream = slice_changes(
         in_shard(
-            watcher(slices, watcher::Config::default()).default_backoff(),
+            recovering(watcher(slices, watcher::Config::default())),
             move |s| shard.owns_slice(s),
         )
         .modify(|s: &mut ResourceSlice| s.managed_fields_mut().clear())

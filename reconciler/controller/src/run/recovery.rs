@@ -1,0 +1,87 @@
+//! How every watch of the controller rides out an API server that goes away: a failing watch
+//! is retried after 250–500 ms, doubling up to 2.5–5 s with jitter (the server is asked again
+//! at least every 5 s while it is away; the backoff starts over after 30 s without an error),
+//! and a watch that comes back to `410 Expired` — its resourceVersion compacted while the
+//! server was away — is not an error to wait on: the watcher lists again at once. A change
+//! made just after the server returns is seen within seconds, not after a second, longer
+//! backoff.
+
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use kube::runtime::utils::{ResetTimerBackoff, StreamBackoff};
+use kube::runtime::watcher::{self, ExponentialBackoff};
+
+/// The backoff of a failing watch.
+pub(crate) fn backoff() -> ResetTimerBackoff<ExponentialBackoff> {
+    let exponential = backon::ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(250))
+        // Jitter adds up to the delay itself: at most 5 s between two tries.
+        .with_max_delay(Duration::from_millis(2500))
+        .with_factor(2.0)
+        .with_jitter()
+        .without_max_times();
+    ResetTimerBackoff::new(exponential.into(), Duration::from_secs(30))
+}
+
+/// Whether a watch error is `410 Expired`/`Gone`: the watcher relists by itself.
+fn expired<T>(item: &watcher::Result<T>) -> bool {
+    match item {
+        Err(watcher::Error::WatchError(status)) => status.code == 410,
+        Err(
+            watcher::Error::InitialListFailed(kube::Error::Api(s))
+            | watcher::Error::WatchStartFailed(kube::Error::Api(s))
+            | watcher::Error::WatchFailed(kube::Error::Api(s)),
+        ) => s.code == 410,
+        _ => false,
+    }
+}
+
+/// `events` with [`backoff`] on errors, `410 Expired` passed over (logged) so the relist it
+/// causes is not delayed.
+pub(crate) fn recovering<S, T>(
+    events: S,
+) -> StreamBackoff<
+    impl Stream<Item = watcher::Result<T>> + Send,
+    ResetTimerBackoff<ExponentialBackoff>,
+>
+where
+    S: Stream<Item = watcher::Result<T>> + Send,
+    T: Send,
+{
+    let events = events.filter(|item| {
+        let gone = expired(item);
+        if gone {
+            tracing::debug!("watch expired (410); listing again at once");
+        }
+        futures::future::ready(!gone)
+    });
+    StreamBackoff::new(events, backoff())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::runtime::utils::Backoff;
+
+    #[test]
+    fn a_failing_watch_is_retried_within_five_seconds_and_expired_is_no_error() {
+        let mut b = backoff();
+        let waits: Vec<Duration> = (0..12).map(|_| b.next().unwrap()).collect();
+        assert!(
+            waits.iter().all(|w| *w <= Duration::from_secs(5)),
+            "{waits:?}"
+        );
+        b.reset();
+        assert!(b.next().unwrap() <= Duration::from_millis(500));
+        let gone = kube::core::Status {
+            code: 410,
+            ..Default::default()
+        };
+        let expired_item: watcher::Result<()> = Err(watcher::Error::WatchError(Box::new(gone)));
+        assert!(expired(&expired_item));
+        let other: watcher::Result<()> = Err(watcher::Error::NoResourceVersion);
+        assert!(!expired(&other));
+        assert!(!expired(&Ok(())));
+    }
+}
