@@ -49,6 +49,20 @@ async fn wait_symphony_ready(env: &TestEnv) {
     .await;
 }
 
+/// A namespace with two echo Synthesizers, `a` and `b`, each emitting one ConfigMap
+/// (`<synth>-thing`) from its own items ConfigMap (`<synth>-items`).
+async fn two_synthesizers() -> (TestEnv, String, String) {
+    let env = TestEnv::new().await;
+    install_crds(&env.client).await;
+    let a = install_synthesizer(&env, "a", &echo_module()).await;
+    let b = install_synthesizer(&env, "b", &echo_module()).await;
+    for s in [&a, &b] {
+        let items = json!([config_map(&format!("{s}-thing"), json!({}), json!({}))]);
+        set_echo_items(&env, &format!("{s}-items"), &items).await;
+    }
+    (env, a, b)
+}
+
 /// A variation of synthesizer `synth` bound to its own items ConfigMap.
 #[allow(clippy::needless_pass_by_value)] // called with `json!` temporaries
 fn variation(synth: &str, annotations: Value) -> Value {
@@ -166,14 +180,7 @@ fn record_holders(env: &TestEnv, rv: String, key: &'static str) -> Arc<Mutex<Vec
 /// stays, unless the variation names it with `""`.
 #[tokio::test]
 async fn an_annotation_moves_between_compositions_without_being_on_both() {
-    let env = TestEnv::new().await;
-    install_crds(&env.client).await;
-    let a = install_synthesizer(&env, "a", &echo_module()).await;
-    let b = install_synthesizer(&env, "b", &echo_module()).await;
-    for s in [&a, &b] {
-        let items = json!([config_map(&format!("{s}-thing"), json!({}), json!({}))]);
-        set_echo_items(&env, &format!("{s}-items"), &items).await;
-    }
+    let (env, a, b) = two_synthesizers().await;
     const KEY: &str = "migration/owner";
     apply_symphony(
         &env,
@@ -250,14 +257,7 @@ async fn an_annotation_moves_between_compositions_without_being_on_both() {
 /// `dependsOn` cycle deletes nothing.
 #[tokio::test]
 async fn a_dependency_cycle_keeps_the_existing_compositions() {
-    let env = TestEnv::new().await;
-    install_crds(&env.client).await;
-    let a = install_synthesizer(&env, "a", &echo_module()).await;
-    let b = install_synthesizer(&env, "b", &echo_module()).await;
-    for s in [&a, &b] {
-        let items = json!([config_map(&format!("{s}-thing"), json!({}), json!({}))]);
-        set_echo_items(&env, &format!("{s}-items"), &items).await;
-    }
+    let (env, a, b) = two_synthesizers().await;
     apply_symphony(
         &env,
         json!([variation(&a, json!({})), variation(&b, json!({}))]),
