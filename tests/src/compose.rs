@@ -159,6 +159,18 @@ pub async fn composition_condition(
         .map(|c| (c.status, c.reason, c.message))
 }
 
+/// Whether ConfigMap `name` exists in the test namespace (the echo synthesizer's outputs).
+///
+/// # Panics
+/// When the API server refuses.
+pub async fn config_map_exists(env: &TestEnv, name: &str) -> bool {
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = env.api();
+    cms.get_opt(name)
+        .await
+        .expect("reading a ConfigMap")
+        .is_some()
+}
+
 /// Whether Composition `name` has condition `Ready=True`.
 ///
 /// # Panics

@@ -18,11 +18,6 @@ use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(60);
 
-async fn exists(env: &TestEnv, name: &str) -> bool {
-    let cms: Api<ConfigMap> = env.api();
-    cms.get_opt(name).await.unwrap().is_some()
-}
-
 async fn dependency_reason(env: &TestEnv, name: &str) -> Option<String> {
     let comps: Api<Composition> = env.api();
     comps
@@ -91,7 +86,7 @@ async fn depends_on_gates_synthesis_on_readiness_and_deletion_on_dependents() {
     let enoki = Enoki::start(&env.namespace);
 
     eventually("infra's resource", WAIT, || async {
-        exists(&env, "gate").await.then_some(())
+        harness::config_map_exists(&env, "gate").await.then_some(())
     })
     .await;
     eventually("app to report its wait", WAIT, || async {
@@ -101,7 +96,7 @@ async fn depends_on_gates_synthesis_on_readiness_and_deletion_on_dependents() {
     .await;
     enoki.wait_pass(&env, "app").await;
     assert!(
-        !exists(&env, "app-thing").await,
+        !harness::config_map_exists(&env, "app-thing").await,
         "app synthesized before infra was ready:\n{}",
         enoki.logs()
     );
@@ -142,7 +137,7 @@ async fn depends_on_gates_synthesis_on_readiness_and_deletion_on_dependents() {
         composition_ready(&env, "app").await.then_some(())
     })
     .await;
-    assert!(exists(&env, "app-thing").await);
+    assert!(harness::config_map_exists(&env, "app-thing").await);
     assert_eq!(dependency_reason(&env, "app").await, None);
 
     // Deleting infra waits for app (its dependent) to be gone; its resources stay meanwhile.
@@ -159,7 +154,7 @@ async fn depends_on_gates_synthesis_on_readiness_and_deletion_on_dependents() {
     })
     .await;
     eventually("infra's resources first", WAIT, || async {
-        exists(&env, "gate").await.then_some(())
+        harness::config_map_exists(&env, "gate").await.then_some(())
     })
     .await;
     comps.delete("app", &DeleteParams::default()).await.unwrap();
@@ -172,7 +167,10 @@ async fn depends_on_gates_synthesis_on_readiness_and_deletion_on_dependents() {
             .then_some(())
     })
     .await;
-    assert!(!exists(&env, "gate").await && !exists(&env, "app-thing").await);
+    assert!(
+        !harness::config_map_exists(&env, "gate").await
+            && !harness::config_map_exists(&env, "app-thing").await
+    );
 }
 
 #[tokio::test]
@@ -218,7 +216,10 @@ async fn a_symphony_makes_one_composition_per_variation_and_orphans_on_deletion(
         syms.get("stack").await.unwrap().status?.ready.map(|_| ())
     })
     .await;
-    assert!(exists(&env, "net-thing").await && exists(&env, "app-thing").await);
+    assert!(
+        harness::config_map_exists(&env, "net-thing").await
+            && harness::config_map_exists(&env, "app-thing").await
+    );
     let comps: Api<Composition> = env.api();
     let app_comp = comps.get(&format!("stack-{app}")).await.unwrap();
     assert_eq!(
@@ -254,7 +255,7 @@ async fn a_symphony_makes_one_composition_per_variation_and_orphans_on_deletion(
         .await
         .unwrap();
     eventually("the removed variation's resources to go", WAIT, || async {
-        (!exists(&env, "app-thing").await
+        (!harness::config_map_exists(&env, "app-thing").await
             && comps
                 .get_opt(&format!("stack-{app}"))
                 .await
@@ -283,7 +284,7 @@ async fn a_symphony_makes_one_composition_per_variation_and_orphans_on_deletion(
     )
     .await;
     assert!(
-        exists(&env, "net-thing").await,
+        harness::config_map_exists(&env, "net-thing").await,
         "Symphony deletion orphans resources"
     );
 }

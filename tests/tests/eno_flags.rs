@@ -38,14 +38,6 @@ async fn compose(env: &TestEnv, synth: &str, name: &str, items: &Value, annotati
     }
 }
 
-async fn exists(env: &TestEnv, name: &str) -> bool {
-    env.api::<ConfigMap>()
-        .get_opt(name)
-        .await
-        .unwrap()
-        .is_some()
-}
-
 /// Waits until conditions `Reconciled` and `Ready` of `name` have these statuses.
 async fn wait_conditions(env: &TestEnv, name: &str, reconciled: &str, ready: &str) {
     eventually(
@@ -140,7 +132,10 @@ async fn fail_open_is_per_resource_parsed_as_go_and_ready_without_checks() {
     let enoki = Enoki::start(&env.namespace);
 
     wait_conditions(&env, "open", "True", "True").await;
-    assert!(exists(&env, "open-fine").await && exists(&env, "open-after").await);
+    assert!(
+        harness::config_map_exists(&env, "open-fine").await
+            && harness::config_map_exists(&env, "open-after").await
+    );
     eventually(
         "checked-broken reconciled (fail-open) but not ready",
         WAIT,
@@ -162,7 +157,7 @@ async fn fail_open_is_per_resource_parsed_as_go_and_ready_without_checks() {
     .await;
     enoki.wait_pass(&env, "checked").await;
     assert!(
-        !exists(&env, "checked-after").await,
+        !harness::config_map_exists(&env, "checked-after").await,
         "a fail-open resource whose check fails holds the next readiness group"
     );
 }
@@ -220,9 +215,12 @@ async fn the_resource_filter_reconciles_only_what_it_selects() {
     let filter = "self.metadata.labels.foo == 'bar'";
     let enoki = Enoki::start_with(&env.namespace, &["--resource-filter", filter]);
     wait_conditions(&env, "filtered", "True", "True").await;
-    assert!(exists(&env, "picked").await);
+    assert!(harness::config_map_exists(&env, "picked").await);
     enoki.wait_pass(&env, "filtered").await;
-    assert!(!exists(&env, "unlabelled").await && !exists(&env, "other").await);
+    assert!(
+        !harness::config_map_exists(&env, "unlabelled").await
+            && !harness::config_map_exists(&env, "other").await
+    );
     // An object the filter leaves out is never touched: not reverted, not deleted.
     let theirs = json!({"apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "other", "labels": {"foo": "baz"}}, "data": {"k": "theirs"}});
@@ -246,10 +244,13 @@ async fn the_resource_filter_reconciles_only_what_it_selects() {
     let comps: Api<crds::Composition> = env.api();
     harness::delete_and_wait(&comps, "filtered").await;
     assert!(
-        !exists(&env, "picked").await,
+        !harness::config_map_exists(&env, "picked").await,
         "a selected resource is deleted with it"
     );
-    assert!(exists(&env, "other").await, "a filtered one is not");
+    assert!(
+        harness::config_map_exists(&env, "other").await,
+        "a filtered one is not"
+    );
 }
 
 /// A `--resource-filter` that does not compile stops `enoki run` with the flag named (Eno

@@ -20,14 +20,6 @@ use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(60);
 
-async fn exists(env: &TestEnv, name: &str) -> bool {
-    env.api::<ConfigMap>()
-        .get_opt(name)
-        .await
-        .unwrap()
-        .is_some()
-}
-
 async fn apply_symphony(env: &TestEnv, variations: Value) {
     let sym = json!({"apiVersion": "enoki.dev/v1alpha1", "kind": "Symphony",
         "metadata": {"name": "stack"}, "spec": {"variations": variations}});
@@ -292,6 +284,6 @@ async fn a_dependency_cycle_keeps_the_existing_compositions() {
             c.metadata.deletion_timestamp.is_none(),
             "stack-{s} is being deleted"
         );
-        assert!(exists(&env, &format!("{s}-thing")).await);
+        assert!(harness::config_map_exists(&env, &format!("{s}-thing")).await);
     }
 }

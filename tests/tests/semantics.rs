@@ -45,11 +45,6 @@ fn cm(name: &str, annotations: Value, data: Value) -> Value {
     harness::config_map(name, annotations, data)
 }
 
-async fn exists(env: &TestEnv, name: &str) -> bool {
-    let cms: Api<ConfigMap> = env.api();
-    cms.get_opt(name).await.unwrap().is_some()
-}
-
 async fn ready(env: &TestEnv) -> bool {
     let comps: Api<Composition> = env.api();
     comps.get("echo").await.unwrap().status.is_some_and(|s| {
@@ -132,11 +127,14 @@ async fn readiness_groups_wait_for_readiness(prefix: &str) {
         || async { widgets.get_opt("w").await.ok().flatten().map(|_| ()) },
     )
     .await;
-    assert!(exists(&env, "first").await, "negative groups go first");
+    assert!(
+        harness::config_map_exists(&env, "first").await,
+        "negative groups go first"
+    );
     // Group 0 is not ready: group 1 stays absent.
     enoki.wait_pass(&env, "echo").await;
     assert!(
-        !exists(&env, "after").await,
+        !harness::config_map_exists(&env, "after").await,
         "group 1 applied before group 0 was ready:\n{}",
         enoki.logs()
     );
@@ -164,7 +162,10 @@ async fn readiness_groups_wait_for_readiness(prefix: &str) {
         .await
         .unwrap();
     enoki.wait_pass(&env, "echo").await;
-    assert!(!exists(&env, "after").await, "checks are ANDed");
+    assert!(
+        !harness::config_map_exists(&env, "after").await,
+        "checks are ANDed"
+    );
     // ... both make it ready; the condition's lastTransitionTime becomes the ready time.
     let status = json!({"status": {"ok": true, "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-02T03:04:05Z"}]}});
     widgets
@@ -172,7 +173,9 @@ async fn readiness_groups_wait_for_readiness(prefix: &str) {
         .await
         .unwrap();
     eventually("group 1 to appear", WAIT, || async {
-        exists(&env, "after").await.then_some(())
+        harness::config_map_exists(&env, "after")
+            .await
+            .then_some(())
     })
     .await;
     eventually("Ready", WAIT, || async { ready(&env).await.then_some(()) }).await;
@@ -295,12 +298,15 @@ async fn orphan_keeps_resources_on_deletion_but_still_prunes_dropped_ones_case(p
     eventually("Ready", WAIT, || async { ready(&env).await.then_some(()) }).await;
     set_items(&env, &json!([cm("kept", json!({}), json!({}))])).await;
     eventually("the dropped resource to be pruned", WAIT, || async {
-        (!exists(&env, "dropped").await).then_some(())
+        (!harness::config_map_exists(&env, "dropped").await).then_some(())
     })
     .await;
     let comps: Api<Composition> = env.api();
     harness::delete_and_wait(&comps, "echo").await;
-    assert!(exists(&env, "kept").await, "orphaned resources stay");
+    assert!(
+        harness::config_map_exists(&env, "kept").await,
+        "orphaned resources stay"
+    );
 }
 
 #[tokio::test]
@@ -334,9 +340,9 @@ async fn apply_modes_case(p: &str) {
     let env = setup(&items, json!({})).await;
     let _enoki = Enoki::start_with(&env.namespace, &["--resync", "1s"]);
     eventually("Ready", WAIT, || async { ready(&env).await.then_some(()) }).await;
-    assert!(exists(&env, "create-only").await);
+    assert!(harness::config_map_exists(&env, "create-only").await);
     assert!(
-        !exists(&env, "untouched").await,
+        !harness::config_map_exists(&env, "untouched").await,
         "disable-reconciliation never creates"
     );
 
@@ -556,7 +562,7 @@ async fn fail_open_case(p: &str) {
         broken.reconciled.then_some(())
     })
     .await;
-    assert!(exists(&env, "fine").await);
+    assert!(harness::config_map_exists(&env, "fine").await);
     // Eno's fail-open: reconciled, and ready, since it has no readiness checks
     // (`edgecase_test.go` `TestFailOpen_NoReadinessChecks`).
     eventually("Reconciled=True, Ready=True", WAIT, || async {
