@@ -21,6 +21,10 @@ use serde::{Deserialize, Serialize};
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "!has(self.module.builtin) || self.module.builtin != 'helm' || has(self.helm)",
+     "message": "module.builtin helm renders a chart: set spec.helm.chart"}
+]))]
 pub struct SynthesizerSpec {
     /// Where the module comes from; exactly one source must be set.
     pub module: ModuleSource,
@@ -57,6 +61,82 @@ pub struct SynthesizerSpec {
     /// `--default-service-account`, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_account_name: Option<String>,
+    /// A Helm chart to render (with `module.builtin: helm`, Helm's own engine in the sandbox):
+    /// the controller fetches the chart like a module and passes it to the module as the input
+    /// `chart`, and `values` as the input `helm-values`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub helm: Option<HelmSpec>,
+}
+
+/// A Helm chart and the values every Composition of the Synthesizer renders it with.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct HelmSpec {
+    /// Where the packaged chart (`.tgz`, what `helm package` writes) comes from; exactly one
+    /// source must be set.
+    pub chart: ChartSource,
+    /// Values merged over the chart's `values.yaml`, as `helm -f` merges a file; a
+    /// Composition's bound `values` inputs are merged over these.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "free_form_object")]
+    pub values: Option<serde_json::Value>,
+}
+
+/// Where a packaged Helm chart comes from. Exactly one of `configMap`, `oci`, `url` is set.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "[has(self.configMap), has(self.oci), has(self.url)].filter(x, x).size() == 1",
+     "message": "exactly one of configMap, oci, url must be set"},
+    {"rule": "!has(self.url) || has(self.sha256)",
+     "message": "a url chart needs sha256 (the hex SHA-256 of the .tgz)"},
+    {"rule": "!has(self.pullSecret) || has(self.oci)",
+     "message": "pullSecret is for an oci chart"}
+]))]
+pub struct ChartSource {
+    /// A chart stored in a ConfigMap's `binaryData` under `key`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map: Option<ConfigMapModule>,
+    /// A chart pushed with `helm push`, pinned by digest:
+    /// `registry/repo:version@sha256:…` (tag-only references are refused: a tag can move).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-kubernetes-validations" = [
+        {"rule": "self.matches('^[^@]+@sha256:[a-f0-9]{64}$')",
+         "message": "oci must be pinned by digest: <registry>/<repository>:<version>@sha256:<64 hex digits>"}
+    ]), length(max = 1024))]
+    pub oci: Option<String>,
+    /// Credentials for the `oci` registry (as `spec.module.pullSecret`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pull_secret: Option<SecretRef>,
+    /// An `https://` URL of the `.tgz`; `sha256` must also be set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-kubernetes-validations" = [
+        {"rule": "self.startsWith('https://')", "message": "url must be an https:// URL"}
+    ]), length(max = 2048))]
+    pub url: Option<String>,
+    /// The expected SHA-256 (hex) of the `.tgz` fetched from `url`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^(sha256:)?[a-fA-F0-9]{64}$"))]
+    pub sha256: Option<String>,
+}
+
+impl ChartSource {
+    /// The same source as a module source (the fetch code is shared).
+    pub fn as_module_source(&self) -> ModuleSource {
+        ModuleSource {
+            builtin: None,
+            config_map: self.config_map.clone(),
+            oci: self.oci.clone(),
+            pull_secret: self.pull_secret.clone(),
+            url: self.url.clone(),
+            sha256: self.sha256.clone(),
+        }
+    }
+}
+
+/// Any JSON object, kept as written (`x-kubernetes-preserve-unknown-fields`).
+fn free_form_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({"type": "object", "x-kubernetes-preserve-unknown-fields": true})
 }
 
 /// Where a synthesizer's WebAssembly module comes from. Exactly one field is set.
@@ -71,7 +151,8 @@ pub struct SynthesizerSpec {
      "message": "pullSecret is for an oci module"}
 ]))]
 pub struct ModuleSource {
-    /// The name of a synthesizer compiled into enoki (`trustee`, `quota`, `lepton`).
+    /// The name of a synthesizer built into enoki (`trustee`, `quota`, `lepton`; `helm`: the
+    /// Helm module the controller ships, rendering `spec.helm.chart`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub builtin: Option<String>,
     /// A module stored in a ConfigMap's `binaryData` (optionally gzip-compressed).

@@ -321,6 +321,7 @@ fn options(args: &cli::RunArgs) -> anyhow::Result<run::Options> {
             ),
             None => None,
         },
+        helm_module: Some(args.helm_module.clone()).filter(|m| !m.is_empty()),
     };
     Ok(opts)
 }

@@ -25,6 +25,8 @@ pub use oci::*;
 
 /// Layer media type of a WebAssembly module in an OCI artifact.
 pub const WASM_LAYER_MEDIA_TYPE: &str = "application/vnd.wasm.content.layer.v1+wasm";
+/// Layer media type of a Helm chart pushed with `helm push`.
+pub const HELM_CHART_LAYER_MEDIA_TYPE: &str = "application/vnd.cncf.helm.chart.content.v1.tar+gzip";
 /// Config media type of the artifact.
 pub const WASM_CONFIG_MEDIA_TYPE: &str = "application/vnd.wasm.config.v0+json";
 

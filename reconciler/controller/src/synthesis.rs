@@ -88,6 +88,8 @@ pub type BuiltinFn = fn(&enoki_sdk::Input) -> Result<enoki_sdk::Output, enoki_sd
 pub enum Module {
     /// A compiled WebAssembly module.
     Wasm(ModulePre),
+    /// A WebAssembly module given a Helm chart (`spec.helm`) as extra inputs.
+    Chart(std::sync::Arc<Chart>),
     /// A synthesizer linked into the binary.
     Builtin {
         /// Its name.
@@ -102,7 +104,41 @@ impl Module {
     pub fn digest(&self) -> String {
         match self {
             Module::Wasm(m) => m.digest().to_string(),
+            Module::Chart(c) => format!("{}+chart:{}", c.module.digest(), c.digest),
             Module::Builtin { name, .. } => format!("builtin:{name}@{}", env!("CARGO_PKG_VERSION")),
+        }
+    }
+}
+
+/// A module and the chart of `spec.helm` it renders: the packaged chart goes to the module
+/// as the input `chart` (a ConfigMap-shaped object, `binaryData.chart.tgz`) and the
+/// Synthesizer's values as the input `helm-values` (`data.values.yaml`), before the bound
+/// inputs.
+#[derive(Clone)]
+pub struct Chart {
+    /// The module (the built-in `helm` module, or one of the author's).
+    pub module: ModulePre,
+    /// `sha256:` of the packaged chart.
+    pub digest: String,
+    /// The inputs the chart adds.
+    pub inputs: Vec<(String, Value)>,
+}
+
+impl Chart {
+    /// The chart of Synthesizer `synth`: its `.tgz` bytes and inline values.
+    pub fn new(module: ModulePre, synth: &str, tgz: &[u8], values: Option<&Value>) -> Chart {
+        use base64::Engine as _;
+        let chart = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": format!("{synth}-chart")},
+            "binaryData": {"chart.tgz": base64::engine::general_purpose::STANDARD.encode(tgz)}});
+        let values = values.cloned().unwrap_or_else(|| json!({}));
+        let values = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": format!("{synth}-helm-values")},
+            "data": {"values.yaml": plan::snapshot::canonical_json(&values)}});
+        Chart {
+            module,
+            digest: sha256(tgz),
+            inputs: vec![("chart".into(), chart), ("helm-values".into(), values)],
         }
     }
 }
@@ -261,6 +297,39 @@ pub fn seed(uid: &str, input: &[u8]) -> [u8; 32] {
     h.finalize().into()
 }
 
+/// Runs a wasm module on `stdin`: its stdout; `peak` gets its peak linear memory.
+fn run_wasm(
+    host: &Host,
+    m: &ModulePre,
+    input: &SynthesisInput,
+    stdin: &[u8],
+    limits: RunLimits,
+    secure: bool,
+    peak: &mut usize,
+) -> Result<Vec<u8>, SynthesisError> {
+    let env = process_env(input);
+    let entropy = if secure {
+        Entropy::Secure
+    } else {
+        Entropy::Reproducible {
+            wall_clock: input.composition.created,
+            seed: seed(&input.composition.uid, stdin),
+        }
+    };
+    let out = host.run(
+        m,
+        RunRequest {
+            program: &input.program,
+            input: stdin,
+            env: &env,
+            limits,
+            entropy,
+        },
+    )?;
+    *peak = out.peak_memory_bytes;
+    Ok(out.stdout)
+}
+
 /// Runs one synthesis.
 ///
 /// # Errors
@@ -273,6 +342,16 @@ pub fn synthesize(
     secure: bool,
     is_namespaced: &dyn Fn(&str, &str) -> bool,
 ) -> Result<Synthesized, SynthesisError> {
+    let with_chart;
+    let input = match module {
+        Module::Chart(c) => {
+            let mut i = input.clone();
+            i.inputs.splice(0..0, c.inputs.iter().cloned());
+            with_chart = i;
+            &with_chart
+        }
+        _ => input,
+    };
     let stdin = input_bytes(input);
     if stdin.len() > MAX_INPUT_BYTES {
         return Err(SynthesisError::InputTooLarge { size: stdin.len() });
@@ -280,29 +359,16 @@ pub fn synthesize(
     let input_digest = sha256(&stdin);
     let mut peak_memory_bytes = 0;
     let stdout = match module {
-        Module::Wasm(m) => {
-            let env = process_env(input);
-            let entropy = if secure {
-                Entropy::Secure
-            } else {
-                Entropy::Reproducible {
-                    wall_clock: input.composition.created,
-                    seed: seed(&input.composition.uid, &stdin),
-                }
-            };
-            let out = host.run(
-                m,
-                RunRequest {
-                    program: &input.program,
-                    input: &stdin,
-                    env: &env,
-                    limits,
-                    entropy,
-                },
-            )?;
-            peak_memory_bytes = out.peak_memory_bytes;
-            out.stdout
-        }
+        Module::Wasm(m) => run_wasm(host, m, input, &stdin, limits, secure, &mut peak_memory_bytes)?,
+        Module::Chart(c) => run_wasm(
+            host,
+            &c.module,
+            input,
+            &stdin,
+            limits,
+            secure,
+            &mut peak_memory_bytes,
+        )?,
         Module::Builtin { run, .. } => {
             let parsed: enoki_sdk::Input =
                 serde_json::from_slice(&stdin).map_err(|e| SynthesisError::MalformedOutput {

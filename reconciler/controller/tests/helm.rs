@@ -2,7 +2,8 @@
 //! built to wasm by `hack/build-samples.sh`) against `helm template` of the same chart, values,
 //! release name and namespace, object by object: three real-world charts nobody here wrote
 //! (from the Go module proxy), each with its defaults and a non-trivial values file, and the
-//! sample chart (crds/, `tpl`, partials, a test hook, NOTES.txt, `values.schema.json`).
+//! sample chart (crds/, `tpl`, partials, a test hook, NOTES.txt, `values.schema.json`), and a chart
+//! of edge cases (subchart, library chart, `required`, `fail`, `lookup`, `.Capabilities`).
 #![allow(clippy::unwrap_used)] // test code
 
 use std::path::{Path, PathBuf};
@@ -26,15 +27,18 @@ fn built(rel: &str) -> PathBuf {
 }
 
 fn helm(args: &[&str]) -> String {
+    helm_result(args).unwrap_or_else(|e| panic!("helm {args:?}: {e}"))
+}
+
+/// `helm ARGS`: stdout, or stderr when it fails.
+fn helm_result(args: &[&str]) -> Result<String, String> {
     let bin = std::env::var("HELM")
         .expect("HELM: the helm binary (hack/tools.sh builds it; make test sets it)");
     let out = Command::new(bin).args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "helm {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    Ok(String::from_utf8(out.stdout).unwrap())
 }
 
 fn scratch(name: &str) -> PathBuf {
@@ -61,6 +65,18 @@ fn package(chart: &Path, into: &Path) -> PathBuf {
 
 /// The ResourceList of the `helm-chart` synthesizer: the packaged chart and the values.
 fn resource_list(tgz: &Path, values: Option<&str>, release: &str, ns: &str, at: &Path) -> PathBuf {
+    resource_list_with_env(tgz, values, release, ns, at, &json!({}))
+}
+
+/// [`resource_list`] with the synthesis environment `env`.
+fn resource_list_with_env(
+    tgz: &Path,
+    values: Option<&str>,
+    release: &str,
+    ns: &str,
+    at: &Path,
+    env: &Value,
+) -> PathBuf {
     let chart = base64::engine::general_purpose::STANDARD.encode(std::fs::read(tgz).unwrap());
     let mut items = vec![json!({"apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "chart", "namespace": ns, "annotations": {"enoki.dev/input-key": "chart"}},
@@ -71,7 +87,7 @@ fn resource_list(tgz: &Path, values: Option<&str>, release: &str, ns: &str, at: 
             "data": {"values.yaml": v}}));
     }
     let list = json!({"apiVersion": "config.kubernetes.io/v1", "kind": "ResourceList", "items": items,
-        "functionConfig": {"composition": {"name": release, "namespace": ns}, "env": {}}});
+        "functionConfig": {"composition": {"name": release, "namespace": ns}, "env": env}});
     let p = at.join("input.json");
     std::fs::write(&p, list.to_string()).unwrap();
     p
@@ -98,8 +114,15 @@ fn render(module: &Path, list: &Path) -> Result<Vec<Value>, String> {
         .collect())
 }
 
-/// The objects `helm template` prints (hooks left out, CRDs in).
-fn template(tgz: &Path, values: Option<&Path>, release: &str, ns: &str) -> Vec<Value> {
+/// The objects `helm template` prints (hooks left out, CRDs in) with `extra` arguments, or
+/// its error.
+fn template_with(
+    tgz: &Path,
+    values: Option<&Path>,
+    release: &str,
+    ns: &str,
+    extra: &[&str],
+) -> Result<Vec<Value>, String> {
     let mut args = vec![
         "template",
         release,
@@ -112,9 +135,67 @@ fn template(tgz: &Path, values: Option<&Path>, release: &str, ns: &str) -> Vec<V
     if let Some(v) = values {
         args.extend(["-f", v.to_str().unwrap()]);
     }
-    let text = helm(&args);
+    args.extend(extra);
+    let text = helm_result(&args)?;
     let docs: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
-    docs.into_iter().filter(|d| d.is_object()).collect()
+    Ok(docs.into_iter().filter(|d| d.is_object()).collect())
+}
+
+/// The Helm module, compiled once for every test of this file (one host, in this process).
+fn helm_module() -> &'static (wasm_host::Host, controller::synthesis::Module) {
+    static MODULE: std::sync::OnceLock<(wasm_host::Host, controller::synthesis::Module)> =
+        std::sync::OnceLock::new();
+    MODULE.get_or_init(|| {
+        let host = wasm_host::Host::new(None).unwrap();
+        let bytes = std::fs::read(built("target/samples/helm-chart.wasm")).unwrap();
+        let module = controller::synthesis::Module::Wasm(host.load(&bytes).unwrap());
+        (host, module)
+    })
+}
+
+/// What the controller's synthesis of the Helm module makes of the ResourceList at `list`
+/// (in this process: the module compiles once for all the goldens): the objects, or the
+/// error text.
+fn synthesize(list: &Path) -> Result<Vec<Value>, String> {
+    use controller::synthesis;
+    let list: Value = serde_json::from_slice(&std::fs::read(list).unwrap()).unwrap();
+    let fc = &list["functionConfig"];
+    let strings = |v: &Value| -> std::collections::BTreeMap<String, String> {
+        v.as_object()
+            .into_iter()
+            .flatten()
+            .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
+            .collect()
+    };
+    let input = synthesis::SynthesisInput {
+        composition: synthesis::CompositionMeta {
+            name: fc["composition"]["name"].as_str().unwrap().into(),
+            namespace: fc["composition"]["namespace"].as_str().unwrap().into(),
+            ..Default::default()
+        },
+        inputs: list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| {
+                let key = o["metadata"]["annotations"]["enoki.dev/input-key"].as_str();
+                (key.unwrap().to_string(), o.clone())
+            })
+            .collect(),
+        env: strings(&fc["env"]),
+        program: "helm-chart".into(),
+        ..Default::default()
+    };
+    let limits = synthesis::run_limits(Some(&crds::Limits {
+        timeout: Some("60s".into()),
+        memory: Some("512Mi".into()),
+        output: Some("16Mi".into()),
+    }))
+    .unwrap();
+    let (host, module) = helm_module();
+    synthesis::synthesize(host, module, &input, limits, false, &synthesis::static_is_namespaced)
+        .map(|s| s.items)
+        .map_err(|e| e.to_string())
 }
 
 /// One object as both sides are compared: the release namespace enoki defaults is dropped,
@@ -145,6 +226,11 @@ fn normalized(mut o: Value, ns: &str) -> (String, Value) {
 
 /// Renders `chart` both ways (defaults, then `values` when given) and compares.
 fn same_as_helm_template(name: &str, chart: &Path, values: Option<&str>) {
+    same_as_helm_template_with(name, chart, values, &[]);
+}
+
+/// [`same_as_helm_template`] with `--api-versions` (HELM_API_VERSIONS for the module).
+fn same_as_helm_template_with(name: &str, chart: &Path, values: Option<&str>, apis: &[&str]) {
     let dir = scratch(name);
     let tgz = package(chart, &dir);
     let (release, ns) = ("rel", "apps");
@@ -153,15 +239,22 @@ fn same_as_helm_template(name: &str, chart: &Path, values: Option<&str>) {
         std::fs::write(&p, v).unwrap();
         p
     });
-    let list = resource_list(&tgz, values, release, ns, &dir);
-    let module = built("target/samples/helm-chart.wasm");
-    let mut ours: Vec<(String, Value)> = render(&module, &list)
+    let env = if apis.is_empty() {
+        json!({})
+    } else {
+        json!({"HELM_API_VERSIONS": apis.join(",")})
+    };
+    let list = resource_list_with_env(&tgz, values, release, ns, &dir, &env);
+    let mut ours: Vec<(String, Value)> = synthesize(&list)
         .unwrap_or_else(|e| panic!("{name}: {e}"))
         .into_iter()
         .map(|o| normalized(o, ns))
         .collect();
-    let mut theirs: Vec<(String, Value)> = template(&tgz, values_file.as_deref(), release, ns)
-        .into_iter()
+    let extra: Vec<&str> = apis.iter().flat_map(|a| ["--api-versions", *a]).collect();
+    let mut theirs: Vec<(String, Value)> =
+        template_with(&tgz, values_file.as_deref(), release, ns, &extra)
+            .unwrap()
+            .into_iter()
         .map(|o| normalized(o, ns))
         .collect();
     ours.sort_by(|a, b| a.0.cmp(&b.0));
@@ -224,9 +317,9 @@ fn the_sample_chart_renders_as_helm_template_and_its_schema_is_enforced() {
     let dir = scratch("sample-schema");
     let tgz = package(&sample, &dir);
     let list = resource_list(&tgz, Some("port: not-a-number\n"), "rel", "apps", &dir);
-    let err = render(&built("target/samples/helm-chart.wasm"), &list).unwrap_err();
+    let err = synthesize(&list).unwrap_err();
     assert!(err.contains("port"), "{err}");
-    // The embedded-chart sample itself.
+    // The embedded-chart sample itself, through `enoki render`.
     let objs = render(
         &built("target/samples/helm.wasm"),
         &root().join("samples/12-helm/input.json"),
@@ -242,4 +335,51 @@ fn the_sample_chart_renders_as_helm_template_and_its_schema_is_enforced() {
             "Greeting"
         ]
     );
+}
+
+fn edge() -> PathBuf {
+    root().join("reconciler/controller/tests/fixtures/helm-edge")
+}
+
+/// Helm's features on a chart of this repo's (`tests/fixtures/helm-edge`): a subchart turned
+/// off by its `condition`, values flowing into it (and `global`), a library chart's `define`,
+/// `tpl`, `required`, `lookup` (empty in both: there is no cluster), `crds/` and a CRD in
+/// `templates/`, and `.Capabilities.APIVersions.Has` with and without the API.
+#[test]
+fn subcharts_library_charts_tpl_lookup_and_capabilities_render_as_helm_template() {
+    same_as_helm_template("edge-defaults", &edge(), None);
+    same_as_helm_template(
+        "edge-values",
+        &edge(),
+        Some(
+            "templated: \"{{ .Chart.Name }}-{{ .Values.name }}\"\nextraCRD: true\n\
+             global:\n  env: prod\nsub:\n  greeting: overridden\n",
+        ),
+    );
+    same_as_helm_template("edge-no-subchart", &edge(), Some("sub:\n  enabled: false\n"));
+    same_as_helm_template_with(
+        "edge-capabilities",
+        &edge(),
+        None,
+        &["monitoring.coreos.com/v1"],
+    );
+}
+
+/// `required` and `fail` stop the render with the chart's own message, in enoki and in Helm.
+#[test]
+fn required_and_fail_are_synthesis_errors_with_the_charts_message() {
+    for (name, values, message) in [
+        ("edge-required", "name: null\n", "a name is required: set .Values.name"),
+        ("edge-fail", "boom: true\n", "boom was set: the chart refuses to render"),
+    ] {
+        let dir = scratch(name);
+        let tgz = package(&edge(), &dir);
+        let file = dir.join("values.yaml");
+        std::fs::write(&file, values).unwrap();
+        let theirs = template_with(&tgz, Some(&file), "rel", "apps", &[]).unwrap_err();
+        assert!(theirs.contains(message), "helm: {theirs}");
+        let list = resource_list(&tgz, Some(values), "rel", "apps", &dir);
+        let ours = synthesize(&list).unwrap_err();
+        assert!(ours.contains(message), "{name}: {ours}");
+    }
 }

@@ -11,8 +11,10 @@
 //   - hooks (helm.sh/hook) are not run and not emitted; NOTES.txt and partials render nothing;
 //   - CRDs from the chart's crds/ directory are emitted, in a readiness group of their own
 //     before everything else (enoki applies custom resources after their CRDs anyway);
-//   - those CRDs, and objects annotated helm.sh/resource-policy: keep, are left in place when
-//     the Composition is deleted (enoki.dev/deletion-strategy: orphan), as Helm leaves them;
+//   - those CRDs, every CRD of templates/ and objects annotated helm.sh/resource-policy: keep
+//     are left in place when the Composition is deleted or stops rendering them
+//     (enoki.dev/deletion-strategy: orphan): Helm leaves crds/ and `keep` objects, and no
+//     values change may take a CRD, and with it every custom resource of it, away;
 //   - `lookup` finds nothing (there is no cluster in the sandbox): charts must cope with an
 //     empty result, as they do under `helm template`;
 //   - `.Capabilities` are Helm's client-only defaults, plus the API versions of Options.
@@ -194,13 +196,20 @@ func Objects(manifest string, ch *chart.Chart) ([]sdk.Object, error) {
 		if crds[source] {
 			sdk.ReadinessGroup(obj, CRDGroup)
 		}
-		// Helm never deletes the CRDs of crds/, nor what says helm.sh/resource-policy: keep.
-		if crds[source] || keep(obj) {
+		// Helm never deletes the CRDs of crds/, nor what says helm.sh/resource-policy: keep;
+		// no CRD is deleted because values changed (its custom resources would go with it).
+		if crds[source] || keep(obj) || isCRD(obj) {
 			sdk.Annotate(obj, "enoki.dev/deletion-strategy", "orphan")
 		}
 		out = append(out, obj)
 	}
 	return out, nil
+}
+
+// isCRD reports a CustomResourceDefinition.
+func isCRD(obj map[string]any) bool {
+	v, _ := obj["apiVersion"].(string)
+	return obj["kind"] == "CustomResourceDefinition" && strings.HasPrefix(v, "apiextensions.k8s.io/")
 }
 
 // keep reports an object annotated helm.sh/resource-policy: keep.
@@ -242,4 +251,3 @@ func Run(o Options) {
 		return objs, nil, err
 	})
 }
-

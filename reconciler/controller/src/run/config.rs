@@ -31,6 +31,8 @@ pub struct Options {
     pub plan_cache_resources: usize,
     /// Extra CA (PEM) trusted for `url` module sources.
     pub module_ca: Option<Vec<u8>>,
+    /// The module of the built-in `helm` synthesizer (a file or a pinned OCI reference).
+    pub helm_module: Option<String>,
     /// Where to serve /metrics, /healthz, /readyz (off when `None`).
     pub metrics_addr: Option<std::net::SocketAddr>,
     /// Minimum time between two re-syntheses caused only by a Synthesizer change.

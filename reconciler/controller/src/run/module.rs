@@ -1,7 +1,8 @@
-//! Fetching a Synthesizer's module: `builtin`, `configMap` (binaryData, optionally gzip),
-//! `oci` (pulled by digest) and `url` (https, verified against `sha256`), each capped at the
-//! policy's module size while it is read (a gzip bomb stops at the cap, it is never inflated
-//! whole). Compilation runs on a blocking thread under a time budget; see
+//! Fetching a Synthesizer's module: `builtin` (`helm`: the module of `--helm-module`),
+//! `configMap` (binaryData, optionally gzip), `oci` (pulled by digest) and `url` (https,
+//! verified against `sha256`), each capped at the policy's module size while it is read (a
+//! gzip bomb stops at the cap, it is never inflated whole); and the chart of `spec.helm`
+//! from the same kinds of source (capped at [`MAX_CHART_BYTES`]). Compilation runs on a blocking thread under a time budget; see
 //! `synthesizer::load_module` for the negative cache.
 
 use std::io::Read;
@@ -55,6 +56,16 @@ pub enum ModuleError {
         /// Module size in bytes.
         size: usize,
     },
+    /// The chart of `spec.helm` could not be fetched or is not a chart.
+    #[error("spec.helm.chart{}{field}: {message}", if field.is_empty() { "" } else { "." })]
+    Chart {
+        /// Which source (empty: the chart as a whole).
+        field: &'static str,
+        /// What went wrong.
+        message: String,
+        /// A registry or API read that may work next time.
+        transient: bool,
+    },
     /// Another reconcile is fetching and compiling this Synthesizer's module: this one does
     /// not wait for it (a slow registry must not hold every reconcile worker).
     #[error("the module is being fetched and compiled (for another Composition); retried shortly")]
@@ -70,7 +81,24 @@ impl ModuleError {
             ModuleError::Load(e) => e.category(),
             ModuleError::CompileTimeout { .. } => "CompileTimeout",
             ModuleError::TooLargeToCompile { .. } => "TooLargeToCompile",
+            ModuleError::Chart { .. } => "Chart",
             ModuleError::Loading => "Loading",
+        }
+    }
+
+    /// A module-source error of the chart, named as `spec.helm.chart`'s.
+    fn into_chart(self) -> ModuleError {
+        match self {
+            ModuleError::Fetch { field, message } => ModuleError::Chart {
+                field,
+                message,
+                transient: true,
+            },
+            other => ModuleError::Chart {
+                field: "",
+                message: other.to_string().trim_start_matches("spec.module: ").to_string(),
+                transient: false,
+            },
         }
     }
 
@@ -78,12 +106,20 @@ impl ModuleError {
     pub fn is_transient(&self) -> bool {
         matches!(
             self,
-            ModuleError::Fetch { .. } | ModuleError::CompileTimeout { .. } | ModuleError::Loading
+            ModuleError::Fetch { .. }
+                | ModuleError::CompileTimeout { .. }
+                | ModuleError::Loading
+                | ModuleError::Chart {
+                    transient: true,
+                    ..
+                }
         )
     }
 }
 
-/// Fetches and compiles the Synthesizer's module.
+/// Fetches and compiles the Synthesizer's module; with `spec.helm`, also fetches the chart
+/// the module is given as its input `chart` ([`Module::Chart`]). `helm_module` is where the
+/// built-in `helm` module is (`--helm-module`: a file, or an OCI reference pinned by digest).
 ///
 /// # Errors
 /// [`ModuleError`] naming the field.
@@ -94,6 +130,7 @@ pub async fn fetch(
     ca: Option<&[u8]>,
     policy: &FetchPolicy,
     compile: &CompileBudget,
+    helm_module: Option<&str>,
 ) -> Result<Module, ModuleError> {
     let m = &synth.spec.module;
     if m.sources_set() != 1 {
@@ -102,33 +139,173 @@ pub async fn fetch(
             m.sources_set()
         )));
     }
-    if let Some(name) = &m.builtin {
-        return match builtins::lookup(name) {
-            Some(run) => Ok(Module::Builtin {
-                name: name.clone(),
+    let module = match m.builtin.as_deref() {
+        Some(HELM_BUILTIN) => {
+            if synth.spec.helm.is_none() {
+                return Err(ModuleError::Spec(
+                    "builtin \"helm\" renders a chart: set spec.helm.chart".into(),
+                ));
+            }
+            let bytes = helm_module_bytes(helm_module, policy, ca).await?;
+            compile_module(host, bytes, compile).await?
+        }
+        Some(name) => {
+            let Some(run) = builtins::lookup(name) else {
+                return Err(ModuleError::Spec(format!(
+                    "builtin {name:?} is not a built-in synthesizer (known: {}, {HELM_BUILTIN})",
+                    builtins::NAMES.join(", ")
+                )));
+            };
+            if synth.spec.helm.is_some() {
+                return Err(ModuleError::Spec(format!(
+                    "builtin {name:?} does not render Helm charts: spec.helm needs builtin \
+                     {HELM_BUILTIN:?} or a wasm module that reads the input \"chart\""
+                )));
+            }
+            return Ok(Module::Builtin {
+                name: name.to_string(),
                 run,
-            }),
-            None => Err(ModuleError::Spec(format!(
-                "builtin {name:?} is not a built-in synthesizer (known: {})",
-                builtins::NAMES.join(", ")
-            ))),
-        };
+            });
+        }
+        None => {
+            let bytes = fetch_bytes(client, m, Artifact::Module, ca, policy).await?;
+            compile_module(host, bytes, compile).await?
+        }
+    };
+    match (&synth.spec.helm, module) {
+        (Some(helm), Module::Wasm(pre)) => chart_module(client, synth, helm, pre, ca, policy).await,
+        (_, module) => Ok(module),
     }
+}
+
+/// The `spec.module.builtin` name of the Helm module the controller ships.
+pub const HELM_BUILTIN: &str = "helm";
+
+/// Largest packaged chart accepted (Helm's own archives are far smaller: ingress-nginx is
+/// 60 KiB).
+pub const MAX_CHART_BYTES: usize = 16 << 20;
+
+/// What is fetched: a module (a ConfigMap's may be gzip) or a chart (a `.tgz`, kept as is).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Artifact {
+    Module,
+    Chart,
+}
+
+/// The module given with `--helm-module`: a file, or an OCI reference pinned by digest.
+async fn helm_module_bytes(
+    helm_module: Option<&str>,
+    policy: &FetchPolicy,
+    ca: Option<&[u8]>,
+) -> Result<Vec<u8>, ModuleError> {
+    let Some(location) = helm_module.filter(|l| !l.is_empty()) else {
+        return Err(ModuleError::Spec(
+            "builtin \"helm\": this controller has no Helm module (start enoki with \
+             --helm-module set to helm-chart.wasm or its OCI reference pinned by digest)"
+                .into(),
+        ));
+    };
+    let fail = |message: String| ModuleError::Fetch {
+        field: "builtin",
+        message: format!("the Helm module {location}: {message}"),
+    };
+    if location.contains("@sha256:") && !std::path::Path::new(location).exists() {
+        return crate::sources::pull(
+            location,
+            policy,
+            crate::sources::for_reference(location).as_ref(),
+            ca,
+        )
+        .await
+        .map_err(|e| fail(e.to_string()));
+    }
+    let bytes = tokio::fs::read(location)
+        .await
+        .map_err(|e| fail(e.to_string()))?;
+    if bytes.len() > policy.max_bytes {
+        return Err(fail(format!(
+            "{} bytes, over the module size limit of {} bytes (--max-module-size)",
+            bytes.len(),
+            policy.max_bytes
+        )));
+    }
+    Ok(bytes)
+}
+
+/// `pre` with the chart of `spec.helm` fetched and the inputs it adds (`chart`,
+/// `helm-values`). Refs under those keys would be ambiguous and are refused.
+async fn chart_module(
+    client: &kube::Client,
+    synth: &Synthesizer,
+    helm: &crds::HelmSpec,
+    pre: wasm_host::ModulePre,
+    ca: Option<&[u8]>,
+    policy: &FetchPolicy,
+) -> Result<Module, ModuleError> {
+    if let Some(r) = synth
+        .spec
+        .refs
+        .iter()
+        .find(|r| CHART_INPUT_KEYS.contains(&r.key.as_str()))
+    {
+        return Err(ModuleError::Spec(format!(
+            "refs: key {:?} is the input spec.helm gives the module; bind values under \
+             \"values\" instead",
+            r.key
+        )));
+    }
+    let chart_policy = FetchPolicy {
+        max_bytes: policy.max_bytes.min(MAX_CHART_BYTES),
+        ..*policy
+    };
+    let source = helm.chart.as_module_source();
+    let bytes = fetch_bytes(client, &source, Artifact::Chart, ca, &chart_policy)
+        .await
+        .map_err(ModuleError::into_chart)?;
+    if !bytes.starts_with(&[0x1f, 0x8b]) {
+        return Err(ModuleError::Chart {
+            field: "",
+            message: "not a packaged chart (a .tgz, what `helm package` writes)".into(),
+            transient: false,
+        });
+    }
+    Ok(Module::Chart(std::sync::Arc::new(crate::synthesis::Chart::new(
+        pre,
+        &kube::ResourceExt::name_any(synth),
+        &bytes,
+        helm.values.as_ref(),
+    ))))
+}
+
+/// The input keys `spec.helm` fills.
+pub const CHART_INPUT_KEYS: [&str; 2] = ["chart", "helm-values"];
+
+/// The bytes of a module or chart source (one source set).
+async fn fetch_bytes(
+    client: &kube::Client,
+    m: &crds::ModuleSource,
+    artifact: Artifact,
+    ca: Option<&[u8]>,
+    policy: &FetchPolicy,
+) -> Result<Vec<u8>, ModuleError> {
     if m.pull_secret.is_some() && m.oci.is_none() {
         return Err(ModuleError::Spec(
-            "pullSecret is for an oci module; this Synthesizer's module is not one".into(),
+            "pullSecret is for an oci source; this one is not".into(),
         ));
     }
     if let Some(cm) = &m.config_map {
-        let bytes = config_map_bytes(client, cm, policy).await?;
-        return compile_module(host, bytes, compile).await;
+        return config_map_bytes(client, cm, policy, artifact == Artifact::Module).await;
     }
-    let bytes = if let Some(reference) = &m.oci {
+    if let Some(reference) = &m.oci {
         let credentials = match &m.pull_secret {
             Some(secret) => pull_credentials(client, secret, reference).await?,
             None => None,
         };
-        crate::sources::pull(reference, policy, credentials.as_ref(), ca)
+        let media_type = match artifact {
+            Artifact::Module => crate::sources::WASM_LAYER_MEDIA_TYPE,
+            Artifact::Chart => crate::sources::HELM_CHART_LAYER_MEDIA_TYPE,
+        };
+        return crate::sources::pull_layer(reference, media_type, policy, credentials.as_ref(), ca)
             .await
             .map_err(|e| match e {
                 crate::sources::SourceError::Remote { .. } => ModuleError::Fetch {
@@ -136,20 +313,18 @@ pub async fn fetch(
                     message: e.to_string(),
                 },
                 other => ModuleError::Spec(format!("oci: {other}")),
-            })?
-    } else {
-        let url = m.url.clone().unwrap_or_default();
-        crate::sources::fetch_url(&url, m.sha256.as_deref(), ca, policy)
-            .await
-            .map_err(|e| match e {
-                crate::sources::SourceError::Remote { .. } => ModuleError::Fetch {
-                    field: "url",
-                    message: e.to_string(),
-                },
-                other => ModuleError::Spec(format!("url: {other}")),
-            })?
-    };
-    compile_module(host, bytes, compile).await
+            });
+    }
+    let url = m.url.clone().unwrap_or_default();
+    crate::sources::fetch_url(&url, m.sha256.as_deref(), ca, policy)
+        .await
+        .map_err(|e| match e {
+            crate::sources::SourceError::Remote { .. } => ModuleError::Fetch {
+                field: "url",
+                message: e.to_string(),
+            },
+            other => ModuleError::Spec(format!("url: {other}")),
+        })
 }
 
 /// What compiling may take: time before the reconcile stops waiting, and memory (per module,
@@ -244,11 +419,12 @@ async fn pull_credentials(
     }
 }
 
-/// The module bytes in a ConfigMap's `binaryData` (gunzipped when gzip).
+/// The bytes in a ConfigMap's `binaryData` (a module is gunzipped when gzip).
 async fn config_map_bytes(
     client: &kube::Client,
     cm: &crds::ConfigMapModule,
     policy: &FetchPolicy,
+    gunzip: bool,
 ) -> Result<Vec<u8>, ModuleError> {
     if cm.namespace.is_empty() {
         return Err(ModuleError::Spec(
@@ -282,6 +458,19 @@ async fn config_map_bytes(
             ),
         })?;
     let what = format!("ConfigMap {}/{} key {:?}", cm.namespace, cm.name, cm.key);
+    if !gunzip {
+        if bytes.len() > policy.max_bytes {
+            return Err(ModuleError::Fetch {
+                field: "configMap",
+                message: format!(
+                    "{what} is {} bytes, over the limit of {} bytes",
+                    bytes.len(),
+                    policy.max_bytes
+                ),
+            });
+        }
+        return Ok(bytes);
+    }
     decompress_capped(bytes, &what, policy.max_bytes).map_err(|message| ModuleError::Fetch {
         field: "configMap",
         message,

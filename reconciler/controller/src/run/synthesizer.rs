@@ -192,6 +192,7 @@ pub(crate) async fn fetch_module(
             time: ctx.opts.sandbox.compile_timeout,
             memory_bytes: ctx.opts.sandbox.compile_memory_budget_bytes,
         },
+        ctx.opts.helm_module.as_deref(),
     )
     .await
 }

@@ -77,22 +77,35 @@ pub(crate) fn cross_namespace_refs(
     out
 }
 
-/// The Synthesizer's module references that leave the controller's namespace (its module
-/// ConfigMap and its pull Secret), as `field: why`; checked before any module is fetched,
+/// The Synthesizer's module and chart references that leave the controller's namespace (their
+/// ConfigMaps and pull Secrets), as `field: why`; checked before any module is fetched,
 /// whichever controller fetches it. Pure.
 pub(crate) fn module_refs(synth: &Synthesizer, controller_namespace: Option<&str>) -> Vec<String> {
     let synth_name = synth.name_any();
     let home = controller_namespace.unwrap_or("the controller's");
     let mut out = Vec::new();
     let module = &synth.spec.module;
+    let chart = synth.spec.helm.as_ref().map(|h| &h.chart);
     let refs = [
         (
-            "configMap",
+            "module.configMap",
             module.config_map.as_ref().map(|c| c.namespace.as_str()),
         ),
         (
-            "pullSecret",
+            "module.pullSecret",
             module.pull_secret.as_ref().map(|s| s.namespace.as_str()),
+        ),
+        (
+            "helm.chart.configMap",
+            chart
+                .and_then(|c| c.config_map.as_ref())
+                .map(|c| c.namespace.as_str()),
+        ),
+        (
+            "helm.chart.pullSecret",
+            chart
+                .and_then(|c| c.pull_secret.as_ref())
+                .map(|s| s.namespace.as_str()),
         ),
     ];
     for (field, namespace) in refs {
@@ -100,7 +113,7 @@ pub(crate) fn module_refs(synth: &Synthesizer, controller_namespace: Option<&str
             && (ns.is_empty() || controller_namespace.is_some_and(|h| ns != h))
         {
             out.push(format!(
-                "Synthesizer {synth_name:?} spec.module.{field}.namespace: {ns:?} is not the \
+                "Synthesizer {synth_name:?} spec.{field}.namespace: {ns:?} is not the \
                  controller's namespace {home:?}"
             ));
         }

@@ -21,9 +21,24 @@ pub async fn pull(
     credentials: Option<&Credentials>,
     extra_ca: Option<&[u8]>,
 ) -> Result<Vec<u8>, SourceError> {
+    pull_layer(reference, WASM_LAYER_MEDIA_TYPE, policy, credentials, extra_ca).await
+}
+
+/// [`pull`] of the layer of another media type (a Helm chart's
+/// [`HELM_CHART_LAYER_MEDIA_TYPE`]), with the same checks.
+///
+/// # Errors
+/// As [`pull`].
+pub async fn pull_layer(
+    reference: &str,
+    media_type: &str,
+    policy: &FetchPolicy,
+    credentials: Option<&Credentials>,
+    extra_ca: Option<&[u8]>,
+) -> Result<Vec<u8>, SourceError> {
     match tokio::time::timeout(
         policy.timeout,
-        pull_unbounded(reference, policy, credentials, extra_ca),
+        pull_unbounded(reference, media_type, policy, credentials, extra_ca),
     )
     .await
     {
@@ -350,6 +365,7 @@ fn registry_client(
 
 pub(super) async fn pull_unbounded(
     reference: &str,
+    media_type: &str,
     policy: &FetchPolicy,
     credentials: Option<&Credentials>,
     extra_ca: Option<&[u8]>,
@@ -400,10 +416,8 @@ pub(super) async fn pull_unbounded(
         .as_array()
         .into_iter()
         .flatten()
-        .find(|l| l["mediaType"] == WASM_LAYER_MEDIA_TYPE)
-        .ok_or_else(|| {
-            SourceError::Invalid(format!("{reference} has no {WASM_LAYER_MEDIA_TYPE} layer"))
-        })?;
+        .find(|l| l["mediaType"] == media_type)
+        .ok_or_else(|| SourceError::Invalid(format!("{reference} has no {media_type} layer")))?;
     let digest = layer["digest"].as_str().unwrap_or_default().to_string();
     if !digest.starts_with("sha256:")
         || digest.len() != 71

@@ -1,13 +1,26 @@
-// Command helm-chart is a synthesizer that renders any packaged Helm chart: the chart comes
-// from the input bound as `chart` (a ConfigMap or Secret whose binaryData/data `chart.tgz`
-// holds the packaged chart), the values from the optional input `values` (a ConfigMap whose
-// data `values.yaml` holds them), merged over the chart's own as `helm -f` merges them. The
-// release is named after the Composition and installed in its namespace.
+// Command helm-chart is the module of enoki's built-in `helm` synthesizer: it renders any
+// packaged Helm chart with Helm's own engine.
+//
+// Inputs (each a ConfigMap or Secret; a Secret's data is base64 as the API serves it):
+//   - `chart`: `binaryData` (or Secret `data`) key `chart.tgz`, the packaged chart. With
+//     `spec.helm.chart` on the Synthesizer the controller fetches it and passes it here.
+//   - `helm-values`: `data` key `values.yaml`, the Synthesizer's `spec.helm.values`.
+//   - `values`, then every `values-*` input in key order: `values.yaml`, bound by each
+//     Composition.
+//
+// Values are merged in that order over the chart's own, as `helm -f a -f b` merges files
+// (maps merge key by key, anything else is replaced). The release is named after the
+// Composition and installed in its namespace. `.Capabilities` take HELM_KUBE_VERSION (e.g.
+// v1.35.0) and HELM_API_VERSIONS (comma-separated, e.g. monitoring.coreos.com/v1) from the
+// synthesis environment when set.
 package main
 
 import (
 	"encoding/base64"
 	"fmt"
+	"os"
+	"sort"
+	"strings"
 
 	sdk "github.com/enoki-dev/enoki/synthesizer-sdk/go"
 	"github.com/enoki-dev/enoki/synthesizer-sdk/go/helm"
@@ -20,37 +33,112 @@ func main() {
 		if err != nil {
 			return nil, nil, err
 		}
-		objs, err := helm.Render(in, helm.Options{Archive: archive, Values: values})
+		var apis []string
+		if v := os.Getenv("HELM_API_VERSIONS"); v != "" {
+			for _, a := range strings.Split(v, ",") {
+				if a = strings.TrimSpace(a); a != "" {
+					apis = append(apis, a)
+				}
+			}
+		}
+		objs, err := helm.Render(in, helm.Options{
+			Archive:     archive,
+			Values:      values,
+			KubeVersion: os.Getenv("HELM_KUBE_VERSION"),
+			APIVersions: apis,
+		})
 		return objs, nil, err
 	})
+}
+
+// field reads key of a ConfigMap's data/binaryData or a Secret's data (base64 in both
+// binaryData and Secret data, plain in ConfigMap data).
+func field(obj sdk.Object, key string) ([]byte, bool, error) {
+	secret := obj["kind"] == "Secret"
+	for _, f := range []string{"data", "binaryData", "stringData"} {
+		m, _ := obj[f].(map[string]any)
+		s, ok := m[key].(string)
+		if !ok {
+			continue
+		}
+		if f == "binaryData" || (f == "data" && secret) {
+			b, err := base64.StdEncoding.DecodeString(s)
+			return b, true, err
+		}
+		return []byte(s), true, nil
+	}
+	return nil, false, nil
 }
 
 // chartArchive reads `chart.tgz` of the input bound as `chart`.
 func chartArchive(in *sdk.ResourceList) ([]byte, error) {
 	obj, err := in.Input("chart")
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: set spec.helm.chart on the Synthesizer, or bind a ConfigMap with binaryData chart.tgz", err)
 	}
-	for _, field := range []string{"binaryData", "data"} {
-		m, _ := obj[field].(map[string]any)
-		if s, ok := m["chart.tgz"].(string); ok {
-			return base64.StdEncoding.DecodeString(s)
-		}
+	b, ok, err := field(obj, "chart.tgz")
+	if err != nil {
+		return nil, fmt.Errorf("input chart: chart.tgz: %w", err)
 	}
-	return nil, fmt.Errorf("input chart: no binaryData (or Secret data) key chart.tgz")
+	if !ok {
+		return nil, fmt.Errorf("input chart: no binaryData (or Secret data) key chart.tgz")
+	}
+	return b, nil
 }
 
-// values reads `values.yaml` of the optional input `values`.
-func values(in *sdk.ResourceList) (map[string]any, error) {
-	obj, err := in.Input("values")
-	if err != nil {
-		return map[string]any{}, nil
+// valueKeys are the input keys values are read from, in merge order.
+func valueKeys(in *sdk.ResourceList) []string {
+	var more []string
+	for _, item := range in.Items {
+		meta, _ := item["metadata"].(map[string]any)
+		ann, _ := meta["annotations"].(map[string]any)
+		if k, _ := ann["enoki.dev/input-key"].(string); strings.HasPrefix(k, "values-") {
+			more = append(more, k)
+		}
 	}
-	data, _ := obj["data"].(map[string]any)
-	text, _ := data["values.yaml"].(string)
+	sort.Strings(more)
+	return append([]string{"helm-values", "values"}, more...)
+}
+
+// values merges `values.yaml` of each values input, in order.
+func values(in *sdk.ResourceList) (map[string]any, error) {
 	out := map[string]any{}
-	if err := yaml.Unmarshal([]byte(text), &out); err != nil {
-		return nil, fmt.Errorf("input values: values.yaml: %w", err)
+	for _, key := range valueKeys(in) {
+		obj, err := in.Input(key)
+		if err != nil {
+			continue
+		}
+		text, ok, err := field(obj, "values.yaml")
+		if err != nil {
+			return nil, fmt.Errorf("input %s: values.yaml: %w", key, err)
+		}
+		if !ok {
+			return nil, fmt.Errorf("input %s: no data key values.yaml", key)
+		}
+		vals := map[string]any{}
+		if err := yaml.Unmarshal(text, &vals); err != nil {
+			return nil, fmt.Errorf("input %s: values.yaml: %w", key, err)
+		}
+		out = merge(out, vals)
 	}
 	return out, nil
+}
+
+// merge is how `helm -f` merges a later file over an earlier one: maps key by key,
+// anything else replaced.
+func merge(a, b map[string]any) map[string]any {
+	out := make(map[string]any, len(a))
+	for k, v := range a {
+		out[k] = v
+	}
+	for k, v := range b {
+		if bm, ok := v.(map[string]any); ok {
+			if am, ok := out[k].(map[string]any); ok {
+				out[k] = merge(am, bm)
+				continue
+			}
+		}
+		out[k] = v
+	}
+	return out
 }
