@@ -120,6 +120,10 @@ keys! {
     /// `"never"`: an existing object enoki does not manage is not adopted (a `Conflict`);
     /// default: adopted (Eno semantics). Another Composition's object is never taken over.
     ADOPT = "adopt";
+    /// `"disabled"` (or `"false"`): enoki never deletes the object, neither when the output
+    /// stops emitting it nor when the Composition is deleted (Flux's
+    /// `kustomize.toolkit.fluxcd.io/prune: disabled`); default `"enabled"`.
+    PRUNE = "prune";
     /// `watch` (default), `interval` or `off`.
     DRIFT = "drift";
     /// Readiness without CEL checks: `exists` (default, Eno) or `kstatus`. Cascading.

@@ -200,7 +200,7 @@ fn synthesize(list: &Path) -> Result<Vec<Value>, String> {
 
 /// One object as both sides are compared: the release namespace enoki defaults is dropped,
 /// and so are the annotations the shim adds (the readiness group of the chart's crds/ CRDs,
-/// `deletion-strategy: orphan` on them and on what says `helm.sh/resource-policy: keep`).
+/// `prune: disabled` on every CRD and on what says `helm.sh/resource-policy: keep`).
 fn normalized(mut o: Value, ns: &str) -> (String, Value) {
     let meta = o["metadata"].as_object_mut().unwrap();
     if meta.get("namespace").and_then(Value::as_str) == Some(ns) {
@@ -210,8 +210,8 @@ fn normalized(mut o: Value, ns: &str) -> (String, Value) {
         if a.get("enoki.dev/readiness-group").and_then(Value::as_str) == Some("-1000") {
             a.remove("enoki.dev/readiness-group");
         }
-        if a.get("enoki.dev/deletion-strategy").and_then(Value::as_str) == Some("orphan") {
-            a.remove("enoki.dev/deletion-strategy");
+        if a.get("enoki.dev/prune").and_then(Value::as_str) == Some("disabled") {
+            a.remove("enoki.dev/prune");
         }
         if a.is_empty() {
             meta.remove("annotations");

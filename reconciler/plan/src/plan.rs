@@ -350,6 +350,8 @@ pub enum SkipReason {
     AlreadyDeleted,
     /// Composition deletion with `deletion-strategy: orphan`.
     Orphaned,
+    /// `prune: disabled`: dropped from the output, or its Composition deleted, and left.
+    PruneDisabled,
     /// Deletion already in progress.
     Terminating,
     /// The object carries another Composition's `managed-by` label: it is never deleted on
@@ -490,6 +492,7 @@ impl Plan {
                         reason: SkipReason::ReconciliationDisabled
                             | SkipReason::AlreadyDeleted
                             | SkipReason::Orphaned
+                            | SkipReason::PruneDisabled
                             | SkipReason::OwnedElsewhere
                             | SkipReason::PatchLeft
                             | SkipReason::PatchTargetAbsent

@@ -114,6 +114,9 @@ pub struct Settings {
     pub drift: Drift,
     /// `adopt: never`: an existing object enoki does not manage is refused, not adopted.
     pub adopt_never: bool,
+    /// `prune: disabled`: never deleted, neither when dropped from the output nor on
+    /// Composition deletion.
+    pub prune_disabled: bool,
     /// Readiness when there are no CEL checks.
     pub health: Health,
     /// Cascading values that did not parse and were read as Eno reads them (the default),
@@ -293,6 +296,14 @@ pub fn parse(
             _ => l.lenient(k, v, "\"never\" or \"always\"", false, "always"),
         },
     };
+    let prune_disabled = match l.get(keys::PRUNE, true) {
+        None => false,
+        Some((v, k)) => match v.trim().to_ascii_lowercase().as_str() {
+            "" | "enabled" | "true" => false,
+            "disabled" | "false" => true,
+            _ => l.lenient(k, v, "\"disabled\" or \"enabled\"", false, "enabled"),
+        },
+    };
     let health = match l.get(keys::HEALTH, true) {
         None => Health::Exists,
         Some((v, k)) => match v.trim().to_ascii_lowercase().as_str() {
@@ -306,6 +317,7 @@ pub fn parse(
     let mut settings = Settings {
         health,
         adopt_never,
+        prune_disabled,
         readiness_group,
         deletion_group: l.int(keys::DELETION_GROUP)?,
         reconcile_interval,

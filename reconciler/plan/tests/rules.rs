@@ -181,6 +181,50 @@ fn tombstones_are_deleted_foreground_when_asked() {
     );
 }
 
+/// `prune: disabled` (Flux's `kustomize.toolkit.fluxcd.io/prune: disabled`): enoki never
+/// deletes the object — not when the output drops it, not when the Composition is deleted —
+/// while `deletion-strategy: orphan` alone (Eno) still lets a dropped object go.
+#[test]
+fn prune_disabled_keeps_dropped_objects_and_survives_composition_deletion() {
+    for value in ["disabled", "false", "Disabled"] {
+        let m = deploy("kept", json!({"enoki.dev/prune": value}));
+        let items = vec![Desired {
+            manifest: m.clone(),
+            tombstone: true,
+        }];
+        let w = World::new(items).observe(live(&m, "1", Value::Null));
+        assert_eq!(
+            w.op_of(&m),
+            Op::Skip {
+                reason: SkipReason::PruneDisabled
+            },
+            "{value}"
+        );
+        assert_eq!(w.plan().requeue, None, "nothing to wait for");
+        let items = desired(std::slice::from_ref(&m));
+        let deleting = CompositionInfo {
+            deleting: true,
+            ..comp()
+        };
+        let w = World::new(items.clone())
+            .with_comp(deleting, &items)
+            .observe(live(&m, "1", Value::Null));
+        assert_eq!(
+            w.op_of(&m),
+            Op::Skip {
+                reason: SkipReason::PruneDisabled
+            }
+        );
+    }
+    let orphan_only = deploy("dropped", json!({"enoki.dev/deletion-strategy": "orphan"}));
+    let items = vec![Desired {
+        manifest: orphan_only.clone(),
+        tombstone: true,
+    }];
+    let w = World::new(items).observe(live(&orphan_only, "1", Value::Null));
+    assert_eq!(w.op_of(&orphan_only), Op::Delete { foreground: false });
+}
+
 #[test]
 fn composition_deletion_follows_deletion_groups() {
     let a = deploy("a", json!({"enoki.dev/deletion-group": "0"}));

@@ -13,8 +13,8 @@
 //     before everything else (enoki applies custom resources after their CRDs anyway);
 //   - those CRDs, every CRD of templates/ and objects annotated helm.sh/resource-policy: keep
 //     are left in place when the Composition is deleted or stops rendering them
-//     (enoki.dev/deletion-strategy: orphan): Helm leaves crds/ and `keep` objects, and no
-//     values change may take a CRD, and with it every custom resource of it, away;
+//     (enoki.dev/prune: disabled): Helm leaves crds/ and `keep` objects, and no values change
+//     may take a CRD, and with it every custom resource of it, away;
 //   - `lookup` finds nothing (there is no cluster in the sandbox): charts must cope with an
 //     empty result, as they do under `helm template`;
 //   - `.Capabilities` are Helm's client-only defaults, plus the API versions of Options.
@@ -199,7 +199,7 @@ func Objects(manifest string, ch *chart.Chart) ([]sdk.Object, error) {
 		// Helm never deletes the CRDs of crds/, nor what says helm.sh/resource-policy: keep;
 		// no CRD is deleted because values changed (its custom resources would go with it).
 		if crds[source] || keep(obj) || isCRD(obj) {
-			sdk.Annotate(obj, "enoki.dev/deletion-strategy", "orphan")
+			sdk.Annotate(obj, "enoki.dev/prune", "disabled")
 		}
 		out = append(out, obj)
 	}

@@ -4,7 +4,7 @@
 use super::*;
 
 /// The steps of the tombstones (resources the previous synthesis had and this one dropped):
-/// deleted unless reconciliation is disabled or another Composition now owns them. Whether
+/// deleted unless reconciliation or pruning is disabled or another Composition now owns them. Whether
 /// one still exists (so the pass must look again).
 pub(super) fn tombstone_steps(input: &PlanInput<'_>, steps: &mut Vec<Step>) -> bool {
     let mut poll = false;
@@ -41,6 +41,10 @@ pub(super) fn tombstone_steps(input: &PlanInput<'_>, steps: &mut Vec<Step>) -> b
             Op::Skip {
                 reason: SkipReason::ReconciliationDisabled,
             }
+        } else if settings.prune_disabled {
+            Op::Skip {
+                reason: SkipReason::PruneDisabled,
+            }
         } else {
             delete_op(live, foreground)
         };
@@ -48,7 +52,7 @@ pub(super) fn tombstone_steps(input: &PlanInput<'_>, steps: &mut Vec<Step>) -> b
             && !matches!(
                 op,
                 Op::Skip {
-                    reason: SkipReason::ReconciliationDisabled
+                    reason: SkipReason::ReconciliationDisabled | SkipReason::PruneDisabled
                 }
             )
         {
@@ -118,6 +122,10 @@ pub(super) fn plan_deletion(input: PlanInput<'_>) -> Plan {
             Op::Skip {
                 reason: SkipReason::Orphaned,
             }
+        } else if settings.prune_disabled {
+            Op::Skip {
+                reason: SkipReason::PruneDisabled,
+            }
         } else if rank.is_some() && live.is_some() && !held_below.is_empty() {
             Op::Wait {
                 on: held_below.clone(),
@@ -130,6 +138,7 @@ pub(super) fn plan_deletion(input: PlanInput<'_>) -> Plan {
             Op::Skip {
                 reason: SkipReason::ReconciliationDisabled
                     | SkipReason::Orphaned
+                    | SkipReason::PruneDisabled
                     | SkipReason::PatchLeft
             }
         );

@@ -161,9 +161,11 @@ fn record_success(
             state.applied_resource_version = outcome.resource_version.clone();
         }
         Op::Skip {
-            reason: SkipReason::AlreadyDeleted | SkipReason::OwnedElsewhere,
+            reason:
+                SkipReason::AlreadyDeleted | SkipReason::OwnedElsewhere | SkipReason::PruneDisabled,
         } => {
-            // Gone, or now another Composition's: nothing of it is this one's any more.
+            // Gone, now another Composition's, or left for good (`prune: disabled`): nothing
+            // of it is this one's any more.
             state.reconciled = true;
             state.deleted = true;
         }
