@@ -2,7 +2,8 @@
 # sdk-packages.sh [OUT] — pack every SDK as its ecosystem publishes it, into OUT (default
 # target/sdk-packages), with SHA256SUMS:
 #   rust/enoki-sdk-V.crate (+ unpacked)  `cargo publish --dry-run`: packaged and built from the package
-#   go/  a module proxy directory         github.com/enoki-dev/enoki/synthesizer-sdk/go@vV (GOPROXY=file://OUT/go)
+#   go/  a module proxy directory         github.com/enoki-dev/enoki/synthesizer-sdk/go@vV and its
+#        Helm shim .../go/helm@vV (GOPROXY=file://OUT/go)
 #   npm/enoki-sdk-V.tgz                   `npm pack` of @enoki/sdk (TypeScript/JavaScript, with the WIT world)
 #   npm/enoki-sdk-assemblyscript-V.tgz    `npm pack` of enoki-sdk-assemblyscript
 #   python/enoki_sdk-V-py3-none-any.whl   `pip wheel` of enoki-sdk (with the WIT world)
@@ -39,6 +40,24 @@ with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
     for name in sorted(os.listdir(src)):
         if os.path.isfile(os.path.join(src, name)):
             z.write(os.path.join(src, name), f"{prefix}/{name}")
+PY
+
+# The Helm shim (github.com/enoki-dev/enoki/synthesizer-sdk/go/helm), a module of its own: its
+# go.mod requires the SDK at this version instead of replacing it with the checkout.
+proxy="$OUT/go/$GO_MODULE/helm/@v"
+mkdir -p "$proxy"
+echo "v$VERSION" > "$proxy/list"
+printf '{"Version":"v%s"}\n' "$VERSION" > "$proxy/v$VERSION.info"
+sed -e "s#^\(\s*$GO_MODULE\) v0.0.0#\1 v$VERSION#" -e '/^replace /d' "$SDK/go/helm/go.mod" > "$proxy/v$VERSION.mod"
+python3 - "$SDK/go/helm" "$proxy/v$VERSION.zip" "$GO_MODULE/helm@v$VERSION" "$proxy/v$VERSION.mod" <<'PY'
+import os, sys, zipfile
+src, out, prefix, mod = sys.argv[1:]
+with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+    for root, _, files in sorted(os.walk(src)):
+        for name in sorted(files):
+            path = os.path.join(root, name)
+            rel = os.path.relpath(path, src)
+            z.write(mod if rel == "go.mod" else path, f"{prefix}/{rel}")
 PY
 
 # npm: @enoki/sdk (its prepack script copies in the WIT world), and the AssemblyScript SDK;

@@ -131,6 +131,8 @@ pub enum Lang {
     Python,
     /// TypeScript with `synthesizer-sdk/js` (componentize-js component).
     Typescript,
+    /// A Helm chart embedded in a Go synthesizer (`synthesizer-sdk/go/helm`: Helm's engine).
+    Helm,
 }
 
 impl Lang {
@@ -142,6 +144,7 @@ impl Lang {
         Lang::Assemblyscript,
         Lang::Python,
         Lang::Typescript,
+        Lang::Helm,
     ];
 
     /// The `--lang` spelling.
@@ -153,6 +156,7 @@ impl Lang {
             Lang::Assemblyscript => "assemblyscript",
             Lang::Python => "python",
             Lang::Typescript => "typescript",
+            Lang::Helm => "helm",
         }
     }
 }

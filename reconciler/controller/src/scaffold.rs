@@ -79,6 +79,24 @@ fn files(lang: Lang) -> &'static [(&'static str, &'static str)] {
                 include_str!("../templates/new/rust/.gitignore"),
             ),
         ],
+        Lang::Helm => &[
+            ("go.mod", include_str!("../templates/new/helm/go.mod")),
+            ("main.go", include_str!("../templates/new/helm/main.go")),
+            ("Makefile", include_str!("../templates/new/helm/Makefile")),
+            (".gitignore", include_str!("../templates/new/helm/.gitignore")),
+            (
+                "chart/Chart.yaml",
+                include_str!("../templates/new/helm/chart/Chart.yaml"),
+            ),
+            (
+                "chart/values.yaml",
+                include_str!("../templates/new/helm/chart/values.yaml"),
+            ),
+            (
+                "chart/templates/configmap.yaml",
+                include_str!("../templates/new/helm/chart/templates/configmap.yaml"),
+            ),
+        ],
         Lang::Go => &[
             ("go.mod", include_str!("../templates/new/go/go.mod")),
             ("main.go", include_str!("../templates/new/go/main.go")),
@@ -171,11 +189,26 @@ fn flavour(lang: Lang) -> Flavour {
         Lang::Assemblyscript => ("AssemblyScript", "WASI preview1 module, ~40 KB", false),
         Lang::Python => ("Python", "wasi:cli/command component, ~18 MB", true),
         Lang::Typescript => ("TypeScript", "wasi:cli/command component, ~14 MB", true),
+        Lang::Helm => ("Helm chart (Go)", "WASI preview1 module, ~80 MB", true),
     };
     Flavour {
         title,
         module_kind,
         oci,
+    }
+}
+
+/// What the README adds for a language.
+fn lang_note(lang: Lang) -> &'static str {
+    match lang {
+        Lang::Helm => {
+            "\n\nThe ConfigMap comes from the Helm chart in `chart/`, embedded in the module and \
+             rendered with Helm's own engine: `helm template <composition> chart/` prints the same \
+             objects. Edit the chart (or put your own there) and `values` in `main.go`, which maps \
+             the inputs to the chart's values. A packaged chart needs no code at all: the built-in \
+             `helm` synthesizer renders it (enoki's docs/from-helm.md)."
+        }
+        _ => "",
     }
 }
 
@@ -254,7 +287,12 @@ fn sdk_placeholders(lang: Lang, sdk: &SdkSource) -> Vec<(&'static str, String)> 
         SdkSource::Dir(d) => (
             format!("{{ path = \"{}\" }}", d.display()),
             String::new(),
-            format!("\nreplace {go_module} => {}/go\n", d.display()),
+            format!("\nreplace {go_module} => {}/go\n", d.display())
+                + &if lang == Lang::Helm {
+                    format!("\nreplace {go_module}/helm => {}/go/helm\n", d.display())
+                } else {
+                    String::new()
+                },
             String::new(),
             format!("file:{}/js", d.display()),
             format!("file:{}/assemblyscript", d.display()),
@@ -268,7 +306,7 @@ fn sdk_placeholders(lang: Lang, sdk: &SdkSource) -> Vec<(&'static str, String)> 
             ),
             String::new(),
             format!(
-                "# The Go module comes from the packed proxy directory.\nexport GOPROXY := file://{}/go\nexport GONOSUMDB := {go_module}\nexport GOFLAGS := -mod=mod\n",
+                "# The SDK's Go modules come from the packed proxy directory, the rest from Go's own proxy.\nexport GOPROXY := file://{}/go,$(shell go env GOPROXY)\nexport GONOSUMDB := {go_module}\nexport GOFLAGS := -mod=mod\n",
                 d.display()
             ),
             format!("file:{}/npm/enoki-sdk-{v}.tgz", d.display()),
@@ -303,6 +341,7 @@ fn sdk_placeholders(lang: Lang, sdk: &SdkSource) -> Vec<(&'static str, String)> 
         ("{{rust_dep}}", rust_dep),
         ("{{rust_patch}}", rust_patch),
         ("{{go_replace}}", go_replace),
+        ("{{go_helm_replace}}", String::new()),
         ("{{go_env}}", go_env),
         ("{{npm_sdk}}", npm),
         ("{{npm_sdk_as}}", npm_as),
@@ -339,6 +378,7 @@ fn render(name: &str, lang: Lang, sdk: &SdkSource) -> Vec<(String, String)> {
             .replace("{{publish_comment}}", &comment)
             .replace("{{publish_hint}}", hint)
             .replace("{{lang_title}}", f.title)
+            .replace("{{lang_note}}", lang_note(lang))
             .replace("{{module_kind}}", f.module_kind)
             .replace("{{lang}}", lang.as_str())
             .replace("{{name}}", name)
@@ -444,7 +484,9 @@ mod tests {
             ];
             for sdk in &sources {
                 for (path, text) in &render("demo-synth", *lang, sdk) {
-                    assert!(!text.contains("{{"), "{lang:?} {sdk:?} {path}: {text}");
+                    // Helm templates keep their own `{{ … }}` (with spaces).
+                    let unfilled = text.contains("{{") && !path.starts_with("chart/templates/");
+                    assert!(!unfilled, "{lang:?} {sdk:?} {path}: {text}");
                     // Only an explicit option puts a local path in the project.
                     if *sdk == SdkSource::Registry {
                         assert!(

@@ -1,4 +1,4 @@
-//! `enoki new`: a project scaffolded for each of the six languages, its SDK installed from the
+//! `enoki new`: a project scaffolded for each of the six languages and for a Helm chart, its SDK installed from the
 //! packed artifact (`hack/sdk-packages.sh`: the crate, a Go module proxy directory, the npm
 //! tarballs, the wheel), builds with its own toolchain and passes its own `make test` (render
 //! the fixture, compare with the golden file — `enoki render --expect`) as created; one project
@@ -125,6 +125,13 @@ fn rust_project_builds_and_passes_its_test() {
 #[test]
 fn go_project_builds_and_passes_its_test() {
     scaffold_builds_and_passes_its_test("go");
+}
+
+/// A Helm chart embedded in a Go synthesizer: the shim module from the packed proxy
+/// directory, Helm and its dependencies from Go's own proxy.
+#[test]
+fn helm_project_builds_and_passes_its_test() {
+    scaffold_builds_and_passes_its_test("helm");
 }
 
 #[test]
