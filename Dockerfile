@@ -3,6 +3,15 @@
 # put on an empty base with crane). Base images are named without a registry host: set
 # BUILDER to your mirror of the Rust image if needed.
 ARG BUILDER=rust:1.95-bookworm
+ARG GO_BUILDER=golang:1.26-bookworm
+
+# The built-in `helm` synthesizer's module (Helm's engine, GOOS=wasip1), at the default path
+# of `enoki run --helm-module`.
+FROM ${GO_BUILDER} AS helm
+WORKDIR /src
+COPY synthesizer-sdk/go synthesizer-sdk/go
+RUN cd synthesizer-sdk/go/helm && GOOS=wasip1 GOARCH=wasm GOFLAGS=-buildvcs=false \
+    go build -trimpath -ldflags="-s -w" -o /helm.wasm ./cmd/helm-chart
 
 FROM ${BUILDER} AS build
 RUN apt-get update && apt-get install -y --no-install-recommends musl-tools ca-certificates \
@@ -18,6 +27,7 @@ RUN cargo build --locked --release --target x86_64-unknown-linux-musl -p reconci
 # A static binary needs nothing else: no shell, no libc, no package manager.
 FROM scratch
 COPY --from=build /rootfs/ /
+COPY --from=helm /helm.wasm /usr/lib/enoki/helm.wasm
 USER 65532:65532
 ENTRYPOINT ["/enoki"]
 CMD ["run"]

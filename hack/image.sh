@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # image.sh — what `make image` does, without a container daemon: build enoki as a static
 # x86_64-unknown-linux-musl binary (release), put it with the CA bundle on an empty base as
-# one layer (reproducible tar: fixed owner and mtime), set user 65532, entrypoint /enoki and
+# one layer with the built-in `helm` synthesizer's module at /usr/lib/enoki/helm.wasm
+# (reproducible tar: fixed owner and mtime), set user 65532, entrypoint /enoki and
 # the OCI labels with crane, push it to a registry tagged with the crate version, print its
 # digest, then test it: pull it back by digest, extract the root filesystem, run
 # `enoki version` from it and check the config (user, entrypoint).
@@ -28,6 +29,9 @@ if readelf -l "$BIN" | grep -q INTERP; then log "$BIN is not statically linked";
 
 W="$ROOT/target/image"; rm -rf "$W"; mkdir -p "$W/rootfs/etc/ssl/certs" "$W/rootfs/var/cache/enoki" "$W/rootfs/tmp"
 cp "$BIN" "$W/rootfs/enoki"
+mkdir -p "$W/rootfs/usr/lib/enoki"
+hack/helm-module.sh "$W/rootfs/usr/lib/enoki/helm.wasm"
+chmod 0644 "$W/rootfs/usr/lib/enoki/helm.wasm"
 cp /etc/ssl/certs/ca-certificates.crt "$W/rootfs/etc/ssl/certs/"
 chmod 0755 "$W/rootfs/enoki"; chmod 1777 "$W/rootfs/tmp"
 tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C "$W/rootfs" -cf "$W/layer.tar" .
@@ -53,6 +57,8 @@ mkdir -p "$W/pulled"
 "$CRANE" export "${INSECURE[@]}" "$IMAGE_REPO@$DIGEST" - | tar -x -C "$W/pulled"
 out="$("$W/pulled/enoki" version)"
 [[ "$out" == "enoki $VERSION "* ]] || { log "enoki version from the image printed '$out'"; exit 1; }
+[[ "$(head -c4 "$W/pulled/usr/lib/enoki/helm.wasm" | od -An -tx1 | tr -d ' ')" == 0061736d ]] \
+  || { log "the image has no wasm module at /usr/lib/enoki/helm.wasm"; exit 1; }
 config="$("$CRANE" config "${INSECURE[@]}" "$IMAGE_REPO@$DIGEST")"
 python3 - "$config" "$VERSION" <<'PY'
 import json, sys

@@ -4,8 +4,10 @@
 #   dist/bin/enoki-V-linux-amd64, -linux-arm64   static musl binaries (arm64 cross-linked with
 #                                                Debian's gcc-aarch64-linux-gnu, run under
 #                                                qemu-aarch64-static to check it)
+#   dist/bin/enoki-helm-V.wasm                   the built-in `helm` synthesizer's module
 #   dist/enoki-V-image-oci.tar                   the image (an OCI layout: an index of
-#                                                linux/amd64 and linux/arm64), user 65532
+#                                                linux/amd64 and linux/arm64), user 65532,
+#                                                the Helm module at /usr/lib/enoki/helm.wasm
 #   dist/chart/enoki-V.tgz                       `helm package` of deploy/helm/enoki
 #   dist/crds/enoki-crds.yaml, builtins-crds.yaml
 #   dist/sdk/                                    every SDK packed (hack/sdk-packages.sh)
@@ -68,9 +70,12 @@ W="$ROOT/target/release-image"; rm -rf "$W"; mkdir -p "$W"
 addr="$(hack/registry.sh "$W/registry")"; REG_PID="$(cat "$W/registry/pid")"
 trap 'kill "$REG_PID" 2>/dev/null || true' EXIT
 REPO="$addr/enoki"
+# The built-in `helm` synthesizer's module: wasm, the same for both platforms.
+hack/helm-module.sh "$DIST/bin/enoki-helm-$VERSION.wasm"
 for arch in amd64 arm64; do
-  root="$W/rootfs-$arch"; mkdir -p "$root/etc/ssl/certs" "$root/var/cache/enoki" "$root/tmp"
+  root="$W/rootfs-$arch"; mkdir -p "$root/etc/ssl/certs" "$root/var/cache/enoki" "$root/tmp" "$root/usr/lib/enoki"
   cp "$DIST/bin/enoki-$VERSION-linux-$arch" "$root/enoki"
+  install -m 0644 "$DIST/bin/enoki-helm-$VERSION.wasm" "$root/usr/lib/enoki/helm.wasm"
   cp /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/"
   chmod 0755 "$root/enoki"; chmod 1777 "$root/tmp" "$root/var/cache/enoki"
   tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C "$root" -cf "$W/layer-$arch.tar" .
