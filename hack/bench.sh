@@ -11,6 +11,7 @@ mkdir -p target
 K8S_TESTBIN="$(hack/k8s-testbin.sh)"; export K8S_TESTBIN
 hack/build-samples.sh
 hack/build-go-k8s.sh
+HELM="$(TOOLS=helm hack/tools.sh)/helm"; export HELM
 cargo build --release --locked -p reconciler-controller --bin enoki
 export ENOKI_BIN="$ROOT/target/release/enoki"
 for f in crds/manifests/*.yaml crds/manifests/builtins/*.yaml; do echo ---; cat "$f"; done > target/crds.yaml
@@ -20,5 +21,5 @@ hack/testenv.sh up
 # shellcheck disable=SC1091
 . "$TESTENV_DIR/env"
 cargo bench --locked -p enoki-tests --bench controller | tee target/bench-controller.md
-# The large Go module through the wasm host (no cluster needed).
+# The large Go module and the Helm module through the wasm host (no cluster needed).
 cargo bench --locked -p enoki-tests --bench large_module | tee target/bench-large-module.md

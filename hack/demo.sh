@@ -45,7 +45,8 @@ step "starting enoki run (log: $TESTENV_DIR/enoki.log)"
 echo "demo: enoki runs as the local control plane's admin, single-tenant (no impersonation, every" >&2
 echo "demo: Composition acts as the controller). The default install (deploy/base, the Helm chart)" >&2
 echo "demo: is multi-tenant: each Composition acts as its namespace's enoki-composer account." >&2
-target/debug/enoki run --lepton-persistent-volumes --module-cache-dir "$TESTENV_DIR/module-cache" >"$TESTENV_DIR/enoki.log" 2>&1 &
+target/debug/enoki run --lepton-persistent-volumes --module-cache-dir "$TESTENV_DIR/module-cache" \
+  --helm-module target/samples/helm-chart.wasm >"$TESTENV_DIR/enoki.log" 2>&1 &
 echo $! > "$TESTENV_DIR/enoki.pid"
 
 step "applying the samples (each module stored in a ConfigMap in enoki-system)"
@@ -65,15 +66,24 @@ for s in samples/0*/composition.yaml; do
   grep -q 'REGISTRY/' "$s" || kubectl apply -f "$s"
 done
 
-step "publishing the Python and TypeScript components (14-18 MB) to a local OCI registry"
+step "publishing the Python, TypeScript and Helm modules (14-80 MB) to a local OCI registry"
 REGISTRY="$(hack/registry.sh "$TESTENV_DIR/registry" "${DEMO_REGISTRY_PORT:-5123}")"
 cp "$TESTENV_DIR/registry/pid" "$TESTENV_DIR/registry.pid"
-for lang in python typescript; do
+for lang in python typescript helm; do
   digest="$(target/debug/enoki module push "target/samples/$lang.wasm" "$REGISTRY/samples/$lang:0.1.0" | head -1)"
   echo "  $lang: $REGISTRY/samples/$lang:0.1.0@$digest"
   sample="$(ls -d samples/*-"$lang")"
   sed -e "s|REGISTRY/|$REGISTRY/|" -e "s|@DIGEST|@$digest|" "$sample/composition.yaml" | kubectl apply -f -
 done
+
+step "a chart through the built-in helm synthesizer: metrics-server pushed with helm push, pinned"
+HELM="$(TOOLS=helm hack/tools.sh)/helm"
+rm -rf "$TESTENV_DIR/charts"; mkdir -p "$TESTENV_DIR/charts"
+"$HELM" package target/charts/metrics-server -d "$TESTENV_DIR/charts" >/dev/null
+pushed="$("$HELM" push "$TESTENV_DIR"/charts/metrics-server-*.tgz "oci://$REGISTRY/charts" --plain-http 2>&1)"
+chart="$(sed -n 's/^Pushed: //p' <<<"$pushed")@$(grep -o 'sha256:[0-9a-f]*' <<<"$pushed" | head -1)"
+echo "  chart: $chart"
+sed -e "s|CHART|$chart|" samples/12-helm/builtin.yaml | kubectl apply -f -
 
 step "playing the parts of the operators the built-ins' outputs are for (no KBS operator, no kubelet here)"
 for _ in $(seq 60); do kubectl -n demo get kbsconfig trustee-kbs-config >/dev/null 2>&1 && break; sleep 1; done

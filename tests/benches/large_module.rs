@@ -9,8 +9,12 @@
 //! - `restart`: a new process on that cache directory — load the verified artifact, run;
 //! - `warm`: runs of the optimized code in one process (median).
 //!
-//! Run: `cargo bench -p enoki-tests --bench large_module` (after
-//! `hack/build-go-k8s.sh`; `make bench` does both).
+//! The same phases then run the Helm module (`target/samples/helm-chart.wasm`: Helm's engine)
+//! rendering the ingress-nginx chart with its defaults, next to `helm template` of the same
+//! chart, values, release and namespace (time: median of 7; peak RSS).
+//!
+//! Run: `cargo bench -p enoki-tests --bench large_module` (after `hack/build-go-k8s.sh` and
+//! `hack/build-samples.sh`; `make bench` does all three).
 
 #![allow(clippy::unwrap_used)] // a measuring tool: any failure stops it loudly
 
@@ -19,17 +23,22 @@ use std::time::{Duration, Instant};
 
 use wasm_host::{Entropy, Host, ModulePre, RunLimits, RunRequest};
 
-const INPUT: &[u8] =
-    br#"{"apiVersion":"config.kubernetes.io/v1","kind":"ResourceList","items":[]}"#;
+const EMPTY_INPUT: &str = r#"{"apiVersion":"config.kubernetes.io/v1","kind":"ResourceList","items":[]}"#;
 
-fn run(host: &Host, m: &ModulePre) -> Duration {
+/// What a phase runs: the module's stdin (a file) and a kind its output must hold.
+struct Case {
+    input: Vec<u8>,
+    expect: String,
+}
+
+fn run(host: &Host, m: &ModulePre, case: &Case) -> Duration {
     let started = Instant::now();
     let out = host
         .run(
             m,
             RunRequest {
-                program: "go-k8s",
-                input: INPUT,
+                program: "bench",
+                input: &case.input,
                 env: &[],
                 limits: RunLimits {
                     deadline: Duration::from_secs(60),
@@ -42,9 +51,10 @@ fn run(host: &Host, m: &ModulePre) -> Duration {
                 },
             },
         )
-        .unwrap_or_else(|e| panic!("the Go module failed: {e}"));
+        .unwrap_or_else(|e| panic!("the module failed: {e}"));
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("\"kind\":\"Deployment\""), "{text}");
+    let kind = format!("\"kind\":\"{}\"", case.expect);
+    assert!(text.contains(&kind), "{text}");
     started.elapsed()
 }
 
@@ -53,7 +63,7 @@ fn secs(d: Duration) -> String {
 }
 
 /// One phase, in this process; prints `key=value` lines for the parent.
-fn phase(name: &str, module: &str, cache: &str) {
+fn phase(name: &str, module: &str, cache: &str, case: &Case) {
     let bytes = std::fs::read(module).unwrap_or_else(|e| panic!("{module}: {e}"));
     let cache = std::path::Path::new(cache);
     let started = Instant::now();
@@ -63,7 +73,7 @@ fn phase(name: &str, module: &str, cache: &str) {
             host.set_baseline_min_bytes(usize::MAX);
             let m = host.load(&bytes).unwrap();
             let compiled = started.elapsed();
-            let first = run(&host, &m);
+            let first = run(&host, &m, case);
             println!("usable={}", secs(compiled + first));
             println!("compile={}", secs(compiled));
             println!("run={}", secs(first));
@@ -76,7 +86,7 @@ fn phase(name: &str, module: &str, cache: &str) {
                 "a large module starts on the baseline tier"
             );
             let compiled = started.elapsed();
-            let first = run(&host, &m);
+            let first = run(&host, &m, case);
             println!("usable={}", secs(compiled + first));
             println!("compile={}", secs(compiled));
             println!("run={}", secs(first));
@@ -90,7 +100,7 @@ fn phase(name: &str, module: &str, cache: &str) {
             let m = host.load(&bytes).unwrap();
             assert_eq!(host.cache_hits(), 1, "loaded from the on-disk cache");
             let loaded = started.elapsed();
-            let first = run(&host, &m);
+            let first = run(&host, &m, case);
             println!("usable={}", secs(loaded + first));
             println!("compile={}", secs(loaded));
             println!("run={}", secs(first));
@@ -98,7 +108,7 @@ fn phase(name: &str, module: &str, cache: &str) {
         "warm" => {
             let host = Host::new(Some(cache)).unwrap();
             let m = host.load(&bytes).unwrap();
-            let mut runs: Vec<Duration> = (0..7).map(|_| run(&host, &m)).collect();
+            let mut runs: Vec<Duration> = (0..7).map(|_| run(&host, &m, case)).collect();
             runs.sort();
             println!("run={}", secs(runs[runs.len() / 2]));
         }
@@ -107,13 +117,22 @@ fn phase(name: &str, module: &str, cache: &str) {
 }
 
 /// Runs a phase in a child process, sampling its VmHWM; returns its lines and peak RSS (MiB).
-fn child(name: &str, module: &str, cache: &str) -> (Vec<(String, String)>, u64) {
-    let exe = std::env::current_exe().unwrap();
-    let mut c = Command::new(exe)
-        .args(["--phase", name, module, cache])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+fn child(name: &str, module: &str, cache: &str, input: &str, expect: &str) -> (Vec<(String, String)>, u64) {
+    let mut c = Command::new(std::env::current_exe().unwrap());
+    c.args(["--phase", name, module, cache, input, expect]);
+    let (out, peak) = sampled(c);
+    assert!(out.status.success(), "phase {name} failed");
+    let lines = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    (lines, peak)
+}
+
+/// Runs `c` with stdout piped, sampling its VmHWM: its output and peak RSS (MiB).
+fn sampled(mut c: Command) -> (std::process::Output, u64) {
+    let mut c = c.stdout(Stdio::piped()).spawn().unwrap();
     let status_path = format!("/proc/{}/status", c.id());
     let mut peak_kib = 0;
     loop {
@@ -131,14 +150,7 @@ fn child(name: &str, module: &str, cache: &str) -> (Vec<(String, String)>, u64) 
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let out = c.wait_with_output().unwrap();
-    assert!(out.status.success(), "phase {name} failed");
-    let lines = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    (lines, peak_kib / 1024)
+    (c.wait_with_output().unwrap(), peak_kib / 1024)
 }
 
 fn get(lines: &[(String, String)], key: &str) -> String {
@@ -151,25 +163,116 @@ fn get(lines: &[(String, String)], key: &str) -> String {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if let Some(i) = args.iter().position(|a| a == "--phase") {
-        phase(&args[i + 1], &args[i + 2], &args[i + 3]);
+        let input = std::fs::read(&args[i + 4]).unwrap();
+        let case = Case {
+            input,
+            expect: args[i + 5].clone(),
+        };
+        phase(&args[i + 1], &args[i + 2], &args[i + 3], &case);
         return;
     }
-    let module = harness::workspace_root().join("target/samples/go-k8s.wasm");
-    let Ok(meta) = std::fs::metadata(&module) else {
-        eprintln!(
-            "{} is missing: run hack/build-go-k8s.sh first (make bench does)",
-            module.display()
-        );
+    let root = harness::workspace_root();
+    let scratch = std::env::temp_dir().join(format!("enoki-large-module-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&scratch);
+    std::fs::create_dir_all(&scratch).unwrap();
+    let empty = scratch.join("empty.json");
+    std::fs::write(&empty, EMPTY_INPUT).unwrap();
+    phases(
+        &required(&root.join("target/samples/go-k8s.wasm"), "hack/build-go-k8s.sh"),
+        &scratch.join("cache-go"),
+        &empty,
+        "Deployment",
+    );
+    let helm_module = required(&root.join("target/samples/helm-chart.wasm"), "hack/build-samples.sh");
+    let (list, tgz) = ingress_nginx(&root, &scratch);
+    phases(&helm_module, &scratch.join("cache-helm"), &list, "DaemonSet");
+    helm_template(&tgz);
+    let _ = std::fs::remove_dir_all(&scratch);
+}
+
+fn required(path: &std::path::Path, how: &str) -> std::path::PathBuf {
+    if !path.exists() {
+        eprintln!("{} is missing: run {how} first (make bench does)", path.display());
         std::process::exit(1);
-    };
-    let cache = std::env::temp_dir().join(format!("enoki-large-module-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&cache);
-    let (m, c) = (module.to_str().unwrap(), cache.to_str().unwrap());
-    let (base, base_rss) = child("cranelift", m, c);
-    let (first, first_rss) = child("first-sight", m, c);
-    let (restart, restart_rss) = child("restart", m, c);
-    let (warm, warm_rss) = child("warm", m, c);
-    let _ = std::fs::remove_dir_all(&cache);
+    }
+    path.to_path_buf()
+}
+
+fn helm_bin() -> String {
+    std::env::var("HELM").expect("HELM: the helm binary (make bench sets it)")
+}
+
+/// `helm package` of the ingress-nginx chart and the ResourceList binding it as input `chart`
+/// (release `rel` in `apps`, default values; the DaemonSet kind makes the output checkable).
+fn ingress_nginx(root: &std::path::Path, scratch: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    use base64::Engine as _;
+    let chart = required(&root.join("target/charts/ingress-nginx"), "hack/build-samples.sh");
+    let out = Command::new(helm_bin())
+        .args(["package", chart.to_str().unwrap(), "-d", scratch.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let tgz = std::fs::read_dir(scratch)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "tgz"))
+        .unwrap();
+    let b64 = base64::engine::general_purpose::STANDARD.encode(std::fs::read(&tgz).unwrap());
+    let values = "controller:\n  kind: DaemonSet\n";
+    let list = serde_json::json!({"apiVersion": "config.kubernetes.io/v1", "kind": "ResourceList",
+        "items": [
+            {"apiVersion": "v1", "kind": "ConfigMap",
+             "metadata": {"name": "chart", "annotations": {"enoki.dev/input-key": "chart"}},
+             "binaryData": {"chart.tgz": b64}},
+            {"apiVersion": "v1", "kind": "ConfigMap",
+             "metadata": {"name": "values", "annotations": {"enoki.dev/input-key": "values"}},
+             "data": {"values.yaml": values}}],
+        "functionConfig": {"composition": {"name": "rel", "namespace": "apps"}, "env": {}}});
+    let path = scratch.join("ingress-nginx.json");
+    std::fs::write(&path, list.to_string()).unwrap();
+    std::fs::write(scratch.join("values.yaml"), values).unwrap();
+    (path, tgz)
+}
+
+/// `helm template` of the same chart, values, release and namespace: median time of 7 and
+/// peak RSS.
+fn helm_template(tgz: &std::path::Path) {
+    let values = tgz.with_file_name("values.yaml");
+    let mut times = Vec::new();
+    let mut peak = 0;
+    for _ in 0..7 {
+        let mut c = Command::new(helm_bin());
+        c.args(["template", "rel", tgz.to_str().unwrap(), "-n", "apps", "--include-crds", "--no-hooks"])
+            .args(["-f", values.to_str().unwrap()]);
+        let started = Instant::now();
+        let (out, rss) = sampled(c);
+        times.push(started.elapsed());
+        assert!(out.status.success());
+        assert!(String::from_utf8_lossy(&out.stdout).contains("kind: DaemonSet"));
+        peak = peak.max(rss);
+    }
+    times.sort();
+    println!(
+        "\n`helm template` of the same chart, values, release and namespace (baseline of the \
+         Helm module's warm render): {} (median of 7, a process each), peak RSS {peak} MiB.",
+        secs(times[times.len() / 2])
+    );
+}
+
+/// The four phases of `module` run on `input`, as a table.
+fn phases(module: &std::path::Path, cache: &std::path::Path, input: &std::path::Path, expect: &str) {
+    let meta = std::fs::metadata(module).unwrap();
+    let _ = std::fs::remove_dir_all(cache);
+    let (m, c, i) = (
+        module.to_str().unwrap(),
+        cache.to_str().unwrap(),
+        input.to_str().unwrap(),
+    );
+    let (base, base_rss) = child("cranelift", m, c, i, expect);
+    let (first, first_rss) = child("first-sight", m, c, i, expect);
+    let (restart, restart_rss) = child("restart", m, c, i, expect);
+    let (warm, warm_rss) = child("warm", m, c, i, expect);
+    let _ = std::fs::remove_dir_all(cache);
 
     let seconds = |s: &str| s.trim_end_matches(" s").parse::<f64>().unwrap_or(f64::NAN);
     let ratio = |v: &str| format!("{:.2}×", seconds(v) / seconds(&get(&base, "usable")));
@@ -199,7 +302,7 @@ fn main() {
     }
     println!(
         "\nBackground optimization done {} after first sight (same process, peak RSS above). \
-         Warm run of the optimized code: {} (median of 7; process peak {warm_rss} MiB).",
+         Warm run of the optimized code: {} (median of 7; process peak {warm_rss} MiB).\n",
         get(&first, "optimized"),
         get(&warm, "run")
     );
