@@ -196,7 +196,8 @@ pub struct Synthesis {
     /// Revisions of every input it read.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub input_revisions: Vec<InputRevision>,
-    /// `sha256:<hex>` of the module that ran.
+    /// `sha256:<hex>` of the module that ran (`builtin:<name>@<version>` for a built-in; with
+    /// `spec.helm`, followed by `+chart:sha256:<hex>` of the chart).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub module_digest: Option<String>,
     /// `sha256:<hex>` of the input bytes.

@@ -90,6 +90,8 @@ pub struct HelmSpec {
      "message": "exactly one of configMap, oci, url must be set"},
     {"rule": "!has(self.url) || has(self.sha256)",
      "message": "a url chart needs sha256 (the hex SHA-256 of the .tgz)"},
+    {"rule": "!has(self.sha256) || has(self.url)",
+     "message": "sha256 is for a url chart"},
     {"rule": "!has(self.pullSecret) || has(self.oci)",
      "message": "pullSecret is for an oci chart"}
 ]))]
@@ -366,7 +368,8 @@ pub struct SynthesizerStatus {
     /// The generation this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// `sha256:<hex>` of the module that was fetched and compiled.
+    /// `sha256:<hex>` of the module that was fetched and compiled (`builtin:<name>@<version>` for
+    /// a built-in; with `spec.helm`, followed by `+chart:sha256:<hex>` of the chart).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub module_digest: Option<String>,
     /// `Ready`: the module was fetched and compiled.

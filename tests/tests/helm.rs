@@ -16,6 +16,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
@@ -211,11 +212,28 @@ async fn the_builtin_renders_a_chart_pulled_by_digest_and_a_values_change_prunes
 /// The chart of `reconciler/controller/tests/fixtures/helm-edge` from a ConfigMap: its crds/
 /// CRD and a CRD its templates render only with `extraCRD: true`. Turning the value off
 /// leaves the CRD (with its custom resources) in place, as `helm.sh/resource-policy: keep`
-/// would; deleting the Composition leaves both CRDs, as Helm leaves crds/.
+/// would; deleting the Composition leaves both CRDs, as Helm leaves crds/, without enoki's
+/// `managed-by` label: the release installed again (a new Composition of the same name)
+/// adopts them and becomes Ready.
 #[tokio::test]
 async fn a_values_change_never_deletes_a_crd() {
     let env = TestEnv::new().await;
     install_crds(&env.client).await;
+    let crds: Api<CustomResourceDefinition> = Api::all(env.client.clone());
+    let both = ["widgets.edge.enoki.dev", "gadgets.edge.enoki.dev"];
+    // What an interrupted earlier run may have left (the names are cluster-wide).
+    for crd in both {
+        let _ = crds.delete(crd, &DeleteParams::default()).await;
+    }
+    eventually("leftover CRDs gone", WAIT, || async {
+        for crd in both {
+            if crds.get_opt(crd).await.unwrap().is_some() {
+                return None;
+            }
+        }
+        Some(())
+    })
+    .await;
     let tgz = std::fs::read(packaged("reconciler/controller/tests/fixtures/helm-edge")).unwrap();
     let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "edge-chart"},
         "binaryData": {"chart.tgz": base64::engine::general_purpose::STANDARD.encode(tgz)}});
@@ -232,8 +250,6 @@ async fn a_values_change_never_deletes_a_crd() {
     composition(&env, "edge", &synth).await;
     let module = helm_module();
     let enoki = Enoki::start_with(&env.namespace, &["--helm-module", module.to_str().unwrap()]);
-    let crds: Api<CustomResourceDefinition> = Api::all(env.client.clone());
-    let both = ["widgets.edge.enoki.dev", "gadgets.edge.enoki.dev"];
     ready(&env, "edge").await;
     for crd in both {
         assert!(crd_alive(&crds, crd).await, "{crd}: {}", enoki.logs());
@@ -260,6 +276,26 @@ async fn a_values_change_never_deletes_a_crd() {
     assert!(!harness::config_map_exists(&env, "edge-no-monitoring").await);
     for crd in both {
         assert!(crd_alive(&crds, crd).await, "{crd} kept");
+        let c = crds.get(crd).await.unwrap();
+        assert!(
+            !c.labels().contains_key("enoki.dev/managed-by"),
+            "{crd} released: {:?}",
+            c.labels()
+        );
+    }
+    // Installed again: the kept CRDs are adopted, nothing conflicts.
+    composition(&env, "edge", &synth).await;
+    ready(&env, "edge").await;
+    env.api::<Composition>()
+        .delete("edge", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the Composition deleted again", WAIT, || async {
+        let gone = env.api::<Composition>().get_opt("edge").await.unwrap().is_none();
+        gone.then_some(())
+    })
+    .await;
+    for crd in both {
         crds.delete(crd, &DeleteParams::default()).await.unwrap();
     }
 }

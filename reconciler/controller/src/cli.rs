@@ -519,6 +519,10 @@ pub struct DiffArgs {
     /// As `enoki run`: `MANAGEMENT_NS=REMOTE_NS` pairs for a remote target.
     #[arg(long, env = "ENOKI_REMOTE_NAMESPACE_MAP", value_delimiter = ',')]
     pub remote_namespace_map: Vec<String>,
+    /// As `enoki run`: the built-in `helm` synthesizer's module (a file, or an OCI reference
+    /// pinned by digest), for Compositions of `spec.module.builtin: helm` Synthesizers.
+    #[arg(long, env = "ENOKI_HELM_MODULE")]
+    pub helm_module: Option<String>,
     /// Print Secret values instead of `***` (as `kubectl diff` does, values are masked by
     /// default; a changed value shows as `*** (before)` / `*** (after)`).
     #[arg(long, default_value_t = false)]

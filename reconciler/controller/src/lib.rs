@@ -155,6 +155,9 @@ async fn diff(args: &cli::DiffArgs) -> anyhow::Result<run::diff::Report> {
     defaults.no_cross_namespace_refs = args.no_cross_namespace_refs;
     defaults.remote_namespace_map =
         remote_namespace_map(&args.remote_namespace_map, args.remote_kubeconfig.is_some())?;
+    if let Some(m) = &args.helm_module {
+        defaults.helm_module = Some(m.clone()).filter(|m| !m.is_empty());
+    }
     let target = match &args.module {
         Some(module) => {
             let r = args.render_args(module);

@@ -93,6 +93,15 @@ pub fn load_module(
     policy: &crate::sources::FetchPolicy,
 ) -> Result<Module, RenderError> {
     if let Some(name) = arg.strip_prefix("builtin:") {
+        if name == "helm" {
+            return Err(RenderError::Usage(
+                "builtin:helm is a wasm module (the one `enoki run --helm-module` names: \
+                 /usr/lib/enoki/helm.wasm in the image, target/samples/helm-chart.wasm from \
+                 source): render that file with the packaged chart bound as input `chart` (a \
+                 ConfigMap with binaryData chart.tgz) and the values as input `values`"
+                    .into(),
+            ));
+        }
         return match builtins::lookup(name) {
             Some(run) => Ok(Module::Builtin {
                 name: name.to_string(),

@@ -383,3 +383,72 @@ fn required_and_fail_are_synthesis_errors_with_the_charts_message() {
         assert!(ours.contains(message), "{name}: {ours}");
     }
 }
+
+/// The built-in's path: the chart and `spec.helm.values` given by the controller
+/// (`synthesis::Chart`, inputs `chart` and `helm-values`), then the Composition's `values` (a
+/// Secret here), then `values-*` in key order — merged as `helm -f` merges files; an observed
+/// output that happens to carry a values key is never read as values.
+#[test]
+fn the_builtins_values_merge_in_helms_order() {
+    use controller::synthesis;
+    let dir = scratch("edge-builtin");
+    let tgz = std::fs::read(package(&edge(), &dir)).unwrap();
+    let (host, module) = helm_module();
+    let synthesis::Module::Wasm(pre) = module else {
+        panic!("a wasm module")
+    };
+    let spec_values = json!({"name": "from-synth", "global": {"env": "synth"},
+        "sub": {"greeting": "synth"}});
+    let chart = synthesis::Chart::new(pre.clone(), "edge", &tgz, Some(&spec_values));
+    let chart_module = synthesis::Module::Chart(std::sync::Arc::new(chart));
+    assert!(chart_module.digest().contains("+chart:sha256:"));
+    let cm = |name: &str, values: &str| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
+            "data": {"values.yaml": values}})
+    };
+    let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "v"},
+        "data": {"values.yaml": base64::engine::general_purpose::STANDARD
+            .encode("global:\n  env: secret\n")}});
+    let mut observed = cm("live", "name: observed\n");
+    observed["metadata"]["annotations"] = json!({"enoki.dev/input-key": "values-z"});
+    let input = synthesis::SynthesisInput {
+        composition: synthesis::CompositionMeta {
+            name: "rel".into(),
+            namespace: "apps".into(),
+            ..Default::default()
+        },
+        inputs: vec![
+            ("values-b".into(), cm("b", "sub:\n  greeting: b\n")),
+            ("values".into(), secret),
+            ("values-a".into(), cm("a", "sub:\n  greeting: a\n")),
+        ],
+        observed: vec![observed],
+        program: "helm".into(),
+        ..Default::default()
+    };
+    let limits = synthesis::run_limits(None).unwrap();
+    let out = synthesis::synthesize(
+        host,
+        &chart_module,
+        &input,
+        limits,
+        false,
+        &synthesis::static_is_namespaced,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let find = |name: &str| {
+        out.items
+            .iter()
+            .find(|o| o["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("{name} in {:?}", out.items))
+            .clone()
+    };
+    // `name` from the Synthesizer (the observed output is not values), `global.env` from the
+    // Secret, the subchart's greeting from values-b (after values-a).
+    assert_eq!(find("rel-from-synth")["data"]["env"], "secret");
+    assert_eq!(find("rel-sub")["data"]["greeting"], "b");
+    assert_eq!(find("rel-sub")["data"]["env"], "secret");
+    // Every CRD is kept whatever the values: `prune: disabled`.
+    let crd = find("widgets.edge.enoki.dev");
+    assert_eq!(crd["metadata"]["annotations"]["enoki.dev/prune"], "disabled");
+}

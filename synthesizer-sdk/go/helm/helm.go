@@ -198,7 +198,7 @@ func Objects(manifest string, ch *chart.Chart) ([]sdk.Object, error) {
 		}
 		// Helm never deletes the CRDs of crds/, nor what says helm.sh/resource-policy: keep;
 		// no CRD is deleted because values changed (its custom resources would go with it).
-		if crds[source] || keep(obj) || isCRD(obj) {
+		if (crds[source] || keep(obj) || isCRD(obj)) && !hasAnnotation(obj, "prune") {
 			sdk.Annotate(obj, "enoki.dev/prune", "disabled")
 		}
 		out = append(out, obj)
@@ -212,11 +212,23 @@ func isCRD(obj map[string]any) bool {
 	return obj["kind"] == "CustomResourceDefinition" && strings.HasPrefix(v, "apiextensions.k8s.io/")
 }
 
-// keep reports an object annotated helm.sh/resource-policy: keep.
+// keep reports an object annotated helm.sh/resource-policy: keep (as Helm reads it: trimmed,
+// any case).
 func keep(obj map[string]any) bool {
 	meta, _ := obj["metadata"].(map[string]any)
 	ann, _ := meta["annotations"].(map[string]any)
-	return ann["helm.sh/resource-policy"] == "keep"
+	v, _ := ann["helm.sh/resource-policy"].(string)
+	return strings.ToLower(strings.TrimSpace(v)) == "keep"
+}
+
+// hasAnnotation reports an enoki.dev/<name> or eno.azure.io/<name> annotation the chart wrote
+// itself (it wins over what the shim would add).
+func hasAnnotation(obj map[string]any, name string) bool {
+	meta, _ := obj["metadata"].(map[string]any)
+	ann, _ := meta["annotations"].(map[string]any)
+	_, enoki := ann["enoki.dev/"+name]
+	_, eno := ann["eno.azure.io/"+name]
+	return enoki || eno
 }
 
 // splitDocuments splits a multi-document YAML stream on `---` lines.

@@ -56,6 +56,9 @@ pub enum ModuleError {
         /// Module size in bytes.
         size: usize,
     },
+    /// Another field of the Synthesizer is invalid; the message names it.
+    #[error("{0}")]
+    Invalid(String),
     /// The chart of `spec.helm` could not be fetched or is not a chart.
     #[error("spec.helm.chart{}{field}: {message}", if field.is_empty() { "" } else { "." })]
     Chart {
@@ -76,7 +79,7 @@ impl ModuleError {
     /// A fixed PascalCase name (metric label).
     pub fn kind(&self) -> &'static str {
         match self {
-            ModuleError::Spec(_) => "Spec",
+            ModuleError::Spec(_) | ModuleError::Invalid(_) => "Spec",
             ModuleError::Fetch { .. } => "Fetch",
             ModuleError::Load(e) => e.category(),
             ModuleError::CompileTimeout { .. } => "CompileTimeout",
@@ -86,17 +89,27 @@ impl ModuleError {
         }
     }
 
-    /// A module-source error of the chart, named as `spec.helm.chart`'s.
+    /// A module-source error of the chart, named as `spec.helm.chart`'s (and its limit
+    /// as the chart's).
     fn into_chart(self) -> ModuleError {
+        let about_the_chart = |m: &str| {
+            m.replace(
+                "module size limit",
+                &format!("chart size limit ({MAX_CHART_BYTES} bytes at most)"),
+            )
+            .replace(" (--max-module-size)", "")
+            .replace("pin the module", "pin the chart")
+        };
         match self {
             ModuleError::Fetch { field, message } => ModuleError::Chart {
                 field,
-                message,
+                message: about_the_chart(&message),
                 transient: true,
             },
+            ModuleError::Invalid(message) => ModuleError::Invalid(message),
             other => ModuleError::Chart {
                 field: "",
-                message: other.to_string().trim_start_matches("spec.module: ").to_string(),
+                message: about_the_chart(other.to_string().trim_start_matches("spec.module: ")),
                 transient: false,
             },
         }
@@ -146,8 +159,7 @@ pub async fn fetch(
                     "builtin \"helm\" renders a chart: set spec.helm.chart".into(),
                 ));
             }
-            let bytes = helm_module_bytes(helm_module, policy, ca).await?;
-            compile_module(host, bytes, compile).await?
+            helm_module_compiled(host, helm_module, policy, ca, compile).await?
         }
         Some(name) => {
             let Some(run) = builtins::lookup(name) else {
@@ -192,6 +204,35 @@ enum Artifact {
     Chart,
 }
 
+/// The Helm module of `--helm-module`, read and compiled once per process and host, whatever
+/// the number of Synthesizers using it (its 80 MB are not read again for each of them; a
+/// failure is not kept, the next fetch tries again).
+async fn helm_module_compiled(
+    host: &std::sync::Arc<wasm_host::Host>,
+    helm_module: Option<&str>,
+    policy: &FetchPolicy,
+    ca: Option<&[u8]>,
+    compile: &CompileBudget,
+) -> Result<Module, ModuleError> {
+    type Loaded = Option<(String, usize, wasm_host::ModulePre)>;
+    static HELM: tokio::sync::Mutex<Loaded> = tokio::sync::Mutex::const_new(None);
+    let location = helm_module.unwrap_or_default().to_string();
+    let host_id = std::sync::Arc::as_ptr(host) as usize;
+    let mut loaded = HELM.lock().await;
+    if let Some((l, h, pre)) = loaded.as_ref()
+        && *l == location
+        && *h == host_id
+    {
+        return Ok(Module::Wasm(pre.clone()));
+    }
+    let bytes = helm_module_bytes(helm_module, policy, ca).await?;
+    let module = compile_module(host, bytes, compile).await?;
+    if let Module::Wasm(pre) = &module {
+        *loaded = Some((location, host_id, pre.clone()));
+    }
+    Ok(module)
+}
+
 /// The module given with `--helm-module`: a file, or an OCI reference pinned by digest.
 async fn helm_module_bytes(
     helm_module: Option<&str>,
@@ -219,17 +260,19 @@ async fn helm_module_bytes(
         .await
         .map_err(|e| fail(e.to_string()));
     }
-    let bytes = tokio::fs::read(location)
+    let size = tokio::fs::metadata(location)
         .await
-        .map_err(|e| fail(e.to_string()))?;
-    if bytes.len() > policy.max_bytes {
+        .map_err(|e| fail(format!("{e} (set --helm-module to the Helm module's file or OCI reference)")))?
+        .len();
+    if size > policy.max_bytes as u64 {
         return Err(fail(format!(
-            "{} bytes, over the module size limit of {} bytes (--max-module-size)",
-            bytes.len(),
+            "{size} bytes, over the module size limit of {} bytes (--max-module-size)",
             policy.max_bytes
         )));
     }
-    Ok(bytes)
+    tokio::fs::read(location)
+        .await
+        .map_err(|e| fail(e.to_string()))
 }
 
 /// `pre` with the chart of `spec.helm` fetched and the inputs it adds (`chart`,
@@ -248,8 +291,8 @@ async fn chart_module(
         .iter()
         .find(|r| CHART_INPUT_KEYS.contains(&r.key.as_str()))
     {
-        return Err(ModuleError::Spec(format!(
-            "refs: key {:?} is the input spec.helm gives the module; bind values under \
+        return Err(ModuleError::Invalid(format!(
+            "spec.refs: key {:?} is the input spec.helm gives the module; bind values under \
              \"values\" instead",
             r.key
         )));
@@ -259,6 +302,16 @@ async fn chart_module(
         ..*policy
     };
     let source = helm.chart.as_module_source();
+    if source.sources_set() != 1 {
+        return Err(ModuleError::Chart {
+            field: "",
+            message: format!(
+                "exactly one of configMap, oci, url must be set ({} are)",
+                source.sources_set()
+            ),
+            transient: false,
+        });
+    }
     let bytes = fetch_bytes(client, &source, Artifact::Chart, ca, &chart_policy)
         .await
         .map_err(ModuleError::into_chart)?;

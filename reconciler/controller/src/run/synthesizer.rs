@@ -179,7 +179,7 @@ pub(crate) async fn fetch_module(
     if ctx.opts.no_cross_namespace_refs {
         let refused = super::tenancy::module_refs(synth, ctx.opts.controller_namespace.as_deref());
         if !refused.is_empty() {
-            return Err(module::ModuleError::Spec(refused.join("; ")));
+            return Err(module::ModuleError::Invalid(refused.join("; ")));
         }
     }
     module::fetch(

@@ -269,6 +269,9 @@ async fn execute_one(
             ..StepResult::default()
         };
     }
+    if let (Some(o), true) = (obs, left_for_good(op)) {
+        return release(o, key).await;
+    }
     if matches!(op, Op::Skip { .. } | Op::Wait { .. } | Op::Conflict { .. }) {
         return StepResult::default();
     }
@@ -291,6 +294,45 @@ async fn execute_one(
             }
         }
         Err(e) => failed(e),
+    }
+}
+
+/// An object enoki leaves for good: kept by `prune: disabled` or orphaned on Composition
+/// deletion.
+fn left_for_good(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::Skip {
+            reason: SkipReason::PruneDisabled | SkipReason::Orphaned
+        }
+    )
+}
+
+/// Takes enoki's `managed-by` label off an object it leaves for good, so that another
+/// Composition (or this one, recreated) may adopt it later; the planner only leaves objects
+/// whose label is absent or this Composition's. Nothing to do once the label is gone.
+async fn release(obs: &Observation, key: &ResourceKey) -> StepResult {
+    let label = crds::names::annotations::MANAGED_BY.enoki;
+    let labelled = obs
+        .live
+        .as_ref()
+        .and_then(|l| l.pointer("/metadata/labels"))
+        .and_then(Value::as_object)
+        .is_some_and(|m| m.contains_key(label));
+    let Some(api) = obs.api.as_ref().filter(|_| labelled) else {
+        return StepResult::default();
+    };
+    let patch = serde_json::json!({"metadata": {"labels": {label: null}}});
+    match api
+        .patch(&key.name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => {
+            tracing::info!(resource = %key, "left in place; managed-by label removed");
+            StepResult::default()
+        }
+        Err(kube::Error::Api(s)) if s.code == 404 => StepResult::default(),
+        Err(e) => failed(summarize(&e)),
     }
 }
 

@@ -427,7 +427,10 @@ async fn sweep_outside(
     // A Composition whose Symphony is deleted deletes nothing (Eno), as the planner decides.
     let orphan = crds::names::annotations::DELETION_STRATEGY
         .get(comp.annotations())
-        .is_some_and(|s| s.eq_ignore_ascii_case("orphan"))
+        .is_some_and(|s| s.trim().eq_ignore_ascii_case("orphan"))
+        || crds::names::annotations::PRUNE
+            .get(comp.annotations())
+            .is_some_and(|s| ["disabled", "false"].contains(&s.trim().to_ascii_lowercase().as_str()))
         || composition_info(comp, true).symphony_deleting()
         // Which of them a --resource-filter leaves to others is not known from kind and
         // name alone: none is swept.

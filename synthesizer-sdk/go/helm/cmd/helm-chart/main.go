@@ -86,13 +86,24 @@ func chartArchive(in *sdk.ResourceList) ([]byte, error) {
 	return b, nil
 }
 
-// valueKeys are the input keys values are read from, in merge order.
+// inputKey is the input key of a bound input; "" for observed outputs (they are never values).
+func inputKey(item sdk.Object) string {
+	meta, _ := item["metadata"].(map[string]any)
+	ann, _ := meta["annotations"].(map[string]any)
+	if ann["enoki.dev/observed"] == "true" {
+		return ""
+	}
+	k, _ := ann["enoki.dev/input-key"].(string)
+	return k
+}
+
+// valueKeys are the input keys values are read from, in merge order, each once.
 func valueKeys(in *sdk.ResourceList) []string {
+	seen := map[string]bool{}
 	var more []string
 	for _, item := range in.Items {
-		meta, _ := item["metadata"].(map[string]any)
-		ann, _ := meta["annotations"].(map[string]any)
-		if k, _ := ann["enoki.dev/input-key"].(string); strings.HasPrefix(k, "values-") {
+		if k := inputKey(item); strings.HasPrefix(k, "values-") && !seen[k] {
+			seen[k] = true
 			more = append(more, k)
 		}
 	}
@@ -100,28 +111,39 @@ func valueKeys(in *sdk.ResourceList) []string {
 	return append([]string{"helm-values", "values"}, more...)
 }
 
-// values merges `values.yaml` of each values input, in order.
+// values merges `values.yaml` of each values input, in order (every object of a collection,
+// in the order delivered).
 func values(in *sdk.ResourceList) (map[string]any, error) {
 	out := map[string]any{}
 	for _, key := range valueKeys(in) {
-		obj, err := in.Input(key)
-		if err != nil {
-			continue
+		for _, obj := range in.Items {
+			if inputKey(obj) != key {
+				continue
+			}
+			vals, err := valuesOf(obj, key)
+			if err != nil {
+				return nil, err
+			}
+			out = merge(out, vals)
 		}
-		text, ok, err := field(obj, "values.yaml")
-		if err != nil {
-			return nil, fmt.Errorf("input %s: values.yaml: %w", key, err)
-		}
-		if !ok {
-			return nil, fmt.Errorf("input %s: no data key values.yaml", key)
-		}
-		vals := map[string]any{}
-		if err := yaml.Unmarshal(text, &vals); err != nil {
-			return nil, fmt.Errorf("input %s: values.yaml: %w", key, err)
-		}
-		out = merge(out, vals)
 	}
 	return out, nil
+}
+
+// valuesOf reads `values.yaml` of one values input.
+func valuesOf(obj sdk.Object, key string) (map[string]any, error) {
+	text, ok, err := field(obj, "values.yaml")
+	if err != nil {
+		return nil, fmt.Errorf("input %s: values.yaml: %w", key, err)
+	}
+	if !ok {
+		return nil, fmt.Errorf("input %s: no data key values.yaml", key)
+	}
+	vals := map[string]any{}
+	if err := yaml.Unmarshal(text, &vals); err != nil {
+		return nil, fmt.Errorf("input %s: values.yaml: %w", key, err)
+	}
+	return vals, nil
 }
 
 // merge is how `helm -f` merges a later file over an earlier one: maps key by key,

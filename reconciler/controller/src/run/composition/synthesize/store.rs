@@ -130,10 +130,14 @@ pub(crate) async fn status_write_failed(ctx: &Arc<Context>, comp: &Composition, 
 /// Most objects outside the namespace recorded per synthesis.
 pub(crate) const MAX_OUTSIDE: usize = 300;
 
-/// The items a synthesis emits outside `namespace` (cluster-scoped or elsewhere). Pure.
+/// The items a synthesis emits outside `namespace` (cluster-scoped or elsewhere) that
+/// Composition deletion is to delete: not those kept by their own `prune: disabled`,
+/// `deletion-strategy: orphan` or `disable-reconciliation` (the sweep after the namespace is
+/// gone has no manifests to ask). Pure.
 pub(crate) fn outside_namespace(items: &[Value], namespace: &str) -> Vec<crds::OutputRef> {
     items
         .iter()
+        .filter(|i| !kept_on_deletion(i))
         .filter_map(|i| {
             let ns = i
                 .pointer("/metadata/namespace")
@@ -152,6 +156,25 @@ pub(crate) fn outside_namespace(items: &[Value], namespace: &str) -> Vec<crds::O
         })
         .take(MAX_OUTSIDE)
         .collect()
+}
+
+/// Whether an item's own annotations keep it when its Composition is deleted.
+fn kept_on_deletion(item: &Value) -> bool {
+    use crds::names::annotations as keys;
+    let annotations: std::collections::BTreeMap<String, String> = item
+        .pointer("/metadata/annotations")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+        .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+        .collect();
+    let is = |key: crds::names::Key, values: &[&str]| {
+        key.get(&annotations)
+            .is_some_and(|v| values.contains(&v.trim().to_ascii_lowercase().as_str()))
+    };
+    is(keys::PRUNE, &["disabled", "false"])
+        || is(keys::DELETION_STRATEGY, &["orphan"])
+        || is(keys::DISABLE_RECONCILIATION, &["true"])
 }
 
 /// Status write-backs (instance mode) are not resources: kept aside, applied to the
@@ -213,5 +236,33 @@ pub(super) async fn write_new(
             refuse(ctx, comp, st, fp, reasons::SLICE_WRITE_FAILED, &message).await;
             Ok(Err(RETRY_CAP))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn what_is_kept_on_deletion_is_not_swept_with_the_namespace() {
+        let crd = |name: &str, annotations: Value| {
+            json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                "metadata": {"name": name, "annotations": annotations}})
+        };
+        let items = [
+            crd("swept", json!({})),
+            crd("pruning-off", json!({"enoki.dev/prune": "disabled"})),
+            crd("orphan", json!({"eno.azure.io/deletion-strategy": "Orphan"})),
+            crd("untouched", json!({"enoki.dev/disable-reconciliation": "true"})),
+            crd("pruning-on", json!({"enoki.dev/prune": "enabled"})),
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "home", "namespace": "apps"}}),
+        ];
+        let names: Vec<String> = outside_namespace(&items, "apps")
+            .into_iter()
+            .map(|o| o.name)
+            .collect();
+        assert_eq!(names, ["swept", "pruning-on"]);
     }
 }
