@@ -23,7 +23,8 @@ use std::time::{Duration, Instant};
 
 use wasm_host::{Entropy, Host, ModulePre, RunLimits, RunRequest};
 
-const EMPTY_INPUT: &str = r#"{"apiVersion":"config.kubernetes.io/v1","kind":"ResourceList","items":[]}"#;
+const EMPTY_INPUT: &str =
+    r#"{"apiVersion":"config.kubernetes.io/v1","kind":"ResourceList","items":[]}"#;
 
 /// What a phase runs: the module's stdin (a file) and a kind its output must hold.
 struct Case {
@@ -117,7 +118,13 @@ fn phase(name: &str, module: &str, cache: &str, case: &Case) {
 }
 
 /// Runs a phase in a child process, sampling its VmHWM; returns its lines and peak RSS (MiB).
-fn child(name: &str, module: &str, cache: &str, input: &str, expect: &str) -> (Vec<(String, String)>, u64) {
+fn child(
+    name: &str,
+    module: &str,
+    cache: &str,
+    input: &str,
+    expect: &str,
+) -> (Vec<(String, String)>, u64) {
     let mut c = Command::new(std::env::current_exe().unwrap());
     c.args(["--phase", name, module, cache, input, expect]);
     let (out, peak) = sampled(c);
@@ -178,21 +185,35 @@ fn main() {
     let empty = scratch.join("empty.json");
     std::fs::write(&empty, EMPTY_INPUT).unwrap();
     phases(
-        &required(&root.join("target/samples/go-k8s.wasm"), "hack/build-go-k8s.sh"),
+        &required(
+            &root.join("target/samples/go-k8s.wasm"),
+            "hack/build-go-k8s.sh",
+        ),
         &scratch.join("cache-go"),
         &empty,
         "Deployment",
     );
-    let helm_module = required(&root.join("target/samples/helm-chart.wasm"), "hack/build-samples.sh");
+    let helm_module = required(
+        &root.join("target/samples/helm-chart.wasm"),
+        "hack/build-samples.sh",
+    );
     let (list, tgz) = ingress_nginx(&root, &scratch);
-    phases(&helm_module, &scratch.join("cache-helm"), &list, "DaemonSet");
+    phases(
+        &helm_module,
+        &scratch.join("cache-helm"),
+        &list,
+        "DaemonSet",
+    );
     helm_template(&tgz);
     let _ = std::fs::remove_dir_all(&scratch);
 }
 
 fn required(path: &std::path::Path, how: &str) -> std::path::PathBuf {
     if !path.exists() {
-        eprintln!("{} is missing: run {how} first (make bench does)", path.display());
+        eprintln!(
+            "{} is missing: run {how} first (make bench does)",
+            path.display()
+        );
         std::process::exit(1);
     }
     path.to_path_buf()
@@ -204,14 +225,29 @@ fn helm_bin() -> String {
 
 /// `helm package` of the ingress-nginx chart and the ResourceList binding it as input `chart`
 /// (release `rel` in `apps`, default values; the DaemonSet kind makes the output checkable).
-fn ingress_nginx(root: &std::path::Path, scratch: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+fn ingress_nginx(
+    root: &std::path::Path,
+    scratch: &std::path::Path,
+) -> (std::path::PathBuf, std::path::PathBuf) {
     use base64::Engine as _;
-    let chart = required(&root.join("target/charts/ingress-nginx"), "hack/build-samples.sh");
+    let chart = required(
+        &root.join("target/charts/ingress-nginx"),
+        "hack/build-samples.sh",
+    );
     let out = Command::new(helm_bin())
-        .args(["package", chart.to_str().unwrap(), "-d", scratch.to_str().unwrap()])
+        .args([
+            "package",
+            chart.to_str().unwrap(),
+            "-d",
+            scratch.to_str().unwrap(),
+        ])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let tgz = std::fs::read_dir(scratch)
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -242,8 +278,16 @@ fn helm_template(tgz: &std::path::Path) {
     let mut peak = 0;
     for _ in 0..7 {
         let mut c = Command::new(helm_bin());
-        c.args(["template", "rel", tgz.to_str().unwrap(), "-n", "apps", "--include-crds", "--no-hooks"])
-            .args(["-f", values.to_str().unwrap()]);
+        c.args([
+            "template",
+            "rel",
+            tgz.to_str().unwrap(),
+            "-n",
+            "apps",
+            "--include-crds",
+            "--no-hooks",
+        ])
+        .args(["-f", values.to_str().unwrap()]);
         let started = Instant::now();
         let (out, rss) = sampled(c);
         times.push(started.elapsed());
@@ -260,7 +304,12 @@ fn helm_template(tgz: &std::path::Path) {
 }
 
 /// The four phases of `module` run on `input`, as a table.
-fn phases(module: &std::path::Path, cache: &std::path::Path, input: &std::path::Path, expect: &str) {
+fn phases(
+    module: &std::path::Path,
+    cache: &std::path::Path,
+    input: &std::path::Path,
+    expect: &str,
+) {
     let meta = std::fs::metadata(module).unwrap();
     let _ = std::fs::remove_dir_all(cache);
     let (m, c, i) = (

@@ -184,10 +184,7 @@ async fn the_builtin_renders_a_chart_pulled_by_digest_and_a_values_change_prunes
     let helm_module = format!("{addr}/enoki/helm:e2e@{module_digest}");
     let enoki = Enoki::start_with(&env.namespace, &["--helm-module", &helm_module]);
     let instance = ListParams::default().labels(&format!("app.kubernetes.io/instance={name}"));
-    let (deployments, pdbs) = (
-        env.api::<Deployment>(),
-        env.api::<PodDisruptionBudget>(),
-    );
+    let (deployments, pdbs) = (env.api::<Deployment>(), env.api::<PodDisruptionBudget>());
     eventually("the chart converged", WAIT, || async {
         let ready = harness::composition_ready(&env, &name).await;
         let d = deployments.list(&instance).await.unwrap().items;
@@ -269,7 +266,12 @@ async fn a_values_change_never_deletes_a_crd() {
         .await
         .unwrap();
     eventually("the Composition deleted", WAIT, || async {
-        let gone = env.api::<Composition>().get_opt("edge").await.unwrap().is_none();
+        let gone = env
+            .api::<Composition>()
+            .get_opt("edge")
+            .await
+            .unwrap()
+            .is_none();
         gone.then_some(())
     })
     .await;
@@ -291,7 +293,12 @@ async fn a_values_change_never_deletes_a_crd() {
         .await
         .unwrap();
     eventually("the Composition deleted again", WAIT, || async {
-        let gone = env.api::<Composition>().get_opt("edge").await.unwrap().is_none();
+        let gone = env
+            .api::<Composition>()
+            .get_opt("edge")
+            .await
+            .unwrap()
+            .is_none();
         gone.then_some(())
     })
     .await;
@@ -326,10 +333,7 @@ async fn a_helm_install_release_is_taken_over() {
         file.to_str().unwrap(),
     ]);
     let instance = ListParams::default().labels(&format!("app.kubernetes.io/instance={name}"));
-    let (deployments, pdbs) = (
-        env.api::<Deployment>(),
-        env.api::<PodDisruptionBudget>(),
-    );
+    let (deployments, pdbs) = (env.api::<Deployment>(), env.api::<PodDisruptionBudget>());
     let args = |d: &Deployment| -> Vec<String> {
         let pod = d.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
         pod.containers[0].args.clone().unwrap_or_default()
@@ -374,7 +378,11 @@ async fn a_helm_install_release_is_taken_over() {
         .await
         .unwrap();
     assert_eq!(deployments.list(&instance).await.unwrap().items.len(), 1);
-    set_values(&env, &format!("nameOverride: {name}\napiService:\n  create: false\n")).await;
+    set_values(
+        &env,
+        &format!("nameOverride: {name}\napiService:\n  create: false\n"),
+    )
+    .await;
     eventually("Helm's argument and the PDB removed", WAIT, || async {
         let d = deployments.list(&instance).await.unwrap().items;
         let gone = pdbs.list(&instance).await.unwrap().items.is_empty();

@@ -323,7 +323,11 @@ pub struct RunArgs {
     /// The module of the built-in `helm` synthesizer (`spec.module.builtin: helm`): a file,
     /// or an OCI reference pinned by digest. The image ships it at the default path; from
     /// source it is `target/samples/helm-chart.wasm` (`hack/build-samples.sh`).
-    #[arg(long, env = "ENOKI_HELM_MODULE", default_value = "/usr/lib/enoki/helm.wasm")]
+    #[arg(
+        long,
+        env = "ENOKI_HELM_MODULE",
+        default_value = "/usr/lib/enoki/helm.wasm"
+    )]
     pub helm_module: String,
     /// Highest `spec.limits.memory` a Synthesizer may ask for (quantity).
     #[arg(long, env = "ENOKI_MAX_SYNTHESIS_MEMORY", default_value = "512Mi")]

@@ -83,7 +83,10 @@ fn files(lang: Lang) -> &'static [(&'static str, &'static str)] {
             ("go.mod", include_str!("../templates/new/helm/go.mod")),
             ("main.go", include_str!("../templates/new/helm/main.go")),
             ("Makefile", include_str!("../templates/new/helm/Makefile")),
-            (".gitignore", include_str!("../templates/new/helm/.gitignore")),
+            (
+                ".gitignore",
+                include_str!("../templates/new/helm/.gitignore"),
+            ),
             (
                 "chart/Chart.yaml",
                 include_str!("../templates/new/helm/chart/Chart.yaml"),

@@ -359,7 +359,15 @@ pub fn synthesize(
     let input_digest = sha256(&stdin);
     let mut peak_memory_bytes = 0;
     let stdout = match module {
-        Module::Wasm(m) => run_wasm(host, m, input, &stdin, limits, secure, &mut peak_memory_bytes)?,
+        Module::Wasm(m) => run_wasm(
+            host,
+            m,
+            input,
+            &stdin,
+            limits,
+            secure,
+            &mut peak_memory_bytes,
+        )?,
         Module::Chart(c) => run_wasm(
             host,
             &c.module,

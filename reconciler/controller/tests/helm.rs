@@ -193,9 +193,16 @@ fn synthesize(list: &Path) -> Result<Vec<Value>, String> {
     }))
     .unwrap();
     let (host, module) = helm_module();
-    synthesis::synthesize(host, module, &input, limits, false, &synthesis::static_is_namespaced)
-        .map(|s| s.items)
-        .map_err(|e| e.to_string())
+    synthesis::synthesize(
+        host,
+        module,
+        &input,
+        limits,
+        false,
+        &synthesis::static_is_namespaced,
+    )
+    .map(|s| s.items)
+    .map_err(|e| e.to_string())
 }
 
 /// One object as both sides are compared: the release namespace enoki defaults is dropped,
@@ -255,8 +262,8 @@ fn same_as_helm_template_with(name: &str, chart: &Path, values: Option<&str>, ap
         template_with(&tgz, values_file.as_deref(), release, ns, &extra)
             .unwrap()
             .into_iter()
-        .map(|o| normalized(o, ns))
-        .collect();
+            .map(|o| normalized(o, ns))
+            .collect();
     ours.sort_by(|a, b| a.0.cmp(&b.0));
     theirs.sort_by(|a, b| a.0.cmp(&b.0));
     let keys = |v: &[(String, Value)]| v.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>();
@@ -356,7 +363,11 @@ fn subcharts_library_charts_tpl_lookup_and_capabilities_render_as_helm_template(
              global:\n  env: prod\nsub:\n  greeting: overridden\n",
         ),
     );
-    same_as_helm_template("edge-no-subchart", &edge(), Some("sub:\n  enabled: false\n"));
+    same_as_helm_template(
+        "edge-no-subchart",
+        &edge(),
+        Some("sub:\n  enabled: false\n"),
+    );
     same_as_helm_template_with(
         "edge-capabilities",
         &edge(),
@@ -369,8 +380,16 @@ fn subcharts_library_charts_tpl_lookup_and_capabilities_render_as_helm_template(
 #[test]
 fn required_and_fail_are_synthesis_errors_with_the_charts_message() {
     for (name, values, message) in [
-        ("edge-required", "name: null\n", "a name is required: set .Values.name"),
-        ("edge-fail", "boom: true\n", "boom was set: the chart refuses to render"),
+        (
+            "edge-required",
+            "name: null\n",
+            "a name is required: set .Values.name",
+        ),
+        (
+            "edge-fail",
+            "boom: true\n",
+            "boom was set: the chart refuses to render",
+        ),
     ] {
         let dir = scratch(name);
         let tgz = package(&edge(), &dir);
@@ -450,5 +469,8 @@ fn the_builtins_values_merge_in_helms_order() {
     assert_eq!(find("rel-sub")["data"]["env"], "secret");
     // Every CRD is kept whatever the values: `prune: disabled`.
     let crd = find("widgets.edge.enoki.dev");
-    assert_eq!(crd["metadata"]["annotations"]["enoki.dev/prune"], "disabled");
+    assert_eq!(
+        crd["metadata"]["annotations"]["enoki.dev/prune"],
+        "disabled"
+    );
 }

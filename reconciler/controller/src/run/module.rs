@@ -262,7 +262,11 @@ async fn helm_module_bytes(
     }
     let size = tokio::fs::metadata(location)
         .await
-        .map_err(|e| fail(format!("{e} (set --helm-module to the Helm module's file or OCI reference)")))?
+        .map_err(|e| {
+            fail(format!(
+                "{e} (set --helm-module to the Helm module's file or OCI reference)"
+            ))
+        })?
         .len();
     if size > policy.max_bytes as u64 {
         return Err(fail(format!(
@@ -322,12 +326,14 @@ async fn chart_module(
             transient: false,
         });
     }
-    Ok(Module::Chart(std::sync::Arc::new(crate::synthesis::Chart::new(
-        pre,
-        &kube::ResourceExt::name_any(synth),
-        &bytes,
-        helm.values.as_ref(),
-    ))))
+    Ok(Module::Chart(std::sync::Arc::new(
+        crate::synthesis::Chart::new(
+            pre,
+            &kube::ResourceExt::name_any(synth),
+            &bytes,
+            helm.values.as_ref(),
+        ),
+    )))
 }
 
 /// The input keys `spec.helm` fills.

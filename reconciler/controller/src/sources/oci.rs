@@ -21,7 +21,14 @@ pub async fn pull(
     credentials: Option<&Credentials>,
     extra_ca: Option<&[u8]>,
 ) -> Result<Vec<u8>, SourceError> {
-    pull_layer(reference, WASM_LAYER_MEDIA_TYPE, policy, credentials, extra_ca).await
+    pull_layer(
+        reference,
+        WASM_LAYER_MEDIA_TYPE,
+        policy,
+        credentials,
+        extra_ca,
+    )
+    .await
 }
 
 /// [`pull`] of the layer of another media type (a Helm chart's

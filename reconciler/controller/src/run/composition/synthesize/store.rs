@@ -253,8 +253,14 @@ mod tests {
         let items = [
             crd("swept", json!({})),
             crd("pruning-off", json!({"enoki.dev/prune": "disabled"})),
-            crd("orphan", json!({"eno.azure.io/deletion-strategy": "Orphan"})),
-            crd("untouched", json!({"enoki.dev/disable-reconciliation": "true"})),
+            crd(
+                "orphan",
+                json!({"eno.azure.io/deletion-strategy": "Orphan"}),
+            ),
+            crd(
+                "untouched",
+                json!({"enoki.dev/disable-reconciliation": "true"}),
+            ),
             crd("pruning-on", json!({"enoki.dev/prune": "enabled"})),
             json!({"apiVersion": "v1", "kind": "ConfigMap",
                 "metadata": {"name": "home", "namespace": "apps"}}),
