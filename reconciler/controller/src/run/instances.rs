@@ -29,7 +29,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::core::GroupVersionKind;
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
@@ -181,7 +181,7 @@ async fn instance_controller(ctx: Arc<Context>, synthesizer: String, wanted: Wan
         service_account: wanted.service_account,
         finalizer: wanted.finalizer,
     });
-    Controller::new_with(api, watcher::Config::default(), ar)
+    super::recovery::dynamic_controller(api, watcher::Config::default(), ar)
         .run(reconcile, error_policy, state)
         .for_each(|res| async move {
             if let Err(e) = res {

@@ -4,13 +4,16 @@
 //! and a watch that comes back to `410 Expired` — its resourceVersion compacted while the
 //! server was away — is not an error to wait on: the watcher lists again at once. A change
 //! made just after the server returns is seen within seconds, not after a second, longer
-//! backoff.
+//! backoff. Every controller of enoki watches this way ([`controller`], [`dynamic_controller`],
+//! [`owned`]), kube's own `Controller::new` is not used.
 
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
+use kube::runtime::reflector;
 use kube::runtime::utils::{ResetTimerBackoff, StreamBackoff};
-use kube::runtime::watcher::{self, ExponentialBackoff};
+use kube::runtime::watcher::{self, ExponentialBackoff, watcher};
+use kube::runtime::{Controller, WatchStreamExt};
 
 /// The backoff of a failing watch.
 pub(crate) fn backoff() -> ResetTimerBackoff<ExponentialBackoff> {
@@ -84,4 +87,52 @@ mod tests {
         assert!(!expired(&other));
         assert!(!expired(&Ok(())));
     }
+}
+
+/// A `Controller` for `api` whose watch recovers as every other watch of the controller
+/// ([`recovering`]), instead of kube's default backoff (up to 30 s, then a second wait on
+/// `410 Expired`).
+pub(crate) fn controller<K>(api: kube::Api<K>, wc: watcher::Config) -> Controller<K>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (reader, writer) = reflector::store();
+    let stream = recovering(watcher(api, wc))
+        .reflect(writer)
+        .applied_objects()
+        .boxed();
+    Controller::for_stream(stream, reader)
+}
+
+/// [`controller`] for objects of a kind known at run time (`DynamicObject`s of `ar`).
+pub(crate) fn dynamic_controller(
+    api: kube::Api<kube::api::DynamicObject>,
+    wc: watcher::Config,
+    ar: kube::api::ApiResource,
+) -> Controller<kube::api::DynamicObject> {
+    let writer = reflector::store::Writer::<kube::api::DynamicObject>::new(ar.clone());
+    let reader = writer.as_reader();
+    let stream = recovering(watcher(api, wc))
+        .reflect(writer)
+        .applied_objects()
+        .boxed();
+    Controller::for_stream_with(stream, reader, ar)
+}
+
+/// The objects of `api` (changes of which wake their owner, `Controller::owns_stream`)
+/// through a [`recovering`] watch.
+pub(crate) fn owned<K>(
+    api: kube::Api<K>,
+    wc: watcher::Config,
+) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    recovering(watcher(api, wc)).applied_objects()
 }

@@ -1,7 +1,7 @@
 //! What runs per shard this replica holds: the Composition, slice and managed-object caches
 //! filtered to the shard, its controllers, and the cluster-wide background work of the leader.
 
-use super::super::recovery::recovering;
+use super::super::recovery::{self, recovering};
 use super::*;
 
 /// Runs the controllers of one shard until shutdown or until its Lease is lost (an error).
@@ -239,7 +239,7 @@ pub(super) async fn cluster_wide(
     if ctx.opts.namespace.is_none() {
         let synths: Api<crds::Synthesizer> = Api::all(ctx.client.clone());
         tasks.push(tokio::spawn(
-            Controller::new(synths, watcher::Config::default())
+            recovery::controller(synths, watcher::Config::default())
                 .graceful_shutdown_on(stop.clone())
                 .run(
                     super::super::synthesizer::reconcile_synthesizer,
@@ -259,8 +259,8 @@ pub(super) async fn cluster_wide(
         None => (Api::all(ctx.client.clone()), Api::all(ctx.client.clone())),
     };
     tasks.push(tokio::spawn(
-        Controller::new(syms, watcher::Config::default())
-            .owns(owned, watcher::Config::default())
+        recovery::controller(syms, watcher::Config::default())
+            .owns_stream(recovery::owned(owned, watcher::Config::default()))
             .graceful_shutdown_on(stop)
             .run(
                 symphony::reconcile,
