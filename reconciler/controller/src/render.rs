@@ -155,7 +155,7 @@ pub fn load_module(
     };
     if bytes.len() > 1 << 20 {
         crate::progress(&format!(
-            "compiling {arg} ({:.1} MiB; cached for the next run)…",
+            "compiling {arg} ({:.1} MiB)…",
             bytes.len() as f64 / f64::from(1 << 20)
         ));
     }
