@@ -251,6 +251,10 @@ pub struct OutputRef {
     pub namespace: String,
     /// Its name.
     pub name: String,
+    /// Kept when the Composition is deleted (`prune: disabled`, `deletion-strategy: orphan`,
+    /// `disable-reconciliation`): only enoki's `managed-by` label is taken off.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub kept: bool,
 }
 
 /// The revision of one input as it was read.

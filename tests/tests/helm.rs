@@ -211,7 +211,7 @@ async fn the_builtin_renders_a_chart_pulled_by_digest_and_a_values_change_prunes
 /// leaves the CRD (with its custom resources) in place, as `helm.sh/resource-policy: keep`
 /// would; deleting the Composition leaves both CRDs, as Helm leaves crds/, without enoki's
 /// `managed-by` label: the release installed again (a new Composition of the same name)
-/// adopts them and becomes Ready.
+/// adopts them and becomes Ready; deleting the whole namespace leaves and releases them too.
 #[tokio::test]
 async fn a_values_change_never_deletes_a_crd() {
     let env = TestEnv::new().await;
@@ -288,21 +288,47 @@ async fn a_values_change_never_deletes_a_crd() {
     // Installed again: the kept CRDs are adopted, nothing conflicts.
     composition(&env, "edge", &synth).await;
     ready(&env, "edge").await;
-    env.api::<Composition>()
-        .delete("edge", &DeleteParams::default())
+    let owner = env
+        .api::<Composition>()
+        .get("edge")
         .await
+        .unwrap()
+        .uid()
         .unwrap();
-    eventually("the Composition deleted again", WAIT, || async {
-        let gone = env
-            .api::<Composition>()
-            .get_opt("edge")
-            .await
-            .unwrap()
-            .is_none();
-        gone.then_some(())
+    // The crds/ CRD the chart renders again is this Composition's now (the other one the
+    // values leave out stays unmanaged).
+    eventually("the crds/ CRD adopted", WAIT, || async {
+        let labels = crds.get(both[0]).await.unwrap().labels().clone();
+        (labels.get("enoki.dev/managed-by") == Some(&owner)).then_some(())
     })
     .await;
+    // The whole namespace deleted (its ResourceSlices may go before the Composition's last
+    // pass): the CRDs stay, released again.
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(env.client.clone())
+        .delete(&env.namespace, &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(
+        "the Composition deleted with its namespace",
+        WAIT,
+        || async {
+            let gone = env
+                .api::<Composition>()
+                .get_opt("edge")
+                .await
+                .unwrap()
+                .is_none();
+            gone.then_some(())
+        },
+    )
+    .await;
     for crd in both {
+        assert!(crd_alive(&crds, crd).await, "{crd} kept: {}", enoki.logs());
+        let labels = crds.get(crd).await.unwrap().labels().clone();
+        assert!(
+            !labels.contains_key("enoki.dev/managed-by"),
+            "{crd}: {labels:?}"
+        );
         crds.delete(crd, &DeleteParams::default()).await.unwrap();
     }
 }

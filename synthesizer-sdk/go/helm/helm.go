@@ -221,14 +221,18 @@ func keep(obj map[string]any) bool {
 	return strings.ToLower(strings.TrimSpace(v)) == "keep"
 }
 
-// hasAnnotation reports an enoki.dev/<name> or eno.azure.io/<name> annotation the chart wrote
-// itself (it wins over what the shim would add).
+// hasAnnotation reports a non-empty enoki.dev/<name> or eno.azure.io/<name> annotation the
+// chart wrote itself (it wins over what the shim would add; an empty value, e.g. an unset
+// value quoted, says nothing).
 func hasAnnotation(obj map[string]any, name string) bool {
 	meta, _ := obj["metadata"].(map[string]any)
 	ann, _ := meta["annotations"].(map[string]any)
-	_, enoki := ann["enoki.dev/"+name]
-	_, eno := ann["eno.azure.io/"+name]
-	return enoki || eno
+	for _, k := range []string{"enoki.dev/" + name, "eno.azure.io/" + name} {
+		if v, _ := ann[k].(string); strings.TrimSpace(v) != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // splitDocuments splits a multi-document YAML stream on `---` lines.

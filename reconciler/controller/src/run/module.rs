@@ -204,9 +204,10 @@ enum Artifact {
     Chart,
 }
 
-/// The Helm module of `--helm-module`, read and compiled once per process and host, whatever
-/// the number of Synthesizers using it (its 80 MB are not read again for each of them; a
-/// failure is not kept, the next fetch tries again).
+/// The Helm module of `--helm-module`, compiled (the host compiles a module once and keeps
+/// it). Its bytes are read once however many Synthesizers fetch it at the same time: they
+/// share one buffer while any of them still compiles or checks it, and it is read again
+/// after that (nothing keeps its 80 MB afterwards; a failed read is not kept).
 async fn helm_module_compiled(
     host: &std::sync::Arc<wasm_host::Host>,
     helm_module: Option<&str>,
@@ -214,23 +215,26 @@ async fn helm_module_compiled(
     ca: Option<&[u8]>,
     compile: &CompileBudget,
 ) -> Result<Module, ModuleError> {
-    type Loaded = Option<(String, usize, wasm_host::ModulePre)>;
-    static HELM: tokio::sync::Mutex<Loaded> = tokio::sync::Mutex::const_new(None);
+    type Shared = Option<(String, std::sync::Weak<[u8]>)>;
+    static READ: tokio::sync::Mutex<Shared> = tokio::sync::Mutex::const_new(None);
     let location = helm_module.unwrap_or_default().to_string();
-    let host_id = std::sync::Arc::as_ptr(host) as usize;
-    let mut loaded = HELM.lock().await;
-    if let Some((l, h, pre)) = loaded.as_ref()
-        && *l == location
-        && *h == host_id
-    {
-        return Ok(Module::Wasm(pre.clone()));
-    }
-    let bytes = helm_module_bytes(helm_module, policy, ca).await?;
-    let module = compile_module(host, bytes, compile).await?;
-    if let Module::Wasm(pre) = &module {
-        *loaded = Some((location, host_id, pre.clone()));
-    }
-    Ok(module)
+    let bytes = {
+        let mut shared = READ.lock().await;
+        let alive = shared
+            .as_ref()
+            .filter(|(l, _)| *l == location)
+            .and_then(|(_, weak)| weak.upgrade());
+        match alive {
+            Some(bytes) => bytes,
+            None => {
+                let bytes: std::sync::Arc<[u8]> =
+                    helm_module_bytes(helm_module, policy, ca).await?.into();
+                *shared = Some((location, std::sync::Arc::downgrade(&bytes)));
+                bytes
+            }
+        }
+    };
+    compile_module(host, bytes, compile).await
 }
 
 /// The module given with `--helm-module`: a file, or an OCI reference pinned by digest.
@@ -402,10 +406,10 @@ pub struct CompileBudget {
 /// share of the budget until then, and lands in the host's cache, so a later attempt finds it.
 async fn compile_module(
     host: &std::sync::Arc<wasm_host::Host>,
-    bytes: Vec<u8>,
+    bytes: impl AsRef<[u8]> + Send + 'static,
     budget: &CompileBudget,
 ) -> Result<Module, ModuleError> {
-    let size = bytes.len();
+    let size = bytes.as_ref().len();
     let estimate = wasm_host::compile_memory_estimate(size);
     if estimate > budget.memory_bytes {
         return Err(ModuleError::TooLargeToCompile {
@@ -419,7 +423,7 @@ async fn compile_module(
     // until its estimate fits, after the host's own cache checks.
     let time = budget.time;
     let host = host.clone();
-    let task = tokio::task::spawn_blocking(move || host.load(&bytes));
+    let task = tokio::task::spawn_blocking(move || host.load(bytes.as_ref()));
     let loaded = tokio::time::timeout(time, task)
         .await
         .map_err(|_| ModuleError::CompileTimeout { budget: time, size })?

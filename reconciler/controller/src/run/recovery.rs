@@ -62,6 +62,57 @@ where
     StreamBackoff::new(events, backoff())
 }
 
+/// A `Controller` for `api` whose watch recovers as every other watch of the controller
+/// ([`recovering`]), and whose trigger stream backs off as briefly ([`backoff`]; kube's
+/// default waits up to 30 s after a failing watch before it looks again).
+pub(crate) fn controller<K>(api: kube::Api<K>, wc: watcher::Config) -> Controller<K>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (reader, writer) = reflector::store();
+    let stream = recovering(watcher(api, wc))
+        .reflect(writer)
+        .applied_objects()
+        .boxed();
+    Controller::for_stream(stream, reader).trigger_backoff(backoff())
+}
+
+/// [`controller`] for objects of a kind known at run time (`DynamicObject`s of `ar`).
+pub(crate) fn dynamic_controller(
+    api: kube::Api<kube::api::DynamicObject>,
+    wc: watcher::Config,
+    ar: kube::api::ApiResource,
+) -> Controller<kube::api::DynamicObject> {
+    let writer = reflector::store::Writer::<kube::api::DynamicObject>::new(ar.clone());
+    let reader = writer.as_reader();
+    let stream = recovering(watcher(api, wc))
+        .reflect(writer)
+        .applied_objects()
+        .boxed();
+    Controller::for_stream_with(stream, reader, ar).trigger_backoff(backoff())
+}
+
+/// The metadata of the objects of `api` — changes and deletions of which wake their owner
+/// (`Controller::owns_stream`), as `Controller::owns` watches them — through a
+/// [`recovering`] watch.
+pub(crate) fn owned<K>(
+    api: kube::Api<kube::core::PartialObjectMeta<K>>,
+    wc: watcher::Config,
+) -> impl Stream<Item = Result<kube::core::PartialObjectMeta<K>, watcher::Error>> + Send + 'static
+where
+    K: kube::Resource + Clone + std::fmt::Debug + Send + Sync + 'static,
+    kube::core::PartialObjectMeta<K>:
+        kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    recovering(watcher(api, wc)).touched_objects()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -87,52 +138,4 @@ mod tests {
         assert!(!expired(&other));
         assert!(!expired(&Ok(())));
     }
-}
-
-/// A `Controller` for `api` whose watch recovers as every other watch of the controller
-/// ([`recovering`]), instead of kube's default backoff (up to 30 s, then a second wait on
-/// `410 Expired`).
-pub(crate) fn controller<K>(api: kube::Api<K>, wc: watcher::Config) -> Controller<K>
-where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-{
-    let (reader, writer) = reflector::store();
-    let stream = recovering(watcher(api, wc))
-        .reflect(writer)
-        .applied_objects()
-        .boxed();
-    Controller::for_stream(stream, reader)
-}
-
-/// [`controller`] for objects of a kind known at run time (`DynamicObject`s of `ar`).
-pub(crate) fn dynamic_controller(
-    api: kube::Api<kube::api::DynamicObject>,
-    wc: watcher::Config,
-    ar: kube::api::ApiResource,
-) -> Controller<kube::api::DynamicObject> {
-    let writer = reflector::store::Writer::<kube::api::DynamicObject>::new(ar.clone());
-    let reader = writer.as_reader();
-    let stream = recovering(watcher(api, wc))
-        .reflect(writer)
-        .applied_objects()
-        .boxed();
-    Controller::for_stream_with(stream, reader, ar)
-}
-
-/// The objects of `api` (changes of which wake their owner, `Controller::owns_stream`)
-/// through a [`recovering`] watch.
-pub(crate) fn owned<K>(
-    api: kube::Api<K>,
-    wc: watcher::Config,
-) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
-{
-    recovering(watcher(api, wc)).applied_objects()
 }

@@ -10,13 +10,6 @@ pub(super) fn tombstone_steps(input: &PlanInput<'_>, steps: &mut Vec<Step>) -> b
     let mut poll = false;
     for r in input.prepared.resources.iter().filter(|r| r.tombstone) {
         let live = input.observed.get(&r.key);
-        if input.composition.symphony_deleting() {
-            let op = Op::Skip {
-                reason: SkipReason::Orphaned,
-            };
-            steps.push(deletion_step(r, live, op));
-            continue;
-        }
         if r.patch.is_some() {
             let op = Op::Skip {
                 reason: SkipReason::PatchLeft,
@@ -32,6 +25,15 @@ pub(super) fn tombstone_steps(input: &PlanInput<'_>, steps: &mut Vec<Step>) -> b
                     reason: SkipReason::OwnedElsewhere,
                 },
             ));
+            continue;
+        }
+        // Another Composition's object and a Patch's target are settled above; what is left
+        // is this Composition's own, and a Symphony being deleted leaves it.
+        if input.composition.symphony_deleting() {
+            let op = Op::Skip {
+                reason: SkipReason::Orphaned,
+            };
+            steps.push(deletion_step(r, live, op));
             continue;
         }
         // Overrides decide deletion too (Eno's resource-migration recipe).

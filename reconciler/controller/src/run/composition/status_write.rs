@@ -235,6 +235,7 @@ mod tests {
     fn outside_namespace_records_stay_within_the_bound() {
         let long = |c: char, n: usize| std::iter::repeat_n(c, n).collect::<String>();
         let out = crds::OutputRef {
+            kept: false,
             api_version: long('a', 100),
             kind: long('k', 60),
             namespace: long('n', 63),

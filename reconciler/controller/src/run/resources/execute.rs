@@ -71,6 +71,7 @@ pub(crate) async fn act(
                 .then(|| backing_off.get(&step.key).cloned())
                 .flatten();
             let migrating = Handover {
+                uid: &uid,
                 migration: super::migrate::Migration {
                     managers: &ctx.opts.migrating_field_managers,
                     fields: &ctx.opts.migrating_fields,
@@ -270,7 +271,10 @@ async fn execute_one(
         };
     }
     if let (Some(o), true) = (obs, left_for_good(op)) {
-        return release(o, key).await;
+        if let (Some(api), Some(live)) = (o.api.as_ref(), o.live.as_ref()) {
+            release(api, &key.to_string(), &key.name, live, migrating.uid).await;
+        }
+        return StepResult::default();
     }
     if matches!(op, Op::Skip { .. } | Op::Wait { .. } | Op::Conflict { .. }) {
         return StepResult::default();
@@ -308,31 +312,54 @@ fn left_for_good(op: &Op) -> bool {
     )
 }
 
-/// Takes enoki's `managed-by` label off an object it leaves for good, so that another
-/// Composition (or this one, recreated) may adopt it later; the planner only leaves objects
-/// whose label is absent or this Composition's. Nothing to do once the label is gone.
-async fn release(obs: &Observation, key: &ResourceKey) -> StepResult {
-    let label = crds::names::annotations::MANAGED_BY.enoki;
-    let labelled = obs
-        .live
-        .as_ref()
-        .and_then(|l| l.pointer("/metadata/labels"))
-        .and_then(Value::as_object)
-        .is_some_and(|m| m.contains_key(label));
-    let Some(api) = obs.api.as_ref().filter(|_| labelled) else {
-        return StepResult::default();
+/// Takes the `managed-by` label (either spelling) naming `uid` off an object left for good
+/// (kept by `prune: disabled`, orphaned), so that another Composition — or this one, created
+/// again — may adopt it later. The patch tests the label's value first: an object another
+/// Composition took meanwhile keeps its label. Best effort: a refusal is logged and does not
+/// hold the Composition (its deletion in particular) back.
+pub(super) async fn release(
+    api: &Api<DynamicObject>,
+    what: &str,
+    name: &str,
+    live: &Value,
+    uid: &str,
+) {
+    let labels = live.pointer("/metadata/labels").and_then(Value::as_object);
+    let ops: Vec<Value> = [
+        crds::names::annotations::MANAGED_BY.enoki,
+        crds::names::annotations::MANAGED_BY.eno,
+    ]
+    .iter()
+    .filter(|k| {
+        !uid.is_empty() && labels.and_then(|l| l.get(**k)).and_then(Value::as_str) == Some(uid)
+    })
+    .flat_map(|k| {
+        let path = format!(
+            "/metadata/labels/{}",
+            k.replace('~', "~0").replace('/', "~1")
+        );
+        [
+            serde_json::json!({"op": "test", "path": path, "value": uid}),
+            serde_json::json!({"op": "remove", "path": path}),
+        ]
+    })
+    .collect();
+    if ops.is_empty() {
+        return;
+    }
+    let Ok(patch) = serde_json::from_value::<json_patch::Patch>(Value::Array(ops)) else {
+        return;
     };
-    let patch = serde_json::json!({"metadata": {"labels": {label: null}}});
-    match api
-        .patch(&key.name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-    {
-        Ok(_) => {
-            tracing::info!(resource = %key, "left in place; managed-by label removed");
-            StepResult::default()
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..PatchParams::default()
+    };
+    match api.patch(name, &params, &Patch::<()>::Json(patch)).await {
+        Ok(_) => tracing::info!(resource = %what, "left in place; managed-by label removed"),
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 422 => {}
+        Err(e) => {
+            tracing::warn!(resource = %what, error = %summarize(&e), "left in place; its managed-by label could not be removed")
         }
-        Err(kube::Error::Api(s)) if s.code == 404 => StepResult::default(),
-        Err(e) => failed(summarize(&e)),
     }
 }
 
@@ -409,6 +436,9 @@ async fn write(
 /// (`--migrating-field-managers`), and the fields the previous synthesis left behind.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Handover<'a> {
+    /// This Composition's UID: an object it leaves for good is released only while its
+    /// `managed-by` label still names it.
+    pub uid: &'a str,
     pub migration: super::migrate::Migration<'a>,
     /// The previous synthesis's snapshot ([`plan::Step::previous`]).
     pub previous: Option<&'a Value>,

@@ -417,27 +417,25 @@ fn prepare(
 }
 
 /// Deletes the objects `current` recorded outside the Composition's namespace that still carry
-/// its `managed-by` label (unless the Composition orphans on deletion); `true` once none is
-/// left. An object the Composition's account may not read or delete is left (reported).
+/// its `managed-by` label, except those kept on deletion, which only lose the label; `true`
+/// once none is left. An object the Composition's account may not read or delete is left (reported).
 async fn sweep_outside(
     ctx: &Arc<Context>,
     comp: &Composition,
     current: &crds::Synthesis,
 ) -> Result<bool, Error> {
-    // A Composition whose Symphony is deleted deletes nothing (Eno), as the planner decides.
-    let orphan = crds::names::annotations::DELETION_STRATEGY
-        .get(comp.annotations())
-        .is_some_and(|s| s.trim().eq_ignore_ascii_case("orphan"))
-        || crds::names::annotations::PRUNE
-            .get(comp.annotations())
-            .is_some_and(|s| ["disabled", "false"].contains(&s.trim().to_ascii_lowercase().as_str()))
-        || composition_info(comp, true).symphony_deleting()
-        // Which of them a --resource-filter leaves to others is not known from kind and
-        // name alone: none is swept.
-        || ctx.opts.resource_filter.is_some();
-    if orphan || current.outside_namespace.is_empty() {
+    // Which of them a --resource-filter leaves to others is not known from kind and name
+    // alone: none is swept.
+    if ctx.opts.resource_filter.is_some() || current.outside_namespace.is_empty() {
         return Ok(true);
     }
+    // A Composition whose Symphony is deleted deletes nothing (Eno), as the planner decides;
+    // nor does one that orphans (syntheses recorded before the per-object `kept` existed
+    // carry only the Composition's setting). What is kept loses enoki's label.
+    let keep_all = crds::names::annotations::DELETION_STRATEGY
+        .get(comp.annotations())
+        .is_some_and(|s| s.trim().eq_ignore_ascii_case("orphan"))
+        || composition_info(comp, true).symphony_deleting();
     let uid = comp.uid().unwrap_or_default();
     let client = ctx.target_for(comp).map_err(|source| Error::Impersonate {
         user: ctx.service_account(comp).unwrap_or_default(),
@@ -477,6 +475,13 @@ async fn sweep_outside(
             .is_some_and(|v| *v == uid);
         if !ours || live.metadata.deletion_timestamp.is_some() {
             left += usize::from(ours);
+            continue;
+        }
+        if keep_all || o.kept {
+            if let Ok(value) = serde_json::to_value(&live) {
+                let what = format!("{}/{}/{}", o.kind, o.namespace, o.name);
+                execute::release(&api, &what, &o.name, &value, &uid).await;
+            }
             continue;
         }
         match api.delete(&o.name, &Default::default()).await {

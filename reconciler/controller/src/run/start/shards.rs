@@ -53,6 +53,7 @@ pub(super) async fn run_shard(
     }));
     let tasks = background(&ctx, stop.clone()).await;
     Controller::for_stream(comp_stream, comp_reader)
+        .trigger_backoff(recovery::backoff())
         .owns_stream(slice_stream)
         .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
         .reconcile_on(changes)
@@ -251,7 +252,8 @@ pub(super) async fn cluster_wide(
     }
     super::super::synthesizer::install_builtins(ctx).await;
     tasks.push(tokio::spawn(instances::run(ctx.clone())));
-    let (syms, owned): (Api<crds::Symphony>, Api<Composition>) = match &ctx.opts.namespace {
+    type Meta = kube::core::PartialObjectMeta<Composition>;
+    let (syms, owned): (Api<crds::Symphony>, Api<Meta>) = match &ctx.opts.namespace {
         Some(ns) => (
             Api::namespaced(ctx.client.clone(), ns),
             Api::namespaced(ctx.client.clone(), ns),

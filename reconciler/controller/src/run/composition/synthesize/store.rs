@@ -56,7 +56,11 @@ pub(super) async fn store(
             Ok(refs) => next.resource_slices = refs,
             Err(requeue) => return Ok(SynthesisEnd::Failed(requeue)),
         }
-        next.outside_namespace = outside_namespace(&items, &comp.namespace().unwrap_or_default());
+        next.outside_namespace = outside_namespace(
+            &items,
+            &comp.namespace().unwrap_or_default(),
+            comp.annotations(),
+        );
         ctx.memory.synthesis.with(&uid, |m| {
             m.unrecorded = Some((fp.to_string(), next.clone()))
         });
@@ -130,14 +134,17 @@ pub(crate) async fn status_write_failed(ctx: &Arc<Context>, comp: &Composition, 
 /// Most objects outside the namespace recorded per synthesis.
 pub(crate) const MAX_OUTSIDE: usize = 300;
 
-/// The items a synthesis emits outside `namespace` (cluster-scoped or elsewhere) that
-/// Composition deletion is to delete: not those kept by their own `prune: disabled`,
-/// `deletion-strategy: orphan` or `disable-reconciliation` (the sweep after the namespace is
-/// gone has no manifests to ask). Pure.
-pub(crate) fn outside_namespace(items: &[Value], namespace: &str) -> Vec<crds::OutputRef> {
+/// The items a synthesis emits outside `namespace` (cluster-scoped or elsewhere), each marked
+/// `kept` when its `prune: disabled`, `deletion-strategy: orphan` or `disable-reconciliation`
+/// (its own, else the Composition's `cascading`) keeps it on Composition deletion: the sweep
+/// after the namespace is gone has no manifests to ask. Pure.
+pub(crate) fn outside_namespace(
+    items: &[Value],
+    namespace: &str,
+    cascading: &std::collections::BTreeMap<String, String>,
+) -> Vec<crds::OutputRef> {
     items
         .iter()
-        .filter(|i| !kept_on_deletion(i))
         .filter_map(|i| {
             let ns = i
                 .pointer("/metadata/namespace")
@@ -152,14 +159,16 @@ pub(crate) fn outside_namespace(items: &[Value], namespace: &str) -> Vec<crds::O
                     .and_then(Value::as_str)
                     .unwrap_or_default()
                     .to_string(),
+                kept: kept_on_deletion(i, cascading),
             })
         })
         .take(MAX_OUTSIDE)
         .collect()
 }
 
-/// Whether an item's own annotations keep it when its Composition is deleted.
-fn kept_on_deletion(item: &Value) -> bool {
+/// Whether an item's annotations (its own value of a key, else the Composition's) keep it
+/// when its Composition is deleted. Overrides are not evaluated here.
+fn kept_on_deletion(item: &Value, cascading: &std::collections::BTreeMap<String, String>) -> bool {
     use crds::names::annotations as keys;
     let annotations: std::collections::BTreeMap<String, String> = item
         .pointer("/metadata/annotations")
@@ -170,6 +179,7 @@ fn kept_on_deletion(item: &Value) -> bool {
         .collect();
     let is = |key: crds::names::Key, values: &[&str]| {
         key.get(&annotations)
+            .or_else(|| key.get(cascading))
             .is_some_and(|v| values.contains(&v.trim().to_ascii_lowercase().as_str()))
     };
     is(keys::PRUNE, &["disabled", "false"])
@@ -265,10 +275,28 @@ mod tests {
             json!({"apiVersion": "v1", "kind": "ConfigMap",
                 "metadata": {"name": "home", "namespace": "apps"}}),
         ];
-        let names: Vec<String> = outside_namespace(&items, "apps")
-            .into_iter()
-            .map(|o| o.name)
-            .collect();
-        assert_eq!(names, ["swept", "pruning-on"]);
+        let kept = |cascading: &[(&str, &str)]| -> Vec<(String, bool)> {
+            let cascading = cascading
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            outside_namespace(&items, "apps", &cascading)
+                .into_iter()
+                .map(|o| (o.name, o.kept))
+                .collect()
+        };
+        let names = |v: Vec<(String, bool)>| {
+            v.into_iter()
+                .filter(|(_, k)| !k)
+                .map(|(n, _)| n)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(names(kept(&[])), ["swept", "pruning-on"]);
+        // The Composition's value, unless the item has its own.
+        assert_eq!(
+            names(kept(&[("enoki.dev/prune", "disabled")])),
+            ["pruning-on"]
+        );
+        assert_eq!(kept(&[]).len(), 5, "every outside item is recorded");
     }
 }
