@@ -319,6 +319,34 @@ async fn invalid_specs_are_refused_by_the_api_server_with_their_message() {
             json!({"module": {"builtin": "trustee", "pullSecret": {"namespace": "a", "name": "b"}}}),
             "pullSecret is for an oci module",
         ),
+        // The built-in helm synthesizer's chart source, refused as a module source is.
+        (
+            json!({"module": {"builtin": "helm"}}),
+            "module.builtin helm renders a chart: set spec.helm.chart",
+        ),
+        (
+            json!({"module": {"builtin": "helm"}, "helm": {"chart": {}}}),
+            "exactly one of configMap, oci, url must be set",
+        ),
+        (
+            json!({"module": {"builtin": "helm"}, "helm": {"chart": {"oci": "r.example/c:1.0.0"}}}),
+            "oci must be pinned by digest",
+        ),
+        (
+            json!({"module": {"builtin": "helm"}, "helm": {"chart": {"url": "https://example.com/c.tgz"}}}),
+            "a url chart needs sha256",
+        ),
+        (
+            json!({"module": {"builtin": "helm"},
+                   "helm": {"chart": {"oci": format!("r.example/c:1@sha256:{digest}"), "sha256": digest}}}),
+            "sha256 is for a url chart",
+        ),
+        (
+            json!({"module": {"builtin": "helm"}, "helm": {"chart": {
+                "configMap": {"namespace": "a", "name": "c", "key": "chart.tgz"},
+                "pullSecret": {"namespace": "a", "name": "b"}}}}),
+            "pullSecret is for an oci chart",
+        ),
         (
             json!({"module": {"builtin": "trustee"}, "limits": {"timeout": "soon"}}),
             "timeout must be a duration",
