@@ -297,14 +297,12 @@ async fn qps_and_burst_space_enokis_requests() {
 #[tokio::test]
 async fn a_write_longer_than_the_timeout_fails_and_is_reported() {
     let (env, synth) = setup().await;
-    compose(
-        &env,
-        &synth,
-        "slow",
-        &json!([cm("slow-cm", json!({}))]),
-        json!({}),
-    )
-    .await;
+    // Many writes: a timer of 1 ns fires at the runtime's next tick, and on a busy machine a
+    // single answer can arrive before that tick is processed; fifty cannot all.
+    let items: Vec<Value> = (0..50)
+        .map(|i| cm(&format!("slow-cm-{i}"), json!({})))
+        .collect();
+    compose(&env, &synth, "slow", &Value::Array(items), json!({})).await;
     let _enoki = Enoki::start_with(&env.namespace, &["--timeout", "1ns"]);
     eventually("Reconciled=False ApplyFailed", WAIT, || async {
         let c = harness::composition_condition(&env, "slow", "Reconciled").await?;
