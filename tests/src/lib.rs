@@ -15,6 +15,7 @@ mod process;
 mod rbac;
 mod registry;
 mod wait;
+pub mod wasm;
 
 pub use audit::*;
 pub use cluster::*;

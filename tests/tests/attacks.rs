@@ -915,3 +915,88 @@ async fn eight_concurrent_large_compilations_stay_within_one_compile_budget() {
     );
     still_serving(&env, &mut enoki, &synth, &tenant).await;
 }
+
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    e.write_all(bytes).unwrap();
+    e.finish().unwrap()
+}
+
+/// The message of the `ModuleUnavailable` condition Composition `name` gets.
+async fn module_unavailable(env: &TestEnv, name: &str) -> String {
+    eventually(&format!("{name}: ModuleUnavailable"), WAIT * 3, || async {
+        let (s, reason, msg) = harness::composition_condition(env, name, "Synthesized").await?;
+        (s == "False" && reason == "ModuleUnavailable").then_some(msg)
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_compile_bomb_costs_its_compile_process_not_the_controller() {
+    let env = TestEnv::new().await;
+    install_crds(&env.client).await;
+    let synth = install_synthesizer(&env, "echo", &echo_module()).await;
+    let tenant = Tenant::of(&env).await;
+    let mut enoki = Enoki::start_with(&env.namespace, &["--compile-memory-budget", "384Mi"]);
+    still_serving(&env, &mut enoki, &synth, &tenant).await;
+    let base = rss_kib(enoki.pid());
+    // 2.7 MB of branches, an estimated 62 MiB to compile (within the budget): Cranelift
+    // needs 1.7 GB for it. Gzipped it fits a ConfigMap.
+    let bomb = harness::wasm::module(2, 32, &harness::wasm::branchy_body(2_000), 0);
+    let bomb_synth = install_synthesizer(&env, "bomb", &gzip(&bomb)).await;
+    tenant.compose("bomb", &bomb_synth, json!([])).await;
+    let msg = module_unavailable(&env, "bomb").await;
+    assert!(
+        msg.contains("compile memory budget of 402653184 bytes (--compile-memory-budget)"),
+        "{msg}"
+    );
+    let synths: Api<crds::Synthesizer> = Api::all(env.client.clone());
+    let ready = synths.get(&bomb_synth).await.unwrap().status.unwrap();
+    let ready = ready
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap();
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("False", "ModuleUnavailable")
+    );
+    assert!(
+        ready.message.contains("--compile-memory-budget"),
+        "{ready:?}"
+    );
+    // The controller never held the compilation's memory.
+    let peak = peak_rss_kib(enoki.pid());
+    assert!(
+        peak < base + 200 * 1024,
+        "controller peak RSS {peak} KiB, {base} KiB before the bomb"
+    );
+    assert!(harness::wasm::compile_children(enoki.pid()).is_empty());
+    still_serving(&env, &mut enoki, &synth, &tenant).await;
+}
+
+#[tokio::test]
+async fn a_compilation_past_the_compile_timeout_is_killed_and_the_controller_serves_on() {
+    let env = TestEnv::new().await;
+    install_crds(&env.client).await;
+    let synth = install_synthesizer(&env, "echo", &echo_module()).await;
+    let tenant = Tenant::of(&env).await;
+    let mut enoki = Enoki::start_with(&env.namespace, &["--compile-timeout", "2s"]);
+    still_serving(&env, &mut enoki, &synth, &tenant).await;
+    // 800 KB of branches: about 5 s of Cranelift on this machine, and 425 MB.
+    let slow = harness::wasm::module(2, 32, &harness::wasm::branchy_body(600), 0);
+    let slow_synth = install_synthesizer(&env, "slow", &gzip(&slow)).await;
+    tenant.compose("slow", &slow_synth, json!([])).await;
+    let msg = module_unavailable(&env, "slow").await;
+    assert!(
+        msg.contains("did not finish within 2s (--compile-timeout); the compilation was stopped"),
+        "{msg}"
+    );
+    // Killed and reaped: no compile process of the controller is left.
+    assert!(
+        harness::wasm::compile_children(enoki.pid()).is_empty(),
+        "a compile process is still running"
+    );
+    still_serving(&env, &mut enoki, &synth, &tenant).await;
+}

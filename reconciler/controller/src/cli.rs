@@ -350,13 +350,15 @@ pub struct RunArgs {
     /// accepts connections and never answers frees the reconcile after this long.
     #[arg(long, env = "ENOKI_MODULE_FETCH_TIMEOUT", default_value = "2m")]
     pub module_fetch_timeout: String,
-    /// How long a reconcile waits for a module to compile before reporting
-    /// `CompileTimeout` and retrying (the compilation continues in the background).
+    /// How long a module's compilation may run: its compile process is killed then and the
+    /// reconcile reports `CompileTimeout` (retried with backoff). The background Cranelift
+    /// compilation of a large module already running on Winch may take ten times as long.
     #[arg(long, env = "ENOKI_COMPILE_TIMEOUT", default_value = "2m")]
     pub compile_timeout: String,
-    /// Memory one module's compilation may take (quantity). Compiling needs about 23x the
-    /// module's size (a 92 MB Go module: 2 GiB while Winch code serves and Cranelift
-    /// compiles); larger modules are refused, and large compilations run one at a time.
+    /// Memory compilations may take (quantity). Each compiles in a child process limited to
+    /// this much address space (a module that needs more is stopped: `CompileMemory`); modules
+    /// whose estimate (about 23x their size) exceeds it are refused, and concurrent
+    /// compilations are admitted by their estimates within it.
     #[arg(long, env = "ENOKI_COMPILE_MEMORY_BUDGET", default_value = "2Gi")]
     pub compile_memory_budget: String,
     /// Impersonate this ServiceAccount (of the Composition's namespace) for every Composition

@@ -17,6 +17,20 @@ use std::io::Write;
 
 use clap::Parser as _;
 
+/// The binary that compiles modules in child processes, once the `enoki` binary has said so
+/// ([`compile_in_child_processes`]).
+static COMPILE_PROGRAM: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+
+/// Makes the controller compile modules in child processes of this binary, which must answer
+/// [`wasm_host::COMPILE_SUBCOMMAND`] with [`wasm_host::compile_child_main`] (the `enoki`
+/// binary does). Without it (tests that run the controller in their own process) modules
+/// compile in this process.
+pub fn compile_in_child_processes() {
+    if let Ok(exe) = std::env::current_exe() {
+        let _ = COMPILE_PROGRAM.set(exe);
+    }
+}
+
 /// Runs one `enoki` subcommand and returns the process exit code.
 ///
 /// # Errors
@@ -233,6 +247,7 @@ fn options(args: &cli::RunArgs) -> anyhow::Result<run::Options> {
             "compile-memory-budget",
             &args.compile_memory_budget,
         )?,
+        compile_program: COMPILE_PROGRAM.get().cloned(),
     };
     let opts = run::Options {
         sandbox,

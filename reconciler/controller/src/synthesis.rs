@@ -233,9 +233,12 @@ impl SynthesisError {
             SynthesisError::Host(HostError::OutputTooLarge { .. }) => reasons::OUTPUT_TOO_LARGE,
             SynthesisError::Host(HostError::Trap { .. }) => reasons::TRAP,
             SynthesisError::Host(HostError::ExitCode { .. }) => reasons::EXIT_CODE,
-            SynthesisError::Host(HostError::Instantiate { .. } | HostError::Engine { .. }) => {
-                reasons::INSTANTIATE
-            }
+            SynthesisError::Host(
+                HostError::Instantiate { .. }
+                | HostError::Engine { .. }
+                | HostError::CompileTimeout { .. }
+                | HostError::CompileMemory { .. },
+            ) => reasons::INSTANTIATE,
             SynthesisError::MalformedOutput { .. } | SynthesisError::InvalidOutput { .. } => {
                 reasons::MALFORMED_OUTPUT
             }

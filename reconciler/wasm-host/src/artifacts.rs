@@ -131,13 +131,32 @@ impl Artifacts {
     /// Stores an artifact and its digest atomically. Failures are ignored (the cache is an
     /// optimisation; the module is compiled again next time).
     pub(crate) fn write(&self, digest: &str, kind: ModuleKind, bytes: &[u8]) {
+        let _ = self.write_checked(digest, kind, bytes);
+    }
+
+    /// Stores an artifact and its digest atomically, or says why not (nothing is left).
+    pub(crate) fn write_checked(
+        &self,
+        digest: &str,
+        kind: ModuleKind,
+        bytes: &[u8],
+    ) -> std::io::Result<()> {
         let (artifact, recorded) = self.paths(digest, kind);
         let sum = hex::encode(Sha256::digest(bytes));
-        if write_atomic(&artifact, bytes).is_err()
-            || write_atomic(&recorded, sum.as_bytes()).is_err()
-        {
+        let written =
+            write_atomic(&artifact, bytes).and_then(|()| write_atomic(&recorded, sum.as_bytes()));
+        if written.is_err() {
             let _ = std::fs::remove_file(&artifact);
         }
+        written
+    }
+
+    /// Deletes an artifact that is no longer needed (a baseline artifact once the optimized
+    /// one is stored); a process that mapped it keeps its mapping.
+    pub(crate) fn remove(&self, digest: &str, kind: ModuleKind) {
+        let (artifact, recorded) = self.paths(digest, kind);
+        let _ = std::fs::remove_file(recorded);
+        let _ = std::fs::remove_file(artifact);
     }
 
     /// Artifacts loaded instead of compiled.

@@ -11,13 +11,12 @@ pub(super) struct Tier {
 }
 
 impl Tier {
-    pub(super) fn new(mut config: Config) -> Result<Tier, HostError> {
+    /// A tier of `config` ([`engine_config`]: the same in compile children).
+    pub(super) fn new(config: &Config) -> Result<Tier, HostError> {
         let fail = |e: wasmtime::Error| HostError::Engine {
             message: format!("{e:#}"),
         };
-        config.epoch_interruption(true);
-        restrict_features(&mut config);
-        let engine = Engine::new(&config).map_err(fail)?;
+        let engine = Engine::new(config).map_err(fail)?;
         let mut linker: Linker<RunState> = Linker::new(&engine);
         wasmtime_wasi::p1::add_to_linker_async(&mut linker, |s: &mut RunState| &mut s.wasi)
             .map_err(fail)?;
@@ -114,6 +113,13 @@ impl CompileBudget {
             budget: self.clone(),
             amount,
         }
+    }
+
+    /// The budget.
+    pub(super) fn capacity(&self) -> usize {
+        self.state
+            .lock()
+            .map_or(DEFAULT_COMPILE_BUDGET_BYTES, |s| s.0)
     }
 
     /// Bytes held by compilations right now.

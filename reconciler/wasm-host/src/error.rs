@@ -17,6 +17,21 @@ pub enum HostError {
         /// What wasmtime said.
         message: String,
     },
+    /// Compiling the module took longer than allowed; the compile process was killed.
+    #[error("compiling the module did not finish within {after:?}; the compilation was stopped")]
+    CompileTimeout {
+        /// The limit.
+        after: Duration,
+    },
+    /// Compiling the module needed more memory than its compile process may map.
+    #[error(
+        "compiling the module needed more than the compile memory budget of {limit} bytes; the \
+         compile process was stopped"
+    )]
+    CompileMemory {
+        /// The budget.
+        limit: usize,
+    },
     /// The run exceeded its deadline.
     #[error("synthesis exceeded its deadline of {after:?}")]
     Timeout {
@@ -61,6 +76,8 @@ impl HostError {
         match self {
             HostError::Engine { .. } => "Engine",
             HostError::Instantiate { .. } => "Instantiate",
+            HostError::CompileTimeout { .. } => "CompileTimeout",
+            HostError::CompileMemory { .. } => "CompileMemory",
             HostError::Timeout { .. } => "Timeout",
             HostError::MemoryLimit { .. } => "MemoryLimit",
             HostError::OutputTooLarge { .. } => "OutputTooLarge",
@@ -69,8 +86,12 @@ impl HostError {
         }
     }
 
-    /// Module faults are deterministic: retrying the same module on the same input never helps.
+    /// Module faults are deterministic: retrying the same module on the same input never
+    /// helps. A compilation stopped at its timeout may finish on a less busy machine.
     pub fn is_transient(&self) -> bool {
-        matches!(self, HostError::Engine { .. })
+        matches!(
+            self,
+            HostError::Engine { .. } | HostError::CompileTimeout { .. }
+        )
     }
 }

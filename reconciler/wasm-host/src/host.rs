@@ -6,25 +6,50 @@ impl Drop for Host {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         self.ticker.unpark();
+        if let Some(scratch) = &self.scratch {
+            let _ = std::fs::remove_dir_all(scratch);
+        }
     }
 }
 
 impl Host {
     /// Creates the engine (epoch interruption on) and starts its epoch ticker. With
-    /// `cache_dir`, compiled artifacts are cached on disk there.
+    /// `cache_dir`, compiled artifacts are cached on disk there. Modules are compiled in this
+    /// process ([`Host::with_compile_process`] compiles them in child processes).
     ///
     /// # Errors
     /// [`HostError::Engine`] when wasmtime rejects the configuration or the cache directory.
     pub fn new(cache_dir: Option<&Path>) -> Result<Host, HostError> {
+        Host::with_compile_process(cache_dir, None)
+    }
+
+    /// As [`Host::new`]; with `process`, every compilation from module bytes runs in a child
+    /// process (module docs of `child`): its memory is never this process's, it is limited to
+    /// the compile budget ([`Host::set_compile_budget`]) and killed at its timeout. Without
+    /// `cache_dir`, the children's artifacts go to a private temporary directory, removed when
+    /// the host is dropped.
+    ///
+    /// # Errors
+    /// [`HostError::Engine`] when wasmtime rejects the configuration or the cache directory.
+    pub fn with_compile_process(
+        cache_dir: Option<&Path>,
+        process: Option<CompileProcess>,
+    ) -> Result<Host, HostError> {
         // Runs are async (`call_async`): a deadline drops the run's future, which also ends
         // blocking WASI calls (`poll_oneoff` sleeps) that the epoch cannot interrupt.
-        let optimized = Arc::new(Tier::new(Config::new())?);
-        let mut winch = Config::new();
-        winch.strategy(wasmtime::Strategy::Winch);
-        let baseline = Arc::new(Tier::new(winch)?);
-        let artifacts = cache_dir
-            .map(|dir| artifacts::Artifacts::open(dir, &optimized.engine).map(Arc::new))
-            .transpose()?;
+        let optimized = Arc::new(Tier::new(&engine_config(TierKind::Optimized))?);
+        let baseline = Arc::new(Tier::new(&engine_config(TierKind::Baseline))?);
+        let scratch = match (cache_dir, &process) {
+            (None, Some(_)) => Some(scratch_dir()?),
+            _ => None,
+        };
+        let root = cache_dir.or(scratch.as_deref());
+        let open = |engine: &Engine| {
+            root.map(|dir| artifacts::Artifacts::open(dir, engine).map(Arc::new))
+                .transpose()
+        };
+        let artifacts = open(&optimized.engine)?;
+        let baseline_artifacts = open(&baseline.engine)?;
         let stop = Arc::new(AtomicBool::new(false));
         let running = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let engines = [optimized.engine.clone(), baseline.engine.clone()];
@@ -58,6 +83,10 @@ impl Host {
             modules: Mutex::new(ModuleLru::new(DEFAULT_MODULE_CACHE_BYTES)),
             compiling: Mutex::new(HashMap::new()),
             artifacts,
+            baseline_artifacts,
+            artifact_root: root.map(Path::to_path_buf),
+            process: process.map(Arc::new),
+            scratch,
             compilations: AtomicU64::new(0),
             stop,
             running,
@@ -190,43 +219,24 @@ impl Host {
 
     /// Compiles (or loads the verified on-disk artifact of) a module and pre-links it.
     pub(super) fn compile(&self, bytes: &[u8], digest: String) -> Result<ModulePre, HostError> {
-        let kind = match module_kind(bytes) {
-            Some(kind) => kind,
-            // WebAssembly text (tests, hand-written guests): wasmtime compiles it.
-            None if std::str::from_utf8(bytes).is_ok_and(|t| {
-                t.trim_start().starts_with('(') || t.trim_start().starts_with(";;")
-            }) =>
-            {
-                ModuleKind::Preview1
-            }
-            None => {
-                return Err(HostError::Instantiate {
-                    message: "not a WebAssembly module or component (bad header)".into(),
-                });
-            }
-        };
+        let kind = kind_of(bytes)?;
         let compiled = match kind {
             ModuleKind::Component => self.component(bytes, &digest)?,
             ModuleKind::Preview1 => {
-                if let Some(module) = self.cached(&digest, kind, artifacts::deserialize_module) {
+                let large = bytes.len() >= self.baseline_min_bytes.load(Ordering::Relaxed);
+                if let Some(module) = self.cached(&digest, kind, TierKind::Optimized) {
                     self.optimized.core(&module, false)?
-                } else if bytes.len() >= self.baseline_min_bytes.load(Ordering::Relaxed) {
+                } else if let Some(module) = large
+                    .then(|| self.cached(&digest, kind, TierKind::Baseline))
+                    .flatten()
+                {
+                    self.baseline.core(&module, true)?
+                } else if large {
                     let _large = self.large_compile.lock().map_err(|_| poisoned())?;
-                    let _share = self
-                        .compile_budget
-                        .acquire(compile_memory_estimate(bytes.len()));
-                    self.compilations.fetch_add(1, Ordering::Relaxed);
-                    let module =
-                        Module::new(&self.baseline.engine, bytes).map_err(compile_error)?;
+                    let module = self.build_module(TierKind::Baseline, bytes, &digest)?;
                     self.baseline.core(&module, true)?
                 } else {
-                    let _share = self
-                        .compile_budget
-                        .acquire(compile_memory_estimate(bytes.len()));
-                    self.compilations.fetch_add(1, Ordering::Relaxed);
-                    let module =
-                        Module::new(&self.optimized.engine, bytes).map_err(compile_error)?;
-                    store_artifact(self.artifacts.as_deref(), &digest, kind, module.serialize());
+                    let module = self.build_module(TierKind::Optimized, bytes, &digest)?;
                     self.optimized.core(&module, false)?
                 }
             }
@@ -243,19 +253,74 @@ impl Host {
         Ok(m)
     }
 
+    /// Compiles a core module with `tier` under its share of the compile budget: in a child
+    /// process when the host has one (the artifact comes back through the artifact
+    /// directory), else here. Optimized artifacts are kept in the on-disk cache.
+    fn build_module(
+        &self,
+        tier: TierKind,
+        bytes: &[u8],
+        digest: &str,
+    ) -> Result<Module, HostError> {
+        let _share = self
+            .compile_budget
+            .acquire(compile_memory_estimate(bytes.len()));
+        self.compilations.fetch_add(1, Ordering::Relaxed);
+        let kind = ModuleKind::Preview1;
+        if let Some(process) = &self.process {
+            self.compile_in_child(process, tier, bytes, process.timeout)?;
+            return self
+                .cached(digest, kind, tier)
+                .ok_or_else(|| lost_artifact(digest));
+        }
+        let engine = match tier {
+            TierKind::Optimized => &self.optimized.engine,
+            TierKind::Baseline => &self.baseline.engine,
+        };
+        let module = Module::new(engine, bytes).map_err(compile_error)?;
+        if tier == TierKind::Optimized {
+            store_artifact(self.artifacts.as_deref(), digest, kind, module.serialize());
+        }
+        Ok(module)
+    }
+
+    /// Runs one compile child writing into the host's artifact directory.
+    fn compile_in_child(
+        &self,
+        process: &CompileProcess,
+        tier: TierKind,
+        bytes: &[u8],
+        timeout: Duration,
+    ) -> Result<(), HostError> {
+        let out = self
+            .artifact_root
+            .as_deref()
+            .ok_or_else(|| HostError::Engine {
+                message: "compiling in a child process needs an artifact directory".into(),
+            })?;
+        let limit = self.compile_budget.capacity();
+        child::compile_in_child(process, tier, out, limit, timeout, bytes)
+    }
+
     /// A component, from the on-disk cache or compiled (always optimized).
     pub(super) fn component(&self, bytes: &[u8], digest: &str) -> Result<Compiled, HostError> {
         let kind = ModuleKind::Component;
-        let component = match self.cached(digest, kind, artifacts::deserialize_component) {
+        let component = match self.cached(digest, kind, TierKind::Optimized) {
             Some(c) => c,
             None => {
                 let _share = self
                     .compile_budget
                     .acquire(compile_memory_estimate(bytes.len()));
                 self.compilations.fetch_add(1, Ordering::Relaxed);
-                let c = Component::new(&self.optimized.engine, bytes).map_err(compile_error)?;
-                store_artifact(self.artifacts.as_deref(), digest, kind, c.serialize());
-                c
+                if let Some(process) = &self.process {
+                    self.compile_in_child(process, TierKind::Optimized, bytes, process.timeout)?;
+                    self.cached(digest, kind, TierKind::Optimized)
+                        .ok_or_else(|| lost_artifact(digest))?
+                } else {
+                    let c = Component::new(&self.optimized.engine, bytes).map_err(compile_error)?;
+                    store_artifact(self.artifacts.as_deref(), digest, kind, c.serialize());
+                    c
+                }
             }
         };
         let pre = self
@@ -276,13 +341,18 @@ impl Host {
     }
 
     /// Compiles a baseline module with Cranelift on a background thread (one large
-    /// compilation at a time), caches the artifact on disk and swaps it into `module`.
+    /// compilation at a time; in a child process when the host has one, killed after
+    /// [`CompileProcess::background_timeout`]), caches the artifact on disk and swaps it into
+    /// `module`. The baseline artifact is deleted once the optimized one is stored.
     pub(super) fn optimize_in_background(&self, module: &ModulePre, bytes: Vec<u8>) {
         let tier = self.optimized.clone();
         let gate = self.large_compile.clone();
         let budget = self.compile_budget.clone();
         let artifacts = self.artifacts.clone();
+        let baseline_artifacts = self.baseline_artifacts.clone();
         let done = self.optimized_in_background.clone();
+        let process = self.process.clone();
+        let root = self.artifact_root.clone();
         let module = module.clone();
         let spawned = std::thread::Builder::new()
             .name("wasm-optimize".into())
@@ -291,19 +361,51 @@ impl Host {
                     return;
                 };
                 let _share = budget.acquire(compile_memory_estimate(bytes.len()));
-                let Ok(compiled) = Module::new(&tier.engine, &bytes) else {
-                    return;
+                let kind = ModuleKind::Preview1;
+                let compiled = match (&process, &root, &artifacts) {
+                    (Some(process), Some(root), Some(store)) => {
+                        let limit = budget.capacity();
+                        let timeout = process.background_timeout;
+                        if child::compile_in_child(
+                            process,
+                            TierKind::Optimized,
+                            root,
+                            limit,
+                            timeout,
+                            &bytes,
+                        )
+                        .is_err()
+                        {
+                            return;
+                        }
+                        let Some(path) = store.read(&module.digest, kind) else {
+                            return;
+                        };
+                        match artifacts::deserialize_module(&tier.engine, &path) {
+                            Ok(m) => m,
+                            Err(_) => return,
+                        }
+                    }
+                    _ => {
+                        let Ok(compiled) = Module::new(&tier.engine, &bytes) else {
+                            return;
+                        };
+                        store_artifact(
+                            artifacts.as_deref(),
+                            &module.digest,
+                            kind,
+                            compiled.serialize(),
+                        );
+                        compiled
+                    }
                 };
                 drop(bytes);
-                store_artifact(
-                    artifacts.as_deref(),
-                    &module.digest,
-                    ModuleKind::Preview1,
-                    compiled.serialize(),
-                );
                 if let Ok(c) = tier.core(&compiled, false) {
                     module.replace(c);
                     done.fetch_add(1, Ordering::Relaxed);
+                    if let Some(store) = &baseline_artifacts {
+                        store.remove(&module.digest, kind);
+                    }
                 }
             });
         // Without a thread the module keeps running baseline code: slower, still correct.
@@ -311,15 +413,18 @@ impl Host {
     }
 
     /// The verified on-disk artifact of `digest`, deserialized.
-    pub(super) fn cached<T>(
+    pub(super) fn cached<T: Deserialize>(
         &self,
         digest: &str,
         kind: ModuleKind,
-        deserialize: fn(&Engine, &Path) -> wasmtime::Result<T>,
+        tier: TierKind,
     ) -> Option<T> {
-        let artifacts = self.artifacts.as_ref()?;
+        let (artifacts, engine) = match tier {
+            TierKind::Optimized => (self.artifacts.as_ref()?, &self.optimized.engine),
+            TierKind::Baseline => (self.baseline_artifacts.as_ref()?, &self.baseline.engine),
+        };
         let path = artifacts.read(digest, kind)?;
-        match deserialize(&self.optimized.engine, &path) {
+        match T::deserialize(engine, &path) {
             Ok(t) => Some(t),
             Err(_) => {
                 artifacts.discard(digest, kind);
@@ -418,4 +523,64 @@ impl Host {
             }
         }
     }
+}
+
+/// What an artifact deserializes into.
+pub(super) trait Deserialize: Sized {
+    fn deserialize(engine: &Engine, path: &Path) -> wasmtime::Result<Self>;
+}
+
+impl Deserialize for Module {
+    fn deserialize(engine: &Engine, path: &Path) -> wasmtime::Result<Self> {
+        artifacts::deserialize_module(engine, path)
+    }
+}
+
+impl Deserialize for Component {
+    fn deserialize(engine: &Engine, path: &Path) -> wasmtime::Result<Self> {
+        artifacts::deserialize_component(engine, path)
+    }
+}
+
+/// The kind of module `bytes` are (WebAssembly text counts as a core module).
+pub(crate) fn kind_of(bytes: &[u8]) -> Result<ModuleKind, HostError> {
+    match module_kind(bytes) {
+        Some(kind) => Ok(kind),
+        // WebAssembly text (tests, hand-written guests): wasmtime compiles it.
+        None if std::str::from_utf8(bytes)
+            .is_ok_and(|t| t.trim_start().starts_with('(') || t.trim_start().starts_with(";;")) =>
+        {
+            Ok(ModuleKind::Preview1)
+        }
+        None => Err(HostError::Instantiate {
+            message: "not a WebAssembly module or component (bad header)".into(),
+        }),
+    }
+}
+
+/// A compile child succeeded but its artifact cannot be read back.
+fn lost_artifact(digest: &str) -> HostError {
+    HostError::Engine {
+        message: format!(
+            "the compile process wrote no readable artifact for {digest} (is the artifact \
+             directory full or shared?)"
+        ),
+    }
+}
+
+/// A private temporary directory for compile children's artifacts (mode 0700, new).
+fn scratch_dir() -> Result<std::path::PathBuf, HostError> {
+    use std::os::unix::fs::DirBuilderExt;
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let dir =
+        std::env::temp_dir().join(format!("enoki-compile-{}-{nanos:08x}", std::process::id()));
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&dir)
+        .map_err(|e| HostError::Engine {
+            message: format!("compile directory {}: {e}", dir.display()),
+        })?;
+    Ok(dir)
 }

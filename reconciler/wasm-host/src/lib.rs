@@ -23,10 +23,14 @@
 //! `spawn_blocking`, never on an async worker thread.
 
 mod artifacts;
+mod child;
 mod error;
 mod tail;
 
+pub use child::{CHILD_SLACK_BYTES, COMPILE_SUBCOMMAND, CompileProcess, compile_child_main};
+use child::{TierKind, engine_config};
 pub use error::HostError;
+use host::kind_of;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -266,6 +270,17 @@ pub struct Host {
     /// One lock per digest being compiled: concurrent loads of one module compile it once.
     compiling: Mutex<HashMap<String, Arc<Mutex<()>>>>,
     artifacts: Option<Arc<artifacts::Artifacts>>,
+    /// Artifacts of the baseline tier (another engine, so other file names in the same
+    /// directory): how compile children hand Winch code back, and what a restart runs while
+    /// the optimized code is not compiled yet.
+    baseline_artifacts: Option<Arc<artifacts::Artifacts>>,
+    /// The directory of both artifact stores.
+    artifact_root: Option<std::path::PathBuf>,
+    /// Compile children, when compiling out of this process.
+    process: Option<Arc<CompileProcess>>,
+    /// A private artifact directory made for compile children (no on-disk cache), removed
+    /// on drop.
+    scratch: Option<std::path::PathBuf>,
     /// Modules compiled from source (not loaded from memory or disk).
     compilations: AtomicU64,
     stop: Arc<AtomicBool>,

@@ -68,8 +68,7 @@ fn cli_context(
     opts: Options,
 ) -> anyhow::Result<Context> {
     let client = management.client.clone();
-    let host = Arc::new(wasm_host::Host::new(opts.module_cache_dir.as_deref())?);
-    host.set_compile_budget(opts.sandbox.compile_memory_budget_bytes);
+    let host = Arc::new(opts.sandbox.host(opts.module_cache_dir.as_deref())?);
     let mut registry = prometheus_client::registry::Registry::default();
     let (sender, _) = tokio::sync::mpsc::unbounded_channel();
     let reporter = kube::runtime::events::Reporter {

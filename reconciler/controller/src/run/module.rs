@@ -45,16 +45,35 @@ pub enum ModuleError {
         /// The budget.
         budget: usize,
     },
-    /// Compiling took longer than the budget (it goes on in the background).
+    /// Compiling took longer than the budget: stopped (a compile process killed), or still
+    /// waiting for room in the compile memory budget (it compiles and is used once ready).
     #[error(
-        "compiling the module ({size} bytes) did not finish within {budget:?} (--compile-timeout); \
-         it goes on in the background and is used once ready"
+        "compiling the module ({size} bytes) did not finish within {budget:?} (--compile-timeout); {}",
+        if *stopped {
+            "the compilation was stopped, and is retried with backoff"
+        } else {
+            "it goes on in the background and is used once ready"
+        }
     )]
     CompileTimeout {
         /// The budget.
         budget: std::time::Duration,
         /// Module size in bytes.
         size: usize,
+        /// The compile process was killed (a retry compiles again).
+        stopped: bool,
+    },
+    /// The compile process ran out of its address space (the compile memory budget).
+    #[error(
+        "compiling the module ({size} bytes) needed more memory than the compile memory budget of \
+         {budget} bytes (--compile-memory-budget) and was stopped; raise the budget together with \
+         the controller's memory limit, or make the module smaller"
+    )]
+    CompileMemory {
+        /// Module size in bytes.
+        size: usize,
+        /// The budget.
+        budget: usize,
     },
     /// Another field of the Synthesizer is invalid; the message names it.
     #[error("{0}")]
@@ -84,6 +103,7 @@ impl ModuleError {
             ModuleError::Load(e) => e.category(),
             ModuleError::CompileTimeout { .. } => "CompileTimeout",
             ModuleError::TooLargeToCompile { .. } => "TooLargeToCompile",
+            ModuleError::CompileMemory { .. } => "CompileMemory",
             ModuleError::Chart { .. } => "Chart",
             ModuleError::Loading => "Loading",
         }
@@ -421,13 +441,33 @@ async fn compile_module(
     // One budget over every compilation of the host (modules, components and background
     // optimizations alike, `Host::set_compile_budget`): the compilation waits inside `load`
     // until its estimate fits, after the host's own cache checks.
+    // A compile process is killed at the time budget (`HostError::CompileTimeout`); the
+    // reconcile stops waiting a little later, so that error is what it reports unless the
+    // compilation is still waiting for room in the memory budget.
     let time = budget.time;
     let host = host.clone();
     let task = tokio::task::spawn_blocking(move || host.load(bytes.as_ref()));
-    let loaded = tokio::time::timeout(time, task)
+    let waited = time.saturating_add(std::time::Duration::from_secs(2));
+    let loaded = tokio::time::timeout(waited, task)
         .await
-        .map_err(|_| ModuleError::CompileTimeout { budget: time, size })?
-        .map_err(|e| ModuleError::Spec(format!("module compilation task failed: {e}")))??;
+        .map_err(|_| ModuleError::CompileTimeout {
+            budget: time,
+            size,
+            stopped: false,
+        })?
+        .map_err(|e| ModuleError::Spec(format!("module compilation task failed: {e}")))?
+        .map_err(|e| match e {
+            wasm_host::HostError::CompileTimeout { .. } => ModuleError::CompileTimeout {
+                budget: time,
+                size,
+                stopped: true,
+            },
+            wasm_host::HostError::CompileMemory { limit } => ModuleError::CompileMemory {
+                size,
+                budget: limit,
+            },
+            other => ModuleError::Load(other),
+        })?;
     Ok(Module::Wasm(loaded))
 }
 

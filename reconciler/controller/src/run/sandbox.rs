@@ -15,7 +15,7 @@ use wasm_host::RunLimits;
 use crate::sources::FetchPolicy;
 
 /// Operator-set bounds of everything a Synthesizer asks for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Sandbox {
     /// Highest `spec.limits.memory` accepted (`--max-synthesis-memory`).
     pub max_memory_bytes: usize,
@@ -35,6 +35,9 @@ pub struct Sandbox {
     /// estimated compile memory ([`wasm_host::compile_memory_estimate`], about 23x its size)
     /// exceeds it is refused; large compilations run one at a time.
     pub compile_memory_budget_bytes: usize,
+    /// The binary that compiles modules in child processes ([`wasm_host::COMPILE_SUBCOMMAND`];
+    /// the `enoki` binary itself). `None`: modules compile in this process.
+    pub compile_program: Option<std::path::PathBuf>,
 }
 
 impl Default for Sandbox {
@@ -47,7 +50,34 @@ impl Default for Sandbox {
             fetch: FetchPolicy::default(),
             compile_timeout: Duration::from_secs(120),
             compile_memory_budget_bytes: 2 << 30,
+            compile_program: None,
         }
+    }
+}
+
+impl Sandbox {
+    /// The wasm host of these limits: its on-disk cache in `cache_dir`, its compile budget,
+    /// and (with [`Sandbox::compile_program`]) its compilations in child processes, killed
+    /// after `--compile-timeout` (a background optimization after ten times that).
+    ///
+    /// # Errors
+    /// As [`wasm_host::Host::with_compile_process`].
+    pub fn host(
+        &self,
+        cache_dir: Option<&std::path::Path>,
+    ) -> Result<wasm_host::Host, wasm_host::HostError> {
+        let process = self
+            .compile_program
+            .as_ref()
+            .map(|program| wasm_host::CompileProcess {
+                program: program.clone(),
+                args: vec![wasm_host::COMPILE_SUBCOMMAND.into()],
+                timeout: self.compile_timeout,
+                background_timeout: self.compile_timeout.saturating_mul(10),
+            });
+        let host = wasm_host::Host::with_compile_process(cache_dir, process)?;
+        host.set_compile_budget(self.compile_memory_budget_bytes);
+        Ok(host)
     }
 }
 

@@ -237,9 +237,8 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         let remote = target.client.apiserver_version().await?;
         tracing::info!(server = %remote.git_version, "emitted objects go to the remote cluster");
     }
-    let host = Arc::new(wasm_host::Host::new(opts.module_cache_dir.as_deref())?);
+    let host = Arc::new(opts.sandbox.host(opts.module_cache_dir.as_deref())?);
     host.set_module_cache_bytes(opts.module_cache_bytes);
-    host.set_compile_budget(opts.sandbox.compile_memory_budget_bytes);
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = metrics::Metrics::register(&mut registry);
     metrics.shards_configured.set(i64::from(opts.shards));

@@ -244,7 +244,10 @@ static FETCHING: std::sync::LazyLock<
 /// How long a failed module is not fetched again: 10 s doubling per failure in a row up to
 /// 5 min; 5 s when compilation only ran past its budget (it finishes in the background).
 pub(crate) fn module_backoff(e: &module::ModuleError, failures: u32) -> Duration {
-    if matches!(e, module::ModuleError::CompileTimeout { .. }) {
+    if matches!(
+        e,
+        module::ModuleError::CompileTimeout { stopped: false, .. }
+    ) {
         return Duration::from_secs(5);
     }
     Duration::from_secs(10)

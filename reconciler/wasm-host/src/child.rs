@@ -1,0 +1,272 @@
+//! Compiling in a child process.
+//!
+//! With [`CompileProcess`] set ([`Host::with_compile_process`]), every compilation from
+//! module bytes runs in a child process, the same binary started with [`COMPILE_SUBCOMMAND`]
+//! ([`compile_child_main`]):
+//!
+//! - the module comes on the child's stdin; the child compiles it with the engine settings of
+//!   the host (same binary, same [`engine_config`]) and writes the artifact into the host's
+//!   artifact directory (the on-disk cache, or a private directory of the process), from
+//!   which the host maps it after checking its recorded SHA-256;
+//! - the child limits its own address space (`RLIMIT_AS`) to what it maps at start plus the
+//!   compile memory budget plus [`CHILD_SLACK_BYTES`] (thread stacks, allocator arenas): an
+//!   allocation past it fails and the child dies, the host reports [`HostError::CompileMemory`];
+//! - the host kills the child (`SIGKILL`) when it runs past its timeout and reports
+//!   [`HostError::CompileTimeout`]; the child is also killed when the host process dies
+//!   (`PR_SET_PDEATHSIG`).
+//!
+//! The compiler's memory is never the controller's: a module that makes Cranelift or Winch
+//! allocate gigabytes (Winch emits one store per local variable, so 10,000 functions of 50,000
+//! locals are gigabytes of code from a few kilobytes) costs the child its life, not the host.
+
+use std::ffi::OsString;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use wasmtime::{Config, Engine};
+
+use crate::{HostError, ModuleKind, artifacts, restrict_features};
+
+/// The first argument that makes the binary a compile child ([`compile_child_main`]).
+pub const COMPILE_SUBCOMMAND: &str = "__compile-module";
+
+/// Address space a compile child may map beyond its startup size and its compile memory
+/// budget: compiler thread stacks and the allocator's per-thread arenas (reserved, mostly
+/// never touched).
+pub const CHILD_SLACK_BYTES: usize = 128 << 20;
+
+/// How the host starts its compile children.
+#[derive(Clone, Debug)]
+pub struct CompileProcess {
+    /// The program: the running binary (`std::env::current_exe()`).
+    pub program: PathBuf,
+    /// Arguments before the child's own ([`COMPILE_SUBCOMMAND`] first).
+    pub args: Vec<OsString>,
+    /// A compilation a caller waits for is killed after this long.
+    pub timeout: Duration,
+    /// A background compilation (the optimized code of a large module already running on
+    /// the baseline tier) is killed after this long.
+    pub background_timeout: Duration,
+}
+
+/// Which compiler.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum TierKind {
+    /// Cranelift.
+    Optimized,
+    /// Winch.
+    Baseline,
+}
+
+impl TierKind {
+    fn arg(self) -> &'static str {
+        match self {
+            TierKind::Optimized => "optimized",
+            TierKind::Baseline => "baseline",
+        }
+    }
+}
+
+/// The engine settings of a tier, the same in the host and in its compile children (their
+/// artifacts are keyed by the engine's compatibility hash).
+pub(crate) fn engine_config(tier: TierKind) -> Config {
+    let mut config = Config::new();
+    if tier == TierKind::Baseline {
+        config.strategy(wasmtime::Strategy::Winch);
+    }
+    config.epoch_interruption(true);
+    restrict_features(&mut config);
+    config
+}
+
+/// Runs one compile child for `bytes` and waits for it (at most `timeout`; it is killed then).
+/// On success the artifact is in the artifact directory `out` (its `compiled/` directory).
+pub(crate) fn compile_in_child(
+    process: &CompileProcess,
+    tier: TierKind,
+    out: &Path,
+    memory_limit: usize,
+    timeout: Duration,
+    bytes: &[u8],
+) -> Result<(), HostError> {
+    let engine = |message: String| HostError::Engine { message };
+    let mut child = Command::new(&process.program)
+        .args(&process.args)
+        .arg("--tier")
+        .arg(tier.arg())
+        .arg("--out")
+        .arg(out)
+        .arg("--memory-limit")
+        .arg(memory_limit.to_string())
+        // One extra allocator arena at most: each reserves 64 MiB of address space.
+        .env("MALLOC_ARENA_MAX", "2")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| {
+            engine(format!(
+                "cannot start the compile process {}: {e}",
+                process.program.display()
+            ))
+        })?;
+    let stdin = child.stdin.take();
+    let stderr = child.stderr.take();
+    let started = Instant::now();
+    let (status, stderr, timed_out) = std::thread::scope(|s| {
+        // A child that dies or is killed mid-read ends the write with an error: ignored.
+        s.spawn(move || {
+            if let Some(mut stdin) = stdin {
+                let _ = stdin.write_all(bytes);
+            }
+        });
+        let reader = s.spawn(move || {
+            let mut tail = Vec::new();
+            if let Some(stderr) = stderr {
+                let _ = stderr.take(64 * 1024).read_to_end(&mut tail);
+            }
+            String::from_utf8_lossy(&tail).into_owned()
+        });
+        let mut timed_out = false;
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(status)) => break Ok(status),
+                Ok(None) if started.elapsed() >= timeout => {
+                    timed_out = true;
+                    let _ = child.kill();
+                    break child.wait();
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+                Err(e) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break Err(e);
+                }
+            }
+        };
+        (status, reader.join().unwrap_or_default(), timed_out)
+    });
+    let status = status.map_err(|e| engine(format!("waiting for the compile process: {e}")))?;
+    if timed_out {
+        return Err(HostError::CompileTimeout { after: timeout });
+    }
+    if status.success() {
+        return Ok(());
+    }
+    let stderr = stderr.trim();
+    let out_of_memory = stderr.contains("memory allocation of")
+        || stderr.contains("Cannot allocate memory")
+        || stderr.contains("out of memory");
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        _ if out_of_memory => Err(HostError::CompileMemory {
+            limit: memory_limit,
+        }),
+        (Some(EXIT_COMPILE), _) => Err(HostError::Instantiate {
+            message: format!("compile: {}", crate::tail(stderr)),
+        }),
+        (_, Some(signal)) => Err(engine(format!(
+            "the compile process died of signal {signal}: {}",
+            crate::tail(stderr)
+        ))),
+        (code, _) => Err(engine(format!(
+            "the compile process exited with {code:?}: {}",
+            crate::tail(stderr)
+        ))),
+    }
+}
+
+/// The child's exit code for a module that does not compile (its error on stderr).
+const EXIT_COMPILE: i32 = 2;
+
+/// The compile child: `<binary> __compile-module --tier optimized|baseline --out DIR
+/// --memory-limit BYTES`, the module on stdin. Returns the exit code: 0 with the artifact
+/// written, 2 when the module does not compile (the error on stderr), 1 for anything else.
+pub fn compile_child_main(args: &[OsString]) -> i32 {
+    match child(args) {
+        Ok(()) => 0,
+        Err((code, message)) => {
+            eprintln!("{message}");
+            code
+        }
+    }
+}
+
+fn child(args: &[OsString]) -> Result<(), (i32, String)> {
+    let fail = |m: String| (1, m);
+    // Killed with its parent: a compilation nobody waits for stops.
+    rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
+        .map_err(|e| fail(format!("prctl: {e}")))?;
+    let (mut tier, mut out, mut limit) = (None, None, None);
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        let value = it
+            .next()
+            .ok_or_else(|| fail(format!("{} needs a value", flag.to_string_lossy())))?;
+        match flag.to_str() {
+            Some("--tier") => {
+                tier = match value.to_str() {
+                    Some("optimized") => Some(TierKind::Optimized),
+                    Some("baseline") => Some(TierKind::Baseline),
+                    _ => return Err(fail(format!("unknown tier {value:?}"))),
+                }
+            }
+            Some("--out") => out = Some(PathBuf::from(value)),
+            Some("--memory-limit") => {
+                limit = value.to_str().and_then(|v| v.parse::<u64>().ok());
+            }
+            _ => return Err(fail(format!("unknown argument {flag:?}"))),
+        }
+    }
+    let (Some(tier), Some(out), Some(limit)) = (tier, out, limit) else {
+        return Err(fail(
+            "usage: __compile-module --tier optimized|baseline --out DIR --memory-limit BYTES"
+                .into(),
+        ));
+    };
+    let start = mapped_bytes().ok_or_else(|| fail("cannot read /proc/self/status".into()))?;
+    let cap = start
+        .saturating_add(limit)
+        .saturating_add(CHILD_SLACK_BYTES as u64);
+    rustix::process::setrlimit(
+        rustix::process::Resource::As,
+        rustix::process::Rlimit {
+            current: Some(cap),
+            maximum: Some(cap),
+        },
+    )
+    .map_err(|e| fail(format!("setrlimit: {e}")))?;
+    let mut bytes = Vec::new();
+    std::io::stdin()
+        .read_to_end(&mut bytes)
+        .map_err(|e| fail(format!("reading the module: {e}")))?;
+    let digest = crate::digest(&bytes);
+    let kind = crate::kind_of(&bytes).map_err(|e| (EXIT_COMPILE, e.to_string()))?;
+    let engine = Engine::new(&engine_config(tier)).map_err(|e| fail(format!("{e:#}")))?;
+    let compiled = match kind {
+        ModuleKind::Preview1 => engine.precompile_module(&bytes),
+        ModuleKind::Component => engine.precompile_component(&bytes),
+    }
+    .map_err(|e| (EXIT_COMPILE, format!("{e:#}")))?;
+    drop(bytes);
+    let store = artifacts::Artifacts::open(&out, &engine).map_err(|e| fail(e.to_string()))?;
+    store
+        .write_checked(&digest, kind, &compiled)
+        .map_err(|e| fail(format!("writing the artifact: {e}")))
+}
+
+/// The process's mapped address space (`VmSize`), in bytes.
+fn mapped_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmSize:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib * 1024)
+}
