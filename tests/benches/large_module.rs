@@ -6,6 +6,9 @@
 //!   Cranelift, then run;
 //! - `first-sight`: a fresh host and cache directory — Winch compiles, the module runs, and
 //!   the optimized (Cranelift) code is compiled in the background and cached on disk;
+//! - `compile-processes`: first sight as the controller does it, both tiers compiled in child
+//!   processes of the release `enoki` binary: this process's RSS before and while they
+//!   compile, and their peak;
 //! - `restart`: a new process on that cache directory — load the verified artifact, run;
 //! - `warm`: runs of the optimized code in one process (median).
 //!
@@ -21,7 +24,7 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use wasm_host::{Entropy, Host, ModulePre, RunLimits, RunRequest};
+use wasm_host::{CompileProcess, Entropy, Host, ModulePre, RunLimits, RunRequest};
 
 const EMPTY_INPUT: &str =
     r#"{"apiVersion":"config.kubernetes.io/v1","kind":"ResourceList","items":[]}"#;
@@ -96,6 +99,38 @@ fn phase(name: &str, module: &str, cache: &str, case: &Case) {
             }
             println!("optimized={}", secs(started.elapsed()));
         }
+        "compile-processes" => {
+            // The controller's way: both tiers compile in child processes of the release
+            // `enoki` binary. This process plays the controller: its RSS before loading is
+            // the steady figure, its peak while the children compile must stay near it.
+            let steady = status_kib("VmRSS");
+            let children = ChildPeak::start();
+            let host = Host::with_compile_process(
+                Some(cache),
+                Some(CompileProcess {
+                    program: enoki_release(),
+                    args: vec![wasm_host::COMPILE_SUBCOMMAND.into()],
+                    timeout: Duration::from_secs(120),
+                    background_timeout: Duration::from_secs(1200),
+                }),
+            )
+            .unwrap();
+            let m = host.load(&bytes).unwrap();
+            assert!(m.is_baseline(), "a large module starts on the baseline tier");
+            let compiled = started.elapsed();
+            let after_load = status_kib("VmHWM");
+            let first = run(&host, &m, case);
+            println!("usable={}", secs(compiled + first));
+            println!("compile={}", secs(compiled));
+            println!("run={}", secs(first));
+            while m.is_baseline() {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            println!("optimized={}", secs(started.elapsed()));
+            println!("steady={}", steady / 1024);
+            println!("compile_peak={}", after_load / 1024);
+            println!("child_peak={}", children.stop() / 1024);
+        }
         "restart" => {
             let host = Host::new(Some(cache)).unwrap();
             let m = host.load(&bytes).unwrap();
@@ -114,6 +149,67 @@ fn phase(name: &str, module: &str, cache: &str, case: &Case) {
             println!("run={}", secs(runs[runs.len() / 2]));
         }
         other => panic!("unknown phase {other}"),
+    }
+}
+
+/// A field of this process's `/proc/self/status`, in KiB.
+fn status_kib(field: &str) -> u64 {
+    proc_status_kib("self", field)
+}
+
+fn proc_status_kib(pid: &str, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// The release `enoki` binary (`ENOKI_BIN`, which `make bench` sets; or target/release/enoki).
+fn enoki_release() -> std::path::PathBuf {
+    let bin = std::env::var_os("ENOKI_BIN").map_or_else(
+        || harness::workspace_root().join("target/release/enoki"),
+        std::path::PathBuf::from,
+    );
+    required(&bin, "cargo build --release -p reconciler-controller --bin enoki")
+}
+
+/// Samples the peak RSS (VmHWM) of this process's children every 20 ms.
+struct ChildPeak {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<u64>,
+}
+
+impl ChildPeak {
+    fn start() -> ChildPeak {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let me = std::process::id().to_string();
+        let thread = std::thread::spawn(move || {
+            let mut peak = 0;
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+                    let pid = entry.file_name().to_string_lossy().into_owned();
+                    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                        .unwrap_or_default();
+                    let parent = stat
+                        .rsplit_once(')')
+                        .and_then(|(_, rest)| rest.split_whitespace().nth(1));
+                    if parent == Some(me.as_str()) {
+                        peak = peak.max(proc_status_kib(&pid, "VmHWM"));
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            peak
+        });
+        ChildPeak { stop, thread }
+    }
+
+    fn stop(self) -> u64 {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.join().unwrap()
     }
 }
 
@@ -319,6 +415,8 @@ fn phases(
     );
     let (base, base_rss) = child("cranelift", m, c, i, expect);
     let (first, first_rss) = child("first-sight", m, c, i, expect);
+    let _ = std::fs::remove_dir_all(cache);
+    let (children, children_rss) = child("compile-processes", m, c, i, expect);
     let (restart, restart_rss) = child("restart", m, c, i, expect);
     let (warm, warm_rss) = child("warm", m, c, i, expect);
     let _ = std::fs::remove_dir_all(cache);
@@ -339,6 +437,11 @@ fn phases(
             &first,
             first_rss,
         ),
+        (
+            "first sight, compiled in child processes (the controller's way)",
+            &children,
+            children_rss,
+        ),
         ("restart (verified on-disk artifact)", &restart, restart_rss),
     ] {
         let usable = get(lines, "usable");
@@ -354,5 +457,16 @@ fn phases(
          Warm run of the optimized code: {} (median of 7; process peak {warm_rss} MiB).\n",
         get(&first, "optimized"),
         get(&warm, "run")
+    );
+    let mib = |k: &str| get(&children, k).parse::<i64>().unwrap_or(0);
+    println!(
+        "Compiled in child processes: the host process's RSS was {} MiB before loading and \
+         peaked at {} MiB (+{} MiB) while Winch compiled; the compile processes peaked at {} \
+         MiB; Cranelift's code replaced Winch's {} after first sight.\n",
+        mib("steady"),
+        mib("compile_peak"),
+        mib("compile_peak") - mib("steady"),
+        mib("child_peak"),
+        get(&children, "optimized"),
     );
 }
