@@ -116,7 +116,10 @@ fn phase(name: &str, module: &str, cache: &str, case: &Case) {
             )
             .unwrap();
             let m = host.load(&bytes).unwrap();
-            assert!(m.is_baseline(), "a large module starts on the baseline tier");
+            assert!(
+                m.is_baseline(),
+                "a large module starts on the baseline tier"
+            );
             let compiled = started.elapsed();
             let after_load = status_kib("VmHWM");
             let first = run(&host, &m, case);
@@ -172,7 +175,10 @@ fn enoki_release() -> std::path::PathBuf {
         || harness::workspace_root().join("target/release/enoki"),
         std::path::PathBuf::from,
     );
-    required(&bin, "cargo build --release -p reconciler-controller --bin enoki")
+    required(
+        &bin,
+        "cargo build --release -p reconciler-controller --bin enoki",
+    )
 }
 
 /// Samples the peak RSS (VmHWM) of this process's children every 20 ms.
@@ -191,8 +197,8 @@ impl ChildPeak {
             while !flag.load(std::sync::atomic::Ordering::Relaxed) {
                 for entry in std::fs::read_dir("/proc").unwrap().flatten() {
                     let pid = entry.file_name().to_string_lossy().into_owned();
-                    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                        .unwrap_or_default();
+                    let stat =
+                        std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
                     let parent = stat
                         .rsplit_once(')')
                         .and_then(|(_, rest)| rest.split_whitespace().nth(1));

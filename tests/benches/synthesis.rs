@@ -1,8 +1,13 @@
 //! Synthesis cost, measured in one run (medians), with the native build of the same function
 //! as the baseline:
-//! - warm synthesis of sample 01 producing 100 resources (wasm, precompiled, fresh Store);
+//! - warm synthesis of sample 01 producing 100 resources (wasm, precompiled, fresh Store,
+//!   instances from the host's pool);
+//! - the fixed cost of a run (an empty module);
 //! - the same synthesizer function compiled natively (parse input, run, serialize output);
-//! - loading a precompiled module from the on-disk cache vs compiling it.
+//! - loading a precompiled module from the on-disk cache (into a host created before) vs
+//!   compiling it, and creating a host.
+//!
+//! `PROFILE_WARM=1` runs 5,000 more warm syntheses and stops (for `perf record`).
 //!
 //! Run: `cargo bench -p enoki-tests --bench synthesis` (needs `hack/build-samples.sh`).
 
@@ -68,6 +73,31 @@ fn main() {
     assert_eq!(n_items, 100, "the benchmark input makes 100 resources");
 
     let wasm_warm = time(200, run);
+    if std::env::var_os("PROFILE_WARM").is_some() {
+        for _ in 0..5000 {
+            std::hint::black_box(run());
+        }
+        return;
+    }
+    let empty = harness::wasm::module(0, 0, &[], 0);
+    let empty = host.load(&empty).unwrap_or_else(|e| panic!("load: {e}"));
+    let overhead = time(200, || {
+        host.run(
+            &empty,
+            RunRequest {
+                program: "test",
+                input: &input_bytes,
+                env: &[],
+                limits: RunLimits::default(),
+                entropy: Entropy::Reproducible {
+                    wall_clock: Duration::ZERO,
+                    seed: [1; 32],
+                },
+            },
+        )
+        .unwrap_or_else(|e| panic!("run: {e}"))
+    });
+
     let native = time(200, || {
         let parsed: enoki_sdk::Input = serde_json::from_slice(&input_bytes)
             .unwrap_or_else(|_| enoki_sdk::testing::input_from_items(vec![]));
@@ -84,11 +114,27 @@ fn main() {
         let h = Host::new(Some(&cache)).unwrap_or_else(|e| panic!("engine: {e}"));
         let _ = h.load(&wasm);
     }
-    let precompiled = time(10, || {
-        let h = Host::new(Some(&cache)).unwrap_or_else(|e| panic!("engine: {e}"));
-        let m = h.load(&wasm).map(|m| m.digest().len()).unwrap_or_default();
-        assert!(h.cache_hits() >= 1, "loaded from the cache");
-        m
+    // A restart: the host (engines, instance pool) is created once, then its modules are
+    // loaded from the disk cache (verified, mapped, pre-linked). Each sample a fresh host.
+    let hosts: Vec<Host> = (0..21)
+        .map(|_| Host::new(Some(&cache)).unwrap_or_else(|e| panic!("engine: {e}")))
+        .collect();
+    let precompiled = median(
+        hosts
+            .iter()
+            .map(|h| {
+                let t = Instant::now();
+                let m = h.load(&wasm).unwrap_or_else(|e| panic!("load: {e}"));
+                let took = t.elapsed();
+                assert_eq!(h.cache_hits(), 1, "loaded from the cache");
+                std::hint::black_box(m);
+                took
+            })
+            .collect(),
+    );
+    drop(hosts);
+    let new_host = time(10, || {
+        Host::new(Some(&cache)).unwrap_or_else(|e| panic!("engine: {e}"))
     });
     let _ = std::fs::remove_dir_all(&cache);
 
@@ -110,6 +156,10 @@ fn main() {
         wasm_warm.as_secs_f64() / native.as_secs_f64()
     );
     println!(
+        "  fixed cost of a run (empty module)          {:>10.3} ms",
+        overhead.as_secs_f64() * 1e3
+    );
+    println!(
         "  compile module (cold, no cache)             {:>10.3} ms",
         compile.as_secs_f64() * 1e3
     );
@@ -120,5 +170,9 @@ fn main() {
     println!(
         "  compile / load-precompiled                  {:>10.2}x",
         compile.as_secs_f64() / precompiled.as_secs_f64()
+    );
+    println!(
+        "  create a host (once per process)            {:>10.3} ms",
+        new_host.as_secs_f64() * 1e3
     );
 }

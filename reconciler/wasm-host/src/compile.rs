@@ -62,22 +62,23 @@ pub fn compile_memory_estimate(bytes: usize) -> usize {
 /// Default of [`Host::set_compile_budget`].
 pub const DEFAULT_COMPILE_BUDGET_BYTES: usize = 2 << 30;
 
-/// The memory compilations may take together: shares of it are held while compiling.
-pub(super) struct CompileBudget {
+/// A counted budget: the memory compilations may take together (shares of it are held while
+/// compiling), or the runs that may hold pooled instances at once.
+pub(super) struct Budget {
     /// (capacity, in use).
     pub(crate) state: Mutex<(usize, usize)>,
     pub(crate) freed: Condvar,
 }
 
 /// A compilation's share of the budget, returned when dropped.
-pub(super) struct CompileShare {
-    pub(crate) budget: Arc<CompileBudget>,
+pub(super) struct Share {
+    pub(crate) budget: Arc<Budget>,
     pub(crate) amount: usize,
 }
 
-impl CompileBudget {
-    pub(super) fn new(capacity: usize) -> CompileBudget {
-        CompileBudget {
+impl Budget {
+    pub(super) fn new(capacity: usize) -> Budget {
+        Budget {
             state: Mutex::new((capacity.max(1), 0)),
             freed: Condvar::new(),
         }
@@ -91,7 +92,7 @@ impl CompileBudget {
     }
 
     /// Blocks until `want` (at most the whole budget) fits, and takes it.
-    pub(super) fn acquire(self: &Arc<Self>, want: usize) -> CompileShare {
+    pub(super) fn acquire(self: &Arc<Self>, want: usize) -> Share {
         let mut amount = want;
         if let Ok(mut s) = self.state.lock() {
             amount = want.min(s.0);
@@ -99,7 +100,7 @@ impl CompileBudget {
                 match self.freed.wait(s) {
                     Ok(next) => s = next,
                     Err(_) => {
-                        return CompileShare {
+                        return Share {
                             budget: self.clone(),
                             amount: 0,
                         };
@@ -109,7 +110,7 @@ impl CompileBudget {
             }
             s.1 += amount;
         }
-        CompileShare {
+        Share {
             budget: self.clone(),
             amount,
         }
@@ -128,7 +129,7 @@ impl CompileBudget {
     }
 }
 
-impl Drop for CompileShare {
+impl Drop for Share {
     fn drop(&mut self) {
         if let Ok(mut s) = self.budget.state.lock() {
             s.1 = s.1.saturating_sub(self.amount);

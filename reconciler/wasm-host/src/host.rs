@@ -37,7 +37,9 @@ impl Host {
     ) -> Result<Host, HostError> {
         // Runs are async (`call_async`): a deadline drops the run's future, which also ends
         // blocking WASI calls (`poll_oneoff` sleeps) that the epoch cannot interrupt.
-        let optimized = Arc::new(Tier::new(&engine_config(TierKind::Optimized))?);
+        let optimized = Arc::new(Tier::new(&child::pooled(engine_config(
+            TierKind::Optimized,
+        )))?);
         let baseline = Arc::new(Tier::new(&engine_config(TierKind::Baseline))?);
         let scratch = match (cache_dir, &process) {
             (None, Some(_)) => Some(scratch_dir()?),
@@ -77,7 +79,8 @@ impl Host {
             optimized,
             baseline,
             large_compile: Arc::new(Mutex::new(())),
-            compile_budget: Arc::new(CompileBudget::new(DEFAULT_COMPILE_BUDGET_BYTES)),
+            compile_budget: Arc::new(Budget::new(DEFAULT_COMPILE_BUDGET_BYTES)),
+            run_slots: Arc::new(Budget::new(child::RUN_SLOTS as usize)),
             optimized_in_background: Arc::new(AtomicU64::new(0)),
             baseline_min_bytes: std::sync::atomic::AtomicUsize::new(BASELINE_MIN_BYTES),
             modules: Mutex::new(ModuleLru::new(DEFAULT_MODULE_CACHE_BYTES)),
@@ -444,6 +447,8 @@ impl Host {
     /// deadline holds whatever the module does: compute is interrupted by the epoch, and a
     /// module blocked in a host call (a WASI sleep) is dropped when the deadline passes.
     pub fn run(&self, module: &ModulePre, req: RunRequest<'_>) -> Result<RunOutput, HostError> {
+        // Pooled instances are bounded: a run past `RUN_SLOTS` waits for one to end.
+        let _slot = self.run_slots.acquire(1);
         self.running.fetch_add(1, Ordering::Relaxed);
         let _running = Running(&self.running);
         self.ticker.unpark();

@@ -27,7 +27,10 @@ mod child;
 mod error;
 mod tail;
 
-pub use child::{CHILD_SLACK_BYTES, COMPILE_SUBCOMMAND, CompileProcess, compile_child_main};
+pub use child::{
+    CHILD_SLACK_BYTES, COMPILE_SUBCOMMAND, CompileProcess, KEEP_RESIDENT_BYTES, RUN_SLOTS,
+    compile_child_main,
+};
 use child::{TierKind, engine_config};
 pub use error::HostError;
 use host::kind_of;
@@ -261,7 +264,9 @@ pub struct Host {
     /// by one [`compile_memory_estimate`] of the largest module.
     large_compile: Arc<Mutex<()>>,
     /// Memory all compilations may take together (their estimates), background ones included.
-    compile_budget: Arc<CompileBudget>,
+    compile_budget: Arc<Budget>,
+    /// Runs in progress, at most [`RUN_SLOTS`] (the instance pool's size).
+    run_slots: Arc<Budget>,
     /// Background optimizations finished (baseline code replaced).
     optimized_in_background: Arc<AtomicU64>,
     /// Core modules at least this large start on the baseline tier.
@@ -313,7 +318,7 @@ mod compile_budget_tests {
 
     #[test]
     fn compilations_wait_until_their_share_fits_and_return_it_when_done() {
-        let budget = Arc::new(CompileBudget::new(100));
+        let budget = Arc::new(Budget::new(100));
         let a = budget.acquire(60);
         assert_eq!(budget.in_use(), 60);
         let waiter = {

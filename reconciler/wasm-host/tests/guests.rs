@@ -690,3 +690,39 @@ fn a_rust_std_thread_sleep_past_the_timeout_ends_at_the_deadline_on_p1_and_p2() 
     }
     normal_module_still_runs();
 }
+
+/// A module that traps when it finds a previous run's marker in its memory (in the first
+/// page, inside the pool's resident region, and 3 MiB up after growing), then writes it.
+const REMEMBERS: &str = r#"(module
+  (memory 1)
+  (func (export "_start")
+    (if (i64.ne (i64.load (i32.const 1024)) (i64.const 0)) (then unreachable))
+    (i64.store (i32.const 1024) (i64.const 0x4141414141414141))
+    (drop (memory.grow (i32.const 64)))
+    (if (i64.ne (i64.load (i32.const 3145728)) (i64.const 0)) (then unreachable))
+    (i64.store (i32.const 3145728) (i64.const 0x4242424242424242))))"#;
+
+#[test]
+fn pooled_memory_never_shows_a_previous_runs_bytes() {
+    let m = host().load(REMEMBERS.as_bytes()).unwrap();
+    for i in 0..50 {
+        run(&m).unwrap_or_else(|e| panic!("run {i} saw a previous run's memory: {e}"));
+    }
+    normal_module_still_runs();
+}
+
+#[test]
+fn more_concurrent_runs_than_pool_slots_wait_for_one() {
+    let m = load("hello.wat");
+    let n = wasm_host::RUN_SLOTS as usize * 3;
+    let results: Vec<_> = std::thread::scope(|s| {
+        let runs: Vec<_> = (0..n).map(|_| s.spawn(|| run(&m))).collect();
+        runs.into_iter().map(|r| r.join().unwrap()).collect()
+    });
+    assert_eq!(results.len(), n);
+    for r in results {
+        let out = r.unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["kind"], "ResourceList");
+    }
+}
