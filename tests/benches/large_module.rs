@@ -103,7 +103,10 @@ fn phase(name: &str, module: &str, cache: &str, case: &Case) {
             // The controller's way: both tiers compile in child processes of the release
             // `enoki` binary. This process plays the controller: its RSS before loading is
             // the steady figure, its peak while the children compile must stay near it.
+            // Steady: before the module's bytes are read (a controller fetches them).
+            drop(bytes);
             let steady = status_kib("VmRSS");
+            let bytes = std::fs::read(module).unwrap();
             let children = ChildPeak::start();
             let host = Host::with_compile_process(
                 Some(cache),
@@ -127,9 +130,11 @@ fn phase(name: &str, module: &str, cache: &str, case: &Case) {
             println!("compile={}", secs(compiled));
             println!("run={}", secs(first));
             while m.is_baseline() {
+                assert_eq!(host.optimize_failures(), 0, "the Cranelift process failed");
                 std::thread::sleep(Duration::from_millis(50));
             }
             println!("optimized={}", secs(started.elapsed()));
+            println!("during_cranelift={}", status_kib("VmHWM") / 1024);
             println!("steady={}", steady / 1024);
             println!("compile_peak={}", after_load / 1024);
             println!("child_peak={}", children.stop() / 1024);
@@ -466,13 +471,16 @@ fn phases(
     );
     let mib = |k: &str| get(&children, k).parse::<i64>().unwrap_or(0);
     println!(
-        "Compiled in child processes: the host process's RSS was {} MiB before loading and \
-         peaked at {} MiB (+{} MiB) while Winch compiled; the compile processes peaked at {} \
-         MiB; Cranelift's code replaced Winch's {} after first sight.\n",
+        "Compiled in child processes: the host process's RSS was {} MiB before reading the \
+         module and peaked at {} MiB (+{} MiB: the module's bytes and the mapped Winch code) \
+         by first sight, {} MiB (+{} MiB) once Cranelift's code replaced Winch's {} after \
+         first sight; the compile processes peaked at {} MiB.\n",
         mib("steady"),
         mib("compile_peak"),
         mib("compile_peak") - mib("steady"),
-        mib("child_peak"),
+        mib("during_cranelift"),
+        mib("during_cranelift") - mib("steady"),
         get(&children, "optimized"),
+        mib("child_peak"),
     );
 }

@@ -27,7 +27,8 @@ fn section(id: u8, body: &[u8], out: &mut Vec<u8>) {
 ///
 /// `module(4_000, 50_000, &[], 16 << 20)` is a Winch compile bomb: Winch zeroes each local
 /// with its own store, 400 KB of code per function, gigabytes from a few kilobytes of
-/// functions. `module(2, 32, &branchy_body(2_000), 0)` is a Cranelift compile bomb.
+/// functions. `module(2, 32, &branchy_body(2_000), 0)` is a Cranelift compile bomb, and
+/// [`slow_module`] a slow but modest compilation.
 pub fn module(functions: u32, locals: u32, body: &[u8], pad: usize) -> Vec<u8> {
     let mut out = b"\0asm\x01\0\0\0".to_vec();
     section(1, &[1, 0x60, 0, 0], &mut out); // one type: [] -> []
@@ -92,7 +93,14 @@ pub fn branchy_body(n: usize) -> Vec<u8> {
     body
 }
 
-/// Compile processes (`enoki __compile-module`) whose parent is `pid`.
+/// A module of 37 functions of `branchy_body(300)` (15 MB, just under the size that starts
+/// on Winch): about 14 s of Cranelift on two cores, 200 MB at a time.
+pub fn slow_module() -> Vec<u8> {
+    module(37, 32, &branchy_body(300), 0)
+}
+
+/// Compile processes (`enoki __compile-module`) whose parent is `pid`, running or not yet
+/// reaped (a zombie's command line is empty: its name is `enoki`).
 pub fn compile_children(pid: u32) -> Vec<u32> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
@@ -101,12 +109,18 @@ pub fn compile_children(pid: u32) -> Vec<u32> {
         .filter(|child| {
             let stat = std::fs::read_to_string(format!("/proc/{child}/stat")).unwrap_or_default();
             // pid (comm) state ppid ...: comm may hold spaces, so split after the last ')'.
-            let parent = stat
+            let mut rest = stat
                 .rsplit_once(')')
-                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
-                .and_then(|p| p.parse::<u32>().ok());
+                .map(|(_, rest)| rest.split_whitespace())
+                .into_iter()
+                .flatten();
+            let state = rest.next().unwrap_or_default().to_string();
+            let parent = rest.next().and_then(|p| p.parse::<u32>().ok());
             let cmdline = std::fs::read(format!("/proc/{child}/cmdline")).unwrap_or_default();
-            parent == Some(pid) && String::from_utf8_lossy(&cmdline).contains("__compile-module")
+            let comm = std::fs::read_to_string(format!("/proc/{child}/comm")).unwrap_or_default();
+            parent == Some(pid)
+                && (String::from_utf8_lossy(&cmdline).contains("__compile-module")
+                    || (state == "Z" && comm.trim() == "enoki"))
         })
         .collect()
 }

@@ -26,8 +26,16 @@ static COMPILE_PROGRAM: std::sync::OnceLock<std::path::PathBuf> = std::sync::Onc
 /// binary does). Without it (tests that run the controller in their own process) modules
 /// compile in this process.
 pub fn compile_in_child_processes() {
-    if let Ok(exe) = std::env::current_exe() {
-        let _ = COMPILE_PROGRAM.set(exe);
+    // `/proc/self/exe` is this very binary even after its file was replaced (an upgrade in
+    // place): a child of another build would write artifacts under another engine's key.
+    let exe = std::path::Path::new("/proc/self/exe");
+    let program = if exe.exists() {
+        Some(exe.to_path_buf())
+    } else {
+        std::env::current_exe().ok()
+    };
+    if let Some(program) = program {
+        let _ = COMPILE_PROGRAM.set(program);
     }
 }
 

@@ -59,10 +59,22 @@ impl Artifacts {
     /// [`HostError::Engine`] when the directory cannot be created, is not a directory, or
     /// can be written by group or others.
     pub(crate) fn open(root: &Path, engine: &Engine) -> Result<Artifacts, HostError> {
+        Artifacts::open_with(root, engine, true)
+    }
+
+    /// As [`Artifacts::open`], for a directory that must exist already (a compile child's).
+    pub(crate) fn open_existing(root: &Path, engine: &Engine) -> Result<Artifacts, HostError> {
+        Artifacts::open_with(root, engine, false)
+    }
+
+    fn open_with(root: &Path, engine: &Engine, create: bool) -> Result<Artifacts, HostError> {
         let fail = |message: String| HostError::Engine { message };
         // The artifacts live in `<root>/compiled`, which enoki creates and owns: `root` itself
         // may be a shared mount (a Kubernetes emptyDir is mode 0777).
         let dir = root.join("compiled");
+        if !dir.exists() && !create {
+            return Err(fail(format!("{} does not exist", dir.display())));
+        }
         if !dir.exists() {
             use std::os::unix::fs::DirBuilderExt;
             std::fs::DirBuilder::new()
@@ -100,6 +112,14 @@ impl Artifacts {
     /// that failed verification and was deleted). The file is hashed as a stream and then
     /// mapped by the caller, so a large artifact is never held twice in memory.
     pub(crate) fn read(&self, digest: &str, kind: ModuleKind) -> Option<PathBuf> {
+        let path = self.read_uncounted(digest, kind)?;
+        self.hits.fetch_add(1, Ordering::Relaxed);
+        Some(path)
+    }
+
+    /// As [`Artifacts::read`], not counted as a cache hit (an artifact a compile child just
+    /// handed over).
+    pub(crate) fn read_uncounted(&self, digest: &str, kind: ModuleKind) -> Option<PathBuf> {
         let (artifact, recorded) = self.paths(digest, kind);
         let expected = std::fs::read_to_string(&recorded).ok()?;
         let actual = std::fs::File::open(&artifact).and_then(|mut f| {
@@ -111,7 +131,6 @@ impl Artifacts {
             self.reject(&artifact, &recorded);
             return None;
         }
-        self.hits.fetch_add(1, Ordering::Relaxed);
         Some(artifact)
     }
 
@@ -200,7 +219,12 @@ fn check_private(dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// Writes `bytes` to a temporary file beside `path`, syncs it and renames it into place.
+/// Writes `bytes` to a new private file (`0600`) at `path`, replacing what is there.
+pub(crate) fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    write_atomic(path, bytes)
+}
+
+/// Writes `bytes` to a temporary file beside `path` and renames it into place.
 fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
     static NEXT: AtomicUsize = AtomicUsize::new(0);
@@ -215,8 +239,8 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
             .create_new(true)
             .mode(0o600)
             .open(&tmp)?;
+        // No fsync: a file torn by a crash fails its SHA-256 check and is compiled again.
         f.write_all(bytes)?;
-        f.sync_all()?;
         std::fs::rename(&tmp, path)
     })();
     if result.is_err() {
@@ -247,4 +271,35 @@ pub(crate) fn deserialize_component(
 ) -> wasmtime::Result<wasmtime::component::Component> {
     // SAFETY: as for `deserialize_module`.
     unsafe { wasmtime::component::Component::deserialize_file(engine, path) }
+}
+
+/// Deletes the temporary files process `pid` left in the artifact directory `root` (a
+/// compile child killed while writing).
+pub(crate) fn remove_temporaries(root: &Path, pid: u32) {
+    let marker = format!(".tmp-{pid}-");
+    let Ok(entries) = std::fs::read_dir(root.join("compiled")) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        if entry.file_name().to_string_lossy().contains(&marker) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
+/// Deletes temporary files of processes that no longer run (crashed writers).
+pub(crate) fn remove_stale_temporaries(root: &Path) {
+    let Ok(entries) = std::fs::read_dir(root.join("compiled")) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let pid = name
+            .split_once(".tmp-")
+            .and_then(|(_, rest)| rest.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok());
+        if pid.is_some_and(|p| !Path::new(&format!("/proc/{p}")).exists()) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
 }

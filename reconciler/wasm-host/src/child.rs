@@ -27,6 +27,9 @@ use std::time::{Duration, Instant};
 
 use wasmtime::{Config, Engine};
 
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
 use crate::{HostError, ModuleKind, artifacts, restrict_features};
 
 /// The first argument that makes the binary a compile child ([`compile_child_main`]).
@@ -120,18 +123,57 @@ pub(crate) fn pooled(mut config: Config) -> Config {
     config
 }
 
-/// Runs one compile child for `bytes` and waits for it (at most `timeout`; it is killed then).
-/// On success the artifact is in the artifact directory `out` (its `compiled/` directory).
+/// What a compile child reads on stdin.
+pub(crate) enum ChildInput<'a> {
+    /// Bytes held by the caller (written through a pipe).
+    Bytes(&'a [u8]),
+    /// A file (the module spooled to disk: nothing held in memory while it compiles).
+    File(&'a Path),
+}
+
+/// The compile children running now, killed when their host is dropped.
+pub(crate) type Children = Arc<Mutex<HashSet<u32>>>;
+
+/// Kills (if still running) and reaps a child on every way out, panics included.
+struct Reaped<'a> {
+    child: std::process::Child,
+    running: &'a Children,
+}
+
+impl Drop for Reaped<'_> {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+        if let Ok(mut r) = self.running.lock() {
+            r.remove(&self.child.id());
+        }
+    }
+}
+
+/// Runs one compile child and waits for it (at most `timeout`; it is killed then). On
+/// success the artifact is in the artifact directory `out` (its `compiled/` directory). The
+/// child may map `memory_limit` bytes beyond its startup size (plus [`CHILD_SLACK_BYTES`]).
 pub(crate) fn compile_in_child(
     process: &CompileProcess,
     tier: TierKind,
     out: &Path,
     memory_limit: usize,
     timeout: Duration,
-    bytes: &[u8],
+    input: &ChildInput<'_>,
+    running: &Children,
 ) -> Result<(), HostError> {
     let engine = |message: String| HostError::Engine { message };
-    let mut child = Command::new(&process.program)
+    let stdin = match input {
+        ChildInput::Bytes(_) => Stdio::piped(),
+        ChildInput::File(path) => Stdio::from(
+            std::fs::File::open(path)
+                .map_err(|e| engine(format!("the module spooled at {}: {e}", path.display())))?,
+        ),
+    };
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get().min(4));
+    let child = Command::new(&process.program)
         .args(&process.args)
         .arg("--tier")
         .arg(tier.arg())
@@ -139,9 +181,13 @@ pub(crate) fn compile_in_child(
         .arg(out)
         .arg("--memory-limit")
         .arg(memory_limit.to_string())
-        // One extra allocator arena at most: each reserves 64 MiB of address space.
+        .arg("--parent")
+        .arg(std::process::id().to_string())
+        // One extra glibc arena at most (each reserves 64 MiB of address space), and a few
+        // compiler threads (each with its own stack) whatever the node's core count.
         .env("MALLOC_ARENA_MAX", "2")
-        .stdin(Stdio::piped())
+        .env("RAYON_NUM_THREADS", threads.to_string())
+        .stdin(stdin)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -151,43 +197,75 @@ pub(crate) fn compile_in_child(
                 process.program.display()
             ))
         })?;
-    let stdin = child.stdin.take();
-    let stderr = child.stderr.take();
+    if let Ok(mut r) = running.lock() {
+        r.insert(child.id());
+    }
+    let mut child = Reaped { child, running };
+    let pid = child.child.id();
+    let stdin = child.child.stdin.take();
+    let stderr = child.child.stderr.take();
     let started = Instant::now();
     let (status, stderr, timed_out) = std::thread::scope(|s| {
         // A child that dies or is killed mid-read ends the write with an error: ignored.
-        s.spawn(move || {
-            if let Some(mut stdin) = stdin {
+        let writer = std::thread::Builder::new().spawn_scoped(s, move || {
+            if let (Some(mut stdin), ChildInput::Bytes(bytes)) = (stdin, input) {
                 let _ = stdin.write_all(bytes);
             }
         });
-        let reader = s.spawn(move || {
-            let mut tail = Vec::new();
-            if let Some(stderr) = stderr {
-                let _ = stderr.take(64 * 1024).read_to_end(&mut tail);
+        // The whole of stderr is read (a child never blocks on a full pipe); its last
+        // 64 KiB are kept.
+        let reader = std::thread::Builder::new().spawn_scoped(s, move || {
+            let mut tail: Vec<u8> = Vec::new();
+            if let Some(mut stderr) = stderr {
+                let mut chunk = [0u8; 8192];
+                while let Ok(n) = stderr.read(&mut chunk) {
+                    if n == 0 {
+                        break;
+                    }
+                    tail.extend_from_slice(&chunk[..n]);
+                    if tail.len() > 128 << 10 {
+                        tail.drain(..tail.len() - (64 << 10));
+                    }
+                }
             }
             String::from_utf8_lossy(&tail).into_owned()
         });
+        if writer.is_err() || reader.is_err() {
+            // No thread for the pipes: the child is killed and reaped (`Reaped`).
+            let _ = child.child.kill();
+            let _ = child.child.wait();
+            return (
+                Err(std::io::Error::other("cannot start a thread for its pipes")),
+                String::new(),
+                false,
+            );
+        }
         let mut timed_out = false;
         let status = loop {
-            match child.try_wait() {
+            match child.child.try_wait() {
                 Ok(Some(status)) => break Ok(status),
                 Ok(None) if started.elapsed() >= timeout => {
                     timed_out = true;
-                    let _ = child.kill();
-                    break child.wait();
+                    let _ = child.child.kill();
+                    break child.child.wait();
                 }
                 Ok(None) => std::thread::sleep(Duration::from_millis(5)),
                 Err(e) => {
-                    let _ = child.kill();
-                    let _ = child.wait();
+                    let _ = child.child.kill();
+                    let _ = child.child.wait();
                     break Err(e);
                 }
             }
         };
-        (status, reader.join().unwrap_or_default(), timed_out)
+        let stderr = reader.map_or_else(|_| String::new(), |r| r.join().unwrap_or_default());
+        (status, stderr, timed_out)
     });
-    let status = status.map_err(|e| engine(format!("waiting for the compile process: {e}")))?;
+    drop(child);
+    let status = status.map_err(|e| engine(format!("the compile process: {e}")))?;
+    if !status.success() {
+        // A child killed mid-write leaves its temporary file.
+        artifacts::remove_temporaries(out, pid);
+    }
     if timed_out {
         return Err(HostError::CompileTimeout { after: timeout });
     }
@@ -195,17 +273,22 @@ pub(crate) fn compile_in_child(
         return Ok(());
     }
     let stderr = stderr.trim();
-    let out_of_memory = stderr.contains("memory allocation of")
-        || stderr.contains("Cannot allocate memory")
-        || stderr.contains("out of memory");
     use std::os::unix::process::ExitStatusExt;
     match (status.code(), status.signal()) {
-        _ if out_of_memory => Err(HostError::CompileMemory {
-            limit: memory_limit,
-        }),
         (Some(EXIT_COMPILE), _) => Err(HostError::Instantiate {
             message: format!("compile: {}", crate::tail(stderr)),
         }),
+        // Rust's allocation-failure handler: the message, then abort.
+        (None, Some(6)) if stderr.starts_with("memory allocation of") => {
+            Err(HostError::CompileMemory {
+                limit: memory_limit,
+            })
+        }
+        (None, Some(9)) => Err(engine(
+            "the compile process was killed by another process (the container's memory \
+             limit?)"
+                .into(),
+        )),
         (_, Some(signal)) => Err(engine(format!(
             "the compile process died of signal {signal}: {}",
             crate::tail(stderr)
@@ -238,7 +321,7 @@ fn child(args: &[OsString]) -> Result<(), (i32, String)> {
     // Killed with its parent: a compilation nobody waits for stops.
     rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
         .map_err(|e| fail(format!("prctl: {e}")))?;
-    let (mut tier, mut out, mut limit) = (None, None, None);
+    let (mut tier, mut out, mut limit, mut parent) = (None, None, None, None);
     let mut it = args.iter();
     while let Some(flag) = it.next() {
         let value = it
@@ -256,15 +339,26 @@ fn child(args: &[OsString]) -> Result<(), (i32, String)> {
             Some("--memory-limit") => {
                 limit = value.to_str().and_then(|v| v.parse::<u64>().ok());
             }
+            Some("--parent") => {
+                parent = value.to_str().and_then(|v| v.parse::<u32>().ok());
+            }
             _ => return Err(fail(format!("unknown argument {flag:?}"))),
         }
     }
     let (Some(tier), Some(out), Some(limit)) = (tier, out, limit) else {
         return Err(fail(
-            "usage: __compile-module --tier optimized|baseline --out DIR --memory-limit BYTES"
+            "usage: __compile-module --tier optimized|baseline --out DIR --memory-limit BYTES \
+             [--parent PID]"
                 .into(),
         ));
     };
+    // The parent may have died before the death signal was set: then nobody waits.
+    let ppid = rustix::process::getppid().map(|p| p.as_raw_nonzero().get());
+    if parent.is_some_and(|p| ppid.and_then(|q| u32::try_from(q).ok()) != Some(p)) {
+        return Err(fail(
+            "the controller that started this compilation is gone".into(),
+        ));
+    }
     let start = mapped_bytes().ok_or_else(|| fail("cannot read /proc/self/status".into()))?;
     let cap = start
         .saturating_add(limit)
@@ -290,7 +384,10 @@ fn child(args: &[OsString]) -> Result<(), (i32, String)> {
     }
     .map_err(|e| (EXIT_COMPILE, format!("{e:#}")))?;
     drop(bytes);
-    let store = artifacts::Artifacts::open(&out, &engine).map_err(|e| fail(e.to_string()))?;
+    // The host made the directory; a child never creates one (a host that is gone removed
+    // its private directory, and nothing should bring it back).
+    let store =
+        artifacts::Artifacts::open_existing(&out, &engine).map_err(|e| fail(e.to_string()))?;
     store
         .write_checked(&digest, kind, &compiled)
         .map_err(|e| fail(format!("writing the artifact: {e}")))

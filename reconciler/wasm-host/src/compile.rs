@@ -116,11 +116,12 @@ impl Budget {
         }
     }
 
-    /// The budget.
-    pub(super) fn capacity(&self) -> usize {
-        self.state
-            .lock()
-            .map_or(DEFAULT_COMPILE_BUDGET_BYTES, |s| s.0)
+    /// A compilation's share: its estimate, at least a quarter of the budget (a compile
+    /// process is limited to its share, and small modules may need more than 23 times their
+    /// size), at most the whole budget. Blocks until it fits.
+    pub(super) fn acquire_compile(self: &Arc<Self>, estimate: usize) -> Share {
+        let quarter = self.state.lock().map_or(0, |s| s.0 / 4);
+        self.acquire(estimate.max(quarter))
     }
 
     /// Bytes held by compilations right now.

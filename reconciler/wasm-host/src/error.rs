@@ -23,13 +23,14 @@ pub enum HostError {
         /// The limit.
         after: Duration,
     },
-    /// Compiling the module needed more memory than its compile process may map.
+    /// Compiling the module needed more memory than its compile process may map (its share
+    /// of the compile memory budget).
     #[error(
-        "compiling the module needed more than the compile memory budget of {limit} bytes; the \
-         compile process was stopped"
+        "compiling the module needed more than the {limit} bytes of the compile memory budget \
+         it was given; the compile process was stopped"
     )]
     CompileMemory {
-        /// The budget.
+        /// The share of the budget the compile process had.
         limit: usize,
     },
     /// The run exceeded its deadline.

@@ -6,6 +6,13 @@ impl Drop for Host {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         self.ticker.unpark();
+        if let Ok(children) = self.children.lock() {
+            for pid in children.iter() {
+                if let Some(pid) = rustix::process::Pid::from_raw(*pid as i32) {
+                    let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+                }
+            }
+        }
         if let Some(scratch) = &self.scratch {
             let _ = std::fs::remove_dir_all(scratch);
         }
@@ -45,6 +52,9 @@ impl Host {
             (None, Some(_)) => Some(scratch_dir()?),
             _ => None,
         };
+        if let Some(dir) = cache_dir {
+            artifacts::remove_stale_temporaries(dir);
+        }
         let root = cache_dir.or(scratch.as_deref());
         let open = |engine: &Engine| {
             root.map(|dir| artifacts::Artifacts::open(dir, engine).map(Arc::new))
@@ -90,6 +100,9 @@ impl Host {
             artifact_root: root.map(Path::to_path_buf),
             process: process.map(Arc::new),
             scratch,
+            children: Arc::default(),
+            failed: Mutex::default(),
+            optimize_failures: Arc::new(AtomicU64::new(0)),
             compilations: AtomicU64::new(0),
             stop,
             running,
@@ -138,6 +151,12 @@ impl Host {
     /// Large modules whose baseline code was replaced by optimized code in the background.
     pub fn optimized_in_background(&self) -> u64 {
         self.optimized_in_background.load(Ordering::Relaxed)
+    }
+
+    /// Background optimizations that failed or were stopped (those modules keep running
+    /// Winch code until they are loaded again).
+    pub fn optimize_failures(&self) -> u64 {
+        self.optimize_failures.load(Ordering::Relaxed)
     }
 
     /// Modules compiled from their bytes (cache misses in memory and on disk).
@@ -207,17 +226,59 @@ impl Host {
             .or_default()
             .clone();
         let result = {
-            let _compiling = gate.lock().map_err(|_| poisoned())?;
+            let _compiling = gate
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             let cached = self.modules.lock().map_err(|_| poisoned())?.get(&digest);
             match cached {
                 Some(m) => Ok(m),
-                None => self.compile(bytes, digest.clone()),
+                None => match self.failed_before(&digest) {
+                    Some(e) => Err(e),
+                    None => {
+                        let result = self.compile(bytes, digest.clone());
+                        if let Err(e) = &result {
+                            self.remember_failure(&digest, e);
+                        }
+                        result
+                    }
+                },
             }
         };
         if let Ok(mut compiling) = self.compiling.lock() {
             compiling.remove(&digest);
         }
         result
+    }
+
+    /// A compile process's failure for `digest` that is still remembered: running out of the
+    /// budget is for good (this host's budget does not change), a timeout for
+    /// [`FAILED_TIMEOUT_KEPT`]. Callers that waited for the failed compilation, and retries,
+    /// get it without compiling again.
+    fn failed_before(&self, digest: &str) -> Option<HostError> {
+        let mut failed = self.failed.lock().ok()?;
+        match failed.get(digest) {
+            Some((e, until)) if until.is_none_or(|t| std::time::Instant::now() < t) => {
+                Some(e.clone())
+            }
+            Some(_) => {
+                failed.remove(digest);
+                None
+            }
+            None => None,
+        }
+    }
+
+    fn remember_failure(&self, digest: &str, e: &HostError) {
+        let until = match e {
+            HostError::CompileMemory { .. } => None,
+            HostError::CompileTimeout { .. } => {
+                Some(std::time::Instant::now() + FAILED_TIMEOUT_KEPT)
+            }
+            _ => return,
+        };
+        if let Ok(mut failed) = self.failed.lock() {
+            failed.insert(digest.to_string(), (e.clone(), until));
+        }
     }
 
     /// Compiles (or loads the verified on-disk artifact of) a module and pre-links it.
@@ -229,13 +290,11 @@ impl Host {
                 let large = bytes.len() >= self.baseline_min_bytes.load(Ordering::Relaxed);
                 if let Some(module) = self.cached(&digest, kind, TierKind::Optimized) {
                     self.optimized.core(&module, false)?
-                } else if let Some(module) = large
-                    .then(|| self.cached(&digest, kind, TierKind::Baseline))
-                    .flatten()
-                {
-                    self.baseline.core(&module, true)?
                 } else if large {
-                    let _large = self.large_compile.lock().map_err(|_| poisoned())?;
+                    let _large = self
+                        .large_compile
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
                     let module = self.build_module(TierKind::Baseline, bytes, &digest)?;
                     self.baseline.core(&module, true)?
                 } else {
@@ -251,7 +310,7 @@ impl Host {
             .map_err(|_| poisoned())?
             .insert(digest, m.clone(), bytes.len());
         if baseline {
-            self.optimize_in_background(&m, bytes.to_vec());
+            self.optimize_in_background(&m, self.spool(m.digest(), bytes));
         }
         Ok(m)
     }
@@ -265,16 +324,15 @@ impl Host {
         bytes: &[u8],
         digest: &str,
     ) -> Result<Module, HostError> {
-        let _share = self
+        let share = self
             .compile_budget
-            .acquire(compile_memory_estimate(bytes.len()));
+            .acquire_compile(compile_memory_estimate(bytes.len()));
         self.compilations.fetch_add(1, Ordering::Relaxed);
         let kind = ModuleKind::Preview1;
         if let Some(process) = &self.process {
-            self.compile_in_child(process, tier, bytes, process.timeout)?;
-            return self
-                .cached(digest, kind, tier)
-                .ok_or_else(|| lost_artifact(digest));
+            let input = child::ChildInput::Bytes(bytes);
+            self.compile_in_child(process, tier, &input, share.amount, process.timeout)?;
+            return self.handed_over(digest, kind, tier);
         }
         let engine = match tier {
             TierKind::Optimized => &self.optimized.engine,
@@ -287,12 +345,14 @@ impl Host {
         Ok(module)
     }
 
-    /// Runs one compile child writing into the host's artifact directory.
+    /// Runs one compile child writing into the host's artifact directory, limited to `limit`
+    /// bytes (its share of the compile budget).
     fn compile_in_child(
         &self,
         process: &CompileProcess,
         tier: TierKind,
-        bytes: &[u8],
+        input: &child::ChildInput<'_>,
+        limit: usize,
         timeout: Duration,
     ) -> Result<(), HostError> {
         let out = self
@@ -301,8 +361,49 @@ impl Host {
             .ok_or_else(|| HostError::Engine {
                 message: "compiling in a child process needs an artifact directory".into(),
             })?;
-        let limit = self.compile_budget.capacity();
-        child::compile_in_child(process, tier, out, limit, timeout, bytes)
+        child::compile_in_child(process, tier, out, limit, timeout, input, &self.children)
+    }
+
+    /// The artifact a compile child wrote, mapped. Winch code is never kept on disk, and
+    /// nothing is kept in a private (scratch) directory: the mapping stays valid after the
+    /// file is deleted.
+    fn handed_over<T: Deserialize>(
+        &self,
+        digest: &str,
+        kind: ModuleKind,
+        tier: TierKind,
+    ) -> Result<T, HostError> {
+        let (store, engine) = match tier {
+            TierKind::Optimized => (self.artifacts.as_ref(), &self.optimized.engine),
+            TierKind::Baseline => (self.baseline_artifacts.as_ref(), &self.baseline.engine),
+        };
+        let store = store.ok_or_else(|| lost_artifact(digest))?;
+        let path = store
+            .read_uncounted(digest, kind)
+            .ok_or_else(|| lost_artifact(digest))?;
+        let t = T::deserialize(engine, &path).map_err(|e| HostError::Engine {
+            message: format!("the compiled artifact of {digest} does not load: {e:#}"),
+        });
+        if tier == TierKind::Baseline || self.scratch.is_some() {
+            store.remove(digest, kind);
+        }
+        t
+    }
+
+    /// The module's bytes for its background compilation: in a file next to the artifacts
+    /// when compiling in child processes (this process then holds no copy while it
+    /// compiles), else in memory.
+    fn spool(&self, digest: &str, bytes: &[u8]) -> Spooled {
+        if let (Some(_), Some(root)) = (&self.process, &self.artifact_root) {
+            let path = root.join("compiled").join(format!(
+                "{}.wasm.spool",
+                digest.trim_start_matches("sha256:")
+            ));
+            if artifacts::write_private(&path, bytes).is_ok() {
+                return Spooled::File(path);
+            }
+        }
+        Spooled::Memory(bytes.to_vec())
     }
 
     /// A component, from the on-disk cache or compiled (always optimized).
@@ -311,14 +412,20 @@ impl Host {
         let component = match self.cached(digest, kind, TierKind::Optimized) {
             Some(c) => c,
             None => {
-                let _share = self
+                let share = self
                     .compile_budget
-                    .acquire(compile_memory_estimate(bytes.len()));
+                    .acquire_compile(compile_memory_estimate(bytes.len()));
                 self.compilations.fetch_add(1, Ordering::Relaxed);
                 if let Some(process) = &self.process {
-                    self.compile_in_child(process, TierKind::Optimized, bytes, process.timeout)?;
-                    self.cached(digest, kind, TierKind::Optimized)
-                        .ok_or_else(|| lost_artifact(digest))?
+                    let input = child::ChildInput::Bytes(bytes);
+                    self.compile_in_child(
+                        process,
+                        TierKind::Optimized,
+                        &input,
+                        share.amount,
+                        process.timeout,
+                    )?;
+                    self.handed_over(digest, kind, TierKind::Optimized)?
                 } else {
                     let c = Component::new(&self.optimized.engine, bytes).map_err(compile_error)?;
                     store_artifact(self.artifacts.as_deref(), digest, kind, c.serialize());
@@ -346,68 +453,84 @@ impl Host {
     /// Compiles a baseline module with Cranelift on a background thread (one large
     /// compilation at a time; in a child process when the host has one, killed after
     /// [`CompileProcess::background_timeout`]), caches the artifact on disk and swaps it into
-    /// `module`. The baseline artifact is deleted once the optimized one is stored.
-    pub(super) fn optimize_in_background(&self, module: &ModulePre, bytes: Vec<u8>) {
+    /// `module`. A failure leaves the module on Winch code and is counted
+    /// ([`Host::optimize_failures`]).
+    pub(super) fn optimize_in_background(&self, module: &ModulePre, source: Spooled) {
         let tier = self.optimized.clone();
         let gate = self.large_compile.clone();
         let budget = self.compile_budget.clone();
         let artifacts = self.artifacts.clone();
-        let baseline_artifacts = self.baseline_artifacts.clone();
         let done = self.optimized_in_background.clone();
+        let failures = self.optimize_failures.clone();
         let process = self.process.clone();
         let root = self.artifact_root.clone();
+        let children = self.children.clone();
+        let scratch = self.scratch.is_some();
         let module = module.clone();
         let spawned = std::thread::Builder::new()
             .name("wasm-optimize".into())
             .spawn(move || {
-                let Ok(_large) = gate.lock() else {
-                    return;
-                };
-                let _share = budget.acquire(compile_memory_estimate(bytes.len()));
+                let _large = gate
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
                 let kind = ModuleKind::Preview1;
                 let compiled = match (&process, &root, &artifacts) {
                     (Some(process), Some(root), Some(store)) => {
-                        let limit = budget.capacity();
-                        let timeout = process.background_timeout;
-                        if child::compile_in_child(
-                            process,
-                            TierKind::Optimized,
-                            root,
-                            limit,
-                            timeout,
-                            &bytes,
-                        )
-                        .is_err()
-                        {
-                            return;
-                        }
-                        let Some(path) = store.read(&module.digest, kind) else {
-                            return;
+                        // Another load of the module may have stored it meanwhile.
+                        let stored = store.read_uncounted(&module.digest, kind).is_some();
+                        let share = budget.acquire_compile(compile_memory_estimate(source.len()));
+                        let input = match &source {
+                            Spooled::File(path) => child::ChildInput::File(path),
+                            Spooled::Memory(bytes) => child::ChildInput::Bytes(bytes),
                         };
-                        match artifacts::deserialize_module(&tier.engine, &path) {
-                            Ok(m) => m,
-                            Err(_) => return,
+                        let compiled = stored
+                            || child::compile_in_child(
+                                process,
+                                TierKind::Optimized,
+                                root,
+                                share.amount,
+                                process.background_timeout,
+                                &input,
+                                &children,
+                            )
+                            .is_ok();
+                        drop(share);
+                        drop(source);
+                        let loaded = store
+                            .read_uncounted(&module.digest, kind)
+                            .filter(|_| compiled)
+                            .and_then(|path| {
+                                artifacts::deserialize_module(&tier.engine, &path).ok()
+                            });
+                        if scratch {
+                            store.remove(&module.digest, kind);
                         }
+                        loaded
                     }
                     _ => {
-                        let Ok(compiled) = Module::new(&tier.engine, &bytes) else {
-                            return;
+                        let _share = budget.acquire_compile(compile_memory_estimate(source.len()));
+                        let compiled = match &source {
+                            Spooled::Memory(bytes) => Module::new(&tier.engine, bytes).ok(),
+                            Spooled::File(path) => Module::from_file(&tier.engine, path).ok(),
                         };
-                        store_artifact(
-                            artifacts.as_deref(),
-                            &module.digest,
-                            kind,
-                            compiled.serialize(),
-                        );
+                        if let Some(m) = &compiled {
+                            store_artifact(
+                                artifacts.as_deref(),
+                                &module.digest,
+                                kind,
+                                m.serialize(),
+                            );
+                        }
                         compiled
                     }
                 };
-                drop(bytes);
-                if let Ok(c) = tier.core(&compiled, false) {
-                    module.replace(c);
-                    done.fetch_add(1, Ordering::Relaxed);
-                    if let Some(store) = &baseline_artifacts {
-                        store.remove(&module.digest, kind);
+                match compiled.map(|c| tier.core(&c, false)) {
+                    Some(Ok(c)) => {
+                        module.replace(c);
+                        done.fetch_add(1, Ordering::Relaxed);
+                    }
+                    _ => {
+                        failures.fetch_add(1, Ordering::Relaxed);
                     }
                 }
             });
@@ -581,11 +704,60 @@ fn scratch_dir() -> Result<std::path::PathBuf, HostError> {
         .map_or(0, |d| d.subsec_nanos());
     let dir =
         std::env::temp_dir().join(format!("enoki-compile-{}-{nanos:08x}", std::process::id()));
+    // Directories of processes that no longer run (killed before they removed theirs).
+    if let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) {
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let pid = name
+                .strip_prefix("enoki-compile-")
+                .and_then(|rest| rest.split('-').next())
+                .and_then(|p| p.parse::<u32>().ok());
+            if pid.is_some_and(|p| !Path::new(&format!("/proc/{p}")).exists()) {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    }
     std::fs::DirBuilder::new()
         .mode(0o700)
         .create(&dir)
         .map_err(|e| HostError::Engine {
-            message: format!("compile directory {}: {e}", dir.display()),
+            message: format!(
+                "compiling in child processes needs a writable directory for their artifacts: \
+                 {}: {e} (set --module-cache-dir, or TMPDIR)",
+                dir.display()
+            ),
         })?;
     Ok(dir)
 }
+
+/// A large module's bytes kept for its background compilation.
+pub(super) enum Spooled {
+    /// Spooled to a private file (deleted when dropped).
+    File(std::path::PathBuf),
+    /// In memory.
+    Memory(Vec<u8>),
+}
+
+impl Spooled {
+    fn len(&self) -> usize {
+        match self {
+            Spooled::File(path) => std::fs::metadata(path)
+                .ok()
+                .and_then(|m| usize::try_from(m.len()).ok())
+                .unwrap_or(0),
+            Spooled::Memory(bytes) => bytes.len(),
+        }
+    }
+}
+
+impl Drop for Spooled {
+    fn drop(&mut self) {
+        if let Spooled::File(path) = self {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// How long a compilation stopped at its timeout is answered from memory instead of compiled
+/// again.
+pub const FAILED_TIMEOUT_KEPT: Duration = Duration::from_secs(300);

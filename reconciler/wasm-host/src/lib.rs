@@ -286,6 +286,12 @@ pub struct Host {
     /// A private artifact directory made for compile children (no on-disk cache), removed
     /// on drop.
     scratch: Option<std::path::PathBuf>,
+    /// Compile processes running now (killed on drop).
+    children: child::Children,
+    /// Compilations stopped by their limits, by digest (`Host::failed_before`).
+    failed: Mutex<HashMap<String, (HostError, Option<std::time::Instant>)>>,
+    /// Background optimizations that failed (the module stays on Winch code).
+    optimize_failures: Arc<AtomicU64>,
     /// Modules compiled from source (not loaded from memory or disk).
     compilations: AtomicU64,
     stop: Arc<AtomicBool>,

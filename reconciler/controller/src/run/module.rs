@@ -63,15 +63,20 @@ pub enum ModuleError {
         /// The compile process was killed (a retry compiles again).
         stopped: bool,
     },
-    /// The compile process ran out of its address space (the compile memory budget).
+    /// The compile process ran out of its address space (its share of the compile memory
+    /// budget).
     #[error(
-        "compiling the module ({size} bytes) needed more memory than the compile memory budget of \
-         {budget} bytes (--compile-memory-budget) and was stopped; raise the budget together with \
-         the controller's memory limit, or make the module smaller"
+        "compiling the module ({size} bytes) needed more than the {share} bytes of memory its \
+         compile process may take (its share of the compile memory budget of {budget} bytes, \
+         --compile-memory-budget: a quarter of it, or 23 times the module's size if more) and \
+         was stopped; raise the budget together with the controller's memory limit, or make \
+         the module smaller"
     )]
     CompileMemory {
         /// Module size in bytes.
         size: usize,
+        /// What its compile process could take.
+        share: usize,
         /// The budget.
         budget: usize,
     },
@@ -445,6 +450,7 @@ async fn compile_module(
     // reconcile stops waiting a little later, so that error is what it reports unless the
     // compilation is still waiting for room in the memory budget.
     let time = budget.time;
+    let memory_budget = budget.memory_bytes;
     let host = host.clone();
     let task = tokio::task::spawn_blocking(move || host.load(bytes.as_ref()));
     let waited = time.saturating_add(std::time::Duration::from_secs(2));
@@ -464,7 +470,8 @@ async fn compile_module(
             },
             wasm_host::HostError::CompileMemory { limit } => ModuleError::CompileMemory {
                 size,
-                budget: limit,
+                share: limit,
+                budget: memory_budget,
             },
             other => ModuleError::Load(other),
         })?;
