@@ -5,12 +5,18 @@
 //!    server-side applies from a plain client at several concurrencies) and one
 //!    `kubectl apply --server-side`;
 //! 2. steady state: requests and enoki CPU per resync of 1,000 in-sync resources;
-//! 3. many: 1,000 Compositions × 10 ConfigMaps, time until all are Ready, enoki's RSS;
+//!    With `BENCH_PERF=1`, CPU per write of the client, the API server and etcd, and a
+//!    `perf record` of enoki during its writes (`target/bench-perf-converge.data`);
+//! 3. many: 10,000 Compositions × 10 ConfigMaps (`BENCH_MANY`), time until all are Ready
+//!    next to the raw server-side-apply floor for the same objects, enoki's RSS per
+//!    Composition, and a steady-state window longer than the default resync
+//!    (`BENCH_STEADY_SECS`, 330): GETs, writes and resource checks;
 //! 4. outage: the API server stopped for 60 s (enoki's CPU meanwhile), then SIGTERM while a
 //!    synthesis runs (time to exit);
-//! 5. shards: 400 Compositions × 10 ConfigMaps reconciled by one unsharded replica (the
-//!    baseline), then by two replicas with `--shards 2`: time until all are Ready, and per
-//!    replica the shards it holds, the Compositions and managed objects it caches, its RSS.
+//! 5. shards: 2,000 Compositions × 10 ConfigMaps (`BENCH_SHARDS`) reconciled by one
+//!    unsharded replica (the baseline), then by two replicas with `--shards 4`: time until
+//!    all are Ready, and per replica the shards it holds, the Compositions and managed
+//!    objects it caches, its RSS.
 //!
 //! Needs the control plane (`hack/testenv.sh up`), the echo guest (`hack/build-samples.sh`)
 //! and a release build of enoki named by `ENOKI_BIN`. `BENCH_ONLY=converge,steady,many,outage,shards`
@@ -47,6 +53,86 @@ fn rss_mib(pid: u32) -> (f64, f64) {
             .unwrap_or(0.0)
     };
     (kb("VmRSS:") / 1024.0, kb("VmHWM:") / 1024.0)
+}
+
+/// The pids of the control plane's API server and etcd (`$TESTENV_DIR/*.pid`).
+fn server_pids() -> (u32, u32) {
+    let dir = std::env::var("TESTENV_DIR").expect("TESTENV_DIR (make bench sets it)");
+    let pid = |name: &str| {
+        std::fs::read_to_string(format!("{dir}/{name}.pid"))
+            .ok()
+            .and_then(|p| p.trim().parse::<u32>().ok())
+            .unwrap_or_else(|| panic!("{dir}/{name}.pid"))
+    };
+    (pid("apiserver"), pid("etcd"))
+}
+
+/// CPU seconds of (this process or enoki, the API server, etcd) now.
+fn cpu_now(client: u32) -> [f64; 3] {
+    let (apiserver, etcd) = server_pids();
+    [
+        cpu_seconds(client),
+        cpu_seconds(apiserver),
+        cpu_seconds(etcd),
+    ]
+}
+
+/// Microseconds of CPU per write of each process between two `cpu_now` readings.
+fn per_write_us(before: [f64; 3], after: [f64; 3], writes: usize) -> [f64; 3] {
+    let mut out = [0.0; 3];
+    for i in 0..3 {
+        out[i] = (after[i] - before[i]) / writes as f64 * 1e6;
+    }
+    out
+}
+
+/// `perf record` of process `pid` (call-graph off: self time by symbol), when `BENCH_PERF`
+/// is set; stopped and summarised by [`perf_report`].
+fn perf_start(pid: u32, name: &str) -> Option<(std::process::Child, std::path::PathBuf)> {
+    std::env::var_os("BENCH_PERF")?;
+    let out = harness::workspace_root().join(format!("target/bench-perf-{name}.data"));
+    let child = std::process::Command::new("perf")
+        .args(["record", "-F", "4999", "-p", &pid.to_string(), "-o"])
+        .arg(&out)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("perf (BENCH_PERF is set)");
+    std::thread::sleep(Duration::from_millis(300));
+    Some((child, out))
+}
+
+/// Stops `perf record` and prints enoki's CPU by shared object and its top symbols.
+fn perf_report(perf: Option<(std::process::Child, std::path::PathBuf)>) {
+    let Some((mut child, out)) = perf else {
+        return;
+    };
+    let _ = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status();
+    let _ = child.wait();
+    for sort in ["dso", "symbol"] {
+        let report = std::process::Command::new("perf")
+            .args(["report", "--stdio", "--no-children", "--sort", sort, "-i"])
+            .arg(&out)
+            .output()
+            .expect("perf report");
+        let text = String::from_utf8_lossy(&report.stdout);
+        println!(
+            "
+`perf report --sort {sort}` of enoki during the write phase (top 25):
+"
+        );
+        println!("```");
+        for line in text
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+            .take(25)
+        {
+            println!("{}", line.chars().take(140).collect::<String>());
+        }
+        println!("```");
+    }
 }
 
 fn items(prefix: &str, n: usize) -> Vec<Value> {
@@ -153,11 +239,19 @@ async fn converge_and_steady(run_steady: bool) {
     println!("| what | wall time | vs best raw floor |");
     println!("| --- | --- | --- |");
     let mut floors = Vec::new();
+    let mut floor_cpu = Vec::new();
     for c in [4, 8, 16, 32] {
         let env = TestEnv::new().await;
+        let before = cpu_now(std::process::id());
         floors.push((c, raw_apply(&env, &objects, c).await));
+        floor_cpu.push(per_write_us(before, cpu_now(std::process::id()), n));
     }
-    let (best_c, best) = floors.iter().min_by_key(|(_, d)| *d).copied().unwrap();
+    let (best_i, &(best_c, best)) = floors
+        .iter()
+        .enumerate()
+        .min_by_key(|(_, (_, d))| *d)
+        .unwrap();
+    let best_cpu = floor_cpu[best_i];
     for (c, d) in &floors {
         println!(
             "| raw server-side apply, concurrency {c} | {:.2} s | {:.2}× |",
@@ -185,9 +279,17 @@ async fn converge_and_steady(run_steady: bool) {
         let start = Instant::now();
         let since = harness::now_rfc3339();
         started_at.push(since.clone());
+        let profiled = apply_concurrency == "32";
+        let perf = if profiled {
+            perf_start(enoki.pid(), "converge")
+        } else {
+            None
+        };
+        let cpu_before = cpu_now(enoki.pid());
         harness::apply_composition(&env, "echo", &synth, "items", json!({})).await;
         let _ = wait_ready(&env, "echo", Duration::from_secs(300)).await;
         let d = start.elapsed();
+        let enoki_cpu = per_write_us(cpu_before, cpu_now(enoki.pid()), n);
         println!(
             "| enoki, Composition applied → Ready, apply concurrency {apply_concurrency} | {:.2} s | {:.2}× (floor at concurrency {best_c}) |",
             d.as_secs_f64(),
@@ -203,6 +305,26 @@ async fn converge_and_steady(run_steady: bool) {
             writing.as_secs_f64(),
             writing.as_secs_f64() / best.as_secs_f64()
         );
+        if profiled {
+            println!("\n### CPU per write, microseconds (the same {n} server-side applies)\n");
+            println!("| who | the writing client | kube-apiserver | etcd |");
+            println!("| --- | --- | --- | --- |");
+            println!(
+                "| raw client, concurrency {best_c} (floor) | {:.0} | {:.0} | {:.0} |",
+                best_cpu[0], best_cpu[1], best_cpu[2]
+            );
+            println!(
+                "| enoki, Composition applied → Ready (also finalizer, synthesis, slice, status) | {:.0} | {:.0} | {:.0} |",
+                enoki_cpu[0], enoki_cpu[1], enoki_cpu[2]
+            );
+            println!(
+                "| enoki / raw client | {:.2}× | {:.2}× | {:.2}× |",
+                enoki_cpu[0] / best_cpu[0].max(1e-9),
+                enoki_cpu[1] / best_cpu[1].max(1e-9),
+                enoki_cpu[2] / best_cpu[2].max(1e-9)
+            );
+            perf_report(perf);
+        }
         if run_steady && apply_concurrency == "32" {
             steady(&env, &enoki, n).await;
         }
@@ -254,8 +376,36 @@ async fn count_ready(env: &TestEnv) -> usize {
         .count()
 }
 
+/// A positive count from the environment, or `default`.
+fn count_from_env(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(default)
+}
+
+/// enoki's counters that say what a steady state costs.
+fn steady_counters(enoki: &Enoki) -> [f64; 4] {
+    [
+        enoki.metric("enoki_observe_gets").unwrap_or(0.0),
+        enoki.metric("enoki_apply_operations").unwrap_or(0.0),
+        enoki.metric("enoki_resource_checks").unwrap_or(0.0),
+        enoki.metric("enoki_api_requests").unwrap_or(0.0),
+    ]
+}
+
 async fn many() {
-    let (comps, per) = (1000, 10);
+    let comps = count_from_env("BENCH_MANY", 10_000);
+    let per = 10;
+    // The floor: the same objects server-side applied by a plain client (concurrency 32,
+    // the best of the converge case) in a namespace of their own.
+    let floor_env = TestEnv::new().await;
+    let all_objects: Vec<Value> = (0..comps)
+        .flat_map(|i| items(&format!("c{i}-"), per))
+        .collect();
+    let floor = raw_apply(&floor_env, &all_objects, 32).await;
+    drop(all_objects);
     let env = TestEnv::new().await;
     let synth = install_synthesizer(&env, "echo", &echo_module()).await;
     let enoki = Enoki::start_with(&env.namespace, &["--concurrency", "8"]);
@@ -274,30 +424,57 @@ async fn many() {
         .await;
     let created = start.elapsed();
     let mut ready = 0;
-    while start.elapsed() < Duration::from_secs(600) {
+    while start.elapsed() < Duration::from_secs(3600) {
         ready = count_ready(&env).await;
         if ready == comps {
             break;
         }
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
     }
     let all = start.elapsed();
-    tokio::time::sleep(Duration::from_secs(10)).await;
+    tokio::time::sleep(Duration::from_secs(20)).await;
     let (rss, peak) = rss_mib(enoki.pid());
+    // Steady state at the default resync (5 min): a window longer than one resync.
+    let window = Duration::from_secs(count_from_env("BENCH_STEADY_SECS", 330) as u64);
+    let before = steady_counters(&enoki);
+    let cpu0 = cpu_seconds(enoki.pid());
+    tokio::time::sleep(window).await;
+    let after = steady_counters(&enoki);
+    let cpu = cpu_seconds(enoki.pid()) - cpu0;
+    let (rss_steady, _) = rss_mib(enoki.pid());
     println!("\n## many: {comps} Compositions × {per} ConfigMaps\n");
     println!("| figure | value |");
     println!("| --- | --- |");
+    println!(
+        "| raw server-side apply of the same {} objects from a plain client, concurrency 32 (floor) | {:.1} s |",
+        comps * per,
+        floor.as_secs_f64()
+    );
     println!(
         "| Compositions and inputs created (16 clients) | {:.1} s |",
         created.as_secs_f64()
     );
     println!(
-        "| all {ready}/{comps} Ready, from the first create | {:.1} s |",
-        all.as_secs_f64()
+        "| all {ready}/{comps} Ready, from the first create | {:.1} s ({:.2}× the floor) |",
+        all.as_secs_f64(),
+        all.as_secs_f64() / floor.as_secs_f64()
     );
     println!(
         "| enoki RSS idle before / after (peak) | {rss_idle:.0} MiB / {rss:.0} MiB ({peak:.0} MiB) |"
     );
+    println!(
+        "| enoki RSS per Composition above the idle process | {:.1} KiB |",
+        (rss - rss_idle) * 1024.0 / comps as f64
+    );
+    println!(
+        "| steady state, {:.0} s window at the default resync (5m): GETs of managed objects / writes / resource checks / all API requests | {:.0} / {:.0} / {:.0} / {:.0} |",
+        window.as_secs_f64(),
+        after[0] - before[0],
+        after[1] - before[1],
+        after[2] - before[2],
+        after[3] - before[3]
+    );
+    println!("| enoki CPU in that window; RSS at its end | {cpu:.1} s; {rss_steady:.0} MiB |");
 }
 
 /// One replica's figures after a fleet converged.
@@ -402,9 +579,9 @@ async fn fleet(
 }
 
 async fn shards() {
-    let (comps, per) = (400, 10);
+    let (comps, per) = (count_from_env("BENCH_SHARDS", 2_000), 10);
     let (base, base_figures) = fleet(comps, per, 1, 1).await;
-    let (sharded, sharded_figures) = fleet(comps, per, 2, 2).await;
+    let (sharded, sharded_figures) = fleet(comps, per, 2, 4).await;
     println!("\n## shards: {comps} Compositions × {per} ConfigMaps\n");
     println!(
         "| setup | all Ready | vs 1 replica | replica: shards held, Compositions / managed objects cached, RSS |"
@@ -412,7 +589,7 @@ async fn shards() {
     println!("| --- | --- | --- | --- |");
     for (name, t, figures) in [
         ("1 replica, unsharded", base, &base_figures),
-        ("2 replicas, `--shards 2`", sharded, &sharded_figures),
+        ("2 replicas, `--shards 4`", sharded, &sharded_figures),
     ] {
         let per_replica: Vec<String> = figures
             .iter()

@@ -100,7 +100,7 @@ pub fn slow_module() -> Vec<u8> {
 }
 
 /// Compile processes (`enoki __compile-module`) whose parent is `pid`, running or not yet
-/// reaped (a zombie's command line is empty: its name is `enoki`).
+/// reaped (a zombie's command line is empty: its name is `enoki-compile`, or the binary's).
 pub fn compile_children(pid: u32) -> Vec<u32> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
@@ -120,7 +120,7 @@ pub fn compile_children(pid: u32) -> Vec<u32> {
             let comm = std::fs::read_to_string(format!("/proc/{child}/comm")).unwrap_or_default();
             parent == Some(pid)
                 && (String::from_utf8_lossy(&cmdline).contains("__compile-module")
-                    || (state == "Z" && comm.trim() == "enoki"))
+                    || (state == "Z" && comm.trim().starts_with("enoki")))
         })
         .collect()
 }

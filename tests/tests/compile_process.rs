@@ -89,13 +89,18 @@ fn a_compile_bomb_stops_at_the_budget_and_the_host_compiles_on() {
     // 3,000 functions of 50,000 locals: 21 KB of functions, over a gigabyte of Winch code.
     let bomb = module(3_000, 50_000, &[], 0);
     assert!(bomb.len() < 32 << 10, "{}", bomb.len());
-    // Its share of the budget: a quarter (more than its estimate, 23 times its size).
-    let share = budget / 4;
+    // Its share of the budget (a quarter, more than its estimate) ran out, and then the
+    // whole budget on the retry.
     let err = host.load(&bomb).unwrap_err();
-    assert_eq!(err, HostError::CompileMemory { limit: share }, "{err}");
+    assert_eq!(err, HostError::CompileMemory { limit: budget }, "{err}");
     assert!(
         err.to_string()
-            .contains("67108864 bytes of the compile memory budget")
+            .contains("268435456 bytes of the compile memory budget")
+    );
+    assert_eq!(
+        host.compilations(),
+        1,
+        "one compilation, retried once in a child"
     );
     assert!(compile_children(std::process::id()).is_empty());
     // Remembered: loading it again fails at once, compiling nothing.
@@ -141,4 +146,31 @@ fn a_compilation_past_its_timeout_is_killed() {
         HostError::CompileTimeout { after: timeout }
     );
     assert_eq!(host.compilations(), 1);
+}
+
+#[test]
+fn the_language_samples_compile_in_child_processes_within_their_share() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    // The default budget (2 GiB): each gets a quarter of it or its estimate if more.
+    let host = host(None, Duration::from_secs(300));
+    let samples = harness::workspace_root().join("target/samples");
+    for name in [
+        "go.wasm",
+        "c.wasm",
+        "assemblyscript.wasm",
+        "python.wasm",
+        "typescript.wasm",
+    ] {
+        let path = samples.join(name);
+        let bytes = std::fs::read(&path).unwrap_or_else(|e| {
+            panic!(
+                "{}: {e} (hack/build-samples.sh; `make test` does)",
+                path.display()
+            )
+        });
+        let loaded = host.load(&bytes);
+        assert!(loaded.is_ok(), "{name}: {:?}", loaded.err());
+    }
+    assert_eq!(host.compilations(), 5);
+    assert!(compile_children(std::process::id()).is_empty());
 }

@@ -352,13 +352,13 @@ pub struct RunArgs {
     pub module_fetch_timeout: String,
     /// How long a module's compilation may run: its compile process is killed then and the
     /// reconcile reports `CompileTimeout` (retried with backoff). The background Cranelift
-    /// compilation of a large module already running on Winch may take ten times as long.
+    /// compilation of a large module already running on Winch may take three times as long.
     #[arg(long, env = "ENOKI_COMPILE_TIMEOUT", default_value = "2m")]
     pub compile_timeout: String,
-    /// Memory compilations may take (quantity). Each compiles in a child process limited to
-    /// this much address space (a module that needs more is stopped: `CompileMemory`); modules
-    /// whose estimate (about 23x their size) exceeds it are refused, and concurrent
-    /// compilations are admitted by their estimates within it.
+    /// Memory compilations may take together (quantity). Each compiles in a child process
+    /// limited to its share: its estimate (about 23x the module's size), at least a quarter of
+    /// the budget; one that runs out is retried once with the whole budget, then stopped
+    /// (`CompileMemory`). Modules whose estimate exceeds the budget are refused.
     #[arg(long, env = "ENOKI_COMPILE_MEMORY_BUDGET", default_value = "2Gi")]
     pub compile_memory_budget: String,
     /// Impersonate this ServiceAccount (of the Composition's namespace) for every Composition

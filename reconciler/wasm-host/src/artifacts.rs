@@ -273,6 +273,20 @@ pub(crate) fn deserialize_component(
     unsafe { wasmtime::component::Component::deserialize_file(engine, path) }
 }
 
+/// Creates `<root>/compiled` (mode `0700`) when it is missing.
+pub(crate) fn ensure_dir(root: &Path) -> Result<(), String> {
+    use std::os::unix::fs::DirBuilderExt;
+    let dir = root.join("compiled");
+    if dir.exists() {
+        return Ok(());
+    }
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir)
+        .map_err(|e| format!("module cache {}: {e}", dir.display()))
+}
+
 /// Deletes the temporary files process `pid` left in the artifact directory `root` (a
 /// compile child killed while writing).
 pub(crate) fn remove_temporaries(root: &Path, pid: u32) {
@@ -287,18 +301,23 @@ pub(crate) fn remove_temporaries(root: &Path, pid: u32) {
     }
 }
 
-/// Deletes temporary files of processes that no longer run (crashed writers).
+/// Deletes temporary and spooled files older than an hour (left by a process that crashed;
+/// judged by age, not by pid: another pid namespace may share the directory).
 pub(crate) fn remove_stale_temporaries(root: &Path) {
     let Ok(entries) = std::fs::read_dir(root.join("compiled")) else {
         return;
     };
+    let hour = std::time::Duration::from_secs(3600);
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        let pid = name
-            .split_once(".tmp-")
-            .and_then(|(_, rest)| rest.split('-').next())
-            .and_then(|p| p.parse::<u32>().ok());
-        if pid.is_some_and(|p| !Path::new(&format!("/proc/{p}")).exists()) {
+        let temporary = name.contains(".tmp-") || name.contains(".spool-");
+        let old = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age > hour);
+        if temporary && old {
             let _ = std::fs::remove_file(entry.path());
         }
     }

@@ -8,9 +8,10 @@
 //!   the host (same binary, same [`engine_config`]) and writes the artifact into the host's
 //!   artifact directory (the on-disk cache, or a private directory of the process), from
 //!   which the host maps it after checking its recorded SHA-256;
-//! - the child limits its own address space (`RLIMIT_AS`) to what it maps at start plus the
-//!   compile memory budget plus [`CHILD_SLACK_BYTES`] (thread stacks, allocator arenas): an
-//!   allocation past it fails and the child dies, the host reports [`HostError::CompileMemory`];
+//! - the child limits its own address space (`RLIMIT_AS`) to what it maps at start plus its
+//!   share of the compile memory budget plus [`CHILD_SLACK_BYTES`] (thread stacks, allocator
+//!   arenas): an allocation past it fails and the child dies, the host reports
+//!   [`HostError::CompileMemory`] (after one retry with the whole budget);
 //! - the host kills the child (`SIGKILL`) when it runs past its timeout and reports
 //!   [`HostError::CompileTimeout`]; the child is also killed when the host process dies
 //!   (`PR_SET_PDEATHSIG`).
@@ -84,38 +85,42 @@ pub(crate) fn engine_config(tier: TierKind) -> Config {
     config
 }
 
-/// Runs that may hold pooled instances at once ([`pooled`]); more wait for a slot
-/// ([`Host::run`](crate::Host::run)).
-pub const RUN_SLOTS: u32 = 16;
+/// Runs that may hold pooled instances at once in a host made by [`crate::Host::new`]; the
+/// controller sizes its pool from `--max-concurrent-syntheses`. More runs wait for a slot
+/// ([`crate::Host::run`]).
+pub const RUN_SLOTS: u32 = 4;
 
 /// What stays resident of a pooled linear memory between runs: its pages that were touched,
 /// found with the `PAGEMAP_SCAN` ioctl (Linux 6.7+; the lowest addresses otherwise), are
 /// reset with `memset` instead of being unmapped, so the next run does not fault them in.
-pub const KEEP_RESIDENT_BYTES: usize = 4 << 20;
+pub const KEEP_RESIDENT_BYTES: usize = 2 << 20;
 
-/// `config` with the pooling instance allocator, for the host's optimized engine (compile
-/// children keep the on-demand allocator: the pool reserves address space their limit would
-/// refuse; the allocator is not part of an artifact's compatibility hash). Each of
-/// [`RUN_SLOTS`] runs may use the whole of [`crate::STORE_CAPS`]. Measured on sample 01
-/// with 100 resources: 0.19 ms a warm run instead of 0.32 ms (`make bench`), most of the
-/// difference page faults of fresh memory.
-pub(crate) fn pooled(mut config: Config) -> Config {
+/// `config` with the pooling instance allocator for `slots` runs at once, for the host's
+/// optimized engine (compile children keep the on-demand allocator: the pool reserves address
+/// space their limit would refuse; the allocator is not part of an artifact's compatibility
+/// hash). Each run may use the whole of [`crate::STORE_CAPS`] (a GC heap takes a memory slot
+/// too). Resident between runs, at most: `slots` × (8 memories × [`KEEP_RESIDENT_BYTES`] + 32
+/// tables × 64 KiB). Measured on sample 01 with 100 resources: 0.19 ms a warm run instead of
+/// 0.32 ms (`make bench`), most of the difference page faults of fresh memory.
+pub(crate) fn pooled(mut config: Config, slots: u32) -> Config {
     let caps = crate::STORE_CAPS;
     let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+    let slots = slots.max(1);
     let mut pool = wasmtime::PoolingAllocationConfig::new();
-    pool.total_component_instances(RUN_SLOTS)
-        .total_core_instances(RUN_SLOTS * count(caps.instances))
-        .total_memories(RUN_SLOTS * count(caps.memories))
-        .total_tables(RUN_SLOTS * count(caps.tables))
-        .total_stacks(RUN_SLOTS)
+    pool.total_component_instances(slots)
+        .total_core_instances(slots * count(caps.instances))
+        .total_memories(slots * (count(caps.memories) + 1))
+        .total_gc_heaps(slots)
+        .total_tables(slots * count(caps.tables))
+        .total_stacks(slots)
         .max_core_instances_per_component(count(caps.instances))
         .max_memories_per_component(count(caps.memories))
         .max_tables_per_component(count(caps.tables))
         .max_tables_per_module(count(caps.tables))
         .table_elements(caps.table_elements)
-        .max_core_instance_size(16 << 20)
-        .max_component_instance_size(16 << 20)
-        .max_unused_warm_slots(4)
+        .max_core_instance_size(64 << 20)
+        .max_component_instance_size(64 << 20)
+        .max_unused_warm_slots(slots)
         .pagemap_scan(wasmtime::Enabled::Auto)
         .linear_memory_keep_resident(KEEP_RESIDENT_BYTES)
         .table_keep_resident(64 << 10);
@@ -142,13 +147,14 @@ struct Reaped<'a> {
 
 impl Drop for Reaped<'_> {
     fn drop(&mut self) {
+        // Out of the set before it is reaped: a reaped pid may be reused by another process.
+        if let Ok(mut r) = self.running.lock() {
+            r.remove(&self.child.id());
+        }
         if matches!(self.child.try_wait(), Ok(None)) {
             let _ = self.child.kill();
         }
         let _ = self.child.wait();
-        if let Ok(mut r) = self.running.lock() {
-            r.remove(&self.child.id());
-        }
     }
 }
 
@@ -165,6 +171,8 @@ pub(crate) fn compile_in_child(
     running: &Children,
 ) -> Result<(), HostError> {
     let engine = |message: String| HostError::Engine { message };
+    // Made again if someone emptied the directory while the host runs.
+    artifacts::ensure_dir(out).map_err(engine)?;
     let stdin = match input {
         ChildInput::Bytes(_) => Stdio::piped(),
         ChildInput::File(path) => Stdio::from(
@@ -274,16 +282,20 @@ pub(crate) fn compile_in_child(
     }
     let stderr = stderr.trim();
     use std::os::unix::process::ExitStatusExt;
+    // Rust's allocation-failure handler prints this line, then aborts.
+    let alloc_failed = stderr
+        .lines()
+        .any(|l| l.starts_with("memory allocation of") && l.ends_with("failed"));
     match (status.code(), status.signal()) {
         (Some(EXIT_COMPILE), _) => Err(HostError::Instantiate {
             message: format!("compile: {}", crate::tail(stderr)),
         }),
-        // Rust's allocation-failure handler: the message, then abort.
-        (None, Some(6)) if stderr.starts_with("memory allocation of") => {
-            Err(HostError::CompileMemory {
-                limit: memory_limit,
-            })
-        }
+        (Some(EXIT_MEMORY), _) => Err(HostError::CompileMemory {
+            limit: memory_limit,
+        }),
+        (None, Some(6)) if alloc_failed => Err(HostError::CompileMemory {
+            limit: memory_limit,
+        }),
         (None, Some(9)) => Err(engine(
             "the compile process was killed by another process (the container's memory \
              limit?)"
@@ -302,6 +314,8 @@ pub(crate) fn compile_in_child(
 
 /// The child's exit code for a module that does not compile (its error on stderr).
 const EXIT_COMPILE: i32 = 2;
+/// The child's exit code when the compiler ran out of memory (a fallible allocation failed).
+const EXIT_MEMORY: i32 = 3;
 
 /// The compile child: `<binary> __compile-module --tier optimized|baseline --out DIR
 /// --memory-limit BYTES`, the module on stdin. Returns the exit code: 0 with the artifact
@@ -318,6 +332,8 @@ pub fn compile_child_main(args: &[OsString]) -> i32 {
 
 fn child(args: &[OsString]) -> Result<(), (i32, String)> {
     let fail = |m: String| (1, m);
+    // Started as /proc/self/exe, it would be named `exe` in `ps`.
+    let _ = std::fs::write("/proc/self/comm", "enoki-compile");
     // Killed with its parent: a compilation nobody waits for stops.
     rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
         .map_err(|e| fail(format!("prctl: {e}")))?;
@@ -382,7 +398,14 @@ fn child(args: &[OsString]) -> Result<(), (i32, String)> {
         ModuleKind::Preview1 => engine.precompile_module(&bytes),
         ModuleKind::Component => engine.precompile_component(&bytes),
     }
-    .map_err(|e| (EXIT_COMPILE, format!("{e:#}")))?;
+    .map_err(|e| {
+        let code = if e.is::<wasmtime::OutOfMemory>() {
+            EXIT_MEMORY
+        } else {
+            EXIT_COMPILE
+        };
+        (code, format!("{e:#}"))
+    })?;
     drop(bytes);
     // The host made the directory; a child never creates one (a host that is gone removed
     // its private directory, and nothing should bring it back).

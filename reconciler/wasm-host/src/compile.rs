@@ -124,6 +124,11 @@ impl Budget {
         self.acquire(estimate.max(quarter))
     }
 
+    /// The budget.
+    pub(super) fn capacity(&self) -> usize {
+        self.state.lock().map_or(0, |s| s.0)
+    }
+
     /// Bytes held by compilations right now.
     pub(super) fn in_use(&self) -> usize {
         self.state.lock().map_or(0, |s| s.1)

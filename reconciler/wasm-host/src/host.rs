@@ -13,8 +13,8 @@ impl Drop for Host {
                 }
             }
         }
-        if let Some(scratch) = &self.scratch {
-            let _ = std::fs::remove_dir_all(scratch);
+        for dir in [&self.scratch, &self.work].into_iter().flatten() {
+            let _ = std::fs::remove_dir_all(dir);
         }
     }
 }
@@ -42,11 +42,30 @@ impl Host {
         cache_dir: Option<&Path>,
         process: Option<CompileProcess>,
     ) -> Result<Host, HostError> {
+        Host::with_run_slots(cache_dir, process, RUN_SLOTS)
+    }
+
+    /// As [`Host::with_compile_process`], with an instance pool for `run_slots` runs at once
+    /// (more runs wait for a slot). A pool the system refuses (its address-space reservation:
+    /// `ulimit -v`, strict overcommit) falls back to allocating each run's memory anew.
+    ///
+    /// # Errors
+    /// [`HostError::Engine`] when wasmtime rejects the configuration or the cache directory.
+    pub fn with_run_slots(
+        cache_dir: Option<&Path>,
+        process: Option<CompileProcess>,
+        run_slots: u32,
+    ) -> Result<Host, HostError> {
         // Runs are async (`call_async`): a deadline drops the run's future, which also ends
         // blocking WASI calls (`poll_oneoff` sleeps) that the epoch cannot interrupt.
-        let optimized = Arc::new(Tier::new(&child::pooled(engine_config(
-            TierKind::Optimized,
-        )))?);
+        let run_slots = run_slots.max(1);
+        let optimized = match Tier::new(&child::pooled(
+            engine_config(TierKind::Optimized),
+            run_slots,
+        )) {
+            Ok(tier) => Arc::new(tier),
+            Err(_) => Arc::new(Tier::new(&engine_config(TierKind::Optimized))?),
+        };
         let baseline = Arc::new(Tier::new(&engine_config(TierKind::Baseline))?);
         let scratch = match (cache_dir, &process) {
             (None, Some(_)) => Some(scratch_dir()?),
@@ -56,12 +75,19 @@ impl Host {
             artifacts::remove_stale_temporaries(dir);
         }
         let root = cache_dir.or(scratch.as_deref());
-        let open = |engine: &Engine| {
-            root.map(|dir| artifacts::Artifacts::open(dir, engine).map(Arc::new))
+        // Winch code and spooled module bytes never go to the shared cache: a private work
+        // directory of this host (the scratch directory, or one inside the cache directory).
+        let work = match (&scratch, cache_dir, &process) {
+            (Some(dir), _, _) => Some(dir.clone()),
+            (None, Some(dir), Some(_)) => Some(work_dir(dir)?),
+            _ => None,
+        };
+        let open = |dir: Option<&Path>, engine: &Engine| {
+            dir.map(|dir| artifacts::Artifacts::open(dir, engine).map(Arc::new))
                 .transpose()
         };
-        let artifacts = open(&optimized.engine)?;
-        let baseline_artifacts = open(&baseline.engine)?;
+        let artifacts = open(root, &optimized.engine)?;
+        let baseline_artifacts = open(work.as_deref().or(root), &baseline.engine)?;
         let stop = Arc::new(AtomicBool::new(false));
         let running = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let engines = [optimized.engine.clone(), baseline.engine.clone()];
@@ -90,7 +116,7 @@ impl Host {
             baseline,
             large_compile: Arc::new(Mutex::new(())),
             compile_budget: Arc::new(Budget::new(DEFAULT_COMPILE_BUDGET_BYTES)),
-            run_slots: Arc::new(Budget::new(child::RUN_SLOTS as usize)),
+            run_slots: Arc::new(Budget::new(run_slots as usize)),
             optimized_in_background: Arc::new(AtomicU64::new(0)),
             baseline_min_bytes: std::sync::atomic::AtomicUsize::new(BASELINE_MIN_BYTES),
             modules: Mutex::new(ModuleLru::new(DEFAULT_MODULE_CACHE_BYTES)),
@@ -98,10 +124,11 @@ impl Host {
             artifacts,
             baseline_artifacts,
             artifact_root: root.map(Path::to_path_buf),
+            work: work.clone(),
             process: process.map(Arc::new),
             scratch,
             children: Arc::default(),
-            failed: Mutex::default(),
+            failed: Arc::default(),
             optimize_failures: Arc::new(AtomicU64::new(0)),
             compilations: AtomicU64::new(0),
             stop,
@@ -270,13 +297,22 @@ impl Host {
 
     fn remember_failure(&self, digest: &str, e: &HostError) {
         let until = match e {
-            HostError::CompileMemory { .. } => None,
+            // Deterministic for these bytes and this host: compile errors, link errors, over
+            // the pool's limits, over the whole compile budget.
+            HostError::CompileMemory { .. } | HostError::Instantiate { .. } => None,
             HostError::CompileTimeout { .. } => {
                 Some(std::time::Instant::now() + FAILED_TIMEOUT_KEPT)
             }
             _ => return,
         };
         if let Ok(mut failed) = self.failed.lock() {
+            if failed.len() >= 4096 {
+                let now = std::time::Instant::now();
+                failed.retain(|_, (_, until)| until.is_none_or(|t| now < t));
+                if failed.len() >= 4096 {
+                    failed.clear();
+                }
+            }
             failed.insert(digest.to_string(), (e.clone(), until));
         }
     }
@@ -288,7 +324,7 @@ impl Host {
             ModuleKind::Component => self.component(bytes, &digest)?,
             ModuleKind::Preview1 => {
                 let large = bytes.len() >= self.baseline_min_bytes.load(Ordering::Relaxed);
-                if let Some(module) = self.cached(&digest, kind, TierKind::Optimized) {
+                if let Some(module) = self.cached(&digest, kind, TierKind::Optimized)? {
                     self.optimized.core(&module, false)?
                 } else if large {
                     let _large = self
@@ -309,7 +345,8 @@ impl Host {
             .lock()
             .map_err(|_| poisoned())?
             .insert(digest, m.clone(), bytes.len());
-        if baseline {
+        let optimize_key = format!("optimize:{}", m.digest());
+        if baseline && self.failed_before(&optimize_key).is_none() {
             self.optimize_in_background(&m, self.spool(m.digest(), bytes));
         }
         Ok(m)
@@ -331,7 +368,7 @@ impl Host {
         let kind = ModuleKind::Preview1;
         if let Some(process) = &self.process {
             let input = child::ChildInput::Bytes(bytes);
-            self.compile_in_child(process, tier, &input, share.amount, process.timeout)?;
+            self.compile_with_retry(process, tier, &input, share)?;
             return self.handed_over(digest, kind, tier);
         }
         let engine = match tier {
@@ -355,13 +392,36 @@ impl Host {
         limit: usize,
         timeout: Duration,
     ) -> Result<(), HostError> {
-        let out = self
-            .artifact_root
-            .as_deref()
-            .ok_or_else(|| HostError::Engine {
-                message: "compiling in a child process needs an artifact directory".into(),
-            })?;
+        let out = match tier {
+            TierKind::Optimized => self.artifact_root.as_deref(),
+            TierKind::Baseline => self.work.as_deref().or(self.artifact_root.as_deref()),
+        }
+        .ok_or_else(|| HostError::Engine {
+            message: "compiling in a child process needs an artifact directory".into(),
+        })?;
         child::compile_in_child(process, tier, out, limit, timeout, input, &self.children)
+    }
+
+    /// Compiles in a child with `share` of the budget; a child that runs out of it is tried
+    /// once more with the whole budget (taken alone), since the estimate is only measured on
+    /// some modules. Returns the share actually used.
+    fn compile_with_retry(
+        &self,
+        process: &CompileProcess,
+        tier: TierKind,
+        input: &child::ChildInput<'_>,
+        share: Share,
+    ) -> Result<(), HostError> {
+        let first = self.compile_in_child(process, tier, input, share.amount, process.timeout);
+        let whole = self.compile_budget.capacity();
+        match first {
+            Err(HostError::CompileMemory { .. }) if share.amount < whole => {
+                drop(share);
+                let all = self.compile_budget.acquire(whole);
+                self.compile_in_child(process, tier, input, all.amount, process.timeout)
+            }
+            other => other,
+        }
     }
 
     /// The artifact a compile child wrote, mapped. Winch code is never kept on disk, and
@@ -381,9 +441,7 @@ impl Host {
         let path = store
             .read_uncounted(digest, kind)
             .ok_or_else(|| lost_artifact(digest))?;
-        let t = T::deserialize(engine, &path).map_err(|e| HostError::Engine {
-            message: format!("the compiled artifact of {digest} does not load: {e:#}"),
-        });
+        let t = T::deserialize(engine, &path).map_err(|e| load_error(digest, &e));
         if tier == TierKind::Baseline || self.scratch.is_some() {
             store.remove(digest, kind);
         }
@@ -394,12 +452,15 @@ impl Host {
     /// when compiling in child processes (this process then holds no copy while it
     /// compiles), else in memory.
     fn spool(&self, digest: &str, bytes: &[u8]) -> Spooled {
-        if let (Some(_), Some(root)) = (&self.process, &self.artifact_root) {
-            let path = root.join("compiled").join(format!(
-                "{}.wasm.spool",
-                digest.trim_start_matches("sha256:")
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        if let (Some(_), Some(work)) = (&self.process, &self.work) {
+            let path = work.join("compiled").join(format!(
+                "{}.wasm.spool-{}",
+                digest.trim_start_matches("sha256:"),
+                NEXT.fetch_add(1, Ordering::Relaxed)
             ));
-            if artifacts::write_private(&path, bytes).is_ok() {
+            if artifacts::ensure_dir(work).is_ok() && artifacts::write_private(&path, bytes).is_ok()
+            {
                 return Spooled::File(path);
             }
         }
@@ -409,7 +470,7 @@ impl Host {
     /// A component, from the on-disk cache or compiled (always optimized).
     pub(super) fn component(&self, bytes: &[u8], digest: &str) -> Result<Compiled, HostError> {
         let kind = ModuleKind::Component;
-        let component = match self.cached(digest, kind, TierKind::Optimized) {
+        let component = match self.cached(digest, kind, TierKind::Optimized)? {
             Some(c) => c,
             None => {
                 let share = self
@@ -418,13 +479,7 @@ impl Host {
                 self.compilations.fetch_add(1, Ordering::Relaxed);
                 if let Some(process) = &self.process {
                     let input = child::ChildInput::Bytes(bytes);
-                    self.compile_in_child(
-                        process,
-                        TierKind::Optimized,
-                        &input,
-                        share.amount,
-                        process.timeout,
-                    )?;
+                    self.compile_with_retry(process, TierKind::Optimized, &input, share)?;
                     self.handed_over(digest, kind, TierKind::Optimized)?
                 } else {
                     let c = Component::new(&self.optimized.engine, bytes).map_err(compile_error)?;
@@ -462,6 +517,8 @@ impl Host {
         let artifacts = self.artifacts.clone();
         let done = self.optimized_in_background.clone();
         let failures = self.optimize_failures.clone();
+        let failed = self.failed.clone();
+        let stop = self.stop.clone();
         let process = self.process.clone();
         let root = self.artifact_root.clone();
         let children = self.children.clone();
@@ -473,6 +530,9 @@ impl Host {
                 let _large = gate
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
+                if stop.load(Ordering::Relaxed) {
+                    return; // the host is gone
+                }
                 let kind = ModuleKind::Preview1;
                 let compiled = match (&process, &root, &artifacts) {
                     (Some(process), Some(root), Some(store)) => {
@@ -531,6 +591,14 @@ impl Host {
                     }
                     _ => {
                         failures.fetch_add(1, Ordering::Relaxed);
+                        // Not tried again for an hour (each try holds the large-compile gate).
+                        if let Ok(mut f) = failed.lock() {
+                            let until = std::time::Instant::now() + Duration::from_secs(3600);
+                            let e = HostError::Engine {
+                                message: "the background optimization failed".into(),
+                            };
+                            f.insert(format!("optimize:{}", module.digest), (e, Some(until)));
+                        }
                     }
                 }
             });
@@ -544,17 +612,24 @@ impl Host {
         digest: &str,
         kind: ModuleKind,
         tier: TierKind,
-    ) -> Option<T> {
+    ) -> Result<Option<T>, HostError> {
         let (artifacts, engine) = match tier {
-            TierKind::Optimized => (self.artifacts.as_ref()?, &self.optimized.engine),
-            TierKind::Baseline => (self.baseline_artifacts.as_ref()?, &self.baseline.engine),
+            TierKind::Optimized => (self.artifacts.as_ref(), &self.optimized.engine),
+            TierKind::Baseline => (self.baseline_artifacts.as_ref(), &self.baseline.engine),
         };
-        let path = artifacts.read(digest, kind)?;
+        let Some(artifacts) = artifacts else {
+            return Ok(None);
+        };
+        let Some(path) = artifacts.read(digest, kind) else {
+            return Ok(None);
+        };
         match T::deserialize(engine, &path) {
-            Ok(t) => Some(t),
+            Ok(t) => Ok(Some(t)),
+            // Over the instance pool's limits: the artifact is fine, the module is not.
+            Err(e) if is_pool_limit(&e) => Err(load_error(digest, &e)),
             Err(_) => {
                 artifacts.discard(digest, kind);
-                None
+                Ok(None)
             }
         }
     }
@@ -761,3 +836,62 @@ impl Drop for Spooled {
 /// How long a compilation stopped at its timeout is answered from memory instead of compiled
 /// again.
 pub const FAILED_TIMEOUT_KEPT: Duration = Duration::from_secs(300);
+
+/// Whether wasmtime refused an artifact because the module exceeds the instance pool's limits
+/// (the store caps of every run).
+fn is_pool_limit(e: &wasmtime::Error) -> bool {
+    format!("{e:#}").contains("pooling allocator")
+}
+
+/// Why a compiled artifact does not load: over the store caps (a module fault, permanent), or
+/// anything else (an engine problem).
+fn load_error(digest: &str, e: &wasmtime::Error) -> HostError {
+    if is_pool_limit(e) {
+        return HostError::Instantiate {
+            message: format!(
+                "the module needs more than a run may hold (at most {} instances, {} memories, \
+                 {} tables of {} elements each; docs/security.md): {e:#}",
+                crate::STORE_CAPS.instances,
+                crate::STORE_CAPS.memories,
+                crate::STORE_CAPS.tables,
+                crate::STORE_CAPS.table_elements
+            ),
+        };
+    }
+    HostError::Engine {
+        message: format!("the compiled artifact of {digest} does not load: {e:#}"),
+    }
+}
+
+/// A private work directory of one host inside the cache directory `root` (`0700`, new):
+/// Winch code handed over by compile children and spooled module bytes. Work directories
+/// older than a day (a host that crashed) are removed.
+fn work_dir(root: &Path) -> Result<std::path::PathBuf, HostError> {
+    use std::os::unix::fs::DirBuilderExt;
+    if let Ok(entries) = std::fs::read_dir(root) {
+        for entry in entries.flatten() {
+            let stale = entry.file_name().to_string_lossy().starts_with("work-")
+                && entry
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|t| t.elapsed().ok())
+                    .is_some_and(|age| age > Duration::from_secs(86_400));
+            if stale {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    }
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let dir = root.join(format!("work-{}-{nanos:08x}", std::process::id()));
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir)
+        .map_err(|e| HostError::Engine {
+            message: format!("module cache {}: {e}", dir.display()),
+        })?;
+    Ok(dir)
+}

@@ -286,10 +286,13 @@ pub struct Host {
     /// A private artifact directory made for compile children (no on-disk cache), removed
     /// on drop.
     scratch: Option<std::path::PathBuf>,
+    /// This host's private directory for Winch code and spooled module bytes (the scratch
+    /// directory, or one inside the cache directory), removed on drop.
+    work: Option<std::path::PathBuf>,
     /// Compile processes running now (killed on drop).
     children: child::Children,
     /// Compilations stopped by their limits, by digest (`Host::failed_before`).
-    failed: Mutex<HashMap<String, (HostError, Option<std::time::Instant>)>>,
+    failed: Arc<Mutex<Failures>>,
     /// Background optimizations that failed (the module stays on Winch code).
     optimize_failures: Arc<AtomicU64>,
     /// Modules compiled from source (not loaded from memory or disk).
@@ -299,6 +302,10 @@ pub struct Host {
     running: Arc<std::sync::atomic::AtomicUsize>,
     ticker: std::thread::Thread,
 }
+
+/// Failed compilations by digest (or `optimize:<digest>`), with how long they are kept
+/// (`None`: until the host is dropped).
+type Failures = HashMap<String, (HostError, Option<std::time::Instant>)>;
 
 /// Counts a run in progress for as long as it lives.
 struct Running<'a>(&'a std::sync::atomic::AtomicUsize);

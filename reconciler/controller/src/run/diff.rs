@@ -68,7 +68,10 @@ fn cli_context(
     opts: Options,
 ) -> anyhow::Result<Context> {
     let client = management.client.clone();
-    let host = Arc::new(opts.sandbox.host(opts.module_cache_dir.as_deref())?);
+    let host = Arc::new(opts.sandbox.host(
+        opts.module_cache_dir.as_deref(),
+        opts.max_concurrent_syntheses,
+    )?);
     let mut registry = prometheus_client::registry::Registry::default();
     let (sender, _) = tokio::sync::mpsc::unbounded_channel();
     let reporter = kube::runtime::events::Reporter {

@@ -67,10 +67,9 @@ pub enum ModuleError {
     /// budget).
     #[error(
         "compiling the module ({size} bytes) needed more than the {share} bytes of memory its \
-         compile process may take (its share of the compile memory budget of {budget} bytes, \
-         --compile-memory-budget: a quarter of it, or 23 times the module's size if more) and \
-         was stopped; raise the budget together with the controller's memory limit, or make \
-         the module smaller"
+         compile process could take (of the compile memory budget of {budget} bytes, \
+         --compile-memory-budget) and was stopped; raise the budget together with the \
+         controller's memory limit, or make the module smaller"
     )]
     CompileMemory {
         /// Module size in bytes.

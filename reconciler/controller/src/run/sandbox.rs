@@ -57,14 +57,16 @@ impl Default for Sandbox {
 
 impl Sandbox {
     /// The wasm host of these limits: its on-disk cache in `cache_dir`, its compile budget,
-    /// and (with [`Sandbox::compile_program`]) its compilations in child processes, killed
-    /// after `--compile-timeout` (a background optimization after ten times that).
+    /// an instance pool for `runs` syntheses at once (`--max-concurrent-syntheses`), and
+    /// (with [`Sandbox::compile_program`]) its compilations in child processes, killed after
+    /// `--compile-timeout` (a background optimization after three times that).
     ///
     /// # Errors
-    /// As [`wasm_host::Host::with_compile_process`].
+    /// As [`wasm_host::Host::with_run_slots`].
     pub fn host(
         &self,
         cache_dir: Option<&std::path::Path>,
+        runs: usize,
     ) -> Result<wasm_host::Host, wasm_host::HostError> {
         let process = self
             .compile_program
@@ -73,9 +75,10 @@ impl Sandbox {
                 program: program.clone(),
                 args: vec![wasm_host::COMPILE_SUBCOMMAND.into()],
                 timeout: self.compile_timeout,
-                background_timeout: self.compile_timeout.saturating_mul(10),
+                background_timeout: self.compile_timeout.saturating_mul(3),
             });
-        let host = wasm_host::Host::with_compile_process(cache_dir, process)?;
+        let runs = u32::try_from(runs.max(1)).unwrap_or(u32::MAX);
+        let host = wasm_host::Host::with_run_slots(cache_dir, process, runs)?;
         host.set_compile_budget(self.compile_memory_budget_bytes);
         Ok(host)
     }

@@ -237,7 +237,10 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         let remote = target.client.apiserver_version().await?;
         tracing::info!(server = %remote.git_version, "emitted objects go to the remote cluster");
     }
-    let host = Arc::new(opts.sandbox.host(opts.module_cache_dir.as_deref())?);
+    let host = Arc::new(opts.sandbox.host(
+        opts.module_cache_dir.as_deref(),
+        opts.max_concurrent_syntheses,
+    )?);
     host.set_module_cache_bytes(opts.module_cache_bytes);
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = metrics::Metrics::register(&mut registry);
