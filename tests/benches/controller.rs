@@ -13,7 +13,7 @@
 //!    (`BENCH_STEADY_SECS`, 330): GETs, writes and resource checks;
 //! 4. outage: the API server stopped for 60 s (enoki's CPU meanwhile), then SIGTERM while a
 //!    synthesis runs (time to exit);
-//! 5. shards: 2,000 Compositions × 10 ConfigMaps (`BENCH_SHARDS`) reconciled by one
+//! 5. shards: 5,000 Compositions × 10 ConfigMaps (`BENCH_SHARDS`) reconciled by one
 //!    unsharded replica (the baseline), then by two replicas with `--shards 4`: time until
 //!    all are Ready, and per replica the shards it holds, the Compositions and managed
 //!    objects it caches, its RSS.
@@ -86,13 +86,23 @@ fn per_write_us(before: [f64; 3], after: [f64; 3], writes: usize) -> [f64; 3] {
     out
 }
 
-/// `perf record` of process `pid` (call-graph off: self time by symbol), when `BENCH_PERF`
-/// is set; stopped and summarised by [`perf_report`].
+/// `perf record` of process `pid` (its own threads; DWARF call graphs, so `perf report -G`
+/// shows callers), when `BENCH_PERF` is set; stopped and summarised by [`perf_report`].
 fn perf_start(pid: u32, name: &str) -> Option<(std::process::Child, std::path::PathBuf)> {
     std::env::var_os("BENCH_PERF")?;
     let out = harness::workspace_root().join(format!("target/bench-perf-{name}.data"));
     let child = std::process::Command::new("perf")
-        .args(["record", "-F", "4999", "-p", &pid.to_string(), "-o"])
+        .args([
+            "record",
+            "--no-inherit",
+            "--call-graph",
+            "dwarf,16384",
+            "-F",
+            "999",
+            "-p",
+            &pid.to_string(),
+            "-o",
+        ])
         .arg(&out)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
@@ -388,10 +398,10 @@ fn count_from_env(name: &str, default: usize) -> usize {
 /// enoki's counters that say what a steady state costs.
 fn steady_counters(enoki: &Enoki) -> [f64; 4] {
     [
-        enoki.metric("enoki_observe_gets").unwrap_or(0.0),
-        enoki.metric("enoki_apply_operations").unwrap_or(0.0),
-        enoki.metric("enoki_resource_checks").unwrap_or(0.0),
-        enoki.metric("enoki_api_requests").unwrap_or(0.0),
+        enoki.metric("enoki_observe_gets_total").unwrap_or(0.0),
+        enoki.metric("enoki_apply_operations_total").unwrap_or(0.0),
+        enoki.metric("enoki_resource_checks_total").unwrap_or(0.0),
+        enoki.metric("enoki_api_requests_total").unwrap_or(0.0),
     ]
 }
 
@@ -579,7 +589,7 @@ async fn fleet(
 }
 
 async fn shards() {
-    let (comps, per) = (count_from_env("BENCH_SHARDS", 2_000), 10);
+    let (comps, per) = (count_from_env("BENCH_SHARDS", 5_000), 10);
     let (base, base_figures) = fleet(comps, per, 1, 1).await;
     let (sharded, sharded_figures) = fleet(comps, per, 2, 4).await;
     println!("\n## shards: {comps} Compositions × {per} ConfigMaps\n");
