@@ -59,12 +59,15 @@ impl Host {
         // Runs are async (`call_async`): a deadline drops the run's future, which also ends
         // blocking WASI calls (`poll_oneoff` sleeps) that the epoch cannot interrupt.
         let run_slots = run_slots.max(1);
-        let optimized = match Tier::new(&child::pooled(
+        let (optimized, pooled) = match Tier::new(&child::pooled(
             engine_config(TierKind::Optimized),
             run_slots,
         )) {
-            Ok(tier) => Arc::new(tier),
-            Err(_) => Arc::new(Tier::new(&engine_config(TierKind::Optimized))?),
+            Ok(tier) => (Arc::new(tier), true),
+            Err(_) => (
+                Arc::new(Tier::new(&engine_config(TierKind::Optimized))?),
+                false,
+            ),
         };
         let baseline = Arc::new(Tier::new(&engine_config(TierKind::Baseline))?);
         let scratch = match (cache_dir, &process) {
@@ -117,6 +120,7 @@ impl Host {
             large_compile: Arc::new(Mutex::new(())),
             compile_budget: Arc::new(Budget::new(DEFAULT_COMPILE_BUDGET_BYTES)),
             run_slots: Arc::new(Budget::new(run_slots as usize)),
+            pooled,
             optimized_in_background: Arc::new(AtomicU64::new(0)),
             baseline_min_bytes: std::sync::atomic::AtomicUsize::new(BASELINE_MIN_BYTES),
             modules: Mutex::new(ModuleLru::new(DEFAULT_MODULE_CACHE_BYTES)),
@@ -178,6 +182,12 @@ impl Host {
     /// Large modules whose baseline code was replaced by optimized code in the background.
     pub fn optimized_in_background(&self) -> u64 {
         self.optimized_in_background.load(Ordering::Relaxed)
+    }
+
+    /// Whether runs take instances from the pool (`false`: the system refused the pool's
+    /// address-space reservation and every run maps its memory anew).
+    pub fn pooled(&self) -> bool {
+        self.pooled
     }
 
     /// Background optimizations that failed or were stopped (those modules keep running
@@ -307,8 +317,13 @@ impl Host {
         };
         if let Ok(mut failed) = self.failed.lock() {
             if failed.len() >= 4096 {
+                // Expired entries first, then the cheap ones (compile errors); compile bombs
+                // stay remembered.
                 let now = std::time::Instant::now();
                 failed.retain(|_, (_, until)| until.is_none_or(|t| now < t));
+                if failed.len() >= 4096 {
+                    failed.retain(|_, (e, _)| matches!(e, HostError::CompileMemory { .. }));
+                }
                 if failed.len() >= 4096 {
                     failed.clear();
                 }
@@ -404,7 +419,7 @@ impl Host {
 
     /// Compiles in a child with `share` of the budget; a child that runs out of it is tried
     /// once more with the whole budget (taken alone), since the estimate is only measured on
-    /// some modules. Returns the share actually used.
+    /// some modules; both tries together within the child timeout.
     fn compile_with_retry(
         &self,
         process: &CompileProcess,
@@ -412,13 +427,27 @@ impl Host {
         input: &child::ChildInput<'_>,
         share: Share,
     ) -> Result<(), HostError> {
+        let started = std::time::Instant::now();
         let first = self.compile_in_child(process, tier, input, share.amount, process.timeout);
         let whole = self.compile_budget.capacity();
         match first {
             Err(HostError::CompileMemory { .. }) if share.amount < whole => {
                 drop(share);
                 let all = self.compile_budget.acquire(whole);
-                self.compile_in_child(process, tier, input, all.amount, process.timeout)
+                // Both tries together stay within the timeout.
+                let left = process.timeout.saturating_sub(started.elapsed());
+                if left.is_zero() {
+                    return Err(HostError::CompileTimeout {
+                        after: process.timeout,
+                    });
+                }
+                self.compile_in_child(process, tier, input, all.amount, left)
+                    .map_err(|e| match e {
+                        HostError::CompileTimeout { .. } => HostError::CompileTimeout {
+                            after: process.timeout,
+                        },
+                        other => other,
+                    })
             }
             other => other,
         }

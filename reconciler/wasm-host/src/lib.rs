@@ -265,8 +265,10 @@ pub struct Host {
     large_compile: Arc<Mutex<()>>,
     /// Memory all compilations may take together (their estimates), background ones included.
     compile_budget: Arc<Budget>,
-    /// Runs in progress, at most [`RUN_SLOTS`] (the instance pool's size).
+    /// Runs in progress, at most the instance pool's size.
     run_slots: Arc<Budget>,
+    /// Whether the optimized engine has its instance pool.
+    pooled: bool,
     /// Background optimizations finished (baseline code replaced).
     optimized_in_background: Arc<AtomicU64>,
     /// Core modules at least this large start on the baseline tier.

@@ -79,6 +79,13 @@ impl Sandbox {
             });
         let runs = u32::try_from(runs.max(1)).unwrap_or(u32::MAX);
         let host = wasm_host::Host::with_run_slots(cache_dir, process, runs)?;
+        if !host.pooled() {
+            tracing::warn!(
+                runs,
+                "the system refused the wasm instance pool's address-space reservation \
+                 (ulimit -v, strict overcommit?): every synthesis maps its memory anew (slower)"
+            );
+        }
         host.set_compile_budget(self.compile_memory_budget_bytes);
         Ok(host)
     }
