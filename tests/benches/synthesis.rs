@@ -31,6 +31,24 @@ fn time<T>(n: usize, mut f: impl FnMut() -> T) -> Duration {
     median(samples)
 }
 
+/// One reproducible run of `module` on `input`.
+fn run_once(host: &Host, module: &wasm_host::ModulePre, input: &[u8]) -> wasm_host::RunOutput {
+    host.run(
+        module,
+        RunRequest {
+            program: "test",
+            input,
+            env: &[],
+            limits: RunLimits::default(),
+            entropy: Entropy::Reproducible {
+                wall_clock: Duration::ZERO,
+                seed: [1; 32],
+            },
+        },
+    )
+    .unwrap_or_else(|e| panic!("run: {e}"))
+}
+
 fn main() {
     let root = harness::workspace_root();
     let wasm_path = root.join("target/wasm32-wasip1/release/hello-rust.wasm");
@@ -52,22 +70,7 @@ fn main() {
 
     let host = Host::new(None).unwrap_or_else(|e| panic!("engine: {e}"));
     let module = host.load(&wasm).unwrap_or_else(|e| panic!("load: {e}"));
-    let run = || {
-        host.run(
-            &module,
-            RunRequest {
-                program: "test",
-                input: &input_bytes,
-                env: &[],
-                limits: RunLimits::default(),
-                entropy: Entropy::Reproducible {
-                    wall_clock: Duration::ZERO,
-                    seed: [1; 32],
-                },
-            },
-        )
-        .unwrap_or_else(|e| panic!("run: {e}"))
-    };
+    let run = || run_once(&host, &module, &input_bytes);
     let out: serde_json::Value = serde_json::from_slice(&run().stdout).unwrap_or_default();
     let n_items = out["items"].as_array().map_or(0, Vec::len);
     assert_eq!(n_items, 100, "the benchmark input makes 100 resources");
@@ -81,22 +84,7 @@ fn main() {
     }
     let empty = harness::wasm::module(0, 0, &[], 0);
     let empty = host.load(&empty).unwrap_or_else(|e| panic!("load: {e}"));
-    let overhead = time(200, || {
-        host.run(
-            &empty,
-            RunRequest {
-                program: "test",
-                input: &input_bytes,
-                env: &[],
-                limits: RunLimits::default(),
-                entropy: Entropy::Reproducible {
-                    wall_clock: Duration::ZERO,
-                    seed: [1; 32],
-                },
-            },
-        )
-        .unwrap_or_else(|e| panic!("run: {e}"))
-    });
+    let overhead = time(200, || run_once(&host, &empty, &input_bytes));
 
     let native = time(200, || {
         let parsed: enoki_sdk::Input = serde_json::from_slice(&input_bytes)

@@ -280,7 +280,16 @@ pub(crate) fn compile_in_child(
     if status.success() {
         return Ok(());
     }
-    let stderr = stderr.trim();
+    failure(status, stderr.trim(), memory_limit)
+}
+
+/// The error of a compile child that exited unsuccessfully (not killed at its timeout).
+fn failure(
+    status: std::process::ExitStatus,
+    stderr: &str,
+    memory_limit: usize,
+) -> Result<(), HostError> {
+    let engine = |message: String| HostError::Engine { message };
     use std::os::unix::process::ExitStatusExt;
     // Rust's allocation-failure handler prints this line, then aborts.
     let alloc_failed = stderr

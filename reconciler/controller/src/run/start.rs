@@ -263,6 +263,16 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         slots,
         identity,
     });
+    compete_for_shards(shared, ready, shutdown).await
+}
+
+/// Competes for every shard's Lease and runs the controllers of each shard held until
+/// shutdown or until a shard is lost.
+async fn compete_for_shards(
+    shared: Arc<Shared>,
+    ready: Arc<AtomicBool>,
+    shutdown: impl std::future::Future<Output = ()> + Clone + Send + Sync + 'static,
+) -> anyhow::Result<()> {
     let count = shared.opts.shards.max(1);
     if count > 1 {
         // A replica holding no shard is a ready standby.
