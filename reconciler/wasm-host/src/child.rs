@@ -173,13 +173,7 @@ pub(crate) fn compile_in_child(
     let engine = |message: String| HostError::Engine { message };
     // Made again if someone emptied the directory while the host runs.
     artifacts::ensure_dir(out).map_err(engine)?;
-    let stdin = match input {
-        ChildInput::Bytes(_) => Stdio::piped(),
-        ChildInput::File(path) => Stdio::from(
-            std::fs::File::open(path)
-                .map_err(|e| engine(format!("the module spooled at {}: {e}", path.display())))?,
-        ),
-    };
+    let stdin = stdin_of(input)?;
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get().min(4));
     let child = Command::new(&process.program)
         .args(&process.args)
@@ -281,6 +275,20 @@ pub(crate) fn compile_in_child(
         return Ok(());
     }
     failure(status, stderr.trim(), memory_limit)
+}
+
+/// The child's stdin: a pipe the module's bytes are written to, or the spooled file.
+fn stdin_of(input: &ChildInput<'_>) -> Result<Stdio, HostError> {
+    match input {
+        ChildInput::Bytes(_) => Ok(Stdio::piped()),
+        ChildInput::File(path) => {
+            std::fs::File::open(path)
+                .map(Stdio::from)
+                .map_err(|e| HostError::Engine {
+                    message: format!("the module spooled at {}: {e}", path.display()),
+                })
+        }
+    }
 }
 
 /// The error of a compile child that exited unsuccessfully (not killed at its timeout).
