@@ -6,9 +6,9 @@
 //!   Cranelift, then run;
 //! - `first-sight`: a fresh host and cache directory — Winch compiles, the module runs, and
 //!   the optimized (Cranelift) code is compiled in the background and cached on disk;
-//! - `compile-processes`: first sight as the controller does it, both tiers compiled in child
-//!   processes of the release `enoki` binary: this process's RSS before and while they
-//!   compile, and their peak;
+//! - `compile-processes`: first sight as the controller does it for a downloaded module, both
+//!   tiers compiled in child processes of the release `enoki` binary from the module's file
+//!   (`Host::load_file`): this process's RSS before and while they compile, and their peak;
 //! - `restart`: a new process on that cache directory — load the verified artifact, run;
 //! - `warm`: runs of the optimized code in one process (median).
 //!
@@ -68,7 +68,12 @@ fn secs(d: Duration) -> String {
 
 /// One phase, in this process; prints `key=value` lines for the parent.
 fn phase(name: &str, module: &str, cache: &str, case: &Case) {
-    let bytes = std::fs::read(module).unwrap_or_else(|e| panic!("{module}: {e}"));
+    // Read for every phase but the controller's, which loads the module from its file.
+    let bytes = if name == "compile-processes" {
+        Vec::new()
+    } else {
+        std::fs::read(module).unwrap_or_else(|e| panic!("{module}: {e}"))
+    };
     let cache = std::path::Path::new(cache);
     let started = Instant::now();
     match name {
@@ -103,10 +108,9 @@ fn phase(name: &str, module: &str, cache: &str, case: &Case) {
             // The controller's way: both tiers compile in child processes of the release
             // `enoki` binary. This process plays the controller: its RSS before loading is
             // the steady figure, its peak while the children compile must stay near it.
-            // Steady: before the module's bytes are read (a controller fetches them).
-            drop(bytes);
+            // Steady: before the module is loaded. A controller downloads a large module to a
+            // file (`Host::download_dir`) and loads it from there, as here.
             let steady = status_kib("VmRSS");
-            let bytes = std::fs::read(module).unwrap();
             let children = ChildPeak::start();
             let host = Host::with_compile_process(
                 Some(cache),
@@ -118,14 +122,27 @@ fn phase(name: &str, module: &str, cache: &str, case: &Case) {
                 }),
             )
             .unwrap();
-            let m = host.load(&bytes).unwrap();
+            // Downloaded into the host's download directory (a copy here, page cache only).
+            let download = host.download_dir().unwrap().join("download.wasm");
+            std::fs::copy(module, &download).unwrap();
+            let m = host.load_file(&download).unwrap();
+            std::fs::remove_file(&download).unwrap();
             assert!(
                 m.is_baseline(),
                 "a large module starts on the baseline tier"
             );
             let compiled = started.elapsed();
             let after_load = status_kib("VmHWM");
+            // What stays after loading: allocations, and the mapped code.
+            println!("anon_after_load={}", status_kib("RssAnon") / 1024);
+            println!("file_after_load={}", status_kib("RssFile") / 1024);
             let first = run(&host, &m, case);
+            // The run's own peak (the module's linear memory, released after the run), then
+            // the peak from here on: the background compilation and the code swap.
+            println!("run_peak={}", status_kib("VmHWM") / 1024);
+            std::fs::write("/proc/self/clear_refs", "5").unwrap();
+            println!("after_run={}", status_kib("VmRSS") / 1024);
+            println!("file_after_run={}", status_kib("RssFile") / 1024);
             println!("usable={}", secs(compiled + first));
             println!("compile={}", secs(compiled));
             println!("run={}", secs(first));
@@ -471,16 +488,26 @@ fn phases(
     );
     let mib = |k: &str| get(&children, k).parse::<i64>().unwrap_or(0);
     println!(
-        "Compiled in child processes: the host process's RSS was {} MiB before reading the \
-         module and peaked at {} MiB (+{} MiB: the module's bytes and the mapped Winch code) \
-         by first sight, {} MiB (+{} MiB) once Cranelift's code replaced Winch's {} after \
-         first sight; the compile processes peaked at {} MiB.\n",
+        "Compiled in child processes from the module's file (`Host::load_file`, the \
+         controller's way for a downloaded module): the host process's RSS was {} MiB before \
+         loading and peaked at {} MiB (+{} MiB, target ≤ +50 MiB) by first sight ({} MiB \
+         allocated and {} MiB of mapped files resident just after loading). The first run \
+         peaked at {} MiB (the module's linear memory) and left {} MiB, {} MiB of it file-backed \
+         (the mapped code the run executed, and the module's initial memory image that the \
+         instance pool keeps mapped for the next run); from there the Cranelift compilation and the swap of its code for Winch's ({} \
+         after first sight) peaked at {} MiB (+{} MiB). The compile processes peaked at {} \
+         MiB.\n",
         mib("steady"),
         mib("compile_peak"),
         mib("compile_peak") - mib("steady"),
-        mib("during_cranelift"),
-        mib("during_cranelift") - mib("steady"),
+        mib("anon_after_load"),
+        mib("file_after_load"),
+        mib("run_peak"),
+        mib("after_run"),
+        mib("file_after_run"),
         get(&children, "optimized"),
+        mib("during_cranelift"),
+        mib("during_cranelift") - mib("after_run"),
         mib("child_peak"),
     );
 }

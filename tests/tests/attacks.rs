@@ -981,6 +981,79 @@ async fn a_compile_bomb_costs_its_compile_process_not_the_controller() {
     still_serving(&env, &mut enoki, &synth, &tenant).await;
 }
 
+/// `module` with a custom section of `pad` zero bytes appended (its size as a LEB128).
+fn padded(module: &[u8], pad: usize) -> Vec<u8> {
+    let name = b"enoki-padding";
+    let mut size = 1 + name.len() + pad;
+    let mut out = module.to_vec();
+    out.push(0); // custom section
+    loop {
+        let byte = u8::try_from(size & 0x7f).unwrap();
+        size >>= 7;
+        if size == 0 {
+            out.push(byte);
+            break;
+        }
+        out.push(byte | 0x80);
+    }
+    out.push(u8::try_from(name.len()).unwrap());
+    out.extend_from_slice(name);
+    out.resize(out.len() + pad, 0);
+    out
+}
+
+#[tokio::test]
+async fn a_large_pulled_module_goes_to_disk_and_never_into_the_controller() {
+    let env = TestEnv::new().await;
+    install_crds(&env.client).await;
+    let synth = install_synthesizer(&env, "echo", &echo_module()).await;
+    let tenant = Tenant::of(&env).await;
+    let (_registry, addr) = harness::start_registry();
+    // The echo module with 64 MiB of padding: over the size that starts on the baseline tier,
+    // so both tiers compile (in child processes) from the downloaded file.
+    let dir = harness::tempdir("large-pull");
+    let file = dir.join("large.wasm");
+    std::fs::write(&file, padded(&echo_module(), 64 << 20)).unwrap();
+    let reference = format!("{addr}/large/echo:v1");
+    let digest = harness::push_module(&file, &reference);
+    std::fs::remove_file(&file).unwrap();
+    let large = format!("{}-large", env.namespace);
+    let synths: Api<crds::Synthesizer> = Api::all(env.client.clone());
+    synths
+        .patch(
+            &large,
+            &PatchParams::apply("platform").force(),
+            &Patch::Apply(json!({"apiVersion": "enoki.dev/v1alpha1", "kind": "Synthesizer",
+                "metadata": {"name": large},
+                "spec": {"module": {"oci": format!("{reference}@{digest}")},
+                         "refs": [{"key": "config", "resource": {"group": "", "version": "v1", "kind": "ConfigMap"}}]}})),
+        )
+        .await
+        .unwrap();
+    let mut enoki = Enoki::start_with(&env.namespace, &[]);
+    still_serving(&env, &mut enoki, &synth, &tenant).await;
+    let base = peak_rss_kib(enoki.pid());
+    let item = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "from-large"},
+        "data": {"k": "v"}});
+    tenant.compose("large", &large, json!([item])).await;
+    let cms: Api<ConfigMap> = env.api();
+    eventually(
+        "the large module's output applied",
+        Duration::from_secs(120),
+        || async { cms.get_opt("from-large").await.unwrap().map(|_| ()) },
+    )
+    .await;
+    // Its 64 MiB streamed to a file the compile processes read: the controller's peak grew
+    // by far less than the module.
+    let peak = peak_rss_kib(enoki.pid());
+    assert!(
+        peak < base + 24 * 1024,
+        "controller peak RSS {peak} KiB, {base} KiB before pulling a 64 MiB module"
+    );
+    assert!(enoki.running(), "{}", enoki.logs());
+    still_serving(&env, &mut enoki, &synth, &tenant).await;
+}
+
 #[tokio::test]
 async fn a_compilation_past_the_compile_timeout_is_killed_and_the_controller_serves_on() {
     let env = TestEnv::new().await;

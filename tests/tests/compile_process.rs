@@ -177,3 +177,107 @@ fn the_language_samples_compile_in_child_processes_within_their_share() {
     assert_eq!(host.compilations(), 5);
     assert!(compile_children(std::process::id()).is_empty());
 }
+
+/// A field of this process's `/proc/self/status`, in KiB.
+fn status_kib(field: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches(" kB").parse().ok())
+        .unwrap()
+}
+
+#[test]
+fn a_module_file_compiles_without_this_process_holding_its_bytes() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = harness::tempdir("compile-file");
+    let host = host(Some(&dir), Duration::from_secs(120));
+    host.set_baseline_min_bytes(16 << 20);
+    // 64 MiB (a custom section's padding): over the Winch threshold, so both tiers compile
+    // from the file, the Cranelift one in the background.
+    let file = dir.join("downloaded.wasm");
+    let digest = {
+        let bytes = module(3, 4, &[], 64 << 20);
+        std::fs::write(&file, &bytes).unwrap();
+        wasm_host::digest(&bytes)
+    };
+    // The peak from here on: the file's bytes never enter this process.
+    std::fs::write("/proc/self/clear_refs", "5").unwrap();
+    let before = status_kib("VmRSS:");
+    let m = host.load_file(&file).unwrap();
+    let peak = status_kib("VmHWM:");
+    assert_eq!(m.digest(), digest);
+    assert!(
+        m.is_baseline(),
+        "a large module starts on the baseline tier"
+    );
+    assert!(
+        peak < before + (16 << 10),
+        "loading a 64 MiB module file took this process from {before} KiB to a peak of \
+         {peak} KiB"
+    );
+    // The caller's file may go: the host compiles from its own copy, also in the background.
+    std::fs::remove_file(&file).unwrap();
+    assert!(run(&host, &m).is_ok());
+    let started = Instant::now();
+    while m.is_baseline() && started.elapsed() < Duration::from_secs(120) {
+        assert_eq!(host.optimize_failures(), 0);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        !m.is_baseline(),
+        "optimized in the background from the spooled copy"
+    );
+    assert!(status_kib("VmHWM:") < before + (16 << 10));
+    assert!(run(&host, &m).is_ok());
+    // No copy is left behind, and the same bytes again are the loaded module.
+    let copies = walk(&dir)
+        .into_iter()
+        .filter(|p| p.to_string_lossy().contains("incoming-") || p.ends_with("downloaded.wasm"))
+        .collect::<Vec<_>>();
+    assert!(copies.is_empty(), "{copies:?}");
+    let compilations = host.compilations();
+    let again = dir.join("again.wasm");
+    std::fs::write(&again, module(3, 4, &[], 64 << 20)).unwrap();
+    assert_eq!(host.load_file(&again).unwrap().digest(), digest);
+    assert_eq!(host.compilations(), compilations);
+    // A download into the host's download directory is compiled where it is; the
+    // background compilation keeps its own link to it.
+    let download = host.download_dir().unwrap().join("download.wasm");
+    std::fs::write(&download, module(4, 4, &[], 20 << 20)).unwrap();
+    let m = host.load_file(&download).unwrap();
+    std::fs::remove_file(&download).unwrap();
+    assert!(m.is_baseline());
+    let started = Instant::now();
+    while m.is_baseline() && started.elapsed() < Duration::from_secs(120) {
+        assert_eq!(host.optimize_failures(), 0);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        !m.is_baseline(),
+        "optimized in the background from its link"
+    );
+    assert!(run(&host, &m).is_ok());
+    // A missing file is an error naming it.
+    let err = host.load_file(&dir.join("missing.wasm")).unwrap_err();
+    assert!(
+        matches!(&err, HostError::Engine { message } if message.contains("missing.wasm")),
+        "{err:?}"
+    );
+    assert!(compile_children(std::process::id()).is_empty());
+}
+
+/// Every file under `dir`.
+fn walk(dir: &std::path::Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(walk(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
+}

@@ -66,6 +66,103 @@ pub enum SourceError {
     },
 }
 
+/// A fetched body: in memory, or in a file of the directory the caller gave (removed when
+/// dropped), so that a large module never sits in this process's memory.
+#[derive(Debug)]
+pub enum Body {
+    /// Held in memory.
+    Memory(Vec<u8>),
+    /// Written to a file.
+    File(Download),
+}
+
+impl Body {
+    /// Its size in bytes.
+    pub fn len(&self) -> usize {
+        match self {
+            Body::Memory(bytes) => bytes.len(),
+            Body::File(download) => download.len,
+        }
+    }
+
+    /// Whether it is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Its bytes in memory (a file is read, then removed).
+    ///
+    /// # Errors
+    /// A file that cannot be read.
+    pub fn into_memory(self) -> Result<Vec<u8>, SourceError> {
+        match self {
+            Body::Memory(bytes) => Ok(bytes),
+            Body::File(download) => {
+                std::fs::read(&download.path).map_err(|e| SourceError::Remote {
+                    action: format!("reading the download {}", download.path.display()),
+                    message: e.to_string(),
+                })
+            }
+        }
+    }
+}
+
+/// A body written to a new file (mode 0600), removed when dropped.
+#[derive(Debug)]
+pub struct Download {
+    path: std::path::PathBuf,
+    len: usize,
+}
+
+impl Download {
+    /// A new file in `dir` to write a body into.
+    async fn create(dir: &Path) -> Result<(tokio::fs::File, Download), SourceError> {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let path = dir.join(format!(
+            "download-{}-{}.part",
+            std::process::id(),
+            NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
+        let download = Download { path, len: 0 };
+        let file = tokio::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&download.path)
+            .await
+            .map_err(|e| download.unwritable(&e))?;
+        Ok((file, download))
+    }
+
+    fn unwritable(&self, e: &std::io::Error) -> SourceError {
+        SourceError::Remote {
+            action: format!("writing the download to {}", self.path.display()),
+            message: e.to_string(),
+        }
+    }
+
+    /// Where it is.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Its size in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for Download {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
 /// Default cap of a module's size (bytes, after decompression).
 pub const DEFAULT_MAX_MODULE_BYTES: usize = 128 << 20;
 
@@ -261,6 +358,23 @@ pub async fn fetch_url(
     extra_ca: Option<&[u8]>,
     policy: &FetchPolicy,
 ) -> Result<Vec<u8>, SourceError> {
+    fetch_url_to(url, sha256, extra_ca, policy, None)
+        .await?
+        .into_memory()
+}
+
+/// [`fetch_url`] into a new file in `spool` (a private directory) when given: the body
+/// streams to disk, hashed on the way, and is never held in memory.
+///
+/// # Errors
+/// As [`fetch_url`]; a file that cannot be written.
+pub async fn fetch_url_to(
+    url: &str,
+    sha256: Option<&str>,
+    extra_ca: Option<&[u8]>,
+    policy: &FetchPolicy,
+    spool: Option<&Path>,
+) -> Result<Body, SourceError> {
     if !url.starts_with("https://") {
         return Err(SourceError::Invalid(format!(
             "{url:?}: only https:// URLs are accepted"
@@ -318,15 +432,14 @@ pub async fn fetch_url(
         return Err(policy.too_large(url, len));
     }
     let stream = resp.bytes_stream().map_err(download);
-    let bytes = read_capped(stream, url, policy).await?;
-    let actual = hex::encode(Sha256::digest(&bytes));
+    let (body, actual) = read_capped_to(stream, url, policy, spool).await?;
     if actual != expected {
         return Err(SourceError::DigestMismatch {
             expected: format!("sha256:{expected}"),
             actual: format!("sha256:{actual}"),
         });
     }
-    Ok(bytes)
+    Ok(body)
 }
 
 /// An error and its sources on one line (reqwest hides a redirect refusal in a source).

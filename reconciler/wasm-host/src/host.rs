@@ -251,7 +251,91 @@ impl Host {
     /// component that is not a `wasi:cli/command`, or imports the host does not provide.
     pub fn load(&self, bytes: &[u8]) -> Result<ModulePre, HostError> {
         let digest = digest(bytes);
-        if let Some(m) = self.modules.lock().map_err(|_| poisoned())?.get(&digest) {
+        self.load_with(&digest, || {
+            self.compile(&Source::Bytes(bytes), digest.clone())
+        })
+    }
+
+    /// A private directory (mode 0700, removed with the host) for module files on their way
+    /// to [`Host::load_file`]. `None` when the host compiles in this process (`load_file`
+    /// then reads the file into memory anyway) or the directory cannot be made.
+    pub fn download_dir(&self) -> Option<&Path> {
+        let (Some(_), Some(work)) = (&self.process, &self.work) else {
+            return None;
+        };
+        artifacts::ensure_dir(work).ok()?;
+        Some(work)
+    }
+
+    /// [`Host::load`] of the module in the file at `path`, which this process never holds in
+    /// memory when the host compiles in child processes ([`Host::with_compile_process`]):
+    /// the host hashes the file as it streams, and when the module is not loaded yet, copies
+    /// it into its private work directory (one copy per digest at a time), checks the copy's
+    /// digest, and its compile processes read the copy. The caller's file may change or go
+    /// once this returns. A file in [`Host::download_dir`] is compiled where it is, without a
+    /// copy: it must not change until this returns. Without compile processes (or for WebAssembly text) the file is read
+    /// into memory and loaded as [`Host::load`] does.
+    ///
+    /// # Errors
+    /// As [`Host::load`]; [`HostError::Engine`] naming the file when it cannot be read or
+    /// copied, or changes while it is copied.
+    pub fn load_file(&self, path: &Path) -> Result<ModulePre, HostError> {
+        let unreadable = |e: std::io::Error| HostError::Engine {
+            message: format!("reading the module {}: {e}", path.display()),
+        };
+        let (Some(_), Some(work)) = (&self.process, &self.work) else {
+            return self.load(&std::fs::read(path).map_err(unreadable)?);
+        };
+        let (digest, len, header) = digest_file(path).map_err(unreadable)?;
+        let Some(kind) = module_kind(&header) else {
+            // WebAssembly text (small) or not a module: as `load` sees it.
+            return self.load(&std::fs::read(path).map_err(unreadable)?);
+        };
+        if path.parent() == Some(work.as_path()) {
+            // A download into `download_dir`: private to this process, compiled where it is.
+            let source = Source::File { path, len, kind };
+            return self.load_with(&digest, || self.compile(&source, digest.clone()));
+        }
+        self.load_with(&digest, || {
+            static NEXT: AtomicU64 = AtomicU64::new(0);
+            artifacts::ensure_dir(work).map_err(|message| HostError::Engine { message })?;
+            // Removed on every way out (a background compilation takes its own link to it).
+            let copy = Spooled::File(work.join(format!(
+                "incoming-{}.wasm",
+                NEXT.fetch_add(1, Ordering::Relaxed)
+            )));
+            let Spooled::File(copied) = &copy else {
+                unreachable!("a file")
+            };
+            std::fs::copy(path, copied).map_err(unreadable)?;
+            let (got, len, header) = digest_file(copied).map_err(unreadable)?;
+            let kind = module_kind(&header);
+            match kind {
+                Some(kind) if got == digest => self.compile(
+                    &Source::File {
+                        path: copied,
+                        len,
+                        kind,
+                    },
+                    digest.clone(),
+                ),
+                _ => Err(HostError::Engine {
+                    message: format!(
+                        "the module {} changed while it was read (load it again)",
+                        path.display()
+                    ),
+                }),
+            }
+        })
+    }
+
+    /// The cache lookup and single-flight compilation (`compile`) of `load` and `load_file`.
+    fn load_with(
+        &self,
+        digest: &str,
+        compile: impl FnOnce() -> Result<ModulePre, HostError>,
+    ) -> Result<ModulePre, HostError> {
+        if let Some(m) = self.modules.lock().map_err(|_| poisoned())?.get(digest) {
             return Ok(m);
         }
         // Single flight: one compilation per digest, the other callers wait for it.
@@ -259,22 +343,22 @@ impl Host {
             .compiling
             .lock()
             .map_err(|_| poisoned())?
-            .entry(digest.clone())
+            .entry(digest.to_string())
             .or_default()
             .clone();
         let result = {
             let _compiling = gate
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let cached = self.modules.lock().map_err(|_| poisoned())?.get(&digest);
+            let cached = self.modules.lock().map_err(|_| poisoned())?.get(digest);
             match cached {
                 Some(m) => Ok(m),
-                None => match self.failed_before(&digest) {
+                None => match self.failed_before(digest) {
                     Some(e) => Err(e),
                     None => {
-                        let result = self.compile(bytes, digest.clone());
+                        let result = compile();
                         if let Err(e) = &result {
-                            self.remember_failure(&digest, e);
+                            self.remember_failure(digest, e);
                         }
                         result
                     }
@@ -282,7 +366,7 @@ impl Host {
             }
         };
         if let Ok(mut compiling) = self.compiling.lock() {
-            compiling.remove(&digest);
+            compiling.remove(digest);
         }
         result
     }
@@ -333,12 +417,16 @@ impl Host {
     }
 
     /// Compiles (or loads the verified on-disk artifact of) a module and pre-links it.
-    pub(super) fn compile(&self, bytes: &[u8], digest: String) -> Result<ModulePre, HostError> {
-        let kind = kind_of(bytes)?;
+    pub(super) fn compile(
+        &self,
+        source: &Source<'_>,
+        digest: String,
+    ) -> Result<ModulePre, HostError> {
+        let kind = source.kind()?;
         let compiled = match kind {
-            ModuleKind::Component => self.component(bytes, &digest)?,
+            ModuleKind::Component => self.component(source, &digest)?,
             ModuleKind::Preview1 => {
-                let large = bytes.len() >= self.baseline_min_bytes.load(Ordering::Relaxed);
+                let large = source.len() >= self.baseline_min_bytes.load(Ordering::Relaxed);
                 if let Some(module) = self.cached(&digest, kind, TierKind::Optimized)? {
                     self.optimized.core(&module, false)?
                 } else if large {
@@ -346,10 +434,10 @@ impl Host {
                         .large_compile
                         .lock()
                         .unwrap_or_else(std::sync::PoisonError::into_inner);
-                    let module = self.build_module(TierKind::Baseline, bytes, &digest)?;
+                    let module = self.build_module(TierKind::Baseline, source, &digest)?;
                     self.baseline.core(&module, true)?
                 } else {
-                    let module = self.build_module(TierKind::Optimized, bytes, &digest)?;
+                    let module = self.build_module(TierKind::Optimized, source, &digest)?;
                     self.optimized.core(&module, false)?
                 }
             }
@@ -359,10 +447,10 @@ impl Host {
         self.modules
             .lock()
             .map_err(|_| poisoned())?
-            .insert(digest, m.clone(), bytes.len());
+            .insert(digest, m.clone(), source.len());
         let optimize_key = format!("optimize:{}", m.digest());
         if baseline && self.failed_before(&optimize_key).is_none() {
-            self.optimize_in_background(&m, self.spool(m.digest(), bytes));
+            self.optimize_in_background(&m, self.spool(m.digest(), source));
         }
         Ok(m)
     }
@@ -373,24 +461,27 @@ impl Host {
     fn build_module(
         &self,
         tier: TierKind,
-        bytes: &[u8],
+        source: &Source<'_>,
         digest: &str,
     ) -> Result<Module, HostError> {
         let share = self
             .compile_budget
-            .acquire_compile(compile_memory_estimate(bytes.len()));
+            .acquire_compile(compile_memory_estimate(source.len()));
         self.compilations.fetch_add(1, Ordering::Relaxed);
         let kind = ModuleKind::Preview1;
         if let Some(process) = &self.process {
-            let input = child::ChildInput::Bytes(bytes);
-            self.compile_with_retry(process, tier, &input, share)?;
+            self.compile_with_retry(process, tier, &source.input(), share)?;
             return self.handed_over(digest, kind, tier);
         }
         let engine = match tier {
             TierKind::Optimized => &self.optimized.engine,
             TierKind::Baseline => &self.baseline.engine,
         };
-        let module = Module::new(engine, bytes).map_err(compile_error)?;
+        let module = match source {
+            Source::Bytes(bytes) => Module::new(engine, bytes),
+            Source::File { path, .. } => Module::from_file(engine, path),
+        }
+        .map_err(compile_error)?;
         if tier == TierKind::Optimized {
             store_artifact(self.artifacts.as_deref(), digest, kind, module.serialize());
         }
@@ -480,7 +571,7 @@ impl Host {
     /// The module's bytes for its background compilation: in a file next to the artifacts
     /// when compiling in child processes (this process then holds no copy while it
     /// compiles), else in memory.
-    fn spool(&self, digest: &str, bytes: &[u8]) -> Spooled {
+    fn spool(&self, digest: &str, source: &Source<'_>) -> Spooled {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         if let (Some(_), Some(work)) = (&self.process, &self.work) {
             let path = work.join("compiled").join(format!(
@@ -488,30 +579,50 @@ impl Host {
                 digest.trim_start_matches("sha256:"),
                 NEXT.fetch_add(1, Ordering::Relaxed)
             ));
-            if artifacts::ensure_dir(work).is_ok() && artifacts::write_private(&path, bytes).is_ok()
-            {
+            let spooled = artifacts::ensure_dir(work).is_ok()
+                && match source {
+                    Source::Bytes(bytes) => artifacts::write_private(&path, bytes).is_ok(),
+                    // The host's own copy, which nobody changes: a second name for it.
+                    Source::File { path: copy, .. } => {
+                        std::fs::hard_link(copy, &path).is_ok()
+                            || std::fs::copy(copy, &path).is_ok()
+                    }
+                };
+            if spooled {
                 return Spooled::File(path);
             }
         }
-        Spooled::Memory(bytes.to_vec())
+        match source {
+            Source::Bytes(bytes) => Spooled::Memory(bytes.to_vec()),
+            Source::File { path, .. } => Spooled::Memory(std::fs::read(path).unwrap_or_default()),
+        }
     }
 
     /// A component, from the on-disk cache or compiled (always optimized).
-    pub(super) fn component(&self, bytes: &[u8], digest: &str) -> Result<Compiled, HostError> {
+    pub(super) fn component(
+        &self,
+        source: &Source<'_>,
+        digest: &str,
+    ) -> Result<Compiled, HostError> {
         let kind = ModuleKind::Component;
         let component = match self.cached(digest, kind, TierKind::Optimized)? {
             Some(c) => c,
             None => {
                 let share = self
                     .compile_budget
-                    .acquire_compile(compile_memory_estimate(bytes.len()));
+                    .acquire_compile(compile_memory_estimate(source.len()));
                 self.compilations.fetch_add(1, Ordering::Relaxed);
                 if let Some(process) = &self.process {
-                    let input = child::ChildInput::Bytes(bytes);
+                    let input = source.input();
                     self.compile_with_retry(process, TierKind::Optimized, &input, share)?;
                     self.handed_over(digest, kind, TierKind::Optimized)?
                 } else {
-                    let c = Component::new(&self.optimized.engine, bytes).map_err(compile_error)?;
+                    let engine = &self.optimized.engine;
+                    let c = match source {
+                        Source::Bytes(bytes) => Component::new(engine, bytes),
+                        Source::File { path, .. } => Component::from_file(engine, path),
+                    }
+                    .map_err(compile_error)?;
                     store_artifact(self.artifacts.as_deref(), digest, kind, c.serialize());
                     c
                 }
@@ -772,6 +883,69 @@ impl Deserialize for Component {
     fn deserialize(engine: &Engine, path: &Path) -> wasmtime::Result<Self> {
         artifacts::deserialize_component(engine, path)
     }
+}
+
+/// Module bytes as the host compiles them.
+pub(super) enum Source<'a> {
+    /// Held by the caller.
+    Bytes(&'a [u8]),
+    /// The host's private copy of a module file (its header already read).
+    File {
+        path: &'a Path,
+        len: usize,
+        kind: ModuleKind,
+    },
+}
+
+impl Source<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Source::Bytes(bytes) => bytes.len(),
+            Source::File { len, .. } => *len,
+        }
+    }
+
+    fn kind(&self) -> Result<ModuleKind, HostError> {
+        match self {
+            Source::Bytes(bytes) => kind_of(bytes),
+            Source::File { kind, .. } => Ok(*kind),
+        }
+    }
+
+    /// What a compile child reads.
+    fn input(&self) -> child::ChildInput<'_> {
+        match self {
+            Source::Bytes(bytes) => child::ChildInput::Bytes(bytes),
+            Source::File { path, .. } => child::ChildInput::File(path),
+        }
+    }
+}
+
+/// The digest, length and first 8 bytes of the file at `path`, read in 1 MiB pieces.
+fn digest_file(path: &Path) -> std::io::Result<(String, usize, Vec<u8>)> {
+    use std::io::Read as _;
+    let mut file = std::fs::File::open(path)?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut header = Vec::with_capacity(8);
+    let mut len = 0usize;
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        if header.len() < 8 {
+            let take = (8 - header.len()).min(n);
+            header.extend_from_slice(&buf[..take]);
+        }
+        hasher.update(&buf[..n]);
+        len += n;
+    }
+    Ok((
+        format!("sha256:{}", hex::encode(hasher.finalize())),
+        len,
+        header,
+    ))
 }
 
 /// The kind of module `bytes` are (WebAssembly text counts as a core module).

@@ -204,8 +204,11 @@ pub async fn fetch(
             });
         }
         None => {
-            let bytes = fetch_bytes(client, m, Artifact::Module, ca, policy).await?;
-            compile_module(host, bytes, compile).await?
+            // A large module streams to the host's download directory and is compiled from
+            // there: the controller never holds its bytes.
+            let body =
+                fetch_bytes(client, m, Artifact::Module, ca, policy, host.download_dir()).await?;
+            compile_module(host, std::sync::Arc::new(body.into()), compile).await?
         }
     };
     match (&synth.spec.helm, module) {
@@ -228,10 +231,51 @@ enum Artifact {
     Chart,
 }
 
+/// A module's bytes on their way to the host.
+#[derive(Debug)]
+enum Fetched {
+    /// In memory: a ConfigMap's, or fetched without a download directory.
+    Memory(Vec<u8>),
+    /// Downloaded into the host's download directory (removed when dropped).
+    Download(crate::sources::Download),
+    /// An operator's file (`--helm-module`) of this size: the host hashes and copies it.
+    File(std::path::PathBuf, usize),
+}
+
+impl Fetched {
+    fn len(&self) -> usize {
+        match self {
+            Fetched::Memory(bytes) => bytes.len(),
+            Fetched::Download(d) => d.len(),
+            Fetched::File(_, len) => *len,
+        }
+    }
+
+    /// Loads it into `host` (blocking: it compiles).
+    fn load(&self, host: &wasm_host::Host) -> Result<wasm_host::ModulePre, wasm_host::HostError> {
+        match self {
+            Fetched::Memory(bytes) => host.load(bytes),
+            Fetched::Download(d) => host.load_file(d.path()),
+            Fetched::File(path, _) => host.load_file(path),
+        }
+    }
+}
+
+impl From<crate::sources::Body> for Fetched {
+    fn from(body: crate::sources::Body) -> Fetched {
+        match body {
+            crate::sources::Body::Memory(bytes) => Fetched::Memory(bytes),
+            crate::sources::Body::File(d) => Fetched::Download(d),
+        }
+    }
+}
+
 /// The Helm module of `--helm-module`, compiled (the host compiles a module once and keeps
-/// it). Its bytes are read once however many Synthesizers fetch it at the same time: they
-/// share one buffer while any of them still compiles or checks it, and it is read again
-/// after that (nothing keeps its 80 MB afterwards; a failed read is not kept).
+/// it). Its bytes are fetched once however many Synthesizers fetch it at the same time: they
+/// share one download while any of them still compiles or checks it, and it is fetched again
+/// after that (nothing keeps its 80 MB afterwards; a failed fetch is not kept). A file is
+/// compiled from where it is (the host copies it once per digest); a pulled module goes to
+/// the host's download directory when it has one.
 async fn helm_module_compiled(
     host: &std::sync::Arc<wasm_host::Host>,
     helm_module: Option<&str>,
@@ -239,26 +283,27 @@ async fn helm_module_compiled(
     ca: Option<&[u8]>,
     compile: &CompileBudget,
 ) -> Result<Module, ModuleError> {
-    type Shared = Option<(String, std::sync::Weak<[u8]>)>;
+    type Shared = Option<(String, std::sync::Weak<Fetched>)>;
     static READ: tokio::sync::Mutex<Shared> = tokio::sync::Mutex::const_new(None);
     let location = helm_module.unwrap_or_default().to_string();
-    let bytes = {
+    let fetched = {
         let mut shared = READ.lock().await;
         let alive = shared
             .as_ref()
             .filter(|(l, _)| *l == location)
             .and_then(|(_, weak)| weak.upgrade());
         match alive {
-            Some(bytes) => bytes,
+            Some(fetched) => fetched,
             None => {
-                let bytes: std::sync::Arc<[u8]> =
-                    helm_module_bytes(helm_module, policy, ca).await?.into();
-                *shared = Some((location, std::sync::Arc::downgrade(&bytes)));
-                bytes
+                let fetched = std::sync::Arc::new(
+                    helm_module_bytes(helm_module, policy, ca, host.download_dir()).await?,
+                );
+                *shared = Some((location, std::sync::Arc::downgrade(&fetched)));
+                fetched
             }
         }
     };
-    compile_module(host, bytes, compile).await
+    compile_module(host, fetched, compile).await
 }
 
 /// The module given with `--helm-module`: a file, or an OCI reference pinned by digest.
@@ -266,7 +311,8 @@ async fn helm_module_bytes(
     helm_module: Option<&str>,
     policy: &FetchPolicy,
     ca: Option<&[u8]>,
-) -> Result<Vec<u8>, ModuleError> {
+    download_dir: Option<&std::path::Path>,
+) -> Result<Fetched, ModuleError> {
     let Some(location) = helm_module.filter(|l| !l.is_empty()) else {
         return Err(ModuleError::Spec(
             "builtin \"helm\": this controller has no Helm module (start enoki with \
@@ -279,13 +325,16 @@ async fn helm_module_bytes(
         message: format!("the Helm module {location}: {message}"),
     };
     if location.contains("@sha256:") && !std::path::Path::new(location).exists() {
-        return crate::sources::pull(
+        return crate::sources::pull_layer_to(
             location,
+            crate::sources::WASM_LAYER_MEDIA_TYPE,
             policy,
             crate::sources::for_reference(location).as_ref(),
             ca,
+            download_dir,
         )
         .await
+        .map(Fetched::from)
         .map_err(|e| fail(e.to_string()));
     }
     let size = tokio::fs::metadata(location)
@@ -302,9 +351,10 @@ async fn helm_module_bytes(
             policy.max_bytes
         )));
     }
-    tokio::fs::read(location)
-        .await
-        .map_err(|e| fail(e.to_string()))
+    Ok(Fetched::File(
+        location.into(),
+        usize::try_from(size).unwrap_or(usize::MAX),
+    ))
 }
 
 /// `pre` with the chart of `spec.helm` fetched and the inputs it adds (`chart`,
@@ -344,8 +394,14 @@ async fn chart_module(
             transient: false,
         });
     }
-    let bytes = fetch_bytes(client, &source, Artifact::Chart, ca, &chart_policy)
+    let bytes = fetch_bytes(client, &source, Artifact::Chart, ca, &chart_policy, None)
         .await
+        .and_then(|body| {
+            body.into_memory().map_err(|e| ModuleError::Fetch {
+                field: "",
+                message: e.to_string(),
+            })
+        })
         .map_err(ModuleError::into_chart)?;
     if !bytes.starts_with(&[0x1f, 0x8b]) {
         return Err(ModuleError::Chart {
@@ -367,21 +423,26 @@ async fn chart_module(
 /// The input keys `spec.helm` fills.
 pub const CHART_INPUT_KEYS: [&str; 2] = ["chart", "helm-values"];
 
-/// The bytes of a module or chart source (one source set).
+/// The bytes of a module or chart source (one source set); an OCI layer or a URL's body
+/// goes to a new file in `download_dir` when given (a ConfigMap's stays in memory: it is
+/// at most 1 MiB before decompression).
 async fn fetch_bytes(
     client: &kube::Client,
     m: &crds::ModuleSource,
     artifact: Artifact,
     ca: Option<&[u8]>,
     policy: &FetchPolicy,
-) -> Result<Vec<u8>, ModuleError> {
+    download_dir: Option<&std::path::Path>,
+) -> Result<crate::sources::Body, ModuleError> {
     if m.pull_secret.is_some() && m.oci.is_none() {
         return Err(ModuleError::Spec(
             "pullSecret is for an oci source; this one is not".into(),
         ));
     }
     if let Some(cm) = &m.config_map {
-        return config_map_bytes(client, cm, policy, artifact == Artifact::Module).await;
+        return config_map_bytes(client, cm, policy, artifact == Artifact::Module)
+            .await
+            .map(crate::sources::Body::Memory);
     }
     if let Some(reference) = &m.oci {
         let credentials = match &m.pull_secret {
@@ -392,18 +453,25 @@ async fn fetch_bytes(
             Artifact::Module => crate::sources::WASM_LAYER_MEDIA_TYPE,
             Artifact::Chart => crate::sources::HELM_CHART_LAYER_MEDIA_TYPE,
         };
-        return crate::sources::pull_layer(reference, media_type, policy, credentials.as_ref(), ca)
-            .await
-            .map_err(|e| match e {
-                crate::sources::SourceError::Remote { .. } => ModuleError::Fetch {
-                    field: "oci",
-                    message: e.to_string(),
-                },
-                other => ModuleError::Spec(format!("oci: {other}")),
-            });
+        return crate::sources::pull_layer_to(
+            reference,
+            media_type,
+            policy,
+            credentials.as_ref(),
+            ca,
+            download_dir,
+        )
+        .await
+        .map_err(|e| match e {
+            crate::sources::SourceError::Remote { .. } => ModuleError::Fetch {
+                field: "oci",
+                message: e.to_string(),
+            },
+            other => ModuleError::Spec(format!("oci: {other}")),
+        });
     }
     let url = m.url.clone().unwrap_or_default();
-    crate::sources::fetch_url(&url, m.sha256.as_deref(), ca, policy)
+    crate::sources::fetch_url_to(&url, m.sha256.as_deref(), ca, policy, download_dir)
         .await
         .map_err(|e| match e {
             crate::sources::SourceError::Remote { .. } => ModuleError::Fetch {
@@ -430,10 +498,10 @@ pub struct CompileBudget {
 /// share of the budget until then, and lands in the host's cache, so a later attempt finds it.
 async fn compile_module(
     host: &std::sync::Arc<wasm_host::Host>,
-    bytes: impl AsRef<[u8]> + Send + 'static,
+    fetched: std::sync::Arc<Fetched>,
     budget: &CompileBudget,
 ) -> Result<Module, ModuleError> {
-    let size = bytes.as_ref().len();
+    let size = fetched.len();
     let estimate = wasm_host::compile_memory_estimate(size);
     if estimate > budget.memory_bytes {
         return Err(ModuleError::TooLargeToCompile {
@@ -451,7 +519,7 @@ async fn compile_module(
     let time = budget.time;
     let memory_budget = budget.memory_bytes;
     let host = host.clone();
-    let task = tokio::task::spawn_blocking(move || host.load(bytes.as_ref()));
+    let task = tokio::task::spawn_blocking(move || fetched.load(&host));
     let waited = time.saturating_add(std::time::Duration::from_secs(2));
     let loaded = tokio::time::timeout(waited, task)
         .await
@@ -660,7 +728,7 @@ mod tests {
             memory_bytes: 32 << 20,
         };
         // 2 MiB needs about 46 MiB to compile: refused, naming the flag, without compiling.
-        let err = compile_module(&host, vec![0; 2 << 20], &budget)
+        let err = compile_module(&host, Fetched::Memory(vec![0; 2 << 20]).into(), &budget)
             .await
             .err()
             .unwrap();
@@ -671,7 +739,12 @@ mod tests {
         assert!(err.to_string().contains("--compile-memory-budget"), "{err}");
         assert_eq!(host.compilations(), 0);
         // Within the budget it is compiled (an empty module).
-        let small = compile_module(&host, b"\0asm\x01\0\0\0".to_vec(), &budget).await;
+        let small = compile_module(
+            &host,
+            Fetched::Memory(b"\0asm\x01\0\0\0".to_vec()).into(),
+            &budget,
+        )
+        .await;
         assert!(small.is_ok(), "{:?}", small.err());
     }
 

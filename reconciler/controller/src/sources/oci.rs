@@ -43,9 +43,27 @@ pub async fn pull_layer(
     credentials: Option<&Credentials>,
     extra_ca: Option<&[u8]>,
 ) -> Result<Vec<u8>, SourceError> {
+    pull_layer_to(reference, media_type, policy, credentials, extra_ca, None)
+        .await?
+        .into_memory()
+}
+
+/// [`pull_layer`] into a new file in `spool` (a private directory) when given: the layer
+/// streams to disk, hashed on the way, and is never held in memory.
+///
+/// # Errors
+/// As [`pull`]; a file that cannot be written.
+pub async fn pull_layer_to(
+    reference: &str,
+    media_type: &str,
+    policy: &FetchPolicy,
+    credentials: Option<&Credentials>,
+    extra_ca: Option<&[u8]>,
+    spool: Option<&Path>,
+) -> Result<Body, SourceError> {
     match tokio::time::timeout(
         policy.timeout,
-        pull_unbounded(reference, media_type, policy, credentials, extra_ca),
+        pull_unbounded(reference, media_type, policy, credentials, extra_ca, spool),
     )
     .await
     {
@@ -376,7 +394,8 @@ pub(super) async fn pull_unbounded(
     policy: &FetchPolicy,
     credentials: Option<&Credentials>,
     extra_ca: Option<&[u8]>,
-) -> Result<Vec<u8>, SourceError> {
+    spool: Option<&Path>,
+) -> Result<Body, SourceError> {
     let r = parse_reference(reference)?;
     let Some(pinned) = r.digest().map(String::from) else {
         return Err(SourceError::Invalid(format!(
@@ -447,20 +466,21 @@ pub(super) async fn pull_unbounded(
     {
         return Err(policy.too_large(&what, len));
     }
-    let bytes = read_capped(
+    let (body, sha256) = read_capped_to(
         resp.bytes_stream().map_err(|e| reg.remote(e)),
         &what,
         policy,
+        spool,
     )
     .await?;
-    let got = format!("sha256:{}", hex::encode(Sha256::digest(&bytes)));
+    let got = format!("sha256:{sha256}");
     if got != digest {
         return Err(SourceError::DigestMismatch {
             expected: digest,
             actual: got,
         });
     }
-    Ok(bytes)
+    Ok(body)
 }
 
 /// Reads a body stream, refusing it as soon as it passes the cap.
@@ -477,6 +497,36 @@ pub(super) async fn read_capped(
         out.extend_from_slice(&chunk);
     }
     Ok(out)
+}
+
+/// Reads a body stream as [`read_capped`] does, into memory or into a new file in `spool`,
+/// with the hex SHA-256 of what was read.
+pub(super) async fn read_capped_to(
+    mut stream: impl futures::Stream<Item = Result<bytes::Bytes, SourceError>> + Unpin,
+    what: &str,
+    policy: &FetchPolicy,
+    spool: Option<&Path>,
+) -> Result<(Body, String), SourceError> {
+    let Some(dir) = spool else {
+        let bytes = read_capped(stream, what, policy).await?;
+        let sha256 = hex::encode(Sha256::digest(&bytes));
+        return Ok((Body::Memory(bytes), sha256));
+    };
+    use tokio::io::AsyncWriteExt as _;
+    let (mut file, mut download) = Download::create(dir).await?;
+    let mut hasher = Sha256::new();
+    while let Some(chunk) = stream.try_next().await? {
+        if download.len + chunk.len() > policy.max_bytes {
+            return Err(policy.too_large(what, (download.len + chunk.len()) as u64));
+        }
+        hasher.update(&chunk);
+        file.write_all(&chunk)
+            .await
+            .map_err(|e| download.unwritable(&e))?;
+        download.len += chunk.len();
+    }
+    file.flush().await.map_err(|e| download.unwritable(&e))?;
+    Ok((Body::File(download), hex::encode(hasher.finalize())))
 }
 
 /// The `realm` of a `Bearer` challenge.
