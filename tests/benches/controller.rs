@@ -10,7 +10,8 @@
 //! 3. many: 10,000 Compositions × 10 ConfigMaps (`BENCH_MANY`), time until all are Ready
 //!    next to the raw server-side-apply floor for the same objects, enoki's RSS per
 //!    Composition, and a steady-state window longer than the default resync
-//!    (`BENCH_STEADY_SECS`, 330): GETs, writes and resource checks;
+//!    (`BENCH_STEADY_SECS`, 330): GETs, writes and resource checks; enoki runs with
+//!    `--concurrency` `BENCH_CONCURRENCY` (8);
 //! 4. outage: the API server stopped for 60 s (enoki's CPU meanwhile), then SIGTERM while a
 //!    synthesis runs (time to exit);
 //! 5. shards: 5,000 Compositions × 10 ConfigMaps (`BENCH_SHARDS`) reconciled by one
@@ -418,7 +419,8 @@ async fn many() {
     drop(all_objects);
     let env = TestEnv::new().await;
     let synth = install_synthesizer(&env, "echo", &echo_module()).await;
-    let enoki = Enoki::start_with(&env.namespace, &["--concurrency", "8"]);
+    let concurrency = count_from_env("BENCH_CONCURRENCY", 8).to_string();
+    let enoki = Enoki::start_with(&env.namespace, &["--concurrency", &concurrency]);
     wait_readyz(&enoki).await;
     let (_, rss_idle) = rss_mib(enoki.pid());
     let start = Instant::now();
