@@ -1032,6 +1032,8 @@ async fn a_large_pulled_module_goes_to_disk_and_never_into_the_controller() {
         .unwrap();
     let mut enoki = Enoki::start_with(&env.namespace, &[]);
     still_serving(&env, &mut enoki, &synth, &tenant).await;
+    // The peak from here on, from the resident set now.
+    std::fs::write(format!("/proc/{}/clear_refs", enoki.pid()), "5").unwrap();
     let base = peak_rss_kib(enoki.pid());
     let item = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "from-large"},
         "data": {"k": "v"}});
@@ -1050,6 +1052,17 @@ async fn a_large_pulled_module_goes_to_disk_and_never_into_the_controller() {
         peak < base + 24 * 1024,
         "controller peak RSS {peak} KiB, {base} KiB before pulling a 64 MiB module"
     );
+    // The download is gone once compiled (its private directory: no module cache here).
+    let scratch = format!("enoki-compile-{}-", enoki.pid());
+    let downloads: Vec<_> = std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&scratch))
+        .flat_map(|e| std::fs::read_dir(e.path()).into_iter().flatten().flatten())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("download-"))
+        .map(|e| e.path())
+        .collect();
+    assert!(downloads.is_empty(), "{downloads:?}");
     assert!(enoki.running(), "{}", enoki.logs());
     still_serving(&env, &mut enoki, &synth, &tenant).await;
 }

@@ -242,11 +242,23 @@ fn a_module_file_compiles_without_this_process_holding_its_bytes() {
     std::fs::write(&again, module(3, 4, &[], 64 << 20)).unwrap();
     assert_eq!(host.load_file(&again).unwrap().digest(), digest);
     assert_eq!(host.compilations(), compilations);
-    // A download into the host's download directory is compiled where it is; the
-    // background compilation keeps its own link to it.
+    // A download into the host's download directory is compiled where it is (no copy), and
+    // the background compilation keeps its own link to it.
     let download = host.download_dir().unwrap().join("download.wasm");
-    std::fs::write(&download, module(4, 4, &[], 20 << 20)).unwrap();
+    std::fs::write(&download, module(4, 4, &[], 64 << 20)).unwrap();
+    std::fs::write("/proc/self/clear_refs", "5").unwrap();
+    let before = status_kib("VmRSS:");
     let m = host.load_file(&download).unwrap();
+    let peak = status_kib("VmHWM:");
+    assert!(
+        peak < before + (16 << 10),
+        "loading a 64 MiB download took this process from {before} KiB to {peak} KiB"
+    );
+    let copies = walk(&dir)
+        .into_iter()
+        .filter(|p| p.to_string_lossy().contains("incoming-"))
+        .collect::<Vec<_>>();
+    assert!(copies.is_empty(), "{copies:?}");
     std::fs::remove_file(&download).unwrap();
     assert!(m.is_baseline());
     let started = Instant::now();
@@ -259,13 +271,73 @@ fn a_module_file_compiles_without_this_process_holding_its_bytes() {
         "optimized in the background from its link"
     );
     assert!(run(&host, &m).is_ok());
-    // A missing file is an error naming it.
+    // A missing file is an error naming it; so is a directory.
     let err = host.load_file(&dir.join("missing.wasm")).unwrap_err();
     assert!(
         matches!(&err, HostError::Engine { message } if message.contains("missing.wasm")),
         "{err:?}"
     );
+    assert!(matches!(
+        host.load_file(&dir),
+        Err(HostError::Engine { .. })
+    ));
+    // Not a module: refused from its first bytes, nothing compiled.
+    let compilations = host.compilations();
+    let garbage = dir.join("garbage.wasm");
+    std::fs::write(&garbage, vec![7u8; 1 << 20]).unwrap();
+    let err = host.load_file(&garbage).unwrap_err();
+    assert!(
+        matches!(&err, HostError::Instantiate { message } if message.contains("bad header")),
+        "{err:?}"
+    );
+    assert_eq!(host.compilations(), compilations);
+    // WebAssembly text is compiled by the compile process from the file.
+    let text = dir.join("text.wat");
+    std::fs::write(
+        &text,
+        "(module (memory (export \"memory\") 1) (func (export \"_start\")))",
+    )
+    .unwrap();
+    assert!(host.load_file(&text).is_ok());
     assert!(compile_children(std::process::id()).is_empty());
+}
+
+#[test]
+fn a_module_known_by_its_digest_loads_without_its_bytes() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = harness::tempdir("compile-known");
+    let host = host(Some(&dir), Duration::from_secs(120));
+    let sample = harness::sample_module();
+    let digest = wasm_host::digest(&sample);
+    assert!(!host.knows(&digest));
+    assert!(matches!(
+        host.load_known(&digest, sample.len()),
+        Err(HostError::NotLoaded { .. })
+    ));
+    let loaded = host.load(&sample).unwrap();
+    assert!(host.knows(&digest));
+    assert_eq!(
+        host.load_known(&digest, sample.len()).unwrap().digest(),
+        digest
+    );
+    // A restarted host knows it from the on-disk cache and maps it without the bytes.
+    let restarted = self::host(Some(&dir), Duration::from_secs(120));
+    assert!(restarted.knows(&digest));
+    let m = restarted.load_known(&digest, sample.len()).unwrap();
+    assert_eq!((restarted.compilations(), restarted.cache_hits()), (0, 1));
+    assert!(run(&restarted, &m).is_ok());
+    // A remembered failure is known too: answered without the bytes, compiling nothing.
+    let bad = b"\0asm\x01\0\0\0\x01\x05".to_vec();
+    let err = host.load(&bad).unwrap_err();
+    let compilations = host.compilations();
+    assert!(host.knows(&wasm_host::digest(&bad)));
+    assert_eq!(
+        host.load_known(&wasm_host::digest(&bad), bad.len())
+            .unwrap_err(),
+        err
+    );
+    assert_eq!(host.compilations(), compilations);
+    drop(loaded);
 }
 
 /// Every file under `dir`.

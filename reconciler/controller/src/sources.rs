@@ -56,6 +56,14 @@ pub enum SourceError {
         /// The cap.
         limit: usize,
     },
+    /// This process could not write or read its own copy of a download.
+    #[error("{action}: {message}")]
+    Local {
+        /// What was being done.
+        action: String,
+        /// What went wrong.
+        message: String,
+    },
     /// The bytes do not match the pinned digest.
     #[error("digest mismatch: expected {expected}, got {actual}")]
     DigestMismatch {
@@ -74,6 +82,14 @@ pub enum Body {
     Memory(Vec<u8>),
     /// Written to a file.
     File(Download),
+    /// Not fetched: the caller said it knows the content of this digest (and size, from the
+    /// OCI layer's descriptor).
+    Known {
+        /// `sha256:<hex>`.
+        digest: String,
+        /// The descriptor's size.
+        size: usize,
+    },
 }
 
 impl Body {
@@ -82,6 +98,7 @@ impl Body {
         match self {
             Body::Memory(bytes) => bytes.len(),
             Body::File(download) => download.len,
+            Body::Known { size, .. } => *size,
         }
     }
 
@@ -97,12 +114,14 @@ impl Body {
     pub fn into_memory(self) -> Result<Vec<u8>, SourceError> {
         match self {
             Body::Memory(bytes) => Ok(bytes),
-            Body::File(download) => {
-                std::fs::read(&download.path).map_err(|e| SourceError::Remote {
-                    action: format!("reading the download {}", download.path.display()),
-                    message: e.to_string(),
-                })
-            }
+            Body::File(download) => std::fs::read(&download.path).map_err(|e| SourceError::Local {
+                action: format!("reading the download {}", download.path.display()),
+                message: e.to_string(),
+            }),
+            Body::Known { digest, .. } => Err(SourceError::Local {
+                action: format!("reading {digest}"),
+                message: "it was not fetched".into(),
+            }),
         }
     }
 }
@@ -115,30 +134,37 @@ pub struct Download {
 }
 
 impl Download {
-    /// A new file in `dir` to write a body into.
-    async fn create(dir: &Path) -> Result<(tokio::fs::File, Download), SourceError> {
+    /// A new file in `dir` to write a body into (created at once: the directory is local
+    /// and private), removed when the `Download` is dropped.
+    ///
+    /// # Errors
+    /// [`SourceError::Local`] naming the file.
+    pub fn create(dir: &Path) -> Result<(std::fs::File, Download), SourceError> {
+        use std::os::unix::fs::OpenOptionsExt as _;
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let path = dir.join(format!(
             "download-{}-{}.part",
             std::process::id(),
             NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
         ));
-        let download = Download { path, len: 0 };
-        let file = tokio::fs::OpenOptions::new()
+        // The guard only once the file is ours (never removes a file it did not create).
+        let file = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(0o600)
-            .open(&download.path)
-            .await
-            .map_err(|e| download.unwritable(&e))?;
-        Ok((file, download))
+            .open(&path)
+            .map_err(|e| unwritable(&path, &e))?;
+        Ok((file, Download { path, len: 0 }))
     }
 
-    fn unwritable(&self, e: &std::io::Error) -> SourceError {
-        SourceError::Remote {
-            action: format!("writing the download to {}", self.path.display()),
-            message: e.to_string(),
-        }
+    /// `n` more bytes were written.
+    pub fn wrote(&mut self, n: usize) {
+        self.len += n;
+    }
+
+    /// The error of a failed write.
+    pub fn unwritable(&self, e: &std::io::Error) -> SourceError {
+        unwritable(&self.path, e)
     }
 
     /// Where it is.
@@ -154,6 +180,13 @@ impl Download {
     /// Whether it is empty.
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+}
+
+fn unwritable(path: &Path, e: &std::io::Error) -> SourceError {
+    SourceError::Local {
+        action: format!("writing the download to {}", path.display()),
+        message: e.to_string(),
     }
 }
 

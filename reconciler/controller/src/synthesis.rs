@@ -237,7 +237,8 @@ impl SynthesisError {
                 HostError::Instantiate { .. }
                 | HostError::Engine { .. }
                 | HostError::CompileTimeout { .. }
-                | HostError::CompileMemory { .. },
+                | HostError::CompileMemory { .. }
+                | HostError::NotLoaded { .. },
             ) => reasons::INSTANTIATE,
             SynthesisError::MalformedOutput { .. } | SynthesisError::InvalidOutput { .. } => {
                 reasons::MALFORMED_OUTPUT

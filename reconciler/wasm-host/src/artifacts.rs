@@ -135,6 +135,12 @@ impl Artifacts {
     }
 
     /// Records that a verified artifact failed to deserialize (another engine build).
+    /// Whether an artifact of `digest` is on disk (not verified: [`Artifacts::read`] does).
+    pub(crate) fn has(&self, digest: &str, kind: ModuleKind) -> bool {
+        let (artifact, recorded) = self.paths(digest, kind);
+        artifact.is_file() && recorded.is_file()
+    }
+
     pub(crate) fn discard(&self, digest: &str, kind: ModuleKind) {
         let (artifact, recorded) = self.paths(digest, kind);
         self.hits.fetch_sub(1, Ordering::Relaxed);

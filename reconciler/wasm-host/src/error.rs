@@ -33,6 +33,12 @@ pub enum HostError {
         /// The share of the budget the compile process had.
         limit: usize,
     },
+    /// [`crate::Host::load_known`] could not answer without the module's bytes.
+    #[error("module {digest} is not loaded here: its bytes are needed")]
+    NotLoaded {
+        /// The module's digest.
+        digest: String,
+    },
     /// The run exceeded its deadline.
     #[error("synthesis exceeded its deadline of {after:?}")]
     Timeout {
@@ -84,6 +90,7 @@ impl HostError {
             HostError::OutputTooLarge { .. } => "OutputTooLarge",
             HostError::Trap { .. } => "Trap",
             HostError::ExitCode { .. } => "ExitCode",
+            HostError::NotLoaded { .. } => "NotLoaded",
         }
     }
 

@@ -267,36 +267,104 @@ impl Host {
         Some(work)
     }
 
-    /// [`Host::load`] of the module in the file at `path`, which this process never holds in
-    /// memory when the host compiles in child processes ([`Host::with_compile_process`]):
-    /// the host hashes the file as it streams, and when the module is not loaded yet, copies
-    /// it into its private work directory (one copy per digest at a time), checks the copy's
-    /// digest, and its compile processes read the copy. The caller's file may change or go
-    /// once this returns. A file in [`Host::download_dir`] is compiled where it is, without a
-    /// copy: it must not change until this returns. Without compile processes (or for WebAssembly text) the file is read
-    /// into memory and loaded as [`Host::load`] does.
+    /// Whether [`Host::load_known`] can answer for the module of `digest` without its bytes:
+    /// it is loaded, being compiled, its compilation failed in a way this host remembers, or
+    /// its optimized artifact is in the on-disk cache. A caller that knows a module's digest
+    /// before fetching it (an OCI layer's descriptor, a URL's pinned SHA-256) need not fetch
+    /// it then.
+    pub fn knows(&self, digest: &str) -> bool {
+        let loaded = self
+            .modules
+            .lock()
+            .is_ok_and(|mut m| m.get(digest).is_some());
+        let compiling = self.compiling.lock().is_ok_and(|c| c.contains_key(digest));
+        let on_disk = self.artifacts.as_ref().is_some_and(|a| {
+            a.has(digest, ModuleKind::Preview1) || a.has(digest, ModuleKind::Component)
+        });
+        loaded || compiling || on_disk || self.failed_before(digest).is_some()
+    }
+
+    /// The module of `digest` without its bytes ([`Host::knows`]): loaded, the outcome of the
+    /// compilation under way, the remembered failure, or mapped from its verified on-disk
+    /// artifact (counted as `size` bytes in the module cache).
     ///
     /// # Errors
-    /// As [`Host::load`]; [`HostError::Engine`] naming the file when it cannot be read or
-    /// copied, or changes while it is copied.
+    /// The remembered or current failure; [`HostError::NotLoaded`] when the host cannot
+    /// answer after all (evicted meanwhile, the artifact failed verification): fetch the
+    /// bytes and load them.
+    pub fn load_known(&self, digest: &str, size: usize) -> Result<ModulePre, HostError> {
+        self.load_with(digest, || {
+            self.disk_cached(digest, size)?
+                .ok_or_else(|| HostError::NotLoaded {
+                    digest: digest.to_string(),
+                })
+        })
+    }
+
+    /// The module of `digest` from its verified optimized artifact, if the on-disk cache has
+    /// one, kept in the module cache as `size` bytes.
+    fn disk_cached(&self, digest: &str, size: usize) -> Result<Option<ModulePre>, HostError> {
+        let (kind, compiled) = if let Some(m) =
+            self.cached(digest, ModuleKind::Preview1, TierKind::Optimized)?
+        {
+            (ModuleKind::Preview1, self.optimized.core(&m, false)?)
+        } else if let Some(c) = self.cached(digest, ModuleKind::Component, TierKind::Optimized)? {
+            (ModuleKind::Component, self.component_pre(&c)?)
+        } else {
+            return Ok(None);
+        };
+        let m = ModulePre::new(digest.to_string(), kind, compiled);
+        self.modules
+            .lock()
+            .map_err(|_| poisoned())?
+            .insert(digest.to_string(), m.clone(), size);
+        Ok(Some(m))
+    }
+
+    /// [`Host::load`] of the module in the file at `path`, which this process never holds in
+    /// memory when the host compiles in child processes ([`Host::with_compile_process`]).
+    /// The host hashes the file as it streams; a module it does not know yet is then compiled
+    /// by child processes reading the file:
+    /// - a file in [`Host::download_dir`] is read where it is (a background compilation keeps
+    ///   a second link to it, so it may be unlinked or renamed once this returns, but never
+    ///   rewritten in place);
+    /// - any other file is first copied there (one copy per digest at a time, and none when
+    ///   the on-disk cache has the module), the copy's digest checked, and the caller's file
+    ///   may change or go once this returns.
+    ///
+    /// Without compile processes the file is read into memory and loaded as [`Host::load`]
+    /// does.
+    ///
+    /// # Errors
+    /// As [`Host::load`]; [`HostError::Instantiate`] for a file that is not a WebAssembly
+    /// module, component or text (from its first bytes); [`HostError::Engine`] naming the
+    /// file when it is not a regular file, cannot be read or copied, or changes while it is
+    /// copied.
     pub fn load_file(&self, path: &Path) -> Result<ModulePre, HostError> {
         let unreadable = |e: std::io::Error| HostError::Engine {
             message: format!("reading the module {}: {e}", path.display()),
         };
+        let regular = std::fs::metadata(path).map_err(unreadable)?.is_file();
+        if !regular {
+            return Err(HostError::Engine {
+                message: format!("the module {} is not a regular file", path.display()),
+            });
+        }
         let (Some(_), Some(work)) = (&self.process, &self.work) else {
             return self.load(&std::fs::read(path).map_err(unreadable)?);
         };
         let (digest, len, header) = digest_file(path).map_err(unreadable)?;
-        let Some(kind) = module_kind(&header) else {
-            // WebAssembly text (small) or not a module: as `load` sees it.
-            return self.load(&std::fs::read(path).map_err(unreadable)?);
-        };
+        // WebAssembly text compiles too (the compile process tells it from its bytes).
+        let kind = file_kind(&header)?;
         if path.parent() == Some(work.as_path()) {
             // A download into `download_dir`: private to this process, compiled where it is.
             let source = Source::File { path, len, kind };
             return self.load_with(&digest, || self.compile(&source, digest.clone()));
         }
         self.load_with(&digest, || {
+            if let Some(m) = self.disk_cached(&digest, len)? {
+                return Ok(m);
+            }
             static NEXT: AtomicU64 = AtomicU64::new(0);
             artifacts::ensure_dir(work).map_err(|message| HostError::Engine { message })?;
             // Removed on every way out (a background compilation takes its own link to it).
@@ -308,24 +376,23 @@ impl Host {
                 unreachable!("a file")
             };
             std::fs::copy(path, copied).map_err(unreadable)?;
-            let (got, len, header) = digest_file(copied).map_err(unreadable)?;
-            let kind = module_kind(&header);
-            match kind {
-                Some(kind) if got == digest => self.compile(
-                    &Source::File {
-                        path: copied,
-                        len,
-                        kind,
-                    },
-                    digest.clone(),
-                ),
-                _ => Err(HostError::Engine {
+            let (got, len, _) = digest_file(copied).map_err(unreadable)?;
+            if got != digest {
+                return Err(HostError::Engine {
                     message: format!(
                         "the module {} changed while it was read (load it again)",
                         path.display()
                     ),
-                }),
+                });
             }
+            self.compile(
+                &Source::File {
+                    path: copied,
+                    len,
+                    kind,
+                },
+                digest.clone(),
+            )
         })
     }
 
@@ -449,8 +516,11 @@ impl Host {
             .map_err(|_| poisoned())?
             .insert(digest, m.clone(), source.len());
         let optimize_key = format!("optimize:{}", m.digest());
-        if baseline && self.failed_before(&optimize_key).is_none() {
-            self.optimize_in_background(&m, self.spool(m.digest(), source));
+        if baseline
+            && self.failed_before(&optimize_key).is_none()
+            && let Some(spooled) = self.spool(m.digest(), source)
+        {
+            self.optimize_in_background(&m, spooled);
         }
         Ok(m)
     }
@@ -477,11 +547,10 @@ impl Host {
             TierKind::Optimized => &self.optimized.engine,
             TierKind::Baseline => &self.baseline.engine,
         };
-        let module = match source {
-            Source::Bytes(bytes) => Module::new(engine, bytes),
-            Source::File { path, .. } => Module::from_file(engine, path),
-        }
-        .map_err(compile_error)?;
+        let Source::Bytes(bytes) = source else {
+            return Err(in_process_file());
+        };
+        let module = Module::new(engine, bytes).map_err(compile_error)?;
         if tier == TierKind::Optimized {
             store_artifact(self.artifacts.as_deref(), digest, kind, module.serialize());
         }
@@ -571,7 +640,7 @@ impl Host {
     /// The module's bytes for its background compilation: in a file next to the artifacts
     /// when compiling in child processes (this process then holds no copy while it
     /// compiles), else in memory.
-    fn spool(&self, digest: &str, source: &Source<'_>) -> Spooled {
+    fn spool(&self, digest: &str, source: &Source<'_>) -> Option<Spooled> {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         if let (Some(_), Some(work)) = (&self.process, &self.work) {
             let path = work.join("compiled").join(format!(
@@ -589,12 +658,14 @@ impl Host {
                     }
                 };
             if spooled {
-                return Spooled::File(path);
+                return Some(Spooled::File(path));
             }
         }
         match source {
-            Source::Bytes(bytes) => Spooled::Memory(bytes.to_vec()),
-            Source::File { path, .. } => Spooled::Memory(std::fs::read(path).unwrap_or_default()),
+            Source::Bytes(bytes) => Some(Spooled::Memory(bytes.to_vec())),
+            // Never read into memory: the module stays on its first code (retried on a later
+            // load after a restart).
+            Source::File { .. } => None,
         }
     }
 
@@ -617,21 +688,24 @@ impl Host {
                     self.compile_with_retry(process, TierKind::Optimized, &input, share)?;
                     self.handed_over(digest, kind, TierKind::Optimized)?
                 } else {
-                    let engine = &self.optimized.engine;
-                    let c = match source {
-                        Source::Bytes(bytes) => Component::new(engine, bytes),
-                        Source::File { path, .. } => Component::from_file(engine, path),
-                    }
-                    .map_err(compile_error)?;
+                    let Source::Bytes(bytes) = source else {
+                        return Err(in_process_file());
+                    };
+                    let c = Component::new(&self.optimized.engine, bytes).map_err(compile_error)?;
                     store_artifact(self.artifacts.as_deref(), digest, kind, c.serialize());
                     c
                 }
             }
         };
+        self.component_pre(&component)
+    }
+
+    /// A compiled component, pre-linked as a `wasi:cli/command`.
+    fn component_pre(&self, component: &Component) -> Result<Compiled, HostError> {
         let pre = self
             .optimized
             .component_linker
-            .instantiate_pre(&component)
+            .instantiate_pre(component)
             .map_err(|e| HostError::Instantiate {
                 message: format!("{e:#}"),
             })?;
@@ -918,6 +992,32 @@ impl Source<'_> {
             Source::Bytes(bytes) => child::ChildInput::Bytes(bytes),
             Source::File { path, .. } => child::ChildInput::File(path),
         }
+    }
+}
+
+/// A module file's kind from its first bytes: a binary module or component, or WebAssembly
+/// text (the compile process parses it).
+fn file_kind(header: &[u8]) -> Result<ModuleKind, HostError> {
+    if let Some(kind) = module_kind(header) {
+        return Ok(kind);
+    }
+    let text = header
+        .iter()
+        .find(|b| !b.is_ascii_whitespace())
+        .is_some_and(|b| *b == b'(' || *b == b';');
+    if text {
+        Ok(ModuleKind::Preview1)
+    } else {
+        Err(HostError::Instantiate {
+            message: "not a WebAssembly module or component (bad header)".into(),
+        })
+    }
+}
+
+/// Files are compiled by compile processes only.
+fn in_process_file() -> HostError {
+    HostError::Engine {
+        message: "a module file is compiled in a compile process (this host has none)".into(),
     }
 }
 

@@ -92,6 +92,10 @@ pub enum ModuleError {
         /// A registry or API read that may work next time.
         transient: bool,
     },
+    /// The controller could not keep its own copy of the module (its work directory: a full
+    /// or missing disk), or a module it knew is not loaded any more; retried with backoff.
+    #[error("the controller could not use its local copy of the module: {0}")]
+    Local(String),
     /// Another reconcile is fetching and compiling this Synthesizer's module: this one does
     /// not wait for it (a slow registry must not hold every reconcile worker).
     #[error("the module is being fetched and compiled (for another Composition); retried shortly")]
@@ -110,6 +114,7 @@ impl ModuleError {
             ModuleError::CompileMemory { .. } => "CompileMemory",
             ModuleError::Chart { .. } => "Chart",
             ModuleError::Loading => "Loading",
+            ModuleError::Local(_) => "Local",
         }
     }
 
@@ -146,6 +151,7 @@ impl ModuleError {
             ModuleError::Fetch { .. }
                 | ModuleError::CompileTimeout { .. }
                 | ModuleError::Loading
+                | ModuleError::Local(_)
                 | ModuleError::Chart {
                     transient: true,
                     ..
@@ -205,9 +211,19 @@ pub async fn fetch(
         }
         None => {
             // A large module streams to the host's download directory and is compiled from
-            // there: the controller never holds its bytes.
-            let body =
-                fetch_bytes(client, m, Artifact::Module, ca, policy, host.download_dir()).await?;
+            // there: the controller never holds its bytes. One the host knows by its digest
+            // (loaded, compiling, failed, or in the on-disk cache) is not downloaded again.
+            let known = |digest: &str| host.knows(digest);
+            let body = fetch_bytes(
+                client,
+                m,
+                Artifact::Module,
+                ca,
+                policy,
+                host.download_dir(),
+                Some(&known),
+            )
+            .await?;
             compile_module(host, std::sync::Arc::new(body.into()), compile).await?
         }
     };
@@ -240,6 +256,8 @@ enum Fetched {
     Download(crate::sources::Download),
     /// An operator's file (`--helm-module`) of this size: the host hashes and copies it.
     File(std::path::PathBuf, usize),
+    /// Not fetched: the host knows the module of this digest (counted as this size).
+    Known(String, usize),
 }
 
 impl Fetched {
@@ -247,7 +265,7 @@ impl Fetched {
         match self {
             Fetched::Memory(bytes) => bytes.len(),
             Fetched::Download(d) => d.len(),
-            Fetched::File(_, len) => *len,
+            Fetched::File(_, len) | Fetched::Known(_, len) => *len,
         }
     }
 
@@ -257,7 +275,15 @@ impl Fetched {
             Fetched::Memory(bytes) => host.load(bytes),
             Fetched::Download(d) => host.load_file(d.path()),
             Fetched::File(path, _) => host.load_file(path),
+            Fetched::Known(digest, size) => host.load_known(digest, *size),
         }
+    }
+
+    /// Whether a load error is about this process's own copy rather than the module.
+    fn local_failure(&self, e: &wasm_host::HostError) -> bool {
+        matches!(e, wasm_host::HostError::NotLoaded { .. })
+            || (matches!(e, wasm_host::HostError::Engine { .. })
+                && matches!(self, Fetched::Download(_) | Fetched::File(..)))
     }
 }
 
@@ -266,6 +292,7 @@ impl From<crate::sources::Body> for Fetched {
         match body {
             crate::sources::Body::Memory(bytes) => Fetched::Memory(bytes),
             crate::sources::Body::File(d) => Fetched::Download(d),
+            crate::sources::Body::Known { digest, size } => Fetched::Known(digest, size),
         }
     }
 }
@@ -332,6 +359,7 @@ async fn helm_module_bytes(
             crate::sources::for_reference(location).as_ref(),
             ca,
             download_dir,
+            None,
         )
         .await
         .map(Fetched::from)
@@ -350,6 +378,13 @@ async fn helm_module_bytes(
             "{size} bytes, over the module size limit of {} bytes (--max-module-size)",
             policy.max_bytes
         )));
+    }
+    // Readable and a regular file now (the host reads it on the blocking pool later).
+    let opened = std::fs::File::open(location).and_then(|f| f.metadata());
+    match opened {
+        Ok(meta) if meta.is_file() => {}
+        Ok(_) => return Err(fail("not a regular file".into())),
+        Err(e) => return Err(fail(e.to_string())),
     }
     Ok(Fetched::File(
         location.into(),
@@ -394,15 +429,23 @@ async fn chart_module(
             transient: false,
         });
     }
-    let bytes = fetch_bytes(client, &source, Artifact::Chart, ca, &chart_policy, None)
-        .await
-        .and_then(|body| {
-            body.into_memory().map_err(|e| ModuleError::Fetch {
-                field: "",
-                message: e.to_string(),
-            })
+    let bytes = fetch_bytes(
+        client,
+        &source,
+        Artifact::Chart,
+        ca,
+        &chart_policy,
+        None,
+        None,
+    )
+    .await
+    .and_then(|body| {
+        body.into_memory().map_err(|e| ModuleError::Fetch {
+            field: "",
+            message: e.to_string(),
         })
-        .map_err(ModuleError::into_chart)?;
+    })
+    .map_err(ModuleError::into_chart)?;
     if !bytes.starts_with(&[0x1f, 0x8b]) {
         return Err(ModuleError::Chart {
             field: "",
@@ -433,6 +476,7 @@ async fn fetch_bytes(
     ca: Option<&[u8]>,
     policy: &FetchPolicy,
     download_dir: Option<&std::path::Path>,
+    known: Option<crate::sources::Known<'_>>,
 ) -> Result<crate::sources::Body, ModuleError> {
     if m.pull_secret.is_some() && m.oci.is_none() {
         return Err(ModuleError::Spec(
@@ -440,9 +484,14 @@ async fn fetch_bytes(
         ));
     }
     if let Some(cm) = &m.config_map {
-        return config_map_bytes(client, cm, policy, artifact == Artifact::Module)
-            .await
-            .map(crate::sources::Body::Memory);
+        return config_map_bytes(
+            client,
+            cm,
+            policy,
+            artifact == Artifact::Module,
+            download_dir,
+        )
+        .await;
     }
     if let Some(reference) = &m.oci {
         let credentials = match &m.pull_secret {
@@ -460,6 +509,7 @@ async fn fetch_bytes(
             credentials.as_ref(),
             ca,
             download_dir,
+            known,
         )
         .await
         .map_err(|e| match e {
@@ -467,10 +517,24 @@ async fn fetch_bytes(
                 field: "oci",
                 message: e.to_string(),
             },
+            crate::sources::SourceError::Local { .. } => ModuleError::Local(e.to_string()),
             other => ModuleError::Spec(format!("oci: {other}")),
         });
     }
     let url = m.url.clone().unwrap_or_default();
+    // The pinned digest names the content: a module the host knows needs no download (only
+    // one loaded, compiling or failed: its size is not known before the download).
+    if let (Some(known), Some(sha)) = (known, m.sha256.as_deref()) {
+        let digest = format!(
+            "sha256:{}",
+            sha.trim()
+                .trim_start_matches("sha256:")
+                .to_ascii_lowercase()
+        );
+        if url.starts_with("https://") && known(&digest) {
+            return Ok(crate::sources::Body::Known { digest, size: 0 });
+        }
+    }
     crate::sources::fetch_url_to(&url, m.sha256.as_deref(), ca, policy, download_dir)
         .await
         .map_err(|e| match e {
@@ -478,6 +542,7 @@ async fn fetch_bytes(
                 field: "url",
                 message: e.to_string(),
             },
+            crate::sources::SourceError::Local { .. } => ModuleError::Local(e.to_string()),
             other => ModuleError::Spec(format!("url: {other}")),
         })
 }
@@ -519,7 +584,10 @@ async fn compile_module(
     let time = budget.time;
     let memory_budget = budget.memory_bytes;
     let host = host.clone();
-    let task = tokio::task::spawn_blocking(move || fetched.load(&host));
+    let task = tokio::task::spawn_blocking(move || {
+        let loaded = fetched.load(&host);
+        loaded.map_err(|e| (fetched.local_failure(&e), e))
+    });
     let waited = time.saturating_add(std::time::Duration::from_secs(2));
     let loaded = tokio::time::timeout(waited, task)
         .await
@@ -529,7 +597,8 @@ async fn compile_module(
             stopped: false,
         })?
         .map_err(|e| ModuleError::Spec(format!("module compilation task failed: {e}")))?
-        .map_err(|e| match e {
+        .map_err(|(local, e)| match e {
+            e if local => ModuleError::Local(e.to_string()),
             wasm_host::HostError::CompileTimeout { .. } => ModuleError::CompileTimeout {
                 budget: time,
                 size,
@@ -602,7 +671,8 @@ async fn config_map_bytes(
     cm: &crds::ConfigMapModule,
     policy: &FetchPolicy,
     gunzip: bool,
-) -> Result<Vec<u8>, ModuleError> {
+    download_dir: Option<&std::path::Path>,
+) -> Result<crate::sources::Body, ModuleError> {
     if cm.namespace.is_empty() {
         return Err(ModuleError::Spec(
             "configMap.namespace is empty; name the namespace the module ConfigMap lives in".into(),
@@ -646,12 +716,69 @@ async fn config_map_bytes(
                 ),
             });
         }
-        return Ok(bytes);
+        return Ok(crate::sources::Body::Memory(bytes));
     }
-    decompress_capped(bytes, &what, policy.max_bytes).map_err(|message| ModuleError::Fetch {
+    let max = policy.max_bytes;
+    let fetch = |message| ModuleError::Fetch {
         field: "configMap",
         message,
-    })
+    };
+    match download_dir {
+        // Gzip inflates up to --max-module-size: into a file, off the async workers.
+        Some(dir) if bytes.starts_with(&[0x1f, 0x8b]) => {
+            let dir = dir.to_path_buf();
+            tokio::task::spawn_blocking(move || decompress_to(&bytes, &what, max, &dir))
+                .await
+                .map_err(|e| ModuleError::Local(format!("decompressing the module: {e}")))?
+                .map_err(|e| match e {
+                    Decompress::Local(e) => ModuleError::Local(e.to_string()),
+                    Decompress::Module(message) => fetch(message),
+                })
+        }
+        _ => decompress_capped(bytes, &what, max)
+            .map(crate::sources::Body::Memory)
+            .map_err(fetch),
+    }
+}
+
+/// Why [`decompress_to`] failed.
+enum Decompress {
+    /// The module's fault: bad gzip, over the cap.
+    Module(String),
+    /// This process's: the file could not be written.
+    Local(crate::sources::SourceError),
+}
+
+/// `gzip` inflated into a new file in `dir`, refused as soon as it passes `max` bytes.
+fn decompress_to(
+    gzip: &[u8],
+    what: &str,
+    max: usize,
+    dir: &std::path::Path,
+) -> Result<crate::sources::Body, Decompress> {
+    let (mut file, mut download) =
+        crate::sources::Download::create(dir).map_err(Decompress::Local)?;
+    let limit = u64::try_from(max).unwrap_or(u64::MAX).saturating_add(1);
+    let mut inflated = flate2::read::GzDecoder::new(gzip).take(limit);
+    let mut chunk = vec![0u8; 1 << 20];
+    loop {
+        let n = inflated
+            .read(&mut chunk)
+            .map_err(|e| Decompress::Module(format!("{what}: gzip: {e}")))?;
+        if n == 0 {
+            break;
+        }
+        if download.len() + n > max {
+            return Err(Decompress::Module(format!(
+                "{what} is gunzipped to more than {max} bytes, over the module size limit of \
+                 {max} bytes (--max-module-size)"
+            )));
+        }
+        std::io::Write::write_all(&mut file, &chunk[..n])
+            .map_err(|e| Decompress::Local(download.unwritable(&e)))?;
+        download.wrote(n);
+    }
+    Ok(crate::sources::Body::File(download))
 }
 
 /// The bytes, gunzipped when they are gzip, refused as soon as they pass `max` bytes (the
@@ -746,6 +873,29 @@ mod tests {
         )
         .await;
         assert!(small.is_ok(), "{:?}", small.err());
+    }
+
+    #[test]
+    fn gzip_inflates_into_a_file_and_a_bomb_leaves_none() {
+        let d = std::env::temp_dir().join(format!("enoki-inflate-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        let left = || std::fs::read_dir(&d).unwrap().count();
+        let Ok(crate::sources::Body::File(file)) = decompress_to(&gzip(3 << 20), "m", 4 << 20, &d)
+        else {
+            panic!("inflated into a file")
+        };
+        assert_eq!(file.len(), 3 << 20);
+        assert_eq!(std::fs::metadata(file.path()).unwrap().len(), 3 << 20);
+        drop(file);
+        assert_eq!(left(), 0);
+        let Err(Decompress::Module(message)) = decompress_to(&gzip(64 << 20), "m", 4 << 20, &d)
+        else {
+            panic!("a bomb is refused")
+        };
+        assert!(message.contains("--max-module-size"), "{message}");
+        assert_eq!(left(), 0, "nothing of the bomb is left");
+        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]

@@ -43,13 +43,26 @@ pub async fn pull_layer(
     credentials: Option<&Credentials>,
     extra_ca: Option<&[u8]>,
 ) -> Result<Vec<u8>, SourceError> {
-    pull_layer_to(reference, media_type, policy, credentials, extra_ca, None)
-        .await?
-        .into_memory()
+    pull_layer_to(
+        reference,
+        media_type,
+        policy,
+        credentials,
+        extra_ca,
+        None,
+        None,
+    )
+    .await?
+    .into_memory()
 }
 
+/// Whether the caller already has the content of a digest (`sha256:<hex>`).
+pub type Known<'a> = &'a (dyn Fn(&str) -> bool + Send + Sync);
+
 /// [`pull_layer`] into a new file in `spool` (a private directory) when given: the layer
-/// streams to disk, hashed on the way, and is never held in memory.
+/// streams to disk, hashed on the way, and is never held in memory. When `known` says the
+/// layer's digest (from the verified manifest) is known, the layer is not downloaded:
+/// [`Body::Known`].
 ///
 /// # Errors
 /// As [`pull`]; a file that cannot be written.
@@ -60,10 +73,19 @@ pub async fn pull_layer_to(
     credentials: Option<&Credentials>,
     extra_ca: Option<&[u8]>,
     spool: Option<&Path>,
+    known: Option<Known<'_>>,
 ) -> Result<Body, SourceError> {
     match tokio::time::timeout(
         policy.timeout,
-        pull_unbounded(reference, media_type, policy, credentials, extra_ca, spool),
+        pull_unbounded(
+            reference,
+            media_type,
+            policy,
+            credentials,
+            extra_ca,
+            spool,
+            known,
+        ),
     )
     .await
     {
@@ -395,6 +417,7 @@ pub(super) async fn pull_unbounded(
     credentials: Option<&Credentials>,
     extra_ca: Option<&[u8]>,
     spool: Option<&Path>,
+    known: Option<Known<'_>>,
 ) -> Result<Body, SourceError> {
     let r = parse_reference(reference)?;
     let Some(pinned) = r.digest().map(String::from) else {
@@ -459,6 +482,12 @@ pub(super) async fn pull_unbounded(
     if declared > policy.max_bytes as u64 {
         return Err(policy.too_large(&what, declared));
     }
+    if known.is_some_and(|known| known(&digest)) {
+        return Ok(Body::Known {
+            digest,
+            size: usize::try_from(declared).unwrap_or(0),
+        });
+    }
     let path = format!("{}/blobs/{digest}", reg.repository);
     let resp = reg.get(&path, None, policy).await?;
     if let Some(len) = resp.content_length()
@@ -513,17 +542,18 @@ pub(super) async fn read_capped_to(
         return Ok((Body::Memory(bytes), sha256));
     };
     use tokio::io::AsyncWriteExt as _;
-    let (mut file, mut download) = Download::create(dir).await?;
+    let (file, mut download) = Download::create(dir)?;
+    let mut file = tokio::fs::File::from_std(file);
     let mut hasher = Sha256::new();
     while let Some(chunk) = stream.try_next().await? {
-        if download.len + chunk.len() > policy.max_bytes {
-            return Err(policy.too_large(what, (download.len + chunk.len()) as u64));
+        if download.len() + chunk.len() > policy.max_bytes {
+            return Err(policy.too_large(what, (download.len() + chunk.len()) as u64));
         }
         hasher.update(&chunk);
         file.write_all(&chunk)
             .await
             .map_err(|e| download.unwritable(&e))?;
-        download.len += chunk.len();
+        download.wrote(chunk.len());
     }
     file.flush().await.map_err(|e| download.unwritable(&e))?;
     Ok((Body::File(download), hex::encode(hasher.finalize())))
@@ -782,5 +812,102 @@ mod token_service_tests {
             "reg.example.co.uk"
         ));
         assert!(!credentials_may_go_to("not a url", "reg.example"));
+    }
+}
+
+#[cfg(test)]
+mod download_tests {
+    //! Bodies streamed to a file: the file holds the body and its digest, and no file is
+    //! left once the download is dropped or refused.
+    use super::*;
+
+    fn dir(name: &str) -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("enoki-download-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    fn files(d: &Path) -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(d)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .collect()
+    }
+
+    fn body(
+        chunks: &[&'static [u8]],
+    ) -> impl futures::Stream<Item = Result<bytes::Bytes, SourceError>> + Unpin {
+        futures::stream::iter(
+            chunks
+                .iter()
+                .map(|c| Ok(bytes::Bytes::from_static(c)))
+                .collect::<Vec<_>>(),
+        )
+    }
+
+    fn policy(max_bytes: usize) -> FetchPolicy {
+        FetchPolicy {
+            max_bytes,
+            ..FetchPolicy::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_body_streams_to_a_file_removed_when_dropped() {
+        let d = dir("ok");
+        let (got, sha) = read_capped_to(body(&[b"hello ", b"world"]), "m", &policy(64), Some(&d))
+            .await
+            .unwrap();
+        assert_eq!(sha, hex::encode(Sha256::digest(b"hello world")));
+        let Body::File(download) = &got else {
+            panic!("{got:?}")
+        };
+        assert_eq!(download.len(), 11);
+        assert_eq!(std::fs::read(download.path()).unwrap(), b"hello world");
+        assert_eq!(files(&d).len(), 1);
+        drop(got);
+        assert!(files(&d).is_empty());
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[tokio::test]
+    async fn a_body_over_the_cap_leaves_no_file() {
+        let d = dir("cap");
+        let err = read_capped_to(
+            body(&[b"0123456789", b"0123456789"]),
+            "m",
+            &policy(15),
+            Some(&d),
+        )
+        .await
+        .unwrap_err();
+        assert!(matches!(err, SourceError::TooLarge { .. }), "{err}");
+        assert!(files(&d).is_empty());
+        // A stream that fails midway, too.
+        let failing = futures::stream::iter(vec![
+            Ok(bytes::Bytes::from_static(b"partial")),
+            Err(SourceError::Remote {
+                action: "reading".into(),
+                message: "reset".into(),
+            }),
+        ]);
+        assert!(
+            read_capped_to(failing, "m", &policy(64), Some(&d))
+                .await
+                .is_err()
+        );
+        assert!(files(&d).is_empty());
+        // A directory that is gone: an error naming the file, of this process's own.
+        let gone = d.join("gone");
+        let err = read_capped_to(body(&[b"x"]), "m", &policy(64), Some(&gone))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, SourceError::Local { action, .. } if action.contains("gone")),
+            "{err}"
+        );
+        let _ = std::fs::remove_dir_all(&d);
     }
 }
