@@ -123,7 +123,7 @@ fn phase(name: &str, module: &str, cache: &str, case: &Case) {
             )
             .unwrap();
             // Downloaded into the host's download directory (a copy here, page cache only).
-            let download = host.download_dir().unwrap().join("download.wasm");
+            let download = host.download_dir().unwrap().unwrap().join("download.wasm");
             std::fs::copy(module, &download).unwrap();
             let m = host.load_file(&download).unwrap();
             std::fs::remove_file(&download).unwrap();

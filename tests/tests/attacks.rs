@@ -1054,11 +1054,20 @@ async fn a_large_pulled_module_goes_to_disk_and_never_into_the_controller() {
     );
     // The download is gone once compiled (its private directory: no module cache here).
     let scratch = format!("enoki-compile-{}-", enoki.pid());
-    let downloads: Vec<_> = std::fs::read_dir(std::env::temp_dir())
+    let dirs: Vec<_> = std::fs::read_dir(std::env::temp_dir())
         .unwrap()
         .flatten()
         .filter(|e| e.file_name().to_string_lossy().starts_with(&scratch))
-        .flat_map(|e| std::fs::read_dir(e.path()).into_iter().flatten().flatten())
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(
+        dirs.len(),
+        1,
+        "the controller's private directory: {dirs:?}"
+    );
+    let downloads: Vec<_> = dirs
+        .iter()
+        .flat_map(|d| std::fs::read_dir(d).into_iter().flatten().flatten())
         .filter(|e| e.file_name().to_string_lossy().starts_with("download-"))
         .map(|e| e.path())
         .collect();

@@ -244,7 +244,7 @@ fn a_module_file_compiles_without_this_process_holding_its_bytes() {
     assert_eq!(host.compilations(), compilations);
     // A download into the host's download directory is compiled where it is (no copy), and
     // the background compilation keeps its own link to it.
-    let download = host.download_dir().unwrap().join("download.wasm");
+    let download = host.download_dir().unwrap().unwrap().join("download.wasm");
     std::fs::write(&download, module(4, 4, &[], 64 << 20)).unwrap();
     std::fs::write("/proc/self/clear_refs", "5").unwrap();
     let before = status_kib("VmRSS:");
@@ -274,13 +274,10 @@ fn a_module_file_compiles_without_this_process_holding_its_bytes() {
     // A missing file is an error naming it; so is a directory.
     let err = host.load_file(&dir.join("missing.wasm")).unwrap_err();
     assert!(
-        matches!(&err, HostError::Engine { message } if message.contains("missing.wasm")),
+        matches!(&err, HostError::File { message } if message.contains("missing.wasm")),
         "{err:?}"
     );
-    assert!(matches!(
-        host.load_file(&dir),
-        Err(HostError::Engine { .. })
-    ));
+    assert!(matches!(host.load_file(&dir), Err(HostError::File { .. })));
     // Not a module: refused from its first bytes, nothing compiled.
     let compilations = host.compilations();
     let garbage = dir.join("garbage.wasm");
@@ -309,28 +306,42 @@ fn a_module_known_by_its_digest_loads_without_its_bytes() {
     let host = host(Some(&dir), Duration::from_secs(120));
     let sample = harness::sample_module();
     let digest = wasm_host::digest(&sample);
-    assert!(!host.knows(&digest));
+    assert!(!host.knows(&digest, true));
     assert!(matches!(
         host.load_known(&digest, sample.len()),
         Err(HostError::NotLoaded { .. })
     ));
     let loaded = host.load(&sample).unwrap();
-    assert!(host.knows(&digest));
+    assert!(host.knows(&digest, false));
     assert_eq!(
         host.load_known(&digest, sample.len()).unwrap().digest(),
         digest
     );
     // A restarted host knows it from the on-disk cache and maps it without the bytes.
     let restarted = self::host(Some(&dir), Duration::from_secs(120));
-    assert!(restarted.knows(&digest));
+    assert!(!restarted.knows(&digest, false), "not loaded");
+    assert!(restarted.knows(&digest, true), "on disk");
     let m = restarted.load_known(&digest, sample.len()).unwrap();
     assert_eq!((restarted.compilations(), restarted.cache_hits()), (0, 1));
     assert!(run(&restarted, &m).is_ok());
+    // An artifact whose recorded digest is unreadable is removed, not known any more.
+    let another = self::host(Some(&dir), Duration::from_secs(120));
+    for entry in walk(&dir) {
+        if entry.to_string_lossy().ends_with(".cwasm.sha256") {
+            std::fs::write(&entry, [0xff, 0xfe, 0x00]).unwrap();
+        }
+    }
+    assert!(another.knows(&digest, true));
+    assert!(matches!(
+        another.load_known(&digest, sample.len()),
+        Err(HostError::NotLoaded { .. })
+    ));
+    assert!(!another.knows(&digest, true), "the torn pair is gone");
     // A remembered failure is known too: answered without the bytes, compiling nothing.
     let bad = b"\0asm\x01\0\0\0\x01\x05".to_vec();
     let err = host.load(&bad).unwrap_err();
     let compilations = host.compilations();
-    assert!(host.knows(&wasm_host::digest(&bad)));
+    assert!(host.knows(&wasm_host::digest(&bad), false));
     assert_eq!(
         host.load_known(&wasm_host::digest(&bad), bad.len())
             .unwrap_err(),

@@ -238,7 +238,8 @@ impl SynthesisError {
                 | HostError::Engine { .. }
                 | HostError::CompileTimeout { .. }
                 | HostError::CompileMemory { .. }
-                | HostError::NotLoaded { .. },
+                | HostError::NotLoaded { .. }
+                | HostError::File { .. },
             ) => reasons::INSTANTIATE,
             SynthesisError::MalformedOutput { .. } | SynthesisError::InvalidOutput { .. } => {
                 reasons::MALFORMED_OUTPUT

@@ -121,7 +121,15 @@ impl Artifacts {
     /// handed over).
     pub(crate) fn read_uncounted(&self, digest: &str, kind: ModuleKind) -> Option<PathBuf> {
         let (artifact, recorded) = self.paths(digest, kind);
-        let expected = std::fs::read_to_string(&recorded).ok()?;
+        let expected = match std::fs::read_to_string(&recorded) {
+            Ok(expected) => expected,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+            // Unreadable or not text: never verifiable, so never kept.
+            Err(_) => {
+                self.reject(&artifact, &recorded);
+                return None;
+            }
+        };
         let actual = std::fs::File::open(&artifact).and_then(|mut f| {
             let mut h = Sha256::new();
             std::io::copy(&mut f, &mut h)?;
@@ -134,13 +142,13 @@ impl Artifacts {
         Some(artifact)
     }
 
-    /// Records that a verified artifact failed to deserialize (another engine build).
     /// Whether an artifact of `digest` is on disk (not verified: [`Artifacts::read`] does).
     pub(crate) fn has(&self, digest: &str, kind: ModuleKind) -> bool {
         let (artifact, recorded) = self.paths(digest, kind);
         artifact.is_file() && recorded.is_file()
     }
 
+    /// Records that a verified artifact failed to deserialize (another engine build).
     pub(crate) fn discard(&self, digest: &str, kind: ModuleKind) {
         let (artifact, recorded) = self.paths(digest, kind);
         self.hits.fetch_sub(1, Ordering::Relaxed);

@@ -33,6 +33,13 @@ pub enum HostError {
         /// The share of the budget the compile process had.
         limit: usize,
     },
+    /// A module file given to [`crate::Host::load_file`] could not be used (not a regular
+    /// file, unreadable, not copied, changed while read).
+    #[error("module file: {message}")]
+    File {
+        /// What went wrong, naming the file.
+        message: String,
+    },
     /// [`crate::Host::load_known`] could not answer without the module's bytes.
     #[error("module {digest} is not loaded here: its bytes are needed")]
     NotLoaded {
@@ -91,6 +98,7 @@ impl HostError {
             HostError::Trap { .. } => "Trap",
             HostError::ExitCode { .. } => "ExitCode",
             HostError::NotLoaded { .. } => "NotLoaded",
+            HostError::File { .. } => "File",
         }
     }
 

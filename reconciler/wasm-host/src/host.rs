@@ -257,14 +257,18 @@ impl Host {
     }
 
     /// A private directory (mode 0700, removed with the host) for module files on their way
-    /// to [`Host::load_file`]. `None` when the host compiles in this process (`load_file`
-    /// then reads the file into memory anyway) or the directory cannot be made.
-    pub fn download_dir(&self) -> Option<&Path> {
+    /// to [`Host::load_file`]; `None` when the host compiles in this process (`load_file`
+    /// then reads the file into memory anyway).
+    ///
+    /// # Errors
+    /// [`HostError::File`] when the directory cannot be made (a full or read-only disk): the
+    /// caller should not fall back to holding the module in memory.
+    pub fn download_dir(&self) -> Result<Option<&Path>, HostError> {
         let (Some(_), Some(work)) = (&self.process, &self.work) else {
-            return None;
+            return Ok(None);
         };
-        artifacts::ensure_dir(work).ok()?;
-        Some(work)
+        artifacts::ensure_dir(work).map_err(|message| HostError::File { message })?;
+        Ok(Some(work))
     }
 
     /// Whether [`Host::load_known`] can answer for the module of `digest` without its bytes:
@@ -272,15 +276,19 @@ impl Host {
     /// its optimized artifact is in the on-disk cache. A caller that knows a module's digest
     /// before fetching it (an OCI layer's descriptor, a URL's pinned SHA-256) need not fetch
     /// it then.
-    pub fn knows(&self, digest: &str) -> bool {
+    ///
+    /// `on_disk: false` leaves the on-disk cache out (a caller that does not know the module's
+    /// size before fetching it, and wants its size checked).
+    pub fn knows(&self, digest: &str, on_disk: bool) -> bool {
         let loaded = self
             .modules
             .lock()
             .is_ok_and(|mut m| m.get(digest).is_some());
         let compiling = self.compiling.lock().is_ok_and(|c| c.contains_key(digest));
-        let on_disk = self.artifacts.as_ref().is_some_and(|a| {
-            a.has(digest, ModuleKind::Preview1) || a.has(digest, ModuleKind::Component)
-        });
+        let on_disk = on_disk
+            && self.artifacts.as_ref().is_some_and(|a| {
+                a.has(digest, ModuleKind::Preview1) || a.has(digest, ModuleKind::Component)
+            });
         loaded || compiling || on_disk || self.failed_before(digest).is_some()
     }
 
@@ -337,23 +345,28 @@ impl Host {
     ///
     /// # Errors
     /// As [`Host::load`]; [`HostError::Instantiate`] for a file that is not a WebAssembly
-    /// module, component or text (from its first bytes); [`HostError::Engine`] naming the
+    /// module, component or text (from its first bytes); [`HostError::File`] naming the
     /// file when it is not a regular file, cannot be read or copied, or changes while it is
     /// copied.
     pub fn load_file(&self, path: &Path) -> Result<ModulePre, HostError> {
-        let unreadable = |e: std::io::Error| HostError::Engine {
+        use std::io::{Read as _, Seek as _};
+        let unreadable = |e: std::io::Error| HostError::File {
             message: format!("reading the module {}: {e}", path.display()),
         };
-        let regular = std::fs::metadata(path).map_err(unreadable)?.is_file();
-        if !regular {
-            return Err(HostError::Engine {
+        // Opened once: what is checked, hashed and copied is this file, whatever the path
+        // names meanwhile.
+        let mut file = std::fs::File::open(path).map_err(unreadable)?;
+        if !file.metadata().map_err(unreadable)?.is_file() {
+            return Err(HostError::File {
                 message: format!("the module {} is not a regular file", path.display()),
             });
         }
         let (Some(_), Some(work)) = (&self.process, &self.work) else {
-            return self.load(&std::fs::read(path).map_err(unreadable)?);
+            let mut bytes = Vec::new();
+            file.read_to_end(&mut bytes).map_err(unreadable)?;
+            return self.load(&bytes);
         };
-        let (digest, len, header) = digest_file(path).map_err(unreadable)?;
+        let (digest, len, header) = digest_file(&mut file).map_err(unreadable)?;
         // WebAssembly text compiles too (the compile process tells it from its bytes).
         let kind = file_kind(&header)?;
         if path.parent() == Some(work.as_path()) {
@@ -366,7 +379,7 @@ impl Host {
                 return Ok(m);
             }
             static NEXT: AtomicU64 = AtomicU64::new(0);
-            artifacts::ensure_dir(work).map_err(|message| HostError::Engine { message })?;
+            artifacts::ensure_dir(work).map_err(|message| HostError::File { message })?;
             // Removed on every way out (a background compilation takes its own link to it).
             let copy = Spooled::File(work.join(format!(
                 "incoming-{}.wasm",
@@ -375,10 +388,18 @@ impl Host {
             let Spooled::File(copied) = &copy else {
                 unreachable!("a file")
             };
-            std::fs::copy(path, copied).map_err(unreadable)?;
-            let (got, len, _) = digest_file(copied).map_err(unreadable)?;
+            let copy_from_start = |file: &mut std::fs::File| -> std::io::Result<()> {
+                file.rewind()?;
+                let mut out = std::fs::File::create_new(copied)?;
+                std::io::copy(file, &mut out)?;
+                Ok(())
+            };
+            copy_from_start(&mut file).map_err(unreadable)?;
+            let mut copy_file = std::fs::File::open(copied).map_err(unreadable)?;
+            let (got, len, _) = digest_file(&mut copy_file).map_err(unreadable)?;
+            drop(copy_file);
             if got != digest {
-                return Err(HostError::Engine {
+                return Err(HostError::File {
                     message: format!(
                         "the module {} changed while it was read (load it again)",
                         path.display()
@@ -1001,10 +1022,12 @@ fn file_kind(header: &[u8]) -> Result<ModuleKind, HostError> {
     if let Some(kind) = module_kind(header) {
         return Ok(kind);
     }
+    // Text starts with `(` or a `;;` comment after any whitespace (all whitespace so far:
+    // the compile process decides).
     let text = header
         .iter()
         .find(|b| !b.is_ascii_whitespace())
-        .is_some_and(|b| *b == b'(' || *b == b';');
+        .is_none_or(|b| *b == b'(' || *b == b';');
     if text {
         Ok(ModuleKind::Preview1)
     } else {
@@ -1021,10 +1044,9 @@ fn in_process_file() -> HostError {
     }
 }
 
-/// The digest, length and first 8 bytes of the file at `path`, read in 1 MiB pieces.
-fn digest_file(path: &Path) -> std::io::Result<(String, usize, Vec<u8>)> {
+/// The digest, length and first 8 bytes of `file` (from where it is), read in 1 MiB pieces.
+fn digest_file(file: &mut std::fs::File) -> std::io::Result<(String, usize, Vec<u8>)> {
     use std::io::Read as _;
-    let mut file = std::fs::File::open(path)?;
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     let mut header = Vec::with_capacity(8);
@@ -1080,17 +1102,26 @@ fn scratch_dir() -> Result<std::path::PathBuf, HostError> {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos());
-    let dir =
-        std::env::temp_dir().join(format!("enoki-compile-{}-{nanos:08x}", std::process::id()));
+    let me = std::process::id();
+    let started = process_start(me).unwrap_or(0);
+    let dir = std::env::temp_dir().join(format!("enoki-compile-{me}-{started}-{nanos:08x}"));
     // Directories of processes that no longer run (killed before they removed theirs).
     if let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) {
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
-            let pid = name
-                .strip_prefix("enoki-compile-")
-                .and_then(|rest| rest.split('-').next())
-                .and_then(|p| p.parse::<u32>().ok());
-            if pid.is_some_and(|p| !Path::new(&format!("/proc/{p}")).exists()) {
+            let Some(rest) = name.strip_prefix("enoki-compile-") else {
+                continue;
+            };
+            let mut parts = rest.split('-');
+            let pid = parts.next().and_then(|p| p.parse::<u32>().ok());
+            let start = parts.next().and_then(|s| s.parse::<u64>().ok());
+            // Its process is gone, or its pid now belongs to a later process (a restarted
+            // container's pid is 1 again): told apart by the process's start time.
+            let gone = pid.is_some_and(|p| match process_start(p) {
+                None => true,
+                Some(now) => start.is_some_and(|s| s != 0 && s != now),
+            });
+            if gone {
                 let _ = std::fs::remove_dir_all(entry.path());
             }
         }
@@ -1106,6 +1137,36 @@ fn scratch_dir() -> Result<std::path::PathBuf, HostError> {
             ),
         })?;
     Ok(dir)
+}
+
+/// When process `pid` started (clock ticks after boot, `/proc/<pid>/stat` field 22), if it
+/// runs.
+fn process_start(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces and parentheses: fields after its last `)`.
+    let after = stat.rsplit_once(')')?.1;
+    after.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Downloads and copies of module files older than an hour in another process's work
+/// directory (a crashed process's: a live one's last at most the fetch and compile
+/// timeouts).
+fn remove_stale_downloads(work: &Path) {
+    let Ok(entries) = std::fs::read_dir(work) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let old = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age > Duration::from_secs(3600));
+        if old && (name.starts_with("download-") || name.starts_with("incoming-")) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
 }
 
 /// A large module's bytes kept for its background compilation.
@@ -1182,6 +1243,8 @@ fn work_dir(root: &Path) -> Result<std::path::PathBuf, HostError> {
                     .is_some_and(|age| age > Duration::from_secs(86_400));
             if stale {
                 let _ = std::fs::remove_dir_all(entry.path());
+            } else if entry.file_name().to_string_lossy().starts_with("work-") {
+                remove_stale_downloads(&entry.path());
             }
         }
     }

@@ -48,7 +48,8 @@ pub enum ModuleError {
     /// Compiling took longer than the budget: stopped (a compile process killed), or still
     /// waiting for room in the compile memory budget (it compiles and is used once ready).
     #[error(
-        "compiling the module ({size} bytes) did not finish within {budget:?} (--compile-timeout); {}",
+        "compiling the module{} did not finish within {budget:?} (--compile-timeout); {}",
+        sized(*size),
         if *stopped {
             "the compilation was stopped, and is retried with backoff"
         } else {
@@ -66,10 +67,11 @@ pub enum ModuleError {
     /// The compile process ran out of its address space (its share of the compile memory
     /// budget).
     #[error(
-        "compiling the module ({size} bytes) needed more than the {share} bytes of memory its \
+        "compiling the module{} needed more than the {share} bytes of memory its \
          compile process could take (of the compile memory budget of {budget} bytes, \
          --compile-memory-budget) and was stopped; raise the budget together with the \
-         controller's memory limit, or make the module smaller"
+         controller's memory limit, or make the module smaller",
+        sized(*size)
     )]
     CompileMemory {
         /// Module size in bytes.
@@ -213,23 +215,43 @@ pub async fn fetch(
             // A large module streams to the host's download directory and is compiled from
             // there: the controller never holds its bytes. One the host knows by its digest
             // (loaded, compiling, failed, or in the on-disk cache) is not downloaded again.
-            let known = |digest: &str| host.knows(digest);
-            let body = fetch_bytes(
-                client,
-                m,
-                Artifact::Module,
-                ca,
-                policy,
-                host.download_dir(),
-                Some(&known),
-            )
-            .await?;
-            compile_module(host, std::sync::Arc::new(body.into()), compile).await?
+            let dir = host.download_dir().map_err(local)?;
+            let known = |digest: &str, on_disk: bool| host.knows(digest, on_disk);
+            let body =
+                fetch_bytes(client, m, Artifact::Module, ca, policy, dir, Some(&known)).await?;
+            let was_known = matches!(body, crate::sources::Body::Known { .. });
+            match compile_module(host, std::sync::Arc::new(body.into()), compile).await {
+                // The host could not answer after all (evicted meanwhile, an artifact that
+                // failed verification): fetch the bytes.
+                Err(ModuleError::Local(_)) if was_known => {
+                    let body =
+                        fetch_bytes(client, m, Artifact::Module, ca, policy, dir, None).await?;
+                    compile_module(host, std::sync::Arc::new(body.into()), compile).await?
+                }
+                other => other?,
+            }
         }
     };
     match (&synth.spec.helm, module) {
         (Some(helm), Module::Wasm(pre)) => chart_module(client, synth, helm, pre, ca, policy).await,
         (_, module) => Ok(module),
+    }
+}
+
+/// Whether the host knows a module by its digest; the flag allows its on-disk cache.
+type KnownTo<'a> = &'a (dyn Fn(&str, bool) -> bool + Send + Sync);
+
+/// A failure of the controller's own disk.
+fn local(e: impl std::fmt::Display) -> ModuleError {
+    ModuleError::Local(e.to_string())
+}
+
+/// `size` for a message: unknown (0) when the module was not fetched.
+fn sized(size: usize) -> String {
+    if size == 0 {
+        String::new()
+    } else {
+        format!(" ({size} bytes)")
     }
 }
 
@@ -250,7 +272,8 @@ enum Artifact {
 /// A module's bytes on their way to the host.
 #[derive(Debug)]
 enum Fetched {
-    /// In memory: a ConfigMap's, or fetched without a download directory.
+    /// In memory: a plain ConfigMap's (at most 1 MiB), or fetched without a download
+    /// directory (a host that compiles in this process).
     Memory(Vec<u8>),
     /// Downloaded into the host's download directory (removed when dropped).
     Download(crate::sources::Download),
@@ -280,10 +303,11 @@ impl Fetched {
     }
 
     /// Whether a load error is about this process's own copy rather than the module.
-    fn local_failure(&self, e: &wasm_host::HostError) -> bool {
-        matches!(e, wasm_host::HostError::NotLoaded { .. })
-            || (matches!(e, wasm_host::HostError::Engine { .. })
-                && matches!(self, Fetched::Download(_) | Fetched::File(..)))
+    fn local_failure(e: &wasm_host::HostError) -> bool {
+        matches!(
+            e,
+            wasm_host::HostError::NotLoaded { .. } | wasm_host::HostError::File { .. }
+        )
     }
 }
 
@@ -301,8 +325,9 @@ impl From<crate::sources::Body> for Fetched {
 /// it). Its bytes are fetched once however many Synthesizers fetch it at the same time: they
 /// share one download while any of them still compiles or checks it, and it is fetched again
 /// after that (nothing keeps its 80 MB afterwards; a failed fetch is not kept). A file is
-/// compiled from where it is (the host copies it once per digest); a pulled module goes to
-/// the host's download directory when it has one.
+/// hashed by the host, which copies it into its work directory to compile it unless it has
+/// the module (loaded or in the on-disk cache); a pulled module goes to the host's download
+/// directory, and is not pulled when the host knows its digest.
 async fn helm_module_compiled(
     host: &std::sync::Arc<wasm_host::Host>,
     helm_module: Option<&str>,
@@ -322,9 +347,8 @@ async fn helm_module_compiled(
         match alive {
             Some(fetched) => fetched,
             None => {
-                let fetched = std::sync::Arc::new(
-                    helm_module_bytes(helm_module, policy, ca, host.download_dir()).await?,
-                );
+                let fetched =
+                    std::sync::Arc::new(helm_module_bytes(helm_module, policy, ca, host).await?);
                 *shared = Some((location, std::sync::Arc::downgrade(&fetched)));
                 fetched
             }
@@ -338,7 +362,7 @@ async fn helm_module_bytes(
     helm_module: Option<&str>,
     policy: &FetchPolicy,
     ca: Option<&[u8]>,
-    download_dir: Option<&std::path::Path>,
+    host: &wasm_host::Host,
 ) -> Result<Fetched, ModuleError> {
     let Some(location) = helm_module.filter(|l| !l.is_empty()) else {
         return Err(ModuleError::Spec(
@@ -352,39 +376,41 @@ async fn helm_module_bytes(
         message: format!("the Helm module {location}: {message}"),
     };
     if location.contains("@sha256:") && !std::path::Path::new(location).exists() {
+        let known = |digest: &str| host.knows(digest, true);
         return crate::sources::pull_layer_to(
             location,
             crate::sources::WASM_LAYER_MEDIA_TYPE,
             policy,
             crate::sources::for_reference(location).as_ref(),
             ca,
-            download_dir,
-            None,
+            host.download_dir().map_err(local)?,
+            Some(&known),
         )
         .await
         .map(Fetched::from)
-        .map_err(|e| fail(e.to_string()));
+        .map_err(|e| match e {
+            crate::sources::SourceError::Local { .. } => local(e),
+            other => fail(other.to_string()),
+        });
     }
-    let size = tokio::fs::metadata(location)
-        .await
-        .map_err(|e| {
-            fail(format!(
-                "{e} (set --helm-module to the Helm module's file or OCI reference)"
-            ))
-        })?
-        .len();
+    let meta = tokio::fs::metadata(location).await.map_err(|e| {
+        fail(format!(
+            "{e} (set --helm-module to the Helm module's file or OCI reference)"
+        ))
+    })?;
+    if !meta.is_file() {
+        return Err(fail("not a regular file".into()));
+    }
+    let size = meta.len();
     if size > policy.max_bytes as u64 {
         return Err(fail(format!(
             "{size} bytes, over the module size limit of {} bytes (--max-module-size)",
             policy.max_bytes
         )));
     }
-    // Readable and a regular file now (the host reads it on the blocking pool later).
-    let opened = std::fs::File::open(location).and_then(|f| f.metadata());
-    match opened {
-        Ok(meta) if meta.is_file() => {}
-        Ok(_) => return Err(fail("not a regular file".into())),
-        Err(e) => return Err(fail(e.to_string())),
+    // Readable now (the host reads it on the blocking pool later).
+    if let Err(e) = tokio::fs::File::open(location).await {
+        return Err(fail(e.to_string()));
     }
     Ok(Fetched::File(
         location.into(),
@@ -466,9 +492,11 @@ async fn chart_module(
 /// The input keys `spec.helm` fills.
 pub const CHART_INPUT_KEYS: [&str; 2] = ["chart", "helm-values"];
 
-/// The bytes of a module or chart source (one source set); an OCI layer or a URL's body
-/// goes to a new file in `download_dir` when given (a ConfigMap's stays in memory: it is
-/// at most 1 MiB before decompression).
+/// The bytes of a module or chart source (one source set); an OCI layer, a URL's body or a
+/// gzip ConfigMap module's inflated bytes go to a new file in `download_dir` when given (a
+/// plain ConfigMap's, at most 1 MiB, stay in memory). `known(digest, on_disk)` says whether
+/// the host can answer for a module without its bytes: then none are fetched
+/// ([`crate::sources::Body::Known`]).
 async fn fetch_bytes(
     client: &kube::Client,
     m: &crds::ModuleSource,
@@ -476,7 +504,7 @@ async fn fetch_bytes(
     ca: Option<&[u8]>,
     policy: &FetchPolicy,
     download_dir: Option<&std::path::Path>,
-    known: Option<crate::sources::Known<'_>>,
+    known: Option<KnownTo<'_>>,
 ) -> Result<crate::sources::Body, ModuleError> {
     if m.pull_secret.is_some() && m.oci.is_none() {
         return Err(ModuleError::Spec(
@@ -502,6 +530,8 @@ async fn fetch_bytes(
             Artifact::Module => crate::sources::WASM_LAYER_MEDIA_TYPE,
             Artifact::Chart => crate::sources::HELM_CHART_LAYER_MEDIA_TYPE,
         };
+        // The layer's size comes with its digest: the on-disk cache answers too.
+        let on_disk = known.map(|known| move |digest: &str| known(digest, true));
         return crate::sources::pull_layer_to(
             reference,
             media_type,
@@ -509,7 +539,7 @@ async fn fetch_bytes(
             credentials.as_ref(),
             ca,
             download_dir,
-            known,
+            on_disk.as_ref().map(|k| k as crate::sources::Known<'_>),
         )
         .await
         .map_err(|e| match e {
@@ -531,7 +561,7 @@ async fn fetch_bytes(
                 .trim_start_matches("sha256:")
                 .to_ascii_lowercase()
         );
-        if url.starts_with("https://") && known(&digest) {
+        if url.starts_with("https://") && known(&digest, false) {
             return Ok(crate::sources::Body::Known { digest, size: 0 });
         }
     }
@@ -586,7 +616,7 @@ async fn compile_module(
     let host = host.clone();
     let task = tokio::task::spawn_blocking(move || {
         let loaded = fetched.load(&host);
-        loaded.map_err(|e| (fetched.local_failure(&e), e))
+        loaded.map_err(|e| (Fetched::local_failure(&e), e))
     });
     let waited = time.saturating_add(std::time::Duration::from_secs(2));
     let loaded = tokio::time::timeout(waited, task)

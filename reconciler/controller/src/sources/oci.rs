@@ -646,6 +646,8 @@ mod token_service_tests {
     struct Served {
         manifest: Vec<u8>,
         port: u16,
+        /// Layer (blob) requests answered.
+        blobs: std::sync::atomic::AtomicUsize,
     }
 
     fn challenge(port: u16) -> Response {
@@ -676,6 +678,7 @@ mod token_service_tests {
         if uri.path().contains("/manifests/") {
             s.manifest.clone().into_response()
         } else {
+            s.blobs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             LAYER.to_vec().into_response()
         }
     }
@@ -713,6 +716,11 @@ mod token_service_tests {
 
     /// Serves one artifact behind a token service on 127.0.0.1; the pinned reference.
     async fn serve() -> String {
+        serve_counted().await.0
+    }
+
+    /// [`serve`], with the count of layer requests.
+    async fn serve_counted() -> (String, std::sync::Arc<Served>) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let layer = format!("sha256:{}", hex::encode(Sha256::digest(LAYER)));
@@ -723,12 +731,70 @@ mod token_service_tests {
         }))
         .unwrap();
         let digest = format!("sha256:{}", hex::encode(Sha256::digest(&manifest)));
+        let served = std::sync::Arc::new(Served {
+            manifest,
+            port,
+            blobs: std::sync::atomic::AtomicUsize::new(0),
+        });
         let app = axum::Router::new()
             .route("/token", axum::routing::get(token_get).post(token_post))
             .fallback(artifact)
-            .with_state(std::sync::Arc::new(Served { manifest, port }));
+            .with_state(served.clone());
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        format!("127.0.0.1:{port}/m:v1@{digest}")
+        (format!("127.0.0.1:{port}/m:v1@{digest}"), served)
+    }
+
+    #[tokio::test]
+    async fn a_known_layer_is_not_downloaded_and_an_unknown_one_streams_to_a_file() {
+        let (reference, served) = serve_counted().await;
+        let policy = FetchPolicy::default();
+        let basic = creds("robot", "pw", false);
+        let layer = format!("sha256:{}", hex::encode(Sha256::digest(LAYER)));
+        let asked = std::sync::Mutex::new(Vec::new());
+        let known = |digest: &str| {
+            asked.lock().unwrap().push(digest.to_string());
+            true
+        };
+        let got = pull_layer_to(
+            &reference,
+            WASM_LAYER_MEDIA_TYPE,
+            &policy,
+            Some(&basic),
+            None,
+            None,
+            Some(&known),
+        )
+        .await
+        .unwrap();
+        assert!(
+            matches!(&got, Body::Known { digest, size } if *digest == layer && *size == LAYER.len()),
+            "{got:?}"
+        );
+        assert_eq!(*asked.lock().unwrap(), vec![layer.clone()]);
+        assert_eq!(served.blobs.load(std::sync::atomic::Ordering::Relaxed), 0);
+        let dir = std::env::temp_dir().join(format!("enoki-pull-to-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let unknown = |_: &str| false;
+        let got = pull_layer_to(
+            &reference,
+            WASM_LAYER_MEDIA_TYPE,
+            &policy,
+            Some(&basic),
+            None,
+            Some(&dir),
+            Some(&unknown),
+        )
+        .await
+        .unwrap();
+        let Body::File(download) = &got else {
+            panic!("{got:?}")
+        };
+        assert_eq!(std::fs::read(download.path()).unwrap(), LAYER);
+        assert_eq!(served.blobs.load(std::sync::atomic::Ordering::Relaxed), 1);
+        drop(got);
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     fn creds(username: &str, password: &str, identity_token: bool) -> Credentials {
