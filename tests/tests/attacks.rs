@@ -1030,11 +1030,14 @@ async fn a_large_pulled_module_goes_to_disk_and_never_into_the_controller() {
         )
         .await
         .unwrap();
+    // `--namespace` (the harness's) leaves Synthesizers alone: the module is first fetched
+    // for the Composition below, after `base`.
     let mut enoki = Enoki::start_with(&env.namespace, &[]);
     still_serving(&env, &mut enoki, &synth, &tenant).await;
     // The peak from here on, from the resident set now.
     std::fs::write(format!("/proc/{}/clear_refs", enoki.pid()), "5").unwrap();
     let base = peak_rss_kib(enoki.pid());
+    assert!(base > 0, "the controller's VmHWM is readable");
     let item = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "from-large"},
         "data": {"k": "v"}});
     tenant.compose("large", &large, json!([item])).await;

@@ -231,10 +231,14 @@ fn a_module_file_compiles_without_this_process_holding_its_bytes() {
     );
     assert!(status_kib("VmHWM:") < before + (16 << 10));
     assert!(run(&host, &m).is_ok());
-    // No copy is left behind, and the same bytes again are the loaded module.
+    // No copy is left behind (nor the background compilation's), and the same bytes again
+    // are the loaded module.
     let copies = walk(&dir)
         .into_iter()
-        .filter(|p| p.to_string_lossy().contains("incoming-") || p.ends_with("downloaded.wasm"))
+        .filter(|p| {
+            let p = p.to_string_lossy();
+            p.contains("incoming-") || p.contains(".spool-") || p.ends_with("downloaded.wasm")
+        })
         .collect::<Vec<_>>();
     assert!(copies.is_empty(), "{copies:?}");
     let compilations = host.compilations();
@@ -308,20 +312,22 @@ fn a_module_known_by_its_digest_loads_without_its_bytes() {
     let digest = wasm_host::digest(&sample);
     assert!(!host.knows(&digest, true));
     assert!(matches!(
-        host.load_known(&digest, sample.len()),
+        host.load_known(&digest, Some(sample.len())),
         Err(HostError::NotLoaded { .. })
     ));
     let loaded = host.load(&sample).unwrap();
     assert!(host.knows(&digest, false));
     assert_eq!(
-        host.load_known(&digest, sample.len()).unwrap().digest(),
+        host.load_known(&digest, Some(sample.len()))
+            .unwrap()
+            .digest(),
         digest
     );
     // A restarted host knows it from the on-disk cache and maps it without the bytes.
     let restarted = self::host(Some(&dir), Duration::from_secs(120));
     assert!(!restarted.knows(&digest, false), "not loaded");
     assert!(restarted.knows(&digest, true), "on disk");
-    let m = restarted.load_known(&digest, sample.len()).unwrap();
+    let m = restarted.load_known(&digest, Some(sample.len())).unwrap();
     assert_eq!((restarted.compilations(), restarted.cache_hits()), (0, 1));
     assert!(run(&restarted, &m).is_ok());
     // An artifact whose recorded digest is unreadable is removed, not known any more.
@@ -333,7 +339,7 @@ fn a_module_known_by_its_digest_loads_without_its_bytes() {
     }
     assert!(another.knows(&digest, true));
     assert!(matches!(
-        another.load_known(&digest, sample.len()),
+        another.load_known(&digest, Some(sample.len())),
         Err(HostError::NotLoaded { .. })
     ));
     assert!(!another.knows(&digest, true), "the torn pair is gone");
@@ -343,7 +349,7 @@ fn a_module_known_by_its_digest_loads_without_its_bytes() {
     let compilations = host.compilations();
     assert!(host.knows(&wasm_host::digest(&bad), false));
     assert_eq!(
-        host.load_known(&wasm_host::digest(&bad), bad.len())
+        host.load_known(&wasm_host::digest(&bad), Some(bad.len()))
             .unwrap_err(),
         err
     );

@@ -123,12 +123,13 @@ impl Artifacts {
         let (artifact, recorded) = self.paths(digest, kind);
         let expected = match std::fs::read_to_string(&recorded) {
             Ok(expected) => expected,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
-            // Unreadable or not text: never verifiable, so never kept.
-            Err(_) => {
+            // Not text: never verifiable, so never kept.
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
                 self.reject(&artifact, &recorded);
                 return None;
             }
+            // Missing, or not readable now (kept: it may be readable later).
+            Err(_) => return None,
         };
         let actual = std::fs::File::open(&artifact).and_then(|mut f| {
             let mut h = Sha256::new();

@@ -293,19 +293,23 @@ impl Host {
     }
 
     /// The module of `digest` without its bytes ([`Host::knows`]): loaded, the outcome of the
-    /// compilation under way, the remembered failure, or mapped from its verified on-disk
-    /// artifact (counted as `size` bytes in the module cache).
+    /// compilation under way, the remembered failure, or (with its `size`, counted in the
+    /// module cache) mapped from its verified on-disk artifact. Without a size the on-disk
+    /// cache is left out.
     ///
     /// # Errors
     /// The remembered or current failure; [`HostError::NotLoaded`] when the host cannot
     /// answer after all (evicted meanwhile, the artifact failed verification): fetch the
     /// bytes and load them.
-    pub fn load_known(&self, digest: &str, size: usize) -> Result<ModulePre, HostError> {
+    pub fn load_known(&self, digest: &str, size: Option<usize>) -> Result<ModulePre, HostError> {
         self.load_with(digest, || {
-            self.disk_cached(digest, size)?
-                .ok_or_else(|| HostError::NotLoaded {
-                    digest: digest.to_string(),
-                })
+            let from_disk = match size {
+                Some(size) => self.disk_cached(digest, size)?,
+                None => None,
+            };
+            from_disk.ok_or_else(|| HostError::NotLoaded {
+                digest: digest.to_string(),
+            })
         })
     }
 
@@ -380,21 +384,21 @@ impl Host {
             }
             static NEXT: AtomicU64 = AtomicU64::new(0);
             artifacts::ensure_dir(work).map_err(|message| HostError::File { message })?;
-            // Removed on every way out (a background compilation takes its own link to it).
-            let copy = Spooled::File(work.join(format!(
+            let target = work.join(format!(
                 "incoming-{}.wasm",
                 NEXT.fetch_add(1, Ordering::Relaxed)
-            )));
+            ));
+            let mut out = std::fs::File::create_new(&target).map_err(unreadable)?;
+            // Ours from here: removed on every way out (a background compilation takes its
+            // own link to it).
+            let copy = Spooled::File(target);
             let Spooled::File(copied) = &copy else {
                 unreachable!("a file")
             };
-            let copy_from_start = |file: &mut std::fs::File| -> std::io::Result<()> {
-                file.rewind()?;
-                let mut out = std::fs::File::create_new(copied)?;
-                std::io::copy(file, &mut out)?;
-                Ok(())
-            };
-            copy_from_start(&mut file).map_err(unreadable)?;
+            file.rewind()
+                .and_then(|()| std::io::copy(&mut file, &mut out))
+                .map_err(unreadable)?;
+            drop(out);
             let mut copy_file = std::fs::File::open(copied).map_err(unreadable)?;
             let (got, len, _) = digest_file(&mut copy_file).map_err(unreadable)?;
             drop(copy_file);
@@ -1105,8 +1109,12 @@ fn scratch_dir() -> Result<std::path::PathBuf, HostError> {
     let me = std::process::id();
     let started = process_start(me).unwrap_or(0);
     let dir = std::env::temp_dir().join(format!("enoki-compile-{me}-{started}-{nanos:08x}"));
-    // Directories of processes that no longer run (killed before they removed theirs).
-    if let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) {
+    // Directories of processes that no longer run (killed before they removed theirs); not
+    // judged at all when this process cannot read its own start time.
+    let entries = std::fs::read_dir(std::env::temp_dir())
+        .ok()
+        .filter(|_| started != 0);
+    if let Some(entries) = entries {
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
             let Some(rest) = name.strip_prefix("enoki-compile-") else {
@@ -1118,8 +1126,8 @@ fn scratch_dir() -> Result<std::path::PathBuf, HostError> {
             // Its process is gone, or its pid now belongs to a later process (a restarted
             // container's pid is 1 again): told apart by the process's start time.
             let gone = pid.is_some_and(|p| match process_start(p) {
-                None => true,
-                Some(now) => start.is_some_and(|s| s != 0 && s != now),
+                Ok(now) => start.is_some_and(|s| s != 0 && s != now),
+                Err(e) => e.kind() == std::io::ErrorKind::NotFound,
             });
             if gone {
                 let _ = std::fs::remove_dir_all(entry.path());
@@ -1139,17 +1147,18 @@ fn scratch_dir() -> Result<std::path::PathBuf, HostError> {
     Ok(dir)
 }
 
-/// When process `pid` started (clock ticks after boot, `/proc/<pid>/stat` field 22), if it
-/// runs.
-fn process_start(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+/// When process `pid` started (clock ticks after boot, `/proc/<pid>/stat` field 22);
+/// `NotFound` when no such process runs.
+fn process_start(pid: u32) -> std::io::Result<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
     // The command name (field 2) may hold spaces and parentheses: fields after its last `)`.
-    let after = stat.rsplit_once(')')?.1;
-    after.split_whitespace().nth(19)?.parse().ok()
+    stat.rsplit_once(')')
+        .and_then(|(_, after)| after.split_whitespace().nth(19)?.parse().ok())
+        .ok_or_else(|| std::io::Error::other("unparsable /proc stat"))
 }
 
-/// Downloads and copies of module files older than an hour in another process's work
-/// directory (a crashed process's: a live one's last at most the fetch and compile
+/// Downloads and copies of module files older than an hour in a work directory (of a
+/// process that started earlier, or another host of this one) (a crashed process's: a live one's last at most the fetch and compile
 /// timeouts).
 fn remove_stale_downloads(work: &Path) {
     let Ok(entries) = std::fs::read_dir(work) else {

@@ -298,7 +298,8 @@ impl Fetched {
             Fetched::Memory(bytes) => host.load(bytes),
             Fetched::Download(d) => host.load_file(d.path()),
             Fetched::File(path, _) => host.load_file(path),
-            Fetched::Known(digest, size) => host.load_known(digest, *size),
+            // A size of 0: not known before the download (a URL), so not from the on-disk cache.
+            Fetched::Known(digest, size) => host.load_known(digest, Some(*size).filter(|s| *s > 0)),
         }
     }
 
@@ -347,22 +348,33 @@ async fn helm_module_compiled(
         match alive {
             Some(fetched) => fetched,
             None => {
-                let fetched =
-                    std::sync::Arc::new(helm_module_bytes(helm_module, policy, ca, host).await?);
+                let fetched = std::sync::Arc::new(
+                    helm_module_bytes(helm_module, policy, ca, host, true).await?,
+                );
                 *shared = Some((location, std::sync::Arc::downgrade(&fetched)));
                 fetched
             }
         }
     };
-    compile_module(host, fetched, compile).await
+    let was_known = matches!(*fetched, Fetched::Known(..));
+    match compile_module(host, fetched, compile).await {
+        // The host could not answer after all: pull the bytes.
+        Err(ModuleError::Local(_)) if was_known => {
+            let fetched = helm_module_bytes(helm_module, policy, ca, host, false).await?;
+            compile_module(host, std::sync::Arc::new(fetched), compile).await
+        }
+        other => other,
+    }
 }
 
-/// The module given with `--helm-module`: a file, or an OCI reference pinned by digest.
+/// The module given with `--helm-module`: a file, or an OCI reference pinned by digest (not
+/// pulled when `use_known` and the host knows its layer's digest).
 async fn helm_module_bytes(
     helm_module: Option<&str>,
     policy: &FetchPolicy,
     ca: Option<&[u8]>,
     host: &wasm_host::Host,
+    use_known: bool,
 ) -> Result<Fetched, ModuleError> {
     let Some(location) = helm_module.filter(|l| !l.is_empty()) else {
         return Err(ModuleError::Spec(
@@ -376,7 +388,7 @@ async fn helm_module_bytes(
         message: format!("the Helm module {location}: {message}"),
     };
     if location.contains("@sha256:") && !std::path::Path::new(location).exists() {
-        let known = |digest: &str| host.knows(digest, true);
+        let known = |digest: &str| use_known && host.knows(digest, true);
         return crate::sources::pull_layer_to(
             location,
             crate::sources::WASM_LAYER_MEDIA_TYPE,
