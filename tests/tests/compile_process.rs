@@ -220,15 +220,7 @@ fn a_module_file_compiles_without_this_process_holding_its_bytes() {
     // The caller's file may go: the host compiles from its own copy, also in the background.
     std::fs::remove_file(&file).unwrap();
     assert!(run(&host, &m).is_ok());
-    let started = Instant::now();
-    while m.is_baseline() && started.elapsed() < Duration::from_secs(120) {
-        assert_eq!(host.optimize_failures(), 0);
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert!(
-        !m.is_baseline(),
-        "optimized in the background from the spooled copy"
-    );
+    wait_optimized(&host, &m, "from the spooled copy");
     assert!(status_kib("VmHWM:") < before + (16 << 10));
     assert!(run(&host, &m).is_ok());
     // No copy is left behind (nor the background compilation's), and the same bytes again
@@ -265,15 +257,7 @@ fn a_module_file_compiles_without_this_process_holding_its_bytes() {
     assert!(copies.is_empty(), "{copies:?}");
     std::fs::remove_file(&download).unwrap();
     assert!(m.is_baseline());
-    let started = Instant::now();
-    while m.is_baseline() && started.elapsed() < Duration::from_secs(120) {
-        assert_eq!(host.optimize_failures(), 0);
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert!(
-        !m.is_baseline(),
-        "optimized in the background from its link"
-    );
+    wait_optimized(&host, &m, "from its link");
     assert!(run(&host, &m).is_ok());
     // A missing file is an error naming it; so is a directory.
     let err = host.load_file(&dir.join("missing.wasm")).unwrap_err();
@@ -355,6 +339,17 @@ fn a_module_known_by_its_digest_loads_without_its_bytes() {
     );
     assert_eq!(host.compilations(), compilations);
     drop(loaded);
+}
+
+/// Waits (2 minutes at most) for `m`'s Cranelift code to replace its Winch code, compiled in
+/// the background `how`; no background compilation may fail meanwhile.
+fn wait_optimized(host: &Host, m: &wasm_host::ModulePre, how: &str) {
+    let started = Instant::now();
+    while m.is_baseline() && started.elapsed() < Duration::from_secs(120) {
+        assert_eq!(host.optimize_failures(), 0, "optimizing {how}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!m.is_baseline(), "optimized in the background {how}");
 }
 
 /// Every file under `dir`.

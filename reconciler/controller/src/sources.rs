@@ -396,6 +396,15 @@ pub async fn fetch_url(
         .into_memory()
 }
 
+/// A `url` module's `sha256` as the lower-case hex it is compared with (trimmed, without a
+/// `sha256:` prefix).
+pub fn sha256_hex(sha256: &str) -> String {
+    sha256
+        .trim()
+        .trim_start_matches("sha256:")
+        .to_ascii_lowercase()
+}
+
 /// [`fetch_url`] into a new file in `spool` (a private directory) when given: the body
 /// streams to disk, hashed on the way, and is never held in memory.
 ///
@@ -413,9 +422,7 @@ pub async fn fetch_url_to(
             "{url:?}: only https:// URLs are accepted"
         )));
     }
-    let Some(expected) =
-        sha256.map(|s| s.trim().trim_start_matches("sha256:").to_ascii_lowercase())
-    else {
+    let Some(expected) = sha256.map(sha256_hex) else {
         return Err(SourceError::Invalid(
             "a url module needs sha256 (the hex digest of the module)".into(),
         ));

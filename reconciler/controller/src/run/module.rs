@@ -554,39 +554,33 @@ async fn fetch_bytes(
             on_disk.as_ref().map(|k| k as crate::sources::Known<'_>),
         )
         .await
-        .map_err(|e| match e {
-            crate::sources::SourceError::Remote { .. } => ModuleError::Fetch {
-                field: "oci",
-                message: e.to_string(),
-            },
-            crate::sources::SourceError::Local { .. } => ModuleError::Local(e.to_string()),
-            other => ModuleError::Spec(format!("oci: {other}")),
-        });
+        .map_err(source_error("oci"));
     }
     let url = m.url.clone().unwrap_or_default();
     // The pinned digest names the content: a module the host knows needs no download (only
     // one loaded, compiling or failed: its size is not known before the download).
     if let (Some(known), Some(sha)) = (known, m.sha256.as_deref()) {
-        let digest = format!(
-            "sha256:{}",
-            sha.trim()
-                .trim_start_matches("sha256:")
-                .to_ascii_lowercase()
-        );
+        let digest = format!("sha256:{}", crate::sources::sha256_hex(sha));
         if url.starts_with("https://") && known(&digest, false) {
             return Ok(crate::sources::Body::Known { digest, size: 0 });
         }
     }
     crate::sources::fetch_url_to(&url, m.sha256.as_deref(), ca, policy, download_dir)
         .await
-        .map_err(|e| match e {
-            crate::sources::SourceError::Remote { .. } => ModuleError::Fetch {
-                field: "url",
-                message: e.to_string(),
-            },
-            crate::sources::SourceError::Local { .. } => ModuleError::Local(e.to_string()),
-            other => ModuleError::Spec(format!("url: {other}")),
-        })
+        .map_err(source_error("url"))
+}
+
+/// A download's error as the module's: the remote's (transient, naming `field`), the
+/// controller's own disk, or the spec's.
+fn source_error(field: &'static str) -> impl Fn(crate::sources::SourceError) -> ModuleError {
+    move |e| match e {
+        crate::sources::SourceError::Remote { .. } => ModuleError::Fetch {
+            field,
+            message: e.to_string(),
+        },
+        crate::sources::SourceError::Local { .. } => ModuleError::Local(e.to_string()),
+        other => ModuleError::Spec(format!("{field}: {other}")),
+    }
 }
 
 /// What compiling may take: time before the reconcile stops waiting, and memory (per module,
