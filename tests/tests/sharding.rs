@@ -2,7 +2,9 @@
 //! reconciled by exactly one replica (the holder of its shard's Lease — counted from the
 //! API server's audit log, where each replica's User-Agent names it), a replica holding no
 //! shard caches and reconciles nothing, and when a shard's holder is killed a standby takes
-//! the Lease over and the shard's Compositions keep converging.
+//! the Lease over and the shard's Compositions keep converging. And `--shards 4` over two
+//! replicas: two shards each, served by one controller stack per replica, and all four by
+//! the survivor when one replica stops.
 #![allow(clippy::unwrap_used)] // test code
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -24,12 +26,16 @@ const SHARDS: u32 = 2;
 /// The shard of a Composition UID, as `reconciler/controller/src/run/shard.rs` documents it
 /// (FNV-1a 64 of the UID, modulo the shard count).
 fn shard_of(uid: &str) -> u32 {
+    shard_of_n(uid, SHARDS)
+}
+
+fn shard_of_n(uid: &str, shards: u32) -> u32 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in uid.as_bytes() {
         h ^= u64::from(*b);
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
     }
-    u32::try_from(h % u64::from(SHARDS)).unwrap()
+    u32::try_from(h % u64::from(shards)).unwrap()
 }
 
 /// The replica named in an enoki User-Agent: `enoki/<version> (<identity>)`.
@@ -44,10 +50,14 @@ fn items(i: usize, x: &str) -> serde_json::Value {
 }
 
 async fn holders(env: &TestEnv) -> BTreeMap<u32, String> {
+    holders_of(env, SHARDS).await
+}
+
+async fn holders_of(env: &TestEnv, shards: u32) -> BTreeMap<u32, String> {
     let leases: Api<Lease> = env.api();
     let mut out = BTreeMap::new();
-    for shard in 0..SHARDS {
-        let name = format!("enoki-controller-shard-{shard}-of-{SHARDS}");
+    for shard in 0..shards {
+        let name = format!("enoki-controller-shard-{shard}-of-{shards}");
         if let Some(holder) = leases
             .get_opt(&name)
             .await
@@ -77,16 +87,20 @@ fn writers(ns: &str, since: &str) -> BTreeMap<String, BTreeSet<String>> {
 }
 
 fn start(env: &TestEnv, replica: usize) -> Enoki {
+    start_with(env, replica, SHARDS, 8)
+}
+
+fn start_with(env: &TestEnv, replica: usize, shards: u32, lease_secs: u32) -> Enoki {
     let hostname = format!("replica-{replica}");
     Enoki::start_as(
         &env.namespace,
         &[
             "--shards",
-            "2",
+            &shards.to_string(),
             "--leader-election-namespace",
             &env.namespace,
             "--lease-duration-secs",
-            "8",
+            &lease_secs.to_string(),
         ],
         &kubeconfig_path(),
         &[("HOSTNAME", hostname.as_str())],
@@ -288,4 +302,137 @@ async fn kill_the_holder_of_shard_0(
             "{name} was written by {by:?} after the kill"
         );
     }
+}
+
+/// `--shards 4` over two replicas started together: two shards each (the membership Leases
+/// tell each replica it has one peer), one controller stack per replica (one list of the
+/// ResourceSlices each — only a stack's cache lists them — not one per shard), every Composition written only by its shard's
+/// holder; when one replica stops (SIGTERM: it deletes its membership Lease), the other takes
+/// all four and converges the moved Compositions.
+#[tokio::test]
+async fn four_shards_over_two_replicas_split_two_and_two_with_one_stack_each() {
+    const FOUR: u32 = 4;
+    const N: usize = 16;
+    let env = TestEnv::new().await;
+    install_crds(&env.client).await;
+    let ns = env.namespace.clone();
+    let synth = install_synthesizer(&env, "shards4", &echo_module()).await;
+    let since = now_rfc3339();
+    for i in 0..N {
+        set_echo_items(&env, &format!("items-{i}"), &items(i, "1")).await;
+        apply_composition(
+            &env,
+            &format!("c-{i}"),
+            &synth,
+            &format!("items-{i}"),
+            json!({}),
+        )
+        .await;
+    }
+    let mut replicas: Vec<Enoki> = (0..2).map(|r| start_with(&env, r, FOUR, 4)).collect();
+    let leases: Api<Lease> = env.api();
+    let members = ListParams::default().labels("enoki.dev/controller-member");
+    eventually(
+        "all 16 Compositions are Ready",
+        Duration::from_secs(180),
+        || async {
+            for i in 0..N {
+                if !composition_ready(&env, &format!("c-{i}")).await {
+                    return None;
+                }
+            }
+            Some(())
+        },
+    )
+    .await;
+    let owners = holders_of(&env, FOUR).await;
+    let mut per: BTreeMap<&str, u32> = BTreeMap::new();
+    for h in owners.values() {
+        *per.entry(h.as_str()).or_default() += 1;
+    }
+    assert_eq!(
+        per,
+        BTreeMap::from([("replica-0", 2), ("replica-1", 2)]),
+        "4 shards over 2 replicas: {owners:?}"
+    );
+    for (r, e) in replicas.iter().enumerate() {
+        assert_eq!(e.metric("enoki_shard_held"), Some(2.0), "replica-{r}");
+    }
+    assert_eq!(leases.list(&members).await.unwrap().items.len(), 2);
+    harness::audit_barrier(&env).await;
+    let mut slice_lists: BTreeMap<String, usize> = BTreeMap::new();
+    let mut written: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for r in audited_requests(&ns, &since) {
+        let Some(replica) = r.by_enoki().then(|| replica_of(&r.user_agent)).flatten() else {
+            continue;
+        };
+        if r.resource == "resourceslices" && r.verb == "list" {
+            *slice_lists.entry(replica.clone()).or_default() += 1;
+        }
+        if r.is_write() && r.resource == "configmaps" && r.name.starts_with("out-") {
+            written.entry(r.name.clone()).or_default().insert(replica);
+        }
+    }
+    assert_eq!(
+        slice_lists,
+        BTreeMap::from([("replica-0".into(), 1), ("replica-1".into(), 1)]),
+        "one stack (one ResourceSlice list) per replica"
+    );
+    let comps: Api<crds::Composition> = env.api();
+    let shard_of_comp: BTreeMap<String, u32> = comps
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|c| (c.name_any(), shard_of_n(&c.uid().unwrap(), FOUR)))
+        .collect();
+    assert_eq!(written.len(), N, "{written:?}");
+    for (name, by) in &written {
+        let shard = shard_of_comp[&format!("c-{}", name.trim_start_matches("out-"))];
+        assert_eq!(
+            by,
+            &BTreeSet::from([owners[&shard].clone()]),
+            "{name} (shard {shard})"
+        );
+    }
+
+    // replica-0 leaves: its membership Lease goes, and replica-1 takes all four shards.
+    assert!(
+        replicas[0].terminate(Duration::from_secs(30)),
+        "replica-0 did not stop"
+    );
+    let left = leases.list(&members).await.unwrap().items;
+    assert_eq!(left.len(), 1, "replica-0 left its membership Lease behind");
+    eventually(
+        "replica-1 holds all four shards",
+        Duration::from_secs(60),
+        || async { (replicas[1].metric("enoki_shard_held")? == 4.0).then_some(()) },
+    )
+    .await;
+    let cms: Api<ConfigMap> = env.api();
+    for i in 0..N {
+        set_echo_items(&env, &format!("items-{i}"), &items(i, "2")).await;
+    }
+    eventually(
+        "every Composition converges under replica-1",
+        Duration::from_secs(120),
+        || async {
+            for i in 0..N {
+                let cm = cms.get_opt(&format!("out-{i}")).await.unwrap()?;
+                if cm.data?.get("x").map(String::as_str) != Some("2") {
+                    return None;
+                }
+            }
+            Some(())
+        },
+    )
+    .await;
+    assert_eq!(
+        holders_of(&env, FOUR)
+            .await
+            .values()
+            .collect::<BTreeSet<_>>(),
+        BTreeSet::from([&"replica-1".to_string()])
+    );
 }

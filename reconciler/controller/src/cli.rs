@@ -401,9 +401,11 @@ pub struct RunArgs {
     /// Lease duration in seconds; a stopped leader is replaced after about this long.
     #[arg(long, env = "ENOKI_LEASE_DURATION_SECS", default_value_t = 15)]
     pub lease_duration_secs: u64,
-    /// Split Compositions into this many shards (by UID hash), each with its own Lease
-    /// `enoki-controller-shard-<i>-of-<N>`: every replica runs the shards whose Lease it
-    /// holds and caches only their objects. Needs `--leader-election-namespace`.
+    /// Split Compositions into this many shards (at most 64, by UID hash), each with its own
+    /// Lease `enoki-controller-shard-<i>-of-<N>`: every replica takes its fair share of the
+    /// shards (N over the live replicas, counted from their membership Leases
+    /// `enoki-controller-member-<identity>`) and serves them with one controller stack that
+    /// caches only their objects. Needs `--leader-election-namespace`.
     #[arg(long, env = "ENOKI_SHARDS", default_value_t = 1)]
     pub shards: u32,
     /// Apply emitted objects to the cluster of this kubeconfig (Eno's flag); Compositions,

@@ -327,6 +327,9 @@ fn options(args: &cli::RunArgs) -> anyhow::Result<run::Options> {
             .map(|ns| (ns, args.lease_duration_secs.max(1))),
         shards: match (args.shards, &args.leader_election_namespace) {
             (0, _) => anyhow::bail!("--shards 0: there must be at least one shard"),
+            (n, _) if n > run::shard::Shards::MAX => {
+                anyhow::bail!("--shards {n}: at most {} shards", run::shard::Shards::MAX)
+            }
             (n, None) if n > 1 => anyhow::bail!(
                 "--shards {n} needs --leader-election-namespace: each shard is held through a Lease"
             ),

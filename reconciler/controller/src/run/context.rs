@@ -15,7 +15,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
 
 use super::cluster::Cluster;
-use super::shard::Shard;
+use super::shard::Shards;
 use super::watches::Watches;
 use super::{Options, metrics};
 use crate::synthesis::Module;
@@ -70,8 +70,8 @@ pub struct Context {
     pub(crate) slots: Arc<super::sandbox::Slots>,
     /// Bounds the sum of the memory limits of runs in progress.
     pub(crate) memory_budget: super::sandbox::MemoryBudget,
-    /// The Compositions this Context reconciles (all, unless `--shards`).
-    pub(crate) shard: Shard,
+    /// The shards whose Compositions this Context reconciles (all, unless `--shards`).
+    pub(crate) shards: Shards,
     /// What enoki remembers per Composition between reconciles, one store per concern.
     pub(crate) memory: super::memory::Memory,
     /// Ingested syntheses (by Composition UID), least recently used dropped first once they
@@ -101,8 +101,8 @@ pub(crate) struct Parts {
     pub synthesis_slots: Arc<tokio::sync::Semaphore>,
     /// The memory budget of concurrent runs (shared likewise).
     pub memory_budget: super::sandbox::MemoryBudget,
-    /// The Compositions this Context reconciles.
-    pub shard: Shard,
+    /// The shards whose Compositions this Context reconciles.
+    pub shards: Shards,
 }
 
 impl Parts {
@@ -141,7 +141,7 @@ impl Context {
             synthesis_slots: p.synthesis_slots,
             slots: p.slots,
             memory_budget: p.memory_budget,
-            shard: p.shard,
+            shards: p.shards,
             memory: super::memory::Memory::default(),
             prepared: Mutex::new(PreparedLru::new(plan_cache)),
             failures: Mutex::new(HashMap::new()),

@@ -1,18 +1,19 @@
-//! Sharding: which Compositions one controller stack reconciles.
+//! Sharding: which Compositions one replica reconciles.
 //!
 //! With `--shards N`, Composition `c` belongs to shard `fnv1a64(c.metadata.uid) mod N` (UIDs
 //! never change, so a Composition never moves between shards). Every shard is a Lease of its
-//! own (`enoki-controller-shard-<i>-of-<N>`); a replica runs the controllers of each shard whose
-//! Lease it holds, and each of those stacks caches only its shard: Compositions, their
-//! ResourceSlices (by owner reference) and the managed objects (by the `enoki.dev/managed-by`
-//! label, whose value is the owning Composition's UID) of other shards are dropped before
-//! they reach a cache. Cluster-wide work that is not per Composition (Synthesizer status,
-//! built-in CRDs and instance Compositions, Symphonies) runs in the holder of shard 0.
+//! own (`enoki-controller-shard-<i>-of-<N>`). A replica runs one controller stack for the set
+//! of shards whose Leases it holds ([`Shards`]), and that stack caches only those shards:
+//! Compositions, their ResourceSlices (by owner reference) and the managed objects (by the
+//! `enoki.dev/managed-by` label, whose value is the owning Composition's UID) of other shards
+//! are dropped before they reach a cache. Cluster-wide work that is not per Composition
+//! (Synthesizer status, built-in CRDs and instance Compositions, Symphonies) runs in the
+//! holder of shard 0.
 
 use crds::{Composition, ResourceSlice};
 use kube::ResourceExt;
 
-/// One shard of `count`; [`Shard::ALL`] is the whole (unsharded) set.
+/// One shard of `count`: a Lease, and a metrics label.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Shard {
     /// This shard, `0..count`.
@@ -22,9 +23,6 @@ pub struct Shard {
 }
 
 impl Shard {
-    /// No sharding: one shard holding everything.
-    pub const ALL: Shard = Shard { index: 0, count: 1 };
-
     /// The shard a Composition of this UID belongs to, out of `count`.
     pub fn of_uid(uid: &str, count: u32) -> u32 {
         if count <= 1 {
@@ -38,37 +36,6 @@ impl Shard {
             h = h.wrapping_mul(0x0000_0100_0000_01b3);
         }
         u32::try_from(h % u64::from(count)).unwrap_or(0)
-    }
-
-    /// Whether the Composition of this UID belongs here.
-    pub fn owns_uid(&self, uid: &str) -> bool {
-        self.count <= 1 || Shard::of_uid(uid, self.count) == self.index
-    }
-
-    /// Whether `comp` belongs here.
-    pub fn owns(&self, comp: &Composition) -> bool {
-        self.count <= 1 || comp.uid().is_some_and(|u| self.owns_uid(&u))
-    }
-
-    /// Whether `slice` belongs here (by its owning Composition's UID; a slice without one
-    /// belongs to shard 0, which is also where garbage collection of such leftovers runs).
-    pub fn owns_slice(&self, slice: &ResourceSlice) -> bool {
-        if self.count <= 1 {
-            return true;
-        }
-        match slice
-            .owner_references()
-            .iter()
-            .find(|o| o.kind == crds::names::kinds::COMPOSITION)
-        {
-            Some(o) => self.owns_uid(&o.uid),
-            None => self.index == 0,
-        }
-    }
-
-    /// Whether the cluster-wide work (Synthesizers, built-ins, Symphonies) runs here.
-    pub fn is_first(&self) -> bool {
-        self.index == 0
     }
 
     /// The name of this shard's Lease.
@@ -92,9 +59,128 @@ impl std::fmt::Display for Shard {
     }
 }
 
+/// A set of the `count` shards (at most [`Shards::MAX`]): the ones a replica holds and
+/// reconciles. [`Shards::ALL`] is the whole (unsharded) set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Shards {
+    /// Bit `i` set: shard `i` is in the set.
+    mask: u64,
+    /// How many shards there are.
+    count: u32,
+}
+
+impl Shards {
+    /// No sharding: one shard holding everything.
+    pub const ALL: Shards = Shards { mask: 1, count: 1 };
+
+    /// The most shards `--shards` accepts (one bit each).
+    pub const MAX: u32 = 64;
+
+    /// The empty set of `count` shards.
+    pub fn none(count: u32) -> Shards {
+        Shards {
+            mask: 0,
+            count: count.clamp(1, Self::MAX),
+        }
+    }
+
+    /// This set and shard `index`.
+    #[must_use]
+    pub fn with(self, index: u32) -> Shards {
+        Shards {
+            mask: self.mask | Self::bit(index),
+            ..self
+        }
+    }
+
+    /// This set without shard `index`.
+    #[must_use]
+    pub fn without(self, index: u32) -> Shards {
+        Shards {
+            mask: self.mask & !Self::bit(index),
+            ..self
+        }
+    }
+
+    fn bit(index: u32) -> u64 {
+        1_u64.checked_shl(index).unwrap_or(0)
+    }
+
+    /// Whether shard `index` is in the set.
+    pub fn contains(&self, index: u32) -> bool {
+        self.mask & Self::bit(index) != 0
+    }
+
+    /// How many shards the set holds.
+    pub fn len(&self) -> u32 {
+        self.mask.count_ones()
+    }
+
+    /// Whether the set is empty.
+    pub fn is_empty(&self) -> bool {
+        self.mask == 0
+    }
+
+    /// How many shards there are in all (`--shards`).
+    pub fn count(&self) -> u32 {
+        self.count
+    }
+
+    /// The shards in the set, in order.
+    pub fn iter(&self) -> impl Iterator<Item = Shard> + use<> {
+        let (mask, count) = (self.mask, self.count);
+        (0..count)
+            .filter(move |i| mask & Self::bit(*i) != 0)
+            .map(move |index| Shard { index, count })
+    }
+
+    /// Whether the Composition of this UID belongs here.
+    pub fn owns_uid(&self, uid: &str) -> bool {
+        self.count <= 1 || self.contains(Shard::of_uid(uid, self.count))
+    }
+
+    /// Whether `comp` belongs here.
+    pub fn owns(&self, comp: &Composition) -> bool {
+        self.count <= 1 || comp.uid().is_some_and(|u| self.owns_uid(&u))
+    }
+
+    /// Whether `slice` belongs here (by its owning Composition's UID; a slice without one
+    /// belongs to shard 0, which is also where garbage collection of such leftovers runs).
+    pub fn owns_slice(&self, slice: &ResourceSlice) -> bool {
+        if self.count <= 1 {
+            return true;
+        }
+        match slice
+            .owner_references()
+            .iter()
+            .find(|o| o.kind == crds::names::kinds::COMPOSITION)
+        {
+            Some(o) => self.owns_uid(&o.uid),
+            None => self.contains(0),
+        }
+    }
+
+    /// Whether the cluster-wide work (Synthesizers, built-ins, Symphonies) runs here.
+    pub fn has_first(&self) -> bool {
+        self.contains(0)
+    }
+
+    /// The metrics label of the shard the Composition of this UID belongs to.
+    pub fn label_of(&self, uid: &str) -> String {
+        Shard::of_uid(uid, self.count).to_string()
+    }
+}
+
+impl std::fmt::Display for Shards {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let held: Vec<String> = self.iter().map(|s| s.index.to_string()).collect();
+        write!(f, "{{{}}}/{}", held.join(","), self.count)
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::Shard;
+    use super::{Shard, Shards};
 
     #[test]
     fn every_uid_belongs_to_exactly_one_shard_and_the_split_is_even() {
@@ -103,7 +189,7 @@ mod tests {
         for i in 0..4000 {
             let uid = format!("3f6c1a2e-0000-4000-8000-{i:012x}");
             let owners: Vec<u32> = (0..count)
-                .filter(|&index| Shard { index, count }.owns_uid(&uid))
+                .filter(|&index| Shards::none(count).with(index).owns_uid(&uid))
                 .collect();
             assert_eq!(owners.len(), 1, "{uid} -> {owners:?}");
             per[owners[0] as usize] += 1;
@@ -111,7 +197,27 @@ mod tests {
         for n in per {
             assert!((800..1200).contains(&n), "uneven split: {per:?}");
         }
-        assert!(Shard::ALL.owns_uid("anything"));
+        assert!(Shards::ALL.owns_uid("anything"));
+    }
+
+    #[test]
+    fn a_set_of_shards_owns_the_uids_of_each_of_its_shards() {
+        let two = Shards::none(4).with(1).with(3);
+        assert_eq!(
+            (two.len(), two.count(), two.to_string()),
+            (2, 4, "{1,3}/4".into())
+        );
+        assert!(!two.has_first() && two.with(0).has_first());
+        assert_eq!(two.without(3), Shards::none(4).with(1));
+        for i in 0..400 {
+            let uid = format!("0b7e-{i}");
+            let shard = Shard::of_uid(&uid, 4);
+            assert_eq!(two.owns_uid(&uid), shard == 1 || shard == 3, "{uid}");
+            assert_eq!(two.label_of(&uid), shard.to_string());
+        }
+        assert!(Shards::none(4).is_empty() && !Shards::ALL.is_empty());
+        // Out-of-range indices are no shard at all.
+        assert!(Shards::none(64).with(64).is_empty());
     }
 
     #[test]

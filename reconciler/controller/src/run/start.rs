@@ -27,11 +27,12 @@ use super::context::{Context, Parts};
 use super::fence::Fence;
 use super::policy::error_policy;
 use super::ratelimit::Bucket;
-use super::shard::Shard;
+use super::shard::{Shard, Shards};
 use super::watches::Watches;
 use super::{Options, composition, instances, metrics, symphony};
 use crds::{Composition, ResourceSlice};
 
+mod balance;
 mod shards;
 use shards::*;
 
@@ -266,84 +267,63 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     compete_for_shards(shared, ready, shutdown).await
 }
 
-/// Competes for every shard's Lease and runs the controllers of each shard held until
-/// shutdown or until a shard is lost.
+/// Runs the controllers until shutdown or until a Lease is lost: unsharded, under the Lease
+/// `enoki-controller` (with leader election); with `--shards`, for the shards whose Leases
+/// this replica holds ([`balance`]).
 async fn compete_for_shards(
     shared: Arc<Shared>,
     ready: Arc<AtomicBool>,
     shutdown: impl std::future::Future<Output = ()> + Clone + Send + Sync + 'static,
 ) -> anyhow::Result<()> {
-    let count = shared.opts.shards.max(1);
-    if count > 1 {
+    let result = if shared.opts.shards > 1 {
         // A replica holding no shard is a ready standby.
         ready.store(true, Ordering::Relaxed);
-    }
-    // Spreading shards over replicas: each replica competes at once for one "home" shard
-    // (random), and for the others only after one Lease duration per step away from it —
-    // plus one more when it already holds a shard by then, so a replica holding nothing gets
-    // there first. Any replica can still take any shard (a standby takes over a dead
-    // holder's).
-    let home = rand::random::<u32>() % count;
-    let step = Duration::from_secs(shared.opts.leader_election.as_ref().map_or(0, |l| l.1));
-    let held = Arc::new(std::sync::atomic::AtomicU32::new(0));
-    let mut shards: futures::stream::FuturesUnordered<_> = (0..count)
-        .map(|index| {
-            let (shared, shutdown, ready) = (shared.clone(), shutdown.clone(), ready.clone());
-            let held = held.clone();
-            async move {
-                let shard = Shard { index, count };
-                let client = shared.management.client.clone();
-                let wait = async {
-                    if index != home {
-                        tokio::time::sleep(step * ((index + count - home) % count)).await;
-                        if held.load(Ordering::Relaxed) > 0 {
-                            tokio::time::sleep(step).await;
-                        }
-                    }
-                };
-                tokio::select! {
-                    () = wait => {},
-                    () = shutdown.clone() => return Ok(()),
-                }
-                let leadership = tokio::select! {
-                    l = lead(&client, &shared.opts, &shared.identity, shard) => l?,
-                    () = shutdown.clone() => return Ok(()),
-                };
-                if let (Some(fence), Some((ns, secs))) =
-                    (&shared.fence, &shared.opts.leader_election)
-                {
-                    fence
-                        .keep(
-                            Api::namespaced(client.clone(), ns),
-                            shard.lease_name(),
-                            shared.identity.clone(),
-                            Duration::from_secs(*secs),
-                        )
-                        .await;
-                }
-                ready.store(true, Ordering::Relaxed);
-                held.fetch_add(1, Ordering::Relaxed);
-                let result = run_shard(&shared, shard, leadership, shutdown).await;
-                held.fetch_sub(1, Ordering::Relaxed);
-                result
-            }
-        })
-        .collect();
-    let mut result = Ok(());
-    while let Some(r) = shards.next().await {
-        if let Err(e) = r {
-            // One shard lost (or failed): stop everything; the restarted process competes
-            // for the Leases again.
-            result = Err(e);
-            break;
-        }
-    }
-    drop(shards);
+        balance::serve_sharded(&shared, shutdown).await
+    } else {
+        serve_unsharded(&shared, &ready, shutdown).await
+    };
     ready.store(false, Ordering::Relaxed);
     if result.is_ok() {
         tracing::info!("enoki controller stopped");
     }
     result
+}
+
+/// One stack for every Composition, once the Lease is held (with leader election).
+async fn serve_unsharded(
+    shared: &Arc<Shared>,
+    ready: &AtomicBool,
+    shutdown: impl std::future::Future<Output = ()> + Clone + Send + Sync + 'static,
+) -> anyhow::Result<()> {
+    let shard = Shard { index: 0, count: 1 };
+    let client = shared.management.client.clone();
+    let leadership = tokio::select! {
+        l = lead(&client, &shared.opts, &shared.identity, shard) => l?,
+        () = shutdown.clone() => return Ok(()),
+    };
+    keep_fence(shared, shard).await;
+    ready.store(true, Ordering::Relaxed);
+    let lost = Arc::new(AtomicBool::new(false));
+    let stop = stop_when(leadership, shutdown, lost.clone()).shared();
+    run_stack(shared, Shards::ALL, stop).await;
+    if lost.load(Ordering::Relaxed) {
+        anyhow::bail!("lost leadership");
+    }
+    Ok(())
+}
+
+/// With leader election: writes wait until `shard`'s Lease is confirmed held.
+async fn keep_fence(shared: &Shared, shard: Shard) {
+    if let (Some(fence), Some((ns, secs))) = (&shared.fence, &shared.opts.leader_election) {
+        fence
+            .keep(
+                Api::namespaced(shared.management.client.clone(), ns),
+                shard.lease_name(),
+                shared.identity.clone(),
+                Duration::from_secs(*secs),
+            )
+            .await;
+    }
 }
 
 /// Whether the API server(s) answer and are ready (etcd included), probed every 5 s (for `/readyz`; watches and

@@ -30,7 +30,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::shard::Shard;
+use super::shard::Shards;
 use crds::Composition;
 
 mod managed;
@@ -62,8 +62,8 @@ pub struct Watches {
     client: Client,
     /// The target cluster (managed objects).
     target: Client,
-    /// Only managed objects of this shard's Compositions are cached.
-    shard: Shard,
+    /// Only managed objects of these shards' Compositions are cached.
+    shards: Shards,
     sender: UnboundedSender<ObjectRef<Composition>>,
     readers: Mutex<HashMap<WatchKey, HashSet<ObjectRef<Composition>>>>,
     inputs: Mutex<HashMap<(GroupVersionKind, String), KindWatch<DynamicObject>>>,
@@ -84,19 +84,19 @@ const FORBIDDEN_RETRY: Duration = Duration::from_secs(300);
 const FIRST_LIST: Duration = Duration::from_secs(15);
 
 impl Watches {
-    /// Watches of inputs (on `client`) and of the managed objects of `shard`'s Compositions
+    /// Watches of inputs (on `client`) and of the managed objects of `shards`' Compositions
     /// (on `target`) that send Composition refs to re-reconcile on `sender`.
     pub fn new(
         client: Client,
         target: Client,
         sender: UnboundedSender<ObjectRef<Composition>>,
-        shard: Shard,
+        shards: Shards,
         whole_inputs: bool,
     ) -> Arc<Watches> {
         Arc::new(Watches {
             client,
             target,
-            shard,
+            shards,
             sender,
             whole_inputs,
             readers: Mutex::new(HashMap::new()),
@@ -312,7 +312,7 @@ impl Watches {
         let forbidden = view.forbidden.clone();
         let api: Api<Meta> = Api::all_with(self.target.clone(), ar);
         let wc = watcher::Config::default().labels(managed_label());
-        let shard = self.shard;
+        let shards = self.shards;
         let events = super::recovery::recovering(watcher(api, wc));
         let this = Arc::downgrade(self);
         let (group, kind) = (gvk.group.clone(), gvk.kind.clone());
@@ -325,7 +325,7 @@ impl Watches {
                 // Another shard's object: not cached (an entry it had while it was ours is
                 // dropped), but readers of it as an input still hear of it.
                 if let Ok(e) = &event
-                    && let Some((ns, name, apply)) = foreign(shard, e)
+                    && let Some((ns, name, apply)) = foreign(shards, e)
                 {
                     if apply && let Ok(mut e) = entries.write() {
                         e.remove(&(ns.clone(), name.clone()));
@@ -411,13 +411,16 @@ impl Watches {
         )
     }
 
-    /// Managed objects in the metadata caches (only this shard's).
-    pub fn managed_objects(&self) -> usize {
-        self.managed.lock().map_or(0, |m| {
-            m.values()
-                .map(|w| w.view.entries.read().map_or(0, |e| e.len()))
-                .sum()
-        })
+    /// Calls `f` with the owner UID of each managed object in the metadata caches (only
+    /// these shards').
+    pub fn managed_owners(&self, mut f: impl FnMut(Option<&str>)) {
+        if let Ok(m) = self.managed.lock() {
+            for w in m.values() {
+                if let Ok(e) = w.view.entries.read() {
+                    e.values().for_each(|live| f(live.owner.as_deref()));
+                }
+            }
+        }
     }
 
     fn fire_owner(&self, uid: &str) {

@@ -44,7 +44,7 @@ pub async fn reconcile(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Acti
     ctx.metrics
         .shard_reconciles
         .get_or_create(&super::metrics::ShardLabel {
-            shard: ctx.shard.label(),
+            shard: ctx.shards.label_of(&comp.uid().unwrap_or_default()),
         })
         .inc();
     let start = std::time::Instant::now();

@@ -1,29 +1,31 @@
-//! What runs per shard this replica holds: the Composition, slice and managed-object caches
-//! filtered to the shard, its controllers, and the cluster-wide background work of the leader.
+//! The controller stack of a replica: the Composition, slice and managed-object caches
+//! filtered to the shards it serves, its controllers, and the cluster-wide background work
+//! of the holder of shard 0.
 
 use super::super::recovery::{self, recovering};
+use super::super::shard::Shards;
 use super::*;
 
-/// Runs the controllers of one shard until shutdown or until its Lease is lost (an error).
-pub(super) async fn run_shard(
+/// Runs the controllers of `shards` until `stop` resolves.
+pub(super) async fn run_stack(
     shared: &Shared,
-    shard: Shard,
-    leadership: Option<tokio::sync::watch::Receiver<bool>>,
-    shutdown: impl std::future::Future<Output = ()> + Clone + Send + Sync + 'static,
-) -> anyhow::Result<()> {
-    let label = metrics::ShardLabel {
-        shard: shard.label(),
+    shards: Shards,
+    stop: impl std::future::Future<Output = ()> + Clone + Send + Sync + 'static,
+) {
+    let held = |on: i64| {
+        for s in shards.iter() {
+            let label = metrics::ShardLabel { shard: s.label() };
+            shared.metrics.shard_held.get_or_create(&label).set(on);
+        }
     };
-    shared.metrics.shard_held.get_or_create(&label).set(1);
-    let lost = Arc::new(AtomicBool::new(false));
-    let stop = stop_when(leadership, shutdown, lost.clone()).shared();
+    held(1);
     let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
     let client = shared.management.client.clone();
     let watches = Watches::new(
         client.clone(),
         shared.target.client.clone(),
         sender,
-        shard,
+        shards,
         shared.opts.default_service_account.is_none(),
     );
     let changes = futures::stream::unfold(receiver, |mut rx| async move {
@@ -34,7 +36,7 @@ pub(super) async fn run_shard(
         instance: Some(shared.identity.clone()),
     };
     let (comp_reader, comp_stream, slice_reader, slice_stream) =
-        caches(&client, &shared.opts, shard);
+        caches(&client, &shared.opts, shards);
     let concurrency = u16::try_from(shared.opts.concurrency.max(1)).unwrap_or(u16::MAX);
     let ctx = Arc::new(Context::new(Parts {
         management: shared.management.clone(),
@@ -49,7 +51,7 @@ pub(super) async fn run_shard(
         slots: shared.slots.clone(),
         synthesis_slots: shared.limits.0.clone(),
         memory_budget: shared.limits.1.clone(),
-        shard,
+        shards,
     }));
     let tasks = background(&ctx, stop.clone()).await;
     Controller::for_stream(comp_stream, comp_reader)
@@ -68,11 +70,7 @@ pub(super) async fn run_shard(
     for t in tasks {
         t.abort();
     }
-    shared.metrics.shard_held.get_or_create(&label).set(0);
-    if lost.load(Ordering::Relaxed) {
-        anyhow::bail!("lost leadership of shard {shard}");
-    }
-    Ok(())
+    held(0);
 }
 
 /// Resolves when leadership is lost (recorded in `lost`) or shutdown was requested.
@@ -102,7 +100,7 @@ pub(super) type Events<K> = futures::stream::BoxStream<'static, Result<K, watche
 pub(super) fn caches(
     client: &Client,
     opts: &Options,
-    shard: Shard,
+    shards: Shards,
 ) -> (
     reflector::Store<Composition>,
     Events<Composition>,
@@ -121,7 +119,7 @@ pub(super) fn caches(
         wc = wc.labels(sel);
     }
     let (comp_reader, comp_writer) = reflector::store::<Composition>();
-    let comp_stream = in_shard(recovering(watcher(comps, wc)), move |c| shard.owns(c))
+    let comp_stream = in_shard(recovering(watcher(comps, wc)), move |c| shards.owns(c))
         .modify(|c: &mut Composition| c.managed_fields_mut().clear())
         .reflect(comp_writer)
         .applied_objects()
@@ -131,7 +129,7 @@ pub(super) fn caches(
     let slice_stream = slice_changes(
         in_shard(
             recovering(watcher(slices, watcher::Config::default())),
-            move |s| shard.owns_slice(s),
+            move |s| shards.owns_slice(s),
         )
         .modify(|s: &mut ResourceSlice| s.managed_fields_mut().clear())
         .reflect(slice_writer),
@@ -194,17 +192,14 @@ pub(super) async fn background(
     stop: impl std::future::Future<Output = ()> + Clone + Send + Sync + 'static,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     let mut tasks = Vec::new();
-    if ctx.shard.is_first() {
+    if ctx.shards.has_first() {
         cluster_wide(ctx, stop, &mut tasks).await;
     }
     // Forget Compositions that disappeared without enoki's finalizer (e.g. while it was down).
     let sweeper = ctx.clone();
     tasks.push(tokio::spawn(async move {
-        // Gauges are shared by the shards of the process: each adds its own change.
+        // Gauges are shared by the stacks of the process: each adds its own change.
         let (mut remembered, mut watched) = (0_i64, 0_i64);
-        let label = metrics::ShardLabel {
-            shard: sweeper.shard.label(),
-        };
         loop {
             tokio::time::sleep(Duration::from_secs(15)).await;
             let n = sweeper.sweep();
@@ -219,10 +214,7 @@ pub(super) async fn background(
             let now = i64::try_from(inputs + managed).unwrap_or(i64::MAX);
             m.watched_kinds.inc_by(now - watched);
             watched = now;
-            let cached = i64::try_from(sweeper.compositions.state().len()).unwrap_or(i64::MAX);
-            m.shard_compositions.get_or_create(&label).set(cached);
-            let objects = i64::try_from(sweeper.watches.managed_objects()).unwrap_or(i64::MAX);
-            m.shard_managed_objects.get_or_create(&label).set(objects);
+            publish_shard_sizes(&sweeper);
         }
     }));
     tasks
@@ -275,4 +267,26 @@ pub(super) async fn cluster_wide(
                 }
             }),
     ));
+}
+
+/// The per-shard gauges of Compositions and managed objects cached.
+fn publish_shard_sizes(ctx: &Context) {
+    let shards = ctx.shards;
+    let count = usize::try_from(shards.count()).unwrap_or(1);
+    let (mut comps, mut objects) = (vec![0_i64; count], vec![0_i64; count]);
+    let index = |uid: &str| usize::try_from(Shard::of_uid(uid, shards.count())).unwrap_or(0);
+    for c in ctx.compositions.state() {
+        comps[index(&c.uid().unwrap_or_default())] += 1;
+    }
+    ctx.watches
+        .managed_owners(|owner| objects[index(owner.unwrap_or_default())] += 1);
+    for s in shards.iter() {
+        let label = metrics::ShardLabel { shard: s.label() };
+        let i = usize::try_from(s.index).unwrap_or(0);
+        let m = &ctx.metrics;
+        m.shard_compositions.get_or_create(&label).set(comps[i]);
+        m.shard_managed_objects
+            .get_or_create(&label)
+            .set(objects[i]);
+    }
 }

@@ -50,7 +50,7 @@ impl Drop for ManagedWatch {
 /// For an event about an object another shard's Composition owns: its (namespace, name) and
 /// whether it is an update (`Apply`); `None` for this shard's objects and list markers.
 pub(super) fn foreign(
-    shard: Shard,
+    shards: Shards,
     event: &watcher::Event<Meta>,
 ) -> Option<(String, String, bool)> {
     let (m, apply) = match event {
@@ -59,7 +59,7 @@ pub(super) fn foreign(
         watcher::Event::Init | watcher::Event::InitDone => return None,
     };
     let owner = m.labels().get(managed_label())?;
-    (!shard.owns_uid(owner)).then(|| (m.namespace().unwrap_or_default(), m.name_any(), apply))
+    (!shards.owns_uid(owner)).then(|| (m.namespace().unwrap_or_default(), m.name_any(), apply))
 }
 
 /// Applies one watch event to the entries (a relist is built aside and swapped in when
