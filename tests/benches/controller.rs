@@ -494,6 +494,8 @@ struct ReplicaFigures {
     shards: f64,
     compositions: f64,
     objects: f64,
+    /// RSS once its shards were held, before any Composition existed.
+    idle: f64,
     rss: f64,
 }
 
@@ -544,6 +546,7 @@ async fn fleet(
     while held() < f64::from(shards) {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    let idle: Vec<f64> = fleet.iter().map(|e| rss_mib(e.pid()).0).collect();
     let start = Instant::now();
     let (envr, synth) = (&env, &synth);
     futures::stream::iter(0..comps)
@@ -570,10 +573,12 @@ async fn fleet(
     tokio::time::sleep(Duration::from_secs(20)).await;
     let figures = fleet
         .iter()
-        .map(|e| ReplicaFigures {
+        .zip(idle)
+        .map(|(e, idle)| ReplicaFigures {
             shards: e.metric("enoki_shard_held").unwrap_or(0.0),
             compositions: e.metric("enoki_shard_compositions").unwrap_or(0.0),
             objects: e.metric("enoki_shard_managed_objects").unwrap_or(0.0),
+            idle,
             rss: rss_mib(e.pid()).0,
         })
         .collect();
@@ -596,9 +601,12 @@ async fn shards() {
     let (sharded, sharded_figures) = fleet(comps, per, 2, 4).await;
     println!("\n## shards: {comps} Compositions × {per} ConfigMaps\n");
     println!(
-        "| setup | all Ready | vs 1 replica | replica: shards held, Compositions / managed objects cached, RSS |"
+        "| setup | all Ready | vs 1 replica | replica: shards held, Compositions / managed objects cached, RSS (above its idle RSS), share of the unsharded RSS above idle |"
     );
     println!("| --- | --- | --- | --- |");
+    let whole = base_figures
+        .first()
+        .map_or(1.0, |f| (f.rss - f.idle).max(1.0));
     for (name, t, figures) in [
         ("1 replica, unsharded", base, &base_figures),
         ("2 replicas, `--shards 4`", sharded, &sharded_figures),
@@ -607,8 +615,13 @@ async fn shards() {
             .iter()
             .map(|f| {
                 format!(
-                    "{:.0} shard(s), {:.0} / {:.0}, {:.0} MiB",
-                    f.shards, f.compositions, f.objects, f.rss
+                    "{:.0} shard(s), {:.0} / {:.0}, {:.0} MiB (+{:.0} MiB), {:.2}x",
+                    f.shards,
+                    f.compositions,
+                    f.objects,
+                    f.rss,
+                    f.rss - f.idle,
+                    (f.rss - f.idle) / whole
                 )
             })
             .collect();

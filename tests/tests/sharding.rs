@@ -306,9 +306,10 @@ async fn kill_the_holder_of_shard_0(
 
 /// `--shards 4` over two replicas started together: two shards each (the membership Leases
 /// tell each replica it has one peer), one controller stack per replica (one list of the
-/// ResourceSlices each — only a stack's cache lists them — not one per shard), every Composition written only by its shard's
-/// holder; when one replica stops (SIGTERM: it deletes its membership Lease), the other takes
-/// all four and converges the moved Compositions.
+/// ResourceSlices each — only a stack's cache lists them — not one per shard), every
+/// Composition written only by its shard's holder; when one replica stops (SIGTERM: it
+/// deletes its membership Lease), the other takes all four (its stack lists again) and
+/// converges the moved Compositions.
 #[tokio::test]
 async fn four_shards_over_two_replicas_split_two_and_two_with_one_stack_each() {
     const FOUR: u32 = 4;
@@ -329,7 +330,7 @@ async fn four_shards_over_two_replicas_split_two_and_two_with_one_stack_each() {
         )
         .await;
     }
-    let mut replicas: Vec<Enoki> = (0..2).map(|r| start_with(&env, r, FOUR, 4)).collect();
+    let mut replicas: Vec<Enoki> = (0..2).map(|r| start_with(&env, r, FOUR, 8)).collect();
     let leases: Api<Lease> = env.api();
     let members = ListParams::default().labels("enoki.dev/controller-member");
     eventually(
@@ -402,8 +403,12 @@ async fn four_shards_over_two_replicas_split_two_and_two_with_one_stack_each() {
         replicas[0].terminate(Duration::from_secs(30)),
         "replica-0 did not stop"
     );
-    let left = leases.list(&members).await.unwrap().items;
-    assert_eq!(left.len(), 1, "replica-0 left its membership Lease behind");
+    eventually(
+        "replica-0's membership Lease is gone",
+        Duration::from_secs(10),
+        || async { (leases.list(&members).await.unwrap().items.len() == 1).then_some(()) },
+    )
+    .await;
     eventually(
         "replica-1 holds all four shards",
         Duration::from_secs(60),

@@ -15,7 +15,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
 
 use super::cluster::Cluster;
-use super::shard::Shards;
+use super::shard::Held;
 use super::watches::Watches;
 use super::{Options, metrics};
 use crate::synthesis::Module;
@@ -71,7 +71,7 @@ pub struct Context {
     /// Bounds the sum of the memory limits of runs in progress.
     pub(crate) memory_budget: super::sandbox::MemoryBudget,
     /// The shards whose Compositions this Context reconciles (all, unless `--shards`).
-    pub(crate) shards: Shards,
+    pub(crate) shards: Held,
     /// What enoki remembers per Composition between reconciles, one store per concern.
     pub(crate) memory: super::memory::Memory,
     /// Ingested syntheses (by Composition UID), least recently used dropped first once they
@@ -102,7 +102,7 @@ pub(crate) struct Parts {
     /// The memory budget of concurrent runs (shared likewise).
     pub memory_budget: super::sandbox::MemoryBudget,
     /// The shards whose Compositions this Context reconciles.
-    pub shards: Shards,
+    pub shards: Held,
 }
 
 impl Parts {

@@ -22,7 +22,7 @@ use serde_json::Value;
 use super::cluster::Cluster;
 use super::composition::{observe, synthesize};
 use super::context::Parts;
-use super::shard::Shards;
+use super::shard::{Shards, fixed};
 use super::{Context, Options, inputs};
 use crate::synthesis::{self, Module, SynthesisInput};
 use crds::names::FIELD_MANAGER;
@@ -82,12 +82,12 @@ fn cli_context(
     Ok(Context::new(Parts {
         synthesis_slots,
         memory_budget,
-        shards: Shards::ALL,
+        shards: fixed(Shards::ALL),
         watches: super::watches::Watches::new(
             client,
             target.client.clone(),
             sender,
-            Shards::ALL,
+            fixed(Shards::ALL),
             false,
         ),
         management,

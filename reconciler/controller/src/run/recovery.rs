@@ -62,6 +62,47 @@ where
     StreamBackoff::new(events, backoff())
 }
 
+/// `make()`'s watch, started again (a fresh list) whenever `held` changes, so that the
+/// cache it feeds gets the objects of the shards added to the set (the filters downstream
+/// read the set at each event). A `held` whose sender is gone never changes again.
+pub(crate) fn relisting<T: Send + 'static>(
+    make: impl Fn() -> futures::stream::BoxStream<'static, T> + Send + 'static,
+    held: super::shard::Held,
+) -> impl Stream<Item = T> + Send {
+    enum Next<T> {
+        Item(Option<T>),
+        Grown(bool),
+    }
+    let first = make();
+    futures::stream::unfold(
+        (first, Some(held), make),
+        |(mut inner, mut held, make)| async move {
+            loop {
+                let next = {
+                    let grown = async {
+                        match held.as_mut() {
+                            Some(h) => h.changed().await.is_ok(),
+                            None => futures::future::pending().await,
+                        }
+                    };
+                    tokio::select! {
+                        item = inner.next() => Next::Item(item),
+                        ok = grown => Next::Grown(ok),
+                    }
+                };
+                match next {
+                    Next::Item(item) => return item.map(|i| (i, (inner, held, make))),
+                    Next::Grown(true) => {
+                        tracing::debug!("shards added: listing again");
+                        inner = make();
+                    }
+                    Next::Grown(false) => held = None,
+                }
+            }
+        },
+    )
+}
+
 /// A `Controller` for `api` whose watch recovers as every other watch of the controller
 /// ([`recovering`]), and whose trigger stream backs off as briefly ([`backoff`]; kube's
 /// default waits up to 30 s after a failing watch before it looks again).

@@ -3,7 +3,9 @@
 //! With `--shards N`, Composition `c` belongs to shard `fnv1a64(c.metadata.uid) mod N` (UIDs
 //! never change, so a Composition never moves between shards). Every shard is a Lease of its
 //! own (`enoki-controller-shard-<i>-of-<N>`). A replica runs one controller stack for the set
-//! of shards whose Leases it holds ([`Shards`]), and that stack caches only those shards:
+//! of shards whose Leases it holds ([`Held`]: it grows as Leases are taken, and the stack's
+//! watches list again to fill their caches with the added shards), and that stack caches
+//! only those shards:
 //! Compositions, their ResourceSlices (by owner reference) and the managed objects (by the
 //! `enoki.dev/managed-by` label, whose value is the owning Composition's UID) of other shards
 //! are dropped before they reach a cache. Cluster-wide work that is not per Composition
@@ -57,6 +59,15 @@ impl std::fmt::Display for Shard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}/{}", self.index, self.count)
     }
+}
+
+/// The shards a replica serves, as they grow: a watch of [`Shards`]. The set only grows
+/// (a replica that loses a shard stops); [`fixed`] makes one that never changes.
+pub type Held = tokio::sync::watch::Receiver<Shards>;
+
+/// A [`Held`] that stays `shards`.
+pub fn fixed(shards: Shards) -> Held {
+    tokio::sync::watch::channel(shards).1
 }
 
 /// A set of the `count` shards (at most [`Shards::MAX`]): the ones a replica holds and

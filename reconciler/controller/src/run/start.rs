@@ -27,7 +27,7 @@ use super::context::{Context, Parts};
 use super::fence::Fence;
 use super::policy::error_policy;
 use super::ratelimit::Bucket;
-use super::shard::{Shard, Shards};
+use super::shard::{Shard, Shards, fixed};
 use super::watches::Watches;
 use super::{Options, composition, instances, metrics, symphony};
 use crds::{Composition, ResourceSlice};
@@ -187,8 +187,9 @@ async fn lead(
         .build()
         .await?;
     let (mut rx, task) = manager.watch().await;
-    // The manager task lives as long as the process.
-    std::mem::forget(task);
+    // The manager task runs on its own; it releases the Lease and ends when `rx` (and its
+    // clones) are dropped.
+    drop(task);
     tracing::info!(%identity, lease = %format!("{namespace}/{lease}"), "waiting for leadership");
     while !*rx.borrow_and_update() {
         rx.changed().await?;
@@ -305,7 +306,12 @@ async fn serve_unsharded(
     ready.store(true, Ordering::Relaxed);
     let lost = Arc::new(AtomicBool::new(false));
     let stop = stop_when(leadership, shutdown, lost.clone()).shared();
-    run_stack(shared, Shards::ALL, stop).await;
+    let label = metrics::ShardLabel {
+        shard: shard.label(),
+    };
+    shared.metrics.shard_held.get_or_create(&label).set(1);
+    run_stack(shared, fixed(Shards::ALL), stop).await;
+    shared.metrics.shard_held.get_or_create(&label).set(0);
     if lost.load(Ordering::Relaxed) {
         anyhow::bail!("lost leadership");
     }

@@ -30,7 +30,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::shard::Shards;
+use super::shard::Held;
 use crds::Composition;
 
 mod managed;
@@ -63,7 +63,7 @@ pub struct Watches {
     /// The target cluster (managed objects).
     target: Client,
     /// Only managed objects of these shards' Compositions are cached.
-    shards: Shards,
+    shards: Held,
     sender: UnboundedSender<ObjectRef<Composition>>,
     readers: Mutex<HashMap<WatchKey, HashSet<ObjectRef<Composition>>>>,
     inputs: Mutex<HashMap<(GroupVersionKind, String), KindWatch<DynamicObject>>>,
@@ -90,7 +90,7 @@ impl Watches {
         client: Client,
         target: Client,
         sender: UnboundedSender<ObjectRef<Composition>>,
-        shards: Shards,
+        shards: Held,
         whole_inputs: bool,
     ) -> Arc<Watches> {
         Arc::new(Watches {
@@ -312,8 +312,11 @@ impl Watches {
         let forbidden = view.forbidden.clone();
         let api: Api<Meta> = Api::all_with(self.target.clone(), ar);
         let wc = watcher::Config::default().labels(managed_label());
-        let shards = self.shards;
-        let events = super::recovery::recovering(watcher(api, wc));
+        let shards = self.shards.clone();
+        let events = super::recovery::relisting(
+            move || super::recovery::recovering(watcher(api.clone(), wc.clone())).boxed(),
+            shards.clone(),
+        );
         let this = Arc::downgrade(self);
         let (group, kind) = (gvk.group.clone(), gvk.kind.clone());
         let entries = view.entries.clone();
@@ -325,7 +328,7 @@ impl Watches {
                 // Another shard's object: not cached (an entry it had while it was ours is
                 // dropped), but readers of it as an input still hear of it.
                 if let Ok(e) = &event
-                    && let Some((ns, name, apply)) = foreign(shards, e)
+                    && let Some((ns, name, apply)) = foreign(*shards.borrow(), e)
                 {
                     if apply && let Ok(mut e) = entries.write() {
                         e.remove(&(ns.clone(), name.clone()));

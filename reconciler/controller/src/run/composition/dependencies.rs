@@ -127,7 +127,7 @@ async fn in_cycle(ctx: &Context, comp: &Composition) -> Result<bool, Error> {
 /// when sharded, since a dependent may belong to another shard — from a list (only while
 /// a Composition is being deleted).
 pub(crate) async fn dependents(ctx: &Context, comp: &Composition) -> Result<Vec<BlockedBy>, Error> {
-    let all: Vec<Arc<Composition>> = if ctx.shards.count() > 1 {
+    let all: Vec<Arc<Composition>> = if ctx.shards.borrow().count() > 1 {
         let api: kube::Api<Composition> = match &ctx.opts.namespace {
             Some(ns) => kube::Api::namespaced(ctx.client.clone(), ns),
             None => kube::Api::all(ctx.client.clone()),

@@ -44,7 +44,10 @@ pub async fn reconcile(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Acti
     ctx.metrics
         .shard_reconciles
         .get_or_create(&super::metrics::ShardLabel {
-            shard: ctx.shards.label_of(&comp.uid().unwrap_or_default()),
+            shard: ctx
+                .shards
+                .borrow()
+                .label_of(&comp.uid().unwrap_or_default()),
         })
         .inc();
     let start = std::time::Instant::now();

@@ -3,29 +3,35 @@
 //!
 //! Every replica keeps a membership Lease (`enoki-controller-member-<identity>`, labelled
 //! `enoki.dev/controller-member`), renewed every third of the Lease duration, so that each
-//! replica knows how many are live. A replica takes shard Leases that are free (never held,
-//! released or expired), one at a time, up to its fair share of N shards over R live
-//! replicas: ⌊N / R⌋ first, and one more (⌈N / R⌉) only for a shard that has stayed free for
-//! a whole tick, so that replicas below their share get there first. It takes its (random)
-//! home shard at once and the others only after one Lease duration, so that replicas started
-//! together see each other before they split the shards. 4 shards over 2 replicas are 2 and
-//! 2; when a replica dies, its membership and shard Leases expire and the survivors' shares
-//! grow to take its shards over.
+//! replica knows which replicas are live. Every tick (a quarter of the Lease duration) a
+//! replica lists the Leases and splits the free shards over the live replicas, the same way
+//! in every replica ([`assign`]): each free shard, in order, to the replica holding the fewest
+//! (ties: the lowest identity), none beyond ⌈N / replicas⌉. It contests only the shards that
+//! fall to itself, so 4 shards over 2 replicas are 2 and 2, and replicas rarely race for one
+//! Lease. A shard is free when its Lease is absent or released, or when it has expired, its
+//! holder has no live membership Lease, and both have stayed so for half a Lease duration
+//! (an API server that was away for a while lets every Lease expire; the holders renew
+//! within that time). In its first Lease duration a replica takes at most one shard, so that
+//! replicas started together see each other before they split the shards.
 //!
-//! One controller stack serves every shard held; it starts with the shards taken in the
-//! first Lease duration (or as soon as the share is reached), and when a Lease is added later
-//! it is stopped gracefully and started again with the larger set. A lost Lease stops the
-//! process (the restarted process competes again). Shards are not handed back: a replica
-//! that joins after the others took every shard stays a standby until one is free.
+//! One controller stack serves the set of shards held ([`Held`]); when a shard is added
+//! (a dead replica's, taken over), the stack's watches list again and its caches fill with
+//! the added shard's objects; nothing already cached or remembered is dropped. A lost Lease
+//! stops the process (the restarted process competes again); on shutdown the Leases are
+//! released only after the stack has stopped. Shards are not handed back: a replica that
+//! joins after the others took every shard stays a standby until one is free. While Leases
+//! of another shard count (or of an unsharded replica) are held, nothing is taken: change
+//! `--shards` by stopping every replica first.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant, SystemTime};
 
 use futures::stream::FuturesUnordered;
-use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, Preconditions};
 use serde_json::json;
 
-use super::super::shard::Shards;
+use super::super::shard::{Held, Shards};
 use super::*;
 
 /// The label of the membership Leases.
@@ -49,16 +55,20 @@ pub(super) async fn serve_sharded(
     let member = Member::join(leases.clone(), &shared.identity, duration);
     let (held_tx, held_rx) = tokio::sync::watch::channel(Shards::none(count));
     let (lost_tx, lost_rx) = tokio::sync::watch::channel(None::<String>);
+    let mut leadership = Vec::new();
     let acquiring = acquire(
         shared,
         &leases,
         duration,
         &held_tx,
         &lost_tx,
+        &mut leadership,
         shutdown.clone(),
     );
     let serving = serve(shared, held_rx, lost_rx.clone(), shutdown);
     tokio::join!(acquiring, serving);
+    // The Leases go (released by their managers) only now that the stack has stopped.
+    drop(leadership);
     member.leave().await;
     let lost = lost_rx.borrow().clone();
     match lost {
@@ -67,102 +77,132 @@ pub(super) async fn serve_sharded(
     }
 }
 
-/// A replica's fair share of `count` shards over the live replicas.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct Share {
-    /// ⌊count / replicas⌋: taken as soon as shards are free.
-    pub floor: u32,
-    /// ⌈count / replicas⌉: the last one only for a shard free for a whole tick.
-    pub ceil: u32,
+/// What one list of the Leases says.
+#[derive(Debug, Default)]
+pub(super) struct Survey {
+    /// The identities of the live replicas (membership Lease not expired), sorted.
+    pub members: BTreeSet<String>,
+    /// Shards held by a live replica, and by whom.
+    pub holders: BTreeMap<u32, String>,
+    /// Shards whose Lease is absent, never held or released: free at once.
+    pub released: BTreeSet<u32>,
+    /// Shards whose Lease expired and whose holder is not live: free once it stays so.
+    pub expired: BTreeSet<u32>,
+    /// A held Lease of another shard count (or of unsharded enoki).
+    pub foreign: Option<String>,
 }
 
-impl Share {
-    pub(super) fn of(count: u32, replicas: u32) -> Share {
-        let replicas = replicas.max(1);
-        Share {
-            floor: count / replicas,
-            ceil: count.div_ceil(replicas),
+/// Which of the `free` shards each live replica takes, the same in every replica: each
+/// free shard in order goes to the member holding the fewest (ties: the lowest identity),
+/// none beyond ⌈count / members⌉. Pure.
+pub(super) fn assign(
+    count: u32,
+    members: &BTreeSet<String>,
+    holders: &BTreeMap<u32, String>,
+    free: &BTreeSet<u32>,
+) -> BTreeMap<u32, String> {
+    let members_n = u32::try_from(members.len()).unwrap_or(u32::MAX).max(1);
+    let ceil = count.div_ceil(members_n);
+    let mut load: BTreeMap<&String, u32> = members.iter().map(|m| (m, 0)).collect();
+    for h in holders.values() {
+        if let Some(n) = load.get_mut(h) {
+            *n += 1;
         }
     }
-
-    /// Whether to contest a free shard, holding `mine` already. Pure.
-    ///
-    /// `home`: the replica's home shard (contested at once); `settled`: one Lease duration
-    /// has passed since start-up; `free_a_tick`: the shard was already free a tick ago.
-    pub(super) fn wants(self, home: bool, settled: bool, mine: u32, free_a_tick: bool) -> bool {
-        if mine >= self.ceil {
-            return false;
-        }
-        if home {
-            return true;
-        }
-        settled && (mine < self.floor || free_a_tick)
+    let mut out = BTreeMap::new();
+    for shard in free {
+        let Some((who, n)) = load
+            .iter_mut()
+            .filter(|(_, n)| **n < ceil)
+            .min_by_key(|(_, n)| **n)
+        else {
+            break;
+        };
+        *n += 1;
+        out.insert(*shard, (*who).clone());
     }
+    out
 }
 
-/// Takes free shard Leases up to the fair share, every tick, and publishes the set held on
-/// `held`; on a lost Lease, says so on `lost` and returns.
+/// Takes the shards [`assign`] gives this replica, every tick, and publishes the set held
+/// on `held` (and in `enoki_shard_held`); on a lost Lease, says so on `lost` and returns.
+/// The Leases' receivers go to `leadership`, for the caller to drop once the stack stopped.
 async fn acquire(
     shared: &Arc<Shared>,
     leases: &Api<Lease>,
     duration: Duration,
     held: &tokio::sync::watch::Sender<Shards>,
     lost: &tokio::sync::watch::Sender<Option<String>>,
+    leadership: &mut Vec<tokio::sync::watch::Receiver<bool>>,
     shutdown: impl std::future::Future<Output = ()> + Clone + Send + Sync + 'static,
 ) {
     let count = shared.opts.shards;
-    let home = rand::random::<u32>() % count;
+    let me = shared.identity.clone();
     let tick = (duration / 4).max(Duration::from_secs(1));
     let started = Instant::now();
     let mut taken = Shards::none(count);
-    let mut free_before = Shards::none(count);
+    let mut expired_since: BTreeMap<u32, Instant> = BTreeMap::new();
     let mut keepers = FuturesUnordered::new();
+    let mut warned = false;
     loop {
         let settled = started.elapsed() >= duration;
-        match survey(leases, duration, count).await {
-            Ok((replicas, free)) => {
-                let share = Share::of(count, replicas);
-                for index in (0..count).map(|d| (home + d) % count) {
-                    let shard = Shard { index, count };
-                    let wants = share.wants(
-                        index == home,
-                        settled,
-                        taken.len(),
-                        free_before.contains(index),
-                    );
-                    if taken.contains(index) || !free.contains(index) || !wants {
-                        continue;
-                    }
-                    let client = &shared.management.client;
-                    // A free Lease is taken in a request or two; waiting longer means another
-                    // replica took it (dropping the attempt releases whatever it got).
-                    match tokio::time::timeout(
-                        duration.min(Duration::from_secs(5)),
-                        lead(client, &shared.opts, &shared.identity, shard),
-                    )
-                    .await
-                    {
-                        Ok(Ok(Some(leadership))) => {
-                            keep_fence(shared, shard).await;
-                            taken = taken.with(index);
-                            keepers.push(lost_when(leadership, shard));
-                        }
-                        Ok(Ok(None)) => {}
-                        Ok(Err(e)) => {
-                            tracing::warn!(%shard, error = %e, "could not contest the shard's Lease");
-                        }
-                        // Another replica took it first.
-                        Err(_) => tracing::debug!(%shard, "the shard's Lease went elsewhere"),
-                    }
+        match tokio::time::timeout(duration, survey(leases, duration, count)).await {
+            Ok(Ok(mut s)) => {
+                s.members.insert(me.clone());
+                for shard in taken.iter() {
+                    s.holders.insert(shard.index, me.clone());
                 }
-                free_before = free;
-                tracing::debug!(replicas, ?share, %taken, "shard Leases");
-                // One stack for everything taken at start-up, not one restart per Lease.
-                if taken.len() >= share.ceil || settled {
-                    held.send_if_modified(|h| std::mem::replace(h, taken) != taken);
+                let now = Instant::now();
+                expired_since.retain(|i, _| s.expired.contains(i));
+                for i in &s.expired {
+                    expired_since.entry(*i).or_insert(now);
+                }
+                let stable = |i: &u32| {
+                    expired_since
+                        .get(i)
+                        .is_some_and(|t| now.duration_since(*t) >= duration / 2)
+                };
+                let free: BTreeSet<u32> = s
+                    .released
+                    .iter()
+                    .copied()
+                    .chain(s.expired.iter().copied().filter(stable))
+                    .filter(|i| !taken.contains(*i))
+                    .collect();
+                if let Some(other) = &s.foreign {
+                    if !warned {
+                        tracing::warn!(lease = %other, shards = count, "a Lease of another shard count (or of unsharded enoki) is held: taking no shard until it is gone");
+                        warned = true;
+                    }
+                } else {
+                    let mine = assign(count, &s.members, &s.holders, &free);
+                    for index in mine.iter().filter(|(_, m)| **m == me).map(|(i, _)| *i) {
+                        if !settled && !taken.is_empty() {
+                            break;
+                        }
+                        let shard = Shard { index, count };
+                        if let Some(rx) = contest(shared, shard, duration).await {
+                            taken = taken.with(index);
+                            keepers.push(lost_when(rx.clone(), shard));
+                            leadership.push(rx);
+                        }
+                    }
+                    tracing::debug!(members = s.members.len(), %taken, "shard Leases");
+                }
+                // One list of everything taken at start-up rather than one per Lease.
+                let share = count.div_ceil(u32::try_from(s.members.len()).unwrap_or(1).max(1));
+                if (taken.len() >= share || settled) && *held.borrow() != taken {
+                    for shard in taken.iter() {
+                        let label = metrics::ShardLabel {
+                            shard: shard.label(),
+                        };
+                        shared.metrics.shard_held.get_or_create(&label).set(1);
+                    }
+                    held.send_replace(taken);
                 }
             }
-            Err(e) => tracing::debug!(error = %e, "could not list the Leases"),
+            Ok(Err(e)) => tracing::debug!(error = %e, "could not list the Leases"),
+            Err(_) => tracing::debug!("listing the Leases timed out"),
         }
         tokio::select! {
             () = tokio::time::sleep(tick) => {}
@@ -171,6 +211,37 @@ async fn acquire(
                 return;
             }
             () = shutdown.clone() => return,
+        }
+    }
+}
+
+/// Tries to take `shard`'s Lease; its receiver when taken (writes are fenced by it).
+async fn contest(
+    shared: &Shared,
+    shard: Shard,
+    duration: Duration,
+) -> Option<tokio::sync::watch::Receiver<bool>> {
+    let client = &shared.management.client;
+    // A free Lease is taken within a Lease duration (an expired one takes the manager a few
+    // requests and a short random pause); dropping a slower attempt releases what it got.
+    match tokio::time::timeout(
+        duration * 2,
+        lead(client, &shared.opts, &shared.identity, shard),
+    )
+    .await
+    {
+        Ok(Ok(Some(rx))) => {
+            keep_fence(shared, shard).await;
+            Some(rx)
+        }
+        Ok(Ok(None)) => None,
+        Ok(Err(e)) => {
+            tracing::warn!(%shard, error = %e, "could not contest the shard's Lease");
+            None
+        }
+        Err(_) => {
+            tracing::debug!(%shard, "the shard's Lease went elsewhere");
+            None
         }
     }
 }
@@ -186,11 +257,11 @@ async fn lost_when(mut leadership: tokio::sync::watch::Receiver<bool>, shard: Sh
     shard
 }
 
-/// Runs one controller stack for the shards on `held`, restarted (gracefully) whenever the
-/// set changes, until shutdown or a lost Lease.
+/// Runs the controller stack once a shard is held, until shutdown or a lost Lease; the
+/// stack follows the set as it grows.
 async fn serve(
     shared: &Arc<Shared>,
-    mut held: tokio::sync::watch::Receiver<Shards>,
+    mut held: Held,
     mut lost: tokio::sync::watch::Receiver<Option<String>>,
     shutdown: impl std::future::Future<Output = ()> + Clone + Send + Sync + 'static,
 ) {
@@ -201,88 +272,99 @@ async fn serve(
         }
     }
     .shared();
-    loop {
-        let shards = tokio::select! {
-            s = held.wait_for(|s| !s.is_empty()) => match s {
-                Ok(s) => *s,
-                Err(_) => return,
-            },
-            () = ended.clone() => return,
-        };
-        let mut next = held.clone();
-        let stop = {
-            let ended = ended.clone();
-            async move {
-                tokio::select! {
-                    () = ended => {}
-                    _ = next.changed() => {}
-                }
-            }
-        }
-        .shared();
-        tracing::info!(%shards, "serving shards");
-        run_stack(shared, shards, stop).await;
-        if ended.clone().now_or_never().is_some() {
-            return;
-        }
+    tokio::select! {
+        s = held.wait_for(|s| !s.is_empty()) => if s.is_err() { return },
+        () = ended.clone() => return,
     }
+    tracing::info!(shards = %*held.borrow(), "serving shards");
+    run_stack(shared, held, ended).await;
 }
 
-/// How long ago the Lease expired (`None`: it has not).
-fn expired_for(
-    spec: &k8s_openapi::api::coordination::v1::LeaseSpec,
-    now: SystemTime,
-) -> Option<Duration> {
-    let renewed = spec
+/// How long ago the Lease expired (`None`: it has not). A Lease with neither renew nor
+/// acquire time counts as expired.
+fn expired_for(spec: &LeaseSpec, now: SystemTime) -> Option<Duration> {
+    let Some(renewed) = spec
         .renew_time
         .as_ref()
         .or(spec.acquire_time.as_ref())
-        .map(|t| SystemTime::from(t.0))?;
+        .map(|t| SystemTime::from(t.0))
+    else {
+        return Some(Duration::MAX);
+    };
     let lasts = Duration::from_secs(
         u64::try_from(spec.lease_duration_seconds.unwrap_or_default()).unwrap_or_default(),
     );
     now.duration_since(renewed + lasts).ok()
 }
 
-/// One list of the Leases: how many replicas are live (their membership Lease has not
-/// expired; this one included) and which shards' Leases are free (absent, never held,
-/// released or expired). Deletes membership Leases long expired (replicas that did not
-/// leave cleanly).
-async fn survey(
-    leases: &Api<Lease>,
-    duration: Duration,
-    count: u32,
-) -> kube::Result<(u32, Shards)> {
+/// The shard index of a Lease name of this shard count.
+fn shard_of_lease(name: &str, count: u32) -> Option<u32> {
+    let (index, of) = name
+        .strip_prefix("enoki-controller-shard-")?
+        .split_once("-of-")?;
+    (of.parse::<u32>().ok()? == count)
+        .then(|| index.parse::<u32>().ok())
+        .flatten()
+        .filter(|i| *i < count)
+}
+
+/// One list of the Leases ([`Survey`]). Deletes membership Leases long expired (replicas
+/// that did not leave cleanly).
+async fn survey(leases: &Api<Lease>, duration: Duration, count: u32) -> kube::Result<Survey> {
     let now = SystemTime::now();
-    let mut live = 0_u32;
-    let mut free = (0..count).fold(Shards::none(count), Shards::with);
-    for l in leases.list(&ListParams::default()).await? {
+    let list = leases.list(&ListParams::default()).await?;
+    let mut s = Survey {
+        released: (0..count).collect(),
+        ..Survey::default()
+    };
+    let mut shard_leases = Vec::new();
+    for l in list {
         let name = l.name_any();
-        let expired = l
-            .spec
-            .as_ref()
-            .map_or(Some(Duration::MAX), |s| expired_for(s, now));
+        let spec = l.spec.clone().unwrap_or_default();
+        let holder = spec.holder_identity.clone().unwrap_or_default();
+        let expired = expired_for(&spec, now);
         if l.labels().contains_key(MEMBER_LABEL) {
             match expired {
-                None => live += 1,
+                None => {
+                    s.members.insert(holder);
+                }
                 Some(ago) if ago > duration * FORGET_AFTER => {
-                    if let Err(e) = leases.delete(&name, &DeleteParams::default()).await {
+                    let params = DeleteParams {
+                        preconditions: Some(Preconditions {
+                            resource_version: l.resource_version(),
+                            uid: l.uid(),
+                        }),
+                        ..DeleteParams::default()
+                    };
+                    if let Err(e) = leases.delete(&name, &params).await {
                         tracing::debug!(lease = %name, error = %e, "could not delete a stale membership Lease");
                     }
                 }
                 Some(_) => {}
             }
-            continue;
-        }
-        let holder = l.spec.as_ref().and_then(|s| s.holder_identity.as_deref());
-        if let Some(index) = (0..count).find(|i| Shard { index: *i, count }.lease_name() == name)
+        } else if let Some(index) = shard_of_lease(&name, count) {
+            shard_leases.push((index, holder, expired.is_some()));
+        } else if (name == "enoki-controller" || name.starts_with("enoki-controller-shard-"))
             && expired.is_none()
-            && !holder.unwrap_or_default().is_empty()
+            && !holder.is_empty()
         {
-            free = free.without(index);
+            s.foreign = Some(name);
         }
     }
-    Ok((live.max(1), free))
+    for (index, holder, expired) in shard_leases {
+        if holder.is_empty() {
+            continue;
+        }
+        s.released.remove(&index);
+        // Unexpired (even when its holder's membership is not live: it was away), or
+        // expired while its holder lives (it renews late): held.
+        if !expired || s.members.contains(&holder) {
+            s.holders.insert(index, holder);
+        } else {
+            s.expired.insert(index);
+        }
+    }
+    Ok(s)
 }
 
 /// This replica's membership Lease, renewed in the background while it lives.
@@ -330,6 +412,8 @@ impl Member {
     /// Stops renewing and deletes the membership Lease (best effort: otherwise it expires).
     async fn leave(self) {
         self.renewing.abort();
+        // Wait for the renewal to be gone, so that it cannot create the Lease again.
+        let _ = self.renewing.await;
         let params = DeleteParams::default();
         let delete = self.leases.delete(&self.name, &params);
         if let Ok(Err(e)) = tokio::time::timeout(Duration::from_secs(5), delete).await {
@@ -360,34 +444,50 @@ fn member_lease_name(identity: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{Share, member_lease_name};
+    use std::collections::{BTreeMap, BTreeSet};
 
-    #[test]
-    fn four_shards_over_two_replicas_are_two_each() {
-        let share = Share::of(4, 2);
-        assert_eq!(share, Share { floor: 2, ceil: 2 });
-        // Home at once, others only once settled, never past the share.
-        assert!(share.wants(true, false, 0, false));
-        assert!(!share.wants(false, false, 1, true));
-        assert!(share.wants(false, true, 1, false));
-        assert!(!share.wants(false, true, 2, true));
-        assert!(!share.wants(true, true, 2, true));
+    use super::{assign, member_lease_name, shard_of_lease};
+
+    fn set<T: Ord + Clone>(items: &[T]) -> BTreeSet<T> {
+        items.iter().cloned().collect()
     }
 
     #[test]
-    fn the_extra_shard_goes_only_to_a_shard_free_for_a_tick() {
-        // 4 over 3: 1 each, and one replica gets a second.
-        let share = Share::of(4, 3);
-        assert_eq!(share, Share { floor: 1, ceil: 2 });
-        assert!(share.wants(false, true, 0, false));
-        assert!(!share.wants(false, true, 1, false));
-        assert!(share.wants(false, true, 1, true));
-        // 2 over 3: a third replica is a standby.
-        let share = Share::of(2, 3);
-        assert!(share.wants(true, false, 0, false));
-        assert!(!share.wants(false, true, 1, true));
-        // No replica seen (not even this one yet): all of it.
-        assert_eq!(Share::of(4, 0), Share { floor: 4, ceil: 4 });
+    fn four_free_shards_over_two_replicas_are_two_each_the_same_in_both() {
+        let members = set(&["a".to_string(), "b".to_string()]);
+        let got = assign(4, &members, &BTreeMap::new(), &set(&[0, 1, 2, 3]));
+        let per = |who: &str| got.values().filter(|m| *m == who).count();
+        assert_eq!((per("a"), per("b")), (2, 2), "{got:?}");
+        // One already held by b: the three free ones make it 2 and 2.
+        let holders = BTreeMap::from([(0, "b".to_string())]);
+        let got = assign(4, &members, &holders, &set(&[1, 2, 3]));
+        assert_eq!(got.values().filter(|m| *m == "a").count(), 2, "{got:?}");
+        assert_eq!(got.values().filter(|m| *m == "b").count(), 1, "{got:?}");
+    }
+
+    #[test]
+    fn nobody_takes_beyond_the_ceiling_and_the_dead_holders_shards_are_shared() {
+        // 2 shards over 3 replicas: one each for two of them, the third is a standby.
+        let members = set(&["a".to_string(), "b".to_string(), "c".to_string()]);
+        let got = assign(2, &members, &BTreeMap::new(), &set(&[0, 1]));
+        assert_eq!(got.len(), 2);
+        assert_eq!(got.values().collect::<BTreeSet<_>>().len(), 2, "{got:?}");
+        // Everything held at the ceiling: nothing more for anyone.
+        let holders = BTreeMap::from([(0, "a".to_string()), (1, "b".to_string())]);
+        assert!(assign(2, &members, &holders, &set(&[])).is_empty());
+        // b and c survive a, which held 0 and 1 of 4: one each.
+        let members = set(&["b".to_string(), "c".to_string()]);
+        let holders = BTreeMap::from([(2, "b".to_string()), (3, "c".to_string())]);
+        let got = assign(4, &members, &holders, &set(&[0, 1]));
+        assert_eq!(got.values().collect::<BTreeSet<_>>().len(), 2, "{got:?}");
+    }
+
+    #[test]
+    fn lease_names_of_this_shard_count_only() {
+        assert_eq!(shard_of_lease("enoki-controller-shard-3-of-4", 4), Some(3));
+        assert_eq!(shard_of_lease("enoki-controller-shard-3-of-8", 4), None);
+        assert_eq!(shard_of_lease("enoki-controller-shard-4-of-4", 4), None);
+        assert_eq!(shard_of_lease("enoki-controller", 4), None);
     }
 
     #[test]

@@ -2,30 +2,23 @@
 //! filtered to the shards it serves, its controllers, and the cluster-wide background work
 //! of the holder of shard 0.
 
-use super::super::recovery::{self, recovering};
-use super::super::shard::Shards;
+use super::super::recovery::{self, recovering, relisting};
+use super::super::shard::{Held, Shards};
 use super::*;
 
-/// Runs the controllers of `shards` until `stop` resolves.
+/// Runs the controllers of the shards `held` (a set that may grow) until `stop` resolves.
 pub(super) async fn run_stack(
     shared: &Shared,
-    shards: Shards,
+    shards: Held,
     stop: impl std::future::Future<Output = ()> + Clone + Send + Sync + 'static,
 ) {
-    let held = |on: i64| {
-        for s in shards.iter() {
-            let label = metrics::ShardLabel { shard: s.label() };
-            shared.metrics.shard_held.get_or_create(&label).set(on);
-        }
-    };
-    held(1);
     let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
     let client = shared.management.client.clone();
     let watches = Watches::new(
         client.clone(),
         shared.target.client.clone(),
         sender,
-        shards,
+        shards.clone(),
         shared.opts.default_service_account.is_none(),
     );
     let changes = futures::stream::unfold(receiver, |mut rx| async move {
@@ -36,7 +29,7 @@ pub(super) async fn run_stack(
         instance: Some(shared.identity.clone()),
     };
     let (comp_reader, comp_stream, slice_reader, slice_stream) =
-        caches(&client, &shared.opts, shards);
+        caches(&client, &shared.opts, &shards);
     let concurrency = u16::try_from(shared.opts.concurrency.max(1)).unwrap_or(u16::MAX);
     let ctx = Arc::new(Context::new(Parts {
         management: shared.management.clone(),
@@ -70,7 +63,6 @@ pub(super) async fn run_stack(
     for t in tasks {
         t.abort();
     }
-    held(0);
 }
 
 /// Resolves when leadership is lost (recorded in `lost`) or shutdown was requested.
@@ -100,7 +92,7 @@ pub(super) type Events<K> = futures::stream::BoxStream<'static, Result<K, watche
 pub(super) fn caches(
     client: &Client,
     opts: &Options,
-    shards: Shards,
+    shards: &Held,
 ) -> (
     reflector::Store<Composition>,
     Events<Composition>,
@@ -119,17 +111,28 @@ pub(super) fn caches(
         wc = wc.labels(sel);
     }
     let (comp_reader, comp_writer) = reflector::store::<Composition>();
-    let comp_stream = in_shard(recovering(watcher(comps, wc)), move |c| shards.owns(c))
-        .modify(|c: &mut Composition| c.managed_fields_mut().clear())
-        .reflect(comp_writer)
-        .applied_objects()
-        .predicate_filter(composition_change, Default::default())
-        .boxed();
+    let held = shards.clone();
+    let comp_stream = in_shard(
+        relisting(
+            move || recovering(watcher(comps.clone(), wc.clone())).boxed(),
+            shards.clone(),
+        ),
+        move |c| held.borrow().owns(c),
+    )
+    .modify(|c: &mut Composition| c.managed_fields_mut().clear())
+    .reflect(comp_writer)
+    .applied_objects()
+    .predicate_filter(composition_change, Default::default())
+    .boxed();
     let (slice_reader, slice_writer) = reflector::store::<ResourceSlice>();
+    let held = shards.clone();
     let slice_stream = slice_changes(
         in_shard(
-            recovering(watcher(slices, watcher::Config::default())),
-            move |s| shards.owns_slice(s),
+            relisting(
+                move || recovering(watcher(slices.clone(), watcher::Config::default())).boxed(),
+                shards.clone(),
+            ),
+            move |s| held.borrow().owns_slice(s),
         )
         .modify(|s: &mut ResourceSlice| s.managed_fields_mut().clear())
         .reflect(slice_writer),
@@ -192,8 +195,22 @@ pub(super) async fn background(
     stop: impl std::future::Future<Output = ()> + Clone + Send + Sync + 'static,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     let mut tasks = Vec::new();
-    if ctx.shards.has_first() {
+    if ctx.shards.borrow().has_first() {
         cluster_wide(ctx, stop, &mut tasks).await;
+    } else {
+        // Once shard 0 is added to the set (it only grows while the stack runs).
+        let (ctx, mut held) = (ctx.clone(), ctx.shards.clone());
+        tasks.push(tokio::spawn(async move {
+            if held.wait_for(Shards::has_first).await.is_err() {
+                return;
+            }
+            let mut started = Vec::new();
+            cluster_wide(&ctx, stop.clone(), &mut started).await;
+            stop.await;
+            for t in started {
+                t.abort();
+            }
+        }));
     }
     // Forget Compositions that disappeared without enoki's finalizer (e.g. while it was down).
     let sweeper = ctx.clone();
@@ -271,7 +288,7 @@ pub(super) async fn cluster_wide(
 
 /// The per-shard gauges of Compositions and managed objects cached.
 fn publish_shard_sizes(ctx: &Context) {
-    let shards = ctx.shards;
+    let shards = *ctx.shards.borrow();
     let count = usize::try_from(shards.count()).unwrap_or(1);
     let (mut comps, mut objects) = (vec![0_i64; count], vec![0_i64; count]);
     let index = |uid: &str| usize::try_from(Shard::of_uid(uid, shards.count())).unwrap_or(0);

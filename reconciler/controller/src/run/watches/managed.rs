@@ -2,6 +2,7 @@
 //! uid and deletion are, and which Composition a change wakes.
 
 use super::*;
+use crate::run::shard::Shards;
 
 /// What the apply pass reads of a managed object: its version and whether it is being
 /// deleted (kept compact: thousands of these live in memory).
