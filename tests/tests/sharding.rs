@@ -309,7 +309,8 @@ async fn kill_the_holder_of_shard_0(
 /// ResourceSlices each — only a stack's cache lists them — not one per shard), every
 /// Composition written only by its shard's holder; when one replica stops (SIGTERM: it
 /// deletes its membership Lease), the other takes all four (its stack lists again) and
-/// converges the moved Compositions.
+/// converges the moved Compositions; when a third replica joins, the survivor hands two
+/// shards back to it.
 #[tokio::test]
 async fn four_shards_over_two_replicas_split_two_and_two_with_one_stack_each() {
     const FOUR: u32 = 4;
@@ -440,4 +441,58 @@ async fn four_shards_over_two_replicas_split_two_and_two_with_one_stack_each() {
             .collect::<BTreeSet<_>>(),
         BTreeSet::from([&"replica-1".to_string()])
     );
+
+    // replica-2 joins: replica-1 hands two shards back (never shard 0), replica-2 takes them,
+    // and from then on each Composition is written by its shard's holder only.
+    replicas.push(start_with(&env, 2, FOUR, 8));
+    eventually(
+        "the shards split 2 and 2 again",
+        Duration::from_secs(120),
+        || async {
+            let owners = holders_of(&env, FOUR).await;
+            let on = |r: &str| owners.values().filter(|h| *h == r).count();
+            (owners.len() == 4 && on("replica-1") == 2 && on("replica-2") == 2).then_some(())
+        },
+    )
+    .await;
+    let owners = holders_of(&env, FOUR).await;
+    assert_eq!(
+        owners[&0], "replica-1",
+        "shard 0 was handed back: {owners:?}"
+    );
+    for r in [1, 2] {
+        eventually(
+            &format!("replica-{r} reports 2 shards"),
+            Duration::from_secs(30),
+            || async { (replicas[r].metric("enoki_shard_held")? == 2.0).then_some(()) },
+        )
+        .await;
+    }
+    let since_split = now_rfc3339();
+    for i in 0..N {
+        set_echo_items(&env, &format!("items-{i}"), &items(i, "3")).await;
+    }
+    eventually(
+        "every Composition converges after the split",
+        Duration::from_secs(120),
+        || async {
+            for i in 0..N {
+                let cm = cms.get_opt(&format!("out-{i}")).await.unwrap()?;
+                if cm.data?.get("x").map(String::as_str) != Some("3") {
+                    return None;
+                }
+            }
+            Some(())
+        },
+    )
+    .await;
+    harness::audit_barrier(&env).await;
+    for (name, by) in writers(&ns, &since_split) {
+        let shard = shard_of_comp[&format!("c-{}", name.trim_start_matches("out-"))];
+        assert_eq!(
+            by,
+            BTreeSet::from([owners[&shard].clone()]),
+            "{name} (shard {shard}) after the split"
+        );
+    }
 }

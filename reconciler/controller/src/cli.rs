@@ -402,10 +402,11 @@ pub struct RunArgs {
     #[arg(long, env = "ENOKI_LEASE_DURATION_SECS", default_value_t = 15)]
     pub lease_duration_secs: u64,
     /// Split Compositions into this many shards (at most 64, by UID hash), each with its own
-    /// Lease `enoki-controller-shard-<i>-of-<N>`: every replica takes its fair share of the
-    /// shards (N over the live replicas, counted from their membership Leases
-    /// `enoki-controller-member-<identity>`) and serves them with one controller stack that
-    /// caches only their objects. Needs `--leader-election-namespace`.
+    /// Lease `enoki-controller-shard-<i>-of-<N>`: every replica takes its share of the shards
+    /// (N over the live replicas, counted from their membership Leases
+    /// `enoki-controller-member-<identity>`; a replica above its share hands shards back)
+    /// and serves them with one controller stack that caches only their objects. Needs
+    /// `--leader-election-namespace`; change it with every replica stopped.
     #[arg(long, env = "ENOKI_SHARDS", default_value_t = 1)]
     pub shards: u32,
     /// Apply emitted objects to the cluster of this kubeconfig (Eno's flag); Compositions,

@@ -15,7 +15,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
 
 use super::cluster::Cluster;
-use super::shard::Held;
+use super::shard::{Held, InFlight};
 use super::watches::Watches;
 use super::{Options, metrics};
 use crate::synthesis::Module;
@@ -72,6 +72,8 @@ pub struct Context {
     pub(crate) memory_budget: super::sandbox::MemoryBudget,
     /// The shards whose Compositions this Context reconciles (all, unless `--shards`).
     pub(crate) shards: Held,
+    /// The reconciles running per shard (a shard is handed back once none of its runs).
+    pub(crate) in_flight: Arc<InFlight>,
     /// What enoki remembers per Composition between reconciles, one store per concern.
     pub(crate) memory: super::memory::Memory,
     /// Ingested syntheses (by Composition UID), least recently used dropped first once they
@@ -103,6 +105,8 @@ pub(crate) struct Parts {
     pub memory_budget: super::sandbox::MemoryBudget,
     /// The shards whose Compositions this Context reconciles.
     pub shards: Held,
+    /// The reconciles running per shard (shared by the process).
+    pub in_flight: Arc<InFlight>,
 }
 
 impl Parts {
@@ -142,6 +146,7 @@ impl Context {
             slots: p.slots,
             memory_budget: p.memory_budget,
             shards: p.shards,
+            in_flight: p.in_flight,
             memory: super::memory::Memory::default(),
             prepared: Mutex::new(PreparedLru::new(plan_cache)),
             failures: Mutex::new(HashMap::new()),
@@ -261,6 +266,15 @@ impl Context {
         self.metrics.composition_reconciles.remove(&who);
         self.metrics.health.forget(&who);
         self.watches.forget(comp, uid);
+    }
+
+    /// Counts a run for `comp` ([`InFlight::enter`]) when its shard is still served here;
+    /// `None` once the shard was handed back.
+    pub(crate) fn serving(&self, comp: &Composition) -> Option<super::shard::Serving> {
+        let shards = *self.shards.borrow();
+        let index = super::shard::Shard::of_uid(&comp.uid().unwrap_or_default(), shards.count());
+        let serving = self.in_flight.enter(index);
+        self.shards.borrow().owns(comp).then_some(serving)
     }
 
     /// Forgets every Composition whose UID is no longer in the cache (deleted without

@@ -22,7 +22,7 @@ use serde_json::Value;
 use super::cluster::Cluster;
 use super::composition::{observe, synthesize};
 use super::context::Parts;
-use super::shard::{Shards, fixed};
+use super::shard::{InFlight, Shards, fixed};
 use super::{Context, Options, inputs};
 use crate::synthesis::{self, Module, SynthesisInput};
 use crds::names::FIELD_MANAGER;
@@ -83,6 +83,7 @@ fn cli_context(
         synthesis_slots,
         memory_budget,
         shards: fixed(Shards::ALL),
+        in_flight: InFlight::new(1),
         watches: super::watches::Watches::new(
             client,
             target.client.clone(),

@@ -20,32 +20,85 @@ use http::{Method, Request};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 
+/// How long a write waits for a closed fence to open before it fails ([`FencedWrite`]).
+pub const FENCE_WAIT: Duration = Duration::from_secs(5);
+
 /// The deadlines of the Leases this process holds (by Lease name).
 #[derive(Default)]
 pub struct Fence {
     until: Mutex<HashMap<String, Instant>>,
+    /// A Lease was lost: closed for good.
+    lost: std::sync::atomic::AtomicBool,
 }
 
 impl Fence {
     /// Whether writes may go out now: every held Lease is confirmed until later than now.
     pub fn open(&self) -> bool {
         let now = Instant::now();
-        self.until
-            .lock()
-            .map(|u| u.values().all(|t| *t > now))
-            .unwrap_or(false)
+        !self.lost.load(std::sync::atomic::Ordering::Relaxed)
+            && self
+                .until
+                .lock()
+                .map(|u| u.values().all(|t| *t > now))
+                .unwrap_or(false)
     }
 
-    /// Records that `lease` is held until `until` (monotonic).
+    /// Waits until writes may go out; whether they may. A Lease renewed late (a busy API
+    /// server) holds writes back for a moment instead of failing them: until
+    /// [`FENCE_WAIT`] after the earliest deadline passed, after which writes fail at once
+    /// (as they do once a Lease is known lost). Nothing is written while the fence is closed.
+    pub async fn wait_open(&self) -> bool {
+        loop {
+            if self.open() {
+                return true;
+            }
+            let closed_since = self
+                .until
+                .lock()
+                .ok()
+                .and_then(|u| u.values().min().copied());
+            if self.lost.load(std::sync::atomic::Ordering::Relaxed)
+                || closed_since.is_none_or(|t| t.elapsed() >= FENCE_WAIT)
+            {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    /// Marks a Lease as lost: the fence stays closed and writes fail at once.
+    pub fn lose(&self) {
+        self.lost.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Moves the deadline of a held `lease` to `until` (monotonic); a Lease let go stays
+    /// gone.
     fn confirm(&self, lease: &str, until: Instant) {
-        if let Ok(mut u) = self.until.lock() {
-            u.insert(lease.to_string(), until);
+        if let Ok(mut u) = self.until.lock()
+            && let Some(t) = u.get_mut(lease)
+        {
+            *t = until;
         }
     }
 
     /// Marks `lease` as held but unconfirmed (writes wait for the first confirmation).
     pub fn hold(&self, lease: &str) {
-        self.confirm(lease, Instant::now());
+        if let Ok(mut u) = self.until.lock() {
+            u.insert(lease.to_string(), Instant::now());
+        }
+    }
+
+    /// Stops fencing writes by `lease` (handed back: the writes it covered have stopped);
+    /// its [`Fence::keep`] loop ends.
+    pub fn let_go(&self, lease: &str) {
+        if let Ok(mut u) = self.until.lock() {
+            u.remove(lease);
+        }
+    }
+
+    /// Whether `lease` is among the Leases fenced.
+    fn holds(&self, lease: &str) -> bool {
+        self.until.lock().is_ok_and(|u| u.contains_key(lease))
     }
 
     /// Keeps `namespace/lease` confirmed while this process holds it: confirms it once
@@ -64,6 +117,9 @@ impl Fence {
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(duration / 8).await;
+                if !fence.holds(&lease) {
+                    break;
+                }
                 fence.confirm_from(&api, &lease, &identity, duration).await;
             }
         });
@@ -77,7 +133,8 @@ impl Fence {
         identity: &str,
         duration: Duration,
     ) {
-        if let Ok(l) = api.get(lease).await
+        // A hung read leaves the deadline where it is (the fence closes on its own).
+        if let Ok(Ok(l)) = tokio::time::timeout(duration / 8, api.get(lease)).await
             && let Some(spec) = l.spec
             && spec.holder_identity.as_deref() == Some(identity)
             && let Some(renewed) = spec.renew_time
@@ -143,10 +200,17 @@ where
     }
 
     fn call(&mut self, req: Request<kube::client::Body>) -> Self::Future {
-        if is_write(&req) && !self.fence.open() {
-            return Box::pin(futures::future::ready(Err(FencedWrite.into())));
-        }
+        let fence = is_write(&req).then(|| self.fence.clone());
+        // As in the rate limiter: the inner future sends nothing until it is polled, which
+        // happens once the fence is open.
         let fut = self.inner.call(req);
-        Box::pin(async move { fut.await.map_err(Into::into) })
+        Box::pin(async move {
+            if let Some(f) = fence
+                && !f.wait_open().await
+            {
+                return Err(FencedWrite.into());
+            }
+            fut.await.map_err(Into::into)
+        })
     }
 }

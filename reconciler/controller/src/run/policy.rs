@@ -39,7 +39,11 @@ pub(crate) fn error_policy(comp: Arc<Composition>, err: &Error, ctx: Arc<Context
     }
     tracing::warn!(composition = %name, category = err.category(), error = %chain, "reconcile failed; not retrying soon");
     let category = err.category();
+    let Some(serving) = ctx.serving(&comp) else {
+        return Action::await_change();
+    };
     tokio::spawn(async move {
+        let _serving = serving;
         ctx.event(&comp, true, category, "Reconcile", chain.clone())
             .await;
         let mut st = comp.status.clone().unwrap_or_default();

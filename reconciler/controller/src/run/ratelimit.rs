@@ -70,11 +70,9 @@ impl Bucket {
 /// delayed, so a busy reconcile cannot cost the lead.
 fn is_lease(req: &Request<kube::client::Body>) -> bool {
     let path = req.uri().path();
+    let mut segments = path.rsplit('/');
     path.starts_with("/apis/coordination.k8s.io/")
-        && path
-            .rsplit('/')
-            .nth(1)
-            .is_some_and(|resource| resource == "leases")
+        && (segments.next() == Some("leases") || segments.next() == Some("leases"))
 }
 
 /// The layer that puts a [`Bucket`] in front of a client (none: no limit). With leader
@@ -129,7 +127,9 @@ where
         Box::pin(async move {
             if let Some(b) = bucket {
                 b.acquire().await;
-                if fence.is_some_and(|f| !f.open()) {
+                if let Some(f) = fence
+                    && !f.wait_open().await
+                {
                     return Err(FencedWrite.into());
                 }
             }

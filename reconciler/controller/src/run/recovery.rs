@@ -65,18 +65,30 @@ where
 /// `make()`'s watch, started again (a fresh list) whenever `held` changes, so that the
 /// cache it feeds gets the objects of the shards added to the set (the filters downstream
 /// read the set at each event). A `held` whose sender is gone never changes again.
+/// `listing_for` is the set the current watch was started for (set before it starts).
 pub(crate) fn relisting<T: Send + 'static>(
     make: impl Fn() -> futures::stream::BoxStream<'static, T> + Send + 'static,
     held: super::shard::Held,
+    listing_for: Option<std::sync::Arc<std::sync::Mutex<super::shard::Shards>>>,
 ) -> impl Stream<Item = T> + Send {
     enum Next<T> {
         Item(Option<T>),
         Grown(bool),
     }
+    let mut held = held;
+    let record = move |held: &mut super::shard::Held| {
+        let now = *held.borrow_and_update();
+        if let Some(cell) = &listing_for
+            && let Ok(mut c) = cell.lock()
+        {
+            *c = now;
+        }
+    };
+    record(&mut held);
     let first = make();
     futures::stream::unfold(
-        (first, Some(held), make),
-        |(mut inner, mut held, make)| async move {
+        (first, Some(held), make, record),
+        |(mut inner, mut held, make, record)| async move {
             loop {
                 let next = {
                     let grown = async {
@@ -91,9 +103,12 @@ pub(crate) fn relisting<T: Send + 'static>(
                     }
                 };
                 match next {
-                    Next::Item(item) => return item.map(|i| (i, (inner, held, make))),
+                    Next::Item(item) => return item.map(|i| (i, (inner, held, make, record))),
                     Next::Grown(true) => {
                         tracing::debug!("shards added: listing again");
+                        if let Some(h) = held.as_mut() {
+                            record(h);
+                        }
                         inner = make();
                     }
                     Next::Grown(false) => held = None,

@@ -61,13 +61,55 @@ impl std::fmt::Display for Shard {
     }
 }
 
-/// The shards a replica serves, as they grow: a watch of [`Shards`]. The set only grows
-/// (a replica that loses a shard stops); [`fixed`] makes one that never changes.
+/// The shards a replica serves: a watch of [`Shards`]. It grows as shards are taken and
+/// shrinks when one is handed back (a replica that loses a shard stops); [`fixed`] makes
+/// one that never changes.
 pub type Held = tokio::sync::watch::Receiver<Shards>;
 
 /// A [`Held`] that stays `shards`.
 pub fn fixed(shards: Shards) -> Held {
     tokio::sync::watch::channel(shards).1
+}
+
+/// The reconciles running per shard: a shard is handed back only once none of its runs.
+#[derive(Debug)]
+pub struct InFlight(Vec<std::sync::atomic::AtomicUsize>);
+
+impl InFlight {
+    /// Counters for `count` shards.
+    pub fn new(count: u32) -> std::sync::Arc<InFlight> {
+        let n = usize::try_from(count.clamp(1, Shards::MAX)).unwrap_or(1);
+        std::sync::Arc::new(InFlight(
+            (0..n)
+                .map(|_| std::sync::atomic::AtomicUsize::new(0))
+                .collect(),
+        ))
+    }
+
+    /// Counts a run of shard `index` until the guard is dropped. Enter first, then check
+    /// that the shard is still served: a shard taken out of the set after that check waits
+    /// for the guard.
+    pub fn enter(self: &std::sync::Arc<Self>, index: u32) -> Serving {
+        let i = usize::try_from(index).unwrap_or(0).min(self.0.len() - 1);
+        self.0[i].fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Serving(self.clone(), i)
+    }
+
+    /// Whether a run of shard `index` is counted.
+    pub fn busy(&self, index: u32) -> bool {
+        let i = usize::try_from(index).unwrap_or(0).min(self.0.len() - 1);
+        self.0[i].load(std::sync::atomic::Ordering::SeqCst) > 0
+    }
+}
+
+/// One run counted by [`InFlight::enter`].
+#[derive(Debug)]
+pub struct Serving(std::sync::Arc<InFlight>, usize);
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        self.0.0[self.1].fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 /// A set of the `count` shards (at most [`Shards::MAX`]): the ones a replica holds and

@@ -209,6 +209,8 @@ struct Shared {
     slots: Arc<super::sandbox::Slots>,
     limits: (Arc<tokio::sync::Semaphore>, super::sandbox::MemoryBudget),
     identity: String,
+    /// The reconciles running per shard.
+    in_flight: Arc<super::shard::InFlight>,
 }
 
 /// Runs the controller until SIGTERM/SIGINT (or until leadership is lost: then an error).
@@ -254,6 +256,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         metrics::serve(addr, registry, ready.clone(), reachable, slots.clone()).await?;
     }
     let shutdown = shutdown_signal(opts.shutdown_grace).shared();
+    let opts_shards = opts.shards;
     let shared = Arc::new(Shared {
         fence,
         limits: Parts::limits(&opts),
@@ -264,6 +267,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         metrics,
         slots,
         identity,
+        in_flight: super::shard::InFlight::new(opts_shards),
     });
     compete_for_shards(shared, ready, shutdown).await
 }
@@ -304,8 +308,12 @@ async fn serve_unsharded(
     };
     keep_fence(shared, shard).await;
     ready.store(true, Ordering::Relaxed);
+    tokio::select! {
+        () = balance::wait_for_no_shard_leases(shared) => {}
+        () = shutdown.clone() => return Ok(()),
+    }
     let lost = Arc::new(AtomicBool::new(false));
-    let stop = stop_when(leadership, shutdown, lost.clone()).shared();
+    let stop = stop_when(leadership, shutdown, lost.clone(), shared.fence.clone()).shared();
     let label = metrics::ShardLabel {
         shard: shard.label(),
     };

@@ -316,6 +316,7 @@ impl Watches {
         let events = super::recovery::relisting(
             move || super::recovery::recovering(watcher(api.clone(), wc.clone())).boxed(),
             shards.clone(),
+            None,
         );
         let this = Arc::downgrade(self);
         let (group, kind) = (gvk.group.clone(), gvk.kind.clone());

@@ -41,6 +41,10 @@ use deletion::*;
 /// become conditions instead.
 #[tracing::instrument(skip_all, fields(composition = %comp.name_any(), generation = ?comp.metadata.generation))]
 pub async fn reconcile(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let Some(_serving) = ctx.serving(&comp) else {
+        // Its shard was handed back: the new holder reconciles it.
+        return Ok(Action::await_change());
+    };
     ctx.metrics
         .shard_reconciles
         .get_or_create(&super::metrics::ShardLabel {

@@ -14,19 +14,24 @@
 //! within that time). In its first Lease duration a replica takes at most one shard, so that
 //! replicas started together see each other before they split the shards.
 //!
+//! A shard free for two Lease durations is taken by any replica (the one it fell to is
+//! stuck or cannot take it).
+//!
 //! One controller stack serves the set of shards held ([`Held`]); when a shard is added
 //! (a dead replica's, taken over), the stack's watches list again and its caches fill with
-//! the added shard's objects; nothing already cached or remembered is dropped. A lost Lease
-//! stops the process (the restarted process competes again); on shutdown the Leases are
-//! released only after the stack has stopped. Shards are not handed back: a replica that
-//! joins after the others took every shard stays a standby until one is free. While Leases
-//! of another shard count (or of an unsharded replica) are held, nothing is taken: change
-//! `--shards` by stopping every replica first.
+//! the added shard's objects, and the added shard's Compositions are woken; nothing already
+//! cached or remembered is dropped. A replica holding more than its share in two lists in a
+//! row (a replica joined) hands one shard back per tick, never shard 0: the shard leaves the
+//! set (new reconciles of its Compositions do nothing), its running reconciles finish
+//! (counted per shard), its Lease stops fencing writes and is released, and the replica the split
+//! gives it to takes it. A lost Lease stops the process (the restarted process competes
+//! again); on shutdown the Leases are released only after the stack has stopped. While
+//! Leases of another shard count (or of an unsharded replica) are held, nothing is taken:
+//! change `--shards` by stopping every replica first.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant, SystemTime};
 
-use futures::stream::FuturesUnordered;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, Preconditions};
 use serde_json::json;
@@ -55,7 +60,7 @@ pub(super) async fn serve_sharded(
     let member = Member::join(leases.clone(), &shared.identity, duration);
     let (held_tx, held_rx) = tokio::sync::watch::channel(Shards::none(count));
     let (lost_tx, lost_rx) = tokio::sync::watch::channel(None::<String>);
-    let mut leadership = Vec::new();
+    let mut leadership = BTreeMap::new();
     let acquiring = acquire(
         shared,
         &leases,
@@ -74,6 +79,37 @@ pub(super) async fn serve_sharded(
     match lost {
         Some(why) => Err(anyhow::anyhow!(why)),
         None => Ok(()),
+    }
+}
+
+/// With leader election but no `--shards`: waits (ready, as a standby) until no shard Lease
+/// is held, so that replicas of a sharded rollout being replaced stop first.
+pub(super) async fn wait_for_no_shard_leases(shared: &Shared) {
+    let Some((namespace, secs)) = shared.opts.leader_election.clone() else {
+        return;
+    };
+    let duration = Duration::from_secs(secs.max(1));
+    let leases: Api<Lease> = Api::namespaced(shared.management.client.clone(), &namespace);
+    let mut warned = false;
+    loop {
+        let now = SystemTime::now();
+        let held = match tokio::time::timeout(duration, leases.list(&ListParams::default())).await {
+            Ok(Ok(list)) => list.items.into_iter().find(|l| {
+                l.name_any().starts_with("enoki-controller-shard-")
+                    && l.spec.as_ref().is_some_and(|s| {
+                        !s.holder_identity.as_deref().unwrap_or_default().is_empty()
+                            && expired_for(s, now).is_none()
+                    })
+            }),
+            // Unreadable: the fence and the Lease still hold; do not wait on it.
+            _ => None,
+        };
+        let Some(l) = held else { return };
+        if !warned {
+            tracing::warn!(lease = %l.name_any(), "a shard Lease is held (replicas with --shards): waiting until it is released or expires");
+            warned = true;
+        }
+        tokio::time::sleep(duration / 4).await;
     }
 }
 
@@ -133,7 +169,7 @@ async fn acquire(
     duration: Duration,
     held: &tokio::sync::watch::Sender<Shards>,
     lost: &tokio::sync::watch::Sender<Option<String>>,
-    leadership: &mut Vec<tokio::sync::watch::Receiver<bool>>,
+    leadership: &mut BTreeMap<u32, tokio::sync::watch::Receiver<bool>>,
     shutdown: impl std::future::Future<Output = ()> + Clone + Send + Sync + 'static,
 ) {
     let count = shared.opts.shards;
@@ -141,33 +177,58 @@ async fn acquire(
     let tick = (duration / 4).max(Duration::from_secs(1));
     let started = Instant::now();
     let mut taken = Shards::none(count);
-    let mut expired_since: BTreeMap<u32, Instant> = BTreeMap::new();
-    let mut keepers = FuturesUnordered::new();
-    let mut warned = false;
+    let mut unheld_since: BTreeMap<u32, Instant> = BTreeMap::new();
+    let mut keepers: tokio::task::JoinSet<Shard> = tokio::task::JoinSet::new();
+    let mut keeping: BTreeMap<u32, tokio::task::AbortHandle> = BTreeMap::new();
+    let (mut warned, mut over_before) = (false, false);
     loop {
         let settled = started.elapsed() >= duration;
         match tokio::time::timeout(duration, survey(leases, duration, count)).await {
             Ok(Ok(mut s)) => {
                 s.members.insert(me.clone());
+                // A Lease in this replica's name that it does not hold (an attempt dropped
+                // after it succeeded, whose release failed): free for it to take.
+                let stray: Vec<u32> = s
+                    .holders
+                    .iter()
+                    .filter(|(i, h)| **h == me && !taken.contains(**i))
+                    .map(|(i, _)| *i)
+                    .collect();
+                for i in stray {
+                    s.holders.remove(&i);
+                    s.released.insert(i);
+                }
                 for shard in taken.iter() {
                     s.holders.insert(shard.index, me.clone());
                 }
                 let now = Instant::now();
-                expired_since.retain(|i, _| s.expired.contains(i));
-                for i in &s.expired {
-                    expired_since.entry(*i).or_insert(now);
+                unheld_since.retain(|i, _| s.expired.contains(i) || s.released.contains(i));
+                for i in s.expired.iter().chain(&s.released) {
+                    unheld_since.entry(*i).or_insert(now);
                 }
-                let stable = |i: &u32| {
-                    expired_since
+                let unheld_for = |i: &u32, d: Duration| {
+                    unheld_since
                         .get(i)
-                        .is_some_and(|t| now.duration_since(*t) >= duration / 2)
+                        .is_some_and(|t| now.duration_since(*t) >= d)
                 };
                 let free: BTreeSet<u32> = s
                     .released
                     .iter()
                     .copied()
-                    .chain(s.expired.iter().copied().filter(stable))
+                    .chain(
+                        s.expired
+                            .iter()
+                            .copied()
+                            .filter(|i| unheld_for(i, duration / 2)),
+                    )
                     .filter(|i| !taken.contains(*i))
+                    .collect();
+                // Free for two Lease durations: the replica it fell to does not take it
+                // (stuck, or unable to): anyone does.
+                let overdue: BTreeSet<u32> = free
+                    .iter()
+                    .copied()
+                    .filter(|i| unheld_for(i, duration * 2))
                     .collect();
                 if let Some(other) = &s.foreign {
                     if !warned {
@@ -175,16 +236,22 @@ async fn acquire(
                         warned = true;
                     }
                 } else {
-                    let mine = assign(count, &s.members, &s.holders, &free);
-                    for index in mine.iter().filter(|(_, m)| **m == me).map(|(i, _)| *i) {
+                    let assigned = assign(count, &s.members, &s.holders, &free);
+                    let mine: BTreeSet<u32> = assigned
+                        .iter()
+                        .filter(|(_, m)| **m == me)
+                        .map(|(i, _)| *i)
+                        .chain(overdue)
+                        .collect();
+                    for index in mine {
                         if !settled && !taken.is_empty() {
                             break;
                         }
                         let shard = Shard { index, count };
                         if let Some(rx) = contest(shared, shard, duration).await {
                             taken = taken.with(index);
-                            keepers.push(lost_when(rx.clone(), shard));
-                            leadership.push(rx);
+                            keeping.insert(index, keepers.spawn(lost_when(rx.clone(), shard)));
+                            leadership.insert(index, rx);
                         }
                     }
                     tracing::debug!(members = s.members.len(), %taken, "shard Leases");
@@ -200,19 +267,63 @@ async fn acquire(
                     }
                     held.send_replace(taken);
                 }
+                // More than the share two lists in a row (a replica joined): hand one back,
+                // the highest but shard 0 (which carries the cluster-wide work).
+                let over = taken.len() > share && s.foreign.is_none() && settled;
+                if over
+                    && over_before
+                    && let Some(index) = taken.iter().map(|s| s.index).filter(|i| *i != 0).last()
+                {
+                    let shard = Shard { index, count };
+                    taken = taken.without(index);
+                    hand_back(shared, shard, held, &mut keeping, leadership).await;
+                }
+                over_before = over;
             }
             Ok(Err(e)) => tracing::debug!(error = %e, "could not list the Leases"),
             Err(_) => tracing::debug!("listing the Leases timed out"),
         }
         tokio::select! {
             () = tokio::time::sleep(tick) => {}
-            Some(shard) = keepers.next() => {
+            // A keeper aborted by a hand-back ends as an error: not a loss.
+            Some(Ok(shard)) = keepers.join_next() => {
+                if let Some(f) = &shared.fence {
+                    f.lose();
+                }
                 lost.send_replace(Some(format!("lost leadership of shard {shard}")));
                 return;
             }
             () = shutdown.clone() => return,
         }
     }
+}
+
+/// Hands `shard` back: takes it out of the set served (its runs finish; new ones do
+/// nothing), then stops fencing writes by its Lease and releases the Lease.
+async fn hand_back(
+    shared: &Shared,
+    shard: Shard,
+    held: &tokio::sync::watch::Sender<Shards>,
+    keeping: &mut BTreeMap<u32, tokio::task::AbortHandle>,
+    leadership: &mut BTreeMap<u32, tokio::sync::watch::Receiver<bool>>,
+) {
+    held.send_modify(|h| *h = h.without(shard.index));
+    let label = metrics::ShardLabel {
+        shard: shard.label(),
+    };
+    shared.metrics.shard_held.get_or_create(&label).set(0);
+    while shared.in_flight.busy(shard.index) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    if let Some(fence) = &shared.fence {
+        fence.let_go(&shard.lease_name());
+    }
+    if let Some(k) = keeping.remove(&shard.index) {
+        k.abort();
+    }
+    // The last receiver: its manager releases the Lease.
+    leadership.remove(&shard.index);
+    tracing::info!(%shard, "handed the shard back: this replica held more than its share");
 }
 
 /// Tries to take `shard`'s Lease; its receiver when taken (writes are fenced by it).
@@ -225,7 +336,7 @@ async fn contest(
     // A free Lease is taken within a Lease duration (an expired one takes the manager a few
     // requests and a short random pause); dropping a slower attempt releases what it got.
     match tokio::time::timeout(
-        duration * 2,
+        duration,
         lead(client, &shared.opts, &shared.identity, shard),
     )
     .await
@@ -246,13 +357,12 @@ async fn contest(
     }
 }
 
-/// Resolves with `shard` when its Lease is lost.
+/// Resolves with `shard` when its Lease is lost: at its manager's first change after
+/// taking it (held is all it says until then; a loss followed by a quick re-take is a
+/// loss), or when the manager ends.
 async fn lost_when(mut leadership: tokio::sync::watch::Receiver<bool>, shard: Shard) -> Shard {
-    while *leadership.borrow_and_update() {
-        if leadership.changed().await.is_err() {
-            break;
-        }
-    }
+    leadership.mark_unchanged();
+    let _ = leadership.changed().await;
     tracing::warn!(%shard, "lost the shard's Lease; stopping");
     shard
 }
@@ -396,8 +506,16 @@ impl Member {
                     json!(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
                         k8s_openapi::jiff::Timestamp::now()
                     ));
-                if let Err(e) = api.patch(&lease_name, &params, &Patch::Apply(body)).await {
-                    tracing::debug!(lease = %lease_name, error = %e, "could not renew the membership Lease");
+                let body = Patch::Apply(body);
+                let renew = api.patch(&lease_name, &params, &body);
+                match tokio::time::timeout(duration / 3, renew).await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => {
+                        tracing::debug!(lease = %lease_name, error = %e, "could not renew the membership Lease");
+                    }
+                    Err(_) => {
+                        tracing::debug!(lease = %lease_name, "renewing the membership Lease timed out")
+                    }
                 }
                 tokio::time::sleep(duration / 3).await;
             }

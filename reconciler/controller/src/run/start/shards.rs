@@ -13,6 +13,7 @@ pub(super) async fn run_stack(
     stop: impl std::future::Future<Output = ()> + Clone + Send + Sync + 'static,
 ) {
     let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
+    let wake = sender.clone();
     let client = shared.management.client.clone();
     let watches = Watches::new(
         client.clone(),
@@ -29,7 +30,7 @@ pub(super) async fn run_stack(
         instance: Some(shared.identity.clone()),
     };
     let (comp_reader, comp_stream, slice_reader, slice_stream) =
-        caches(&client, &shared.opts, &shards);
+        caches(&client, &shared.opts, &shards, wake);
     let concurrency = u16::try_from(shared.opts.concurrency.max(1)).unwrap_or(u16::MAX);
     let ctx = Arc::new(Context::new(Parts {
         management: shared.management.clone(),
@@ -45,6 +46,7 @@ pub(super) async fn run_stack(
         synthesis_slots: shared.limits.0.clone(),
         memory_budget: shared.limits.1.clone(),
         shards,
+        in_flight: shared.in_flight.clone(),
     }));
     let tasks = background(&ctx, stop.clone()).await;
     Controller::for_stream(comp_stream, comp_reader)
@@ -70,12 +72,16 @@ pub(super) async fn stop_when(
     leadership: Option<tokio::sync::watch::Receiver<bool>>,
     shutdown: impl std::future::Future<Output = ()>,
     lost: Arc<AtomicBool>,
+    fence: Option<Arc<Fence>>,
 ) {
     let lost_leadership = async move {
         match leadership {
             Some(mut rx) => loop {
                 if rx.changed().await.is_err() || !*rx.borrow() {
                     lost.store(true, Ordering::Relaxed);
+                    if let Some(f) = &fence {
+                        f.lose();
+                    }
                     tracing::warn!("lost leadership; stopping");
                     break;
                 }
@@ -93,6 +99,7 @@ pub(super) fn caches(
     client: &Client,
     opts: &Options,
     shards: &Held,
+    wake: tokio::sync::mpsc::UnboundedSender<ObjectRef<Composition>>,
 ) -> (
     reflector::Store<Composition>,
     Events<Composition>,
@@ -112,15 +119,18 @@ pub(super) fn caches(
     }
     let (comp_reader, comp_writer) = reflector::store::<Composition>();
     let held = shards.clone();
+    let listing_for = Arc::new(std::sync::Mutex::new(*shards.borrow()));
     let comp_stream = in_shard(
         relisting(
             move || recovering(watcher(comps.clone(), wc.clone())).boxed(),
             shards.clone(),
+            Some(listing_for.clone()),
         ),
         move |c| held.borrow().owns(c),
     )
     .modify(|c: &mut Composition| c.managed_fields_mut().clear())
     .reflect(comp_writer)
+    .inspect(added_shards_listed(comp_reader.clone(), listing_for, wake))
     .applied_objects()
     .predicate_filter(composition_change, Default::default())
     .boxed();
@@ -131,6 +141,7 @@ pub(super) fn caches(
             relisting(
                 move || recovering(watcher(slices.clone(), watcher::Config::default())).boxed(),
                 shards.clone(),
+                None,
             ),
             move |s| held.borrow().owns_slice(s),
         )
@@ -139,6 +150,44 @@ pub(super) fn caches(
     )
     .boxed();
     (comp_reader, comp_stream, slice_reader, slice_stream)
+}
+
+/// After the list that follows adding shards (its `InitDone`, once the store holds them):
+/// wakes every cached Composition of the added shards. The Controller drops the list's
+/// events of objects it cannot find in the store yet, and the list is buffered aside until
+/// it is complete, so without this most of a taken-over shard would wait for its next change.
+fn added_shards_listed(
+    store: reflector::Store<Composition>,
+    listing_for: Arc<std::sync::Mutex<Shards>>,
+    wake: tokio::sync::mpsc::UnboundedSender<ObjectRef<Composition>>,
+) -> impl FnMut(&Result<watcher::Event<Composition>, watcher::Error>) + Send + 'static {
+    let mut listed = listing_for.lock().map(|s| *s).ok();
+    move |event| {
+        if !matches!(event, Ok(watcher::Event::InitDone)) {
+            return;
+        }
+        // The set this list was started for (a list of an earlier set may end after the
+        // set grew: it does not count).
+        let Some(now) = listing_for.lock().map(|s| *s).ok() else {
+            return;
+        };
+        let Some(before) = listed else {
+            listed = Some(now);
+            return;
+        };
+        if now == before {
+            return;
+        }
+        let mut woken = 0_usize;
+        for c in store.state() {
+            if now.owns(&c) && !before.owns(&c) {
+                woken += 1;
+                let _ = wake.send(ObjectRef::from_obj(&*c));
+            }
+        }
+        tracing::info!(shards = %now, compositions = woken, "listed the shards added");
+        listed = Some(now);
+    }
 }
 
 /// Watch events of the objects `owns` accepts (the others never reach the cache).
@@ -305,5 +354,52 @@ fn publish_shard_sizes(ctx: &Context) {
         m.shard_managed_objects
             .get_or_create(&label)
             .set(objects[i]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn comp(name: &str, uid: &str) -> Composition {
+        let mut c = Composition::new(name, crds::CompositionSpec::default());
+        c.metadata.namespace = Some("ns".into());
+        c.metadata.uid = Some(uid.into());
+        c
+    }
+
+    /// A UID of shard `index` of 2.
+    fn uid_in(index: u32) -> String {
+        (0..)
+            .map(|i| format!("uid-{i}"))
+            .find(|u| Shard::of_uid(u, 2) == index)
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn the_compositions_of_added_shards_are_woken_once_their_list_is_done() {
+        let (store, mut writer) = reflector::store::<Composition>();
+        let (c0, c1) = (comp("c0", &uid_in(0)), comp("c1", &uid_in(1)));
+        let listing_for = Arc::new(std::sync::Mutex::new(Shards::none(2).with(0)));
+        let (wake, mut woken) = tokio::sync::mpsc::unbounded_channel();
+        let mut listed = added_shards_listed(store, listing_for.clone(), wake);
+        writer.apply_watcher_event(&watcher::Event::Apply(c0.clone()));
+        // The first list: the Controller waits for it, nothing to wake.
+        listed(&Ok(watcher::Event::InitDone));
+        assert!(woken.try_recv().is_err());
+        // Shard 1 added: its list is buffered until done, then only c1 is woken.
+        if let Ok(mut s) = listing_for.lock() {
+            *s = Shards::none(2).with(0).with(1);
+        }
+        listed(&Ok(watcher::Event::Init));
+        writer.apply_watcher_event(&watcher::Event::Apply(c1.clone()));
+        listed(&Ok(watcher::Event::InitApply(c1.clone())));
+        assert!(woken.try_recv().is_err(), "woken before the list was done");
+        listed(&Ok(watcher::Event::InitDone));
+        assert_eq!(woken.try_recv().map(|r| r.name).ok().as_deref(), Some("c1"));
+        assert!(woken.try_recv().is_err(), "c0 was woken too");
+        // Another list of the same set (a 410): nothing.
+        listed(&Ok(watcher::Event::InitDone));
+        assert!(woken.try_recv().is_err());
     }
 }
