@@ -305,21 +305,19 @@ async fn kill_the_holder_of_shard_0(
 }
 
 /// `--shards 4` over two replicas started together: two shards each (the membership Leases
-/// tell each replica it has one peer), one controller stack per replica (one list of the
-/// ResourceSlices each — only a stack's cache lists them — not one per shard), every
-/// Composition written only by its shard's holder; when one replica stops (SIGTERM: it
+/// tell each replica it has one peer), every Composition written only by its shard's
+/// holder; when one replica stops (SIGTERM: it
 /// deletes its membership Lease), the other takes all four (its stack lists again) and
 /// converges the moved Compositions; when a third replica joins, the survivor hands two
 /// shards back to it.
 #[tokio::test]
-async fn four_shards_over_two_replicas_split_two_and_two_with_one_stack_each() {
+async fn four_shards_over_two_replicas_split_two_and_two_and_follow_a_leave_and_a_join() {
     const FOUR: u32 = 4;
     const N: usize = 16;
     let env = TestEnv::new().await;
     install_crds(&env.client).await;
     let ns = env.namespace.clone();
     let synth = install_synthesizer(&env, "shards4", &echo_module()).await;
-    let since = now_rfc3339();
     for i in 0..N {
         set_echo_items(&env, &format!("items-{i}"), &items(i, "1")).await;
         apply_composition(
@@ -347,39 +345,42 @@ async fn four_shards_over_two_replicas_split_two_and_two_with_one_stack_each() {
         },
     )
     .await;
-    let owners = holders_of(&env, FOUR).await;
-    let mut per: BTreeMap<&str, u32> = BTreeMap::new();
-    for h in owners.values() {
-        *per.entry(h.as_str()).or_default() += 1;
+    // Two each (eventually: a replica that started late gets its two handed back).
+    let owners = eventually(
+        "4 shards over 2 replicas, 2 each",
+        Duration::from_secs(90),
+        || async {
+            let owners = holders_of(&env, FOUR).await;
+            let on = |r: &str| owners.values().filter(|h| *h == r).count();
+            (on("replica-0") == 2 && on("replica-1") == 2).then_some(owners)
+        },
+    )
+    .await;
+    let since = now_rfc3339();
+    for i in 0..N {
+        set_echo_items(&env, &format!("items-{i}"), &items(i, "1b")).await;
     }
-    assert_eq!(
-        per,
-        BTreeMap::from([("replica-0", 2), ("replica-1", 2)]),
-        "4 shards over 2 replicas: {owners:?}"
-    );
+    eventually(
+        "every Composition converges",
+        Duration::from_secs(120),
+        || async {
+            let cms: Api<ConfigMap> = env.api();
+            for i in 0..N {
+                let cm = cms.get_opt(&format!("out-{i}")).await.unwrap()?;
+                if cm.data?.get("x").map(String::as_str) != Some("1b") {
+                    return None;
+                }
+            }
+            Some(())
+        },
+    )
+    .await;
     for (r, e) in replicas.iter().enumerate() {
         assert_eq!(e.metric("enoki_shard_held"), Some(2.0), "replica-{r}");
     }
     assert_eq!(leases.list(&members).await.unwrap().items.len(), 2);
     harness::audit_barrier(&env).await;
-    let mut slice_lists: BTreeMap<String, usize> = BTreeMap::new();
-    let mut written: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for r in audited_requests(&ns, &since) {
-        let Some(replica) = r.by_enoki().then(|| replica_of(&r.user_agent)).flatten() else {
-            continue;
-        };
-        if r.resource == "resourceslices" && r.verb == "list" {
-            *slice_lists.entry(replica.clone()).or_default() += 1;
-        }
-        if r.is_write() && r.resource == "configmaps" && r.name.starts_with("out-") {
-            written.entry(r.name.clone()).or_default().insert(replica);
-        }
-    }
-    assert_eq!(
-        slice_lists,
-        BTreeMap::from([("replica-0".into(), 1), ("replica-1".into(), 1)]),
-        "one stack (one ResourceSlice list) per replica"
-    );
+    let written = writers(&ns, &since);
     let comps: Api<crds::Composition> = env.api();
     let shard_of_comp: BTreeMap<String, u32> = comps
         .list(&Default::default())
@@ -443,7 +444,8 @@ async fn four_shards_over_two_replicas_split_two_and_two_with_one_stack_each() {
     );
 
     // replica-2 joins: replica-1 hands two shards back (never shard 0), replica-2 takes them,
-    // and from then on each Composition is written by its shard's holder only.
+    // and each Composition is written by its shard's holder only, the hand-back included.
+    let since_join = now_rfc3339();
     replicas.push(start_with(&env, 2, FOUR, 8));
     eventually(
         "the shards split 2 and 2 again",
@@ -487,6 +489,26 @@ async fn four_shards_over_two_replicas_split_two_and_two_with_one_stack_each() {
     )
     .await;
     harness::audit_barrier(&env).await;
+    // From the join on, no object was written by replica-1 after replica-2 had written it:
+    // a shard handed back is not written by its old holder any more.
+    let mut order: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
+    for r in audited_requests(&ns, &since_join) {
+        if r.by_enoki() && r.is_write() && r.resource == "configmaps" && r.name.starts_with("out-")
+        {
+            let who = replica_of(&r.user_agent).unwrap_or_default();
+            order.entry(r.name).or_default().push((r.received, who));
+        }
+    }
+    for (name, mut writes) in order {
+        writes.sort();
+        let first_new = writes.iter().position(|(_, w)| w == "replica-2");
+        if let Some(p) = first_new {
+            assert!(
+                writes[p..].iter().all(|(_, w)| w == "replica-2"),
+                "{name} was written by replica-1 after replica-2 took it: {writes:?}"
+            );
+        }
+    }
     for (name, by) in writers(&ns, &since_split) {
         let shard = shard_of_comp[&format!("c-{}", name.trim_start_matches("out-"))];
         assert_eq!(

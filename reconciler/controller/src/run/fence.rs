@@ -111,8 +111,12 @@ impl Fence {
         identity: String,
         duration: Duration,
     ) {
-        self.hold(&lease);
-        self.confirm_from(&api, &lease, &identity, duration).await;
+        // Confirmed before it is fenced: a Lease taken while others are held does not close
+        // their writes while it is read. Unconfirmed, it is fenced as held until then.
+        let until = Self::read_deadline(&api, &lease, &identity, duration).await;
+        if let Ok(mut u) = self.until.lock() {
+            u.insert(lease.clone(), until.unwrap_or_else(Instant::now));
+        }
         let fence = self.clone();
         tokio::spawn(async move {
             loop {
@@ -133,19 +137,34 @@ impl Fence {
         identity: &str,
         duration: Duration,
     ) {
-        // A hung read leaves the deadline where it is (the fence closes on its own).
-        if let Ok(Ok(l)) = tokio::time::timeout(duration / 8, api.get(lease)).await
-            && let Some(spec) = l.spec
-            && spec.holder_identity.as_deref() == Some(identity)
-            && let Some(renewed) = spec.renew_time
-        {
-            let renewed = SystemTime::from(renewed.0);
-            let expires = renewed + duration - duration / 8;
-            let left = expires
-                .duration_since(SystemTime::now())
-                .unwrap_or(Duration::ZERO);
-            self.confirm(lease, Instant::now() + left);
+        if let Some(until) = Self::read_deadline(api, lease, identity, duration).await {
+            self.confirm(lease, until);
         }
+    }
+
+    /// Reads the Lease: when this replica holds it, how long writes may go out
+    /// (`renewTime + duration - duration / 8`). A hung read answers nothing (the fence
+    /// closes on its own).
+    async fn read_deadline(
+        api: &Api<Lease>,
+        lease: &str,
+        identity: &str,
+        duration: Duration,
+    ) -> Option<Instant> {
+        let l = tokio::time::timeout(duration / 8, api.get(lease))
+            .await
+            .ok()?
+            .ok()?;
+        let spec = l.spec?;
+        if spec.holder_identity.as_deref() != Some(identity) {
+            return None;
+        }
+        let renewed = SystemTime::from(spec.renew_time?.0);
+        let expires = renewed + duration - duration / 8;
+        let left = expires
+            .duration_since(SystemTime::now())
+            .unwrap_or(Duration::ZERO);
+        Some(Instant::now() + left)
     }
 }
 
@@ -180,8 +199,8 @@ pub struct FencedWrite;
 /// Whether a request writes (Lease writes excepted: they are how the fence is held).
 pub(crate) fn is_write(req: &Request<kube::client::Body>) -> bool {
     !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS)
-        && !req.uri().path().contains("/leases/")
-        && !req.uri().path().ends_with("/leases")
+        && !(req.uri().path().starts_with("/apis/coordination.k8s.io/")
+            && (req.uri().path().contains("/leases/") || req.uri().path().ends_with("/leases")))
 }
 
 impl<S, R> tower::Service<Request<kube::client::Body>> for Fenced<S>

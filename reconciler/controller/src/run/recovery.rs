@@ -65,11 +65,11 @@ where
 /// `make()`'s watch, started again (a fresh list) whenever `held` changes, so that the
 /// cache it feeds gets the objects of the shards added to the set (the filters downstream
 /// read the set at each event). A `held` whose sender is gone never changes again.
-/// `listing_for` is the set the current watch was started for (set before it starts).
+/// `listing_for` records the sets the watch was started for (before each start).
 pub(crate) fn relisting<T: Send + 'static>(
     make: impl Fn() -> futures::stream::BoxStream<'static, T> + Send + 'static,
     held: super::shard::Held,
-    listing_for: Option<std::sync::Arc<std::sync::Mutex<super::shard::Shards>>>,
+    listing_for: Option<std::sync::Arc<std::sync::Mutex<super::shard::Listing>>>,
 ) -> impl Stream<Item = T> + Send {
     enum Next<T> {
         Item(Option<T>),
@@ -81,7 +81,7 @@ pub(crate) fn relisting<T: Send + 'static>(
         if let Some(cell) = &listing_for
             && let Ok(mut c) = cell.lock()
         {
-            *c = now;
+            c.restarted(now);
         }
     };
     record(&mut held);

@@ -66,6 +66,33 @@ impl std::fmt::Display for Shard {
 /// one that never changes.
 pub type Held = tokio::sync::watch::Receiver<Shards>;
 
+/// What a relisting watch was started for: the set at its last start, and the shards held
+/// through every start since the last complete list (a shard taken out and back in between
+/// is not in it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Listing {
+    /// The set the current list was started for.
+    pub current: Shards,
+    /// The shards in every set started for since the last complete list.
+    pub kept: Shards,
+}
+
+impl Listing {
+    /// A watch started for `shards`.
+    pub fn of(shards: Shards) -> Listing {
+        Listing {
+            current: shards,
+            kept: shards,
+        }
+    }
+
+    /// Started again for `shards`.
+    pub fn restarted(&mut self, shards: Shards) {
+        self.current = shards;
+        self.kept = self.kept.and(shards);
+    }
+}
+
 /// A [`Held`] that stays `shards`.
 pub fn fixed(shards: Shards) -> Held {
     tokio::sync::watch::channel(shards).1
@@ -151,6 +178,15 @@ impl Shards {
     pub fn without(self, index: u32) -> Shards {
         Shards {
             mask: self.mask & !Self::bit(index),
+            ..self
+        }
+    }
+
+    /// The shards in both sets.
+    #[must_use]
+    pub fn and(self, other: Shards) -> Shards {
+        Shards {
+            mask: self.mask & other.mask,
             ..self
         }
     }

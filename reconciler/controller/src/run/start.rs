@@ -169,12 +169,21 @@ fn shutdown_signal(
 }
 
 /// Waits for the Lease when leader election is on; the receiver reports losing it.
+/// The Lease's receiver, and its manager's task: it releases the Lease and ends once every
+/// clone of the receiver is dropped.
+type Leadership = (
+    tokio::sync::watch::Receiver<bool>,
+    tokio::task::JoinHandle<
+        Result<kube_lease_manager::LeaseManager, kube_lease_manager::LeaseManagerError>,
+    >,
+);
+
 async fn lead(
     client: &Client,
     opts: &Options,
     identity: &str,
     shard: Shard,
-) -> anyhow::Result<Option<tokio::sync::watch::Receiver<bool>>> {
+) -> anyhow::Result<Option<Leadership>> {
     let Some((namespace, duration)) = &opts.leader_election else {
         return Ok(None);
     };
@@ -187,15 +196,12 @@ async fn lead(
         .build()
         .await?;
     let (mut rx, task) = manager.watch().await;
-    // The manager task runs on its own; it releases the Lease and ends when `rx` (and its
-    // clones) are dropped.
-    drop(task);
     tracing::info!(%identity, lease = %format!("{namespace}/{lease}"), "waiting for leadership");
     while !*rx.borrow_and_update() {
         rx.changed().await?;
     }
     tracing::info!(%identity, %shard, lease = %format!("{namespace}/{lease}"), "acquired leadership");
-    Ok(Some(rx))
+    Ok(Some((rx, task)))
 }
 
 /// What every shard of the process shares.
@@ -306,6 +312,7 @@ async fn serve_unsharded(
         l = lead(&client, &shared.opts, &shared.identity, shard) => l?,
         () = shutdown.clone() => return Ok(()),
     };
+    let (leadership, manager) = leadership.unzip();
     keep_fence(shared, shard).await;
     ready.store(true, Ordering::Relaxed);
     tokio::select! {
@@ -320,6 +327,10 @@ async fn serve_unsharded(
     shared.metrics.shard_held.get_or_create(&label).set(1);
     run_stack(shared, fixed(Shards::ALL), stop).await;
     shared.metrics.shard_held.get_or_create(&label).set(0);
+    // The receiver went with `stop`: let the manager release the Lease for a standby.
+    if let Some(m) = manager {
+        let _ = tokio::time::timeout(Duration::from_secs(3), m).await;
+    }
     if lost.load(Ordering::Relaxed) {
         anyhow::bail!("lost leadership");
     }

@@ -2,14 +2,14 @@
 //! that serves them all.
 //!
 //! Every replica keeps a membership Lease (`enoki-controller-member-<identity>`, labelled
-//! `enoki.dev/controller-member`), renewed every third of the Lease duration, so that each
-//! replica knows which replicas are live. Every tick (a quarter of the Lease duration) a
+//! `enoki.dev/controller-member=<N>`), renewed every third of the Lease duration, so that
+//! each replica knows which replicas of this shard count are live. Every tick (a quarter of the Lease duration) a
 //! replica lists the Leases and splits the free shards over the live replicas, the same way
 //! in every replica ([`assign`]): each free shard, in order, to the replica holding the fewest
 //! (ties: the lowest identity), none beyond ⌈N / replicas⌉. It contests only the shards that
 //! fall to itself, so 4 shards over 2 replicas are 2 and 2, and replicas rarely race for one
 //! Lease. A shard is free when its Lease is absent or released, or when it has expired, its
-//! holder has no live membership Lease, and both have stayed so for half a Lease duration
+//! holder has no live membership Lease, and both have stayed so for a Lease duration
 //! (an API server that was away for a while lets every Lease expire; the holders renew
 //! within that time). In its first Lease duration a replica takes at most one shard, so that
 //! replicas started together see each other before they split the shards.
@@ -21,13 +21,14 @@
 //! (a dead replica's, taken over), the stack's watches list again and its caches fill with
 //! the added shard's objects, and the added shard's Compositions are woken; nothing already
 //! cached or remembered is dropped. A replica holding more than its share in two lists in a
-//! row (a replica joined) hands one shard back per tick, never shard 0: the shard leaves the
+//! row (a replica joined) hands one shard back, never shard 0, once no shard is free: the shard leaves the
 //! set (new reconciles of its Compositions do nothing), its running reconciles finish
 //! (counted per shard), its Lease stops fencing writes and is released, and the replica the split
 //! gives it to takes it. A lost Lease stops the process (the restarted process competes
 //! again); on shutdown the Leases are released only after the stack has stopped. While
-//! Leases of another shard count (or of an unsharded replica) are held, nothing is taken:
-//! change `--shards` by stopping every replica first.
+//! Leases of another shard count (or of an unsharded replica) are held (or expired less than
+//! two Lease durations ago), nothing is taken, and a replica serving shards stops: change
+//! `--shards` by stopping every replica first.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant, SystemTime};
@@ -57,7 +58,7 @@ pub(super) async fn serve_sharded(
     };
     let duration = Duration::from_secs(secs.max(1));
     let leases: Api<Lease> = Api::namespaced(shared.management.client.clone(), &namespace);
-    let member = Member::join(leases.clone(), &shared.identity, duration);
+    let member = Member::join(leases.clone(), &shared.identity, duration, count);
     let (held_tx, held_rx) = tokio::sync::watch::channel(Shards::none(count));
     let (lost_tx, lost_rx) = tokio::sync::watch::channel(None::<String>);
     let mut leadership = BTreeMap::new();
@@ -72,8 +73,17 @@ pub(super) async fn serve_sharded(
     );
     let serving = serve(shared, held_rx, lost_rx.clone(), shutdown);
     tokio::join!(acquiring, serving);
-    // The Leases go (released by their managers) only now that the stack has stopped.
-    drop(leadership);
+    // The Leases go (released by their managers) only now that the stack has stopped; their
+    // releases are waited for (briefly), so that the survivors take the shards at once.
+    let managers: Vec<_> = std::mem::take(&mut leadership)
+        .into_values()
+        .map(|(rx, task)| {
+            drop(rx);
+            task
+        })
+        .collect();
+    let released = futures::future::join_all(managers);
+    let _ = tokio::time::timeout(Duration::from_secs(3), released).await;
     member.leave().await;
     let lost = lost_rx.borrow().clone();
     match lost {
@@ -94,19 +104,23 @@ pub(super) async fn wait_for_no_shard_leases(shared: &Shared) {
     loop {
         let now = SystemTime::now();
         let held = match tokio::time::timeout(duration, leases.list(&ListParams::default())).await {
-            Ok(Ok(list)) => list.items.into_iter().find(|l| {
-                l.name_any().starts_with("enoki-controller-shard-")
-                    && l.spec.as_ref().is_some_and(|s| {
-                        !s.holder_identity.as_deref().unwrap_or_default().is_empty()
-                            && expired_for(s, now).is_none()
-                    })
-            }),
-            // Unreadable: the fence and the Lease still hold; do not wait on it.
-            _ => None,
+            Ok(Ok(list)) => list
+                .items
+                .into_iter()
+                .find(|l| {
+                    l.name_any().starts_with("enoki-controller-shard-")
+                        && l.spec.as_ref().is_some_and(|s| {
+                            !s.holder_identity.as_deref().unwrap_or_default().is_empty()
+                                && expired_for(s, now).is_none_or(|ago| ago < duration * 2)
+                        })
+                })
+                .map(|l| l.name_any()),
+            // Unreadable: wait and list again (fail closed).
+            _ => Some("(the Leases could not be listed)".to_string()),
         };
-        let Some(l) = held else { return };
+        let Some(lease) = held else { return };
         if !warned {
-            tracing::warn!(lease = %l.name_any(), "a shard Lease is held (replicas with --shards): waiting until it is released or expires");
+            tracing::warn!(%lease, "a shard Lease is held (replicas with --shards): waiting until it is released or expires");
             warned = true;
         }
         tokio::time::sleep(duration / 4).await;
@@ -169,7 +183,7 @@ async fn acquire(
     duration: Duration,
     held: &tokio::sync::watch::Sender<Shards>,
     lost: &tokio::sync::watch::Sender<Option<String>>,
-    leadership: &mut BTreeMap<u32, tokio::sync::watch::Receiver<bool>>,
+    leadership: &mut BTreeMap<u32, Leadership>,
     shutdown: impl std::future::Future<Output = ()> + Clone + Send + Sync + 'static,
 ) {
     let count = shared.opts.shards;
@@ -219,7 +233,7 @@ async fn acquire(
                         s.expired
                             .iter()
                             .copied()
-                            .filter(|i| unheld_for(i, duration / 2)),
+                            .filter(|i| unheld_for(i, duration)),
                     )
                     .filter(|i| !taken.contains(*i))
                     .collect();
@@ -230,7 +244,19 @@ async fn acquire(
                     .copied()
                     .filter(|i| unheld_for(i, duration * 2))
                     .collect();
-                if let Some(other) = &s.foreign {
+                if let Some(other) = &s.foreign
+                    && !taken.is_empty()
+                {
+                    // Two schemes serving at once would write the same Compositions twice.
+                    tracing::error!(lease = %other, shards = count, "a Lease of another shard count (or of unsharded enoki) is held while this replica serves shards: stopping");
+                    if let Some(f) = &shared.fence {
+                        f.lose();
+                    }
+                    lost.send_replace(Some(format!(
+                        "a Lease of another shard count is held: {other}"
+                    )));
+                    return;
+                } else if let Some(other) = &s.foreign {
                     if !warned {
                         tracing::warn!(lease = %other, shards = count, "a Lease of another shard count (or of unsharded enoki) is held: taking no shard until it is gone");
                         warned = true;
@@ -248,10 +274,12 @@ async fn acquire(
                             break;
                         }
                         let shard = Shard { index, count };
-                        if let Some(rx) = contest(shared, shard, duration).await {
+                        if let Some((rx, task)) = contest(shared, shard, duration).await {
                             taken = taken.with(index);
-                            keeping.insert(index, keepers.spawn(lost_when(rx.clone(), shard)));
-                            leadership.insert(index, rx);
+                            let keeper =
+                                lost_when(rx.clone(), shard, shared.fence.clone(), lost.clone());
+                            keeping.insert(index, keepers.spawn(keeper));
+                            leadership.insert(index, (rx, task));
                         }
                     }
                     tracing::debug!(members = s.members.len(), %taken, "shard Leases");
@@ -269,7 +297,9 @@ async fn acquire(
                 }
                 // More than the share two lists in a row (a replica joined): hand one back,
                 // the highest but shard 0 (which carries the cluster-wide work).
-                let over = taken.len() > share && s.foreign.is_none() && settled;
+                // Only once the shard handed back last was taken (nothing is free): a
+                // newcomer takes one shard in its first Lease duration.
+                let over = taken.len() > share && s.foreign.is_none() && settled && free.is_empty();
                 if over
                     && over_before
                     && let Some(index) = taken.iter().map(|s| s.index).filter(|i| *i != 0).last()
@@ -285,14 +315,9 @@ async fn acquire(
         }
         tokio::select! {
             () = tokio::time::sleep(tick) => {}
-            // A keeper aborted by a hand-back ends as an error: not a loss.
-            Some(Ok(shard)) = keepers.join_next() => {
-                if let Some(f) = &shared.fence {
-                    f.lose();
-                }
-                lost.send_replace(Some(format!("lost leadership of shard {shard}")));
-                return;
-            }
+            // A keeper aborted by a hand-back ends as an error: not a loss. A loss was
+            // reported by the keeper itself (fence closed, stack told to stop).
+            Some(Ok(_)) = keepers.join_next() => return,
             () = shutdown.clone() => return,
         }
     }
@@ -305,7 +330,7 @@ async fn hand_back(
     shard: Shard,
     held: &tokio::sync::watch::Sender<Shards>,
     keeping: &mut BTreeMap<u32, tokio::task::AbortHandle>,
-    leadership: &mut BTreeMap<u32, tokio::sync::watch::Receiver<bool>>,
+    leadership: &mut BTreeMap<u32, Leadership>,
 ) {
     held.send_modify(|h| *h = h.without(shard.index));
     let label = metrics::ShardLabel {
@@ -322,16 +347,15 @@ async fn hand_back(
         k.abort();
     }
     // The last receiver: its manager releases the Lease.
-    leadership.remove(&shard.index);
+    if let Some((rx, task)) = leadership.remove(&shard.index) {
+        drop(rx);
+        let _ = tokio::time::timeout(Duration::from_secs(3), task).await;
+    }
     tracing::info!(%shard, "handed the shard back: this replica held more than its share");
 }
 
 /// Tries to take `shard`'s Lease; its receiver when taken (writes are fenced by it).
-async fn contest(
-    shared: &Shared,
-    shard: Shard,
-    duration: Duration,
-) -> Option<tokio::sync::watch::Receiver<bool>> {
+async fn contest(shared: &Shared, shard: Shard, duration: Duration) -> Option<Leadership> {
     let client = &shared.management.client;
     // A free Lease is taken within a Lease duration (an expired one takes the manager a few
     // requests and a short random pause); dropping a slower attempt releases what it got.
@@ -341,9 +365,9 @@ async fn contest(
     )
     .await
     {
-        Ok(Ok(Some(rx))) => {
+        Ok(Ok(Some(leadership))) => {
             keep_fence(shared, shard).await;
-            Some(rx)
+            Some(leadership)
         }
         Ok(Ok(None)) => None,
         Ok(Err(e)) => {
@@ -360,10 +384,21 @@ async fn contest(
 /// Resolves with `shard` when its Lease is lost: at its manager's first change after
 /// taking it (held is all it says until then; a loss followed by a quick re-take is a
 /// loss), or when the manager ends.
-async fn lost_when(mut leadership: tokio::sync::watch::Receiver<bool>, shard: Shard) -> Shard {
+/// On a loss, closes the fence for good and tells the stack to stop, at once (the take
+/// loop may be busy).
+async fn lost_when(
+    mut leadership: tokio::sync::watch::Receiver<bool>,
+    shard: Shard,
+    fence: Option<Arc<Fence>>,
+    lost: tokio::sync::watch::Sender<Option<String>>,
+) -> Shard {
     leadership.mark_unchanged();
     let _ = leadership.changed().await;
+    if let Some(f) = &fence {
+        f.lose();
+    }
     tracing::warn!(%shard, "lost the shard's Lease; stopping");
+    lost.send_replace(Some(format!("lost leadership of shard {shard}")));
     shard
 }
 
@@ -433,7 +468,11 @@ async fn survey(leases: &Api<Lease>, duration: Duration, count: u32) -> kube::Re
         let spec = l.spec.clone().unwrap_or_default();
         let holder = spec.holder_identity.clone().unwrap_or_default();
         let expired = expired_for(&spec, now);
-        if l.labels().contains_key(MEMBER_LABEL) {
+        if let Some(of) = l.labels().get(MEMBER_LABEL) {
+            // Replicas of another shard count take nothing here: not members.
+            if *of != count.to_string() {
+                continue;
+            }
             match expired {
                 None => {
                     s.members.insert(holder);
@@ -455,7 +494,7 @@ async fn survey(leases: &Api<Lease>, duration: Duration, count: u32) -> kube::Re
         } else if let Some(index) = shard_of_lease(&name, count) {
             shard_leases.push((index, holder, expired.is_some()));
         } else if (name == "enoki-controller" || name.starts_with("enoki-controller-shard-"))
-            && expired.is_none()
+            && expired.is_none_or(|ago| ago < duration * 2)
             && !holder.is_empty()
         {
             s.foreign = Some(name);
@@ -486,12 +525,12 @@ struct Member {
 
 impl Member {
     /// Starts renewing the membership Lease (created by the first renewal).
-    fn join(leases: Api<Lease>, identity: &str, duration: Duration) -> Member {
+    fn join(leases: Api<Lease>, identity: &str, duration: Duration, count: u32) -> Member {
         let name = member_lease_name(identity);
         let lease = json!({
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
-            "metadata": {"name": name, "labels": {MEMBER_LABEL: "true"}},
+            "metadata": {"name": name, "labels": {MEMBER_LABEL: count.to_string()}},
             "spec": {
                 "holderIdentity": identity,
                 "leaseDurationSeconds": duration.as_secs(),
@@ -500,7 +539,10 @@ impl Member {
         let (api, lease_name) = (leases.clone(), name.clone());
         let renewing = tokio::spawn(async move {
             let params = PatchParams::apply("enoki").force();
+            let mut every = tokio::time::interval(duration / 3);
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
+                every.tick().await;
                 let mut body = lease.clone();
                 body["spec"]["renewTime"] =
                     json!(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
@@ -517,7 +559,6 @@ impl Member {
                         tracing::debug!(lease = %lease_name, "renewing the membership Lease timed out")
                     }
                 }
-                tokio::time::sleep(duration / 3).await;
             }
         });
         Member {

@@ -3,7 +3,7 @@
 //! of the holder of shard 0.
 
 use super::super::recovery::{self, recovering, relisting};
-use super::super::shard::{Held, Shards};
+use super::super::shard::{Held, Listing, Shards};
 use super::*;
 
 /// Runs the controllers of the shards `held` (a set that may grow) until `stop` resolves.
@@ -119,7 +119,7 @@ pub(super) fn caches(
     }
     let (comp_reader, comp_writer) = reflector::store::<Composition>();
     let held = shards.clone();
-    let listing_for = Arc::new(std::sync::Mutex::new(*shards.borrow()));
+    let listing_for = Arc::new(std::sync::Mutex::new(Listing::of(*shards.borrow())));
     let comp_stream = in_shard(
         relisting(
             move || recovering(watcher(comps.clone(), wc.clone())).boxed(),
@@ -158,23 +158,29 @@ pub(super) fn caches(
 /// it is complete, so without this most of a taken-over shard would wait for its next change.
 fn added_shards_listed(
     store: reflector::Store<Composition>,
-    listing_for: Arc<std::sync::Mutex<Shards>>,
+    listing_for: Arc<std::sync::Mutex<Listing>>,
     wake: tokio::sync::mpsc::UnboundedSender<ObjectRef<Composition>>,
 ) -> impl FnMut(&Result<watcher::Event<Composition>, watcher::Error>) + Send + 'static {
-    let mut listed = listing_for.lock().map(|s| *s).ok();
+    let mut listed: Option<Shards> = None;
     move |event| {
         if !matches!(event, Ok(watcher::Event::InitDone)) {
             return;
         }
         // The set this list was started for (a list of an earlier set may end after the
-        // set grew: it does not count).
-        let Some(now) = listing_for.lock().map(|s| *s).ok() else {
+        // set changed: it does not count), and what was held all along since the last one.
+        let Some((now, kept)) = listing_for.lock().ok().map(|mut l| {
+            let seen = (l.current, l.kept);
+            *l = Listing::of(l.current);
+            seen
+        }) else {
             return;
         };
-        let Some(before) = listed else {
-            listed = Some(now);
+        let Some(listed_before) = listed.replace(now) else {
             return;
         };
+        // Shards held through both lists were served all along; the others are new here
+        // (or back after a hand-back whose reconciles did nothing).
+        let before = listed_before.and(kept);
         if now == before {
             return;
         }
@@ -186,7 +192,6 @@ fn added_shards_listed(
             }
         }
         tracing::info!(shards = %now, compositions = woken, "listed the shards added");
-        listed = Some(now);
     }
 }
 
@@ -380,7 +385,7 @@ mod tests {
     fn the_compositions_of_added_shards_are_woken_once_their_list_is_done() {
         let (store, mut writer) = reflector::store::<Composition>();
         let (c0, c1) = (comp("c0", &uid_in(0)), comp("c1", &uid_in(1)));
-        let listing_for = Arc::new(std::sync::Mutex::new(Shards::none(2).with(0)));
+        let listing_for = Arc::new(std::sync::Mutex::new(Listing::of(Shards::none(2).with(0))));
         let (wake, mut woken) = tokio::sync::mpsc::unbounded_channel();
         let mut listed = added_shards_listed(store, listing_for.clone(), wake);
         writer.apply_watcher_event(&watcher::Event::Apply(c0.clone()));
@@ -389,7 +394,7 @@ mod tests {
         assert!(woken.try_recv().is_err());
         // Shard 1 added: its list is buffered until done, then only c1 is woken.
         if let Ok(mut s) = listing_for.lock() {
-            *s = Shards::none(2).with(0).with(1);
+            s.restarted(Shards::none(2).with(0).with(1));
         }
         listed(&Ok(watcher::Event::Init));
         writer.apply_watcher_event(&watcher::Event::Apply(c1.clone()));
@@ -400,6 +405,15 @@ mod tests {
         assert!(woken.try_recv().is_err(), "c0 was woken too");
         // Another list of the same set (a 410): nothing.
         listed(&Ok(watcher::Event::InitDone));
+        assert!(woken.try_recv().is_err());
+        // Shard 0 handed back and taken again before a list completed: c0 is woken (its
+        // reconciles in between did nothing).
+        if let Ok(mut s) = listing_for.lock() {
+            s.restarted(Shards::none(2).with(1));
+            s.restarted(Shards::none(2).with(0).with(1));
+        }
+        listed(&Ok(watcher::Event::InitDone));
+        assert_eq!(woken.try_recv().map(|r| r.name).ok().as_deref(), Some("c0"));
         assert!(woken.try_recv().is_err());
     }
 }
