@@ -407,7 +407,7 @@ async fn four_shards_over_two_replicas_split_two_and_two_and_follow_a_leave_and_
     );
     eventually(
         "replica-0's membership Lease is gone",
-        Duration::from_secs(10),
+        Duration::from_secs(20),
         || async { (leases.list(&members).await.unwrap().items.len() == 1).then_some(()) },
     )
     .await;

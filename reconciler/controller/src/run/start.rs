@@ -315,18 +315,30 @@ async fn serve_unsharded(
     let (leadership, manager) = leadership.unzip();
     keep_fence(shared, shard).await;
     ready.store(true, Ordering::Relaxed);
-    tokio::select! {
-        () = balance::wait_for_no_shard_leases(shared) => {}
-        () = shutdown.clone() => return Ok(()),
-    }
     let lost = Arc::new(AtomicBool::new(false));
-    let stop = stop_when(leadership, shutdown, lost.clone(), shared.fence.clone()).shared();
-    let label = metrics::ShardLabel {
-        shard: shard.label(),
+    let waited = tokio::select! {
+        () = balance::wait_for_no_shard_leases(shared) => true,
+        () = shutdown.clone() => false,
     };
-    shared.metrics.shard_held.get_or_create(&label).set(1);
-    run_stack(shared, fixed(Shards::ALL), stop).await;
-    shared.metrics.shard_held.get_or_create(&label).set(0);
+    // Held here until the stack has stopped and the fence is closed: the Lease is released
+    // only then (the receiver in `stop` goes when it resolves).
+    let kept = leadership.clone();
+    if waited {
+        let stop = stop_when(leadership, shutdown, lost.clone(), shared.fence.clone()).shared();
+        let label = metrics::ShardLabel {
+            shard: shard.label(),
+        };
+        shared.metrics.shard_held.get_or_create(&label).set(1);
+        run_stack(shared, fixed(Shards::ALL), stop).await;
+        shared.metrics.shard_held.get_or_create(&label).set(0);
+    } else {
+        drop(leadership);
+    }
+    // Nothing still in flight (a detached status write) writes once the Lease is released.
+    if let Some(f) = &shared.fence {
+        f.lose();
+    }
+    drop(kept);
     // The receiver went with `stop`: let the manager release the Lease for a standby.
     if let Some(m) = manager {
         let _ = tokio::time::timeout(Duration::from_secs(3), m).await;

@@ -73,6 +73,11 @@ pub(super) async fn serve_sharded(
     );
     let serving = serve(shared, held_rx, lost_rx.clone(), shutdown);
     tokio::join!(acquiring, serving);
+    // Nothing this process still has in flight (a detached status write) writes once the
+    // Leases are released.
+    if let Some(f) = &shared.fence {
+        f.lose();
+    }
     // The Leases go (released by their managers) only now that the stack has stopped; their
     // releases are waited for (briefly), so that the survivors take the shards at once.
     let managers: Vec<_> = std::mem::take(&mut leadership)
@@ -101,6 +106,7 @@ pub(super) async fn wait_for_no_shard_leases(shared: &Shared) {
     let duration = Duration::from_secs(secs.max(1));
     let leases: Api<Lease> = Api::namespaced(shared.management.client.clone(), &namespace);
     let mut warned = false;
+    let mut failing_since: Option<Instant> = None;
     loop {
         let now = SystemTime::now();
         let held = match tokio::time::timeout(duration, leases.list(&ListParams::default())).await {
@@ -115,8 +121,28 @@ pub(super) async fn wait_for_no_shard_leases(shared: &Shared) {
                         })
                 })
                 .map(|l| l.name_any()),
-            // Unreadable: wait and list again (fail closed).
-            _ => Some("(the Leases could not be listed)".to_string()),
+            // Unreadable: wait and list again (fail closed), for two Lease durations; the
+            // check is a guard for rollouts between shard counts, not worth a replica that
+            // never serves (a Role without `list` on Leases, say).
+            Ok(Err(e)) => {
+                let since = *failing_since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= duration * 2 {
+                    tracing::error!(error = %e, "could not list the Leases to look for shard Leases; serving anyway");
+                    return;
+                }
+                tracing::warn!(error = %e, "could not list the Leases to look for shard Leases");
+                Some("(the Leases could not be listed)".to_string())
+            }
+            Err(_) => {
+                let since = *failing_since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= duration * 2 {
+                    tracing::error!(
+                        "listing the Leases to look for shard Leases timed out; serving anyway"
+                    );
+                    return;
+                }
+                Some("(listing the Leases timed out)".to_string())
+            }
         };
         let Some(lease) = held else { return };
         if !warned {
@@ -392,8 +418,10 @@ async fn lost_when(
     fence: Option<Arc<Fence>>,
     lost: tokio::sync::watch::Sender<Option<String>>,
 ) -> Shard {
-    leadership.mark_unchanged();
-    let _ = leadership.changed().await;
+    // The version `lead()` saw is the one this clone has seen: any change since is a loss.
+    if *leadership.borrow() {
+        let _ = leadership.changed().await;
+    }
     if let Some(f) = &fence {
         f.lose();
     }
