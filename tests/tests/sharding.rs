@@ -86,6 +86,18 @@ fn writers(ns: &str, since: &str) -> BTreeMap<String, BTreeSet<String>> {
     out
 }
 
+/// Whether every `out-<i>` ConfigMap (`i < n`) has `x` = `x`.
+async fn all_outputs_are(env: &TestEnv, n: usize, x: &str) -> Option<()> {
+    let cms: Api<ConfigMap> = env.api();
+    for i in 0..n {
+        let cm = cms.get_opt(&format!("out-{i}")).await.unwrap()?;
+        if cm.data?.get("x").map(String::as_str) != Some(x) {
+            return None;
+        }
+    }
+    Some(())
+}
+
 fn start(env: &TestEnv, replica: usize) -> Enoki {
     start_with(env, replica, SHARDS, 8)
 }
@@ -363,16 +375,7 @@ async fn four_shards_over_two_replicas_split_two_and_two_and_follow_a_leave_and_
     eventually(
         "every Composition converges",
         Duration::from_secs(120),
-        || async {
-            let cms: Api<ConfigMap> = env.api();
-            for i in 0..N {
-                let cm = cms.get_opt(&format!("out-{i}")).await.unwrap()?;
-                if cm.data?.get("x").map(String::as_str) != Some("1b") {
-                    return None;
-                }
-            }
-            Some(())
-        },
+        || all_outputs_are(&env, N, "1b"),
     )
     .await;
     for (r, e) in replicas.iter().enumerate() {
@@ -417,22 +420,13 @@ async fn four_shards_over_two_replicas_split_two_and_two_and_follow_a_leave_and_
         || async { (replicas[1].metric("enoki_shard_held")? == 4.0).then_some(()) },
     )
     .await;
-    let cms: Api<ConfigMap> = env.api();
     for i in 0..N {
         set_echo_items(&env, &format!("items-{i}"), &items(i, "2")).await;
     }
     eventually(
         "every Composition converges under replica-1",
         Duration::from_secs(120),
-        || async {
-            for i in 0..N {
-                let cm = cms.get_opt(&format!("out-{i}")).await.unwrap()?;
-                if cm.data?.get("x").map(String::as_str) != Some("2") {
-                    return None;
-                }
-            }
-            Some(())
-        },
+        || all_outputs_are(&env, N, "2"),
     )
     .await;
     assert_eq!(
@@ -477,15 +471,7 @@ async fn four_shards_over_two_replicas_split_two_and_two_and_follow_a_leave_and_
     eventually(
         "every Composition converges after the split",
         Duration::from_secs(120),
-        || async {
-            for i in 0..N {
-                let cm = cms.get_opt(&format!("out-{i}")).await.unwrap()?;
-                if cm.data?.get("x").map(String::as_str) != Some("3") {
-                    return None;
-                }
-            }
-            Some(())
-        },
+        || all_outputs_are(&env, N, "3"),
     )
     .await;
     harness::audit_barrier(&env).await;

@@ -325,16 +325,7 @@ fn options(args: &cli::RunArgs) -> anyhow::Result<run::Options> {
             .leader_election_namespace
             .clone()
             .map(|ns| (ns, args.lease_duration_secs.max(1))),
-        shards: match (args.shards, &args.leader_election_namespace) {
-            (0, _) => anyhow::bail!("--shards 0: there must be at least one shard"),
-            (n, _) if n > run::shard::Shards::MAX => {
-                anyhow::bail!("--shards {n}: at most {} shards", run::shard::Shards::MAX)
-            }
-            (n, None) if n > 1 => anyhow::bail!(
-                "--shards {n} needs --leader-election-namespace: each shard is held through a Lease"
-            ),
-            (n, _) => n,
-        },
+        shards: shards(args.shards, args.leader_election_namespace.as_deref())?,
         remote_kubeconfig: args.remote_kubeconfig.clone(),
         kubeconfig: args.cluster.kubeconfig.clone(),
         context: args.cluster.context.clone(),
@@ -456,4 +447,19 @@ fn remote_namespace_map(
         anyhow::bail!("--remote-namespace-map needs --remote-kubeconfig");
     }
     Ok(map)
+}
+
+/// `--shards`, checked: at least one, at most [`run::shard::Shards::MAX`], and more than one
+/// only with leader election.
+fn shards(shards: u32, leader_election_namespace: Option<&str>) -> anyhow::Result<u32> {
+    Ok(match (shards, leader_election_namespace) {
+        (0, _) => anyhow::bail!("--shards 0: there must be at least one shard"),
+        (n, _) if n > run::shard::Shards::MAX => {
+            anyhow::bail!("--shards {n}: at most {} shards", run::shard::Shards::MAX)
+        }
+        (n, None) if n > 1 => anyhow::bail!(
+            "--shards {n} needs --leader-election-namespace: each shard is held through a Lease"
+        ),
+        (n, _) => n,
+    })
 }

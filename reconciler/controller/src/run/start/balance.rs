@@ -168,6 +168,66 @@ pub(super) struct Survey {
     pub foreign: Option<String>,
 }
 
+impl Survey {
+    /// The survey as this replica (`me`, holding `taken`) counts it: itself a member, its
+    /// own shards held, a Lease in its name it does not hold (an attempt dropped after it
+    /// succeeded, whose release failed) free for it. Returns the free shards (released, or
+    /// expired for a whole `duration`) and the overdue ones (free for two), tracking since
+    /// when each was unheld in `unheld_since`.
+    fn as_seen_by(
+        &mut self,
+        me: &str,
+        taken: Shards,
+        unheld_since: &mut BTreeMap<u32, Instant>,
+        duration: Duration,
+    ) -> (BTreeSet<u32>, BTreeSet<u32>) {
+        self.members.insert(me.to_string());
+        let stray: Vec<u32> = self
+            .holders
+            .iter()
+            .filter(|(i, h)| *h == me && !taken.contains(**i))
+            .map(|(i, _)| *i)
+            .collect();
+        for i in stray {
+            self.holders.remove(&i);
+            self.released.insert(i);
+        }
+        for shard in taken.iter() {
+            self.holders.insert(shard.index, me.to_string());
+        }
+        let now = Instant::now();
+        unheld_since.retain(|i, _| self.expired.contains(i) || self.released.contains(i));
+        for i in self.expired.iter().chain(&self.released) {
+            unheld_since.entry(*i).or_insert(now);
+        }
+        let unheld_for = |i: &u32, d: Duration| {
+            unheld_since
+                .get(i)
+                .is_some_and(|t| now.duration_since(*t) >= d)
+        };
+        let free: BTreeSet<u32> = self
+            .released
+            .iter()
+            .copied()
+            .chain(
+                self.expired
+                    .iter()
+                    .copied()
+                    .filter(|i| unheld_for(i, duration)),
+            )
+            .filter(|i| !taken.contains(*i))
+            .collect();
+        // Free for two Lease durations: the replica it fell to does not take it (stuck, or
+        // unable to): anyone does.
+        let overdue = free
+            .iter()
+            .copied()
+            .filter(|i| unheld_for(i, duration * 2))
+            .collect();
+        (free, overdue)
+    }
+}
+
 /// Which of the `free` shards each live replica takes, the same in every replica: each
 /// free shard in order goes to the member holding the fewest (ties: the lowest identity),
 /// none beyond ⌈count / members⌉. Pure.
@@ -225,51 +285,7 @@ async fn acquire(
         let settled = started.elapsed() >= duration;
         match tokio::time::timeout(duration, survey(leases, duration, count)).await {
             Ok(Ok(mut s)) => {
-                s.members.insert(me.clone());
-                // A Lease in this replica's name that it does not hold (an attempt dropped
-                // after it succeeded, whose release failed): free for it to take.
-                let stray: Vec<u32> = s
-                    .holders
-                    .iter()
-                    .filter(|(i, h)| **h == me && !taken.contains(**i))
-                    .map(|(i, _)| *i)
-                    .collect();
-                for i in stray {
-                    s.holders.remove(&i);
-                    s.released.insert(i);
-                }
-                for shard in taken.iter() {
-                    s.holders.insert(shard.index, me.clone());
-                }
-                let now = Instant::now();
-                unheld_since.retain(|i, _| s.expired.contains(i) || s.released.contains(i));
-                for i in s.expired.iter().chain(&s.released) {
-                    unheld_since.entry(*i).or_insert(now);
-                }
-                let unheld_for = |i: &u32, d: Duration| {
-                    unheld_since
-                        .get(i)
-                        .is_some_and(|t| now.duration_since(*t) >= d)
-                };
-                let free: BTreeSet<u32> = s
-                    .released
-                    .iter()
-                    .copied()
-                    .chain(
-                        s.expired
-                            .iter()
-                            .copied()
-                            .filter(|i| unheld_for(i, duration)),
-                    )
-                    .filter(|i| !taken.contains(*i))
-                    .collect();
-                // Free for two Lease durations: the replica it fell to does not take it
-                // (stuck, or unable to): anyone does.
-                let overdue: BTreeSet<u32> = free
-                    .iter()
-                    .copied()
-                    .filter(|i| unheld_for(i, duration * 2))
-                    .collect();
+                let (free, overdue) = s.as_seen_by(&me, taken, &mut unheld_since, duration);
                 if let Some(other) = &s.foreign
                     && !taken.is_empty()
                 {
