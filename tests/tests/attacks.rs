@@ -938,7 +938,17 @@ async fn a_compile_bomb_costs_its_compile_process_not_the_controller() {
     install_crds(&env.client).await;
     let synth = install_synthesizer(&env, "echo", &echo_module()).await;
     let tenant = Tenant::of(&env).await;
-    let mut enoki = Enoki::start_with(&env.namespace, &["--compile-memory-budget", "384Mi"]);
+    // The compilation is stopped by its memory limit, not by its timeout: on a loaded
+    // machine Cranelift takes minutes to reach 384 MiB.
+    let mut enoki = Enoki::start_with(
+        &env.namespace,
+        &[
+            "--compile-memory-budget",
+            "384Mi",
+            "--compile-timeout",
+            "15m",
+        ],
+    );
     still_serving(&env, &mut enoki, &synth, &tenant).await;
     let base = peak_rss_kib(enoki.pid());
     // 2.7 MB of branches, an estimated 62 MiB to compile (within the budget): Cranelift
@@ -946,7 +956,11 @@ async fn a_compile_bomb_costs_its_compile_process_not_the_controller() {
     let bomb = harness::wasm::module(2, 32, &harness::wasm::branchy_body(2_000), 0);
     let bomb_synth = install_synthesizer(&env, "bomb", &gzip(&bomb)).await;
     tenant.compose("bomb", &bomb_synth, json!([])).await;
-    let msg = module_unavailable(&env, "bomb").await;
+    let msg = eventually("bomb: ModuleUnavailable", WAIT * 10, || async {
+        let (s, reason, msg) = harness::composition_condition(&env, "bomb", "Synthesized").await?;
+        (s == "False" && reason == "ModuleUnavailable").then_some(msg)
+    })
+    .await;
     // Its compile process had a quarter of the budget (more than the estimate), then the
     // whole budget on the retry.
     assert!(
