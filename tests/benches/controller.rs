@@ -56,6 +56,18 @@ fn rss_mib(pid: u32) -> (f64, f64) {
     (kb("VmRSS:") / 1024.0, kb("VmHWM:") / 1024.0)
 }
 
+/// Anonymous RSS in MiB (the heap and stacks; without the binary's mapped code).
+fn anon_rss_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with("RssAnon:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or(0.0)
+        / 1024.0
+}
+
 /// The pids of the control plane's API server and etcd (`$TESTENV_DIR/*.pid`).
 fn server_pids() -> (u32, u32) {
     let dir = std::env::var("TESTENV_DIR").expect("TESTENV_DIR (make bench sets it)");
@@ -497,6 +509,9 @@ struct ReplicaFigures {
     /// RSS once its shards were held, before any Composition existed.
     idle: f64,
     rss: f64,
+    /// Anonymous RSS idle and at the end.
+    idle_anon: f64,
+    anon: f64,
 }
 
 /// `replicas` enoki processes (`--shards shards` when more than 1) reconcile `comps`
@@ -546,7 +561,10 @@ async fn fleet(
     while held() < f64::from(shards) {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let idle: Vec<f64> = fleet.iter().map(|e| rss_mib(e.pid()).0).collect();
+    let idle: Vec<(f64, f64)> = fleet
+        .iter()
+        .map(|e| (rss_mib(e.pid()).0, anon_rss_mib(e.pid())))
+        .collect();
     let start = Instant::now();
     let (envr, synth) = (&env, &synth);
     futures::stream::iter(0..comps)
@@ -574,24 +592,44 @@ async fn fleet(
     let figures = fleet
         .iter()
         .zip(idle)
-        .map(|(e, idle)| ReplicaFigures {
+        .map(|(e, (idle, idle_anon))| ReplicaFigures {
             shards: e.metric("enoki_shard_held").unwrap_or(0.0),
             compositions: e.metric("enoki_shard_compositions").unwrap_or(0.0),
             objects: e.metric("enoki_shard_managed_objects").unwrap_or(0.0),
             idle,
             rss: rss_mib(e.pid()).0,
+            idle_anon,
+            anon: anon_rss_mib(e.pid()),
         })
         .collect();
     drop(fleet);
     // Leave nothing labelled behind: the next fleet's cluster-wide metadata watch would
     // count it.
+    // A collection of 50,000 may outlast one request's timeout: again until none is left.
     let cms: Api<ConfigMap> = env.api();
-    cms.delete_collection(
-        &kube::api::DeleteParams::default(),
-        &ListParams::default().labels("enoki.dev/managed-by"),
-    )
-    .await
-    .unwrap();
+    let labelled = ListParams::default()
+        .labels("enoki.dev/managed-by")
+        .limit(1);
+    for attempt in 0.. {
+        let left = cms.list_metadata(&labelled).await.map(|l| l.items.len());
+        if left.as_ref().is_ok_and(|n| *n == 0) {
+            break;
+        }
+        assert!(
+            attempt < 20,
+            "managed ConfigMaps left after 20 deletions: {left:?}"
+        );
+        if let Err(e) = cms
+            .delete_collection(
+                &kube::api::DeleteParams::default(),
+                &ListParams::default().labels("enoki.dev/managed-by"),
+            )
+            .await
+        {
+            eprintln!("deleting the managed ConfigMaps: {e}; again");
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
     (all, figures)
 }
 
@@ -601,12 +639,15 @@ async fn shards() {
     let (sharded, sharded_figures) = fleet(comps, per, 2, 4).await;
     println!("\n## shards: {comps} Compositions × {per} ConfigMaps\n");
     println!(
-        "| setup | all Ready | vs 1 replica | replica: shards held, Compositions / managed objects cached, RSS (above its idle RSS), share of the unsharded RSS above idle |"
+        "| setup | all Ready | vs 1 replica | replica: shards held, Compositions / managed objects cached, RSS (above its idle RSS), share of the unsharded RSS above idle; the same for anonymous RSS (heap and stacks, without mapped code) |"
     );
     println!("| --- | --- | --- | --- |");
     let whole = base_figures
         .first()
         .map_or(1.0, |f| (f.rss - f.idle).max(1.0));
+    let whole_anon = base_figures
+        .first()
+        .map_or(1.0, |f| (f.anon - f.idle_anon).max(1.0));
     for (name, t, figures) in [
         ("1 replica, unsharded", base, &base_figures),
         ("2 replicas, `--shards 4`", sharded, &sharded_figures),
@@ -615,13 +656,15 @@ async fn shards() {
             .iter()
             .map(|f| {
                 format!(
-                    "{:.0} shard(s), {:.0} / {:.0}, {:.0} MiB (+{:.0} MiB), {:.2}x",
+                    "{:.0} shard(s), {:.0} / {:.0}, {:.0} MiB (+{:.0} MiB), {:.2}x; anonymous +{:.0} MiB, {:.2}x",
                     f.shards,
                     f.compositions,
                     f.objects,
                     f.rss,
                     f.rss - f.idle,
-                    (f.rss - f.idle) / whole
+                    (f.rss - f.idle) / whole,
+                    f.anon - f.idle_anon,
+                    (f.anon - f.idle_anon) / whole_anon
                 )
             })
             .collect();
