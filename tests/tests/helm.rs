@@ -21,7 +21,11 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
 /// The first synthesis compiles an 80 MB module (cached afterwards).
-const WAIT: Duration = Duration::from_secs(300);
+/// Three tests compile the 80.9 MB Helm module at once on two cores: minutes in a debug build.
+const WAIT: Duration = Duration::from_secs(600);
+
+/// The compile timeout the tests' enoki gets (the default 2m is for one compilation at a time).
+const COMPILE_TIMEOUT: &str = "10m";
 
 /// The `helm` binary (hack/tools.sh builds it; make test sets HELM) against the test cluster.
 fn helm(args: &[&str]) -> String {
@@ -182,7 +186,15 @@ async fn the_builtin_renders_a_chart_pulled_by_digest_and_a_values_change_prunes
     .await;
     composition(&env, &name, &synth).await;
     let helm_module = format!("{addr}/enoki/helm:e2e@{module_digest}");
-    let enoki = Enoki::start_with(&env.namespace, &["--helm-module", &helm_module]);
+    let enoki = Enoki::start_with(
+        &env.namespace,
+        &[
+            "--helm-module",
+            &helm_module,
+            "--compile-timeout",
+            COMPILE_TIMEOUT,
+        ],
+    );
     let instance = ListParams::default().labels(&format!("app.kubernetes.io/instance={name}"));
     let (deployments, pdbs) = (env.api::<Deployment>(), env.api::<PodDisruptionBudget>());
     eventually("the chart converged", WAIT, || async {
@@ -246,7 +258,15 @@ async fn a_values_change_never_deletes_a_crd() {
     set_values(&env, "extraCRD: true\n").await;
     composition(&env, "edge", &synth).await;
     let module = helm_module();
-    let enoki = Enoki::start_with(&env.namespace, &["--helm-module", module.to_str().unwrap()]);
+    let enoki = Enoki::start_with(
+        &env.namespace,
+        &[
+            "--helm-module",
+            module.to_str().unwrap(),
+            "--compile-timeout",
+            COMPILE_TIMEOUT,
+        ],
+    );
     ready(&env, "edge").await;
     for crd in both {
         assert!(crd_alive(&crds, crd).await, "{crd}: {}", enoki.logs());
@@ -387,6 +407,8 @@ async fn a_helm_install_release_is_taken_over() {
         &[
             "--helm-module",
             module.to_str().unwrap(),
+            "--compile-timeout",
+            COMPILE_TIMEOUT,
             "--migrating-field-managers",
             "helm",
             "--migrating-fields",
