@@ -42,30 +42,26 @@ fn cpu_seconds(pid: u32) -> f64 {
     (t(11) + t(12)) / CLK_TCK
 }
 
-/// (current RSS, peak RSS) in MiB.
-fn rss_mib(pid: u32) -> (f64, f64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let kb = |key: &str| {
-        status
-            .lines()
-            .find(|l| l.starts_with(key))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    (kb("VmRSS:") / 1024.0, kb("VmHWM:") / 1024.0)
-}
-
-/// Anonymous RSS in MiB (the heap and stacks; without the binary's mapped code).
-fn anon_rss_mib(pid: u32) -> f64 {
+/// A `/proc/<pid>/status` field (`key` with its colon, in KiB) in MiB; 0 when unreadable.
+fn status_mib(pid: u32, key: &str) -> f64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status
         .lines()
-        .find(|l| l.starts_with("RssAnon:"))
+        .find(|l| l.starts_with(key))
         .and_then(|l| l.split_whitespace().nth(1))
         .and_then(|v| v.parse::<f64>().ok())
         .unwrap_or(0.0)
         / 1024.0
+}
+
+/// (current RSS, peak RSS) in MiB.
+fn rss_mib(pid: u32) -> (f64, f64) {
+    (status_mib(pid, "VmRSS:"), status_mib(pid, "VmHWM:"))
+}
+
+/// Anonymous RSS in MiB (the heap and stacks; without the binary's mapped code).
+fn anon_rss_mib(pid: u32) -> f64 {
+    status_mib(pid, "RssAnon:")
 }
 
 /// The pids of the control plane's API server and etcd (`$TESTENV_DIR/*.pid`).

@@ -925,7 +925,12 @@ fn gzip(bytes: &[u8]) -> Vec<u8> {
 
 /// The message of the `ModuleUnavailable` condition Composition `name` gets.
 async fn module_unavailable(env: &TestEnv, name: &str) -> String {
-    eventually(&format!("{name}: ModuleUnavailable"), WAIT * 3, || async {
+    module_unavailable_within(env, name, WAIT * 3).await
+}
+
+/// [`module_unavailable`], waiting up to `wait`.
+async fn module_unavailable_within(env: &TestEnv, name: &str, wait: Duration) -> String {
+    eventually(&format!("{name}: ModuleUnavailable"), wait, || async {
         let (s, reason, msg) = harness::composition_condition(env, name, "Synthesized").await?;
         (s == "False" && reason == "ModuleUnavailable").then_some(msg)
     })
@@ -956,11 +961,7 @@ async fn a_compile_bomb_costs_its_compile_process_not_the_controller() {
     let bomb = harness::wasm::module(2, 32, &harness::wasm::branchy_body(2_000), 0);
     let bomb_synth = install_synthesizer(&env, "bomb", &gzip(&bomb)).await;
     tenant.compose("bomb", &bomb_synth, json!([])).await;
-    let msg = eventually("bomb: ModuleUnavailable", WAIT * 10, || async {
-        let (s, reason, msg) = harness::composition_condition(&env, "bomb", "Synthesized").await?;
-        (s == "False" && reason == "ModuleUnavailable").then_some(msg)
-    })
-    .await;
+    let msg = module_unavailable_within(&env, "bomb", WAIT * 10).await;
     // Its compile process had a quarter of the budget (more than the estimate), then the
     // whole budget on the retry.
     assert!(
