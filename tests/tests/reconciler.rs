@@ -490,3 +490,103 @@ async fn a_synthesizer_nobody_uses_still_reports_its_module() {
         cond.message
     );
 }
+
+/// The echo guest's output: one ConfigMap `name` with `x`.
+fn echo_items(name: &str, x: &str) -> serde_json::Value {
+    json!([{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
+        "data": {"x": x}}])
+}
+
+async fn data_x(env: &TestEnv, name: &str) -> Option<String> {
+    let cms: Api<ConfigMap> = env.api();
+    cms.get_opt(name).await.unwrap()?.data?.get("x").cloned()
+}
+
+/// Objects in enoki's input caches kept whole (`kept="whole"`) or as metadata.
+fn input_cache(enoki: &Enoki, kept: &str) -> f64 {
+    let line = format!("enoki_input_cache_objects{{kept=\"{kept}\"}}");
+    enoki
+        .metrics_text()
+        .lines()
+        .find_map(|l| l.strip_prefix(&line)?.trim().parse::<f64>().ok())
+        .unwrap_or(0.0)
+}
+
+/// Sharded, a replica keeps whole only the inputs its Compositions read (here one replica
+/// holds both shards: every Composition, but not every ConfigMap of the namespace).
+#[tokio::test]
+async fn an_input_that_existed_before_its_composition_is_read_once_then_served_and_followed() {
+    let env = TestEnv::new().await;
+    install_crds(&env.client).await;
+    let synth = install_synthesizer(&env, "echo", &harness::echo_module()).await;
+    harness::set_echo_items(&env, "first-config", &echo_items("out-a", "1")).await;
+    harness::apply_composition(&env, "first", &synth, "first-config", json!({})).await;
+    let ns = env.namespace.clone();
+    let enoki = Enoki::start_with(&ns, &["--shards", "2", "--leader-election-namespace", &ns]);
+    let ready = |name: &'static str| {
+        let env = &env;
+        async move { harness::composition_ready(env, name).await.then_some(()) }
+    };
+    eventually("first is Ready", WAIT, || ready("first")).await;
+    // The namespace's ConfigMaps are watched now. This input arrives while no Composition
+    // reads it, and another ConfigMap nobody reads: the cache keeps their metadata only.
+    harness::set_echo_items(&env, "unread", &echo_items("out-c", "1")).await;
+    harness::set_echo_items(&env, "second-config", &echo_items("out-b", "1")).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let gets = enoki.metric("enoki_input_gets_total").unwrap();
+    harness::apply_composition(&env, "second", &synth, "second-config", json!({})).await;
+    eventually("second is Ready", WAIT, || ready("second")).await;
+    assert_eq!(data_x(&env, "out-b").await.as_deref(), Some("1"));
+    let after_first_read = enoki.metric("enoki_input_gets_total").unwrap();
+    assert!(
+        after_first_read > gets,
+        "the input held as metadata was read with a GET"
+    );
+    // Read again (a forced synthesis of the same input): the copy the GET brought is served.
+    let comps: Api<Composition> = env.api();
+    let uuid = |c: Composition| c.status?.current_synthesis.map(|s| s.uuid);
+    let before = uuid(comps.get("second").await.unwrap());
+    comps
+        .patch(
+            "second",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {"enoki.dev/force-resynthesis": "1"}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    eventually("second is synthesized again", WAIT, || async {
+        let now = uuid(comps.get("second").await.ok()?);
+        (now != before).then_some(())
+    })
+    .await;
+    assert_eq!(
+        enoki.metric("enoki_input_gets_total").unwrap(),
+        after_first_read,
+        "an unchanged input was read again with a GET"
+    );
+    // A change reaches it through the watch, whole from now on.
+    harness::set_echo_items(&env, "second-config", &echo_items("out-b", "2")).await;
+    eventually("out-b follows its input", WAIT, || async {
+        (data_x(&env, "out-b").await.as_deref() == Some("2")).then_some(())
+    })
+    .await;
+    // Whole: the two inputs and the Synthesizer; metadata only: `unread`, the module's
+    // ConfigMap (read with a GET when fetched) and other tests' Synthesizers. The sweep
+    // publishes every 15 s.
+    eventually("the input cache counts", WAIT, || async {
+        (input_cache(&enoki, "whole") == 3.0 && input_cache(&enoki, "metadata") >= 2.0)
+            .then_some(())
+    })
+    .await;
+    wait_converged(&env.client, &env.namespace, "second", WAIT).await;
+    // Deleted: what only it read is dropped by the next sweep.
+    comps.delete("second", &Default::default()).await.unwrap();
+    eventually("second-config is kept as metadata only", WAIT, || async {
+        (comps.get_opt("second").await.unwrap().is_none() && input_cache(&enoki, "whole") == 2.0)
+            .then_some(())
+    })
+    .await;
+    wait_converged(&env.client, &env.namespace, "first", WAIT).await;
+}

@@ -259,6 +259,30 @@ async fn assert_caches_hold_only_their_shards(
             },
         )
         .await;
+        // The input watch of the namespace is shared by the shards: whole objects are only
+        // its own Compositions' inputs and their Synthesizer; the other shard's inputs are
+        // metadata. A standby reads nothing.
+        let holds = expected > 0.0;
+        let inputs = |kept: &str| {
+            let line = format!("enoki_input_cache_objects{{kept=\"{kept}\"}}");
+            replica
+                .metrics_text()
+                .lines()
+                .find_map(|l| l.strip_prefix(&line)?.trim().parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        let others = COMPOSITIONS as f64 - expected;
+        eventually(
+            &format!("{name} keeps whole only the inputs its Compositions read"),
+            Duration::from_secs(45),
+            || async {
+                let (whole, metadata) = (inputs("whole"), inputs("metadata"));
+                eprintln!("{name}: input cache {whole} whole, {metadata} metadata");
+                let whole_ok = whole == if holds { expected + 1.0 } else { 0.0 };
+                (whole_ok && (!holds || metadata >= others)).then_some(())
+            },
+        )
+        .await;
     }
 }
 

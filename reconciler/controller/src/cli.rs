@@ -243,7 +243,8 @@ pub struct RunArgs {
     pub module_cache_mib: usize,
     /// Bound of the cache of ingested syntheses (parsed manifests, compiled CEL, ordering),
     /// in resources; the least recently used Compositions are ingested again from their
-    /// ResourceSlices when next reconciled (about 4 KiB per cached resource).
+    /// ResourceSlices when next reconciled (about 4 KiB per cached resource). With `--shards`
+    /// it bounds the fleet: a replica keeps the share its shards are of all (2 of 4: half).
     #[arg(long, env = "ENOKI_PLAN_CACHE_RESOURCES", default_value_t = 5_000)]
     pub plan_cache_resources: usize,
     /// After SIGTERM, how long in-flight reconciles may run before the process exits

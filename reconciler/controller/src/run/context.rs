@@ -125,7 +125,6 @@ impl Parts {
 
 impl Context {
     pub(crate) fn new(p: Parts) -> Context {
-        let plan_cache = p.opts.plan_cache_resources;
         let recorder =
             kube::runtime::events::Recorder::new(p.management.client.clone(), p.reporter.clone());
         Context {
@@ -148,7 +147,7 @@ impl Context {
             shards: p.shards,
             in_flight: p.in_flight,
             memory: super::memory::Memory::default(),
-            prepared: Mutex::new(PreparedLru::new(plan_cache)),
+            prepared: Mutex::new(PreparedLru::default()),
             failures: Mutex::new(HashMap::new()),
             other_failures: Mutex::new(HashMap::new()),
         }
@@ -222,8 +221,9 @@ impl Context {
 
     /// Caches the ingested synthesis of Composition `uid` under `key`.
     pub(crate) fn keep_prepared(&self, uid: &str, key: String, p: Arc<plan::Prepared>) {
+        let capacity = plan_cache_share(self.opts.plan_cache_resources, *self.shards.borrow());
         if let Ok(mut lru) = self.prepared.lock() {
-            lru.insert(uid, key, p);
+            lru.insert(uid, key, p, capacity);
         }
     }
 
@@ -280,9 +280,19 @@ impl Context {
     /// Forgets every Composition whose UID is no longer in the cache (deleted without
     /// enoki's finalizer, e.g. while enoki was down). Returns how many were dropped.
     pub(crate) fn sweep(&self) -> usize {
-        let live: std::collections::HashSet<String> = self
-            .compositions
-            .state()
+        let cached = self.compositions.state();
+        // What Compositions no longer reconciled here read (deleted while enoki was down, or
+        // of a shard handed over) is forgotten; whole inputs only they read are dropped.
+        let held = *self.shards.borrow();
+        self.watches.retain_readers(|| {
+            self.compositions
+                .state()
+                .iter()
+                .filter(|c| held.owns(c))
+                .map(|c| ObjectRef::from_obj(c.as_ref()))
+                .collect()
+        });
+        let live: std::collections::HashSet<String> = cached
             .iter()
             .filter_map(|c| c.metadata.uid.clone())
             .collect();
@@ -297,6 +307,11 @@ impl Context {
             if let Ok(mut p) = self.prepared.lock() {
                 p.remove(uid);
             }
+        }
+        // Syntheses of shards handed over are dropped, and the cache is held to its share.
+        let share = plan_cache_share(self.opts.plan_cache_resources, held);
+        if let Ok(mut p) = self.prepared.lock() {
+            p.retain(|uid| held.owns_uid(uid), share);
         }
         let cached: std::collections::HashSet<super::metrics::CompositionLabel> = self
             .compositions
@@ -440,24 +455,26 @@ fn event(warning: bool, reason: &str, action: &str, note: &str) -> kube::runtime
     }
 }
 
+/// The share of `--plan-cache-resources` (`total`) a replica holding `held` keeps: the flag
+/// bounds the cache of the whole fleet, so a replica serving 2 of 4 shards keeps half of it
+/// (at least one resource). Unsharded, all of it.
+fn plan_cache_share(total: usize, held: super::shard::Shards) -> usize {
+    let (held, count) = (held.len() as usize, held.count().max(1) as usize);
+    if count <= 1 {
+        return total.max(1);
+    }
+    (total.saturating_mul(held) / count).max(1)
+}
+
 /// Ingested syntheses by Composition UID, bounded by their total number of resources.
+#[derive(Default)]
 struct PreparedLru {
     entries: HashMap<String, (String, Arc<plan::Prepared>, u64)>,
     resources: usize,
-    capacity: usize,
     tick: u64,
 }
 
 impl PreparedLru {
-    fn new(capacity: usize) -> PreparedLru {
-        PreparedLru {
-            entries: HashMap::new(),
-            resources: 0,
-            capacity,
-            tick: 0,
-        }
-    }
-
     fn get(&mut self, uid: &str, key: &str) -> Option<Arc<plan::Prepared>> {
         self.tick += 1;
         let tick = self.tick;
@@ -466,12 +483,29 @@ impl PreparedLru {
         Some(e.1.clone())
     }
 
-    fn insert(&mut self, uid: &str, key: String, p: Arc<plan::Prepared>) {
+    /// Caches `p`, then drops the least recently used until at most `capacity` resources
+    /// are held (the newest is always kept).
+    fn insert(&mut self, uid: &str, key: String, p: Arc<plan::Prepared>, capacity: usize) {
         self.remove(uid);
         self.tick += 1;
         self.resources += p.resources.len();
         self.entries.insert(uid.to_string(), (key, p, self.tick));
-        while self.resources > self.capacity && self.entries.len() > 1 {
+        self.trim(capacity);
+    }
+
+    /// Keeps the entries of the UIDs `keep` accepts, at most `capacity` resources of them.
+    fn retain(&mut self, keep: impl Fn(&str) -> bool, capacity: usize) {
+        let dropped: Vec<String> = self.entries.keys().filter(|u| !keep(u)).cloned().collect();
+        for uid in &dropped {
+            self.remove(uid);
+        }
+        self.trim(capacity);
+    }
+
+    /// Drops the least recently used until at most `capacity` resources are held (the
+    /// newest is always kept).
+    fn trim(&mut self, capacity: usize) {
+        while self.resources > capacity && self.entries.len() > 1 {
             let Some(oldest) = self
                 .entries
                 .iter()
@@ -488,5 +522,26 @@ impl PreparedLru {
         if let Some(old) = self.entries.remove(uid) {
             self.resources -= old.1.resources.len();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::plan_cache_share;
+    use crate::run::shard::Shards;
+
+    #[test]
+    fn a_replica_keeps_the_share_of_the_plan_cache_its_shards_are_of_the_fleet() {
+        assert_eq!(plan_cache_share(5_000, Shards::ALL), 5_000);
+        let four = Shards::none(4);
+        assert_eq!(plan_cache_share(5_000, four.with(1).with(3)), 2_500);
+        assert_eq!(plan_cache_share(5_000, four.with(2)), 1_250);
+        assert_eq!(
+            plan_cache_share(5_000, four.with(0).with(1).with(2).with(3)),
+            5_000
+        );
+        // Holding nothing (between Leases) or a tiny bound still caches the newest.
+        assert_eq!(plan_cache_share(5_000, four), 1);
+        assert_eq!(plan_cache_share(1, four.with(0)), 1);
     }
 }

@@ -11,6 +11,13 @@ pub struct OutcomeLabel {
     pub outcome: String,
 }
 
+/// Label set of the input cache's object counts: `whole` or `metadata`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KeptLabel {
+    /// How the cache keeps the objects.
+    pub kept: String,
+}
+
 /// Label set of per-shard metrics.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ShardLabel {

@@ -46,6 +46,8 @@ pub struct Metrics {
     pub remembered: Gauge,
     /// Kinds with a running watch (inputs + managed objects).
     pub watched_kinds: Gauge,
+    /// Objects in the input caches, kept whole (read by a Composition here) or as metadata.
+    pub input_cache_objects: Family<KeptLabel, Gauge>,
     /// Module fetch-and-compile attempts by outcome (`Ready` or the failure's kind).
     pub module_fetches: Family<OutcomeLabel, Counter>,
     /// 1 for each shard whose Lease this replica holds (and whose controllers run here).
@@ -85,6 +87,7 @@ impl Metrics {
             resource_checks: Counter::default(),
             remembered: Gauge::default(),
             watched_kinds: Gauge::default(),
+            input_cache_objects: Family::default(),
             module_fetches: Family::default(),
             shard_held: Family::default(),
             shard_compositions: Family::default(),
@@ -164,6 +167,11 @@ impl Metrics {
             "enoki_watched_kinds",
             "Kinds with a running watch (inputs and managed objects)",
             self.watched_kinds.clone(),
+        );
+        registry.register(
+            "enoki_input_cache_objects",
+            "Objects in the input caches: whole (a Composition reconciled here reads them) or metadata only",
+            self.input_cache_objects.clone(),
         );
         registry.register(
             "enoki_observe_gets",

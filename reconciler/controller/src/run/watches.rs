@@ -9,7 +9,15 @@
 //!   inputs, dependencies; cluster-wide for cluster-scoped kinds, Synthesizers and
 //!   collections); reads come from it, and a change re-reconciles every Composition that read
 //!   the object. Objects enoki manages are left out of it (they are in the metadata cache,
-//!   and read with a GET when one is an input).
+//!   and read with a GET when one is an input). Unsharded, the stores keep every object
+//!   whole. With `--shards`, an input watch is per namespace and shared by the shards, so a
+//!   replica's stores hold *stubs* (name, namespace, UID, resourceVersion) and whole copies
+//!   only of the objects a Composition of its shards reads from the cache by name (as the
+//!   controller, not as a ServiceAccount; [`Watches::serve`]), beside them, served
+//!   while their resourceVersion is the stub's: a replica holding half of the shards does not
+//!   keep the other half's inputs. An object that arrived before a Composition here read it
+//!   is read once with a GET (kept until it changes; then the watch brings it), and a whole
+//!   copy nobody here reads any more is dropped by the sweep.
 //!
 //! Every watch backs off (`super::recovery`: at most 5 s, no wait on `410 Expired`) and logs its
 //! errors; a kind's watch is stopped when no Composition needs it any more
@@ -22,7 +30,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use kube::api::{Api, DynamicObject};
 use kube::core::{ApiResource, GroupVersionKind, PartialObjectMeta};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -41,6 +49,9 @@ pub type Meta = PartialObjectMeta<DynamicObject>;
 
 /// (group, kind, namespace, name); name `*` for collections, namespace `""` for "any".
 type WatchKey = (String, String, String, String);
+
+/// An input object: its kind (with the version it is read in), namespace, name.
+type ObjectKey = (GroupVersionKind, String, String);
 
 /// One kind's watch: its store, the task feeding it, and the Compositions that need it.
 struct KindWatch<K: kube::Resource<DynamicType = ApiResource> + 'static> {
@@ -66,6 +77,12 @@ pub struct Watches {
     shards: Held,
     sender: UnboundedSender<ObjectRef<Composition>>,
     readers: Mutex<HashMap<WatchKey, HashSet<ObjectRef<Composition>>>>,
+    /// With `--shards`, whole input objects beside the stubs of the input stores (see the
+    /// module docs).
+    whole: Mutex<HashMap<ObjectKey, Arc<DynamicObject>>>,
+    /// The objects Compositions reconciled here read from the input cache (as the
+    /// controller, by name, in this version): with `--shards`, those kept whole.
+    served: Mutex<HashMap<ObjectKey, HashSet<ObjectRef<Composition>>>>,
     inputs: Mutex<HashMap<(GroupVersionKind, String), KindWatch<DynamicObject>>>,
     /// Input watches the API server refused (403), and when.
     forbidden_inputs: Mutex<HashMap<(GroupVersionKind, String), std::time::Instant>>,
@@ -100,6 +117,8 @@ impl Watches {
             sender,
             whole_inputs,
             readers: Mutex::new(HashMap::new()),
+            whole: Mutex::new(HashMap::new()),
+            served: Mutex::new(HashMap::new()),
             inputs: Mutex::new(HashMap::new()),
             forbidden_inputs: Mutex::new(HashMap::new()),
             managed: Mutex::new(HashMap::new()),
@@ -174,12 +193,12 @@ impl Watches {
         } else {
             watcher(meta_api, wc).map(|r| r.map(metadata_only)).boxed()
         };
+        let keeper = Arc::downgrade(self);
+        let kept_as = gvk.clone();
         let events = super::recovery::recovering(source)
-            .modify(move |o: &mut DynamicObject| {
-                o.managed_fields_mut().clear();
-                if !whole {
-                    o.data = serde_json::Value::Null;
-                }
+            .map_ok(move |event| match keeper.upgrade() {
+                Some(this) => this.keep(&kept_as, event),
+                None => event,
             })
             .reflect(writer)
             .touched_objects();
@@ -225,7 +244,8 @@ impl Watches {
     }
 
     /// The cached object, `Some(None)` when the synced cache does not have it, `None` when
-    /// the kind is not watched or its first list has not finished within a few seconds.
+    /// the kind is not watched, its first list has not finished within a few seconds, or the
+    /// object is not kept whole here (callers then GET it).
     pub async fn input(
         &self,
         gvk: &GroupVersionKind,
@@ -250,7 +270,230 @@ impl Watches {
         if !namespace.is_empty() {
             r = r.within(namespace);
         }
-        Some(store.get(&r))
+        let Some(stub) = store.get(&r) else {
+            return Some(None);
+        };
+        if !stub.data.is_null() {
+            // Whole in the store (unsharded). A deserialized object's `data` is never null.
+            return Some(Some(stub));
+        }
+        let key = (gvk.clone(), namespace.to_string(), name.to_string());
+        let whole = self.whole.lock().ok()?.get(&key).cloned()?;
+        let current = stub.resource_version().is_some()
+            && whole.resource_version() == stub.resource_version();
+        current.then_some(Some(whole))
+    }
+
+    /// Records that `comp` reads this object from the input cache (as the controller): with
+    /// `--shards`, it is then kept whole here. Called before [`Watches::input`].
+    pub fn serve(&self, gvk: &GroupVersionKind, namespace: &str, name: &str, comp: &Composition) {
+        if !self.sharded() {
+            return;
+        }
+        if let Ok(mut served) = self.served.lock() {
+            served
+                .entry((gvk.clone(), namespace.to_string(), name.to_string()))
+                .or_default()
+                .insert(ObjectRef::from_obj(comp));
+        }
+    }
+
+    /// Keeps `obj`, just read with a GET as the controller, when its kind is watched and it
+    /// is one this replica keeps whole: the next reads cost no request while it does not
+    /// change.
+    pub fn fetched(
+        &self,
+        gvk: &GroupVersionKind,
+        namespace: &str,
+        name: &str,
+        obj: &DynamicObject,
+    ) {
+        if !self.whole_inputs || !self.sharded() || !self.read_here(gvk, namespace, name) {
+            return;
+        }
+        // Only beside a stub: an object the watch leaves out (one enoki manages) or has not
+        // listed yet is read with a GET each time, as without the stubs.
+        let (store, ar) = {
+            let Ok(inputs) = self.inputs.lock() else {
+                return;
+            };
+            let Some(w) = inputs
+                .get(&(gvk.clone(), namespace.to_string()))
+                .or_else(|| inputs.get(&(gvk.clone(), String::new())))
+            else {
+                return;
+            };
+            (w.store.clone(), w.ar.clone())
+        };
+        let mut r = ObjectRef::new_with(name, ar);
+        if !namespace.is_empty() {
+            r = r.within(namespace);
+        }
+        if store.get(&r).is_none() {
+            return;
+        }
+        let mut copy = obj.clone();
+        copy.managed_fields_mut().clear();
+        if let Ok(mut w) = self.whole.lock() {
+            w.insert(
+                (gvk.clone(), namespace.to_string(), name.to_string()),
+                Arc::new(copy),
+            );
+        }
+    }
+
+    /// What an input watch's store gets for `event`: stubs; a whole copy of an object kept
+    /// whole goes beside them.
+    fn keep(
+        &self,
+        gvk: &GroupVersionKind,
+        event: watcher::Event<DynamicObject>,
+    ) -> watcher::Event<DynamicObject> {
+        use watcher::Event;
+        match event {
+            Event::Apply(o) => Event::Apply(self.stub(gvk, o, true)),
+            Event::InitApply(o) => Event::InitApply(self.stub(gvk, o, true)),
+            Event::Delete(o) => Event::Delete(self.stub(gvk, o, false)),
+            e @ (Event::Init | Event::InitDone) => e,
+        }
+    }
+
+    /// The stub of `o`, whose whole copy is kept beside it when it exists and is read here;
+    /// unsharded, `o` itself (whole unless only metadata is watched).
+    fn stub(&self, gvk: &GroupVersionKind, mut o: DynamicObject, exists: bool) -> DynamicObject {
+        if !self.sharded() {
+            o.managed_fields_mut().clear();
+            if !self.whole_inputs {
+                o.data = serde_json::Value::Null;
+            }
+            return o;
+        }
+        let stub = DynamicObject {
+            types: o.types.clone(),
+            metadata: kube::core::ObjectMeta {
+                name: o.metadata.name.clone(),
+                namespace: o.metadata.namespace.clone(),
+                uid: o.metadata.uid.clone(),
+                resource_version: o.metadata.resource_version.clone(),
+                ..kube::core::ObjectMeta::default()
+            },
+            data: serde_json::Value::Null,
+        };
+        let (namespace, name) = (o.namespace().unwrap_or_default(), o.name_any());
+        let keep = exists && self.whole_inputs && self.read_here(gvk, &namespace, &name);
+        if let Ok(mut w) = self.whole.lock() {
+            let key = (gvk.clone(), namespace, name);
+            if keep {
+                o.managed_fields_mut().clear();
+                w.insert(key, Arc::new(o));
+            } else {
+                w.remove(&key);
+            }
+        }
+        stub
+    }
+
+    /// Whether Compositions are split into shards (`--shards` > 1; fixed for the process).
+    fn sharded(&self) -> bool {
+        self.shards.borrow().count() > 1
+    }
+
+    /// Whether a Composition reconciled here reads this object from the cache.
+    fn read_here(&self, gvk: &GroupVersionKind, namespace: &str, name: &str) -> bool {
+        let key = (gvk.clone(), namespace.to_string(), name.to_string());
+        self.served.lock().is_ok_and(|s| s.contains_key(&key))
+    }
+
+    /// Forgets what Compositions that are not reconciled here any more (deleted while enoki
+    /// was down, or of a shard handed to another replica) read, and drops the whole objects
+    /// no longer kept (nobody here reads them, or their object is gone). `live` (the
+    /// Compositions reconciled here) is taken while no read can be recorded, so a
+    /// Composition that starts reading meanwhile is in it.
+    pub fn retain_readers(&self, live: impl FnOnce() -> HashSet<ObjectRef<Composition>>) {
+        if let (Ok(mut readers), Ok(mut served)) = (self.readers.lock(), self.served.lock()) {
+            let live = live();
+            readers.retain(|_, set| {
+                set.retain(|c| live.contains(c));
+                !set.is_empty()
+            });
+            served.retain(|_, set| {
+                set.retain(|c| live.contains(c));
+                !set.is_empty()
+            });
+        }
+        self.prune_whole();
+    }
+
+    /// Drops whole objects not kept any more; see [`Watches::retain_readers`].
+    fn prune_whole(&self) {
+        type Stores = HashMap<(GroupVersionKind, String), (Store<DynamicObject>, ApiResource)>;
+        let stores: Stores = match self.inputs.lock() {
+            Ok(inputs) => inputs
+                .iter()
+                .map(|(k, w)| (k.clone(), (w.store.clone(), w.ar.clone())))
+                .collect(),
+            Err(_) => return,
+        };
+        let keys: Vec<ObjectKey> = match self.whole.lock() {
+            Ok(w) => w.keys().cloned().collect(),
+            Err(_) => return,
+        };
+        let gone: Vec<ObjectKey> = keys
+            .into_iter()
+            .filter(|(gvk, namespace, name)| {
+                let present = [namespace.clone(), String::new()].into_iter().any(|scope| {
+                    stores
+                        .get(&(gvk.clone(), scope))
+                        .is_some_and(|(store, ar)| {
+                            let mut r = ObjectRef::new_with(name, ar.clone());
+                            if !namespace.is_empty() {
+                                r = r.within(namespace);
+                            }
+                            store.get(&r).is_some()
+                        })
+                });
+                !present || !self.read_here(gvk, namespace, name)
+            })
+            .collect();
+        if let Ok(mut w) = self.whole.lock() {
+            for k in &gone {
+                w.remove(k);
+            }
+        }
+    }
+
+    /// Objects in the input caches, per watch: (kept whole and current, stubs only).
+    pub fn input_objects(&self) -> (usize, usize) {
+        let stores: Vec<(GroupVersionKind, Store<DynamicObject>)> = match self.inputs.lock() {
+            Ok(inputs) => inputs
+                .iter()
+                .map(|((gvk, _), w)| (gvk.clone(), w.store.clone()))
+                .collect(),
+            Err(_) => return (0, 0),
+        };
+        // The copies' versions, so no watch waits on `whole` while the stores are counted.
+        let copies: HashMap<ObjectKey, Option<String>> = match self.whole.lock() {
+            Ok(w) => w
+                .iter()
+                .map(|(k, o)| (k.clone(), o.resource_version()))
+                .collect(),
+            Err(_) => return (0, 0),
+        };
+        let (mut whole, mut stubs) = (0, 0);
+        for (gvk, store) in stores {
+            for o in store.state() {
+                let key = (gvk.clone(), o.namespace().unwrap_or_default(), o.name_any());
+                let current = copies
+                    .get(&key)
+                    .is_some_and(|rv| rv.is_some() && *rv == o.resource_version());
+                if !o.data.is_null() || current {
+                    whole += 1;
+                } else {
+                    stubs += 1;
+                }
+            }
+        }
+        (whole, stubs)
     }
 
     /// The metadata cache of managed objects of `gvk`, started on first use; `owner` (a
@@ -386,6 +629,13 @@ impl Watches {
                 !set.is_empty()
             });
         }
+        if let Ok(mut served) = self.served.lock() {
+            served.retain(|_, set| {
+                set.remove(comp);
+                !set.is_empty()
+            });
+        }
+        // Whole objects only it read are dropped by the next sweep (`retain_readers`).
         let Some(uid) = uid else { return };
         if let Ok(mut owners) = self.owners.lock() {
             owners.remove(uid);

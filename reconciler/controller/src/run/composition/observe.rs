@@ -62,6 +62,9 @@ async fn read_as(
     let ns = ns.as_str();
     ctx.watches.track(gvk, ar, ns, name, comp);
     let impersonating = as_composition && ctx.service_account(comp).is_some();
+    if !impersonating {
+        ctx.watches.serve(gvk, ns, name, comp);
+    }
     if !impersonating && let Some(Some(hit)) = ctx.watches.input(gvk, ns, name).await {
         return Ok(Some((*hit).clone()));
     }
@@ -76,7 +79,15 @@ async fn read_as(
         Api::all_with(client, ar)
     };
     ctx.metrics.input_gets.inc();
-    api.get_opt(name).await
+    let mut got = api.get_opt(name).await?;
+    if let Some(obj) = &mut got {
+        // As the cache serves it: without managedFields.
+        obj.managed_fields_mut().clear();
+        if !impersonating {
+            ctx.watches.fetched(gvk, ns, name, obj);
+        }
+    }
+    Ok(got)
 }
 
 /// An integer annotation of an input (either spelling); as Eno, anything that is not a

@@ -271,6 +271,7 @@ pub(super) async fn background(
     tasks.push(tokio::spawn(async move {
         // Gauges are shared by the stacks of the process: each adds its own change.
         let (mut remembered, mut watched) = (0_i64, 0_i64);
+        let (mut whole, mut stubs) = (0_i64, 0_i64);
         loop {
             tokio::time::sleep(Duration::from_secs(15)).await;
             let n = sweeper.sweep();
@@ -285,6 +286,18 @@ pub(super) async fn background(
             let now = i64::try_from(inputs + managed).unwrap_or(i64::MAX);
             m.watched_kinds.inc_by(now - watched);
             watched = now;
+            let (w, st) = sweeper.watches.input_objects();
+            let kept = |kept: &str| metrics::KeptLabel { kept: kept.into() };
+            let now = i64::try_from(w).unwrap_or(i64::MAX);
+            m.input_cache_objects
+                .get_or_create(&kept("whole"))
+                .inc_by(now - whole);
+            whole = now;
+            let now = i64::try_from(st).unwrap_or(i64::MAX);
+            m.input_cache_objects
+                .get_or_create(&kept("metadata"))
+                .inc_by(now - stubs);
+            stubs = now;
             publish_shard_sizes(&sweeper);
         }
     }));
