@@ -283,8 +283,8 @@ impl Context {
         let cached = self.compositions.state();
         // What Compositions no longer reconciled here read (deleted while enoki was down, or
         // of a shard handed over) is forgotten; whole inputs only they read are dropped.
-        let held = *self.shards.borrow();
         self.watches.retain_readers(|| {
+            let held = *self.shards.borrow();
             self.compositions
                 .state()
                 .iter()
@@ -309,6 +309,7 @@ impl Context {
             }
         }
         // Syntheses of shards handed over are dropped, and the cache is held to its share.
+        let held = *self.shards.borrow();
         let share = plan_cache_share(self.opts.plan_cache_resources, held);
         if let Ok(mut p) = self.prepared.lock() {
             p.retain(|uid| held.owns_uid(uid), share);

@@ -170,7 +170,7 @@ impl Metrics {
         );
         registry.register(
             "enoki_input_cache_objects",
-            "Objects in the input caches: whole (a Composition reconciled here reads them) or metadata only",
+            "Objects in the input caches (per watch): whole, or metadata only (with --shards, objects no Composition reconciled here reads from the cache)",
             self.input_cache_objects.clone(),
         );
         registry.register(

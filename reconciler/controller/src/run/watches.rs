@@ -10,14 +10,16 @@
 //!   collections); reads come from it, and a change re-reconciles every Composition that read
 //!   the object. Objects enoki manages are left out of it (they are in the metadata cache,
 //!   and read with a GET when one is an input). Unsharded, the stores keep every object
-//!   whole. With `--shards`, an input watch is per namespace and shared by the shards, so a
+//!   whole (metadata only when every Composition acts as a ServiceAccount and reads with
+//!   GETs). With `--shards`, an input watch is per namespace and shared by the shards, so a
 //!   replica's stores hold *stubs* (name, namespace, UID, resourceVersion) and whole copies
 //!   only of the objects a Composition of its shards reads from the cache by name (as the
 //!   controller, not as a ServiceAccount; [`Watches::serve`]), beside them, served
 //!   while their resourceVersion is the stub's: a replica holding half of the shards does not
 //!   keep the other half's inputs. An object that arrived before a Composition here read it
-//!   is read once with a GET (kept until it changes; then the watch brings it), and a whole
-//!   copy nobody here reads any more is dropped by the sweep.
+//!   is read once with a GET (kept until it changes; then the watch brings it). The sweep
+//!   drops the copies that no Composition still reconciled here has read (a Composition that
+//!   stops reading an object it read keeps its copy while both exist).
 //!
 //! Every watch backs off (`super::recovery`: at most 5 s, no wait on `410 Expired`) and logs its
 //! errors; a kind's watch is stopped when no Composition needs it any more
@@ -329,16 +331,22 @@ impl Watches {
         if !namespace.is_empty() {
             r = r.within(namespace);
         }
-        if store.get(&r).is_none() {
+        let Some(stub) = store.get(&r) else {
+            return;
+        };
+        let key = (gvk.clone(), namespace.to_string(), name.to_string());
+        // A copy the watch brought for the stub's version is not replaced by an older read.
+        if self.whole.lock().is_ok_and(|w| {
+            w.get(&key).is_some_and(|c| {
+                stub.resource_version().is_some() && c.resource_version() == stub.resource_version()
+            })
+        }) {
             return;
         }
         let mut copy = obj.clone();
         copy.managed_fields_mut().clear();
         if let Ok(mut w) = self.whole.lock() {
-            w.insert(
-                (gvk.clone(), namespace.to_string(), name.to_string()),
-                Arc::new(copy),
-            );
+            w.insert(key, Arc::new(copy));
         }
     }
 
