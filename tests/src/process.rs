@@ -159,24 +159,31 @@ impl Enoki {
         if code == 200 { body } else { String::new() }
     }
 
+    /// The sum of metric `name`'s series that carry every label of `labels` (0 while
+    /// /metrics does not answer or no series matches).
+    pub fn metric_labelled(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        let wanted: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect();
+        self.metrics_text()
+            .lines()
+            .filter_map(|l| {
+                let series = l.strip_prefix(name)?.strip_prefix('{')?;
+                let (labels, value) = series.split_once('}')?;
+                let have: Vec<&str> = labels.split(',').collect();
+                wanted
+                    .iter()
+                    .all(|w| have.contains(&w.as_str()))
+                    .then(|| value.trim().parse::<f64>().ok())?
+            })
+            .sum()
+    }
+
     /// Finished reconcile passes of one Composition (0 before the first, or while /metrics
     /// does not answer).
     pub fn composition_passes(&self, namespace: &str, name: &str) -> f64 {
-        let port = self.metrics_port.expect("started without --metrics-addr");
-        let (code, body) = http_get(port, "/metrics");
-        if code != 200 {
-            return 0.0;
-        }
-        let ns = format!("namespace=\"{namespace}\"");
-        let n = format!("name=\"{name}\"");
-        body.lines()
-            .filter(|l| l.starts_with("enoki_composition_reconciles_total{"))
-            .filter(|l| {
-                let labels = l.split(['{', '}']).nth(1).unwrap_or_default();
-                labels.split(',').any(|x| x == ns) && labels.split(',').any(|x| x == n)
-            })
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
+        self.metric_labelled(
+            "enoki_composition_reconciles_total",
+            &[("namespace", namespace), ("name", name)],
+        )
     }
 
     /// [`Enoki::wait_pass_of`] for a Composition in the test's namespace.

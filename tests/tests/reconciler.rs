@@ -504,12 +504,7 @@ async fn data_x(env: &TestEnv, name: &str) -> Option<String> {
 
 /// Objects in enoki's input caches kept whole (`kept="whole"`) or as metadata.
 fn input_cache(enoki: &Enoki, kept: &str) -> f64 {
-    let line = format!("enoki_input_cache_objects{{kept=\"{kept}\"}}");
-    enoki
-        .metrics_text()
-        .lines()
-        .find_map(|l| l.strip_prefix(&line)?.trim().parse::<f64>().ok())
-        .unwrap_or(0.0)
+    enoki.metric_labelled("enoki_input_cache_objects", &[("kept", kept)])
 }
 
 /// Sharded, a replica keeps whole only the inputs its Compositions read (here one replica

@@ -263,14 +263,8 @@ async fn assert_caches_hold_only_their_shards(
         // its own Compositions' inputs and their Synthesizer; the other shard's inputs are
         // metadata. A standby reads nothing.
         let holds = expected > 0.0;
-        let inputs = |kept: &str| {
-            let line = format!("enoki_input_cache_objects{{kept=\"{kept}\"}}");
-            replica
-                .metrics_text()
-                .lines()
-                .find_map(|l| l.strip_prefix(&line)?.trim().parse::<f64>().ok())
-                .unwrap_or(0.0)
-        };
+        let inputs =
+            |kept: &str| replica.metric_labelled("enoki_input_cache_objects", &[("kept", kept)]);
         let others = COMPOSITIONS as f64 - expected;
         eventually(
             &format!("{name} keeps whole only the inputs its Compositions read"),

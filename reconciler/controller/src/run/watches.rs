@@ -257,21 +257,11 @@ impl Watches {
         if !self.whole_inputs {
             return None;
         }
-        let (store, ar) = {
-            let inputs = self.inputs.lock().ok()?;
-            let w = inputs
-                .get(&(gvk.clone(), namespace.to_string()))
-                .or_else(|| inputs.get(&(gvk.clone(), String::new())))?;
-            (w.store.clone(), w.ar.clone())
-        };
+        let (store, r) = self.store_of(gvk, namespace, name)?;
         tokio::time::timeout(FIRST_LIST, store.wait_until_ready())
             .await
             .ok()?
             .ok()?;
-        let mut r = ObjectRef::new_with(name, ar);
-        if !namespace.is_empty() {
-            r = r.within(namespace);
-        }
         let Some(stub) = store.get(&r) else {
             return Some(None);
         };
@@ -315,23 +305,10 @@ impl Watches {
         }
         // Only beside a stub: an object the watch leaves out (one enoki manages) or has not
         // listed yet is read with a GET each time, as without the stubs.
-        let (store, ar) = {
-            let Ok(inputs) = self.inputs.lock() else {
-                return;
-            };
-            let Some(w) = inputs
-                .get(&(gvk.clone(), namespace.to_string()))
-                .or_else(|| inputs.get(&(gvk.clone(), String::new())))
-            else {
-                return;
-            };
-            (w.store.clone(), w.ar.clone())
-        };
-        let mut r = ObjectRef::new_with(name, ar);
-        if !namespace.is_empty() {
-            r = r.within(namespace);
-        }
-        let Some(stub) = store.get(&r) else {
+        let Some(stub) = self
+            .store_of(gvk, namespace, name)
+            .and_then(|(store, r)| store.get(&r))
+        else {
             return;
         };
         let key = (gvk.clone(), namespace.to_string(), name.to_string());
@@ -434,14 +411,6 @@ impl Watches {
 
     /// Drops whole objects not kept any more; see [`Watches::retain_readers`].
     fn prune_whole(&self) {
-        type Stores = HashMap<(GroupVersionKind, String), (Store<DynamicObject>, ApiResource)>;
-        let stores: Stores = match self.inputs.lock() {
-            Ok(inputs) => inputs
-                .iter()
-                .map(|(k, w)| (k.clone(), (w.store.clone(), w.ar.clone())))
-                .collect(),
-            Err(_) => return,
-        };
         let keys: Vec<ObjectKey> = match self.whole.lock() {
             Ok(w) => w.keys().cloned().collect(),
             Err(_) => return,
@@ -449,17 +418,9 @@ impl Watches {
         let gone: Vec<ObjectKey> = keys
             .into_iter()
             .filter(|(gvk, namespace, name)| {
-                let present = [namespace.clone(), String::new()].into_iter().any(|scope| {
-                    stores
-                        .get(&(gvk.clone(), scope))
-                        .is_some_and(|(store, ar)| {
-                            let mut r = ObjectRef::new_with(name, ar.clone());
-                            if !namespace.is_empty() {
-                                r = r.within(namespace);
-                            }
-                            store.get(&r).is_some()
-                        })
-                });
+                let present = self
+                    .store_of(gvk, namespace, name)
+                    .is_some_and(|(store, r)| store.get(&r).is_some());
                 !present || !self.read_here(gvk, namespace, name)
             })
             .collect();
@@ -468,6 +429,25 @@ impl Watches {
                 w.remove(k);
             }
         }
+    }
+
+    /// The input store that holds an object of `gvk` (its namespace's watch, else the
+    /// cluster-wide one), and the object's key in it; `None` when the kind is not watched.
+    fn store_of(
+        &self,
+        gvk: &GroupVersionKind,
+        namespace: &str,
+        name: &str,
+    ) -> Option<(Store<DynamicObject>, ObjectRef<DynamicObject>)> {
+        let inputs = self.inputs.lock().ok()?;
+        let w = inputs
+            .get(&(gvk.clone(), namespace.to_string()))
+            .or_else(|| inputs.get(&(gvk.clone(), String::new())))?;
+        let mut r = ObjectRef::new_with(name, w.ar.clone());
+        if !namespace.is_empty() {
+            r = r.within(namespace);
+        }
+        Some((w.store.clone(), r))
     }
 
     /// Objects in the input caches, per watch: (kept whole and current, stubs only).
