@@ -10,6 +10,9 @@ cd "$ROOT"
 N="${HEAP_N:-2000}"
 # HEAP_MODES=sharded profiles one setup again (the other's target/heap-profile/*.md is kept).
 MODES="${HEAP_MODES:-unsharded sharded}"
+for mode in $MODES; do
+  case "$mode" in unsharded | sharded) ;; *) echo "HEAP_MODES: unsharded and/or sharded, not '$mode'" >&2; exit 2 ;; esac
+done
 export TESTENV_DIR="${TESTENV_DIR:-$ROOT/target/heap-testenv}"
 hack/setup.sh
 command -v heaptrack >/dev/null || { apt-get update -qq && apt-get install -y -qq heaptrack; }
@@ -93,10 +96,16 @@ PY
     --print-leaks 0 --flamegraph-cost-type peak -F "$OUT/$mode.stacks" >/dev/null
   echo >>"$OUT/$mode.md"
   python3 hack/heap-breakdown.py "$OUT/$mode.stacks" >>"$OUT/$mode.md"
-  # Nothing managed left for the next fleet's cluster-wide metadata watch: one
-  # deletecollection request (`kubectl delete -l` deletes and waits object by object).
-  kubectl delete --raw "/api/v1/namespaces/$ns/configmaps?labelSelector=enoki.dev%2Fmanaged-by" >/dev/null
+  # Nothing managed left for the next fleet's cluster-wide metadata watch: deletecollection
+  # requests (`kubectl delete -l` deletes and waits object by object), again until none is
+  # left (a request may end at the server's timeout before all are gone).
+  until [ -z "$(kubectl -n "$ns" get cm -l enoki.dev/managed-by -o name --chunk-size=500 | head -1)" ]; do
+    kubectl delete --raw "/api/v1/namespaces/$ns/configmaps?labelSelector=enoki.dev%2Fmanaged-by" \
+      >/dev/null || sleep 5
+  done
 }
 
 for mode in $MODES; do profile "$mode"; done
-cat "$OUT/unsharded.md" "$OUT/sharded.md" | tee target/heap-profile.md
+for mode in unsharded sharded; do
+  if [ -f "$OUT/$mode.md" ]; then cat "$OUT/$mode.md"; fi
+done | tee target/heap-profile.md

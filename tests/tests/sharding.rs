@@ -438,8 +438,27 @@ async fn four_shards_over_two_replicas_split_two_and_two_and_follow_a_leave_and_
         || async { (replicas[1].metric("enoki_shard_held")? == 4.0).then_some(()) },
     )
     .await;
+    // One Composition of each of shards 1 to 3 also emits an object of a kind of its own: a
+    // replica that hands such a shard back stops that kind's watch.
+    let extra_kinds = [
+        json!({"apiVersion": "v1", "kind": "ServiceAccount"}),
+        json!({"apiVersion": "v1", "kind": "Secret"}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "rules": []}),
+    ];
+    let special: BTreeMap<usize, u32> = (1..FOUR)
+        .filter_map(|s| Some(((0..N).find(|i| shard_of_comp[&format!("c-{i}")] == s)?, s)))
+        .collect();
+    let items_for = |i: usize, x: &str| {
+        let mut v = items(i, x);
+        if let Some(s) = special.get(&i) {
+            let mut extra = extra_kinds[*s as usize - 1].clone();
+            extra["metadata"] = json!({"name": format!("extra-{i}")});
+            v.as_array_mut().unwrap().push(extra);
+        }
+        v
+    };
     for i in 0..N {
-        set_echo_items(&env, &format!("items-{i}"), &items(i, "2")).await;
+        set_echo_items(&env, &format!("items-{i}"), &items_for(i, "2")).await;
     }
     eventually(
         "every Composition converges under replica-1",
@@ -484,12 +503,30 @@ async fn four_shards_over_two_replicas_split_two_and_two_and_follow_a_leave_and_
     }
     let since_split = now_rfc3339();
     for i in 0..N {
-        set_echo_items(&env, &format!("items-{i}"), &items(i, "3")).await;
+        set_echo_items(&env, &format!("items-{i}"), &items_for(i, "3")).await;
     }
     eventually(
         "every Composition converges after the split",
         Duration::from_secs(120),
         || all_outputs_are(&env, N, "3"),
+    )
+    .await;
+    // replica-1 watched every extra kind while it held the four shards; now both replicas
+    // watch the same kinds (inputs, Synthesizers, ConfigMaps) plus the extra kinds of the
+    // shards they hold, and no more.
+    let extras_on = |r: &str| special.values().filter(|s| owners[*s] == r).count() as f64;
+    let want = extras_on("replica-1") - extras_on("replica-2");
+    eventually(
+        "replica-1 stops the watches only the shards it handed back needed",
+        Duration::from_secs(60),
+        || async {
+            let one = replicas[1].metric("enoki_watched_kinds")?;
+            let two = replicas[2].metric("enoki_watched_kinds")?;
+            eprintln!(
+                "watched kinds: replica-1 {one}, replica-2 {two} (want a difference of {want})"
+            );
+            (one - two == want).then_some(())
+        },
     )
     .await;
     harness::audit_barrier(&env).await;

@@ -22,10 +22,12 @@
 //!   stops reading an object it read keeps its copy while both exist).
 //!
 //! Every watch backs off (`super::recovery`: at most 5 s, no wait on `410 Expired`) and logs its
-//! errors; a kind's watch is stopped when no Composition needs it any more
-//! ([`Watches::forget`]). What a cached entry means is
-//! left to the callers: the cache may lag behind the server, so a stale answer must only ever
-//! cost a GET, never a wrong write.
+//! errors; a kind's watch is stopped when no Composition reconciled here needs it any more:
+//! at its deletion ([`Watches::forget`]), and in the 15 s sweep for Compositions that left
+//! otherwise (deleted while enoki was down, or of a shard handed to another replica;
+//! [`Watches::retain_readers`]). What a cached entry means is left to the callers: the cache
+//! may lag behind the server, so a stale answer must only ever cost a GET, never a wrong
+//! write.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -390,13 +392,22 @@ impl Watches {
     }
 
     /// Forgets what Compositions that are not reconciled here any more (deleted while enoki
-    /// was down, or of a shard handed to another replica) read, and drops the whole objects
-    /// no longer kept (nobody here reads them, or their object is gone). `live` (the
-    /// Compositions reconciled here) is taken while no read can be recorded, so a
-    /// Composition that starts reading meanwhile is in it.
+    /// was down, or of a shard handed to another replica) read and own, stops the watches only
+    /// they needed, and drops the whole objects no longer kept (nobody here reads them, or
+    /// their object is gone). `live` (the Compositions reconciled here, with their UIDs) is
+    /// taken while no read, owner or watch user can be recorded, so a Composition that starts
+    /// reading meanwhile is in it.
     pub fn retain_readers(&self, live: impl FnOnce() -> HashSet<ObjectRef<Composition>>) {
-        if let (Ok(mut readers), Ok(mut served)) = (self.readers.lock(), self.served.lock()) {
+        // The order every other path takes these locks in (one at a time, never backwards).
+        if let (Ok(mut readers), Ok(mut served), Ok(mut inputs), Ok(mut managed), Ok(mut owners)) = (
+            self.readers.lock(),
+            self.served.lock(),
+            self.inputs.lock(),
+            self.managed.lock(),
+            self.owners.lock(),
+        ) {
             let live = live();
+            let uids: HashSet<&str> = live.iter().filter_map(|c| c.extra.uid.as_deref()).collect();
             readers.retain(|_, set| {
                 set.retain(|c| live.contains(c));
                 !set.is_empty()
@@ -405,6 +416,16 @@ impl Watches {
                 set.retain(|c| live.contains(c));
                 !set.is_empty()
             });
+            // A watch nobody here needs stops (its task is aborted when it is dropped).
+            inputs.retain(|_, w| {
+                w.users.retain(|u| uids.contains(u.as_str()));
+                !w.users.is_empty()
+            });
+            managed.retain(|_, w| {
+                w.users.retain(|u| uids.contains(u.as_str()));
+                !w.users.is_empty()
+            });
+            owners.retain(|uid, _| uids.contains(uid.as_str()));
         }
         self.prune_whole();
     }
@@ -432,7 +453,8 @@ impl Watches {
     }
 
     /// The input store that holds an object of `gvk` (its namespace's watch, else the
-    /// cluster-wide one), and the object's key in it; `None` when the kind is not watched.
+    /// cluster-wide one), and the object's key in it; `None` when the kind is not watched
+    /// (or the lock is poisoned: callers then GET).
     fn store_of(
         &self,
         gvk: &GroupVersionKind,
