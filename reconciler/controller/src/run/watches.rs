@@ -22,8 +22,8 @@
 //!   stops reading an object it read keeps its copy while both exist).
 //!
 //! Every watch backs off (`super::recovery`: at most 5 s, no wait on `410 Expired`) and logs its
-//! errors; a kind's watch is stopped when no Composition reconciled here needs it any more:
-//! at its deletion ([`Watches::forget`]), and in the 15 s sweep for Compositions that left
+//! errors; a kind's watch is stopped when no Composition reconciled here that used it is
+//! left: at a deletion ([`Watches::forget`]), and in the 15 s sweep for Compositions that left
 //! otherwise (deleted while enoki was down, or of a shard handed to another replica;
 //! [`Watches::retain_readers`]). What a cached entry means is left to the callers: the cache
 //! may lag behind the server, so a stale answer must only ever cost a GET, never a wrong
@@ -398,7 +398,8 @@ impl Watches {
     /// taken while no read, owner or watch user can be recorded, so a Composition that starts
     /// reading meanwhile is in it.
     pub fn retain_readers(&self, live: impl FnOnce() -> HashSet<ObjectRef<Composition>>) {
-        // The order every other path takes these locks in (one at a time, never backwards).
+        // No other path holds two of these five at once, nor takes one while it holds a borrow
+        // of the shard set or of the Composition store (which `live` reads under them).
         if let (Ok(mut readers), Ok(mut served), Ok(mut inputs), Ok(mut managed), Ok(mut owners)) = (
             self.readers.lock(),
             self.served.lock(),
@@ -580,9 +581,12 @@ impl Watches {
             while let Some(event) = events.next().await {
                 let Some(this) = this.upgrade() else { break };
                 // Another shard's object: not cached (an entry it had while it was ours is
-                // dropped), but readers of it as an input still hear of it.
+                // dropped), but readers of it as an input still hear of it. The shard set is
+                // copied out first: a borrow in the condition would be held through the body,
+                // and the sweep reads it while holding `readers`.
+                let held = *shards.borrow();
                 if let Ok(e) = &event
-                    && let Some((ns, name, apply)) = foreign(*shards.borrow(), e)
+                    && let Some((ns, name, apply)) = foreign(held, e)
                 {
                     if apply && let Ok(mut e) = entries.write() {
                         e.remove(&(ns.clone(), name.clone()));
