@@ -31,7 +31,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
@@ -398,36 +398,11 @@ impl Watches {
     /// taken while no read, owner or watch user can be recorded, so a Composition that starts
     /// reading meanwhile is in it.
     pub fn retain_readers(&self, live: impl FnOnce() -> HashSet<ObjectRef<Composition>>) {
-        // No other path holds two of these five at once, nor takes one while it holds a borrow
-        // of the shard set or of the Composition store (which `live` reads under them).
-        if let (Ok(mut readers), Ok(mut served), Ok(mut inputs), Ok(mut managed), Ok(mut owners)) = (
-            self.readers.lock(),
-            self.served.lock(),
-            self.inputs.lock(),
-            self.managed.lock(),
-            self.owners.lock(),
-        ) {
+        self.drop_compositions(|| {
             let live = live();
-            let uids: HashSet<&str> = live.iter().filter_map(|c| c.extra.uid.as_deref()).collect();
-            readers.retain(|_, set| {
-                set.retain(|c| live.contains(c));
-                !set.is_empty()
-            });
-            served.retain(|_, set| {
-                set.retain(|c| live.contains(c));
-                !set.is_empty()
-            });
-            // A watch nobody here needs stops (its task is aborted when it is dropped).
-            inputs.retain(|_, w| {
-                w.users.retain(|u| uids.contains(u.as_str()));
-                !w.users.is_empty()
-            });
-            managed.retain(|_, w| {
-                w.users.retain(|u| uids.contains(u.as_str()));
-                !w.users.is_empty()
-            });
-            owners.retain(|uid, _| uids.contains(uid.as_str()));
-        }
+            let uids = live.iter().filter_map(|c| c.extra.uid.clone()).collect();
+            Gone::NotLive(live, uids)
+        });
         self.prune_whole();
     }
 
@@ -637,34 +612,50 @@ impl Watches {
     /// Forgets everything about a Composition that is gone: what it read, that it owns
     /// objects, and every watch only it needed (those stop).
     pub fn forget(&self, comp: &ObjectRef<Composition>, uid: Option<&str>) {
-        if let Ok(mut readers) = self.readers.lock() {
-            readers.retain(|_, set| {
-                set.remove(comp);
-                !set.is_empty()
-            });
-        }
-        if let Ok(mut served) = self.served.lock() {
-            served.retain(|_, set| {
-                set.remove(comp);
-                !set.is_empty()
-            });
-        }
         // Whole objects only it read are dropped by the next sweep (`retain_readers`).
-        let Some(uid) = uid else { return };
-        if let Ok(mut owners) = self.owners.lock() {
-            owners.remove(uid);
+        self.drop_compositions(|| Gone::One(comp, uid));
+    }
+
+    /// Forgets the Compositions `gone` names — by reference in the readers and the served
+    /// objects, by UID in the watches' users and the owners — and stops the watches left with
+    /// no user (a watch's task is aborted when it is dropped). `gone` is called while the five
+    /// maps are held, so nothing is recorded between its answer and the pruning. A poisoned
+    /// map is pruned all the same.
+    fn drop_compositions<'a>(&self, gone: impl FnOnce() -> Gone<'a>) {
+        // No other path holds two of these five at once, nor takes one while it holds a borrow
+        // of the shard set or of the Composition store (which the sweep's `gone` reads under
+        // them).
+        let mut readers = self.readers.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut served = self.served.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut inputs = self.inputs.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut managed = self.managed.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut owners = self.owners.lock().unwrap_or_else(PoisonError::into_inner);
+        let gone = gone();
+        readers.retain(|_, set| {
+            gone.drop_from_refs(set);
+            !set.is_empty()
+        });
+        served.retain(|_, set| {
+            gone.drop_from_refs(set);
+            !set.is_empty()
+        });
+        if matches!(gone, Gone::One(_, None)) {
+            return;
         }
-        if let Ok(mut inputs) = self.inputs.lock() {
-            inputs.retain(|_, w| {
-                w.users.remove(uid);
-                !w.users.is_empty()
-            });
-        }
-        if let Ok(mut managed) = self.managed.lock() {
-            managed.retain(|_, w| {
-                w.users.remove(uid);
-                !w.users.is_empty()
-            });
+        inputs.retain(|_, w| {
+            gone.drop_from_uids(&mut w.users);
+            !w.users.is_empty()
+        });
+        managed.retain(|_, w| {
+            gone.drop_from_uids(&mut w.users);
+            !w.users.is_empty()
+        });
+        match &gone {
+            Gone::One(_, Some(uid)) => {
+                owners.remove(*uid);
+            }
+            Gone::One(_, None) => {}
+            Gone::NotLive(_, uids) => owners.retain(|uid, _| uids.contains(uid)),
         }
     }
 
@@ -718,6 +709,35 @@ impl Watches {
         };
         for r in refs {
             let _ = self.sender.send(r);
+        }
+    }
+}
+
+/// Which Compositions [`Watches::drop_compositions`] forgets.
+enum Gone<'a> {
+    /// One Composition, by reference and (when it has one) UID: removed by key.
+    One(&'a ObjectRef<Composition>, Option<&'a str>),
+    /// Every Composition not in this live set (and not among these UIDs).
+    NotLive(HashSet<ObjectRef<Composition>>, HashSet<String>),
+}
+
+impl Gone<'_> {
+    fn drop_from_refs(&self, set: &mut HashSet<ObjectRef<Composition>>) {
+        match self {
+            Gone::One(comp, _) => {
+                set.remove(*comp);
+            }
+            Gone::NotLive(live, _) => set.retain(|c| live.contains(c)),
+        }
+    }
+
+    fn drop_from_uids(&self, users: &mut HashSet<String>) {
+        match self {
+            Gone::One(_, Some(uid)) => {
+                users.remove(*uid);
+            }
+            Gone::One(_, None) => {}
+            Gone::NotLive(_, uids) => users.retain(|u| uids.contains(u)),
         }
     }
 }

@@ -21,6 +21,10 @@ pub(super) async fn delete(ctx: &Arc<Context>, comp: &Arc<Composition>) -> Resul
         finalizer::release(ctx, comp).await?;
         return Ok(Action::await_change());
     }
+    // Events of its objects (a deletion finished, a finalizer on one of them removed) requeue
+    // it — also on a replica that took its shard over while it was being deleted. The release
+    // forgets it again; the sweep does if it leaves this replica another way.
+    ctx.watches.own(comp);
     let mut st = comp.status.clone().unwrap_or_default();
     let dependents = dependencies::dependents(ctx, comp).await?;
     if !dependents.is_empty() {
