@@ -8,7 +8,8 @@
 //!    With `BENCH_PERF=1`, CPU per write of the client, the API server and etcd, and a
 //!    `perf record` of enoki during its writes (`target/bench-perf-converge.data`);
 //! 3. many: 10,000 Compositions × 10 ConfigMaps (`BENCH_MANY`), time until all are Ready
-//!    next to the raw server-side-apply floor for the same objects, enoki's RSS per
+//!    next to the raw server-side-apply floor for the same objects and the protocol floor
+//!    (the writes Eno's API needs per Composition, from a plain client), enoki's RSS per
 //!    Composition, and a steady-state window longer than the default resync
 //!    (`BENCH_STEADY_SECS`, 330): GETs, writes and resource checks; enoki runs with
 //!    `--concurrency` `BENCH_CONCURRENCY` (8);
@@ -17,7 +18,8 @@
 //! 5. shards: 5,000 Compositions × 10 ConfigMaps (`BENCH_SHARDS`) reconciled by one
 //!    unsharded replica (the baseline), then by two replicas with `--shards 4`: time until
 //!    all are Ready, and per replica the shards it holds, the Compositions and managed
-//!    objects it caches, its RSS.
+//!    objects it caches, its RSS above its idle process and above its warm base (after
+//!    32 warm-up Compositions).
 //!
 //! Needs the control plane (`hack/testenv.sh up`), the echo guest (`hack/build-samples.sh`)
 //! and a release build of enoki named by `ENOKI_BIN`. `BENCH_ONLY=converge,steady,many,outage,shards`
@@ -185,6 +187,92 @@ async fn raw_apply(env: &TestEnv, objects: &[Value], concurrency: usize) -> Dura
     let elapsed = start.elapsed();
     assert!(results.iter().all(Result::is_ok), "raw applies failed");
     elapsed
+}
+
+/// The protocol floor: the writes any reconciler of Eno's API makes per Composition, from a
+/// plain client with no reads and nothing between them — the input and the Composition created
+/// (as the fleet's clients do), its finalizer (here an annotation of the same size of write,
+/// so nothing is left blocking), the ResourceSlice created, its `per` objects server-side
+/// applied (at once), the slice's status and the Composition's status written once each.
+/// `concurrency` Compositions at a time. No controller runs meanwhile (the enoki of the
+/// `many` case starts later, in a namespace of its own); everything written is deleted
+/// afterwards, outside the timing.
+async fn protocol_floor(env: &TestEnv, comps: usize, per: usize, concurrency: usize) -> Duration {
+    let cms: Api<ConfigMap> = env.api();
+    let compositions: Api<crds::Composition> = env.api();
+    let slices: Api<crds::ResourceSlice> = env.api();
+    let pp = PatchParams::apply("bench-protocol").force();
+    let start = Instant::now();
+    let (cms, compositions, slices, pp) = (&cms, &compositions, &slices, &pp);
+    futures::stream::iter(0..comps)
+        .for_each_concurrent(concurrency, |i| async move {
+            let objects = items(&format!("p{i}-"), per);
+            let input = format!("items-{i}");
+            harness::set_echo_items(env, &input, &Value::Array(objects.clone())).await;
+            let name = format!("proto-{i}");
+            harness::apply_composition(env, &name, "bench-protocol-none", &input, json!({})).await;
+            let mark = json!({"metadata": {"annotations": {"bench.enoki.dev/finalizer": "x"}}});
+            compositions
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&mark))
+                .await
+                .expect("the finalizer's write");
+            let slice = crds::ResourceSlice::new(
+                &format!("{name}-slice"),
+                crds::ResourceSliceSpec {
+                    synthesis_uuid: format!("uuid-{i}"),
+                    resources: objects
+                        .iter()
+                        .map(|o| crds::Manifest {
+                            manifest: o.to_string(),
+                            deleted: false,
+                        })
+                        .collect(),
+                },
+            );
+            slices
+                .create(&kube::api::PostParams::default(), &slice)
+                .await
+                .expect("the ResourceSlice");
+            // One request in flight per Composition: `concurrency` in all, as the raw floor.
+            for o in &objects {
+                let name = o["metadata"]["name"].as_str().unwrap_or_default();
+                cms.patch(name, pp, &Patch::Apply(o))
+                    .await
+                    .expect("a protocol apply");
+            }
+            let states: Vec<Value> = (0..per)
+                .map(|_| json!({"reconciled": true, "ready": "2026-01-01T00:00:00Z"}))
+                .collect();
+            slices
+                .patch_status(
+                    &format!("{name}-slice"),
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"status": {"resources": states}})),
+                )
+                .await
+                .expect("the slice's status");
+            compositions
+                .patch_status(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"status": {"simplified": {"status": "Ready"}}})),
+                )
+                .await
+                .expect("the Composition's status");
+        })
+        .await;
+    let elapsed = start.elapsed();
+    let all = ListParams::default();
+    delete_all(compositions, &all, "protocol floor's Compositions").await;
+    delete_all(slices, &all, "protocol floor's ResourceSlices").await;
+    delete_all(cms, &created_here(), "protocol floor's ConfigMaps").await;
+    elapsed
+}
+
+/// The ConfigMaps a bench created in its namespace (not the namespace's root CA, which the
+/// control plane puts back).
+fn created_here() -> ListParams {
+    ListParams::default().fields("metadata.name!=kube-root-ca.crt")
 }
 
 fn at(t: &str) -> k8s_openapi::jiff::Timestamp {
@@ -425,6 +513,12 @@ async fn many() {
         .collect();
     let floor = raw_apply(&floor_env, &all_objects, 32).await;
     drop(all_objects);
+    // The floors' objects are deleted before enoki starts: the API server and etcd then hold
+    // the same as when the floors ran.
+    let floor_cms: Api<ConfigMap> = floor_env.api();
+    delete_all(&floor_cms, &created_here(), "raw floor's ConfigMaps").await;
+    let protocol_env = TestEnv::new().await;
+    let protocol = protocol_floor(&protocol_env, comps, per, 32).await;
     let env = TestEnv::new().await;
     let synth = install_synthesizer(&env, "echo", &echo_module()).await;
     let concurrency = count_from_env("BENCH_CONCURRENCY", 8).to_string();
@@ -471,13 +565,20 @@ async fn many() {
         floor.as_secs_f64()
     );
     println!(
+        "| protocol floor: per Composition the writes Eno's API needs ({} in all: input, Composition, finalizer, ResourceSlice, its {per} objects, the slice's and the Composition's status), plain client, 32 requests in flight | {:.1} s ({:.2}× the floor) |",
+        comps * (per + 6),
+        protocol.as_secs_f64(),
+        protocol.as_secs_f64() / floor.as_secs_f64()
+    );
+    println!(
         "| Compositions and inputs created (16 clients) | {:.1} s |",
         created.as_secs_f64()
     );
     println!(
-        "| all {ready}/{comps} Ready, from the first create | {:.1} s ({:.2}× the floor) |",
+        "| all {ready}/{comps} Ready, from the first create | {:.1} s ({:.2}× the floor, {:.2}× the protocol floor) |",
         all.as_secs_f64(),
-        all.as_secs_f64() / floor.as_secs_f64()
+        all.as_secs_f64() / floor.as_secs_f64(),
+        all.as_secs_f64() / protocol.as_secs_f64()
     );
     println!(
         "| enoki RSS idle before / after (peak) | {rss_idle:.0} MiB / {rss:.0} MiB ({peak:.0} MiB) |"
@@ -504,6 +605,10 @@ struct ReplicaFigures {
     objects: f64,
     /// RSS once its shards were held, before any Composition existed.
     idle: f64,
+    /// RSS after the warm-up Compositions (`WARM`) were Ready: the process with the module
+    /// compiled and loaded, its instance pool used and its watches started — the fixed base
+    /// the fleet's memory is counted above.
+    warm: f64,
     rss: f64,
     /// Anonymous RSS idle and at the end.
     idle_anon: f64,
@@ -561,8 +666,29 @@ async fn fleet(
         .iter()
         .map(|e| (rss_mib(e.pid()).0, anon_rss_mib(e.pid())))
         .collect();
-    let start = Instant::now();
     let (envr, synth) = (&env, &synth);
+    // The warm-up: WARM Compositions (of one ConfigMap each, spread over the shards by their
+    // UIDs) make every replica compile and load the module, run its instance pool and start
+    // its watches; what that costs does not grow with the fleet.
+    futures::stream::iter(0..WARM)
+        .for_each_concurrent(16, |i| async move {
+            let cm = format!("warm-items-{i}");
+            harness::set_echo_items(envr, &cm, &Value::Array(items(&format!("w{i}-"), 1))).await;
+            harness::apply_composition(envr, &format!("warm-{i}"), synth, &cm, json!({})).await;
+        })
+        .await;
+    let warming = Instant::now();
+    while count_ready(&env).await < WARM {
+        assert!(
+            warming.elapsed() < Duration::from_secs(300),
+            "the warm-up Compositions not Ready after 5 minutes"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // The sweep settles the caches every 15 s.
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let warm: Vec<f64> = fleet.iter().map(|e| rss_mib(e.pid()).0).collect();
+    let start = Instant::now();
     futures::stream::iter(0..comps)
         .for_each_concurrent(16, |i| async move {
             let cm = format!("items-{i}");
@@ -572,7 +698,7 @@ async fn fleet(
         })
         .await;
     loop {
-        let ready = count_ready(&env).await;
+        let ready = count_ready(&env).await.saturating_sub(WARM);
         if ready == comps {
             break;
         }
@@ -588,11 +714,13 @@ async fn fleet(
     let figures = fleet
         .iter()
         .zip(idle)
-        .map(|(e, (idle, idle_anon))| ReplicaFigures {
+        .zip(warm)
+        .map(|((e, (idle, idle_anon)), warm)| ReplicaFigures {
             shards: e.metric("enoki_shard_held").unwrap_or(0.0),
             compositions: e.metric("enoki_shard_compositions").unwrap_or(0.0),
             objects: e.metric("enoki_shard_managed_objects").unwrap_or(0.0),
             idle,
+            warm,
             rss: rss_mib(e.pid()).0,
             idle_anon,
             anon: anon_rss_mib(e.pid()),
@@ -601,33 +729,42 @@ async fn fleet(
     drop(fleet);
     // Leave nothing labelled behind: the next fleet's cluster-wide metadata watch would
     // count it.
-    // A collection of 50,000 may outlast one request's timeout: again until none is left.
     let cms: Api<ConfigMap> = env.api();
-    let labelled = ListParams::default()
-        .labels("enoki.dev/managed-by")
-        .limit(1);
+    let managed = ListParams::default().labels("enoki.dev/managed-by");
+    delete_all(&cms, &managed, "managed ConfigMaps").await;
+    (all, figures)
+}
+
+/// Deletes every object of `api` that `selected` selects: a collection of 50,000 may outlast
+/// one request's timeout, so again until none is left.
+async fn delete_all<K>(api: &Api<K>, selected: &ListParams, what: &str)
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + k8s_openapi::serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
     for attempt in 0.. {
-        let left = cms.list_metadata(&labelled).await.map(|l| l.items.len());
+        let left = api
+            .list_metadata(&selected.clone().limit(1))
+            .await
+            .map(|l| l.items.len());
         if left.as_ref().is_ok_and(|n| *n == 0) {
             break;
         }
-        assert!(
-            attempt < 20,
-            "managed ConfigMaps left after 20 deletions: {left:?}"
-        );
-        if let Err(e) = cms
-            .delete_collection(
-                &kube::api::DeleteParams::default(),
-                &ListParams::default().labels("enoki.dev/managed-by"),
-            )
+        assert!(attempt < 20, "{what} left after 20 deletions: {left:?}");
+        if let Err(e) = api
+            .delete_collection(&kube::api::DeleteParams::default(), selected)
             .await
         {
-            eprintln!("deleting the managed ConfigMaps: {e}; again");
+            eprintln!("deleting the {what}: {e}; again");
         }
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
-    (all, figures)
 }
+
+/// Warm-up Compositions of a fleet, Ready before its clock starts and its base RSS is read.
+const WARM: usize = 32;
 
 async fn shards() {
     let (comps, per) = (count_from_env("BENCH_SHARDS", 5_000), 10);
@@ -635,12 +772,15 @@ async fn shards() {
     let (sharded, sharded_figures) = fleet(comps, per, 2, 4).await;
     println!("\n## shards: {comps} Compositions × {per} ConfigMaps\n");
     println!(
-        "| setup | all Ready | vs 1 replica | replica: shards held, Compositions / managed objects cached, RSS (above its idle RSS), share of the unsharded RSS above idle; the same for anonymous RSS (heap and stacks, without mapped code) |"
+        "| setup | all Ready | vs 1 replica | replica: shards held, Compositions / managed objects cached, RSS (above its idle RSS), share of the unsharded RSS above idle; the same above its warm base (after {WARM} warm-up Compositions); the same for anonymous RSS above idle (heap and stacks, without mapped code) |"
     );
     println!("| --- | --- | --- | --- |");
     let whole = base_figures
         .first()
         .map_or(1.0, |f| (f.rss - f.idle).max(1.0));
+    let whole_warm = base_figures
+        .first()
+        .map_or(1.0, |f| (f.rss - f.warm).max(1.0));
     let whole_anon = base_figures
         .first()
         .map_or(1.0, |f| (f.anon - f.idle_anon).max(1.0));
@@ -652,13 +792,16 @@ async fn shards() {
             .iter()
             .map(|f| {
                 format!(
-                    "{:.0} shard(s), {:.0} / {:.0}, {:.0} MiB (+{:.0} MiB), {:.2}x; anonymous +{:.0} MiB, {:.2}x",
+                    "{:.0} shard(s), {:.0} / {:.0}, {:.0} MiB (+{:.0} MiB), {:.2}x; above its warm base ({:.0} MiB) +{:.0} MiB, {:.2}x; anonymous +{:.0} MiB, {:.2}x",
                     f.shards,
                     f.compositions,
                     f.objects,
                     f.rss,
                     f.rss - f.idle,
                     (f.rss - f.idle) / whole,
+                    f.warm,
+                    f.rss - f.warm,
+                    (f.rss - f.warm) / whole_warm,
                     f.anon - f.idle_anon,
                     (f.anon - f.idle_anon) / whole_anon
                 )
