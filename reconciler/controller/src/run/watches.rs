@@ -639,9 +639,6 @@ impl Watches {
             gone.drop_from_refs(set);
             !set.is_empty()
         });
-        if matches!(gone, Gone::One(_, None)) {
-            return;
-        }
         inputs.retain(|_, w| {
             gone.drop_from_uids(&mut w.users);
             !w.users.is_empty()
