@@ -37,8 +37,8 @@ use std::time::Duration;
 use futures::{StreamExt, TryStreamExt};
 use kube::api::{Api, DynamicObject};
 use kube::core::{ApiResource, GroupVersionKind, PartialObjectMeta};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -47,6 +47,8 @@ use crds::Composition;
 
 mod managed;
 pub use managed::*;
+mod table;
+use table::{Feeder, Row, Synced, Table};
 
 /// Metadata of a managed object as the cache holds it.
 pub type Meta = PartialObjectMeta<DynamicObject>;
@@ -57,17 +59,47 @@ type WatchKey = (String, String, String, String);
 /// An input object: its kind (with the version it is read in), namespace, name.
 type ObjectKey = (GroupVersionKind, String, String);
 
-/// One kind's watch: its store, the task feeding it, and the Compositions that need it.
-struct KindWatch<K: kube::Resource<DynamicType = ApiResource> + 'static> {
-    store: Store<K>,
-    ar: ApiResource,
+/// One input kind's watch (in one namespace, or cluster-wide): its table, the task feeding
+/// it, and the Compositions that need it.
+struct InputWatch {
+    synced: Synced<Kept>,
     task: tokio::task::AbortHandle,
     users: HashSet<String>,
 }
 
-impl<K: kube::Resource<DynamicType = ApiResource> + 'static> Drop for KindWatch<K> {
+impl Drop for InputWatch {
     fn drop(&mut self) {
         self.task.abort();
+    }
+}
+
+/// What an input watch keeps of an object: the whole object (unsharded, whole inputs) or
+/// only its resourceVersion (metadata-only watches; with `--shards`, a stub whose whole copy,
+/// when it is read here, is in [`Watches::whole`]).
+enum Kept {
+    Whole(Arc<DynamicObject>),
+    Version(Option<Box<str>>),
+}
+
+impl Row for Kept {
+    type Object = DynamicObject;
+
+    fn of(o: &DynamicObject, _: &mut Table<Kept>) -> Kept {
+        // A deserialized object's `data` is never null: null marks a stub.
+        if o.data.is_null() {
+            Kept::Version(o.metadata.resource_version.as_deref().map(Into::into))
+        } else {
+            Kept::Whole(Arc::new(o.clone()))
+        }
+    }
+}
+
+impl Kept {
+    fn resource_version(&self) -> Option<&str> {
+        match self {
+            Kept::Whole(o) => o.metadata.resource_version.as_deref(),
+            Kept::Version(rv) => rv.as_deref(),
+        }
     }
 }
 
@@ -87,7 +119,7 @@ pub struct Watches {
     /// The objects Compositions reconciled here read from the input cache (as the
     /// controller, by name, in this version): with `--shards`, those kept whole.
     served: Mutex<HashMap<ObjectKey, HashSet<ObjectRef<Composition>>>>,
-    inputs: Mutex<HashMap<(GroupVersionKind, String), KindWatch<DynamicObject>>>,
+    inputs: Mutex<HashMap<(GroupVersionKind, String), InputWatch>>,
     /// Input watches the API server refused (403), and when.
     forbidden_inputs: Mutex<HashMap<(GroupVersionKind, String), std::time::Instant>>,
     managed: Mutex<HashMap<GroupVersionKind, ManagedWatch>>,
@@ -170,8 +202,7 @@ impl Watches {
             return;
         }
         let forbidden_key = watch_key.clone();
-        let writer = reflector::store::Writer::<DynamicObject>::new(ar.clone());
-        let store = writer.as_reader();
+        let (mut feeder, synced) = Feeder::<Kept>::new();
         let api: Api<DynamicObject> = if scope.is_empty() {
             Api::all_with(self.client.clone(), ar)
         } else {
@@ -199,24 +230,26 @@ impl Watches {
         };
         let keeper = Arc::downgrade(self);
         let kept_as = gvk.clone();
-        let events = super::recovery::recovering(source)
-            .map_ok(move |event| match keeper.upgrade() {
+        let events =
+            super::recovery::recovering(source).map_ok(move |event| match keeper.upgrade() {
                 Some(this) => this.keep(&kept_as, event),
                 None => event,
-            })
-            .reflect(writer)
-            .touched_objects();
+            });
         let task = tokio::spawn(async move {
             futures::pin_mut!(events);
             while let Some(event) = events.next().await {
                 let Some(this) = this.upgrade() else { break };
                 match event {
-                    Ok(o) => this.fire_readers(
-                        &group,
-                        &kind,
-                        &o.namespace().unwrap_or_default(),
-                        &o.name_any(),
-                    ),
+                    Ok(event) => {
+                        if let Some(o) = feeder.apply(event) {
+                            this.fire_readers(
+                                &group,
+                                &kind,
+                                &o.namespace().unwrap_or_default(),
+                                &o.name_any(),
+                            )
+                        }
+                    }
                     Err(e) if forbidden_watch(&e) => {
                         tracing::debug!(kind = %kind, "enoki may not list/watch this input kind: \
                             changes to it are seen at --resync");
@@ -238,9 +271,8 @@ impl Watches {
         });
         inputs.insert(
             watch_key,
-            KindWatch {
-                store,
-                ar: ar.clone(),
+            InputWatch {
+                synced,
                 task: task.abort_handle(),
                 users: [uid].into(),
             },
@@ -259,22 +291,20 @@ impl Watches {
         if !self.whole_inputs {
             return None;
         }
-        let (store, r) = self.store_of(gvk, namespace, name)?;
-        tokio::time::timeout(FIRST_LIST, store.wait_until_ready())
+        let mut synced = self.store_of(gvk, namespace)?;
+        tokio::time::timeout(FIRST_LIST, synced.ready.wait_for(|r| *r))
             .await
             .ok()?
             .ok()?;
-        let Some(stub) = store.get(&r) else {
-            return Some(None);
+        let stub_version = match synced.table.read().ok()?.get(namespace, name) {
+            None => return Some(None),
+            // Whole in the store (unsharded).
+            Some(Kept::Whole(o)) => return Some(Some(o.clone())),
+            Some(Kept::Version(rv)) => rv.clone()?,
         };
-        if !stub.data.is_null() {
-            // Whole in the store (unsharded). A deserialized object's `data` is never null.
-            return Some(Some(stub));
-        }
         let key = (gvk.clone(), namespace.to_string(), name.to_string());
         let whole = self.whole.lock().ok()?.get(&key).cloned()?;
-        let current = stub.resource_version().is_some()
-            && whole.resource_version() == stub.resource_version();
+        let current = whole.metadata.resource_version.as_deref() == Some(&*stub_version);
         current.then_some(Some(whole))
     }
 
@@ -307,17 +337,18 @@ impl Watches {
         }
         // Only beside a stub: an object the watch leaves out (one enoki manages) or has not
         // listed yet is read with a GET each time, as without the stubs.
-        let Some(stub) = self
-            .store_of(gvk, namespace, name)
-            .and_then(|(store, r)| store.get(&r))
-        else {
+        let Some(stub_version) = self.store_of(gvk, namespace).and_then(|s| {
+            let t = s.table.read().ok()?;
+            t.get(namespace, name)
+                .map(|k| k.resource_version().map(str::to_string))
+        }) else {
             return;
         };
         let key = (gvk.clone(), namespace.to_string(), name.to_string());
         // A copy the watch brought for the stub's version is not replaced by an older read.
         if self.whole.lock().is_ok_and(|w| {
             w.get(&key).is_some_and(|c| {
-                stub.resource_version().is_some() && c.resource_version() == stub.resource_version()
+                stub_version.is_some() && c.metadata.resource_version == stub_version
             })
         }) {
             return;
@@ -415,9 +446,11 @@ impl Watches {
         let gone: Vec<ObjectKey> = keys
             .into_iter()
             .filter(|(gvk, namespace, name)| {
-                let present = self
-                    .store_of(gvk, namespace, name)
-                    .is_some_and(|(store, r)| store.get(&r).is_some());
+                let present = self.store_of(gvk, namespace).is_some_and(|s| {
+                    s.table
+                        .read()
+                        .is_ok_and(|t| t.get(namespace, name).is_some())
+                });
                 !present || !self.read_here(gvk, namespace, name)
             })
             .collect();
@@ -428,36 +461,27 @@ impl Watches {
         }
     }
 
-    /// The input store that holds an object of `gvk` (its namespace's watch, else the
-    /// cluster-wide one), and the object's key in it; `None` when the kind is not watched
-    /// (or the lock is poisoned: callers then GET).
-    fn store_of(
-        &self,
-        gvk: &GroupVersionKind,
-        namespace: &str,
-        name: &str,
-    ) -> Option<(Store<DynamicObject>, ObjectRef<DynamicObject>)> {
+    /// The input table that holds the objects of `gvk` in `namespace` (its namespace's
+    /// watch, else the cluster-wide one); `None` when the kind is not watched (or the lock is
+    /// poisoned: callers then GET).
+    fn store_of(&self, gvk: &GroupVersionKind, namespace: &str) -> Option<Synced<Kept>> {
         let inputs = self.inputs.lock().ok()?;
         let w = inputs
             .get(&(gvk.clone(), namespace.to_string()))
             .or_else(|| inputs.get(&(gvk.clone(), String::new())))?;
-        let mut r = ObjectRef::new_with(name, w.ar.clone());
-        if !namespace.is_empty() {
-            r = r.within(namespace);
-        }
-        Some((w.store.clone(), r))
+        Some(w.synced.clone())
     }
 
     /// Objects in the input caches, per watch: (kept whole and current, stubs only).
     pub fn input_objects(&self) -> (usize, usize) {
-        let stores: Vec<(GroupVersionKind, Store<DynamicObject>)> = match self.inputs.lock() {
+        let tables: Vec<(GroupVersionKind, Synced<Kept>)> = match self.inputs.lock() {
             Ok(inputs) => inputs
                 .iter()
-                .map(|((gvk, _), w)| (gvk.clone(), w.store.clone()))
+                .map(|((gvk, _), w)| (gvk.clone(), w.synced.clone()))
                 .collect(),
             Err(_) => return (0, 0),
         };
-        // The copies' versions, so no watch waits on `whole` while the stores are counted.
+        // The copies' versions, so no watch waits on `whole` while the tables are counted.
         let copies: HashMap<ObjectKey, Option<String>> = match self.whole.lock() {
             Ok(w) => w
                 .iter()
@@ -466,13 +490,19 @@ impl Watches {
             Err(_) => return (0, 0),
         };
         let (mut whole, mut stubs) = (0, 0);
-        for (gvk, store) in stores {
-            for o in store.state() {
-                let key = (gvk.clone(), o.namespace().unwrap_or_default(), o.name_any());
-                let current = copies
-                    .get(&key)
-                    .is_some_and(|rv| rv.is_some() && *rv == o.resource_version());
-                if !o.data.is_null() || current {
+        for (gvk, synced) in tables {
+            let Ok(t) = synced.table.read() else { continue };
+            for (namespace, name, kept) in t.iter() {
+                let current = match kept {
+                    Kept::Whole(_) => true,
+                    Kept::Version(rv) => {
+                        let key = (gvk.clone(), namespace.to_string(), name.to_string());
+                        copies
+                            .get(&key)
+                            .is_some_and(|c| rv.is_some() && c.as_deref() == rv.as_deref())
+                    }
+                };
+                if current {
                     whole += 1;
                 } else {
                     stubs += 1;
@@ -512,7 +542,7 @@ impl Watches {
         if forbidden.load(Ordering::Relaxed) {
             return None;
         }
-        let mut ready = view.ready.clone();
+        let mut ready = view.synced.ready.clone();
         tokio::time::timeout(
             FIRST_LIST,
             ready.wait_for(|r| *r || forbidden.load(Ordering::Relaxed)),
@@ -532,10 +562,9 @@ impl Watches {
         ar: &ApiResource,
         owner: &str,
     ) -> ManagedWatch {
-        let (ready_tx, ready_rx) = tokio::sync::watch::channel(false);
+        let (mut feeder, synced) = Feeder::<Live>::new();
         let view = ManagedView {
-            entries: Arc::new(std::sync::RwLock::new(HashMap::new())),
-            ready: ready_rx,
+            synced,
             forbidden: Arc::new(AtomicBool::new(false)),
         };
         let forbidden = view.forbidden.clone();
@@ -549,10 +578,8 @@ impl Watches {
         );
         let this = Arc::downgrade(self);
         let (group, kind) = (gvk.group.clone(), gvk.kind.clone());
-        let entries = view.entries.clone();
         let task = tokio::spawn(async move {
             futures::pin_mut!(events);
-            let mut relist: Option<HashMap<(String, String), Live>> = None;
             while let Some(event) = events.next().await {
                 let Some(this) = this.upgrade() else { break };
                 // Another shard's object: not cached (an entry it had while it was ours is
@@ -563,21 +590,21 @@ impl Watches {
                 if let Ok(e) = &event
                     && let Some((ns, name, apply)) = foreign(held, e)
                 {
-                    if apply && let Ok(mut e) = entries.write() {
-                        e.remove(&(ns.clone(), name.clone()));
+                    if apply {
+                        feeder.remove(&ns, &name);
                     }
                     this.fire_readers(&group, &kind, &ns, &name);
                     continue;
                 }
                 let touched = match event {
-                    Ok(e) => apply_event(&entries, &mut relist, &ready_tx, e),
+                    Ok(e) => apply_event(&mut feeder, e),
                     Err(e) if forbidden_watch(&e) => {
                         tracing::info!(kind = %kind, "enoki may not list/watch this kind: its \
                             managed objects are read with GETs and drift is found at --resync \
                             (grant list/watch with a ClusterRole labelled \
                             enoki.dev/aggregate-to-controller-watch)");
                         forbidden.store(true, Ordering::Relaxed);
-                        ready_tx.send_replace(false);
+                        feeder.unready();
                         break;
                     }
                     Err(e) => {
@@ -672,8 +699,8 @@ impl Watches {
     pub fn managed_owners(&self, mut f: impl FnMut(Option<&str>)) {
         if let Ok(m) = self.managed.lock() {
             for w in m.values() {
-                if let Ok(e) = w.view.entries.read() {
-                    e.values().for_each(|live| f(live.owner.as_deref()));
+                if let Ok(t) = w.view.synced.table.read() {
+                    t.iter().for_each(|(_, _, live)| f(live.owner.as_deref()));
                 }
             }
         }

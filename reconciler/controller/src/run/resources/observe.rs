@@ -238,14 +238,14 @@ async fn from_cache(
             metadata.insert("namespace".into(), json!(ns));
         }
         metadata.insert("resourceVersion".into(), json!(m.resource_version));
-        metadata.insert("uid".into(), json!(m.uid));
+        metadata.insert("uid".into(), json!(m.uid()));
         if let Some(t) = &m.deletion_timestamp {
             metadata.insert("deletionTimestamp".into(), json!(t));
         }
         if let Some(owner) = &m.owner {
             metadata.insert(
                 "labels".into(),
-                json!({ crds::names::annotations::MANAGED_BY.enoki: owner }),
+                json!({ crds::names::annotations::MANAGED_BY.enoki: &**owner }),
             );
         }
         json!({

@@ -5,35 +5,72 @@ use super::*;
 use crate::run::shard::Shards;
 
 /// What the apply pass reads of a managed object: its version and whether it is being
-/// deleted (kept compact: thousands of these live in memory).
+/// deleted (kept compact: a hundred thousand of these live in memory; the owner UID is
+/// shared by the rows of one Composition, a UUID is kept as its 16 bytes).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Live {
     /// `metadata.resourceVersion`.
-    pub resource_version: Option<String>,
+    pub resource_version: Option<Box<str>>,
     /// `metadata.uid`.
-    pub uid: Option<String>,
+    uid: Uid,
     /// `metadata.deletionTimestamp`, RFC 3339.
-    pub deletion_timestamp: Option<String>,
+    pub deletion_timestamp: Option<Box<str>>,
     /// The owning Composition's UID (the `managed-by` label).
-    pub owner: Option<String>,
+    pub owner: Option<Arc<str>>,
 }
 
-impl Live {
-    pub(super) fn of(m: &Meta) -> Live {
-        Live {
-            owner: m.labels().get(managed_label()).cloned(),
-            resource_version: m.metadata.resource_version.clone(),
-            uid: m.metadata.uid.clone(),
-            deletion_timestamp: m
-                .metadata
-                .deletion_timestamp
-                .as_ref()
-                .map(|t| t.0.to_string()),
+/// An object's UID: a UUID in its canonical form as 16 bytes, any other as it is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Uid {
+    None,
+    Uuid([u8; 16]),
+    Other(Box<str>),
+}
+
+impl Uid {
+    fn of(s: Option<&str>) -> Uid {
+        let Some(s) = s else { return Uid::None };
+        // Only a UUID written back exactly as it came is kept as bytes.
+        match uuid::Uuid::try_parse(s) {
+            Ok(u) if u.hyphenated().to_string() == s => Uid::Uuid(u.into_bytes()),
+            _ => Uid::Other(s.into()),
         }
     }
 }
 
-pub(super) type Entries = Arc<std::sync::RwLock<HashMap<(String, String), Live>>>;
+impl Live {
+    /// `metadata.uid`, as the API server wrote it.
+    pub fn uid(&self) -> Option<String> {
+        match &self.uid {
+            Uid::None => None,
+            Uid::Uuid(b) => Some(uuid::Uuid::from_bytes(*b).hyphenated().to_string()),
+            Uid::Other(s) => Some(s.to_string()),
+        }
+    }
+}
+
+impl table::Row for Live {
+    type Object = Meta;
+
+    fn of(m: &Meta, table: &mut table::Table<Live>) -> Live {
+        Live {
+            owner: m.labels().get(managed_label()).map(|o| table.intern(o)),
+            resource_version: m.metadata.resource_version.as_deref().map(Into::into),
+            uid: Uid::of(m.metadata.uid.as_deref()),
+            deletion_timestamp: m
+                .metadata
+                .deletion_timestamp
+                .as_ref()
+                .map(|t| t.0.to_string().into()),
+        }
+    }
+
+    fn release(self, table: &mut table::Table<Live>) {
+        if let Some(o) = &self.owner {
+            table.release(o);
+        }
+    }
+}
 
 /// One managed kind's watch, the Compositions that need it.
 pub(super) struct ManagedWatch {
@@ -63,57 +100,21 @@ pub(super) fn foreign(
     (!shards.owns_uid(owner)).then(|| (m.namespace().unwrap_or_default(), m.name_any(), apply))
 }
 
-/// Applies one watch event to the entries (a relist is built aside and swapped in when
-/// complete); returns the touched object's (namespace, name, owner UID).
+/// Applies one watch event to the table; returns the touched object's (namespace, name,
+/// owner UID).
 pub(super) fn apply_event(
-    entries: &Entries,
-    relist: &mut Option<HashMap<(String, String), Live>>,
-    ready: &tokio::sync::watch::Sender<bool>,
+    feeder: &mut table::Feeder<Live>,
     event: watcher::Event<Meta>,
 ) -> Option<(String, String, Option<String>)> {
-    let id = |m: &Meta| (m.namespace().unwrap_or_default(), m.name_any());
-    let owner = |m: &Meta| m.labels().get(managed_label()).cloned();
-    match event {
-        watcher::Event::Init => {
-            *relist = Some(HashMap::new());
-            None
-        }
-        watcher::Event::InitApply(m) => {
-            if let Some(r) = relist.as_mut() {
-                r.insert(id(&m), Live::of(&m));
-            }
-            let (ns, name) = id(&m);
-            Some((ns, name, owner(&m)))
-        }
-        watcher::Event::InitDone => {
-            if let (Some(r), Ok(mut e)) = (relist.take(), entries.write()) {
-                *e = r;
-            }
-            let _ = ready.send(true);
-            None
-        }
-        watcher::Event::Apply(m) => {
-            if let Ok(mut e) = entries.write() {
-                e.insert(id(&m), Live::of(&m));
-            }
-            let (ns, name) = id(&m);
-            Some((ns, name, owner(&m)))
-        }
-        watcher::Event::Delete(m) => {
-            if let Ok(mut e) = entries.write() {
-                e.remove(&id(&m));
-            }
-            let (ns, name) = id(&m);
-            Some((ns, name, owner(&m)))
-        }
-    }
+    let m = feeder.apply(event)?;
+    let owner = m.labels().get(managed_label()).cloned();
+    Some((m.namespace().unwrap_or_default(), m.name_any(), owner))
 }
 
 /// A kind's synced metadata cache of managed objects.
 #[derive(Clone)]
 pub struct ManagedView {
-    pub(crate) entries: Entries,
-    pub(crate) ready: tokio::sync::watch::Receiver<bool>,
+    pub(crate) synced: table::Synced<Live>,
     /// The API server refused to list or watch this kind (403).
     pub(crate) forbidden: Arc<AtomicBool>,
 }
@@ -129,11 +130,7 @@ pub(super) fn forbidden_watch(e: &watcher::Error) -> bool {
 impl ManagedView {
     /// The cached state of one object (`None`: not labelled as managed, or absent).
     pub fn get(&self, namespace: &str, name: &str) -> Option<Live> {
-        self.entries
-            .read()
-            .ok()?
-            .get(&(namespace.to_string(), name.to_string()))
-            .cloned()
+        self.synced.table.read().ok()?.get(namespace, name).cloned()
     }
 }
 
@@ -156,5 +153,40 @@ pub(super) fn metadata_only(
         watcher::Event::Init => watcher::Event::Init,
         watcher::Event::InitApply(p) => watcher::Event::InitApply(object(p)),
         watcher::Event::InitDone => watcher::Event::InitDone,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(uid: &str) -> Meta {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a", "namespace": "n", "uid": uid, "resourceVersion": "7",
+                         "labels": {managed_label(): "owner"}},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_uid_reads_back_exactly_as_the_server_wrote_it() {
+        let mut t = table::Table::<Live>::default();
+        for uid in [
+            "3f2a1c6e-5b7d-4e8f-9a0b-1c2d3e4f5a6b",
+            // Not in canonical form: kept as it is, not normalised.
+            "3F2A1C6E-5B7D-4E8F-9A0B-1C2D3E4F5A6B",
+            "3f2a1c6e5b7d4e8f9a0b1c2d3e4f5a6b",
+            "not-a-uuid",
+            "",
+        ] {
+            let live = <Live as table::Row>::of(&meta(uid), &mut t);
+            assert_eq!(live.uid().as_deref(), Some(uid));
+            assert_eq!(live.resource_version.as_deref(), Some("7"));
+            assert_eq!(live.owner.as_deref(), Some("owner"));
+        }
+        let mut m = meta("x");
+        m.metadata.uid = None;
+        assert_eq!(<Live as table::Row>::of(&m, &mut t).uid(), None);
     }
 }

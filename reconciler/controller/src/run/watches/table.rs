@@ -1,0 +1,294 @@
+//! The compact stores the input and managed-object watches keep, in place of reflector stores:
+//! per namespace (one shared `Arc<str>`), per name, one small row. A reflector store keeps,
+//! per object, a key that repeats the kind's `ApiResource` and a whole `DynamicObject`; at
+//! 100,000 managed objects and 10,000 inputs that is most of what a watch costs.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, RwLock};
+
+use kube::ResourceExt;
+use kube::runtime::watcher;
+
+/// Rows by (namespace, name); namespace `""` for cluster-scoped objects.
+pub struct Table<V> {
+    by_namespace: HashMap<Arc<str>, HashMap<Box<str>, V>>,
+    /// Interned strings the rows share (the owner UIDs of managed objects).
+    pool: HashSet<Arc<str>>,
+}
+
+impl<V> Default for Table<V> {
+    fn default() -> Self {
+        Table {
+            by_namespace: HashMap::new(),
+            pool: HashSet::new(),
+        }
+    }
+}
+
+impl<V> Table<V> {
+    pub fn get(&self, namespace: &str, name: &str) -> Option<&V> {
+        self.by_namespace.get(namespace)?.get(name)
+    }
+
+    /// Every row with its (namespace, name).
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str, &V)> {
+        self.by_namespace
+            .iter()
+            .flat_map(|(ns, rows)| rows.iter().map(move |(n, v)| (&**ns, &**n, v)))
+    }
+
+    fn put(&mut self, namespace: &str, name: &str, row: V) -> Option<V> {
+        if let Some(rows) = self.by_namespace.get_mut(namespace) {
+            return rows.insert(name.into(), row);
+        }
+        self.by_namespace
+            .insert(namespace.into(), [(name.into(), row)].into());
+        None
+    }
+
+    fn take(&mut self, namespace: &str, name: &str) -> Option<V> {
+        let rows = self.by_namespace.get_mut(namespace)?;
+        let row = rows.remove(name);
+        if rows.is_empty() {
+            self.by_namespace.remove(namespace);
+        }
+        row
+    }
+
+    /// The pooled copy of `s` (added when new).
+    pub(super) fn intern(&mut self, s: &str) -> Arc<str> {
+        if let Some(a) = self.pool.get(s) {
+            return a.clone();
+        }
+        let a: Arc<str> = s.into();
+        self.pool.insert(a.clone());
+        a
+    }
+
+    /// Drops `a` (a row's copy, given back) from the pool when the pool's is the only
+    /// other copy.
+    pub(super) fn release(&mut self, a: &Arc<str>) {
+        if Arc::strong_count(a) == 2 {
+            self.pool.remove(a);
+        }
+    }
+}
+
+/// A row a watch keeps for each object it sees.
+pub trait Row: Sized {
+    type Object: ResourceExt;
+    /// The row of `o`, with its strings interned in `table`'s pool.
+    fn of(o: &Self::Object, table: &mut Table<Self>) -> Self;
+    /// Gives back what the row took from the pool.
+    fn release(self, _table: &mut Table<Self>) {}
+}
+
+impl<V: Row> Table<V> {
+    /// Keeps the row of `o`, replacing its previous one.
+    pub fn insert(&mut self, o: &V::Object) {
+        let row = V::of(o, self);
+        if let Some(old) = self.put(&o.namespace().unwrap_or_default(), &o.name_any(), row) {
+            old.release(self);
+        }
+    }
+
+    pub fn remove(&mut self, namespace: &str, name: &str) {
+        if let Some(old) = self.take(namespace, name) {
+            old.release(self);
+        }
+    }
+}
+
+/// A table shared between the watch that feeds it and the readers, and whether its first
+/// list finished.
+pub struct Synced<V> {
+    pub table: Arc<RwLock<Table<V>>>,
+    pub ready: tokio::sync::watch::Receiver<bool>,
+}
+
+impl<V> Clone for Synced<V> {
+    fn clone(&self) -> Self {
+        Synced {
+            table: self.table.clone(),
+            ready: self.ready.clone(),
+        }
+    }
+}
+
+/// The writing side of a [`Synced`] table: applies watch events to it. A relist is built
+/// aside and swapped in whole when its last page has come, so an object deleted while the
+/// watch was away is gone after it. Readers that wait for the first list hear that it will
+/// never come when the feeder is dropped.
+pub struct Feeder<V> {
+    table: Arc<RwLock<Table<V>>>,
+    relist: Option<Table<V>>,
+    ready: tokio::sync::watch::Sender<bool>,
+}
+
+impl<V: Row> Feeder<V> {
+    pub fn new() -> (Feeder<V>, Synced<V>) {
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        let table = Arc::new(RwLock::new(Table::default()));
+        (
+            Feeder {
+                table: table.clone(),
+                relist: None,
+                ready: tx,
+            },
+            Synced { table, ready: rx },
+        )
+    }
+
+    /// Applies `event`; returns the object it touched (`None` for list markers).
+    pub fn apply(&mut self, event: watcher::Event<V::Object>) -> Option<V::Object> {
+        use watcher::Event;
+        match event {
+            Event::Init => {
+                self.relist = Some(Table::default());
+                None
+            }
+            Event::InitApply(o) => {
+                if let Some(r) = self.relist.as_mut() {
+                    r.insert(&o);
+                }
+                Some(o)
+            }
+            Event::InitDone => {
+                if let Some(r) = self.relist.take()
+                    && let Ok(mut t) = self.table.write()
+                {
+                    *t = r;
+                }
+                self.ready.send_replace(true);
+                None
+            }
+            Event::Apply(o) => {
+                if let Ok(mut t) = self.table.write() {
+                    t.insert(&o);
+                }
+                Some(o)
+            }
+            Event::Delete(o) => {
+                if let Ok(mut t) = self.table.write() {
+                    t.remove(&o.namespace().unwrap_or_default(), &o.name_any());
+                }
+                Some(o)
+            }
+        }
+    }
+
+    /// Removes an object's row (from a relist under way too).
+    pub fn remove(&mut self, namespace: &str, name: &str) {
+        if let Some(r) = self.relist.as_mut() {
+            r.remove(namespace, name);
+        }
+        if let Ok(mut t) = self.table.write() {
+            t.remove(namespace, name);
+        }
+    }
+
+    /// Marks the table as never to be synced (readers stop waiting for it).
+    pub fn unready(&self) {
+        self.ready.send_replace(false);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::api::DynamicObject;
+
+    /// A row of a name's resourceVersion and an interned label value.
+    struct Versioned {
+        rv: Option<Box<str>>,
+        tag: Option<Arc<str>>,
+    }
+
+    impl Row for Versioned {
+        type Object = DynamicObject;
+        fn of(o: &DynamicObject, table: &mut Table<Self>) -> Self {
+            Versioned {
+                rv: o.metadata.resource_version.as_deref().map(Into::into),
+                tag: o.labels().get("tag").map(|t| table.intern(t)),
+            }
+        }
+        fn release(self, table: &mut Table<Self>) {
+            if let Some(t) = &self.tag {
+                table.release(t);
+            }
+        }
+    }
+
+    fn obj(ns: &str, name: &str, rv: &str, tag: &str) -> DynamicObject {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": ns, "resourceVersion": rv,
+                         "labels": {"tag": tag}},
+        }))
+        .unwrap()
+    }
+
+    fn rv(s: &Synced<Versioned>, ns: &str, name: &str) -> Option<String> {
+        let t = s.table.read().unwrap();
+        t.get(ns, name)
+            .map(|r| r.rv.as_deref().unwrap_or("").to_string())
+    }
+
+    #[test]
+    fn a_relist_replaces_the_table_whole_and_marks_it_ready() {
+        use watcher::Event;
+        let (mut f, s) = Feeder::<Versioned>::new();
+        f.apply(Event::Apply(obj("a", "x", "1", "t")));
+        f.apply(Event::Apply(obj("a", "gone", "2", "t")));
+        assert!(!*s.ready.borrow());
+        f.apply(Event::Init);
+        f.apply(Event::InitApply(obj("a", "x", "3", "t")));
+        f.apply(Event::InitApply(obj("", "cluster", "4", "u")));
+        // Until the relist is complete, readers see the old table.
+        assert_eq!(rv(&s, "a", "gone").as_deref(), Some("2"));
+        f.apply(Event::InitDone);
+        assert!(*s.ready.borrow());
+        assert_eq!(rv(&s, "a", "x").as_deref(), Some("3"));
+        assert_eq!(rv(&s, "", "cluster").as_deref(), Some("4"));
+        assert_eq!(rv(&s, "a", "gone"), None);
+        assert_eq!(s.table.read().unwrap().iter().count(), 2);
+        f.apply(Event::Delete(obj("a", "x", "5", "t")));
+        assert_eq!(rv(&s, "a", "x"), None);
+        // An emptied namespace is dropped.
+        assert!(!s.table.read().unwrap().by_namespace.contains_key("a"));
+    }
+
+    #[test]
+    fn interned_values_are_shared_and_dropped_with_their_last_row() {
+        use watcher::Event;
+        let (mut f, s) = Feeder::<Versioned>::new();
+        f.apply(Event::Apply(obj("a", "x", "1", "owner-1")));
+        f.apply(Event::Apply(obj("a", "y", "1", "owner-1")));
+        {
+            let t = s.table.read().unwrap();
+            let (x, y) = (t.get("a", "x").unwrap(), t.get("a", "y").unwrap());
+            assert!(Arc::ptr_eq(
+                x.tag.as_ref().unwrap(),
+                y.tag.as_ref().unwrap()
+            ));
+            assert_eq!(t.pool.len(), 1);
+        }
+        // A row replaced with another owner gives its old one back.
+        f.apply(Event::Apply(obj("a", "x", "2", "owner-2")));
+        assert_eq!(s.table.read().unwrap().pool.len(), 2);
+        f.apply(Event::Delete(obj("a", "y", "2", "owner-1")));
+        assert_eq!(s.table.read().unwrap().pool.len(), 1);
+        f.apply(Event::Delete(obj("a", "x", "3", "owner-2")));
+        assert!(s.table.read().unwrap().pool.is_empty());
+    }
+
+    #[test]
+    fn readers_waiting_for_the_first_list_stop_when_the_feeder_is_gone() {
+        let (f, mut s) = Feeder::<Versioned>::new();
+        drop(f);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        assert!(rt.block_on(s.ready.wait_for(|r| *r)).is_err());
+    }
+}
