@@ -1,18 +1,18 @@
 //! Shared watch caches, and the triggers they fire.
 //!
-//! - **Managed objects**: one metadata-only reflector per kind, selected by the
+//! - **Managed objects**: one metadata-only watch per kind, selected by the
 //!   `enoki.dev/managed-by` label and shared by every Composition, started when a kind is first
 //!   emitted. The apply pass reads live `resourceVersion`s from it, so an in-sync resource costs
 //!   no request. A change to a managed object re-reconciles its owner (the label's value is the
 //!   owner's UID) — that is drift detection.
-//! - **Inputs**: one reflector per kind and namespace that some Composition reads from (bound
+//! - **Inputs**: one watch per kind and namespace that some Composition reads from (bound
 //!   inputs, dependencies; cluster-wide for cluster-scoped kinds, Synthesizers and
 //!   collections); reads come from it, and a change re-reconciles every Composition that read
 //!   the object. Objects enoki manages are left out of it (they are in the metadata cache,
-//!   and read with a GET when one is an input). Unsharded, the stores keep every object
+//!   and read with a GET when one is an input). Unsharded, the tables keep every object
 //!   whole (metadata only when every Composition acts as a ServiceAccount and reads with
 //!   GETs). With `--shards`, an input watch is per namespace and shared by the shards, so a
-//!   replica's stores hold *stubs* (name, namespace, UID, resourceVersion) and whole copies
+//!   replica's tables hold *stubs* (name and resourceVersion) and whole copies
 //!   only of the objects a Composition of its shards reads from the cache by name (as the
 //!   controller, not as a ServiceAccount; [`Watches::serve`]), beside them, served
 //!   while their resourceVersion is the stub's: a replica holding half of the shards does not
@@ -27,7 +27,7 @@
 //! otherwise (deleted while enoki was down, or of a shard handed to another replica;
 //! [`Watches::retain_readers`]). What a cached entry means is left to the callers: the cache
 //! may lag behind the server, so a stale answer must only ever cost a GET, never a wrong
-//! write.
+//! write. Each watch keeps a compact table ([`table`]): per namespace, per name, one row.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -84,13 +84,19 @@ enum Kept {
 impl Row for Kept {
     type Object = DynamicObject;
 
-    fn of(o: &DynamicObject, _: &mut Table<Kept>) -> Kept {
+    type Draft = Kept;
+
+    fn draft(o: &DynamicObject) -> Kept {
         // A deserialized object's `data` is never null: null marks a stub.
         if o.data.is_null() {
             Kept::Version(o.metadata.resource_version.as_deref().map(Into::into))
         } else {
             Kept::Whole(Arc::new(o.clone()))
         }
+    }
+
+    fn of(kept: Kept, _: &mut Table<Kept>) -> Kept {
+        kept
     }
 }
 

@@ -51,10 +51,12 @@ impl Live {
 
 impl table::Row for Live {
     type Object = Meta;
+    /// The row without its owner, and the owner UID to intern.
+    type Draft = (Live, Option<String>);
 
-    fn of(m: &Meta, table: &mut table::Table<Live>) -> Live {
-        Live {
-            owner: m.labels().get(managed_label()).map(|o| table.intern(o)),
+    fn draft(m: &Meta) -> (Live, Option<String>) {
+        let live = Live {
+            owner: None,
             resource_version: m.metadata.resource_version.as_deref().map(Into::into),
             uid: Uid::of(m.metadata.uid.as_deref()),
             deletion_timestamp: m
@@ -62,6 +64,14 @@ impl table::Row for Live {
                 .deletion_timestamp
                 .as_ref()
                 .map(|t| t.0.to_string().into()),
+        };
+        (live, m.labels().get(managed_label()).cloned())
+    }
+
+    fn of((live, owner): (Live, Option<String>), table: &mut table::Table<Live>) -> Live {
+        Live {
+            owner: owner.map(|o| table.intern(&o)),
+            ..live
         }
     }
 
@@ -180,13 +190,14 @@ mod tests {
             "not-a-uuid",
             "",
         ] {
-            let live = <Live as table::Row>::of(&meta(uid), &mut t);
+            let live = <Live as table::Row>::of(<Live as table::Row>::draft(&meta(uid)), &mut t);
             assert_eq!(live.uid().as_deref(), Some(uid));
             assert_eq!(live.resource_version.as_deref(), Some("7"));
             assert_eq!(live.owner.as_deref(), Some("owner"));
         }
         let mut m = meta("x");
         m.metadata.uid = None;
-        assert_eq!(<Live as table::Row>::of(&m, &mut t).uid(), None);
+        let live = <Live as table::Row>::of(<Live as table::Row>::draft(&m), &mut t);
+        assert_eq!(live.uid(), None);
     }
 }

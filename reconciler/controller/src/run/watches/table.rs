@@ -3,7 +3,7 @@
 //! per object, a key that repeats the kind's `ApiResource` and a whole `DynamicObject`; at
 //! 100,000 managed objects and 10,000 inputs that is most of what a watch costs.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
 use kube::ResourceExt;
@@ -12,15 +12,16 @@ use kube::runtime::watcher;
 /// Rows by (namespace, name); namespace `""` for cluster-scoped objects.
 pub struct Table<V> {
     by_namespace: HashMap<Arc<str>, HashMap<Box<str>, V>>,
-    /// Interned strings the rows share (the owner UIDs of managed objects).
-    pool: HashSet<Arc<str>>,
+    /// Interned strings the rows share (the owner UIDs of managed objects), with how many
+    /// rows hold each (a reader's clone of a row does not count).
+    pool: HashMap<Arc<str>, usize>,
 }
 
 impl<V> Default for Table<V> {
     fn default() -> Self {
         Table {
             by_namespace: HashMap::new(),
-            pool: HashSet::new(),
+            pool: HashMap::new(),
         }
     }
 }
@@ -55,21 +56,26 @@ impl<V> Table<V> {
         row
     }
 
-    /// The pooled copy of `s` (added when new).
+    /// The pooled copy of `s` (added when new) for one more row.
     pub(super) fn intern(&mut self, s: &str) -> Arc<str> {
-        if let Some(a) = self.pool.get(s) {
-            return a.clone();
+        if let Some(rows) = self.pool.get_mut(s) {
+            *rows += 1;
+            if let Some((a, _)) = self.pool.get_key_value(s) {
+                return a.clone();
+            }
         }
         let a: Arc<str> = s.into();
-        self.pool.insert(a.clone());
+        self.pool.insert(a.clone(), 1);
         a
     }
 
-    /// Drops `a` (a row's copy, given back) from the pool when the pool's is the only
-    /// other copy.
+    /// Gives back a row's copy of `a`: dropped from the pool with the last row that holds it.
     pub(super) fn release(&mut self, a: &Arc<str>) {
-        if Arc::strong_count(a) == 2 {
-            self.pool.remove(a);
+        if let Some(rows) = self.pool.get_mut(a) {
+            *rows -= 1;
+            if *rows == 0 {
+                self.pool.remove(a);
+            }
         }
     }
 }
@@ -77,17 +83,28 @@ impl<V> Table<V> {
 /// A row a watch keeps for each object it sees.
 pub trait Row: Sized {
     type Object: ResourceExt;
-    /// The row of `o`, with its strings interned in `table`'s pool.
-    fn of(o: &Self::Object, table: &mut Table<Self>) -> Self;
+    /// What the row keeps of an object, made before the table is locked (a large object is
+    /// copied here, not while readers wait).
+    type Draft;
+    fn draft(o: &Self::Object) -> Self::Draft;
+    /// The row of a draft, with its shared strings interned in `table`'s pool.
+    fn of(draft: Self::Draft, table: &mut Table<Self>) -> Self;
     /// Gives back what the row took from the pool.
     fn release(self, _table: &mut Table<Self>) {}
 }
 
+/// An object's (namespace, name) and draft row.
+type Drafted<V> = (String, String, <V as Row>::Draft);
+
+fn drafted<V: Row>(o: &V::Object) -> Drafted<V> {
+    (o.namespace().unwrap_or_default(), o.name_any(), V::draft(o))
+}
+
 impl<V: Row> Table<V> {
-    /// Keeps the row of `o`, replacing its previous one.
-    pub fn insert(&mut self, o: &V::Object) {
-        let row = V::of(o, self);
-        if let Some(old) = self.put(&o.namespace().unwrap_or_default(), &o.name_any(), row) {
+    /// Keeps the row of a drafted object, replacing its previous one.
+    fn insert(&mut self, (namespace, name, draft): Drafted<V>) {
+        let row = V::of(draft, self);
+        if let Some(old) = self.put(&namespace, &name, row) {
             old.release(self);
         }
     }
@@ -149,7 +166,7 @@ impl<V: Row> Feeder<V> {
             }
             Event::InitApply(o) => {
                 if let Some(r) = self.relist.as_mut() {
-                    r.insert(&o);
+                    r.insert(drafted::<V>(&o));
                 }
                 Some(o)
             }
@@ -163,8 +180,9 @@ impl<V: Row> Feeder<V> {
                 None
             }
             Event::Apply(o) => {
+                let row = drafted::<V>(&o);
                 if let Ok(mut t) = self.table.write() {
-                    t.insert(&o);
+                    t.insert(row);
                 }
                 Some(o)
             }
@@ -206,10 +224,17 @@ mod tests {
 
     impl Row for Versioned {
         type Object = DynamicObject;
-        fn of(o: &DynamicObject, table: &mut Table<Self>) -> Self {
+        type Draft = (Option<String>, Option<String>);
+        fn draft(o: &DynamicObject) -> Self::Draft {
+            (
+                o.metadata.resource_version.clone(),
+                o.labels().get("tag").cloned(),
+            )
+        }
+        fn of((rv, tag): Self::Draft, table: &mut Table<Self>) -> Self {
             Versioned {
-                rv: o.metadata.resource_version.as_deref().map(Into::into),
-                tag: o.labels().get("tag").map(|t| table.intern(t)),
+                rv: rv.map(Into::into),
+                tag: tag.map(|t| table.intern(&t)),
             }
         }
         fn release(self, table: &mut Table<Self>) {
@@ -276,8 +301,11 @@ mod tests {
         // A row replaced with another owner gives its old one back.
         f.apply(Event::Apply(obj("a", "x", "2", "owner-2")));
         assert_eq!(s.table.read().unwrap().pool.len(), 2);
+        // A reader's clone of the last row's owner does not keep the owner pooled.
+        let held = s.table.read().unwrap().get("a", "y").unwrap().tag.clone();
         f.apply(Event::Delete(obj("a", "y", "2", "owner-1")));
         assert_eq!(s.table.read().unwrap().pool.len(), 1);
+        drop(held);
         f.apply(Event::Delete(obj("a", "x", "3", "owner-2")));
         assert!(s.table.read().unwrap().pool.is_empty());
     }
