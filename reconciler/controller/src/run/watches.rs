@@ -10,8 +10,8 @@
 //!   collections); reads come from it, and a change re-reconciles every Composition that read
 //!   the object. Objects enoki manages are left out of it (they are in the metadata cache,
 //!   and read with a GET when one is an input). Unsharded, the tables keep every object
-//!   whole (metadata only when every Composition acts as a ServiceAccount and reads with
-//!   GETs). With `--shards`, an input watch is per namespace and shared by the shards, so a
+//!   whole (only its resourceVersion when every Composition acts as a ServiceAccount and
+//!   reads with GETs). With `--shards`, an input watch is per namespace and shared by the shards, so a
 //!   replica's tables hold *stubs* (name and resourceVersion) and whole copies
 //!   only of the objects a Composition of its shards reads from the cache by name (as the
 //!   controller, not as a ServiceAccount; [`Watches::serve`]), beside them, served
