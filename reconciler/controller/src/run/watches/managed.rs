@@ -75,7 +75,7 @@ impl table::Row for Live {
         }
     }
 
-    fn release(self, table: &mut table::Table<Live>) {
+    fn release(&self, table: &mut table::Table<Live>) {
         if let Some(o) = &self.owner {
             table.release(o);
         }

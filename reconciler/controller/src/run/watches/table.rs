@@ -90,7 +90,7 @@ pub trait Row: Sized {
     /// The row of a draft, with its shared strings interned in `table`'s pool.
     fn of(draft: Self::Draft, table: &mut Table<Self>) -> Self;
     /// Gives back what the row took from the pool.
-    fn release(self, _table: &mut Table<Self>) {}
+    fn release(&self, _table: &mut Table<Self>) {}
 }
 
 /// An object's (namespace, name) and draft row.
@@ -101,18 +101,22 @@ fn drafted<V: Row>(o: &V::Object) -> Drafted<V> {
 }
 
 impl<V: Row> Table<V> {
-    /// Keeps the row of a drafted object, replacing its previous one.
-    fn insert(&mut self, (namespace, name, draft): Drafted<V>) {
+    /// Keeps the row of a drafted object; returns the row it replaced (released from the
+    /// pool; callers drop it after unlocking: it may be a large object's last copy).
+    #[must_use]
+    fn insert(&mut self, (namespace, name, draft): Drafted<V>) -> Option<V> {
         let row = V::of(draft, self);
-        if let Some(old) = self.put(&namespace, &name, row) {
-            old.release(self);
-        }
+        let old = self.put(&namespace, &name, row)?;
+        old.release(self);
+        Some(old)
     }
 
-    pub fn remove(&mut self, namespace: &str, name: &str) {
-        if let Some(old) = self.take(namespace, name) {
-            old.release(self);
-        }
+    /// Removes an object's row and returns it, released as with [`Table::insert`].
+    #[must_use]
+    pub fn remove(&mut self, namespace: &str, name: &str) -> Option<V> {
+        let old = self.take(namespace, name)?;
+        old.release(self);
+        Some(old)
     }
 }
 
@@ -165,31 +169,38 @@ impl<V: Row> Feeder<V> {
                 None
             }
             Event::InitApply(o) => {
-                if let Some(r) = self.relist.as_mut() {
-                    r.insert(drafted::<V>(&o));
-                }
+                let old = self
+                    .relist
+                    .as_mut()
+                    .and_then(|r| r.insert(drafted::<V>(&o)));
+                drop(old);
                 Some(o)
             }
             Event::InitDone => {
-                if let Some(r) = self.relist.take()
-                    && let Ok(mut t) = self.table.write()
-                {
-                    *t = r;
-                }
+                // The old table is dropped after the lock is let go: it may hold thousands
+                // of objects.
+                let old = match (self.relist.take(), self.table.write()) {
+                    (Some(r), Ok(mut t)) => Some(std::mem::replace(&mut *t, r)),
+                    _ => None,
+                };
+                drop(old);
                 self.ready.send_replace(true);
                 None
             }
             Event::Apply(o) => {
                 let row = drafted::<V>(&o);
-                if let Ok(mut t) = self.table.write() {
-                    t.insert(row);
-                }
+                let old = self.table.write().ok().and_then(|mut t| t.insert(row));
+                drop(old);
                 Some(o)
             }
             Event::Delete(o) => {
-                if let Ok(mut t) = self.table.write() {
-                    t.remove(&o.namespace().unwrap_or_default(), &o.name_any());
-                }
+                let (namespace, name) = (o.namespace().unwrap_or_default(), o.name_any());
+                let old = self
+                    .table
+                    .write()
+                    .ok()
+                    .and_then(|mut t| t.remove(&namespace, &name));
+                drop(old);
                 Some(o)
             }
         }
@@ -197,12 +208,14 @@ impl<V: Row> Feeder<V> {
 
     /// Removes an object's row (from a relist under way too).
     pub fn remove(&mut self, namespace: &str, name: &str) {
-        if let Some(r) = self.relist.as_mut() {
-            r.remove(namespace, name);
-        }
-        if let Ok(mut t) = self.table.write() {
-            t.remove(namespace, name);
-        }
+        let old = self.relist.as_mut().and_then(|r| r.remove(namespace, name));
+        drop(old);
+        let old = self
+            .table
+            .write()
+            .ok()
+            .and_then(|mut t| t.remove(namespace, name));
+        drop(old);
     }
 
     /// Marks the table as never to be synced (readers stop waiting for it).
@@ -237,7 +250,7 @@ mod tests {
                 tag: tag.map(|t| table.intern(&t)),
             }
         }
-        fn release(self, table: &mut Table<Self>) {
+        fn release(&self, table: &mut Table<Self>) {
             if let Some(t) = &self.tag {
                 table.release(t);
             }
