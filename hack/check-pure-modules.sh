@@ -9,6 +9,7 @@ PURE=(
   reconciler/controller/src/run/model.rs
   reconciler/controller/src/run/condition.rs
   reconciler/controller/src/run/composition/decide.rs
+  reconciler/controller/src/run/composition/generation.rs
   reconciler/controller/src/run/composition/trigger.rs
   reconciler/controller/src/run/resources/fights.rs
   reconciler/controller/src/run/resources/migrate.rs

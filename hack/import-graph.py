@@ -17,6 +17,7 @@ PURE = {
     ("run", "model"),
     ("run", "condition"),
     ("run", "composition", "decide"),
+    ("run", "composition", "generation"),
     ("run", "composition", "trigger"),
     ("run", "resources", "fights"),
     ("run", "resources", "migrate"),

@@ -25,6 +25,8 @@ phase "tools (helm, built from the Go module proxy, cached per machine)" \
   bash -c 'TOOLS=helm hack/tools.sh > target/.tools-dir'
 HELM="$(cat target/.tools-dir)/helm"; export HELM
 phase "samples to wasm (Rust p1 + p2, Go, C, AssemblyScript, Python, TypeScript)" hack/build-samples.sh
+phase "health checkers (kstatus, Argo CD Lua; tests/health, Go)" \
+  bash -c 'cd tests/health && go vet ./... && go build -o ../../target/health .'
 # shellcheck source=hack/cargo-env.sh
 . hack/cargo-env.sh
 phase "cargo build + clippy -D warnings (workspace, all targets; clippy-driver as rustc wrapper)" \

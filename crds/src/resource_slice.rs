@@ -40,6 +40,11 @@ pub struct Manifest {
     /// A tombstone: the resource was dropped since the previous synthesis and is deleted.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub deleted: bool,
+    /// A Secret's whole manifest, sealed (`enoki-aead-v1:<key id>:<base64>`, AES-256-GCM under
+    /// a key of the controller's slice-key Secret); `manifest` then holds the Secret without
+    /// `data` and `stringData`. Secret values are never stored here in plain text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sealed: Option<String>,
 }
 
 /// Per-resource reconciliation status, index-aligned with `spec.resources`.

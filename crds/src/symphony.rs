@@ -1,6 +1,6 @@
 //! The `Symphony` resource: one Composition per variation (Eno semantics).
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -96,4 +96,8 @@ pub struct SymphonyStatus {
     /// Every variation is ready.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready: Option<Time>,
+    /// `Synthesized`, `Ready`, `Reconciling` and `Stalled`, rolled up from the non-optional
+    /// variations' Compositions (as kstatus, Flux and Argo CD read them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
 }

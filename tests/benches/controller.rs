@@ -224,7 +224,7 @@ async fn protocol_floor(env: &TestEnv, comps: usize, per: usize, concurrency: us
                         .iter()
                         .map(|o| crds::Manifest {
                             manifest: o.to_string(),
-                            deleted: false,
+                            ..crds::Manifest::default()
                         })
                         .collect(),
                 },

@@ -111,6 +111,18 @@ impl Check<'_> {
                 continue;
             };
             for m in &slice.spec.resources {
+                let plain_secret = serde_json::from_str::<Value>(&m.manifest).is_ok_and(|v| {
+                    v["apiVersion"] == "v1"
+                        && v["kind"] == "Secret"
+                        && (v.get("data").is_some() || v.get("stringData").is_some())
+                });
+                if plain_secret {
+                    self.out.push(format!(
+                        "slice {} holds a Secret's values in plain text",
+                        r.name
+                    ));
+                }
+                // A sealed Secret is compared without its values (the redacted manifest).
                 match serde_json::from_str::<Value>(&m.manifest) {
                     Ok(v) if m.deleted => tombstones.push(v),
                     Ok(v) => desired.push(v),

@@ -390,6 +390,9 @@ fn helm_chart_matches_kustomize() {
             "enoki-system",
             "--set",
             &set,
+            // Rendered without cluster access, `auto` leaves them out (see below).
+            "--set",
+            "crds.builtins=true",
         ]);
         assert!(ok, "helm template ({tenancy}): {err}");
         let (ok, out) = kubectl(
@@ -426,6 +429,13 @@ fn helm_chart_matches_kustomize() {
     assert!(ok, "{err}");
     assert!(!rendered.contains("trusteeconfigs.confidentialcontainers.org"));
     assert!(rendered.contains("compositions.enoki.dev"));
+    // Rendered without cluster access (`helm template`, as Argo CD does), the default (`auto`)
+    // cannot see an upstream operator's CRDs and so renders none of the built-ins'.
+    let (ok, rendered, err) = helm(&["template", "enoki", "deploy/helm/enoki"]);
+    assert!(ok, "{err}");
+    assert!(!rendered.contains("name: trusteeconfigs.confidentialcontainers.org"));
+    assert!(!rendered.contains("name: leptondeployments.lepton.ai"));
+    assert!(rendered.contains("name: compositions.enoki.dev"));
 
     chart_renders_sharding_and_a_remote_target();
     chart_knobs_render_as_asked();
@@ -608,6 +618,16 @@ fn chart_knobs_render_as_asked() {
         r#"topologySpreadConstraints=[{"maxSkew":1,"topologyKey":"kubernetes.io/hostname","whenUnsatisfiable":"ScheduleAnyway","labelSelector":{"matchLabels":{"app.kubernetes.io/instance":"{{ .Release.Name }}"}}}]"#,
         "--set",
         "podSecurityContext.runAsUser=1000700000",
+        "--set",
+        "probes.startup.failureThreshold=120",
+        "--set",
+        "moduleCache.sizeLimit=4Gi",
+        "--set",
+        "run.moduleCacheDirMib=3000",
+        "--set",
+        "networkPolicy.enabled=true",
+        "--set-json",
+        r#"networkPolicy.metricsFrom=[{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"monitoring"}}}]"#,
     ]);
     assert!(ok, "{err}");
     let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&rendered).unwrap();
@@ -643,6 +663,27 @@ fn chart_knobs_render_as_asked() {
             .as_array()
             .unwrap()
             .contains(&serde_json::json!({"name": "RUST_LOG", "value": "debug"}))
+    );
+    // Probes, the rollout, the module cache's bound and the NetworkPolicy.
+    assert_eq!(container["startupProbe"]["failureThreshold"], 120);
+    assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
+    assert_eq!(container["livenessProbe"]["periodSeconds"], 10);
+    assert_eq!(
+        deployment["spec"]["strategy"]["rollingUpdate"],
+        serde_json::json!({"maxSurge": 1, "maxUnavailable": 0})
+    );
+    assert_eq!(pod["spec"]["volumes"][0]["emptyDir"]["sizeLimit"], "4Gi");
+    assert!(
+        container["args"]
+            .as_array()
+            .unwrap()
+            .contains(&serde_json::json!("--module-cache-dir-mib=3000"))
+    );
+    let policy = named("NetworkPolicy", "enoki-ctl");
+    assert_eq!(policy["spec"]["ingress"][0]["ports"][0]["port"], "metrics");
+    assert_eq!(
+        policy["spec"]["ingress"][0]["from"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
+        "monitoring"
     );
     named("ServiceAccount", "enoki-ctl");
     named("Service", "enoki-ctl-metrics");

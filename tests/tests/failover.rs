@@ -213,3 +213,149 @@ async fn a_frozen_leader_resumed_after_the_takeover_makes_no_new_write() {
     );
     drop(b);
 }
+
+/// Whether `enoki`'s /readyz answers 200.
+fn ready(enoki: &Enoki) -> bool {
+    harness::http_get(enoki.metrics_port.unwrap(), "/readyz").0 == 200
+}
+
+/// The writes (Leases aside) each replica made, with when they reached the API server.
+fn writes_by(env: &TestEnv, since: &str, who: &str) -> Vec<k8s_openapi::jiff::Timestamp> {
+    audited_requests(&env.namespace, since)
+        .into_iter()
+        .filter(|r| {
+            r.by_enoki() && r.is_write() && r.resource != "leases" && r.user_agent.contains(who)
+        })
+        .map(|r| r.received.parse().unwrap())
+        .collect()
+}
+
+/// A rolling upgrade of three replicas the way a Deployment walks it (maxSurge 1,
+/// maxUnavailable 0): start a new replica, wait for its /readyz, stop (SIGTERM) an old one;
+/// three times. Every standby is Ready while it waits for the Lease, so the rollout completes;
+/// an input changed mid-rollout converges; each handover leaves no leader for at most the Lease
+/// duration; and no replica writes after the next one acquired the Lease (the fence).
+#[tokio::test]
+async fn a_rolling_upgrade_of_three_replicas_completes_with_ready_standbys() {
+    let env = TestEnv::new().await;
+    install_crds(&env.client).await;
+    let synth = install_synthesizer(&env, "upgrade", &echo_module()).await;
+    let items = |v: &str| -> Value {
+        (0..20)
+            .map(|i| {
+                json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": format!("cm-{i}")}, "data": {"v": v}})
+            })
+            .collect()
+    };
+    set_echo_items(&env, "items", &items("1")).await;
+    apply_composition(&env, "app", &synth, "items", json!({})).await;
+    let since = now_rfc3339();
+    let mut old: Vec<Option<Enoki>> = Vec::new();
+    for i in 0..3 {
+        old.push(Some(start(&env, &format!("old-{i}"), &kubeconfig_path())));
+    }
+    leader_is(&env, "old-").await;
+    let all_ready = |replicas: &[&Enoki]| replicas.iter().all(|e| ready(e));
+    eventually(
+        "every replica Ready, standbys included",
+        Duration::from_secs(60),
+        || async {
+            let r: Vec<&Enoki> = old.iter().flatten().collect();
+            all_ready(&r).then_some(())
+        },
+    )
+    .await;
+    harness::wait_ready(&env, "app").await;
+
+    let mut fresh = Vec::new();
+    let mut handovers = Vec::new();
+    for i in 0..3 {
+        let new = start(&env, &format!("new-{i}"), &kubeconfig_path());
+        let t = Instant::now();
+        eventually(
+            &format!("new-{i} /readyz 200"),
+            Duration::from_secs(60),
+            || async { ready(&new).then_some(()) },
+        )
+        .await;
+        eprintln!(
+            "upgrade: new-{i} Ready {:.1?} after it started",
+            t.elapsed()
+        );
+        fresh.push(new);
+        if i == 1 {
+            set_echo_items(&env, "items", &items("2")).await;
+        }
+        let was_leader = holder(&env)
+            .await
+            .is_some_and(|(h, _)| h.starts_with(&format!("old-{i}")));
+        let mut stopping = old[i].take().unwrap();
+        assert!(
+            stopping.terminate(Duration::from_secs(30)),
+            "old-{i} stops on SIGTERM"
+        );
+        let exited = Instant::now();
+        if was_leader {
+            let (next, acquired) = eventually("a new leader", Duration::from_secs(60), || async {
+                holder(&env)
+                    .await
+                    .filter(|(h, _)| !h.starts_with(&format!("old-{i}")))
+            })
+            .await;
+            let gap = exited.elapsed();
+            eprintln!("upgrade: old-{i} led; {next} took over {gap:.1?} after it exited");
+            assert!(
+                gap <= Duration::from_secs(LEASE_SECS),
+                "no leader for {gap:?}"
+            );
+            handovers.push((format!("old-{i}"), acquired));
+        }
+        let running: Vec<&Enoki> = old.iter().flatten().chain(fresh.iter()).collect();
+        assert!(
+            all_ready(&running),
+            "a replica left Ready during the rollout"
+        );
+    }
+    assert!(
+        !handovers.is_empty(),
+        "the leader was among the replaced ones"
+    );
+    leader_is(&env, "new-").await;
+    eventually(
+        "the mid-rollout change converged",
+        Duration::from_secs(120),
+        || async {
+            let cms: Api<ConfigMap> = env.api();
+            let list = cms.list(&ListParams::default()).await.ok()?;
+            let done = list
+                .items
+                .iter()
+                .filter(|c| {
+                    c.metadata
+                        .name
+                        .as_deref()
+                        .is_some_and(|n| n.starts_with("cm-"))
+                })
+                .filter(|c| {
+                    c.data.as_ref().and_then(|d| d.get("v")).map(String::as_str) == Some("2")
+                })
+                .count();
+            (done == 20).then_some(())
+        },
+    )
+    .await;
+    wait_converged(&env.client, &env.namespace, "app", Duration::from_secs(120)).await;
+    harness::audit_barrier(&env).await;
+    for (who, acquired) in &handovers {
+        let late: Vec<_> = writes_by(&env, &since, who)
+            .into_iter()
+            .filter(|t| t > acquired)
+            .collect();
+        assert!(
+            late.is_empty(),
+            "{who} wrote after the next leader acquired the Lease at {acquired}: {late:?}"
+        );
+    }
+    drop(fresh);
+}

@@ -111,12 +111,17 @@ async fn with_two_replicas_only_the_leader_writes_and_the_other_takes_over() {
         "3",
     ];
     let since = harness::now_rfc3339();
-    let mut first = Enoki::start_with(
+    let mut first = Enoki::start_as(
         &env.namespace,
         &[&le[..], &["--metrics-addr", &a1]].concat(),
+        &harness::kubeconfig_path(),
+        &[("HOSTNAME", "first")],
     );
     eventually("the first replica to lead", WAIT, || async {
-        (http_get(p1, "/readyz").0 == 200).then_some(())
+        lease_holder(&env)
+            .await
+            .filter(|h| h.starts_with("first-"))
+            .map(|_| ())
     })
     .await;
     let second = Enoki::start_with(
@@ -133,8 +138,8 @@ async fn with_two_replicas_only_the_leader_writes_and_the_other_takes_over() {
     .await;
     assert_eq!(
         http_get(p2, "/readyz").0,
-        503,
-        "the standby must not be ready"
+        200,
+        "a standby waiting for the Lease is Ready (it can take over at once)"
     );
     // Both replicas carry enoki's User-Agent; the standby's metrics show it never checked a
     // resource, the leader's that it did, and the leader's writes reached the server.
@@ -154,7 +159,10 @@ async fn with_two_replicas_only_the_leader_writes_and_the_other_takes_over() {
 
     first.stop();
     eventually("the standby to take over", WAIT, || async {
-        (http_get(p2, "/readyz").0 == 200).then_some(())
+        lease_holder(&env)
+            .await
+            .filter(|h| !h.starts_with("first-"))
+            .map(|_| ())
     })
     .await;
     set_input(&env, "failover").await;
@@ -162,8 +170,18 @@ async fn with_two_replicas_only_the_leader_writes_and_the_other_takes_over() {
         (message(&env).await.as_deref() == Some("failover, world")).then_some(())
     })
     .await;
-    // The standby answers /readyz only once it holds the leader Lease.
     assert_eq!(http_get(p2, "/readyz").0, 200);
+}
+
+/// The holder of the leader Lease `enoki-controller` in the test's namespace.
+async fn lease_holder(env: &TestEnv) -> Option<String> {
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> = env.api();
+    leases
+        .get_opt("enoki-controller")
+        .await
+        .ok()??
+        .spec?
+        .holder_identity
 }
 
 #[tokio::test]

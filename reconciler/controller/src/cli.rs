@@ -389,6 +389,16 @@ pub struct RunArgs {
     /// Directory for compiled-module artifacts (kept across restarts).
     #[arg(long, env = "ENOKI_MODULE_CACHE_DIR")]
     pub module_cache_dir: Option<PathBuf>,
+    /// Bound of the compiled artifacts in `--module-cache-dir`, in MiB (the least recently
+    /// used are deleted first; 0: unbounded). Keep it under the volume's size (the chart's
+    /// `emptyDir.sizeLimit`).
+    #[arg(long, env = "ENOKI_MODULE_CACHE_DIR_MIB", default_value_t = 1024)]
+    pub module_cache_dir_mib: u64,
+    /// The Secret holding the keys that seal synthesized Secrets in ResourceSlices, as
+    /// `NAMESPACE/NAME` (created with a random key when missing). Default: `enoki-slice-key` in
+    /// `--leader-election-namespace`, else `$POD_NAMESPACE`, else `--namespace`, else `default`.
+    #[arg(long, env = "ENOKI_SLICE_KEY_SECRET")]
+    pub slice_key_secret: Option<String>,
     /// Log format.
     #[arg(long, env = "ENOKI_LOG_FORMAT", value_enum, default_value = "pretty")]
     pub log_format: LogFormat,

@@ -282,6 +282,7 @@ fn options(args: &cli::RunArgs) -> anyhow::Result<run::Options> {
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, usize::from))
             .max(1),
         module_cache_bytes: args.module_cache_mib.saturating_mul(1024 * 1024),
+        module_cache_dir_bytes: args.module_cache_dir_mib.saturating_mul(1024 * 1024),
         plan_cache_resources: args.plan_cache_resources.max(1),
         shutdown_grace: parse("shutdown-grace", &args.shutdown_grace)?,
         readiness_poll: parse("readiness-poll", &args.readiness_poll)?,
@@ -309,6 +310,7 @@ fn options(args: &cli::RunArgs) -> anyhow::Result<run::Options> {
         remote_qps: qps("remote-qps", args.remote_qps)?,
         remote_burst: args.remote_burst,
         module_cache_dir: args.module_cache_dir.clone(),
+        slice_key_secret: slice_key_secret(args)?,
         metrics_addr: if args.metrics_addr.is_empty() {
             None
         } else {
@@ -405,6 +407,25 @@ fn positive(flag: &str, d: std::time::Duration) -> anyhow::Result<std::time::Dur
         anyhow::bail!("--{flag} must be longer than 0");
     }
     Ok(d)
+}
+
+/// `--slice-key-secret` as (namespace, name), or its default (see the flag).
+fn slice_key_secret(args: &cli::RunArgs) -> anyhow::Result<(String, String)> {
+    if let Some(v) = args.slice_key_secret.as_deref().filter(|v| !v.is_empty()) {
+        let (ns, name) = v
+            .split_once('/')
+            .filter(|(ns, name)| !ns.is_empty() && !name.is_empty())
+            .ok_or_else(|| anyhow::anyhow!("--slice-key-secret {v:?}: expected NAMESPACE/NAME"))?;
+        return Ok((ns.to_string(), name.to_string()));
+    }
+    let ns = args
+        .leader_election_namespace
+        .clone()
+        .or_else(|| std::env::var("POD_NAMESPACE").ok())
+        .or_else(|| args.namespace.clone())
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| "default".into());
+    Ok((ns, "enoki-slice-key".into()))
 }
 
 /// `--migrating-fields` as path segments: dot-separated, no empty segment.

@@ -46,6 +46,10 @@ pub struct CompositionInfo {
     pub deleting: bool,
     /// Its `metadata.deletionTimestamp` (RFC 3339), when set.
     pub deletion_timestamp: Option<String>,
+    /// UIDs found in `managed-by` labels of live objects that the caller confirmed name no
+    /// existing Composition (after a restore, a re-creation, a move): an object labelled with
+    /// one is adopted, not a `Conflict`.
+    pub gone_owners: std::collections::BTreeSet<String>,
 }
 
 impl CompositionInfo {
@@ -578,7 +582,7 @@ pub fn plan(input: PlanInput<'_>) -> Plan {
         } else {
             readiness
         };
-        let refused = refused_owner(live, recorded, &settings, &input.composition.uid);
+        let refused = refused_owner(live, recorded, &settings, input.composition);
         let (op, readiness) = conflict_or(refused, op, readiness, &settings);
         // A fail-open resource blocks its dependents until its state records it ready (with
         // no readiness checks, once it was attempted), as Eno's readiness tree does.

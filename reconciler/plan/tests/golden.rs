@@ -43,6 +43,7 @@ fn render(input: &Value) -> Value {
         annotations: strings(&c["annotations"]),
         deleting: c["deleting"].as_bool().unwrap_or(false),
         deletion_timestamp: None,
+        gone_owners: Default::default(),
     };
     let mut items: Vec<Desired> = list(&input["resources"])
         .into_iter()

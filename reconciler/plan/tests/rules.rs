@@ -606,6 +606,26 @@ fn owned_by(m: &Value, owner: &str) -> Value {
 }
 
 #[test]
+fn an_object_whose_owner_is_gone_is_adopted_a_live_owner_keeps_it() {
+    let m = cm("restored", json!({}));
+    let mut w = World::new(desired(std::slice::from_ref(&m))).observe(owned_by(&m, "uid-old"));
+    w.comp.gone_owners.insert("uid-old".into());
+    assert!(
+        matches!(w.op_of(&m), Op::Apply { .. }),
+        "the object of a Composition that no longer exists is adopted"
+    );
+    w.comp.gone_owners.clear();
+    w.comp.gone_owners.insert("uid-someone-else".into());
+    assert_eq!(
+        w.op_of(&m),
+        Op::Conflict {
+            owner: "uid-old".into()
+        },
+        "an owner not confirmed gone keeps its object"
+    );
+}
+
+#[test]
 fn an_object_another_composition_owns_is_a_conflict_not_a_write() {
     let m = cm("shared", json!({}));
     let w = World::new(desired(std::slice::from_ref(&m))).observe(owned_by(&m, "uid-other"));

@@ -15,6 +15,10 @@
 //! - keeps the artifacts in `<dir>/compiled`, created `0700`, and refuses that directory when
 //!   it is a symlink, belongs to another user or can be written by group or others.
 //!
+//! - is bounded on disk ([`Artifacts::set_max_bytes`]): once its artifacts take more, the least
+//!   recently used are deleted (use is a read or a write; the file's modification time records
+//!   it), never the one just read or written.
+//!
 //! The recorded digest detects corruption, truncation and edits of the artifact alone; it
 //! cannot stop someone who can write both files, which is why the directory must be
 //! writable by enoki's user only (docs/security.md).
@@ -22,7 +26,7 @@
 use std::hash::{Hash, Hasher};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use sha2::{Digest, Sha256};
 use wasmtime::Engine;
@@ -36,6 +40,10 @@ pub(crate) struct Artifacts {
     engine_key: String,
     hits: AtomicUsize,
     rejected: AtomicUsize,
+    /// The bound of the artifacts' bytes on disk (0: unbounded).
+    max_bytes: AtomicU64,
+    /// Artifacts deleted to keep within the bound.
+    evicted: AtomicUsize,
 }
 
 /// A [`Hasher`] that feeds SHA-256, so the engine's compatibility hash is stable across
@@ -92,6 +100,8 @@ impl Artifacts {
             engine_key,
             hits: AtomicUsize::new(0),
             rejected: AtomicUsize::new(0),
+            max_bytes: AtomicU64::new(0),
+            evicted: AtomicUsize::new(0),
         })
     }
 
@@ -140,7 +150,59 @@ impl Artifacts {
             self.reject(&artifact, &recorded);
             return None;
         }
+        self.used(&artifact);
         Some(artifact)
+    }
+
+    /// Bounds the artifacts on disk to `bytes` (0: unbounded); applied at the next read or
+    /// write.
+    pub(crate) fn set_max_bytes(&self, bytes: u64) {
+        self.max_bytes.store(bytes, Ordering::Relaxed);
+    }
+
+    /// Artifacts deleted to keep the cache within its bound.
+    pub(crate) fn evicted(&self) -> usize {
+        self.evicted.load(Ordering::Relaxed)
+    }
+
+    /// Marks `artifact` used now and deletes the least recently used others while the cache
+    /// is over its bound. Best effort: the cache is an optimisation.
+    fn used(&self, artifact: &Path) {
+        if let Ok(f) = std::fs::File::options().append(true).open(artifact) {
+            let _ = f.set_modified(std::time::SystemTime::now());
+        }
+        let max = self.max_bytes.load(Ordering::Relaxed);
+        if max == 0 {
+            return;
+        }
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        let mut files: Vec<(std::time::SystemTime, u64, PathBuf)> = entries
+            .flatten()
+            .filter(|e| e.path().extension().is_some_and(|x| x == "cwasm"))
+            .filter_map(|e| {
+                let m = e.metadata().ok()?;
+                Some((m.modified().ok()?, m.len(), e.path()))
+            })
+            .collect();
+        let mut total: u64 = files.iter().map(|f| f.1).sum();
+        files.sort();
+        for (_, len, path) in files {
+            if total <= max {
+                break;
+            }
+            if path == artifact {
+                continue;
+            }
+            let mut recorded = path.clone().into_os_string();
+            recorded.push(".sha256");
+            let _ = std::fs::remove_file(recorded);
+            if std::fs::remove_file(&path).is_ok() {
+                total = total.saturating_sub(len);
+                self.evicted.fetch_add(1, Ordering::Relaxed);
+            }
+        }
     }
 
     /// Whether an artifact of `digest` is on disk (not verified: [`Artifacts::read`] does).
@@ -181,6 +243,8 @@ impl Artifacts {
             write_atomic(&artifact, bytes).and_then(|()| write_atomic(&recorded, sum.as_bytes()));
         if written.is_err() {
             let _ = std::fs::remove_file(&artifact);
+        } else {
+            self.used(&artifact);
         }
         written
     }
@@ -335,5 +399,43 @@ pub(crate) fn remove_stale_temporaries(root: &Path) {
         if temporary && old {
             let _ = std::fs::remove_file(entry.path());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_least_recently_used_artifacts_go_once_the_cache_is_over_its_bound() {
+        let root = std::env::temp_dir().join(format!(
+            "enoki-artifacts-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let _ = std::fs::remove_dir_all(&root);
+        let cache = Artifacts::open(&root, &Engine::default()).unwrap();
+        cache.set_max_bytes(2_500);
+        let digest = |i: u8| format!("sha256:{}", hex::encode([i; 32]));
+        for i in 0..2 {
+            cache.write(&digest(i), ModuleKind::Preview1, &[i; 1_000]);
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        // The first is used again: the second is now the least recently used.
+        assert!(cache.read(&digest(0), ModuleKind::Preview1).is_some());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        cache.write(&digest(2), ModuleKind::Preview1, &[2; 1_000]);
+        assert!(cache.has(&digest(0), ModuleKind::Preview1));
+        assert!(!cache.has(&digest(1), ModuleKind::Preview1), "evicted");
+        assert!(
+            cache.has(&digest(2), ModuleKind::Preview1),
+            "the one just written stays"
+        );
+        assert_eq!(cache.evicted(), 1);
+        // One artifact over the whole bound is still kept (it is the one in use).
+        cache.set_max_bytes(10);
+        cache.write(&digest(3), ModuleKind::Preview1, &[3; 1_000]);
+        assert!(cache.has(&digest(3), ModuleKind::Preview1));
+        let _ = std::fs::remove_dir_all(&root);
     }
 }

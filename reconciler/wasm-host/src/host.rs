@@ -168,6 +168,19 @@ impl Host {
         self.modules.lock().map_or((0, 0), |m| (m.len(), m.bytes()))
     }
 
+    /// Bounds the compiled artifacts in the on-disk cache (`cache_dir`) to `bytes` (0:
+    /// unbounded); the least recently used are deleted first.
+    pub fn set_module_disk_cache_bytes(&self, bytes: u64) {
+        if let Some(a) = &self.artifacts {
+            a.set_max_bytes(bytes);
+        }
+    }
+
+    /// Artifacts deleted from the on-disk cache to keep it within its bound.
+    pub fn disk_cache_evictions(&self) -> usize {
+        self.artifacts.as_ref().map_or(0, |a| a.evicted())
+    }
+
     /// Artifacts loaded from the on-disk cache instead of being compiled.
     pub fn cache_hits(&self) -> usize {
         self.artifacts.as_ref().map_or(0, |a| a.hits())

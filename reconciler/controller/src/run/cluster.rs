@@ -145,6 +145,19 @@ impl Cluster {
         Ok(entry)
     }
 
+    /// Forgets what discovery said of `gvk` (its CRD went away): the next [`Cluster::resolve`]
+    /// asks the API server again.
+    pub(crate) fn forget(&self, gvk: &GroupVersionKind) {
+        let mut d = self
+            .discovery
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if d.remove(gvk).is_some() {
+            tracing::info!(group = %gvk.group, version = %gvk.version, kind = %gvk.kind,
+                "kind no longer served; discovery forgets it");
+        }
+    }
+
     /// (group, kind) -> namespaced, for every kind resolved so far.
     pub(crate) fn scopes(&self) -> BTreeMap<(String, String), bool> {
         self.discovery

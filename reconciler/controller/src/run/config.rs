@@ -27,6 +27,10 @@ pub struct Options {
     pub module_cache_dir: Option<PathBuf>,
     /// Bound of the in-memory cache of compiled modules (module source bytes).
     pub module_cache_bytes: usize,
+    /// Bound of the compiled artifacts on disk (0: unbounded).
+    pub module_cache_dir_bytes: u64,
+    /// The Secret (namespace, name) of the keys that seal Secrets in ResourceSlices.
+    pub slice_key_secret: (String, String),
     /// Bound of the cache of ingested syntheses, in resources.
     pub plan_cache_resources: usize,
     /// Extra CA (PEM) trusted for `url` module sources.

@@ -85,6 +85,10 @@ pub struct Context {
     /// Failures in a row of the other controllers' objects (`<kind>/<namespace>/<name>`),
     /// cleared by a success.
     pub(crate) other_failures: Mutex<HashMap<String, u32>>,
+    /// Whether the Compositions named by `managed-by` labels still exist.
+    pub(crate) owners: super::resources::owners::Owners,
+    /// The keys that seal Secrets in ResourceSlices.
+    pub(crate) slice_keys: Arc<super::sealing::SliceKeys>,
 }
 
 /// The parts [`Context::new`] takes.
@@ -107,6 +111,8 @@ pub(crate) struct Parts {
     pub shards: Held,
     /// The reconciles running per shard (shared by the process).
     pub in_flight: Arc<InFlight>,
+    /// The keys that seal Secrets in ResourceSlices (shared by the process).
+    pub slice_keys: Arc<super::sealing::SliceKeys>,
 }
 
 impl Parts {
@@ -150,6 +156,8 @@ impl Context {
             prepared: Mutex::new(PreparedLru::default()),
             failures: Mutex::new(HashMap::new()),
             other_failures: Mutex::new(HashMap::new()),
+            owners: super::resources::owners::Owners::default(),
+            slice_keys: p.slice_keys,
         }
     }
 
@@ -347,6 +355,11 @@ impl Context {
         gvk: &GroupVersionKind,
     ) -> Result<(ApiResource, bool), kube::Error> {
         self.target.resolve(gvk).await
+    }
+
+    /// Forgets an emitted kind that is no longer served (see [`Cluster::forget`]).
+    pub(crate) fn forget_target(&self, gvk: &GroupVersionKind) {
+        self.target.forget(gvk);
     }
 
     /// (group, kind) -> namespaced, for every emitted kind resolved so far.

@@ -99,6 +99,8 @@ fn cli_context(
         compositions: reflector::store::<Composition>().0,
         slices: reflector::store::<ResourceSlice>().0,
         slots: super::sandbox::Slots::new(opts.max_concurrent_syntheses),
+        // The CLI never opens sealed Secrets (it runs as the user, without the slice key).
+        slice_keys: Arc::new(super::sealing::SliceKeys::default()),
         opts,
     }))
 }

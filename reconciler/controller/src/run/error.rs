@@ -112,6 +112,16 @@ pub enum Error {
     /// A blocking task (a synthesis) could not be joined.
     #[error("synthesis task failed")]
     Task(#[source] tokio::task::JoinError),
+    /// A synthesized Secret could not be sealed for its ResourceSlice (no slice key loaded
+    /// yet: retried with backoff).
+    #[error("sealing Secret {name:?} for its ResourceSlice")]
+    SealSecret {
+        /// The Secret.
+        name: String,
+        /// Why.
+        #[source]
+        source: super::sealing::SealError,
+    },
 }
 
 impl Error {
@@ -128,7 +138,7 @@ impl Error {
             | Error::Finalizer { source, .. }
             | Error::Kube { source, .. }
             | Error::Impersonate { source, .. } => Some(source),
-            Error::Task(_) => None,
+            Error::Task(_) | Error::SealSecret { .. } => None,
         }
     }
 
@@ -146,6 +156,7 @@ impl Error {
         "KubeApi",
         "Impersonate",
         "Task",
+        "SealSecret",
     ];
 
     /// A fixed PascalCase name for metrics and Events.
@@ -163,12 +174,16 @@ impl Error {
             Error::Kube { .. } => "KubeApi",
             Error::Impersonate { .. } => "Impersonate",
             Error::Task(_) => "Task",
+            Error::SealSecret { .. } => "SealSecret",
         }
     }
 
     /// Whether retrying soon may succeed: the API server was unreachable, overloaded, timed
     /// out or reported a conflict. Forbidden, invalid and too-large requests are terminal.
     pub fn is_transient(&self) -> bool {
+        if matches!(self, Error::SealSecret { .. }) {
+            return true;
+        }
         match self.kube_source() {
             Some(e) => kube_is_transient(e),
             None => false,
@@ -185,6 +200,13 @@ pub fn kube_is_transient(e: &kube::Error) -> bool {
         kube::Error::SerdeError(_) => false,
         _ => true,
     }
+}
+
+/// Whether an API error says the kind itself is not served: a `404` whose body is not a
+/// Kubernetes `NotFound` Status (the API server's plain `404 page not found` for a resource
+/// path it does not serve, e.g. after the kind's CRD was deleted).
+pub fn kind_not_served(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404 && s.reason != "NotFound")
 }
 
 /// `action` → a closure wrapping a `kube::Error` as [`Error::Kube`].
@@ -262,6 +284,23 @@ mod tests {
         };
         assert!(!e.is_transient());
         assert_eq!(e.category(), "WriteSlice");
+    }
+
+    #[test]
+    fn a_plain_404_means_the_kind_is_not_served_a_not_found_status_does_not() {
+        let gone = kube::Error::Api(
+            kube::core::Status::failure("404 page not found", "Failed to parse error data")
+                .with_code(404)
+                .boxed(),
+        );
+        assert!(kind_not_served(&gone));
+        let missing = kube::Error::Api(
+            kube::core::Status::failure("widgets \"w\" not found", "NotFound")
+                .with_code(404)
+                .boxed(),
+        );
+        assert!(!kind_not_served(&missing));
+        assert!(!kind_not_served(&api_error(403)));
     }
 
     #[test]

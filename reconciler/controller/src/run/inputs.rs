@@ -298,8 +298,8 @@ pub async fn observed_outputs(
         };
         let api_version = manifest["apiVersion"].as_str().unwrap_or_default();
         let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
-        let Ok((ar, namespaced)) = ctx.resolve_target(&gvk_of(group, version, &key.kind)).await
-        else {
+        let gvk = gvk_of(group, version, &key.kind);
+        let Ok((ar, namespaced)) = ctx.resolve_target(&gvk).await else {
             continue;
         };
         let api: Api<DynamicObject> = if namespaced {
@@ -311,6 +311,11 @@ pub async fn observed_outputs(
         // (otherwise emitting another tenant's Secret would hand its data to the module).
         let live = match api.get_opt(&key.name).await {
             Err(kube::Error::Api(e)) if e.code == 403 => None,
+            // The kind went away with its CRD: nothing of it is there to observe.
+            Err(e) if crate::run::error::kind_not_served(&e) => {
+                ctx.forget_target(&gvk);
+                None
+            }
             other => other.map_err(kube_err(format!("reading observed output {key}")))?,
         };
         if let Some(live) = live {
@@ -361,16 +366,38 @@ pub async fn emitted(
         let Some((slice, _)) = super::composition::slices::read(ctx, comp, &r.name).await? else {
             return Ok(None);
         };
+        let uid = comp.uid().unwrap_or_default();
         out.extend(
             slice
                 .spec
                 .resources
                 .iter()
                 .filter(|m| !m.deleted)
-                .filter_map(|m| serde_json::from_str::<Value>(&m.manifest).ok()),
+                .filter_map(|m| ctx.slice_keys.manifest(&uid, m)),
         );
     }
     Ok(Some(out))
+}
+
+/// Whether one of `synthesis`'s slices holds a Secret in plain text (written before Secrets
+/// were sealed): the next synthesis writes new slices even when its output is unchanged.
+pub async fn holds_plain_secret(
+    ctx: &Context,
+    comp: &Composition,
+    synthesis: &crds::Synthesis,
+) -> Result<bool, Error> {
+    for r in &synthesis.resource_slices {
+        if let Some((slice, _)) = super::composition::slices::read(ctx, comp, &r.name).await?
+            && slice
+                .spec
+                .resources
+                .iter()
+                .any(super::sealing::plain_secret)
+        {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// Whether `item` is a status write-back: the instance itself (same apiVersion, kind, name and

@@ -278,8 +278,8 @@ struct ServerState {
 }
 
 /// Serves `/metrics`, `/healthz` (ok unless every synthesis slot is held by a run stuck past
-/// its deadline) and `/readyz` (ok once the controller runs — leadership acquired, watches
-/// started — and while the API server answers).
+/// its deadline) and `/readyz` (ok once the process has started — the leader and a standby
+/// waiting for the Lease alike — and while the API server answers).
 ///
 /// # Errors
 /// When the address cannot be bound.
@@ -354,7 +354,7 @@ async fn readyz(State(state): State<Arc<ServerState>>) -> (StatusCode, &'static 
     } else {
         (
             StatusCode::SERVICE_UNAVAILABLE,
-            "not ready: waiting for leadership or caches",
+            "not ready: starting or stopping",
         )
     }
 }

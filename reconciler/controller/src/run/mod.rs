@@ -26,6 +26,7 @@ mod ratelimit;
 mod recovery;
 pub(crate) mod resources;
 pub mod sandbox;
+pub mod sealing;
 pub mod shard;
 pub mod start;
 mod symphony;

@@ -115,10 +115,9 @@ impl Loaded {
             .collect()
     }
 
-    /// The manifest of a loaded resource, parsed.
-    pub fn manifest(&self, r: &LoadedResource) -> Option<Value> {
-        let m = self.specs.get(r.slice)?.spec.resources.get(r.index)?;
-        serde_json::from_str(&m.manifest).ok()
+    /// The slice entry of a loaded resource (a sealed Secret is opened by the caller).
+    pub fn entry(&self, r: &LoadedResource) -> Option<&crds::Manifest> {
+        self.specs.get(r.slice)?.spec.resources.get(r.index)
     }
 
     pub(crate) fn push(
@@ -157,6 +156,7 @@ impl Loaded {
             resources: keys
                 .iter()
                 .map(|(k, t)| crds::Manifest {
+                    sealed: None,
                     manifest: serde_json::json!({"apiVersion": "v1", "kind": k.kind, "metadata":
                         {"name": k.name, "namespace": k.namespace}})
                     .to_string(),

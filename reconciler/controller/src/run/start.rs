@@ -188,20 +188,62 @@ async fn lead(
         return Ok(None);
     };
     let lease = shard.lease_name();
-    let manager = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &lease)
-        .with_namespace(namespace.clone())
-        .with_identity(identity.to_string())
-        .with_duration(*duration)
-        .with_grace((*duration / 3).max(1))
-        .build()
-        .await?;
-    let (mut rx, task) = manager.watch().await;
     tracing::info!(%identity, lease = %format!("{namespace}/{lease}"), "waiting for leadership");
-    while !*rx.borrow_and_update() {
-        rx.changed().await?;
+    loop {
+        let manager = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &lease)
+            .with_namespace(namespace.clone())
+            .with_identity(identity.to_string())
+            .with_duration(*duration)
+            .with_grace((*duration / 3).max(1))
+            .build()
+            .await?;
+        let (mut rx, task) = manager.watch().await;
+        let acquired = async {
+            while !*rx.borrow_and_update() {
+                rx.changed().await?;
+            }
+            Ok::<_, anyhow::Error>(())
+        };
+        tokio::select! {
+            a = acquired => {
+                a?;
+                tracing::info!(%identity, %shard, lease = %format!("{namespace}/{lease}"), "acquired leadership");
+                return Ok(Some((rx, task)));
+            }
+            // The leader let the Lease go (a graceful stop, e.g. a rolling upgrade): try at once
+            // instead of sleeping until the Lease would have expired. The waiting manager is
+            // stopped without releasing anything (it holds nothing) and a new one locks the free
+            // Lease on its first step.
+            () = released(client, namespace, &lease) => {
+                task.abort();
+                let _ = task.await;
+                drop(rx);
+            }
+        }
     }
-    tracing::info!(%identity, %shard, lease = %format!("{namespace}/{lease}"), "acquired leadership");
-    Ok(Some((rx, task)))
+}
+
+/// Resolves once Lease `name` has no holder (checked twice a second).
+async fn released(client: &Client, namespace: &str, name: &str) {
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(client.clone(), namespace);
+    // A Lease that is free when the wait starts is the manager's to take: wait for a holder first.
+    let mut held = false;
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let holder = match leases.get_opt(name).await {
+            Ok(Some(l)) => l
+                .spec
+                .and_then(|s| s.holder_identity)
+                .filter(|h| !h.is_empty()),
+            _ => continue,
+        };
+        match (held, holder.is_some()) {
+            (false, true) => held = true,
+            (true, false) => return,
+            _ => {}
+        }
+    }
 }
 
 /// What every shard of the process shares.
@@ -217,6 +259,8 @@ struct Shared {
     identity: String,
     /// The reconciles running per shard.
     in_flight: Arc<super::shard::InFlight>,
+    /// The keys that seal Secrets in ResourceSlices.
+    slice_keys: Arc<super::sealing::SliceKeys>,
 }
 
 /// Runs the controller until SIGTERM/SIGINT (or until leadership is lost: then an error).
@@ -252,6 +296,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         opts.max_concurrent_syntheses,
     )?);
     host.set_module_cache_bytes(opts.module_cache_bytes);
+    host.set_module_disk_cache_bytes(opts.module_cache_dir_bytes);
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = metrics::Metrics::register(&mut registry);
     metrics.shards_configured.set(i64::from(opts.shards));
@@ -261,6 +306,15 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     if let Some(addr) = opts.metrics_addr {
         metrics::serve(addr, registry, ready.clone(), reachable, slots.clone()).await?;
     }
+    // The keys that seal Secrets in slices: loaded (or created) in the background, so a
+    // standby whose writes wait for the Lease is not held up; a first load is awaited briefly.
+    let slice_keys = Arc::new(super::sealing::SliceKeys::default());
+    let keeper = tokio::spawn(super::sealing::keep(
+        management.client.clone(),
+        opts.slice_key_secret.clone(),
+        slice_keys.clone(),
+    ));
+    let _ = tokio::time::timeout(Duration::from_secs(5), slice_keys.loaded()).await;
     let shutdown = shutdown_signal(opts.shutdown_grace).shared();
     let opts_shards = opts.shards;
     let shared = Arc::new(Shared {
@@ -274,8 +328,11 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         slots,
         identity,
         in_flight: super::shard::InFlight::new(opts_shards),
+        slice_keys,
     });
-    compete_for_shards(shared, ready, shutdown).await
+    let result = compete_for_shards(shared, ready, shutdown).await;
+    keeper.abort();
+    result
 }
 
 /// Runs the controllers until shutdown or until a Lease is lost: unsharded, under the Lease
@@ -286,12 +343,13 @@ async fn compete_for_shards(
     ready: Arc<AtomicBool>,
     shutdown: impl std::future::Future<Output = ()> + Clone + Send + Sync + 'static,
 ) -> anyhow::Result<()> {
+    // A replica that waits for a Lease (or holds no shard) is a ready standby: it can take over
+    // at once, and a rolling upgrade (which waits for each new replica to be Ready) proceeds.
+    ready.store(true, Ordering::Relaxed);
     let result = if shared.opts.shards > 1 {
-        // A replica holding no shard is a ready standby.
-        ready.store(true, Ordering::Relaxed);
         balance::serve_sharded(&shared, shutdown).await
     } else {
-        serve_unsharded(&shared, &ready, shutdown).await
+        serve_unsharded(&shared, shutdown).await
     };
     ready.store(false, Ordering::Relaxed);
     if result.is_ok() {
@@ -303,7 +361,6 @@ async fn compete_for_shards(
 /// One stack for every Composition, once the Lease is held (with leader election).
 async fn serve_unsharded(
     shared: &Arc<Shared>,
-    ready: &AtomicBool,
     shutdown: impl std::future::Future<Output = ()> + Clone + Send + Sync + 'static,
 ) -> anyhow::Result<()> {
     let shard = Shard { index: 0, count: 1 };
@@ -314,7 +371,6 @@ async fn serve_unsharded(
     };
     let (leadership, manager) = leadership.unzip();
     keep_fence(shared, shard).await;
-    ready.store(true, Ordering::Relaxed);
     let lost = Arc::new(AtomicBool::new(false));
     let waited = tokio::select! {
         () = balance::wait_for_no_shard_leases(shared) => true,

@@ -17,18 +17,18 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use super::{Context, Error, kube_err};
+
+mod status;
 use crds::names::{FINALIZER, SYMPHONY_FIELD_MANAGER, labels, reasons};
-use crds::{
-    Binding, Composition, CompositionRef, CompositionSpec, EnvVar, Symphony, SymphonyStatus,
-    Variation,
-};
+use crds::{Binding, Composition, CompositionRef, CompositionSpec, EnvVar, Symphony, Variation};
+use status::roll_up;
 
 /// The name of a variation's Composition.
 pub fn composition_name(symphony: &str, synthesizer: &str) -> String {
@@ -186,6 +186,16 @@ async fn reconcile_once(sym: Arc<Symphony>, ctx: Arc<Context>) -> Result<Action,
         // carry the padding.
         tracing::warn!(symphony = %name, %note);
         let note = format!("{note}; no Composition is created or changed");
+        let status = status::refused(&sym, &note);
+        if sym.status.as_ref() != Some(&status) {
+            syms.patch_status(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": status})),
+            )
+            .await
+            .map_err(kube_err("writing Symphony status"))?;
+        }
         ctx.event_on(
             &sym.object_ref(&()),
             true,
@@ -428,42 +438,6 @@ fn applied_keys(c: &Composition) -> (BTreeSet<String>, BTreeSet<String>) {
         }
     }
     out
-}
-
-/// The status: each time once every non-optional variation's Composition got there. Pure.
-fn roll_up(sym: &Symphony, current: &BTreeMap<String, Composition>) -> SymphonyStatus {
-    let name = sym.name_any();
-    let required: Vec<Option<&Composition>> = sym
-        .spec
-        .variations
-        .iter()
-        .filter(|v| !v.optional)
-        .map(|v| current.get(&composition_name(&name, &v.synthesizer.name)))
-        .collect();
-    let latest = |pick: &dyn Fn(&crds::Synthesis) -> Option<Time>| -> Option<Time> {
-        let mut latest: Option<Time> = None;
-        for c in &required {
-            let c = (*c)?;
-            if c.metadata.deletion_timestamp.is_some() {
-                return None;
-            }
-            let s = c.status.as_ref()?.current_synthesis.as_ref()?;
-            if s.observed_composition_generation != c.metadata.generation {
-                return None;
-            }
-            let t = pick(s)?;
-            if latest.as_ref().is_none_or(|l| l.0 < t.0) {
-                latest = Some(t);
-            }
-        }
-        latest
-    };
-    SymphonyStatus {
-        observed_generation: sym.metadata.generation,
-        synthesized: latest(&|s| s.synthesized.clone()),
-        reconciled: latest(&|s| s.reconciled.clone()),
-        ready: latest(&|s| s.ready.clone()),
-    }
 }
 
 #[cfg(test)]

@@ -130,15 +130,20 @@ pub(super) fn patch_deletes(ops: &Value) -> bool {
 }
 
 /// Why a live object must not be written for this Composition: the UID of the Composition
-/// that owns it, or `""` for an object enoki does not manage under `adopt: never` (never
-/// applied by this Composition). `None`: it may be written.
+/// that owns it (unless that Composition is gone: then the object is adopted), or `""` for an
+/// object enoki does not manage under `adopt: never` (never applied by this Composition).
+/// `None`: it may be written.
 pub(super) fn refused_owner(
     live: Option<&Value>,
     recorded: Option<&Recorded>,
     settings: &Settings,
-    uid: &str,
+    comp: &CompositionInfo,
 ) -> Option<String> {
-    foreign_owner(live, uid).or_else(|| {
+    let owner = foreign_owner(live, &comp.uid);
+    if owner.as_ref().is_some_and(|o| comp.gone_owners.contains(o)) {
+        return None;
+    }
+    owner.or_else(|| {
         let unmanaged = live.is_some_and(|l| {
             l.pointer("/metadata/labels")
                 .and_then(Value::as_object)

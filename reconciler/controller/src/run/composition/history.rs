@@ -5,6 +5,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
+use kube::ResourceExt;
 use plan::ResourceKey;
 use serde_json::Value;
 
@@ -55,7 +56,8 @@ pub(crate) async fn previous_applied(
             .enumerate()
             .filter(|(_, m)| !m.deleted)
         {
-            let Ok(manifest) = serde_json::from_str::<Value>(&m.manifest) else {
+            let uid = comp.uid().unwrap_or_default();
+            let Some(manifest) = ctx.slice_keys.manifest(&uid, m) else {
                 continue;
             };
             let Ok(key) = ResourceKey::of(&manifest) else {
@@ -107,9 +109,16 @@ pub(crate) async fn tombstones(
             };
             let gone = m.deleted && states.get(i).is_some_and(|s| s.deleted);
             if !new_keys.contains(&key) && !gone {
+                // A tombstone needs only the key: a Secret's values are not carried over.
+                let manifest = if super::super::sealing::is_secret(&v) {
+                    super::super::sealing::redacted(&v).to_string()
+                } else {
+                    m.manifest.clone()
+                };
                 out.push(Manifest {
-                    manifest: m.manifest.clone(),
+                    manifest,
                     deleted: true,
+                    sealed: None,
                 });
             }
         }

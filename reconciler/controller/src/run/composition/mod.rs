@@ -10,6 +10,7 @@
 pub(crate) mod decide;
 pub(crate) mod dependencies;
 pub(crate) mod finalizer;
+pub(crate) mod generation;
 pub(crate) mod history;
 pub(crate) mod observe;
 pub(crate) mod slices;
@@ -245,7 +246,6 @@ fn ignores_side_effects(comp: &Composition) -> bool {
 async fn converge(ctx: &Arc<Context>, comp: &Arc<Composition>) -> Result<Action, Error> {
     ctx.watches.own(comp);
     let mut st = comp.status.clone().unwrap_or_default();
-    st.observed_generation = comp.metadata.generation;
     let uid = comp.uid().unwrap_or_default();
     let (blocked, instance) = match observe_all(ctx, comp, &mut st).await {
         Ok(Err(requeue)) => (Some(requeue), None),
@@ -267,9 +267,9 @@ async fn converge(ctx: &Arc<Context>, comp: &Arc<Composition>) -> Result<Action,
     // remote namespace without a mapping) has no pass: nothing is applied on its behalf until
     // its spec or the flags change. Every other blocker leaves the current synthesis enforced.
     let refused = blocked.is_some() && refused_by_policy(&st);
-    let pass = if decide::current(false, refused) == decide::Current::Nothing {
-        resources::Pass::default()
-    } else if ctx.remote_user_of(comp).is_ok() {
+    let enforced = decide::current(false, refused) != decide::Current::Nothing
+        && ctx.remote_user_of(comp).is_ok();
+    let pass = if enforced {
         resources::reconcile(ctx, comp, &mut st, false, blocked.is_some()).await?
     } else {
         resources::Pass::default()
@@ -277,6 +277,7 @@ async fn converge(ctx: &Arc<Context>, comp: &Arc<Composition>) -> Result<Action,
     if let Some(simplified) = blocker {
         st.simplified = simplified;
     }
+    generation::settle(&mut st, comp.metadata.generation, enforced);
     if blocked.is_none() || instance.is_some() {
         write_back(ctx, comp, &uid, instance.as_ref()).await;
     }

@@ -209,11 +209,12 @@ pub fn chunk(manifests: Vec<Manifest>, budget: usize) -> Vec<Vec<Manifest>> {
     let mut chunks: Vec<Vec<Manifest>> = vec![Vec::new()];
     let mut size = 0;
     for m in manifests {
-        if size + m.manifest.len() > budget && !chunks.last().is_some_and(Vec::is_empty) {
+        let len = m.manifest.len() + m.sealed.as_ref().map_or(0, String::len);
+        if size + len > budget && !chunks.last().is_some_and(Vec::is_empty) {
             chunks.push(Vec::new());
             size = 0;
         }
-        size += m.manifest.len();
+        size += len;
         if let Some(last) = chunks.last_mut() {
             last.push(m);
         }
@@ -330,7 +331,7 @@ mod tests {
     fn m(len: usize) -> Manifest {
         Manifest {
             manifest: "x".repeat(len),
-            deleted: false,
+            ..Manifest::default()
         }
     }
 

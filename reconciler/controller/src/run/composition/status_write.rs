@@ -156,19 +156,13 @@ pub(crate) async fn write(
     if comp.status.as_ref() == Some(st) {
         return Ok(());
     }
-    // A merge patch leaves out what the new status no longer has: null it explicitly (e.g. a
-    // finished in-flight synthesis, a cleared dependency status).
     let mut patch = serde_json::to_value(st).unwrap_or_default();
-    if let (Some(new), Some(Value::Object(old))) = (
-        patch.as_object_mut(),
-        comp.status
-            .as_ref()
-            .map(serde_json::to_value)
-            .and_then(Result::ok),
-    ) {
-        for key in old.keys() {
-            new.entry(key.clone()).or_insert(Value::Null);
-        }
+    if let Some(old) = comp
+        .status
+        .as_ref()
+        .and_then(|o| serde_json::to_value(o).ok())
+    {
+        null_dropped(&mut patch, &old);
     }
     let api: Api<Composition> =
         Api::namespaced(ctx.client.clone(), &comp.namespace().unwrap_or_default());
@@ -195,9 +189,40 @@ pub(crate) async fn write(
     Ok(())
 }
 
+/// A merge patch leaves out what the new status no longer has, at any depth: null every key
+/// `old` has and `new` lacks (a finished in-flight synthesis, a cleared dependency status, the
+/// `simplified.error` of a failure that is over), recursing where both are objects. Arrays
+/// are replaced whole by a merge patch and need nothing.
+fn null_dropped(new: &mut Value, old: &Value) {
+    let (Some(new), Some(old)) = (new.as_object_mut(), old.as_object()) else {
+        return;
+    };
+    for (key, was) in old {
+        match new.get_mut(key) {
+            None => {
+                new.insert(key.clone(), Value::Null);
+            }
+            Some(now) => null_dropped(now, was),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cleared_nested_field_is_nulled_in_the_merge_patch() {
+        let old = json!({"simplified": {"status": "SynthesisBackoff", "error": "compile timed out"},
+            "inFlightSynthesis": {"uuid": "u"}, "conditions": [{"type": "Ready"}]});
+        let mut new = json!({"simplified": {"status": "Ready"}, "conditions": []});
+        null_dropped(&mut new, &old);
+        assert_eq!(
+            new,
+            json!({"simplified": {"status": "Ready", "error": null},
+                "inFlightSynthesis": null, "conditions": []})
+        );
+    }
 
     #[test]
     fn the_status_enoki_writes_is_bounded_and_bounding_is_idempotent() {

@@ -301,13 +301,17 @@ async fn execute_one(
     }
 }
 
-/// An object enoki leaves for good: kept by `prune: disabled` or orphaned on Composition
-/// deletion.
+/// An object this Composition hands over: kept by `prune: disabled`, orphaned on Composition
+/// deletion, or no longer reconciled (`disable-reconciliation`, the first half of Eno's recipe
+/// for moving a resource between Compositions, `docs/resource-migration.md`): its
+/// `managed-by` label is released so the Composition that reconciles it next adopts it.
 fn left_for_good(op: &Op) -> bool {
     matches!(
         op,
         Op::Skip {
-            reason: SkipReason::PruneDisabled | SkipReason::Orphaned
+            reason: SkipReason::PruneDisabled
+                | SkipReason::Orphaned
+                | SkipReason::ReconciliationDisabled
         }
     )
 }

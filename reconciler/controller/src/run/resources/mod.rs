@@ -16,6 +16,7 @@ pub(crate) mod execute;
 pub(crate) mod fights;
 pub(crate) mod migrate;
 pub(crate) mod observe;
+pub(crate) mod owners;
 pub(crate) mod ownership;
 pub(crate) mod record;
 pub(crate) mod rollup;
@@ -76,7 +77,7 @@ pub async fn reconcile(
             ..Pass::default()
         });
     }
-    let info = composition_info(comp, deleting);
+    let mut info = composition_info(comp, deleting);
     let prepared = match prepare(ctx, &uid, &current.uuid, &loaded, &info) {
         Ok(p) => p,
         Err(e) => {
@@ -129,6 +130,14 @@ pub async fn reconcile(
         .iter()
         .filter_map(|(k, o)| o.live.clone().map(|l| (k.clone(), l)))
         .collect();
+    // Owners named by live objects that may be gone (restored, re-created, moved): adopted.
+    let named: std::collections::BTreeSet<String> = observed
+        .values()
+        .filter_map(|l| plan::plan::foreign_owner(Some(l), &info.uid))
+        .collect();
+    if !named.is_empty() && !deleting {
+        info.gone_owners = owners::gone_owners(ctx, named).await;
+    }
     // Planning evaluates CEL (readiness, overrides): bounded per expression and per pass
     // (`MAX_PASS_TIME` in all), and run where it cannot hold up other reconciles' I/O.
     let cel_deadline = Some(std::time::Instant::now() + plan::expr::MAX_PASS_TIME);
@@ -271,7 +280,14 @@ async fn finish(
         )
         .await;
     }
-    roll.apply_to(st, comp.metadata.generation, deleting, &now);
+    // Ready and Reconciled describe the current synthesis's outputs: they observe the
+    // generation it was made from (a change held back leaves them at the older one).
+    let observed = st
+        .current_synthesis
+        .as_ref()
+        .and_then(|c| c.observed_composition_generation)
+        .or(comp.metadata.generation);
+    roll.apply_to(st, observed, deleting, &now);
     let requeue = match (the_plan.requeue, acted.fight_wait) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
@@ -343,6 +359,7 @@ pub(crate) fn composition_info(comp: &Composition, deleting: bool) -> plan::Comp
             .deletion_timestamp
             .as_ref()
             .map(|t| t.0.to_string()),
+        gone_owners: std::collections::BTreeSet::new(),
     }
 }
 
@@ -392,7 +409,7 @@ fn prepare(
         .iter()
         .filter_map(|r| {
             Some(plan::Desired {
-                manifest: loaded.manifest(r)?,
+                manifest: ctx.slice_keys.manifest(&info.uid, loaded.entry(r)?)?,
                 tombstone: r.tombstone,
             })
         })
@@ -461,6 +478,10 @@ async fn sweep_outside(
             Err(kube::Error::Api(s)) if s.code == 403 => {
                 tracing::warn!(kind = %o.kind, name = %o.name, "may not read an output outside the namespace; left");
                 continue;
+            }
+            Err(e) if crate::run::error::kind_not_served(&e) => {
+                ctx.forget_target(&gvk);
+                continue; // the kind is gone, and its objects with it
             }
             Err(e) => {
                 return Err(super::kube_err("reading an output outside the namespace")(

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use futures::StreamExt;
-use kube::api::{Api, DynamicObject};
+use kube::api::{Api, DynamicObject, GroupVersionKind};
 use plan::plan::PreparedResource;
 use plan::{Recorded, ResourceKey};
 use serde_json::{Value, json};
@@ -113,7 +113,7 @@ pub(crate) async fn observe(
             FromCache::Done(o) => {
                 out.insert(r.key.clone(), o);
             }
-            FromCache::Fetch(api) => fetch.push((r.key.clone(), api)),
+            FromCache::Fetch(api, gvk) => fetch.push((r.key.clone(), api, gvk)),
         }
     }
     ctx.metrics.observe_gets.inc_by(fetch.len() as u64);
@@ -121,9 +121,19 @@ pub(crate) async fn observe(
         .resource_checks
         .inc_by(prepared.resources.len() as u64);
     let fetched: Vec<Result<(ResourceKey, Observation), Error>> = futures::stream::iter(fetch)
-        .map(|(key, api)| async move {
+        .map(|(key, api, gvk)| async move {
             let live = match api.get_opt(&key.name).await {
                 Ok(found) => found.map(|o| serde_json::to_value(o).unwrap_or_default()),
+                // The kind went away (its CRD was deleted): not served. Discovery forgets it, so
+                // the CR waits for its CRD (applied again) and the kind is looked up afresh.
+                Err(e) if crate::run::error::kind_not_served(&e) => {
+                    ctx.forget_target(&gvk);
+                    let unserved = Observation {
+                        api: None,
+                        live: None,
+                    };
+                    return Ok((key, unserved));
+                }
                 // The Composition's ServiceAccount may not read it: planned as absent, so the
                 // write is attempted and its 403 becomes this resource's error, not the pass's.
                 Err(kube::Error::Api(resp)) if resp.code == 403 => None,
@@ -156,8 +166,8 @@ pub(crate) async fn observe(
 enum FromCache {
     /// Enough: the observation (metadata only, or absent, or the kind is not served).
     Done(Observation),
-    /// Read it with this API.
-    Fetch(Api<DynamicObject>),
+    /// Read it with this API (of this kind).
+    Fetch(Api<DynamicObject>, GroupVersionKind),
 }
 
 /// Looks a resource up in the metadata cache of its kind (started on first use) and asks
@@ -224,10 +234,10 @@ async fn from_cache(
         if Arc::ptr_eq(&ctx.target, &ctx.management) {
             ctx.watches.track(&gvk, &ar, ns, &r.key.name, comp);
         }
-        return FromCache::Fetch(api);
+        return FromCache::Fetch(api, gvk);
     }
     if get(cached) {
-        return FromCache::Fetch(api);
+        return FromCache::Fetch(api, gvk);
     }
     // What the planner reads of a live object it does not need in full: identity, version,
     // deletion, owner.
@@ -349,6 +359,7 @@ mod tests {
             annotations: Default::default(),
             deleting: false,
             deletion_timestamp: None,
+            gone_owners: Default::default(),
         };
         let p = plan::prepare(
             &[plan::Desired {

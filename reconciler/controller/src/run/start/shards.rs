@@ -47,6 +47,7 @@ pub(super) async fn run_stack(
         memory_budget: shared.limits.1.clone(),
         shards,
         in_flight: shared.in_flight.clone(),
+        slice_keys: shared.slice_keys.clone(),
     }));
     let tasks = background(&ctx, stop.clone()).await;
     Controller::for_stream(comp_stream, comp_reader)

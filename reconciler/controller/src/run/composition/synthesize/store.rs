@@ -36,9 +36,12 @@ pub(super) async fn store(
     next.results = out.results;
     next.synthesized = Some(Time(k8s_openapi::jiff::Timestamp::now()));
     let unchanged = match &st.current_synthesis {
-        Some(cur) if req.trigger.may_keep_slices() => inputs::emitted(ctx, comp, cur)
-            .await?
-            .is_some_and(|emitted| emitted == items),
+        Some(cur) if req.trigger.may_keep_slices() => {
+            inputs::emitted(ctx, comp, cur)
+                .await?
+                .is_some_and(|emitted| emitted == items)
+                && !inputs::holds_plain_secret(ctx, comp, cur).await?
+        }
         _ => false,
     };
     let uuid = next.uuid.clone();
@@ -223,13 +226,22 @@ pub(super) async fn write_new(
     (fp, kept): (&str, synthesis::Synthesized),
 ) -> Result<Result<Vec<crds::ResourceSliceRef>, Duration>, Error> {
     let uid = comp.uid().unwrap_or_default();
-    let mut manifests: Vec<crds::Manifest> = items
-        .iter()
-        .map(|i| crds::Manifest {
-            manifest: i.to_string(),
-            deleted: false,
-        })
-        .collect();
+    // Secrets are sealed: their values never sit in a slice in plain text.
+    let mut manifests = Vec::with_capacity(items.len());
+    for i in items {
+        let entry = ctx
+            .slice_keys
+            .entry(&uid, i)
+            .map_err(|source| Error::SealSecret {
+                name: i
+                    .pointer("/metadata/name")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string(),
+                source,
+            })?;
+        manifests.push(entry);
+    }
     manifests.extend(
         super::super::history::tombstones(ctx, comp, st.current_synthesis.as_ref(), items).await?,
     );
