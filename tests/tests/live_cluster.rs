@@ -578,3 +578,138 @@ async fn symphony_and_synthesizer_health_roll_up_for_gitops_tools() {
     }
     drop(enoki);
 }
+
+/// Everything enoki stored or said about the test's namespace: its ResourceSlices, Events and
+/// Composition statuses, as text.
+async fn stored_text(env: &TestEnv) -> String {
+    let slices: Api<crds::ResourceSlice> = env.api();
+    let events: Api<k8s_openapi::api::events::v1::Event> = env.api();
+    let comps: Api<Composition> = env.api();
+    format!(
+        "{}\n{}\n{}",
+        serde_json::to_string(&slices.list(&Default::default()).await.unwrap().items).unwrap(),
+        serde_json::to_string(&events.list(&Default::default()).await.unwrap().items).unwrap(),
+        serde_json::to_string(&comps.list(&Default::default()).await.unwrap().items).unwrap(),
+    )
+}
+
+/// A Composition that emits a Secret: its values are in no ResourceSlice (tombstones
+/// included), Event, status, `enoki status` output or controller log line, and the Secret is
+/// still applied, drift-reverted and pruned. A slice written in plain text (as before Secrets
+/// were sealed) still works and is rewritten sealed at the next synthesis.
+#[tokio::test]
+async fn a_synthesized_secret_is_sealed_at_rest_and_still_applied_reverted_and_pruned() {
+    use base64::Engine as _;
+    let env = TestEnv::new().await;
+    install_crds(&env.client).await;
+    let synth = install_synthesizer(&env, "echo", &echo_module()).await;
+    let password = format!("pw-{:08x}", rand::random::<u32>());
+    let token = format!("tk-{:08x}", rand::random::<u32>());
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db"},
+        "stringData": {"password": password}, "data": {"token": b64(&token)}});
+    let items = json!([secret, config_map("plain", json!({}), json!({"v": "1"}))]);
+    set_echo_items(&env, "items", &items).await;
+    apply_composition(&env, "app", &synth, "items", json!({})).await;
+    let enoki = Enoki::start(&env.namespace);
+    wait_ready(&env, "app").await;
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = env.api();
+    let value = |s: &k8s_openapi::api::core::v1::Secret, k: &str| {
+        s.data
+            .as_ref()
+            .and_then(|d| d.get(k))
+            .map(|v| String::from_utf8_lossy(&v.0).to_string())
+    };
+    let live = secrets.get("db").await.unwrap();
+    assert_eq!(value(&live, "password").as_deref(), Some(password.as_str()));
+    assert_eq!(value(&live, "token").as_deref(), Some(token.as_str()));
+    let leaked = |text: &str| {
+        [password.clone(), token.clone(), b64(&password), b64(&token)]
+            .into_iter()
+            .filter(|v| text.contains(v.as_str()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        leaked(&stored_text(&env).await),
+        Vec::<String>::new(),
+        "stored in plain text"
+    );
+
+    // Drift is reverted.
+    let patch = json!({"data": {"password": b64("changed")}});
+    secrets
+        .patch("db", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    eventually("the drifted Secret reverted", WAIT, || async {
+        let s = secrets.get("db").await.ok()?;
+        (value(&s, "password").as_deref() == Some(password.as_str())).then_some(())
+    })
+    .await;
+
+    // A slice as an older enoki wrote it (the Secret in plain text) still works, and the next
+    // synthesis (an input change with the same output) writes new, sealed slices.
+    let comps: Api<Composition> = env.api();
+    let slices: Api<crds::ResourceSlice> = env.api();
+    let current = comps
+        .get("app")
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .current_synthesis
+        .unwrap();
+    let name = current.resource_slices[0].name.clone();
+    let mut slice = slices.get(&name).await.unwrap();
+    for m in &mut slice.spec.resources {
+        if m.sealed.take().is_some() {
+            let mut full: Value = serde_json::from_str(&m.manifest).unwrap();
+            full["stringData"] = json!({"password": password});
+            full["data"] = json!({"token": b64(&token)});
+            m.manifest = full.to_string();
+        }
+    }
+    slices
+        .replace(&name, &PostParams::default(), &slice)
+        .await
+        .unwrap();
+    let cms: Api<ConfigMap> = env.api();
+    let nudge = json!({"data": {"unrelated": "1"}});
+    cms.patch("items", &PatchParams::default(), &Patch::Merge(&nudge))
+        .await
+        .unwrap();
+    eventually("new slices, sealed", WAIT, || async {
+        let cur = comps.get("app").await.ok()?.status?.current_synthesis?;
+        (cur.resource_slices.iter().all(|r| r.name != name)).then_some(())
+    })
+    .await;
+    wait_ready(&env, "app").await;
+    slices.delete(&name, &Default::default()).await.ok();
+    eventually("the plain slice is gone", WAIT, || async {
+        slices.get_opt(&name).await.ok()?.is_none().then_some(())
+    })
+    .await;
+    assert_eq!(leaked(&stored_text(&env).await), Vec::<String>::new());
+
+    // Pruned when dropped; the tombstone carries no value either.
+    set_echo_items(
+        &env,
+        "items",
+        &json!([config_map("plain", json!({}), json!({"v": "2"}))]),
+    )
+    .await;
+    eventually("the Secret pruned", WAIT, || async {
+        secrets.get_opt("db").await.ok()?.is_none().then_some(())
+    })
+    .await;
+    wait_ready(&env, "app").await;
+    assert_eq!(leaked(&stored_text(&env).await), Vec::<String>::new());
+    let (code, status) = harness::enoki_cli_text(&["status", "app", "-n", &env.namespace]);
+    assert_eq!(code, 0, "{status}");
+    assert_eq!(leaked(&status), Vec::<String>::new(), "enoki status");
+    assert_eq!(
+        leaked(&enoki.logs()),
+        Vec::<String>::new(),
+        "the controller's log"
+    );
+}

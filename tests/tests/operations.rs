@@ -76,9 +76,23 @@ async fn metrics_and_probes_are_served() {
         "enoki_synthesis_duration_seconds_count 1",
         "enoki_managed_resources 3",
         "enoki_wasm_peak_memory_bytes_count 1",
+        // The work queue and the process.
+        "enoki_queue_depth ",
+        "enoki_queue_wait_seconds_count ",
+        "enoki_reconciles_in_flight ",
+        "process_resident_memory_bytes ",
+        "process_cpu_seconds_total ",
+        "process_open_fds ",
+        "process_start_time_seconds ",
     ] {
         assert!(body.contains(needle), "{needle} missing from:\n{body}");
     }
+    let waited = body
+        .lines()
+        .find_map(|l| l.strip_prefix("enoki_queue_wait_seconds_count "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .unwrap_or(0.0);
+    assert!(waited >= 1.0, "the Composition's creation was timed through the queue:\n{body}");
 }
 
 #[tokio::test]

@@ -273,6 +273,9 @@ impl Context {
         };
         self.metrics.composition_reconciles.remove(&who);
         self.metrics.health.forget(&who);
+        self.metrics
+            .queue
+            .forget(&format!("{}/{}", who.namespace, who.name));
         self.watches.forget(comp, uid);
     }
 

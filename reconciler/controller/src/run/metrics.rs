@@ -68,6 +68,8 @@ pub struct Metrics {
     pub shards_configured: Gauge,
     /// Per-Composition health series and `enoki_build_info`.
     pub health: super::health::Health,
+    /// The work queue (depth, time in queue, in flight) and the process's figures.
+    pub queue: std::sync::Arc<super::queue::Queue>,
 }
 
 impl Metrics {
@@ -97,6 +99,7 @@ impl Metrics {
             crq_total_usage: Family::default(),
             shards_configured: Gauge::default(),
             health: super::health::Health::register(registry),
+            queue: super::queue::Queue::register(registry),
         };
         super::api_metrics::register(registry);
         m.start_at_zero();

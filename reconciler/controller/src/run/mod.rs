@@ -22,6 +22,7 @@ pub mod metrics;
 mod model;
 mod module;
 mod policy;
+pub mod queue;
 mod ratelimit;
 mod recovery;
 pub(crate) mod resources;

@@ -56,6 +56,12 @@ pub async fn reconcile(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Acti
         })
         .inc();
     let start = std::time::Instant::now();
+    let queued = format!(
+        "{}/{}",
+        comp.namespace().unwrap_or_default(),
+        comp.name_any()
+    );
+    let _in_flight = ctx.metrics.queue.started(&queued);
     let comp = status_write::fresh(&ctx, comp);
     let result = match finalizer::state(&comp) {
         finalizer::State::Released => {

@@ -22,8 +22,16 @@ pub(super) async fn run_stack(
         shards.clone(),
         shared.opts.default_service_account.is_none(),
     );
+    let queue = shared.metrics.queue.clone();
     let changes = futures::stream::unfold(receiver, |mut rx| async move {
         rx.recv().await.map(|r| (r, rx))
+    })
+    .inspect(move |r: &ObjectRef<Composition>| {
+        queue.seen(format!(
+            "{}/{}",
+            r.namespace.as_deref().unwrap_or_default(),
+            r.name
+        ));
     });
     let reporter = kube::runtime::events::Reporter {
         controller: "enoki".into(),
@@ -31,6 +39,18 @@ pub(super) async fn run_stack(
     };
     let (comp_reader, comp_stream, slice_reader, slice_stream) =
         caches(&client, &shared.opts, &shards, wake);
+    let queue = shared.metrics.queue.clone();
+    let comp_stream = comp_stream
+        .inspect(move |c| {
+            if let Ok(c) = c {
+                queue.seen(format!(
+                    "{}/{}",
+                    c.namespace().unwrap_or_default(),
+                    c.name_any()
+                ));
+            }
+        })
+        .boxed();
     let concurrency = u16::try_from(shared.opts.concurrency.max(1)).unwrap_or(u16::MAX);
     let ctx = Arc::new(Context::new(Parts {
         management: shared.management.clone(),
