@@ -611,7 +611,7 @@ async fn a_synthesized_secret_is_sealed_at_rest_and_still_applied_reverted_and_p
     let items = json!([secret, config_map("plain", json!({}), json!({"v": "1"}))]);
     set_echo_items(&env, "items", &items).await;
     apply_composition(&env, "app", &synth, "items", json!({})).await;
-    let enoki = Enoki::start(&env.namespace);
+    let mut enoki = Enoki::start(&env.namespace);
     wait_ready(&env, "app").await;
     let secrets: Api<k8s_openapi::api::core::v1::Secret> = env.api();
     let value = |s: &k8s_openapi::api::core::v1::Secret, k: &str| {
@@ -690,6 +690,37 @@ async fn a_synthesized_secret_is_sealed_at_rest_and_still_applied_reverted_and_p
     })
     .await;
     assert_eq!(leaked(&stored_text(&env).await), Vec::<String>::new());
+
+    // The key is lost: enoki (restarted) creates a new one, and the synthesis whose slices it
+    // cannot open is made again, sealed with the new key; the Secret stays applied.
+    assert_eq!(
+        leaked(&enoki.logs()),
+        Vec::<String>::new(),
+        "the controller's log"
+    );
+    drop(enoki);
+    let before = comps
+        .get("app")
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .current_synthesis
+        .unwrap()
+        .uuid;
+    secrets
+        .delete("enoki-slice-key", &Default::default())
+        .await
+        .unwrap();
+    enoki = Enoki::start(&env.namespace);
+    eventually("a new synthesis sealed with the new key", WAIT, || async {
+        let cur = comps.get("app").await.ok()?.status?.current_synthesis?;
+        (cur.uuid != before).then_some(())
+    })
+    .await;
+    wait_ready(&env, "app").await;
+    let live = secrets.get("db").await.unwrap();
+    assert_eq!(value(&live, "password").as_deref(), Some(password.as_str()));
 
     // Pruned when dropped; the tombstone carries no value either.
     set_echo_items(

@@ -247,6 +247,20 @@ fn the_chart_renders_the_rules_and_the_dashboard() {
     ] {
         assert!(names.iter().any(|n| n == a), "{a}");
     }
+    // Every alert links its runbook: a heading of docs/operations.md.
+    let ops = std::fs::read_to_string(workspace_root().join("docs/operations.md")).unwrap();
+    for r in rule["spec"]["groups"][0]["rules"].as_array().unwrap() {
+        let alert = r["alert"].as_str().unwrap();
+        let url = r["annotations"]["runbook_url"].as_str().unwrap_or_default();
+        assert!(
+            url.ends_with(&format!("docs/operations.md#{}", alert.to_lowercase())),
+            "{alert}: runbook_url {url:?}"
+        );
+        assert!(
+            ops.contains(&format!("### {alert}\n")),
+            "docs/operations.md has no runbook for {alert}"
+        );
+    }
     let dashboard = docs
         .iter()
         .find(|d| d["kind"] == "ConfigMap" && d["metadata"]["labels"]["grafana_dashboard"] == "1")

@@ -92,7 +92,10 @@ async fn metrics_and_probes_are_served() {
         .find_map(|l| l.strip_prefix("enoki_queue_wait_seconds_count "))
         .and_then(|v| v.trim().parse::<f64>().ok())
         .unwrap_or(0.0);
-    assert!(waited >= 1.0, "the Composition's creation was timed through the queue:\n{body}");
+    assert!(
+        waited >= 1.0,
+        "the Composition's creation was timed through the queue:\n{body}"
+    );
 }
 
 #[tokio::test]

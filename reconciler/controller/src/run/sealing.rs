@@ -114,9 +114,14 @@ impl SliceKeys {
         n
     }
 
+    /// Whether a sealing key is loaded.
+    pub(crate) fn has_keys(&self) -> bool {
+        self.keys.read().is_ok_and(|k| k.current.is_some())
+    }
+
     /// Waits until a sealing key is loaded.
     pub(crate) async fn loaded(&self) {
-        while self.keys.read().map_or(true, |k| k.current.is_none()) {
+        while !self.has_keys() {
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
     }

@@ -95,8 +95,9 @@ pub(crate) async fn read(
     Ok(Some((slice, states)))
 }
 
-/// Whether every slice of `synthesis` exists and is owned by `comp` (the cache, then a GET
-/// for what it lacks).
+/// Whether every slice of `synthesis` exists, is owned by `comp` (the cache, then a GET for
+/// what it lacks) and, once a slice key is loaded, holds no sealed Secret that fails to open
+/// (such a synthesis is made again, like one whose slices are gone).
 ///
 /// # Errors
 /// [`Error::ReadSlice`].
@@ -120,8 +121,15 @@ pub(crate) async fn all_exist(
                 })?
                 .map(Arc::new),
         };
-        // A slice not owned by this Composition counts as missing (see `read`).
-        if !found.is_some_and(|s| owned_by(&s, &uid)) {
+        // A slice not owned by this Composition counts as missing (see `read`); so does one
+        // holding a sealed Secret that no loaded key opens (its key was deleted).
+        let Some(found) = found.filter(|s| owned_by(s, &uid)) else {
+            return Ok(false);
+        };
+        let unopened = |m: &crds::Manifest| {
+            !m.deleted && m.sealed.is_some() && ctx.slice_keys.manifest(&uid, m).is_none()
+        };
+        if ctx.slice_keys.has_keys() && found.spec.resources.iter().any(unopened) {
             return Ok(false);
         }
     }

@@ -79,7 +79,21 @@ pub async fn reconcile(
     }
     let mut info = composition_info(comp, deleting);
     let prepared = match prepare(ctx, &uid, &current.uuid, &loaded, &info) {
-        Ok(p) => p,
+        Ok(Some(p)) => p,
+        // A sealed Secret does not open: its key is not loaded yet (retried), or was deleted
+        // or the entry altered (the next synthesis writes it anew).
+        Ok(None) if !ctx.slice_keys.has_keys() => {
+            return Err(Error::SealSecret {
+                name: String::new(),
+                source: crate::run::sealing::SealError::NoKey,
+            });
+        }
+        Ok(None) => {
+            return Ok(Pass {
+                slices_missing: true,
+                ..Pass::default()
+            });
+        }
         Err(e) => {
             condition::set_condition(
                 &mut st.conditions,
@@ -390,7 +404,7 @@ fn prepare(
     synthesis: &str,
     loaded: &Loaded,
     info: &plan::CompositionInfo,
-) -> Result<Arc<plan::Prepared>, plan::PlanError> {
+) -> Result<Option<Arc<plan::Prepared>>, plan::PlanError> {
     // The filter may read the Composition's labels: they are part of the key with it.
     let labels = match ctx.opts.resource_filter {
         Some(_) => serde_json::to_string(&info.labels).unwrap_or_default(),
@@ -402,18 +416,34 @@ fn prepare(
         serde_json::to_string(&info.annotations).unwrap_or_default()
     );
     if let Some(p) = ctx.prepared(uid, &key) {
-        return Ok(p);
+        return Ok(Some(p));
     }
+    let mut unopened = false;
     let desired: Vec<plan::Desired> = loaded
         .resources
         .iter()
         .filter_map(|r| {
+            let entry = loaded.entry(r)?;
+            let manifest = match ctx.slice_keys.manifest(&info.uid, entry) {
+                Some(m) => m,
+                // Deleting needs only the Secret's name: its shown part will do.
+                None if entry.sealed.is_some() && (r.tombstone || info.deleting) => {
+                    serde_json::from_str(&entry.manifest).ok()?
+                }
+                None => {
+                    unopened |= entry.sealed.is_some();
+                    return None;
+                }
+            };
             Some(plan::Desired {
-                manifest: ctx.slice_keys.manifest(&info.uid, loaded.entry(r)?)?,
+                manifest,
                 tombstone: r.tombstone,
             })
         })
         .collect();
+    if unopened {
+        return Ok(None);
+    }
     let desired = match &ctx.opts.resource_filter {
         None => desired,
         Some(filter) => {
@@ -430,7 +460,7 @@ fn prepare(
     };
     let p = Arc::new(plan::prepare(&desired, info)?);
     ctx.keep_prepared(uid, key, p.clone());
-    Ok(p)
+    Ok(Some(p))
 }
 
 /// Deletes the objects `current` recorded outside the Composition's namespace that still carry
