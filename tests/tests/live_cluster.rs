@@ -291,6 +291,13 @@ async fn a_crd_that_went_away_is_applied_again_and_its_crs_follow() {
     apply_composition(&env, "second", &synth, "pair", json!({})).await;
     wait_ready(&env, "second").await;
     assert!(widget_exists(&env, &group).await, "the CR is applied again");
+    assert!(
+        enoki
+            .logs()
+            .contains("kind no longer served; discovery forgets it"),
+        "the kind was served when its CRD went: discovery had to forget it\n{}",
+        enoki.logs()
+    );
 
     // Deleted by hand while its Composition lives: re-created (a new object), then the CR.
     let first = uid_of(&crds, &crd_name).await;
@@ -684,7 +691,7 @@ async fn a_synthesized_secret_is_sealed_at_rest_and_still_applied_reverted_and_p
     })
     .await;
     wait_ready(&env, "app").await;
-    slices.delete(&name, &Default::default()).await.ok();
+    // The plain slice, now the previous synthesis's, is deleted by enoki.
     eventually("the plain slice is gone", WAIT, || async {
         slices.get_opt(&name).await.ok()?.is_none().then_some(())
     })

@@ -395,8 +395,9 @@ pub struct RunArgs {
     #[arg(long, env = "ENOKI_MODULE_CACHE_DIR_MIB", default_value_t = 1024)]
     pub module_cache_dir_mib: u64,
     /// The Secret holding the keys that seal synthesized Secrets in ResourceSlices, as
-    /// `NAMESPACE/NAME` (created with a random key when missing). Default: `enoki-slice-key` in
-    /// `--leader-election-namespace`, else `$POD_NAMESPACE`, else `--namespace`, else `default`.
+    /// `NAMESPACE/NAME` (created with a random key when missing; enoki needs `get` and `create`
+    /// on Secrets there). Default: `enoki-slice-key` in `--leader-election-namespace`, else
+    /// `$POD_NAMESPACE`, else `--namespace`, else `default`.
     #[arg(long, env = "ENOKI_SLICE_KEY_SECRET")]
     pub slice_key_secret: Option<String>,
     /// Log format.

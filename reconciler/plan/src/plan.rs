@@ -556,7 +556,10 @@ pub fn plan(input: PlanInput<'_>) -> Plan {
             None => readiness::evaluate(&r.checks, r.settings.health, live),
         };
         let waiting_on = waiting_on(key, &input.prepared.ordering, &ready, &mut unready_in_group);
-        let in_sync = in_sync(live, recorded, &settings, &hash);
+        // An object whose `managed-by` label was taken off (handed over under
+        // `disable-reconciliation`, then enabled again) is applied again to put it back.
+        let in_sync = in_sync(live, recorded, &settings, &hash)
+            && (r.patch.is_some() || labelled_for(live, &input.composition.uid));
         let deferred = results
             .iter()
             .any(|o| o.status == overrides::OverrideStatus::Deferred);

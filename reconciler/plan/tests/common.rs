@@ -46,6 +46,13 @@ pub fn live(v: &Value, rv: &str, status: Value) -> Value {
     l
 }
 
+/// A live copy enoki applied for the Composition of [`comp`] (labelled `managed-by: uid-1`).
+pub fn ours(v: &Value, rv: &str) -> Value {
+    let mut l = live(v, rv, Value::Null);
+    l["metadata"]["labels"]["enoki.dev/managed-by"] = json!("uid-1");
+    l
+}
+
 pub fn desired(manifests: &[Value]) -> Vec<Desired> {
     manifests
         .iter()
@@ -101,10 +108,18 @@ impl World {
         })
     }
 
-    /// Records every step's hash with the live resourceVersion, as if all were just applied.
+    /// Records every step's hash with the live resourceVersion, as if all were just applied
+    /// (an unlabelled live object gets the Composition's `managed-by` label, as an apply
+    /// stamps it).
     pub fn record_applied(mut self) -> World {
         let p = self.plan();
         for s in p.steps {
+            if let Some(l) = self.observed.get_mut(&s.key)
+                && l.pointer("/metadata/labels/enoki.dev~1managed-by")
+                    .is_none()
+            {
+                l["metadata"]["labels"]["enoki.dev/managed-by"] = json!(self.comp.uid);
+            }
             let rv = self
                 .observed
                 .get(&s.key)

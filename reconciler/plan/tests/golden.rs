@@ -60,7 +60,7 @@ fn render(input: &Value) -> Value {
         Ok(p) => p,
         Err(e) => return json!({"error": e.to_string(), "category": e.category()}),
     };
-    let observed: plan::Observed = list(&input["observed"])
+    let mut observed: plan::Observed = list(&input["observed"])
         .into_iter()
         .map(|o| (ResourceKey::of(&o).unwrap(), o))
         .collect();
@@ -103,6 +103,12 @@ fn render(input: &Value) -> Value {
                 .map(String::from);
         }
         rec.ready = ready.get(&name).cloned();
+    }
+    // What enoki applied carries its `managed-by` label.
+    for (key, o) in &mut observed {
+        if in_sync.contains(&key.to_string()) {
+            o["metadata"]["labels"]["enoki.dev/managed-by"] = json!(comp.uid);
+        }
     }
     let p = plan::plan(PlanInput {
         prepared: &prepared,

@@ -549,7 +549,7 @@ fn drift_interval_reapplies_foreign_writes_only_when_the_interval_is_due() {
     let mut w = World::new(desired(std::slice::from_ref(&m)))
         .observe(live(&m, "10", Value::Null))
         .record_applied();
-    w = w.observe(live(&m, "11", Value::Null));
+    w = w.observe(ours(&m, "11"));
     assert_eq!(
         w.op_of(&m),
         Op::Skip {
@@ -562,7 +562,7 @@ fn drift_interval_reapplies_foreign_writes_only_when_the_interval_is_due() {
         matches!(w.op_of(&m), Op::Apply { .. }),
         "due: the foreign write is reverted"
     );
-    w = w.observe(live(&m, "10", Value::Null));
+    w = w.observe(ours(&m, "10"));
     assert_eq!(
         w.op_of(&m),
         Op::Skip {
@@ -578,7 +578,7 @@ fn drift_off_ignores_foreign_writes_but_not_new_output() {
     let mut w = World::new(desired(std::slice::from_ref(&m)))
         .observe(live(&m, "10", Value::Null))
         .record_applied();
-    w = w.observe(live(&m, "11", Value::Null));
+    w = w.observe(ours(&m, "11"));
     assert_eq!(
         w.op_of(&m),
         Op::Skip {
@@ -613,6 +613,17 @@ fn an_object_whose_owner_is_gone_is_adopted_a_live_owner_keeps_it() {
     assert!(
         matches!(w.op_of(&m), Op::Apply { .. }),
         "the object of a Composition that no longer exists is adopted"
+    );
+    // `adopt: never` refuses it all the same (no live Composition manages it).
+    let never = cm("restored", json!({"enoki.dev/adopt": "never"}));
+    let mut n =
+        World::new(desired(std::slice::from_ref(&never))).observe(owned_by(&never, "uid-old"));
+    n.comp.gone_owners.insert("uid-old".into());
+    assert_eq!(
+        n.op_of(&never),
+        Op::Conflict {
+            owner: String::new()
+        }
     );
     w.comp.gone_owners.clear();
     w.comp.gone_owners.insert("uid-someone-else".into());

@@ -36,3 +36,17 @@ pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
         .iter()
         .any(|c| c.type_ == type_ && c.status == "True")
 }
+
+/// Keeps each condition's `lastTransitionTime` from `before` where its status is what it was
+/// there: a pass may set one condition more than once on its way (the roll-up, then the
+/// generation it speaks for), and only a change of status from the stored one is a transition.
+pub fn keep_transitions(conditions: &mut [Condition], before: &[Condition]) {
+    for c in conditions {
+        if let Some(b) = before
+            .iter()
+            .find(|b| b.type_ == c.type_ && b.status == c.status)
+        {
+            c.last_transition_time = b.last_transition_time.clone();
+        }
+    }
+}

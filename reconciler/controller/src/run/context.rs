@@ -86,7 +86,7 @@ pub struct Context {
     /// cleared by a success.
     pub(crate) other_failures: Mutex<HashMap<String, u32>>,
     /// Whether the Compositions named by `managed-by` labels still exist.
-    pub(crate) owners: super::resources::owners::Owners,
+    pub(crate) owners: super::owners::Owners,
     /// The keys that seal Secrets in ResourceSlices.
     pub(crate) slice_keys: Arc<super::sealing::SliceKeys>,
 }
@@ -156,7 +156,7 @@ impl Context {
             prepared: Mutex::new(PreparedLru::default()),
             failures: Mutex::new(HashMap::new()),
             other_failures: Mutex::new(HashMap::new()),
-            owners: super::resources::owners::Owners::default(),
+            owners: super::owners::Owners::default(),
             slice_keys: p.slice_keys,
         }
     }

@@ -21,6 +21,7 @@ mod memory;
 pub mod metrics;
 mod model;
 mod module;
+mod owners;
 mod policy;
 pub mod queue;
 mod ratelimit;

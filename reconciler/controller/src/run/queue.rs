@@ -20,6 +20,9 @@ use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+/// How long a change waits for its reconcile before the queue forgets it.
+pub const FORGOTTEN: std::time::Duration = std::time::Duration::from_secs(600);
+
 /// The work queue's metrics and what they are computed from.
 #[derive(Debug)]
 pub struct Queue {
@@ -58,10 +61,16 @@ impl Queue {
         q
     }
 
-    /// A change was seen for Composition `key` (`namespace/name`).
+    /// A change was seen for Composition `key` (`namespace/name`). A change no reconcile took
+    /// up within [`FORGOTTEN`] (a Composition of another shard, one the controller skipped) is
+    /// forgotten.
     pub fn seen(&self, key: String) {
         if let Ok(mut s) = self.seen.lock() {
-            s.entry(key).or_insert_with(Instant::now);
+            let now = Instant::now();
+            if s.len() > 1024 {
+                s.retain(|_, t| now.duration_since(*t) < FORGOTTEN);
+            }
+            s.entry(key).or_insert(now);
             self.depth.set(i64::try_from(s.len()).unwrap_or(i64::MAX));
         }
     }
@@ -101,21 +110,32 @@ impl Drop for InFlight<'_> {
 struct Process;
 
 /// (resident bytes, virtual bytes, cpu seconds, threads, start time in seconds since the
-/// epoch) from `/proc/self/stat` and `/proc/stat`.
+/// epoch) from `/proc/self/stat`, `/proc/self/status` and `/proc/stat`.
 fn proc_stat() -> Option<(f64, f64, f64, f64, f64)> {
     let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
     // Fields after the command (which may hold spaces), counted from field 3 (state).
     let rest = stat.rsplit_once(')')?.1;
     let f: Vec<&str> = rest.split_whitespace().collect();
     let num = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok());
-    // Linux's USER_HZ is 100 on every architecture enoki ships for; pages are 4 KiB there.
+    // /proc counts CPU time in USER_HZ, 100 on Linux whatever the kernel's own tick rate.
     let ticks = 100.0;
-    let page = 4096.0;
     let cpu = (num(11)? + num(12)?) / ticks;
     let threads = num(17)?;
     let start_ticks = num(19)?;
     let vsize = num(20)?;
-    let rss = num(21)? * page;
+    // Resident memory in kB from /proc/self/status (no page size to assume).
+    let rss = std::fs::read_to_string("/proc/self/status")
+        .ok()?
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("VmRSS:")?
+                .trim()
+                .strip_suffix("kB")?
+                .trim()
+                .parse::<f64>()
+                .ok()
+        })?
+        * 1024.0;
     let boot = std::fs::read_to_string("/proc/stat")
         .ok()?
         .lines()

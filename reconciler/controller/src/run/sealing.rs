@@ -52,18 +52,27 @@ pub enum KeyError {
     Random,
 }
 
-/// Whether a manifest is a core Secret.
+/// Whether a manifest is a core Secret, or a Patch of one (Eno's `kind: Patch`, whose ops
+/// may carry values).
 pub(crate) fn is_secret(v: &Value) -> bool {
-    v.get("apiVersion").and_then(Value::as_str) == Some("v1")
-        && v.get("kind").and_then(Value::as_str) == Some("Secret")
+    let is = |v: &Value, api: &str, kind: &str| {
+        v.get("apiVersion").and_then(Value::as_str) == Some(api)
+            && v.get("kind").and_then(Value::as_str) == Some(kind)
+    };
+    is(v, "v1", "Secret")
+        || (v.get("kind").and_then(Value::as_str) == Some("Patch")
+            && v.get("patch").is_some_and(|p| is(p, "v1", "Secret")))
 }
 
-/// A Secret without its values (`data`, `stringData`).
+/// A Secret without its values (`data`, `stringData`), a Patch of one without its ops.
 pub(crate) fn redacted(v: &Value) -> Value {
     let mut v = v.clone();
     if let Some(o) = v.as_object_mut() {
         o.remove("data");
         o.remove("stringData");
+        if let Some(p) = o.get_mut("patch").and_then(Value::as_object_mut) {
+            p.remove("ops");
+        }
     }
     v
 }
@@ -86,6 +95,8 @@ fn aad(uid: &str, v: &Value) -> String {
 struct Keys {
     current: Option<String>,
     all: HashMap<String, Vec<u8>>,
+    /// When they were read.
+    loaded: Option<std::time::Instant>,
 }
 
 /// The slice keys of the process.
@@ -109,9 +120,20 @@ impl SliceKeys {
         let n = all.len();
         let current = current.filter(|c| all.contains_key(c));
         if let Ok(mut k) = self.keys.write() {
-            *k = Keys { current, all };
+            *k = Keys {
+                current,
+                all,
+                loaded: Some(std::time::Instant::now()),
+            };
         }
         n
+    }
+
+    /// Whether the keys were last read longer than `age` ago (or never).
+    pub(crate) fn older_than(&self, age: std::time::Duration) -> bool {
+        self.keys
+            .read()
+            .map_or(true, |k| k.loaded.is_none_or(|t| t.elapsed() > age))
     }
 
     /// Whether a sealing key is loaded.
@@ -233,9 +255,8 @@ impl SliceKeys {
 pub(crate) fn plain_secret(m: &crds::Manifest) -> bool {
     m.sealed.is_none()
         && !m.deleted
-        && serde_json::from_str::<Value>(&m.manifest).is_ok_and(|v| {
-            is_secret(&v) && (v.get("data").is_some() || v.get("stringData").is_some())
-        })
+        && serde_json::from_str::<Value>(&m.manifest)
+            .is_ok_and(|v| is_secret(&v) && redacted(&v) != v)
 }
 
 /// A new random key (32 bytes).
@@ -302,7 +323,8 @@ pub(crate) async fn load(
     Ok(keys.load(&data))
 }
 
-/// Loads the keys now, then again every minute (a rotated key is picked up without a restart).
+/// Loads the keys now, then again every minute (a rotated key is picked up without a
+/// restart), every 5 seconds while none can seal.
 pub(crate) async fn keep(
     client: kube::Client,
     secret: (String, String),
@@ -311,16 +333,28 @@ pub(crate) async fn keep(
     let mut failing = false;
     loop {
         match load(&client, &secret, &keys).await {
-            Ok(_) => failing = false,
+            Ok(_) if keys.has_keys() => failing = false,
+            Ok(n) => {
+                if !failing {
+                    tracing::error!(secret = %format!("{}/{}", secret.0, secret.1), keys = n,
+                        "the slice-key Secret's `current` names no 32-byte key: syntheses that emit a Secret fail until it does");
+                }
+                failing = true;
+            }
             Err(e) if !failing => {
                 failing = true;
-                let e = super::error::chain(&e);
+                let e = match std::error::Error::source(&e) {
+                    Some(source) => format!("{e}: {source}"),
+                    None => e.to_string(),
+                };
                 tracing::error!(secret = %format!("{}/{}", secret.0, secret.1), error = %e,
                     "cannot read or create the slice key: syntheses that emit a Secret fail until it can be");
             }
             Err(_) => {}
         }
-        tokio::time::sleep(std::time::Duration::from_secs(60)).await;
+        // Every minute; every 5 s while no key seals.
+        let pause = if failing { 5 } else { 60 };
+        tokio::time::sleep(std::time::Duration::from_secs(pause)).await;
     }
 }
 

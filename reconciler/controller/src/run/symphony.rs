@@ -222,7 +222,12 @@ async fn reconcile_once(sym: Arc<Symphony>, ctx: Arc<Context>) -> Result<Action,
         .into_iter()
         .map(|c| (c.name_any(), c))
         .collect();
-    let status = roll_up(&sym, &current);
+    let cycle: Vec<String> = topo_order(&sym.spec.variations)
+        .1
+        .iter()
+        .map(|v| v.synthesizer.name.clone())
+        .collect();
+    let status = roll_up(&sym, &current, composition_name, &cycle);
     let all_ready = status.ready.is_some();
     if sym.status.as_ref() != Some(&status) {
         syms.patch_status(

@@ -139,9 +139,11 @@ pub(super) fn refused_owner(
     settings: &Settings,
     comp: &CompositionInfo,
 ) -> Option<String> {
+    let ours = recorded.is_some_and(|rec| rec.applied_hash.is_some());
     let owner = foreign_owner(live, &comp.uid);
     if owner.as_ref().is_some_and(|o| comp.gone_owners.contains(o)) {
-        return None;
+        // Managed by no live Composition: adopted, unless `adopt: never`.
+        return (settings.adopt_never && !ours).then(String::new);
     }
     owner.or_else(|| {
         let unmanaged = live.is_some_and(|l| {
@@ -152,9 +154,26 @@ pub(super) fn refused_owner(
                         && !m.contains_key(crds::names::annotations::MANAGED_BY.eno)
                 })
         });
-        let ours = recorded.is_some_and(|rec| rec.applied_hash.is_some());
         (settings.adopt_never && unmanaged && !ours).then(String::new)
     })
+}
+
+/// Whether the live object's `managed-by` label (either spelling) names `uid` (always true
+/// while the Composition's UID is unknown).
+pub(super) fn labelled_for(live: Option<&Value>, uid: &str) -> bool {
+    let labels = live.and_then(|l| l.pointer("/metadata/labels"));
+    uid.is_empty()
+        || [
+            crds::names::annotations::MANAGED_BY.enoki,
+            crds::names::annotations::MANAGED_BY.eno,
+        ]
+        .iter()
+        .any(|k| labels.and_then(|l| l.get(*k)).and_then(Value::as_str) == Some(uid))
+}
+
+/// [`foreign_owner`], unless the caller confirmed that owner gone (`gone_owners`).
+pub fn live_foreign_owner(live: Option<&Value>, comp: &CompositionInfo) -> Option<String> {
+    foreign_owner(live, &comp.uid).filter(|o| !comp.gone_owners.contains(o))
 }
 
 /// The UID in the live object's `managed-by` label (either spelling) when it names another

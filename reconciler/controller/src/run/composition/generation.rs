@@ -20,15 +20,19 @@ fn find<'a>(st: &'a CompositionStatus, type_: &str) -> Option<&'a Condition> {
     st.conditions.iter().find(|c| c.type_ == type_)
 }
 
-/// Whether the synthesis of the newest spec failed and still does: `Synthesized=False` and
-/// `Stalled=True` for the same reason (both are set together by a failure).
-fn failing(st: &CompositionStatus) -> bool {
+/// Whether the synthesis of the newest spec (`generation`) failed and still does:
+/// `Synthesized=False` and `Stalled=True` for the same reason (both are set together by a
+/// failure), for that generation.
+fn failing(st: &CompositionStatus, generation: Option<i64>) -> bool {
     match (
         find(st, conditions::SYNTHESIZED),
         find(st, conditions::STALLED),
     ) {
         (Some(syn), Some(stall)) => {
-            syn.status == "False" && stall.status == "True" && syn.reason == stall.reason
+            syn.status == "False"
+                && stall.status == "True"
+                && syn.reason == stall.reason
+                && stall.observed_generation == generation
         }
         _ => false,
     }
@@ -41,7 +45,7 @@ pub(crate) fn settle(st: &mut CompositionStatus, generation: Option<i64>, applie
         .current_synthesis
         .as_ref()
         .and_then(|c| c.observed_composition_generation);
-    if failing(st) {
+    if failing(st, generation) {
         st.observed_generation = generation;
         let (reason, message) = find(st, conditions::STALLED)
             .map(|c| (c.reason.clone(), c.message.clone()))
@@ -159,6 +163,22 @@ mod tests {
         assert_eq!(st.observed_generation, Some(2));
         assert_eq!(cond(&st, conditions::RECONCILING), Some("False"));
         assert_eq!(cond(&st, conditions::STALLED), Some("True"));
+    }
+
+    #[test]
+    fn a_failure_of_an_older_generation_does_not_fail_the_newest() {
+        let mut st = status(Some(1), Some(2));
+        for (t, v) in [
+            (conditions::SYNTHESIZED, false),
+            (conditions::STALLED, true),
+        ] {
+            set_condition(&mut st.conditions, t, v, "SynthesisFailed", "boom", Some(2));
+        }
+        // Generation 3 waits for its module: its status keeps speaking for 2, not Stalled.
+        settle(&mut st, Some(3), true);
+        assert_eq!(st.observed_generation, Some(2));
+        assert_eq!(cond(&st, conditions::STALLED), Some("False"));
+        assert_eq!(cond(&st, conditions::RECONCILING), Some("True"));
     }
 
     #[test]

@@ -284,6 +284,9 @@ async fn converge(ctx: &Arc<Context>, comp: &Arc<Composition>) -> Result<Action,
         st.simplified = simplified;
     }
     generation::settle(&mut st, comp.metadata.generation, enforced);
+    if let Some(before) = &comp.status {
+        super::condition::keep_transitions(&mut st.conditions, &before.conditions);
+    }
     if blocked.is_none() || instance.is_some() {
         write_back(ctx, comp, &uid, instance.as_ref()).await;
     }

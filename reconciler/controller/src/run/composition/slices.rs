@@ -8,6 +8,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -96,8 +97,8 @@ pub(crate) async fn read(
 }
 
 /// Whether every slice of `synthesis` exists, is owned by `comp` (the cache, then a GET for
-/// what it lacks) and, once a slice key is loaded, holds no sealed Secret that fails to open
-/// (such a synthesis is made again, like one whose slices are gone).
+/// what it lacks) and, once a slice key is loaded, holds no Secret in plain text and no sealed
+/// Secret that fails to open (such a synthesis is made again, like one whose slices are gone).
 ///
 /// # Errors
 /// [`Error::ReadSlice`].
@@ -126,11 +127,30 @@ pub(crate) async fn all_exist(
         let Some(found) = found.filter(|s| owned_by(s, &uid)) else {
             return Ok(false);
         };
+        if !ctx.slice_keys.has_keys() {
+            continue;
+        }
+        // A Secret in plain text (written before sealing): made again, sealed.
+        if found
+            .spec
+            .resources
+            .iter()
+            .any(crate::run::sealing::plain_secret)
+        {
+            return Ok(false);
+        }
         let unopened = |m: &crds::Manifest| {
             !m.deleted && m.sealed.is_some() && ctx.slice_keys.manifest(&uid, m).is_none()
         };
-        if ctx.slice_keys.has_keys() && found.spec.resources.iter().any(unopened) {
-            return Ok(false);
+        if found.spec.resources.iter().any(unopened) {
+            // Perhaps a key rotated in since the keys were read: read them again first.
+            if ctx.slice_keys.older_than(Duration::from_secs(5)) {
+                let secret = &ctx.opts.slice_key_secret;
+                let _ = crate::run::sealing::load(&ctx.client, secret, &ctx.slice_keys).await;
+            }
+            if found.spec.resources.iter().any(unopened) {
+                return Ok(false);
+            }
         }
     }
     Ok(true)
@@ -300,13 +320,19 @@ pub(crate) async fn delete(ctx: &Context, comp: &Composition, refs: &[crds::Reso
 }
 
 /// Deletes this Composition's slices that belong to neither the current nor the previous
-/// synthesis (best effort: a failed delete is retried on the next synthesis).
+/// synthesis, and the previous synthesis's that hold a Secret in plain text (written before
+/// Secrets were sealed; best effort: a failed delete is retried on the next synthesis).
 pub(crate) async fn delete_stale(ctx: &Arc<Context>, comp: &Composition, st: &CompositionStatus) {
     let ns = comp.namespace().unwrap_or_default();
     let api: Api<ResourceSlice> = Api::namespaced(ctx.client.clone(), &ns);
-    let keep: BTreeSet<String> = [&st.current_synthesis, &st.previous_synthesis]
-        .into_iter()
-        .flatten()
+    let current: BTreeSet<String> = st
+        .current_synthesis
+        .iter()
+        .flat_map(|s| s.resource_slices.iter().map(|r| r.name.clone()))
+        .collect();
+    let previous: BTreeSet<String> = st
+        .previous_synthesis
+        .iter()
         .flat_map(|s| s.resource_slices.iter().map(|r| r.name.clone()))
         .collect();
     let name = comp.name_any();
@@ -316,8 +342,16 @@ pub(crate) async fn delete_stale(ctx: &Arc<Context>, comp: &Composition, st: &Co
         .iter()
         .filter(|s| s.namespace().as_deref() == Some(ns.as_str()))
         .filter(|s| s.labels().get(SLICE_COMPOSITION_LABEL) == Some(&name))
+        .filter(|s| {
+            let n = s.name_any();
+            !current.contains(&n)
+                && (!previous.contains(&n)
+                    || s.spec
+                        .resources
+                        .iter()
+                        .any(crate::run::sealing::plain_secret))
+        })
         .map(|s| s.name_any())
-        .filter(|n| !keep.contains(n))
         .collect();
     let uid = comp.uid().unwrap_or_default();
     for n in stale {

@@ -80,14 +80,8 @@ pub async fn reconcile(
     let mut info = composition_info(comp, deleting);
     let prepared = match prepare(ctx, &uid, &current.uuid, &loaded, &info) {
         Ok(Some(p)) => p,
-        // A sealed Secret does not open: its key is not loaded yet (retried), or was deleted
-        // or the entry altered (the next synthesis writes it anew).
-        Ok(None) if !ctx.slice_keys.has_keys() => {
-            return Err(Error::SealSecret {
-                name: String::new(),
-                source: crate::run::sealing::SealError::NoKey,
-            });
-        }
+        // A sealed Secret no loaded key opens: the key was deleted or rotated away, or the
+        // entry altered (the next synthesis writes it anew).
         Ok(None) => {
             return Ok(Pass {
                 slices_missing: true,
@@ -418,7 +412,10 @@ fn prepare(
     if let Some(p) = ctx.prepared(uid, &key) {
         return Ok(Some(p));
     }
-    let mut unopened = false;
+    // Without any key (not loaded yet) a sealed Secret is left alone this pass: neither
+    // applied nor pruned, and the ingested synthesis is not cached without it.
+    let keys = ctx.slice_keys.has_keys();
+    let (mut unopened, mut skipped) = (false, false);
     let desired: Vec<plan::Desired> = loaded
         .resources
         .iter()
@@ -431,7 +428,8 @@ fn prepare(
                     serde_json::from_str(&entry.manifest).ok()?
                 }
                 None => {
-                    unopened |= entry.sealed.is_some();
+                    unopened |= keys && entry.sealed.is_some();
+                    skipped |= entry.sealed.is_some();
                     return None;
                 }
             };
@@ -459,7 +457,9 @@ fn prepare(
         }
     };
     let p = Arc::new(plan::prepare(&desired, info)?);
-    ctx.keep_prepared(uid, key, p.clone());
+    if !skipped {
+        ctx.keep_prepared(uid, key, p.clone());
+    }
     Ok(Some(p))
 }
 

@@ -16,11 +16,17 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
 
 use super::super::condition::set_condition;
-use super::composition_name;
 
 /// The status: each time once every non-optional variation's Composition got there, and the
-/// conditions that roll them up.
-pub(super) fn roll_up(sym: &Symphony, current: &BTreeMap<String, Composition>) -> SymphonyStatus {
+/// conditions that roll them up. `composition_name` names a variation's Composition (by the
+/// Symphony's name and the synthesizer's); `cycle`: variations caught in a `dependsOn` cycle
+/// (not created or changed: the Symphony is Stalled).
+pub(super) fn roll_up(
+    sym: &Symphony,
+    current: &BTreeMap<String, Composition>,
+    composition_name: impl Fn(&str, &str) -> String,
+    cycle: &[String],
+) -> SymphonyStatus {
     let name = sym.name_any();
     let required: Vec<(String, Option<&Composition>)> = sym
         .spec
@@ -63,6 +69,25 @@ pub(super) fn roll_up(sym: &Symphony, current: &BTreeMap<String, Composition>) -
             .unwrap_or_default(),
     };
     set_conditions(&mut status, &required, sym.metadata.generation);
+    if !cycle.is_empty() {
+        let message = format!(
+            "variations {} form a dependsOn cycle and are not created or changed",
+            cycle.join(", ")
+        );
+        let generation = sym.metadata.generation;
+        let c = &mut status.conditions;
+        let reason = reasons::CIRCULAR_DEPENDENCY;
+        set_condition(c, conditions::STALLED, true, reason, &message, generation);
+        set_condition(
+            c,
+            conditions::RECONCILING,
+            false,
+            reason,
+            &message,
+            generation,
+        );
+        set_condition(c, conditions::READY, false, reason, &message, generation);
+    }
     status
 }
 
@@ -252,6 +277,10 @@ mod tests {
         }
     }
 
+    fn name(symphony: &str, synthesizer: &str) -> String {
+        format!("{symphony}-{synthesizer}")
+    }
+
     fn get<'a>(st: &'a SymphonyStatus, t: &str) -> (&'a str, &'a str) {
         st.conditions
             .iter()
@@ -271,7 +300,7 @@ mod tests {
             .into_iter()
             .map(|(n, c)| (n.to_string(), comp(n, 2, c)))
             .collect();
-        let st = roll_up(&sym(&["a", "b"]), &current);
+        let st = roll_up(&sym(&["a", "b"]), &current, name, &[]);
         assert_eq!(get(&st, conditions::READY).0, "True");
         assert_eq!(get(&st, conditions::SYNTHESIZED).0, "True");
         assert_eq!(get(&st, conditions::RECONCILING).0, "False");
@@ -288,7 +317,7 @@ mod tests {
         let current: BTreeMap<_, _> = [("stack-a".to_string(), comp("stack-a", 1, &failed))]
             .into_iter()
             .collect();
-        let st = roll_up(&sym(&["a", "b"]), &current);
+        let st = roll_up(&sym(&["a", "b"]), &current, name, &[]);
         assert_eq!(
             get(&st, conditions::STALLED),
             ("True", reasons::COMPOSITION_FAILED)
@@ -297,7 +326,14 @@ mod tests {
         let ready = st.conditions.iter().find(|c| c.type_ == conditions::READY);
         assert!(ready.is_some_and(|c| c.message.contains("stack-b") && c.status == "False"));
         // Without the failure the Symphony is in progress.
-        let st = roll_up(&sym(&["a", "b"]), &BTreeMap::new());
+        let st = roll_up(&sym(&["a", "b"]), &BTreeMap::new(), name, &[]);
         assert_eq!(get(&st, conditions::RECONCILING).0, "True");
+        // A dependsOn cycle: Stalled, whatever the Compositions say.
+        let st = roll_up(&sym(&["a", "b"]), &BTreeMap::new(), name, &["a".into()]);
+        assert_eq!(
+            get(&st, conditions::STALLED),
+            ("True", reasons::CIRCULAR_DEPENDENCY)
+        );
+        assert_eq!(get(&st, conditions::RECONCILING).0, "False");
     }
 }
