@@ -557,9 +557,9 @@ pub fn plan(input: PlanInput<'_>) -> Plan {
         };
         let waiting_on = waiting_on(key, &input.prepared.ordering, &ready, &mut unready_in_group);
         // An object whose `managed-by` label was taken off (handed over under
-        // `disable-reconciliation`, then enabled again) is applied again to put it back.
-        let in_sync = in_sync(live, recorded, &settings, &hash)
-            && (r.patch.is_some() || labelled_for(live, &input.composition.uid));
+        // `disable-reconciliation`, then enabled again) is written again to put it back.
+        let labelled = r.patch.is_some() || labelled_for(live, &input.composition.uid);
+        let in_sync = in_sync(live, recorded, &settings, &hash) && labelled;
         let deferred = results
             .iter()
             .any(|o| o.status == overrides::OverrideStatus::Deferred);
@@ -577,7 +577,14 @@ pub fn plan(input: PlanInput<'_>) -> Plan {
         } else if r.patch.is_some() {
             patch_op(&object, live, in_sync, &settings)
         } else {
-            write_op(live.is_some(), in_sync, &settings, &object, key, &input)
+            write_op(
+                (live.is_some(), labelled),
+                in_sync,
+                &settings,
+                &object,
+                key,
+                &input,
+            )
         };
         // A Patch whose target is absent has nothing to wait for.
         let readiness = if r.patch.is_some() && live.is_none() {

@@ -104,9 +104,10 @@ fn render(input: &Value) -> Value {
         }
         rec.ready = ready.get(&name).cloned();
     }
-    // What enoki applied carries its `managed-by` label.
+    // What enoki applied (in sync, or written by the previous synthesis) carries its
+    // `managed-by` label.
     for (key, o) in &mut observed {
-        if in_sync.contains(&key.to_string()) {
+        if in_sync.contains(&key.to_string()) || previous.contains_key(key) {
             o["metadata"]["labels"]["enoki.dev/managed-by"] = json!(comp.uid);
         }
     }

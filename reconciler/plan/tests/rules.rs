@@ -955,3 +955,36 @@ fn patches_modify_or_delete_existing_objects_only() {
     let err = plan::prepare(&desired(&[bad]), &comp()).unwrap_err();
     assert!(err.to_string().contains("patch.kind"), "{err}");
 }
+
+/// A `managed-by` label taken off (handed over under `disable-reconciliation`) is put back by
+/// the next write once the resource is reconciled again: an apply, or in client-side mode a
+/// merge patch that sets it (never an empty patch every pass).
+#[test]
+fn a_label_taken_off_is_put_back_by_the_next_write_in_either_mode() {
+    let m = cm("handed", json!({}));
+    let mut w = World::new(desired(std::slice::from_ref(&m)))
+        .observe(live(&m, "7", Value::Null))
+        .record_applied();
+    assert_eq!(
+        w.op_of(&m),
+        Op::Skip {
+            reason: SkipReason::InSync
+        }
+    );
+    w = w.observe(live(&m, "7", Value::Null));
+    assert!(
+        matches!(w.op_of(&m), Op::Apply { .. }),
+        "server-side: applied"
+    );
+    w.options.mode = ApplyMode::ClientSide;
+    let mut previous = ours(&m, "7");
+    previous["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("resourceVersion");
+    w.previous.insert(key(&m), previous);
+    let Op::MergePatch { patch, .. } = w.op_of(&m) else {
+        panic!("client-side: a merge patch")
+    };
+    assert_eq!(patch["metadata"]["labels"]["enoki.dev/managed-by"], "uid-1");
+}

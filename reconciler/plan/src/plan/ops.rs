@@ -26,9 +26,10 @@ pub(super) fn in_sync(
 }
 
 /// The op of a resource that waits on nothing: create, apply, replace, merge-patch or skip,
-/// by existence, sync state, settings and apply mode.
+/// by existence (and whether the live object carries this Composition's `managed-by` label),
+/// sync state, settings and apply mode.
 pub(super) fn write_op(
-    exists: bool,
+    (exists, labelled): (bool, bool),
     in_sync: bool,
     settings: &Settings,
     object: &Value,
@@ -61,11 +62,20 @@ pub(super) fn write_op(
             object: object.clone(),
         }
     } else if input.options.mode == ApplyMode::ClientSide {
-        let from = input
+        let mut from = input
             .previous
             .get(key)
             .cloned()
             .unwrap_or_else(|| Value::Object(Map::new()));
+        if !labelled {
+            // The label was taken off: the patch sets it again.
+            if let Some(l) = from
+                .pointer_mut("/metadata/labels")
+                .and_then(Value::as_object_mut)
+            {
+                l.remove(crds::names::annotations::MANAGED_BY.enoki);
+            }
+        }
         let patch = merge_patch(&from, object);
         Op::MergePatch {
             from,
