@@ -37,7 +37,9 @@ pub enum SealError {
     #[error("the slice key {0:?} is not in the slice-key Secret")]
     UnknownKey(String),
     /// The entry is not in the sealed format or does not authenticate.
-    #[error("a sealed slice entry does not open (altered, or sealed for another object)")]
+    #[error(
+        "a sealed slice entry does not open (altered, sealed for another object, or with another key of that id)"
+    )]
     Corrupt,
 }
 
@@ -95,14 +97,14 @@ fn aad(uid: &str, v: &Value) -> String {
 struct Keys {
     current: Option<String>,
     all: HashMap<String, Vec<u8>>,
-    /// When they were read.
-    loaded: Option<std::time::Instant>,
 }
 
 /// The slice keys of the process.
 #[derive(Default)]
 pub struct SliceKeys {
     keys: RwLock<Keys>,
+    /// When the key Secret was last read (or its read tried).
+    tried: std::sync::Mutex<Option<std::time::Instant>>,
 }
 
 impl SliceKeys {
@@ -120,20 +122,22 @@ impl SliceKeys {
         let n = all.len();
         let current = current.filter(|c| all.contains_key(c));
         if let Ok(mut k) = self.keys.write() {
-            *k = Keys {
-                current,
-                all,
-                loaded: Some(std::time::Instant::now()),
-            };
+            *k = Keys { current, all };
         }
         n
     }
 
-    /// Whether the keys were last read longer than `age` ago (or never).
+    /// Whether the key Secret was last read (or its read tried) longer than `age` ago.
     pub(crate) fn older_than(&self, age: std::time::Duration) -> bool {
-        self.keys
-            .read()
-            .map_or(true, |k| k.loaded.is_none_or(|t| t.elapsed() > age))
+        self.tried
+            .lock()
+            .map_or(true, |t| t.is_none_or(|t| t.elapsed() > age))
+    }
+
+    fn try_now(&self) {
+        if let Ok(mut t) = self.tried.lock() {
+            *t = Some(std::time::Instant::now());
+        }
     }
 
     /// Whether a sealing key is loaded.
@@ -244,17 +248,17 @@ impl SliceKeys {
         match self.open(uid, &shown, sealed) {
             Ok(v) => Some(v),
             Err(e) => {
-                tracing::warn!(error = %e, "a sealed Secret in a ResourceSlice does not open");
+                tracing::debug!(error = %e, "a sealed Secret in a ResourceSlice does not open");
                 None
             }
         }
     }
 }
 
-/// Whether a slice entry holds a Secret's values in plain text (written before sealing).
+/// Whether a slice entry (a tombstone too) holds a Secret's values in plain text (written
+/// before sealing).
 pub(crate) fn plain_secret(m: &crds::Manifest) -> bool {
     m.sealed.is_none()
-        && !m.deleted
         && serde_json::from_str::<Value>(&m.manifest)
             .is_ok_and(|v| is_secret(&v) && redacted(&v) != v)
 }
@@ -278,6 +282,7 @@ pub(crate) async fn load(
 ) -> Result<usize, KeyError> {
     use k8s_openapi::ByteString;
     use k8s_openapi::api::core::v1::Secret;
+    keys.try_now();
     let api: kube::Api<Secret> = kube::Api::namespaced(client.clone(), namespace);
     let secret = match api.get_opt(name).await.map_err(KeyError::Kube)? {
         Some(s) => s,

@@ -227,7 +227,10 @@ async fn reconcile_once(sym: Arc<Symphony>, ctx: Arc<Context>) -> Result<Action,
         .iter()
         .map(|v| v.synthesizer.name.clone())
         .collect();
-    let status = roll_up(&sym, &current, composition_name, &cycle);
+    let mut status = roll_up(&sym, &current, composition_name, &cycle);
+    if let Some(old) = &sym.status {
+        super::condition::keep_transitions(&mut status.conditions, &old.conditions);
+    }
     let all_ready = status.ready.is_some();
     if sym.status.as_ref() != Some(&status) {
         syms.patch_status(

@@ -4,8 +4,8 @@
 use super::*;
 
 /// The steps of the tombstones (resources the previous synthesis had and this one dropped):
-/// deleted unless reconciliation or pruning is disabled or another, existing Composition now
-/// owns them. Whether
+/// deleted unless reconciliation or pruning is disabled or another Composition's label is on
+/// them. Whether
 /// one still exists (so the pass must look again).
 pub(super) fn tombstone_steps(input: &PlanInput<'_>, steps: &mut Vec<Step>) -> bool {
     let mut poll = false;
@@ -18,7 +18,9 @@ pub(super) fn tombstone_steps(input: &PlanInput<'_>, steps: &mut Vec<Step>) -> b
             steps.push(deletion_step(r, live, op));
             continue;
         }
-        if live_foreign_owner(live, input.composition).is_some() {
+        // Labelled for another Composition — even one that is gone, as long as this one never
+        // adopted the object (it would carry this one's label then): never deleted from here.
+        if foreign_owner(live, &input.composition.uid).is_some() {
             steps.push(deletion_step(
                 r,
                 None,

@@ -181,11 +181,6 @@ pub(super) fn labelled_for(live: Option<&Value>, uid: &str) -> bool {
         .any(|k| labels.and_then(|l| l.get(*k)).and_then(Value::as_str) == Some(uid))
 }
 
-/// [`foreign_owner`], unless the caller confirmed that owner gone (`gone_owners`).
-pub fn live_foreign_owner(live: Option<&Value>, comp: &CompositionInfo) -> Option<String> {
-    foreign_owner(live, &comp.uid).filter(|o| !comp.gone_owners.contains(o))
-}
-
 /// The UID in the live object's `managed-by` label (either spelling) when it names another
 /// Composition. `None` for objects without the label (adopted, Eno semantics), for this
 /// Composition's own, and when this Composition's UID is unknown.

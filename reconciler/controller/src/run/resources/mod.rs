@@ -14,6 +14,7 @@
 
 pub(crate) mod execute;
 pub(crate) mod fights;
+mod ingest;
 pub(crate) mod migrate;
 pub(crate) mod observe;
 pub(crate) mod owners;
@@ -78,16 +79,8 @@ pub async fn reconcile(
         });
     }
     let mut info = composition_info(comp, deleting);
-    let prepared = match prepare(ctx, &uid, &current.uuid, &loaded, &info) {
-        Ok(Some(p)) => p,
-        // A sealed Secret no loaded key opens: the key was deleted or rotated away, or the
-        // entry altered (the next synthesis writes it anew).
-        Ok(None) => {
-            return Ok(Pass {
-                slices_missing: true,
-                ..Pass::default()
-            });
-        }
+    let (prepared, unopened) = match ingest::prepare(ctx, &uid, &current.uuid, &loaded, &info) {
+        Ok(p) => p,
         Err(e) => {
             condition::set_condition(
                 &mut st.conditions,
@@ -170,7 +163,10 @@ pub async fn reconcile(
         plan: &the_plan,
         cel_deadline,
     };
-    finish(ctx, comp, st, deleting, &seen, &planned, acted).await
+    let mut pass = finish(ctx, comp, st, deleting, &seen, &planned, acted).await?;
+    // A sealed Secret no key opens: the synthesis is made again (see `slices::all_exist`).
+    pass.slices_missing |= unopened && !deleting;
+    Ok(pass)
 }
 
 /// The plan of a pass and when its CEL time ends.
@@ -388,79 +384,6 @@ fn filtered_out(ctx: &Context, seen: &Seen<'_>) -> std::collections::HashSet<(us
         })
         .map(|(_, p)| *p)
         .collect()
-}
-
-/// The ingested synthesis, cached per Composition (one entry, replaced when the synthesis or
-/// the effective annotations change).
-fn prepare(
-    ctx: &Context,
-    uid: &str,
-    synthesis: &str,
-    loaded: &Loaded,
-    info: &plan::CompositionInfo,
-) -> Result<Option<Arc<plan::Prepared>>, plan::PlanError> {
-    // The filter may read the Composition's labels: they are part of the key with it.
-    let labels = match ctx.opts.resource_filter {
-        Some(_) => serde_json::to_string(&info.labels).unwrap_or_default(),
-        None => String::new(),
-    };
-    let key = format!(
-        "{synthesis}/{}/{}/{labels}",
-        info.deleting,
-        serde_json::to_string(&info.annotations).unwrap_or_default()
-    );
-    if let Some(p) = ctx.prepared(uid, &key) {
-        return Ok(Some(p));
-    }
-    // Without any key (not loaded yet) a sealed Secret is left alone this pass: neither
-    // applied nor pruned, and the ingested synthesis is not cached without it.
-    let keys = ctx.slice_keys.has_keys();
-    let (mut unopened, mut skipped) = (false, false);
-    let desired: Vec<plan::Desired> = loaded
-        .resources
-        .iter()
-        .filter_map(|r| {
-            let entry = loaded.entry(r)?;
-            let manifest = match ctx.slice_keys.manifest(&info.uid, entry) {
-                Some(m) => m,
-                // Deleting needs only the Secret's name: its shown part will do.
-                None if entry.sealed.is_some() && (r.tombstone || info.deleting) => {
-                    serde_json::from_str(&entry.manifest).ok()?
-                }
-                None => {
-                    unopened |= keys && entry.sealed.is_some();
-                    skipped |= entry.sealed.is_some();
-                    return None;
-                }
-            };
-            Some(plan::Desired {
-                manifest,
-                tombstone: r.tombstone,
-            })
-        })
-        .collect();
-    if unopened {
-        return Ok(None);
-    }
-    let desired = match &ctx.opts.resource_filter {
-        None => desired,
-        Some(filter) => {
-            // Eno's --resource-filter: the others are not reconciled by this controller. CEL
-            // over tenant content: off the async workers.
-            let (kept, errors) =
-                tokio::task::block_in_place(|| plan::filter_desired(desired, filter, info));
-            for (item, error) in errors {
-                tracing::warn!(composition = %info.name, item, %error,
-                    "--resource-filter failed on a resource; it is left out");
-            }
-            kept
-        }
-    };
-    let p = Arc::new(plan::prepare(&desired, info)?);
-    if !skipped {
-        ctx.keep_prepared(uid, key, p.clone());
-    }
-    Ok(Some(p))
 }
 
 /// Deletes the objects `current` recorded outside the Composition's namespace that still carry

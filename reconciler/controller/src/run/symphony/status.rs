@@ -5,8 +5,8 @@
 //! - `Synthesized`: every one has a current synthesis of its newest spec;
 //! - `Ready`: every one is `Ready=True` for its newest generation;
 //! - `Reconciling`: not Ready and nothing failed (names the first Compositions waited for);
-//! - `Stalled`: one of them failed to synthesize its newest spec (`Stalled=True` there), or the
-//!   Symphony's own spec is refused.
+//! - `Stalled`: one of them failed to synthesize its newest spec (`Stalled=True` there), the
+//!   Symphony's own spec is refused, or its variations form a `dependsOn` cycle.
 
 use std::collections::BTreeMap;
 
