@@ -262,6 +262,8 @@ pub mod reasons {
     pub const SLICE_WRITE_FAILED: &str = "SliceWriteFailed";
     /// A step of the reconcile failed for a reason retrying will not fix.
     pub const RECONCILE_FAILED: &str = "ReconcileFailed";
+    /// The Synthesizer's `namespaceSelector` does not select the Composition's namespace.
+    pub const SYNTHESIZER_NOT_ALLOWED: &str = "SynthesizerNotAllowed";
     /// A Symphony: one of its Compositions failed to synthesize its newest spec.
     pub const COMPOSITION_FAILED: &str = "CompositionFailed";
 }

@@ -1,7 +1,7 @@
 //! The `Synthesizer` resource: where a synthesizer's module comes from, which inputs it takes
 //! (`refs`), its limits, and whether it runs once per object of a kind (instance mode).
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -66,6 +66,12 @@ pub struct SynthesizerSpec {
     /// `chart`, and `values` as the input `helm-values`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub helm: Option<HelmSpec>,
+    /// The namespaces whose Compositions may use this Synthesizer (a label selector on
+    /// Namespaces; `{}` selects every namespace). Unset: every namespace. A Composition in
+    /// another namespace gets `Synthesized=False` reason `SynthesizerNotAllowed` and nothing is
+    /// synthesized or applied for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<LabelSelector>,
 }
 
 /// A Helm chart and the values every Composition of the Synthesizer renders it with.

@@ -1118,3 +1118,82 @@ async fn a_compilation_past_the_compile_timeout_is_killed_and_the_controller_ser
     );
     still_serving(&env, &mut enoki, &synth, &tenant).await;
 }
+
+/// A Synthesizer the platform keeps for some namespaces (its `env` carries the platform's
+/// settings; `spec.namespaceSelector` names who may use it): a tenant in another namespace
+/// binds it and gets `Synthesized=False` reason `SynthesizerNotAllowed` — nothing synthesized,
+/// no slice written, nothing applied, so the settings never reach the tenant's namespace. Once
+/// the platform labels the namespace in, the same Composition converges.
+#[tokio::test]
+async fn a_synthesizer_kept_for_other_namespaces_cannot_be_used_to_read_its_settings() {
+    let env = TestEnv::new().await;
+    install_crds(&env.client).await;
+    let synth = install_synthesizer(&env, "platform", &echo_module()).await;
+    let allowed = format!("allowed-{:08x}", rand::random::<u32>());
+    let synths: Api<crds::Synthesizer> = Api::all(env.client.clone());
+    let restrict = json!({"spec": {
+        "env": [{"name": "PLATFORM_TOKEN", "value": "platform-only"}],
+        "namespaceSelector": {"matchLabels": {"enoki.dev/e2e-allowed": allowed}}}});
+    synths
+        .patch(&synth, &PatchParams::default(), &Patch::Merge(&restrict))
+        .await
+        .unwrap();
+    let tenant = Tenant::of(&env).await;
+    let mut enoki = Enoki::start(&env.namespace);
+    // The echo module mirrors the named environment variables into a ConfigMap.
+    tenant
+        .compose_with(
+            "steal",
+            &synth,
+            json!({"items": "[]", "env-mirror": "stolen", "env-vars": "PLATFORM_TOKEN"}),
+            json!({}),
+        )
+        .await
+        .unwrap();
+    let (_, _, message) = eventually("SynthesizerNotAllowed", WAIT, || async {
+        let c = harness::composition_condition(&env, "steal", "Synthesized").await?;
+        (c.0 == "False" && c.1 == "SynthesizerNotAllowed").then_some(c)
+    })
+    .await;
+    assert!(
+        message.contains(&synth) && message.contains(&env.namespace),
+        "{message}"
+    );
+    enoki.wait_pass(&env, "steal").await;
+    let slices: Api<crds::ResourceSlice> = env.api();
+    assert!(
+        slices
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty(),
+        "no slice"
+    );
+    assert!(
+        !harness::config_map_exists(&env, "stolen").await,
+        "nothing applied"
+    );
+    let comps: Api<Composition> = env.api();
+    let st = comps.get("steal").await.unwrap().status.unwrap();
+    assert!(st.current_synthesis.is_none(), "nothing synthesized");
+
+    // The platform labels the namespace in: the Composition may use it now.
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(env.client.clone());
+    let label = json!({"metadata": {"labels": {"enoki.dev/e2e-allowed": allowed}}});
+    namespaces
+        .patch(
+            &env.namespace,
+            &PatchParams::default(),
+            &Patch::Merge(&label),
+        )
+        .await
+        .unwrap();
+    eventually("allowed once the namespace is labelled", WAIT, || async {
+        harness::config_map_exists(&env, "stolen")
+            .await
+            .then_some(())
+    })
+    .await;
+    still_serving(&env, &mut enoki, &synth, &tenant).await;
+}

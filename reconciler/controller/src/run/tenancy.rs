@@ -2,12 +2,66 @@
 //! a Composition may only reach its own namespace (bindings, `dependsOn`, the Synthesizer's
 //! refs and collections) and a Synthesizer's module ConfigMap and pull Secret must live in the
 //! controller's namespace. A violation is terminal (a condition naming every offending field), never a
-//! retry loop. Ownership of emitted objects (`managed-by`) is enforced by the planner
+//! retry loop. A Synthesizer's `namespaceSelector` says which namespaces may use it at all.
+//! Ownership of emitted objects (`managed-by`) is enforced by the planner
 //! (`plan::plan::foreign_owner`).
 
 use kube::ResourceExt;
+use kube::api::{Api, ListParams};
 
+use super::context::Context;
+use super::error::{Error, kube_err};
 use crds::{Composition, Synthesizer};
+
+/// Why `comp` may not use `synth`: the Synthesizer's `namespaceSelector` does not select the
+/// Composition's namespace (one metadata LIST of Namespaces by that selector and the name; a
+/// change of the namespace's labels wakes the Composition). `None`: it may (no selector, or
+/// selected).
+///
+/// # Errors
+/// The namespaces cannot be listed (retried with backoff: nothing is synthesized meanwhile).
+pub(crate) async fn synthesizer_not_allowed(
+    ctx: &Context,
+    comp: &Composition,
+    synth: &Synthesizer,
+) -> Result<Option<String>, Error> {
+    let Some(selector) = &synth.spec.namespace_selector else {
+        return Ok(None);
+    };
+    let ns = comp.namespace().unwrap_or_default();
+    let name = synth.name_any();
+    let query = match serde_json::to_value(selector)
+        .map_err(|e| e.to_string())
+        .and_then(|v| super::inputs::selector_string(&v))
+    {
+        Ok(q) => q,
+        Err(e) => {
+            return Ok(Some(format!(
+                "Synthesizer {name:?}: spec.namespaceSelector: {e}"
+            )));
+        }
+    };
+    let ar = kube::core::ApiResource::erase::<k8s_openapi::api::core::v1::Namespace>(&());
+    let gvk = kube::core::GroupVersionKind::gvk("", "v1", "Namespace");
+    ctx.watches.track(&gvk, &ar, "", &ns, comp);
+    let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(ctx.client.clone());
+    let params = ListParams::default()
+        .labels(&query)
+        .fields(&format!("metadata.name={ns}"));
+    match api.list_metadata(&params).await {
+        Ok(l) if !l.items.is_empty() => Ok(None),
+        Ok(_) => Ok(Some(format!(
+            "Synthesizer {name:?} may not be used from namespace {ns:?}: its spec.namespaceSelector ({query}) does not select it"
+        ))),
+        Err(kube::Error::Api(e)) if e.code == 400 => Ok(Some(format!(
+            "Synthesizer {name:?}: spec.namespaceSelector ({query}): {}",
+            e.message
+        ))),
+        Err(e) => Err(kube_err(
+            "listing namespaces for the Synthesizer's namespaceSelector",
+        )(e)),
+    }
+}
 
 /// The namespace a reference points into, relative to `home` (the namespace of the object
 /// that holds the reference): unset and `""` both mean `home`, never "every namespace". Every

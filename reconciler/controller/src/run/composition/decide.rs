@@ -42,6 +42,8 @@ pub(crate) struct Preconditions {
     pub invalid_spec: Option<String>,
     /// The name of the Synthesizer that does not exist.
     pub missing_synthesizer: Option<String>,
+    /// Why the Synthesizer may not be used from this namespace (its `namespaceSelector`).
+    pub not_allowed: Option<String>,
     /// Why the namespace has no remote counterpart (`--remote-namespace-map`).
     pub remote_unmapped: Option<String>,
     /// References out of the namespace (`--no-cross-namespace-refs`).
@@ -104,6 +106,9 @@ pub(crate) fn precondition(p: &Preconditions) -> Option<Blocked> {
     if let Some(name) = &p.missing_synthesizer {
         let message = format!("Synthesizer {name:?} does not exist");
         return Some(failed(reasons::SYNTHESIZER_NOT_FOUND, message, 30));
+    }
+    if let Some(m) = &p.not_allowed {
+        return Some(refused(reasons::SYNTHESIZER_NOT_ALLOWED, m));
     }
     if let Some(m) = &p.remote_unmapped {
         return Some(refused(reasons::REMOTE_NAMESPACE_UNMAPPED, m));
@@ -211,8 +216,9 @@ pub(crate) fn current(deleting: bool, refused_by_policy: bool) -> Current {
 }
 
 /// Reasons of a refusal by policy: nothing is applied on the Composition's behalf.
-pub(crate) const POLICY_REFUSALS: [&str; 3] = [
+pub(crate) const POLICY_REFUSALS: [&str; 4] = [
     reasons::INVALID_SPEC,
+    reasons::SYNTHESIZER_NOT_ALLOWED,
     reasons::CROSS_NAMESPACE_REF,
     reasons::REMOTE_NAMESPACE_UNMAPPED,
 ];
@@ -375,8 +381,18 @@ mod tests {
             ),
             (
                 Preconditions {
+                    not_allowed: Some("not this namespace".into()),
+                    cross_namespace: vec!["x".into()],
+                    ..Default::default()
+                },
+                Some(reasons::SYNTHESIZER_NOT_ALLOWED),
+                600,
+            ),
+            (
+                Preconditions {
                     invalid_spec: None,
                     missing_synthesizer: Some("s".into()),
+                    not_allowed: Some("n".into()),
                     remote_unmapped: Some("ns".into()),
                     cross_namespace: vec!["x".into()],
                     module: failed,

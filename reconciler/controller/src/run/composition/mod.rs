@@ -141,6 +141,9 @@ async fn observe_all(
     }
     let synth = observe::synthesizer(ctx, comp).await?;
     seen.missing_synthesizer = synth.is_none().then(|| comp.spec.synthesizer.name.clone());
+    if let Some(s) = &synth {
+        seen.not_allowed = super::tenancy::synthesizer_not_allowed(ctx, comp, s).await?;
+    }
     seen.remote_unmapped = ctx.remote_user_of(comp).err();
     if let Some(s) = synth.as_ref().filter(|_| ctx.opts.no_cross_namespace_refs) {
         seen.cross_namespace =

@@ -422,6 +422,7 @@ fn simplified_word(reason: &str) -> &'static str {
         reasons::SYNTHESIZER_NOT_FOUND => "MissingSynthesizer",
         reasons::MISMATCHED_INPUTS => "MismatchedInputs",
         reasons::CROSS_NAMESPACE_REF
+        | reasons::SYNTHESIZER_NOT_ALLOWED
         | reasons::LIMITS_REFUSED
         | reasons::INVALID_SPEC
         | reasons::REMOTE_NAMESPACE_UNMAPPED => "Failed",
