@@ -89,6 +89,8 @@ pub struct Context {
     pub(crate) owners: super::owners::Owners,
     /// The keys that seal Secrets in ResourceSlices.
     pub(crate) slice_keys: Arc<super::sealing::SliceKeys>,
+    /// Verdicts of Synthesizers' namespace selectors.
+    pub(crate) namespace_verdicts: super::model::NamespaceVerdicts,
 }
 
 /// The parts [`Context::new`] takes.
@@ -158,6 +160,7 @@ impl Context {
             other_failures: Mutex::new(HashMap::new()),
             owners: super::owners::Owners::default(),
             slice_keys: p.slice_keys,
+            namespace_verdicts: super::model::NamespaceVerdicts::default(),
         }
     }
 

@@ -41,6 +41,38 @@ pub(crate) fn parse(spec: &ResourceSliceSpec) -> Parsed {
     }
 }
 
+/// Verdicts of namespace selectors, by (namespace, selector), believed for [`VERDICT_FOR`]: a
+/// refused Composition is looked at every readiness poll, and asks the API server at most
+/// that often.
+#[derive(Default)]
+pub(crate) struct NamespaceVerdicts(
+    std::sync::Mutex<std::collections::HashMap<(String, String), (std::time::Instant, bool)>>,
+);
+
+/// How long a namespace selector's verdict is believed (a relabelled namespace takes effect
+/// within it).
+pub(crate) const VERDICT_FOR: std::time::Duration = std::time::Duration::from_secs(15);
+
+impl NamespaceVerdicts {
+    pub(crate) fn get(&self, ns: &str, query: &str) -> Option<bool> {
+        let m = self.0.lock().ok()?;
+        let (at, v) = m.get(&(ns.to_string(), query.to_string()))?;
+        (at.elapsed() < VERDICT_FOR).then_some(*v)
+    }
+
+    pub(crate) fn put(&self, ns: &str, query: &str, selected: bool) {
+        if let Ok(mut m) = self.0.lock() {
+            if m.len() > 10_000 {
+                m.retain(|_, (at, _)| at.elapsed() < VERDICT_FOR);
+            }
+            m.insert(
+                (ns.to_string(), query.to_string()),
+                (std::time::Instant::now(), selected),
+            );
+        }
+    }
+}
+
 /// A synthesis that failed: not run again for the same fingerprint before `retry_at`.
 #[derive(Clone, Debug)]
 pub(crate) struct Failed {

@@ -14,9 +14,9 @@ use super::error::{Error, kube_err};
 use crds::{Composition, Synthesizer};
 
 /// Why `comp` may not use `synth`: the Synthesizer's `namespaceSelector` does not select the
-/// Composition's namespace (one metadata LIST of Namespaces by that selector and the name; a
-/// change of the namespace's labels wakes the Composition). `None`: it may (no selector, or
-/// selected).
+/// Composition's namespace (one metadata LIST of Namespaces by that selector and the name, its
+/// verdict believed for 15 s (`model::VERDICT_FOR`); a change of the namespace's labels wakes the
+/// Composition). `None`: it may (no selector, or selected).
 ///
 /// # Errors
 /// The namespaces cannot be listed (retried with backoff: nothing is synthesized meanwhile).
@@ -44,15 +44,24 @@ pub(crate) async fn synthesizer_not_allowed(
     let ar = kube::core::ApiResource::erase::<k8s_openapi::api::core::v1::Namespace>(&());
     let gvk = kube::core::GroupVersionKind::gvk("", "v1", "Namespace");
     ctx.watches.track(&gvk, &ar, "", &ns, comp);
+    let refused = || {
+        format!(
+            "Synthesizer {name:?} may not be used from namespace {ns:?}: its spec.namespaceSelector ({query}) does not select it"
+        )
+    };
+    if let Some(selected) = ctx.namespace_verdicts.get(&ns, &query) {
+        return Ok((!selected).then(refused));
+    }
     let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(ctx.client.clone());
     let params = ListParams::default()
         .labels(&query)
         .fields(&format!("metadata.name={ns}"));
     match api.list_metadata(&params).await {
-        Ok(l) if !l.items.is_empty() => Ok(None),
-        Ok(_) => Ok(Some(format!(
-            "Synthesizer {name:?} may not be used from namespace {ns:?}: its spec.namespaceSelector ({query}) does not select it"
-        ))),
+        Ok(l) => {
+            let selected = !l.items.is_empty();
+            ctx.namespace_verdicts.put(&ns, &query, selected);
+            Ok((!selected).then(refused))
+        }
         Err(kube::Error::Api(e)) if e.code == 400 => Ok(Some(format!(
             "Synthesizer {name:?}: spec.namespaceSelector ({query}): {}",
             e.message

@@ -283,6 +283,7 @@ mod tests {
             reasons::INVALID_SPEC,
             reasons::CROSS_NAMESPACE_REF,
             reasons::REMOTE_NAMESPACE_UNMAPPED,
+            reasons::SYNTHESIZER_NOT_ALLOWED,
         ];
         for blocker in blockers {
             for deleting in [false, true] {
