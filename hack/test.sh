@@ -25,8 +25,9 @@ phase "tools (helm, built from the Go module proxy, cached per machine)" \
   bash -c 'TOOLS=helm hack/tools.sh > target/.tools-dir'
 HELM="$(cat target/.tools-dir)/helm"; export HELM
 phase "samples to wasm (Rust p1 + p2, Go, C, AssemblyScript, Python, TypeScript)" hack/build-samples.sh
-phase "health checkers (kstatus, Argo CD Lua; tests/health, Go)" \
-  bash -c 'cd tests/health && go vet ./... && go build -o ../../target/health .'
+phase "health checkers (kstatus: tests/health; Argo CD's Lua health: tests/health-argocd, Go 1.27)" \
+  bash -c 'cd tests/health && go vet ./... && go build -o ../../target/health . &&
+    cd ../health-argocd && GOTOOLCHAIN=go1.27.3 go build -o ../../target/health-argocd .'
 # shellcheck source=hack/cargo-env.sh
 . hack/cargo-env.sh
 phase "cargo build + clippy -D warnings (workspace, all targets; clippy-driver as rustc wrapper)" \

@@ -3,7 +3,6 @@ module enoki.local/tests/health
 go 1.25.0
 
 require (
-	github.com/yuin/gopher-lua v1.1.2
 	k8s.io/apimachinery v0.35.4
 	sigs.k8s.io/cli-utils v0.37.2
 )

@@ -1,7 +1,7 @@
 //! What a live, shared cluster does to enoki, on the real control plane: a namespace restored
 //! from a backup, a resource moved between Compositions, CRDs that go and come back, and the
-//! health GitOps tools compute from enoki's status with their own code (kstatus, Argo CD's Lua
-//! health checks; `target/health`, built from `tests/health` by `make test`).
+//! health GitOps tools compute from enoki's status with their own code (kstatus; Argo CD's own
+//! Lua health evaluation running `deploy/argocd/*.lua`; built by `make test`).
 #![allow(clippy::unwrap_used, clippy::needless_pass_by_value)] // test helpers outside #[test] fns
 
 use std::time::Duration;
@@ -315,17 +315,23 @@ async fn a_crd_that_went_away_is_applied_again_and_its_crs_follow() {
     drop(enoki);
 }
 
-/// What a GitOps tool's own code concludes of `obj`: `check` is `kstatus` or `argocd FILE`.
-/// Runs `target/health` (built from `tests/health` by `make test`); fails loudly without it.
+/// What a GitOps tool's own code concludes of `obj`: `check` is `kstatus` (kstatus, from
+/// `target/health`, built from `tests/health`) or `argocd FILE` (Argo CD's own Lua health
+/// evaluation, from `target/health-argocd`, built from `tests/health-argocd`); `make test`
+/// builds both, and a missing one fails loudly.
 fn health(check: &[&str], obj: &Value) -> (String, String) {
-    let bin = harness::workspace_root().join("target/health");
+    let (bin, args) = match check {
+        ["argocd", rest @ ..] => ("target/health-argocd", rest),
+        _ => ("target/health", check),
+    };
+    let bin = harness::workspace_root().join(bin);
     assert!(
         bin.exists(),
-        "{} is missing: build it (`cd tests/health && go build -o ../../target/health .`; make test does)",
+        "{} is missing: build it (hack/test.sh's health-checker phase; make test does)",
         bin.display()
     );
     let mut child = std::process::Command::new(&bin)
-        .args(check)
+        .args(args)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
