@@ -236,13 +236,13 @@ if [ "$WITH_KCM" = 1 ]; then
     --kubeconfig="$TESTENV_DIR/kubeconfig" \
     --authentication-kubeconfig="$TESTENV_DIR/kubeconfig" \
     --authorization-kubeconfig="$TESTENV_DIR/kubeconfig" \
-    --controllers=garbage-collector-controller,namespace-controller,clusterrole-aggregation-controller,serviceaccount-controller,persistentvolume-protection-controller,persistentvolumeclaim-protection-controller \
+    --controllers=garbage-collector-controller,namespace-controller,clusterrole-aggregation-controller,serviceaccount-controller,persistentvolume-protection-controller,persistentvolumeclaim-protection-controller,resourcequota-controller \
     --leader-elect=false --use-service-account-credentials=false \
     --bind-address=127.0.0.1 --secure-port="$KCM_PORT" --cert-dir="$TESTENV_DIR/kcm-certs" \
     --v=1 >"$TESTENV_DIR/kcm.log" 2>&1 &
   echo $! > "$TESTENV_DIR/kcm.pid"
   wait_for kcm curl -fsSk "https://127.0.0.1:$KCM_PORT/healthz"
-  log "kube-controller-manager ready: garbage-collector, namespace, clusterrole-aggregation, serviceaccount, pv/pvc-protection controllers ($(( $(date +%s) - T0 ))s)"
+  log "kube-controller-manager ready: garbage-collector, namespace, clusterrole-aggregation, serviceaccount, pv/pvc-protection, resourcequota controllers ($(( $(date +%s) - T0 ))s)"
 fi
 
 cat > "$TESTENV_DIR/env" <<ENV

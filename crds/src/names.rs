@@ -216,6 +216,9 @@ pub mod reasons {
     /// until the spec changes.
     pub const INVALID_SPEC: &str = "InvalidSpec";
     /// The next synthesis waits for the rollout cooldown (the current one is still applied).
+    /// The Composition, or its namespace, synthesized more often (or wrote more slice bytes)
+    /// than the controller's rates allow: the next synthesis waits, the current one applied.
+    pub const SYNTHESIS_RATE_LIMITED: &str = "SynthesisRateLimited";
     pub const ROLLOUT_COOLDOWN: &str = "RolloutCooldown";
     /// With a remote target, the Composition's namespace has no `--remote-namespace-map`
     /// entry: it is applied nowhere.

@@ -339,6 +339,52 @@ pub struct RunArgs {
     /// Highest `spec.limits.output` a Synthesizer may ask for (quantity).
     #[arg(long, env = "ENOKI_MAX_SYNTHESIS_OUTPUT", default_value = "64Mi")]
     pub max_synthesis_output: String,
+    /// What one synthesis may emit and store when its Synthesizer sets no
+    /// `spec.limits.output` (quantity); a Synthesizer may ask for up to
+    /// `--max-synthesis-output`. A larger output is refused (`OutputTooLarge`) before
+    /// anything is written.
+    #[arg(long, env = "ENOKI_SYNTHESIS_OUTPUT", default_value = "4Mi")]
+    pub synthesis_output: String,
+    /// What one Symphony may make the controller write: its variations times its serialized
+    /// spec (quantity; `0`: no bound). A larger one is refused (`InvalidSpec`) and nothing
+    /// is generated from it.
+    #[arg(long, env = "ENOKI_MAX_SYMPHONY_BYTES", default_value = "8Mi")]
+    pub max_symphony_bytes: String,
+    /// Bytes of ResourceSlices the Compositions of one namespace may hold together (quantity;
+    /// `0`: no bound). A synthesis that would pass it is refused (`OutputTooLarge`).
+    #[arg(long, env = "ENOKI_NAMESPACE_SLICE_BUDGET", default_value = "256Mi")]
+    pub namespace_slice_budget: String,
+    /// Syntheses one Composition may run (`N/s`, `N/m`, `N/h`; `0`: no limit) after a burst
+    /// of `--composition-synthesis-burst`; one over it waits, its current synthesis applied.
+    #[arg(long, env = "ENOKI_COMPOSITION_SYNTHESIS_RATE", default_value = "6/m")]
+    pub composition_synthesis_rate: String,
+    /// Syntheses one Composition may run at once before `--composition-synthesis-rate`.
+    #[arg(long, env = "ENOKI_COMPOSITION_SYNTHESIS_BURST", default_value_t = 10)]
+    pub composition_synthesis_burst: u32,
+    /// Syntheses the Compositions of one namespace may run together (`N/s`, `N/m`, `N/h`;
+    /// `0`: no limit) after a burst of `--namespace-synthesis-burst`.
+    #[arg(long, env = "ENOKI_NAMESPACE_SYNTHESIS_RATE", default_value = "60/m")]
+    pub namespace_synthesis_rate: String,
+    /// Syntheses a namespace may run at once before `--namespace-synthesis-rate`.
+    #[arg(long, env = "ENOKI_NAMESPACE_SYNTHESIS_BURST", default_value_t = 300)]
+    pub namespace_synthesis_burst: u32,
+    /// Bytes of new ResourceSlices one namespace may write (`1Mi/s`; `0`: no limit) after a
+    /// burst of `--namespace-slice-write-burst`: what a loop of syntheses adds to etcd between
+    /// two compactions.
+    #[arg(
+        long,
+        env = "ENOKI_NAMESPACE_SLICE_WRITE_RATE",
+        default_value = "1Mi/s"
+    )]
+    pub namespace_slice_write_rate: String,
+    /// Bytes of ResourceSlices a namespace may write at once before
+    /// `--namespace-slice-write-rate` (quantity).
+    #[arg(
+        long,
+        env = "ENOKI_NAMESPACE_SLICE_WRITE_BURST",
+        default_value = "64Mi"
+    )]
+    pub namespace_slice_write_burst: String,
     /// Sum of the memory limits of the syntheses running at once (quantity): a run waits
     /// until its limit fits. The controller's memory limit should cover about 256Mi of its
     /// own plus this plus --compile-memory-budget (the shipped Deployment: 3Gi).

@@ -110,6 +110,41 @@ impl Module {
     }
 }
 
+/// Runs a built-in on a thread of its own under the Synthesizer's deadline and output bound
+/// (a built-in is native code: one past its deadline is left to finish on its own thread and
+/// its result dropped; the synthesis fails with `Timeout` at the deadline).
+fn run_builtin(run: BuiltinFn, stdin: &[u8], limits: RunLimits) -> Result<Vec<u8>, SynthesisError> {
+    let parsed: enoki_sdk::Input =
+        serde_json::from_slice(stdin).map_err(|e| SynthesisError::MalformedOutput {
+            message: e.to_string(),
+        })?;
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    std::thread::Builder::new()
+        .name("enoki-builtin".into())
+        .spawn(move || {
+            let _ = tx.send(enoki_sdk::testing::run(run, &parsed));
+        })
+        .map_err(|e| {
+            SynthesisError::Host(HostError::Engine {
+                message: format!("starting the built-in: {e}"),
+            })
+        })?;
+    let list = rx.recv_timeout(limits.deadline).map_err(|_| {
+        SynthesisError::Host(HostError::Timeout {
+            after: limits.deadline,
+        })
+    })?;
+    let out = serde_json::to_vec(&list).map_err(|e| SynthesisError::MalformedOutput {
+        message: e.to_string(),
+    })?;
+    if out.len() >= limits.max_output_bytes {
+        return Err(SynthesisError::Host(HostError::OutputTooLarge {
+            limit: limits.max_output_bytes,
+        }));
+    }
+    Ok(out)
+}
+
 /// A module and the chart of `spec.helm` it renders: the packaged chart goes to the module
 /// as the input `chart` (a ConfigMap-shaped object, `binaryData.chart.tgz`) and the
 /// Synthesizer's values as the input `helm-values` (`data.values.yaml`), before the bound
@@ -382,16 +417,7 @@ pub fn synthesize(
             secure,
             &mut peak_memory_bytes,
         )?,
-        Module::Builtin { run, .. } => {
-            let parsed: enoki_sdk::Input =
-                serde_json::from_slice(&stdin).map_err(|e| SynthesisError::MalformedOutput {
-                    message: e.to_string(),
-                })?;
-            let list = enoki_sdk::testing::run(*run, &parsed);
-            serde_json::to_vec(&list).map_err(|e| SynthesisError::MalformedOutput {
-                message: e.to_string(),
-            })?
-        }
+        Module::Builtin { run, .. } => run_builtin(*run, &stdin, limits)?,
     };
     let output_digest = sha256(&stdout);
     let (items, results) = parse_output(&stdout)?;

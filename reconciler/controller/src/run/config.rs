@@ -39,6 +39,15 @@ pub struct Options {
     pub helm_module: Option<String>,
     /// Where to serve /metrics, /healthz, /readyz (off when `None`).
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// Syntheses per Composition and per namespace, and bytes of ResourceSlices written per
+    /// namespace (`--composition-synthesis-rate`, `--namespace-synthesis-rate`,
+    /// `--namespace-slice-write-rate` with their bursts).
+    pub synthesis_rates: [super::synthesis_rate::Rate; 3],
+    /// Variations × spec bytes one Symphony may make the controller write
+    /// (`--max-symphony-bytes`; 0: no bound).
+    pub max_symphony_bytes: usize,
+    /// Bytes of ResourceSlices a namespace may hold (`--namespace-slice-budget`; 0: no bound).
+    pub namespace_slice_bytes: usize,
     /// Minimum time between two re-syntheses caused only by a Synthesizer change.
     pub rollout_cooldown: Duration,
     /// The shortest reconcile interval (and re-check delay) honoured.

@@ -91,6 +91,10 @@ pub struct Context {
     pub(crate) slice_keys: Arc<super::sealing::SliceKeys>,
     /// Verdicts of Synthesizers' namespace selectors.
     pub(crate) namespace_verdicts: super::model::NamespaceVerdicts,
+    /// Syntheses per Composition and per namespace, slice bytes per namespace.
+    pub(crate) synthesis_rates: super::synthesis_rate::SynthesisRates,
+    /// `--concurrency` reconcile turns, shared fairly between namespaces.
+    pub(crate) fair: Arc<super::fair::FairGate>,
 }
 
 /// The parts [`Context::new`] takes.
@@ -135,6 +139,9 @@ impl Context {
     pub(crate) fn new(p: Parts) -> Context {
         let recorder =
             kube::runtime::events::Recorder::new(p.management.client.clone(), p.reporter.clone());
+        let [c, n, b] = p.opts.synthesis_rates;
+        let synthesis_rates = super::synthesis_rate::SynthesisRates::new(c, n, b);
+        let fair = super::fair::FairGate::new(p.opts.concurrency);
         Context {
             client: p.management.client.clone(),
             management: p.management,
@@ -161,6 +168,8 @@ impl Context {
             owners: super::owners::Owners::default(),
             slice_keys: p.slice_keys,
             namespace_verdicts: super::model::NamespaceVerdicts::default(),
+            synthesis_rates,
+            fair,
         }
     }
 
@@ -231,10 +240,20 @@ impl Context {
     }
 
     /// Caches the ingested synthesis of Composition `uid` under `key`.
-    pub(crate) fn keep_prepared(&self, uid: &str, key: String, p: Arc<plan::Prepared>) {
+    /// It counts as its resources plus one per [`BYTES_PER_RESOURCE`] of the manifests it was
+    /// ingested from (`bytes`): the cache is bounded by what it holds, however large the
+    /// objects a synthesis emits.
+    pub(crate) fn keep_prepared(
+        &self,
+        uid: &str,
+        key: String,
+        p: Arc<plan::Prepared>,
+        bytes: usize,
+    ) {
         let capacity = plan_cache_share(self.opts.plan_cache_resources, *self.shards.borrow());
         if let Ok(mut lru) = self.prepared.lock() {
-            lru.insert(uid, key, p, capacity);
+            let weight = p.resources.len() + bytes / BYTES_PER_RESOURCE;
+            lru.insert(uid, key, (p, weight), capacity);
         }
     }
 
@@ -270,6 +289,11 @@ impl Context {
         if let Ok(mut f) = self.failures.lock() {
             f.remove(comp);
         }
+        self.synthesis_rates.forget(&format!(
+            "{}/{}",
+            comp.namespace.as_deref().unwrap_or_default(),
+            comp.name
+        ));
         let who = super::metrics::CompositionLabel {
             namespace: comp.namespace.clone().unwrap_or_default(),
             name: comp.name.clone(),
@@ -487,9 +511,13 @@ fn plan_cache_share(total: usize, held: super::shard::Shards) -> usize {
 }
 
 /// Ingested syntheses by Composition UID, bounded by their total number of resources.
+/// Manifest bytes that count as one more resource in the plan cache's bound.
+pub(crate) const BYTES_PER_RESOURCE: usize = 4096;
+
 #[derive(Default)]
 struct PreparedLru {
-    entries: HashMap<String, (String, Arc<plan::Prepared>, u64)>,
+    /// uid → (key, the ingested synthesis, its weight, last use).
+    entries: HashMap<String, (String, Arc<plan::Prepared>, usize, u64)>,
     resources: usize,
     tick: u64,
 }
@@ -499,17 +527,24 @@ impl PreparedLru {
         self.tick += 1;
         let tick = self.tick;
         let e = self.entries.get_mut(uid).filter(|e| e.0 == key)?;
-        e.2 = tick;
+        e.3 = tick;
         Some(e.1.clone())
     }
 
     /// Caches `p`, then drops the least recently used until at most `capacity` resources
     /// are held (the newest is always kept).
-    fn insert(&mut self, uid: &str, key: String, p: Arc<plan::Prepared>, capacity: usize) {
+    fn insert(
+        &mut self,
+        uid: &str,
+        key: String,
+        (p, weight): (Arc<plan::Prepared>, usize),
+        capacity: usize,
+    ) {
         self.remove(uid);
         self.tick += 1;
-        self.resources += p.resources.len();
-        self.entries.insert(uid.to_string(), (key, p, self.tick));
+        self.resources += weight;
+        self.entries
+            .insert(uid.to_string(), (key, p, weight, self.tick));
         self.trim(capacity);
     }
 
@@ -529,7 +564,7 @@ impl PreparedLru {
             let Some(oldest) = self
                 .entries
                 .iter()
-                .min_by_key(|(_, e)| e.2)
+                .min_by_key(|(_, e)| e.3)
                 .map(|(k, _)| k.clone())
             else {
                 break;
@@ -540,7 +575,7 @@ impl PreparedLru {
 
     fn remove(&mut self, uid: &str) {
         if let Some(old) = self.entries.remove(uid) {
-            self.resources -= old.1.resources.len();
+            self.resources -= old.2;
         }
     }
 }

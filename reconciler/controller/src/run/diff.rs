@@ -203,8 +203,10 @@ async fn synthesize_from_cluster(ctx: &Context, comp: &Composition) -> anyhow::R
     let st = comp.status.clone().unwrap_or_default();
     let observed = inputs::observed_outputs(ctx, comp, &st).await?.0;
     let input = synthesize::input_for(ctx, comp, &synth, &gathered, observed, String::new());
-    let limits = synthesis::run_limits(synth.spec.limits.as_ref())
-        .and_then(|l| ctx.opts.sandbox.check(l))
+    let limits = ctx
+        .opts
+        .sandbox
+        .limits_of(synth.spec.limits.as_ref())
         .map_err(|e| anyhow::anyhow!("Synthesizer {}: {e}", synth.name_any()))?;
     let secure = synth.spec.entropy == Some(crds::Entropy::Secure);
     let items = run_blocking(ctx.host.clone(), module, input, limits, secure, &who).await?;

@@ -109,6 +109,13 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
+    /// A ResourceSlice was deleted or rewritten between a pass's two reads of it (the pass
+    /// starts over).
+    #[error("ResourceSlice {name:?} changed while it was read")]
+    SliceChanged {
+        /// The slice.
+        name: String,
+    },
     /// A blocking task (a synthesis) could not be joined.
     #[error("synthesis task failed")]
     Task(#[source] tokio::task::JoinError),
@@ -138,7 +145,7 @@ impl Error {
             | Error::Finalizer { source, .. }
             | Error::Kube { source, .. }
             | Error::Impersonate { source, .. } => Some(source),
-            Error::Task(_) | Error::SealSecret { .. } => None,
+            Error::Task(_) | Error::SealSecret { .. } | Error::SliceChanged { .. } => None,
         }
     }
 
@@ -157,6 +164,7 @@ impl Error {
         "Impersonate",
         "Task",
         "SealSecret",
+        "SliceChanged",
     ];
 
     /// A fixed PascalCase name for metrics and Events.
@@ -175,13 +183,14 @@ impl Error {
             Error::Impersonate { .. } => "Impersonate",
             Error::Task(_) => "Task",
             Error::SealSecret { .. } => "SealSecret",
+            Error::SliceChanged { .. } => "SliceChanged",
         }
     }
 
     /// Whether retrying soon may succeed: the API server was unreachable, overloaded, timed
     /// out or reported a conflict. Forbidden, invalid and too-large requests are terminal.
     pub fn is_transient(&self) -> bool {
-        if matches!(self, Error::SealSecret { .. }) {
+        if matches!(self, Error::SealSecret { .. } | Error::SliceChanged { .. }) {
             return true;
         }
         match self.kube_source() {

@@ -363,7 +363,8 @@ pub async fn emitted(
 ) -> Result<Option<Vec<Value>>, Error> {
     let mut out = Vec::new();
     for r in &synthesis.resource_slices {
-        let Some((slice, _)) = super::composition::slices::read(ctx, comp, &r.name).await? else {
+        let Some((slice, _)) = super::composition::slices::read_full(ctx, comp, &r.name).await?
+        else {
             return Ok(None);
         };
         let uid = comp.uid().unwrap_or_default();

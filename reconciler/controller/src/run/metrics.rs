@@ -44,6 +44,10 @@ pub struct Metrics {
     pub resource_checks: Counter,
     /// Compositions with remembered state (bounded by the Compositions that exist).
     pub remembered: Gauge,
+    /// Bytes the ResourceSlices in the slice cache store (their manifests, in etcd).
+    pub slice_stored_bytes: Gauge,
+    /// Bytes of manifests the slice cache holds for them (compact: identities only).
+    pub slice_held_bytes: Gauge,
     /// Kinds with a running watch (inputs + managed objects).
     pub watched_kinds: Gauge,
     /// Objects in the input caches, kept whole (read by a Composition here) or as metadata.
@@ -88,6 +92,8 @@ impl Metrics {
             input_gets: Counter::default(),
             resource_checks: Counter::default(),
             remembered: Gauge::default(),
+            slice_stored_bytes: Gauge::default(),
+            slice_held_bytes: Gauge::default(),
             watched_kinds: Gauge::default(),
             input_cache_objects: Family::default(),
             module_fetches: Family::default(),
@@ -165,6 +171,16 @@ impl Metrics {
             "enoki_remembered_compositions",
             "Compositions with state remembered between reconciles",
             self.remembered.clone(),
+        );
+        registry.register(
+            "enoki_slice_cache_stored_bytes",
+            "Bytes of manifests the cached ResourceSlices store in etcd",
+            self.slice_stored_bytes.clone(),
+        );
+        registry.register(
+            "enoki_slice_cache_held_bytes",
+            "Bytes of manifests the slice cache holds for them (identities only)",
+            self.slice_held_bytes.clone(),
         );
         registry.register(
             "enoki_watched_kinds",

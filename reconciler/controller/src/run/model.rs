@@ -115,7 +115,7 @@ pub(crate) struct LoadedSlice {
 #[derive(Debug, Default)]
 pub(crate) struct Loaded {
     pub slices: Vec<LoadedSlice>,
-    /// The slices themselves (shared with the cache), for the manifests.
+    /// The slices themselves (shared with the cache: compact copies, identities only).
     pub specs: Vec<Arc<ResourceSlice>>,
     pub resources: Vec<LoadedResource>,
     pub position: Positions,
@@ -145,11 +145,6 @@ impl Loaded {
             })
             .map(|r| r.key.clone())
             .collect()
-    }
-
-    /// The slice entry of a loaded resource (a sealed Secret is opened by the caller).
-    pub fn entry(&self, r: &LoadedResource) -> Option<&crds::Manifest> {
-        self.specs.get(r.slice)?.spec.resources.get(r.index)
     }
 
     pub(crate) fn push(

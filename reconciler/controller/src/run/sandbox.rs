@@ -23,6 +23,9 @@ pub struct Sandbox {
     pub max_timeout: Duration,
     /// Highest `spec.limits.output` accepted (`--max-synthesis-output`).
     pub max_output_bytes: usize,
+    /// `spec.limits.output` of a Synthesizer that sets none (`--synthesis-output`): what one
+    /// synthesis may emit and store.
+    pub default_output_bytes: usize,
     /// Sum of the memory limits of the runs in progress (`--synthesis-memory-budget`): a run
     /// waits until its limit fits, so `concurrency × memory` never exceeds it.
     pub memory_budget_bytes: usize,
@@ -46,6 +49,7 @@ impl Default for Sandbox {
             max_memory_bytes: 512 << 20,
             max_timeout: Duration::from_secs(120),
             max_output_bytes: 64 << 20,
+            default_output_bytes: 4 << 20,
             memory_budget_bytes: 512 << 20,
             fetch: FetchPolicy::default(),
             compile_timeout: Duration::from_secs(120),
@@ -92,6 +96,19 @@ impl Sandbox {
 }
 
 impl Sandbox {
+    /// The run limits of a Synthesizer's `spec.limits` (its output bound defaults to
+    /// `--synthesis-output`), or why they are refused (naming the field and the flag).
+    ///
+    /// # Errors
+    /// A field that does not parse, or a limit above its ceiling.
+    pub fn limits_of(&self, limits: Option<&crds::Limits>) -> Result<RunLimits, String> {
+        let mut out = crate::synthesis::run_limits(limits)?;
+        if limits.and_then(|l| l.output.as_ref()).is_none() {
+            out.max_output_bytes = self.default_output_bytes;
+        }
+        self.check(out)
+    }
+
     /// The run limits, or why they exceed a ceiling (naming the field and the flag).
     ///
     /// # Errors

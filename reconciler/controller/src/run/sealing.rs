@@ -158,6 +158,15 @@ impl SliceKeys {
         Some(LessSafeKey::new(UnboundKey::new(&AES_256_GCM, bytes).ok()?))
     }
 
+    /// Whether a loaded key has the id a sealed entry names (`enoki-aead-v1:<id>:…`).
+    pub(crate) fn knows(&self, sealed: &str) -> bool {
+        let mut parts = sealed.splitn(3, ':');
+        match (parts.next(), parts.next()) {
+            (Some(PREFIX), Some(id)) => self.keys.read().is_ok_and(|k| k.all.contains_key(id)),
+            _ => false,
+        }
+    }
+
     /// Seals `plain` (a Secret's manifest, for Composition `uid`).
     ///
     /// # Errors

@@ -181,12 +181,15 @@ async fn reconcile_once(sym: Arc<Symphony>, ctx: Arc<Context>) -> Result<Action,
         }
         return delete(&ctx, &sym, &syms, &comps, &owned).await;
     }
-    if let Some(note) = crate::synthesis::symphony_spec_too_large(&sym.spec) {
+    let refused = crate::synthesis::symphony_spec_too_large(&sym.spec)
+        .or_else(|| crate::synthesis::symphony_over_budget(&sym.spec, ctx.opts.max_symphony_bytes));
+    if let Some(note) = refused {
         // Nothing is generated from it until the spec changes: its Compositions would each
         // carry the padding.
         tracing::warn!(symphony = %name, %note);
         let note = format!("{note}; no Composition is created or changed");
         let status = status::refused(&sym, &note);
+        // One status write and one Event per refused spec, not one per pass.
         if sym.status.as_ref() != Some(&status) {
             syms.patch_status(
                 &name,
@@ -195,15 +198,15 @@ async fn reconcile_once(sym: Arc<Symphony>, ctx: Arc<Context>) -> Result<Action,
             )
             .await
             .map_err(kube_err("writing Symphony status"))?;
+            ctx.event_on(
+                &sym.object_ref(&()),
+                true,
+                reasons::INVALID_SPEC,
+                "Reconcile",
+                note,
+            )
+            .await;
         }
-        ctx.event_on(
-            &sym.object_ref(&()),
-            true,
-            reasons::INVALID_SPEC,
-            "Reconcile",
-            note,
-        )
-        .await;
         return Ok(Action::await_change());
     }
     if !has_finalizer {
@@ -216,12 +219,10 @@ async fn reconcile_once(sym: Arc<Symphony>, ctx: Arc<Context>) -> Result<Action,
         // that keeps re-adding a removed key is met once a second, not in a hot loop).
         return Ok(Action::requeue(Duration::from_secs(1)));
     }
-    apply_variations(&ctx, &sym, &comps, &owned).await?;
-    let current: BTreeMap<String, Composition> = owned_compositions(&comps, &name)
-        .await?
-        .into_iter()
-        .map(|c| (c.name_any(), c))
-        .collect();
+    // What the list showed, updated with what each apply returned: no second list.
+    let mut current: BTreeMap<String, Composition> =
+        owned.into_iter().map(|c| (c.name_any(), c)).collect();
+    apply_variations(&ctx, &sym, &comps, &mut current).await?;
     let cycle: Vec<String> = topo_order(&sym.spec.variations)
         .1
         .iter()
@@ -241,10 +242,12 @@ async fn reconcile_once(sym: Arc<Symphony>, ctx: Arc<Context>) -> Result<Action,
         .await
         .map_err(kube_err("writing Symphony status"))?;
     }
+    // Watch-driven: a change of the Symphony or of one of its Compositions wakes it; the
+    // resync is a safety net (a Symphony not Ready yet looks again at most once a minute).
     Ok(Action::requeue(if all_ready {
         ctx.opts.resync
     } else {
-        ctx.opts.readiness_poll.max(Duration::from_secs(2))
+        ctx.opts.resync.min(Duration::from_secs(60))
     }))
 }
 
@@ -304,7 +307,7 @@ async fn apply_variations(
     ctx: &Context,
     sym: &Symphony,
     comps: &Api<Composition>,
-    owned: &[Composition],
+    current: &mut BTreeMap<String, Composition>,
 ) -> Result<(), Error> {
     let name = sym.name_any();
     let (order, stuck) = topo_order(&sym.spec.variations);
@@ -328,10 +331,18 @@ async fn apply_variations(
     for v in order {
         let desired = desired_composition(sym, v);
         let comp_name = composition_name(&name, &v.synthesizer.name);
-        comps
+        // Written only when it would change something.
+        if current
+            .get(&comp_name)
+            .is_some_and(|c| up_to_date(c, &desired))
+        {
+            continue;
+        }
+        let applied = comps
             .patch(&comp_name, &pp, &Patch::Apply(&desired))
             .await
             .map_err(kube_err(format!("applying Composition {comp_name}")))?;
+        current.insert(comp_name, applied);
     }
     // Every variation keeps its Composition, those caught in a dependsOn cycle too (they are
     // only not created or changed, as in Eno).
@@ -341,7 +352,7 @@ async fn apply_variations(
         .iter()
         .map(|v| composition_name(&name, &v.synthesizer.name))
         .collect();
-    for c in owned {
+    for c in current.values() {
         if !wanted.contains(&c.name_any()) && c.metadata.deletion_timestamp.is_none() {
             tracing::info!(symphony = %name, composition = %c.name_any(), "variation removed; deleting its Composition");
             comps
@@ -351,6 +362,36 @@ async fn apply_variations(
         }
     }
     Ok(())
+}
+
+/// Whether applying `desired` would change nothing on `live`: the same spec, every label and
+/// annotation asked for there with its value and applied by this controller (so a later
+/// removal is pruned), and the Symphony its controlling owner. Pure.
+fn up_to_date(live: &Composition, desired: &serde_json::Value) -> bool {
+    let Ok(spec) = serde_json::from_value::<CompositionSpec>(desired["spec"].clone()) else {
+        return false;
+    };
+    let (mine_annotations, mine_labels) = applied_keys(live);
+    let holds =
+        |have: &BTreeMap<String, String>, want: &serde_json::Value, mine: &BTreeSet<String>| {
+            want.as_object()
+                .into_iter()
+                .flatten()
+                .all(|(k, v)| have.get(k).map(String::as_str) == v.as_str() && mine.contains(k))
+        };
+    let owner = desired["metadata"]["ownerReferences"][0]["uid"].as_str();
+    live.metadata.deletion_timestamp.is_none()
+        && live.spec == spec
+        && holds(live.labels(), &desired["metadata"]["labels"], &mine_labels)
+        && holds(
+            live.annotations(),
+            &desired["metadata"]["annotations"],
+            &mine_annotations,
+        )
+        && live
+            .owner_references()
+            .iter()
+            .any(|o| Some(o.uid.as_str()) == owner && o.controller == Some(true))
 }
 
 /// Phase one of Eno's two-phase protocol for variation labels and annotations

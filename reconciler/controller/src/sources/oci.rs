@@ -106,6 +106,9 @@ pub(super) const MANIFEST_TYPES: &str = "application/vnd.oci.image.manifest.v1+j
 
 pub(super) struct Registry {
     pub(crate) http: reqwest::Client,
+    /// The client of the token exchange that sends an identity token in its body: it follows
+    /// no redirect (a 307 would replay the body, the token, to wherever it points).
+    pub(crate) token_http: reqwest::Client,
     pub(crate) base: String,
     pub(crate) repository: String,
     pub(crate) reference: String,
@@ -269,7 +272,7 @@ impl Registry {
                 if let Some(service) = &service {
                     form.append_pair("service", service);
                 }
-                self.http
+                self.token_http
                     .post(realm)
                     .header(
                         reqwest::header::CONTENT_TYPE,
@@ -363,6 +366,23 @@ pub fn credentials_may_go_to(realm: &str, registry_host: &str) -> bool {
     url.scheme() == "https" && domain(&realm_host).is_some_and(|d| Some(d) == domain(&registry))
 }
 
+/// The HTTP client of the refresh-token exchange: timeouts and the extra CA, no redirects.
+fn token_client(extra_ca: Option<&[u8]>) -> Result<reqwest::Client, SourceError> {
+    install_crypto();
+    let mut builder = reqwest::Client::builder()
+        .connect_timeout(CONNECT_TIMEOUT)
+        .read_timeout(READ_TIMEOUT)
+        .redirect(reqwest::redirect::Policy::none());
+    if let Some(pem) = extra_ca {
+        let cert = reqwest::Certificate::from_pem(pem)
+            .map_err(|e| SourceError::Invalid(format!("CA file: {e}")))?;
+        builder = builder.add_root_certificate(cert);
+    }
+    builder
+        .build()
+        .map_err(|e| SourceError::Invalid(format!("HTTP client: {e}")))
+}
+
 /// The HTTP client of one pull: timeouts, the extra CA, and redirects under the rule (a local
 /// or insecure registry may redirect only to itself).
 fn registry_client(
@@ -429,8 +449,10 @@ pub(super) async fn pull_unbounded(
     let insecure = insecure_registries(&r).contains(&registry_host);
     let scheme = if insecure { "http" } else { "https" };
     let http = registry_client(&registry_host, insecure, policy, extra_ca)?;
+    let token_http = token_client(extra_ca)?;
     let mut reg = Registry {
         http,
+        token_http,
         base: format!("{scheme}://{registry_host}/v2/"),
         repository: r.repository().to_string(),
         reference: reference.to_string(),

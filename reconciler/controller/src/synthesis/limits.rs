@@ -48,6 +48,21 @@ pub fn symphony_spec_too_large(spec: &crds::SymphonySpec) -> Option<String> {
     synthesis_env_too_large(&spec.synthesis_env).or_else(|| spec_too_large("spec", spec))
 }
 
+/// Why a Symphony is refused for what it would make the controller write (`None`:
+/// accepted): its variations times its serialized spec (what each generated Composition
+/// carries at most) above `budget` bytes (`--max-symphony-bytes`). Pure.
+pub fn symphony_over_budget(spec: &crds::SymphonySpec, budget: usize) -> Option<String> {
+    let n = spec.variations.len();
+    let size = serde_json::to_vec(spec).map_or(0, |v| v.len());
+    let total = n.saturating_mul(size);
+    (budget > 0 && total > budget).then(|| {
+        format!(
+            "{n} variations × {size} bytes of spec = {total} bytes of Compositions; at most \
+             {budget} are accepted (--max-symphony-bytes)"
+        )
+    })
+}
+
 pub(super) fn spec_too_large(what: &str, spec: &impl serde::Serialize) -> Option<String> {
     let size = serde_json::to_vec(spec).map_or(0, |v| v.len());
     (size > MAX_SPEC_BYTES).then(|| {

@@ -10,7 +10,7 @@ use plan::ResourceKey;
 use serde_json::Value;
 
 use super::super::{Context, Error};
-use super::slices::{Loaded, read};
+use super::slices::{Loaded, read_full};
 use crds::{Composition, CompositionStatus, Manifest, Synthesis};
 
 /// What the previous synthesis applied: its snapshots (client-side patches remove fields the
@@ -46,7 +46,7 @@ pub(crate) async fn previous_applied(
         return Ok(out);
     }
     for r in &prev.resource_slices {
-        let Some((slice, states)) = read(ctx, comp, &r.name).await? else {
+        let Some((slice, states)) = read_full(ctx, comp, &r.name).await? else {
             continue;
         };
         for (i, m) in slice
@@ -97,7 +97,7 @@ pub(crate) async fn tombstones(
         .map(|c| c.resource_slices.as_slice())
         .unwrap_or_default()
     {
-        let Some((slice, states)) = read(ctx, comp, &slice_ref.name).await? else {
+        let Some((slice, states)) = read_full(ctx, comp, &slice_ref.name).await? else {
             continue;
         };
         for (i, m) in slice.spec.resources.iter().enumerate() {

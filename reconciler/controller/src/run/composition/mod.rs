@@ -7,6 +7,7 @@
 //! 5. `resources::reconcile`: apply, record, roll up.
 //! 6. [`status`]: one status write when something changed; an explicit requeue.
 
+pub(crate) mod budget;
 pub(crate) mod decide;
 pub(crate) mod dependencies;
 pub(crate) mod finalizer;
@@ -42,6 +43,11 @@ use deletion::*;
 /// become conditions instead.
 #[tracing::instrument(skip_all, fields(composition = %comp.name_any(), generation = ?comp.metadata.generation))]
 pub async fn reconcile(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Action, Error> {
+    // A turn of the namespace's (workers are shared fairly between namespaces).
+    let Some(_turn) = ctx.fair.enter(&comp.namespace().unwrap_or_default()).await else {
+        // The stack is stopping.
+        return Ok(Action::await_change());
+    };
     let Some(_serving) = ctx.serving(&comp) else {
         // Its shard was handed back: the new holder reconciles it.
         return Ok(Action::await_change());
@@ -65,13 +71,15 @@ pub async fn reconcile(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Acti
     let comp = status_write::fresh(&ctx, comp);
     let result = match finalizer::state(&comp) {
         finalizer::State::Released => {
-            // Released by someone else (or a pass before): nothing of it is reported any more.
+            // Released by someone else (or a pass before): nothing of it is reported or
+            // remembered any more (its per-Composition series included).
             ctx.metrics
                 .health
                 .forget(&super::metrics::CompositionLabel {
                     namespace: comp.namespace().unwrap_or_default(),
                     name: comp.name_any(),
                 });
+            ctx.forget(&ObjectRef::from_obj(comp.as_ref()), comp.uid().as_deref());
             Ok(Action::await_change())
         }
         finalizer::State::Missing => finalizer::add(&ctx, &comp).await,
@@ -154,8 +162,7 @@ async fn observe_all(
             decide::precondition(&seen).map_or(Duration::from_secs(30), |b| b.retry())
         ));
     };
-    let limits = synthesis::run_limits(synth.spec.limits.as_ref());
-    let limits = limits.and_then(|l| ctx.opts.sandbox.check(l));
+    let limits = ctx.opts.sandbox.limits_of(synth.spec.limits.as_ref());
     let module = super::synthesizer::load_module(ctx, &synth).await;
     seen.module = match &module {
         Ok(_) => decide::ModuleSeen::Ready,

@@ -27,11 +27,9 @@ pub use crds::names::SLICE_COMPOSITION_LABEL;
 /// Largest manifest payload per ResourceSlice.
 pub const SLICE_BYTES: usize = 512 * 1024;
 
-/// Reads one slice of `comp`: from the cache, with the states enoki wrote last when the
-/// cache has not caught up; a slice missing from the cache is confirmed with a GET.
-///
-/// # Errors
-/// [`Error::ReadSlice`] when the GET fails.
+mod compact;
+pub(crate) use compact::{compact, is_compact, manifest_bytes, stored_bytes};
+
 /// Whether `slice` carries an owner reference to the Composition with `uid` (enoki writes
 /// one on every slice; a slice without it was not written for this Composition).
 pub(crate) fn owned_by(slice: &ResourceSlice, uid: &str) -> bool {
@@ -44,24 +42,62 @@ pub(crate) fn owned_by(slice: &ResourceSlice, uid: &str) -> bool {
             .any(|o| o.uid == uid && o.kind == crds::names::kinds::COMPOSITION)
 }
 
+/// Reads one slice of `comp`: from the cache (compact: manifests cut to their identities),
+/// with the states enoki wrote last when the cache has not caught up; a slice missing from
+/// the cache is confirmed with a GET.
+///
+/// # Errors
+/// [`Error::ReadSlice`] when the GET fails.
 pub(crate) async fn read(
     ctx: &Context,
     comp: &Composition,
     name: &str,
 ) -> Result<Option<(Arc<ResourceSlice>, Vec<ResourceState>)>, Error> {
-    let ns = comp.namespace().unwrap_or_default();
-    let cached = ctx.slices.get(&ObjectRef::new(name).within(&ns));
-    let slice = match cached {
-        Some(s) => Some(s),
-        None => Api::<ResourceSlice>::namespaced(ctx.client.clone(), &ns)
+    read_as(ctx, comp, name, false).await
+}
+
+/// [`read`] with the manifests whole: the cache's compact copy is read again with a GET.
+///
+/// # Errors
+/// [`Error::ReadSlice`] when the GET fails.
+pub(crate) async fn read_full(
+    ctx: &Context,
+    comp: &Composition,
+    name: &str,
+) -> Result<Option<(Arc<ResourceSlice>, Vec<ResourceState>)>, Error> {
+    read_as(ctx, comp, name, true).await
+}
+
+/// The slice from the cache, or from the API server when the cache lacks it or (`whole`)
+/// holds only its compact copy.
+async fn fetch(
+    ctx: &Context,
+    ns: &str,
+    name: &str,
+    whole: bool,
+) -> Result<Option<Arc<ResourceSlice>>, Error> {
+    let cached = ctx.slices.get(&ObjectRef::new(name).within(ns));
+    match cached {
+        Some(s) if !(whole && is_compact(&s)) => Ok(Some(s)),
+        _ => Ok(Api::<ResourceSlice>::namespaced(ctx.client.clone(), ns)
             .get_opt(name)
             .await
             .map_err(|source| Error::ReadSlice {
                 name: name.to_string(),
                 source,
             })?
-            .map(Arc::new),
-    };
+            .map(Arc::new)),
+    }
+}
+
+async fn read_as(
+    ctx: &Context,
+    comp: &Composition,
+    name: &str,
+    whole: bool,
+) -> Result<Option<(Arc<ResourceSlice>, Vec<ResourceState>)>, Error> {
+    let ns = comp.namespace().unwrap_or_default();
+    let slice = fetch(ctx, &ns, name, whole).await?;
     let Some(slice) = slice else {
         return Ok(None);
     };
@@ -110,18 +146,7 @@ pub(crate) async fn all_exist(
     let ns = comp.namespace().unwrap_or_default();
     let uid = comp.uid().unwrap_or_default();
     for r in &synthesis.resource_slices {
-        let cached = ctx.slices.get(&ObjectRef::new(&r.name).within(&ns));
-        let found = match cached {
-            Some(s) => Some(s),
-            None => Api::<ResourceSlice>::namespaced(ctx.client.clone(), &ns)
-                .get_opt(&r.name)
-                .await
-                .map_err(|source| Error::ReadSlice {
-                    name: r.name.clone(),
-                    source,
-                })?
-                .map(Arc::new),
-        };
+        let found = fetch(ctx, &ns, &r.name, false).await?;
         // A slice not owned by this Composition counts as missing (see `read`); so does one
         // holding a sealed Secret that no loaded key opens (its key was deleted).
         let Some(found) = found.filter(|s| owned_by(s, &uid)) else {
@@ -139,8 +164,15 @@ pub(crate) async fn all_exist(
         {
             return Ok(false);
         }
+        // A compact copy keeps a sealed Secret's key id: one no loaded key has does not open
+        // (an entry altered under a known key is found when the synthesis is ingested).
+        let short = is_compact(&found);
         let unopened = |m: &crds::Manifest| {
-            !m.deleted && m.sealed.is_some() && ctx.slice_keys.manifest(&uid, m).is_none()
+            !m.deleted
+                && m.sealed.as_deref().is_some_and(|sealed| match short {
+                    true => !ctx.slice_keys.knows(sealed),
+                    false => ctx.slice_keys.manifest(&uid, m).is_none(),
+                })
         };
         if found.spec.resources.iter().any(unopened) {
             // Perhaps a key rotated in since the keys were read: read them again first.
@@ -250,6 +282,21 @@ pub fn chunk(manifests: Vec<Manifest>, budget: usize) -> Vec<Vec<Manifest>> {
     chunks
 }
 
+/// The value of a slice's Composition label: the Composition's name, or for a name longer
+/// than a label value may be (63 characters) its first 54 and a hash of the whole. Pure.
+pub fn label_value(name: &str) -> String {
+    if name.len() <= 63 {
+        return name.to_string();
+    }
+    use sha2::Digest;
+    let hash = sha2::Sha256::digest(name.as_bytes());
+    let stem = name
+        .get(..54)
+        .unwrap_or_default()
+        .trim_end_matches(['-', '.']);
+    format!("{stem}-{:x}", hash)[..stem.len() + 9].to_string()
+}
+
 /// Creates the slices of synthesis `uuid`. All or nothing: when one is refused, the ones
 /// created before it are deleted again and the error names the refused slice.
 ///
@@ -273,8 +320,14 @@ pub(crate) async fn write(
     };
     let mut refs = Vec::new();
     let short = uuid.get(..8).unwrap_or(uuid);
+    let comp_name = comp.name_any();
+    // A Composition's name may be 253 characters long: slice names and the label fit.
+    let stem = comp_name
+        .get(..220)
+        .unwrap_or(&comp_name)
+        .trim_end_matches(['-', '.']);
     for (i, resources) in chunk(manifests, SLICE_BYTES).into_iter().enumerate() {
-        let name = format!("{}-{short}-{i}", comp.name_any());
+        let name = format!("{stem}-{short}-{i}");
         let mut slice = ResourceSlice::new(
             &name,
             ResourceSliceSpec {
@@ -285,7 +338,7 @@ pub(crate) async fn write(
         slice.metadata.namespace = Some(ns.clone());
         slice.metadata.owner_references = Some(vec![owner.clone()]);
         slice.metadata.labels =
-            Some([(SLICE_COMPOSITION_LABEL.to_string(), comp.name_any())].into());
+            Some([(SLICE_COMPOSITION_LABEL.to_string(), label_value(&comp_name))].into());
         if let Err(source) = api.create(&PostParams::default(), &slice).await {
             for r in &refs {
                 let r: &ResourceSliceRef = r;
@@ -335,13 +388,13 @@ pub(crate) async fn delete_stale(ctx: &Arc<Context>, comp: &Composition, st: &Co
         .iter()
         .flat_map(|s| s.resource_slices.iter().map(|r| r.name.clone()))
         .collect();
-    let name = comp.name_any();
+    let uid = comp.uid().unwrap_or_default();
     let stale: Vec<String> = ctx
         .slices
         .state()
         .iter()
         .filter(|s| s.namespace().as_deref() == Some(ns.as_str()))
-        .filter(|s| s.labels().get(SLICE_COMPOSITION_LABEL) == Some(&name))
+        .filter(|s| owned_by(s, &uid))
         .filter(|s| {
             let n = s.name_any();
             !current.contains(&n)
@@ -353,7 +406,6 @@ pub(crate) async fn delete_stale(ctx: &Arc<Context>, comp: &Composition, st: &Co
         })
         .map(|s| s.name_any())
         .collect();
-    let uid = comp.uid().unwrap_or_default();
     for n in stale {
         match api.delete(&n, &DeleteParams::default()).await {
             Ok(_) => tracing::debug!(slice = %n, "deleted stale ResourceSlice"),
@@ -404,6 +456,18 @@ mod tests {
             !owned_by(&slice(owner("", "Composition")), ""),
             "unknown uid"
         );
+    }
+
+    #[test]
+    fn a_long_composition_name_gives_a_valid_label_value() {
+        assert_eq!(label_value("web"), "web");
+        let long = format!("{}.b", "a-".repeat(120));
+        let v = label_value(&long);
+        assert!(v.len() <= 63, "{v}");
+        assert!(
+            v.starts_with("a-a-") && v.chars().last().is_some_and(|c| c.is_ascii_alphanumeric())
+        );
+        assert_ne!(v, label_value(&format!("{long}c")));
     }
 
     #[test]

@@ -100,6 +100,19 @@ pub(crate) async fn synthesize(
         tracing::debug!(retry_in = ?(f.retry_at - now), "synthesis failed before; waiting");
         return Ok(SynthesisEnd::Failed(f.retry_at - now));
     }
+    if pending.is_none()
+        && let Err(held) = ctx.synthesis_rates.take(
+            &comp.namespace().unwrap_or_default(),
+            &format!(
+                "{}/{}",
+                comp.namespace().unwrap_or_default(),
+                comp.name_any()
+            ),
+        )
+    {
+        rate_limited(st, comp, req.trigger, &held);
+        return Ok(SynthesisEnd::Failed(held.wait.max(Duration::from_secs(1))));
+    }
     let attempts = st.in_flight_synthesis.as_ref().map_or(0, |s| s.attempts) + 1;
     let uuid = new_uuid();
     st.in_flight_synthesis = Some(Synthesis {
@@ -186,6 +199,34 @@ pub(crate) fn input_for(
             .collect(),
         synthesis_uuid,
     }
+}
+
+/// The next synthesis waits for the synthesis rates: `Synthesized=False`
+/// (`SynthesisRateLimited`), the current synthesis still enforced.
+fn rate_limited(
+    st: &mut CompositionStatus,
+    comp: &Composition,
+    trigger: &Trigger,
+    held: &crate::run::synthesis_rate::Held,
+) {
+    tracing::debug!(wait = ?held.wait, %trigger, "synthesis rate");
+    let message = format!(
+        "the next synthesis ({trigger}) waits {}s: {}; the current one is still applied",
+        held.wait.as_secs().max(1),
+        held.message
+    );
+    condition::set_condition(
+        &mut st.conditions,
+        conditions::SYNTHESIZED,
+        false,
+        reasons::SYNTHESIS_RATE_LIMITED,
+        &message,
+        comp.metadata.generation,
+    );
+    st.simplified = Some(crds::SimplifiedStatus {
+        status: reasons::SYNTHESIS_RATE_LIMITED.into(),
+        error: None,
+    });
 }
 
 /// Runs the module in a blocking task under a global synthesis slot.

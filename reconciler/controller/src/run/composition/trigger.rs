@@ -65,9 +65,10 @@ impl Trigger {
         )
     }
 
-    /// Whether the new output may keep the current slices when it is identical: only when
-    /// inputs changed (or a restart lost the write-back); spec and Synthesizer changes and
-    /// forced re-syntheses always write new slices (Eno semantics).
+    /// Whether identical output may keep the current *synthesis* (its UUID; nothing
+    /// recorded anew): only when inputs changed (or a restart lost the write-back). Spec and
+    /// Synthesizer changes and forced re-syntheses record a new synthesis (Eno semantics),
+    /// which keeps the current slices when its output is identical.
     pub fn may_keep_slices(&self) -> bool {
         matches!(
             self,

@@ -271,8 +271,15 @@ async fn execute_one(
         };
     }
     if let (Some(o), true) = (obs, left_for_good(op)) {
-        if let (Some(api), Some(live)) = (o.api.as_ref(), o.live.as_ref()) {
-            release(api, &key.to_string(), &key.name, live, migrating.uid).await;
+        if let (Some(api), Some(live)) = (o.api.as_ref(), o.live.as_ref())
+            && let Err(e) = release(api, &key.to_string(), &key.name, live, migrating.uid).await
+            && crate::run::error::kube_is_transient(&e)
+        {
+            // Not settled: retried with backoff, so no dead owner label is left behind.
+            return failed(format!(
+                "releasing the managed-by label of {key}: {}",
+                summarize(&e)
+            ));
         }
         return StepResult::default();
     }
@@ -319,15 +326,19 @@ fn left_for_good(op: &Op) -> bool {
 /// Takes the `managed-by` label (either spelling) naming `uid` off an object left for good
 /// (kept by `prune: disabled`, orphaned), so that another Composition — or this one, created
 /// again — may adopt it later. The patch tests the label's value first: an object another
-/// Composition took meanwhile keeps its label. Best effort: a refusal is logged and does not
-/// hold the Composition (its deletion in particular) back.
+/// Composition took meanwhile keeps its label. A refusal (403) is logged and does not hold
+/// the Composition (its deletion in particular) back; a transient failure is returned, for
+/// the caller to retry.
+///
+/// # Errors
+/// The API server's answer when it is neither success, 404 nor 422.
 pub(super) async fn release(
     api: &Api<DynamicObject>,
     what: &str,
     name: &str,
     live: &Value,
     uid: &str,
-) {
+) -> Result<(), kube::Error> {
     let labels = live.pointer("/metadata/labels").and_then(Value::as_object);
     let ops: Vec<Value> = [
         crds::names::annotations::MANAGED_BY.enoki,
@@ -349,10 +360,10 @@ pub(super) async fn release(
     })
     .collect();
     if ops.is_empty() {
-        return;
+        return Ok(());
     }
     let Ok(patch) = serde_json::from_value::<json_patch::Patch>(Value::Array(ops)) else {
-        return;
+        return Ok(());
     };
     let params = PatchParams {
         field_manager: Some(FIELD_MANAGER.into()),
@@ -362,9 +373,11 @@ pub(super) async fn release(
         Ok(_) => tracing::info!(resource = %what, "left in place; managed-by label removed"),
         Err(kube::Error::Api(s)) if s.code == 404 || s.code == 422 => {}
         Err(e) => {
-            tracing::warn!(resource = %what, error = %summarize(&e), "left in place; its managed-by label could not be removed")
+            tracing::warn!(resource = %what, error = %summarize(&e), "left in place; its managed-by label could not be removed");
+            return Err(e);
         }
     }
+    Ok(())
 }
 
 async fn write(

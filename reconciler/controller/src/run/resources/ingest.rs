@@ -3,18 +3,27 @@
 
 use std::sync::Arc;
 
+use kube::ResourceExt;
+
+use super::super::Error;
+use super::super::composition::slices::{self, stored_bytes};
 use super::super::context::Context;
 use super::super::model::Loaded;
 
 /// The ingested synthesis, cached per Composition (one entry, replaced when the synthesis or
-/// the effective annotations change).
-pub(super) fn prepare(
+/// the effective annotations change). The slice cache holds compact copies: the slices are
+/// read whole (one GET each) only when the synthesis is ingested.
+///
+/// # Errors
+/// `Err(Ok(_))`: the synthesis does not ingest; `Err(Err(_))`: reading a slice failed.
+pub(super) async fn prepare(
     ctx: &Context,
-    uid: &str,
+    comp: &crds::Composition,
     synthesis: &str,
     loaded: &Loaded,
     info: &plan::CompositionInfo,
-) -> Result<(Arc<plan::Prepared>, bool), plan::PlanError> {
+) -> Result<(Arc<plan::Prepared>, bool), Result<plan::PlanError, Error>> {
+    let uid = info.uid.as_str();
     // The filter may read the Composition's labels: they are part of the key with it.
     let labels = match ctx.opts.resource_filter {
         Some(_) => serde_json::to_string(&info.labels).unwrap_or_default(),
@@ -28,6 +37,7 @@ pub(super) fn prepare(
     if let Some(p) = ctx.prepared(uid, &key) {
         return Ok((p, false));
     }
+    let whole = whole_slices(ctx, comp, loaded).await.map_err(Err)?;
     // A sealed Secret that does not open is left alone this pass (neither applied nor
     // pruned; everything else is reconciled), and the ingested synthesis is not cached
     // without it. With keys loaded it does not open for good (its key was deleted or rotated
@@ -38,7 +48,7 @@ pub(super) fn prepare(
         .resources
         .iter()
         .filter_map(|r| {
-            let entry = loaded.entry(r)?;
+            let entry = whole.get(r.slice)?.spec.resources.get(r.index)?;
             let manifest = match ctx.slice_keys.manifest(&info.uid, entry) {
                 Some(m) => m,
                 // Deleting needs only the Secret's name: its shown part will do.
@@ -75,9 +85,34 @@ pub(super) fn prepare(
             kept
         }
     };
-    let p = Arc::new(plan::prepare(&desired, info)?);
+    let p = Arc::new(plan::prepare(&desired, info).map_err(Ok)?);
     if !skipped {
-        ctx.keep_prepared(uid, key, p.clone());
+        let bytes = whole.iter().map(|s| stored_bytes(s)).sum();
+        ctx.keep_prepared(uid, key, p.clone(), bytes);
     }
     Ok((p, unopened))
+}
+
+/// The loaded slices with their manifests whole: a compact cache copy is read again (a slice
+/// gone or rewritten since it was loaded fails the pass, which starts over).
+async fn whole_slices(
+    ctx: &Context,
+    comp: &crds::Composition,
+    loaded: &Loaded,
+) -> Result<Vec<Arc<crds::ResourceSlice>>, Error> {
+    let mut out = Vec::with_capacity(loaded.specs.len());
+    for s in &loaded.specs {
+        if !slices::is_compact(s) {
+            out.push(s.clone());
+            continue;
+        }
+        let name = s.name_any();
+        let whole = slices::read_full(ctx, comp, &name)
+            .await?
+            .map(|(w, _)| w)
+            .filter(|w| w.metadata.generation == s.metadata.generation)
+            .ok_or_else(|| Error::SliceChanged { name })?;
+        out.push(whole);
+    }
+    Ok(out)
 }

@@ -79,9 +79,11 @@ pub async fn reconcile(
         });
     }
     let mut info = composition_info(comp, deleting);
-    let (prepared, unopened) = match ingest::prepare(ctx, &uid, &current.uuid, &loaded, &info) {
+    let (prepared, unopened) = match ingest::prepare(ctx, comp, &current.uuid, &loaded, &info).await
+    {
         Ok(p) => p,
-        Err(e) => {
+        Err(Err(e)) => return Err(e),
+        Err(Ok(e)) => {
             condition::set_condition(
                 &mut st.conditions,
                 conditions::RECONCILED,
@@ -454,7 +456,12 @@ async fn sweep_outside(
         if keep_all || o.kept {
             if let Ok(value) = serde_json::to_value(&live) {
                 let what = format!("{}/{}/{}", o.kind, o.namespace, o.name);
-                execute::release(&api, &what, &o.name, &value, &uid).await;
+                if let Err(e) = execute::release(&api, &what, &o.name, &value, &uid).await
+                    && super::error::kube_is_transient(&e)
+                {
+                    // Looked at again: no dead owner label is left behind.
+                    left += 1;
+                }
             }
             continue;
         }

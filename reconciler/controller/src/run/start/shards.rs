@@ -51,7 +51,6 @@ pub(super) async fn run_stack(
             }
         })
         .boxed();
-    let concurrency = u16::try_from(shared.opts.concurrency.max(1)).unwrap_or(u16::MAX);
     let ctx = Arc::new(Context::new(Parts {
         management: shared.management.clone(),
         target: shared.target.clone(),
@@ -69,11 +68,18 @@ pub(super) async fn run_stack(
         in_flight: shared.in_flight.clone(),
         slice_keys: shared.slice_keys.clone(),
     }));
-    let tasks = background(&ctx, stop.clone()).await;
+    let mut tasks = background(&ctx, stop.clone()).await;
+    let (gate, stopping) = (ctx.fair.clone(), stop.clone());
+    tasks.push(tokio::spawn(async move {
+        stopping.await;
+        gate.close();
+    }));
     Controller::for_stream(comp_stream, comp_reader)
         .trigger_backoff(recovery::backoff())
         .owns_stream(slice_stream)
-        .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
+        // Unbounded here: every queued Composition waits for a turn of the fair gate
+        // (`--concurrency` turns shared between namespaces) inside its reconcile.
+        .with_config(kube::runtime::controller::Config::default().concurrency(0))
         .reconcile_on(changes)
         .graceful_shutdown_on(stop)
         .run(composition::reconcile, error_policy, ctx)
@@ -166,7 +172,10 @@ pub(super) fn caches(
             ),
             move |s| held.borrow().owns_slice(s),
         )
-        .modify(|s: &mut ResourceSlice| s.managed_fields_mut().clear())
+        .modify(|s: &mut ResourceSlice| {
+            s.managed_fields_mut().clear();
+            composition::slices::compact(s);
+        })
         .reflect(slice_writer),
     )
     .boxed();
@@ -320,6 +329,15 @@ pub(super) async fn background(
                 .inc_by(now - stubs);
             stubs = now;
             publish_shard_sizes(&sweeper);
+            let (mut stored, mut held) = (0_usize, 0_usize);
+            for s in sweeper.slices.state() {
+                stored += composition::slices::stored_bytes(&s);
+                held += composition::slices::manifest_bytes(&s.spec.resources);
+            }
+            m.slice_stored_bytes
+                .set(i64::try_from(stored).unwrap_or(i64::MAX));
+            m.slice_held_bytes
+                .set(i64::try_from(held).unwrap_or(i64::MAX));
         }
     }));
     tasks
@@ -359,7 +377,18 @@ pub(super) async fn cluster_wide(
     };
     tasks.push(tokio::spawn(
         recovery::controller(syms, watcher::Config::default())
-            .owns_stream(recovery::owned(owned, watcher::Config::default()))
+            // Only the Compositions Symphonies generate wake them.
+            .owns_stream(recovery::owned(
+                owned,
+                watcher::Config::default().labels(crds::names::labels::SYMPHONY),
+            ))
+            // Bounded like the Composition workers; a burst of changes of one Symphony's
+            // Compositions wakes it once.
+            .with_config(
+                kube::runtime::controller::Config::default()
+                    .concurrency(u16::try_from(ctx.opts.concurrency.max(1)).unwrap_or(u16::MAX))
+                    .debounce(Duration::from_secs(1)),
+            )
             .graceful_shutdown_on(stop)
             .run(
                 symphony::reconcile,

@@ -35,7 +35,14 @@ pub(super) async fn store(
     next.output_digest = Some(out.output_digest);
     next.results = out.results;
     next.synthesized = Some(Time(k8s_openapi::jiff::Timestamp::now()));
+    // Identical output keeps the current slices, whatever the trigger (the same bytes from the
+    // module, or after an input change the same resources), unless they are gone or hold a
+    // Secret in plain text.
     let unchanged = match &st.current_synthesis {
+        Some(_) if *req.trigger == Trigger::SlicesMissing => false,
+        Some(cur) if cur.output_digest.as_deref() == next.output_digest.as_deref() => {
+            !inputs::holds_plain_secret(ctx, comp, cur).await?
+        }
         Some(cur) if req.trigger.may_keep_slices() => {
             inputs::emitted(ctx, comp, cur)
                 .await?
@@ -45,7 +52,17 @@ pub(super) async fn store(
         _ => false,
     };
     let uuid = next.uuid.clone();
-    if let (true, Some(cur)) = (unchanged, st.current_synthesis.as_ref()) {
+    if let (true, Some(cur)) = (unchanged, st.current_synthesis.as_ref())
+        && !req.trigger.may_keep_slices()
+    {
+        // A forced, spec or Synthesizer trigger makes a new synthesis (Eno), whose identical
+        // output is stored in the current slices: nothing is written.
+        next.resource_slices = cur.resource_slices.clone();
+        next.outside_namespace = cur.outside_namespace.clone();
+        st.previous_synthesis = st.current_synthesis.take();
+        st.current_synthesis = Some(next);
+        tracing::debug!("identical output; the new synthesis keeps the current slices");
+    } else if let (true, Some(cur)) = (unchanged, st.current_synthesis.as_ref()) {
         next.uuid = cur.uuid.clone();
         next.resource_slices = cur.resource_slices.clone();
         next.outside_namespace = cur.outside_namespace.clone();
@@ -55,7 +72,8 @@ pub(super) async fn store(
         st.current_synthesis = Some(next);
         tracing::debug!("re-synthesized with identical output; slices kept");
     } else {
-        match write_new(ctx, comp, st, &items, &uuid, (fp, kept)).await? {
+        let bound = req.limits.max_output_bytes;
+        match write_new(ctx, comp, st, &items, &uuid, (fp, kept), bound).await? {
             Ok(refs) => next.resource_slices = refs,
             Err(requeue) => return Ok(SynthesisEnd::Failed(requeue)),
         }
@@ -224,6 +242,7 @@ pub(super) async fn write_new(
     items: &[Value],
     uuid: &str,
     (fp, kept): (&str, synthesis::Synthesized),
+    bound: usize,
 ) -> Result<Result<Vec<crds::ResourceSliceRef>, Duration>, Error> {
     let uid = comp.uid().unwrap_or_default();
     // Secrets are sealed: their values never sit in a slice in plain text.
@@ -245,8 +264,17 @@ pub(super) async fn write_new(
     manifests.extend(
         super::super::history::tombstones(ctx, comp, st.current_synthesis.as_ref(), items).await?,
     );
+    let bytes = slices::manifest_bytes(&manifests);
+    if let Some(message) = super::super::budget::too_large(ctx, comp, st, bytes, bound) {
+        refuse(ctx, comp, st, fp, reasons::OUTPUT_TOO_LARGE, &message).await;
+        return Ok(Err(RETRY_CAP));
+    }
     match slices::write(ctx, comp, uuid, manifests).await {
-        Ok(refs) => Ok(Ok(refs)),
+        Ok(refs) => {
+            let ns = comp.namespace().unwrap_or_default();
+            ctx.synthesis_rates.wrote(&ns, bytes);
+            Ok(Ok(refs))
+        }
         Err(e) if e.is_transient() => {
             ctx.memory
                 .synthesis
