@@ -337,7 +337,8 @@ pub struct Limits {
          "message": "memory must be a quantity of bytes such as 256Mi, 1.5Gi or 512M"}
     ]), length(max = 64))]
     pub memory: Option<String>,
-    /// Stdout cap (a quantity of bytes, default `16Mi`).
+    /// Stdout cap, and what one synthesis may store in ResourceSlices (a quantity of bytes;
+    /// default: the controller's `--synthesis-output`, 4Mi).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("x-kubernetes-validations" = [
         {"rule": "self.matches('^\\\\s*\\\\+?([0-9]+(\\\\.[0-9]*)?|\\\\.[0-9]+)([eE][+-]?[0-9]+|Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?\\\\s*$')",

@@ -232,34 +232,6 @@ fn start(args: &cli::RunArgs) -> anyhow::Result<()> {
     result
 }
 
-/// `--composition-synthesis-rate`, `--namespace-synthesis-rate`,
-/// `--namespace-slice-write-rate` with their bursts.
-fn synthesis_rates(args: &cli::RunArgs) -> anyhow::Result<[run::synthesis_rate::Rate; 3]> {
-    use run::synthesis_rate::Rate;
-    let rate = |flag: &str, v: &str, burst: f64| {
-        Rate::parse(v, burst).map_err(|e| anyhow::anyhow!("--{flag}: {e}"))
-    };
-    let bytes_burst = synthesis::parse_quantity(&args.namespace_slice_write_burst)
-        .map_err(|e| anyhow::anyhow!("--namespace-slice-write-burst: {e}"))?;
-    Ok([
-        rate(
-            "composition-synthesis-rate",
-            &args.composition_synthesis_rate,
-            f64::from(args.composition_synthesis_burst),
-        )?,
-        rate(
-            "namespace-synthesis-rate",
-            &args.namespace_synthesis_rate,
-            f64::from(args.namespace_synthesis_burst),
-        )?,
-        rate(
-            "namespace-slice-write-rate",
-            &args.namespace_slice_write_rate,
-            bytes_burst as f64,
-        )?,
-    ])
-}
-
 /// The controller's options from `enoki run`'s flags.
 fn options(args: &cli::RunArgs) -> anyhow::Result<run::Options> {
     let parse = |flag: &str, v: &str| {
@@ -317,7 +289,21 @@ fn options(args: &cli::RunArgs) -> anyhow::Result<run::Options> {
         readiness_poll: parse("readiness-poll", &args.readiness_poll)?,
         resync: parse("resync", &args.resync)?,
         rollout_cooldown: parse("rollout-cooldown", &args.rollout_cooldown)?,
-        synthesis_rates: synthesis_rates(args)?,
+        synthesis_rates: run::synthesis_rate::Rate::of_flags(
+            (
+                &args.composition_synthesis_rate,
+                args.composition_synthesis_burst,
+            ),
+            (
+                &args.namespace_synthesis_rate,
+                args.namespace_synthesis_burst,
+            ),
+            (
+                &args.namespace_slice_write_rate,
+                &args.namespace_slice_write_burst,
+            ),
+        )
+        .map_err(|e| anyhow::anyhow!(e))?,
         namespace_slice_bytes: quantity("namespace-slice-budget", &args.namespace_slice_budget)?,
         max_symphony_bytes: quantity("max-symphony-bytes", &args.max_symphony_bytes)?,
         min_reconcile_interval: parse("min-reconcile-interval", &args.min_reconcile_interval)?,

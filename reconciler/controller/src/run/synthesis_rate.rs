@@ -53,6 +53,28 @@ impl Rate {
         })
     }
 
+    /// The three rates of `enoki run`'s flags: per Composition and per namespace (rate and
+    /// burst), and slice bytes per namespace (rate and burst as quantities).
+    ///
+    /// # Errors
+    /// A message naming the flag that does not parse.
+    pub fn of_flags(
+        composition: (&str, u32),
+        namespace: (&str, u32),
+        bytes: (&str, &str),
+    ) -> Result<[Rate; 3], String> {
+        let bytes_burst = crate::synthesis::parse_quantity(bytes.1)
+            .map_err(|e| format!("--namespace-slice-write-burst: {e}"))?;
+        Ok([
+            Rate::parse(composition.0, f64::from(composition.1))
+                .map_err(|e| format!("--composition-synthesis-rate: {e}"))?,
+            Rate::parse(namespace.0, f64::from(namespace.1))
+                .map_err(|e| format!("--namespace-synthesis-rate: {e}"))?,
+            Rate::parse(bytes.0, bytes_burst as f64)
+                .map_err(|e| format!("--namespace-slice-write-rate: {e}"))?,
+        ])
+    }
+
     fn on(&self) -> bool {
         self.per_second > 0.0
     }

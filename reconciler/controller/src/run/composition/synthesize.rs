@@ -201,34 +201,6 @@ pub(crate) fn input_for(
     }
 }
 
-/// The next synthesis waits for the synthesis rates: `Synthesized=False`
-/// (`SynthesisRateLimited`), the current synthesis still enforced.
-fn rate_limited(
-    st: &mut CompositionStatus,
-    comp: &Composition,
-    trigger: &Trigger,
-    held: &crate::run::synthesis_rate::Held,
-) {
-    tracing::debug!(wait = ?held.wait, %trigger, "synthesis rate");
-    let message = format!(
-        "the next synthesis ({trigger}) waits {}s: {}; the current one is still applied",
-        held.wait.as_secs().max(1),
-        held.message
-    );
-    condition::set_condition(
-        &mut st.conditions,
-        conditions::SYNTHESIZED,
-        false,
-        reasons::SYNTHESIS_RATE_LIMITED,
-        &message,
-        comp.metadata.generation,
-    );
-    st.simplified = Some(crds::SimplifiedStatus {
-        status: reasons::SYNTHESIS_RATE_LIMITED.into(),
-        error: None,
-    });
-}
-
 /// Runs the module in a blocking task under a global synthesis slot.
 async fn run(
     ctx: &Arc<Context>,
