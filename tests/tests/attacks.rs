@@ -711,7 +711,15 @@ async fn enoki_diff_masks_secrets_and_honours_the_tenancy_options() {
     harness::set_echo_items(&env, "items", &json!([secret])).await;
     harness::apply_composition(&env, "app", &synth, "items", json!({})).await;
 
+    // By default it acts as the default install's controller does, as `enoki-composer`: a
+    // namespace not onboarded gives it no rights.
     let (code, out) = harness::enoki_cli_text(&["diff", "app", "-n", &ns]);
+    assert_ne!(code, 0, "{out}");
+    assert!(
+        out.contains(&format!("system:serviceaccount:{ns}:enoki-composer")),
+        "{out}"
+    );
+    let (code, out) = harness::enoki_cli_text(&["diff", "app", "-n", &ns, "--as-caller"]);
     assert_eq!(code, 1, "{out}");
     for value in ["old-value-zzz", "new-value-xxx", "kept-value-yyy"] {
         let b64 = base64_of(value);

@@ -38,7 +38,7 @@ async fn diff_shows_creates_changes_and_prunes_and_writes_nothing() {
     let cms: Api<ConfigMap> = env.api();
 
     // Nothing applied yet: both objects are new; the dry run creates nothing.
-    let (code, out, err) = enoki(&["diff", "app", "-n", &ns]);
+    let (code, out, err) = enoki(&["diff", "app", "-n", &ns, "--as-caller"]);
     assert_eq!(code, 1, "{out}\n{err}");
     assert!(
         out.contains(&format!("+++ enoki    v1 ConfigMap {ns}/a")),
@@ -60,13 +60,13 @@ async fn diff_shows_creates_changes_and_prunes_and_writes_nothing() {
     )
     .await;
     enoki_run.stop();
-    let (code, out, err) = enoki(&["diff", "app", "-n", &ns]);
+    let (code, out, err) = enoki(&["diff", "app", "-n", &ns, "--as-caller"]);
     assert_eq!(code, 0, "{out}\n{err}");
     assert!(out.contains("# 0 changed, 2 unchanged, 0 pruned"), "{out}");
 
     // The input changes: a changes, b is dropped (a prune), c is new.
     set_echo_items(&env, "items", &json!([cm("a", "2"), cm("c", "1")])).await;
-    let (code, out, err) = enoki(&["diff", "app", "-n", &ns]);
+    let (code, out, err) = enoki(&["diff", "app", "-n", &ns, "--as-caller"]);
     assert_eq!(code, 1, "{out}\n{err}");
     assert!(out.contains("-  x: \"1\"\n+  x: \"2\""), "{out}");
     assert!(
@@ -101,12 +101,13 @@ async fn diff_shows_creates_changes_and_prunes_and_writes_nothing() {
         dir.join("comp.yaml").to_str().unwrap(),
         "-i",
         &format!("config={}", dir.join("items.json").display()),
+        "--as-caller",
     ]);
     assert_eq!(code, 0, "the files say what is applied: {out}\n{err}");
     assert!(out.contains("# 0 changed, 2 unchanged, 0 pruned"), "{out}");
 
     // A Composition that does not exist is an error naming it.
-    let (code, _, err) = enoki(&["diff", "nope", "-n", &ns]);
+    let (code, _, err) = enoki(&["diff", "nope", "-n", &ns, "--as-caller"]);
     assert_eq!(code, 1);
     assert!(err.contains(&format!("Composition {ns}/nope")), "{err}");
     let _ = std::fs::remove_dir_all(&dir);

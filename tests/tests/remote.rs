@@ -132,10 +132,18 @@ async fn emitted_objects_go_to_the_remote_cluster_and_state_stays_in_management(
 /// management cluster has none of the objects.
 fn diff_compares_with_the_remote(ns: &str, path: &std::path::Path) {
     let path_str = path.to_str().unwrap();
-    let (code, out) = enoki(&["diff", "app", "-n", ns, "--remote-kubeconfig", path_str]);
+    let (code, out) = enoki(&[
+        "diff",
+        "app",
+        "-n",
+        ns,
+        "--remote-kubeconfig",
+        path_str,
+        "--as-caller",
+    ]);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("# 0 changed, 2 unchanged, 0 pruned"), "{out}");
-    let (code, out) = enoki(&["diff", "app", "-n", ns]);
+    let (code, out) = enoki(&["diff", "app", "-n", ns, "--as-caller"]);
     assert_eq!(code, 1, "{out}");
 }
 

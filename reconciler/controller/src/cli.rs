@@ -576,13 +576,23 @@ pub struct DiffArgs {
     /// --remote-kubeconfig` applies emitted objects.
     #[arg(long, env = "ENOKI_REMOTE_KUBECONFIG")]
     pub remote_kubeconfig: Option<PathBuf>,
-    /// As `enoki run`: the ServiceAccount a Composition that names none acts as; its reads and
-    /// dry runs are made as that account, as the controller would make them.
-    #[arg(long, env = "ENOKI_DEFAULT_SERVICE_ACCOUNT")]
-    pub default_service_account: Option<String>,
-    /// As `enoki run`: refuse a Composition whose references leave its namespace.
-    #[arg(long, env = "ENOKI_NO_CROSS_NAMESPACE_REFS", default_value_t = false)]
+    /// As the default install's `enoki run`: the ServiceAccount a Composition that names none
+    /// acts as; its reads and dry runs are made as that account, as the controller would make
+    /// them (you need `impersonate` on it, which the platform team has).
+    #[arg(
+        long,
+        env = "ENOKI_DEFAULT_SERVICE_ACCOUNT",
+        default_value = "enoki-composer"
+    )]
+    pub default_service_account: String,
+    /// As `enoki run`: refuse a Composition whose references leave its namespace (the
+    /// default; `--as-caller` turns it off).
+    #[arg(long, env = "ENOKI_NO_CROSS_NAMESPACE_REFS", default_value_t = true)]
     pub no_cross_namespace_refs: bool,
+    /// As a single-tenant `enoki run`: read and dry-run with your own credentials, references
+    /// across namespaces allowed (no impersonation).
+    #[arg(long, default_value_t = false)]
+    pub as_caller: bool,
     /// As `enoki run`: `MANAGEMENT_NS=REMOTE_NS` pairs for a remote target.
     #[arg(long, env = "ENOKI_REMOTE_NAMESPACE_MAP", value_delimiter = ',')]
     pub remote_namespace_map: Vec<String>,

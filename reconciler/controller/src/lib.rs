@@ -170,11 +170,9 @@ async fn diff(args: &cli::DiffArgs) -> anyhow::Result<run::diff::Report> {
     defaults.kubeconfig.clone_from(&args.cluster.kubeconfig);
     defaults.context.clone_from(&args.cluster.context);
     // The controller's tenancy options: the diff reads and dry-runs as the Composition would.
-    defaults.default_service_account = args
-        .default_service_account
-        .clone()
-        .filter(|s| !s.is_empty());
-    defaults.no_cross_namespace_refs = args.no_cross_namespace_refs;
+    defaults.default_service_account =
+        Some(args.default_service_account.clone()).filter(|s| !s.is_empty() && !args.as_caller);
+    defaults.no_cross_namespace_refs = args.no_cross_namespace_refs && !args.as_caller;
     defaults.remote_namespace_map =
         remote_namespace_map(&args.remote_namespace_map, args.remote_kubeconfig.is_some())?;
     if let Some(m) = &args.helm_module {

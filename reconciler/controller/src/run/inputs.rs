@@ -185,36 +185,52 @@ pub async fn collection(
     if !selectors.is_empty() {
         lp = lp.labels(&selectors.join(","));
     }
-    let list = match api.list(&lp).await {
-        Ok(l) => l,
-        Err(kube::Error::Api(e)) if e.code == 400 => {
+    // Read page by page, projected as it comes and bounded while it is read.
+    let in_scope = |o: &DynamicObject| {
+        namespaces.as_ref().is_none_or(|set| {
+            o.metadata
+                .namespace
+                .as_ref()
+                .is_some_and(|n| set.contains(n))
+        })
+    };
+    let keep = |o: DynamicObject| {
+        if !in_scope(&o) {
+            return None;
+        }
+        let mut v = serde_json::to_value(o).unwrap_or_default();
+        if v.get("apiVersion").is_none() {
+            v["apiVersion"] = json!(ar.api_version);
+            v["kind"] = json!(ar.kind);
+        }
+        let v = project(&v, &c.fields);
+        let size = serde_json::to_vec(&v).map_or(0, |b| b.len());
+        Some((v, size))
+    };
+    let max = crate::synthesis::MAX_INPUT_BYTES;
+    let fetch = |lp: ListParams| {
+        let api = api.clone();
+        async move { api.list(&lp).await }
+    };
+    let listed = super::paging::list_bounded(&lp, max, fetch, keep);
+    let mut items = match listed.await {
+        Ok(items) => items,
+        Err(super::paging::Stop::TooLarge(n)) => {
+            return Ok(Err(format!(
+                "input {key:?}: the collection is over {max} bytes ({n} read before it was \
+                 refused)"
+            )));
+        }
+        Err(super::paging::Stop::Api(kube::Error::Api(e))) if e.code == 400 => {
             return Ok(Err(format!("input {key:?}: label selector: {}", e.message)));
         }
-        Err(kube::Error::Api(e)) if e.code == 403 => {
+        Err(super::paging::Stop::Api(kube::Error::Api(e))) if e.code == 403 => {
             return Ok(Err(format!("input {key:?}: {}", e.message)));
         }
-        Err(e) => return Err(kube_err(format!("listing input {key:?}"))(e)),
+        Err(super::paging::Stop::Api(e)) => {
+            return Err(kube_err(format!("listing input {key:?}"))(e));
+        }
     };
-    let mut items: Vec<Value> = list
-        .items
-        .into_iter()
-        .filter(|o| {
-            namespaces.as_ref().is_none_or(|set| {
-                o.metadata
-                    .namespace
-                    .as_ref()
-                    .is_some_and(|n| set.contains(n))
-            })
-        })
-        .map(|o| {
-            let mut v = serde_json::to_value(o).unwrap_or_default();
-            if v.get("apiVersion").is_none() {
-                v["apiVersion"] = json!(ar.api_version);
-                v["kind"] = json!(ar.kind);
-            }
-            project(&v, &c.fields)
-        })
-        .collect();
     items.sort_by_key(|o| {
         (
             o.pointer("/metadata/namespace").map(Value::to_string),
@@ -258,22 +274,27 @@ async fn selected_namespaces(
     let ns_ar = kube::core::ApiResource::erase::<k8s_openapi::api::core::v1::Namespace>(&());
     ctx.watches.track(&ns_gvk, &ns_ar, "", "*", comp);
     let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(ctx.client.clone());
-    let list = match api.list(&ListParams::default().labels(&sel)).await {
-        Ok(l) => l,
-        Err(kube::Error::Api(e)) if e.code == 400 => {
-            return Ok(Err(format!(
-                "input {key:?}: namespace selector {sel:?}: {}",
-                e.message
-            )));
+    let lp = ListParams::default().labels(&sel);
+    let names = super::paging::list_bounded(
+        &lp,
+        0,
+        |lp: ListParams| {
+            let api = api.clone();
+            async move { api.list_metadata(&lp).await }
+        },
+        |n| Some((n.metadata.name?, 0)),
+    );
+    match names.await {
+        Ok(names) => Ok(Ok(Some(names.into_iter().collect()))),
+        Err(super::paging::Stop::Api(kube::Error::Api(e))) if e.code == 400 => Ok(Err(format!(
+            "input {key:?}: namespace selector {sel:?}: {}",
+            e.message
+        ))),
+        Err(super::paging::Stop::Api(e)) => {
+            Err(kube_err(format!("listing namespaces for {key:?}"))(e))
         }
-        Err(e) => return Err(kube_err(format!("listing namespaces for {key:?}"))(e)),
-    };
-    Ok(Ok(Some(
-        list.items
-            .into_iter()
-            .filter_map(|n| n.metadata.name)
-            .collect(),
-    )))
+        Err(super::paging::Stop::TooLarge(_)) => Ok(Ok(Some(BTreeSet::new()))),
+    }
 }
 
 /// The live state of every resource the current synthesis emitted (tombstones excluded),

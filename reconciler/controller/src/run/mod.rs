@@ -23,6 +23,7 @@ pub mod metrics;
 mod model;
 mod module;
 mod owners;
+mod paging;
 mod policy;
 pub mod queue;
 mod ratelimit;

@@ -255,11 +255,16 @@ async fn owned_compositions(
     comps: &Api<Composition>,
     symphony: &str,
 ) -> Result<Vec<Composition>, Error> {
-    Ok(comps
-        .list(&ListParams::default().labels(&format!("{}={symphony}", labels::SYMPHONY)))
-        .await
-        .map_err(kube_err("listing the Symphony's Compositions"))?
-        .items)
+    let lp = ListParams::default().labels(&format!("{}={symphony}", labels::SYMPHONY));
+    let fetch = |lp: ListParams| {
+        let comps = comps.clone();
+        async move { comps.list(&lp).await }
+    };
+    match super::paging::list_bounded(&lp, 0, fetch, |c| Some((c, 0))).await {
+        Ok(found) => Ok(found),
+        Err(super::paging::Stop::Api(e)) => Err(kube_err("listing the Symphony's Compositions")(e)),
+        Err(super::paging::Stop::TooLarge(_)) => Ok(Vec::new()),
+    }
 }
 
 /// Deletion: label every Composition `symphony-deleting` (its resources are orphaned, as in

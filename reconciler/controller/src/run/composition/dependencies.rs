@@ -132,15 +132,28 @@ pub(crate) async fn dependents(ctx: &Context, comp: &Composition) -> Result<Vec<
             Some(ns) => kube::Api::namespaced(ctx.client.clone(), ns),
             None => kube::Api::all(ctx.client.clone()),
         };
-        api.list(&kube::api::ListParams::default())
-            .await
-            .map_err(crate::run::kube_err(
-                "listing the Compositions that depend on this one",
-            ))?
-            .items
-            .into_iter()
-            .map(Arc::new)
-            .collect()
+        // Page by page, keeping only the Compositions that name this one.
+        let name = comp.name_any();
+        let fetch = |lp: kube::api::ListParams| {
+            let api = api.clone();
+            async move { api.list(&lp).await }
+        };
+        let names_me = |c: Composition| {
+            c.spec
+                .depends_on
+                .iter()
+                .any(|d| d.name == name)
+                .then(|| (Arc::new(c), 0))
+        };
+        match crate::run::paging::list_bounded(&Default::default(), 0, fetch, names_me).await {
+            Ok(found) => found,
+            Err(crate::run::paging::Stop::Api(e)) => {
+                return Err(crate::run::kube_err(
+                    "listing the Compositions that depend on this one",
+                )(e));
+            }
+            Err(crate::run::paging::Stop::TooLarge(_)) => Vec::new(),
+        }
     } else {
         ctx.compositions.state()
     };

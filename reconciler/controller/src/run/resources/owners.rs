@@ -50,8 +50,17 @@ pub(crate) async fn gone_owners(ctx: &Context, named: BTreeSet<String>) -> BTree
         return gone;
     }
     let api: Api<crds::Composition> = Api::all(ctx.client.clone());
-    let existing: BTreeSet<String> = match api.list_metadata(&ListParams::default()).await {
-        Ok(list) => list.items.iter().filter_map(ResourceExt::uid).collect(),
+    let fetch = |lp: ListParams| {
+        let api = api.clone();
+        async move { api.list_metadata(&lp).await }
+    };
+    // Page by page, keeping only the UIDs asked about.
+    let asked = |c: kube::core::PartialObjectMeta<crds::Composition>| {
+        c.uid().filter(|u| unknown.contains(u)).map(|u| (u, 0))
+    };
+    let listed = crate::run::paging::list_bounded(&ListParams::default(), 0, fetch, asked).await;
+    let existing: BTreeSet<String> = match listed {
+        Ok(uids) => uids.into_iter().collect(),
         Err(e) => {
             tracing::warn!(error = %e, "cannot list Compositions to check the owners of managed objects; they keep their owners");
             ctx.owners.remember(&unknown, &BTreeSet::new(), now);
