@@ -11,6 +11,7 @@ use wasm_host::{Entropy, Host, HostError, ModulePre, RunLimits, RunRequest};
 
 use crds::names::{annotations as keys, reasons};
 
+mod builtin;
 mod limits;
 mod output;
 mod validate;
@@ -108,41 +109,6 @@ impl Module {
             Module::Builtin { name, .. } => format!("builtin:{name}@{}", env!("CARGO_PKG_VERSION")),
         }
     }
-}
-
-/// Runs a built-in on a thread of its own under the Synthesizer's deadline and output bound
-/// (a built-in is native code: one past its deadline is left to finish on its own thread and
-/// its result dropped; the synthesis fails with `Timeout` at the deadline).
-fn run_builtin(run: BuiltinFn, stdin: &[u8], limits: RunLimits) -> Result<Vec<u8>, SynthesisError> {
-    let parsed: enoki_sdk::Input =
-        serde_json::from_slice(stdin).map_err(|e| SynthesisError::MalformedOutput {
-            message: e.to_string(),
-        })?;
-    let (tx, rx) = std::sync::mpsc::sync_channel(1);
-    std::thread::Builder::new()
-        .name("enoki-builtin".into())
-        .spawn(move || {
-            let _ = tx.send(enoki_sdk::testing::run(run, &parsed));
-        })
-        .map_err(|e| {
-            SynthesisError::Host(HostError::Engine {
-                message: format!("starting the built-in: {e}"),
-            })
-        })?;
-    let list = rx.recv_timeout(limits.deadline).map_err(|_| {
-        SynthesisError::Host(HostError::Timeout {
-            after: limits.deadline,
-        })
-    })?;
-    let out = serde_json::to_vec(&list).map_err(|e| SynthesisError::MalformedOutput {
-        message: e.to_string(),
-    })?;
-    if out.len() >= limits.max_output_bytes {
-        return Err(SynthesisError::Host(HostError::OutputTooLarge {
-            limit: limits.max_output_bytes,
-        }));
-    }
-    Ok(out)
 }
 
 /// A module and the chart of `spec.helm` it renders: the packaged chart goes to the module
@@ -417,7 +383,7 @@ pub fn synthesize(
             secure,
             &mut peak_memory_bytes,
         )?,
-        Module::Builtin { run, .. } => run_builtin(*run, &stdin, limits)?,
+        Module::Builtin { run, .. } => builtin::run(*run, &stdin, limits)?,
     };
     let output_digest = sha256(&stdout);
     let (items, results) = parse_output(&stdout)?;

@@ -65,7 +65,7 @@ pub struct Context {
     /// Every ResourceSlice in scope.
     pub(crate) slices: Store<ResourceSlice>,
     /// Bounds the syntheses running at once, across all Compositions.
-    pub(crate) synthesis_slots: Arc<tokio::sync::Semaphore>,
+    pub(crate) synthesis_slots: Arc<super::fair::FairGate>,
     /// Runs in progress with their deadlines (`/healthz`).
     pub(crate) slots: Arc<super::sandbox::Slots>,
     /// Bounds the sum of the memory limits of runs in progress.
@@ -95,6 +95,8 @@ pub struct Context {
     pub(crate) synthesis_rates: super::synthesis_rate::SynthesisRates,
     /// `--concurrency` reconcile turns, shared fairly between namespaces.
     pub(crate) fair: Arc<super::fair::FairGate>,
+    /// The Compositions Symphonies generate (set where the Symphony controller runs).
+    pub(crate) symphony_compositions: std::sync::OnceLock<Store<Composition>>,
 }
 
 /// The parts [`Context::new`] takes.
@@ -110,7 +112,7 @@ pub(crate) struct Parts {
     pub slices: Store<ResourceSlice>,
     pub slots: Arc<super::sandbox::Slots>,
     /// Bounds the syntheses running at once (shared by every shard of the process).
-    pub synthesis_slots: Arc<tokio::sync::Semaphore>,
+    pub synthesis_slots: Arc<super::fair::FairGate>,
     /// The memory budget of concurrent runs (shared likewise).
     pub memory_budget: super::sandbox::MemoryBudget,
     /// The shards whose Compositions this Context reconciles.
@@ -125,11 +127,9 @@ impl Parts {
     /// The process-wide synthesis limits of `opts` (one set per process, shared by shards).
     pub(crate) fn limits(
         opts: &Options,
-    ) -> (Arc<tokio::sync::Semaphore>, super::sandbox::MemoryBudget) {
+    ) -> (Arc<super::fair::FairGate>, super::sandbox::MemoryBudget) {
         (
-            Arc::new(tokio::sync::Semaphore::new(
-                opts.max_concurrent_syntheses.max(1),
-            )),
+            super::fair::FairGate::new(opts.max_concurrent_syntheses.max(1)),
             super::sandbox::MemoryBudget::new(opts.sandbox.memory_budget_bytes),
         )
     }
@@ -170,6 +170,7 @@ impl Context {
             namespace_verdicts: super::model::NamespaceVerdicts::default(),
             synthesis_rates,
             fair,
+            symphony_compositions: std::sync::OnceLock::new(),
         }
     }
 
@@ -251,8 +252,13 @@ impl Context {
         bytes: usize,
     ) {
         let capacity = plan_cache_share(self.opts.plan_cache_resources, *self.shards.borrow());
+        let weight = p.resources.len() + bytes / BYTES_PER_RESOURCE;
+        // One synthesis worth more than half the cache is not kept: it would evict every
+        // other Composition's (it is ingested again from its slices when next reconciled).
+        if weight > capacity / 2 && capacity > 1 {
+            return;
+        }
         if let Ok(mut lru) = self.prepared.lock() {
-            let weight = p.resources.len() + bytes / BYTES_PER_RESOURCE;
             lru.insert(uid, key, (p, weight), capacity);
         }
     }

@@ -69,11 +69,21 @@ impl FairGate {
                 .or_default()
                 .push_back(tx);
             s.grant();
-            rx
+            Waiting {
+                rx: Some(rx),
+                gate: self.clone(),
+                namespace: namespace.to_string(),
+            }
         };
-        // The turn was counted for us when granted; a closed gate drops the sender.
-        rx.await.ok()?;
-        Some(self.turn(namespace))
+        let mut waiting = rx;
+        let granted = match waiting.rx.as_mut() {
+            Some(rx) => rx.await.is_ok(),
+            None => false,
+        };
+        // Received: the turn is ours (counted when it was granted); the guard lets go.
+        waiting.rx = None;
+        // A closed gate drops the sender.
+        granted.then(|| self.turn(namespace))
     }
 
     /// Closes the gate: every waiter and every later reconcile is sent away (the stack is
@@ -158,6 +168,52 @@ impl State {
     }
 }
 
+/// A reconcile waiting for a turn. Dropped after its turn was granted but before it saw it
+/// (cancelled in between), it gives the turn back.
+struct Waiting {
+    rx: Option<oneshot::Receiver<()>>,
+    gate: Arc<FairGate>,
+    namespace: String,
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        if let Some(mut rx) = self.rx.take()
+            && rx.try_recv().is_ok()
+            && let Ok(mut s) = self.gate.state.lock()
+        {
+            s.leave(&self.namespace);
+            s.grant();
+        }
+    }
+}
+
+tokio::task_local! {
+    /// The turn the current reconcile holds (see [`aside`]).
+    static HELD: std::cell::RefCell<Option<Turn>>;
+}
+
+/// Runs `f` holding `turn` (given back by [`aside`] while `f` waits on a shared budget).
+pub async fn holding<F: std::future::Future>(turn: Turn, f: F) -> F::Output {
+    HELD.scope(std::cell::RefCell::new(Some(turn)), f).await
+}
+
+/// Gives the turn this task holds back while `work` runs (it waits for, then holds, a shared
+/// budget that is fair on its own: a synthesis slot), and takes one again afterwards. A
+/// reconcile parked on a budget never keeps another namespace from its turn.
+pub async fn aside<T>(gate: &Arc<FairGate>, work: impl std::future::Future<Output = T>) -> T {
+    let held = HELD.try_with(|t| t.borrow_mut().take()).ok().flatten();
+    let namespace = held.as_ref().map(|t| t.namespace.clone());
+    drop(held);
+    let out = work.await;
+    if let Some(ns) = namespace
+        && let Some(turn) = gate.enter(&ns).await
+    {
+        let _ = HELD.try_with(|t| *t.borrow_mut() = Some(turn));
+    }
+    out
+}
+
 impl Drop for Turn {
     fn drop(&mut self) {
         if let Ok(mut s) = self.gate.state.lock() {
@@ -198,6 +254,28 @@ mod tests {
         for q in queued {
             drop(q.await.unwrap());
         }
+        assert_eq!(gate.load(), (0, 0));
+    }
+
+    #[tokio::test]
+    async fn a_turn_given_aside_goes_to_the_next_waiter_and_comes_back() {
+        let gate = FairGate::new(1);
+        let turn = gate.enter("a").await.unwrap();
+        let g = gate.clone();
+        let other = tokio::spawn(async move {
+            let t = g.enter("b").await.unwrap();
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            drop(t);
+        });
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let g = gate.clone();
+        holding(turn, async move {
+            let seen = aside(&g, async { g.load() }).await;
+            assert_eq!(seen.0, 1, "b ran while a waited aside: {seen:?}");
+            assert_eq!(g.load(), (1, 0), "a holds a turn again");
+        })
+        .await;
+        other.await.unwrap();
         assert_eq!(gate.load(), (0, 0));
     }
 

@@ -313,7 +313,7 @@ pub async fn observed_outputs(
     let client = ctx
         .target_for(comp)
         .map_err(kube_err("building the impersonating client"))?;
-    for manifest in emitted(ctx, comp, current).await?.unwrap_or_default() {
+    for manifest in emitted_identities(ctx, comp, current).await? {
         let Ok(key) = plan::ResourceKey::of(&manifest) else {
             continue;
         };
@@ -399,6 +399,59 @@ pub async fn emitted(
         );
     }
     Ok(Some(out))
+}
+
+/// The identities (`apiVersion`, `kind`, name, namespace) of what `synthesis` emits
+/// (tombstones excluded), from the slice cache's compact copies: no slice is read whole.
+async fn emitted_identities(
+    ctx: &Context,
+    comp: &Composition,
+    synthesis: &crds::Synthesis,
+) -> Result<Vec<Value>, Error> {
+    let mut out = Vec::new();
+    for r in &synthesis.resource_slices {
+        if let Some((slice, _)) = super::composition::slices::read(ctx, comp, &r.name).await? {
+            out.extend(
+                slice
+                    .spec
+                    .resources
+                    .iter()
+                    .filter(|m| !m.deleted)
+                    .filter_map(|m| serde_json::from_str::<Value>(&m.manifest).ok()),
+            );
+        }
+    }
+    Ok(out)
+}
+
+/// Whether `synthesis`'s slices may be kept for a new synthesis of identical output: they all
+/// exist (and open), and every Secret in them is sealed under the current slice key (a key
+/// rotated since is taken up by the next synthesis, as the rotation in docs/operations.md
+/// asks).
+pub async fn slices_reusable(
+    ctx: &Context,
+    comp: &Composition,
+    synthesis: &crds::Synthesis,
+) -> Result<bool, Error> {
+    if !super::composition::slices::all_exist(ctx, comp, synthesis).await? {
+        return Ok(false);
+    }
+    for r in &synthesis.resource_slices {
+        let Some((slice, _)) = super::composition::slices::read(ctx, comp, &r.name).await? else {
+            return Ok(false);
+        };
+        let stale = slice.spec.resources.iter().any(|m| {
+            super::sealing::plain_secret(m)
+                || (!m.deleted
+                    && m.sealed
+                        .as_deref()
+                        .is_some_and(|s| !ctx.slice_keys.is_current(s)))
+        });
+        if stale {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// Whether one of `synthesis`'s slices holds a Secret in plain text (written before Secrets

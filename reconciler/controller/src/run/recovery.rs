@@ -154,21 +154,6 @@ pub(crate) fn dynamic_controller(
     Controller::for_stream_with(stream, reader, ar).trigger_backoff(backoff())
 }
 
-/// The metadata of the objects of `api` — changes and deletions of which wake their owner
-/// (`Controller::owns_stream`), as `Controller::owns` watches them — through a
-/// [`recovering`] watch.
-pub(crate) fn owned<K>(
-    api: kube::Api<kube::core::PartialObjectMeta<K>>,
-    wc: watcher::Config,
-) -> impl Stream<Item = Result<kube::core::PartialObjectMeta<K>, watcher::Error>> + Send + 'static
-where
-    K: kube::Resource + Clone + std::fmt::Debug + Send + Sync + 'static,
-    kube::core::PartialObjectMeta<K>:
-        kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
-{
-    recovering(watcher(api, wc)).touched_objects()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -167,6 +167,18 @@ impl SliceKeys {
         }
     }
 
+    /// Whether a sealed entry is sealed under the current key (`false` without one).
+    pub(crate) fn is_current(&self, sealed: &str) -> bool {
+        let mut parts = sealed.splitn(3, ':');
+        match (parts.next(), parts.next()) {
+            (Some(PREFIX), Some(id)) => self
+                .keys
+                .read()
+                .is_ok_and(|k| k.current.as_deref() == Some(id)),
+            _ => false,
+        }
+    }
+
     /// Seals `plain` (a Secret's manifest, for Composition `uid`).
     ///
     /// # Errors

@@ -255,7 +255,7 @@ struct Shared {
     opts: Options,
     metrics: metrics::Metrics,
     slots: Arc<super::sandbox::Slots>,
-    limits: (Arc<tokio::sync::Semaphore>, super::sandbox::MemoryBudget),
+    limits: (Arc<super::fair::FairGate>, super::sandbox::MemoryBudget),
     identity: String,
     /// The reconciles running per shard.
     in_flight: Arc<super::shard::InFlight>,

@@ -173,7 +173,7 @@ async fn reconcile_once(sym: Arc<Symphony>, ctx: Arc<Context>) -> Result<Action,
     let name = sym.name_any();
     let syms: Api<Symphony> = Api::namespaced(ctx.client.clone(), &ns);
     let comps: Api<Composition> = Api::namespaced(ctx.client.clone(), &ns);
-    let owned = owned_compositions(&comps, &name).await?;
+    let owned = owned_compositions(&ctx, &comps, &name).await?;
     let has_finalizer = sym.finalizers().iter().any(|f| f == FINALIZER);
     if sym.metadata.deletion_timestamp.is_some() {
         if !has_finalizer {
@@ -251,10 +251,24 @@ async fn reconcile_once(sym: Arc<Symphony>, ctx: Arc<Context>) -> Result<Action,
     }))
 }
 
+/// The Symphony's Compositions: from the cache of generated Compositions, or a list where
+/// there is none.
 async fn owned_compositions(
+    ctx: &Context,
     comps: &Api<Composition>,
     symphony: &str,
 ) -> Result<Vec<Composition>, Error> {
+    if let Some(store) = ctx.symphony_compositions.get() {
+        store.wait_until_ready().await.ok();
+        let ns = comps.namespace().map(str::to_string);
+        return Ok(store
+            .state()
+            .iter()
+            .filter(|c| c.namespace() == ns)
+            .filter(|c| c.labels().get(labels::SYMPHONY).map(String::as_str) == Some(symphony))
+            .map(|c| c.as_ref().clone())
+            .collect());
+    }
     let lp = ListParams::default().labels(&format!("{}={symphony}", labels::SYMPHONY));
     let fetch = |lp: ListParams| {
         let comps = comps.clone();
@@ -336,10 +350,11 @@ async fn apply_variations(
     for v in order {
         let desired = desired_composition(sym, v);
         let comp_name = composition_name(&name, &v.synthesizer.name);
-        // Written only when it would change something.
+        // Written only when it would change something; one being deleted is created again
+        // once it is gone (its deletion wakes the Symphony).
         if current
             .get(&comp_name)
-            .is_some_and(|c| up_to_date(c, &desired))
+            .is_some_and(|c| c.metadata.deletion_timestamp.is_some() || up_to_date(c, &desired))
         {
             continue;
         }

@@ -140,6 +140,9 @@ pub fn from_docker_config(
     ))
 }
 
+/// How long a `docker-credential-*` helper may take to answer.
+pub const HELPER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// The user's credentials for `registry`: the docker config (`$DOCKER_CONFIG/config.json`,
 /// else `~/.docker/config.json`), including `credsStore` and `credHelpers` (the
 /// `docker-credential-<name>` programs). `None` when there are none (an anonymous request).
@@ -150,7 +153,21 @@ pub fn from_user_config(registry: &str) -> Option<Credentials> {
         "index.docker.io" => "https://index.docker.io/v1/".to_string(),
         other => other.to_string(),
     };
-    match docker_credential::get_credential(&key) {
+    // A credential helper is a program: one that never answers costs at most
+    // HELPER_TIMEOUT (it is left to end on its thread), never a worker held for good.
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    std::thread::Builder::new()
+        .name("credential-helper".into())
+        .spawn(move || {
+            let _ = tx.send(docker_credential::get_credential(&key));
+        })
+        .ok()?;
+    let Ok(answer) = rx.recv_timeout(HELPER_TIMEOUT) else {
+        tracing::warn!(registry, timeout = ?HELPER_TIMEOUT,
+            "the docker credential helper did not answer; pulling without credentials");
+        return None;
+    };
+    match answer {
         Ok(docker_credential::DockerCredential::UsernamePassword(username, password)) => {
             Some(Credentials {
                 username,

@@ -115,7 +115,7 @@ pub(super) struct Registry {
     pub(crate) insecure: bool,
     pub(crate) token: Option<String>,
     /// Sent as HTTP Basic to a registry that asks for it, and to its token realm when the
-    /// realm is on the registry's host or domain ([`credentials_may_go_to`]).
+    /// realm is on the registry's host or paired with it ([`credentials_may_go_to`]).
     pub(crate) credentials: Option<Credentials>,
     /// The registry asked for Basic and we have credentials: send them with every request.
     pub(crate) basic: bool,
@@ -235,7 +235,7 @@ impl Registry {
     /// A pull token from the challenge's realm: anonymous; with the credentials as Basic; or,
     /// for an identity token, the OAuth2 refresh-token exchange docker makes (`POST`
     /// `grant_type=refresh_token`). Credentials go only to a realm on the registry's host or
-    /// domain ([`credentials_may_go_to`]).
+    /// known token service ([`credentials_may_go_to`]).
     pub(super) async fn fetch_token(
         &mut self,
         realm: &str,
@@ -255,8 +255,9 @@ impl Registry {
         let credentials = match &self.credentials {
             Some(c) if !credentials_may_go_to(realm, &self.host) => {
                 return Err(SourceError::Invalid(format!(
-                    "the token service {realm:?} of registry {} is neither on its host nor in \
-                     its domain: the credentials from {} are not sent there",
+                    "the token service {realm:?} of registry {} is not on its host: the \
+                     credentials from {} are not sent there (a token service of its own is \
+                     named in ENOKI_REGISTRY_TOKEN_REALMS as registry=realm host)",
                     self.host, c.source
                 )));
             }
@@ -322,24 +323,43 @@ impl Registry {
     }
 }
 
-/// Registry services that give each customer a subdomain (`<name>.azurecr.io`): a token realm
-/// there must be on the registry's own host.
-pub const SHARED_REGISTRY_DOMAINS: &[&str] = &[
-    "azurecr.io",
-    "azurecr.cn",
-    "azurecr.us",
-    "pkg.dev",
-    "amazonaws.com",
-    "jfrog.io",
-    "cloudsmith.io",
+/// Token services on another host than their registry's that receive its credentials without
+/// configuration: (registry host, realm host).
+pub const KNOWN_TOKEN_REALMS: &[(&str, &str)] = &[
+    ("registry-1.docker.io", "auth.docker.io"),
+    ("index.docker.io", "auth.docker.io"),
+    ("docker.io", "auth.docker.io"),
+    ("registry.gitlab.com", "gitlab.com"),
 ];
 
+/// More (registry host, realm host) pairs, from `ENOKI_REGISTRY_TOKEN_REALMS`
+/// (`registry.example.com=auth.example.com,…`), for self-hosted registries whose token
+/// service has a host of its own.
+fn configured_token_realms() -> &'static [(String, String)] {
+    static PAIRS: std::sync::OnceLock<Vec<(String, String)>> = std::sync::OnceLock::new();
+    PAIRS.get_or_init(|| {
+        std::env::var("ENOKI_REGISTRY_TOKEN_REALMS")
+            .unwrap_or_default()
+            .split(',')
+            .filter_map(|p| {
+                let (r, a) = p.split_once('=')?;
+                Some((r.trim().to_ascii_lowercase(), a.trim().to_ascii_lowercase()))
+            })
+            .filter(|(r, a)| !r.is_empty() && !a.is_empty())
+            .collect()
+    })
+}
+
 /// Whether a registry's credentials may go to the token service at `realm`: its host is the
-/// registry's host (any port), or both are DNS names with the same registrable domain under the
-/// public suffix list (`auth.docker.io` for `registry-1.docker.io`), that domain is not a
-/// registry service's shared one ([`SHARED_REGISTRY_DOMAINS`]: never `evil.azurecr.io` for
-/// `team.azurecr.io`) and the realm is `https://`. An IP address matches only itself.
+/// registry's host (any port), or the pair is a known one ([`KNOWN_TOKEN_REALMS`]) or one
+/// configured in `ENOKI_REGISTRY_TOKEN_REALMS`, over `https://`. Anything else is refused:
+/// sharing a domain proves nothing (`evil.azurecr.io` is not `team.azurecr.io`'s).
 pub fn credentials_may_go_to(realm: &str, registry_host: &str) -> bool {
+    may_go_to_with(realm, registry_host, configured_token_realms())
+}
+
+/// [`credentials_may_go_to`] with the configured pairs given. Pure.
+pub fn may_go_to_with(realm: &str, registry_host: &str, extra: &[(String, String)]) -> bool {
     let Ok(url) = reqwest::Url::parse(realm) else {
         return false;
     };
@@ -356,14 +376,11 @@ pub fn credentials_may_go_to(realm: &str, registry_host: &str) -> bool {
     if realm_host == registry {
         return true;
     }
-    let domain = |h: &str| {
-        (h.parse::<std::net::IpAddr>().is_err() && !h.starts_with('['))
-            .then(|| psl::domain_str(h).map(String::from))
-            .flatten()
-            // Registry services whose subdomains are different customers' registries.
-            .filter(|d| !SHARED_REGISTRY_DOMAINS.contains(&d.as_str()))
-    };
-    url.scheme() == "https" && domain(&realm_host).is_some_and(|d| Some(d) == domain(&registry))
+    let paired = KNOWN_TOKEN_REALMS
+        .iter()
+        .any(|(r, a)| *r == registry && *a == realm_host)
+        || extra.iter().any(|(r, a)| *r == registry && *a == realm_host);
+    url.scheme() == "https" && paired
 }
 
 /// The HTTP client of the refresh-token exchange: timeouts and the extra CA, no redirects.
@@ -886,18 +903,33 @@ mod token_service_tests {
             "https://10.0.0.2/token",
             "10.0.0.1:5000"
         ));
-        // Public suffixes are not a shared domain.
+        // A shared domain proves nothing; a configured pair does.
         assert!(!credentials_may_go_to(
             "https://evil.azurecr.io/oauth2/token",
             "team.azurecr.io"
         ));
         assert!(!credentials_may_go_to(
-            "https://evil.co.uk/token",
-            "reg.example.co.uk"
+            "https://evil.tencentcloudcr.com/token",
+            "team.tencentcloudcr.com"
         ));
-        assert!(credentials_may_go_to(
+        assert!(!credentials_may_go_to(
             "https://auth.example.co.uk/token",
             "reg.example.co.uk"
+        ));
+        let pairs = [("reg.example.co.uk".to_string(), "auth.example.co.uk".to_string())];
+        assert!(may_go_to_with(
+            "https://auth.example.co.uk/token",
+            "reg.example.co.uk:443",
+            &pairs
+        ));
+        assert!(!may_go_to_with(
+            "http://auth.example.co.uk/token",
+            "reg.example.co.uk",
+            &pairs
+        ));
+        assert!(credentials_may_go_to(
+            "https://gitlab.com/jwt/auth",
+            "registry.gitlab.com"
         ));
         assert!(!credentials_may_go_to("not a url", "reg.example"));
     }

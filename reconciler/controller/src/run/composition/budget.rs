@@ -8,18 +8,19 @@ use super::super::Context;
 use super::slices::{owned_by, stored_bytes};
 use crds::{Composition, CompositionStatus};
 
-/// Why a new synthesis of `bytes` (its slices' manifests) is refused; `None`: it fits.
+/// Why a new synthesis is refused; `None`: it fits. `emitted`: the bytes of what it emits
+/// (its Synthesizer's bound); `bytes`: all its slices store (tombstones too).
 pub(crate) fn too_large(
     ctx: &Context,
     comp: &Composition,
     st: &CompositionStatus,
-    bytes: usize,
+    (emitted, bytes): (usize, usize),
     bound: usize,
 ) -> Option<String> {
     let name = comp.name_any();
-    if bytes > bound {
+    if emitted > bound {
         return Some(format!(
-            "the synthesis would store {bytes} bytes in ResourceSlices; Synthesizer {:?} \
+            "the synthesis would store {emitted} bytes in ResourceSlices; Synthesizer {:?} \
              allows {bound} (spec.limits.output, else the controller's --synthesis-output; \
              at most --max-synthesis-output)",
             comp.spec.synthesizer.name
@@ -30,8 +31,10 @@ pub(crate) fn too_large(
         return None;
     }
     let ns = comp.namespace().unwrap_or_default();
-    let held = namespace_bytes(ctx, comp, st);
-    (held.saturating_add(bytes) > budget).then(|| {
+    let (held, freed) = namespace_bytes(ctx, comp, st);
+    // A synthesis that adds no more than it frees (the previous one is deleted once it is
+    // stored) always passes: a namespace over its budget can still shrink.
+    (held.saturating_add(bytes) > budget && bytes > freed).then(|| {
         format!(
             "namespace {ns:?} holds {held} bytes of ResourceSlices for its other syntheses; \
              {bytes} more for Composition {name:?} would pass its budget of {budget} bytes \
@@ -41,10 +44,10 @@ pub(crate) fn too_large(
 }
 
 /// Bytes of ResourceSlices in `comp`'s namespace that stay once a new synthesis of `comp` is
-/// stored: every slice there but those of `comp` outside its current synthesis (the current
-/// one becomes the previous; older ones are deleted). From the slice cache (with `--shards`,
-/// the Compositions of the shards this replica serves).
-fn namespace_bytes(ctx: &Context, comp: &Composition, st: &CompositionStatus) -> usize {
+/// stored — every slice there but those of `comp` outside its current synthesis (the current
+/// one becomes the previous; older ones are deleted) — and the bytes of those it frees. From
+/// the slice cache (with `--shards`, the Compositions of the shards this replica serves).
+fn namespace_bytes(ctx: &Context, comp: &Composition, st: &CompositionStatus) -> (usize, usize) {
     let ns = comp.namespace().unwrap_or_default();
     let uid = comp.uid().unwrap_or_default();
     let current: Vec<&str> = st
@@ -52,11 +55,17 @@ fn namespace_bytes(ctx: &Context, comp: &Composition, st: &CompositionStatus) ->
         .iter()
         .flat_map(|s| s.resource_slices.iter().map(|r| r.name.as_str()))
         .collect();
-    ctx.slices
-        .state()
-        .iter()
-        .filter(|s| s.namespace().as_deref() == Some(ns.as_str()))
-        .filter(|s| !owned_by(s, &uid) || current.contains(&s.name_any().as_str()))
-        .map(|s| stored_bytes(s))
-        .sum()
+    let (mut held, mut freed) = (0_usize, 0_usize);
+    for s in ctx.slices.state() {
+        if s.namespace().as_deref() != Some(ns.as_str()) {
+            continue;
+        }
+        let bytes = stored_bytes(&s);
+        if owned_by(&s, &uid) && !current.contains(&s.name_any().as_str()) {
+            freed += bytes;
+        } else {
+            held += bytes;
+        }
+    }
+    (held, freed)
 }

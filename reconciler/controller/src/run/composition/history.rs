@@ -10,7 +10,7 @@ use plan::ResourceKey;
 use serde_json::Value;
 
 use super::super::{Context, Error};
-use super::slices::{Loaded, read_full};
+use super::slices::{Loaded, read, read_full};
 use crds::{Composition, CompositionStatus, Manifest, Synthesis};
 
 /// What the previous synthesis applied: its snapshots (client-side patches remove fields the
@@ -42,11 +42,18 @@ pub(crate) async fn previous_applied(
     let Some(prev) = &st.previous_synthesis else {
         return Ok(out);
     };
-    if !unrecorded && ctx.opts.mode != plan::ApplyMode::ClientSide {
+    let client_side = ctx.opts.mode == plan::ApplyMode::ClientSide;
+    if !unrecorded && !client_side {
         return Ok(out);
     }
+    // The recorded applies need only identities (the cache's compact copies); the snapshots
+    // of client-side patches need the manifests whole.
     for r in &prev.resource_slices {
-        let Some((slice, states)) = read_full(ctx, comp, &r.name).await? else {
+        let read = match client_side {
+            true => read_full(ctx, comp, &r.name).await?,
+            false => read(ctx, comp, &r.name).await?,
+        };
+        let Some((slice, states)) = read else {
             continue;
         };
         for (i, m) in slice
@@ -57,7 +64,11 @@ pub(crate) async fn previous_applied(
             .filter(|(_, m)| !m.deleted)
         {
             let uid = comp.uid().unwrap_or_default();
-            let Some(manifest) = ctx.slice_keys.manifest(&uid, m) else {
+            let manifest = match client_side {
+                true => ctx.slice_keys.manifest(&uid, m),
+                false => serde_json::from_str::<Value>(&m.manifest).ok(),
+            };
+            let Some(manifest) = manifest else {
                 continue;
             };
             let Ok(key) = ResourceKey::of(&manifest) else {
@@ -70,8 +81,10 @@ pub(crate) async fn previous_applied(
                 );
                 out.carried.insert(key.clone(), recorded);
             }
-            out.snapshots
-                .insert(key, plan::snapshot::strip(&manifest, Some(&info.uid)));
+            if client_side {
+                out.snapshots
+                    .insert(key, plan::snapshot::strip(&manifest, Some(&info.uid)));
+            }
         }
     }
     Ok(out)
@@ -109,14 +122,10 @@ pub(crate) async fn tombstones(
             };
             let gone = m.deleted && states.get(i).is_some_and(|s| s.deleted);
             if !new_keys.contains(&key) && !gone {
-                // A tombstone needs only the key: a Secret's values are not carried over.
-                let manifest = if super::super::sealing::is_secret(&v) {
-                    super::super::sealing::redacted(&v).to_string()
-                } else {
-                    m.manifest.clone()
-                };
+                // A tombstone needs only the identity and the annotations that say how it is
+                // deleted: nothing else of the object (a Secret's values least of all).
                 out.push(Manifest {
-                    manifest,
+                    manifest: tombstone_of(&v).to_string(),
                     deleted: true,
                     sealed: None,
                 });
@@ -124,4 +133,51 @@ pub(crate) async fn tombstones(
         }
     }
     Ok(out)
+}
+
+/// What a tombstone keeps of a manifest: `apiVersion`, `kind`, `metadata.name`,
+/// `metadata.namespace`, `metadata.annotations` (deletion strategy, readiness group, …) and a
+/// Patch's target kind. Pure.
+pub(crate) fn tombstone_of(v: &Value) -> Value {
+    let pick = |from: &Value, keys: &[&str]| -> serde_json::Map<String, Value> {
+        keys.iter()
+            .filter_map(|k| Some(((*k).to_string(), from.get(*k)?.clone())))
+            .collect()
+    };
+    let mut out = pick(v, &["apiVersion", "kind"]);
+    if let Some(meta) = v.get("metadata") {
+        out.insert(
+            "metadata".into(),
+            pick(meta, &["name", "namespace", "annotations"]).into(),
+        );
+    }
+    if let Some(patch) = v.get("patch") {
+        out.insert("patch".into(), pick(patch, &["apiVersion", "kind"]).into());
+    }
+    Value::Object(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_tombstone_keeps_the_identity_and_annotations_only() {
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a", "namespace": "n", "labels": {"x": "y"},
+                "annotations": {"eno.azure.io/deletion-strategy": "orphan"}},
+            "data": {"big": "x".repeat(10_000)}});
+        let t = tombstone_of(&cm);
+        assert_eq!(
+            t,
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a", "namespace": "n",
+                "annotations": {"eno.azure.io/deletion-strategy": "orphan"}}})
+        );
+        assert_eq!(ResourceKey::of(&t).unwrap(), ResourceKey::of(&cm).unwrap());
+        let secret = json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "s"}, "data": {"k": "dg=="}});
+        assert!(tombstone_of(&secret).get("data").is_none());
+    }
 }

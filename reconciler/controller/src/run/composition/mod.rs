@@ -41,13 +41,19 @@ use deletion::*;
 /// # Errors
 /// Failed API calls, typed by step (`error_policy` backs off); synthesis and module faults
 /// become conditions instead.
-#[tracing::instrument(skip_all, fields(composition = %comp.name_any(), generation = ?comp.metadata.generation))]
 pub async fn reconcile(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Action, Error> {
-    // A turn of the namespace's (workers are shared fairly between namespaces).
-    let Some(_turn) = ctx.fair.enter(&comp.namespace().unwrap_or_default()).await else {
+    // A turn of the namespace's (workers are shared fairly between namespaces). While it
+    // waits, a queued Composition holds this small future only; the pass is boxed.
+    let Some(turn) = ctx.fair.enter(&comp.namespace().unwrap_or_default()).await else {
         // The stack is stopping.
         return Ok(Action::await_change());
     };
+    super::fair::holding(turn, Box::pin(admitted(comp, ctx))).await
+}
+
+/// One pass of a Composition that has its turn.
+#[tracing::instrument(skip_all, fields(composition = %comp.name_any(), generation = ?comp.metadata.generation))]
+async fn admitted(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Action, Error> {
     let Some(_serving) = ctx.serving(&comp) else {
         // Its shard was handed back: the new holder reconciles it.
         return Ok(Action::await_change());

@@ -223,20 +223,25 @@ async fn run(
     let scopes = ctx.discovery_snapshot();
     let host = ctx.host.clone();
     let module = req.module.clone();
-    // The run's memory limit comes out of the shared budget first, then it takes a slot.
-    let reserved = ctx.memory_budget.reserve(limits.max_memory_bytes).await;
-    let permit = ctx.synthesis_slots.clone().acquire_owned().await.ok();
-    let slot = ctx.slots.enter(limits.deadline);
+    // A synthesis slot (shared fairly between namespaces), then the run's memory limit out of
+    // the shared budget; the reconcile's turn is given back while it waits and runs.
+    let ns = comp.namespace().unwrap_or_default();
     let started = Instant::now();
-    let result = tokio::task::spawn_blocking(move || {
-        let _held = (reserved, permit, slot);
-        let is_namespaced = |g: &str, k: &str| {
-            scopes
-                .get(&(g.to_string(), k.to_string()))
-                .copied()
-                .unwrap_or_else(|| synthesis::static_is_namespaced(g, k))
-        };
-        synthesis::synthesize(&host, &module, &input, limits, secure, &is_namespaced)
+    let result = crate::run::fair::aside(&ctx.fair, async {
+        let permit = ctx.synthesis_slots.enter(&ns).await;
+        let reserved = ctx.memory_budget.reserve(limits.max_memory_bytes).await;
+        let slot = ctx.slots.enter(limits.deadline);
+        tokio::task::spawn_blocking(move || {
+            let _held = (permit, reserved, slot);
+            let is_namespaced = |g: &str, k: &str| {
+                scopes
+                    .get(&(g.to_string(), k.to_string()))
+                    .copied()
+                    .unwrap_or_else(|| synthesis::static_is_namespaced(g, k))
+            };
+            synthesis::synthesize(&host, &module, &input, limits, secure, &is_namespaced)
+        })
+        .await
     })
     .await
     .map_err(Error::Task)?;

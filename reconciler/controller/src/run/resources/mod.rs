@@ -15,6 +15,8 @@
 pub(crate) mod execute;
 pub(crate) mod fights;
 mod ingest;
+mod sweep;
+use sweep::sweep_outside;
 pub(crate) mod migrate;
 pub(crate) mod observe;
 pub(crate) mod owners;
@@ -386,100 +388,4 @@ fn filtered_out(ctx: &Context, seen: &Seen<'_>) -> std::collections::HashSet<(us
         })
         .map(|(_, p)| *p)
         .collect()
-}
-
-/// Deletes the objects `current` recorded outside the Composition's namespace that still carry
-/// its `managed-by` label, except those kept on deletion, which only lose the label; `true`
-/// once none is left. An object the Composition's account may not read or delete is left (reported).
-async fn sweep_outside(
-    ctx: &Arc<Context>,
-    comp: &Composition,
-    current: &crds::Synthesis,
-) -> Result<bool, Error> {
-    // Which of them a --resource-filter leaves to others is not known from kind and name
-    // alone: none is swept.
-    if ctx.opts.resource_filter.is_some() || current.outside_namespace.is_empty() {
-        return Ok(true);
-    }
-    // A Composition whose Symphony is deleted deletes nothing (Eno), as the planner decides;
-    // nor does one that orphans (syntheses recorded before the per-object `kept` existed
-    // carry only the Composition's setting). What is kept loses enoki's label.
-    let keep_all = crds::names::annotations::DELETION_STRATEGY
-        .get(comp.annotations())
-        .is_some_and(|s| s.trim().eq_ignore_ascii_case("orphan"))
-        || composition_info(comp, true).symphony_deleting();
-    let uid = comp.uid().unwrap_or_default();
-    let client = ctx.target_for(comp).map_err(|source| Error::Impersonate {
-        user: ctx.service_account(comp).unwrap_or_default(),
-        source,
-    })?;
-    let mut left = 0;
-    for o in &current.outside_namespace {
-        let (group, version) = o
-            .api_version
-            .rsplit_once('/')
-            .unwrap_or(("", &o.api_version));
-        let gvk = kube::core::GroupVersionKind::gvk(group, version, &o.kind);
-        let Ok((ar, namespaced)) = ctx.resolve_target(&gvk).await else {
-            continue; // the kind is gone, and its objects with it
-        };
-        let api: kube::Api<kube::api::DynamicObject> = if namespaced {
-            kube::Api::namespaced_with(client.clone(), &o.namespace, &ar)
-        } else {
-            kube::Api::all_with(client.clone(), &ar)
-        };
-        let live = match api.get_opt(&o.name).await {
-            Ok(live) => live,
-            Err(kube::Error::Api(s)) if s.code == 403 => {
-                tracing::warn!(kind = %o.kind, name = %o.name, "may not read an output outside the namespace; left");
-                continue;
-            }
-            Err(e) if crate::run::error::kind_not_served(&e) => {
-                ctx.forget_target(&gvk);
-                continue; // the kind is gone, and its objects with it
-            }
-            Err(e) => {
-                return Err(super::kube_err("reading an output outside the namespace")(
-                    e,
-                ));
-            }
-        };
-        let Some(live) = live else { continue };
-        let ours = live
-            .labels()
-            .get(crds::names::annotations::MANAGED_BY.enoki)
-            .is_some_and(|v| *v == uid);
-        if !ours || live.metadata.deletion_timestamp.is_some() {
-            left += usize::from(ours);
-            continue;
-        }
-        if keep_all || o.kept {
-            if let Ok(value) = serde_json::to_value(&live) {
-                let what = format!("{}/{}/{}", o.kind, o.namespace, o.name);
-                if let Err(e) = execute::release(&api, &what, &o.name, &value, &uid).await
-                    && super::error::kube_is_transient(&e)
-                {
-                    // Looked at again: no dead owner label is left behind.
-                    left += 1;
-                }
-            }
-            continue;
-        }
-        match api.delete(&o.name, &Default::default()).await {
-            Ok(_) => {
-                tracing::info!(kind = %o.kind, namespace = %o.namespace, name = %o.name, "deleted an output outside the namespace");
-                left += 1;
-            }
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(kube::Error::Api(s)) if s.code == 403 => {
-                tracing::warn!(kind = %o.kind, name = %o.name, "may not delete an output outside the namespace; left");
-            }
-            Err(e) => {
-                return Err(super::kube_err("deleting an output outside the namespace")(
-                    e,
-                ));
-            }
-        }
-    }
-    Ok(left == 0)
 }

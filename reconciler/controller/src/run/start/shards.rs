@@ -166,7 +166,12 @@ pub(super) fn caches(
     let slice_stream = slice_changes(
         in_shard(
             relisting(
-                move || recovering(watcher(slices.clone(), watcher::Config::default())).boxed(),
+                // Small pages: a slice is up to 512 KiB whole, and is compacted only once its
+                // page is read.
+                move || {
+                    let wc = watcher::Config::default().page_size(SLICE_PAGE);
+                    recovering(watcher(slices.clone(), wc)).boxed()
+                },
                 shards.clone(),
                 None,
             ),
@@ -181,6 +186,9 @@ pub(super) fn caches(
     .boxed();
     (comp_reader, comp_stream, slice_reader, slice_stream)
 }
+
+/// ResourceSlices per page of the slice cache's lists (at most about 8 MiB whole at once).
+const SLICE_PAGE: u32 = 16;
 
 /// After the list that follows adding shards (its `InitDone`, once the store holds them):
 /// wakes every cached Composition of the added shards. The Controller drops the list's
@@ -367,27 +375,32 @@ pub(super) async fn cluster_wide(
     }
     super::super::synthesizer::install_builtins(ctx).await;
     tasks.push(tokio::spawn(instances::run(ctx.clone())));
-    type Meta = kube::core::PartialObjectMeta<Composition>;
-    let (syms, owned): (Api<crds::Symphony>, Api<Meta>) = match &ctx.opts.namespace {
+    let (syms, generated): (Api<crds::Symphony>, Api<Composition>) = match &ctx.opts.namespace {
         Some(ns) => (
             Api::namespaced(ctx.client.clone(), ns),
             Api::namespaced(ctx.client.clone(), ns),
         ),
         None => (Api::all(ctx.client.clone()), Api::all(ctx.client.clone())),
     };
+    // The Compositions Symphonies generate, cached: a pass reads them from here (no list),
+    // and a change of one wakes its Symphony.
+    let (store, writer) = reflector::store::<Composition>();
+    let _ = ctx.symphony_compositions.set(store);
+    let wc = watcher::Config::default().labels(crds::names::labels::SYMPHONY);
+    let generated = recovering(watcher(generated, wc))
+        .modify(|c: &mut Composition| {
+            c.managed_fields_mut()
+                .retain(|f| f.manager.as_deref() == Some(crds::names::SYMPHONY_FIELD_MANAGER))
+        })
+        .reflect(writer)
+        .touched_objects();
     tasks.push(tokio::spawn(
         recovery::controller(syms, watcher::Config::default())
-            // Only the Compositions Symphonies generate wake them.
-            .owns_stream(recovery::owned(
-                owned,
-                watcher::Config::default().labels(crds::names::labels::SYMPHONY),
-            ))
-            // Bounded like the Composition workers; a burst of changes of one Symphony's
-            // Compositions wakes it once.
+            .owns_stream(generated)
+            // Bounded like the Composition workers.
             .with_config(
                 kube::runtime::controller::Config::default()
-                    .concurrency(u16::try_from(ctx.opts.concurrency.max(1)).unwrap_or(u16::MAX))
-                    .debounce(Duration::from_secs(1)),
+                    .concurrency(u16::try_from(ctx.opts.concurrency.max(1)).unwrap_or(u16::MAX)),
             )
             .graceful_shutdown_on(stop)
             .run(

@@ -41,7 +41,7 @@ pub(super) async fn store(
     let unchanged = match &st.current_synthesis {
         Some(_) if *req.trigger == Trigger::SlicesMissing => false,
         Some(cur) if cur.output_digest.as_deref() == next.output_digest.as_deref() => {
-            !inputs::holds_plain_secret(ctx, comp, cur).await?
+            inputs::slices_reusable(ctx, comp, cur).await?
         }
         Some(cur) if req.trigger.may_keep_slices() => {
             inputs::emitted(ctx, comp, cur)
@@ -261,11 +261,14 @@ pub(super) async fn write_new(
             })?;
         manifests.push(entry);
     }
+    // The Synthesizer's bound is on what the synthesis emits; tombstones (identities) count
+    // only against the namespace's budget.
+    let emitted = slices::manifest_bytes(&manifests);
     manifests.extend(
         super::super::history::tombstones(ctx, comp, st.current_synthesis.as_ref(), items).await?,
     );
     let bytes = slices::manifest_bytes(&manifests);
-    if let Some(message) = super::super::budget::too_large(ctx, comp, st, bytes, bound) {
+    if let Some(message) = super::super::budget::too_large(ctx, comp, st, (emitted, bytes), bound) {
         refuse(ctx, comp, st, fp, reasons::OUTPUT_TOO_LARGE, &message).await;
         return Ok(Err(RETRY_CAP));
     }
@@ -298,9 +301,9 @@ pub(super) fn rate_limited(
     held: &crate::run::synthesis_rate::Held,
 ) {
     tracing::debug!(wait = ?held.wait, %trigger, "synthesis rate");
+    // No countdown in the message: the status is written once per wait, not every pass.
     let message = format!(
-        "the next synthesis ({trigger}) waits {}s: {}; the current one is still applied",
-        held.wait.as_secs().max(1),
+        "the next synthesis ({trigger}) waits: {}; the current one is still applied",
         held.message
     );
     condition::set_condition(

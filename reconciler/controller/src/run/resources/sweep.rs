@@ -1,0 +1,152 @@
+//! Deleting a Composition whose ResourceSlices are gone (its namespace is being deleted): what
+//! it emitted outside the namespace, as recorded in its status, is deleted (or released when
+//! kept), as the Composition's account.
+
+use std::sync::Arc;
+
+use kube::ResourceExt;
+
+use super::super::{Context, Error};
+use super::{composition_info, execute};
+use crds::Composition;
+
+/// Deletes the objects `current` recorded outside the Composition's namespace that still carry
+/// its `managed-by` label, except those kept on deletion, which only lose the label; `true`
+/// once none is left. An object the Composition's account may not read or delete is left (reported).
+pub(super) async fn sweep_outside(
+    ctx: &Arc<Context>,
+    comp: &Composition,
+    current: &crds::Synthesis,
+) -> Result<bool, Error> {
+    if current.outside_namespace.is_empty() {
+        return Ok(true);
+    }
+    // A Composition whose Symphony is deleted deletes nothing (Eno), as the planner decides;
+    // nor does one that orphans (syntheses recorded before the per-object `kept` existed
+    // carry only the Composition's setting). What is kept loses enoki's label.
+    let keep_all = crds::names::annotations::DELETION_STRATEGY
+        .get(comp.annotations())
+        .is_some_and(|s| s.trim().eq_ignore_ascii_case("orphan"))
+        || composition_info(comp, true).symphony_deleting();
+    let uid = comp.uid().unwrap_or_default();
+    let client = ctx.target_for(comp).map_err(|source| Error::Impersonate {
+        user: ctx.service_account(comp).unwrap_or_default(),
+        source,
+    })?;
+    let (mut left, mut refused) = (0, Vec::new());
+    for o in &current.outside_namespace {
+        let (group, version) = o
+            .api_version
+            .rsplit_once('/')
+            .unwrap_or(("", &o.api_version));
+        let gvk = kube::core::GroupVersionKind::gvk(group, version, &o.kind);
+        let Ok((ar, namespaced)) = ctx.resolve_target(&gvk).await else {
+            continue; // the kind is gone, and its objects with it
+        };
+        let api: kube::Api<kube::api::DynamicObject> = if namespaced {
+            kube::Api::namespaced_with(client.clone(), &o.namespace, &ar)
+        } else {
+            kube::Api::all_with(client.clone(), &ar)
+        };
+        let live = match api.get_opt(&o.name).await {
+            Ok(live) => live,
+            Err(kube::Error::Api(s)) if s.code == 403 => {
+                tracing::warn!(kind = %o.kind, name = %o.name, "may not read an output outside the namespace; left");
+                refused.push(format!("{}/{}/{}", o.kind, o.namespace, o.name));
+                continue;
+            }
+            Err(e) if crate::run::error::kind_not_served(&e) => {
+                ctx.forget_target(&gvk);
+                continue; // the kind is gone, and its objects with it
+            }
+            Err(e) => {
+                return Err(crate::run::kube_err(
+                    "reading an output outside the namespace",
+                )(e));
+            }
+        };
+        let Some(live) = live else { continue };
+        // --resource-filter: what it leaves to others is judged on the live object (the
+        // manifests went with the slices).
+        if !filter_keeps(ctx, comp, &live) {
+            continue;
+        }
+        let ours = live
+            .labels()
+            .get(crds::names::annotations::MANAGED_BY.enoki)
+            .is_some_and(|v| *v == uid);
+        if !ours || live.metadata.deletion_timestamp.is_some() {
+            left += usize::from(ours);
+            continue;
+        }
+        if keep_all || o.kept {
+            if let Ok(value) = serde_json::to_value(&live) {
+                let what = format!("{}/{}/{}", o.kind, o.namespace, o.name);
+                if let Err(e) = execute::release(&api, &what, &o.name, &value, &uid).await
+                    && crate::run::error::kube_is_transient(&e)
+                {
+                    // Looked at again: no dead owner label is left behind.
+                    left += 1;
+                }
+            }
+            continue;
+        }
+        match api.delete(&o.name, &Default::default()).await {
+            Ok(_) => {
+                tracing::info!(kind = %o.kind, namespace = %o.namespace, name = %o.name, "deleted an output outside the namespace");
+                left += 1;
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(kube::Error::Api(s)) if s.code == 403 => {
+                tracing::warn!(kind = %o.kind, name = %o.name, "may not delete an output outside the namespace; left");
+                refused.push(format!("{}/{}/{}", o.kind, o.namespace, o.name));
+            }
+            Err(e) => {
+                return Err(crate::run::kube_err(
+                    "deleting an output outside the namespace",
+                )(e));
+            }
+        }
+    }
+    if !refused.is_empty() {
+        let note = format!(
+            "the Composition's account may not read or delete what it emitted outside its \
+             namespace (its namespace, and the grant to act as its account there, may be gone \
+             already): left in place: {}",
+            refused
+                .iter()
+                .take(20)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        ctx.event(comp, true, OUTSIDE_LEFT, "Delete", note).await;
+    }
+    Ok(left == 0)
+}
+
+/// The reason of the Event that names what a deleted Composition left outside its namespace.
+const OUTSIDE_LEFT: &str = "OutsideNamespaceLeft";
+
+/// Whether `--resource-filter` (if any) keeps `live` for this controller.
+fn filter_keeps(ctx: &Context, comp: &Composition, live: &kube::api::DynamicObject) -> bool {
+    let Some(filter) = &ctx.opts.resource_filter else {
+        return true;
+    };
+    let Ok(mut manifest) = serde_json::to_value(live) else {
+        return false;
+    };
+    if let Some(meta) = manifest
+        .get_mut("metadata")
+        .and_then(serde_json::Value::as_object_mut)
+    {
+        meta.remove("managedFields");
+    }
+    let desired = vec![plan::Desired {
+        manifest,
+        tombstone: false,
+    }];
+    let info = composition_info(comp, true);
+    let (kept, _) = tokio::task::block_in_place(|| plan::filter_desired(desired, filter, &info));
+    !kept.is_empty()
+}

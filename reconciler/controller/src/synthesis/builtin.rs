@@ -1,0 +1,81 @@
+//! Built-in synthesizers (native code linked into the binary), run under their Synthesizer's
+//! deadline and output bound.
+
+use super::*;
+
+/// Runs a built-in on a thread of its own under the Synthesizer's deadline and output bound
+/// (a built-in is native code: one past its deadline is left to finish on its own thread and
+/// its result dropped; the synthesis fails with `Timeout` at the deadline).
+pub(super) fn run(
+    run: BuiltinFn,
+    stdin: &[u8],
+    limits: RunLimits,
+) -> Result<Vec<u8>, SynthesisError> {
+    use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+    /// Built-in runs past their deadline whose threads still run.
+    static OVERDUE: AtomicUsize = AtomicUsize::new(0);
+    /// While this many are, no built-in starts (their threads are held to no budget).
+    const MAX_OVERDUE: usize = 4;
+    const RUNNING: u8 = 0;
+    const DONE: u8 = 1;
+    const ABANDONED: u8 = 2;
+    if OVERDUE.load(Ordering::SeqCst) >= MAX_OVERDUE {
+        return Err(SynthesisError::Host(HostError::Engine {
+            message: format!(
+                "{MAX_OVERDUE} built-in runs past their deadline still run; none starts until \
+                 one ends"
+            ),
+        }));
+    }
+    let parsed: enoki_sdk::Input =
+        serde_json::from_slice(stdin).map_err(|e| SynthesisError::MalformedOutput {
+            message: e.to_string(),
+        })?;
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    let state = std::sync::Arc::new(AtomicU8::new(RUNNING));
+    let theirs = state.clone();
+    std::thread::Builder::new()
+        .name("enoki-builtin".into())
+        .spawn(move || {
+            let _ = tx.send(enoki_sdk::testing::run(run, &parsed));
+            let finished =
+                theirs.compare_exchange(RUNNING, DONE, Ordering::SeqCst, Ordering::SeqCst);
+            if finished == Err(ABANDONED) {
+                OVERDUE.fetch_sub(1, Ordering::SeqCst);
+            }
+        })
+        .map_err(|e| {
+            SynthesisError::Host(HostError::Engine {
+                message: format!("starting the built-in: {e}"),
+            })
+        })?;
+    let list = match rx.recv_timeout(limits.deadline) {
+        Ok(list) => list,
+        // Past the deadline: left to end on its thread, counted until it does (unless it
+        // ended in between, its result then in the channel).
+        Err(_) => {
+            match state.compare_exchange(RUNNING, ABANDONED, Ordering::SeqCst, Ordering::SeqCst) {
+                Ok(_) => {
+                    OVERDUE.fetch_add(1, Ordering::SeqCst);
+                    return Err(SynthesisError::Host(HostError::Timeout {
+                        after: limits.deadline,
+                    }));
+                }
+                Err(_) => rx.try_recv().map_err(|_| {
+                    SynthesisError::Host(HostError::Timeout {
+                        after: limits.deadline,
+                    })
+                })?,
+            }
+        }
+    };
+    let out = serde_json::to_vec(&list).map_err(|e| SynthesisError::MalformedOutput {
+        message: e.to_string(),
+    })?;
+    if out.len() >= limits.max_output_bytes {
+        return Err(SynthesisError::Host(HostError::OutputTooLarge {
+            limit: limits.max_output_bytes,
+        }));
+    }
+    Ok(out)
+}
