@@ -21,5 +21,6 @@ hack/testenv.sh up
 # shellcheck disable=SC1091
 . "$TESTENV_DIR/env"
 cargo bench --locked -p enoki-tests --bench controller | tee target/bench-controller.md
+cargo bench --locked -p enoki-tests --bench volume | tee target/bench-volume.md
 # The large Go module and the Helm module through the wasm host (no cluster needed).
 cargo bench --locked -p enoki-tests --bench large_module | tee target/bench-large-module.md

@@ -345,6 +345,10 @@ pub struct RunArgs {
     /// anything is written.
     #[arg(long, env = "ENOKI_SYNTHESIS_OUTPUT", default_value = "4Mi")]
     pub synthesis_output: String,
+    /// `whole` keeps whole ResourceSlices in the controller's cache (the baseline `make bench`
+    /// measures the compact cache against); `compact`, the default, their identities only.
+    #[arg(long, hide = true, default_value = "compact", value_parser = ["compact", "whole"])]
+    pub slice_cache: String,
     /// What one Symphony may make the controller write: its variations times its serialized
     /// spec (quantity; `0`: no bound). A larger one is refused (`InvalidSpec`) and nothing
     /// is generated from it.

@@ -312,6 +312,7 @@ fn options(args: &cli::RunArgs) -> anyhow::Result<run::Options> {
         .map_err(|e| anyhow::anyhow!(e))?,
         namespace_slice_bytes: quantity("namespace-slice-budget", &args.namespace_slice_budget)?,
         max_symphony_bytes: quantity("max-symphony-bytes", &args.max_symphony_bytes)?,
+        slice_cache_whole: args.slice_cache == "whole",
         min_reconcile_interval: parse("min-reconcile-interval", &args.min_reconcile_interval)?,
         migrating_field_managers: args
             .migrating_field_managers

@@ -43,6 +43,8 @@ pub struct Options {
     /// namespace (`--composition-synthesis-rate`, `--namespace-synthesis-rate`,
     /// `--namespace-slice-write-rate` with their bursts).
     pub synthesis_rates: [super::synthesis_rate::Rate; 3],
+    /// Keep whole ResourceSlices in the cache (a benchmark's baseline; default: compact).
+    pub slice_cache_whole: bool,
     /// Variations × spec bytes one Symphony may make the controller write
     /// (`--max-symphony-bytes`; 0: no bound).
     pub max_symphony_bytes: usize,

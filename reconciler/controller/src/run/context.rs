@@ -95,6 +95,8 @@ pub struct Context {
     pub(crate) synthesis_rates: super::synthesis_rate::SynthesisRates,
     /// `--concurrency` reconcile turns, shared fairly between namespaces.
     pub(crate) fair: Arc<super::fair::FairGate>,
+    /// Passes that read a synthesis whole to ingest it, at once (see [`INGESTING`]).
+    pub(crate) ingest_slots: tokio::sync::Semaphore,
     /// The Compositions Symphonies generate (set where the Symphony controller runs).
     pub(crate) symphony_compositions: std::sync::OnceLock<Store<Composition>>,
 }
@@ -171,6 +173,7 @@ impl Context {
             synthesis_rates,
             fair,
             symphony_compositions: std::sync::OnceLock::new(),
+            ingest_slots: tokio::sync::Semaphore::new(INGESTING),
         }
     }
 
@@ -517,6 +520,9 @@ fn plan_cache_share(total: usize, held: super::shard::Shards) -> usize {
 }
 
 /// Ingested syntheses by Composition UID, bounded by their total number of resources.
+/// Passes that may read a synthesis's slices whole and parse them at once.
+pub(crate) const INGESTING: usize = 2;
+
 /// Manifest bytes that count as one more resource in the plan cache's bound.
 pub(crate) const BYTES_PER_RESOURCE: usize = 4096;
 

@@ -13,6 +13,9 @@ use sha2::{Digest, Sha256};
 use super::{Context, Error, kube_err};
 use crds::names::FIELD_MANAGER;
 use crds::{CollectionRef, Composition, CompositionStatus};
+use emitted::emitted_identities;
+pub use emitted::{emitted, holds_plain_secret, slices_reusable};
+mod emitted;
 
 pub use crds::names::OBSERVED_REVISION_KEY;
 /// The key the instance is bound under in instance mode.
@@ -217,8 +220,7 @@ pub async fn collection(
         Ok(items) => items,
         Err(super::paging::Stop::TooLarge(n)) => {
             return Ok(Err(format!(
-                "input {key:?}: the collection is over {max} bytes ({n} read before it was \
-                 refused)"
+                "input {key:?}: the collection is over {max} bytes ({n})"
             )));
         }
         Err(super::paging::Stop::Api(kube::Error::Api(e))) if e.code == 400 => {
@@ -373,106 +375,6 @@ pub fn observed_digest<'a>(
         .collect();
     ids.sort_by(|a, b| a.0.cmp(&b.0));
     digest(&json!(ids))
-}
-
-/// The manifests (tombstones excluded) of `synthesis`'s ResourceSlices, in slice order;
-/// `None` when a slice is missing.
-pub async fn emitted(
-    ctx: &Context,
-    comp: &Composition,
-    synthesis: &crds::Synthesis,
-) -> Result<Option<Vec<Value>>, Error> {
-    let mut out = Vec::new();
-    for r in &synthesis.resource_slices {
-        let Some((slice, _)) = super::composition::slices::read_full(ctx, comp, &r.name).await?
-        else {
-            return Ok(None);
-        };
-        let uid = comp.uid().unwrap_or_default();
-        out.extend(
-            slice
-                .spec
-                .resources
-                .iter()
-                .filter(|m| !m.deleted)
-                .filter_map(|m| ctx.slice_keys.manifest(&uid, m)),
-        );
-    }
-    Ok(Some(out))
-}
-
-/// The identities (`apiVersion`, `kind`, name, namespace) of what `synthesis` emits
-/// (tombstones excluded), from the slice cache's compact copies: no slice is read whole.
-async fn emitted_identities(
-    ctx: &Context,
-    comp: &Composition,
-    synthesis: &crds::Synthesis,
-) -> Result<Vec<Value>, Error> {
-    let mut out = Vec::new();
-    for r in &synthesis.resource_slices {
-        if let Some((slice, _)) = super::composition::slices::read(ctx, comp, &r.name).await? {
-            out.extend(
-                slice
-                    .spec
-                    .resources
-                    .iter()
-                    .filter(|m| !m.deleted)
-                    .filter_map(|m| serde_json::from_str::<Value>(&m.manifest).ok()),
-            );
-        }
-    }
-    Ok(out)
-}
-
-/// Whether `synthesis`'s slices may be kept for a new synthesis of identical output: they all
-/// exist (and open), and every Secret in them is sealed under the current slice key (a key
-/// rotated since is taken up by the next synthesis, as the rotation in docs/operations.md
-/// asks).
-pub async fn slices_reusable(
-    ctx: &Context,
-    comp: &Composition,
-    synthesis: &crds::Synthesis,
-) -> Result<bool, Error> {
-    if !super::composition::slices::all_exist(ctx, comp, synthesis).await? {
-        return Ok(false);
-    }
-    for r in &synthesis.resource_slices {
-        let Some((slice, _)) = super::composition::slices::read(ctx, comp, &r.name).await? else {
-            return Ok(false);
-        };
-        let stale = slice.spec.resources.iter().any(|m| {
-            super::sealing::plain_secret(m)
-                || (!m.deleted
-                    && m.sealed
-                        .as_deref()
-                        .is_some_and(|s| !ctx.slice_keys.is_current(s)))
-        });
-        if stale {
-            return Ok(false);
-        }
-    }
-    Ok(true)
-}
-
-/// Whether one of `synthesis`'s slices holds a Secret in plain text (written before Secrets
-/// were sealed): the next synthesis writes new slices even when its output is unchanged.
-pub async fn holds_plain_secret(
-    ctx: &Context,
-    comp: &Composition,
-    synthesis: &crds::Synthesis,
-) -> Result<bool, Error> {
-    for r in &synthesis.resource_slices {
-        if let Some((slice, _)) = super::composition::slices::read(ctx, comp, &r.name).await?
-            && slice
-                .spec
-                .resources
-                .iter()
-                .any(super::sealing::plain_secret)
-        {
-            return Ok(true);
-        }
-    }
-    Ok(false)
 }
 
 /// Whether `item` is a status write-back: the instance itself (same apiVersion, kind, name and

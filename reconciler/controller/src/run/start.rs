@@ -34,6 +34,7 @@ use crds::{Composition, ResourceSlice};
 
 mod balance;
 mod shards;
+mod sizes;
 use shards::*;
 
 /// The User-Agent of every request enoki makes.

@@ -379,7 +379,9 @@ pub fn may_go_to_with(realm: &str, registry_host: &str, extra: &[(String, String
     let paired = KNOWN_TOKEN_REALMS
         .iter()
         .any(|(r, a)| *r == registry && *a == realm_host)
-        || extra.iter().any(|(r, a)| *r == registry && *a == realm_host);
+        || extra
+            .iter()
+            .any(|(r, a)| *r == registry && *a == realm_host);
     url.scheme() == "https" && paired
 }
 
@@ -916,7 +918,10 @@ mod token_service_tests {
             "https://auth.example.co.uk/token",
             "reg.example.co.uk"
         ));
-        let pairs = [("reg.example.co.uk".to_string(), "auth.example.co.uk".to_string())];
+        let pairs = [(
+            "reg.example.co.uk".to_string(),
+            "auth.example.co.uk".to_string(),
+        )];
         assert!(may_go_to_with(
             "https://auth.example.co.uk/token",
             "reg.example.co.uk:443",

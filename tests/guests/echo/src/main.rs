@@ -1,7 +1,8 @@
 //! Test synthesizer for the e2e suites: emits exactly the items stored as a JSON list in
 //! `data.items` of the ConfigMap bound under `config`, so a test controls the synthesis
 //! output (annotations included) by editing one ConfigMap; `data.pad` pads the last item
-//! with that many bytes; `data.clones` adds that many minimal ConfigMaps; `data.raw`, when set, is written to stdout verbatim instead (tests
+//! with that many bytes; `data.copies` emits every item that many times; `data.clones` adds
+//! that many minimal ConfigMaps; `data.raw`, when set, is written to stdout verbatim instead (tests
 //! of malformed output). `data.mirror`, when set, adds a ConfigMap of that name whose data are the
 //! observed outputs it was given (tests that a module never sees what it may not read);
 //! `data.env-mirror` adds a ConfigMap of that name holding the Eno environment variables (and
@@ -94,11 +95,31 @@ fn main() {
             std::process::exit(0);
         }
         let last = items.len().saturating_sub(1);
+        // `data.copies`: every item that many times, named `<name>-<i>` (large outputs from a
+        // small input).
+        let copies: usize = config
+            .pointer("/data/copies")
+            .and_then(|v| v.as_str())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
         for (i, mut item) in items.into_iter().enumerate() {
             if i == last && pad > 0 {
                 item["data"]["pad"] = serde_json::Value::String("x".repeat(pad));
             }
-            out.push(item);
+            if copies == 0 {
+                out.push(item);
+                continue;
+            }
+            let name = item
+                .pointer("/metadata/name")
+                .and_then(|v| v.as_str())
+                .unwrap_or_default()
+                .to_string();
+            for c in 0..copies {
+                let mut copy = item.clone();
+                copy["metadata"]["name"] = serde_json::Value::String(format!("{name}-{c}"));
+                out.push(copy);
+            }
         }
         Ok(out)
     });

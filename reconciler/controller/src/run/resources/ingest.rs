@@ -37,6 +37,12 @@ pub(super) async fn prepare(
     if let Some(p) = ctx.prepared(uid, &key) {
         return Ok((p, false));
     }
+    // Read whole and parsed by at most INGESTING passes at once: what a start (or an evicted
+    // cache) reads at a time is bounded, not every Composition's output together.
+    let _ingesting = ctx.ingest_slots.acquire().await;
+    if let Some(p) = ctx.prepared(uid, &key) {
+        return Ok((p, false));
+    }
     let whole = whole_slices(ctx, comp, loaded).await.map_err(Err)?;
     // A sealed Secret that does not open is left alone this pass (neither applied nor
     // pruned; everything else is reconciled), and the ingested synthesis is not cached

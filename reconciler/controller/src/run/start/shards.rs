@@ -162,6 +162,7 @@ pub(super) fn caches(
     .predicate_filter(composition_change, Default::default())
     .boxed();
     let (slice_reader, slice_writer) = reflector::store::<ResourceSlice>();
+    let whole = opts.slice_cache_whole;
     let held = shards.clone();
     let slice_stream = slice_changes(
         in_shard(
@@ -177,9 +178,11 @@ pub(super) fn caches(
             ),
             move |s| held.borrow().owns_slice(s),
         )
-        .modify(|s: &mut ResourceSlice| {
+        .modify(move |s: &mut ResourceSlice| {
             s.managed_fields_mut().clear();
-            composition::slices::compact(s);
+            if !whole {
+                composition::slices::compact(s);
+            }
         })
         .reflect(slice_writer),
     )
@@ -336,16 +339,9 @@ pub(super) async fn background(
                 .get_or_create(&kept("metadata"))
                 .inc_by(now - stubs);
             stubs = now;
-            publish_shard_sizes(&sweeper);
-            let (mut stored, mut held) = (0_usize, 0_usize);
-            for s in sweeper.slices.state() {
-                stored += composition::slices::stored_bytes(&s);
-                held += composition::slices::manifest_bytes(&s.spec.resources);
-            }
-            m.slice_stored_bytes
-                .set(i64::try_from(stored).unwrap_or(i64::MAX));
-            m.slice_held_bytes
-                .set(i64::try_from(held).unwrap_or(i64::MAX));
+            sizes::publish_shard_sizes(&sweeper);
+            sizes::publish_slice_sizes(&sweeper);
+            sizes::release_freed_memory();
         }
     }));
     tasks
@@ -414,28 +410,6 @@ pub(super) async fn cluster_wide(
                 }
             }),
     ));
-}
-
-/// The per-shard gauges of Compositions and managed objects cached.
-fn publish_shard_sizes(ctx: &Context) {
-    let shards = *ctx.shards.borrow();
-    let count = usize::try_from(shards.count()).unwrap_or(1);
-    let (mut comps, mut objects) = (vec![0_i64; count], vec![0_i64; count]);
-    let index = |uid: &str| usize::try_from(Shard::of_uid(uid, shards.count())).unwrap_or(0);
-    for c in ctx.compositions.state() {
-        comps[index(&c.uid().unwrap_or_default())] += 1;
-    }
-    ctx.watches
-        .managed_owners(|owner| objects[index(owner.unwrap_or_default())] += 1);
-    for s in shards.iter() {
-        let label = metrics::ShardLabel { shard: s.label() };
-        let i = usize::try_from(s.index).unwrap_or(0);
-        let m = &ctx.metrics;
-        m.shard_compositions.get_or_create(&label).set(comps[i]);
-        m.shard_managed_objects
-            .get_or_create(&label)
-            .set(objects[i]);
-    }
 }
 
 #[cfg(test)]
