@@ -7,6 +7,7 @@
 #   TESTENV_DIR     state directory (default: <repo>/target/testenv); gets kubeconfig, env, logs
 #   TESTENV_CRDS    optional YAML applied before kube-controller-manager starts (so its garbage
 #                   collector discovers those kinds at once instead of after its 30 s resync)
+#   TESTENV_ETCD_QUOTA  etcd's space quota in bytes (default: etcd's, 2 GiB)
 #   TESTENV_KCM     1 (default) starts kube-controller-manager with the few controllers the
 #                   tests need (see below)
 #
@@ -133,6 +134,8 @@ ETCD_PORT="$(free_port)"; PEER_PORT="$(free_port)"; API_PORT="$(free_port)"; KCM
 for v in $(compgen -e | grep "^ETCD_" || true); do unset "$v"; done
 ETCD_EXTRA=()
 "$BIN_DIR/etcd" --help 2>&1 | grep -q -- '--unsafe-no-fsync' && ETCD_EXTRA+=(--unsafe-no-fsync=true)
+# TESTENV_ETCD_QUOTA: etcd's space quota in bytes (its default is 2 GiB; `make bench` raises it).
+[ -n "${TESTENV_ETCD_QUOTA:-}" ] && ETCD_EXTRA+=(--quota-backend-bytes="$TESTENV_ETCD_QUOTA")
 ETCD_CMD=("$BIN_DIR/etcd" --name=testenv --data-dir="$TESTENV_DIR/etcd-data"
   --listen-client-urls="http://127.0.0.1:$ETCD_PORT" --advertise-client-urls="http://127.0.0.1:$ETCD_PORT"
   --listen-peer-urls="http://127.0.0.1:$PEER_PORT" --initial-advertise-peer-urls="http://127.0.0.1:$PEER_PORT"

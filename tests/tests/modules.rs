@@ -672,3 +672,55 @@ async fn a_synthesizer_pulls_from_a_private_registry_with_its_pull_secret() {
     assert!(!seen.contains(PASSWORD) && !seen.contains("not-the-password"));
     assert!(!seen.contains(&docker_config_json(&addr, PASSWORD)));
 }
+
+/// A `docker-credential-*` helper that never answers holds a pull for its timeout only.
+#[test]
+fn a_credential_helper_that_never_answers_is_given_up() {
+    let dir = tempdir("slow-helper");
+    let helper = dir.join("docker-credential-stuck");
+    std::fs::write(&helper, "#!/bin/sh\nexec sleep 600\n").unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&helper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    std::fs::write(dir.join("config.json"), r#"{"credsStore": "stuck"}"#).unwrap();
+    let path = format!(
+        "{}:{}",
+        dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let port = free_port();
+    let reference = format!("127.0.0.1:{port}/m:v1@sha256:{}", "0".repeat(64));
+    let started = std::time::Instant::now();
+    let mut child = Command::new(workspace_root().join("target/debug/enoki"))
+        .args(["render", &reference])
+        .env("DOCKER_CONFIG", &dir)
+        .env("PATH", path)
+        .env("ENOKI_CREDENTIAL_HELPER_TIMEOUT", "1s")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    while child.try_wait().unwrap().is_none() && started.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let exited = child.try_wait().unwrap().is_some();
+    if !exited {
+        let _ = child.kill();
+    }
+    assert!(
+        exited,
+        "enoki render still waits for the credential helper after 60 s"
+    );
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("cannot fetch module"),
+        "{err}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
+}

@@ -595,7 +595,11 @@ pub struct DiffArgs {
     pub no_cross_namespace_refs: bool,
     /// As a single-tenant `enoki run`: read and dry-run with your own credentials, references
     /// across namespaces allowed (no impersonation).
-    #[arg(long, default_value_t = false)]
+    #[arg(
+        long,
+        default_value_t = false,
+        conflicts_with = "default_service_account"
+    )]
     pub as_caller: bool,
     /// As `enoki run`: `MANAGEMENT_NS=REMOTE_NS` pairs for a remote target.
     #[arg(long, env = "ENOKI_REMOTE_NAMESPACE_MAP", value_delimiter = ',')]

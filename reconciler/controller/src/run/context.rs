@@ -256,9 +256,9 @@ impl Context {
     ) {
         let capacity = plan_cache_share(self.opts.plan_cache_resources, *self.shards.borrow());
         let weight = p.resources.len() + bytes / BYTES_PER_RESOURCE;
-        // One synthesis worth more than half the cache is not kept: it would evict every
-        // other Composition's (it is ingested again from its slices when next reconciled).
-        if weight > capacity / 2 && capacity > 1 {
+        // One synthesis worth more than the whole cache is not kept (it is ingested again
+        // from its slices when next reconciled); any other evicts the least recently used.
+        if weight > capacity && capacity > 1 {
             return;
         }
         if let Ok(mut lru) = self.prepared.lock() {
@@ -519,13 +519,14 @@ fn plan_cache_share(total: usize, held: super::shard::Shards) -> usize {
     (total.saturating_mul(held) / count).max(1)
 }
 
-/// Ingested syntheses by Composition UID, bounded by their total number of resources.
 /// Passes that may read a synthesis's slices whole and parse them at once.
 pub(crate) const INGESTING: usize = 2;
 
 /// Manifest bytes that count as one more resource in the plan cache's bound.
 pub(crate) const BYTES_PER_RESOURCE: usize = 4096;
 
+/// Ingested syntheses by Composition UID, bounded by their total weight (resources, and one
+/// more per [`BYTES_PER_RESOURCE`] of manifests).
 #[derive(Default)]
 struct PreparedLru {
     /// uid → (key, the ingested synthesis, its weight, last use).

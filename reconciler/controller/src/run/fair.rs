@@ -15,6 +15,9 @@ use tokio::sync::oneshot;
 #[derive(Debug)]
 pub struct FairGate {
     state: Mutex<State>,
+    /// Reconciles that gave their turn back while they wait on a budget ([`aside`]): at most
+    /// as many as there are turns, so what they hold (their synthesis input) stays bounded.
+    aside: tokio::sync::Semaphore,
 }
 
 #[derive(Debug, Default)]
@@ -47,11 +50,17 @@ impl FairGate {
                 capacity: capacity.max(1),
                 ..State::default()
             }),
+            aside: tokio::sync::Semaphore::new(capacity.max(1)),
         })
     }
 
     /// Waits for a turn of `namespace`'s; `None` once the gate is closed.
     pub async fn enter(self: &Arc<Self>, namespace: &str) -> Option<Turn> {
+        self.queue(namespace, false).await
+    }
+
+    /// Waits for a turn, first in its namespace's line (`again`: a reconcile that had one).
+    async fn queue(self: &Arc<Self>, namespace: &str, again: bool) -> Option<Turn> {
         let rx = {
             let Ok(mut s) = self.state.lock() else {
                 return None;
@@ -64,10 +73,12 @@ impl FairGate {
                 return Some(self.turn(namespace));
             }
             let (tx, rx) = oneshot::channel();
-            s.waiting
-                .entry(namespace.to_string())
-                .or_default()
-                .push_back(tx);
+            let line = s.waiting.entry(namespace.to_string()).or_default();
+            if again {
+                line.push_front(tx);
+            } else {
+                line.push_back(tx);
+            }
             s.grant();
             Waiting {
                 rx: Some(rx),
@@ -178,8 +189,13 @@ struct Waiting {
 
 impl Drop for Waiting {
     fn drop(&mut self) {
+        // Closed first: a grant racing this drop either lands before (and is given back
+        // here) or finds the receiver closed (and is not made).
         if let Some(mut rx) = self.rx.take()
-            && rx.try_recv().is_ok()
+            && {
+                rx.close();
+                rx.try_recv().is_ok()
+            }
             && let Ok(mut s) = self.gate.state.lock()
         {
             s.leave(&self.namespace);
@@ -201,13 +217,18 @@ pub async fn holding<F: std::future::Future>(turn: Turn, f: F) -> F::Output {
 /// Gives the turn this task holds back while `work` runs (it waits for, then holds, a shared
 /// budget that is fair on its own: a synthesis slot), and takes one again afterwards. A
 /// reconcile parked on a budget never keeps another namespace from its turn.
+/// With as many reconciles aside as there are turns, it keeps its turn while it waits. It
+/// takes its turn again first in its namespace's line.
 pub async fn aside<T>(gate: &Arc<FairGate>, work: impl std::future::Future<Output = T>) -> T {
+    let Ok(_aside) = gate.aside.try_acquire() else {
+        return work.await;
+    };
     let held = HELD.try_with(|t| t.borrow_mut().take()).ok().flatten();
     let namespace = held.as_ref().map(|t| t.namespace.clone());
     drop(held);
     let out = work.await;
     if let Some(ns) = namespace
-        && let Some(turn) = gate.enter(&ns).await
+        && let Some(turn) = gate.queue(&ns, true).await
     {
         let _ = HELD.try_with(|t| *t.borrow_mut() = Some(turn));
     }

@@ -6,8 +6,8 @@ use std::future::Future;
 
 use kube::api::{ListParams, ObjectList};
 
-/// Objects per page.
-pub(crate) const PAGE: u32 = 500;
+/// Objects per page (a page of 1 MiB Secrets is 50 MiB).
+pub(crate) const PAGE: u32 = 50;
 
 /// Why a list stopped early.
 #[derive(Debug)]

@@ -5,7 +5,7 @@
 //! server was away — is not an error to wait on: the watcher lists again at once. A change
 //! made just after the server returns is seen within seconds, not after a second, longer
 //! backoff. Every controller of enoki watches this way ([`controller`], [`dynamic_controller`],
-//! [`owned`]), kube's own `Controller::new` is not used.
+//! [`recovering`]), kube's own `Controller::new` is not used.
 
 use std::time::Duration;
 

@@ -173,14 +173,17 @@ async fn reconcile_once(sym: Arc<Symphony>, ctx: Arc<Context>) -> Result<Action,
     let name = sym.name_any();
     let syms: Api<Symphony> = Api::namespaced(ctx.client.clone(), &ns);
     let comps: Api<Composition> = Api::namespaced(ctx.client.clone(), &ns);
-    let owned = owned_compositions(&ctx, &comps, &name).await?;
     let has_finalizer = sym.finalizers().iter().any(|f| f == FINALIZER);
     if sym.metadata.deletion_timestamp.is_some() {
         if !has_finalizer {
             return Ok(Action::await_change());
         }
+        // From the API server, not the cache: a Composition the cache has not seen yet must
+        // not be left to the garbage collector (its resources would go with it).
+        let owned = listed_compositions(&comps, &name).await?;
         return delete(&ctx, &sym, &syms, &comps, &owned).await;
     }
+    let owned = owned_compositions(&ctx, &comps, &name).await?;
     let refused = crate::synthesis::symphony_spec_too_large(&sym.spec)
         .or_else(|| crate::synthesis::symphony_over_budget(&sym.spec, ctx.opts.max_symphony_bytes));
     if let Some(note) = refused {
@@ -258,8 +261,18 @@ async fn owned_compositions(
     comps: &Api<Composition>,
     symphony: &str,
 ) -> Result<Vec<Composition>, Error> {
-    if let Some(store) = ctx.symphony_compositions.get() {
-        store.wait_until_ready().await.ok();
+    // A cache whose first list has not completed within a few seconds is not waited for.
+    let ready = |store: &kube::runtime::reflector::Store<Composition>| {
+        let store = store.clone();
+        async move {
+            tokio::time::timeout(Duration::from_secs(5), store.wait_until_ready())
+                .await
+                .is_ok_and(|r| r.is_ok())
+        }
+    };
+    if let Some(store) = ctx.symphony_compositions.get()
+        && ready(store).await
+    {
         let ns = comps.namespace().map(str::to_string);
         return Ok(store
             .state()
@@ -269,6 +282,14 @@ async fn owned_compositions(
             .map(|c| c.as_ref().clone())
             .collect());
     }
+    listed_compositions(comps, symphony).await
+}
+
+/// The Symphony's Compositions as the API server lists them (page by page).
+async fn listed_compositions(
+    comps: &Api<Composition>,
+    symphony: &str,
+) -> Result<Vec<Composition>, Error> {
     let lp = ListParams::default().labels(&format!("{}={symphony}", labels::SYMPHONY));
     let fetch = |lp: ListParams| {
         let comps = comps.clone();

@@ -140,8 +140,14 @@ pub fn from_docker_config(
     ))
 }
 
-/// How long a `docker-credential-*` helper may take to answer.
-pub const HELPER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+/// How long a `docker-credential-*` helper may take to answer: 30 s, or
+/// `ENOKI_CREDENTIAL_HELPER_TIMEOUT` (humantime).
+fn helper_timeout() -> std::time::Duration {
+    std::env::var("ENOKI_CREDENTIAL_HELPER_TIMEOUT")
+        .ok()
+        .and_then(|v| humantime::parse_duration(&v).ok())
+        .unwrap_or(std::time::Duration::from_secs(30))
+}
 
 /// The user's credentials for `registry`: the docker config (`$DOCKER_CONFIG/config.json`,
 /// else `~/.docker/config.json`), including `credsStore` and `credHelpers` (the
@@ -154,7 +160,7 @@ pub fn from_user_config(registry: &str) -> Option<Credentials> {
         other => other.to_string(),
     };
     // A credential helper is a program: one that never answers costs at most
-    // HELPER_TIMEOUT (it is left to end on its thread), never a worker held for good.
+    // its timeout (it is left to end on its thread), never a worker held for good.
     let (tx, rx) = std::sync::mpsc::sync_channel(1);
     std::thread::Builder::new()
         .name("credential-helper".into())
@@ -162,9 +168,13 @@ pub fn from_user_config(registry: &str) -> Option<Credentials> {
             let _ = tx.send(docker_credential::get_credential(&key));
         })
         .ok()?;
-    let Ok(answer) = rx.recv_timeout(HELPER_TIMEOUT) else {
-        tracing::warn!(registry, timeout = ?HELPER_TIMEOUT,
-            "the docker credential helper did not answer; pulling without credentials");
+    let timeout = helper_timeout();
+    let Ok(answer) = rx.recv_timeout(timeout) else {
+        tracing::warn!(
+            registry,
+            ?timeout,
+            "the docker credential helper did not answer; pulling without credentials"
+        );
         return None;
     };
     match answer {

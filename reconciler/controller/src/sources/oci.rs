@@ -330,6 +330,7 @@ pub const KNOWN_TOKEN_REALMS: &[(&str, &str)] = &[
     ("index.docker.io", "auth.docker.io"),
     ("docker.io", "auth.docker.io"),
     ("registry.gitlab.com", "gitlab.com"),
+    ("registry.digitalocean.com", "api.digitalocean.com"),
 ];
 
 /// More (registry host, realm host) pairs, from `ENOKI_REGISTRY_TOKEN_REALMS`
@@ -845,6 +846,39 @@ mod token_service_tests {
             identity_token,
             source: "Secret ns/regcred".into(),
         }
+    }
+
+    #[tokio::test]
+    async fn an_identity_token_is_not_replayed_where_a_token_service_redirects() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let stolen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let kept = stolen.clone();
+        let app = axum::Router::new()
+            .route(
+                "/token",
+                axum::routing::post(move || async move {
+                    let to = format!("http://127.0.0.1:{port}/elsewhere");
+                    (StatusCode::TEMPORARY_REDIRECT, [(header::LOCATION, to)]).into_response()
+                }),
+            )
+            .route(
+                "/elsewhere",
+                axum::routing::post(move |body: String| async move {
+                    kept.lock().unwrap().push(body);
+                    r#"{"access_token": "access-ok"}"#.into_response()
+                }),
+            )
+            .fallback(move || async move { challenge(port) });
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        let reference = format!("127.0.0.1:{port}/m:v1@sha256:{}", "0".repeat(64));
+        let token = creds("", "refresh-ok", true);
+        let pulled = pull(&reference, &FetchPolicy::default(), Some(&token), None).await;
+        assert!(pulled.is_err());
+        assert!(
+            stolen.lock().unwrap().is_empty(),
+            "the identity token was replayed"
+        );
     }
 
     #[tokio::test]

@@ -54,18 +54,22 @@ pub(super) fn run(
         // Past the deadline: left to end on its thread, counted until it does (unless it
         // ended in between, its result then in the channel).
         Err(_) => {
+            // Counted before it is marked, so the thread's decrement never comes first.
+            OVERDUE.fetch_add(1, Ordering::SeqCst);
             match state.compare_exchange(RUNNING, ABANDONED, Ordering::SeqCst, Ordering::SeqCst) {
                 Ok(_) => {
-                    OVERDUE.fetch_add(1, Ordering::SeqCst);
                     return Err(SynthesisError::Host(HostError::Timeout {
                         after: limits.deadline,
                     }));
                 }
-                Err(_) => rx.try_recv().map_err(|_| {
-                    SynthesisError::Host(HostError::Timeout {
-                        after: limits.deadline,
-                    })
-                })?,
+                Err(_) => {
+                    OVERDUE.fetch_sub(1, Ordering::SeqCst);
+                    rx.try_recv().map_err(|_| {
+                        SynthesisError::Host(HostError::Timeout {
+                            after: limits.deadline,
+                        })
+                    })?
+                }
             }
         }
     };
@@ -78,4 +82,51 @@ pub(super) fn run(
         }));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    const STDIN: &[u8] =
+        br#"{"apiVersion":"config.kubernetes.io/v1","kind":"ResourceList","items":[]}"#;
+
+    fn slow(_: &enoki_sdk::Input) -> Result<enoki_sdk::Output, enoki_sdk::Error> {
+        std::thread::sleep(Duration::from_millis(400));
+        Ok(enoki_sdk::Output::default())
+    }
+
+    fn wide(_: &enoki_sdk::Input) -> Result<enoki_sdk::Output, enoki_sdk::Error> {
+        let mut out = enoki_sdk::Output::default();
+        out.push(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "wide"}, "data": {"pad": "x".repeat(4096)}}));
+        Ok(out)
+    }
+
+    fn limits(deadline: Duration, output: usize) -> RunLimits {
+        RunLimits {
+            deadline,
+            max_output_bytes: output,
+            ..RunLimits::default()
+        }
+    }
+
+    #[test]
+    fn a_built_in_past_its_deadline_or_over_its_output_bound_fails_its_synthesis() {
+        let started = std::time::Instant::now();
+        match run(slow, STDIN, limits(Duration::from_millis(50), 1 << 20)) {
+            Err(SynthesisError::Host(HostError::Timeout { .. })) => {}
+            other => panic!("{other:?}"),
+        }
+        assert!(
+            started.elapsed() < Duration::from_millis(300),
+            "not waited out"
+        );
+        match run(wide, STDIN, limits(Duration::from_secs(5), 1024)) {
+            Err(SynthesisError::Host(HostError::OutputTooLarge { limit: 1024 })) => {}
+            other => panic!("{other:?}"),
+        }
+        assert!(run(wide, STDIN, limits(Duration::from_secs(5), 1 << 20)).is_ok());
+    }
 }

@@ -10,7 +10,7 @@ use plan::ResourceKey;
 use serde_json::Value;
 
 use super::super::{Context, Error};
-use super::slices::{Loaded, read, read_full};
+use super::slices::{Loaded, read_full};
 use crds::{Composition, CompositionStatus, Manifest, Synthesis};
 
 /// What the previous synthesis applied: its snapshots (client-side patches remove fields the
@@ -42,18 +42,13 @@ pub(crate) async fn previous_applied(
     let Some(prev) = &st.previous_synthesis else {
         return Ok(out);
     };
-    let client_side = ctx.opts.mode == plan::ApplyMode::ClientSide;
-    if !unrecorded && !client_side {
+    if !unrecorded && ctx.opts.mode != plan::ApplyMode::ClientSide {
         return Ok(out);
     }
-    // The recorded applies need only identities (the cache's compact copies); the snapshots
-    // of client-side patches need the manifests whole.
+    // The snapshots need the manifests whole (server-side apply hands the fields of the
+    // previous version back to enoki's manager from them; client-side patches diff them).
     for r in &prev.resource_slices {
-        let read = match client_side {
-            true => read_full(ctx, comp, &r.name).await?,
-            false => read(ctx, comp, &r.name).await?,
-        };
-        let Some((slice, states)) = read else {
+        let Some((slice, states)) = read_full(ctx, comp, &r.name).await? else {
             continue;
         };
         for (i, m) in slice
@@ -64,11 +59,7 @@ pub(crate) async fn previous_applied(
             .filter(|(_, m)| !m.deleted)
         {
             let uid = comp.uid().unwrap_or_default();
-            let manifest = match client_side {
-                true => ctx.slice_keys.manifest(&uid, m),
-                false => serde_json::from_str::<Value>(&m.manifest).ok(),
-            };
-            let Some(manifest) = manifest else {
+            let Some(manifest) = ctx.slice_keys.manifest(&uid, m) else {
                 continue;
             };
             let Ok(key) = ResourceKey::of(&manifest) else {
@@ -81,10 +72,8 @@ pub(crate) async fn previous_applied(
                 );
                 out.carried.insert(key.clone(), recorded);
             }
-            if client_side {
-                out.snapshots
-                    .insert(key, plan::snapshot::strip(&manifest, Some(&info.uid)));
-            }
+            out.snapshots
+                .insert(key, plan::snapshot::strip(&manifest, Some(&info.uid)));
         }
     }
     Ok(out)

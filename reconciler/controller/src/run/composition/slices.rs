@@ -28,7 +28,7 @@ pub use crds::names::SLICE_COMPOSITION_LABEL;
 pub const SLICE_BYTES: usize = 512 * 1024;
 
 mod compact;
-pub(crate) use compact::{compact, is_compact, manifest_bytes, stored_bytes};
+pub(crate) use compact::{compact, forget_marker, is_compact, manifest_bytes, stored_bytes};
 
 /// Whether `slice` carries an owner reference to the Composition with `uid` (enoki writes
 /// one on every slice; a slice without it was not written for this Composition).

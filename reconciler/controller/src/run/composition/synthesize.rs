@@ -226,11 +226,12 @@ async fn run(
     // A synthesis slot (shared fairly between namespaces), then the run's memory limit out of
     // the shared budget; the reconcile's turn is given back while it waits and runs.
     let ns = comp.namespace().unwrap_or_default();
-    let started = Instant::now();
+    let mut started = Instant::now();
     let result = crate::run::fair::aside(&ctx.fair, async {
         let permit = ctx.synthesis_slots.enter(&ns).await;
         let reserved = ctx.memory_budget.reserve(limits.max_memory_bytes).await;
         let slot = ctx.slots.enter(limits.deadline);
+        started = Instant::now();
         tokio::task::spawn_blocking(move || {
             let _held = (permit, reserved, slot);
             let is_namespaced = |g: &str, k: &str| {

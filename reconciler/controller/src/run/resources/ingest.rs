@@ -77,26 +77,32 @@ pub(super) async fn prepare(
         tracing::warn!(composition = %info.name, namespace = %info.namespace,
             "a sealed Secret of the current synthesis opens with no slice key; it is synthesized again");
     }
-    let desired = match &ctx.opts.resource_filter {
-        None => desired,
-        Some(filter) => {
-            // Eno's --resource-filter: the others are not reconciled by this controller. CEL
-            // over tenant content: off the async workers.
-            let (kept, errors) =
-                tokio::task::block_in_place(|| plan::filter_desired(desired, filter, info));
-            for (item, error) in errors {
-                tracing::warn!(composition = %info.name, item, %error,
-                    "--resource-filter failed on a resource; it is left out");
-            }
-            kept
-        }
-    };
+    let desired = filtered(ctx, desired, info);
     let p = Arc::new(plan::prepare(&desired, info).map_err(Ok)?);
     if !skipped {
         let bytes = whole.iter().map(|s| stored_bytes(s)).sum();
         ctx.keep_prepared(uid, key, p.clone(), bytes);
     }
     Ok((p, unopened))
+}
+
+/// Eno's `--resource-filter`: the resources it excludes are not reconciled by this
+/// controller. CEL over tenant content: off the async workers.
+fn filtered(
+    ctx: &Context,
+    desired: Vec<plan::Desired>,
+    info: &plan::CompositionInfo,
+) -> Vec<plan::Desired> {
+    let Some(filter) = &ctx.opts.resource_filter else {
+        return desired;
+    };
+    let (kept, errors) =
+        tokio::task::block_in_place(|| plan::filter_desired(desired, filter, info));
+    for (item, error) in errors {
+        tracing::warn!(composition = %info.name, item, %error,
+            "--resource-filter failed on a resource; it is left out");
+    }
+    kept
 }
 
 /// The loaded slices with their manifests whole: a compact cache copy is read again (a slice

@@ -180,7 +180,9 @@ pub(super) fn caches(
         )
         .modify(move |s: &mut ResourceSlice| {
             s.managed_fields_mut().clear();
-            if !whole {
+            if whole {
+                composition::slices::forget_marker(s);
+            } else {
                 composition::slices::compact(s);
             }
         })
@@ -190,8 +192,8 @@ pub(super) fn caches(
     (comp_reader, comp_stream, slice_reader, slice_stream)
 }
 
-/// ResourceSlices per page of the slice cache's lists (at most about 8 MiB whole at once).
-const SLICE_PAGE: u32 = 16;
+/// ResourceSlices per page of the slice cache's lists (about 32 MiB whole at most at once).
+const SLICE_PAGE: u32 = 64;
 
 /// After the list that follows adding shards (its `InitDone`, once the store holds them):
 /// wakes every cached Composition of the added shards. The Controller drops the list's

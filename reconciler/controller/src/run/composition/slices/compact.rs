@@ -22,12 +22,17 @@ pub(crate) fn manifest_bytes(resources: &[Manifest]) -> usize {
         .sum()
 }
 
-/// Cuts a slice read from the API server down to what the planner and the checks of the
-/// cache need (a marker the object itself carries is not believed: it is counted anew).
-pub(crate) fn compact(slice: &mut ResourceSlice) {
+/// Drops a compact marker an object read from the API server carries (it is not believed).
+pub(crate) fn forget_marker(slice: &mut ResourceSlice) {
     if let Some(a) = slice.metadata.annotations.as_mut() {
         a.remove(COMPACT);
     }
+}
+
+/// Cuts a slice read from the API server down to what the planner and the checks of the
+/// cache need (a marker the object itself carries is not believed: it is counted anew).
+pub(crate) fn compact(slice: &mut ResourceSlice) {
+    forget_marker(slice);
     let bytes = manifest_bytes(&slice.spec.resources);
     for m in &mut slice.spec.resources {
         let plain = crate::run::sealing::plain_secret(m);
