@@ -222,6 +222,7 @@ fn start(args: &cli::RunArgs) -> anyhow::Result<()> {
         cli::LogFormat::Pretty => builder.init(),
     }
     let opts = options(args)?;
+    run::start::limit_allocator_arenas();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

@@ -36,6 +36,7 @@ mod balance;
 mod shards;
 mod sizes;
 use shards::*;
+pub use sizes::limit_allocator_arenas;
 
 /// The User-Agent of every request enoki makes.
 pub fn user_agent() -> String {

@@ -65,7 +65,7 @@ pub(crate) fn record(
         }
         if let Some(e) = &outcome.error {
             rec.forbidden |= e.starts_with("Forbidden:");
-            state.error = Some(e.clone());
+            state.error = Some(clipped(e));
             let fail_open = step.settings.fail_open == Some(true);
             state.reconciled = fail_open;
             if fail_open {
@@ -203,6 +203,21 @@ fn record_success(
         }
         Op::Skip { .. } => state.reconciled = true,
     }
+}
+
+/// Longest error kept on a resource's state in its ResourceSlice's status.
+pub(crate) const MAX_RESOURCE_ERROR: usize = 1024;
+
+/// An error as kept on a resource's state: at most [`MAX_RESOURCE_ERROR`] bytes. Pure.
+fn clipped(e: &str) -> String {
+    if e.len() <= MAX_RESOURCE_ERROR {
+        return e.to_string();
+    }
+    let mut cut = MAX_RESOURCE_ERROR;
+    while !e.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{} …(truncated)", &e[..cut])
 }
 
 #[cfg(test)]
@@ -370,5 +385,16 @@ mod tests {
         );
         assert!(rec.states[0][0].ready.is_some(), "{rec:?}");
         assert!(rec.not_ready.is_empty());
+    }
+
+    #[test]
+    fn a_long_error_is_clipped_on_the_resources_state() {
+        assert_eq!(clipped("Forbidden: no"), "Forbidden: no");
+        let long = "é".repeat(2000);
+        let c = clipped(&long);
+        assert!(
+            c.len() <= MAX_RESOURCE_ERROR + 20 && c.ends_with("…(truncated)"),
+            "{c}"
+        );
     }
 }

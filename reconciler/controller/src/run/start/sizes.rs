@@ -50,3 +50,21 @@ pub(super) fn release_freed_memory() {
         libc::malloc_trim(0);
     }
 }
+
+/// Arenas of glibc's allocator: one per thread by default (up to 8 per core), each keeping
+/// what a burst of large reads freed, so resident memory followed the peaks of every thread.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+const ARENAS: i32 = 2;
+
+/// Limits glibc's allocator to [`ARENAS`] arenas (before the runtime's threads start; the
+/// `MALLOC_ARENA_MAX` variable does the same). musl's allocator has none.
+#[allow(unsafe_code)]
+pub fn limit_allocator_arenas() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt sets an allocator parameter; called before other threads allocate.
+    unsafe {
+        if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
+            libc::mallopt(libc::M_ARENA_MAX, ARENAS);
+        }
+    }
+}
