@@ -71,7 +71,10 @@ pub async fn reconcile(
     let loaded = slices::load(ctx, comp, &current).await?;
     // Slices gone while the Composition is deleted (its namespace is being deleted): what it
     // emitted outside the namespace would outlive it. Delete those from the recorded list.
-    if loaded.missing && deleting && !sweep_outside(ctx, comp, &current).await? {
+    if loaded.missing
+        && deleting
+        && !sweep_outside(ctx, comp, &current, &composition_info(comp, true)).await?
+    {
         return Ok(Pass::default());
     }
     if loaded.missing && !deleting {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use kube::ResourceExt;
 
 use super::super::{Context, Error};
-use super::{composition_info, execute};
+use crate::run::resources::execute;
 use crds::Composition;
 
 /// Deletes the objects `current` recorded outside the Composition's namespace that still carry
@@ -17,6 +17,7 @@ pub(super) async fn sweep_outside(
     ctx: &Arc<Context>,
     comp: &Composition,
     current: &crds::Synthesis,
+    info: &plan::CompositionInfo,
 ) -> Result<bool, Error> {
     if current.outside_namespace.is_empty() {
         return Ok(true);
@@ -27,7 +28,7 @@ pub(super) async fn sweep_outside(
     let keep_all = crds::names::annotations::DELETION_STRATEGY
         .get(comp.annotations())
         .is_some_and(|s| s.trim().eq_ignore_ascii_case("orphan"))
-        || composition_info(comp, true).symphony_deleting();
+        || info.symphony_deleting();
     let uid = comp.uid().unwrap_or_default();
     let client = ctx.target_for(comp).map_err(|source| Error::Impersonate {
         user: ctx.service_account(comp).unwrap_or_default(),
@@ -68,7 +69,7 @@ pub(super) async fn sweep_outside(
         let Some(live) = live else { continue };
         // --resource-filter: what it leaves to others is judged on the live object (the
         // manifests went with the slices).
-        if !filter_keeps(ctx, comp, &live) {
+        if !filter_keeps(ctx, info, &live) {
             continue;
         }
         let ours = live
@@ -129,7 +130,11 @@ pub(super) async fn sweep_outside(
 const OUTSIDE_LEFT: &str = "OutsideNamespaceLeft";
 
 /// Whether `--resource-filter` (if any) keeps `live` for this controller.
-fn filter_keeps(ctx: &Context, comp: &Composition, live: &kube::api::DynamicObject) -> bool {
+fn filter_keeps(
+    ctx: &Context,
+    info: &plan::CompositionInfo,
+    live: &kube::api::DynamicObject,
+) -> bool {
     let Some(filter) = &ctx.opts.resource_filter else {
         return true;
     };
@@ -146,7 +151,6 @@ fn filter_keeps(ctx: &Context, comp: &Composition, live: &kube::api::DynamicObje
         manifest,
         tombstone: false,
     }];
-    let info = composition_info(comp, true);
-    let (kept, _) = tokio::task::block_in_place(|| plan::filter_desired(desired, filter, &info));
+    let (kept, _) = tokio::task::block_in_place(|| plan::filter_desired(desired, filter, info));
     !kept.is_empty()
 }
