@@ -145,6 +145,12 @@ pub(crate) async fn all_exist(
 ) -> Result<bool, Error> {
     let ns = comp.namespace().unwrap_or_default();
     let uid = comp.uid().unwrap_or_default();
+    let unopened = ctx.memory.slices.with(&uid, |m| {
+        m.unopened.as_deref() == Some(synthesis.uuid.as_str())
+    });
+    if unopened {
+        return Ok(false);
+    }
     for r in &synthesis.resource_slices {
         let found = fetch(ctx, &ns, &r.name, false).await?;
         // A slice not owned by this Composition counts as missing (see `read`); so does one

@@ -172,7 +172,11 @@ pub async fn reconcile(
     };
     let mut pass = finish(ctx, comp, st, deleting, &seen, &planned, acted).await?;
     // A sealed Secret no key opens: the synthesis is made again (see `slices::all_exist`).
-    pass.slices_missing |= unopened && !deleting;
+    if unopened && !deleting {
+        pass.slices_missing = true;
+        let uuid = current.uuid.clone();
+        ctx.memory.slices.with(&uid, |m| m.unopened = Some(uuid));
+    }
     Ok(pass)
 }
 
