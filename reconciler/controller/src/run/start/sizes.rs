@@ -56,7 +56,7 @@ pub(super) fn release_freed_memory() {
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 const ARENAS: i32 = 2;
 
-/// Limits glibc's allocator to [`ARENAS`] arenas (before the runtime's threads start; the
+/// Limits glibc's allocator to two arenas (before the runtime's threads start; the
 /// `MALLOC_ARENA_MAX` variable does the same). musl's allocator has none.
 #[allow(unsafe_code)]
 pub fn limit_allocator_arenas() {
