@@ -210,7 +210,19 @@ async fn a_force_resynthesis_loop_waits_for_the_rate_and_keeps_the_current_synth
     }
     let msg = condition(&env, "loop", "SynthesisRateLimited").await;
     assert!(msg.contains("--composition-synthesis-rate"), "{msg}");
-    assert!(msg.contains("still applied"), "{msg}");
+    // The current synthesis stays recorded and applied (read from status, not the message).
+    let st = env
+        .api::<Composition>()
+        .get("loop")
+        .await
+        .unwrap()
+        .status
+        .unwrap();
+    assert!(st.current_synthesis.is_some(), "{st:?}");
+    assert_eq!(
+        st.simplified.map(|s| s.status).as_deref(),
+        Some("SynthesisRateLimited")
+    );
     // The first synthesis and three more; the rest wait an hour.
     let cm = env.api::<ConfigMap>().get("loop-out").await.unwrap();
     let applied = cm.data.unwrap_or_default()["pad"].len();
