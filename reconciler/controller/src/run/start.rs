@@ -37,6 +37,7 @@ mod shards;
 mod sizes;
 use shards::*;
 pub use sizes::limit_allocator_arenas;
+use sizes::streams_initial_events;
 
 /// The User-Agent of every request enoki makes.
 pub fn user_agent() -> String {

@@ -37,8 +37,9 @@ pub(super) async fn run_stack(
         controller: "enoki".into(),
         instance: Some(shared.identity.clone()),
     };
+    let streams = streams_initial_events(&slices_api(&client, &shared.opts)).await;
     let (comp_reader, comp_stream, slice_reader, slice_stream) =
-        caches(&client, &shared.opts, &shards, wake);
+        caches(&client, &shared.opts, &shards, wake, streams);
     let queue = shared.metrics.queue.clone();
     let comp_stream = comp_stream
         .inspect(move |c| {
@@ -127,19 +128,18 @@ pub(super) fn caches(
     opts: &Options,
     shards: &Held,
     wake: tokio::sync::mpsc::UnboundedSender<ObjectRef<Composition>>,
+    streams: bool,
 ) -> (
     reflector::Store<Composition>,
     Events<Composition>,
     reflector::Store<ResourceSlice>,
     Events<ResourceSlice>,
 ) {
-    let (comps, slices): (Api<Composition>, Api<ResourceSlice>) = match &opts.namespace {
-        Some(ns) => (
-            Api::namespaced(client.clone(), ns),
-            Api::namespaced(client.clone(), ns),
-        ),
-        None => (Api::all(client.clone()), Api::all(client.clone())),
+    let comps: Api<Composition> = match &opts.namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
     };
+    let slices = slices_api(client, opts);
     let mut wc = watcher::Config::default();
     if let Some(sel) = &opts.label_selector {
         wc = wc.labels(sel);
@@ -167,10 +167,11 @@ pub(super) fn caches(
     let slice_stream = slice_changes(
         in_shard(
             relisting(
-                // Small pages: a slice is up to 512 KiB whole, and is compacted only once its
-                // page is read.
+                // One slice at a time where the server streams lists, else small pages: a
+                // slice is up to 512 KiB whole, and is compacted only once it is read.
                 move || {
                     let wc = watcher::Config::default().page_size(SLICE_PAGE);
+                    let wc = if streams { wc.streaming_lists() } else { wc };
                     recovering(watcher(slices.clone(), wc)).boxed()
                 },
                 shards.clone(),
@@ -190,6 +191,14 @@ pub(super) fn caches(
     )
     .boxed();
     (comp_reader, comp_stream, slice_reader, slice_stream)
+}
+
+/// The ResourceSlices of the Compositions this replica may serve.
+fn slices_api(client: &Client, opts: &Options) -> Api<ResourceSlice> {
+    match &opts.namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
 }
 
 /// ResourceSlices per page of the slice cache's lists (about 32 MiB whole at most at once).

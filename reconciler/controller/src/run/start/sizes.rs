@@ -68,3 +68,39 @@ pub fn limit_allocator_arenas() {
         }
     }
 }
+
+/// Whether the API server streams a watch's initial state (`sendInitialEvents`, Kubernetes'
+/// `WatchList`, on by default from 1.32): the slice cache then reads one slice at a time
+/// instead of a page of them. Asked with a watch that selects no object (its only event is
+/// the end-of-initial-events bookmark); any error or a server without it: pages.
+pub(super) async fn streams_initial_events(api: &Api<ResourceSlice>) -> bool {
+    use kube::api::WatchParams;
+    use kube::core::WatchEvent;
+    let wp = WatchParams::default()
+        .fields("metadata.name=enoki-probe-selects-nothing")
+        .timeout(5)
+        .initial_events();
+    let probe = async {
+        let mut events = api.watch(&wp, "").await.ok()?.boxed();
+        while let Some(event) = events.next().await {
+            if let Ok(WatchEvent::Bookmark(b)) = event {
+                return Some(
+                    b.metadata
+                        .annotations
+                        .contains_key("k8s.io/initial-events-end"),
+                );
+            }
+            if !matches!(event, Ok(WatchEvent::Added(_))) {
+                return Some(false);
+            }
+        }
+        Some(false)
+    };
+    let streams = tokio::time::timeout(Duration::from_secs(10), probe)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or(false);
+    tracing::info!(streams, "slice cache: streamed initial lists");
+    streams
+}
