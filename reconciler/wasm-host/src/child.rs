@@ -174,21 +174,7 @@ pub(crate) fn compile_in_child(
     // Made again if someone emptied the directory while the host runs.
     artifacts::ensure_dir(out).map_err(engine)?;
     let stdin = stdin_of(input)?;
-    let threads = std::thread::available_parallelism().map_or(2, |n| n.get().min(4));
-    let child = Command::new(&process.program)
-        .args(&process.args)
-        .arg("--tier")
-        .arg(tier.arg())
-        .arg("--out")
-        .arg(out)
-        .arg("--memory-limit")
-        .arg(memory_limit.to_string())
-        .arg("--parent")
-        .arg(std::process::id().to_string())
-        // One extra glibc arena at most (each reserves 64 MiB of address space), and a few
-        // compiler threads (each with its own stack) whatever the node's core count.
-        .env("MALLOC_ARENA_MAX", "2")
-        .env("RAYON_NUM_THREADS", threads.to_string())
+    let child = command(process, tier, out, memory_limit)
         .stdin(stdin)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -214,24 +200,7 @@ pub(crate) fn compile_in_child(
                 let _ = stdin.write_all(bytes);
             }
         });
-        // The whole of stderr is read (a child never blocks on a full pipe); its last
-        // 64 KiB are kept.
-        let reader = std::thread::Builder::new().spawn_scoped(s, move || {
-            let mut tail: Vec<u8> = Vec::new();
-            if let Some(mut stderr) = stderr {
-                let mut chunk = [0u8; 8192];
-                while let Ok(n) = stderr.read(&mut chunk) {
-                    if n == 0 {
-                        break;
-                    }
-                    tail.extend_from_slice(&chunk[..n]);
-                    if tail.len() > 128 << 10 {
-                        tail.drain(..tail.len() - (64 << 10));
-                    }
-                }
-            }
-            String::from_utf8_lossy(&tail).into_owned()
-        });
+        let reader = std::thread::Builder::new().spawn_scoped(s, move || read_tail(stderr));
         if writer.is_err() || reader.is_err() {
             // No thread for the pipes: the child is killed and reaped (`Reaped`).
             let _ = child.child.kill();
@@ -242,23 +211,7 @@ pub(crate) fn compile_in_child(
                 false,
             );
         }
-        let mut timed_out = false;
-        let status = loop {
-            match child.child.try_wait() {
-                Ok(Some(status)) => break Ok(status),
-                Ok(None) if started.elapsed() >= timeout => {
-                    timed_out = true;
-                    let _ = child.child.kill();
-                    break child.child.wait();
-                }
-                Ok(None) => std::thread::sleep(Duration::from_millis(5)),
-                Err(e) => {
-                    let _ = child.child.kill();
-                    let _ = child.child.wait();
-                    break Err(e);
-                }
-            }
-        };
+        let (status, timed_out) = wait_until(&mut child.child, started + timeout);
         let stderr = reader.map_or_else(|_| String::new(), |r| r.join().unwrap_or_default());
         (status, stderr, timed_out)
     });
@@ -275,6 +228,69 @@ pub(crate) fn compile_in_child(
         return Ok(());
     }
     failure(status, stderr.trim(), memory_limit)
+}
+
+/// The command line of a compile child.
+fn command(process: &CompileProcess, tier: TierKind, out: &Path, memory_limit: usize) -> Command {
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get().min(4));
+    let mut command = Command::new(&process.program);
+    command
+        .args(&process.args)
+        .arg("--tier")
+        .arg(tier.arg())
+        .arg("--out")
+        .arg(out)
+        .arg("--memory-limit")
+        .arg(memory_limit.to_string())
+        .arg("--parent")
+        .arg(std::process::id().to_string())
+        // One extra glibc arena at most (each reserves 64 MiB of address space), and a few
+        // compiler threads (each with its own stack) whatever the node's core count.
+        .env("MALLOC_ARENA_MAX", "2")
+        .env("RAYON_NUM_THREADS", threads.to_string());
+    command
+}
+
+/// Reads the whole of a child's stderr (a child never blocks on a full pipe), keeping its
+/// last 64 KiB.
+fn read_tail(stderr: Option<std::process::ChildStderr>) -> String {
+    let mut tail: Vec<u8> = Vec::new();
+    if let Some(mut stderr) = stderr {
+        let mut chunk = [0u8; 8192];
+        while let Ok(n) = stderr.read(&mut chunk) {
+            if n == 0 {
+                break;
+            }
+            tail.extend_from_slice(&chunk[..n]);
+            if tail.len() > 128 << 10 {
+                tail.drain(..tail.len() - (64 << 10));
+            }
+        }
+    }
+    String::from_utf8_lossy(&tail).into_owned()
+}
+
+/// Waits for `child` until `deadline`, then kills it: its exit status, and whether it was
+/// killed for the deadline.
+fn wait_until(
+    child: &mut std::process::Child,
+    deadline: Instant,
+) -> (std::io::Result<std::process::ExitStatus>, bool) {
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return (Ok(status), false),
+            Ok(None) if Instant::now() >= deadline => {
+                let _ = child.kill();
+                return (child.wait(), true);
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return (Err(e), false);
+            }
+        }
+    }
 }
 
 /// The child's stdin: a pipe the module's bytes are written to, or the spooled file.
@@ -347,25 +363,24 @@ pub fn compile_child_main(args: &[OsString]) -> i32 {
     }
 }
 
-fn child(args: &[OsString]) -> Result<(), (i32, String)> {
-    let fail = |m: String| (1, m);
-    // Started as /proc/self/exe, it would be named `exe` in `ps`.
-    let _ = std::fs::write("/proc/self/comm", "enoki-compile");
-    // Killed with its parent: a compilation nobody waits for stops.
-    rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
-        .map_err(|e| fail(format!("prctl: {e}")))?;
+/// The compile child's arguments: tier, artifact directory, memory limit, and the parent's
+/// pid when given.
+type ChildArgs = (TierKind, PathBuf, u64, Option<u32>);
+
+/// Reads the compile child's arguments ([`ChildArgs`]).
+fn child_args(args: &[OsString]) -> Result<ChildArgs, (i32, String)> {
     let (mut tier, mut out, mut limit, mut parent) = (None, None, None, None);
     let mut it = args.iter();
     while let Some(flag) = it.next() {
         let value = it
             .next()
-            .ok_or_else(|| fail(format!("{} needs a value", flag.to_string_lossy())))?;
+            .ok_or_else(|| (1, format!("{} needs a value", flag.to_string_lossy())))?;
         match flag.to_str() {
             Some("--tier") => {
                 tier = match value.to_str() {
                     Some("optimized") => Some(TierKind::Optimized),
                     Some("baseline") => Some(TierKind::Baseline),
-                    _ => return Err(fail(format!("unknown tier {value:?}"))),
+                    _ => return Err((1, format!("unknown tier {value:?}"))),
                 }
             }
             Some("--out") => out = Some(PathBuf::from(value)),
@@ -375,16 +390,28 @@ fn child(args: &[OsString]) -> Result<(), (i32, String)> {
             Some("--parent") => {
                 parent = value.to_str().and_then(|v| v.parse::<u32>().ok());
             }
-            _ => return Err(fail(format!("unknown argument {flag:?}"))),
+            _ => return Err((1, format!("unknown argument {flag:?}"))),
         }
     }
     let (Some(tier), Some(out), Some(limit)) = (tier, out, limit) else {
-        return Err(fail(
+        return Err((
+            1,
             "usage: __compile-module --tier optimized|baseline --out DIR --memory-limit BYTES \
              [--parent PID]"
                 .into(),
         ));
     };
+    Ok((tier, out, limit, parent))
+}
+
+fn child(args: &[OsString]) -> Result<(), (i32, String)> {
+    let fail = |m: String| (1, m);
+    // Started as /proc/self/exe, it would be named `exe` in `ps`.
+    let _ = std::fs::write("/proc/self/comm", "enoki-compile");
+    // Killed with its parent: a compilation nobody waits for stops.
+    rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
+        .map_err(|e| fail(format!("prctl: {e}")))?;
+    let (tier, out, limit, parent) = child_args(args)?;
     // The parent may have died before the death signal was set: then nobody waits.
     let ppid = rustix::process::getppid().map(|p| p.as_raw_nonzero().get());
     if parent.is_some_and(|p| ppid.and_then(|q| u32::try_from(q).ok()) != Some(p)) {

@@ -21,6 +21,12 @@ use super::{Options, metrics};
 use crate::synthesis::Module;
 use crds::{Composition, ResourceSlice};
 
+mod events;
+
+mod plan_cache;
+pub(crate) use plan_cache::BYTES_PER_RESOURCE;
+use plan_cache::{PreparedLru, plan_cache_share};
+
 /// Which Synthesizer a cached module is for: its UID (a Synthesizer deleted and created again
 /// under the same name starts over) and generation.
 pub(crate) type ModuleVersion = (Option<String>, Option<i64>);
@@ -442,156 +448,10 @@ impl Context {
         *last = Some(now);
         None
     }
-
-    /// Publishes a Kubernetes Event on the Composition (best effort: failures are logged).
-    pub(crate) async fn event(
-        &self,
-        comp: &Composition,
-        warning: bool,
-        reason: &str,
-        action: &str,
-        note: String,
-    ) {
-        use kube::Resource;
-        self.event_on(&comp.object_ref(&()), warning, reason, action, note)
-            .await;
-    }
-
-    /// Publishes a new Kubernetes Event on `object`, never folded into an earlier Event with
-    /// the same reason (the shared recorder counts repeats into a series and keeps the first
-    /// note: right for a failure that repeats, wrong for a synthesizer's events whose notes
-    /// differ, e.g. one `NamespaceAdded` per namespace).
-    pub(crate) async fn event_distinct(
-        &self,
-        object: &k8s_openapi::api::core::v1::ObjectReference,
-        warning: bool,
-        reason: &str,
-        note: String,
-    ) {
-        let ev = event(warning, reason, "Synthesize", &note);
-        let recorder =
-            kube::runtime::events::Recorder::new(self.client.clone(), self.reporter.clone());
-        if let Err(e) = recorder.publish(&ev, object).await {
-            tracing::debug!(error = %e, "cannot publish event");
-        }
-    }
-
-    /// Publishes a Kubernetes Event on any object (best effort: failures are logged).
-    pub(crate) async fn event_on(
-        &self,
-        object: &k8s_openapi::api::core::v1::ObjectReference,
-        warning: bool,
-        reason: &str,
-        action: &str,
-        note: String,
-    ) {
-        let ev = event(warning, reason, action, &note);
-        if let Err(e) = self.recorder.publish(&ev, object).await {
-            tracing::debug!(error = %e, "cannot publish event");
-        }
-    }
-}
-
-/// An Event (the note cut to 1000 characters).
-fn event(warning: bool, reason: &str, action: &str, note: &str) -> kube::runtime::events::Event {
-    use kube::runtime::events::{Event, EventType};
-    Event {
-        type_: if warning {
-            EventType::Warning
-        } else {
-            EventType::Normal
-        },
-        reason: reason.to_string(),
-        note: Some(note.chars().take(1000).collect()),
-        action: action.to_string(),
-        secondary: None,
-    }
-}
-
-/// The share of `--plan-cache-resources` (`total`) a replica holding `held` keeps: the flag
-/// bounds the cache of the whole fleet, so a replica serving 2 of 4 shards keeps half of it
-/// (at least one resource). Unsharded, all of it.
-fn plan_cache_share(total: usize, held: super::shard::Shards) -> usize {
-    let (held, count) = (held.len() as usize, held.count().max(1) as usize);
-    if count <= 1 {
-        return total.max(1);
-    }
-    (total.saturating_mul(held) / count).max(1)
 }
 
 /// Passes that may read a synthesis's slices whole and parse them at once.
 pub(crate) const INGESTING: usize = 2;
-
-/// Manifest bytes that count as one more resource in the plan cache's bound.
-pub(crate) const BYTES_PER_RESOURCE: usize = 4096;
-
-/// Ingested syntheses by Composition UID, bounded by their total weight (resources, and one
-/// more per [`BYTES_PER_RESOURCE`] of manifests).
-#[derive(Default)]
-struct PreparedLru {
-    /// uid → (key, the ingested synthesis, its weight, last use).
-    entries: HashMap<String, (String, Arc<plan::Prepared>, usize, u64)>,
-    resources: usize,
-    tick: u64,
-}
-
-impl PreparedLru {
-    fn get(&mut self, uid: &str, key: &str) -> Option<Arc<plan::Prepared>> {
-        self.tick += 1;
-        let tick = self.tick;
-        let e = self.entries.get_mut(uid).filter(|e| e.0 == key)?;
-        e.3 = tick;
-        Some(e.1.clone())
-    }
-
-    /// Caches `p`, then drops the least recently used until at most `capacity` resources
-    /// are held (the newest is always kept).
-    fn insert(
-        &mut self,
-        uid: &str,
-        key: String,
-        (p, weight): (Arc<plan::Prepared>, usize),
-        capacity: usize,
-    ) {
-        self.remove(uid);
-        self.tick += 1;
-        self.resources += weight;
-        self.entries
-            .insert(uid.to_string(), (key, p, weight, self.tick));
-        self.trim(capacity);
-    }
-
-    /// Keeps the entries of the UIDs `keep` accepts, at most `capacity` resources of them.
-    fn retain(&mut self, keep: impl Fn(&str) -> bool, capacity: usize) {
-        let dropped: Vec<String> = self.entries.keys().filter(|u| !keep(u)).cloned().collect();
-        for uid in &dropped {
-            self.remove(uid);
-        }
-        self.trim(capacity);
-    }
-
-    /// Drops the least recently used until at most `capacity` resources are held (the
-    /// newest is always kept).
-    fn trim(&mut self, capacity: usize) {
-        while self.resources > capacity && self.entries.len() > 1 {
-            let Some(oldest) = self
-                .entries
-                .iter()
-                .min_by_key(|(_, e)| e.3)
-                .map(|(k, _)| k.clone())
-            else {
-                break;
-            };
-            self.remove(&oldest);
-        }
-    }
-
-    fn remove(&mut self, uid: &str) {
-        if let Some(old) = self.entries.remove(uid) {
-            self.resources -= old.2;
-        }
-    }
-}
 
 #[cfg(test)]
 mod tests {

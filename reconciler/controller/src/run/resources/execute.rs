@@ -19,6 +19,10 @@ use super::observe::Observation;
 use crds::Composition;
 use crds::names::{FIELD_MANAGER, reasons};
 
+mod write;
+use write::write;
+pub(crate) use write::{Handover, release};
+
 /// The outcomes of a plan, in step order, and the shortest fight backoff that is pending.
 pub(crate) struct Acted {
     pub outcomes: Vec<StepResult>,
@@ -52,49 +56,7 @@ pub(crate) async fn act(
             ),
         )
     });
-    let in_sync = Op::Skip {
-        reason: SkipReason::InSync,
-    };
-    let pending: Vec<_> = the_plan
-        .steps
-        .iter()
-        .enumerate()
-        .map(|(i, step)| {
-            let op = if deferred.contains(&step.key) {
-                &in_sync
-            } else {
-                &step.op
-            };
-            let held = step
-                .op
-                .is_write()
-                .then(|| backing_off.get(&step.key).cloned())
-                .flatten();
-            let migrating = Handover {
-                uid: &uid,
-                migration: super::migrate::Migration {
-                    managers: &ctx.opts.migrating_field_managers,
-                    fields: &ctx.opts.migrating_fields,
-                },
-                previous: step.previous.as_ref(),
-            };
-            execute(
-                i,
-                op,
-                &step.key,
-                observations.get(&step.key),
-                held,
-                migrating,
-                ctx.opts.timeout,
-            )
-        })
-        .collect();
-    let mut indexed: Vec<(usize, StepResult)> = futures::stream::iter(pending)
-        .buffer_unordered(ctx.opts.apply_concurrency.max(1))
-        .collect()
-        .await;
-    indexed.sort_by_key(|(i, _)| *i);
-    let outcomes: Vec<StepResult> = indexed.into_iter().map(|(_, o)| o).collect();
+    let outcomes = run_steps(ctx, &uid, the_plan, observations, &deferred, &backing_off).await;
     log_writes(the_plan, &outcomes, &deferred);
     let conflicts = ctx.memory.apply.with(&uid, |m| {
         record_failures(&mut m.backoff, the_plan, &outcomes, started);
@@ -121,6 +83,61 @@ pub(crate) async fn act(
         outcomes,
         fight_wait,
     }
+}
+
+/// Executes the plan's steps, `apply_concurrency` at a time: a step `deferred` (a fight
+/// waiting) counts as in sync, a write `backing_off` is held. The outcomes in step order.
+async fn run_steps(
+    ctx: &Context,
+    uid: &str,
+    the_plan: &Plan,
+    observations: &HashMap<ResourceKey, Observation>,
+    deferred: &std::collections::BTreeSet<ResourceKey>,
+    backing_off: &HashMap<ResourceKey, String>,
+) -> Vec<StepResult> {
+    let in_sync = Op::Skip {
+        reason: SkipReason::InSync,
+    };
+    let pending: Vec<_> = the_plan
+        .steps
+        .iter()
+        .enumerate()
+        .map(|(i, step)| {
+            let op = if deferred.contains(&step.key) {
+                &in_sync
+            } else {
+                &step.op
+            };
+            let held = step
+                .op
+                .is_write()
+                .then(|| backing_off.get(&step.key).cloned())
+                .flatten();
+            let migrating = Handover {
+                uid,
+                migration: super::migrate::Migration {
+                    managers: &ctx.opts.migrating_field_managers,
+                    fields: &ctx.opts.migrating_fields,
+                },
+                previous: step.previous.as_ref(),
+            };
+            execute(
+                i,
+                op,
+                &step.key,
+                observations.get(&step.key),
+                held,
+                migrating,
+                ctx.opts.timeout,
+            )
+        })
+        .collect();
+    let mut indexed: Vec<(usize, StepResult)> = futures::stream::iter(pending)
+        .buffer_unordered(ctx.opts.apply_concurrency.max(1))
+        .collect()
+        .await;
+    indexed.sort_by_key(|(i, _)| *i);
+    indexed.into_iter().map(|(_, o)| o).collect()
 }
 
 /// Counts the drift corrections that took effect; returns a `FieldConflict` message and the
@@ -321,220 +338,6 @@ fn left_for_good(op: &Op) -> bool {
                 | SkipReason::ReconciliationDisabled
         }
     )
-}
-
-/// Takes the `managed-by` label (either spelling) naming `uid` off an object left for good
-/// (kept by `prune: disabled`, orphaned), so that another Composition — or this one, created
-/// again — may adopt it later. The patch tests the label's value first: an object another
-/// Composition took meanwhile keeps its label. A refusal (403) is logged and does not hold
-/// the Composition (its deletion in particular) back; a transient failure is returned, for
-/// the caller to retry.
-///
-/// # Errors
-/// The API server's answer when it is neither success, 404 nor 422.
-pub(super) async fn release(
-    api: &Api<DynamicObject>,
-    what: &str,
-    name: &str,
-    live: &Value,
-    uid: &str,
-) -> Result<(), kube::Error> {
-    let labels = live.pointer("/metadata/labels").and_then(Value::as_object);
-    let ops: Vec<Value> = [
-        crds::names::annotations::MANAGED_BY.enoki,
-        crds::names::annotations::MANAGED_BY.eno,
-    ]
-    .iter()
-    .filter(|k| {
-        !uid.is_empty() && labels.and_then(|l| l.get(**k)).and_then(Value::as_str) == Some(uid)
-    })
-    .flat_map(|k| {
-        let path = format!(
-            "/metadata/labels/{}",
-            k.replace('~', "~0").replace('/', "~1")
-        );
-        [
-            serde_json::json!({"op": "test", "path": path, "value": uid}),
-            serde_json::json!({"op": "remove", "path": path}),
-        ]
-    })
-    .collect();
-    if ops.is_empty() {
-        return Ok(());
-    }
-    let Ok(patch) = serde_json::from_value::<json_patch::Patch>(Value::Array(ops)) else {
-        return Ok(());
-    };
-    let params = PatchParams {
-        field_manager: Some(FIELD_MANAGER.into()),
-        ..PatchParams::default()
-    };
-    match api.patch(name, &params, &Patch::<()>::Json(patch)).await {
-        Ok(_) => tracing::info!(resource = %what, "left in place; managed-by label removed"),
-        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 422 => {}
-        Err(e) => {
-            tracing::warn!(resource = %what, error = %summarize(&e), "left in place; its managed-by label could not be removed");
-            return Err(e);
-        }
-    }
-    Ok(())
-}
-
-async fn write(
-    api: &Api<DynamicObject>,
-    op: &Op,
-    key: &ResourceKey,
-    live: Option<&Value>,
-    migrating: Handover<'_>,
-) -> Result<Option<DynamicObject>, String> {
-    let rv_of = Some;
-    let pp = PostParams {
-        field_manager: Some(FIELD_MANAGER.into()),
-        ..PostParams::default()
-    };
-    let result = match op {
-        Op::Apply { object } => apply(api, &key.name, object, migrating).await.map(rv_of),
-        Op::Create { object } => {
-            let obj: DynamicObject =
-                serde_json::from_value(object.clone()).map_err(|e| e.to_string())?;
-            api.create(&pp, &obj).await.map(rv_of)
-        }
-        Op::Replace { object } => {
-            let mut object = object.clone();
-            if let Some(rv) = live.and_then(|l| l.pointer("/metadata/resourceVersion")) {
-                object["metadata"]["resourceVersion"] = rv.clone();
-            }
-            let obj: DynamicObject = serde_json::from_value(object).map_err(|e| e.to_string())?;
-            api.replace(&key.name, &pp, &obj).await.map(rv_of)
-        }
-        Op::MergePatch { patch, .. } => api
-            .patch(
-                &key.name,
-                &PatchParams {
-                    field_manager: Some(FIELD_MANAGER.into()),
-                    ..PatchParams::default()
-                },
-                &Patch::Merge(patch),
-            )
-            .await
-            .map(rv_of),
-        Op::JsonPatch { ops } => {
-            let ops: json_patch::Patch =
-                serde_json::from_value(ops.clone()).map_err(|e| format!("patch.ops: {e}"))?;
-            api.patch(
-                &key.name,
-                &PatchParams {
-                    field_manager: Some(FIELD_MANAGER.into()),
-                    ..PatchParams::default()
-                },
-                &Patch::<()>::Json(ops),
-            )
-            .await
-            .map(rv_of)
-        }
-        Op::Delete { foreground } => {
-            let dp = if *foreground {
-                DeleteParams::foreground()
-            } else {
-                DeleteParams::default()
-            };
-            match api.delete(&key.name, &dp).await {
-                Ok(_) => Ok(None),
-                Err(kube::Error::Api(resp)) if resp.code == 404 => Ok(None),
-                Err(e) => Err(e),
-            }
-        }
-        Op::Skip { .. } | Op::Wait { .. } | Op::Conflict { .. } => Ok(None),
-    };
-    result.map_err(|e| summarize(&e))
-}
-
-/// What a server-side apply may hand over to enoki after writing: a migrating manager's fields
-/// (`--migrating-field-managers`), and the fields the previous synthesis left behind.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Handover<'a> {
-    /// This Composition's UID: an object it leaves for good is released only while its
-    /// `managed-by` label still names it.
-    pub uid: &'a str,
-    pub migration: super::migrate::Migration<'a>,
-    /// The previous synthesis's snapshot ([`plan::Step::previous`]).
-    pub previous: Option<&'a Value>,
-}
-
-/// Server-side apply; then, when a migrating manager still owns fields under the migrating
-/// paths (see [`super::migrate`]), or fields the previous synthesis applied are left behind
-/// because another manager co-owns them (see [`super::ownership`]), those become enoki's and
-/// the manifest is applied again, which prunes what enoki no longer emits.
-async fn apply(
-    api: &Api<DynamicObject>,
-    name: &str,
-    object: &Value,
-    handover: Handover<'_>,
-) -> Result<DynamicObject, kube::Error> {
-    let pp = PatchParams::apply(FIELD_MANAGER).force();
-    let written = api.patch(name, &pp, &Patch::Apply(object)).await?;
-    let migration = handover.migration;
-    let migrated = if migration.is_on() {
-        serde_json::to_value(&written)
-            .ok()
-            .and_then(|w| super::migrate::merged_managed_fields(&w, migration))
-    } else {
-        None
-    };
-    if let Some(fields) = migrated {
-        hand_over(api, name, fields, &written).await?;
-        tracing::info!(resource = name, managers = ?migration.managers, fields = ?migration.fields,
-            "field ownership migrated to enoki");
-        return api.patch(name, &pp, &Patch::Apply(object)).await;
-    }
-    let Some(previous) = handover.previous else {
-        return Ok(written);
-    };
-    let w = serde_json::to_value(&written).unwrap_or_default();
-    if !super::ownership::shared_ownership(&w) {
-        return Ok(written);
-    }
-    // The previous snapshot's field set, as the server computes it. One the server now
-    // refuses (a schema or an immutable field changed) only skips the repair.
-    let dry = PatchParams {
-        dry_run: true,
-        ..PatchParams::apply(FIELD_MANAGER).force()
-    };
-    let Ok(before) = api.patch(name, &dry, &Patch::Apply(previous)).await else {
-        return Ok(written);
-    };
-    let before = serde_json::to_value(&before).unwrap_or_default();
-    let Some(fields) = super::ownership::repaired_managed_fields(&before, &w) else {
-        return Ok(written);
-    };
-    // The apply went through: a concurrent change (a status update mid-rollout) only puts the
-    // repair off to the next pass.
-    if let Err(e) = hand_over(api, name, fields, &written).await {
-        tracing::debug!(resource = name, error = %e, "field ownership repair put off");
-        return Ok(written);
-    }
-    tracing::info!(
-        resource = name,
-        "fields the previous synthesis left behind handed to enoki"
-    );
-    api.patch(name, &pp, &Patch::Apply(object)).await
-}
-
-/// Writes `fields` as the object's `managedFields`, guarded by the resourceVersion just
-/// written: a concurrent change makes it a conflict (retried on the next pass).
-async fn hand_over(
-    api: &Api<DynamicObject>,
-    name: &str,
-    fields: Value,
-    written: &DynamicObject,
-) -> Result<(), kube::Error> {
-    let handover = serde_json::json!({"metadata": {
-        "managedFields": fields,
-        "resourceVersion": written.metadata.resource_version,
-    }});
-    api.patch(name, &PatchParams::default(), &Patch::Merge(&handover))
-        .await?;
-    Ok(())
 }
 
 /// A short name of an op, for logs and metrics.

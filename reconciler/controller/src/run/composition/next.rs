@@ -1,0 +1,193 @@
+//! The next synthesis: whether one is due, what holds it back (inputs not in lockstep,
+//! `dependsOn`, the rollout cooldown), then synthesizing and storing it.
+
+use super::*;
+
+/// The decision about the next synthesis, and the synthesis when it is due. `Some(requeue)`:
+/// it waits or failed (the reason is in a condition); `None`: up to date, or stored.
+pub(super) async fn next_synthesis(
+    ctx: &Arc<Context>,
+    comp: &Arc<Composition>,
+    st: &mut CompositionStatus,
+    o: Observed,
+) -> Result<Option<Duration>, Error> {
+    let uid = comp.uid().unwrap_or_default();
+    let forced = observe::forced(comp);
+    let write_back_known = o.synth.spec.for_kind.is_none()
+        || ctx
+            .memory
+            .synthesis
+            .with(&uid, |m| m.status_write.is_some());
+    let slices_missing = match &st.current_synthesis {
+        Some(cur) => !slices::all_exist(ctx, comp, cur).await?,
+        None => false,
+    };
+    let digest = o.module.digest();
+    let deferred: Vec<String> = o
+        .synth
+        .spec
+        .refs
+        .iter()
+        .filter(|r| r.defer)
+        .map(|r| r.key.clone())
+        .collect();
+    let trigger = trigger::decide(
+        st.current_synthesis.as_ref(),
+        &trigger::Now {
+            generation: comp.metadata.generation,
+            synthesizer_generation: o.synth.metadata.generation,
+            module_digest: &digest,
+            revisions: &o.revisions,
+            forced: forced.as_deref(),
+            write_back_known,
+            slices_missing,
+            ignore_side_effects: ignores_side_effects(comp),
+            deferred: &deferred,
+        },
+    );
+    if trigger == Trigger::UpToDate {
+        // The current synthesis is the one these inputs give: a blocker that has cleared
+        // (an input back, a module fetched again) leaves no stale condition behind.
+        if st.current_synthesis.is_some()
+            && !super::super::condition::is_true(&st.conditions, conditions::SYNTHESIZED)
+        {
+            synthesize::synthesized(st, comp.metadata.generation);
+        }
+        return Ok(None);
+    }
+    synthesize_now(ctx, comp, st, o, forced, &trigger).await
+}
+
+/// Inputs in lockstep, `dependsOn`, the rollout cooldown, then the synthesis. `Some(requeue)`
+/// when no new synthesis was stored (waiting, or failed).
+pub(super) async fn synthesize_now(
+    ctx: &Arc<Context>,
+    comp: &Composition,
+    st: &mut CompositionStatus,
+    o: Observed,
+    forced: Option<String>,
+    trigger: &Trigger,
+) -> Result<Option<Duration>, Error> {
+    // What holds the synthesis back (reads only), then the pure decision.
+    let seen = decide::Seen {
+        mismatched: trigger::mismatched(
+            &o.revisions,
+            o.synth.metadata.generation,
+            comp.metadata.generation,
+        ),
+        dependencies: dependencies::block(ctx, comp).await?,
+        deferred: trigger.is_deferred(),
+    };
+    match decide::next(&seen) {
+        decide::Next::Wait(wait) => {
+            let retry = wait.retry(ctx.opts.readiness_poll);
+            hold_back(st, comp.metadata.generation, wait);
+            return Ok(Some(retry));
+        }
+        // A Synthesizer change alone, or a change of deferred refs only, rolls out gradually:
+        // one Composition per cooldown, across all Compositions (Eno). Claimed last and
+        // atomically, so a blocked Composition never uses up a rollout slot.
+        decide::Next::Synthesize { claim_rollout } => {
+            if claim_rollout && let Some(wait) = ctx.rollout_slot() {
+                tracing::debug!(?wait, "synthesizer rollout cooldown");
+                cooling_down(st, comp.metadata.generation, trigger);
+                return Ok(Some(wait));
+            }
+        }
+    }
+    st.dependency_status = None;
+    tracing::debug!(%trigger, "synthesizing");
+    let req = synthesize::Request {
+        synth: &o.synth,
+        module: o.module,
+        gathered: o.gathered,
+        revisions: o.revisions,
+        forced,
+        trigger,
+        observed: o.observed,
+        limits: o.limits,
+    };
+    match synthesize::synthesize(ctx, comp, st, req).await? {
+        synthesize::SynthesisEnd::Stored => {
+            if let Err(e) = status_write::write(ctx, comp, st).await {
+                // Never write new slices for the same synthesis again; back off like any error.
+                synthesize::status_write_failed(ctx, comp, &e).await;
+                return Err(e);
+            }
+            ctx.memory
+                .synthesis
+                .with(&comp.uid().unwrap_or_default(), |m| m.unrecorded = None);
+            slices::delete_stale(ctx, comp, st).await;
+            Ok(None)
+        }
+        synthesize::SynthesisEnd::Failed(requeue) => Ok(Some(requeue)),
+    }
+}
+
+/// Records what holds the next synthesis back: inputs not in lockstep, or `dependsOn`.
+pub(super) fn hold_back(st: &mut CompositionStatus, generation: Option<i64>, wait: decide::Wait) {
+    match wait {
+        decide::Wait::Mismatched(message) => {
+            super::super::condition::set_condition(
+                &mut st.conditions,
+                conditions::SYNTHESIZED,
+                false,
+                reasons::MISMATCHED_INPUTS,
+                &message,
+                generation,
+            );
+            st.simplified = Some(SimplifiedStatus {
+                status: reasons::MISMATCHED_INPUTS.into(),
+                error: Some(message),
+            });
+        }
+        decide::Wait::Dependencies(block) => wait_on_dependencies(st, generation, block),
+    }
+}
+
+/// Records that the next synthesis waits for the rollout cooldown.
+pub(super) fn cooling_down(st: &mut CompositionStatus, generation: Option<i64>, trigger: &Trigger) {
+    let message = format!(
+        "the next synthesis ({trigger}) waits for the rollout cooldown \
+         (--rollout-cooldown); the current one is still applied"
+    );
+    super::super::condition::set_condition(
+        &mut st.conditions,
+        conditions::SYNTHESIZED,
+        false,
+        reasons::ROLLOUT_COOLDOWN,
+        &message,
+        generation,
+    );
+    st.simplified = Some(SimplifiedStatus {
+        status: reasons::ROLLOUT_COOLDOWN.into(),
+        error: None,
+    });
+}
+
+pub(super) fn wait_on_dependencies(
+    st: &mut CompositionStatus,
+    generation: Option<i64>,
+    block: crds::DependencyStatus,
+) {
+    let reason = block.reason.clone().unwrap_or_default();
+    let detail: Vec<String> = block
+        .blocked_by
+        .iter()
+        .map(|b| format!("{}/{} ({})", b.namespace, b.name, b.reason))
+        .collect();
+    let message = format!("{reason}: {}", detail.join(", "));
+    super::super::condition::set_condition(
+        &mut st.conditions,
+        conditions::SYNTHESIZED,
+        false,
+        &reason,
+        &message,
+        generation,
+    );
+    st.simplified = Some(SimplifiedStatus {
+        status: "WaitingOnDependencies".into(),
+        error: Some(message),
+    });
+    st.dependency_status = Some(block);
+}

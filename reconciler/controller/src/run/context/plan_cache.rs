@@ -1,0 +1,85 @@
+//! The plan cache: ingested syntheses by Composition UID, bounded by their weight, and the
+//! share of it a replica keeps.
+
+use super::*;
+
+/// The share of `--plan-cache-resources` (`total`) a replica holding `held` keeps: the flag
+/// bounds the cache of the whole fleet, so a replica serving 2 of 4 shards keeps half of it
+/// (at least one resource). Unsharded, all of it.
+pub(super) fn plan_cache_share(total: usize, held: super::super::shard::Shards) -> usize {
+    let (held, count) = (held.len() as usize, held.count().max(1) as usize);
+    if count <= 1 {
+        return total.max(1);
+    }
+    (total.saturating_mul(held) / count).max(1)
+}
+/// Manifest bytes that count as one more resource in the plan cache's bound.
+pub(crate) const BYTES_PER_RESOURCE: usize = 4096;
+
+/// Ingested syntheses by Composition UID, bounded by their total weight (resources, and one
+/// more per [`BYTES_PER_RESOURCE`] of manifests).
+#[derive(Default)]
+pub(super) struct PreparedLru {
+    /// uid → (key, the ingested synthesis, its weight, last use).
+    entries: HashMap<String, (String, Arc<plan::Prepared>, usize, u64)>,
+    resources: usize,
+    tick: u64,
+}
+
+impl PreparedLru {
+    pub(super) fn get(&mut self, uid: &str, key: &str) -> Option<Arc<plan::Prepared>> {
+        self.tick += 1;
+        let tick = self.tick;
+        let e = self.entries.get_mut(uid).filter(|e| e.0 == key)?;
+        e.3 = tick;
+        Some(e.1.clone())
+    }
+
+    /// Caches `p`, then drops the least recently used until at most `capacity` resources
+    /// are held (the newest is always kept).
+    pub(super) fn insert(
+        &mut self,
+        uid: &str,
+        key: String,
+        (p, weight): (Arc<plan::Prepared>, usize),
+        capacity: usize,
+    ) {
+        self.remove(uid);
+        self.tick += 1;
+        self.resources += weight;
+        self.entries
+            .insert(uid.to_string(), (key, p, weight, self.tick));
+        self.trim(capacity);
+    }
+
+    /// Keeps the entries of the UIDs `keep` accepts, at most `capacity` resources of them.
+    pub(super) fn retain(&mut self, keep: impl Fn(&str) -> bool, capacity: usize) {
+        let dropped: Vec<String> = self.entries.keys().filter(|u| !keep(u)).cloned().collect();
+        for uid in &dropped {
+            self.remove(uid);
+        }
+        self.trim(capacity);
+    }
+
+    /// Drops the least recently used until at most `capacity` resources are held (the
+    /// newest is always kept).
+    pub(super) fn trim(&mut self, capacity: usize) {
+        while self.resources > capacity && self.entries.len() > 1 {
+            let Some(oldest) = self
+                .entries
+                .iter()
+                .min_by_key(|(_, e)| e.3)
+                .map(|(k, _)| k.clone())
+            else {
+                break;
+            };
+            self.remove(&oldest);
+        }
+    }
+
+    pub(super) fn remove(&mut self, uid: &str) {
+        if let Some(old) = self.entries.remove(uid) {
+            self.resources -= old.2;
+        }
+    }
+}

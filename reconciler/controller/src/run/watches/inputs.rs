@@ -1,0 +1,375 @@
+//! Input watches: the kinds Compositions read, watched per namespace (metadata only unless
+//! inputs are read whole), the objects kept, and the Compositions woken when one changes.
+
+use super::*;
+
+impl Watches {
+    /// Records that `comp` reads the object (or, with name `*`, the collection) and makes sure
+    /// its kind is watched.
+    pub fn track(
+        self: &Arc<Self>,
+        gvk: &GroupVersionKind,
+        ar: &ApiResource,
+        namespace: &str,
+        name: &str,
+        comp: &Composition,
+    ) {
+        let key = (
+            gvk.group.clone(),
+            gvk.kind.clone(),
+            namespace.to_string(),
+            name.to_string(),
+        );
+        let me = ObjectRef::from_obj(comp);
+        if let Ok(mut readers) = self.readers.lock() {
+            readers.entry(key).or_default().insert(me);
+        }
+        let uid = comp.uid().unwrap_or_default();
+        // A namespace given: watch that namespace only; "" (cluster-scoped kinds, collections
+        // that may span namespaces): the whole cluster. Callers resolve a reference's empty
+        // namespace to the Composition's own (`tenancy::ref_namespace`) before they get here.
+        let scope = namespace.to_string();
+        let Ok(mut inputs) = self.inputs.lock() else {
+            return;
+        };
+        let watch_key = (gvk.clone(), scope.clone());
+        if let Some(w) = inputs.get_mut(&watch_key) {
+            w.users.insert(uid);
+            return;
+        }
+        if self.forbidden_inputs.lock().is_ok_and(|f| {
+            f.get(&watch_key)
+                .is_some_and(|at| at.elapsed() < FORBIDDEN_RETRY)
+        }) {
+            return;
+        }
+        let (synced, task) = self.start_input_watch(ar, &watch_key);
+        inputs.insert(
+            watch_key,
+            InputWatch {
+                synced,
+                task,
+                users: [uid].into(),
+            },
+        );
+    }
+
+    /// Starts the watch of an input kind in a scope ("" for the whole cluster): its cache
+    /// and the task that feeds it, wakes the Compositions that read a changed object, and
+    /// gives up on the kind (for [`FORBIDDEN_RETRY`]) when enoki may not list it.
+    pub(super) fn start_input_watch(
+        self: &Arc<Self>,
+        ar: &ApiResource,
+        watch_key: &(GroupVersionKind, String),
+    ) -> (Synced<Kept>, tokio::task::AbortHandle) {
+        let (gvk, scope) = watch_key;
+        let forbidden_key = watch_key.clone();
+        let (mut feeder, synced) = Feeder::<Kept>::new();
+        let api: Api<DynamicObject> = if scope.is_empty() {
+            Api::all_with(self.client.clone(), ar)
+        } else {
+            Api::namespaced_with(self.client.clone(), scope, ar)
+        };
+        let meta_api: Api<PartialObjectMeta<DynamicObject>> = if scope.is_empty() {
+            Api::all_with(self.client.clone(), ar)
+        } else {
+            Api::namespaced_with(self.client.clone(), scope, ar)
+        };
+        let wc = watcher::Config::default().labels(&format!("!{}", managed_label()));
+        let whole = self.whole_inputs;
+        let this = Arc::downgrade(self);
+        let (group, kind) = (gvk.group.clone(), gvk.kind.clone());
+        // Without whole inputs (impersonating Compositions read inputs with GETs as their
+        // account) the watch lists and streams metadata only: a tenant's large objects of a
+        // bound kind are never downloaded by the controller.
+        let source: futures::stream::BoxStream<
+            'static,
+            watcher::Result<watcher::Event<DynamicObject>>,
+        > = if whole {
+            watcher(api, wc).boxed()
+        } else {
+            watcher(meta_api, wc).map(|r| r.map(metadata_only)).boxed()
+        };
+        let keeper = Arc::downgrade(self);
+        let kept_as = gvk.clone();
+        let events = super::super::recovery::recovering(source).map_ok(move |event| {
+            match keeper.upgrade() {
+                Some(this) => this.keep(&kept_as, event),
+                None => event,
+            }
+        });
+        let task = tokio::spawn(async move {
+            futures::pin_mut!(events);
+            while let Some(event) = events.next().await {
+                let Some(this) = this.upgrade() else { break };
+                match event {
+                    Ok(event) => {
+                        if let Some(o) = feeder.apply(event) {
+                            this.fire_readers(
+                                &group,
+                                &kind,
+                                &o.namespace().unwrap_or_default(),
+                                &o.name_any(),
+                            )
+                        }
+                    }
+                    Err(e) if forbidden_watch(&e) => {
+                        tracing::debug!(kind = %kind, "enoki may not list/watch this input kind: \
+                            changes to it are seen at --resync");
+                        // Reads of it go straight to GETs; a later grant is tried again after
+                        // FORBIDDEN_RETRY.
+                        if let Ok(mut f) = this.forbidden_inputs.lock() {
+                            f.insert(forbidden_key.clone(), std::time::Instant::now());
+                        }
+                        if let Ok(mut inputs) = this.inputs.lock() {
+                            inputs.remove(&forbidden_key);
+                        }
+                        break;
+                    }
+                    Err(e) => {
+                        tracing::warn!(kind = %kind, error = %e, "input watch failed; retrying with backoff")
+                    }
+                }
+            }
+        });
+        (synced, task.abort_handle())
+    }
+
+    /// The cached object, `Some(None)` when the synced cache does not have it, `None` when
+    /// the kind is not watched, its first list has not finished within a few seconds, or the
+    /// object is not kept whole here (callers then GET it).
+    pub async fn input(
+        &self,
+        gvk: &GroupVersionKind,
+        namespace: &str,
+        name: &str,
+    ) -> Option<Option<Arc<DynamicObject>>> {
+        if !self.whole_inputs {
+            return None;
+        }
+        let mut synced = self.store_of(gvk, namespace)?;
+        tokio::time::timeout(FIRST_LIST, synced.ready.wait_for(|r| *r))
+            .await
+            .ok()?
+            .ok()?;
+        let stub_version = match synced.table.read().ok()?.get(namespace, name) {
+            None => return Some(None),
+            // Whole in the store (unsharded).
+            Some(Kept::Whole(o)) => return Some(Some(o.clone())),
+            Some(Kept::Version(rv)) => rv.clone()?,
+        };
+        let key = (gvk.clone(), namespace.to_string(), name.to_string());
+        let whole = self.whole.lock().ok()?.get(&key).cloned()?;
+        let current = whole.metadata.resource_version.as_deref() == Some(&*stub_version);
+        current.then_some(Some(whole))
+    }
+
+    /// Records that `comp` reads this object from the input cache (as the controller): with
+    /// `--shards`, it is then kept whole here. Called before [`Watches::input`].
+    pub fn serve(&self, gvk: &GroupVersionKind, namespace: &str, name: &str, comp: &Composition) {
+        if !self.sharded() {
+            return;
+        }
+        if let Ok(mut served) = self.served.lock() {
+            served
+                .entry((gvk.clone(), namespace.to_string(), name.to_string()))
+                .or_default()
+                .insert(ObjectRef::from_obj(comp));
+        }
+    }
+
+    /// Keeps `obj`, just read with a GET as the controller, when its kind is watched and it
+    /// is one this replica keeps whole: the next reads cost no request while it does not
+    /// change.
+    pub fn fetched(
+        &self,
+        gvk: &GroupVersionKind,
+        namespace: &str,
+        name: &str,
+        obj: &DynamicObject,
+    ) {
+        if !self.whole_inputs || !self.sharded() || !self.read_here(gvk, namespace, name) {
+            return;
+        }
+        // Only beside a stub: an object the watch leaves out (one enoki manages) or has not
+        // listed yet is read with a GET each time, as without the stubs.
+        let Some(stub_version) = self.store_of(gvk, namespace).and_then(|s| {
+            let t = s.table.read().ok()?;
+            t.get(namespace, name)
+                .map(|k| k.resource_version().map(str::to_string))
+        }) else {
+            return;
+        };
+        let key = (gvk.clone(), namespace.to_string(), name.to_string());
+        // A copy the watch brought for the stub's version is not replaced by an older read.
+        if self.whole.lock().is_ok_and(|w| {
+            w.get(&key).is_some_and(|c| {
+                stub_version.is_some() && c.metadata.resource_version == stub_version
+            })
+        }) {
+            return;
+        }
+        let mut copy = obj.clone();
+        copy.managed_fields_mut().clear();
+        if let Ok(mut w) = self.whole.lock() {
+            w.insert(key, Arc::new(copy));
+        }
+    }
+
+    /// What an input watch's store gets for `event`: stubs; a whole copy of an object kept
+    /// whole goes beside them.
+    pub(super) fn keep(
+        &self,
+        gvk: &GroupVersionKind,
+        event: watcher::Event<DynamicObject>,
+    ) -> watcher::Event<DynamicObject> {
+        use watcher::Event;
+        match event {
+            Event::Apply(o) => Event::Apply(self.stub(gvk, o, true)),
+            Event::InitApply(o) => Event::InitApply(self.stub(gvk, o, true)),
+            Event::Delete(o) => Event::Delete(self.stub(gvk, o, false)),
+            e @ (Event::Init | Event::InitDone) => e,
+        }
+    }
+
+    /// The stub of `o`, whose whole copy is kept beside it when it exists and is read here;
+    /// unsharded, `o` itself (whole unless only metadata is watched).
+    pub(super) fn stub(
+        &self,
+        gvk: &GroupVersionKind,
+        mut o: DynamicObject,
+        exists: bool,
+    ) -> DynamicObject {
+        if !self.sharded() {
+            o.managed_fields_mut().clear();
+            if !self.whole_inputs {
+                o.data = serde_json::Value::Null;
+            }
+            return o;
+        }
+        let stub = DynamicObject {
+            types: o.types.clone(),
+            metadata: kube::core::ObjectMeta {
+                name: o.metadata.name.clone(),
+                namespace: o.metadata.namespace.clone(),
+                uid: o.metadata.uid.clone(),
+                resource_version: o.metadata.resource_version.clone(),
+                ..kube::core::ObjectMeta::default()
+            },
+            data: serde_json::Value::Null,
+        };
+        let (namespace, name) = (o.namespace().unwrap_or_default(), o.name_any());
+        let keep = exists && self.whole_inputs && self.read_here(gvk, &namespace, &name);
+        if let Ok(mut w) = self.whole.lock() {
+            let key = (gvk.clone(), namespace, name);
+            if keep {
+                o.managed_fields_mut().clear();
+                w.insert(key, Arc::new(o));
+            } else {
+                w.remove(&key);
+            }
+        }
+        stub
+    }
+
+    /// Whether Compositions are split into shards (`--shards` > 1; fixed for the process).
+    pub(super) fn sharded(&self) -> bool {
+        self.shards.borrow().count() > 1
+    }
+
+    /// Whether a Composition reconciled here reads this object from the cache.
+    pub(super) fn read_here(&self, gvk: &GroupVersionKind, namespace: &str, name: &str) -> bool {
+        let key = (gvk.clone(), namespace.to_string(), name.to_string());
+        self.served.lock().is_ok_and(|s| s.contains_key(&key))
+    }
+
+    /// Forgets what Compositions that are not reconciled here any more (deleted while enoki
+    /// was down, or of a shard handed to another replica) read and own, stops the watches only
+    /// they needed, and drops the whole objects no longer kept (nobody here reads them, or
+    /// their object is gone). `live` (the Compositions reconciled here, with their UIDs) is
+    /// taken while no read, owner or watch user can be recorded, so a Composition that starts
+    /// reading meanwhile is in it.
+    pub fn retain_readers(&self, live: impl FnOnce() -> HashSet<ObjectRef<Composition>>) {
+        self.drop_compositions(|| {
+            let live = live();
+            let uids = live.iter().filter_map(|c| c.extra.uid.clone()).collect();
+            Gone::NotLive(live, uids)
+        });
+        self.prune_whole();
+    }
+
+    /// Drops whole objects not kept any more; see [`Watches::retain_readers`].
+    pub(super) fn prune_whole(&self) {
+        let keys: Vec<ObjectKey> = match self.whole.lock() {
+            Ok(w) => w.keys().cloned().collect(),
+            Err(_) => return,
+        };
+        let gone: Vec<ObjectKey> = keys
+            .into_iter()
+            .filter(|(gvk, namespace, name)| {
+                let present = self.store_of(gvk, namespace).is_some_and(|s| {
+                    s.table
+                        .read()
+                        .is_ok_and(|t| t.get(namespace, name).is_some())
+                });
+                !present || !self.read_here(gvk, namespace, name)
+            })
+            .collect();
+        if let Ok(mut w) = self.whole.lock() {
+            for k in &gone {
+                w.remove(k);
+            }
+        }
+    }
+
+    /// The input table that holds the objects of `gvk` in `namespace` (its namespace's
+    /// watch, else the cluster-wide one); `None` when the kind is not watched (or the lock is
+    /// poisoned: callers then GET).
+    pub(super) fn store_of(&self, gvk: &GroupVersionKind, namespace: &str) -> Option<Synced<Kept>> {
+        let inputs = self.inputs.lock().ok()?;
+        let w = inputs
+            .get(&(gvk.clone(), namespace.to_string()))
+            .or_else(|| inputs.get(&(gvk.clone(), String::new())))?;
+        Some(w.synced.clone())
+    }
+
+    /// Objects in the input caches, per watch: (kept whole and current, stubs only).
+    pub fn input_objects(&self) -> (usize, usize) {
+        let tables: Vec<(GroupVersionKind, Synced<Kept>)> = match self.inputs.lock() {
+            Ok(inputs) => inputs
+                .iter()
+                .map(|((gvk, _), w)| (gvk.clone(), w.synced.clone()))
+                .collect(),
+            Err(_) => return (0, 0),
+        };
+        // The copies' versions, so no watch waits on `whole` while the tables are counted.
+        let copies: HashMap<ObjectKey, Option<String>> = match self.whole.lock() {
+            Ok(w) => w
+                .iter()
+                .map(|(k, o)| (k.clone(), o.resource_version()))
+                .collect(),
+            Err(_) => return (0, 0),
+        };
+        let (mut whole, mut stubs) = (0, 0);
+        for (gvk, synced) in tables {
+            let Ok(t) = synced.table.read() else { continue };
+            for (namespace, name, kept) in t.iter() {
+                let current = match kept {
+                    Kept::Whole(_) => true,
+                    Kept::Version(rv) => {
+                        let key = (gvk.clone(), namespace.to_string(), name.to_string());
+                        copies
+                            .get(&key)
+                            .is_some_and(|c| rv.is_some() && c.as_deref() == rv.as_deref())
+                    }
+                };
+                if current {
+                    whole += 1;
+                } else {
+                    stubs += 1;
+                }
+            }
+        }
+        (whole, stubs)
+    }
+}
