@@ -119,15 +119,31 @@ const FLAGS: &[&str] = &[
     "8",
 ];
 
-/// A controller with the slice cache `cache`, at rest: its anonymous RSS after `settle`.
-async fn at_rest(env: &TestEnv, cache: &str, settle: Duration) -> f64 {
+/// A controller with the slice cache `cache`, at rest: its anonymous RSS `settle` after its
+/// slice cache is loaded.
+async fn at_rest(env: &TestEnv, cache: &str, expect_slices: bool, settle: Duration) -> f64 {
     let mut flags = FLAGS.to_vec();
     flags.extend(["--slice-cache", cache]);
     let enoki = Enoki::start_with(&env.namespace, &flags);
-    tokio::time::sleep(settle).await;
     let m = |name: &str| enoki.metric(name).unwrap_or(0.0);
+    // The slice cache's first list done: its gauge (published every 15 s) nonzero and the
+    // same twice in a row, when there are slices to list.
+    let started = Instant::now();
+    let mut last = -1.0;
+    while expect_slices && started.elapsed() < Duration::from_secs(1800) {
+        tokio::time::sleep(Duration::from_secs(16)).await;
+        let stored = m("enoki_slice_cache_stored_bytes");
+        if stored > 0.0 && stored == last {
+            break;
+        }
+        last = stored;
+    }
+    let loaded = started.elapsed();
+    tokio::time::sleep(settle).await;
     eprintln!(
-        "  ({cache}: syntheses {}, slices held {:.0} KiB of {:.0} KiB stored, reconciles {})",
+        "  ({cache}: cache loaded in {:.0} s; syntheses {}, slices held {:.0} KiB of {:.0} KiB \
+         stored, reconciles {})",
+        loaded.as_secs_f64(),
         m("enoki_synthesis_runs_total"),
         m("enoki_slice_cache_held_bytes") / 1024.0,
         m("enoki_slice_cache_stored_bytes") / 1024.0,
@@ -161,7 +177,7 @@ async fn main() {
         install_crds(&env.client).await;
         let synth = install_synthesizer(&env, "echo", &echo_module()).await;
         // The idle base: the controller with nothing to do.
-        let base = at_rest(&env, cache, Duration::from_secs(5)).await;
+        let base = at_rest(&env, cache, false, Duration::from_secs(5)).await;
         // Syntheses under a controller of their own; the figure is taken from a fresh one
         // (the list of every slice into its cache, then at rest).
         let started = Instant::now();
@@ -171,7 +187,7 @@ async fn main() {
             all_synthesized(&env, comps).await;
         }
         let synthesize = started.elapsed();
-        let first = at_rest(&env, cache, Duration::from_secs(30)).await;
+        let first = at_rest(&env, cache, true, Duration::from_secs(30)).await;
         println!(
             "{what}: {comps} Compositions synthesized in {:.0} s; RSS at rest {first:.1} MiB, \
              {:.1} MiB above the idle base",

@@ -235,36 +235,8 @@ fn start(args: &cli::RunArgs) -> anyhow::Result<()> {
 
 /// The controller's options from `enoki run`'s flags.
 fn options(args: &cli::RunArgs) -> anyhow::Result<run::Options> {
-    let parse = |flag: &str, v: &str| {
-        humantime::parse_duration(v).map_err(|e| anyhow::anyhow!("--{flag} {v:?}: {e}"))
-    };
-    let quantity = |flag: &str, v: &str| {
-        synthesis::parse_quantity(v).map_err(|e| anyhow::anyhow!("--{flag} {v:?}: {e}"))
-    };
-    let sandbox = run::sandbox::Sandbox {
-        max_memory_bytes: quantity("max-synthesis-memory", &args.max_synthesis_memory)?,
-        max_timeout: parse("max-synthesis-timeout", &args.max_synthesis_timeout)?,
-        max_output_bytes: quantity("max-synthesis-output", &args.max_synthesis_output)?,
-        default_output_bytes: quantity("synthesis-output", &args.synthesis_output)?,
-        memory_budget_bytes: quantity("synthesis-memory-budget", &args.synthesis_memory_budget)?,
-        fetch: sources::FetchPolicy {
-            max_bytes: quantity("max-module-size", &args.max_module_size)?,
-            allow_private_redirects: args.module_allow_private_redirects,
-            timeout: parse("module-fetch-timeout", &args.module_fetch_timeout)?,
-        },
-        compile_timeout: parse("compile-timeout", &args.compile_timeout)?,
-        compile_memory_budget_bytes: quantity(
-            "compile-memory-budget",
-            &args.compile_memory_budget,
-        )?,
-        compile_program: COMPILE_PROGRAM.get().cloned(),
-    };
-    anyhow::ensure!(
-        sandbox.default_output_bytes <= sandbox.max_output_bytes,
-        "--synthesis-output ({} bytes) is above --max-synthesis-output ({} bytes)",
-        sandbox.default_output_bytes,
-        sandbox.max_output_bytes
-    );
+    let parse = duration;
+    let sandbox = sandbox(args)?;
     let opts = run::Options {
         sandbox,
         no_cross_namespace_refs: args.no_cross_namespace_refs,
@@ -296,21 +268,7 @@ fn options(args: &cli::RunArgs) -> anyhow::Result<run::Options> {
         readiness_poll: parse("readiness-poll", &args.readiness_poll)?,
         resync: parse("resync", &args.resync)?,
         rollout_cooldown: parse("rollout-cooldown", &args.rollout_cooldown)?,
-        synthesis_rates: run::synthesis_rate::Rate::of_flags(
-            (
-                &args.composition_synthesis_rate,
-                args.composition_synthesis_burst,
-            ),
-            (
-                &args.namespace_synthesis_rate,
-                args.namespace_synthesis_burst,
-            ),
-            (
-                &args.namespace_slice_write_rate,
-                &args.namespace_slice_write_burst,
-            ),
-        )
-        .map_err(|e| anyhow::anyhow!(e))?,
+        synthesis_rates: synthesis_rates(args)?,
         namespace_slice_bytes: quantity("namespace-slice-budget", &args.namespace_slice_budget)?,
         max_symphony_bytes: quantity("max-symphony-bytes", &args.max_symphony_bytes)?,
         slice_cache_whole: args.slice_cache == "whole",
@@ -323,13 +281,7 @@ fn options(args: &cli::RunArgs) -> anyhow::Result<run::Options> {
             .collect(),
         migrating_fields: migrating_fields(&args.migrating_fields)?,
         fail_open: args.fail_open,
-        resource_filter: match args.resource_filter.as_deref().map(str::trim) {
-            None | Some("") => None,
-            Some(src) => Some(
-                plan::expr::Expr::compile(src)
-                    .map_err(|e| anyhow::anyhow!("--resource-filter {src:?}: {e}"))?,
-            ),
-        },
+        resource_filter: resource_filter(args)?,
         timeout: positive("timeout", parse("timeout", &args.timeout)?)?,
         qps: qps("qps", args.qps)?,
         burst: args.burst,
@@ -337,15 +289,7 @@ fn options(args: &cli::RunArgs) -> anyhow::Result<run::Options> {
         remote_burst: args.remote_burst,
         module_cache_dir: args.module_cache_dir.clone(),
         slice_key_secret: slice_key_secret(args)?,
-        metrics_addr: if args.metrics_addr.is_empty() {
-            None
-        } else {
-            Some(
-                args.metrics_addr
-                    .parse()
-                    .map_err(|e| anyhow::anyhow!("--metrics-addr {:?}: {e}", args.metrics_addr))?,
-            )
-        },
+        metrics_addr: metrics_addr(&args.metrics_addr)?,
         instance_namespace: args.instance_namespace.clone(),
         builtins: cli::parse_builtins(&args.builtins)
             .map_err(|e| anyhow::anyhow!("--builtins: {e}"))?,
@@ -362,16 +306,97 @@ fn options(args: &cli::RunArgs) -> anyhow::Result<run::Options> {
             &args.remote_namespace_map,
             args.remote_kubeconfig.is_some(),
         )?,
-        module_ca: match &args.module_ca_file {
-            Some(p) => Some(
+        module_ca: args
+            .module_ca_file
+            .as_ref()
+            .map(|p| {
                 std::fs::read(p)
-                    .map_err(|e| anyhow::anyhow!("--module-ca-file {}: {e}", p.display()))?,
-            ),
-            None => None,
-        },
+                    .map_err(|e| anyhow::anyhow!("--module-ca-file {}: {e}", p.display()))
+            })
+            .transpose()?,
         helm_module: Some(args.helm_module.clone()).filter(|m| !m.is_empty()),
     };
     Ok(opts)
+}
+
+/// The synthesis sandbox of `enoki run`'s flags (`--synthesis-output` within
+/// `--max-synthesis-output`).
+fn sandbox(args: &cli::RunArgs) -> anyhow::Result<run::sandbox::Sandbox> {
+    let parse = duration;
+    let sandbox = run::sandbox::Sandbox {
+        max_memory_bytes: quantity("max-synthesis-memory", &args.max_synthesis_memory)?,
+        max_timeout: parse("max-synthesis-timeout", &args.max_synthesis_timeout)?,
+        max_output_bytes: quantity("max-synthesis-output", &args.max_synthesis_output)?,
+        default_output_bytes: quantity("synthesis-output", &args.synthesis_output)?,
+        memory_budget_bytes: quantity("synthesis-memory-budget", &args.synthesis_memory_budget)?,
+        fetch: sources::FetchPolicy {
+            max_bytes: quantity("max-module-size", &args.max_module_size)?,
+            allow_private_redirects: args.module_allow_private_redirects,
+            timeout: parse("module-fetch-timeout", &args.module_fetch_timeout)?,
+        },
+        compile_timeout: parse("compile-timeout", &args.compile_timeout)?,
+        compile_memory_budget_bytes: quantity(
+            "compile-memory-budget",
+            &args.compile_memory_budget,
+        )?,
+        compile_program: COMPILE_PROGRAM.get().cloned(),
+    };
+    anyhow::ensure!(
+        sandbox.default_output_bytes <= sandbox.max_output_bytes,
+        "--synthesis-output ({} bytes) is above --max-synthesis-output ({} bytes)",
+        sandbox.default_output_bytes,
+        sandbox.max_output_bytes
+    );
+    Ok(sandbox)
+}
+
+/// A duration flag's value (`--flag`, as humantime reads it).
+fn duration(flag: &str, v: &str) -> anyhow::Result<std::time::Duration> {
+    humantime::parse_duration(v).map_err(|e| anyhow::anyhow!("--{flag} {v:?}: {e}"))
+}
+
+/// A byte-quantity flag's value (`--flag`, as Kubernetes quantities read).
+fn quantity(flag: &str, v: &str) -> anyhow::Result<usize> {
+    synthesis::parse_quantity(v).map_err(|e| anyhow::anyhow!("--{flag} {v:?}: {e}"))
+}
+
+/// The synthesis rates of the rate and burst flags.
+fn synthesis_rates(args: &cli::RunArgs) -> anyhow::Result<[run::synthesis_rate::Rate; 3]> {
+    run::synthesis_rate::Rate::of_flags(
+        (
+            &args.composition_synthesis_rate,
+            args.composition_synthesis_burst,
+        ),
+        (
+            &args.namespace_synthesis_rate,
+            args.namespace_synthesis_burst,
+        ),
+        (
+            &args.namespace_slice_write_rate,
+            &args.namespace_slice_write_burst,
+        ),
+    )
+    .map_err(|e| anyhow::anyhow!(e))
+}
+
+/// `--resource-filter` compiled (none when empty).
+fn resource_filter(args: &cli::RunArgs) -> anyhow::Result<Option<plan::expr::Expr>> {
+    match args.resource_filter.as_deref().map(str::trim) {
+        None | Some("") => Ok(None),
+        Some(src) => plan::expr::Expr::compile(src)
+            .map(Some)
+            .map_err(|e| anyhow::anyhow!("--resource-filter {src:?}: {e}")),
+    }
+}
+
+/// `--metrics-addr` (none when empty).
+fn metrics_addr(addr: &str) -> anyhow::Result<Option<std::net::SocketAddr>> {
+    if addr.is_empty() {
+        return Ok(None);
+    }
+    addr.parse()
+        .map(Some)
+        .map_err(|e| anyhow::anyhow!("--metrics-addr {addr:?}: {e}"))
 }
 
 async fn module_command(cmd: &cli::ModuleCommand) -> anyhow::Result<String> {

@@ -46,75 +46,10 @@ pub fn view(
         .unwrap_or_default()
         .into_iter()
         .collect();
-    let mut resources: Vec<(Resource, bool)> = Vec::new();
-    for e in entries {
-        let Ok(key) = ResourceKey::of(&e.manifest) else {
-            continue;
-        };
-        let annotations = plan::plan::annotations_of(&e.manifest);
-        let settings =
-            settings::parse(&key, &annotations, &composition_annotations).unwrap_or_default();
-        let named = settings::readiness_annotations(&annotations);
-        let checks: Vec<ReadinessCheck> = named
-            .iter()
-            .filter_map(|(name, _, cel)| {
-                plan::expr::Expr::compile(cel)
-                    .ok()
-                    .map(|expr| ReadinessCheck {
-                        name: name.clone(),
-                        expr,
-                    })
-            })
-            .collect();
-        let api_version = e
-            .manifest
-            .get("apiVersion")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string();
-        let deleting = e.deleted || e.status.deleted;
-        let state = if deleting {
-            State::Deleting
-        } else if let Some(reason) = e.status.error.clone() {
-            State::Failed { reason }
-        } else if e.status.ready.is_some() {
-            State::Ready
-        } else if !e.status.reconciled {
-            // Not applied for this synthesis yet: a live object is an older synthesis's.
-            State::Pending
-        } else {
-            match live(&key, &api_version) {
-                Err(reason) => State::Unreadable { reason },
-                Ok(object) => {
-                    match readiness::evaluate(&checks, settings.health, object.as_ref()) {
-                        ReadinessState::Ready { .. } => State::Ready,
-                        ReadinessState::NotReady { unsatisfied } => State::Waiting {
-                            unsatisfied: unsatisfied
-                                .iter()
-                                .map(|u| with_expression(u, &named))
-                                .collect(),
-                        },
-                        ReadinessState::Absent => State::Pending,
-                    }
-                }
-            }
-        };
-        resources.push((
-            Resource {
-                api_version,
-                kind: key.kind.clone(),
-                namespace: key.namespace.clone(),
-                name: key.name.clone(),
-                group: settings.readiness_group,
-                checks: named
-                    .iter()
-                    .map(|(n, _, cel)| format!("{n}: {cel}"))
-                    .collect(),
-                state,
-            },
-            e.status.reconciled,
-        ));
-    }
+    let mut resources: Vec<(Resource, bool)> = entries
+        .iter()
+        .filter_map(|e| resource_view(e, &composition_annotations, live))
+        .collect();
     resources.sort_by_key(|(r, _)| r.group);
     defer_behind_unready_groups(&mut resources);
     let st = comp.status.clone().unwrap_or_default();
@@ -146,6 +81,95 @@ pub fn view(
         conditions: condition_views,
         resources: resources.into_iter().map(|(r, _)| r).collect(),
         note: None,
+    }
+}
+
+/// One entry of the synthesis as the tree shows it, and whether it was applied for it.
+fn resource_view(
+    e: &Entry,
+    composition_annotations: &BTreeMap<String, String>,
+    live: &dyn Fn(&ResourceKey, &str) -> Live,
+) -> Option<(Resource, bool)> {
+    let key = ResourceKey::of(&e.manifest).ok()?;
+    let annotations = plan::plan::annotations_of(&e.manifest);
+    let settings = settings::parse(&key, &annotations, composition_annotations).unwrap_or_default();
+    let named = settings::readiness_annotations(&annotations);
+    let checks: Vec<ReadinessCheck> = named
+        .iter()
+        .filter_map(|(name, _, cel)| {
+            plan::expr::Expr::compile(cel)
+                .ok()
+                .map(|expr| ReadinessCheck {
+                    name: name.clone(),
+                    expr,
+                })
+        })
+        .collect();
+    let api_version = e
+        .manifest
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let state = state_of(
+        e,
+        &key,
+        &api_version,
+        (&checks, settings.health),
+        &named,
+        live,
+    );
+    Some((
+        Resource {
+            api_version,
+            kind: key.kind.clone(),
+            namespace: key.namespace.clone(),
+            name: key.name.clone(),
+            group: settings.readiness_group,
+            checks: named
+                .iter()
+                .map(|(n, _, cel)| format!("{n}: {cel}"))
+                .collect(),
+            state,
+        },
+        e.status.reconciled,
+    ))
+}
+
+/// The state of an entry: deleting, failed, ready or pending as recorded; else its live
+/// object's readiness (`checks` and the health rule), unsatisfied checks with their
+/// expressions.
+fn state_of(
+    e: &Entry,
+    key: &ResourceKey,
+    api_version: &str,
+    (checks, health): (&[ReadinessCheck], settings::Health),
+    named: &[(String, String, String)],
+    live: &dyn Fn(&ResourceKey, &str) -> Live,
+) -> State {
+    if e.deleted || e.status.deleted {
+        State::Deleting
+    } else if let Some(reason) = e.status.error.clone() {
+        State::Failed { reason }
+    } else if e.status.ready.is_some() {
+        State::Ready
+    } else if !e.status.reconciled {
+        // Not applied for this synthesis yet: a live object is an older synthesis's.
+        State::Pending
+    } else {
+        match live(key, api_version) {
+            Err(reason) => State::Unreadable { reason },
+            Ok(object) => match readiness::evaluate(checks, health, object.as_ref()) {
+                ReadinessState::Ready { .. } => State::Ready,
+                ReadinessState::NotReady { unsatisfied } => State::Waiting {
+                    unsatisfied: unsatisfied
+                        .iter()
+                        .map(|u| with_expression(u, named))
+                        .collect(),
+                },
+                ReadinessState::Absent => State::Pending,
+            },
+        }
     }
 }
 

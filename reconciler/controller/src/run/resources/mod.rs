@@ -69,19 +69,10 @@ pub async fn reconcile(
     };
     let uid = comp.uid().unwrap_or_default();
     let loaded = slices::load(ctx, comp, &current).await?;
-    // Slices gone while the Composition is deleted (its namespace is being deleted): what it
-    // emitted outside the namespace would outlive it. Delete those from the recorded list.
     if loaded.missing
-        && deleting
-        && !sweep_outside(ctx, comp, &current, &composition_info(comp, true)).await?
+        && let Some(pass) = slices_missing(ctx, comp, &current, deleting).await?
     {
-        return Ok(Pass::default());
-    }
-    if loaded.missing && !deleting {
-        return Ok(Pass {
-            slices_missing: true,
-            ..Pass::default()
-        });
+        return Ok(pass);
     }
     let mut info = composition_info(comp, deleting);
     let (prepared, unopened) = match ingest::prepare(ctx, comp, &current.uuid, &loaded, &info).await
@@ -97,8 +88,7 @@ pub async fn reconcile(
                 &e.to_string(),
                 comp.metadata.generation,
             );
-            // A Composition being deleted whose synthesis cannot be ingested is not done:
-            // nothing was deleted, so its finalizer stays.
+            // Being deleted: nothing was deleted, so its finalizer stays.
             return Ok(Pass::default());
         }
     };
@@ -138,32 +128,20 @@ pub async fn reconcile(
         .iter()
         .filter_map(|(k, o)| o.live.clone().map(|l| (k.clone(), l)))
         .collect();
-    // Owners named by live objects that may be gone (restored, re-created, moved): adopted.
-    let named: std::collections::BTreeSet<String> = observed
-        .values()
-        .filter_map(|l| plan::plan::foreign_owner(Some(l), &info.uid))
-        .collect();
-    if !named.is_empty() && !deleting {
-        info.gone_owners = owners::gone_owners(ctx, named).await;
+    if !deleting {
+        info.gone_owners = gone_owners(ctx, &observed, &info.uid).await;
     }
-    // Planning evaluates CEL (readiness, overrides): bounded per expression and per pass
-    // (`MAX_PASS_TIME` in all), and run where it cannot hold up other reconciles' I/O.
-    let cel_deadline = Some(std::time::Instant::now() + plan::expr::MAX_PASS_TIME);
-    let the_plan: Plan = tokio::task::block_in_place(|| {
-        plan::expr::with_pass_deadline(cel_deadline, || {
-            plan::plan(plan::PlanInput {
-                prepared: &prepared,
-                composition: &info,
-                observed: &observed,
-                recorded: &recorded,
-                previous: &previous.snapshots,
-                options: plan::PlanOptions {
-                    mode: ctx.opts.mode,
-                    readiness_poll: ctx.opts.readiness_poll,
-                    fail_open: ctx.opts.fail_open,
-                },
-            })
-        })
+    let (the_plan, cel_deadline) = plan_pass(plan::PlanInput {
+        prepared: &prepared,
+        composition: &info,
+        observed: &observed,
+        recorded: &recorded,
+        previous: &previous.snapshots,
+        options: plan::PlanOptions {
+            mode: ctx.opts.mode,
+            readiness_poll: ctx.opts.readiness_poll,
+            fail_open: ctx.opts.fail_open,
+        },
     });
     let acted = execute::act(ctx, comp, &the_plan, &observations, &recorded).await;
     let planned = Planned {
@@ -178,6 +156,54 @@ pub async fn reconcile(
         ctx.memory.slices.with(&uid, |m| m.unopened = Some(uuid));
     }
     Ok(pass)
+}
+
+/// The pass when the current synthesis has slices missing: a new synthesis, unless the
+/// Composition is deleted (its namespace is being deleted); then what it emitted outside
+/// the namespace (it would outlive it) is deleted from the recorded list first, and the
+/// pass goes on (`None`) once that is done.
+async fn slices_missing(
+    ctx: &Arc<Context>,
+    comp: &Composition,
+    current: &crds::Synthesis,
+    deleting: bool,
+) -> Result<Option<Pass>, Error> {
+    if !deleting {
+        return Ok(Some(Pass {
+            slices_missing: true,
+            ..Pass::default()
+        }));
+    }
+    let swept = sweep_outside(ctx, comp, current, &composition_info(comp, true)).await?;
+    Ok((!swept).then(Pass::default))
+}
+
+/// Owners that live objects name and that may be gone (restored, re-created, moved): those
+/// gone are adopted.
+async fn gone_owners(
+    ctx: &Context,
+    observed: &plan::Observed,
+    uid: &str,
+) -> std::collections::BTreeSet<String> {
+    let named: std::collections::BTreeSet<String> = observed
+        .values()
+        .filter_map(|l| plan::plan::foreign_owner(Some(l), uid))
+        .collect();
+    if named.is_empty() {
+        return named;
+    }
+    owners::gone_owners(ctx, named).await
+}
+
+/// Plans the pass. Planning evaluates CEL (readiness, overrides): bounded per expression and
+/// per pass (`MAX_PASS_TIME` in all), and run where it cannot hold up other reconciles' I/O.
+/// The plan, and when its CEL time ends.
+fn plan_pass(input: plan::PlanInput<'_>) -> (Plan, Option<std::time::Instant>) {
+    let cel_deadline = Some(std::time::Instant::now() + plan::expr::MAX_PASS_TIME);
+    let the_plan = tokio::task::block_in_place(|| {
+        plan::expr::with_pass_deadline(cel_deadline, || plan::plan(input))
+    });
+    (the_plan, cel_deadline)
 }
 
 /// The plan of a pass and when its CEL time ends.
@@ -276,24 +302,12 @@ async fn finish(
     let roll = rollup::Rollup::of(seen.loaded, &recording, &filtered_out(ctx, seen));
     if !deleting {
         let uid = comp.uid().unwrap_or_default();
-        warn_once(
-            ctx,
-            comp,
-            &uid,
-            crds::names::reasons::APPLY_FAILED,
-            "Apply",
-            &recording.errors,
-        )
-        .await;
-        warn_once(
-            ctx,
-            comp,
-            &uid,
-            crds::names::reasons::CONFLICT,
-            "Apply",
-            &recording.conflicts,
-        )
-        .await;
+        for (reason, messages) in [
+            (crds::names::reasons::APPLY_FAILED, &recording.errors),
+            (crds::names::reasons::CONFLICT, &recording.conflicts),
+        ] {
+            warn_once(ctx, comp, &uid, reason, "Apply", messages).await;
+        }
     }
     // Ready and Reconciled describe the current synthesis's outputs: they observe the
     // generation it was made from (a change held back leaves them at the older one).
@@ -308,17 +322,21 @@ async fn finish(
         (a, b) => a.or(b),
     }
     .map(|r| r.max(ctx.opts.min_reconcile_interval));
-    // A fail-open delete that failed counts as done (Eno marks it deleted and moves on).
-    let settled = the_plan.steps.iter().zip(&acted.outcomes).all(|(s, o)| {
+    Ok(Pass {
+        settled: settled(the_plan, &acted.outcomes) && recording.errors.is_empty(),
+        requeue,
+        ..Pass::default()
+    })
+}
+
+/// Nothing is left to do: every step skipped, or a fail-open delete that failed (it counts
+/// as done: Eno marks it deleted and moves on).
+fn settled(the_plan: &Plan, outcomes: &[execute::StepResult]) -> bool {
+    the_plan.steps.iter().zip(outcomes).all(|(s, o)| {
         matches!(s.op, plan::Op::Skip { .. })
             || (s.settings.fail_open == Some(true)
                 && matches!(s.op, plan::Op::Delete { .. })
                 && o.error.is_some())
-    });
-    Ok(Pass {
-        settled: settled && recording.errors.is_empty(),
-        requeue,
-        ..Pass::default()
     })
 }
 

@@ -35,78 +35,18 @@ pub(super) async fn sweep_outside(
         source,
     })?;
     let (mut left, mut refused) = (0, Vec::new());
+    let sweep = Sweep {
+        ctx,
+        client,
+        info,
+        uid: &uid,
+        keep_all,
+    };
     for o in &current.outside_namespace {
-        let (group, version) = o
-            .api_version
-            .rsplit_once('/')
-            .unwrap_or(("", &o.api_version));
-        let gvk = kube::core::GroupVersionKind::gvk(group, version, &o.kind);
-        let Ok((ar, namespaced)) = ctx.resolve_target(&gvk).await else {
-            continue; // the kind is gone, and its objects with it
-        };
-        let api: kube::Api<kube::api::DynamicObject> = if namespaced {
-            kube::Api::namespaced_with(client.clone(), &o.namespace, &ar)
-        } else {
-            kube::Api::all_with(client.clone(), &ar)
-        };
-        let live = match api.get_opt(&o.name).await {
-            Ok(live) => live,
-            Err(kube::Error::Api(s)) if s.code == 403 => {
-                tracing::warn!(kind = %o.kind, name = %o.name, "may not read an output outside the namespace; left");
-                refused.push(format!("{}/{}/{}", o.kind, o.namespace, o.name));
-                continue;
-            }
-            Err(e) if crate::run::error::kind_not_served(&e) => {
-                ctx.forget_target(&gvk);
-                continue; // the kind is gone, and its objects with it
-            }
-            Err(e) => {
-                return Err(crate::run::kube_err(
-                    "reading an output outside the namespace",
-                )(e));
-            }
-        };
-        let Some(live) = live else { continue };
-        // --resource-filter: what it leaves to others is judged on the live object (the
-        // manifests went with the slices).
-        if !filter_keeps(ctx, info, &live) {
-            continue;
-        }
-        let ours = live
-            .labels()
-            .get(crds::names::annotations::MANAGED_BY.enoki)
-            .is_some_and(|v| *v == uid);
-        if !ours || live.metadata.deletion_timestamp.is_some() {
-            left += usize::from(ours);
-            continue;
-        }
-        if keep_all || o.kept {
-            if let Ok(value) = serde_json::to_value(&live) {
-                let what = format!("{}/{}/{}", o.kind, o.namespace, o.name);
-                if let Err(e) = execute::release(&api, &what, &o.name, &value, &uid).await
-                    && crate::run::error::kube_is_transient(&e)
-                {
-                    // Looked at again: no dead owner label is left behind.
-                    left += 1;
-                }
-            }
-            continue;
-        }
-        match api.delete(&o.name, &Default::default()).await {
-            Ok(_) => {
-                tracing::info!(kind = %o.kind, namespace = %o.namespace, name = %o.name, "deleted an output outside the namespace");
-                left += 1;
-            }
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(kube::Error::Api(s)) if s.code == 403 => {
-                tracing::warn!(kind = %o.kind, name = %o.name, "may not delete an output outside the namespace; left");
-                refused.push(format!("{}/{}/{}", o.kind, o.namespace, o.name));
-            }
-            Err(e) => {
-                return Err(crate::run::kube_err(
-                    "deleting an output outside the namespace",
-                )(e));
-            }
+        match sweep.one(o).await? {
+            Swept::Done => {}
+            Swept::Left => left += 1,
+            Swept::Refused => refused.push(format!("{}/{}/{}", o.kind, o.namespace, o.name)),
         }
     }
     if !refused.is_empty() {
@@ -124,6 +64,100 @@ pub(super) async fn sweep_outside(
         ctx.event(comp, true, OUTSIDE_LEFT, "Delete", note).await;
     }
     Ok(left == 0)
+}
+
+/// What sweeping one output outside the namespace did: nothing left to do, left to look at
+/// again (deleted, or its label not released yet), or refused to the Composition's account.
+enum Swept {
+    Done,
+    Left,
+    Refused,
+}
+
+/// What the sweep of a deleted Composition's outputs outside its namespace works with.
+struct Sweep<'a> {
+    ctx: &'a Arc<Context>,
+    client: kube::Client,
+    info: &'a plan::CompositionInfo,
+    uid: &'a str,
+    /// Orphaned or the Symphony deleted: what is kept loses enoki's label only.
+    keep_all: bool,
+}
+
+impl Sweep<'_> {
+    /// Deletes (or releases) one output when it is still the Composition's.
+    async fn one(&self, o: &crds::OutputRef) -> Result<Swept, Error> {
+        let (group, version) = o
+            .api_version
+            .rsplit_once('/')
+            .unwrap_or(("", &o.api_version));
+        let gvk = kube::core::GroupVersionKind::gvk(group, version, &o.kind);
+        let Ok((ar, namespaced)) = self.ctx.resolve_target(&gvk).await else {
+            return Ok(Swept::Done); // the kind is gone, and its objects with it
+        };
+        let api: kube::Api<kube::api::DynamicObject> = if namespaced {
+            kube::Api::namespaced_with(self.client.clone(), &o.namespace, &ar)
+        } else {
+            kube::Api::all_with(self.client.clone(), &ar)
+        };
+        let live = match api.get_opt(&o.name).await {
+            Ok(live) => live,
+            Err(kube::Error::Api(s)) if s.code == 403 => {
+                tracing::warn!(kind = %o.kind, name = %o.name, "may not read an output outside the namespace; left");
+                return Ok(Swept::Refused);
+            }
+            Err(e) if crate::run::error::kind_not_served(&e) => {
+                self.ctx.forget_target(&gvk);
+                return Ok(Swept::Done); // the kind is gone, and its objects with it
+            }
+            Err(e) => {
+                return Err(crate::run::kube_err(
+                    "reading an output outside the namespace",
+                )(e));
+            }
+        };
+        let Some(live) = live else {
+            return Ok(Swept::Done);
+        };
+        // --resource-filter: what it leaves to others is judged on the live object (the
+        // manifests went with the slices).
+        if !filter_keeps(self.ctx, self.info, &live) {
+            return Ok(Swept::Done);
+        }
+        let ours = live
+            .labels()
+            .get(crds::names::annotations::MANAGED_BY.enoki)
+            .is_some_and(|v| v == self.uid);
+        if !ours || live.metadata.deletion_timestamp.is_some() {
+            return Ok(if ours { Swept::Left } else { Swept::Done });
+        }
+        if self.keep_all || o.kept {
+            if let Ok(value) = serde_json::to_value(&live) {
+                let what = format!("{}/{}/{}", o.kind, o.namespace, o.name);
+                if let Err(e) = execute::release(&api, &what, &o.name, &value, self.uid).await
+                    && crate::run::error::kube_is_transient(&e)
+                {
+                    // Looked at again: no dead owner label is left behind.
+                    return Ok(Swept::Left);
+                }
+            }
+            return Ok(Swept::Done);
+        }
+        match api.delete(&o.name, &Default::default()).await {
+            Ok(_) => {
+                tracing::info!(kind = %o.kind, namespace = %o.namespace, name = %o.name, "deleted an output outside the namespace");
+                Ok(Swept::Left)
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(Swept::Done),
+            Err(kube::Error::Api(s)) if s.code == 403 => {
+                tracing::warn!(kind = %o.kind, name = %o.name, "may not delete an output outside the namespace; left");
+                Ok(Swept::Refused)
+            }
+            Err(e) => Err(crate::run::kube_err(
+                "deleting an output outside the namespace",
+            )(e)),
+        }
+    }
 }
 
 /// The reason of the Event that names what a deleted Composition left outside its namespace.

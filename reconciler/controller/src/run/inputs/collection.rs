@@ -1,0 +1,224 @@
+//! Collection inputs: every object of a kind (in the namespaces a selector picks, with the
+//! labels a selector asks for), read page by page as the Composition's account, projected and
+//! bounded while read.
+
+use super::*;
+
+/// Lists a collection for `comp`: its objects (projected, sorted by namespace and name) and
+/// their digest. Outer error: API failure; inner: a problem to report (kind not served, bad
+/// selector).
+pub async fn collection(
+    ctx: &Context,
+    comp: &Composition,
+    key: &str,
+    c: &CollectionRef,
+    instance: Option<&Value>,
+) -> Result<Result<(Vec<Value>, String), String>, Error> {
+    let gvk = gvk_of(&c.group, &c.version, &c.kind);
+    let (ar, namespaced) = match ctx.resolve(&gvk).await {
+        Ok(x) => x,
+        Err(e) => {
+            return Ok(Err(format!(
+                "input {key:?}: kind {}/{} is not served: {e}",
+                c.version, c.kind
+            )));
+        }
+    };
+    // Under --no-cross-namespace-refs a collection is read in the Composition's namespace
+    // only: its trigger watch is scoped the same way.
+    let scope = if namespaced && ctx.opts.no_cross_namespace_refs {
+        comp.namespace().unwrap_or_default()
+    } else {
+        String::new()
+    };
+    ctx.watches.track(&gvk, &ar, &scope, "*", comp);
+    let namespaces = match selected_namespaces(ctx, comp, key, c, instance).await? {
+        Ok(n) => n,
+        Err(message) => return Ok(Err(message)),
+    };
+    if !namespaced && namespaces.is_some() {
+        return Ok(Err(format!(
+            "input {key:?}: {} is cluster-scoped; a namespace selector does not apply",
+            c.kind
+        )));
+    }
+    let selectors = match label_selectors(key, c, instance) {
+        Ok(Some(selectors)) => selectors,
+        // The instance names no selector: an empty collection.
+        Ok(None) => return Ok(Ok((Vec::new(), digest(&json!([]))))),
+        Err(message) => return Ok(Err(message)),
+    };
+    // As the Composition's account; under --no-cross-namespace-refs only its own namespace.
+    let client = ctx
+        .client_for(comp)
+        .map_err(kube_err("building the impersonating client"))?;
+    let api: Api<DynamicObject> = if namespaced && ctx.opts.no_cross_namespace_refs {
+        Api::namespaced_with(client, &comp.namespace().unwrap_or_default(), &ar)
+    } else {
+        Api::all_with(client, &ar)
+    };
+    let mut lp = ListParams::default();
+    if !selectors.is_empty() {
+        lp = lp.labels(&selectors.join(","));
+    }
+    let read = Listing {
+        api,
+        ar: &ar,
+        namespaces: namespaces.as_ref(),
+        fields: &c.fields,
+    };
+    let mut items = match read.items(key, lp).await? {
+        Ok(items) => items,
+        Err(message) => return Ok(Err(message)),
+    };
+    items.sort_by_key(|o| {
+        (
+            o.pointer("/metadata/namespace").map(Value::to_string),
+            o.pointer("/metadata/name").map(Value::to_string),
+        )
+    });
+    let d = digest(&Value::Array(items.clone()));
+    Ok(Ok((items, d)))
+}
+
+/// The namespaces a collection reads (`None`: all): from the instance
+/// (`namespaceSelectorFrom`), from a fixed `namespaceSelector`, or all. Inner error: a bad
+/// selector, named.
+pub(super) async fn selected_namespaces(
+    ctx: &Context,
+    comp: &Composition,
+    key: &str,
+    c: &CollectionRef,
+    instance: Option<&Value>,
+) -> Result<Result<Option<BTreeSet<String>>, String>, Error> {
+    let selector = match (&c.namespace_selector_from, &c.namespace_selector) {
+        (Some(path), _) => {
+            let pointer = format!("/{}", path.replace('.', "/"));
+            match instance.and_then(|i| i.pointer(&pointer)) {
+                None | Some(Value::Null) => Some(None),
+                Some(sel) => match selector_string(sel) {
+                    Ok(s) => Some(Some(s)),
+                    Err(e) => return Ok(Err(format!("input {key:?}: self.{path}: {e}"))),
+                },
+            }
+        }
+        (None, Some(s)) => Some(Some(s.clone())),
+        (None, None) => None,
+    };
+    let sel = match selector {
+        None => return Ok(Ok(None)),
+        Some(None) => return Ok(Ok(Some(BTreeSet::new()))),
+        Some(Some(sel)) => sel,
+    };
+    let ns_gvk = gvk_of("", "v1", "Namespace");
+    let ns_ar = kube::core::ApiResource::erase::<k8s_openapi::api::core::v1::Namespace>(&());
+    ctx.watches.track(&ns_gvk, &ns_ar, "", "*", comp);
+    let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(ctx.client.clone());
+    let lp = ListParams::default().labels(&sel);
+    let names = super::super::paging::list_bounded(
+        &lp,
+        0,
+        |lp: ListParams| {
+            let api = api.clone();
+            async move { api.list_metadata(&lp).await }
+        },
+        |n| Some((n.metadata.name?, 0)),
+    );
+    match names.await {
+        Ok(names) => Ok(Ok(Some(names.into_iter().collect()))),
+        Err(super::super::paging::Stop::Api(kube::Error::Api(e))) if e.code == 400 => Ok(Err(
+            format!("input {key:?}: namespace selector {sel:?}: {}", e.message),
+        )),
+        Err(super::super::paging::Stop::Api(e)) => {
+            Err(kube_err(format!("listing namespaces for {key:?}"))(e))
+        }
+        Err(super::super::paging::Stop::TooLarge(_)) => Ok(Ok(Some(BTreeSet::new()))),
+    }
+}
+
+/// The label selectors of a collection: its own and the one the instance names
+/// (`labelSelectorFrom`). `None`: the instance names none (null or absent), so the
+/// collection is empty; an error names the bad selector.
+fn label_selectors(
+    key: &str,
+    c: &CollectionRef,
+    instance: Option<&Value>,
+) -> Result<Option<Vec<String>>, String> {
+    let mut selectors: Vec<String> = c.label_selector.iter().cloned().collect();
+    let Some(path) = &c.label_selector_from else {
+        return Ok(Some(selectors));
+    };
+    let pointer = format!("/{}", path.replace('.', "/"));
+    match instance.and_then(|i| i.pointer(&pointer)) {
+        None | Some(Value::Null) => Ok(None),
+        Some(sel) => match selector_string(sel) {
+            Ok(s) if s.is_empty() => Ok(Some(selectors)),
+            Ok(s) => {
+                selectors.push(s);
+                Ok(Some(selectors))
+            }
+            Err(e) => Err(format!("input {key:?}: self.{path}: {e}")),
+        },
+    }
+}
+
+/// How a collection is listed: the API (as the Composition's account), its kind, the
+/// namespaces kept (`None`: all) and the fields projected.
+struct Listing<'a> {
+    api: Api<DynamicObject>,
+    ar: &'a kube::core::ApiResource,
+    namespaces: Option<&'a BTreeSet<String>>,
+    fields: &'a [String],
+}
+
+impl Listing<'_> {
+    /// The collection's items, read page by page, projected as they come and bounded while
+    /// read. Inner error: over the bound, a bad selector or a refusal, named.
+    async fn items(&self, key: &str, lp: ListParams) -> Result<Result<Vec<Value>, String>, Error> {
+        let in_scope = |o: &DynamicObject| {
+            self.namespaces.is_none_or(|set| {
+                o.metadata
+                    .namespace
+                    .as_ref()
+                    .is_some_and(|n| set.contains(n))
+            })
+        };
+        let keep = |o: DynamicObject| {
+            if !in_scope(&o) {
+                return None;
+            }
+            let mut v = serde_json::to_value(o).unwrap_or_default();
+            if v.get("apiVersion").is_none() {
+                v["apiVersion"] = json!(self.ar.api_version);
+                v["kind"] = json!(self.ar.kind);
+            }
+            let v = project(&v, self.fields);
+            let size = serde_json::to_vec(&v).map_or(0, |b| b.len());
+            Some((v, size))
+        };
+        let max = crate::synthesis::MAX_INPUT_BYTES;
+        let fetch = |lp: ListParams| {
+            let api = self.api.clone();
+            async move { api.list(&lp).await }
+        };
+        let listed = super::super::paging::list_bounded(&lp, max, fetch, keep);
+        let items = match listed.await {
+            Ok(items) => items,
+            Err(super::super::paging::Stop::TooLarge(n)) => {
+                return Ok(Err(format!(
+                    "input {key:?}: the collection is over {max} bytes ({n})"
+                )));
+            }
+            Err(super::super::paging::Stop::Api(kube::Error::Api(e))) if e.code == 400 => {
+                return Ok(Err(format!("input {key:?}: label selector: {}", e.message)));
+            }
+            Err(super::super::paging::Stop::Api(kube::Error::Api(e))) if e.code == 403 => {
+                return Ok(Err(format!("input {key:?}: {}", e.message)));
+            }
+            Err(super::super::paging::Stop::Api(e)) => {
+                return Err(kube_err(format!("listing input {key:?}"))(e));
+            }
+        };
+        Ok(Ok(items))
+    }
+}
