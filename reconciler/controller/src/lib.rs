@@ -257,10 +257,7 @@ fn options(args: &cli::RunArgs) -> anyhow::Result<run::Options> {
         },
         concurrency: args.concurrency,
         apply_concurrency: args.apply_concurrency.max(1),
-        max_concurrent_syntheses: args
-            .max_concurrent_syntheses
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, usize::from))
-            .max(1),
+        max_concurrent_syntheses: max_concurrent_syntheses(args.max_concurrent_syntheses),
         module_cache_bytes: args.module_cache_mib.saturating_mul(1024 * 1024),
         module_cache_dir_bytes: args.module_cache_dir_mib.saturating_mul(1024 * 1024),
         plan_cache_resources: args.plan_cache_resources.max(1),
@@ -273,12 +270,7 @@ fn options(args: &cli::RunArgs) -> anyhow::Result<run::Options> {
         max_symphony_bytes: quantity("max-symphony-bytes", &args.max_symphony_bytes)?,
         slice_cache_whole: args.slice_cache == "whole",
         min_reconcile_interval: parse("min-reconcile-interval", &args.min_reconcile_interval)?,
-        migrating_field_managers: args
-            .migrating_field_managers
-            .iter()
-            .map(|m| m.trim().to_string())
-            .filter(|m| !m.is_empty() && m != crds::names::FIELD_MANAGER)
-            .collect(),
+        migrating_field_managers: migrating_field_managers(&args.migrating_field_managers),
         migrating_fields: migrating_fields(&args.migrating_fields)?,
         fail_open: args.fail_open,
         resource_filter: resource_filter(args)?,
@@ -348,6 +340,20 @@ fn sandbox(args: &cli::RunArgs) -> anyhow::Result<run::sandbox::Sandbox> {
         sandbox.max_output_bytes
     );
     Ok(sandbox)
+}
+
+/// `--max-concurrent-syntheses`, by default one per core.
+fn max_concurrent_syntheses(flag: Option<usize>) -> usize {
+    flag.unwrap_or_else(|| std::thread::available_parallelism().map_or(2, usize::from))
+        .max(1)
+}
+
+/// `--migrating-field-managers` but enoki's own.
+fn migrating_field_managers(flag: &[String]) -> Vec<String> {
+    flag.iter()
+        .map(|m| m.trim().to_string())
+        .filter(|m| !m.is_empty() && m != crds::names::FIELD_MANAGER)
+        .collect()
 }
 
 /// A duration flag's value (`--flag`, as humantime reads it).

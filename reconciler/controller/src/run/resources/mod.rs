@@ -50,6 +50,17 @@ pub struct Pass {
     pub slices_missing: bool,
 }
 
+impl Pass {
+    /// An observed output changed: synthesize again, shortly.
+    fn resynthesize() -> Pass {
+        Pass {
+            resynthesize: true,
+            requeue: Some(Duration::from_millis(100)),
+            ..Pass::default()
+        }
+    }
+}
+
 /// Plans and executes one pass over the current synthesis.
 ///
 /// # Errors
@@ -75,22 +86,9 @@ pub async fn reconcile(
         return Ok(pass);
     }
     let mut info = composition_info(comp, deleting);
-    let (prepared, unopened) = match ingest::prepare(ctx, comp, &current.uuid, &loaded, &info).await
-    {
-        Ok(p) => p,
-        Err(Err(e)) => return Err(e),
-        Err(Ok(e)) => {
-            condition::set_condition(
-                &mut st.conditions,
-                conditions::RECONCILED,
-                false,
-                e.category(),
-                &e.to_string(),
-                comp.metadata.generation,
-            );
-            // Being deleted: nothing was deleted, so its finalizer stays.
-            return Ok(Pass::default());
-        }
+    let Some((prepared, unopened)) = ingest(ctx, comp, st, &loaded, &info).await? else {
+        // Being deleted: nothing was deleted, so its finalizer stays.
+        return Ok(Pass::default());
     };
     report_warnings(ctx, comp, &uid, &prepared).await;
     let previous =
@@ -108,21 +106,9 @@ pub async fn reconcile(
     })?;
     // Changed observed outputs (`watchOutputs`) call for a new synthesis first, unless the next
     // synthesis is blocked: then the current one is enforced as it is.
-    let Some(observations) = observe_pass(
-        ctx,
-        &client,
-        comp,
-        &current,
-        &seen,
-        (deleting, next_blocked),
-    )
-    .await?
-    else {
-        return Ok(Pass {
-            resynthesize: true,
-            requeue: Some(Duration::from_millis(100)),
-            ..Pass::default()
-        });
+    let phase = (deleting, next_blocked);
+    let Some(observations) = observe_pass(ctx, &client, comp, &current, &seen, phase).await? else {
+        return Ok(Pass::resynthesize());
     };
     let observed: plan::Observed = observations
         .iter()
@@ -144,10 +130,7 @@ pub async fn reconcile(
         },
     });
     let acted = execute::act(ctx, comp, &the_plan, &observations, &recorded).await;
-    let planned = Planned {
-        plan: &the_plan,
-        cel_deadline,
-    };
+    let planned = Planned::of(&the_plan, cel_deadline);
     let mut pass = finish(ctx, comp, st, deleting, &seen, &planned, acted).await?;
     // A sealed Secret no key opens: the synthesis is made again (see `slices::all_exist`).
     if unopened && !deleting {
@@ -156,6 +139,37 @@ pub async fn reconcile(
         ctx.memory.slices.with(&uid, |m| m.unopened = Some(uuid));
     }
     Ok(pass)
+}
+
+/// The current synthesis ingested (and whether a sealed Secret of it did not open); `None`
+/// when it cannot be (`Reconciled=False` says why).
+async fn ingest(
+    ctx: &Arc<Context>,
+    comp: &Composition,
+    st: &mut CompositionStatus,
+    loaded: &Loaded,
+    info: &plan::CompositionInfo,
+) -> Result<Option<(Arc<plan::Prepared>, bool)>, Error> {
+    let uuid = st
+        .current_synthesis
+        .as_ref()
+        .map(|c| c.uuid.clone())
+        .unwrap_or_default();
+    match ingest::prepare(ctx, comp, &uuid, loaded, info).await {
+        Ok(p) => Ok(Some(p)),
+        Err(Err(e)) => Err(e),
+        Err(Ok(e)) => {
+            condition::set_condition(
+                &mut st.conditions,
+                conditions::RECONCILED,
+                false,
+                e.category(),
+                &e.to_string(),
+                comp.metadata.generation,
+            );
+            Ok(None)
+        }
+    }
 }
 
 /// The pass when the current synthesis has slices missing: a new synthesis, unless the
@@ -210,6 +224,12 @@ fn plan_pass(input: plan::PlanInput<'_>) -> (Plan, Option<std::time::Instant>) {
 struct Planned<'p> {
     plan: &'p Plan,
     cel_deadline: Option<std::time::Instant>,
+}
+
+impl<'p> Planned<'p> {
+    fn of(plan: &'p Plan, cel_deadline: Option<std::time::Instant>) -> Self {
+        Planned { plan, cel_deadline }
+    }
 }
 
 /// What a pass read before planning.
