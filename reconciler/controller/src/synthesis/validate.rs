@@ -58,24 +58,7 @@ pub fn validate(
         })?;
         let hash = eno_manifest_hash(&item);
         let namespaced = is_namespaced(&key.group, &key.kind);
-        // As Eno, what client-go structs emit is dropped: `status: {}` and
-        // `creationTimestamp: null`. (Eno drops any status; a non-empty one is kept here, as
-        // it is an instance-mode status write-back.)
-        if let Some(obj) = item.as_object_mut()
-            && obj
-                .get("status")
-                .is_some_and(|s| s.is_null() || s.as_object().is_some_and(|m| m.is_empty()))
-        {
-            obj.remove("status");
-        }
-        if let Some(meta) = item.get_mut("metadata").and_then(Value::as_object_mut) {
-            meta.remove("creationTimestamp");
-            if namespaced && key.namespace.is_empty() {
-                meta.insert("namespace".into(), Value::String(namespace.to_string()));
-            } else if !namespaced {
-                meta.remove("namespace");
-            }
-        }
+        normalize(&mut item, namespaced, key.namespace.is_empty(), namespace);
         let key = plan::ResourceKey::of(&item).unwrap_or(key);
         match seen.get_mut(&key) {
             None => {
@@ -103,7 +86,36 @@ pub fn validate(
             }
         }
     }
-    // Annotation values and CEL are checked by the planner's ingestion.
+    warnings.extend(checked_by_the_planner(&out)?);
+    Ok((out, warnings))
+}
+
+/// As Eno, what client-go structs emit is dropped: `status: {}` and `creationTimestamp:
+/// null` (Eno drops any status; a non-empty one is kept here, as it is an instance-mode
+/// status write-back); a namespaced kind gets the Composition's namespace when it names
+/// none, a cluster-scoped one loses any.
+fn normalize(item: &mut Value, namespaced: bool, no_namespace: bool, namespace: &str) {
+    if let Some(obj) = item.as_object_mut()
+        && obj
+            .get("status")
+            .is_some_and(|s| s.is_null() || s.as_object().is_some_and(|m| m.is_empty()))
+    {
+        obj.remove("status");
+    }
+    if let Some(meta) = item.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.remove("creationTimestamp");
+        if namespaced && no_namespace {
+            meta.insert("namespace".into(), Value::String(namespace.to_string()));
+        } else if !namespaced {
+            meta.remove("namespace");
+        }
+    }
+}
+
+/// Annotation values and CEL, checked by the planner's ingestion: what Eno refuses at
+/// synthesis (and reads leniently from stored output) fails it; cascading values that did
+/// not parse are warnings (read as Eno reads them).
+fn checked_by_the_planner(out: &[Value]) -> Result<Vec<crds::SynthesisResult>, SynthesisError> {
     let desired: Vec<plan::Desired> = out
         .iter()
         .map(|m| plan::Desired {
@@ -116,7 +128,6 @@ pub fn validate(
             message: e.to_string(),
         }
     })?;
-    // What Eno refuses at synthesis (and reads leniently from stored output) fails it here.
     if let Some(message) = prepared
         .resources
         .iter()
@@ -126,7 +137,7 @@ pub fn validate(
             message: message.clone(),
         });
     }
-    // Cascading values that did not parse are read as Eno reads them: a warning, not an error.
+    let mut warnings = Vec::new();
     for r in &prepared.resources {
         for w in &r.settings.warnings {
             warnings.push(crds::SynthesisResult {
@@ -137,7 +148,7 @@ pub fn validate(
             });
         }
     }
-    Ok((out, warnings))
+    Ok(warnings)
 }
 
 /// FNV-1 (64-bit) of the manifest's canonical JSON: Eno orders duplicate resources by the

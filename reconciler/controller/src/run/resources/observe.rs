@@ -239,34 +239,36 @@ async fn from_cache(
     if get(cached) {
         return FromCache::Fetch(api, gvk);
     }
-    // What the planner reads of a live object it does not need in full: identity, version,
-    // deletion, owner.
-    let live = meta.flatten().map(|m| {
-        let mut metadata = serde_json::Map::new();
-        metadata.insert("name".into(), json!(r.key.name));
-        if !ns.is_empty() {
-            metadata.insert("namespace".into(), json!(ns));
-        }
-        metadata.insert("resourceVersion".into(), json!(m.resource_version));
-        metadata.insert("uid".into(), json!(m.uid()));
-        if let Some(t) = &m.deletion_timestamp {
-            metadata.insert("deletionTimestamp".into(), json!(t));
-        }
-        if let Some(owner) = &m.owner {
-            metadata.insert(
-                "labels".into(),
-                json!({ crds::names::annotations::MANAGED_BY.enoki: &**owner }),
-            );
-        }
-        json!({
-            "apiVersion": r.manifest.get("apiVersion"),
-            "kind": r.manifest.get("kind"),
-            "metadata": metadata,
-        })
-    });
+    let live = meta.flatten().map(|m| stub_of(r, ns, &m));
     FromCache::Done(Observation {
         api: Some(api),
         live,
+    })
+}
+
+/// What the planner reads of a live object it does not need in full, from the managed-object
+/// cache: identity, version, deletion, owner.
+fn stub_of(r: &PreparedResource, ns: &str, m: &super::super::watches::Live) -> Value {
+    let mut metadata = serde_json::Map::new();
+    metadata.insert("name".into(), json!(r.key.name));
+    if !ns.is_empty() {
+        metadata.insert("namespace".into(), json!(ns));
+    }
+    metadata.insert("resourceVersion".into(), json!(m.resource_version));
+    metadata.insert("uid".into(), json!(m.uid()));
+    if let Some(t) = &m.deletion_timestamp {
+        metadata.insert("deletionTimestamp".into(), json!(t));
+    }
+    if let Some(owner) = &m.owner {
+        metadata.insert(
+            "labels".into(),
+            json!({ crds::names::annotations::MANAGED_BY.enoki: &**owner }),
+        );
+    }
+    json!({
+        "apiVersion": r.manifest.get("apiVersion"),
+        "kind": r.manifest.get("kind"),
+        "metadata": metadata,
     })
 }
 

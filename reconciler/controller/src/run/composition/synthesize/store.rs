@@ -35,22 +35,7 @@ pub(super) async fn store(
     next.output_digest = Some(out.output_digest);
     next.results = out.results;
     next.synthesized = Some(Time(k8s_openapi::jiff::Timestamp::now()));
-    // Identical output keeps the current slices, whatever the trigger (the same bytes from the
-    // module, or after an input change the same resources), unless they are gone or hold a
-    // Secret in plain text.
-    let unchanged = match &st.current_synthesis {
-        Some(_) if *req.trigger == Trigger::SlicesMissing => false,
-        Some(cur) if cur.output_digest.as_deref() == next.output_digest.as_deref() => {
-            inputs::slices_reusable(ctx, comp, cur).await?
-        }
-        Some(cur) if req.trigger.may_keep_slices() => {
-            inputs::emitted(ctx, comp, cur)
-                .await?
-                .is_some_and(|emitted| emitted == items)
-                && !inputs::holds_plain_secret(ctx, comp, cur).await?
-        }
-        _ => false,
-    };
+    let unchanged = unchanged(ctx, comp, st, req, &next, &items).await?;
     let uuid = next.uuid.clone();
     if let (true, Some(cur)) = (unchanged, st.current_synthesis.as_ref())
         && !req.trigger.may_keep_slices()
@@ -97,6 +82,32 @@ pub(super) async fn store(
     synthesized(st, comp.metadata.generation);
     tracing::info!(synthesis = %uuid, resources = items.len(), unchanged, trigger = %req.trigger, "synthesized");
     Ok(SynthesisEnd::Stored)
+}
+
+/// Identical output keeps the current slices, whatever the trigger (the same bytes from the
+/// module, or after an input change the same resources), unless they are gone or hold a
+/// Secret in plain text.
+async fn unchanged(
+    ctx: &Arc<Context>,
+    comp: &Composition,
+    st: &CompositionStatus,
+    req: &Request<'_>,
+    next: &crds::Synthesis,
+    items: &[Value],
+) -> Result<bool, Error> {
+    Ok(match &st.current_synthesis {
+        Some(_) if *req.trigger == Trigger::SlicesMissing => false,
+        Some(cur) if cur.output_digest.as_deref() == next.output_digest.as_deref() => {
+            inputs::slices_reusable(ctx, comp, cur).await?
+        }
+        Some(cur) if req.trigger.may_keep_slices() => {
+            inputs::emitted(ctx, comp, cur)
+                .await?
+                .is_some_and(|emitted| emitted == items)
+                && !inputs::holds_plain_secret(ctx, comp, cur).await?
+        }
+        _ => false,
+    })
 }
 
 /// Slices written before for this Composition whose status write failed: recorded again
