@@ -29,6 +29,9 @@ use crds::names::FIELD_MANAGER;
 use crds::{Composition, ResourceSlice};
 use plan::{CompositionInfo, Desired, ResourceKey};
 
+mod text;
+use text::{label_of, mask_secrets, normalized, unified};
+
 /// What to diff.
 #[allow(clippy::large_enum_variant)] // built once per `enoki diff` command
 pub enum Target {
@@ -237,84 +240,6 @@ async fn run_blocking(
     Ok(out.items)
 }
 
-/// A stable display name: `apiVersion Kind namespace/name`.
-fn label_of(api_version: &str, key: &ResourceKey) -> String {
-    if key.namespace.is_empty() {
-        format!("{api_version} {} {}", key.kind, key.name)
-    } else {
-        format!("{api_version} {} {}/{}", key.kind, key.namespace, key.name)
-    }
-}
-
-/// An object as YAML without what the server changes on every write.
-fn normalized(obj: &Value) -> String {
-    let mut v = obj.clone();
-    if let Some(meta) = v.get_mut("metadata").and_then(Value::as_object_mut) {
-        for f in [
-            "managedFields",
-            "resourceVersion",
-            "generation",
-            "creationTimestamp",
-            "uid",
-        ] {
-            meta.remove(f);
-        }
-    }
-    serde_saphyr::to_string(&v).unwrap_or_default()
-}
-
-/// Masks Secret values as `kubectl diff` does: every value of `data`/`stringData` becomes
-/// `***`, or `*** (before)` / `*** (after)` where the two differ; the last-applied annotation
-/// (which holds the values too) is dropped.
-fn mask_secrets(before: Option<&mut Value>, after: Option<&mut Value>) {
-    const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
-    let get = |v: &Option<&mut Value>, field: &str, key: &str| -> Option<Value> {
-        v.as_deref()?.get(field)?.get(key).cloned()
-    };
-    let (mut before, mut after) = (before, after);
-    for field in ["data", "stringData"] {
-        let keys: BTreeSet<String> = [before.as_deref(), after.as_deref()]
-            .into_iter()
-            .flatten()
-            .filter_map(|o| o.get(field)?.as_object())
-            .flat_map(|m| m.keys().cloned())
-            .collect();
-        for key in keys {
-            let same = get(&before, field, &key) == get(&after, field, &key);
-            let mask = |side: &mut Option<&mut Value>, suffix: &str| {
-                if let Some(slot) = side
-                    .as_deref_mut()
-                    .and_then(|o| o.get_mut(field)?.get_mut(&key))
-                {
-                    *slot = Value::String(if same {
-                        "***".into()
-                    } else {
-                        format!("***{suffix}")
-                    });
-                }
-            };
-            mask(&mut before, " (before)");
-            mask(&mut after, " (after)");
-        }
-    }
-    for side in [before, after].into_iter().flatten() {
-        if let Some(a) = side
-            .pointer_mut("/metadata/annotations")
-            .and_then(Value::as_object_mut)
-        {
-            a.remove(LAST_APPLIED);
-        }
-    }
-}
-
-fn unified(label: &str, before: &str, after: &str) -> String {
-    similar::TextDiff::from_lines(before, after)
-        .unified_diff()
-        .context_radius(3)
-        .header(&format!("live     {label}"), &format!("enoki    {label}"))
-        .to_string()
-}
-
 async fn api_for(
     ctx: &Context,
     comp: Option<&Composition>,
@@ -370,47 +295,16 @@ async fn compare(
     }
     for r in &prepared.resources {
         emitted.insert(r.key.clone());
-        let api_version = r.manifest["apiVersion"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        let label = label_of(&api_version, &r.key);
-        if r.patch.is_some() {
-            text.push_str(&format!("# {label}: a Patch pseudo-resource, not diffed\n"));
-            skipped += 1;
-            continue;
-        }
-        let api = api_for(ctx, comp, &api_version, &r.key).await?;
-        let live = api
-            .get_opt(&r.key.name)
-            .await
-            .with_context(|| format!("reading {label}"))?
-            .map(|o| serde_json::to_value(o).unwrap_or_default());
-        let (snapshot, settings) = plan::plan::desired_snapshot(r, live.as_ref(), &info);
-        if settings.disable_reconciliation || (settings.disable_updates && live.is_some()) {
-            text.push_str(&format!(
-                "# {label}: not updated (its annotations disable updates)\n"
-            ));
-            skipped += 1;
-            continue;
-        }
-        let pp = PatchParams::apply(FIELD_MANAGER).force().dry_run();
-        let would = api
-            .patch(&r.key.name, &pp, &Patch::Apply(&snapshot))
-            .await
-            .with_context(|| format!("server-side dry run of {label}"))?;
-        let mut would = serde_json::to_value(would).unwrap_or_default();
-        let mut live = live;
-        if !show_secrets && r.key.kind == "Secret" {
-            mask_secrets(live.as_mut(), Some(&mut would));
-        }
-        let before = live.as_ref().map(normalized).unwrap_or_default();
-        let after = normalized(&would);
-        if before == after {
-            unchanged += 1;
-        } else {
-            changed += 1;
-            text.push_str(&unified(&label, &before, &after));
+        match diff_one(ctx, comp, r, &info, show_secrets).await? {
+            Diffed::Skipped(note) => {
+                text.push_str(&note);
+                skipped += 1;
+            }
+            Diffed::Unchanged => unchanged += 1,
+            Diffed::Changed(diff) => {
+                text.push_str(&diff);
+                changed += 1;
+            }
         }
     }
     let prunes = prunes(ctx, comp, &emitted).await?;
@@ -430,6 +324,65 @@ async fn compare(
         skipped
     ));
     Ok(Report { text, differs })
+}
+
+/// What the dry run of one resource shows.
+enum Diffed {
+    /// Not diffed: a note says why.
+    Skipped(String),
+    Unchanged,
+    /// The unified diff.
+    Changed(String),
+}
+
+/// Dry-runs one resource (a server-side apply as enoki's field manager) against its live
+/// object.
+async fn diff_one(
+    ctx: &Context,
+    comp: Option<&Composition>,
+    r: &plan::plan::PreparedResource,
+    info: &plan::CompositionInfo,
+    show_secrets: bool,
+) -> anyhow::Result<Diffed> {
+    let api_version = r.manifest["apiVersion"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let label = label_of(&api_version, &r.key);
+    if r.patch.is_some() {
+        return Ok(Diffed::Skipped(format!(
+            "# {label}: a Patch pseudo-resource, not diffed\n"
+        )));
+    }
+    let api = api_for(ctx, comp, &api_version, &r.key).await?;
+    let live = api
+        .get_opt(&r.key.name)
+        .await
+        .with_context(|| format!("reading {label}"))?
+        .map(|o| serde_json::to_value(o).unwrap_or_default());
+    let (snapshot, settings) = plan::plan::desired_snapshot(r, live.as_ref(), info);
+    if settings.disable_reconciliation || (settings.disable_updates && live.is_some()) {
+        return Ok(Diffed::Skipped(format!(
+            "# {label}: not updated (its annotations disable updates)\n"
+        )));
+    }
+    let pp = PatchParams::apply(FIELD_MANAGER).force().dry_run();
+    let would = api
+        .patch(&r.key.name, &pp, &Patch::Apply(&snapshot))
+        .await
+        .with_context(|| format!("server-side dry run of {label}"))?;
+    let mut would = serde_json::to_value(would).unwrap_or_default();
+    let mut live = live;
+    if !show_secrets && r.key.kind == "Secret" {
+        mask_secrets(live.as_mut(), Some(&mut would));
+    }
+    let before = live.as_ref().map(normalized).unwrap_or_default();
+    let after = normalized(&would);
+    Ok(if before == after {
+        Diffed::Unchanged
+    } else {
+        Diffed::Changed(unified(&label, &before, &after))
+    })
 }
 
 /// Live objects of the Composition's current synthesis that the new one does not emit.
