@@ -3,83 +3,16 @@
 
 use super::*;
 
+mod measure;
+use measure::{Counter, OVER, Shape};
+
 /// Whether the document holds at most `limit` values (objects, lists and scalars, at any
 /// depth; YAML aliases count each time they are expanded), counted without building any and
 /// stopping as soon as the limit is passed. A document that does not parse counts as within
 /// (the full parse reports why).
 pub(super) fn values_within(text: &str, limit: usize) -> bool {
-    use serde::de::{DeserializeSeed, MapAccess, SeqAccess, Visitor};
-    use std::cell::Cell;
-    const OVER: &str = "enoki: too many values";
-    #[derive(Clone, Copy)]
-    struct Counter<'a>(&'a Cell<usize>, usize);
-    impl Counter<'_> {
-        fn one<E: serde::de::Error>(self) -> Result<(), E> {
-            self.0.set(self.0.get() + 1);
-            if self.0.get() > self.1 {
-                return Err(E::custom(OVER));
-            }
-            Ok(())
-        }
-    }
-    impl<'de> DeserializeSeed<'de> for Counter<'_> {
-        type Value = ();
-        fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-            d.deserialize_any(self)
-        }
-    }
-    impl<'de> Visitor<'de> for Counter<'_> {
-        type Value = ();
-        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("any value")
-        }
-        fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<(), E> {
-            self.one()
-        }
-        fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<(), E> {
-            self.one()
-        }
-        fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<(), E> {
-            self.one()
-        }
-        fn visit_i128<E: serde::de::Error>(self, _: i128) -> Result<(), E> {
-            self.one()
-        }
-        fn visit_u128<E: serde::de::Error>(self, _: u128) -> Result<(), E> {
-            self.one()
-        }
-        fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<(), E> {
-            self.one()
-        }
-        fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<(), E> {
-            self.one()
-        }
-        fn visit_bytes<E: serde::de::Error>(self, _: &[u8]) -> Result<(), E> {
-            self.one()
-        }
-        fn visit_unit<E: serde::de::Error>(self) -> Result<(), E> {
-            self.one()
-        }
-        fn visit_none<E: serde::de::Error>(self) -> Result<(), E> {
-            self.one()
-        }
-        fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-            d.deserialize_any(self)
-        }
-        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-            self.one()?;
-            while seq.next_element_seed(self)?.is_some() {}
-            Ok(())
-        }
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-            self.one()?;
-            while map.next_key_seed(self)?.is_some() {
-                map.next_value_seed(self)?;
-            }
-            Ok(())
-        }
-    }
-    let seen = Cell::new(0);
+    use serde::de::DeserializeSeed;
+    let seen = std::cell::Cell::new(0);
     let counter = Counter(&seen, limit);
     let over = |e: &dyn std::fmt::Display| e.to_string().contains(OVER);
     if text.trim_start().starts_with('{') {
@@ -100,85 +33,6 @@ pub(super) fn values_within(text: &str, limit: usize) -> bool {
 /// The number of `items` of a ResourceList, counted without building them (0 when the text
 /// does not parse: the full parse reports why).
 pub(super) fn count_items(text: &str) -> usize {
-    use serde::de::{IgnoredAny, SeqAccess, Visitor};
-    struct Count(usize);
-    impl<'de> serde::Deserialize<'de> for Count {
-        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            struct V;
-            impl<'de> Visitor<'de> for V {
-                type Value = Count;
-                fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                    f.write_str("a list")
-                }
-                fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Count, A::Error> {
-                    let mut n = 0;
-                    while seq.next_element::<IgnoredAny>()?.is_some() {
-                        n += 1;
-                    }
-                    Ok(Count(n))
-                }
-                // Not a list: no items here (the full parse says what is wrong), and the count
-                // goes on to any later `items` key.
-                fn visit_unit<E>(self) -> Result<Count, E> {
-                    Ok(Count(0))
-                }
-                fn visit_none<E>(self) -> Result<Count, E> {
-                    Ok(Count(0))
-                }
-                fn visit_bool<E>(self, _: bool) -> Result<Count, E> {
-                    Ok(Count(0))
-                }
-                fn visit_i64<E>(self, _: i64) -> Result<Count, E> {
-                    Ok(Count(0))
-                }
-                fn visit_u64<E>(self, _: u64) -> Result<Count, E> {
-                    Ok(Count(0))
-                }
-                fn visit_f64<E>(self, _: f64) -> Result<Count, E> {
-                    Ok(Count(0))
-                }
-                fn visit_str<E>(self, _: &str) -> Result<Count, E> {
-                    Ok(Count(0))
-                }
-                fn visit_map<A: serde::de::MapAccess<'de>>(
-                    self,
-                    mut map: A,
-                ) -> Result<Count, A::Error> {
-                    while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-                    Ok(Count(0))
-                }
-            }
-            d.deserialize_any(V)
-        }
-    }
-    // Every `items` key counts (a JSON object may repeat one; the full parse keeps the last).
-    struct Shape(usize);
-    impl<'de> serde::Deserialize<'de> for Shape {
-        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            struct V;
-            impl<'de> Visitor<'de> for V {
-                type Value = Shape;
-                fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                    f.write_str("a ResourceList")
-                }
-                fn visit_map<A: serde::de::MapAccess<'de>>(
-                    self,
-                    mut map: A,
-                ) -> Result<Shape, A::Error> {
-                    let mut n = 0usize;
-                    while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-                        if key == "items" {
-                            n = n.saturating_add(map.next_value::<Count>()?.0);
-                        } else {
-                            map.next_value::<IgnoredAny>()?;
-                        }
-                    }
-                    Ok(Shape(n))
-                }
-            }
-            d.deserialize_map(V)
-        }
-    }
     let shape: Option<Shape> = if text.trim_start().starts_with('{') {
         serde_json::from_str(text).ok()
     } else {
