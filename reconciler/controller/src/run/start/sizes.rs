@@ -56,8 +56,15 @@ pub(super) fn release_freed_memory() {
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 const ARENAS: i32 = 2;
 
-/// Limits glibc's allocator to two arenas (before the runtime's threads start; the
-/// `MALLOC_ARENA_MAX` variable does the same). musl's allocator has none.
+/// Allocations from this size up get pages of their own, given back when freed. glibc
+/// raises its threshold after each large free (up to 32 MiB), so the buffers of whole slices
+/// read at ingest would otherwise stay in the arenas.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+const MMAP_THRESHOLD: i32 = 64 * 1024;
+
+/// Limits glibc's allocator to two arenas and fixes its mmap threshold (before the
+/// runtime's threads start; `MALLOC_ARENA_MAX` and `MALLOC_MMAP_THRESHOLD_` set them
+/// otherwise). musl's allocator has neither.
 #[allow(unsafe_code)]
 pub fn limit_allocator_arenas() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
@@ -65,6 +72,9 @@ pub fn limit_allocator_arenas() {
     unsafe {
         if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
             libc::mallopt(libc::M_ARENA_MAX, ARENAS);
+        }
+        if std::env::var_os("MALLOC_MMAP_THRESHOLD_").is_none() {
+            libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD);
         }
     }
 }
