@@ -232,6 +232,7 @@ fn resolve_fail_open(steps: &mut [Step], default: bool) {
     }
 }
 
+/// API versions of the `Patch` pseudo-kind.
 pub use crds::names::PATCH_API_VERSIONS;
 
 /// Plans one pass over a composition's resources. Pure and deterministic.

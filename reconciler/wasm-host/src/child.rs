@@ -211,7 +211,7 @@ pub(crate) fn compile_in_child(
                 false,
             );
         }
-        let (status, timed_out) = wait_until(&mut child.child, started + timeout);
+        let (status, timed_out) = wait_until(&mut child.child, started, timeout);
         let stderr = reader.map_or_else(|_| String::new(), |r| r.join().unwrap_or_default());
         (status, stderr, timed_out)
     });
@@ -270,16 +270,17 @@ fn read_tail(stderr: Option<std::process::ChildStderr>) -> String {
     String::from_utf8_lossy(&tail).into_owned()
 }
 
-/// Waits for `child` until `deadline`, then kills it: its exit status, and whether it was
-/// killed for the deadline.
+/// Waits for `child` until `timeout` after `started`, then kills it: its exit status, and
+/// whether it was killed for the timeout.
 fn wait_until(
     child: &mut std::process::Child,
-    deadline: Instant,
+    started: Instant,
+    timeout: Duration,
 ) -> (std::io::Result<std::process::ExitStatus>, bool) {
     loop {
         match child.try_wait() {
             Ok(Some(status)) => return (Ok(status), false),
-            Ok(None) if Instant::now() >= deadline => {
+            Ok(None) if started.elapsed() >= timeout => {
                 let _ = child.kill();
                 return (child.wait(), true);
             }

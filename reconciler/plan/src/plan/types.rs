@@ -36,7 +36,6 @@ pub struct PreparedResource {
     pub patch: Option<(String, String)>,
 }
 
-/// API versions of the `Patch` pseudo-kind.
 /// A synthesis's output, ingested: parsed once, planned many times.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Prepared {

@@ -20,8 +20,9 @@ use crds::Composition;
 use crds::names::{FIELD_MANAGER, reasons};
 
 mod write;
+pub(crate) use write::Handover;
+pub(in crate::run::resources) use write::release;
 use write::write;
-pub(crate) use write::{Handover, release};
 
 /// The outcomes of a plan, in step order, and the shortest fight backoff that is pending.
 pub(crate) struct Acted {

@@ -156,6 +156,7 @@ pub(super) async fn wait_for_no_shard_leases(shared: &Shared) {
     }
 }
 
+/// Takes the shards [`assign`] gives this replica, every tick, and publishes the set held
 /// on `held` (and in `enoki_shard_held`); on a lost Lease, says so on `lost` and returns.
 /// The Leases' receivers go to `leadership`, for the caller to drop once the stack stopped.
 async fn acquire(

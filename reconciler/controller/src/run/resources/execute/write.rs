@@ -12,7 +12,7 @@ use super::*;
 ///
 /// # Errors
 /// The API server's answer when it is neither success, 404 nor 422.
-pub(crate) async fn release(
+pub(in crate::run::resources) async fn release(
     api: &Api<DynamicObject>,
     what: &str,
     name: &str,
@@ -142,8 +142,8 @@ pub(crate) struct Handover<'a> {
 }
 
 /// Server-side apply; then, when a migrating manager still owns fields under the migrating
-/// paths (see [`super::migrate`]), or fields the previous synthesis applied are left behind
-/// because another manager co-owns them (see [`super::ownership`]), those become enoki's and
+/// paths (see [`super::super::migrate`]), or fields the previous synthesis applied are left behind
+/// because another manager co-owns them (see [`super::super::ownership`]), those become enoki's and
 /// the manifest is applied again, which prunes what enoki no longer emits.
 pub(super) async fn apply(
     api: &Api<DynamicObject>,

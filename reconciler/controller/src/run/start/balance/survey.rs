@@ -110,7 +110,6 @@ pub(crate) fn assign(
     out
 }
 
-/// Takes the shards [`assign`] gives this replica, every tick, and publishes the set held
 /// How long ago the Lease expired (`None`: it has not). A Lease with neither renew nor
 /// acquire time counts as expired.
 pub(super) fn expired_for(spec: &LeaseSpec, now: SystemTime) -> Option<Duration> {
