@@ -13,6 +13,8 @@ use std::path::{Path, PathBuf};
 
 use crate::cli::{Lang, NewArgs};
 
+mod templates;
+
 /// Why `enoki new` failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ScaffoldError {
@@ -64,115 +66,13 @@ const MAKEFILE_TAIL: &str = include_str!("../templates/new/common/Makefile.tail"
 /// The language's own files (its Makefile gets the common test targets appended).
 fn files(lang: Lang) -> &'static [(&'static str, &'static str)] {
     match lang {
-        Lang::Rust => &[
-            (
-                "Cargo.toml",
-                include_str!("../templates/new/rust/Cargo.toml"),
-            ),
-            (
-                "src/main.rs",
-                include_str!("../templates/new/rust/src/main.rs"),
-            ),
-            ("Makefile", include_str!("../templates/new/rust/Makefile")),
-            (
-                ".gitignore",
-                include_str!("../templates/new/rust/.gitignore"),
-            ),
-        ],
-        Lang::Helm => &[
-            ("go.mod", include_str!("../templates/new/helm/go.mod")),
-            ("main.go", include_str!("../templates/new/helm/main.go")),
-            ("Makefile", include_str!("../templates/new/helm/Makefile")),
-            (
-                ".gitignore",
-                include_str!("../templates/new/helm/.gitignore"),
-            ),
-            (
-                "chart/Chart.yaml",
-                include_str!("../templates/new/helm/chart/Chart.yaml"),
-            ),
-            (
-                "chart/values.yaml",
-                include_str!("../templates/new/helm/chart/values.yaml"),
-            ),
-            (
-                "chart/templates/configmap.yaml",
-                include_str!("../templates/new/helm/chart/templates/configmap.yaml"),
-            ),
-        ],
-        Lang::Go => &[
-            ("go.mod", include_str!("../templates/new/go/go.mod")),
-            ("main.go", include_str!("../templates/new/go/main.go")),
-            ("Makefile", include_str!("../templates/new/go/Makefile")),
-            (".gitignore", include_str!("../templates/new/go/.gitignore")),
-        ],
-        Lang::C => &[
-            ("main.c", include_str!("../templates/new/c/main.c")),
-            // The SDK is one header: the project keeps its copy.
-            (
-                "enoki.h",
-                include_str!("../../../synthesizer-sdk/c/enoki.h"),
-            ),
-            ("Makefile", include_str!("../templates/new/c/Makefile")),
-            (".gitignore", include_str!("../templates/new/c/.gitignore")),
-        ],
-        Lang::Assemblyscript => &[
-            (
-                "package.json",
-                include_str!("../templates/new/assemblyscript/package.json"),
-            ),
-            (
-                "assembly/index.ts",
-                include_str!("../templates/new/assemblyscript/assembly/index.ts"),
-            ),
-            (
-                "Makefile",
-                include_str!("../templates/new/assemblyscript/Makefile"),
-            ),
-            (
-                ".gitignore",
-                include_str!("../templates/new/assemblyscript/.gitignore"),
-            ),
-        ],
-        Lang::Python => &[
-            ("app.py", include_str!("../templates/new/python/app.py")),
-            (
-                "requirements.txt",
-                include_str!("../templates/new/python/requirements.txt"),
-            ),
-            ("Makefile", include_str!("../templates/new/python/Makefile")),
-            (
-                ".gitignore",
-                include_str!("../templates/new/python/.gitignore"),
-            ),
-        ],
-        Lang::Typescript => &[
-            (
-                "package.json",
-                include_str!("../templates/new/typescript/package.json"),
-            ),
-            (
-                "tsconfig.json",
-                include_str!("../templates/new/typescript/tsconfig.json"),
-            ),
-            (
-                "src/main.ts",
-                include_str!("../templates/new/typescript/src/main.ts"),
-            ),
-            // The same build script as samples/10-typescript.
-            (
-                "build.mjs",
-                include_str!("../../../samples/10-typescript/build.mjs"),
-            ),
-            (
-                "Makefile",
-                include_str!("../templates/new/typescript/Makefile"),
-            ),
-            (
-                ".gitignore",
-                include_str!("../templates/new/typescript/.gitignore"),
-            ),
-        ],
+        Lang::Rust => templates::RUST,
+        Lang::Helm => templates::HELM,
+        Lang::Go => templates::GO,
+        Lang::C => templates::C,
+        Lang::Assemblyscript => templates::ASSEMBLYSCRIPT,
+        Lang::Python => templates::PYTHON,
+        Lang::Typescript => templates::TYPESCRIPT,
     }
 }
 
@@ -323,7 +223,27 @@ fn sdk_placeholders(lang: Lang, sdk: &SdkSource) -> Vec<(&'static str, String)> 
         (_, Lang::Python) => ".venv/enoki-sdk/enoki_sdk/wit".to_string(),
         _ => "node_modules/@enoki/sdk/wit".to_string(),
     };
-    let (py_sdk_path, py_install) = match sdk {
+    let (py_sdk_path, py_install) = python_sdk(sdk);
+    vec![
+        ("{{rust_dep}}", rust_dep),
+        ("{{rust_patch}}", rust_patch),
+        ("{{go_replace}}", go_replace),
+        ("{{go_helm_replace}}", String::new()),
+        ("{{go_env}}", go_env),
+        ("{{npm_sdk}}", npm),
+        ("{{npm_sdk_as}}", npm_as),
+        ("{{sdk_origin}}", origin),
+        ("{{py_sdk_path}}", py_sdk_path),
+        ("{{py_install_sdk}}", py_install),
+        ("{{version}}", v.to_string()),
+        ("{{wit_dir}}", wit_dir),
+    ]
+}
+
+/// The Python SDK's path for componentize-py and the command that installs it.
+fn python_sdk(sdk: &SdkSource) -> (String, String) {
+    let v = SDK_VERSION;
+    match sdk {
         SdkSource::Dir(d) => (format!("-p {}/python", d.display()), "true".to_string()),
         other => {
             let what = match other {
@@ -339,21 +259,7 @@ fn sdk_placeholders(lang: Lang, sdk: &SdkSource) -> Vec<(&'static str, String)> 
                 ),
             )
         }
-    };
-    vec![
-        ("{{rust_dep}}", rust_dep),
-        ("{{rust_patch}}", rust_patch),
-        ("{{go_replace}}", go_replace),
-        ("{{go_helm_replace}}", String::new()),
-        ("{{go_env}}", go_env),
-        ("{{npm_sdk}}", npm),
-        ("{{npm_sdk_as}}", npm_as),
-        ("{{sdk_origin}}", origin),
-        ("{{py_sdk_path}}", py_sdk_path),
-        ("{{py_install_sdk}}", py_install),
-        ("{{version}}", v.to_string()),
-        ("{{wit_dir}}", wit_dir),
-    ]
+    }
 }
 
 /// The project's files with placeholders filled: `(relative path, content)`.
