@@ -248,39 +248,12 @@ async fn object_input(
             )));
         }
     };
-    let binding = comp.spec.bindings.iter().find(|b| b.key == r.key);
-    let name_from = res.name_from.as_ref().and_then(|path| {
-        instance
-            .as_ref()?
-            .pointer(&format!("/{}", path.replace('.', "/")))?
-            .as_str()
-            .filter(|n| !n.is_empty())
-            .map(String::from)
-    });
-    let name = binding
-        .map(|b| b.resource.name.clone())
-        .or_else(|| res.name.clone())
-        .or(name_from);
-    let Some(name) = name else {
+    let Some((name, obj_ns)) = bound_object(comp, r, res, instance.as_ref()) else {
         return Ok(Err(format!(
             "input {:?} is not bound (add a binding with this key)",
             r.key
         )));
     };
-    let given = binding
-        .and_then(|b| b.resource.namespace.clone())
-        .or_else(|| res.namespace.clone())
-        .or_else(|| {
-            instance
-                .as_ref()?
-                .pointer("/metadata/namespace")?
-                .as_str()
-                .map(String::from)
-        });
-    let obj_ns = super::super::tenancy::ref_namespace(
-        &comp.namespace().unwrap_or_default(),
-        given.as_deref(),
-    );
     let found = match read_input(ctx, comp, (&gvk, &ar, namespaced), &obj_ns, &name).await {
         Ok(found) => found,
         // An optional input the Composition's account may not read is absent for it (e.g. the
@@ -319,6 +292,43 @@ async fn object_input(
             )))
         }
     }
+}
+
+/// The name and namespace of the object a resource input reads: the binding's, else the
+/// ref's, else the instance's (`nameFrom`, its own namespace); `None` when nothing names it.
+fn bound_object(
+    comp: &Composition,
+    r: &crds::Ref,
+    res: &crds::ResourceRef,
+    instance: Option<&Value>,
+) -> Option<(String, String)> {
+    let binding = comp.spec.bindings.iter().find(|b| b.key == r.key);
+    let name_from = res.name_from.as_ref().and_then(|path| {
+        instance?
+            .pointer(&format!("/{}", path.replace('.', "/")))?
+            .as_str()
+            .filter(|n| !n.is_empty())
+            .map(String::from)
+    });
+    let name = binding
+        .map(|b| b.resource.name.clone())
+        .or_else(|| res.name.clone())
+        .or(name_from);
+    let name = name?;
+    let given = binding
+        .and_then(|b| b.resource.namespace.clone())
+        .or_else(|| res.namespace.clone())
+        .or_else(|| {
+            instance?
+                .pointer("/metadata/namespace")?
+                .as_str()
+                .map(String::from)
+        });
+    let obj_ns = super::super::tenancy::ref_namespace(
+        &comp.namespace().unwrap_or_default(),
+        given.as_deref(),
+    );
+    Some((name, obj_ns))
 }
 
 /// The `force-resynthesis` annotation (either spelling).
