@@ -497,6 +497,15 @@ mod tests {
             err.to_string().contains("item 0") && err.to_string().contains("kind"),
             "{err}"
         );
+        // An identity no API server accepts is refused before anything is stored.
+        let long = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "x".repeat(254)}});
+        let err = validate(vec![long], "demo", &static_is_namespaced).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("item 0: metadata.name is 254 bytes (at most 253)"),
+            "{err}"
+        );
     }
 
     /// The stdin enoki sends, as Eno's Go SDK must accept it: both input-key annotations,

@@ -56,6 +56,7 @@ pub fn validate(
         let key = plan::ResourceKey::of(&item).map_err(|m| SynthesisError::InvalidOutput {
             message: format!("item {index}: {m}"),
         })?;
+        identity_within(&key, &item, index)?;
         let hash = eno_manifest_hash(&item);
         let namespaced = is_namespaced(&key.group, &key.kind);
         normalize(&mut item, namespaced, key.namespace.is_empty(), namespace);
@@ -88,6 +89,36 @@ pub fn validate(
     }
     warnings.extend(checked_by_the_planner(&out)?);
     Ok((out, warnings))
+}
+
+/// Longest name (a DNS subdomain), namespace (a DNS label) and apiVersion or kind (a group
+/// of 253, `/`, a version of 63) the API server accepts: an output item naming more is
+/// refused before anything is stored.
+pub const MAX_IDENTITY_BYTES: usize = 317;
+
+/// Refuses an item whose identity no API server accepts (names over 253 bytes, a namespace
+/// over 63, a kind or apiVersion over [`MAX_IDENTITY_BYTES`]).
+fn identity_within(
+    key: &plan::ResourceKey,
+    item: &Value,
+    index: usize,
+) -> Result<(), SynthesisError> {
+    let api_version = item
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let fields = [
+        ("metadata.name", key.name.len(), 253),
+        ("metadata.namespace", key.namespace.len(), 63),
+        ("kind", key.kind.len(), MAX_IDENTITY_BYTES),
+        ("apiVersion", api_version.len(), MAX_IDENTITY_BYTES),
+    ];
+    match fields.into_iter().find(|(_, len, max)| len > max) {
+        Some((field, len, max)) => Err(SynthesisError::InvalidOutput {
+            message: format!("item {index}: {field} is {len} bytes (at most {max})"),
+        }),
+        None => Ok(()),
+    }
 }
 
 /// As Eno, what client-go structs emit is dropped: `status: {}` and `creationTimestamp:

@@ -96,6 +96,12 @@ pub(super) async fn synthesize_now(
         }
     }
     st.dependency_status = None;
+    // The namespace's slice budget and the deletion of stale slices read the slice cache:
+    // not before its first list is done (a start), else both would see no slices.
+    if !slice_cache_listed(ctx) {
+        tracing::debug!(%trigger, "synthesis waits for the slice cache's first list");
+        return Ok(Some(Duration::from_secs(1)));
+    }
     tracing::debug!(%trigger, "synthesizing");
     let req = synthesize::Request {
         synth: &o.synth,
@@ -190,4 +196,13 @@ pub(super) fn wait_on_dependencies(
         error: Some(message),
     });
     st.dependency_status = Some(block);
+}
+
+/// Whether the slice cache has finished its first list.
+fn slice_cache_listed(ctx: &Context) -> bool {
+    use futures::FutureExt;
+    ctx.slices
+        .wait_until_ready()
+        .now_or_never()
+        .is_some_and(|r| r.is_ok())
 }

@@ -140,7 +140,8 @@ pub(super) fn caches(
         None => Api::all(client.clone()),
     };
     let slices = slices_api(client, opts);
-    let mut wc = watcher::Config::default();
+    // Pages of 100: a Composition is up to etcd's object size (1.5 MiB), read whole.
+    let mut wc = watcher::Config::default().page_size(COMPOSITION_PAGE);
     if let Some(sel) = &opts.label_selector {
         wc = wc.labels(sel);
     }
@@ -201,8 +202,12 @@ fn slices_api(client: &Client, opts: &Options) -> Api<ResourceSlice> {
     }
 }
 
-/// ResourceSlices per page of the slice cache's lists (about 32 MiB whole at most at once).
-const SLICE_PAGE: u32 = 64;
+/// ResourceSlices per page of the slice cache's lists where the server does not stream them
+/// (a slice is up to etcd's object size, 1.5 MiB: 24 MiB whole at most at once).
+const SLICE_PAGE: u32 = 16;
+
+/// Compositions per page of their cache's lists.
+const COMPOSITION_PAGE: u32 = 100;
 
 /// After the list that follows adding shards (its `InitDone`, once the store holds them):
 /// wakes every cached Composition of the added shards. The Controller drops the list's

@@ -81,22 +81,39 @@ pub(crate) fn key_id_prefix(sealed: &str) -> &str {
 /// The identity of a manifest; `plain`: it holds a Secret's values in plain text, which the
 /// identity keeps saying (an empty `data`).
 fn identity(v: &Value, plain: bool) -> Value {
+    // Strings only, and no longer than an identity can be (older slices were not checked):
+    // the compact copy never holds more of a manifest than its identity.
     let pick = |from: &Value, keys: &[&str]| -> Map<String, Value> {
         keys.iter()
-            .filter_map(|k| Some(((*k).to_string(), from.get(*k)?.clone())))
+            .filter_map(|k| {
+                let s = from.get(*k)?.as_str()?;
+                Some(((*k).to_string(), Value::from(clip(s))))
+            })
             .collect()
     };
     let mut out = pick(v, &["apiVersion", "kind"]);
     if let Some(meta) = v.get("metadata") {
         out.insert("metadata".into(), pick(meta, &["name", "namespace"]).into());
     }
-    if let Some(patch) = v.get("patch") {
+    if let Some(patch) = v
+        .get("patch")
+        .filter(|_| v.get("kind") == Some(&json!("Patch")))
+    {
         out.insert("patch".into(), pick(patch, &["apiVersion", "kind"]).into());
     }
     if plain {
         out.insert("data".into(), json!({}));
     }
     Value::Object(out)
+}
+
+/// An identity string cut to [`crate::synthesis::MAX_IDENTITY_BYTES`].
+fn clip(s: &str) -> &str {
+    let mut end = s.len().min(crate::synthesis::MAX_IDENTITY_BYTES);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
 }
 
 #[cfg(test)]
@@ -141,6 +158,24 @@ mod tests {
             .insert(COMPACT.into(), "0".into());
         compact(&mut forged);
         assert_eq!(stored_bytes(&forged), bytes);
+    }
+
+    #[test]
+    fn a_compact_identity_holds_strings_of_identity_size_only() {
+        let huge = "x".repeat(1 << 20);
+        let odd = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": huge, "namespace": {"nested": huge}},
+            "patch": {"apiVersion": huge, "kind": huge}});
+        let kept = identity(&odd, false);
+        assert!(kept.to_string().len() < 400, "{kept}");
+        assert!(
+            kept.get("patch").is_none(),
+            "a patch is kept for kind Patch only"
+        );
+        assert!(kept["metadata"].get("namespace").is_none());
+        let patch = json!({"apiVersion": "enoki.dev/v1", "kind": "Patch",
+            "metadata": {"name": "p"}, "patch": {"apiVersion": "v1", "kind": "ConfigMap"}});
+        assert_eq!(identity(&patch, false)["patch"]["kind"], "ConfigMap");
     }
 
     fn whole_again() -> Vec<Manifest> {
