@@ -72,29 +72,7 @@ async fn reconcile_once(sym: Arc<Symphony>, ctx: Arc<Context>) -> Result<Action,
     let refused = crate::synthesis::symphony_spec_too_large(&sym.spec)
         .or_else(|| crate::synthesis::symphony_over_budget(&sym.spec, ctx.opts.max_symphony_bytes));
     if let Some(note) = refused {
-        // Nothing is generated from it until the spec changes: its Compositions would each
-        // carry the padding.
-        tracing::warn!(symphony = %name, %note);
-        let note = format!("{note}; no Composition is created or changed");
-        let status = status::refused(&sym, &note);
-        // One status write and one Event per refused spec, not one per pass.
-        if sym.status.as_ref() != Some(&status) {
-            syms.patch_status(
-                &name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"status": status})),
-            )
-            .await
-            .map_err(kube_err("writing Symphony status"))?;
-            ctx.event_on(
-                &sym.object_ref(&()),
-                true,
-                reasons::INVALID_SPEC,
-                "Reconcile",
-                note,
-            )
-            .await;
-        }
+        refuse(&ctx, &sym, &syms, &note).await?;
         return Ok(Action::await_change());
     }
     if !has_finalizer {
@@ -137,6 +115,40 @@ async fn reconcile_once(sym: Arc<Symphony>, ctx: Arc<Context>) -> Result<Action,
     } else {
         ctx.opts.resync.min(Duration::from_secs(60))
     }))
+}
+
+/// Refuses a Symphony's spec: nothing is generated from it until the spec changes (its
+/// Compositions would each carry the padding). One status write and one Event per refused
+/// spec, not one per pass.
+async fn refuse(
+    ctx: &Context,
+    sym: &Symphony,
+    syms: &Api<Symphony>,
+    note: &str,
+) -> Result<(), Error> {
+    let name = sym.name_any();
+    tracing::warn!(symphony = %name, %note);
+    let note = format!("{note}; no Composition is created or changed");
+    let status = status::refused(sym, &note);
+    if sym.status.as_ref() == Some(&status) {
+        return Ok(());
+    }
+    syms.patch_status(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": status})),
+    )
+    .await
+    .map_err(kube_err("writing Symphony status"))?;
+    ctx.event_on(
+        &sym.object_ref(&()),
+        true,
+        reasons::INVALID_SPEC,
+        "Reconcile",
+        note,
+    )
+    .await;
+    Ok(())
 }
 
 /// The Symphony's Compositions: from the cache of generated Compositions, or a list where

@@ -166,9 +166,20 @@ fn set_conditions(
         )
     };
     set_condition(c, conditions::READY, ready, reason, &message, generation);
+    set_stalled(c, &failed, (!ready).then_some(&unready[..]), generation);
+}
+
+/// `Stalled` (a Composition failed: `failed`) and `Reconciling` (not stalled, and the
+/// Compositions `unready` are not Ready yet).
+fn set_stalled(
+    c: &mut Vec<Condition>,
+    failed: &[String],
+    unready: Option<&[String]>,
+    generation: Option<i64>,
+) {
     let stalled = !failed.is_empty();
     let message = if stalled {
-        format!("failed: {}", listed(&failed))
+        format!("failed: {}", listed(failed))
     } else {
         String::new()
     };
@@ -185,11 +196,9 @@ fn set_conditions(
         &message,
         generation,
     );
-    let reconciling = !ready && !stalled;
-    let message = if reconciling {
-        format!("waiting for {}", listed(&unready))
-    } else {
-        String::new()
+    let (reconciling, message) = match unready {
+        Some(unready) if !stalled => (true, format!("waiting for {}", listed(unready))),
+        _ => (false, String::new()),
     };
     set_condition(
         c,
