@@ -40,18 +40,7 @@ pub(super) async fn run_stack(
     let streams = streams_initial_events(&slices_api(&client, &shared.opts)).await;
     let (comp_reader, comp_stream, slice_reader, slice_stream) =
         caches(&client, &shared.opts, &shards, wake, streams);
-    let queue = shared.metrics.queue.clone();
-    let comp_stream = comp_stream
-        .inspect(move |c| {
-            if let Ok(c) = c {
-                queue.seen(format!(
-                    "{}/{}",
-                    c.namespace().unwrap_or_default(),
-                    c.name_any()
-                ));
-            }
-        })
-        .boxed();
+    let comp_stream = seen_by_queue(comp_stream, shared.metrics.queue.clone());
     let ctx = Arc::new(Context::new(Parts {
         management: shared.management.clone(),
         target: shared.target.clone(),
@@ -93,6 +82,24 @@ pub(super) async fn run_stack(
     for t in tasks {
         t.abort();
     }
+}
+
+/// The Composition events, each counted as seen by the queue metrics.
+fn seen_by_queue(
+    events: Events<Composition>,
+    queue: Arc<super::super::queue::Queue>,
+) -> Events<Composition> {
+    events
+        .inspect(move |c| {
+            if let Ok(c) = c {
+                queue.seen(format!(
+                    "{}/{}",
+                    c.namespace().unwrap_or_default(),
+                    c.name_any()
+                ));
+            }
+        })
+        .boxed()
 }
 
 /// Resolves when leadership is lost (recorded in `lost`) or shutdown was requested.
