@@ -72,6 +72,12 @@ pub fn text(v: &View, color: bool) -> String {
     if let Some(note) = &v.note {
         let _ = writeln!(out, "  {}", clean(note));
     }
+    resources(&mut out, v, &paint);
+    out
+}
+
+/// The resources by readiness group, each with its state's mark (painted by `paint`).
+fn resources(out: &mut String, v: &View, paint: &dyn Fn(&str, &str) -> String) {
     let width = v
         .resources
         .iter()
@@ -99,7 +105,6 @@ pub fn text(v: &View, color: bool) -> String {
             clean(&describe(r))
         );
     }
-    out
 }
 
 /// The state of one resource in words.
