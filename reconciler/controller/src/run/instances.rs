@@ -261,6 +261,29 @@ async fn reconcile_once(obj: Arc<DynamicObject>, inst: Arc<Instance>) -> Result<
         .await
         .map_err(kube_err("setting the instance finalizer"))?;
     }
+    let comp = implicit_composition(&obj, &inst, &comp_ns, &comp_name);
+    comps
+        .patch(
+            &comp_name,
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(&comp),
+        )
+        .await
+        .map_err(kube_err(format!(
+            "applying the implicit Composition {comp_name}"
+        )))?;
+    Ok(Action::requeue(ctx.opts.resync))
+}
+
+/// The implicit Composition of an instance: bound to it as `self`, owned by it, labelled
+/// with its Synthesizer.
+fn implicit_composition(
+    obj: &DynamicObject,
+    inst: &Instance,
+    comp_ns: &str,
+    comp_name: &str,
+) -> serde_json::Value {
+    let name = obj.name_any();
     let mut binding = json!({"key": super::inputs::SELF_KEY, "resource": {"name": name}});
     if let Some(ns) = obj.namespace() {
         binding["resource"]["namespace"] = json!(ns);
@@ -282,17 +305,7 @@ async fn reconcile_once(obj: Arc<DynamicObject>, inst: Arc<Instance>) -> Result<
     if let Some(sa) = &inst.service_account {
         comp["spec"]["serviceAccountName"] = json!(sa);
     }
-    comps
-        .patch(
-            &comp_name,
-            &PatchParams::apply(MANAGER).force(),
-            &Patch::Apply(&comp),
-        )
-        .await
-        .map_err(kube_err(format!(
-            "applying the implicit Composition {comp_name}"
-        )))?;
-    Ok(Action::requeue(ctx.opts.resync))
+    comp
 }
 
 /// A deleting instance that holds finalizer `f`: (for a named finalizer) one last synthesis,

@@ -48,15 +48,7 @@ pub(crate) fn record(
         };
         let state = &mut rec.states[si][ri];
         if let Op::Conflict { owner } = &step.op {
-            let message = if owner.is_empty() {
-                "exists and is not managed by enoki; not adopted (adopt: never)".to_string()
-            } else {
-                let who = owner_name(owner).map_or_else(
-                    || format!("Composition with uid {owner}"),
-                    |n| format!("Composition {n} (uid {owner})"),
-                );
-                format!("owned by {who}; not taken over")
-            };
+            let message = conflict_message(owner, owner_name);
             state.error = Some(message.clone());
             state.reconciled = false;
             state.ready = None;
@@ -111,6 +103,19 @@ pub(crate) fn record(
         }
     }
     rec
+}
+
+/// What a Conflict step says: the object is not enoki's (`owner` empty: under `adopt:
+/// never`), or another Composition's, named when it is known here.
+fn conflict_message(owner: &str, owner_name: &dyn Fn(&str) -> Option<String>) -> String {
+    if owner.is_empty() {
+        return "exists and is not managed by enoki; not adopted (adopt: never)".to_string();
+    }
+    let who = owner_name(owner).map_or_else(
+        || format!("Composition with uid {owner}"),
+        |n| format!("Composition {n} (uid {owner})"),
+    );
+    format!("owned by {who}; not taken over")
 }
 
 /// Whether a step's resource has no readiness checks (no CEL, and not `health: kstatus`).
