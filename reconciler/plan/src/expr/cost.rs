@@ -12,7 +12,10 @@
 use std::collections::HashMap;
 
 use cel::Value as Cel;
-use cel::common::ast::{CallExpr, EntryExpr, Expr as Ast, IdedExpr, LiteralValue, operators};
+use cel::common::ast::{
+    CallExpr, ComprehensionExpr, EntryExpr, Expr as Ast, IdedExpr, ListExpr, LiteralValue, MapExpr,
+    SelectExpr, operators,
+};
 use cel::objects::Key;
 
 /// A bound of a value: total bytes, entries, and the bytes of its largest entry.
@@ -160,107 +163,120 @@ impl<'a> Estimator<'a> {
                     None => (Bound::of(Size::SCALAR), 1),
                 }
             }
-            Ast::Select(s) => {
-                let (operand, cost) = self.node(&s.operand);
-                if s.test {
-                    return (Bound::of(Size::SCALAR), cost + 1);
-                }
-                let field = match operand.value {
-                    Some(Cel::Map(m)) => {
-                        let key = Key::String(std::sync::Arc::new(s.field.clone()));
-                        match m.map.get(&key) {
-                            Some(v) => self.real(v),
-                            None => Bound::of(Size::SCALAR),
-                        }
-                    }
-                    _ => Bound::of(Size::within(operand.size.entry)),
-                };
-                (field, cost + 1)
-            }
-            Ast::List(l) => {
-                let mut out = Size {
-                    bytes: ENTRY,
-                    entries: l.elements.len() as u64,
-                    entry: 0,
-                };
-                let mut cost = 1u64;
-                for x in &l.elements {
-                    let (b, c) = self.node(x);
-                    out.bytes = out.bytes.saturating_add(b.size.bytes + ENTRY);
-                    out.entry = out.entry.max(b.size.bytes);
-                    cost = cost.saturating_add(c);
-                }
-                (Bound::of(out), cost.saturating_add(out.bytes))
-            }
-            Ast::Map(m) => {
-                let mut out = Size {
-                    bytes: ENTRY,
-                    entries: m.entries.len() as u64,
-                    entry: 0,
-                };
-                let mut cost = 1u64;
-                for entry in &m.entries {
-                    let parts: Vec<&IdedExpr> = match &entry.expr {
-                        EntryExpr::MapEntry(me) => vec![&me.key, &me.value],
-                        EntryExpr::StructField(f) => vec![&f.value],
-                    };
-                    for p in parts {
-                        let (b, c) = self.node(p);
-                        out.bytes = out.bytes.saturating_add(b.size.bytes + ENTRY);
-                        out.entry = out.entry.max(b.size.bytes);
-                        cost = cost.saturating_add(c);
-                    }
-                }
-                (Bound::of(out), cost.saturating_add(out.bytes))
-            }
-            Ast::Comprehension(c) => {
-                let (range, range_cost) = self.node(&c.iter_range);
-                let (init, init_cost) = self.node(&c.accu_init);
-                let n = range.size.entries;
-                let item = Size::within(range.size.entry.max(8));
-                let mut pushed = 1;
-                self.scopes.push((c.iter_var.clone(), item));
-                if let Some(v2) = &c.iter_var2 {
-                    self.scopes.push((v2.clone(), item));
-                    pushed += 1;
-                }
-                // One step from the initial accumulator tells how much a step adds.
-                self.scopes.push((c.accu_var.clone(), init.size));
-                let (first, _) = self.node(&c.loop_step);
-                self.scopes.pop();
-                let grow = Size {
-                    bytes: first.size.bytes.saturating_sub(init.size.bytes),
-                    entries: first.size.entries.saturating_sub(init.size.entries),
-                    entry: first.size.entry,
-                };
-                let accu = Size {
-                    bytes: init.size.bytes.saturating_add(n.saturating_mul(grow.bytes)),
-                    entries: init
-                        .size
-                        .entries
-                        .saturating_add(n.saturating_mul(grow.entries)),
-                    entry: init.size.entry.max(grow.entry),
-                }
-                .max(first.size);
-                self.scopes.push((c.accu_var.clone(), accu));
-                let (_, cond_cost) = self.node(&c.loop_cond);
-                let (_, step_cost) = self.node(&c.loop_step);
-                let (result, result_cost) = self.node(&c.result);
-                self.scopes.pop();
-                for _ in 0..pushed {
-                    self.scopes.pop();
-                }
-                let per_iteration = cond_cost.saturating_add(step_cost).saturating_add(1);
-                let cost = range_cost
-                    .saturating_add(init_cost)
-                    .saturating_add(n.saturating_mul(per_iteration))
-                    .saturating_add(result_cost)
-                    .saturating_add(accu.bytes);
-                (Bound::of(result.size), cost)
-            }
+            Ast::Select(s) => self.select(s),
+            Ast::List(l) => self.list(l),
+            Ast::Map(m) => self.map(m),
+            Ast::Comprehension(c) => self.comprehension(c),
             Ast::Call(call) => self.call(call),
             Ast::Struct(_) | Ast::Unspecified => (Bound::of(Size::SCALAR), 1),
         }
+    }
+
+    /// A field of a map (its real value where the operand is known), or a `has()` test.
+    fn select(&mut self, s: &SelectExpr) -> (Bound<'a>, u64) {
+        let (operand, cost) = self.node(&s.operand);
+        if s.test {
+            return (Bound::of(Size::SCALAR), cost + 1);
+        }
+        let field = match operand.value {
+            Some(Cel::Map(m)) => {
+                let key = Key::String(std::sync::Arc::new(s.field.clone()));
+                match m.map.get(&key) {
+                    Some(v) => self.real(v),
+                    None => Bound::of(Size::SCALAR),
+                }
+            }
+            _ => Bound::of(Size::within(operand.size.entry)),
+        };
+        (field, cost + 1)
+    }
+
+    /// A list literal: its elements' sizes, each with an entry's overhead.
+    fn list(&mut self, l: &ListExpr) -> (Bound<'a>, u64) {
+        let mut out = Size {
+            bytes: ENTRY,
+            entries: l.elements.len() as u64,
+            entry: 0,
+        };
+        let mut cost = 1u64;
+        for x in &l.elements {
+            let (b, c) = self.node(x);
+            out.bytes = out.bytes.saturating_add(b.size.bytes + ENTRY);
+            out.entry = out.entry.max(b.size.bytes);
+            cost = cost.saturating_add(c);
+        }
+        (Bound::of(out), cost.saturating_add(out.bytes))
+    }
+
+    /// A map (or struct) literal: its keys' and values' sizes, each with an entry's overhead.
+    fn map(&mut self, m: &MapExpr) -> (Bound<'a>, u64) {
+        let mut out = Size {
+            bytes: ENTRY,
+            entries: m.entries.len() as u64,
+            entry: 0,
+        };
+        let mut cost = 1u64;
+        for entry in &m.entries {
+            let parts: Vec<&IdedExpr> = match &entry.expr {
+                EntryExpr::MapEntry(me) => vec![&me.key, &me.value],
+                EntryExpr::StructField(f) => vec![&f.value],
+            };
+            for p in parts {
+                let (b, c) = self.node(p);
+                out.bytes = out.bytes.saturating_add(b.size.bytes + ENTRY);
+                out.entry = out.entry.max(b.size.bytes);
+                cost = cost.saturating_add(c);
+            }
+        }
+        (Bound::of(out), cost.saturating_add(out.bytes))
+    }
+
+    /// A comprehension (macros such as `map`, `filter`, `all`): the accumulator grown by one
+    /// step's growth per element of the range, and the cost of every iteration.
+    fn comprehension(&mut self, c: &ComprehensionExpr) -> (Bound<'a>, u64) {
+        let (range, range_cost) = self.node(&c.iter_range);
+        let (init, init_cost) = self.node(&c.accu_init);
+        let n = range.size.entries;
+        let item = Size::within(range.size.entry.max(8));
+        let mut pushed = 1;
+        self.scopes.push((c.iter_var.clone(), item));
+        if let Some(v2) = &c.iter_var2 {
+            self.scopes.push((v2.clone(), item));
+            pushed += 1;
+        }
+        // One step from the initial accumulator tells how much a step adds.
+        self.scopes.push((c.accu_var.clone(), init.size));
+        let (first, _) = self.node(&c.loop_step);
+        self.scopes.pop();
+        let grow = Size {
+            bytes: first.size.bytes.saturating_sub(init.size.bytes),
+            entries: first.size.entries.saturating_sub(init.size.entries),
+            entry: first.size.entry,
+        };
+        let accu = Size {
+            bytes: init.size.bytes.saturating_add(n.saturating_mul(grow.bytes)),
+            entries: init
+                .size
+                .entries
+                .saturating_add(n.saturating_mul(grow.entries)),
+            entry: init.size.entry.max(grow.entry),
+        }
+        .max(first.size);
+        self.scopes.push((c.accu_var.clone(), accu));
+        let (_, cond_cost) = self.node(&c.loop_cond);
+        let (_, step_cost) = self.node(&c.loop_step);
+        let (result, result_cost) = self.node(&c.result);
+        self.scopes.pop();
+        for _ in 0..pushed {
+            self.scopes.pop();
+        }
+        let per_iteration = cond_cost.saturating_add(step_cost).saturating_add(1);
+        let cost = range_cost
+            .saturating_add(init_cost)
+            .saturating_add(n.saturating_mul(per_iteration))
+            .saturating_add(result_cost)
+            .saturating_add(accu.bytes);
+        (Bound::of(result.size), cost)
     }
 
     fn call(&mut self, call: &CallExpr) -> (Bound<'a>, u64) {
