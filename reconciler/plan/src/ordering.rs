@@ -124,24 +124,7 @@ pub fn order(nodes: &[Node]) -> Result<Ordering, PlanError> {
         }
         prev = Some(members);
     }
-    let crds: BTreeMap<(&str, &str), usize> = sorted
-        .iter()
-        .enumerate()
-        .filter_map(|(i, n)| {
-            n.defines
-                .as_ref()
-                .map(|(g, k)| ((g.as_str(), k.as_str()), i))
-        })
-        .collect();
-    let mut crd_of = std::collections::HashMap::new();
-    for (i, node) in sorted.iter().enumerate() {
-        if let Some(&crd) = crds.get(&(node.key.group.as_str(), node.key.kind.as_str()))
-            && crd != i
-        {
-            edges.insert((crd, i));
-            crd_of.insert(node.key.clone(), sorted[crd].key.clone());
-        }
-    }
+    let crd_of = crd_edges(&sorted, &mut edges);
     let all: Vec<NodeIndex> = (n..rank.len())
         .map(|b| graph.add_node(b))
         .fold(idx, |mut v, b| {
@@ -164,27 +147,7 @@ pub fn order(nodes: &[Node]) -> Result<Ordering, PlanError> {
         return Err(PlanError::DependencyCycle { members });
     }
 
-    // Kahn's algorithm, ties broken by (readiness group, key); barriers emit nothing.
-    let mut indegree = vec![0usize; rank.len()];
-    for &(_, to) in &edges {
-        indegree[to] += 1;
-    }
-    let mut ready: BTreeSet<((i64, usize), usize)> = (0..rank.len())
-        .filter(|&i| indegree[i] == 0)
-        .map(|i| (rank[i], i))
-        .collect();
-    let mut order = Vec::with_capacity(n);
-    while let Some((_, i)) = ready.pop_first() {
-        if i < n {
-            order.push(sorted[i].key.clone());
-        }
-        for &(_, to) in edges.range((i, 0)..=(i, usize::MAX)) {
-            indegree[to] -= 1;
-            if indegree[to] == 0 {
-                ready.insert((rank[to], to));
-            }
-        }
-    }
+    let order = kahn(&sorted, &rank, &edges);
     let groups = by_group
         .into_iter()
         .map(|(g, members)| {
@@ -204,6 +167,64 @@ pub fn order(nodes: &[Node]) -> Result<Ordering, PlanError> {
         group_of,
         crd_of,
     })
+}
+
+/// Edges from each CustomResourceDefinition to the resources of the kind it defines, and
+/// which CRD each such resource waits for.
+fn crd_edges(
+    sorted: &[&Node],
+    edges: &mut BTreeSet<(usize, usize)>,
+) -> std::collections::HashMap<ResourceKey, ResourceKey> {
+    let crds: BTreeMap<(&str, &str), usize> = sorted
+        .iter()
+        .enumerate()
+        .filter_map(|(i, n)| {
+            n.defines
+                .as_ref()
+                .map(|(g, k)| ((g.as_str(), k.as_str()), i))
+        })
+        .collect();
+    let mut crd_of = std::collections::HashMap::new();
+    for (i, node) in sorted.iter().enumerate() {
+        if let Some(&crd) = crds.get(&(node.key.group.as_str(), node.key.kind.as_str()))
+            && crd != i
+        {
+            edges.insert((crd, i));
+            crd_of.insert(node.key.clone(), sorted[crd].key.clone());
+        }
+    }
+    crd_of
+}
+
+/// Kahn's algorithm over resources and barriers, ties broken by (readiness group, key);
+/// barriers (indices from `sorted.len()` on) emit nothing.
+fn kahn(
+    sorted: &[&Node],
+    rank: &[(i64, usize)],
+    edges: &BTreeSet<(usize, usize)>,
+) -> Vec<ResourceKey> {
+    let n = sorted.len();
+    let mut indegree = vec![0usize; rank.len()];
+    for &(_, to) in edges {
+        indegree[to] += 1;
+    }
+    let mut ready: BTreeSet<((i64, usize), usize)> = (0..rank.len())
+        .filter(|&i| indegree[i] == 0)
+        .map(|i| (rank[i], i))
+        .collect();
+    let mut order = Vec::with_capacity(n);
+    while let Some((_, i)) = ready.pop_first() {
+        if i < n {
+            order.push(sorted[i].key.clone());
+        }
+        for &(_, to) in edges.range((i, 0)..=(i, usize::MAX)) {
+            indegree[to] -= 1;
+            if indegree[to] == 0 {
+                ready.insert((rank[to], to));
+            }
+        }
+    }
+    order
 }
 
 /// Deletion group of a resource during Composition deletion (Eno): its `deletion-group`; for
