@@ -254,38 +254,7 @@ pub fn set(node: &mut Value, segments: &[Segment], value: &Value) -> OverrideSta
         return OverrideStatus::PathTypeMismatch;
     };
     match first {
-        Segment::Field(name) => {
-            let Some(map) = node.as_object_mut() else {
-                return OverrideStatus::PathTypeMismatch;
-            };
-            if rest.is_empty() {
-                if value.is_null() {
-                    map.remove(name);
-                } else {
-                    map.insert(name.clone(), value.clone());
-                }
-                return OverrideStatus::Active;
-            }
-            if !map.contains_key(name) {
-                if value.is_null() {
-                    return OverrideStatus::MissingParent;
-                }
-                match rest[0] {
-                    Segment::Field(_) => {
-                        map.insert(name.clone(), Value::Object(Map::new()));
-                    }
-                    _ => return OverrideStatus::MissingParent,
-                }
-            }
-            let child = map
-                .get_mut(name)
-                .expect("present: checked or inserted above");
-            let status = set(child, rest, value);
-            if value.is_null() && child.as_object().is_some_and(Map::is_empty) {
-                map.remove(name);
-            }
-            status
-        }
+        Segment::Field(name) => set_field(node, name, rest, value),
         Segment::Index(n) => {
             let Some(list) = node.as_array_mut() else {
                 return OverrideStatus::PathTypeMismatch;
@@ -303,48 +272,91 @@ pub fn set(node: &mut Value, segments: &[Segment], value: &Value) -> OverrideSta
             }
             set(&mut list[*n], rest, value)
         }
-        Segment::Wildcard | Segment::Match { .. } => {
-            let Some(list) = node.as_array_mut() else {
-                return OverrideStatus::PathTypeMismatch;
-            };
-            let matches = |v: &Value| match first {
-                Segment::Match { key, value } => v.get(key).is_some_and(|f| match f {
-                    Value::String(s) => s == value,
-                    other => *other.to_string() == **value,
-                }),
-                _ => true,
-            };
-            if rest.is_empty() {
-                if value.is_null() {
-                    let before = list.len();
-                    list.retain(|v| !matches(v));
-                    return if list.len() < before {
-                        OverrideStatus::Active
-                    } else {
-                        OverrideStatus::MissingParent
-                    };
-                }
-                let mut any = false;
-                for item in list.iter_mut().filter(|v| matches(v)) {
-                    *item = value.clone();
-                    any = true;
-                }
-                return if any {
-                    OverrideStatus::Active
-                } else {
-                    OverrideStatus::MissingParent
-                };
+        Segment::Wildcard | Segment::Match { .. } => set_matching(node, first, rest, value),
+    }
+}
+
+/// [`set`] at a field of an object: inserted, replaced or (a null value) removed; a missing
+/// parent object is made on the way unless the value is null or the next step indexes a list.
+fn set_field(node: &mut Value, name: &str, rest: &[Segment], value: &Value) -> OverrideStatus {
+    let Some(map) = node.as_object_mut() else {
+        return OverrideStatus::PathTypeMismatch;
+    };
+    if rest.is_empty() {
+        if value.is_null() {
+            map.remove(name);
+        } else {
+            map.insert(name.to_string(), value.clone());
+        }
+        return OverrideStatus::Active;
+    }
+    if !map.contains_key(name) {
+        if value.is_null() {
+            return OverrideStatus::MissingParent;
+        }
+        match rest[0] {
+            Segment::Field(_) => {
+                map.insert(name.to_string(), Value::Object(Map::new()));
             }
-            let mut result = OverrideStatus::MissingParent;
-            for item in list.iter_mut().filter(|v| matches(v)) {
-                let s = set(item, rest, value);
-                if s == OverrideStatus::Active || result == OverrideStatus::MissingParent {
-                    result = s;
-                }
-            }
-            result
+            _ => return OverrideStatus::MissingParent,
         }
     }
+    let child = map
+        .get_mut(name)
+        .expect("present: checked or inserted above");
+    let status = set(child, rest, value);
+    if value.is_null() && child.as_object().is_some_and(Map::is_empty) {
+        map.remove(name);
+    }
+    status
+}
+
+/// [`set`] at every element of a list (`[*]`) or those matching `[key=value]`.
+fn set_matching(
+    node: &mut Value,
+    first: &Segment,
+    rest: &[Segment],
+    value: &Value,
+) -> OverrideStatus {
+    let Some(list) = node.as_array_mut() else {
+        return OverrideStatus::PathTypeMismatch;
+    };
+    let matches = |v: &Value| match first {
+        Segment::Match { key, value } => v.get(key).is_some_and(|f| match f {
+            Value::String(s) => s == value,
+            other => *other.to_string() == **value,
+        }),
+        _ => true,
+    };
+    if rest.is_empty() {
+        if value.is_null() {
+            let before = list.len();
+            list.retain(|v| !matches(v));
+            return if list.len() < before {
+                OverrideStatus::Active
+            } else {
+                OverrideStatus::MissingParent
+            };
+        }
+        let mut any = false;
+        for item in list.iter_mut().filter(|v| matches(v)) {
+            *item = value.clone();
+            any = true;
+        }
+        return if any {
+            OverrideStatus::Active
+        } else {
+            OverrideStatus::MissingParent
+        };
+    }
+    let mut result = OverrideStatus::MissingParent;
+    for item in list.iter_mut().filter(|v| matches(v)) {
+        let s = set(item, rest, value);
+        if s == OverrideStatus::Active || result == OverrideStatus::MissingParent {
+            result = s;
+        }
+    }
+    result
 }
 
 /// Whether `manager`'s Apply entry in the live object's managedFields covers `segments`.
