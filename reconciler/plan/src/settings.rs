@@ -176,6 +176,25 @@ impl Lookup<'_> {
         }
     }
 
+    /// One of a fixed set of values (`choices`, matched trimmed and case-insensitively; the
+    /// resource's own annotation, else the composition's); `default` when absent, and, with a
+    /// warning naming what was `expected`, for anything else (read as `read_as`, as Eno).
+    fn choice<T: Copy>(
+        &self,
+        key: Key,
+        choices: &[(&str, T)],
+        (default, expected, read_as): (T, &str, &str),
+    ) -> T {
+        let Some((v, k)) = self.get(key, true) else {
+            return default;
+        };
+        let lower = v.trim().to_ascii_lowercase();
+        match choices.iter().find(|(name, _)| *name == lower) {
+            Some((_, value)) => *value,
+            None => self.lenient(k, v, expected, default, read_as),
+        }
+    }
+
     /// A cascading value that does not parse: read as `default`, as Eno does, and reported.
     fn lenient<T>(&self, key: &str, value: &str, expected: &str, default: T, read_as: &str) -> T {
         if let Ok(mut w) = self.warnings.try_borrow_mut() {
@@ -264,54 +283,63 @@ pub fn parse(
             l.lenient(k, v, "a duration", Duration::ZERO, "the minimum interval")
         })
     });
-    let deletion_strategy = match l.get(keys::DELETION_STRATEGY, true) {
-        None => DeletionStrategy::Background,
-        Some((v, k)) => match v.trim().to_ascii_lowercase().as_str() {
-            "orphan" => DeletionStrategy::Orphan,
-            "foreground" => DeletionStrategy::Foreground,
-            "" | "background" | "delete" => DeletionStrategy::Background,
-            _ => l.lenient(
-                k,
-                v,
-                "\"orphan\" or \"foreground\"",
-                DeletionStrategy::Background,
-                "a background delete",
-            ),
-        },
-    };
-    let drift = match l.get(keys::DRIFT, true) {
-        None => Drift::Watch,
-        Some((v, k)) => match v.trim().to_ascii_lowercase().as_str() {
-            "watch" | "" => Drift::Watch,
-            "interval" => Drift::Interval,
-            "off" => Drift::Off,
-            _ => l.lenient(k, v, "watch, interval or off", Drift::Watch, "watch"),
-        },
-    };
-    let adopt_never = match l.get(keys::ADOPT, true) {
-        None => false,
-        Some((v, k)) => match v.trim().to_ascii_lowercase().as_str() {
-            "" | "always" | "true" => false,
-            "never" | "false" => true,
-            _ => l.lenient(k, v, "\"never\" or \"always\"", false, "always"),
-        },
-    };
-    let prune_disabled = match l.get(keys::PRUNE, true) {
-        None => false,
-        Some((v, k)) => match v.trim().to_ascii_lowercase().as_str() {
-            "" | "enabled" | "true" => false,
-            "disabled" | "false" => true,
-            _ => l.lenient(k, v, "\"disabled\" or \"enabled\"", false, "enabled"),
-        },
-    };
-    let health = match l.get(keys::HEALTH, true) {
-        None => Health::Exists,
-        Some((v, k)) => match v.trim().to_ascii_lowercase().as_str() {
-            "" | "exists" => Health::Exists,
-            "kstatus" => Health::Kstatus,
-            _ => l.lenient(k, v, "\"exists\" or \"kstatus\"", Health::Exists, "exists"),
-        },
-    };
+    use DeletionStrategy::{Background, Foreground, Orphan};
+    let deletion_strategy = l.choice(
+        keys::DELETION_STRATEGY,
+        &[
+            ("orphan", Orphan),
+            ("foreground", Foreground),
+            ("", Background),
+            ("background", Background),
+            ("delete", Background),
+        ],
+        (
+            Background,
+            "\"orphan\" or \"foreground\"",
+            "a background delete",
+        ),
+    );
+    let drift = l.choice(
+        keys::DRIFT,
+        &[
+            ("watch", Drift::Watch),
+            ("", Drift::Watch),
+            ("interval", Drift::Interval),
+            ("off", Drift::Off),
+        ],
+        (Drift::Watch, "watch, interval or off", "watch"),
+    );
+    let adopt_never = l.choice(
+        keys::ADOPT,
+        &[
+            ("", false),
+            ("always", false),
+            ("true", false),
+            ("never", true),
+            ("false", true),
+        ],
+        (false, "\"never\" or \"always\"", "always"),
+    );
+    let prune_disabled = l.choice(
+        keys::PRUNE,
+        &[
+            ("", false),
+            ("enabled", false),
+            ("true", false),
+            ("disabled", true),
+            ("false", true),
+        ],
+        (false, "\"disabled\" or \"enabled\"", "enabled"),
+    );
+    let health = l.choice(
+        keys::HEALTH,
+        &[
+            ("", Health::Exists),
+            ("exists", Health::Exists),
+            ("kstatus", Health::Kstatus),
+        ],
+        (Health::Exists, "\"exists\" or \"kstatus\"", "exists"),
+    );
     let mut refused = Vec::new();
     let fail_open = l.go_bool(keys::FAIL_OPEN, &mut refused);
     let mut settings = Settings {
