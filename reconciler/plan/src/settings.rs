@@ -252,6 +252,48 @@ impl Lookup<'_> {
     }
 }
 
+/// The values of `deletion-strategy` (Eno's spellings).
+const DELETION_STRATEGIES: &[(&str, DeletionStrategy)] = &[
+    ("orphan", DeletionStrategy::Orphan),
+    ("foreground", DeletionStrategy::Foreground),
+    ("", DeletionStrategy::Background),
+    ("background", DeletionStrategy::Background),
+    ("delete", DeletionStrategy::Background),
+];
+
+/// The values of `drift`.
+const DRIFTS: &[(&str, Drift)] = &[
+    ("", Drift::Watch),
+    ("watch", Drift::Watch),
+    ("interval", Drift::Interval),
+    ("off", Drift::Off),
+];
+
+/// The values of `adopt`, as whether adoption is refused.
+const ADOPT_NEVER: &[(&str, bool)] = &[
+    ("", false),
+    ("always", false),
+    ("true", false),
+    ("never", true),
+    ("false", true),
+];
+
+/// The values of `prune`, as whether pruning is disabled.
+const PRUNE_DISABLED: &[(&str, bool)] = &[
+    ("", false),
+    ("enabled", false),
+    ("true", false),
+    ("disabled", true),
+    ("false", true),
+];
+
+/// The values of `health`.
+const HEALTHS: &[(&str, Health)] = &[
+    ("", Health::Exists),
+    ("exists", Health::Exists),
+    ("kstatus", Health::Kstatus),
+];
+
 /// Parses the settings of one resource.
 ///
 /// # Errors
@@ -283,61 +325,33 @@ pub fn parse(
             l.lenient(k, v, "a duration", Duration::ZERO, "the minimum interval")
         })
     });
-    use DeletionStrategy::{Background, Foreground, Orphan};
     let deletion_strategy = l.choice(
         keys::DELETION_STRATEGY,
-        &[
-            ("orphan", Orphan),
-            ("foreground", Foreground),
-            ("", Background),
-            ("background", Background),
-            ("delete", Background),
-        ],
+        DELETION_STRATEGIES,
         (
-            Background,
+            DeletionStrategy::Background,
             "\"orphan\" or \"foreground\"",
             "a background delete",
         ),
     );
     let drift = l.choice(
         keys::DRIFT,
-        &[
-            ("watch", Drift::Watch),
-            ("", Drift::Watch),
-            ("interval", Drift::Interval),
-            ("off", Drift::Off),
-        ],
+        DRIFTS,
         (Drift::Watch, "watch, interval or off", "watch"),
     );
     let adopt_never = l.choice(
         keys::ADOPT,
-        &[
-            ("", false),
-            ("always", false),
-            ("true", false),
-            ("never", true),
-            ("false", true),
-        ],
+        ADOPT_NEVER,
         (false, "\"never\" or \"always\"", "always"),
     );
     let prune_disabled = l.choice(
         keys::PRUNE,
-        &[
-            ("", false),
-            ("enabled", false),
-            ("true", false),
-            ("disabled", true),
-            ("false", true),
-        ],
+        PRUNE_DISABLED,
         (false, "\"disabled\" or \"enabled\"", "enabled"),
     );
     let health = l.choice(
         keys::HEALTH,
-        &[
-            ("", Health::Exists),
-            ("exists", Health::Exists),
-            ("kstatus", Health::Kstatus),
-        ],
+        HEALTHS,
         (Health::Exists, "\"exists\" or \"kstatus\"", "exists"),
     );
     let mut refused = Vec::new();

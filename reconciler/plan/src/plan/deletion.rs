@@ -101,43 +101,8 @@ pub(super) fn plan_deletion(input: PlanInput<'_>) -> Plan {
         let foreign = foreign_owner(live, &input.composition.uid).is_some();
         // Another Composition's object is never deleted, and nothing waits for it.
         let live = if foreign { None } else { live };
-        let op = if foreign {
-            Op::Skip {
-                reason: SkipReason::OwnedElsewhere,
-            }
-        } else if input.composition.symphony_deleting() {
-            // Eno: a Composition whose Symphony is deleted deletes nothing (reconciliation
-            // controller, `symphony-deleting`), whatever the resource's own strategy says.
-            Op::Skip {
-                reason: SkipReason::Orphaned,
-            }
-        } else if settings.disable_reconciliation {
-            Op::Skip {
-                reason: SkipReason::ReconciliationDisabled,
-            }
-        } else if r.patch.is_some()
-            && !patch_deletes(&patch_ops(&effective(r, live, input.composition).0))
-        {
-            // A Patch leaves its target on Composition deletion, unless (e.g. through an
-            // override on `composition.metadata.deletionTimestamp`) it deletes it.
-            Op::Skip {
-                reason: SkipReason::PatchLeft,
-            }
-        } else if settings.deletion_strategy == DeletionStrategy::Orphan {
-            Op::Skip {
-                reason: SkipReason::Orphaned,
-            }
-        } else if settings.prune_disabled {
-            Op::Skip {
-                reason: SkipReason::PruneDisabled,
-            }
-        } else if rank.is_some() && live.is_some() && !held_below.is_empty() {
-            Op::Wait {
-                on: held_below.clone(),
-            }
-        } else {
-            delete_op(live, foreground)
-        };
+        let held = (rank.is_some() && live.is_some()).then_some(&held_below[..]);
+        let op = deletion_op(r, live, &settings, (foreign, held), &input);
         let kept = matches!(
             op,
             Op::Skip {
@@ -165,5 +130,53 @@ pub(super) fn plan_deletion(input: PlanInput<'_>) -> Plan {
     Plan {
         steps,
         requeue: poll.then_some(input.options.readiness_poll),
+    }
+}
+
+/// The operation deleting one resource: left (another Composition's, orphaned, disabled, a
+/// Patch that does not delete, prune disabled), waiting on the deletion groups before it
+/// (`held`: what those still hold, when it is ranked and live), or deleted.
+fn deletion_op(
+    r: &PreparedResource,
+    live: Option<&Value>,
+    settings: &Settings,
+    (foreign, held): (bool, Option<&[ResourceKey]>),
+    input: &PlanInput<'_>,
+) -> Op {
+    let foreground = settings.deletion_strategy == DeletionStrategy::Foreground;
+    if foreign {
+        Op::Skip {
+            reason: SkipReason::OwnedElsewhere,
+        }
+    } else if input.composition.symphony_deleting() {
+        // Eno: a Composition whose Symphony is deleted deletes nothing (reconciliation
+        // controller, `symphony-deleting`), whatever the resource's own strategy says.
+        Op::Skip {
+            reason: SkipReason::Orphaned,
+        }
+    } else if settings.disable_reconciliation {
+        Op::Skip {
+            reason: SkipReason::ReconciliationDisabled,
+        }
+    } else if r.patch.is_some()
+        && !patch_deletes(&patch_ops(&effective(r, live, input.composition).0))
+    {
+        // A Patch leaves its target on Composition deletion, unless (e.g. through an
+        // override on `composition.metadata.deletionTimestamp`) it deletes it.
+        Op::Skip {
+            reason: SkipReason::PatchLeft,
+        }
+    } else if settings.deletion_strategy == DeletionStrategy::Orphan {
+        Op::Skip {
+            reason: SkipReason::Orphaned,
+        }
+    } else if settings.prune_disabled {
+        Op::Skip {
+            reason: SkipReason::PruneDisabled,
+        }
+    } else if let Some(held) = held.filter(|h| !h.is_empty()) {
+        Op::Wait { on: held.to_vec() }
+    } else {
+        delete_op(live, foreground)
     }
 }
