@@ -80,31 +80,7 @@ pub fn prepare(desired: &[Desired], composition: &CompositionInfo) -> Result<Pre
                     })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let overrides = match crds::names::annotations::OVERRIDES.get(&annotations) {
-            None => Vec::new(),
-            Some(text) => {
-                let written = if annotations.contains_key(crds::names::annotations::OVERRIDES.enoki)
-                {
-                    crds::names::annotations::OVERRIDES.enoki
-                } else {
-                    crds::names::annotations::OVERRIDES.eno
-                };
-                let (overrides, warnings) =
-                    overrides::parse_with_warnings(text).map_err(|message| {
-                        PlanError::Annotation {
-                            resource: key.to_string(),
-                            key: written.into(),
-                            message,
-                        }
-                    })?;
-                settings.warnings.extend(
-                    warnings
-                        .into_iter()
-                        .map(|w| format!("{key}: {written}: {w}")),
-                );
-                overrides
-            }
-        };
+        let overrides = overrides_of(&key, &annotations, &mut settings.warnings)?;
         let snapshot = overrides.is_empty().then(|| {
             let uid = (!composition.uid.is_empty()).then_some(composition.uid.as_str());
             let object = snapshot::strip(&d.manifest, uid);
@@ -140,6 +116,37 @@ pub fn prepare(desired: &[Desired], composition: &CompositionInfo) -> Result<Pre
         resources,
         ordering,
         superseded_by,
+    })
+}
+
+/// The resource's `overrides` annotation parsed (either spelling); values Eno reads
+/// leniently add warnings to `warnings_out`.
+fn overrides_of(
+    key: &ResourceKey,
+    annotations: &BTreeMap<String, String>,
+    warnings_out: &mut Vec<String>,
+) -> Result<Vec<Override>, PlanError> {
+    Ok(match crds::names::annotations::OVERRIDES.get(annotations) {
+        None => Vec::new(),
+        Some(text) => {
+            let written = if annotations.contains_key(crds::names::annotations::OVERRIDES.enoki) {
+                crds::names::annotations::OVERRIDES.enoki
+            } else {
+                crds::names::annotations::OVERRIDES.eno
+            };
+            let (overrides, warnings) =
+                overrides::parse_with_warnings(text).map_err(|message| PlanError::Annotation {
+                    resource: key.to_string(),
+                    key: written.into(),
+                    message,
+                })?;
+            warnings_out.extend(
+                warnings
+                    .into_iter()
+                    .map(|w| format!("{key}: {written}: {w}")),
+            );
+            overrides
+        }
     })
 }
 
