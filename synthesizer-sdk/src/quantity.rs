@@ -96,31 +96,7 @@ impl Quantity {
         {
             return Err(format!("{text:?} is not a quantity"));
         }
-        let (format, mul_num, exp10): (Format, i128, i32) = match suffix {
-            "" => (Format::DecimalSi, 1, 0),
-            "n" => (Format::DecimalSi, 1, -9),
-            "u" => (Format::DecimalSi, 1, -6),
-            "m" => (Format::DecimalSi, 1, -3),
-            "k" => (Format::DecimalSi, 1, 3),
-            "M" => (Format::DecimalSi, 1, 6),
-            "G" => (Format::DecimalSi, 1, 9),
-            "T" => (Format::DecimalSi, 1, 12),
-            "P" => (Format::DecimalSi, 1, 15),
-            "E" => (Format::DecimalSi, 1, 18),
-            "Ki" => (Format::BinarySi, 1 << 10, 0),
-            "Mi" => (Format::BinarySi, 1 << 20, 0),
-            "Gi" => (Format::BinarySi, 1 << 30, 0),
-            "Ti" => (Format::BinarySi, 1 << 40, 0),
-            "Pi" => (Format::BinarySi, 1 << 50, 0),
-            "Ei" => (Format::BinarySi, 1 << 60, 0),
-            s if s.starts_with(['e', 'E']) => {
-                let e: i32 = s[1..]
-                    .parse()
-                    .map_err(|_| format!("{text:?}: bad exponent"))?;
-                (Format::DecimalSi, 1, e)
-            }
-            _ => return Err(format!("{text:?}: unknown suffix {suffix:?}")),
-        };
+        let (format, mul_num, exp10) = suffix_of(text, suffix)?;
         // value = (whole.frac) × mul × 10^exp10, in nanos, rounded up (as Kubernetes does).
         let digits_all = format!("{whole}{frac}");
         let mantissa: i128 = digits_all
@@ -249,6 +225,35 @@ impl fmt::Display for Quantity {
         }
         write!(f, "{sign}{abs}n")
     }
+}
+
+/// A quantity suffix: its format, its binary multiplier and its power of ten.
+fn suffix_of(text: &str, suffix: &str) -> Result<(Format, i128, i32), String> {
+    Ok(match suffix {
+        "" => (Format::DecimalSi, 1, 0),
+        "n" => (Format::DecimalSi, 1, -9),
+        "u" => (Format::DecimalSi, 1, -6),
+        "m" => (Format::DecimalSi, 1, -3),
+        "k" => (Format::DecimalSi, 1, 3),
+        "M" => (Format::DecimalSi, 1, 6),
+        "G" => (Format::DecimalSi, 1, 9),
+        "T" => (Format::DecimalSi, 1, 12),
+        "P" => (Format::DecimalSi, 1, 15),
+        "E" => (Format::DecimalSi, 1, 18),
+        "Ki" => (Format::BinarySi, 1 << 10, 0),
+        "Mi" => (Format::BinarySi, 1 << 20, 0),
+        "Gi" => (Format::BinarySi, 1 << 30, 0),
+        "Ti" => (Format::BinarySi, 1 << 40, 0),
+        "Pi" => (Format::BinarySi, 1 << 50, 0),
+        "Ei" => (Format::BinarySi, 1 << 60, 0),
+        s if s.starts_with(['e', 'E']) => {
+            let e: i32 = s[1..]
+                .parse()
+                .map_err(|_| format!("{text:?}: bad exponent"))?;
+            (Format::DecimalSi, 1, e)
+        }
+        _ => return Err(format!("{text:?}: unknown suffix {suffix:?}")),
+    })
 }
 
 #[cfg(test)]

@@ -111,6 +111,9 @@ pub(super) fn usage(
     if let Some(entry) = COUNTED.iter().find(|c| c.0 == key) {
         return Some(Quantity::count(in_ns(entry.1).count()));
     }
+    if let Some(q) = services_and_claims(key, ns, input) {
+        return Some(q);
+    }
     Some(match key {
         "pods" => Quantity::count(pods().count()),
         "requests.cpu" | "requests.memory" | "requests.ephemeral-storage" => {
@@ -120,6 +123,20 @@ pub(super) fn usage(
             compute("limits", &key["limits.".len()..])
         }
         k if k.starts_with("hugepages-") => compute_generic(k),
+        k if k.starts_with("requests.") => compute_generic(k),
+        _ => return None,
+    })
+}
+
+/// The usage of Services (all, load balancers, node ports) and PersistentVolumeClaims (count
+/// and requested storage, all or of a storage class) in namespace `ns`; `None` for other keys.
+fn services_and_claims(key: &str, ns: &str, input: &Input) -> Option<Quantity> {
+    let in_ns = |input_key: &'static str| {
+        input
+            .inputs(input_key)
+            .filter(move |o| str_at(o, "/metadata/namespace") == Some(ns))
+    };
+    Some(match key {
         "services" => Quantity::count(in_ns("services").count()),
         "services.loadbalancers" => Quantity::count(
             in_ns("services")
@@ -150,7 +167,6 @@ pub(super) fn usage(
                     .count(),
             )
         }
-        k if k.starts_with("requests.") => compute_generic(k),
         _ => return None,
     })
 }
