@@ -284,7 +284,15 @@ pub(super) fn slice_changes(
 ) -> impl futures::Stream<Item = Result<ResourceSlice, watcher::Error>> + Send + 'static {
     let mut seen: std::collections::HashMap<ObjectRef<ResourceSlice>, Option<i64>> =
         std::collections::HashMap::new();
+    // The slices of a list in progress: once it is done, slices deleted while the watch was
+    // away are forgotten.
+    let mut listed: Option<std::collections::HashSet<ObjectRef<ResourceSlice>>> = None;
     events.filter_map(move |e| {
+        if let Ok(watcher::Event::InitApply(s)) = &e
+            && let Some(l) = listed.as_mut()
+        {
+            l.insert(ObjectRef::from_obj(s));
+        }
         let out = match e {
             Ok(watcher::Event::Apply(s) | watcher::Event::InitApply(s)) => {
                 let r = ObjectRef::from_obj(&s);
@@ -299,7 +307,16 @@ pub(super) fn slice_changes(
                 seen.remove(&ObjectRef::from_obj(&s));
                 Some(Ok(s))
             }
-            Ok(watcher::Event::Init | watcher::Event::InitDone) => None,
+            Ok(watcher::Event::Init) => {
+                listed = Some(std::collections::HashSet::new());
+                None
+            }
+            Ok(watcher::Event::InitDone) => {
+                if let Some(l) = listed.take() {
+                    seen.retain(|r, _| l.contains(r));
+                }
+                None
+            }
             Err(e) => Some(Err(e)),
         };
         futures::future::ready(out)
@@ -444,6 +461,36 @@ mod tests {
         c.metadata.namespace = Some("ns".into());
         c.metadata.uid = Some(uid.into());
         c
+    }
+
+    fn slice(name: &str, generation: i64) -> ResourceSlice {
+        let mut s = ResourceSlice::new(name, crds::ResourceSliceSpec::default());
+        s.metadata.namespace = Some("ns".into());
+        s.metadata.generation = Some(generation);
+        s
+    }
+
+    #[tokio::test]
+    async fn slices_deleted_while_the_watch_was_away_are_forgotten_at_the_next_list() {
+        use watcher::Event::{Apply, Init, InitApply, InitDone};
+        let events = vec![
+            Init,
+            InitApply(slice("a", 1)),
+            InitApply(slice("b", 1)),
+            InitDone,
+            // Relisted without b (deleted meanwhile), then a b of the same name made again.
+            Init,
+            InitApply(slice("a", 1)),
+            InitDone,
+            Apply(slice("b", 2)),
+            Apply(slice("a", 2)),
+        ];
+        let woken: Vec<String> = slice_changes(futures::stream::iter(events.into_iter().map(Ok)))
+            .map(|s| s.map(|s| s.name_any()).unwrap_or_default())
+            .collect()
+            .await;
+        // The new b is enoki's own write (not remembered); a's spec changed.
+        assert_eq!(woken, ["a"]);
     }
 
     /// A UID of shard `index` of 2.
