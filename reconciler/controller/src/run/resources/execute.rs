@@ -21,7 +21,7 @@ use crds::names::{FIELD_MANAGER, reasons};
 
 mod write;
 pub(crate) use write::Handover;
-pub(in crate::run::resources) use write::release;
+pub(super) use write::release;
 use write::write;
 
 /// The outcomes of a plan, in step order, and the shortest fight backoff that is pending.

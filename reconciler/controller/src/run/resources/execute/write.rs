@@ -12,7 +12,7 @@ use super::*;
 ///
 /// # Errors
 /// The API server's answer when it is neither success, 404 nor 422.
-pub(in crate::run::resources) async fn release(
+pub(crate) async fn release(
     api: &Api<DynamicObject>,
     what: &str,
     name: &str,
