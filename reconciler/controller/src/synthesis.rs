@@ -499,13 +499,17 @@ mod tests {
         );
         // An identity no API server accepts is refused before anything is stored.
         let long = json!({"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": "x".repeat(254)}});
+            "metadata": {"name": "x".repeat(318)}});
         let err = validate(vec![long], "demo", &static_is_namespaced).unwrap_err();
         assert!(
             err.to_string()
-                .contains("item 0: metadata.name is 254 bytes (at most 253)"),
+                .contains("item 0: metadata.name is 318 bytes (at most 317)"),
             "{err}"
         );
+        // A cluster-scoped item's stray namespace is dropped, not refused.
+        let stray = json!({"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": "n", "namespace": "y".repeat(100)}});
+        assert!(validate(vec![stray], "demo", &static_is_namespaced).is_ok());
     }
 
     /// The stdin enoki sends, as Eno's Go SDK must accept it: both input-key annotations,

@@ -56,11 +56,11 @@ pub fn validate(
         let key = plan::ResourceKey::of(&item).map_err(|m| SynthesisError::InvalidOutput {
             message: format!("item {index}: {m}"),
         })?;
-        identity_within(&key, &item, index)?;
         let hash = eno_manifest_hash(&item);
         let namespaced = is_namespaced(&key.group, &key.kind);
         normalize(&mut item, namespaced, key.namespace.is_empty(), namespace);
         let key = plan::ResourceKey::of(&item).unwrap_or(key);
+        identity_within(&key, &item, index)?;
         match seen.get_mut(&key) {
             None => {
                 seen.insert(key, (out.len(), index, hash));
@@ -91,13 +91,15 @@ pub fn validate(
     Ok((out, warnings))
 }
 
-/// Longest name (a DNS subdomain), namespace (a DNS label) and apiVersion or kind (a group
-/// of 253, `/`, a version of 63) the API server accepts: an output item naming more is
-/// refused before anything is stored.
+/// Longest name, kind or apiVersion an output item may have: an apiVersion is a group of
+/// 253 bytes, `/` and a version of 63, and the longest names the API server checks are
+/// APIServices' (`<version>.<group>`); RBAC names, which it does not bound, are bounded here.
+/// An output item naming more is refused before anything is stored.
 pub const MAX_IDENTITY_BYTES: usize = 317;
 
-/// Refuses an item whose identity no API server accepts (names over 253 bytes, a namespace
-/// over 63, a kind or apiVersion over [`MAX_IDENTITY_BYTES`]).
+/// Refuses an item (as normalized: a cluster-scoped kind has lost any namespace) whose name,
+/// kind or apiVersion is over [`MAX_IDENTITY_BYTES`], or whose namespace is over 63 bytes
+/// (a DNS label).
 fn identity_within(
     key: &plan::ResourceKey,
     item: &Value,
@@ -108,7 +110,7 @@ fn identity_within(
         .and_then(Value::as_str)
         .unwrap_or_default();
     let fields = [
-        ("metadata.name", key.name.len(), 253),
+        ("metadata.name", key.name.len(), MAX_IDENTITY_BYTES),
         ("metadata.namespace", key.namespace.len(), 63),
         ("kind", key.kind.len(), MAX_IDENTITY_BYTES),
         ("apiVersion", api_version.len(), MAX_IDENTITY_BYTES),

@@ -68,6 +68,13 @@ pub(super) async fn synthesize_now(
     forced: Option<String>,
     trigger: &Trigger,
 ) -> Result<Option<Duration>, Error> {
+    // The namespace's slice budget and the deletion of stale slices read the slice cache:
+    // not before its first list is done (a start), else both would see no slices. Checked
+    // before the rollout cooldown is claimed.
+    if !slice_cache_listed(ctx) {
+        tracing::info!(%trigger, "synthesis waits for the slice cache's first list");
+        return Ok(Some(Duration::from_secs(5)));
+    }
     // What holds the synthesis back (reads only), then the pure decision.
     let seen = decide::Seen {
         mismatched: trigger::mismatched(
@@ -96,12 +103,6 @@ pub(super) async fn synthesize_now(
         }
     }
     st.dependency_status = None;
-    // The namespace's slice budget and the deletion of stale slices read the slice cache:
-    // not before its first list is done (a start), else both would see no slices.
-    if !slice_cache_listed(ctx) {
-        tracing::debug!(%trigger, "synthesis waits for the slice cache's first list");
-        return Ok(Some(Duration::from_secs(1)));
-    }
     tracing::debug!(%trigger, "synthesizing");
     let req = synthesize::Request {
         synth: &o.synth,
@@ -198,11 +199,8 @@ pub(super) fn wait_on_dependencies(
     st.dependency_status = Some(block);
 }
 
-/// Whether the slice cache has finished its first list.
+/// Whether the slice cache has finished its first list (or has no writer left to finish it).
 fn slice_cache_listed(ctx: &Context) -> bool {
     use futures::FutureExt;
-    ctx.slices
-        .wait_until_ready()
-        .now_or_never()
-        .is_some_and(|r| r.is_ok())
+    ctx.slices.wait_until_ready().now_or_never().is_some()
 }

@@ -80,8 +80,8 @@ pub fn limit_allocator_arenas() {
 }
 
 /// Whether the API server streams a watch's initial state (`sendInitialEvents`, Kubernetes'
-/// `WatchList`, on by default from 1.32): the slice cache then reads one slice at a time
-/// instead of a page of them. Asked with a watch that selects no object (its only event is
+/// `WatchList`, on by default in 1.32 and from 1.34): the slice cache then reads one slice at
+/// a time instead of a page of them. Asked with a watch that selects no object (its only event is
 /// the end-of-initial-events bookmark); any error or a server without it: pages.
 pub(super) async fn streams_initial_events(api: &Api<ResourceSlice>) -> bool {
     use kube::api::WatchParams;

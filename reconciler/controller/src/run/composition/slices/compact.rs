@@ -34,11 +34,25 @@ pub(crate) fn forget_marker(slice: &mut ResourceSlice) {
 pub(crate) fn compact(slice: &mut ResourceSlice) {
     forget_marker(slice);
     let bytes = manifest_bytes(&slice.spec.resources);
-    for m in &mut slice.spec.resources {
-        let plain = crate::run::sealing::plain_secret(m);
-        m.manifest = serde_json::from_str::<Value>(&m.manifest)
-            .map(|v| identity(&v, plain).to_string())
-            .unwrap_or_default();
+    let identities: Option<Vec<String>> = slice
+        .spec
+        .resources
+        .iter()
+        .map(|m| {
+            let plain = crate::run::sealing::plain_secret(m);
+            match serde_json::from_str::<Value>(&m.manifest) {
+                Ok(v) => identity(&v, plain).map(|i| i.to_string()),
+                Err(_) => Some(String::new()),
+            }
+        })
+        .collect();
+    // An identity longer than an output may name (a slice written before the bound) keeps
+    // its slice whole: a cut one would not match the key of its manifest.
+    let Some(identities) = identities else {
+        return;
+    };
+    for (m, id) in slice.spec.resources.iter_mut().zip(identities) {
+        m.manifest = id;
         if let Some(sealed) = &mut m.sealed {
             *sealed = key_id_prefix(sealed).to_string();
         }
@@ -80,40 +94,39 @@ pub(crate) fn key_id_prefix(sealed: &str) -> &str {
 
 /// The identity of a manifest; `plain`: it holds a Secret's values in plain text, which the
 /// identity keeps saying (an empty `data`).
-fn identity(v: &Value, plain: bool) -> Value {
-    // Strings only, and no longer than an identity can be (older slices were not checked):
-    // the compact copy never holds more of a manifest than its identity.
-    let pick = |from: &Value, keys: &[&str]| -> Map<String, Value> {
-        keys.iter()
-            .filter_map(|k| {
-                let s = from.get(*k)?.as_str()?;
-                Some(((*k).to_string(), Value::from(clip(s))))
-            })
-            .collect()
+///
+/// Strings only (the key reads nothing else), each at most
+/// [`crate::synthesis::MAX_IDENTITY_BYTES`] (`None` past it): the compact copy never holds
+/// more of a manifest than its identity.
+fn identity(v: &Value, plain: bool) -> Option<Value> {
+    let pick = |from: &Value, keys: &[&str]| -> Option<Map<String, Value>> {
+        let mut out = Map::new();
+        for k in keys {
+            let Some(s) = from.get(*k).and_then(Value::as_str) else {
+                continue;
+            };
+            if s.len() > crate::synthesis::MAX_IDENTITY_BYTES {
+                return None;
+            }
+            out.insert((*k).to_string(), Value::from(s));
+        }
+        Some(out)
     };
-    let mut out = pick(v, &["apiVersion", "kind"]);
+    let mut out = pick(v, &["apiVersion", "kind"])?;
     if let Some(meta) = v.get("metadata") {
-        out.insert("metadata".into(), pick(meta, &["name", "namespace"]).into());
+        out.insert(
+            "metadata".into(),
+            pick(meta, &["name", "namespace"])?.into(),
+        );
     }
-    if let Some(patch) = v
-        .get("patch")
-        .filter(|_| v.get("kind") == Some(&json!("Patch")))
-    {
-        out.insert("patch".into(), pick(patch, &["apiVersion", "kind"]).into());
+    let is_patch = v.get("kind") == Some(&json!("Patch"));
+    if let Some(patch) = v.get("patch").filter(|_| is_patch) {
+        out.insert("patch".into(), pick(patch, &["apiVersion", "kind"])?.into());
     }
     if plain {
         out.insert("data".into(), json!({}));
     }
-    Value::Object(out)
-}
-
-/// An identity string cut to [`crate::synthesis::MAX_IDENTITY_BYTES`].
-fn clip(s: &str) -> &str {
-    let mut end = s.len().min(crate::synthesis::MAX_IDENTITY_BYTES);
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
+    Some(Value::Object(out))
 }
 
 #[cfg(test)]
@@ -161,21 +174,36 @@ mod tests {
     }
 
     #[test]
-    fn a_compact_identity_holds_strings_of_identity_size_only() {
+    fn a_compact_identity_holds_identity_strings_only() {
         let huge = "x".repeat(1 << 20);
         let odd = json!({"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": huge, "namespace": {"nested": huge}},
+            "metadata": {"name": "a", "namespace": {"nested": huge}},
             "patch": {"apiVersion": huge, "kind": huge}});
-        let kept = identity(&odd, false);
-        assert!(kept.to_string().len() < 400, "{kept}");
+        let kept = identity(&odd, false).unwrap();
+        assert!(kept.to_string().len() < 100, "{kept}");
         assert!(
             kept.get("patch").is_none(),
             "a patch is kept for kind Patch only"
         );
         assert!(kept["metadata"].get("namespace").is_none());
-        let patch = json!({"apiVersion": "enoki.dev/v1", "kind": "Patch",
-            "metadata": {"name": "p"}, "patch": {"apiVersion": "v1", "kind": "ConfigMap"}});
-        assert_eq!(identity(&patch, false)["patch"]["kind"], "ConfigMap");
+        for api_version in crds::names::PATCH_API_VERSIONS {
+            let patch = json!({"apiVersion": api_version, "kind": "Patch",
+                "metadata": {"name": "p"}, "patch": {"apiVersion": "v1", "kind": "ConfigMap"}});
+            assert_eq!(
+                identity(&patch, false).unwrap()["patch"]["kind"],
+                "ConfigMap"
+            );
+        }
+        // An identity past the bound (a slice written before it) keeps its slice whole.
+        let long = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": huge}});
+        assert!(identity(&long, false).is_none());
+        let mut s = slice(vec![Manifest {
+            manifest: long.to_string(),
+            ..Manifest::default()
+        }]);
+        compact(&mut s);
+        assert!(!is_compact(&s));
+        assert_eq!(s.spec.resources[0].manifest, long.to_string());
     }
 
     fn whole_again() -> Vec<Manifest> {
