@@ -52,9 +52,10 @@ pub(super) fn release_freed_memory() {
 }
 
 /// Arenas of glibc's allocator: one per thread by default (up to 8 per core), each keeping
-/// what a burst of large reads freed, so resident memory followed the peaks of every thread.
+/// what a burst of large reads freed, so resident memory would follow the peaks of every
+/// thread. One: the controller's allocations are short and its threads few.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
-const ARENAS: i32 = 2;
+const ARENAS: i32 = 1;
 
 /// Allocations from this size up get pages of their own, given back when freed. glibc
 /// raises its threshold after each large free (up to 32 MiB), so the buffers of whole slices
@@ -62,7 +63,7 @@ const ARENAS: i32 = 2;
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 const MMAP_THRESHOLD: i32 = 64 * 1024;
 
-/// Limits glibc's allocator to two arenas and fixes its mmap threshold (before the
+/// Limits glibc's allocator to one arena and fixes its mmap threshold (before the
 /// runtime's threads start; `MALLOC_ARENA_MAX` and `MALLOC_MMAP_THRESHOLD_` set them
 /// otherwise). musl's allocator has neither.
 #[allow(unsafe_code)]
