@@ -99,15 +99,7 @@ async fn reconcile_once(sym: Arc<Symphony>, ctx: Arc<Context>) -> Result<Action,
         super::condition::keep_transitions(&mut status.conditions, &old.conditions);
     }
     let all_ready = status.ready.is_some();
-    if sym.status.as_ref() != Some(&status) {
-        syms.patch_status(
-            &name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": status})),
-        )
-        .await
-        .map_err(kube_err("writing Symphony status"))?;
-    }
+    write_status(&syms, &sym, &status).await?;
     // Watch-driven: a change of the Symphony or of one of its Compositions wakes it; the
     // resync is a safety net (a Symphony not Ready yet looks again at most once a minute).
     Ok(Action::requeue(if all_ready {
@@ -115,6 +107,25 @@ async fn reconcile_once(sym: Arc<Symphony>, ctx: Arc<Context>) -> Result<Action,
     } else {
         ctx.opts.resync.min(Duration::from_secs(60))
     }))
+}
+
+/// Writes `status` when it differs from the Symphony's; whether it wrote.
+async fn write_status(
+    syms: &Api<Symphony>,
+    sym: &Symphony,
+    status: &crds::SymphonyStatus,
+) -> Result<bool, Error> {
+    if sym.status.as_ref() == Some(status) {
+        return Ok(false);
+    }
+    syms.patch_status(
+        &sym.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": status})),
+    )
+    .await
+    .map_err(kube_err("writing Symphony status"))?;
+    Ok(true)
 }
 
 /// Refuses a Symphony's spec: nothing is generated from it until the spec changes (its
@@ -130,16 +141,9 @@ async fn refuse(
     tracing::warn!(symphony = %name, %note);
     let note = format!("{note}; no Composition is created or changed");
     let status = status::refused(sym, &note);
-    if sym.status.as_ref() == Some(&status) {
+    if !write_status(syms, sym, &status).await? {
         return Ok(());
     }
-    syms.patch_status(
-        &name,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"status": status})),
-    )
-    .await
-    .map_err(kube_err("writing Symphony status"))?;
     ctx.event_on(
         &sym.object_ref(&()),
         true,
