@@ -17,6 +17,8 @@ pub struct Request {
     pub received: String,
     /// The request URI (path and query: label selectors, watch).
     pub uri: String,
+    /// The HTTP status code of the response (`409` for a Conflict).
+    pub code: u16,
 }
 
 impl Request {
@@ -108,6 +110,10 @@ fn audited(since: &str, keep: impl Fn(&serde_json::Value) -> bool) -> Vec<Reques
                 user_agent: s(&e["userAgent"]),
                 received: s(&e["requestReceivedTimestamp"]),
                 uri: s(&e["requestURI"]),
+                code: e["responseStatus"]["code"]
+                    .as_u64()
+                    .and_then(|c| u16::try_from(c).ok())
+                    .unwrap_or(0),
             }
         })
         .collect()

@@ -159,6 +159,7 @@ impl Error {
         "WriteSliceStatus",
         "ReadResource",
         "WriteStatus",
+        "StatusConflict",
         "Finalizer",
         "KubeApi",
         "Impersonate",
@@ -177,6 +178,7 @@ impl Error {
             Error::WriteSlice { .. } => "WriteSlice",
             Error::WriteSliceStatus { .. } => "WriteSliceStatus",
             Error::ReadResource { .. } => "ReadResource",
+            Error::WriteStatus { .. } if self.is_conflict() => "StatusConflict",
             Error::WriteStatus { .. } => "WriteStatus",
             Error::Finalizer { .. } => "Finalizer",
             Error::Kube { .. } => "KubeApi",
@@ -185,6 +187,12 @@ impl Error {
             Error::SealSecret { .. } => "SealSecret",
             Error::SliceChanged { .. } => "SliceChanged",
         }
+    }
+
+    /// Whether a status write was refused because the Composition changed since the pass
+    /// read it (`409 Conflict` on the resourceVersion it named).
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, Error::WriteStatus { source: kube::Error::Api(s) } if s.code == 409)
     }
 
     /// Whether retrying soon may succeed: the API server was unreachable, overloaded, timed

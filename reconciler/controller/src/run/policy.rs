@@ -1,7 +1,8 @@
 //! What the controllers do with a failed reconcile: one policy driven by
 //! [`Error::is_transient`] — transient failures back off per object (cleared by its next
-//! success), terminal ones are reported (a condition on a Composition, a Warning Event on
-//! every kind) and retried at a capped delay.
+//! success), terminal ones are retried at a capped delay. A Composition's pass reports its
+//! own terminal failure (a condition in its one status write, a Warning Event); for the other
+//! kinds the policy publishes the Warning Event.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,11 +10,13 @@ use std::time::Duration;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 
-use super::composition::status_write;
 use super::context::Context;
 use super::error::{self, Error};
-use super::{condition, metrics};
+use super::metrics;
 use crds::Composition;
+
+/// Longest wait after a status write that conflicted (the backoff grows while they repeat).
+const CONFLICT_RETRY_CAP: Duration = Duration::from_secs(5);
 
 /// The backoff of a Composition whose reconcile failed: transient errors are retried after
 /// an exponentially growing, jittered delay (per Composition, reset by a success); terminal
@@ -32,33 +35,21 @@ pub(crate) fn error_policy(comp: Arc<Composition>, err: &Error, ctx: Arc<Context
     };
     let chain = error::chain(err);
     let name = kube::ResourceExt::name_any(comp.as_ref());
+    if err.is_conflict() {
+        // Someone else changed the Composition's spec or status since the pass read it: the
+        // pass runs again from the newer version, soon (a status-only change wakes nothing).
+        let delay = error::retry_after(err, failures).min(CONFLICT_RETRY_CAP);
+        tracing::debug!(composition = %name, failures, retry_in = ?delay, error = %chain, "status write conflicted; retrying");
+        return Action::requeue(delay);
+    }
     if err.is_transient() {
         let delay = error::retry_after(err, failures);
         tracing::warn!(composition = %name, category = err.category(), failures, retry_in = ?delay, error = %chain, "reconcile failed; retrying with backoff");
         return Action::requeue(delay);
     }
+    // The pass that failed reported it (a condition and a Warning Event): this policy only
+    // schedules the retry.
     tracing::warn!(composition = %name, category = err.category(), error = %chain, "reconcile failed; not retrying soon");
-    let category = err.category();
-    let Some(serving) = ctx.serving(&comp) else {
-        return Action::await_change();
-    };
-    tokio::spawn(async move {
-        let _serving = serving;
-        ctx.event(&comp, true, category, "Reconcile", chain.clone())
-            .await;
-        let mut st = comp.status.clone().unwrap_or_default();
-        condition::set_condition(
-            &mut st.conditions,
-            crds::names::conditions::RECONCILED,
-            false,
-            crds::names::reasons::RECONCILE_FAILED,
-            &format!("{category}: {chain}"),
-            comp.metadata.generation,
-        );
-        if let Err(e) = status_write::write(&ctx, &comp, &st).await {
-            tracing::debug!(error = %e, "cannot write the failure condition");
-        }
-    });
     Action::requeue(error::BACKOFF_CAP)
 }
 

@@ -3,9 +3,11 @@
 //! 1. [`finalizer`]: a small state value decides the one finalizer action of this pass.
 //! 2. [`observe`]: Synthesizer, module and inputs (from the shared caches).
 //! 3. [`trigger::decide`] (pure): synthesize or not, and why.
-//! 4. [`synthesize`]: run it (at most once per fingerprint), store it as [`slices`].
+//! 4. [`synthesize`]: run it (at most once per fingerprint), store it as [`slices`]; the pass
+//!    that stored it records it (its status write) and ends, the next one applies it.
 //! 5. `resources::reconcile`: apply, record, roll up.
-//! 6. [`status`]: one status write when something changed; an explicit requeue.
+//! 6. [`status_write`]: at most one status write per pass, when something changed, at the
+//!    resourceVersion the pass read; an explicit requeue.
 
 pub(crate) mod budget;
 pub(crate) mod decide;
@@ -37,7 +39,7 @@ mod deletion;
 use deletion::*;
 
 mod next;
-use next::next_synthesis;
+use next::{NextEnd, next_synthesis};
 
 /// Reconciles one Composition.
 ///
@@ -54,8 +56,14 @@ pub async fn reconcile(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Acti
     super::fair::holding(turn, Box::pin(admitted(comp, ctx))).await
 }
 
+/// A number for each pass of this process, in its log lines (`pass=`): what one pass did.
+fn next_pass() -> u64 {
+    static PASSES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    PASSES.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
 /// One pass of a Composition that has its turn.
-#[tracing::instrument(skip_all, fields(composition = %comp.name_any(), generation = ?comp.metadata.generation))]
+#[tracing::instrument(skip_all, fields(composition = %comp.name_any(), generation = ?comp.metadata.generation, pass = next_pass()))]
 async fn admitted(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Action, Error> {
     let Some(_serving) = ctx.serving(&comp) else {
         // Its shard was handed back: the new holder reconciles it.
@@ -95,6 +103,11 @@ async fn admitted(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Action, E
         finalizer::State::Deleting => delete(&ctx, &comp).await,
         finalizer::State::Present => converge(&ctx, &comp).await,
     };
+    if let Err(e) = &result
+        && !e.is_transient()
+    {
+        report_failure(&ctx, &comp, e).await;
+    }
     if result.is_ok()
         && let Ok(mut f) = ctx.failures.lock()
     {
@@ -123,6 +136,27 @@ async fn admitted(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Action, E
         }
     }
     result
+}
+
+/// A terminal failure of this pass, reported by the pass: a Warning Event and
+/// `Reconciled=False` in its status write (`error_policy` only schedules the retry).
+async fn report_failure(ctx: &Context, comp: &Composition, err: &Error) {
+    let chain = super::error::chain(err);
+    let category = err.category();
+    ctx.event(comp, true, category, "Reconcile", chain.clone())
+        .await;
+    let mut st = comp.status.clone().unwrap_or_default();
+    super::condition::set_condition(
+        &mut st.conditions,
+        conditions::RECONCILED,
+        false,
+        reasons::RECONCILE_FAILED,
+        &format!("{category}: {chain}"),
+        comp.metadata.generation,
+    );
+    if let Err(e) = status_write::write(ctx, comp, &st).await {
+        tracing::debug!(error = %e, "cannot write the failure condition");
+    }
 }
 
 /// What [`converge`] decided before acting.
@@ -252,6 +286,39 @@ fn record_blocker(st: &mut CompositionStatus, generation: Option<i64>, blocked: 
     }
 }
 
+/// A pass that stored a new synthesis records it — its one status write — and ends: the next
+/// pass, at once, applies it. A synthesis is never applied before it is recorded, so a pass
+/// that cannot record it (a Conflict, an outage) leaves the cluster as the status says. Once
+/// recorded, the slices of syntheses neither current nor previous are deleted. When the write
+/// fails for good, the new slices go and the synthesis is not made again before the retry
+/// delay.
+async fn record_stored(
+    ctx: &Arc<Context>,
+    comp: &Arc<Composition>,
+    mut st: CompositionStatus,
+    instance: Option<serde_json::Value>,
+) -> Result<Action, Error> {
+    st.dependency_status = None;
+    generation::settle(&mut st, comp.metadata.generation, false);
+    if let Some(before) = &comp.status {
+        super::condition::keep_transitions(&mut st.conditions, &before.conditions);
+    }
+    if let Err(e) = status_write::write(ctx, comp, &st).await {
+        synthesize::status_write_failed(ctx, comp, &e).await;
+        return Err(e);
+    }
+    let uid = comp.uid().unwrap_or_default();
+    let current = st.current_synthesis.as_ref().map(|c| c.uuid.as_str());
+    ctx.memory.synthesis.with(&uid, |m| {
+        if m.unrecorded.as_ref().is_some_and(|(_, s)| Some(s.uuid.as_str()) == current) {
+            m.unrecorded = None;
+        }
+    });
+    slices::delete_stale(ctx, comp, &st).await;
+    write_back(ctx, comp, &uid, instance.as_ref()).await;
+    Ok(Action::requeue(Duration::ZERO))
+}
+
 /// The Composition's `ignore-side-effects` annotation is exactly `"true"` (as Eno reads it).
 fn ignores_side_effects(comp: &Composition) -> bool {
     let key = crds::names::annotations::IGNORE_SIDE_EFFECTS;
@@ -277,7 +344,9 @@ async fn converge(ctx: &Arc<Context>, comp: &Arc<Composition>) -> Result<Action,
         Ok(Ok(o)) => {
             let instance = o.gathered.instance().cloned();
             match next_synthesis(ctx, comp, &mut st, o).await {
-                Ok(blocked) => (blocked, instance),
+                Ok(NextEnd::UpToDate) => (None, instance),
+                Ok(NextEnd::Held(wait)) => (Some(wait), instance),
+                Ok(NextEnd::Stored) => return record_stored(ctx, comp, st, instance).await,
                 Err(e) => return enforce_then_fail(ctx, comp, e).await,
             }
         }
@@ -306,10 +375,10 @@ async fn converge(ctx: &Arc<Context>, comp: &Arc<Composition>) -> Result<Action,
     if let Some(before) = &comp.status {
         super::condition::keep_transitions(&mut st.conditions, &before.conditions);
     }
+    status_write::write(ctx, comp, &st).await?;
     if blocked.is_none() || instance.is_some() {
         write_back(ctx, comp, &uid, instance.as_ref()).await;
     }
-    status_write::write(ctx, comp, &st).await?;
     let idle = if super::condition::is_true(&st.conditions, conditions::READY) {
         ctx.opts.resync
     } else {

@@ -3,14 +3,25 @@
 
 use super::*;
 
-/// The decision about the next synthesis, and the synthesis when it is due. `Some(requeue)`:
-/// it waits or failed (the reason is in a condition); `None`: up to date, or stored.
+/// What the decision about the next synthesis came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum NextEnd {
+    /// The current synthesis is the one the inputs give.
+    UpToDate,
+    /// It waits or failed (the reason is in a condition): look again after this.
+    Held(Duration),
+    /// A new synthesis was stored: this pass records it and the next one applies it (an
+    /// unrecorded synthesis is never applied).
+    Stored,
+}
+
+/// The decision about the next synthesis, and the synthesis when it is due.
 pub(super) async fn next_synthesis(
     ctx: &Arc<Context>,
     comp: &Arc<Composition>,
     st: &mut CompositionStatus,
     o: Observed,
-) -> Result<Option<Duration>, Error> {
+) -> Result<NextEnd, Error> {
     let uid = comp.uid().unwrap_or_default();
     let forced = observe::forced(comp);
     let write_back_known = o.synth.spec.for_kind.is_none()
@@ -53,13 +64,12 @@ pub(super) async fn next_synthesis(
         {
             synthesize::synthesized(st, comp.metadata.generation);
         }
-        return Ok(None);
+        return Ok(NextEnd::UpToDate);
     }
     synthesize_now(ctx, comp, st, o, forced, &trigger).await
 }
 
-/// Inputs in lockstep, `dependsOn`, the rollout cooldown, then the synthesis. `Some(requeue)`
-/// when no new synthesis was stored (waiting, or failed).
+/// Inputs in lockstep, `dependsOn`, the rollout cooldown, then the synthesis.
 pub(super) async fn synthesize_now(
     ctx: &Arc<Context>,
     comp: &Composition,
@@ -67,13 +77,13 @@ pub(super) async fn synthesize_now(
     o: Observed,
     forced: Option<String>,
     trigger: &Trigger,
-) -> Result<Option<Duration>, Error> {
+) -> Result<NextEnd, Error> {
     // The namespace's slice budget and the deletion of stale slices read the slice cache:
     // not before its first list is done (a start), else both would see no slices. Checked
     // before the rollout cooldown is claimed.
     if !slice_cache_listed(ctx) {
         tracing::info!(%trigger, "synthesis waits for the slice cache's first list");
-        return Ok(Some(Duration::from_secs(5)));
+        return Ok(NextEnd::Held(Duration::from_secs(5)));
     }
     // What holds the synthesis back (reads only), then the pure decision.
     let seen = decide::Seen {
@@ -89,16 +99,25 @@ pub(super) async fn synthesize_now(
         decide::Next::Wait(wait) => {
             let retry = wait.retry(ctx.opts.readiness_poll);
             hold_back(st, comp.metadata.generation, wait);
-            return Ok(Some(retry));
+            return Ok(NextEnd::Held(retry));
         }
         // A Synthesizer change alone, or a change of deferred refs only, rolls out gradually:
         // one Composition per cooldown, across all Compositions (Eno). Claimed last and
         // atomically, so a blocked Composition never uses up a rollout slot.
         decide::Next::Synthesize { claim_rollout } => {
-            if claim_rollout && let Some(wait) = ctx.rollout_slot() {
+            // A synthesis stored but not yet recorded (its status write failed) claimed its
+            // slot already: recording it claims none.
+            let unrecorded = ctx
+                .memory
+                .synthesis
+                .with(&comp.uid().unwrap_or_default(), |m| m.unrecorded.is_some());
+            if claim_rollout
+                && !unrecorded
+                && let Some(wait) = ctx.rollout_slot()
+            {
                 tracing::debug!(?wait, "synthesizer rollout cooldown");
                 cooling_down(st, comp.metadata.generation, trigger);
-                return Ok(Some(wait));
+                return Ok(NextEnd::Held(wait));
             }
         }
     }
@@ -115,19 +134,8 @@ pub(super) async fn synthesize_now(
         limits: o.limits,
     };
     match synthesize::synthesize(ctx, comp, st, req).await? {
-        synthesize::SynthesisEnd::Stored => {
-            if let Err(e) = status_write::write(ctx, comp, st).await {
-                // Never write new slices for the same synthesis again; back off like any error.
-                synthesize::status_write_failed(ctx, comp, &e).await;
-                return Err(e);
-            }
-            ctx.memory
-                .synthesis
-                .with(&comp.uid().unwrap_or_default(), |m| m.unrecorded = None);
-            slices::delete_stale(ctx, comp, st).await;
-            Ok(None)
-        }
-        synthesize::SynthesisEnd::Failed(requeue) => Ok(Some(requeue)),
+        synthesize::SynthesisEnd::Stored => Ok(NextEnd::Stored),
+        synthesize::SynthesisEnd::Failed(requeue) => Ok(NextEnd::Held(requeue)),
     }
 }
 

@@ -24,9 +24,9 @@ pub(crate) fn fresh(ctx: &Context, comp: Arc<Composition>) -> Arc<Composition> {
     let uid = comp.uid().unwrap_or_default();
     let rv = comp.resource_version().unwrap_or_default();
     let written = ctx.memory.reports.with(&uid, |m| match &m.written {
-        Some((_, based_on, st)) if *based_on == rv && comp.status.as_ref() != Some(st) => {
-            Some(st.clone())
-        }
+        // Kept while the cache shows the version it was based on (also when the status it
+        // wrote equals the cached one: its resourceVersion is still the newer).
+        Some((_, based_on, st)) if *based_on == rv => Some(st.clone()),
         Some(_) => {
             m.written = None;
             None
@@ -133,10 +133,18 @@ pub(crate) fn bounded(st: &CompositionStatus) -> CompositionStatus {
     st
 }
 
-/// Writes `st` ([`bounded`]) when it differs from `comp`'s status.
+/// Writes `st` ([`bounded`]) when it differs from the status the server holds, as far as this
+/// pass knows: `comp`'s, or the one enoki wrote since (an earlier write of this pass, or of
+/// one before it that the cache has not caught up with).
+///
+/// The write is a merge patch that names the resourceVersion it was computed from: a pass
+/// that started before someone else wrote the Composition (a newer pass on another replica,
+/// a user, the Symphony controller) gets a `409 Conflict` instead of overwriting the newer
+/// status, and its retry starts from what is there.
 ///
 /// # Errors
-/// [`Error::WriteStatus`].
+/// [`Error::WriteStatus`] (a Conflict is transient: `error_policy` retries the pass within
+/// seconds).
 pub(crate) async fn write(
     ctx: &Context,
     comp: &Composition,
@@ -153,40 +161,83 @@ pub(crate) async fn write(
         comp.metadata.creation_timestamp.as_ref(),
         ctx.opts.stuck_threshold,
     );
-    if comp.status.as_ref() == Some(st) {
+    let uid = comp.uid().unwrap_or_default();
+    let cached = comp.resource_version().unwrap_or_default();
+    let (base, before) = base_of(ctx, &uid, &cached, comp.status.as_ref());
+    if before.as_ref() == Some(st) {
         return Ok(());
     }
     let mut patch = serde_json::to_value(st).unwrap_or_default();
-    if let Some(old) = comp
-        .status
-        .as_ref()
-        .and_then(|o| serde_json::to_value(o).ok())
-    {
+    if let Some(old) = before.as_ref().and_then(|o| serde_json::to_value(o).ok()) {
         null_dropped(&mut patch, &old);
     }
     let api: Api<Composition> =
         Api::namespaced(ctx.client.clone(), &comp.namespace().unwrap_or_default());
-    let written = api
-        .patch_status(
-            &comp.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(json!({ "status": patch })),
-        )
-        .await
-        .map_err(|source| Error::WriteStatus { source })?;
+    let written = patch_at(&api, comp, base, before.as_ref(), patch).await?;
     let rv = written.resource_version().unwrap_or_default();
-    let uid = comp.uid().unwrap_or_default();
-    // The version this write was based on: the cache's, or the one an earlier write of this
-    // pass (still not in the cache) was based on.
-    let based_on = comp.resource_version().unwrap_or_default();
-    ctx.memory.reports.with(&uid, |m| {
-        let based_on = match &m.written {
-            Some((prev_rv, prev_based_on, _)) if *prev_rv != based_on => prev_based_on.clone(),
-            _ => based_on,
-        };
-        m.written = Some((rv, based_on, st.clone()));
-    });
+    tracing::debug!(resource_version = %rv, "status written");
+    // Remembered against the cache's version, which [`fresh`] and the next write compare.
+    ctx.memory
+        .reports
+        .with(&uid, |m| m.written = Some((rv, cached, st.clone())));
     Ok(())
+}
+
+/// Patches `patch` into the status at resourceVersion `base`. On a Conflict the Composition
+/// is read again: when only its metadata moved (same generation, the status the pass started
+/// from — a label, an annotation, a finalizer), the write is made again at the new version
+/// (at most twice); when its spec or status moved, the Conflict is returned and the pass
+/// runs again from the newer version.
+async fn patch_at(
+    api: &Api<Composition>,
+    comp: &Composition,
+    mut base: String,
+    before: Option<&CompositionStatus>,
+    patch: Value,
+) -> Result<Composition, Error> {
+    let name = comp.name_any();
+    let mut attempts = 0;
+    loop {
+        let mut body = json!({ "status": patch });
+        if !base.is_empty() {
+            body["metadata"] = json!({ "resourceVersion": base });
+        }
+        let err = match api
+            .patch_status(&name, &PatchParams::default(), &Patch::Merge(body))
+            .await
+        {
+            Ok(written) => return Ok(written),
+            Err(source) => Error::WriteStatus { source },
+        };
+        attempts += 1;
+        if !err.is_conflict() || attempts > 2 {
+            return Err(err);
+        }
+        let now = api
+            .get(&name)
+            .await
+            .map_err(|source| Error::WriteStatus { source })?;
+        let same_spec = now.metadata.generation == comp.metadata.generation
+            && now.uid() == comp.uid();
+        if !same_spec || now.status.as_ref() != before {
+            return Err(err);
+        }
+        base = now.resource_version().unwrap_or_default();
+    }
+}
+
+/// The resourceVersion and status a write of Composition `uid` starts from: enoki's own last
+/// write when the cache (at `cached`) has not caught up with it, else the cache's.
+fn base_of(
+    ctx: &Context,
+    uid: &str,
+    cached: &str,
+    status: Option<&CompositionStatus>,
+) -> (String, Option<CompositionStatus>) {
+    ctx.memory.reports.with(uid, |m| match &m.written {
+        Some((rv, based_on, st)) if based_on == cached => (rv.clone(), Some(st.clone())),
+        _ => (cached.to_string(), status.cloned()),
+    })
 }
 
 /// A merge patch leaves out what the new status no longer has, at any depth: null every key
