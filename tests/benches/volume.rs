@@ -1,10 +1,14 @@
 //! Controller memory against what tenants emit (`make bench`; not part of `make test`): RSS
 //! above the warm base of an idle controller, at rest, with
 //!
-//! 1. `BENCH_VOLUME_COMPS` (200) Compositions of 10 small ConfigMaps (the baseline);
-//! 2. as many Compositions of `BENCH_VOLUME_MIB` (8) MiB of output each, the slice cache
-//!    holding whole slices (`--slice-cache whole`, how the cache held them before);
+//! 1. `BENCH_VOLUME_COMPS` (200) Compositions of `BENCH_VOLUME_OBJECTS` (10) small
+//!    ConfigMaps each (the baseline);
+//! 2. as many Compositions of `BENCH_VOLUME_MIB` (8) MiB of output each, in as many
+//!    ConfigMaps, the slice cache holding whole slices (`--slice-cache whole`);
 //! 3. the same with the compact cache (the default).
+//!
+//! Both outputs have the same number of objects, so the ratio of (3) to (1) is what the
+//! bytes of an output cost the controller (its memory follows the number of objects).
 //!
 //! The outputs are stored in ResourceSlices but not applied (`--resource-filter false`), so
 //! etcd holds the slices alone (200 × 8 MiB = 1.6 GiB per case; `make bench` raises etcd's
@@ -139,6 +143,10 @@ async fn at_rest(env: &TestEnv, cache: &str, expect_slices: bool, settle: Durati
         last = stored;
     }
     let loaded = started.elapsed();
+    assert!(
+        !expect_slices || m("enoki_slice_cache_stored_bytes") > 0.0,
+        "the slice cache's first list did not finish: nothing to measure"
+    );
     tokio::time::sleep(settle).await;
     eprintln!(
         "  ({cache}: cache loaded in {:.0} s; syntheses {}, slices held {:.0} KiB of {:.0} KiB \
@@ -156,11 +164,13 @@ async fn at_rest(env: &TestEnv, cache: &str, expect_slices: bool, settle: Durati
 async fn main() {
     let comps = env_or("BENCH_VOLUME_COMPS", 200);
     let mib = env_or("BENCH_VOLUME_MIB", 8);
-    let copies = mib * 8;
+    // No object over 1 MiB (a slice of one stays within etcd's object limit).
+    let objects = env_or("BENCH_VOLUME_OBJECTS", 10).max(mib).max(1);
     let big = json!({"items": json!([{"apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "big"}}]).to_string(), "pad": (128 * 1024 - 200).to_string(),
-        "copies": copies.to_string()});
-    let small_items: Vec<_> = (0..10)
+        "metadata": {"name": "big"}}]).to_string(),
+        "pad": (mib * 1024 * 1024 / objects).saturating_sub(200).to_string(),
+        "copies": objects.to_string()});
+    let small_items: Vec<_> = (0..objects)
         .map(|i| {
             json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": format!("small-{i}")}, "data": {"k": "v"}})
@@ -171,12 +181,12 @@ async fn main() {
     // `BENCH_VOLUME_WHOLE=0` leaves out the whole-slice case (the slowest).
     let whole = std::env::var("BENCH_VOLUME_WHOLE").map_or(true, |v| v != "0");
     for (what, data, cache) in [
-        ("10 small objects", &small, "compact"),
+        ("small objects", &small, "compact"),
         ("output whole in the cache", &big, "whole"),
         ("output compact in the cache", &big, "compact"),
     ]
     .into_iter()
-    .filter(|c| whole || c.2 != "whole" || c.0 == "10 small objects")
+    .filter(|c| whole || c.2 != "whole" || c.0 == "small objects")
     {
         let env = TestEnv::new().await;
         install_crds(&env.client).await;
@@ -206,15 +216,20 @@ async fn main() {
             .await;
     }
     println!(
-        "\n| {comps} Compositions | RSS at rest | × the small baseline | above the idle base |"
+        "\n| {comps} Compositions | RSS at rest | × the small baseline | above the idle base | \
+         × the small baseline's |"
     );
-    println!("| --- | --- | --- | --- |");
-    let baseline = rows[0].1.max(1.0);
+    println!("| --- | --- | --- | --- | --- |");
+    let (baseline, base_above) = (rows[0].1.max(1.0), rows[0].2.max(0.1));
     for (what, rss, above) in &rows {
         println!(
-            "| {what} | {rss:.1} MiB | {:.2}× | {above:.1} MiB |",
-            rss / baseline
+            "| {what} | {rss:.1} MiB | {:.2}× | {above:.1} MiB | {:.2}× |",
+            rss / baseline,
+            above / base_above
         );
     }
-    println!("\n({mib} MiB of output per Composition; `BENCH_VOLUME_COMPS`, `BENCH_VOLUME_MIB`)");
+    println!(
+        "\n({objects} objects per Composition, {mib} MiB of output in the large cases; \
+         `BENCH_VOLUME_COMPS`, `BENCH_VOLUME_OBJECTS`, `BENCH_VOLUME_MIB`)"
+    );
 }

@@ -506,6 +506,17 @@ mod tests {
                 .contains("item 0: metadata.name is 318 bytes (at most 317)"),
             "{err}"
         );
+        // So is a Patch whose target is (the slice cache keeps the target's kind).
+        for api_version in crds::names::PATCH_API_VERSIONS {
+            let patch = json!({"apiVersion": api_version, "kind": "Patch",
+                "metadata": {"name": "p"}, "patch": {"apiVersion": "v1", "kind": "x".repeat(400)}});
+            let err = validate(vec![patch], "demo", &static_is_namespaced).unwrap_err();
+            assert!(
+                err.to_string()
+                    .contains("item 0: patch.kind is 400 bytes (at most 317)"),
+                "{err}"
+            );
+        }
         // A cluster-scoped item's stray namespace is dropped, not refused.
         let stray = json!({"apiVersion": "v1", "kind": "Namespace",
             "metadata": {"name": "n", "namespace": "y".repeat(100)}});

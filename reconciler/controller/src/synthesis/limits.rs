@@ -26,10 +26,47 @@ pub const MAX_SPEC_BYTES: usize = 256 * 1024;
 /// Most variations one Symphony may have (each becomes a Composition).
 pub const MAX_SYMPHONY_VARIATIONS: usize = 256;
 
+/// Marks the controller's cached copy of a Composition refused for its size, whose spec the
+/// cache dropped; its value is the refusal. Never written to the API server (one the object
+/// itself carries is not believed).
+pub const SPEC_DROPPED: &str = "enoki.dev/cached-spec-dropped";
+
+/// Cuts the cache's copy of a Composition refused for its size down to its metadata (of its
+/// labels, enoki's and Eno's only), status and Synthesizer reference: the caches hold at most [`MAX_SPEC_BYTES`] of any spec, however
+/// large a tenant writes one (up to etcd's 1.5 MiB). A refused Composition has no pass, so
+/// nothing reads the rest; its deletion reads its status and annotations, which stay. Pure.
+pub fn drop_refused_spec(comp: &mut crds::Composition) {
+    if let Some(a) = comp.metadata.annotations.as_mut() {
+        a.remove(SPEC_DROPPED);
+    }
+    if let Some(why) = composition_too_large(comp) {
+        comp.spec = crds::CompositionSpec {
+            synthesizer: comp.spec.synthesizer.clone(),
+            ..crds::CompositionSpec::default()
+        };
+        // Labels, which Kubernetes does not bound in total: enoki's and Eno's own stay.
+        if let Some(labels) = comp.metadata.labels.as_mut() {
+            labels.retain(|k, _| k.starts_with("enoki.dev/") || k.starts_with("eno.azure.io/"));
+        }
+        comp.metadata
+            .annotations
+            .get_or_insert_default()
+            .insert(SPEC_DROPPED.to_string(), why);
+    }
+}
+
 /// Why a Composition is refused for its size (`None`: accepted): its `synthesisEnv`, then its
 /// spec together with the metadata a tenant writes (labels, annotations, finalizers, owner
-/// references; not `managedFields`). Pure.
+/// references; not `managedFields`); a cached copy whose spec was dropped says why. Pure.
 pub fn composition_too_large(comp: &crds::Composition) -> Option<String> {
+    if let Some(why) = comp
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(SPEC_DROPPED))
+    {
+        return Some(why.clone());
+    }
     synthesis_env_too_large(&comp.spec.synthesis_env).or_else(|| {
         let mut meta = comp.metadata.clone();
         meta.managed_fields = None;

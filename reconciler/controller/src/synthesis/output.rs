@@ -89,6 +89,24 @@ mod count_tests {
                 .collect(),
         );
         assert!(super::composition_too_large(&comp).is_some());
+        // The cache's copy keeps what says why, not the padding; a marker written on the
+        // object itself is not believed.
+        let mut cached = comp.clone();
+        super::drop_refused_spec(&mut cached);
+        assert!(serde_json::to_vec(&cached).unwrap().len() < 1024, "{cached:?}");
+        assert_eq!(
+            super::composition_too_large(&cached),
+            super::composition_too_large(&comp)
+        );
+        let mut forged = cached.clone();
+        forged.metadata.labels = None;
+        forged
+            .metadata
+            .annotations
+            .get_or_insert_default()
+            .insert(super::SPEC_DROPPED.into(), "forged".into());
+        super::drop_refused_spec(&mut forged);
+        assert_eq!(super::composition_too_large(&forged), None);
         let mut sym: crds::SymphonySpec = serde_json::from_value(serde_json::json!({})).unwrap();
         assert_eq!(super::symphony_spec_too_large(&sym), None);
         sym.variations = (0..300)

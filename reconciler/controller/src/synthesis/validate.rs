@@ -98,8 +98,8 @@ pub fn validate(
 pub const MAX_IDENTITY_BYTES: usize = 317;
 
 /// Refuses an item (as normalized: a cluster-scoped kind has lost any namespace) whose name,
-/// kind or apiVersion is over [`MAX_IDENTITY_BYTES`], or whose namespace is over 63 bytes
-/// (a DNS label).
+/// kind or apiVersion (a Patch's target kind and apiVersion too) is over
+/// [`MAX_IDENTITY_BYTES`], or whose namespace is over 63 bytes (a DNS label).
 fn identity_within(
     key: &plan::ResourceKey,
     item: &Value,
@@ -109,11 +109,21 @@ fn identity_within(
         .get("apiVersion")
         .and_then(Value::as_str)
         .unwrap_or_default();
+    // A Patch names its target's kind and apiVersion: the slice cache keeps those too.
+    let target = |field: &str| {
+        item.get("patch")
+            .filter(|_| key.kind == "Patch")
+            .and_then(|p| p.get(field))
+            .and_then(Value::as_str)
+            .map_or(0, str::len)
+    };
     let fields = [
         ("metadata.name", key.name.len(), MAX_IDENTITY_BYTES),
         ("metadata.namespace", key.namespace.len(), 63),
         ("kind", key.kind.len(), MAX_IDENTITY_BYTES),
         ("apiVersion", api_version.len(), MAX_IDENTITY_BYTES),
+        ("patch.kind", target("kind"), MAX_IDENTITY_BYTES),
+        ("patch.apiVersion", target("apiVersion"), MAX_IDENTITY_BYTES),
     ];
     match fields.into_iter().find(|(_, len, max)| len > max) {
         Some((field, len, max)) => Err(SynthesisError::InvalidOutput {

@@ -5,11 +5,19 @@
 use kube::ResourceExt;
 
 use super::super::Context;
-use super::slices::{owned_by, stored_bytes};
+use super::slices::{STATE_BYTES, owned_by, stored_bytes};
 use crds::{Composition, CompositionStatus};
 
+/// What a slice's manifests count against the namespace's budget: their bytes, and
+/// [`STATE_BYTES`] for each one's recorded state — the controller holds a few hundred bytes per
+/// object however small it is, so a namespace of many tiny objects is bounded too. Pure.
+pub(crate) fn charged(bytes: usize, manifests: usize) -> usize {
+    bytes.saturating_add(STATE_BYTES.saturating_mul(manifests))
+}
+
 /// Why a new synthesis is refused; `None`: it fits. `emitted`: the bytes of what it emits
-/// (its Synthesizer's bound); `bytes`: all its slices store (tombstones too).
+/// (its Synthesizer's bound); `bytes`: what all its slices count against the namespace's
+/// budget ([`charged`]: tombstones too).
 pub(crate) fn too_large(
     ctx: &Context,
     comp: &Composition,
@@ -38,7 +46,8 @@ pub(crate) fn too_large(
         format!(
             "namespace {ns:?} holds {held} bytes of ResourceSlices for its other syntheses; \
              {bytes} more for Composition {name:?} would pass its budget of {budget} bytes \
-             (--namespace-slice-budget)"
+             (--namespace-slice-budget; each object counts {STATE_BYTES} bytes more for its \
+             recorded state)"
         )
     })
 }
@@ -60,7 +69,7 @@ fn namespace_bytes(ctx: &Context, comp: &Composition, st: &CompositionStatus) ->
         if s.namespace().as_deref() != Some(ns.as_str()) {
             continue;
         }
-        let bytes = stored_bytes(&s);
+        let bytes = charged(stored_bytes(&s), s.spec.resources.len());
         if owned_by(&s, &uid) && !current.contains(&s.name_any().as_str()) {
             freed += bytes;
         } else {

@@ -269,13 +269,20 @@ pub(crate) async fn write_states(
     Ok(())
 }
 
-/// Packs manifests into slices of at most `budget` bytes each, in order; a manifest larger
-/// than the budget gets a slice of its own. Always at least one (possibly empty) slice.
-pub fn chunk(manifests: Vec<Manifest>, budget: usize) -> Vec<Vec<Manifest>> {
+/// Bytes a resource's recorded state may take in its slice's status at most (an error of
+/// [`crate::run::resources::record::MAX_RESOURCE_ERROR`] bytes, hashes, a time, the keys):
+/// counted for every manifest a slice holds, so a slice of many tiny manifests still fits
+/// etcd's object size with all their states.
+pub const STATE_BYTES: usize = 1400;
+
+/// Packs manifests into slices of at most `budget` bytes each, in order, each manifest
+/// counting `per_item` bytes more (its state in the slice's status); a manifest larger than
+/// the budget gets a slice of its own. Always at least one (possibly empty) slice.
+pub fn chunk(manifests: Vec<Manifest>, budget: usize, per_item: usize) -> Vec<Vec<Manifest>> {
     let mut chunks: Vec<Vec<Manifest>> = vec![Vec::new()];
     let mut size = 0;
     for m in manifests {
-        let len = m.manifest.len() + m.sealed.as_ref().map_or(0, String::len);
+        let len = m.manifest.len() + m.sealed.as_ref().map_or(0, String::len) + per_item;
         if size + len > budget && !chunks.last().is_some_and(Vec::is_empty) {
             chunks.push(Vec::new());
             size = 0;
@@ -332,7 +339,7 @@ pub(crate) async fn write(
         .get(..220)
         .unwrap_or(&comp_name)
         .trim_end_matches(['-', '.']);
-    for (i, resources) in chunk(manifests, SLICE_BYTES).into_iter().enumerate() {
+    for (i, resources) in chunk(manifests, SLICE_BYTES, STATE_BYTES).into_iter().enumerate() {
         let name = format!("{stem}-{short}-{i}");
         let mut slice = ResourceSlice::new(
             &name,
@@ -483,15 +490,25 @@ mod tests {
                 .map(|s| s.iter().map(|m| m.manifest.len()).collect())
                 .collect()
         };
-        let c = chunk(vec![m(4), m(4), m(4), m(9), m(1)], 10);
+        let c = chunk(vec![m(4), m(4), m(4), m(9), m(1)], 10, 0);
         assert_eq!(sizes(&c), [vec![4, 4], vec![4], vec![9, 1]]);
     }
 
     #[test]
     fn an_oversized_manifest_gets_a_slice_of_its_own_and_nothing_is_an_empty_slice() {
-        let c = chunk(vec![m(30), m(2)], 10);
+        let c = chunk(vec![m(30), m(2)], 10, 0);
         assert_eq!(c.len(), 2);
         assert_eq!(c[0][0].manifest.len(), 30);
-        assert_eq!(chunk(Vec::new(), 10).len(), 1);
+        assert_eq!(chunk(Vec::new(), 10, 0).len(), 1);
+    }
+
+    /// Tiny manifests: each counts its state too, so a slice's status fits beside them.
+    #[test]
+    fn every_manifest_counts_the_state_it_records() {
+        let c = chunk((0..10_000).map(|_| m(70)).collect(), SLICE_BYTES, STATE_BYTES);
+        let per_slice = SLICE_BYTES / (70 + STATE_BYTES);
+        assert_eq!(c[0].len(), per_slice);
+        // Its manifests and every state at the longest still fit etcd's 1.5 MiB.
+        assert!(per_slice * (70 + STATE_BYTES) <= SLICE_BYTES);
     }
 }

@@ -163,7 +163,10 @@ pub(super) fn caches(
         ),
         move |c| held.borrow().owns(c),
     )
-    .modify(|c: &mut Composition| c.managed_fields_mut().clear())
+    .modify(|c: &mut Composition| {
+        c.managed_fields_mut().clear();
+        crate::synthesis::drop_refused_spec(c);
+    })
     .reflect(comp_writer)
     .inspect(added_shards_listed(comp_reader.clone(), listing_for, wake))
     .applied_objects()
@@ -178,7 +181,9 @@ pub(super) fn caches(
                 // One slice at a time where the server streams lists, else small pages: a
                 // slice is up to 512 KiB whole, and is compacted only once it is read.
                 move || {
-                    let wc = watcher::Config::default().page_size(SLICE_PAGE);
+                    let wc = watcher::Config::default()
+                        .page_size(SLICE_PAGE)
+                        .timeout(SLICE_WATCH_TIMEOUT_SECS);
                     let wc = if streams { wc.streaming_lists() } else { wc };
                     recovering(watcher(slices.clone(), wc)).boxed()
                 },
@@ -212,6 +217,13 @@ fn slices_api(client: &Client, opts: &Options) -> Api<ResourceSlice> {
 /// ResourceSlices per page of the slice cache's lists where the server does not stream them
 /// (a slice is up to etcd's object size, 1.5 MiB: 24 MiB whole at most at once).
 const SLICE_PAGE: u32 = 16;
+
+/// The slice watch's server-side timeout. A streamed first list is one watch: the server
+/// ending it before the list is done starts the list again from nothing, and the list of a
+/// cluster's every slice may take minutes (200 × 8 MiB: about 280 s here), longer than the
+/// usual 290 s. Half an hour of list; the watch stays open meanwhile with the server's
+/// bookmarks, and a client-side idle timeout of the same length notices a dead connection.
+const SLICE_WATCH_TIMEOUT_SECS: u32 = 1800;
 
 /// Compositions per page of their cache's lists.
 const COMPOSITION_PAGE: u32 = 100;
@@ -422,11 +434,14 @@ pub(super) async fn cluster_wide(
     // and a change of one wakes its Symphony.
     let (store, writer) = reflector::store::<Composition>();
     let _ = ctx.symphony_compositions.set(store);
-    let wc = watcher::Config::default().labels(crds::names::labels::SYMPHONY);
+    let wc = watcher::Config::default()
+        .labels(crds::names::labels::SYMPHONY)
+        .page_size(COMPOSITION_PAGE);
     let generated = recovering(watcher(generated, wc))
         .modify(|c: &mut Composition| {
             c.managed_fields_mut()
-                .retain(|f| f.manager.as_deref() == Some(crds::names::SYMPHONY_FIELD_MANAGER))
+                .retain(|f| f.manager.as_deref() == Some(crds::names::SYMPHONY_FIELD_MANAGER));
+            crate::synthesis::drop_refused_spec(c);
         })
         .reflect(writer)
         .touched_objects();

@@ -1,8 +1,9 @@
 //! The slice cache holds slices *compact*: each manifest cut down to its identity
-//! (`apiVersion`, `kind`, `metadata.name`, `metadata.namespace`; a Patch's target kind), a
-//! sealed Secret to its key id, and the bytes the slice stored noted beside it. What a
-//! tenant's synthesis emits is then held by the controller as a few dozen bytes per object,
-//! whatever its size: a pass reads a slice's content with a GET only when it needs the
+//! (`apiVersion`, `kind`, `metadata.name`, `metadata.namespace`; a Patch's target kind and
+//! apiVersion), a sealed Secret to its key id, and the bytes the slice stored noted beside it.
+//! What a tenant's synthesis emits is then held by the controller as its identity (at most
+//! [`crate::synthesis::MAX_IDENTITY_BYTES`] per string) and its recorded state — a few
+//! hundred bytes per object — whatever its size: a pass reads a slice's content with a GET only when it needs the
 //! manifests themselves (a synthesis ingested again, tombstones, identical-output checks).
 //! Pure.
 

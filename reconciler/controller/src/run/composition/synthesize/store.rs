@@ -279,7 +279,9 @@ pub(super) async fn write_new(
         super::super::history::tombstones(ctx, comp, st.current_synthesis.as_ref(), items).await?,
     );
     let bytes = slices::manifest_bytes(&manifests);
-    if let Some(message) = super::super::budget::too_large(ctx, comp, st, (emitted, bytes), bound) {
+    let charged = super::super::budget::charged(bytes, manifests.len());
+    if let Some(message) = super::super::budget::too_large(ctx, comp, st, (emitted, charged), bound)
+    {
         refuse(ctx, comp, st, fp, reasons::OUTPUT_TOO_LARGE, &message).await;
         return Ok(Err(RETRY_CAP));
     }
