@@ -1,11 +1,17 @@
 # enoki — the two commands: `make demo` and `make test`.
 SHELL := /bin/bash
 
-.PHONY: test demo demo-down setup testbin crds fmt clippy bench bench-languages heap-profile image release sdk-packages chaos fuzz soak
+.PHONY: test test-unit demo demo-down setup testbin crds fmt clippy bench bench-languages heap-profile image release sdk-packages chaos fuzz soak
 
 ## test: install what is missing, build/start the local control plane, fmt, clippy, every test
 test:
 	hack/test.sh
+
+## test-unit: the tests that need no control plane (the decision layer, the planner, the API
+## types, the controller's unit tests): seconds once built; `make test` runs them too
+test-unit:
+	cargo test --locked -p reconciler-core -p reconciler-plan -p crds
+	cargo test --locked -p reconciler-controller --lib
 
 ## demo: start a local control plane, install the CRDs, show how to reach it
 demo:

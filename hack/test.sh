@@ -49,7 +49,7 @@ export TESTENV_REMOTE_KUBECONFIG="$REMOTE_DIR/kubeconfig"
 echo "==> API server: $(kubectl version -o json | python3 -c 'import json,sys; v=json.load(sys.stdin)["serverVersion"]; print(v["gitVersion"], v["platform"])')" >&2
 
 phase "cargo fmt --check" cargo fmt --all --check
-phase "plan stays pure (no tokio/kube-client/hyper/wasmtime)" hack/check-plan-deps.sh
+phase "plan and core stay pure (no tokio/kube-client/hyper/wasmtime)" hack/check-plan-deps.sh
 phase "decision modules stay pure (no client, Context or runtime)" hack/check-pure-modules.sh
 phase "cargo test (unit, golden, e2e against the control plane)" cargo test --workspace --locked
 phase "go test (sample 11: enoki's stdin as Eno's SDK reads it)" bash -c 'cd samples/11-eno-go && go test ./...'

@@ -106,7 +106,9 @@ fn passes_that_wrote(logs: &str, name: &str) -> Vec<u64> {
         .filter(|l| l.contains("status written") && l.contains(&format!("composition={name} ")))
         .filter_map(|l| {
             let rest = &l[l.find(" pass=")? + 6..];
-            rest[..rest.find(|c: char| !c.is_ascii_digit())?].parse().ok()
+            rest[..rest.find(|c: char| !c.is_ascii_digit())?]
+                .parse()
+                .ok()
         })
         .collect()
 }
@@ -122,8 +124,10 @@ async fn each_pass_writes_the_status_at_most_once() {
     )];
     let kubeconfig = harness::kubeconfig_path();
     let enoki = Enoki::start_as(&env.namespace, &[], &kubeconfig, &log);
-    let items = |v: &str| json!([{"apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "out"}, "data": {"v": v}}]);
+    let items = |v: &str| {
+        json!([{"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "out"}, "data": {"v": v}}])
+    };
     harness::set_echo_items(&env, "config", &items("1")).await;
     let since = now_rfc3339();
     harness::apply_composition(&env, "once", &synth, "config", json!({})).await;
@@ -148,10 +152,17 @@ async fn each_pass_writes_the_status_at_most_once() {
         audited.len()
     );
     assert!(audited.iter().all(|w| w.0 == 200), "{audited:?}");
-    assert_eq!(passes.len(), audited.len(), "every write is logged with its pass");
+    assert_eq!(
+        passes.len(),
+        audited.len(),
+        "every write is logged with its pass"
+    );
     let mut distinct = passes.clone();
     distinct.dedup();
-    assert_eq!(distinct, passes, "a pass wrote the status twice: {passes:?}");
+    assert_eq!(
+        distinct, passes,
+        "a pass wrote the status twice: {passes:?}"
+    );
     // Created, synthesized, applied and Ready; then an input change synthesized and applied:
     // at least a write each, and the passes that only looked wrote nothing.
     assert!(audited.len() >= 3, "{audited:?}");

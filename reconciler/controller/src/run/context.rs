@@ -96,7 +96,7 @@ pub struct Context {
     /// The keys that seal Secrets in ResourceSlices.
     pub(crate) slice_keys: Arc<super::sealing::SliceKeys>,
     /// Verdicts of Synthesizers' namespace selectors.
-    pub(crate) namespace_verdicts: super::model::NamespaceVerdicts,
+    pub(crate) namespace_verdicts: reconciler_core::model::NamespaceVerdicts,
     /// Syntheses per Composition and per namespace, slice bytes per namespace.
     pub(crate) synthesis_rates: super::synthesis_rate::SynthesisRates,
     /// `--concurrency` reconcile turns, shared fairly between namespaces.
@@ -175,7 +175,7 @@ impl Context {
             other_failures: Mutex::new(HashMap::new()),
             owners: super::owners::Owners::default(),
             slice_keys: p.slice_keys,
-            namespace_verdicts: super::model::NamespaceVerdicts::default(),
+            namespace_verdicts: reconciler_core::model::NamespaceVerdicts::default(),
             synthesis_rates,
             fair,
             symphony_compositions: std::sync::OnceLock::new(),

@@ -7,10 +7,10 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use super::model::{Backoff, Failed, Parsed};
-use super::resources::fights::Fight;
 use crds::{CompositionStatus, ResourceState};
 use plan::ResourceKey;
+use reconciler_core::fights::Fight;
+use reconciler_core::model::{Backoff, Failed, Parsed};
 
 /// One kind of per-Composition state behind its own lock.
 pub(crate) struct PerComposition<T>(Mutex<HashMap<String, T>>);

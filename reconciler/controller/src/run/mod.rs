@@ -6,7 +6,6 @@
 pub mod api_metrics;
 pub(crate) mod cluster;
 pub(crate) mod composition;
-mod condition;
 mod config;
 pub(crate) mod context;
 pub mod diff;
@@ -20,7 +19,6 @@ mod instances;
 mod labels;
 mod memory;
 pub mod metrics;
-mod model;
 mod module;
 mod owners;
 mod paging;

@@ -96,7 +96,7 @@ async fn reconcile_once(sym: Arc<Symphony>, ctx: Arc<Context>) -> Result<Action,
         .collect();
     let mut status = roll_up(&sym, &current, composition_name, &cycle);
     if let Some(old) = &sym.status {
-        super::condition::keep_transitions(&mut status.conditions, &old.conditions);
+        reconciler_core::condition::keep_transitions(&mut status.conditions, &old.conditions);
     }
     let all_ready = status.ready.is_some();
     write_status(&syms, &sym, &status).await?;

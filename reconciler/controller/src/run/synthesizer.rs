@@ -10,7 +10,6 @@ use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::Action;
 
-use super::condition;
 use super::context::{Context, ModuleEntry};
 use super::error::Error;
 use super::module::{self, ModuleError};
@@ -18,6 +17,7 @@ use super::policy::{object_key, other_error_policy};
 use crate::synthesis;
 use crds::Synthesizer;
 use crds::names::{conditions, reasons};
+use reconciler_core::condition;
 
 /// Installs (server-side apply) a Synthesizer for each enabled built-in; failures are logged.
 pub(crate) async fn install_builtins(ctx: &Context) {

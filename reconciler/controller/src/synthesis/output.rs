@@ -93,7 +93,10 @@ mod count_tests {
         // object itself is not believed.
         let mut cached = comp.clone();
         super::drop_refused_spec(&mut cached);
-        assert!(serde_json::to_vec(&cached).unwrap().len() < 1024, "{cached:?}");
+        assert!(
+            serde_json::to_vec(&cached).unwrap().len() < 1024,
+            "{cached:?}"
+        );
         assert_eq!(
             super::composition_too_large(&cached),
             super::composition_too_large(&comp)

@@ -10,16 +10,14 @@
 //!    resourceVersion the pass read; an explicit requeue.
 
 pub(crate) mod budget;
-pub(crate) mod decide;
+pub(crate) use reconciler_core::{decide, generation, trigger};
 pub(crate) mod dependencies;
 pub(crate) mod finalizer;
-pub(crate) mod generation;
 pub(crate) mod history;
 pub(crate) mod observe;
 pub(crate) mod slices;
 pub(crate) mod status_write;
 pub(crate) mod synthesize;
-pub(crate) mod trigger;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -146,7 +144,7 @@ async fn report_failure(ctx: &Context, comp: &Composition, err: &Error) {
     ctx.event(comp, true, category, "Reconcile", chain.clone())
         .await;
     let mut st = comp.status.clone().unwrap_or_default();
-    super::condition::set_condition(
+    reconciler_core::condition::set_condition(
         &mut st.conditions,
         conditions::RECONCILED,
         false,
@@ -272,7 +270,7 @@ fn record_blocker(st: &mut CompositionStatus, generation: Option<i64>, blocked: 
             let stale =
                 synthesized.is_none_or(|c| decide::POLICY_REFUSALS.contains(&c.reason.as_str()));
             if stale {
-                super::condition::set_condition(
+                reconciler_core::condition::set_condition(
                     &mut st.conditions,
                     conditions::SYNTHESIZED,
                     false,
@@ -301,7 +299,7 @@ async fn record_stored(
     st.dependency_status = None;
     generation::settle(&mut st, comp.metadata.generation, false);
     if let Some(before) = &comp.status {
-        super::condition::keep_transitions(&mut st.conditions, &before.conditions);
+        reconciler_core::condition::keep_transitions(&mut st.conditions, &before.conditions);
     }
     if let Err(e) = status_write::write(ctx, comp, &st).await {
         synthesize::status_write_failed(ctx, comp, &e).await;
@@ -310,7 +308,10 @@ async fn record_stored(
     let uid = comp.uid().unwrap_or_default();
     let current = st.current_synthesis.as_ref().map(|c| c.uuid.as_str());
     ctx.memory.synthesis.with(&uid, |m| {
-        if m.unrecorded.as_ref().is_some_and(|(_, s)| Some(s.uuid.as_str()) == current) {
+        if m.unrecorded
+            .as_ref()
+            .is_some_and(|(_, s)| Some(s.uuid.as_str()) == current)
+        {
             m.unrecorded = None;
         }
     });
@@ -373,13 +374,13 @@ async fn converge(ctx: &Arc<Context>, comp: &Arc<Composition>) -> Result<Action,
     }
     generation::settle(&mut st, comp.metadata.generation, enforced);
     if let Some(before) = &comp.status {
-        super::condition::keep_transitions(&mut st.conditions, &before.conditions);
+        reconciler_core::condition::keep_transitions(&mut st.conditions, &before.conditions);
     }
     status_write::write(ctx, comp, &st).await?;
     if blocked.is_none() || instance.is_some() {
         write_back(ctx, comp, &uid, instance.as_ref()).await;
     }
-    let idle = if super::condition::is_true(&st.conditions, conditions::READY) {
+    let idle = if reconciler_core::condition::is_true(&st.conditions, conditions::READY) {
         ctx.opts.resync
     } else {
         ctx.opts.readiness_poll

@@ -60,7 +60,7 @@ pub(super) async fn next_synthesis(
         // The current synthesis is the one these inputs give: a blocker that has cleared
         // (an input back, a module fetched again) leaves no stale condition behind.
         if st.current_synthesis.is_some()
-            && !super::super::condition::is_true(&st.conditions, conditions::SYNTHESIZED)
+            && !reconciler_core::condition::is_true(&st.conditions, conditions::SYNTHESIZED)
         {
             synthesize::synthesized(st, comp.metadata.generation);
         }
@@ -143,7 +143,7 @@ pub(super) async fn synthesize_now(
 pub(super) fn hold_back(st: &mut CompositionStatus, generation: Option<i64>, wait: decide::Wait) {
     match wait {
         decide::Wait::Mismatched(message) => {
-            super::super::condition::set_condition(
+            reconciler_core::condition::set_condition(
                 &mut st.conditions,
                 conditions::SYNTHESIZED,
                 false,
@@ -166,7 +166,7 @@ pub(super) fn cooling_down(st: &mut CompositionStatus, generation: Option<i64>, 
         "the next synthesis ({trigger}) waits for the rollout cooldown \
          (--rollout-cooldown); the current one is still applied"
     );
-    super::super::condition::set_condition(
+    reconciler_core::condition::set_condition(
         &mut st.conditions,
         conditions::SYNTHESIZED,
         false,
@@ -192,7 +192,7 @@ pub(super) fn wait_on_dependencies(
         .map(|b| format!("{}/{} ({})", b.namespace, b.name, b.reason))
         .collect();
     let message = format!("{reason}: {}", detail.join(", "));
-    super::super::condition::set_condition(
+    reconciler_core::condition::set_condition(
         &mut st.conditions,
         conditions::SYNTHESIZED,
         false,

@@ -16,12 +16,12 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-pub(crate) use super::super::model::{Loaded, parse};
 use super::super::{Context, Error};
 use crds::{
     Composition, CompositionStatus, Manifest, ResourceSlice, ResourceSliceRef, ResourceSliceSpec,
     ResourceState, Synthesis,
 };
+pub(crate) use reconciler_core::model::{Loaded, parse};
 
 pub use crds::names::SLICE_COMPOSITION_LABEL;
 /// Largest manifest payload per ResourceSlice.
@@ -270,7 +270,7 @@ pub(crate) async fn write_states(
 }
 
 /// Bytes a resource's recorded state may take in its slice's status at most (an error of
-/// [`crate::run::resources::record::MAX_RESOURCE_ERROR`] bytes, hashes, a time, the keys):
+/// [`reconciler_core::record::MAX_RESOURCE_ERROR`] bytes, hashes, a time, the keys):
 /// counted for every manifest a slice holds, so a slice of many tiny manifests still fits
 /// etcd's object size with all their states.
 pub const STATE_BYTES: usize = 1400;
@@ -339,7 +339,10 @@ pub(crate) async fn write(
         .get(..220)
         .unwrap_or(&comp_name)
         .trim_end_matches(['-', '.']);
-    for (i, resources) in chunk(manifests, SLICE_BYTES, STATE_BYTES).into_iter().enumerate() {
+    for (i, resources) in chunk(manifests, SLICE_BYTES, STATE_BYTES)
+        .into_iter()
+        .enumerate()
+    {
         let name = format!("{stem}-{short}-{i}");
         let mut slice = ResourceSlice::new(
             &name,
@@ -505,7 +508,11 @@ mod tests {
     /// Tiny manifests: each counts its state too, so a slice's status fits beside them.
     #[test]
     fn every_manifest_counts_the_state_it_records() {
-        let c = chunk((0..10_000).map(|_| m(70)).collect(), SLICE_BYTES, STATE_BYTES);
+        let c = chunk(
+            (0..10_000).map(|_| m(70)).collect(),
+            SLICE_BYTES,
+            STATE_BYTES,
+        );
         let per_slice = SLICE_BYTES / (70 + STATE_BYTES);
         assert_eq!(c[0].len(), per_slice);
         // Its manifests and every state at the longest still fit etcd's 1.5 MiB.

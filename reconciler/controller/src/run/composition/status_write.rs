@@ -217,8 +217,8 @@ async fn patch_at(
             .get(&name)
             .await
             .map_err(|source| Error::WriteStatus { source })?;
-        let same_spec = now.metadata.generation == comp.metadata.generation
-            && now.uid() == comp.uid();
+        let same_spec =
+            now.metadata.generation == comp.metadata.generation && now.uid() == comp.uid();
         if !same_spec || now.status.as_ref() != before {
             return Err(err);
         }

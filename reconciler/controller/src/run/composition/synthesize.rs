@@ -13,15 +13,16 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use serde_json::Value;
 
-use super::super::{Context, Error, condition, inputs};
+use super::super::{Context, Error, inputs};
 use super::observe::{Gathered, object_ref_of};
 use super::slices;
-use super::trigger::Trigger;
 use crate::synthesis::{self, CompositionMeta, SynthesisInput};
 use crds::names::{conditions, reasons};
 use crds::{Composition, CompositionStatus, InputRevision, Synthesis, Synthesizer};
+use reconciler_core::condition;
+use reconciler_core::trigger::Trigger;
 
-pub(crate) use super::super::model::Failed;
+pub(crate) use reconciler_core::model::Failed;
 
 mod store;
 pub(crate) use store::*;

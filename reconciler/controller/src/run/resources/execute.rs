@@ -12,12 +12,12 @@ use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams
 use plan::{Op, Plan, Recorded, ResourceKey, SkipReason};
 use serde_json::Value;
 
-pub(crate) use super::super::model::StepResult;
 use super::Context;
-use super::fights;
 use super::observe::Observation;
 use crds::Composition;
 use crds::names::{FIELD_MANAGER, reasons};
+use reconciler_core::fights;
+pub(crate) use reconciler_core::model::StepResult;
 
 mod write;
 pub(crate) use write::Handover;
@@ -116,7 +116,7 @@ async fn run_steps(
                 .flatten();
             let migrating = Handover {
                 uid,
-                migration: super::migrate::Migration {
+                migration: reconciler_core::migrate::Migration {
                     managers: &ctx.opts.migrating_field_managers,
                     fields: &ctx.opts.migrating_fields,
                 },
@@ -197,7 +197,7 @@ fn log_writes(
 }
 
 fn record_failures(
-    backoff: &mut std::collections::HashMap<ResourceKey, super::super::model::Backoff>,
+    backoff: &mut std::collections::HashMap<ResourceKey, reconciler_core::model::Backoff>,
     the_plan: &Plan,
     outcomes: &[StepResult],
     now: Instant,

@@ -8,7 +8,7 @@ use kube::ResourceExt;
 use super::super::Error;
 use super::super::composition::slices::{self, stored_bytes};
 use super::super::context::Context;
-use super::super::model::Loaded;
+use reconciler_core::model::Loaded;
 
 /// The ingested synthesis, cached per Composition (one entry, replaced when the synthesis or
 /// the effective annotations change). The slice cache holds compact copies: the slices are

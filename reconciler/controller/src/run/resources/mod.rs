@@ -13,16 +13,12 @@
 //! What it leaves to the caller: synthesis, the Composition's status write, the requeue.
 
 pub(crate) mod execute;
-pub(crate) mod fights;
+pub(crate) use reconciler_core::{record, rollup};
 mod ingest;
 mod sweep;
 use sweep::sweep_outside;
-pub(crate) mod migrate;
 pub(crate) mod observe;
 pub(crate) mod owners;
-pub(crate) mod ownership;
-pub(crate) mod record;
-pub(crate) mod rollup;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -32,10 +28,10 @@ use kube::ResourceExt;
 use plan::{Plan, ResourceKey};
 
 use super::composition::slices::{self, Loaded};
-pub(crate) use super::model::gvk_of_manifest;
-use super::{Context, Error, condition};
+use super::{Context, Error};
 use crds::names::conditions;
 use crds::{Composition, CompositionStatus};
+use reconciler_core::condition;
 
 /// What a pass found.
 #[derive(Debug, Default)]

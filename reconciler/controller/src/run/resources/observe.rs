@@ -17,7 +17,8 @@ use serde_json::{Value, json};
 
 use super::super::composition::slices::Loaded;
 use super::super::watches::ManagedView;
-use super::{Context, Error, gvk_of_manifest};
+use super::{Context, Error};
+use reconciler_core::model::gvk_of_manifest;
 
 /// A resource's live state.
 pub(crate) struct Observation {

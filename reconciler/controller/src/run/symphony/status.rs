@@ -15,7 +15,7 @@ use crds::{Composition, Symphony, SymphonyStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
 
-use super::super::condition::set_condition;
+use reconciler_core::condition::set_condition;
 
 /// The status: each time once every non-optional variation's Composition got there, and the
 /// conditions that roll them up. `composition_name` names a variation's Composition (by the

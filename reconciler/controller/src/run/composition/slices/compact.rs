@@ -154,8 +154,11 @@ mod tests {
         assert!(is_compact(&s));
         assert_eq!(stored_bytes(&s), bytes);
         assert!(manifest_bytes(&s.spec.resources) < 400, "{s:?}");
-        let keys = crate::run::model::parse(&s.spec);
-        assert_eq!(keys.keys, crate::run::model::parse(&slice(whole).spec).keys);
+        let keys = reconciler_core::model::parse(&s.spec);
+        assert_eq!(
+            keys.keys,
+            reconciler_core::model::parse(&slice(whole).spec).keys
+        );
         assert_eq!(keys.tombstones, [false, false, false, true]);
         assert!(crate::run::sealing::plain_secret(&s.spec.resources[1]));
         assert!(!crate::run::sealing::plain_secret(&s.spec.resources[0]));

@@ -136,7 +136,7 @@ pub(crate) struct Handover<'a> {
     /// This Composition's UID: an object it leaves for good is released only while its
     /// `managed-by` label still names it.
     pub uid: &'a str,
-    pub migration: super::super::migrate::Migration<'a>,
+    pub migration: reconciler_core::migrate::Migration<'a>,
     /// The previous synthesis's snapshot ([`plan::Step::previous`]).
     pub previous: Option<&'a Value>,
 }
@@ -157,7 +157,7 @@ pub(super) async fn apply(
     let migrated = if migration.is_on() {
         serde_json::to_value(&written)
             .ok()
-            .and_then(|w| super::super::migrate::merged_managed_fields(&w, migration))
+            .and_then(|w| reconciler_core::migrate::merged_managed_fields(&w, migration))
     } else {
         None
     };
@@ -171,7 +171,7 @@ pub(super) async fn apply(
         return Ok(written);
     };
     let w = serde_json::to_value(&written).unwrap_or_default();
-    if !super::super::ownership::shared_ownership(&w) {
+    if !reconciler_core::ownership::shared_ownership(&w) {
         return Ok(written);
     }
     // The previous snapshot's field set, as the server computes it. One the server now
@@ -184,7 +184,7 @@ pub(super) async fn apply(
         return Ok(written);
     };
     let before = serde_json::to_value(&before).unwrap_or_default();
-    let Some(fields) = super::super::ownership::repaired_managed_fields(&before, &w) else {
+    let Some(fields) = reconciler_core::ownership::repaired_managed_fields(&before, &w) else {
         return Ok(written);
     };
     // The apply went through: a concurrent change (a status update mid-rollout) only puts the

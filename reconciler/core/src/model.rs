@@ -5,18 +5,18 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 
-use kube::ResourceExt;
+use kube_core::ResourceExt;
 
 use crds::{ResourceSlice, ResourceSliceSpec, ResourceState};
 use plan::ResourceKey;
 use serde_json::Value;
 
 /// Per-resource write backoff: failures so far, when to try again, and the last error.
-pub(crate) type Backoff = (u32, Instant, String);
+pub type Backoff = (u32, Instant, String);
 
 /// A slice's manifests, parsed once per slice (slices are written once and never change).
 #[derive(Debug, Default)]
-pub(crate) struct Parsed {
+pub struct Parsed {
     /// (index, key) of every manifest that parses (the manifests themselves are parsed again
     /// only when a synthesis is ingested, so no copy of them is kept here).
     pub keys: Vec<(usize, ResourceKey)>,
@@ -25,7 +25,7 @@ pub(crate) struct Parsed {
 }
 
 /// Parses a slice's manifests (those that do not parse are skipped).
-pub(crate) fn parse(spec: &ResourceSliceSpec) -> Parsed {
+pub fn parse(spec: &ResourceSliceSpec) -> Parsed {
     let keys = spec
         .resources
         .iter()
@@ -45,22 +45,22 @@ pub(crate) fn parse(spec: &ResourceSliceSpec) -> Parsed {
 /// refused Composition is looked at every readiness poll, and asks the API server at most
 /// that often.
 #[derive(Default)]
-pub(crate) struct NamespaceVerdicts(
+pub struct NamespaceVerdicts(
     std::sync::Mutex<std::collections::HashMap<(String, String), (std::time::Instant, bool)>>,
 );
 
 /// How long a namespace selector's verdict is believed (a relabelled namespace takes effect
 /// within it).
-pub(crate) const VERDICT_FOR: std::time::Duration = std::time::Duration::from_secs(15);
+pub const VERDICT_FOR: std::time::Duration = std::time::Duration::from_secs(15);
 
 impl NamespaceVerdicts {
-    pub(crate) fn get(&self, ns: &str, query: &str) -> Option<bool> {
+    pub fn get(&self, ns: &str, query: &str) -> Option<bool> {
         let m = self.0.lock().ok()?;
         let (at, v) = m.get(&(ns.to_string(), query.to_string()))?;
         (at.elapsed() < VERDICT_FOR).then_some(*v)
     }
 
-    pub(crate) fn put(&self, ns: &str, query: &str, selected: bool) {
+    pub fn put(&self, ns: &str, query: &str, selected: bool) {
         if let Ok(mut m) = self.0.lock() {
             if m.len() > 10_000 {
                 m.retain(|_, (at, _)| at.elapsed() < VERDICT_FOR);
@@ -75,26 +75,26 @@ impl NamespaceVerdicts {
 
 /// A synthesis that failed: not run again for the same fingerprint before `retry_at`.
 #[derive(Clone, Debug)]
-pub(crate) struct Failed {
+pub struct Failed {
     pub fingerprint: String,
     pub failures: u32,
     pub retry_at: Instant,
 }
 
 /// The group/version/kind of a manifest.
-pub(crate) fn gvk_of_manifest(m: &Value) -> Option<kube::core::GroupVersionKind> {
+pub fn gvk_of_manifest(m: &Value) -> Option<kube_core::GroupVersionKind> {
     let api_version = m.get("apiVersion")?.as_str()?;
     let kind = m.get("kind")?.as_str()?;
     let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
-    Some(kube::core::GroupVersionKind::gvk(group, version, kind))
+    Some(kube_core::GroupVersionKind::gvk(group, version, kind))
 }
 
 /// Per-resource positions in the loaded slices.
-pub(crate) type Positions = HashMap<ResourceKey, (usize, usize)>;
+pub type Positions = HashMap<ResourceKey, (usize, usize)>;
 
 /// One manifest of a loaded slice.
 #[derive(Debug)]
-pub(crate) struct LoadedResource {
+pub struct LoadedResource {
     pub key: ResourceKey,
     pub tombstone: bool,
     pub slice: usize,
@@ -103,7 +103,7 @@ pub(crate) struct LoadedResource {
 
 /// One loaded slice: its name and per-manifest states (resized to its manifests).
 #[derive(Debug)]
-pub(crate) struct LoadedSlice {
+pub struct LoadedSlice {
     pub name: String,
     pub states: Vec<ResourceState>,
     /// The states as stored (to skip writing unchanged ones).
@@ -113,7 +113,7 @@ pub(crate) struct LoadedSlice {
 
 /// The slices of one synthesis, parsed.
 #[derive(Debug, Default)]
-pub(crate) struct Loaded {
+pub struct Loaded {
     pub slices: Vec<LoadedSlice>,
     /// The slices themselves (shared with the cache: compact copies, identities only).
     pub specs: Vec<Arc<ResourceSlice>>,
@@ -147,12 +147,7 @@ impl Loaded {
             .collect()
     }
 
-    pub(crate) fn push(
-        &mut self,
-        slice: Arc<ResourceSlice>,
-        parsed: &Parsed,
-        stored: Vec<ResourceState>,
-    ) {
+    pub fn push(&mut self, slice: Arc<ResourceSlice>, parsed: &Parsed, stored: Vec<ResourceState>) {
         let si = self.slices.len();
         let name = slice.name_any();
         let mut states = stored.clone();
@@ -200,7 +195,7 @@ impl Loaded {
 
 /// What happened to one step.
 #[derive(Debug, Default)]
-pub(crate) struct StepResult {
+pub struct StepResult {
     /// The resourceVersion the server returned for a write.
     pub resource_version: Option<String>,
     /// Why the write failed (the server's message).

@@ -21,7 +21,7 @@ type Fields = Map<String, Value>;
 
 /// Who and what migrates.
 #[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Migration<'a> {
+pub struct Migration<'a> {
     /// `--migrating-field-managers`.
     pub managers: &'a [String],
     /// `--migrating-fields`, as path segments.
@@ -30,7 +30,7 @@ pub(crate) struct Migration<'a> {
 
 impl Migration<'_> {
     /// Both flags are set.
-    pub(crate) fn is_on(&self) -> bool {
+    pub fn is_on(&self) -> bool {
         !self.managers.is_empty() && !self.fields.is_empty()
     }
 }
@@ -38,7 +38,7 @@ impl Migration<'_> {
 /// The `managedFields` of `object` with the fields a migrating manager owns under a migrating
 /// path merged into enoki's `Apply` entry (created if missing); `None` when there are none.
 /// Pure.
-pub(crate) fn merged_managed_fields(object: &Value, m: Migration<'_>) -> Option<Value> {
+pub fn merged_managed_fields(object: &Value, m: Migration<'_>) -> Option<Value> {
     if !m.is_on() {
         return None;
     }

@@ -24,9 +24,9 @@ pub struct Fight {
 }
 
 /// Two drift corrections further apart than this are unrelated.
-const FIGHT_WINDOW: Duration = Duration::from_secs(60);
+pub const FIGHT_WINDOW: Duration = Duration::from_secs(60);
 /// The third correction in a row is a fight: a `FieldConflict` Event, and backoff from here.
-const FIGHT_THRESHOLD: u32 = 3;
+pub const FIGHT_THRESHOLD: u32 = 3;
 
 /// The delay before the next drift correction after `corrections` corrections in a row:
 /// none below [`FIGHT_THRESHOLD`], then 1 s, 2 s, 4 s, … up to 5 min.
@@ -137,7 +137,7 @@ pub fn conflict_message(
 
 /// The resources whose writes are held back by failure backoff now, with their last error.
 pub fn held(
-    backoff: &std::collections::HashMap<ResourceKey, super::super::model::Backoff>,
+    backoff: &std::collections::HashMap<ResourceKey, crate::model::Backoff>,
     now: Instant,
 ) -> HashMap<ResourceKey, String> {
     backoff

@@ -14,7 +14,7 @@ use crds::CompositionStatus;
 use crds::names::{conditions, reasons};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
-use super::super::condition::set_condition;
+use crate::condition::set_condition;
 
 fn find<'a>(st: &'a CompositionStatus, type_: &str) -> Option<&'a Condition> {
     st.conditions.iter().find(|c| c.type_ == type_)
@@ -40,7 +40,7 @@ fn failing(st: &CompositionStatus, generation: Option<i64>) -> bool {
 
 /// Settles `observedGeneration`, `Reconciling` and `Stalled` for a pass over a Composition at
 /// `generation`; `applied`: the pass enforced the current synthesis.
-pub(crate) fn settle(st: &mut CompositionStatus, generation: Option<i64>, applied: bool) {
+pub fn settle(st: &mut CompositionStatus, generation: Option<i64>, applied: bool) {
     let current = st
         .current_synthesis
         .as_ref()

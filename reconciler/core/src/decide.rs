@@ -19,7 +19,7 @@ use crds::names::reasons;
 
 /// A Synthesizer's module as observed.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub(crate) enum ModuleSeen {
+pub enum ModuleSeen {
     /// Fetched and compiled (or not read yet: an earlier precondition blocks).
     #[default]
     Ready,
@@ -37,7 +37,7 @@ pub(crate) enum ModuleSeen {
 /// What observing a Composition found about the preconditions of any synthesis, in the order
 /// they are read; what comes after the first blocker is not read (left at its default).
 #[derive(Clone, Debug, Default, PartialEq)]
-pub(crate) struct Preconditions {
+pub struct Preconditions {
     /// Why the spec is invalid (too large, a bad ServiceAccount name).
     pub invalid_spec: Option<String>,
     /// The name of the Synthesizer that does not exist.
@@ -58,7 +58,7 @@ pub(crate) struct Preconditions {
 
 /// A precondition that blocks every synthesis.
 #[derive(Clone, Debug, PartialEq)]
-pub(crate) enum Blocked {
+pub enum Blocked {
     /// Refused by policy: nothing is applied on the Composition's behalf (see [`current`]).
     Refused {
         reason: &'static str,
@@ -77,7 +77,7 @@ pub(crate) enum Blocked {
 
 impl Blocked {
     /// When to look again.
-    pub(crate) fn retry(&self) -> Duration {
+    pub fn retry(&self) -> Duration {
         match self {
             Blocked::Refused { retry, .. } | Blocked::Failed { retry, .. } => *retry,
             Blocked::Loading => Duration::from_secs(2),
@@ -89,7 +89,7 @@ impl Blocked {
 /// the remote namespace mapping, cross-namespace references, the module, the limits, the
 /// inputs. Policy refusals (terminal until the spec or the flags change) look again in 10 min;
 /// failures sooner, by how likely they are to clear.
-pub(crate) fn precondition(p: &Preconditions) -> Option<Blocked> {
+pub fn precondition(p: &Preconditions) -> Option<Blocked> {
     let refused = |reason, message: &str| Blocked::Refused {
         reason,
         message: message.to_string(),
@@ -139,7 +139,7 @@ pub(crate) fn precondition(p: &Preconditions) -> Option<Blocked> {
 
 /// What was observed of a due synthesis's preconditions.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct Seen {
+pub struct Seen {
     /// Inputs out of lockstep, one entry per input (`trigger::mismatched`).
     pub mismatched: Vec<String>,
     /// `dependsOn` holding the synthesis back.
@@ -150,7 +150,7 @@ pub(crate) struct Seen {
 
 /// Why the next synthesis waits.
 #[derive(Clone, Debug, PartialEq)]
-pub(crate) enum Wait {
+pub enum Wait {
     /// Inputs out of lockstep; the message names them.
     Mismatched(String),
     /// A dependency is missing, not ready or being deleted.
@@ -159,7 +159,7 @@ pub(crate) enum Wait {
 
 impl Wait {
     /// When to look again.
-    pub(crate) fn retry(&self, readiness_poll: Duration) -> Duration {
+    pub fn retry(&self, readiness_poll: Duration) -> Duration {
         match self {
             Wait::Mismatched(_) => Duration::from_secs(30),
             Wait::Dependencies(_) => readiness_poll.max(Duration::from_secs(2)),
@@ -169,7 +169,7 @@ impl Wait {
 
 /// The decision about a due synthesis.
 #[derive(Clone, Debug, PartialEq)]
-pub(crate) enum Next {
+pub enum Next {
     /// Run it; with `claim_rollout`, only once the global rollout slot is claimed.
     Synthesize {
         /// Claim the rollout cooldown's slot first (it may be taken: then it waits).
@@ -180,7 +180,7 @@ pub(crate) enum Next {
 }
 
 /// The next synthesis: lockstep first, then `dependsOn`, then (by the caller) the rollout slot.
-pub(crate) fn next(seen: &Seen) -> Next {
+pub fn next(seen: &Seen) -> Next {
     if !seen.mismatched.is_empty() {
         return Next::Wait(Wait::Mismatched(format!(
             "inputs out of lockstep: {}",
@@ -197,7 +197,7 @@ pub(crate) fn next(seen: &Seen) -> Next {
 
 /// What the pass over the current synthesis does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Current {
+pub enum Current {
     /// Apply it, revert drift, track readiness.
     Enforce,
     /// Delete (or orphan) what it applied.
@@ -207,7 +207,7 @@ pub(crate) enum Current {
 }
 
 /// The pass over the current synthesis, whatever blocks the next one.
-pub(crate) fn current(deleting: bool, refused_by_policy: bool) -> Current {
+pub fn current(deleting: bool, refused_by_policy: bool) -> Current {
     match (deleting, refused_by_policy) {
         (true, _) => Current::Delete,
         (false, true) => Current::Nothing,
@@ -216,7 +216,7 @@ pub(crate) fn current(deleting: bool, refused_by_policy: bool) -> Current {
 }
 
 /// Reasons of a refusal by policy: nothing is applied on the Composition's behalf.
-pub(crate) const POLICY_REFUSALS: [&str; 4] = [
+pub const POLICY_REFUSALS: [&str; 4] = [
     reasons::INVALID_SPEC,
     reasons::SYNTHESIZER_NOT_ALLOWED,
     reasons::CROSS_NAMESPACE_REF,

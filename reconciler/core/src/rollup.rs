@@ -3,15 +3,15 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::super::condition;
-use super::super::model::Loaded;
-use super::record::Recording;
+use crate::condition;
+use crate::model::Loaded;
+use crate::record::Recording;
 use crds::names::{conditions, reasons};
 use crds::{CompositionStatus, SimplifiedStatus};
 
 /// What the resources of the current synthesis add up to.
 #[derive(Debug, Default, PartialEq)]
-pub(crate) struct Rollup {
+pub struct Rollup {
     /// Every resource was applied (or deleted/orphaned, or fails open).
     pub all_reconciled: bool,
     /// Every resource is ready (tombstones and fail-open resources excepted).

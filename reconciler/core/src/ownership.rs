@@ -83,7 +83,7 @@ fn is_main(e: &Value) -> bool {
 }
 
 /// Whether some manager other than enoki's apply owns fields of `written`.
-pub(crate) fn shared_ownership(written: &Value) -> bool {
+pub fn shared_ownership(written: &Value) -> bool {
     written
         .pointer("/metadata/managedFields")
         .and_then(Value::as_array)
@@ -93,7 +93,7 @@ pub(crate) fn shared_ownership(written: &Value) -> bool {
 /// `written`'s `managedFields` with the fields enoki's entry had in `previous_dry_run` (the
 /// previous snapshot applied as a dry run), does not have now, and another manager owns, made
 /// enoki's alone; `None` when there are none.
-pub(crate) fn repaired_managed_fields(previous_dry_run: &Value, written: &Value) -> Option<Value> {
+pub fn repaired_managed_fields(previous_dry_run: &Value, written: &Value) -> Option<Value> {
     let entries = written.pointer("/metadata/managedFields")?.as_array()?;
     let before = previous_dry_run
         .pointer("/metadata/managedFields")?

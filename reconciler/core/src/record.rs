@@ -6,12 +6,12 @@ use std::collections::HashMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use plan::{Op, Plan, ReadinessState, Recorded, ResourceKey, SkipReason, Step};
 
-use super::super::model::{Loaded, StepResult};
+use crate::model::{Loaded, StepResult};
 use crds::ResourceState;
 
 /// The new states of every slice, and what the roll-up needs to explain.
 #[derive(Debug, Default)]
-pub(crate) struct Recording {
+pub struct Recording {
     /// One state per manifest, per slice (same shape as the slices).
     pub states: Vec<Vec<ResourceState>>,
     /// `key: message` of every write that failed.
@@ -28,7 +28,7 @@ pub(crate) struct Recording {
 /// resource that became ready without a condition time is stamped with; `owner_name` names
 /// the Composition of a UID (`namespace/name`) for conflict messages.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn record(
+pub fn record(
     owner_name: &dyn Fn(&str) -> Option<String>,
     the_plan: &Plan,
     outcomes: &[StepResult],
@@ -211,7 +211,7 @@ fn record_success(
 }
 
 /// Longest error kept on a resource's state in its ResourceSlice's status.
-pub(crate) const MAX_RESOURCE_ERROR: usize = 1024;
+pub const MAX_RESOURCE_ERROR: usize = 1024;
 
 /// An error as kept on a resource's state: at most [`MAX_RESOURCE_ERROR`] bytes. Pure.
 fn clipped(e: &str) -> String {
