@@ -193,7 +193,63 @@ pub struct ModuleSource {
     pub sha256: Option<String>,
 }
 
+/// The one source a [`ModuleSource`] names, as a type: every use matches all of them, so a
+/// new kind of source cannot be forgotten in one place.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum ModuleSourceKind<'a> {
+    /// A synthesizer built into enoki, by name.
+    Builtin(&'a str),
+    /// A module in a ConfigMap's `binaryData`.
+    ConfigMap(&'a ConfigMapModule),
+    /// An OCI artifact pinned by digest, with the Secret of its registry's credentials.
+    Oci {
+        /// `registry/repo:tag@sha256:…`.
+        reference: &'a str,
+        /// `pullSecret`.
+        pull_secret: Option<&'a SecretRef>,
+    },
+    /// An `https://` URL and the SHA-256 its content must have.
+    Url {
+        /// The URL.
+        url: &'a str,
+        /// `sha256` (hex, optionally `sha256:`-prefixed).
+        sha256: &'a str,
+    },
+}
+
 impl ModuleSource {
+    /// The one source this names. The API server's validation says the same; this is what
+    /// the controller believes (an object written before the validation, or a chart source
+    /// converted from its own type).
+    ///
+    /// # Errors
+    /// A message naming the fields: none or several sources set, a `url` without `sha256`,
+    /// a `pullSecret` without `oci`.
+    pub fn kind(&self) -> Result<ModuleSourceKind<'_>, String> {
+        let n = self.sources_set();
+        if n != 1 {
+            return Err(format!(
+                "exactly one of builtin, configMap, oci, url must be set ({n} are)"
+            ));
+        }
+        if self.pull_secret.is_some() && self.oci.is_none() {
+            return Err("pullSecret is for an oci source; this one is not".into());
+        }
+        match (&self.builtin, &self.config_map, &self.oci, &self.url) {
+            (Some(name), _, _, _) => Ok(ModuleSourceKind::Builtin(name)),
+            (_, Some(cm), _, _) => Ok(ModuleSourceKind::ConfigMap(cm)),
+            (_, _, Some(reference), _) => Ok(ModuleSourceKind::Oci {
+                reference,
+                pull_secret: self.pull_secret.as_ref(),
+            }),
+            (_, _, _, Some(url)) => match self.sha256.as_deref() {
+                Some(sha256) => Ok(ModuleSourceKind::Url { url, sha256 }),
+                None => Err("a url module needs sha256 (the hex SHA-256 of the module)".into()),
+            },
+            (None, None, None, None) => Err("no source is set".into()),
+        }
+    }
+
     /// How many of the mutually exclusive sources are set (valid specs have exactly one).
     pub fn sources_set(&self) -> usize {
         [
@@ -382,4 +438,53 @@ pub struct SynthesizerStatus {
     /// `Ready`: the module was fetched and compiled.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn source(v: serde_json::Value) -> ModuleSource {
+        serde_json::from_value(v).unwrap_or_default()
+    }
+
+    #[test]
+    fn a_module_source_is_exactly_one_kind() {
+        let oci = source(serde_json::json!({"oci": "r/m:1@sha256:00",
+            "pullSecret": {"name": "p", "namespace": "n"}}));
+        assert!(matches!(
+            oci.kind(),
+            Ok(ModuleSourceKind::Oci {
+                reference: "r/m:1@sha256:00",
+                pull_secret: Some(_)
+            })
+        ));
+        let url = source(serde_json::json!({"url": "https://m", "sha256": "ab"}));
+        assert_eq!(
+            url.kind(),
+            Ok(ModuleSourceKind::Url {
+                url: "https://m",
+                sha256: "ab"
+            })
+        );
+        assert_eq!(
+            source(serde_json::json!({"builtin": "quota"})).kind(),
+            Ok(ModuleSourceKind::Builtin("quota"))
+        );
+        for (bad, says) in [
+            (serde_json::json!({}), "(0 are)"),
+            (
+                serde_json::json!({"builtin": "quota", "url": "https://m"}),
+                "(2 are)",
+            ),
+            (serde_json::json!({"url": "https://m"}), "needs sha256"),
+            (
+                serde_json::json!({"builtin": "quota", "pullSecret": {"name": "p", "namespace": "n"}}),
+                "pullSecret is for an oci source",
+            ),
+        ] {
+            let err = source(bad.clone()).kind().unwrap_err();
+            assert!(err.contains(says), "{bad}: {err}");
+        }
+    }
 }

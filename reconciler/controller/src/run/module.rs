@@ -185,14 +185,9 @@ pub async fn fetch(
     helm_module: Option<&str>,
 ) -> Result<Module, ModuleError> {
     let m = &synth.spec.module;
-    if m.sources_set() != 1 {
-        return Err(ModuleError::Spec(format!(
-            "exactly one of builtin, configMap, oci, url must be set ({} are)",
-            m.sources_set()
-        )));
-    }
-    let module = match m.builtin.as_deref() {
-        Some(HELM_BUILTIN) => {
+    use crds::ModuleSourceKind as Kind;
+    let module = match m.kind().map_err(ModuleError::Spec)? {
+        Kind::Builtin(HELM_BUILTIN) => {
             if synth.spec.helm.is_none() {
                 return Err(ModuleError::Spec(
                     "builtin \"helm\" renders a chart: set spec.helm.chart".into(),
@@ -200,7 +195,7 @@ pub async fn fetch(
             }
             helm_module_compiled(host, helm_module, policy, ca, compile).await?
         }
-        Some(name) => {
+        Kind::Builtin(name) => {
             let Some(run) = builtins::lookup(name) else {
                 return Err(ModuleError::Spec(format!(
                     "builtin {name:?} is not a built-in synthesizer (known: {}, {HELM_BUILTIN})",
@@ -218,7 +213,7 @@ pub async fn fetch(
                 run,
             });
         }
-        None => {
+        Kind::ConfigMap(_) | Kind::Oci { .. } | Kind::Url { .. } => {
             // A large module streams to the host's download directory and is compiled from
             // there: the controller never holds its bytes. One the host knows by its digest
             // (loaded, compiling, failed, or in the on-disk cache) is not downloaded again.

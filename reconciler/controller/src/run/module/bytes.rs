@@ -17,56 +17,62 @@ pub(super) async fn fetch_bytes(
     download_dir: Option<&std::path::Path>,
     known: Option<KnownTo<'_>>,
 ) -> Result<crate::sources::Body, ModuleError> {
-    if m.pull_secret.is_some() && m.oci.is_none() {
-        return Err(ModuleError::Spec(
-            "pullSecret is for an oci source; this one is not".into(),
-        ));
-    }
-    if let Some(cm) = &m.config_map {
-        return config_map_bytes(
-            client,
-            cm,
-            policy,
-            artifact == Artifact::Module,
-            download_dir,
-        )
-        .await;
-    }
-    if let Some(reference) = &m.oci {
-        let credentials = match &m.pull_secret {
-            Some(secret) => pull_credentials(client, secret, reference).await?,
-            None => None,
-        };
-        let media_type = match artifact {
-            Artifact::Module => crate::sources::WASM_LAYER_MEDIA_TYPE,
-            Artifact::Chart => crate::sources::HELM_CHART_LAYER_MEDIA_TYPE,
-        };
-        // The layer's size comes with its digest: the on-disk cache answers too.
-        let on_disk = known.map(|known| move |digest: &str| known(digest, true));
-        return crate::sources::pull_layer_to(
+    use crds::ModuleSourceKind as Kind;
+    match m.kind().map_err(ModuleError::Spec)? {
+        Kind::Builtin(name) => Err(ModuleError::Spec(format!(
+            "builtin {name:?} is built into enoki: there are no bytes to fetch"
+        ))),
+        Kind::ConfigMap(cm) => {
+            config_map_bytes(
+                client,
+                cm,
+                policy,
+                artifact == Artifact::Module,
+                download_dir,
+            )
+            .await
+        }
+        Kind::Oci {
             reference,
-            media_type,
-            policy,
-            credentials.as_ref(),
-            ca,
-            download_dir,
-            on_disk.as_ref().map(|k| k as crate::sources::Known<'_>),
-        )
-        .await
-        .map_err(source_error("oci"));
-    }
-    let url = m.url.clone().unwrap_or_default();
-    // The pinned digest names the content: a module the host knows needs no download (only
-    // one loaded, compiling or failed: its size is not known before the download).
-    if let (Some(known), Some(sha)) = (known, m.sha256.as_deref()) {
-        let digest = format!("sha256:{}", crate::sources::sha256_hex(sha));
-        if url.starts_with("https://") && known(&digest, false) {
-            return Ok(crate::sources::Body::Known { digest, size: 0 });
+            pull_secret,
+        } => {
+            let credentials = match pull_secret {
+                Some(secret) => pull_credentials(client, secret, reference).await?,
+                None => None,
+            };
+            let media_type = match artifact {
+                Artifact::Module => crate::sources::WASM_LAYER_MEDIA_TYPE,
+                Artifact::Chart => crate::sources::HELM_CHART_LAYER_MEDIA_TYPE,
+            };
+            // The layer's size comes with its digest: the on-disk cache answers too.
+            let on_disk = known.map(|known| move |digest: &str| known(digest, true));
+            crate::sources::pull_layer_to(
+                reference,
+                media_type,
+                policy,
+                credentials.as_ref(),
+                ca,
+                download_dir,
+                on_disk.as_ref().map(|k| k as crate::sources::Known<'_>),
+            )
+            .await
+            .map_err(source_error("oci"))
+        }
+        Kind::Url { url, sha256 } => {
+            // The pinned digest names the content: a module the host knows needs no
+            // download (only one loaded, compiling or failed: its size is not known before
+            // the download).
+            if let Some(known) = known {
+                let digest = format!("sha256:{}", crate::sources::sha256_hex(sha256));
+                if url.starts_with("https://") && known(&digest, false) {
+                    return Ok(crate::sources::Body::Known { digest, size: 0 });
+                }
+            }
+            crate::sources::fetch_url_to(url, Some(sha256), ca, policy, download_dir)
+                .await
+                .map_err(source_error("url"))
         }
     }
-    crate::sources::fetch_url_to(&url, m.sha256.as_deref(), ca, policy, download_dir)
-        .await
-        .map_err(source_error("url"))
 }
 
 /// A download's error as the module's: the remote's (transient, naming `field`), the
