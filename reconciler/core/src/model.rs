@@ -11,6 +11,27 @@ use crds::{ResourceSlice, ResourceSliceSpec, ResourceState};
 use plan::ResourceKey;
 use serde_json::Value;
 
+/// What a step of a pass came to when it may be held back for a reason the pass reports (an
+/// input missing or refused, a precondition, a requeue): not an API failure — those are the
+/// `Error` around it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome<T, W = String> {
+    /// The step's value.
+    Ready(T),
+    /// Why it waits: a message for a condition, or how long until it looks again.
+    Waits(W),
+}
+
+impl<T, W> Outcome<T, W> {
+    /// The same outcome with its value mapped (what it waits on kept).
+    pub fn map_ready<U>(self, f: impl FnOnce(T) -> U) -> Outcome<U, W> {
+        match self {
+            Outcome::Ready(t) => Outcome::Ready(f(t)),
+            Outcome::Waits(w) => Outcome::Waits(w),
+        }
+    }
+}
+
 /// Per-resource write backoff: failures so far, when to try again, and the last error.
 pub type Backoff = (u32, Instant, String);
 

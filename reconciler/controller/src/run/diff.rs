@@ -200,9 +200,10 @@ async fn synthesize_from_cluster(ctx: &Context, comp: &Composition) -> anyhow::R
     let module = super::synthesizer::fetch_module(ctx, &synth)
         .await
         .map_err(|e| anyhow::anyhow!("Synthesizer {}: {e}", synth.name_any()))?;
-    let gathered = observe::gather(ctx, comp, &synth)
-        .await?
-        .map_err(|m| anyhow::anyhow!("{who}: {m}"))?;
+    let gathered = match observe::gather(ctx, comp, &synth).await? {
+        reconciler_core::model::Outcome::Ready(g) => g,
+        reconciler_core::model::Outcome::Waits(m) => anyhow::bail!("{who}: {m}"),
+    };
     let st = comp.status.clone().unwrap_or_default();
     let observed = inputs::observed_outputs(ctx, comp, &st).await?.0;
     let input = synthesize::input_for(ctx, comp, &synth, &gathered, observed, String::new());

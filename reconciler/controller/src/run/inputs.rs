@@ -15,6 +15,7 @@ use crds::names::FIELD_MANAGER;
 use crds::{CollectionRef, Composition, CompositionStatus};
 use emitted::emitted_identities;
 pub use emitted::{emitted, holds_plain_secret, slices_reusable};
+use reconciler_core::model::Outcome;
 mod emitted;
 
 pub use crds::names::OBSERVED_REVISION_KEY;

@@ -19,6 +19,7 @@ pub(crate) mod slices;
 pub(crate) mod status_write;
 pub(crate) mod synthesize;
 
+use reconciler_core::model::Outcome;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -174,7 +175,7 @@ async fn observe_all(
     ctx: &Arc<Context>,
     comp: &Composition,
     st: &mut CompositionStatus,
-) -> Result<Result<Observed, Duration>, Error> {
+) -> Result<Outcome<Observed, Duration>, Error> {
     let mut seen = decide::Preconditions::default();
     let blocked = |st: &mut CompositionStatus, seen: &decide::Preconditions| {
         decide::precondition(seen).map(|b| {
@@ -186,7 +187,7 @@ async fn observe_all(
         crate::synthesis::invalid_service_account_name(comp.spec.service_account_name.as_deref())
     });
     if let Some(wait) = blocked(st, &seen) {
-        return Ok(Err(wait));
+        return Ok(Outcome::Waits(wait));
     }
     let synth = observe::synthesizer(ctx, comp).await?;
     seen.missing_synthesizer = synth.is_none().then(|| comp.spec.synthesizer.name.clone());
@@ -199,8 +200,8 @@ async fn observe_all(
             super::tenancy::cross_namespace_refs(comp, s, ctx.opts.controller_namespace.as_deref());
     }
     let (Some(synth), None) = (synth, blocked(st, &seen)) else {
-        return Ok(Err(
-            decide::precondition(&seen).map_or(Duration::from_secs(30), |b| b.retry())
+        return Ok(Outcome::Waits(
+            decide::precondition(&seen).map_or(Duration::from_secs(30), |b| b.retry()),
         ));
     };
     let limits = ctx.opts.sandbox.limits_of(synth.spec.limits.as_ref());
@@ -215,16 +216,16 @@ async fn observe_all(
     };
     seen.limits_refused = limits.as_ref().err().cloned();
     let (Ok(module), Ok(limits), None) = (module, limits, blocked(st, &seen)) else {
-        return Ok(Err(
-            decide::precondition(&seen).map_or(Duration::from_secs(30), |b| b.retry())
+        return Ok(Outcome::Waits(
+            decide::precondition(&seen).map_or(Duration::from_secs(30), |b| b.retry()),
         ));
     };
     let gathered = match observe::gather(ctx, comp, &synth).await? {
-        Ok(g) => g,
-        Err(message) => {
+        Outcome::Ready(g) => g,
+        Outcome::Waits(message) => {
             seen.missing_input = Some(message);
             let wait = blocked(st, &seen).unwrap_or(Duration::from_secs(15));
-            return Ok(Err(wait));
+            return Ok(Outcome::Waits(wait));
         }
     };
     let mut revisions = gathered.revisions();
@@ -240,7 +241,7 @@ async fn observe_all(
         });
         observed = Some(live);
     }
-    Ok(Ok(Observed {
+    Ok(Outcome::Ready(Observed {
         synth,
         module,
         gathered,
@@ -341,8 +342,8 @@ async fn converge(ctx: &Arc<Context>, comp: &Arc<Composition>) -> Result<Action,
     let mut st = comp.status.clone().unwrap_or_default();
     let uid = comp.uid().unwrap_or_default();
     let (blocked, instance) = match observe_all(ctx, comp, &mut st).await {
-        Ok(Err(requeue)) => (Some(requeue), None),
-        Ok(Ok(o)) => {
+        Ok(Outcome::Waits(requeue)) => (Some(requeue), None),
+        Ok(Outcome::Ready(o)) => {
             let instance = o.gathered.instance().cloned();
             match next_synthesis(ctx, comp, &mut st, o).await {
                 Ok(NextEnd::UpToDate) => (None, instance),

@@ -12,6 +12,7 @@ use serde_json::Value;
 use super::super::{Context, Error, inputs};
 use crds::names::annotations as keys;
 use crds::{Composition, InputRevision, Synthesizer};
+use reconciler_core::model::Outcome;
 
 /// Reads an object through the input cache of its kind (tracked for `comp`), or with a GET
 /// when the cache does not have it (not synced yet, or an object enoki manages), with the
@@ -175,8 +176,8 @@ impl Gathered {
     }
 }
 
-/// Reads every bound input: in instance mode first `self`, then every ref. Outer error: API
-/// failure; inner error: a missing required input (or a bad collection selector).
+/// Reads every bound input: in instance mode first `self`, then every ref. Error: an API
+/// failure; [`Outcome::Waits`]: a missing required input (or a bad collection selector).
 ///
 /// # Errors
 /// [`Error::ReadInput`].
@@ -184,7 +185,7 @@ pub(crate) async fn gather(
     ctx: &Context,
     comp: &Composition,
     synth: &Synthesizer,
-) -> Result<Result<Gathered, String>, Error> {
+) -> Result<Outcome<Gathered>, Error> {
     let mut g = Gathered {
         inputs: Vec::new(),
         collections: Vec::new(),
@@ -205,28 +206,28 @@ pub(crate) async fn gather(
         } else if let Some(c) = &r.collection {
             let instance = g.instance().cloned();
             match inputs::collection(ctx, comp, &r.key, c, instance.as_ref()).await? {
-                Ok((items, digest)) => {
+                Outcome::Ready((items, digest)) => {
                     g.collections.push(InputRevision {
                         key: r.key.clone(),
                         digest: Some(digest),
                         ..InputRevision::default()
                     });
-                    Ok(items)
+                    Outcome::Ready(items)
                 }
-                Err(message) => Err(message),
+                waits => waits.map_ready(|_| Vec::new()),
             }
         } else {
-            Ok(Vec::new())
+            Outcome::Ready(Vec::new())
         };
         match step {
-            Ok(items) => g
+            Outcome::Ready(items) => g
                 .inputs
                 .extend(items.into_iter().map(|o| (r.key.clone(), o))),
-            Err(_) if r.optional => {}
-            Err(message) => return Ok(Err(message)),
+            Outcome::Waits(_) if r.optional => {}
+            Outcome::Waits(message) => return Ok(Outcome::Waits(message)),
         }
     }
-    Ok(Ok(g))
+    Ok(Outcome::Ready(g))
 }
 
 /// One object input: its name from the binding, the ref or the instance (`nameFrom`), its
@@ -237,19 +238,19 @@ async fn object_input(
     r: &crds::Ref,
     res: &crds::ResourceRef,
     instance: Option<Value>,
-) -> Result<Result<Vec<Value>, String>, Error> {
+) -> Result<Outcome<Vec<Value>>, Error> {
     let gvk = GroupVersionKind::gvk(&res.group, &res.version, &res.kind);
     let (ar, namespaced) = match ctx.resolve(&gvk).await {
         Ok(x) => x,
         Err(e) => {
-            return Ok(Err(format!(
+            return Ok(Outcome::Waits(format!(
                 "input {:?}: kind {}/{} is not served: {e}",
                 r.key, res.version, res.kind
             )));
         }
     };
     let Some((name, obj_ns)) = bound_object(comp, r, res, instance.as_ref()) else {
-        return Ok(Err(format!(
+        return Ok(Outcome::Waits(format!(
             "input {:?} is not bound (add a binding with this key)",
             r.key
         )));
@@ -259,7 +260,7 @@ async fn object_input(
         // An optional input the Composition's account may not read is absent for it (e.g. the
         // trustee built-in's cluster-scoped IBM SE PersistentVolume under the default install).
         Err(kube::Error::Api(s)) if s.code == 403 && r.optional => {
-            return Ok(Err(format!(
+            return Ok(Outcome::Waits(format!(
                 "input {:?}: {} {name} may not be read ({})",
                 r.key, res.kind, s.message
             )));
@@ -278,7 +279,7 @@ async fn object_input(
                 v["apiVersion"] = Value::from(ar.api_version.clone());
                 v["kind"] = Value::from(ar.kind.clone());
             }
-            Ok(Ok(vec![v]))
+            Ok(Outcome::Ready(vec![v]))
         }
         None => {
             let at = if namespaced {
@@ -286,7 +287,7 @@ async fn object_input(
             } else {
                 name.clone()
             };
-            Ok(Err(format!(
+            Ok(Outcome::Waits(format!(
                 "input {:?}: {} {at} does not exist",
                 r.key, res.kind
             )))

@@ -132,8 +132,8 @@ pub(crate) async fn synthesize(
     let out = match pending {
         Some(out) => out,
         None => match run(ctx, comp, st, &req).await? {
-            Ok(out) => out,
-            Err(e) => {
+            Ran::Output(out) => out,
+            Ran::Failed(e) => {
                 report_failure(ctx, comp, instance.as_ref(), &e).await;
                 failed_run(st, comp.metadata.generation, &e);
                 let failures = failed.map_or(0, |f| f.failures) + 1;
@@ -208,7 +208,7 @@ async fn run(
     comp: &Composition,
     st: &CompositionStatus,
     req: &Request<'_>,
-) -> Result<Result<synthesis::Synthesized, synthesis::SynthesisError>, Error> {
+) -> Result<Ran, Error> {
     let observed = match &req.observed {
         Some(o) => o.clone(),
         None => inputs::observed_outputs(ctx, comp, st).await?.0,
@@ -261,7 +261,18 @@ async fn run(
             .wasm_peak_memory
             .observe(out.peak_memory_bytes as f64);
     }
-    Ok(result)
+    Ok(match result {
+        Ok(out) => Ran::Output(out),
+        Err(e) => Ran::Failed(e),
+    })
+}
+
+/// What running the synthesizer came to (the API reads around it may fail: the `Error`).
+pub(crate) enum Ran {
+    /// Its output, validated.
+    Output(synthesis::Synthesized),
+    /// Why it failed (a condition says so).
+    Failed(synthesis::SynthesisError),
 }
 
 /// Variables the controller sets after the Synthesizer's `env` and the Composition's

@@ -5,20 +5,20 @@
 use super::*;
 
 /// Lists a collection for `comp`: its objects (projected, sorted by namespace and name) and
-/// their digest. Outer error: API failure; inner: a problem to report (kind not served, bad
-/// selector).
+/// their digest. Error: an API failure; [`Outcome::Waits`]: a problem to report (kind not
+/// served, bad selector).
 pub async fn collection(
     ctx: &Context,
     comp: &Composition,
     key: &str,
     c: &CollectionRef,
     instance: Option<&Value>,
-) -> Result<Result<(Vec<Value>, String), String>, Error> {
+) -> Result<Outcome<(Vec<Value>, String)>, Error> {
     let gvk = gvk_of(&c.group, &c.version, &c.kind);
     let (ar, namespaced) = match ctx.resolve(&gvk).await {
         Ok(x) => x,
         Err(e) => {
-            return Ok(Err(format!(
+            return Ok(Outcome::Waits(format!(
                 "input {key:?}: kind {}/{} is not served: {e}",
                 c.version, c.kind
             )));
@@ -33,11 +33,11 @@ pub async fn collection(
     };
     ctx.watches.track(&gvk, &ar, &scope, "*", comp);
     let namespaces = match selected_namespaces(ctx, comp, key, c, instance).await? {
-        Ok(n) => n,
-        Err(message) => return Ok(Err(message)),
+        Outcome::Ready(n) => n,
+        Outcome::Waits(message) => return Ok(Outcome::Waits(message)),
     };
     if !namespaced && namespaces.is_some() {
-        return Ok(Err(format!(
+        return Ok(Outcome::Waits(format!(
             "input {key:?}: {} is cluster-scoped; a namespace selector does not apply",
             c.kind
         )));
@@ -45,8 +45,8 @@ pub async fn collection(
     let selectors = match label_selectors(key, c, instance) {
         Ok(Some(selectors)) => selectors,
         // The instance names no selector: an empty collection.
-        Ok(None) => return Ok(Ok((Vec::new(), digest(&json!([]))))),
-        Err(message) => return Ok(Err(message)),
+        Ok(None) => return Ok(Outcome::Ready((Vec::new(), digest(&json!([]))))),
+        Err(message) => return Ok(Outcome::Waits(message)),
     };
     // As the Composition's account; under --no-cross-namespace-refs only its own namespace.
     let client = ctx
@@ -68,8 +68,8 @@ pub async fn collection(
         fields: &c.fields,
     };
     let mut items = match read.items(key, lp).await? {
-        Ok(items) => items,
-        Err(message) => return Ok(Err(message)),
+        Outcome::Ready(items) => items,
+        Outcome::Waits(message) => return Ok(Outcome::Waits(message)),
     };
     items.sort_by_key(|o| {
         (
@@ -78,19 +78,19 @@ pub async fn collection(
         )
     });
     let d = digest(&Value::Array(items.clone()));
-    Ok(Ok((items, d)))
+    Ok(Outcome::Ready((items, d)))
 }
 
 /// The namespaces a collection reads (`None`: all): from the instance
-/// (`namespaceSelectorFrom`), from a fixed `namespaceSelector`, or all. Inner error: a bad
-/// selector, named.
+/// (`namespaceSelectorFrom`), from a fixed `namespaceSelector`, or all.
+/// [`Outcome::Waits`]: a bad selector, named.
 pub(super) async fn selected_namespaces(
     ctx: &Context,
     comp: &Composition,
     key: &str,
     c: &CollectionRef,
     instance: Option<&Value>,
-) -> Result<Result<Option<BTreeSet<String>>, String>, Error> {
+) -> Result<Outcome<Option<BTreeSet<String>>>, Error> {
     let selector = match (&c.namespace_selector_from, &c.namespace_selector) {
         (Some(path), _) => {
             let pointer = format!("/{}", path.replace('.', "/"));
@@ -98,7 +98,9 @@ pub(super) async fn selected_namespaces(
                 None | Some(Value::Null) => Some(None),
                 Some(sel) => match selector_string(sel) {
                     Ok(s) => Some(Some(s)),
-                    Err(e) => return Ok(Err(format!("input {key:?}: self.{path}: {e}"))),
+                    Err(e) => {
+                        return Ok(Outcome::Waits(format!("input {key:?}: self.{path}: {e}")));
+                    }
                 },
             }
         }
@@ -106,8 +108,8 @@ pub(super) async fn selected_namespaces(
         (None, None) => None,
     };
     let sel = match selector {
-        None => return Ok(Ok(None)),
-        Some(None) => return Ok(Ok(Some(BTreeSet::new()))),
+        None => return Ok(Outcome::Ready(None)),
+        Some(None) => return Ok(Outcome::Ready(Some(BTreeSet::new()))),
         Some(Some(sel)) => sel,
     };
     let ns_gvk = gvk_of("", "v1", "Namespace");
@@ -125,14 +127,17 @@ pub(super) async fn selected_namespaces(
         |n| Some((n.metadata.name?, 0)),
     );
     match names.await {
-        Ok(names) => Ok(Ok(Some(names.into_iter().collect()))),
-        Err(super::super::paging::Stop::Api(kube::Error::Api(e))) if e.code == 400 => Ok(Err(
-            format!("input {key:?}: namespace selector {sel:?}: {}", e.message),
-        )),
+        Ok(names) => Ok(Outcome::Ready(Some(names.into_iter().collect()))),
+        Err(super::super::paging::Stop::Api(kube::Error::Api(e))) if e.code == 400 => {
+            Ok(Outcome::Waits(format!(
+                "input {key:?}: namespace selector {sel:?}: {}",
+                e.message
+            )))
+        }
         Err(super::super::paging::Stop::Api(e)) => {
             Err(kube_err(format!("listing namespaces for {key:?}"))(e))
         }
-        Err(super::super::paging::Stop::TooLarge(_)) => Ok(Ok(Some(BTreeSet::new()))),
+        Err(super::super::paging::Stop::TooLarge(_)) => Ok(Outcome::Ready(Some(BTreeSet::new()))),
     }
 }
 
@@ -174,7 +179,7 @@ struct Listing<'a> {
 impl Listing<'_> {
     /// The collection's items, read page by page, projected as they come and bounded while
     /// read. Inner error: over the bound, a bad selector or a refusal, named.
-    async fn items(&self, key: &str, lp: ListParams) -> Result<Result<Vec<Value>, String>, Error> {
+    async fn items(&self, key: &str, lp: ListParams) -> Result<Outcome<Vec<Value>>, Error> {
         let in_scope = |o: &DynamicObject| {
             self.namespaces.is_none_or(|set| {
                 o.metadata
@@ -205,20 +210,23 @@ impl Listing<'_> {
         let items = match listed.await {
             Ok(items) => items,
             Err(super::super::paging::Stop::TooLarge(n)) => {
-                return Ok(Err(format!(
+                return Ok(Outcome::Waits(format!(
                     "input {key:?}: the collection is over {max} bytes ({n})"
                 )));
             }
             Err(super::super::paging::Stop::Api(kube::Error::Api(e))) if e.code == 400 => {
-                return Ok(Err(format!("input {key:?}: label selector: {}", e.message)));
+                return Ok(Outcome::Waits(format!(
+                    "input {key:?}: label selector: {}",
+                    e.message
+                )));
             }
             Err(super::super::paging::Stop::Api(kube::Error::Api(e))) if e.code == 403 => {
-                return Ok(Err(format!("input {key:?}: {}", e.message)));
+                return Ok(Outcome::Waits(format!("input {key:?}: {}", e.message)));
             }
             Err(super::super::paging::Stop::Api(e)) => {
                 return Err(kube_err(format!("listing input {key:?}"))(e));
             }
         };
-        Ok(Ok(items))
+        Ok(Outcome::Ready(items))
     }
 }

@@ -3,6 +3,7 @@
 //! split off, and the history moved along (previous ← current ← new).
 
 use super::*;
+use reconciler_core::model::Outcome;
 
 /// Stores a successful output: keeps the current slices when an input-only change produced
 /// identical resources, otherwise writes new slices (with tombstones) and swaps
@@ -59,8 +60,8 @@ pub(super) async fn store(
     } else {
         let bound = req.limits.max_output_bytes;
         match write_new(ctx, comp, st, &items, &uuid, (fp, kept), bound).await? {
-            Ok(refs) => next.resource_slices = refs,
-            Err(requeue) => return Ok(SynthesisEnd::Failed(requeue)),
+            Outcome::Ready(refs) => next.resource_slices = refs,
+            Outcome::Waits(requeue) => return Ok(SynthesisEnd::Failed(requeue)),
         }
         next.outside_namespace = outside_namespace(
             &items,
@@ -244,7 +245,7 @@ pub(super) fn split_write_back(
 }
 
 /// Writes the slices of a new synthesis (its items plus tombstones for what the current one
-/// had). `Ok(Err(requeue))`: refused for good (condition set, not retried for this
+/// had). `Ok(Outcome::Waits(requeue))`: refused for good (condition set, not retried for this
 /// fingerprint); a transient failure keeps the output for the retry.
 pub(super) async fn write_new(
     ctx: &Arc<Context>,
@@ -254,7 +255,7 @@ pub(super) async fn write_new(
     uuid: &str,
     (fp, kept): (&str, synthesis::Synthesized),
     bound: usize,
-) -> Result<Result<Vec<crds::ResourceSliceRef>, Duration>, Error> {
+) -> Result<Outcome<Vec<crds::ResourceSliceRef>, Duration>, Error> {
     let uid = comp.uid().unwrap_or_default();
     // Secrets are sealed: their values never sit in a slice in plain text.
     let mut manifests = Vec::with_capacity(items.len());
@@ -283,13 +284,13 @@ pub(super) async fn write_new(
     if let Some(message) = super::super::budget::too_large(ctx, comp, st, (emitted, charged), bound)
     {
         refuse(ctx, comp, st, fp, reasons::OUTPUT_TOO_LARGE, &message).await;
-        return Ok(Err(RETRY_CAP));
+        return Ok(Outcome::Waits(RETRY_CAP));
     }
     match slices::write(ctx, comp, uuid, manifests).await {
         Ok(refs) => {
             let ns = comp.namespace().unwrap_or_default();
             ctx.synthesis_rates.wrote(&ns, bytes);
-            Ok(Ok(refs))
+            Ok(Outcome::Ready(refs))
         }
         Err(e) if e.is_transient() => {
             ctx.memory
@@ -300,7 +301,7 @@ pub(super) async fn write_new(
         Err(e) => {
             let message = super::super::super::error::chain(&e);
             refuse(ctx, comp, st, fp, reasons::SLICE_WRITE_FAILED, &message).await;
-            Ok(Err(RETRY_CAP))
+            Ok(Outcome::Waits(RETRY_CAP))
         }
     }
 }
