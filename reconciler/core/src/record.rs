@@ -49,7 +49,7 @@ pub fn record(
         let state = &mut rec.states[si][ri];
         if let Op::Conflict { owner } = &step.op {
             let message = conflict_message(owner, owner_name);
-            state.error = Some(message.clone());
+            state.error = Some(clipped(&message));
             state.reconciled = false;
             state.ready = None;
             rec.conflicts.push(format!("{}: {message}", step.key));
@@ -210,19 +210,32 @@ fn record_success(
     }
 }
 
-/// Longest error kept on a resource's state in its ResourceSlice's status.
+/// Longest error kept on a resource's state in its ResourceSlice's status, in bytes as the
+/// API server stores it (JSON-escaped).
 pub const MAX_RESOURCE_ERROR: usize = 1024;
 
-/// An error as kept on a resource's state: at most [`MAX_RESOURCE_ERROR`] bytes. Pure.
+/// Bytes `c` takes in JSON as the API server writes it: quotes and backslashes escaped,
+/// control characters, `<`, `>`, `&` and the line separators as `\uXXXX`.
+fn escaped_len(c: char) -> usize {
+    match c {
+        '"' | '\\' => 2,
+        '<' | '>' | '&' | '\u{2028}' | '\u{2029}' => 6,
+        c if (c as u32) < 0x20 => 6,
+        c => c.len_utf8(),
+    }
+}
+
+/// An error as kept on a resource's state: at most [`MAX_RESOURCE_ERROR`] bytes once
+/// JSON-escaped. Pure.
 fn clipped(e: &str) -> String {
-    if e.len() <= MAX_RESOURCE_ERROR {
-        return e.to_string();
+    let mut size = 0;
+    for (i, c) in e.char_indices() {
+        size += escaped_len(c);
+        if size > MAX_RESOURCE_ERROR {
+            return format!("{} …(truncated)", &e[..i]);
+        }
     }
-    let mut cut = MAX_RESOURCE_ERROR;
-    while !e.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    format!("{} …(truncated)", &e[..cut])
+    e.to_string()
 }
 
 #[cfg(test)]
@@ -401,5 +414,8 @@ mod tests {
             c.len() <= MAX_RESOURCE_ERROR + 20 && c.ends_with("…(truncated)"),
             "{c}"
         );
+        // Counted as escaped: characters JSON writes as `\u003c` take six bytes each.
+        let escaped = clipped(&"<".repeat(1000));
+        assert_eq!(escaped.matches('<').count(), MAX_RESOURCE_ERROR / 6);
     }
 }

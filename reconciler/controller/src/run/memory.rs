@@ -87,13 +87,24 @@ pub(crate) struct ApplyMemory {
 /// What enoki last reported: the status it wrote and the Warning Events it published.
 #[derive(Default)]
 pub(crate) struct ReportMemory {
-    /// The status enoki last wrote: (resourceVersion the server returned, resourceVersion
-    /// the cache showed before the write, the status), so a pass that starts from a cache
-    /// entry older than that write still sees it.
-    pub written: Option<(String, String, CompositionStatus)>,
+    /// The status enoki last wrote and the cache versions that do not show it yet, so a pass
+    /// that starts from such a cache entry still sees it.
+    pub written: Option<Written>,
     /// The note of the last Warning Event per reason (`ApplyFailed`, `Conflict`,
     /// `InvalidAnnotation`): the same note is not published again on every pass.
     pub reported: HashMap<&'static str, String>,
+}
+
+/// A status enoki wrote, as the cache may not show it yet.
+#[derive(Debug, Clone)]
+pub(crate) struct Written {
+    /// The resourceVersion the server returned for the write.
+    pub rv: String,
+    /// Cache versions behind it: the one the first of enoki's writes in a row was based on,
+    /// and those of enoki's writes since (a cache at one of them has not caught up).
+    pub behind: Vec<String>,
+    /// The status written.
+    pub status: CompositionStatus,
 }
 
 /// Every per-Composition store.

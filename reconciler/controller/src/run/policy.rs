@@ -19,9 +19,9 @@ use crds::Composition;
 const CONFLICT_RETRY_CAP: Duration = Duration::from_secs(5);
 
 /// The backoff of a Composition whose reconcile failed: transient errors are retried after
-/// an exponentially growing, jittered delay (per Composition, reset by a success); terminal
-/// ones become a `Reconciled=False` condition and a Warning Event, and are retried only at
-/// the capped delay.
+/// an exponentially growing, jittered delay (per Composition, reset by a success), a status
+/// write that conflicted within seconds; terminal ones (which the failing pass reported as a
+/// `Reconciled=False` condition and a Warning Event) are retried only at the capped delay.
 #[allow(clippy::needless_pass_by_value)] // the signature kube-runtime requires
 pub(crate) fn error_policy(comp: Arc<Composition>, err: &Error, ctx: Arc<Context>) -> Action {
     metrics::Metrics::count(&ctx.metrics.reconcile_errors, err.category());

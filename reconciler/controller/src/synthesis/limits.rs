@@ -32,7 +32,8 @@ pub const MAX_SYMPHONY_VARIATIONS: usize = 256;
 pub const SPEC_DROPPED: &str = "enoki.dev/cached-spec-dropped";
 
 /// Cuts the cache's copy of a Composition refused for its size down to its metadata (of its
-/// labels, enoki's and Eno's only), status and Synthesizer reference: the caches hold at most [`MAX_SPEC_BYTES`] of any spec, however
+/// labels, enoki's and Eno's only), status, Synthesizer reference, service account and
+/// `dependsOn` (what its deletion reads; each kept only when small): the caches hold at most [`MAX_SPEC_BYTES`] of any spec, however
 /// large a tenant writes one (up to etcd's 1.5 MiB). A refused Composition has no pass, so
 /// nothing reads the rest; its deletion reads its status and annotations, which stay. Pure.
 pub fn drop_refused_spec(comp: &mut crds::Composition) {
@@ -40,8 +41,23 @@ pub fn drop_refused_spec(comp: &mut crds::Composition) {
         a.remove(SPEC_DROPPED);
     }
     if let Some(why) = composition_too_large(comp) {
+        // What its deletion reads stays: the account it acts as and what depends on what
+        // (each kept only when small; a padded one is dropped).
+        let account = comp
+            .spec
+            .service_account_name
+            .take()
+            .filter(|s| s.len() <= 253);
+        let depends_on = std::mem::take(&mut comp.spec.depends_on);
+        let small = serde_json::to_vec(&depends_on).is_ok_and(|v| v.len() <= 16 * 1024);
+        let mut synthesizer = std::mem::take(&mut comp.spec.synthesizer);
+        if synthesizer.name.len() > 253 {
+            synthesizer = crds::SynthesizerRef::default();
+        }
         comp.spec = crds::CompositionSpec {
-            synthesizer: comp.spec.synthesizer.clone(),
+            synthesizer,
+            service_account_name: account,
+            depends_on: if small { depends_on } else { Vec::new() },
             ..crds::CompositionSpec::default()
         };
         // Labels, which Kubernetes does not bound in total: enoki's and Eno's own stay.

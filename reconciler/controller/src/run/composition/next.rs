@@ -64,6 +64,7 @@ pub(super) async fn next_synthesis(
         {
             synthesize::synthesized(st, comp.metadata.generation);
         }
+        forget_unrecorded(ctx, comp, st).await;
         return Ok(NextEnd::UpToDate);
     }
     synthesize_now(ctx, comp, st, o, forced, &trigger).await
@@ -85,11 +86,21 @@ pub(super) async fn synthesize_now(
         tracing::info!(%trigger, "synthesis waits for the slice cache's first list");
         return Ok(NextEnd::Held(Duration::from_secs(5)));
     }
+    let req = synthesize::Request {
+        synth: &o.synth,
+        module: o.module,
+        gathered: o.gathered,
+        revisions: o.revisions,
+        forced,
+        trigger,
+        observed: o.observed,
+        limits: o.limits,
+    };
     // What holds the synthesis back (reads only), then the pure decision.
     let seen = decide::Seen {
         mismatched: trigger::mismatched(
-            &o.revisions,
-            o.synth.metadata.generation,
+            &req.revisions,
+            req.synth.metadata.generation,
             comp.metadata.generation,
         ),
         dependencies: dependencies::block(ctx, comp).await?,
@@ -105,12 +116,15 @@ pub(super) async fn synthesize_now(
         // one Composition per cooldown, across all Compositions (Eno). Claimed last and
         // atomically, so a blocked Composition never uses up a rollout slot.
         decide::Next::Synthesize { claim_rollout } => {
-            // A synthesis stored but not yet recorded (its status write failed) claimed its
-            // slot already: recording it claims none.
+            // A synthesis of these inputs stored but not yet recorded (its status write
+            // failed) claimed its slot already: recording it claims none.
+            let fp = synthesize::fingerprint(comp, &req);
             let unrecorded = ctx
                 .memory
                 .synthesis
-                .with(&comp.uid().unwrap_or_default(), |m| m.unrecorded.is_some());
+                .with(&comp.uid().unwrap_or_default(), |m| {
+                    m.unrecorded.as_ref().is_some_and(|(f, _)| *f == fp)
+                });
             if claim_rollout
                 && !unrecorded
                 && let Some(wait) = ctx.rollout_slot()
@@ -123,19 +137,29 @@ pub(super) async fn synthesize_now(
     }
     st.dependency_status = None;
     tracing::debug!(%trigger, "synthesizing");
-    let req = synthesize::Request {
-        synth: &o.synth,
-        module: o.module,
-        gathered: o.gathered,
-        revisions: o.revisions,
-        forced,
-        trigger,
-        observed: o.observed,
-        limits: o.limits,
-    };
     match synthesize::synthesize(ctx, comp, st, req).await? {
         synthesize::SynthesisEnd::Stored => Ok(NextEnd::Stored),
         synthesize::SynthesisEnd::Failed(requeue) => Ok(NextEnd::Held(requeue)),
+    }
+}
+
+/// The current synthesis is up to date: a synthesis stored but never recorded (its status
+/// write lost to a newer pass's) will not be recorded any more, and its slices go.
+async fn forget_unrecorded(ctx: &Arc<Context>, comp: &Composition, st: &CompositionStatus) {
+    let Some((_, s)) = ctx
+        .memory
+        .synthesis
+        .with(&comp.uid().unwrap_or_default(), |m| m.unrecorded.take())
+    else {
+        return;
+    };
+    let landed = [&st.current_synthesis, &st.previous_synthesis]
+        .into_iter()
+        .flatten()
+        .any(|c| c.uuid == s.uuid);
+    if !landed {
+        tracing::info!(synthesis = %s.uuid, "deleting the slices of a synthesis no pass recorded");
+        slices::delete(ctx, comp, &s.resource_slices).await;
     }
 }
 

@@ -24,9 +24,9 @@ pub(crate) fn fresh(ctx: &Context, comp: Arc<Composition>) -> Arc<Composition> {
     let uid = comp.uid().unwrap_or_default();
     let rv = comp.resource_version().unwrap_or_default();
     let written = ctx.memory.reports.with(&uid, |m| match &m.written {
-        // Kept while the cache shows the version it was based on (also when the status it
-        // wrote equals the cached one: its resourceVersion is still the newer).
-        Some((_, based_on, st)) if *based_on == rv => Some(st.clone()),
+        // Kept while the cache shows a version before it (also when the status it wrote
+        // equals the cached one: its resourceVersion is still the newer).
+        Some(w) if w.behind.contains(&rv) => Some(w.status.clone()),
         Some(_) => {
             m.written = None;
             None
@@ -177,9 +177,25 @@ pub(crate) async fn write(
     let rv = written.resource_version().unwrap_or_default();
     tracing::debug!(resource_version = %rv, "status written");
     // Remembered against the cache's version, which [`fresh`] and the next write compare.
-    ctx.memory
-        .reports
-        .with(&uid, |m| m.written = Some((rv, cached, st.clone())));
+    ctx.memory.reports.with(&uid, |m| {
+        let mut behind = match m.written.take() {
+            Some(w) if w.behind.contains(&cached) => {
+                let mut behind = w.behind;
+                behind.push(w.rv);
+                behind
+            }
+            _ => vec![cached],
+        };
+        // A cache that lags by more than this many writes is taken as it is.
+        if behind.len() > 16 {
+            behind.remove(0);
+        }
+        m.written = Some(crate::run::memory::Written {
+            rv,
+            behind,
+            status: st.clone(),
+        });
+    });
     Ok(())
 }
 
@@ -219,7 +235,9 @@ async fn patch_at(
             .map_err(|source| Error::WriteStatus { source })?;
         let same_spec =
             now.metadata.generation == comp.metadata.generation && now.uid() == comp.uid();
-        if !same_spec || now.status.as_ref() != before {
+        // Compared as written (times at the second the API server keeps).
+        let as_json = |s: Option<&CompositionStatus>| serde_json::to_value(s).ok();
+        if !same_spec || as_json(now.status.as_ref()) != as_json(before) {
             return Err(err);
         }
         base = now.resource_version().unwrap_or_default();
@@ -235,7 +253,7 @@ fn base_of(
     status: Option<&CompositionStatus>,
 ) -> (String, Option<CompositionStatus>) {
     ctx.memory.reports.with(uid, |m| match &m.written {
-        Some((rv, based_on, st)) if based_on == cached => (rv.clone(), Some(st.clone())),
+        Some(w) if w.behind.iter().any(|b| b == cached) => (w.rv.clone(), Some(w.status.clone())),
         _ => (cached.to_string(), status.cloned()),
     })
 }

@@ -59,7 +59,9 @@ pub(crate) enum SynthesisEnd {
     Failed(Duration),
 }
 
-fn fingerprint(comp: &Composition, req: &Request<'_>) -> String {
+/// What makes two syntheses of `comp` the same one: its generation, the Synthesizer's, the
+/// module, the inputs and a forced trigger.
+pub(super) fn fingerprint(comp: &Composition, req: &Request<'_>) -> String {
     let v = serde_json::json!([
         comp.metadata.generation,
         req.synth.metadata.generation,

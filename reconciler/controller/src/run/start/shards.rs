@@ -220,10 +220,10 @@ const SLICE_PAGE: u32 = 16;
 
 /// The slice watch's server-side timeout. A streamed first list is one watch: the server
 /// ending it before the list is done starts the list again from nothing, and the list of a
-/// cluster's every slice may take minutes (200 × 8 MiB: about 280 s here), longer than the
-/// usual 290 s. Half an hour of list; the watch stays open meanwhile with the server's
-/// bookmarks, and a client-side idle timeout of the same length notices a dead connection.
-const SLICE_WATCH_TIMEOUT_SECS: u32 = 1800;
+/// cluster's every slice may take minutes (200 × 8 MiB: about 280 s here), near the usual
+/// 290 s. Ten minutes of list; kube-runtime's client-side idle timeout (this plus 5 s) is
+/// what notices a dead connection, so it is not longer.
+const SLICE_WATCH_TIMEOUT_SECS: u32 = 600;
 
 /// Compositions per page of their cache's lists.
 const COMPOSITION_PAGE: u32 = 100;
