@@ -5,13 +5,12 @@
 use std::collections::BTreeSet;
 
 use kube::ResourceExt;
-use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, ListParams};
 use kube::core::GroupVersionKind;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
 use super::{Context, Error, kube_err};
-use crds::names::FIELD_MANAGER;
 use crds::{CollectionRef, Composition, CompositionStatus};
 use emitted::emitted_identities;
 pub use emitted::{emitted, holds_plain_secret, slices_reusable};
@@ -225,53 +224,6 @@ pub fn is_status_write_back(item: &Value, instance: &Value) -> bool {
                 .pointer("/metadata/namespace")
                 .and_then(Value::as_str)
                 .unwrap_or_default()
-}
-
-/// Applies a status write-back to the instance's status subresource with server-side apply
-/// (never its spec) when it differs from the live status.
-pub async fn write_back_status(
-    ctx: &Context,
-    desired: &Value,
-    instance: &Value,
-) -> Result<bool, Error> {
-    if instance.get("status") == desired.get("status") {
-        return Ok(false);
-    }
-    let api_version = desired["apiVersion"].as_str().unwrap_or_default();
-    let kind = desired["kind"].as_str().unwrap_or_default();
-    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
-    let (ar, namespaced) = ctx
-        .resolve(&gvk_of(group, version, kind))
-        .await
-        .map_err(kube_err("resolving the instance kind"))?;
-    let name = desired
-        .pointer("/metadata/name")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    let namespace = instance
-        .pointer("/metadata/namespace")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    let api: Api<DynamicObject> = if namespaced {
-        Api::namespaced_with(ctx.client.clone(), namespace, &ar)
-    } else {
-        Api::all_with(ctx.client.clone(), &ar)
-    };
-    let mut metadata = json!({"name": name});
-    if namespaced {
-        metadata["namespace"] = json!(namespace);
-    }
-    let patch = json!({"apiVersion": api_version, "kind": kind, "metadata": metadata,
-        "status": desired.get("status").cloned().unwrap_or(Value::Null)});
-    api.patch_status(
-        name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await
-    .map_err(kube_err(format!("writing the status of {kind} {name}")))?;
-    tracing::info!(%kind, %name, "status written back");
-    Ok(true)
 }
 
 #[cfg(test)]

@@ -40,6 +40,9 @@ use deletion::*;
 mod next;
 use next::{NextEnd, next_synthesis};
 
+mod write_back;
+use write_back::write_back;
+
 /// Reconciles one Composition.
 ///
 /// # Errors
@@ -428,54 +431,4 @@ async fn enforce_then_fail(
         }
     }
     Err(error)
-}
-
-/// The quota built-in's usage gauges, from the status it writes back (upstream exports them
-/// from its reconcile; here the status is the computation's result).
-fn record_quota_usage(ctx: &Context, desired: &serde_json::Value) {
-    let (group, _, kind) = builtins::quota::FOR;
-    let api_version = desired["apiVersion"].as_str().unwrap_or_default();
-    if desired["kind"] != kind || !api_version.starts_with(&format!("{group}/")) {
-        return;
-    }
-    let name = desired["metadata"]["name"].as_str().unwrap_or_default();
-    let (per_ns, total) = builtins::quota::usage_ratios(&desired["status"]);
-    for (namespace, resource, r) in per_ns {
-        let labels = crate::run::metrics::CrqNamespaceLabels {
-            crq_name: name.to_string(),
-            namespace,
-            resource,
-        };
-        ctx.metrics.crq_usage.get_or_create(&labels).set(r);
-    }
-    for (resource, r) in total {
-        let labels = crate::run::metrics::CrqLabels {
-            crq_name: name.to_string(),
-            resource,
-        };
-        ctx.metrics.crq_total_usage.get_or_create(&labels).set(r);
-    }
-}
-
-/// Instance mode: applies the current synthesis's status write-back to the instance.
-async fn write_back(
-    ctx: &Arc<Context>,
-    comp: &Composition,
-    uid: &str,
-    instance: Option<&serde_json::Value>,
-) {
-    let pending = ctx
-        .memory
-        .synthesis
-        .with(uid, |m| m.status_write.clone().flatten());
-    let (Some(desired), Some(me)) = (pending, instance) else {
-        return;
-    };
-    record_quota_usage(ctx, &desired);
-    if let Err(e) = inputs::write_back_status(ctx, &desired, me).await {
-        let chain = super::error::chain(&e);
-        tracing::warn!(error = %chain, "status write-back failed");
-        ctx.event(comp, true, reasons::APPLY_FAILED, "WriteBackStatus", chain)
-            .await;
-    }
 }

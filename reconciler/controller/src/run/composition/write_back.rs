@@ -1,0 +1,109 @@
+//! Instance mode's write-back: the status a synthesis gives its instance, applied to the
+//! instance's status subresource (server-side apply, never its spec), and the quota
+//! built-in's usage gauges read from it.
+
+use std::sync::Arc;
+
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use serde_json::{Value, json};
+
+use super::super::{Context, Error, kube_err};
+use crds::Composition;
+use crds::names::{FIELD_MANAGER, reasons};
+
+/// The quota built-in's usage gauges, from the status it writes back (upstream exports them
+/// from its reconcile; here the status is the computation's result).
+fn record_quota_usage(ctx: &Context, desired: &serde_json::Value) {
+    let (group, _, kind) = builtins::quota::FOR;
+    let api_version = desired["apiVersion"].as_str().unwrap_or_default();
+    if desired["kind"] != kind || !api_version.starts_with(&format!("{group}/")) {
+        return;
+    }
+    let name = desired["metadata"]["name"].as_str().unwrap_or_default();
+    let (per_ns, total) = builtins::quota::usage_ratios(&desired["status"]);
+    for (namespace, resource, r) in per_ns {
+        let labels = crate::run::metrics::CrqNamespaceLabels {
+            crq_name: name.to_string(),
+            namespace,
+            resource,
+        };
+        ctx.metrics.crq_usage.get_or_create(&labels).set(r);
+    }
+    for (resource, r) in total {
+        let labels = crate::run::metrics::CrqLabels {
+            crq_name: name.to_string(),
+            resource,
+        };
+        ctx.metrics.crq_total_usage.get_or_create(&labels).set(r);
+    }
+}
+
+/// Instance mode: applies the current synthesis's status write-back to the instance.
+pub(super) async fn write_back(
+    ctx: &Arc<Context>,
+    comp: &Composition,
+    uid: &str,
+    instance: Option<&serde_json::Value>,
+) {
+    let pending = ctx
+        .memory
+        .synthesis
+        .with(uid, |m| m.status_write.clone().flatten());
+    let (Some(desired), Some(me)) = (pending, instance) else {
+        return;
+    };
+    record_quota_usage(ctx, &desired);
+    if let Err(e) = write_back_status(ctx, &desired, me).await {
+        let chain = super::super::error::chain(&e);
+        tracing::warn!(error = %chain, "status write-back failed");
+        ctx.event(comp, true, reasons::APPLY_FAILED, "WriteBackStatus", chain)
+            .await;
+    }
+}
+
+/// Applies a status write-back to the instance's status subresource with server-side apply
+/// (never its spec) when it differs from the live status.
+pub(crate) async fn write_back_status(
+    ctx: &Context,
+    desired: &Value,
+    instance: &Value,
+) -> Result<bool, Error> {
+    if instance.get("status") == desired.get("status") {
+        return Ok(false);
+    }
+    let api_version = desired["apiVersion"].as_str().unwrap_or_default();
+    let kind = desired["kind"].as_str().unwrap_or_default();
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    let (ar, namespaced) = ctx
+        .resolve(&kube::core::GroupVersionKind::gvk(group, version, kind))
+        .await
+        .map_err(kube_err("resolving the instance kind"))?;
+    let name = desired
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let namespace = instance
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let api: Api<DynamicObject> = if namespaced {
+        Api::namespaced_with(ctx.client.clone(), namespace, &ar)
+    } else {
+        Api::all_with(ctx.client.clone(), &ar)
+    };
+    let mut metadata = json!({"name": name});
+    if namespaced {
+        metadata["namespace"] = json!(namespace);
+    }
+    let patch = json!({"apiVersion": api_version, "kind": kind, "metadata": metadata,
+        "status": desired.get("status").cloned().unwrap_or(Value::Null)});
+    api.patch_status(
+        name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .map_err(kube_err(format!("writing the status of {kind} {name}")))?;
+    tracing::info!(%kind, %name, "status written back");
+    Ok(true)
+}
