@@ -409,12 +409,17 @@ fn gated(name: &str) -> Value {
     )
 }
 
+/// Annotates the output once it exists: a stored synthesis is recorded (and reads as
+/// InProgress) one pass before it is applied.
 async fn release_gate(env: &TestEnv, name: &str) {
     let cms: Api<ConfigMap> = env.api();
     let patch = json!({"metadata": {"annotations": {"go": "yes"}}});
-    cms.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
+    eventually("the gated output applied", WAIT, || async {
+        cms.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .ok()
+    })
+    .await;
 }
 
 /// kstatus (Flux's health checks) and Argo CD's health checks read a Composition at each stage
