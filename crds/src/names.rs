@@ -26,6 +26,9 @@ pub const INSTANCE_FINALIZER_ANNOTATION: &str = "enoki.dev/instance-finalizer";
 pub const SLICE_COMPOSITION_LABEL: &str = "enoki.dev/composition";
 /// The key observed outputs are tracked under in a Composition's `inputRevisions`.
 pub const OBSERVED_REVISION_KEY: &str = "enoki.dev/observed";
+/// The key the target cluster's capabilities (served API versions and Kubernetes version) are
+/// tracked under in a synthesis's input revisions.
+pub const CAPABILITIES_REVISION_KEY: &str = "enoki.dev/capabilities";
 /// Label on implicit (instance-mode) Compositions: the Synthesizer they run.
 pub const INSTANCE_OF_LABEL: &str = "enoki.dev/instance-of";
 /// Label on the Synthesizers enoki installs for its built-ins.

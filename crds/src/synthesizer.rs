@@ -66,6 +66,13 @@ pub struct SynthesizerSpec {
     /// `chart`, and `values` as the input `helm-values`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub helm: Option<HelmSpec>,
+    /// Give each synthesis the target cluster's Kubernetes version and served API versions
+    /// (`group/version` and `group/version/Kind`, read from discovery as `helm install` reads
+    /// a chart's `.Capabilities`) as `HELM_KUBE_VERSION` and `HELM_API_VERSIONS`; a change of
+    /// either synthesizes again. A variable set in `env` or a Composition's `synthesisEnv`
+    /// wins. Unset: on with `helm`, off otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_capabilities: Option<bool>,
     /// The namespaces whose Compositions may use this Synthesizer (a label selector on
     /// Namespaces; `{}` selects every namespace). Unset: every namespace. A Composition in
     /// another namespace gets `Synthesized=False` reason `SynthesizerNotAllowed` and nothing is

@@ -264,6 +264,7 @@ fn options(args: &cli::RunArgs) -> anyhow::Result<run::Options> {
         shutdown_grace: parse("shutdown-grace", &args.shutdown_grace)?,
         readiness_poll: parse("readiness-poll", &args.readiness_poll)?,
         resync: parse("resync", &args.resync)?,
+        capabilities_refresh: parse("capabilities-refresh", &args.capabilities_refresh)?,
         rollout_cooldown: parse("rollout-cooldown", &args.rollout_cooldown)?,
         synthesis_rates: synthesis_rates(args)?,
         namespace_slice_bytes: quantity("namespace-slice-budget", &args.namespace_slice_budget)?,

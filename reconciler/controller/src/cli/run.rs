@@ -114,6 +114,10 @@ pub struct RunArgs {
         default_value = "5m"
     )]
     pub resync: String,
+    /// How often the target cluster's discovery (served API versions, Kubernetes version) is
+    /// read again for Synthesizers given `.Capabilities` (humantime); a change re-renders them.
+    #[arg(long, env = "ENOKI_CAPABILITIES_REFRESH", default_value = "1m")]
+    pub capabilities_refresh: String,
     /// A Composition not Ready for longer than this counts as stuck
     /// (`enoki_composition_stuck`, the EnokiCompositionStuck alert).
     #[arg(long, env = "ENOKI_STUCK_THRESHOLD", default_value = "15m")]

@@ -5,7 +5,8 @@
 //! given (Eno's flag): the **management** cluster holds Compositions, Synthesizers,
 //! ResourceSlices, Symphonies, inputs, Events and Leases; the **target** cluster receives
 //! every emitted object (applies, reads of live objects, drift watches, prunes, observed
-//! outputs). Discovery is cached per cluster, since the two may serve different kinds.
+//! outputs). Discovery is cached per cluster, since the two may serve different kinds; so
+//! are the target's capabilities a chart is rendered for.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -14,6 +15,7 @@ use kube::Client;
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::discovery::Scope;
 
+use super::capabilities::CapabilitiesCache;
 use super::fence::{Fence, FenceLayer};
 use super::ratelimit::{Bucket, RateLimitLayer};
 
@@ -33,6 +35,8 @@ pub(crate) struct Cluster {
     fence: Option<Arc<Fence>>,
     /// `--qps`/`--burst` of this cluster, shared by all its clients.
     limit: Option<Arc<Bucket>>,
+    /// What it serves, for charts' `.Capabilities`.
+    pub capabilities: CapabilitiesCache,
 }
 
 /// Impersonating clients kept at once (least recently used dropped first).
@@ -73,9 +77,11 @@ impl Cluster {
         config: kube::Config,
         fence: Option<Arc<Fence>>,
         limit: Option<Arc<Bucket>>,
+        capabilities_refresh: std::time::Duration,
     ) -> Arc<Cluster> {
         Arc::new(Cluster {
             limit,
+            capabilities: CapabilitiesCache::new(capabilities_refresh),
             client,
             config,
             impersonating: Mutex::new(HashMap::new()),

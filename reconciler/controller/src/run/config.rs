@@ -23,6 +23,8 @@ pub struct Options {
     pub readiness_poll: Duration,
     /// Safety-net resync once everything is ready.
     pub resync: Duration,
+    /// How often discovery is read again for `.Capabilities` (`--capabilities-refresh`).
+    pub capabilities_refresh: Duration,
     /// On-disk cache of compiled modules.
     pub module_cache_dir: Option<PathBuf>,
     /// Bound of the in-memory cache of compiled modules (module source bytes).

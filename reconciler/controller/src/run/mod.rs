@@ -4,6 +4,7 @@
 //! the crate's README; `hack/import-graph.py` keeps the graph free of cycles.
 
 pub mod api_metrics;
+pub mod capabilities;
 pub(crate) mod cluster;
 pub(crate) mod composition;
 mod config;

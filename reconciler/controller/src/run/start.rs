@@ -33,6 +33,7 @@ use super::{Options, composition, instances, metrics, symphony};
 use crds::{Composition, ResourceSlice};
 
 mod balance;
+mod rerender;
 mod shards;
 mod sizes;
 use shards::*;
@@ -105,7 +106,13 @@ async fn clusters_as(
     let config = cluster_config(opts.kubeconfig.as_deref(), opts.context.as_deref()).await?;
     let limit = Bucket::new(opts.qps, opts.burst);
     let (client, config) = client_of(config, identity, fence, limit.as_ref())?;
-    let management = Cluster::new(client, config, fence.cloned(), limit);
+    let management = Cluster::new(
+        client,
+        config,
+        fence.cloned(),
+        limit,
+        opts.capabilities_refresh,
+    );
     let target = match &opts.remote_kubeconfig {
         None => management.clone(),
         Some(path) => {
@@ -119,7 +126,13 @@ async fn clusters_as(
             .with_context(|| format!("--remote-kubeconfig {}", path.display()))?;
             let limit = Bucket::new(opts.remote_qps, opts.remote_burst);
             let (client, config) = client_of(config, identity, fence, limit.as_ref())?;
-            Cluster::new(client, config, fence.cloned(), limit)
+            Cluster::new(
+                client,
+                config,
+                fence.cloned(),
+                limit,
+                opts.capabilities_refresh,
+            )
         }
     };
     Ok((management, target))

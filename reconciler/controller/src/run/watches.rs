@@ -364,6 +364,11 @@ impl Watches {
         }
     }
 
+    /// Queues a reconcile of `comp`.
+    pub fn wake(&self, comp: ObjectRef<Composition>) {
+        let _ = self.sender.send(comp);
+    }
+
     fn fire_owner(&self, uid: &str) {
         let owner = self.owners.lock().ok().and_then(|o| o.get(uid).cloned());
         if let Some(r) = owner {

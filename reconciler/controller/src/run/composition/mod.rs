@@ -325,7 +325,7 @@ async fn record_stored(
 }
 
 /// The Composition's `ignore-side-effects` annotation is exactly `"true"` (as Eno reads it).
-fn ignores_side_effects(comp: &Composition) -> bool {
+pub(crate) fn ignores_side_effects(comp: &Composition) -> bool {
     let key = crds::names::annotations::IGNORE_SIDE_EFFECTS;
     let a = comp.annotations();
     a.get(key.enoki)

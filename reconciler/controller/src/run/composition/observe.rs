@@ -3,13 +3,15 @@
 //! object); each read is tracked so a change re-reconciles the Composition.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use kube::api::{Api, DynamicObject};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Resource, ResourceExt};
 use serde_json::Value;
 
-use super::super::{Context, Error, inputs};
+use super::super::capabilities::{self, CAPABILITIES_REVISION_KEY, Capabilities};
+use super::super::{Context, Error, inputs, kube_err};
 use crds::names::annotations as keys;
 use crds::{Composition, InputRevision, Synthesizer};
 use reconciler_core::model::Outcome;
@@ -138,6 +140,8 @@ pub(crate) async fn synthesizer(
 pub(crate) struct Gathered {
     pub inputs: Vec<(String, Value)>,
     pub collections: Vec<InputRevision>,
+    /// The target cluster's capabilities, when the Synthesizer takes them.
+    pub capabilities: Option<Arc<Capabilities>>,
 }
 
 impl Gathered {
@@ -172,6 +176,11 @@ impl Gathered {
             })
             .collect();
         out.extend(self.collections.iter().cloned());
+        out.extend(self.capabilities.iter().map(|c| InputRevision {
+            key: CAPABILITIES_REVISION_KEY.into(),
+            digest: Some(c.digest.clone()),
+            ..InputRevision::default()
+        }));
         out
     }
 }
@@ -189,6 +198,7 @@ pub(crate) async fn gather(
     let mut g = Gathered {
         inputs: Vec::new(),
         collections: Vec::new(),
+        capabilities: None,
     };
     let self_ref = synth.spec.for_kind.as_ref().map(|f| crds::Ref {
         key: inputs::SELF_KEY.into(),
@@ -226,6 +236,11 @@ pub(crate) async fn gather(
             Outcome::Waits(_) if r.optional => {}
             Outcome::Waits(message) => return Ok(Outcome::Waits(message)),
         }
+    }
+    if capabilities::wanted(synth, comp) {
+        let caps = ctx.target.capabilities.get(&ctx.target.client).await;
+        let action = "reading the target cluster's discovery (the .Capabilities of a chart)";
+        g.capabilities = Some(caps.map_err(kube_err(action))?);
     }
     Ok(Outcome::Ready(g))
 }

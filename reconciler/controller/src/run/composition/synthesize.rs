@@ -183,13 +183,17 @@ pub(crate) fn input_for(
         observed,
         // The Synthesizer's env is the platform's policy: a Composition variable of the same
         // name is dropped, so a tenant cannot override it.
-        env: comp
-            .spec
-            .synthesis_env
-            .iter()
-            .filter(|e| !synth.spec.env.iter().any(|s| s.name == e.name))
-            .chain(synth.spec.env.iter())
-            .map(|e| (e.name.clone(), e.value.clone()))
+        // The cluster's capabilities first: a variable set by either env wins over them.
+        env: capabilities_env(gathered)
+            .into_iter()
+            .chain(
+                comp.spec
+                    .synthesis_env
+                    .iter()
+                    .filter(|e| !synth.spec.env.iter().any(|s| s.name == e.name))
+                    .chain(synth.spec.env.iter())
+                    .map(|e| (e.name.clone(), e.value.clone())),
+            )
             .chain(controller_env(ctx, synth))
             .collect(),
         program: synth.name_any(),
@@ -279,6 +283,17 @@ pub(crate) enum Ran {
 
 /// Variables the controller sets after the Synthesizer's `env` and the Composition's
 /// `synthesisEnv`, so neither can override them: platform switches of the built-ins.
+/// The target cluster's capabilities as a chart's `.Capabilities` variables, each only where
+/// the Synthesizer's `env` and the Composition's `synthesisEnv` do not set it (they win).
+fn capabilities_env(gathered: &super::observe::Gathered) -> Vec<(String, String)> {
+    gathered
+        .capabilities
+        .iter()
+        .flat_map(|c| c.env())
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+}
+
 fn controller_env(ctx: &Context, synth: &Synthesizer) -> Vec<(String, String)> {
     match synth.spec.module.builtin.as_deref() {
         Some("lepton") => vec![(

@@ -359,6 +359,9 @@ pub(super) async fn background(
             }
         }));
     }
+    tasks.push(tokio::spawn(super::rerender::wake_on_capabilities(
+        ctx.clone(),
+    )));
     // Forget Compositions that disappeared without enoki's finalizer (e.g. while it was down).
     let sweeper = ctx.clone();
     tasks.push(tokio::spawn(async move {

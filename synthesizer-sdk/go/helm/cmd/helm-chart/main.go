@@ -12,7 +12,8 @@
 // (maps merge key by key, anything else is replaced). The release is named after the
 // Composition and installed in its namespace. `.Capabilities` take HELM_KUBE_VERSION (e.g.
 // v1.35.0) and HELM_API_VERSIONS (comma-separated, e.g. monitoring.coreos.com/v1) from the
-// synthesis environment when set.
+// synthesis environment when set: the controller sets both from the target cluster's
+// discovery (a Synthesizer's `env` or a Composition's `synthesisEnv` overrides either).
 package main
 
 import (
