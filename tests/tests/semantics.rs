@@ -167,7 +167,7 @@ async fn readiness_groups_wait_for_readiness(prefix: &str) {
         "checks are ANDed"
     );
     // ... both make it ready; the condition's lastTransitionTime becomes the ready time.
-    let status = json!({"status": {"ok": true, "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-02T03:04:05Z"}]}});
+    let status = json!({"status": {"ok": true, "conditions": [{"type": "Ready", "status": "True", "reason": "Done", "lastTransitionTime": "2026-01-02T03:04:05Z"}]}});
     widgets
         .patch_status("w", &PatchParams::default(), &Patch::Merge(&status))
         .await

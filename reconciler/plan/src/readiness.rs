@@ -2,9 +2,11 @@
 //! resource's `health`: `exists` (Eno's rule, the default: ready once it exists; a CRD once
 //! `Established`) or `kstatus` (opt-in: the kstatus convention).
 //!
-//! A check may return a bool, or a list of condition objects: the list is satisfied when it
-//! holds a condition with `status == "True"`, and the latest `lastTransitionTime` among those
-//! becomes the ready time. Readiness latches for the rest of a synthesis (the planner keeps a
+//! A check may return a bool, or a list of condition objects: as in Eno, the list is satisfied
+//! by its first condition with `status == "True"`, a `type` and a `reason`, whose
+//! `lastTransitionTime` is that check's ready time (the current time when it has none); the
+//! latest such time over all checks is the resource's ready time. `composition` is bound as
+//! Eno binds it in readiness checks: an empty Composition (`composition.metadata.name == ""`). Readiness latches for the rest of a synthesis (the planner keeps a
 //! recorded ready time). The names of unsatisfied checks are reported.
 
 use serde::Serialize;
@@ -62,35 +64,29 @@ pub fn evaluate(checks: &[ReadinessCheck], health: Health, live: Option<&Value>)
         };
     }
     let this = to_cel(live);
+    let composition = empty_composition();
     let mut unsatisfied = Vec::new();
-    let mut precise: Option<String> = None;
+    // Eno's rule: the latest condition time when any check matched a condition, else now.
+    let mut precise: Option<Option<String>> = None;
     for check in checks {
-        match check.expr.eval(&[("self", this.clone())]) {
+        match check
+            .expr
+            .eval(&[("self", this.clone()), ("composition", composition.clone())])
+        {
             Ok(cel::Value::Bool(true)) => {}
             Ok(cel::Value::Bool(false)) => unsatisfied.push(check.name.clone()),
-            Ok(cel::Value::List(items)) => {
-                let times: Vec<String> = items
-                    .iter()
-                    .filter_map(crate::expr::to_json)
-                    .filter(|c| c.get("status").and_then(Value::as_str) == Some("True"))
-                    .filter_map(|c| {
-                        c.get("lastTransitionTime")
-                            .and_then(Value::as_str)
-                            .map(String::from)
-                    })
-                    .collect();
-                let satisfied = items
-                    .iter()
-                    .filter_map(crate::expr::to_json)
-                    .any(|c| c.get("status").and_then(Value::as_str) == Some("True"));
-                if satisfied {
-                    if let Some(latest) = times.into_iter().max() {
-                        precise = Some(precise.map_or(latest.clone(), |p| p.max(latest)));
-                    }
-                } else {
-                    unsatisfied.push(check.name.clone());
+            Ok(cel::Value::List(items)) => match first_true_condition(&items) {
+                Some(at) => {
+                    // A matching condition without a time is ready "now" (Eno stamps the
+                    // current time and still counts it as precise): now is the latest.
+                    precise = Some(match (precise, at) {
+                        (Some(None), _) | (_, None) => None,
+                        (Some(Some(p)), Some(t)) => Some(p.max(t)),
+                        (None, Some(t)) => Some(t),
+                    });
                 }
-            }
+                None => unsatisfied.push(check.name.clone()),
+            },
             Ok(other) => unsatisfied.push(format!(
                 "{} (returned {}, want bool or list of conditions)",
                 check.name,
@@ -100,10 +96,35 @@ pub fn evaluate(checks: &[ReadinessCheck], health: Health, live: Option<&Value>)
         }
     }
     if unsatisfied.is_empty() {
-        ReadinessState::Ready { at: precise }
+        ReadinessState::Ready {
+            at: precise.flatten(),
+        }
     } else {
         ReadinessState::NotReady { unsatisfied }
     }
+}
+
+/// The first condition of `items` that is `status: "True"` and has a `type` and a `reason`
+/// (Eno's match): `Some(its lastTransitionTime)`, `Some(None)` when it has no RFC 3339 time.
+fn first_true_condition(items: &[cel::Value]) -> Option<Option<String>> {
+    let c = items.iter().filter_map(crate::expr::to_json).find(|c| {
+        c.get("status").and_then(Value::as_str) == Some("True")
+            && c.get("type").is_some_and(|t| !t.is_null())
+            && c.get("reason").is_some_and(|r| !r.is_null())
+    })?;
+    let at = c
+        .get("lastTransitionTime")
+        .and_then(Value::as_str)
+        .filter(|t| humantime::parse_rfc3339(t).is_ok())
+        .map(String::from);
+    Some(at)
+}
+
+/// What Eno binds `composition` to in readiness checks: an empty Composition's metadata.
+fn empty_composition() -> cel::Value {
+    to_cel(&serde_json::json!({"metadata": {
+        "name": "", "namespace": "", "labels": null, "annotations": null,
+        "deletionTimestamp": null}}))
 }
 
 /// kstatus: `Ready`/`Available` conditions must be True and `status.observedGeneration` must
@@ -216,7 +237,8 @@ mod tests {
             "self.status.conditions.filter(c, c.type == 'Ready' && c.status == 'True')",
         )];
         let live = json!({"status": {"conditions": [
-            {"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-02T03:04:05Z"}
+            {"type": "Ready", "status": "True", "reason": "Done",
+             "lastTransitionTime": "2026-01-02T03:04:05Z"}
         ]}});
         assert_eq!(
             evaluate(&checks, Health::Exists, Some(&live)),
@@ -226,6 +248,54 @@ mod tests {
         );
         let live = json!({"status": {"conditions": []}});
         assert!(!evaluate(&checks, Health::Exists, Some(&live)).is_ready());
+    }
+
+    /// Eno's `Check.Eval` (`internal/readiness/readiness.go`): a returned list matches on its
+    /// *first* map with `status == "True"` and non-nil `type` and `reason`; its
+    /// `lastTransitionTime` is the ready time, the current time when it has none (still
+    /// "precise", so it wins over other checks' older times). `composition` is bound to an
+    /// empty Composition (`controller.go` evaluates readiness with `&apiv1.Composition{}`).
+    #[test]
+    fn condition_lists_match_as_eno_matches_them() {
+        let all = [check("default", "self.status.conditions")];
+        let eval = |conditions: Value| {
+            evaluate(
+                &all,
+                Health::Exists,
+                Some(&json!({"status": {"conditions": conditions}})),
+            )
+        };
+        // No reason (or no type): not a match.
+        assert!(!eval(json!([{"type": "Ready", "status": "True"}])).is_ready());
+        assert!(!eval(json!([{"reason": "X", "status": "True"}])).is_ready());
+        assert!(!eval(json!([{"type": "Ready", "reason": null, "status": "True"}])).is_ready());
+        // The first match's time, not the latest.
+        let two = json!([
+            {"type": "A", "reason": "R", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+            {"type": "B", "reason": "R", "status": "True", "lastTransitionTime": "2026-05-01T00:00:00Z"}]);
+        assert_eq!(
+            eval(two),
+            ReadinessState::Ready {
+                at: Some("2026-01-01T00:00:00Z".into())
+            }
+        );
+        // A match without a time: now, even beside another check's condition time.
+        let checks = [
+            check("default", "self.status.a"),
+            check("b", "self.status.b"),
+        ];
+        let live = json!({"status": {
+            "a": [{"type": "A", "reason": "R", "status": "True"}],
+            "b": [{"type": "B", "reason": "R", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
+        assert_eq!(
+            evaluate(&checks, Health::Exists, Some(&live)),
+            ReadinessState::Ready { at: None }
+        );
+        let bound = [check(
+            "default",
+            "composition.metadata.name == '' && composition.metadata.namespace == ''",
+        )];
+        assert!(evaluate(&bound, Health::Exists, Some(&json!({}))).is_ready());
     }
 
     #[test]
