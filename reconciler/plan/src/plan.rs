@@ -320,6 +320,11 @@ impl<'a> Pass<'a> {
             // A Patch whose target is absent has nothing to wait for.
             _ if r.patch.is_some() && live.is_none() => ReadinessState::Ready { at: None },
             Some(at) => ReadinessState::Ready { at: Some(at) },
+            // Eno evaluates a hands-off resource's checks like any other's; without checks it
+            // is ready, whether or not it exists (`EvalOptionally`).
+            None if settings.disable_reconciliation && r.checks.is_empty() => {
+                ReadinessState::Ready { at: None }
+            }
             None => readiness::evaluate(&r.checks, r.settings.health, live),
         };
         let waiting_on = waiting_on(
@@ -342,23 +347,22 @@ impl<'a> Pass<'a> {
         let refused = refused_owner(live, recorded, &settings, input.composition);
         let (op, readiness) = conflict_or(refused, op, readiness, &settings);
         // A fail-open resource blocks its dependents until its state records it ready (with
-        // no readiness checks, once it was attempted), as Eno's readiness tree does.
-        let exempt = settings.disable_reconciliation;
+        // no readiness checks, once it was attempted), as Eno's readiness tree does; so does
+        // a hands-off (`disable-reconciliation`) resource whose checks are not met.
         // A resource the next group also writes counts as ready for that group only once its
         // readiness is recorded (Eno clears a pending dependency on a recorded readiness, after
         // a pass that wrote nothing): it settles before the later one starts.
         let latched = recorded.is_some_and(|rec| rec.ready.is_some());
         if input.prepared.superseded_by.contains_key(key) {
-            self.ready.insert(key, latched || exempt);
+            self.ready.insert(key, latched);
         } else {
-            self.ready.insert(key, readiness.is_ready() || exempt);
+            self.ready.insert(key, readiness.is_ready());
         }
         if !matches!(op, Op::Wait { .. }) {
             self.unblocked.insert(key);
         }
-        self.wants_poll.push(
-            !(readiness.is_ready() || exempt) || op.is_write() || matches!(op, Op::Wait { .. }),
-        );
+        self.wants_poll
+            .push(!readiness.is_ready() || op.is_write() || matches!(op, Op::Wait { .. }));
         if let Some(interval) = settings.reconcile_interval {
             self.requeue = Some(self.requeue.map_or(interval, |r| r.min(interval)));
         }

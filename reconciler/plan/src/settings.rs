@@ -206,11 +206,12 @@ impl Lookup<'_> {
         default
     }
 
-    /// Eno's rule: only `"true"` is true; anything else that is not `"false"` is reported.
+    /// Eno's rule (`cascadeAnnotation(…) == "true"`): only the exact string `"true"` is true;
+    /// anything else that is not `"false"` is false and reported (`"True"`, `" true"`, `"1"`).
     fn bool(&self, key: Key, cascade: bool) -> bool {
         match self.get(key, cascade) {
             None => false,
-            Some((v, k)) => match v.trim().to_ascii_lowercase().as_str() {
+            Some((v, k)) => match v {
                 "true" => true,
                 "false" | "" => false,
                 _ => self.lenient(k, v, "\"true\" or \"false\"", false, "false"),
@@ -517,6 +518,8 @@ mod tests {
     #[rstest]
     #[case::interval("enoki.dev/reconcile-interval", "soon")]
     #[case::flag("enoki.dev/disable-updates", "yes")]
+    #[case::capitalised("eno.azure.io/disable-updates", "True")]
+    #[case::padded("enoki.dev/disable-updates", " true")]
     #[case::strategy("enoki.dev/deletion-strategy", "shred")]
     #[case::drift("eno.azure.io/drift", "sometimes")]
     #[case::adopt("enoki.dev/adopt", "maybe")]
@@ -544,6 +547,21 @@ mod tests {
         .unwrap();
         assert_eq!(z.reconcile_interval, Some(Duration::ZERO));
         assert!(z.warnings.is_empty());
+    }
+
+    /// Eno's `cascadeAnnotation(comp, copy, "eno.azure.io/disable-reconciliation") == "true"`
+    /// (`internal/resource/resource.go`): the exact string, nothing Go's ParseBool accepts.
+    #[rstest]
+    #[case("true", true)]
+    #[case("True", false)]
+    #[case("TRUE", false)]
+    #[case(" true", false)]
+    #[case("1", false)]
+    #[case("false", false)]
+    fn disable_reconciliation_is_the_exact_string_true(#[case] v: &str, #[case] on: bool) {
+        let own = map(&[("eno.azure.io/disable-reconciliation", v)]);
+        let s = parse(&key("ConfigMap"), &own, &BTreeMap::new()).unwrap();
+        assert_eq!(s.disable_reconciliation, on, "{v:?}");
     }
 
     #[test]
