@@ -82,6 +82,29 @@ async fn deleted_resource_slices_of_the_current_synthesis_cause_a_new_synthesis(
         "{}",
         enoki.logs()
     );
+    // Eno's `handleMissingSlice`: a Composition that ignores side effects is not synthesized
+    // again for a deleted slice, and is not looked at in a hot loop either.
+    let comps: Api<Composition> = env.api();
+    let ignore = json!({"metadata": {"annotations": {"eno.azure.io/ignore-side-effects": "true"}}});
+    comps
+        .patch("echo", &PatchParams::default(), &Patch::Merge(&ignore))
+        .await
+        .unwrap();
+    enoki.wait_pass(&env, "echo").await;
+    for r in &second.resource_slices {
+        slices
+            .delete(&r.name, &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    let before = enoki.composition_passes(&env.namespace, "echo");
+    enoki.wait_pass(&env, "echo").await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let passes = enoki.composition_passes(&env.namespace, "echo") - before;
+    assert!(passes < 10.0, "{passes} passes in ~3 s: a hot loop");
+    let after = status(&env).await.current_synthesis.unwrap();
+    assert_eq!(after.uuid, second.uuid, "{}", enoki.logs());
+    assert!(cms.get_opt("a").await.unwrap().is_some(), "nothing deleted");
 }
 
 #[tokio::test]

@@ -3,9 +3,9 @@
 //! reads them. A chart that picks its PodDisruptionBudget's and HPA's apiVersion with
 //! `.Capabilities.APIVersions.Has` renders the versions the test API server serves, object for
 //! object as `helm template --kube-version … --api-versions …` renders it given the same list
-//! (read here from the API server's discovery with kube's client, not with enoki's code); a
-//! CRD installed afterwards renders the chart again; a `HELM_KUBE_VERSION` the Composition
-//! sets wins over the cluster's.
+//! (read here from the API server's discovery, one document per group version, not with
+//! enoki's code); a CRD installed afterwards renders the chart again (under the rollout
+//! cooldown); a `HELM_KUBE_VERSION` the Composition sets wins over the cluster's.
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeSet;
@@ -22,9 +22,9 @@ use serde_json::{Value, json};
 
 /// The first synthesis compiles the 80 MB Helm module (minutes in a debug build).
 const WAIT: Duration = Duration::from_secs(600);
-/// What the chart gets after a change of what the cluster serves: the refresh (2 s) and a pass.
+/// What the chart gets after a change of what the cluster serves: the refresh (2 s), the
+/// cooldown (1 s) and a pass.
 const RERENDER: Duration = Duration::from_secs(60);
-const CRD: &str = "widgets.caps.enoki.dev";
 
 fn helm(args: &[&str]) -> String {
     let bin = std::env::var("HELM").expect("HELM: the helm binary (make test sets it)");
@@ -114,7 +114,9 @@ fn keyed(mut o: Value, ns: &str) -> (String, Value) {
 
 /// `helm template` of the chart with `extra` arguments.
 fn template(chart: &std::path::Path, ns: &str, extra: &[String]) -> Vec<(String, Value)> {
+    let group = format!("widgetGroup={}", group(ns));
     let mut args = vec!["template", "caps", chart.to_str().unwrap(), "-n", ns];
+    args.extend(["--set", group.as_str()]);
     args.extend(extra.iter().map(String::as_str));
     let mut out: Vec<(String, Value)> = helm(&args)
         .split("\n---")
@@ -135,11 +137,16 @@ async fn capabilities_data(env: &TestEnv) -> Option<std::collections::BTreeMap<S
     cm.data
 }
 
-async fn install_widgets(crds: &Api<CustomResourceDefinition>) {
+/// The API group of this run's Widget kind (CRDs are cluster-wide).
+fn group(ns: &str) -> String {
+    format!("{ns}.caps.enoki.dev")
+}
+
+async fn install_widgets(crds: &Api<CustomResourceDefinition>, ns: &str) {
     let crd: CustomResourceDefinition = serde_json::from_value(json!({
         "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": CRD},
-        "spec": {"group": "caps.enoki.dev", "scope": "Namespaced",
+        "metadata": {"name": format!("widgets.{}", group(ns))},
+        "spec": {"group": group(ns), "scope": "Namespaced",
             "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
             "versions": [{"name": "v1", "served": true, "storage": true,
                 "schema": {"openAPIV3Schema": {"type": "object"}}}]}}))
@@ -152,12 +159,7 @@ async fn a_chart_renders_for_the_api_versions_the_cluster_serves() {
     let env = TestEnv::new().await;
     install_crds(&env.client).await;
     let crds: Api<CustomResourceDefinition> = Api::all(env.client.clone());
-    // What an interrupted earlier run may have left (the name is cluster-wide).
-    let _ = crds.delete(CRD, &DeleteParams::default()).await;
-    eventually("a leftover CRD gone", WAIT, || async {
-        crds.get_opt(CRD).await.unwrap().is_none().then_some(())
-    })
-    .await;
+    let crd = format!("widgets.{}", group(&env.namespace));
     let chart = packaged();
     let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "caps-chart"},
         "binaryData": {"chart.tgz": base64::engine::general_purpose::STANDARD
@@ -171,7 +173,8 @@ async fn a_chart_renders_for_the_api_versions_the_cluster_serves() {
     let spec = json!({"apiVersion": "enoki.dev/v1alpha1", "kind": "Synthesizer",
         "metadata": {"name": synth},
         "spec": {"module": {"builtin": "helm"}, "helm": {"chart": {"configMap":
-            {"namespace": env.namespace, "name": "caps-chart", "key": "chart.tgz"}}}}});
+            {"namespace": env.namespace, "name": "caps-chart", "key": "chart.tgz"}},
+            "values": {"widgetGroup": group(&env.namespace)}}}});
     Api::<Synthesizer>::all(env.client.clone())
         .patch(&synth, &apply, &Patch::Apply(&spec))
         .await
@@ -194,6 +197,8 @@ async fn a_chart_renders_for_the_api_versions_the_cluster_serves() {
             "10m",
             "--capabilities-refresh",
             "2s",
+            "--rollout-cooldown",
+            "1s",
         ],
     );
     eventually("the chart applied", WAIT, || async {
@@ -201,21 +206,31 @@ async fn a_chart_renders_for_the_api_versions_the_cluster_serves() {
     })
     .await;
 
-    // Object for object what `helm template` renders given the cluster's list.
+    // Object for object what `helm template` renders given the cluster's list (read until
+    // enoki has seen what other tests' CRDs changed on the shared API server).
     let version = env.client.apiserver_version().await.unwrap().git_version;
-    let apis = served(&env.client).await;
-    let mut given = vec!["--kube-version".to_string(), version.clone()];
-    given.extend(
-        apis.iter()
-            .flat_map(|a| ["--api-versions".to_string(), a.clone()]),
-    );
-    let ours = rendered(&env, "caps").await;
-    let theirs = template(&chart, &env.namespace, &given);
     let keys = |v: &[(String, Value)]| v.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>();
-    assert_eq!(keys(&ours), keys(&theirs), "{}", enoki.logs());
-    for ((k, a), (_, b)) in ours.iter().zip(&theirs) {
-        assert_eq!(a, b, "{k} differs from helm template's");
-    }
+    let deadline = tokio::time::Instant::now() + RERENDER;
+    let ours = loop {
+        let apis = served(&env.client).await;
+        let mut given = vec!["--kube-version".to_string(), version.clone()];
+        given.extend(
+            apis.iter()
+                .flat_map(|a| ["--api-versions".to_string(), a.clone()]),
+        );
+        let ours = rendered(&env, "caps").await;
+        let theirs = template(&chart, &env.namespace, &given);
+        if ours == theirs {
+            break ours;
+        }
+        if tokio::time::Instant::now() > deadline {
+            assert_eq!(keys(&ours), keys(&theirs), "{}", enoki.logs());
+            for ((k, a), (_, b)) in ours.iter().zip(&theirs) {
+                assert_eq!(a, b, "{k} differs from helm template's");
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
     let kinds: Vec<&str> = ours.iter().map(|(k, _)| k.as_str()).collect();
     assert!(
         kinds.iter().any(|k| k.starts_with("\"policy/v1\"/")),
@@ -239,7 +254,7 @@ async fn a_chart_renders_for_the_api_versions_the_cluster_serves() {
     );
 
     // The cluster serves a new kind: the chart renders again.
-    install_widgets(&crds).await;
+    install_widgets(&crds, &env.namespace).await;
     eventually("re-rendered for the new CRD", RERENDER, || async {
         let d = capabilities_data(&env).await?;
         (d["widgets"] == "true").then_some(())
@@ -258,6 +273,6 @@ async fn a_chart_renders_for_the_api_versions_the_cluster_serves() {
         (d["kubeVersion"] == "v1.24.0" && d["modern"] == "false").then_some(())
     })
     .await;
-    crds.delete(CRD, &DeleteParams::default()).await.unwrap();
+    crds.delete(&crd, &DeleteParams::default()).await.unwrap();
     drop(enoki);
 }

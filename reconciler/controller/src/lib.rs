@@ -233,6 +233,18 @@ fn start(args: &cli::RunArgs) -> anyhow::Result<()> {
     result
 }
 
+/// `value` of `--flag`, refused below one second (a refresh loop would spin).
+fn at_least_a_second(
+    flag: &str,
+    value: std::time::Duration,
+) -> anyhow::Result<std::time::Duration> {
+    anyhow::ensure!(
+        value >= std::time::Duration::from_secs(1),
+        "--{flag} {value:?}: at least 1s"
+    );
+    Ok(value)
+}
+
 /// The controller's options from `enoki run`'s flags.
 fn options(args: &cli::RunArgs) -> anyhow::Result<run::Options> {
     let parse = duration;
@@ -264,7 +276,10 @@ fn options(args: &cli::RunArgs) -> anyhow::Result<run::Options> {
         shutdown_grace: parse("shutdown-grace", &args.shutdown_grace)?,
         readiness_poll: parse("readiness-poll", &args.readiness_poll)?,
         resync: parse("resync", &args.resync)?,
-        capabilities_refresh: parse("capabilities-refresh", &args.capabilities_refresh)?,
+        capabilities_refresh: at_least_a_second(
+            "capabilities-refresh",
+            parse("capabilities-refresh", &args.capabilities_refresh)?,
+        )?,
         rollout_cooldown: parse("rollout-cooldown", &args.rollout_cooldown)?,
         synthesis_rates: synthesis_rates(args)?,
         namespace_slice_bytes: quantity("namespace-slice-budget", &args.namespace_slice_budget)?,

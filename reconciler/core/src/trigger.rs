@@ -131,7 +131,9 @@ pub fn decide(current: Option<&Synthesis>, now: &Now<'_>) -> Trigger {
     {
         return Trigger::SynthesizerChanged;
     }
-    if now.slices_missing {
+    // Eno's `handleMissingSlice`: a Composition that ignores side effects is not synthesized
+    // again for a deleted slice.
+    if now.slices_missing && !now.ignore_side_effects {
         return Trigger::SlicesMissing;
     }
     if !now.write_back_known {
@@ -183,7 +185,8 @@ pub fn mismatched(
 /// sides carry a `revision`, only a higher revision counts. An input absent from `old` (an
 /// optional input that appeared) counts only when it says `ignore-side-effects: "false"`; one
 /// absent now (an optional input that went away) never counts — as in Eno, which notes that
-/// counting them loops. Order does not matter.
+/// counting them loops. The target cluster's capabilities appearing (a Composition synthesized
+/// before its Synthesizer took them) count. Order does not matter.
 fn changed_inputs(old: &[InputRevision], new: &[InputRevision]) -> Vec<String> {
     if old == new {
         return Vec::new();
@@ -196,7 +199,8 @@ fn changed_inputs(old: &[InputRevision], new: &[InputRevision]) -> Vec<String> {
             };
             let (a, b) = (pick(old), pick(new));
             if a.is_empty() {
-                return b.iter().any(|r| r.ignore_side_effects == Some(false));
+                return *key == crds::names::CAPABILITIES_REVISION_KEY
+                    || b.iter().any(|r| r.ignore_side_effects == Some(false));
             }
             // Eno's `Less`: with a `revision` on both sides only a higher one counts.
             let same = a.len() == b.len()
@@ -331,6 +335,35 @@ mod tests {
         assert_eq!(decide(Some(&c), &n), Trigger::WriteBackUnknown);
         n.slices_missing = true;
         assert_eq!(decide(Some(&c), &n), Trigger::SlicesMissing);
+        n.ignore_side_effects = true;
+        assert_eq!(decide(Some(&c), &n), Trigger::WriteBackUnknown);
+    }
+
+    /// The target cluster's capabilities: a change, and their first appearance, are input
+    /// changes, deferred when the caller defers the key (it does: under the cooldown).
+    #[test]
+    fn capabilities_appearing_or_changing_are_deferred_input_changes() {
+        let key = crds::names::CAPABILITIES_REVISION_KEY;
+        let caps = |d: &str| InputRevision {
+            key: key.into(),
+            digest: Some(d.into()),
+            ..InputRevision::default()
+        };
+        let deferred = [key.to_string()];
+        let old = [rev("a", "1")];
+        let new = [rev("a", "1"), caps("sha256:1")];
+        let mut n = now(&new);
+        n.deferred = &deferred;
+        let want = Trigger::InputsChanged {
+            keys: vec![key.into()],
+            deferred: true,
+        };
+        assert_eq!(decide(Some(&current(old.to_vec())), &n), want);
+        let newer = [rev("a", "1"), caps("sha256:2")];
+        let mut n = now(&newer);
+        n.deferred = &deferred;
+        assert_eq!(decide(Some(&current(new.to_vec())), &n), want);
+        assert!(want.is_deferred());
     }
 
     #[test]

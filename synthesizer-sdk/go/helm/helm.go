@@ -17,7 +17,9 @@
 //     may take a CRD, and with it every custom resource of it, away;
 //   - `lookup` finds nothing (there is no cluster in the sandbox): charts must cope with an
 //     empty result, as they do under `helm template`;
-//   - `.Capabilities` are Helm's client-only defaults, plus the API versions of Options.
+//   - `.Capabilities` are Helm's client-only defaults, plus the API versions of Options (or,
+//     when Options sets none, of HELM_API_VERSIONS, which enoki fills from the target
+//     cluster's discovery), with Options.KubeVersion or HELM_KUBE_VERSION as the version.
 //
 // Readiness groups, readiness checks and every enoki.dev/* or eno.azure.io/* annotation
 // written in the chart's templates work as in any synthesizer.
@@ -28,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path"
 	"strings"
 
@@ -59,6 +62,8 @@ type Options struct {
 	ReleaseName string
 	Namespace   string
 	// KubeVersion (e.g. "v1.35.0") and APIVersions set .Capabilities beyond Helm's defaults.
+	// Empty, they come from HELM_KUBE_VERSION and HELM_API_VERSIONS (comma-separated) of the
+	// synthesis environment: the target cluster's, when the Synthesizer takes them.
 	KubeVersion string
 	APIVersions []string
 }
@@ -116,11 +121,29 @@ func Render(in *sdk.ResourceList, o Options) ([]sdk.Object, error) {
 			namespace = in.FunctionConfig.Composition.Namespace
 		}
 	}
-	manifest, err := Template(ch, vals, name, namespace, o.KubeVersion, o.APIVersions)
+	kubeVersion, apis := o.KubeVersion, o.APIVersions
+	if kubeVersion == "" {
+		kubeVersion = os.Getenv("HELM_KUBE_VERSION")
+	}
+	if apis == nil {
+		apis = EnvAPIVersions()
+	}
+	manifest, err := Template(ch, vals, name, namespace, kubeVersion, apis)
 	if err != nil {
 		return nil, err
 	}
 	return Objects(manifest, ch)
+}
+
+// EnvAPIVersions is HELM_API_VERSIONS of the environment, split at commas (nil when unset).
+func EnvAPIVersions() []string {
+	var apis []string
+	for _, a := range strings.Split(os.Getenv("HELM_API_VERSIONS"), ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			apis = append(apis, a)
+		}
+	}
+	return apis
 }
 
 // Template is `helm template --include-crds NAME CHART -n NAMESPACE`: the rendered manifest,

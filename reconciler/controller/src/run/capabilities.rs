@@ -6,10 +6,11 @@
 //! A Synthesizer that takes them (`spec.clusterCapabilities`, on by default with `spec.helm`)
 //! gets them as `HELM_KUBE_VERSION` and `HELM_API_VERSIONS` in its synthesis environment,
 //! unless its `env` or the Composition's `synthesisEnv` sets that variable; their digest is
-//! an input revision (key `enoki.dev/capabilities`), so a change of what the cluster serves
-//! re-renders the chart. Discovery is read at most once per `--capabilities-refresh` (two
-//! aggregated discovery requests and `/version`); a refresh that sees a change wakes every
-//! Composition whose synthesis took them.
+//! an input revision (key `enoki.dev/capabilities`, deferred: rolled out under the cooldown),
+//! so a change of what the cluster serves re-renders the chart. Discovery is read at most once
+//! per `--capabilities-refresh` (two aggregated discovery requests and `/version`; one request
+//! per group version from an API server without aggregated discovery) by one caller at a time;
+//! a refresh that sees a change wakes every Composition whose synthesis took other ones.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -82,11 +83,11 @@ pub fn wanted(synth: &crds::Synthesizer, comp: &crds::Composition) -> bool {
     takes && !(set(KUBE_VERSION_ENV) && set(API_VERSIONS_ENV))
 }
 
-/// Every `group/version` and `group/version/Kind` of aggregated discovery lists (`/api`
-/// and `/apis`). A version whose discovery is stale (an aggregated API server that did not
-/// answer) names its group/version only, as Helm skips the resources of a failed group.
-pub fn served(lists: &[APIGroupDiscoveryList]) -> Vec<String> {
-    let mut out = Vec::new();
+/// Every `group/version` and `group/version/Kind` of aggregated discovery lists (`/api` and
+/// `/apis`), and whether any version was stale (an aggregated API server that did not answer).
+/// A stale version is left out whole, as client-go (and so `helm install`) leaves it out.
+pub fn served(lists: &[APIGroupDiscoveryList]) -> (Vec<String>, bool) {
+    let (mut out, mut stale) = (Vec::new(), false);
     for group in lists.iter().flat_map(|l| &l.items) {
         let name = group
             .metadata
@@ -97,48 +98,115 @@ pub fn served(lists: &[APIGroupDiscoveryList]) -> Vec<String> {
             let Some(version) = v.version.as_deref() else {
                 continue;
             };
+            if v.freshness.as_deref() == Some("Stale") {
+                stale = true;
+                continue;
+            }
             let gv = if name.is_empty() {
                 version.to_string()
             } else {
                 format!("{name}/{version}")
             };
-            if v.freshness.as_deref() != Some("Stale") {
-                let kinds = v.resources.iter().flat_map(|r| {
-                    let sub = r
-                        .subresources
-                        .iter()
-                        .filter_map(|s| s.response_kind.as_ref());
-                    r.response_kind.iter().chain(sub)
-                });
-                out.extend(
-                    kinds
-                        .filter_map(|k| k.kind.as_deref().filter(|k| !k.is_empty()))
-                        .map(|k| format!("{gv}/{k}")),
-                );
-            }
+            let kinds = v.resources.iter().flat_map(|r| {
+                let sub = r
+                    .subresources
+                    .iter()
+                    .filter_map(|s| s.response_kind.as_ref());
+                r.response_kind.iter().chain(sub)
+            });
+            out.extend(
+                kinds
+                    .filter_map(|k| k.kind.as_deref().filter(|k| !k.is_empty()))
+                    .map(|k| format!("{gv}/{k}")),
+            );
             out.push(gv);
         }
     }
-    out
+    (out, stale)
 }
 
-/// Reads what `client`'s cluster serves (three requests).
+/// The Kubernetes version a chart sees: the API server's `gitVersion` when it reads as
+/// `vMAJOR.MINOR.PATCH[-pre][+build]` (what Helm's semver parses), else `vMAJOR.MINOR.0` from its `major`/`minor`
+/// (a provider's `30+` read as `30`).
+fn kube_version(info: &k8s_openapi::apimachinery::pkg::version::Info) -> String {
+    let semver = info.git_version.strip_prefix('v').is_some_and(|rest| {
+        let mut parts = rest.splitn(3, '.');
+        let numeric = |p: Option<&str>, whole: bool| {
+            p.is_some_and(|p| {
+                let digits = p.chars().take_while(char::is_ascii_digit).count();
+                digits > 0 && (!whole || digits == p.len())
+            })
+        };
+        let clean = |p: &str| {
+            p.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '+'))
+        };
+        numeric(parts.next(), true)
+            && numeric(parts.next(), true)
+            && parts
+                .next()
+                .is_some_and(|p| numeric(Some(p), false) && clean(p))
+    });
+    if semver {
+        return info.git_version.clone();
+    }
+    let digits = |s: &str| {
+        s.chars()
+            .take_while(char::is_ascii_digit)
+            .collect::<String>()
+    };
+    format!("v{}.{}.0", digits(&info.major), digits(&info.minor))
+}
+
+/// Reads what `client`'s cluster serves (three requests with aggregated discovery; one per
+/// group version from an API server without it), and whether a version was stale.
 ///
 /// # Errors
 /// When discovery or `/version` cannot be read.
-pub async fn discover(client: &Client) -> Result<Capabilities, kube::Error> {
-    let version = client.apiserver_version().await?;
+pub async fn discover(client: &Client) -> Result<(Capabilities, bool), kube::Error> {
+    let version = kube_version(&client.apiserver_version().await?);
     let core = client.list_core_api_versions_aggregated().await?;
+    if core.items.is_empty() {
+        // No aggregated discovery (it answered with the plain document): Helm's older path.
+        return Ok((Capabilities::new(version, legacy(client).await?), false));
+    }
     let groups = client.list_api_groups_aggregated().await?;
-    Ok(Capabilities::new(
-        version.git_version,
-        served(&[core, groups]),
-    ))
+    let (list, stale) = served(&[core, groups]);
+    Ok((Capabilities::new(version, list), stale))
 }
 
-/// The capabilities of one cluster, read again once older than the refresh interval.
+/// Every `group/version` and `group/version/Kind` from one discovery document per group
+/// version (Helm's `GetVersionSet` without aggregated discovery).
+async fn legacy(client: &Client) -> Result<Vec<String>, kube::Error> {
+    let mut out = Vec::new();
+    for v in client.list_core_api_versions().await?.versions {
+        let list = client.list_core_api_resources(&v).await?;
+        out.extend(list.resources.iter().map(|r| format!("{v}/{}", r.kind)));
+        out.push(v);
+    }
+    for g in client.list_api_groups().await?.groups {
+        for v in g.versions {
+            let list = client.list_api_group_resources(&v.group_version).await?;
+            out.extend(
+                list.resources
+                    .iter()
+                    .map(|r| format!("{}/{}", v.group_version, r.kind)),
+            );
+            out.push(v.group_version);
+        }
+    }
+    Ok(out)
+}
+
+/// How long a failed read is not tried again (the last capabilities serve meanwhile).
+const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(10);
+
+/// The capabilities of one cluster, read again once older than the refresh interval, by one
+/// caller at a time (the others wait for its answer).
 pub struct CapabilitiesCache {
     current: Mutex<Option<(Arc<Capabilities>, Instant)>>,
+    /// Held while discovery is read; the time of the last failed read.
+    reading: tokio::sync::Mutex<Option<Instant>>,
     refresh: Duration,
 }
 
@@ -147,65 +215,68 @@ impl CapabilitiesCache {
     pub fn new(refresh: Duration) -> Self {
         CapabilitiesCache {
             current: Mutex::new(None),
+            reading: tokio::sync::Mutex::new(None),
             refresh,
         }
     }
 
-    /// The last capabilities read, when there are any (however old).
-    pub fn last(&self) -> Option<Arc<Capabilities>> {
-        let current = self
-            .current
+    /// The last capabilities read and when, if any.
+    fn last(&self) -> Option<(Arc<Capabilities>, Instant)> {
+        self.current
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        current.as_ref().map(|(c, _)| c.clone())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    fn fresh(&self) -> Option<Arc<Capabilities>> {
+        self.last()
+            .filter(|(_, at)| at.elapsed() < self.refresh)
+            .map(|(c, _)| c)
     }
 
     /// The capabilities of `client`'s cluster: the cached ones while fresh, else read anew.
-    /// When a read fails, the last ones read serve (discovery rarely changes), and only with
-    /// none the error is returned.
+    /// The last ones read serve when a read fails (and for 10 s after it, without asking
+    /// again), and while an aggregated API server is unavailable (its kinds would otherwise
+    /// vanish from the list and come back); only with none read yet is an error returned.
     ///
     /// # Errors
     /// When discovery cannot be read and nothing was read before.
     pub async fn get(&self, client: &Client) -> Result<Arc<Capabilities>, kube::Error> {
-        let fresh = {
-            let current = self
-                .current
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            current
-                .as_ref()
-                .filter(|(_, at)| at.elapsed() < self.refresh)
-                .map(|(c, _)| c.clone())
-        };
-        if let Some(c) = fresh {
+        if let Some(c) = self.fresh() {
             return Ok(c);
         }
-        match discover(client).await {
-            Ok(c) => {
-                let c = Arc::new(c);
-                let mut current = self
-                    .current
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                if current
-                    .as_ref()
-                    .is_some_and(|(old, _)| old.digest != c.digest)
-                {
-                    tracing::info!(kube_version = %c.kube_version,
-                        api_versions = c.api_versions.len(),
-                        "the target cluster serves other API versions now");
-                }
-                *current = Some((c.clone(), Instant::now()));
-                Ok(c)
-            }
-            Err(e) => match self.last() {
-                Some(c) => {
-                    tracing::debug!(error = %e, "cannot read discovery; the last read serves");
-                    Ok(c)
-                }
-                None => Err(e),
-            },
+        let mut failed = self.reading.lock().await;
+        if let Some(c) = self.fresh() {
+            return Ok(c);
         }
+        let last = self.last().map(|(c, _)| c);
+        if let (Some(c), Some(at)) = (&last, *failed)
+            && at.elapsed() < RETRY_AFTER_FAILURE
+        {
+            return Ok(c.clone());
+        }
+        let c = match (discover(client).await, &last) {
+            (Ok((_, true)), Some(last)) => {
+                tracing::debug!("an aggregated API server is unavailable; the last read serves");
+                last.clone()
+            }
+            (Ok((c, _)), _) => Arc::new(c),
+            (Err(e), _) => {
+                *failed = Some(Instant::now());
+                tracing::debug!(error = %e, "cannot read discovery");
+                return last.ok_or(e);
+            }
+        };
+        *failed = None;
+        if last.as_ref().is_some_and(|old| old.digest != c.digest) {
+            tracing::info!(kube_version = %c.kube_version, api_versions = c.api_versions.len(),
+                "the target cluster serves other API versions now");
+        }
+        *self
+            .current
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some((c.clone(), Instant::now()));
+        Ok(c)
     }
 }
 
@@ -231,13 +302,14 @@ mod tests {
             {"version": "v1beta9", "freshness": "Stale", "resources": [{"resource": "x",
                 "responseKind": {"kind": "X"}}]}]}]}),
         );
-        let caps = Capabilities::new("v1.33.1".into(), served(&[core, groups]));
+        let (list, stale) = served(&[core, groups]);
+        assert!(stale, "a stale version is reported");
+        let caps = Capabilities::new("v1.33.1".into(), list);
         assert_eq!(
             caps.api_versions,
             [
                 "policy/v1",
                 "policy/v1/PodDisruptionBudget",
-                "policy/v1beta9",
                 "v1",
                 "v1/Eviction",
                 "v1/Pod"
@@ -248,5 +320,26 @@ mod tests {
         let newer = Capabilities::new("v1.34.0".into(), caps.api_versions.clone());
         assert_ne!(caps.digest, newer.digest);
         assert_eq!(caps.env()[0], (KUBE_VERSION_ENV, "v1.33.1".to_string()));
+    }
+
+    #[test]
+    fn the_kube_version_is_what_helm_parses() {
+        let info =
+            |git: &str, major: &str, minor: &str| k8s_openapi::apimachinery::pkg::version::Info {
+                git_version: git.into(),
+                major: major.into(),
+                minor: minor.into(),
+                ..Default::default()
+            };
+        assert_eq!(kube_version(&info("v1.33.1", "1", "33")), "v1.33.1");
+        assert_eq!(
+            kube_version(&info("v1.30.5-eks-ce1d5eb", "1", "30+")),
+            "v1.30.5-eks-ce1d5eb"
+        );
+        assert_eq!(
+            kube_version(&info("v0.0.0-master+$Format:%H$", "1", "34+")),
+            "v1.34.0"
+        );
+        assert_eq!(kube_version(&info("dev", "1", "34+")), "v1.34.0");
     }
 }

@@ -397,7 +397,9 @@ async fn converge(ctx: &Arc<Context>, comp: &Arc<Composition>) -> Result<Action,
             wait.min(current).max(Duration::from_millis(500)),
         ));
     }
-    if pass.resynthesize || pass.slices_missing {
+    // Missing slices of a Composition that ignores side effects are left (as Eno leaves them):
+    // looked at again at the usual interval, not synthesized again.
+    if pass.resynthesize || (pass.slices_missing && !ignores_side_effects(comp)) {
         return Ok(Action::requeue(Duration::from_millis(100)));
     }
     Ok(Action::requeue(current))

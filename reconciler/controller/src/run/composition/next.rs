@@ -34,6 +34,8 @@ pub(super) async fn next_synthesis(
         None => false,
     };
     let digest = o.module.digest();
+    // A change of what the target cluster serves reaches every chart of the cluster at once:
+    // it rolls out under the cooldown, like a deferred ref.
     let deferred: Vec<String> = o
         .synth
         .spec
@@ -41,6 +43,7 @@ pub(super) async fn next_synthesis(
         .iter()
         .filter(|r| r.defer)
         .map(|r| r.key.clone())
+        .chain([crate::run::capabilities::CAPABILITIES_REVISION_KEY.to_string()])
         .collect();
     let trigger = trigger::decide(
         st.current_synthesis.as_ref(),

@@ -1,9 +1,12 @@
 //! Charts rendered again when the target cluster serves other API versions (or another
 //! Kubernetes version): every `--capabilities-refresh`, each Composition whose current
 //! synthesis took the target's capabilities (input revision `enoki.dev/capabilities`) is
-//! compared with what discovery says now, and one rendered for other capabilities is woken.
-//! Its pass sees the changed input and synthesizes again (identical output keeps its slices).
+//! compared with what discovery says now, and one rendered for other capabilities is woken
+//! once for them. Its pass sees the changed input and synthesizes again under the rollout
+//! cooldown (identical output keeps its slices); one that cannot (blocked, failing) is not
+//! woken again for the same capabilities.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use kube::runtime::reflector::ObjectRef;
@@ -14,6 +17,8 @@ use crds::Composition;
 
 /// Runs until aborted.
 pub(super) async fn wake_on_capabilities(ctx: Arc<Context>) {
+    // Composition -> the capabilities it was last woken for.
+    let mut woken: HashMap<ObjectRef<Composition>, String> = HashMap::new();
     loop {
         tokio::time::sleep(ctx.opts.capabilities_refresh).await;
         let taking: Vec<(ObjectRef<Composition>, String)> = ctx
@@ -32,10 +37,14 @@ pub(super) async fn wake_on_capabilities(ctx: Arc<Context>) {
                 continue;
             }
         };
-        for (comp, digest) in taking {
-            if digest != now.digest {
+        let live: HashSet<&ObjectRef<Composition>> = taking.iter().map(|(r, _)| r).collect();
+        woken.retain(|r, _| live.contains(r));
+        for (comp, digest) in &taking {
+            let again = woken.get(comp) == Some(&now.digest);
+            if *digest != now.digest && !again {
                 tracing::debug!(composition = %comp, "rendered for other capabilities; woken");
-                ctx.watches.wake(comp);
+                woken.insert(comp.clone(), now.digest.clone());
+                ctx.watches.wake(comp.clone());
             }
         }
     }

@@ -19,7 +19,6 @@ package main
 import (
 	"encoding/base64"
 	"fmt"
-	"os"
 	"sort"
 	"strings"
 
@@ -34,20 +33,7 @@ func main() {
 		if err != nil {
 			return nil, nil, err
 		}
-		var apis []string
-		if v := os.Getenv("HELM_API_VERSIONS"); v != "" {
-			for _, a := range strings.Split(v, ",") {
-				if a = strings.TrimSpace(a); a != "" {
-					apis = append(apis, a)
-				}
-			}
-		}
-		objs, err := helm.Render(in, helm.Options{
-			Archive:     archive,
-			Values:      values,
-			KubeVersion: os.Getenv("HELM_KUBE_VERSION"),
-			APIVersions: apis,
-		})
+		objs, err := helm.Render(in, helm.Options{Archive: archive, Values: values})
 		return objs, nil, err
 	})
 }
