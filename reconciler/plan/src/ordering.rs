@@ -23,6 +23,9 @@ pub struct Node {
     pub readiness_group: i64,
     /// For a CRD: the (group, kind) it defines.
     pub defines: Option<(String, String)>,
+    /// For a Patch: the (group, kind) of its target, which waits for its CRD as the object
+    /// itself would (Eno).
+    pub target: Option<(String, String)>,
 }
 
 /// The dependency graph in a usable form.
@@ -186,7 +189,11 @@ fn crd_edges(
         .collect();
     let mut crd_of = std::collections::HashMap::new();
     for (i, node) in sorted.iter().enumerate() {
-        if let Some(&crd) = crds.get(&(node.key.group.as_str(), node.key.kind.as_str()))
+        let writes = node.target.as_ref().map_or(
+            (node.key.group.as_str(), node.key.kind.as_str()),
+            |(g, k)| (g.as_str(), k.as_str()),
+        );
+        if let Some(&crd) = crds.get(&writes)
             && crd != i
         {
             edges.insert((crd, i));
@@ -227,13 +234,14 @@ fn kahn(
     order
 }
 
-/// Deletion group of a resource during Composition deletion (Eno): its `deletion-group`; for
-/// Eno's infrastructure kinds without one, the negation of their create group (100); for
-/// anything else none — deleted at once, waiting for nothing and holding nothing back.
-pub fn deletion_group(key: &ResourceKey, deletion_group: Option<i64>) -> Option<i64> {
+/// Deletion group of a resource of `kind` (a Patch: its target's) during Composition deletion
+/// (Eno): its `deletion-group`; for Eno's infrastructure kinds without one, the negation of
+/// their create group (100); for anything else none — deleted at once, waiting for nothing
+/// and holding nothing back.
+pub fn deletion_group(kind: &str, deletion_group: Option<i64>) -> Option<i64> {
     deletion_group.or_else(|| {
         crate::settings::INFRA_KINDS
-            .contains(&key.kind.as_str())
+            .contains(&kind)
             .then_some(crate::settings::INFRA_READINESS_GROUP.saturating_neg())
     })
 }
@@ -252,6 +260,7 @@ mod tests {
             },
             readiness_group: group,
             defines: None,
+            target: None,
         }
     }
 

@@ -306,19 +306,32 @@ pub fn parse(
     own: &BTreeMap<String, String>,
     composition: &BTreeMap<String, String>,
 ) -> Result<Settings, PlanError> {
+    parse_as(resource, &resource.kind, own, composition)
+}
+
+/// [`parse`] with the defaults of `kind` (a Patch takes its target kind's, as in Eno).
+///
+/// # Errors
+/// As [`parse`].
+pub fn parse_as(
+    resource: &ResourceKey,
+    kind: &str,
+    own: &BTreeMap<String, String>,
+    composition: &BTreeMap<String, String>,
+) -> Result<Settings, PlanError> {
     let l = Lookup {
         resource,
         own,
         composition,
         warnings: std::cell::RefCell::new(Vec::new()),
     };
-    let readiness_group =
-        l.int(keys::READINESS_GROUP)?
-            .unwrap_or(if INFRA_KINDS.contains(&resource.kind.as_str()) {
-                INFRA_READINESS_GROUP
-            } else {
-                0
-            });
+    let readiness_group = l
+        .int(keys::READINESS_GROUP)?
+        .unwrap_or(if INFRA_KINDS.contains(&kind) {
+            INFRA_READINESS_GROUP
+        } else {
+            0
+        });
     // Zero or unparseable: the shortest interval (the controller's
     // `--min-reconcile-interval`), as Eno clamps it.
     let reconcile_interval = l.get(keys::RECONCILE_INTERVAL, true).map(|(v, k)| {

@@ -136,37 +136,6 @@ fn disable_reconciliation_never_touches_and_counts_as_ready() {
     assert!(matches!(w.op_of(&b), Op::Apply { .. }));
 }
 
-/// Eno's `reconcileResource` evaluates readiness (`EvalOptionally`) before it looks at
-/// `disable-reconciliation`, and its tree unblocks the next group on that readiness: a
-/// hands-off resource with an unmet check holds the next group back (and is polled); without
-/// checks it is ready even when it does not exist.
-#[test]
-fn disable_reconciliation_still_evaluates_readiness_checks() {
-    let a = deploy(
-        "a",
-        json!({"eno.azure.io/disable-reconciliation": "true",
-               "eno.azure.io/readiness": "self.status.ok == true"}),
-    );
-    let b = deploy("b", json!({"enoki.dev/readiness-group": "1"}));
-    let w = World::new(desired(&[a.clone(), b.clone()]));
-    assert_eq!(
-        w.op_of(&b),
-        Op::Wait { on: vec![key(&a)] },
-        "absent: not ready"
-    );
-    let w = w.observe(live(&a, "1", json!({"ok": false})));
-    assert_eq!(w.op_of(&b), Op::Wait { on: vec![key(&a)] });
-    assert_eq!(w.plan().requeue, Some(Duration::from_secs(5)), "polled");
-    let w = w.observe(live(&a, "2", json!({"ok": true})));
-    assert!(matches!(w.op_of(&b), Op::Apply { .. }));
-    assert_eq!(
-        w.op_of(&a),
-        Op::Skip {
-            reason: SkipReason::ReconciliationDisabled
-        }
-    );
-}
-
 #[test]
 fn replace_creates_then_puts() {
     let m = deploy("web", json!({"enoki.dev/replace": "true"}));

@@ -81,7 +81,7 @@ pub(super) fn plan_deletion(input: PlanInput<'_>) -> Plan {
         .map(|r| {
             let settings =
                 settings_after_overrides(r, input.observed.get(&r.key), input.composition);
-            let group = ordering::deletion_group(&r.key, settings.deletion_group);
+            let group = ordering::deletion_group(r.defaults_kind(), settings.deletion_group);
             (group, r, settings)
         })
         .collect();

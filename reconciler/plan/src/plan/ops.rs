@@ -279,8 +279,13 @@ pub(super) fn effective(
                     .collect()
             })
             .unwrap_or_default();
-        settings::parse(&r.key, &annotations, &composition.annotations)
-            .unwrap_or_else(|_| r.settings.clone())
+        settings::parse_as(
+            &r.key,
+            r.defaults_kind(),
+            &annotations,
+            &composition.annotations,
+        )
+        .unwrap_or_else(|_| r.settings.clone())
     };
     let uid = (!composition.uid.is_empty()).then_some(composition.uid.as_str());
     (snapshot::strip(&manifest, uid), settings, results)

@@ -67,7 +67,12 @@ pub fn prepare(desired: &[Desired], composition: &CompositionInfo) -> Result<Pre
             });
         }
         let annotations = annotations_of(&d.manifest);
-        let mut settings = settings::parse(&key, &annotations, &composition.annotations)?;
+        let patch =
+            patch_target(&d.manifest).map_err(|message| PlanError::Manifest { index, message })?;
+        let kind = patch
+            .as_ref()
+            .map_or(key.kind.as_str(), |(_, k)| k.as_str());
+        let mut settings = settings::parse_as(&key, kind, &annotations, &composition.annotations)?;
         let checks = settings::readiness_annotations(&annotations)
             .into_iter()
             .map(|(name, k, cel)| {
@@ -87,8 +92,6 @@ pub fn prepare(desired: &[Desired], composition: &CompositionInfo) -> Result<Pre
             let hash = snapshot::hash(&object);
             (object, hash)
         });
-        let patch =
-            patch_target(&d.manifest).map_err(|message| PlanError::Manifest { index, message })?;
         resources.push(PreparedResource {
             key,
             manifest: d.manifest.clone(),
@@ -108,6 +111,10 @@ pub fn prepare(desired: &[Desired], composition: &CompositionInfo) -> Result<Pre
             key: r.key.clone(),
             readiness_group: r.settings.readiness_group,
             defines: crd_defines(r),
+            target: r.patch.as_ref().map(|(api_version, kind)| {
+                let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+                (group.to_string(), kind.clone())
+            }),
         })
         .collect();
     let ordering = ordering::order(&nodes)?;

@@ -36,6 +36,16 @@ pub struct PreparedResource {
     pub patch: Option<(String, String)>,
 }
 
+impl PreparedResource {
+    /// The kind whose default readiness and deletion groups it takes: a Patch its target's
+    /// (Eno's `managedCreateOrder[res.GVK.Kind]`, with the target's GVK), anything else its own.
+    pub fn defaults_kind(&self) -> &str {
+        self.patch
+            .as_ref()
+            .map_or(self.key.kind.as_str(), |(_, kind)| kind.as_str())
+    }
+}
+
 /// A synthesis's output, ingested: parsed once, planned many times.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Prepared {

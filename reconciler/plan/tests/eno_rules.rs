@@ -1,0 +1,95 @@
+//! Planning rules restated from Eno's code paths, one test each (the Eno function each
+//! follows is named in its doc comment).
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
+
+mod common;
+
+use common::*;
+use plan::{Op, SkipReason};
+use serde_json::{Value, json};
+use std::time::Duration;
+
+/// Eno's `reconcileResource` evaluates readiness (`EvalOptionally`) before it looks at
+/// `disable-reconciliation`, and its tree unblocks the next group on that readiness: a
+/// hands-off resource with an unmet check holds the next group back (and is polled); without
+/// checks it is ready even when it does not exist.
+#[test]
+fn disable_reconciliation_still_evaluates_readiness_checks() {
+    let a = deploy(
+        "a",
+        json!({"eno.azure.io/disable-reconciliation": "true",
+               "eno.azure.io/readiness": "self.status.ok == true"}),
+    );
+    let b = deploy("b", json!({"enoki.dev/readiness-group": "1"}));
+    let w = World::new(desired(&[a.clone(), b.clone()]));
+    assert_eq!(
+        w.op_of(&b),
+        Op::Wait { on: vec![key(&a)] },
+        "absent: not ready"
+    );
+    let w = w.observe(live(&a, "1", json!({"ok": false})));
+    assert_eq!(w.op_of(&b), Op::Wait { on: vec![key(&a)] });
+    assert_eq!(w.plan().requeue, Some(Duration::from_secs(5)), "polled");
+    let w = w.observe(live(&a, "2", json!({"ok": true})));
+    assert!(matches!(w.op_of(&b), Op::Apply { .. }));
+    assert_eq!(
+        w.op_of(&a),
+        Op::Skip {
+            reason: SkipReason::ReconciliationDisabled
+        }
+    );
+}
+
+/// Eno's `resource.go` takes a Patch's readiness and deletion defaults from its target's GVK
+/// (`managedCreateOrder[res.GVK.Kind]`): a Patch of a ConfigMap is in group -100 like the
+/// ConfigMap, so an ordinary resource (group 0) waits for it; and its tree orders it after the
+/// CRD of its target kind in the same synthesis, as the object itself would be.
+#[test]
+fn a_patch_takes_its_targets_default_group_and_waits_for_its_crd() {
+    let patch = |api_version: &str, kind: &str, name: &str, annotations: Value| {
+        json!({"apiVersion": "eno.azure.io/v1", "kind": "Patch",
+            "metadata": {"name": name, "namespace": "ns", "annotations": annotations},
+            "patch": {"apiVersion": api_version, "kind": kind,
+                      "ops": [{"op": "add", "path": "/metadata/labels", "value": {"a": "b"}}]}})
+    };
+    // Not ready yet (its check is unmet): the Deployment (group 0) waits for it (group -100).
+    let p = patch(
+        "v1",
+        "ConfigMap",
+        "settings",
+        json!({"eno.azure.io/readiness": "has(self.metadata.labels)"}),
+    );
+    let d = deploy("web", json!({}));
+    let mut w = World::new(desired(&[p.clone(), d.clone()]));
+    w.observed
+        .insert(key(&p), live(&cm("settings", json!({})), "3", Value::Null));
+    assert!(matches!(w.op_of(&p), Op::JsonPatch { .. }));
+    assert_eq!(w.op_of(&d), Op::Wait { on: vec![key(&p)] }, "-100 before 0");
+    // An explicit group still wins.
+    let late = patch(
+        "v1",
+        "ConfigMap",
+        "settings",
+        json!({"eno.azure.io/readiness": "has(self.metadata.labels)",
+               "eno.azure.io/readiness-group": "0"}),
+    );
+    let mut w = World::new(desired(&[late.clone(), d.clone()]));
+    w.observed.insert(
+        key(&late),
+        live(&cm("settings", json!({})), "3", Value::Null),
+    );
+    assert!(matches!(w.op_of(&d), Op::Apply { .. }));
+    // A Patch of a custom resource waits for the CRD of its kind in the same synthesis.
+    let crd = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {"group": "example.com", "names": {"kind": "Widget", "plural": "widgets"},
+                 "scope": "Namespaced", "versions": []}});
+    let on_widget = patch("example.com/v1", "Widget", "w", json!({}));
+    let w = World::new(desired(&[crd.clone(), on_widget.clone()]));
+    assert_eq!(
+        w.op_of(&on_widget),
+        Op::Wait {
+            on: vec![key(&crd)]
+        }
+    );
+}
