@@ -903,14 +903,20 @@ async fn foreground_deletion_case(p: &str) {
     // Dropped from the output: deleted, and the composition waits for it to be gone.
     set_items(&env, &json!([cm("other", json!({}), json!({}))])).await;
     let cms: Api<ConfigMap> = env.api();
-    eventually("the dropped resource to be deleting", WAIT, || async {
+    let deleting = eventually("the dropped resource to be deleting", WAIT, || async {
         cms.get_opt("held")
             .await
             .unwrap()
-            .is_some_and(|c| c.metadata.deletion_timestamp.is_some())
-            .then_some(())
+            .filter(|c| c.metadata.deletion_timestamp.is_some())
     })
     .await;
+    // Eno deletes with the default propagation (no `foregroundDeletion` finalizer: its
+    // dependents are not waited for), and waits for the object itself.
+    assert_eq!(
+        deleting.metadata.finalizers,
+        Some(vec!["test.enoki.dev/hold".to_string()]),
+        "deleted with the default propagation"
+    );
     enoki.wait_pass(&env, "echo").await;
     let comps: Api<Composition> = env.api();
     let reconciled = |c: &Composition| {

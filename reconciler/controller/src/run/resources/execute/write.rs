@@ -112,18 +112,14 @@ pub(super) async fn write(
             .await
             .map(rv_of)
         }
-        Op::Delete { foreground } => {
-            let dp = if *foreground {
-                DeleteParams::foreground()
-            } else {
-                DeleteParams::default()
-            };
-            match api.delete(&key.name, &dp).await {
-                Ok(_) => Ok(None),
-                Err(kube::Error::Api(resp)) if resp.code == 404 => Ok(None),
-                Err(e) => Err(e),
-            }
-        }
+        // The API server's default propagation, as Eno deletes (`client.Delete` with no
+        // options), also for `deletion-strategy: foreground`: what makes that strategy is the
+        // plan waiting until the object is gone, not its dependents.
+        Op::Delete { .. } => match api.delete(&key.name, &DeleteParams::default()).await {
+            Ok(_) => Ok(None),
+            Err(kube::Error::Api(resp)) if resp.code == 404 => Ok(None),
+            Err(e) => Err(e),
+        },
         Op::Skip { .. } | Op::Wait { .. } | Op::Conflict { .. } => Ok(None),
     };
     result.map_err(|e| summarize(&e))
