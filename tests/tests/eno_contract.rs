@@ -228,3 +228,44 @@ async fn path_managed_by_eno_counts_what_eno_applied() {
     })
     .await;
 }
+
+/// Eno's `summarizeError` (`internal/controllers/reconciliation/controller.go`) and its slice
+/// controller (`internal/controllers/resourceslice/slice.go`: the greatest resource error):
+/// a server-side apply refused for its schema shows in `simplified.error` as the tail after
+/// "failed to create typed patch object" (no resource name, no reason), while the Composition
+/// is `Reconciling`; enoki's `Reconciled` condition names the resource in full.
+#[tokio::test]
+async fn a_refused_write_is_summarized_in_the_simplified_error_as_eno_summarizes_it() {
+    let (env, synth) = setup().await;
+    let _enoki = Enoki::start(&env.namespace);
+    let bad = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "bad"}, "data": {"x": 1}});
+    harness::set_echo_items(&env, "items", &json!([bad])).await;
+    harness::apply_composition(&env, "echo", &synth, "items", json!({})).await;
+    let comps: Api<Composition> = env.api();
+    let st = eventually("the write's error summarized", WAIT, || async {
+        let st = comps.get("echo").await.unwrap().status?;
+        st.simplified.as_ref()?.error.as_ref()?;
+        Some(st)
+    })
+    .await;
+    let simplified = st.simplified.unwrap();
+    assert_eq!(simplified.status, "Reconciling");
+    let error = simplified.error.unwrap();
+    // e.g. `(ns/bad; /v1, Kind=ConfigMap): .data.x: expected string, got …`
+    assert!(
+        error.starts_with('(') && error.contains("Kind=ConfigMap)") && error.contains(".data.x"),
+        "{error}"
+    );
+    let reconciled = st
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Reconciled")
+        .unwrap();
+    assert!(
+        reconciled.status == "False"
+            && reconciled.message.contains("ConfigMap")
+            && reconciled.message.contains("bad"),
+        "{reconciled:?}"
+    );
+}

@@ -139,7 +139,7 @@ pub fn conflict_message(
 pub fn held(
     backoff: &std::collections::HashMap<ResourceKey, crate::model::Backoff>,
     now: Instant,
-) -> HashMap<ResourceKey, String> {
+) -> HashMap<ResourceKey, crate::model::Failure> {
     backoff
         .iter()
         .filter(|(_, (_, next, _))| *next > now)

@@ -33,7 +33,26 @@ impl<T, W> Outcome<T, W> {
 }
 
 /// Per-resource write backoff: failures so far, when to try again, and the last error.
-pub type Backoff = (u32, Instant, String);
+pub type Backoff = (u32, Instant, Failure);
+
+/// A write's last failure: enoki's message and Eno's summary of it ([`summarize_error`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Failure {
+    /// `Reason: message` (or the transport error).
+    pub error: String,
+    /// Eno's summary (empty when Eno reports nothing).
+    pub summary: String,
+}
+
+impl From<String> for Failure {
+    /// A failure before any request (a manifest that does not decode): nothing Eno reports.
+    fn from(error: String) -> Failure {
+        Failure {
+            error,
+            summary: String::new(),
+        }
+    }
+}
 
 /// A slice's manifests, parsed once per slice (slices are written once and never change).
 #[derive(Debug, Default)]
@@ -221,9 +240,68 @@ pub struct StepResult {
     pub resource_version: Option<String>,
     /// Why the write failed (the server's message).
     pub error: Option<String>,
+    /// The failure as Eno summarizes it for `simplified.error` ([`summarize_error`]; empty
+    /// for a failure Eno does not report).
+    pub summary: Option<String>,
     /// Not attempted: the resource is backing off after earlier failures.
     pub held: bool,
     /// The object the server returned for a write (its readiness is evaluated from it, so a
     /// resource that is ready once written needs no second pass).
     pub object: Option<Value>,
+}
+
+/// Eno's `summarizeError` (`internal/controllers/reconciliation/controller.go`) of an API
+/// error with `reason` and `message`: the tail after "failed to create typed patch object"
+/// (server-side apply's schema errors), the message for the reasons Eno reports (BadRequest,
+/// NotAcceptable, RequestEntityTooLarge, MethodNotAllowed, Gone, Forbidden, Unauthorized,
+/// Invalid, InternalError), and nothing for any other.
+pub fn summarize_error(reason: &str, message: &str) -> String {
+    const TYPED_PATCH: &str = "failed to create typed patch object";
+    if let Some((_, tail)) = message.split_once(TYPED_PATCH) {
+        return tail.trim().to_string();
+    }
+    const REPORTED: &[&str] = &[
+        "BadRequest",
+        "NotAcceptable",
+        "RequestEntityTooLarge",
+        "MethodNotAllowed",
+        "Gone",
+        "Forbidden",
+        "Unauthorized",
+        "Invalid",
+        "InternalError",
+    ];
+    if REPORTED.contains(&reason) {
+        message.to_string()
+    } else {
+        String::new()
+    }
+}
+
+#[cfg(test)]
+mod summary_tests {
+    use super::summarize_error;
+
+    #[test]
+    fn errors_are_summarized_as_eno_summarizes_them() {
+        assert_eq!(
+            summarize_error(
+                "BadRequest",
+                "failed to create typed patch object (/v1, Kind=ConfigMap): .data.x: expected string"
+            ),
+            "(/v1, Kind=ConfigMap): .data.x: expected string"
+        );
+        assert_eq!(
+            summarize_error("Forbidden", "configmaps is forbidden: no"),
+            "configmaps is forbidden: no"
+        );
+        assert_eq!(
+            summarize_error("Conflict", "the object has been modified"),
+            ""
+        );
+        assert_eq!(
+            summarize_error("NotFound", "namespaces \"x\" not found"),
+            ""
+        );
+    }
 }

@@ -16,6 +16,8 @@ pub struct Recording {
     pub states: Vec<Vec<ResourceState>>,
     /// `key: message` of every write that failed.
     pub errors: Vec<String>,
+    /// Eno's summary of each of them (empty when Eno reports nothing).
+    pub summaries: Vec<String>,
     /// `key (why)` of every resource that is not ready yet.
     pub not_ready: Vec<String>,
     /// `key: owned by …` of every resource another Composition owns (not taken over).
@@ -74,6 +76,8 @@ pub fn record(
                 }
             } else {
                 rec.errors.push(format!("{}: {e}", step.key));
+                rec.summaries
+                    .push(outcome.summary.clone().unwrap_or_default());
             }
         } else {
             state.error = None;

@@ -18,6 +18,8 @@ pub struct Rollup {
     pub all_ready: bool,
     /// Failed writes, `key: message`.
     pub errors: Vec<String>,
+    /// Eno's summary of each ([`crate::model::summarize_error`]).
+    pub summaries: Vec<String>,
     /// Resources not ready yet, `key (why)`.
     pub not_ready: Vec<String>,
     /// Resources another Composition owns, `key: owned by …`.
@@ -52,6 +54,7 @@ impl Rollup {
             all_reconciled,
             all_ready,
             errors: recording.errors.clone(),
+            summaries: recording.summaries.clone(),
             not_ready: recording.not_ready.clone(),
             conflicts: recording.conflicts.clone(),
             forbidden: recording.forbidden,
@@ -175,9 +178,16 @@ impl Rollup {
         if !condition::is_true(&st.conditions, conditions::SYNTHESIZED) {
             st.simplified.clone().unwrap_or(word("Failed"))
         } else if !self.errors.is_empty() {
+            // Eno's slice controller: the greatest of the resources' summarized errors
+            // (`Reconciled` says which resource failed and why, in full).
             SimplifiedStatus {
                 status: "Reconciling".into(),
-                error: self.errors.iter().max().cloned(),
+                error: self
+                    .summaries
+                    .iter()
+                    .max()
+                    .filter(|e| !e.is_empty())
+                    .cloned(),
             }
         } else if self.all_ready {
             word("Ready")
@@ -259,7 +269,8 @@ mod tests {
         let now = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
         let recording = Recording {
             states: vec![vec![ResourceState::default()]],
-            errors: vec!["cm/r0: Forbidden".into()],
+            errors: vec!["cm/r0: Forbidden: configmaps is forbidden".into()],
+            summaries: vec!["configmaps is forbidden".into()],
             not_ready: vec!["cm/r0 (not created yet)".into()],
             conflicts: vec![],
             forbidden: false,
@@ -276,6 +287,10 @@ mod tests {
         assert_eq!(reconciled.reason, reasons::APPLY_FAILED);
         let simplified = st.simplified.unwrap();
         assert_eq!(simplified.status, "Reconciling");
-        assert_eq!(simplified.error.as_deref(), Some("cm/r0: Forbidden"));
+        assert_eq!(
+            simplified.error.as_deref(),
+            Some("configmaps is forbidden"),
+            "Eno's summary"
+        );
     }
 }

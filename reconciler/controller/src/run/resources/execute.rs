@@ -18,6 +18,7 @@ use crds::Composition;
 use crds::names::{FIELD_MANAGER, reasons};
 use reconciler_core::fights;
 pub(crate) use reconciler_core::model::StepResult;
+use reconciler_core::model::{Failure, summarize_error};
 
 mod write;
 pub(crate) use write::Handover;
@@ -94,7 +95,7 @@ async fn run_steps(
     the_plan: &Plan,
     observations: &HashMap<ResourceKey, Observation>,
     deferred: &std::collections::BTreeSet<ResourceKey>,
-    backing_off: &HashMap<ResourceKey, String>,
+    backing_off: &HashMap<ResourceKey, Failure>,
 ) -> Vec<StepResult> {
     let in_sync = Op::Skip {
         reason: SkipReason::InSync,
@@ -213,7 +214,11 @@ fn record_failures(
             Some(e) => {
                 let failures = backoff.get(&step.key).map_or(0, |f| f.0) + 1;
                 let delay = fights::failure_delay(failures);
-                backoff.insert(step.key.clone(), (failures, now + delay, e.clone()));
+                let failure = Failure {
+                    error: e.clone(),
+                    summary: outcome.summary.clone().unwrap_or_default(),
+                };
+                backoff.insert(step.key.clone(), (failures, now + delay, failure));
             }
         }
     }
@@ -250,13 +255,25 @@ fn failed(message: String) -> StepResult {
     }
 }
 
+/// A request the API server (or the transport) refused: enoki's message and Eno's summary.
+fn failure(e: &kube::Error) -> Failure {
+    let summary = match e {
+        kube::Error::Api(resp) => summarize_error(&resp.reason, &resp.message),
+        _ => String::new(),
+    };
+    Failure {
+        error: summarize(e),
+        summary,
+    }
+}
+
 /// Executes one step; returns its index with the outcome (steps run out of order).
 async fn execute(
     index: usize,
     op: &Op,
     key: &ResourceKey,
     obs: Option<&Observation>,
-    held: Option<String>,
+    held: Option<Failure>,
     migrating: Handover<'_>,
     timeout: Duration,
 ) -> (usize, StepResult) {
@@ -278,12 +295,13 @@ async fn execute_one(
     op: &Op,
     key: &ResourceKey,
     obs: Option<&Observation>,
-    held: Option<String>,
+    held: Option<Failure>,
     migrating: Handover<'_>,
 ) -> StepResult {
     if let Some(last) = held {
         return StepResult {
-            error: Some(last),
+            error: Some(last.error),
+            summary: Some(last.summary),
             held: true,
             ..StepResult::default()
         };
@@ -322,7 +340,11 @@ async fn execute_one(
                 ..StepResult::default()
             }
         }
-        Err(e) => failed(e),
+        Err(f) => StepResult {
+            error: Some(f.error),
+            summary: Some(f.summary),
+            ..StepResult::default()
+        },
     }
 }
 

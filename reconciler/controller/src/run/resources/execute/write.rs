@@ -66,7 +66,7 @@ pub(super) async fn write(
     key: &ResourceKey,
     live: Option<&Value>,
     migrating: Handover<'_>,
-) -> Result<Option<DynamicObject>, String> {
+) -> Result<Option<DynamicObject>, Failure> {
     let rv_of = Some;
     let pp = PostParams {
         field_manager: Some(FIELD_MANAGER.into()),
@@ -122,7 +122,7 @@ pub(super) async fn write(
         },
         Op::Skip { .. } | Op::Wait { .. } | Op::Conflict { .. } => Ok(None),
     };
-    result.map_err(|e| summarize(&e))
+    result.map_err(|e| super::failure(&e))
 }
 
 /// What a server-side apply may hand over to enoki after writing: a migrating manager's fields
