@@ -55,6 +55,7 @@ phase "cargo test (unit, golden, e2e against the control plane)" cargo test --wo
 phase "go test (sample 11: enoki's stdin as Eno's SDK reads it)" bash -c 'cd samples/11-eno-go && go test ./...'
 phase "python SDK and sample 09 under CPython" python3 -m unittest discover -s synthesizer-sdk/python/tests
 phase "Helm chart's static manifests match deploy/base" hack/helm-chart.sh --check
+phase "docs/from-eno.md's inventory line matches its rows" python3 hack/eno-inventory.py --check
 phase "synthesizer WIT matches the wasmtime-wasi in Cargo.lock" hack/sync-wit.sh --check
 phase "cargo doc" env RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked -q
 echo "==> all done in $(( $(date +%s) - T_ALL ))s" >&2

@@ -187,6 +187,18 @@ async fn health_series_follow_a_composition_that_goes_stuck_and_recovers_and_eve
             "docs/operations.md describes {alert}"
         );
     }
+    // The queries docs/operations.md gives for Eno's metrics read served series too.
+    let eno = eno_mapping(&docs);
+    assert!(eno.len() >= 10, "{eno:?}");
+    for (eno_name, expr) in eno {
+        for name in metric_names(&expr) {
+            // A histogram is named by its base name (`…_seconds`): its `_count` is served.
+            assert!(
+                served.contains(&name) || served.contains(&format!("{name}_count")),
+                "the query for {eno_name} reads {name}, which enoki does not serve"
+            );
+        }
+    }
     let panels = panels();
     assert!(panels.len() >= 10);
     for (title, description, exprs) in panels {
@@ -204,6 +216,25 @@ async fn health_series_follow_a_composition_that_goes_stuck_and_recovers_and_eve
             }
         }
     }
+}
+
+/// (Eno metric, enoki query) of each row of docs/operations.md's "Eno's metrics" table that
+/// has a query.
+fn eno_mapping(docs: &str) -> Vec<(String, String)> {
+    let section = docs
+        .split("## Eno's metrics")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .expect("docs/operations.md has the section \"Eno's metrics\"");
+    section
+        .lines()
+        .filter(|l| l.starts_with("| `eno_"))
+        .filter_map(|l| {
+            let cells: Vec<&str> = l.trim_matches('|').split(" | ").map(str::trim).collect();
+            let query = cells.get(1)?.strip_prefix('`')?.strip_suffix('`')?;
+            Some((cells[0].to_string(), query.to_string()))
+        })
+        .collect()
 }
 
 #[test]
