@@ -93,6 +93,23 @@ pub struct HelmSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "free_form_object")]
     pub values: Option<serde_json::Value>,
+    /// Whose Helm shim the chart is rendered as: `enoki` (the default: the release is named
+    /// after the Composition and installed in its namespace; hooks are left out) or `eno`
+    /// (Eno's pkg/helmshim: release `eno-helm-shim` in namespace `default`, hook manifests
+    /// emitted after the rest).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shim: Option<HelmShim>,
+}
+
+/// Whose Helm shim a chart is rendered as.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum HelmShim {
+    /// The release is the Composition (its name and namespace); hooks are left out.
+    #[default]
+    Enoki,
+    /// As Eno's pkg/helmshim: release `eno-helm-shim` in namespace `default`, hooks emitted.
+    Eno,
 }
 
 /// Where a packaged Helm chart comes from. Exactly one of `configMap`, `oci`, `url` is set.

@@ -5,7 +5,8 @@
 //! object as `helm template --kube-version … --api-versions …` renders it given the same list
 //! (read here from the API server's discovery, one document per group version, not with
 //! enoki's code); a CRD installed afterwards renders the chart again (under the rollout
-//! cooldown); a `HELM_KUBE_VERSION` the Composition sets wins over the cluster's.
+//! cooldown); a `HELM_KUBE_VERSION` the Composition sets wins over the cluster's. And a
+//! Synthesizer with `spec.helm.shim: eno` installs the chart as Eno's shim does.
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeSet;
@@ -275,4 +276,82 @@ async fn a_chart_renders_for_the_api_versions_the_cluster_serves() {
     .await;
     crds.delete(&crd, &DeleteParams::default()).await.unwrap();
     drop(enoki);
+}
+
+/// `spec.helm.shim: eno`: the release is Eno's shim's (`eno-helm-shim` in `default`, which the
+/// chart reads as `.Release.Namespace`), its hook manifests are applied with the rest, and
+/// the objects still land in the Composition's namespace.
+#[tokio::test]
+async fn enos_shim_mode_installs_enos_release_with_its_hooks() {
+    let env = TestEnv::new().await;
+    install_crds(&env.client).await;
+    let chart = harness::tempdir("eno-shim-chart");
+    helm(&[
+        "package",
+        workspace_root()
+            .join("samples/12-helm/chart")
+            .to_str()
+            .unwrap(),
+        "-d",
+        chart.to_str().unwrap(),
+    ]);
+    let tgz = std::fs::read_dir(&chart)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "greeter-chart"},
+        "binaryData": {"chart.tgz": base64::engine::general_purpose::STANDARD
+            .encode(std::fs::read(&tgz).unwrap())}});
+    let apply = PatchParams::apply("test").force();
+    env.api::<ConfigMap>()
+        .patch("greeter-chart", &apply, &Patch::Apply(&cm))
+        .await
+        .unwrap();
+    let synth = format!("{}-eno-shim", env.namespace);
+    let spec = json!({"apiVersion": "enoki.dev/v1alpha1", "kind": "Synthesizer",
+        "metadata": {"name": synth},
+        "spec": {"module": {"builtin": "helm"}, "helm": {"shim": "eno", "chart": {"configMap":
+            {"namespace": env.namespace, "name": "greeter-chart", "key": "chart.tgz"}}}}});
+    Api::<Synthesizer>::all(env.client.clone())
+        .patch(&synth, &apply, &Patch::Apply(&spec))
+        .await
+        .unwrap();
+    let comp = json!({"apiVersion": "enoki.dev/v1alpha1", "kind": "Composition",
+        "metadata": {"name": "web"}, "spec": {"synthesizer": {"name": synth}}});
+    env.api::<Composition>()
+        .patch("web", &apply, &Patch::Apply(&comp))
+        .await
+        .unwrap();
+    let module = workspace_root().join("target/samples/helm-chart.wasm");
+    let enoki = Enoki::start_with(
+        &env.namespace,
+        &[
+            "--helm-module",
+            module.to_str().unwrap(),
+            "--compile-timeout",
+            "10m",
+        ],
+    );
+    let data = eventually("Eno's release applied", WAIT, || async {
+        env.api::<ConfigMap>()
+            .get_opt("eno-helm-shim-greeter")
+            .await
+            .unwrap()?
+            .data
+    })
+    .await;
+    assert_eq!(data["message"], "hello, default", "{}", enoki.logs());
+    let hook = eventually("the test hook applied", WAIT, || async {
+        env.api::<k8s_openapi::api::core::v1::Pod>()
+            .get_opt("eno-helm-shim-greeter-test")
+            .await
+            .unwrap()
+    })
+    .await;
+    assert_eq!(
+        hook.metadata.annotations.unwrap_or_default()["helm.sh/hook"],
+        "test"
+    );
 }

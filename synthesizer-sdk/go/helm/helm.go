@@ -5,10 +5,13 @@
 // The chart comes from an fs.FS (an embed.FS holding the chart directory) or from the bytes of
 // a packaged chart (.tgz). Values are computed from the bound inputs by the author's function
 // and merged over the chart's values.yaml as Helm merges them. The release name and namespace
-// default to the Composition's.
+// default to the Composition's (Eno's shim: `eno-helm-shim` in `default`, see EnoShim).
 //
-// What differs from `helm install`, as in Eno's shim:
-//   - hooks (helm.sh/hook) are not run and not emitted; NOTES.txt and partials render nothing;
+// What differs from `helm install` (and from Eno's shim, which emits hooks, names the release
+// `eno-helm-shim` in `default`, sees Helm's default `.Capabilities` and adds no annotations):
+//   - hooks (helm.sh/hook) are not run; they are not emitted either, unless Options.Hooks
+//     (or Options.EnoShim) asks for them, appended after the rest as Eno's shim appends them;
+//     NOTES.txt and partials render nothing;
 //   - CRDs from the chart's crds/ directory are emitted, in a readiness group of their own
 //     before everything else (enoki applies custom resources after their CRDs anyway);
 //   - those CRDs, every CRD of templates/ and objects annotated helm.sh/resource-policy: keep
@@ -23,6 +26,14 @@
 //
 // Readiness groups, readiness checks and every enoki.dev/* or eno.azure.io/* annotation
 // written in the chart's templates work as in any synthesizer.
+//
+// Options.EnoShim (or HELM_SHIM=eno in the synthesis environment) renders what Eno's
+// pkg/helmshim renders: the release `eno-helm-shim` in namespace `default` (unless
+// Options.ReleaseName/Namespace say otherwise) with the hook manifests after the rest. What
+// still differs from Eno's shim: Helm v4's engine (Eno's is v3), `.Capabilities` (the
+// cluster's, when the controller gives them; Eno's shim sees Helm's defaults), and the
+// enoki.dev/readiness-group and enoki.dev/prune annotations added to CRDs and `keep` objects
+// (enoki strips its annotations before applying, so the applied objects are the same).
 package helm
 
 import (
@@ -58,9 +69,15 @@ type Options struct {
 	Archive []byte
 	// Values computes the values from the inputs (nil: the chart's defaults).
 	Values func(in *sdk.ResourceList) (map[string]any, error)
-	// ReleaseName and Namespace default to the Composition's name and namespace.
+	// ReleaseName and Namespace default to the Composition's name and namespace (with EnoShim:
+	// Eno's shim's, EnoReleaseName and EnoNamespace).
 	ReleaseName string
 	Namespace   string
+	// Hooks emits the hook manifests (helm.sh/hook) after the rest, as Eno's shim does.
+	Hooks bool
+	// EnoShim renders as Eno's pkg/helmshim: its release name and namespace, and Hooks. Also
+	// set by HELM_SHIM=eno in the synthesis environment (a Synthesizer's spec.helm.shim: Eno).
+	EnoShim bool
 	// KubeVersion (e.g. "v1.35.0") and APIVersions set .Capabilities beyond Helm's defaults.
 	// Empty, they come from HELM_KUBE_VERSION and HELM_API_VERSIONS (comma-separated) of the
 	// synthesis environment: the target cluster's, when the Synthesizer takes them.
@@ -112,7 +129,19 @@ func Render(in *sdk.ResourceList, o Options) ([]sdk.Object, error) {
 			return nil, err
 		}
 	}
+	if os.Getenv("HELM_SHIM") == "eno" {
+		o.EnoShim = true
+	}
 	name, namespace := o.ReleaseName, o.Namespace
+	if o.EnoShim {
+		o.Hooks = true
+		if name == "" {
+			name = EnoReleaseName
+		}
+		if namespace == "" {
+			namespace = EnoNamespace
+		}
+	}
 	if in.FunctionConfig != nil {
 		if name == "" {
 			name = in.FunctionConfig.Composition.Name
@@ -128,11 +157,24 @@ func Render(in *sdk.ResourceList, o Options) ([]sdk.Object, error) {
 	if apis == nil {
 		apis = EnvAPIVersions()
 	}
-	manifest, err := Template(ch, vals, name, namespace, kubeVersion, apis)
+	manifest, err := render(ch, vals, release{name, namespace, kubeVersion, apis, o.Hooks})
 	if err != nil {
 		return nil, err
 	}
 	return Objects(manifest, ch)
+}
+
+// The release name and namespace Eno's pkg/helmshim installs a chart as.
+const (
+	EnoReleaseName = "eno-helm-shim"
+	EnoNamespace   = "default"
+)
+
+// release is what a chart is rendered as.
+type release struct {
+	name, namespace, kubeVersion string
+	apis                         []string
+	hooks                        bool
 }
 
 // EnvAPIVersions is HELM_API_VERSIONS of the environment, split at commas (nil when unset).
@@ -152,15 +194,22 @@ func EnvAPIVersions() []string {
 // manifests in Helm's install order after the crds/ CRDs), without Helm's action package,
 // which does not build for wasip1.
 func Template(ch *chart.Chart, vals map[string]any, name, namespace, kubeVersion string, apis []string) (string, error) {
+	return render(ch, vals, release{name, namespace, kubeVersion, apis, false})
+}
+
+// render is Template, with the hook manifests appended when r.hooks (as Eno's shim appends
+// its release's hooks to the manifest).
+func render(ch *chart.Chart, vals map[string]any, r release) (string, error) {
+	name, namespace := r.name, r.namespace
 	caps := common.DefaultCapabilities.Copy()
-	if kubeVersion != "" {
-		v, err := common.ParseKubeVersion(kubeVersion)
+	if r.kubeVersion != "" {
+		v, err := common.ParseKubeVersion(r.kubeVersion)
 		if err != nil {
-			return "", fmt.Errorf("helm: kube version %q: %w", kubeVersion, err)
+			return "", fmt.Errorf("helm: kube version %q: %w", r.kubeVersion, err)
 		}
 		caps.KubeVersion = *v
 	}
-	caps.APIVersions = append(caps.APIVersions, apis...)
+	caps.APIVersions = append(caps.APIVersions, r.apis...)
 	if err := chartutil.ProcessDependencies(ch, vals); err != nil {
 		return "", fmt.Errorf("helm: chart dependencies: %w", err)
 	}
@@ -181,7 +230,7 @@ func Template(ch *chart.Chart, vals map[string]any, name, namespace, kubeVersion
 			delete(files, k)
 		}
 	}
-	_, manifests, err := releaseutil.SortManifests(files, nil, releaseutil.InstallOrder)
+	hooks, manifests, err := releaseutil.SortManifests(files, nil, releaseutil.InstallOrder)
 	if err != nil {
 		return "", fmt.Errorf("helm: %w", err)
 	}
@@ -191,6 +240,11 @@ func Template(ch *chart.Chart, vals map[string]any, name, namespace, kubeVersion
 	}
 	for _, m := range manifests {
 		fmt.Fprintf(&b, "---\n# Source: %s\n%s\n", m.Name, m.Content)
+	}
+	if r.hooks {
+		for _, h := range hooks {
+			fmt.Fprintf(&b, "---\n# Source: %s\n%s\n", h.Path, h.Manifest)
+		}
 	}
 	return b.String(), nil
 }

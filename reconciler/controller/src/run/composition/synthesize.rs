@@ -295,6 +295,11 @@ fn capabilities_env(gathered: &super::observe::Gathered) -> Vec<(String, String)
 }
 
 fn controller_env(ctx: &Context, synth: &Synthesizer) -> Vec<(String, String)> {
+    let eno_shim = synth.spec.helm.as_ref().and_then(|h| h.shim) == Some(crds::HelmShim::Eno);
+    if eno_shim {
+        // The Go Helm shim's switch to Eno's release name, namespace and hooks.
+        return vec![("HELM_SHIM".to_string(), "eno".to_string())];
+    }
     match synth.spec.module.builtin.as_deref() {
         Some("lepton") => vec![(
             builtins::lepton::PERSISTENT_VOLUMES_ENV.to_string(),
