@@ -269,3 +269,55 @@ async fn a_refused_write_is_summarized_in_the_simplified_error_as_eno_summarizes
         "{reconciled:?}"
     );
 }
+
+/// Eno's `reconcileResource` evaluates readiness before it looks at `disable-reconciliation`
+/// (`internal/controllers/reconciliation/controller.go`), and its tree releases the next
+/// readiness group on that readiness: a hands-off object with an unmet check holds the next
+/// group (and the Composition's Ready) back, however many passes go by, until the object
+/// itself meets it.
+#[tokio::test]
+async fn a_hands_off_resource_with_an_unmet_check_holds_the_next_group_back() {
+    let (env, synth) = setup().await;
+    let cms: Api<ConfigMap> = env.api();
+    let handsoff = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "handsoff"}, "data": {"ok": "no"}});
+    cms.create(
+        &PostParams::default(),
+        &serde_json::from_value(handsoff).unwrap(),
+    )
+    .await
+    .unwrap();
+    let items = json!([
+        harness::config_map(
+            "handsoff",
+            json!({"eno.azure.io/disable-reconciliation": "true",
+            "eno.azure.io/readiness": "self.data.ok == 'yes'"}),
+            json!({"ok": "synthesized"})
+        ),
+        harness::config_map(
+            "after",
+            json!({"eno.azure.io/readiness-group": "1"}),
+            json!({})
+        ),
+    ]);
+    harness::set_echo_items(&env, "items", &items).await;
+    harness::apply_composition(&env, "echo", &synth, "items", json!({})).await;
+    let enoki = Enoki::start(&env.namespace);
+    for _ in 0..3 {
+        enoki.wait_pass(&env, "echo").await;
+    }
+    assert!(
+        cms.get_opt("after").await.unwrap().is_none(),
+        "the next group went ahead: {}",
+        enoki.logs()
+    );
+    assert!(!harness::composition_ready(&env, "echo").await);
+    let held = cms.get("handsoff").await.unwrap();
+    assert_eq!(held.data.unwrap()["ok"], "no", "hands off: never written");
+    let ok = json!({"data": {"ok": "yes"}});
+    cms.patch("handsoff", &PatchParams::default(), &Patch::Merge(&ok))
+        .await
+        .unwrap();
+    harness::wait_ready(&env, "echo").await;
+    assert!(cms.get_opt("after").await.unwrap().is_some());
+}

@@ -81,7 +81,7 @@ pub fn record(
             }
         } else {
             state.error = None;
-            record_success(state, step, outcome, recorded.get(&step.key), now);
+            record_success(state, step, outcome, recorded.get(&step.key));
         }
         let tombstone = loaded.is_tombstone(si, ri);
         if tombstone || deleting || state.ready.is_some() {
@@ -157,7 +157,6 @@ fn record_success(
     step: &Step,
     outcome: &StepResult,
     recorded: Option<&Recorded>,
-    now: &Time,
 ) {
     match &step.op {
         Op::Apply { .. }
@@ -194,11 +193,9 @@ fn record_success(
         Op::Skip {
             reason: SkipReason::ReconciliationDisabled,
         } => {
-            // Eno: never touched, reported as reconciled (and ready: nothing to wait on).
+            // Eno: never touched, reported as reconciled; ready as its checks say (without
+            // any, at once: the plan's readiness, recorded below like any resource's).
             state.reconciled = true;
-            if state.ready.is_none() {
-                state.ready = Some(now.clone());
-            }
         }
         Op::Skip {
             reason: SkipReason::InSync,
@@ -326,6 +323,41 @@ mod tests {
         assert!(!b.reconciled && b.error.as_deref() == Some("Forbidden: no"));
         assert_eq!(rec.errors, [format!("{}: Forbidden: no", key("b"))]);
         assert_eq!(rec.not_ready, [format!("{} (not created yet)", key("b"))]);
+    }
+
+    /// Eno evaluates a hands-off resource's readiness like any other's: an unmet check is
+    /// not recorded ready (so it keeps holding its group back), one without checks is.
+    #[test]
+    fn a_hands_off_resource_is_recorded_ready_only_as_its_checks_say() {
+        let off = || Op::Skip {
+            reason: SkipReason::ReconciliationDisabled,
+        };
+        let unmet = ReadinessState::NotReady {
+            unsatisfied: vec!["default".into()],
+        };
+        let the_plan = Plan {
+            steps: vec![
+                step("a", off(), unmet),
+                step("b", off(), ReadinessState::Ready { at: None }),
+            ],
+            requeue: None,
+        };
+        let now = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+        let outcomes = vec![StepResult::default(), StepResult::default()];
+        let rec = record(
+            &|_: &str| None,
+            &the_plan,
+            &outcomes,
+            &loaded(&["a", "b"]),
+            &HashMap::new(),
+            &empty(),
+            false,
+            &now,
+        );
+        let (a, b) = (&rec.states[0][0], &rec.states[0][1]);
+        assert!(a.reconciled && a.ready.is_none(), "{a:?}");
+        assert!(b.reconciled && b.ready == Some(now), "{b:?}");
+        assert_eq!(rec.not_ready, [format!("{} (default)", key("a"))]);
     }
 
     #[test]

@@ -22,6 +22,9 @@ pub struct Now<'a> {
     pub write_back_known: bool,
     /// A slice of the current synthesis was deleted.
     pub slices_missing: bool,
+    /// A slice of the current synthesis cannot be used (a Secret in it no key opens, or in
+    /// plain text): made again whatever `ignore_side_effects` says.
+    pub slices_unusable: bool,
     /// The Composition's `ignore-side-effects: "true"`: only its own changes (and inputs
     /// annotated `ignore-side-effects: "false"`) re-synthesize (Eno).
     pub ignore_side_effects: bool,
@@ -133,7 +136,7 @@ pub fn decide(current: Option<&Synthesis>, now: &Now<'_>) -> Trigger {
     }
     // Eno's `handleMissingSlice`: a Composition that ignores side effects is not synthesized
     // again for a deleted slice.
-    if now.slices_missing && !now.ignore_side_effects {
+    if (now.slices_missing && !now.ignore_side_effects) || now.slices_unusable {
         return Trigger::SlicesMissing;
     }
     if !now.write_back_known {
@@ -247,6 +250,7 @@ mod tests {
             forced: None,
             write_back_known: true,
             slices_missing: false,
+            slices_unusable: false,
             ignore_side_effects: false,
             deferred: &[],
         }
@@ -337,6 +341,8 @@ mod tests {
         assert_eq!(decide(Some(&c), &n), Trigger::SlicesMissing);
         n.ignore_side_effects = true;
         assert_eq!(decide(Some(&c), &n), Trigger::WriteBackUnknown);
+        n.slices_unusable = true;
+        assert_eq!(decide(Some(&c), &n), Trigger::SlicesMissing);
     }
 
     /// The target cluster's capabilities: a change, and their first appearance, are input

@@ -19,7 +19,7 @@ use crate::key::ResourceKey;
 use crate::ordering::{self, Node, Ordering};
 use crate::overrides::{self, Override, OverrideResult};
 use crate::readiness::{self, ReadinessCheck, ReadinessState};
-use crate::settings::{self, DeletionStrategy, Settings};
+use crate::settings::{self, DeletionStrategy, Health, Settings};
 use crate::snapshot;
 
 mod deletion;
@@ -316,13 +316,17 @@ impl<'a> Pass<'a> {
         };
         // Eno reads fail-open from the resource as synthesized, before overrides.
         settings.fail_open = Some(r.settings.fail_open.unwrap_or(input.options.fail_open));
+        // Eno's `EvalOptionally`: without checks ready at once, present or not; with checks
+        // only as they say (an absent object is not ready).
+        let unchecked = r.checks.is_empty() && r.settings.health == Health::Exists;
         let readiness = match recorded.and_then(|rec| rec.ready.clone()) {
-            // A Patch whose target is absent has nothing to wait for.
-            _ if r.patch.is_some() && live.is_none() => ReadinessState::Ready { at: None },
+            // A Patch whose target is absent and that has no checks has nothing to wait for.
+            _ if r.patch.is_some() && live.is_none() && unchecked => {
+                ReadinessState::Ready { at: None }
+            }
             Some(at) => ReadinessState::Ready { at: Some(at) },
-            // Eno evaluates a hands-off resource's checks like any other's; without checks it
-            // is ready, whether or not it exists (`EvalOptionally`).
-            None if settings.disable_reconciliation && r.checks.is_empty() => {
+            // Eno evaluates a hands-off resource's checks like any other's.
+            None if settings.disable_reconciliation && unchecked => {
                 ReadinessState::Ready { at: None }
             }
             None => readiness::evaluate(&r.checks, r.settings.health, live),

@@ -2,11 +2,13 @@
 //! resource's `health`: `exists` (Eno's rule, the default: ready once it exists; a CRD once
 //! `Established`) or `kstatus` (opt-in: the kstatus convention).
 //!
-//! A check may return a bool, or a list of condition objects: as in Eno, the list is satisfied
-//! by its first condition with `status == "True"`, a `type` and a `reason`, whose
-//! `lastTransitionTime` is that check's ready time (the current time when it has none); the
-//! latest such time over all checks is the resource's ready time. `composition` is bound as
-//! Eno binds it in readiness checks: an empty Composition (`composition.metadata.name == ""`). Readiness latches for the rest of a synthesis (the planner keeps a
+//! A check may return a bool, or a list of condition objects. Written with Eno's prefix
+//! (`eno.azure.io/readiness…`), the list is read as Eno reads it: satisfied by its first
+//! condition with `status == "True"`, a `type` and a `reason`, whose `lastTransitionTime` is
+//! that check's ready time (the current time when it has none). Written with enoki's, by any
+//! condition with `status == "True"`, at the latest of their times. The latest time over all
+//! checks is the resource's ready time. `composition` is bound as Eno binds it in readiness
+//! checks: an empty Composition (`composition.metadata.name == ""`). Readiness latches for the rest of a synthesis (the planner keeps a
 //! recorded ready time). The names of unsatisfied checks are reported.
 
 use serde::Serialize;
@@ -22,6 +24,9 @@ pub struct ReadinessCheck {
     pub name: String,
     /// The compiled CEL.
     pub expr: Expr,
+    /// Written with Eno's prefix (`eno.azure.io/readiness…`): a returned condition list is
+    /// read as Eno reads it (see the module docs).
+    pub eno: bool,
 }
 
 /// The readiness of one resource.
@@ -66,8 +71,7 @@ pub fn evaluate(checks: &[ReadinessCheck], health: Health, live: Option<&Value>)
     let this = to_cel(live);
     let composition = empty_composition();
     let mut unsatisfied = Vec::new();
-    // Eno's rule: the latest condition time when any check matched a condition, else now.
-    let mut precise: Option<Option<String>> = None;
+    let mut times = Vec::new();
     for check in checks {
         match check
             .expr
@@ -75,16 +79,8 @@ pub fn evaluate(checks: &[ReadinessCheck], health: Health, live: Option<&Value>)
         {
             Ok(cel::Value::Bool(true)) => {}
             Ok(cel::Value::Bool(false)) => unsatisfied.push(check.name.clone()),
-            Ok(cel::Value::List(items)) => match first_true_condition(&items) {
-                Some(at) => {
-                    // A matching condition without a time is ready "now" (Eno stamps the
-                    // current time and still counts it as precise): now is the latest.
-                    precise = Some(match (precise, at) {
-                        (Some(None), _) | (_, None) => None,
-                        (Some(Some(p)), Some(t)) => Some(p.max(t)),
-                        (None, Some(t)) => Some(t),
-                    });
-                }
+            Ok(cel::Value::List(items)) => match condition_time(&items, check.eno) {
+                Some(t) => times.push(t),
                 None => unsatisfied.push(check.name.clone()),
             },
             Ok(other) => unsatisfied.push(format!(
@@ -95,35 +91,75 @@ pub fn evaluate(checks: &[ReadinessCheck], health: Health, live: Option<&Value>)
             Err(e) => unsatisfied.push(format!("{} (error: {e})", check.name)),
         }
     }
-    if unsatisfied.is_empty() {
-        ReadinessState::Ready {
-            at: precise.flatten(),
-        }
-    } else {
-        ReadinessState::NotReady { unsatisfied }
+    if !unsatisfied.is_empty() {
+        return ReadinessState::NotReady { unsatisfied };
     }
+    // The latest condition time; a matched condition without one is ready now, which is
+    // later than any (Eno stamps the current time and still counts it as precise).
+    let at = if times.contains(&ConditionTime::Now) {
+        None
+    } else {
+        times
+            .iter()
+            .filter_map(|t| match t {
+                ConditionTime::At(t) => Some(*t),
+                ConditionTime::Now | ConditionTime::Unknown => None,
+            })
+            .max()
+            .map(|t| t.to_string())
+    };
+    ReadinessState::Ready { at }
 }
 
-/// The first condition of `items` that is `status: "True"` and has a `type` and a `reason`
-/// (Eno's match): `Some(its lastTransitionTime)`, `Some(None)` when it has no RFC 3339 time.
-fn first_true_condition(items: &[cel::Value]) -> Option<Option<String>> {
-    let c = items.iter().filter_map(crate::expr::to_json).find(|c| {
-        c.get("status").and_then(Value::as_str) == Some("True")
-            && c.get("type").is_some_and(|t| !t.is_null())
-            && c.get("reason").is_some_and(|r| !r.is_null())
-    })?;
-    let at = c
-        .get("lastTransitionTime")
-        .and_then(Value::as_str)
-        .filter(|t| humantime::parse_rfc3339(t).is_ok())
-        .map(String::from);
-    Some(at)
+/// When a condition list a check returned made the resource ready.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum ConditionTime {
+    /// The condition's `lastTransitionTime`.
+    At(jiff::Timestamp),
+    /// Now (Eno's rule: a matched condition without a time).
+    Now,
+    /// No time from this check (enoki's rule: no True condition had one).
+    Unknown,
 }
 
-/// What Eno binds `composition` to in readiness checks: an empty Composition's metadata.
+/// The ready time of a condition list, `None` when it does not make the resource ready.
+/// Eno's rule (`eno`): its *first* map with `status: "True"` and a non-null `type` and
+/// `reason`, at that condition's RFC 3339 `lastTransitionTime` (now without one). enoki's
+/// rule: any condition with `status: "True"`, at the latest of their times.
+fn condition_time(items: &[cel::Value], eno: bool) -> Option<ConditionTime> {
+    let time = |c: &Value| {
+        c.get("lastTransitionTime")
+            .and_then(Value::as_str)
+            .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+    };
+    let is_true = |c: &Value| c.get("status").and_then(Value::as_str) == Some("True");
+    let mut conditions = items.iter().filter_map(crate::expr::to_json);
+    if eno {
+        let c = conditions.find(|c| {
+            is_true(c)
+                && c.get("type").is_some_and(|t| !t.is_null())
+                && c.get("reason").is_some_and(|r| !r.is_null())
+        })?;
+        return Some(time(&c).map_or(ConditionTime::Now, ConditionTime::At));
+    }
+    let true_ones: Vec<Value> = conditions.filter(is_true).collect();
+    if true_ones.is_empty() {
+        return None;
+    }
+    Some(
+        true_ones
+            .iter()
+            .filter_map(time)
+            .max()
+            .map_or(ConditionTime::Unknown, ConditionTime::At),
+    )
+}
+
+/// What Eno binds `composition` to in readiness checks: an empty Composition's metadata
+/// (Go's nil maps read as empty ones in CEL).
 fn empty_composition() -> cel::Value {
     to_cel(&serde_json::json!({"metadata": {
-        "name": "", "namespace": "", "labels": null, "annotations": null,
+        "name": "", "namespace": "", "labels": {}, "annotations": {},
         "deletionTimestamp": null}}))
 }
 
@@ -207,6 +243,15 @@ mod tests {
         ReadinessCheck {
             name: name.into(),
             expr: Expr::compile(src).unwrap(),
+            eno: false,
+        }
+    }
+
+    /// A check written with Eno's prefix.
+    fn eno_check(name: &str, src: &str) -> ReadinessCheck {
+        ReadinessCheck {
+            eno: true,
+            ..check(name, src)
         }
     }
 
@@ -250,14 +295,15 @@ mod tests {
         assert!(!evaluate(&checks, Health::Exists, Some(&live)).is_ready());
     }
 
-    /// Eno's `Check.Eval` (`internal/readiness/readiness.go`): a returned list matches on its
-    /// *first* map with `status == "True"` and non-nil `type` and `reason`; its
-    /// `lastTransitionTime` is the ready time, the current time when it has none (still
-    /// "precise", so it wins over other checks' older times). `composition` is bound to an
-    /// empty Composition (`controller.go` evaluates readiness with `&apiv1.Composition{}`).
+    /// Eno's `Check.Eval` (`internal/readiness/readiness.go`), for checks written with Eno's
+    /// prefix: a returned list matches on its *first* map with `status == "True"` and non-nil
+    /// `type` and `reason`; its `lastTransitionTime` (RFC 3339, any offset) is the ready time,
+    /// the current time when it has none (still "precise", so it wins over other checks' older
+    /// times). `composition` is bound to an empty Composition (`controller.go` evaluates
+    /// readiness with `&apiv1.Composition{}`; its nil maps read as empty).
     #[test]
     fn condition_lists_match_as_eno_matches_them() {
-        let all = [check("default", "self.status.conditions")];
+        let all = [eno_check("default", "self.status.conditions")];
         let eval = |conditions: Value| {
             evaluate(
                 &all,
@@ -269,9 +315,9 @@ mod tests {
         assert!(!eval(json!([{"type": "Ready", "status": "True"}])).is_ready());
         assert!(!eval(json!([{"reason": "X", "status": "True"}])).is_ready());
         assert!(!eval(json!([{"type": "Ready", "reason": null, "status": "True"}])).is_ready());
-        // The first match's time, not the latest.
+        // The first match's time, not the latest; an offset is a time like any other.
         let two = json!([
-            {"type": "A", "reason": "R", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+            {"type": "A", "reason": "R", "status": "True", "lastTransitionTime": "2026-01-01T02:00:00+02:00"},
             {"type": "B", "reason": "R", "status": "True", "lastTransitionTime": "2026-05-01T00:00:00Z"}]);
         assert_eq!(
             eval(two),
@@ -281,8 +327,8 @@ mod tests {
         );
         // A match without a time: now, even beside another check's condition time.
         let checks = [
-            check("default", "self.status.a"),
-            check("b", "self.status.b"),
+            eno_check("default", "self.status.a"),
+            eno_check("b", "self.status.b"),
         ];
         let live = json!({"status": {
             "a": [{"type": "A", "reason": "R", "status": "True"}],
@@ -291,11 +337,33 @@ mod tests {
             evaluate(&checks, Health::Exists, Some(&live)),
             ReadinessState::Ready { at: None }
         );
-        let bound = [check(
+        let bound = [eno_check(
             "default",
-            "composition.metadata.name == '' && composition.metadata.namespace == ''",
+            "composition.metadata.name == '' && size(composition.metadata.labels) == 0",
         )];
         assert!(evaluate(&bound, Health::Exists, Some(&json!({}))).is_ready());
+    }
+
+    /// Written with enoki's prefix, any True condition is enough (a Pod's `Ready` has no
+    /// reason), at the latest time among them.
+    #[test]
+    fn enokis_condition_lists_take_any_true_condition_at_the_latest_time() {
+        let all = [check("default", "self.status.conditions")];
+        let live = json!({"status": {"conditions": [
+            {"type": "A", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+            {"type": "B", "status": "True", "lastTransitionTime": "2026-05-01T00:00:00Z"},
+            {"type": "C", "status": "False"}]}});
+        assert_eq!(
+            evaluate(&all, Health::Exists, Some(&live)),
+            ReadinessState::Ready {
+                at: Some("2026-05-01T00:00:00Z".into())
+            }
+        );
+        let untimed = json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}});
+        assert_eq!(
+            evaluate(&all, Health::Exists, Some(&untimed)),
+            ReadinessState::Ready { at: None }
+        );
     }
 
     #[test]

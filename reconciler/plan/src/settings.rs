@@ -206,16 +206,24 @@ impl Lookup<'_> {
         default
     }
 
-    /// Eno's rule (`cascadeAnnotation(…) == "true"`): only the exact string `"true"` is true;
-    /// anything else that is not `"false"` is false and reported (`"True"`, `" true"`, `"1"`).
+    /// Eno's rule for its spelling (`cascadeAnnotation(…) == "true"`): only the exact string
+    /// `"true"` is true. enoki's spelling also reads `"True"`, `" true "`. Anything else that
+    /// is not `"false"` is false and reported.
     fn bool(&self, key: Key, cascade: bool) -> bool {
         match self.get(key, cascade) {
             None => false,
-            Some((v, k)) => match v {
-                "true" => true,
-                "false" | "" => false,
-                _ => self.lenient(k, v, "\"true\" or \"false\"", false, "false"),
-            },
+            Some((v, k)) => {
+                let read = if k.starts_with(crds::names::ENO_PREFIX) {
+                    v.to_string()
+                } else {
+                    v.trim().to_ascii_lowercase()
+                };
+                match read.as_str() {
+                    "true" => true,
+                    "false" | "" => false,
+                    _ => self.lenient(k, v, "\"true\" or \"false\"", false, "false"),
+                }
+            }
         }
     }
 
@@ -532,7 +540,7 @@ mod tests {
     #[case::interval("enoki.dev/reconcile-interval", "soon")]
     #[case::flag("enoki.dev/disable-updates", "yes")]
     #[case::capitalised("eno.azure.io/disable-updates", "True")]
-    #[case::padded("enoki.dev/disable-updates", " true")]
+    #[case::padded("eno.azure.io/disable-updates", " true")]
     #[case::strategy("enoki.dev/deletion-strategy", "shred")]
     #[case::drift("eno.azure.io/drift", "sometimes")]
     #[case::adopt("enoki.dev/adopt", "maybe")]
@@ -575,6 +583,11 @@ mod tests {
         let own = map(&[("eno.azure.io/disable-reconciliation", v)]);
         let s = parse(&key("ConfigMap"), &own, &BTreeMap::new()).unwrap();
         assert_eq!(s.disable_reconciliation, on, "{v:?}");
+        // enoki's own spelling keeps reading any case and padding.
+        let own = map(&[("enoki.dev/disable-reconciliation", v)]);
+        let s = parse(&key("ConfigMap"), &own, &BTreeMap::new()).unwrap();
+        let lenient = v.trim().eq_ignore_ascii_case("true");
+        assert_eq!(s.disable_reconciliation, lenient, "{v:?}");
     }
 
     #[test]

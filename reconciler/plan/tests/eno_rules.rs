@@ -65,6 +65,10 @@ fn a_patch_takes_its_targets_default_group_and_waits_for_its_crd() {
         .insert(key(&p), live(&cm("settings", json!({})), "3", Value::Null));
     assert!(matches!(w.op_of(&p), Op::JsonPatch { .. }));
     assert_eq!(w.op_of(&d), Op::Wait { on: vec![key(&p)] }, "-100 before 0");
+    // Its target absent, a Patch with checks is not ready (Eno's `EvalOptionally` of a nil
+    // object); without checks it would be.
+    let w = World::new(desired(&[p.clone(), d.clone()]));
+    assert_eq!(w.op_of(&d), Op::Wait { on: vec![key(&p)] }, "absent target");
     // An explicit group still wins.
     let late = patch(
         "v1",

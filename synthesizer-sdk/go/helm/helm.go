@@ -27,13 +27,15 @@
 // Readiness groups, readiness checks and every enoki.dev/* or eno.azure.io/* annotation
 // written in the chart's templates work as in any synthesizer.
 //
-// Options.EnoShim (or HELM_SHIM=eno in the synthesis environment) renders what Eno's
+// Options.EnoShim (the built-in module: HELM_SHIM=eno, from spec.helm.shim) renders what Eno's
 // pkg/helmshim renders: the release `eno-helm-shim` in namespace `default` (unless
 // Options.ReleaseName/Namespace say otherwise) with the hook manifests after the rest. What
 // still differs from Eno's shim: Helm v4's engine (Eno's is v3), `.Capabilities` (the
 // cluster's, when the controller gives them; Eno's shim sees Helm's defaults), and the
-// enoki.dev/readiness-group and enoki.dev/prune annotations added to CRDs and `keep` objects
-// (enoki strips its annotations before applying, so the applied objects are the same).
+// enoki.dev/readiness-group and enoki.dev/prune annotations added to CRDs and `keep` objects:
+// stripped before applying, they change only enoki's order (crds/ CRDs first, in -1000; Eno
+// puts every CRD in -100) and keep those objects when the chart stops rendering them, which
+// Eno's shim does not.
 package helm
 
 import (
@@ -75,8 +77,9 @@ type Options struct {
 	Namespace   string
 	// Hooks emits the hook manifests (helm.sh/hook) after the rest, as Eno's shim does.
 	Hooks bool
-	// EnoShim renders as Eno's pkg/helmshim: its release name and namespace, and Hooks. Also
-	// set by HELM_SHIM=eno in the synthesis environment (a Synthesizer's spec.helm.shim: Eno).
+	// EnoShim renders as Eno's pkg/helmshim: its release name and namespace, and Hooks. The
+	// built-in module (cmd/helm-chart) sets it from HELM_SHIM=eno, which the controller sets
+	// from a Synthesizer's spec.helm.shim: eno.
 	EnoShim bool
 	// KubeVersion (e.g. "v1.35.0") and APIVersions set .Capabilities beyond Helm's defaults.
 	// Empty, they come from HELM_KUBE_VERSION and HELM_API_VERSIONS (comma-separated) of the
@@ -128,9 +131,6 @@ func Render(in *sdk.ResourceList, o Options) ([]sdk.Object, error) {
 		if vals, err = o.Values(in); err != nil {
 			return nil, err
 		}
-	}
-	if os.Getenv("HELM_SHIM") == "eno" {
-		o.EnoShim = true
 	}
 	name, namespace := o.ReleaseName, o.Namespace
 	if o.EnoShim {

@@ -34,7 +34,7 @@ pub struct Capabilities {
     pub kube_version: String,
     /// Every served `group/version` and `group/version/Kind`, sorted (core: `v1`, `v1/Pod`).
     pub api_versions: Vec<String>,
-    /// SHA-256 of both.
+    /// A hash of both (`v1:<sha256>` of their canonical JSON).
     pub digest: String,
 }
 
@@ -47,7 +47,7 @@ impl Capabilities {
             .into_iter()
             .collect();
         let digest =
-            super::inputs::digest(&serde_json::json!([kube_version.as_str(), api_versions]));
+            plan::snapshot::hash(&serde_json::json!([kube_version.as_str(), api_versions]));
         Capabilities {
             kube_version,
             api_versions,

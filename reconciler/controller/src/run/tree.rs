@@ -92,16 +92,22 @@ fn resource_view(
 ) -> Option<(Resource, bool)> {
     let key = ResourceKey::of(&e.manifest).ok()?;
     let annotations = plan::plan::annotations_of(&e.manifest);
-    let settings = settings::parse(&key, &annotations, composition_annotations).unwrap_or_default();
+    let patch = plan::plan::patch_target(&e.manifest).ok().flatten();
+    let kind = patch
+        .as_ref()
+        .map_or(key.kind.as_str(), |(_, k)| k.as_str());
+    let settings =
+        settings::parse_as(&key, kind, &annotations, composition_annotations).unwrap_or_default();
     let named = settings::readiness_annotations(&annotations);
     let checks: Vec<ReadinessCheck> = named
         .iter()
-        .filter_map(|(name, _, cel)| {
+        .filter_map(|(name, k, cel)| {
             plan::expr::Expr::compile(cel)
                 .ok()
                 .map(|expr| ReadinessCheck {
                     name: name.clone(),
                     expr,
+                    eno: k.starts_with(crds::names::ENO_PREFIX),
                 })
         })
         .collect();

@@ -76,8 +76,9 @@ pub fn prepare(desired: &[Desired], composition: &CompositionInfo) -> Result<Pre
         let checks = settings::readiness_annotations(&annotations)
             .into_iter()
             .map(|(name, k, cel)| {
+                let eno = k.starts_with(crds::names::ENO_PREFIX);
                 Expr::compile(&cel)
-                    .map(|expr| ReadinessCheck { name, expr })
+                    .map(|expr| ReadinessCheck { name, expr, eno })
                     .map_err(|message| PlanError::CompileCel {
                         resource: key.to_string(),
                         key: k,

@@ -29,9 +29,9 @@ pub(super) async fn next_synthesis(
             .memory
             .synthesis
             .with(&uid, |m| m.status_write.is_some());
-    let slices_missing = match &st.current_synthesis {
-        Some(cur) => !slices::all_exist(ctx, comp, cur).await?,
-        None => false,
+    let slices = match &st.current_synthesis {
+        Some(cur) => slices::check(ctx, comp, cur).await?,
+        None => slices::SliceCheck::Whole,
     };
     let digest = o.module.digest();
     // A change of what the target cluster serves reaches every chart of the cluster at once:
@@ -54,7 +54,8 @@ pub(super) async fn next_synthesis(
             revisions: &o.revisions,
             forced: forced.as_deref(),
             write_back_known,
-            slices_missing,
+            slices_missing: slices == slices::SliceCheck::Missing,
+            slices_unusable: slices == slices::SliceCheck::Unusable,
             ignore_side_effects: ignores_side_effects(comp),
             deferred: &deferred,
         },

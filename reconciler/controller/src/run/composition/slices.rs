@@ -132,9 +132,21 @@ async fn read_as(
     Ok(Some((slice, states)))
 }
 
+/// What [`check`] found of a synthesis's slices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SliceCheck {
+    /// Every slice exists, is this Composition's and can be read.
+    Whole,
+    /// A slice is gone (deleted by someone) or another's: Eno's missing slice.
+    Missing,
+    /// A slice holds a Secret in plain text (written before sealing) or a sealed Secret no
+    /// loaded key opens: enoki makes such a synthesis again, whatever the Composition says.
+    Unusable,
+}
+
 /// Whether every slice of `synthesis` exists, is owned by `comp` (the cache, then a GET for
 /// what it lacks) and, once a slice key is loaded, holds no Secret in plain text and no sealed
-/// Secret that fails to open (such a synthesis is made again, like one whose slices are gone).
+/// Secret that fails to open.
 ///
 /// # Errors
 /// [`Error::ReadSlice`].
@@ -143,20 +155,32 @@ pub(crate) async fn all_exist(
     comp: &Composition,
     synthesis: &Synthesis,
 ) -> Result<bool, Error> {
+    Ok(check(ctx, comp, synthesis).await? == SliceCheck::Whole)
+}
+
+/// [`all_exist`], saying why not.
+///
+/// # Errors
+/// [`Error::ReadSlice`].
+pub(crate) async fn check(
+    ctx: &Context,
+    comp: &Composition,
+    synthesis: &Synthesis,
+) -> Result<SliceCheck, Error> {
     let ns = comp.namespace().unwrap_or_default();
     let uid = comp.uid().unwrap_or_default();
     let unopened = ctx.memory.slices.with(&uid, |m| {
         m.unopened.as_deref() == Some(synthesis.uuid.as_str())
     });
     if unopened {
-        return Ok(false);
+        return Ok(SliceCheck::Unusable);
     }
     for r in &synthesis.resource_slices {
         let found = fetch(ctx, &ns, &r.name, false).await?;
         // A slice not owned by this Composition counts as missing (see `read`); so does one
         // holding a sealed Secret that no loaded key opens (its key was deleted).
         let Some(found) = found.filter(|s| owned_by(s, &uid)) else {
-            return Ok(false);
+            return Ok(SliceCheck::Missing);
         };
         if !ctx.slice_keys.has_keys() {
             continue;
@@ -168,7 +192,7 @@ pub(crate) async fn all_exist(
             .iter()
             .any(crate::run::sealing::plain_secret)
         {
-            return Ok(false);
+            return Ok(SliceCheck::Unusable);
         }
         // A compact copy keeps a sealed Secret's key id: one no loaded key has does not open
         // (an entry altered under a known key is found when the synthesis is ingested).
@@ -187,11 +211,11 @@ pub(crate) async fn all_exist(
                 let _ = crate::run::sealing::load(&ctx.client, secret, &ctx.slice_keys).await;
             }
             if found.spec.resources.iter().any(unopened) {
-                return Ok(false);
+                return Ok(SliceCheck::Unusable);
             }
         }
     }
-    Ok(true)
+    Ok(SliceCheck::Whole)
 }
 
 /// Loads every slice of `synthesis`.

@@ -295,18 +295,23 @@ fn capabilities_env(gathered: &super::observe::Gathered) -> Vec<(String, String)
 }
 
 fn controller_env(ctx: &Context, synth: &Synthesizer) -> Vec<(String, String)> {
-    let eno_shim = synth.spec.helm.as_ref().and_then(|h| h.shim) == Some(crds::HelmShim::Eno);
-    if eno_shim {
-        // The Go Helm shim's switch to Eno's release name, namespace and hooks.
-        return vec![("HELM_SHIM".to_string(), "eno".to_string())];
+    let mut env = Vec::new();
+    // The Helm module's switch to Eno's release name, namespace and hooks: always set for a
+    // chart, so neither env can turn it (it is the Synthesizer's `spec.helm.shim`).
+    if let Some(helm) = &synth.spec.helm {
+        let shim = match helm.shim.unwrap_or_default() {
+            crds::HelmShim::Eno => "eno",
+            crds::HelmShim::Enoki => "enoki",
+        };
+        env.push(("HELM_SHIM".to_string(), shim.to_string()));
     }
-    match synth.spec.module.builtin.as_deref() {
-        Some("lepton") => vec![(
+    if synth.spec.module.builtin.as_deref() == Some("lepton") {
+        env.push((
             builtins::lepton::PERSISTENT_VOLUMES_ENV.to_string(),
             ctx.opts.lepton_persistent_volumes.to_string(),
-        )],
-        _ => Vec::new(),
+        ));
     }
+    env
 }
 
 /// Results tagged `enoki.dev/event-reason` become Events: on the instance in instance mode,

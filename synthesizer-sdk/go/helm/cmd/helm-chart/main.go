@@ -10,7 +10,8 @@
 //
 // Values are merged in that order over the chart's own, as `helm -f a -f b` merges files
 // (maps merge key by key, anything else is replaced). The release is named after the
-// Composition and installed in its namespace. `.Capabilities` take HELM_KUBE_VERSION (e.g.
+// Composition and installed in its namespace; with HELM_SHIM=eno (the controller sets it
+// from spec.helm.shim) it is Eno's shim's, `eno-helm-shim` in `default`, hooks included. `.Capabilities` take HELM_KUBE_VERSION (e.g.
 // v1.35.0) and HELM_API_VERSIONS (comma-separated, e.g. monitoring.coreos.com/v1) from the
 // synthesis environment when set: the controller sets both from the target cluster's
 // discovery (a Synthesizer's `env` or a Composition's `synthesisEnv` overrides either).
@@ -19,6 +20,7 @@ package main
 import (
 	"encoding/base64"
 	"fmt"
+	"os"
 	"sort"
 	"strings"
 
@@ -33,7 +35,11 @@ func main() {
 		if err != nil {
 			return nil, nil, err
 		}
-		objs, err := helm.Render(in, helm.Options{Archive: archive, Values: values})
+		objs, err := helm.Render(in, helm.Options{
+			Archive: archive,
+			Values:  values,
+			EnoShim: os.Getenv("HELM_SHIM") == "eno",
+		})
 		return objs, nil, err
 	})
 }
