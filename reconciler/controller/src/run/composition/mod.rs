@@ -55,7 +55,24 @@ pub async fn reconcile(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Acti
         // The stack is stopping.
         return Ok(Action::await_change());
     };
-    super::fair::holding(turn, Box::pin(admitted(comp, ctx))).await
+    super::fair::holding(
+        turn,
+        Box::pin(async move {
+            let action = admitted(comp.clone(), ctx.clone()).await?;
+            // The pass that applies a synthesis just recorded follows at once, in the same
+            // turn: it does not queue again behind another namespace's work.
+            if action == recorded() {
+                return admitted(comp, ctx).await;
+            }
+            Ok(action)
+        }),
+    )
+    .await
+}
+
+/// What a pass that recorded a new synthesis returns: the next pass applies it, at once.
+fn recorded() -> Action {
+    Action::requeue(Duration::ZERO)
 }
 
 /// A number for each pass of this process, in its log lines (`pass=`): what one pass did.
@@ -321,7 +338,7 @@ async fn record_stored(
     });
     slices::delete_stale(ctx, comp, &st).await;
     write_back(ctx, comp, &uid, instance.as_ref()).await;
-    Ok(Action::requeue(Duration::ZERO))
+    Ok(recorded())
 }
 
 /// The Composition's `ignore-side-effects` annotation is exactly `"true"` (as Eno reads it).
