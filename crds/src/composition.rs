@@ -218,9 +218,15 @@ pub struct Synthesis {
     /// When every resource was first reconciled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reconciled: Option<Time>,
-    /// When every resource was first ready.
+    /// When every resource was ready: the latest of their ready times (a resource's is its
+    /// condition's time when a readiness check returned one), as Eno stamps it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready: Option<Time>,
+    /// When the run failed and the synthesis was given up (Eno's `canceled`): it timed out,
+    /// exited non-zero, ran out of memory, printed malformed output or an error result. The
+    /// next attempt is a new in-flight synthesis.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub canceled: Option<Time>,
     /// How many times it was attempted.
     #[serde(default)]
     pub attempts: i64,

@@ -232,6 +232,14 @@ async fn a_failing_synthesizer_shows_its_typed_error_and_leaves_previous_resourc
         "SynthesisBackoff",
         "Eno's word"
     );
+    // Eno's `canceled`: the failed in-flight synthesis is given up.
+    assert!(
+        st.in_flight_synthesis
+            .as_ref()
+            .is_some_and(|s| s.canceled.is_some()),
+        "{:?}",
+        st.in_flight_synthesis
+    );
     assert_eq!(
         cms.get("hello-message").await.unwrap().resource_version(),
         before,

@@ -26,6 +26,8 @@ pub struct Rollup {
     pub conflicts: Vec<String>,
     /// A write was refused by RBAC (`403 Forbidden`).
     pub forbidden: bool,
+    /// The latest ready time among the counted resources (tombstones left out).
+    pub ready_at: Option<Time>,
 }
 
 impl Rollup {
@@ -50,9 +52,23 @@ impl Rollup {
                     !counted(si, ri) || loaded.is_tombstone(si, ri) || s.ready.is_some()
                 })
             });
+        let ready_at = recording
+            .states
+            .iter()
+            .enumerate()
+            .flat_map(|(si, states)| {
+                states.iter().enumerate().filter_map(move |(ri, s)| {
+                    (counted(si, ri) && !loaded.is_tombstone(si, ri))
+                        .then_some(s.ready.as_ref())
+                        .flatten()
+                })
+            })
+            .max_by_key(|t| t.0)
+            .cloned();
         Rollup {
             all_reconciled,
             all_ready,
+            ready_at,
             errors: recording.errors.clone(),
             summaries: recording.summaries.clone(),
             not_ready: recording.not_ready.clone(),
@@ -89,8 +105,14 @@ impl Rollup {
             if self.all_reconciled && cur.reconciled.is_none() {
                 cur.reconciled = Some(now.clone());
             }
+            // Eno: the latest of the resources' ready times; an empty synthesis is ready when
+            // it is reconciled.
             if self.all_ready && cur.ready.is_none() {
-                cur.ready = Some(now.clone());
+                cur.ready = self
+                    .ready_at
+                    .clone()
+                    .or_else(|| cur.reconciled.clone())
+                    .or_else(|| Some(now.clone()));
             }
         }
         self.reconciled_condition(st, generation);
@@ -262,6 +284,27 @@ mod tests {
                 .as_ref()
                 .is_some_and(|c| c.ready.is_some())
         );
+    }
+
+    /// Eno's slice controller (`GetReady`): the synthesis is ready at the latest of its
+    /// resources' ready times, not when the roll-up ran.
+    #[test]
+    fn the_synthesis_is_ready_at_its_latest_resources_time() {
+        let at = |s: i64| Time(k8s_openapi::jiff::Timestamp::from_second(s).unwrap());
+        let ready = |t: Time| ResourceState {
+            reconciled: true,
+            ready: Some(t),
+            ..ResourceState::default()
+        };
+        let recording = Recording {
+            states: vec![vec![ready(at(100)), ready(at(300))], vec![ready(at(200))]],
+            ..Recording::default()
+        };
+        let r = Rollup::of(&Loaded::for_test(&[]), &recording, &Default::default());
+        assert_eq!(r.ready_at, Some(at(300)));
+        let mut st = status_with_synthesized();
+        r.apply_to(&mut st, Some(1), false, &at(999));
+        assert_eq!(st.current_synthesis.unwrap().ready, Some(at(300)));
     }
 
     #[test]

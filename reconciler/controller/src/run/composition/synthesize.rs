@@ -447,6 +447,9 @@ pub(crate) fn failed_run(
     e: &synthesis::SynthesisError,
 ) {
     fail(st, generation, e.reason(), &e.to_string());
+    if let Some(f) = st.in_flight_synthesis.as_mut() {
+        f.canceled = Some(Time(k8s_openapi::jiff::Timestamp::now()));
+    }
     if let synthesis::SynthesisError::ErrorResult {
         messages, results, ..
     } = e
