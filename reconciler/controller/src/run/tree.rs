@@ -243,7 +243,12 @@ fn next(st: &crds::CompositionStatus, conditions: &[ConditionView]) -> Next {
             message: Some(c.message.clone()),
         };
     }
-    if st.in_flight_synthesis.is_some() {
+    // A canceled in-flight synthesis (a failed attempt) is not running.
+    if st
+        .in_flight_synthesis
+        .as_ref()
+        .is_some_and(|s| s.canceled.is_none())
+    {
         return Next {
             state: "in-flight".into(),
             reason: None,

@@ -60,9 +60,15 @@ pub async fn reconcile(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Acti
         Box::pin(async move {
             let action = admitted(comp.clone(), ctx.clone()).await?;
             // The pass that applies a synthesis just recorded follows at once, in the same
-            // turn: it does not queue again behind another namespace's work.
-            if action == recorded() {
-                return admitted(comp, ctx).await;
+            // turn: it does not queue again behind another namespace's work. It reads the
+            // Composition again; one deleted or changed meanwhile goes back to the queue.
+            if action == recorded()
+                && let Some(latest) = ctx.compositions.get(&ObjectRef::from_obj(comp.as_ref()))
+                && latest.metadata.deletion_timestamp.is_none()
+                && latest.metadata.generation == comp.metadata.generation
+                && latest.uid() == comp.uid()
+            {
+                return admitted(latest, ctx).await;
             }
             Ok(action)
         }),

@@ -188,8 +188,17 @@ pub(super) fn hold_back(st: &mut CompositionStatus, generation: Option<i64>, wai
     }
 }
 
-/// Records that the next synthesis waits for the rollout cooldown.
+/// Records that the next synthesis waits for the rollout cooldown. A failed attempt still
+/// pending (its in-flight synthesis `canceled`) keeps its word and reason, as Eno shows
+/// `SynthesisBackoff` while a canceled synthesis is in flight.
 pub(super) fn cooling_down(st: &mut CompositionStatus, generation: Option<i64>, trigger: &Trigger) {
+    if st
+        .in_flight_synthesis
+        .as_ref()
+        .is_some_and(|s| s.canceled.is_some())
+    {
+        return;
+    }
     let message = format!(
         "the next synthesis ({trigger}) waits for the rollout cooldown \
          (--rollout-cooldown); the current one is still applied"

@@ -128,9 +128,11 @@ pub async fn reconcile(
     let acted = execute::act(ctx, comp, &the_plan, &observations, &recorded).await;
     let planned = Planned::of(&the_plan, cel_deadline);
     let mut pass = finish(ctx, comp, st, deleting, &seen, &planned, acted).await?;
-    // A sealed Secret no key opens: the synthesis is made again (see `slices::all_exist`).
+    // A sealed Secret no key opens: the synthesis is made again, soon, whatever
+    // `ignore-side-effects` says (see `slices::check`).
     if unopened && !deleting {
-        pass.slices_missing = true;
+        pass.resynthesize = true;
+        pass.requeue = Some(Duration::from_millis(100));
         let uuid = current.uuid.clone();
         ctx.memory.slices.with(&uid, |m| m.unopened = Some(uuid));
     }

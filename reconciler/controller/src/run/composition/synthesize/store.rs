@@ -202,22 +202,16 @@ pub(crate) fn outside_namespace(
 /// Whether an item's annotations (its own value of a key, else the Composition's) keep it
 /// when its Composition is deleted. Overrides are not evaluated here.
 fn kept_on_deletion(item: &Value, cascading: &std::collections::BTreeMap<String, String>) -> bool {
-    use crds::names::annotations as keys;
-    let annotations: std::collections::BTreeMap<String, String> = item
-        .pointer("/metadata/annotations")
-        .and_then(Value::as_object)
-        .into_iter()
-        .flatten()
-        .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
-        .collect();
-    let is = |key: crds::names::Key, values: &[&str]| {
-        key.get(&annotations)
-            .or_else(|| key.get(cascading))
-            .is_some_and(|v| values.contains(&v.trim().to_ascii_lowercase().as_str()))
+    // Read as the planner reads them (each spelling its own way).
+    let Ok(key) = plan::ResourceKey::of(item) else {
+        return false;
     };
-    is(keys::PRUNE, &["disabled", "false"])
-        || is(keys::DELETION_STRATEGY, &["orphan"])
-        || is(keys::DISABLE_RECONCILIATION, &["true"])
+    let annotations = plan::plan::annotations_of(item);
+    plan::settings::parse(&key, &annotations, cascading).is_ok_and(|s| {
+        s.prune_disabled
+            || s.disable_reconciliation
+            || s.deletion_strategy == plan::settings::DeletionStrategy::Orphan
+    })
 }
 
 /// Status write-backs (instance mode) are not resources: kept aside, applied to the
