@@ -38,10 +38,10 @@ fn helm(args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// The fixture chart, packaged.
-fn packaged() -> PathBuf {
-    let chart = workspace_root().join("reconciler/controller/tests/fixtures/helm-capabilities");
-    let out = harness::tempdir("caps-chart");
+/// The chart at `dir` (relative to the workspace), packaged.
+fn packaged(dir: &str) -> PathBuf {
+    let chart = workspace_root().join(dir);
+    let out = harness::tempdir("chart");
     helm(&[
         "package",
         chart.to_str().unwrap(),
@@ -143,6 +143,38 @@ fn group(ns: &str) -> String {
     format!("{ns}.caps.enoki.dev")
 }
 
+/// The packaged `chart` in ConfigMap `cm`, and a Synthesizer `synth` of the built-in `helm`
+/// rendering it with `helm` (more of `spec.helm`).
+async fn chart_synthesizer(
+    env: &TestEnv,
+    chart: &std::path::Path,
+    cm: &str,
+    synth: &str,
+    helm: Value,
+) {
+    let data = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": cm},
+        "binaryData": {"chart.tgz": base64::engine::general_purpose::STANDARD
+            .encode(std::fs::read(chart).unwrap())}});
+    let apply = PatchParams::apply("test").force();
+    env.api::<ConfigMap>()
+        .patch(cm, &apply, &Patch::Apply(&data))
+        .await
+        .unwrap();
+    let mut spec = json!({"module": {"builtin": "helm"}, "helm": {"chart": {"configMap":
+        {"namespace": env.namespace, "name": cm, "key": "chart.tgz"}}}});
+    if let Some(more) = helm.as_object() {
+        for (k, v) in more {
+            spec["helm"][k] = v.clone();
+        }
+    }
+    let synthesizer = json!({"apiVersion": "enoki.dev/v1alpha1", "kind": "Synthesizer",
+        "metadata": {"name": synth}, "spec": spec});
+    Api::<Synthesizer>::all(env.client.clone())
+        .patch(synth, &apply, &Patch::Apply(&synthesizer))
+        .await
+        .unwrap();
+}
+
 async fn install_widgets(crds: &Api<CustomResourceDefinition>, ns: &str) {
     let crd: CustomResourceDefinition = serde_json::from_value(json!({
         "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
@@ -161,25 +193,11 @@ async fn a_chart_renders_for_the_api_versions_the_cluster_serves() {
     install_crds(&env.client).await;
     let crds: Api<CustomResourceDefinition> = Api::all(env.client.clone());
     let crd = format!("widgets.{}", group(&env.namespace));
-    let chart = packaged();
-    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "caps-chart"},
-        "binaryData": {"chart.tgz": base64::engine::general_purpose::STANDARD
-            .encode(std::fs::read(&chart).unwrap())}});
-    let apply = PatchParams::apply("test").force();
-    env.api::<ConfigMap>()
-        .patch("caps-chart", &apply, &Patch::Apply(&cm))
-        .await
-        .unwrap();
+    let chart = packaged("reconciler/controller/tests/fixtures/helm-capabilities");
     let synth = format!("{}-caps", env.namespace);
-    let spec = json!({"apiVersion": "enoki.dev/v1alpha1", "kind": "Synthesizer",
-        "metadata": {"name": synth},
-        "spec": {"module": {"builtin": "helm"}, "helm": {"chart": {"configMap":
-            {"namespace": env.namespace, "name": "caps-chart", "key": "chart.tgz"}},
-            "values": {"widgetGroup": group(&env.namespace)}}}});
-    Api::<Synthesizer>::all(env.client.clone())
-        .patch(&synth, &apply, &Patch::Apply(&spec))
-        .await
-        .unwrap();
+    let values = json!({"values": {"widgetGroup": group(&env.namespace)}});
+    chart_synthesizer(&env, &chart, "caps-chart", &synth, values).await;
+    let apply = PatchParams::apply("test").force();
     let comp = json!({"apiVersion": "enoki.dev/v1alpha1", "kind": "Composition",
         "metadata": {"name": "caps"}, "spec": {"synthesizer": {"name": synth}}});
     let comps = env.api::<Composition>();
@@ -285,39 +303,17 @@ async fn a_chart_renders_for_the_api_versions_the_cluster_serves() {
 async fn enos_shim_mode_installs_enos_release_with_its_hooks() {
     let env = TestEnv::new().await;
     install_crds(&env.client).await;
-    let chart = harness::tempdir("eno-shim-chart");
-    helm(&[
-        "package",
-        workspace_root()
-            .join("samples/12-helm/chart")
-            .to_str()
-            .unwrap(),
-        "-d",
-        chart.to_str().unwrap(),
-    ]);
-    let tgz = std::fs::read_dir(&chart)
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
-    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "greeter-chart"},
-        "binaryData": {"chart.tgz": base64::engine::general_purpose::STANDARD
-            .encode(std::fs::read(&tgz).unwrap())}});
-    let apply = PatchParams::apply("test").force();
-    env.api::<ConfigMap>()
-        .patch("greeter-chart", &apply, &Patch::Apply(&cm))
-        .await
-        .unwrap();
+    let chart = packaged("samples/12-helm/chart");
     let synth = format!("{}-eno-shim", env.namespace);
-    let spec = json!({"apiVersion": "enoki.dev/v1alpha1", "kind": "Synthesizer",
-        "metadata": {"name": synth},
-        "spec": {"module": {"builtin": "helm"}, "helm": {"shim": "eno", "chart": {"configMap":
-            {"namespace": env.namespace, "name": "greeter-chart", "key": "chart.tgz"}}}}});
-    Api::<Synthesizer>::all(env.client.clone())
-        .patch(&synth, &apply, &Patch::Apply(&spec))
-        .await
-        .unwrap();
+    chart_synthesizer(
+        &env,
+        &chart,
+        "greeter-chart",
+        &synth,
+        json!({"shim": "eno"}),
+    )
+    .await;
+    let apply = PatchParams::apply("test").force();
     let comp = json!({"apiVersion": "enoki.dev/v1alpha1", "kind": "Composition",
         "metadata": {"name": "web"}, "spec": {"synthesizer": {"name": synth}}});
     env.api::<Composition>()

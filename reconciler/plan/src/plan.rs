@@ -316,21 +316,7 @@ impl<'a> Pass<'a> {
         };
         // Eno reads fail-open from the resource as synthesized, before overrides.
         settings.fail_open = Some(r.settings.fail_open.unwrap_or(input.options.fail_open));
-        // Eno's `EvalOptionally`: without checks ready at once, present or not; with checks
-        // only as they say (an absent object is not ready).
-        let unchecked = r.checks.is_empty() && r.settings.health == Health::Exists;
-        let readiness = match recorded.and_then(|rec| rec.ready.clone()) {
-            // A Patch whose target is absent and that has no checks has nothing to wait for.
-            _ if r.patch.is_some() && live.is_none() && unchecked => {
-                ReadinessState::Ready { at: None }
-            }
-            Some(at) => ReadinessState::Ready { at: Some(at) },
-            // Eno evaluates a hands-off resource's checks like any other's.
-            None if settings.disable_reconciliation && unchecked => {
-                ReadinessState::Ready { at: None }
-            }
-            None => readiness::evaluate(&r.checks, r.settings.health, live),
-        };
+        let readiness = readiness_of(r, live, recorded, &settings);
         let waiting_on = waiting_on(
             key,
             &input.prepared.ordering,
@@ -380,6 +366,24 @@ impl<'a> Pass<'a> {
             settings,
             previous,
         });
+    }
+}
+
+/// The readiness of `r` before its operation: latched (recorded), or as Eno's
+/// `EvalOptionally` says — without checks ready at once, present or not (a Patch with an
+/// absent target, a hands-off resource); with checks only as they say.
+fn readiness_of(
+    r: &PreparedResource,
+    live: Option<&Value>,
+    recorded: Option<&Recorded>,
+    settings: &Settings,
+) -> ReadinessState {
+    let unchecked = r.checks.is_empty() && r.settings.health == Health::Exists;
+    match recorded.and_then(|rec| rec.ready.clone()) {
+        _ if r.patch.is_some() && live.is_none() && unchecked => ReadinessState::Ready { at: None },
+        Some(at) => ReadinessState::Ready { at: Some(at) },
+        None if settings.disable_reconciliation && unchecked => ReadinessState::Ready { at: None },
+        None => readiness::evaluate(&r.checks, r.settings.health, live),
     }
 }
 
