@@ -4,7 +4,14 @@
 Reads every `.rs` file under reconciler/controller/src (test modules left out), resolves each
 `crate::…` and `super::…` path to the module file that defines it, and reports the strongly
 connected components with more than one module. Exits 1 when there is one (a cycle), listing
-its modules and the edges inside it. `--dot` prints the graph. Run by `make test`.
+its modules and the edges inside it.
+
+The same at folder level: at every depth, modules are grouped by the folder they live in
+(`run::composition::synthesize::store` is in `run::composition::synthesize` at depth 3, in
+`run::composition` at depth 2), and folders must not call each other in a loop either. A
+folder's own module (`run/composition/mod.rs`) using its children is not counted (it is their
+parent); a child using its parent's items is. `--dot` prints the module graph. Run by
+`make test`.
 """
 import os
 import re
@@ -170,6 +177,26 @@ def sccs(edges):
     return out
 
 
+def folder_cycles(edges):
+    """(depth, folders, edges inside) of every loop between folders, at every depth."""
+    found = []
+    for depth in range(1, max(len(m) for m in edges) + 1):
+        folders = {}
+        for a, targets in edges.items():
+            fa = a[:depth]
+            folders.setdefault(fa, set())
+            for b in targets:
+                fb = b[:depth]
+                if fa != fb and fb[: len(fa)] != fa:
+                    folders[fa].add(fb)
+                folders.setdefault(fb, set())
+        for c in sccs(folders):
+            if len(c) > 1:
+                inside = set(c)
+                found.append((depth, sorted(c), [(a, b) for a in sorted(c) for b in sorted(folders[a] & inside)]))
+    return found
+
+
 def name(m):
     return "::".join(m) or "crate"
 
@@ -185,14 +212,21 @@ def main():
         print("}")
         return 0
     cycles = [sorted(c) for c in sccs(edges) if len(c) > 1]
+    folders = folder_cycles(edges)
+    for depth, c, inside in folders:
+        print(f"import-graph: folders calling each other in a loop (depth {depth}): "
+              + ", ".join(name(f) for f in c), file=sys.stderr)
+        for a, b in inside:
+            print(f"  {name(a)} -> {name(b)}", file=sys.stderr)
     impure = [(a, b) for a in sorted(PURE) for b in sorted(edges.get(a, ())) if b not in PURE]
     missing = [m for m in sorted(PURE) if m not in mods]
     for m in missing:
         print(f"import-graph: pure module {name(m)} does not exist", file=sys.stderr)
     for a, b in impure:
         print(f"import-graph: pure module {name(a)} imports {name(b)}", file=sys.stderr)
-    if not cycles and not impure and not missing:
-        print(f"import-graph: {len(mods)} controller modules, no import cycle", file=sys.stderr)
+    if not cycles and not impure and not missing and not folders:
+        print(f"import-graph: {len(mods)} controller modules, no import cycle between modules "
+              "or folders", file=sys.stderr)
         return 0
     for c in cycles:
         inside = set(c)

@@ -171,8 +171,11 @@ pub struct BlockedBy {
 /// A one-word summary and error for `kubectl get comp`.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
 pub struct SimplifiedStatus {
-    /// `Synthesizing`, `Reconciling`, `NotReady`, `Ready`, `Deleting` or `Failed`.
-    pub status: String,
+    /// `Ready`, `NotReady`, `Reconciling`, `Deleting`, `Failed`, `SynthesisBackoff`,
+    /// `MissingInputs`, `MissingSynthesizer`, `MismatchedInputs`, `RolloutCooldown`,
+    /// `WaitingOnDependencies` or `SynthesisRateLimited`.
+    #[schemars(with = "String")]
+    pub status: crate::StatusWord,
     /// The most relevant error, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -303,7 +306,8 @@ pub struct ResourceSliceRef {
 pub struct SynthesisResult {
     /// `error`, `warning` or `info`; empty when the synthesizer set none (KRM: optional).
     #[serde(default)]
-    pub severity: String,
+    #[schemars(with = "String")]
+    pub severity: crate::Severity,
     /// What the synthesizer said.
     pub message: String,
     /// The resource it is about, if any (`kind/namespace/name`).

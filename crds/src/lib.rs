@@ -20,11 +20,13 @@ pub mod names;
 pub mod resource_slice;
 pub mod symphony;
 pub mod synthesizer;
+pub mod words;
 
 pub use composition::*;
 pub use resource_slice::*;
 pub use symphony::*;
 pub use synthesizer::*;
+pub use words::{ConditionStatus, Severity, StatusWord};
 
 /// The API group of every enoki resource.
 pub const GROUP: &str = "enoki.dev";

@@ -30,6 +30,12 @@ pub struct ResourceSliceSpec {
     /// The synthesized resources.
     #[serde(default)]
     pub resources: Vec<Manifest>,
+    /// Set on the controller's compact cache copy only (its manifests cut to their
+    /// identities): the bytes the manifests store. Never read from nor written to the API
+    /// server, and not part of the schema.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub compact_bytes: Option<usize>,
 }
 
 /// One synthesized resource.

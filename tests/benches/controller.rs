@@ -227,6 +227,7 @@ async fn protocol_floor(env: &TestEnv, comps: usize, per: usize, concurrency: us
                             ..crds::Manifest::default()
                         })
                         .collect(),
+                    compact_bytes: None,
                 },
             );
             slices

@@ -220,8 +220,8 @@ async fn a_force_resynthesis_loop_waits_for_the_rate_and_keeps_the_current_synth
         .unwrap();
     assert!(st.current_synthesis.is_some(), "{st:?}");
     assert_eq!(
-        st.simplified.map(|s| s.status).as_deref(),
-        Some("SynthesisRateLimited")
+        st.simplified.map(|s| s.status),
+        Some(crds::StatusWord::SynthesisRateLimited)
     );
     // The first synthesis and three more; the rest wait an hour.
     let cm = env.api::<ConfigMap>().get("loop-out").await.unwrap();

@@ -66,7 +66,7 @@ async fn an_error_result_reaches_the_simplified_error_verbatim_and_results_are_k
         .unwrap()
         .results
         .iter()
-        .map(|r| (r.severity.clone(), r.message.clone()))
+        .map(|r| (r.severity.to_string(), r.message.clone()))
         .collect();
     assert_eq!(results.len(), 3, "{results:?}");
     assert_eq!(results[1], ("error".to_string(), first.to_string()));

@@ -389,13 +389,13 @@ pub fn synthesize(
     let (items, results) = parse_output(&stdout)?;
     let errors: Vec<String> = results
         .iter()
-        .filter(|r| r.severity == "error")
+        .filter(|r| r.severity == crds::Severity::Error)
         .map(|r| r.message.clone())
         .collect();
     if !errors.is_empty() {
         let event_reason = results
             .iter()
-            .filter(|r| r.severity == "error")
+            .filter(|r| r.severity == crds::Severity::Error)
             .find_map(|r| r.tags.get(crds::names::EVENT_REASON_TAG).cloned());
         return Err(SynthesisError::ErrorResult {
             messages: errors,

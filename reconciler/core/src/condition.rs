@@ -1,5 +1,6 @@
 //! Conditions and the simplified status, built as values.
 
+use crds::ConditionStatus;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 /// Sets (or replaces) a condition, keeping `lastTransitionTime` when the status is unchanged.
@@ -11,7 +12,7 @@ pub fn set_condition(
     message: &str,
     generation: Option<i64>,
 ) {
-    let status = if status { "True" } else { "False" }.to_string();
+    let status = ConditionStatus::from(status).to_string();
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let transition = conditions
         .iter()
@@ -32,9 +33,22 @@ pub fn set_condition(
 
 /// Whether a condition is True.
 pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
-    conditions
-        .iter()
-        .any(|c| c.type_ == type_ && c.status == "True")
+    conditions.iter().any(|c| c.type_ == type_ && holds(c))
+}
+
+/// A condition's status, as a word.
+pub fn status_of(c: &Condition) -> ConditionStatus {
+    ConditionStatus::from(c.status.as_str())
+}
+
+/// Whether `c` is True.
+pub fn holds(c: &Condition) -> bool {
+    status_of(c) == ConditionStatus::True
+}
+
+/// Whether `c` is False.
+pub fn fails(c: &Condition) -> bool {
+    status_of(c) == ConditionStatus::False
 }
 
 /// Keeps each condition's `lastTransitionTime` from `before` where its status is what it was

@@ -14,7 +14,7 @@ use crds::CompositionStatus;
 use crds::names::{conditions, reasons};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
-use crate::condition::set_condition;
+use crate::condition::{self, set_condition};
 
 fn find<'a>(st: &'a CompositionStatus, type_: &str) -> Option<&'a Condition> {
     st.conditions.iter().find(|c| c.type_ == type_)
@@ -29,8 +29,8 @@ fn failing(st: &CompositionStatus, generation: Option<i64>) -> bool {
         find(st, conditions::STALLED),
     ) {
         (Some(syn), Some(stall)) => {
-            syn.status == "False"
-                && stall.status == "True"
+            condition::fails(syn)
+                && condition::holds(stall)
                 && syn.reason == stall.reason
                 && stall.observed_generation == generation
         }
@@ -60,7 +60,7 @@ pub fn settle(st: &mut CompositionStatus, generation: Option<i64>, applied: bool
         );
         return;
     }
-    if let Some(stall) = find(st, conditions::STALLED).filter(|c| c.status == "True") {
+    if let Some(stall) = find(st, conditions::STALLED).filter(|c| condition::holds(c)) {
         // The failure no longer holds: the next synthesis waits (its reason is Synthesized's).
         let observed = stall.observed_generation;
         set_condition(
@@ -77,7 +77,7 @@ pub fn settle(st: &mut CompositionStatus, generation: Option<i64>, applied: bool
         return;
     }
     // Held back: the status still speaks for an older generation (or none yet).
-    let (reason, message) = match find(st, conditions::SYNTHESIZED).filter(|c| c.status == "False")
+    let (reason, message) = match find(st, conditions::SYNTHESIZED).filter(|c| condition::fails(c))
     {
         Some(c) => (c.reason.clone(), c.message.clone()),
         None => (

@@ -225,6 +225,7 @@ impl Loaded {
                     deleted: *t,
                 })
                 .collect(),
+            compact_bytes: None,
         };
         let mut l = Loaded::default();
         let parsed = parse(&spec);

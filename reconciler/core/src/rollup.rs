@@ -7,7 +7,7 @@ use crate::condition;
 use crate::model::Loaded;
 use crate::record::Recording;
 use crds::names::{conditions, reasons};
-use crds::{CompositionStatus, SimplifiedStatus};
+use crds::{CompositionStatus, SimplifiedStatus, StatusWord};
 
 /// What the resources of the current synthesis add up to.
 #[derive(Debug, Default, PartialEq)]
@@ -96,7 +96,7 @@ impl Rollup {
                 generation,
             );
             st.simplified = Some(SimplifiedStatus {
-                status: "Deleting".into(),
+                status: StatusWord::Deleting,
                 error: self.errors.first().cloned(),
             });
             return;
@@ -193,17 +193,17 @@ impl Rollup {
     }
 
     fn simplified(&self, st: &CompositionStatus) -> SimplifiedStatus {
-        let word = |s: &str| SimplifiedStatus {
-            status: s.into(),
+        let word = |status: StatusWord| SimplifiedStatus {
+            status,
             error: None,
         };
         if !condition::is_true(&st.conditions, conditions::SYNTHESIZED) {
-            st.simplified.clone().unwrap_or(word("Failed"))
+            st.simplified.clone().unwrap_or(word(StatusWord::Failed))
         } else if !self.errors.is_empty() {
             // Eno's slice controller: the greatest of the resources' summarized errors
             // (`Reconciled` says which resource failed and why, in full).
             SimplifiedStatus {
-                status: "Reconciling".into(),
+                status: StatusWord::Reconciling,
                 error: self
                     .summaries
                     .iter()
@@ -212,11 +212,11 @@ impl Rollup {
                     .cloned(),
             }
         } else if self.all_ready {
-            word("Ready")
+            word(StatusWord::Ready)
         } else if self.all_reconciled {
-            word("NotReady")
+            word(StatusWord::NotReady)
         } else {
-            word("Reconciling")
+            word(StatusWord::Reconciling)
         }
     }
 }

@@ -17,6 +17,7 @@ use prometheus_client::registry::Registry;
 use super::labels::{CompositionLabel, FloatGauge};
 use crds::CompositionStatus;
 use crds::names::{conditions, reasons};
+use reconciler_core::condition::holds;
 
 /// The health series of every Composition.
 #[derive(Clone, Default)]
@@ -116,7 +117,7 @@ impl Health {
             k.insert(who.clone());
         }
         let condition = |t: &str| st.conditions.iter().find(|c| c.type_ == t);
-        let is_true = |t: &str| i64::from(condition(t).is_some_and(|c| c.status == "True"));
+        let is_true = |t: &str| i64::from(condition(t).is_some_and(holds));
         self.ready
             .get_or_create(who)
             .set(is_true(conditions::READY));
@@ -127,7 +128,7 @@ impl Health {
             .get_or_create(who)
             .set(is_true(conditions::RECONCILED));
         let out_of_lockstep = condition(conditions::SYNTHESIZED)
-            .is_some_and(|c| c.status != "True" && c.reason == reasons::MISMATCHED_INPUTS);
+            .is_some_and(|c| !holds(c) && c.reason == reasons::MISMATCHED_INPUTS);
         self.lockstep
             .get_or_create(who)
             .set(i64::from(!out_of_lockstep));
@@ -141,7 +142,7 @@ impl Health {
         // Not Ready since Ready last changed, or since creation when it never had one (a
         // missing Synthesizer, module or input: no synthesis, no Ready condition).
         let stuck = match ready {
-            Some(c) => c.status != "True" && older(&c.last_transition_time),
+            Some(c) => !holds(c) && older(&c.last_transition_time),
             None => created.is_some_and(older),
         };
         self.stuck.get_or_create(who).set(i64::from(stuck));

@@ -4,6 +4,7 @@
 //! the crate's README; `hack/import-graph.py` keeps the graph free of cycles.
 
 pub mod api_metrics;
+pub(crate) mod apply;
 pub mod capabilities;
 pub(crate) mod cluster;
 pub(crate) mod composition;
@@ -27,10 +28,10 @@ mod policy;
 pub mod queue;
 mod ratelimit;
 mod recovery;
-pub(crate) mod resources;
 pub mod sandbox;
 pub mod sealing;
 pub mod shard;
+pub(crate) mod slices;
 pub mod start;
 mod symphony;
 pub mod synthesis_rate;

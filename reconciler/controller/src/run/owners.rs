@@ -1,4 +1,4 @@
-//! What is known of the owners `managed-by` labels name (see `resources::owners`): UIDs
+//! What is known of the owners `managed-by` labels name (see `apply::owners`): UIDs
 //! confirmed gone (for good: UIDs are never reused) and UIDs confirmed live (for
 //! [`LIVE_FOR`]).
 

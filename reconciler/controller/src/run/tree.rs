@@ -10,6 +10,7 @@ use kube::api::{Api, DynamicObject};
 use kube::core::GroupVersionKind;
 use serde_json::Value;
 
+use crds::ConditionStatus;
 use crds::names::{conditions, reasons};
 use crds::{Composition, ResourceSlice};
 use plan::readiness::{self, ReadinessCheck, ReadinessState};
@@ -58,14 +59,14 @@ pub fn view(
         .iter()
         .map(|c| ConditionView {
             type_: c.type_.clone(),
-            status: c.status.clone(),
+            status: reconciler_core::condition::status_of(c),
             reason: c.reason.clone(),
             message: c.message.clone(),
         })
         .collect();
     let ready = condition_views
         .iter()
-        .any(|c| c.type_ == conditions::READY && c.status == "True");
+        .any(|c| c.type_ == conditions::READY && c.status == ConditionStatus::True);
     View {
         namespace: comp.metadata.namespace.clone().unwrap_or_default(),
         name: comp.metadata.name.clone().unwrap_or_default(),
@@ -236,7 +237,7 @@ fn next(st: &crds::CompositionStatus, conditions: &[ConditionView]) -> Next {
     let synthesized = conditions
         .iter()
         .find(|c| c.type_ == conditions::SYNTHESIZED);
-    if let Some(c) = synthesized.filter(|c| c.status != "True") {
+    if let Some(c) = synthesized.filter(|c| c.status != ConditionStatus::True) {
         return Next {
             state: "blocked".into(),
             reason: Some(c.reason.clone()),

@@ -249,7 +249,7 @@ pub fn parse_output(
             .map(KrmResult::into_status)
             .collect(),
     };
-    let failed = results.iter().any(|r| r.severity == "error");
+    let failed = results.iter().any(|r| r.severity == crds::Severity::Error);
     let items = match fields.remove("items") {
         Some(Value::Array(items)) => items,
         // Eno's documented failure output (docs/synthesis.md, "Error Handling"): results only.
@@ -319,7 +319,7 @@ impl KrmResult {
             KrmResourceRef::Text(t) => t,
         });
         crds::SynthesisResult {
-            severity: self.severity,
+            severity: self.severity.into(),
             message: self.message,
             resource_ref,
             tags: self.tags,

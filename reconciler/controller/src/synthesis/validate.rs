@@ -76,7 +76,7 @@ pub fn validate(
                     (*kept_index, index)
                 };
                 warnings.push(crds::SynthesisResult {
-                    severity: "warning".into(),
+                    severity: crds::Severity::Warning,
                     message: format!(
                         "duplicate resource {key}: kept item {kept}, dropped item {dropped} \
                          (Eno's rule: the greater manifest hash)"
@@ -184,7 +184,7 @@ fn checked_by_the_planner(out: &[Value]) -> Result<Vec<crds::SynthesisResult>, S
     for r in &prepared.resources {
         for w in &r.settings.warnings {
             warnings.push(crds::SynthesisResult {
-                severity: "warning".into(),
+                severity: crds::Severity::Warning,
                 message: w.clone(),
                 resource_ref: Some(r.key.to_string()),
                 tags: BTreeMap::new(),

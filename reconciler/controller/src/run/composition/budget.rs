@@ -5,7 +5,7 @@
 use kube::ResourceExt;
 
 use super::super::Context;
-use super::slices::{STATE_BYTES, owned_by, stored_bytes};
+use super::super::slices::{STATE_BYTES, owned_by, stored_bytes};
 use crds::{Composition, CompositionStatus};
 
 /// What a slice's manifests count against the namespace's budget: their bytes, and

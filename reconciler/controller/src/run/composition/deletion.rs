@@ -34,14 +34,14 @@ pub(super) async fn delete(ctx: &Arc<Context>, comp: &Arc<Composition>) -> Resul
             blocked_by: dependents,
         });
         st.simplified = Some(SimplifiedStatus {
-            status: "Deleting".into(),
+            status: crds::StatusWord::Deleting,
             error: Some(reasons::WAITING_ON_DEPENDENTS.into()),
         });
         status_write::write(ctx, comp, &st).await?;
         return Ok(Action::requeue(ctx.opts.readiness_poll));
     }
     st.dependency_status = None;
-    let pass = resources::reconcile(ctx, comp, &mut st, true, false).await?;
+    let pass = apply::reconcile(ctx, comp, &mut st, true, false).await?;
     if pass.settled {
         finalizer::release(ctx, comp).await?;
         return Ok(Action::await_change());

@@ -5,7 +5,7 @@
 //! 3. [`trigger::decide`] (pure): synthesize or not, and why.
 //! 4. [`synthesize`]: run it (at most once per fingerprint), store it as [`slices`]; the pass
 //!    that stored it records it (its status write) and ends, the next one applies it.
-//! 5. `resources::reconcile`: apply, record, roll up.
+//! 5. `apply::reconcile`: apply, record, roll up.
 //! 6. [`status_write`]: at most one status write per pass, when something changed, at the
 //!    resourceVersion the pass read; an explicit requeue.
 
@@ -13,9 +13,7 @@ pub(crate) mod budget;
 pub(crate) use reconciler_core::{decide, generation, trigger};
 pub(crate) mod dependencies;
 pub(crate) mod finalizer;
-pub(crate) mod history;
 pub(crate) mod observe;
-pub(crate) mod slices;
 pub(crate) mod status_write;
 pub(crate) mod synthesize;
 
@@ -27,7 +25,7 @@ use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 
-use super::{Context, Error, inputs, resources};
+use super::{Context, Error, apply, inputs, slices};
 use crate::synthesis;
 use crds::names::{conditions, reasons};
 use crds::{Composition, CompositionStatus, InputRevision, SimplifiedStatus};
@@ -392,9 +390,9 @@ async fn converge(ctx: &Arc<Context>, comp: &Arc<Composition>) -> Result<Action,
     let enforced = decide::current(false, refused) != decide::Current::Nothing
         && ctx.remote_user_of(comp).is_ok();
     let pass = if enforced {
-        resources::reconcile(ctx, comp, &mut st, false, blocked.is_some()).await?
+        apply::reconcile(ctx, comp, &mut st, false, blocked.is_some()).await?
     } else {
-        resources::Pass::default()
+        apply::Pass::default()
     };
     if let Some(simplified) = blocker {
         st.simplified = simplified;
@@ -433,7 +431,7 @@ async fn converge(ctx: &Arc<Context>, comp: &Arc<Composition>) -> Result<Action,
 fn refused_by_policy(st: &CompositionStatus) -> bool {
     st.conditions.iter().any(|c| {
         c.type_ == conditions::SYNTHESIZED
-            && c.status == "False"
+            && reconciler_core::condition::fails(c)
             && decide::POLICY_REFUSALS.contains(&c.reason.as_str())
     })
 }
@@ -451,7 +449,7 @@ async fn enforce_then_fail(
     if !refused_by_policy(&st) && st.current_synthesis.is_some() && ctx.remote_user_of(comp).is_ok()
     {
         // The pass's own failure is reported with the first one's.
-        if let Err(e) = resources::reconcile(ctx, comp, &mut st, false, true).await {
+        if let Err(e) = apply::reconcile(ctx, comp, &mut st, false, true).await {
             tracing::warn!(error = %e, "the pass over the current synthesis failed too");
         }
     }

@@ -180,7 +180,7 @@ pub(super) fn hold_back(st: &mut CompositionStatus, generation: Option<i64>, wai
                 generation,
             );
             st.simplified = Some(SimplifiedStatus {
-                status: reasons::MISMATCHED_INPUTS.into(),
+                status: crds::StatusWord::MismatchedInputs,
                 error: Some(message),
             });
         }
@@ -212,7 +212,7 @@ pub(super) fn cooling_down(st: &mut CompositionStatus, generation: Option<i64>, 
         generation,
     );
     st.simplified = Some(SimplifiedStatus {
-        status: reasons::ROLLOUT_COOLDOWN.into(),
+        status: crds::StatusWord::RolloutCooldown,
         error: None,
     });
 }
@@ -238,7 +238,7 @@ pub(super) fn wait_on_dependencies(
         generation,
     );
     st.simplified = Some(SimplifiedStatus {
-        status: "WaitingOnDependencies".into(),
+        status: crds::StatusWord::WaitingOnDependencies,
         error: Some(message),
     });
     st.dependency_status = Some(block);

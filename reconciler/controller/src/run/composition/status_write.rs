@@ -45,6 +45,9 @@ pub(crate) fn fresh(ctx: &Context, comp: Arc<Composition>) -> Arc<Composition> {
 
 /// Results kept per synthesis.
 pub(crate) const MAX_RESULTS: usize = 100;
+
+/// Most objects outside the namespace recorded per synthesis.
+pub(crate) const MAX_OUTSIDE: usize = 300;
 /// Bytes kept of a result's message.
 const MAX_RESULT_TEXT: usize = 1024;
 /// Bytes kept of a condition message or `simplified.error`.
@@ -91,7 +94,7 @@ pub(crate) fn bounded(st: &CompositionStatus) -> CompositionStatus {
         s.outside_namespace.retain(|o| {
             o.name.len() + o.namespace.len() + o.kind.len() + o.api_version.len() <= 600
         });
-        s.outside_namespace.truncate(super::synthesize::MAX_OUTSIDE);
+        s.outside_namespace.truncate(MAX_OUTSIDE);
         for r in &mut s.results {
             clip(&mut r.message, MAX_RESULT_TEXT);
             if let Some(x) = &mut r.resource_ref {
@@ -296,7 +299,7 @@ mod tests {
     #[test]
     fn the_status_enoki_writes_is_bounded_and_bounding_is_idempotent() {
         let result = crds::SynthesisResult {
-            severity: "warning".into(),
+            severity: crds::Severity::Warning,
             message: "x".repeat(10_000),
             ..Default::default()
         };
@@ -348,10 +351,7 @@ mod tests {
         let b = bounded(&st);
         assert!(serde_json::to_vec(&b).unwrap().len() <= MAX_STATUS_BYTES);
         let cur = b.current_synthesis.as_ref().unwrap();
-        assert_eq!(
-            cur.outside_namespace.len(),
-            super::super::synthesize::MAX_OUTSIDE
-        );
+        assert_eq!(cur.outside_namespace.len(), MAX_OUTSIDE);
         assert_eq!(bounded(&b), b, "idempotent");
     }
 }

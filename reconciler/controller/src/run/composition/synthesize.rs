@@ -13,9 +13,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use serde_json::Value;
 
+use super::super::slices;
 use super::super::{Context, Error, inputs};
 use super::observe::{Gathered, object_ref_of};
-use super::slices;
 use crate::synthesis;
 use crds::names::{conditions, reasons};
 use crds::{Composition, CompositionStatus, InputRevision, Synthesis, Synthesizer};
@@ -249,7 +249,7 @@ async fn publish_result_events(
             continue;
         };
         let target = instance.map_or_else(|| comp.object_ref(&()), object_ref_of);
-        let warning = r.severity != "info";
+        let warning = r.severity != crds::Severity::Info;
         ctx.event_distinct(&target, warning, reason, r.message.clone())
             .await;
     }
@@ -348,7 +348,7 @@ pub(crate) fn fail(
         );
     }
     st.simplified = Some(crds::SimplifiedStatus {
-        status: simplified_word(reason).into(),
+        status: simplified_word(reason),
         error: Some(format!("{reason}: {message}")),
     });
 }
@@ -392,17 +392,18 @@ pub(crate) fn synthesized(st: &mut CompositionStatus, generation: Option<i64>) {
 }
 
 /// Eno's word in `status.simplified.status` for a synthesis that cannot go ahead.
-fn simplified_word(reason: &str) -> &'static str {
+fn simplified_word(reason: &str) -> crds::StatusWord {
+    use crds::StatusWord;
     match reason {
-        reasons::MISSING_INPUT => "MissingInputs",
-        reasons::SYNTHESIZER_NOT_FOUND => "MissingSynthesizer",
-        reasons::MISMATCHED_INPUTS => "MismatchedInputs",
+        reasons::MISSING_INPUT => StatusWord::MissingInputs,
+        reasons::SYNTHESIZER_NOT_FOUND => StatusWord::MissingSynthesizer,
+        reasons::MISMATCHED_INPUTS => StatusWord::MismatchedInputs,
         reasons::CROSS_NAMESPACE_REF
         | reasons::SYNTHESIZER_NOT_ALLOWED
         | reasons::LIMITS_REFUSED
         | reasons::INVALID_SPEC
-        | reasons::REMOTE_NAMESPACE_UNMAPPED => "Failed",
-        _ => "SynthesisBackoff",
+        | reasons::REMOTE_NAMESPACE_UNMAPPED => StatusWord::Failed,
+        _ => StatusWord::SynthesisBackoff,
     }
 }
 

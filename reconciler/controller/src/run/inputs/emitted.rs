@@ -16,9 +16,7 @@ pub async fn emitted(
 ) -> Result<Option<Vec<Value>>, Error> {
     let mut out = Vec::new();
     for r in &synthesis.resource_slices {
-        let Some((slice, _)) =
-            crate::run::composition::slices::read_full(ctx, comp, &r.name).await?
-        else {
+        let Some((slice, _)) = crate::run::slices::read_full(ctx, comp, &r.name).await? else {
             return Ok(None);
         };
         let uid = comp.uid().unwrap_or_default();
@@ -43,7 +41,7 @@ pub(super) async fn emitted_identities(
 ) -> Result<Vec<Value>, Error> {
     let mut out = Vec::new();
     for r in &synthesis.resource_slices {
-        if let Some((slice, _)) = crate::run::composition::slices::read(ctx, comp, &r.name).await? {
+        if let Some((slice, _)) = crate::run::slices::read(ctx, comp, &r.name).await? {
             out.extend(
                 slice
                     .spec
@@ -66,12 +64,11 @@ pub async fn slices_reusable(
     comp: &Composition,
     synthesis: &crds::Synthesis,
 ) -> Result<bool, Error> {
-    if !crate::run::composition::slices::all_exist(ctx, comp, synthesis).await? {
+    if !crate::run::slices::all_exist(ctx, comp, synthesis).await? {
         return Ok(false);
     }
     for r in &synthesis.resource_slices {
-        let Some((slice, _)) = crate::run::composition::slices::read(ctx, comp, &r.name).await?
-        else {
+        let Some((slice, _)) = crate::run::slices::read(ctx, comp, &r.name).await? else {
             return Ok(false);
         };
         let stale = slice.spec.resources.iter().any(|m| {
@@ -96,7 +93,7 @@ pub async fn holds_plain_secret(
     synthesis: &crds::Synthesis,
 ) -> Result<bool, Error> {
     for r in &synthesis.resource_slices {
-        if let Some((slice, _)) = crate::run::composition::slices::read(ctx, comp, &r.name).await?
+        if let Some((slice, _)) = crate::run::slices::read(ctx, comp, &r.name).await?
             && slice
                 .spec
                 .resources

@@ -192,14 +192,7 @@ pub(super) fn caches(
             ),
             move |s| held.borrow().owns_slice(s),
         )
-        .modify(move |s: &mut ResourceSlice| {
-            s.managed_fields_mut().clear();
-            if whole {
-                composition::slices::forget_marker(s);
-            } else {
-                composition::slices::compact(s);
-            }
-        })
+        .modify(move |s: &mut ResourceSlice| crate::run::slices::for_cache(s, whole))
         .reflect(slice_writer),
     )
     .boxed();
@@ -287,6 +280,12 @@ pub(super) fn in_shard<K: Send + 'static>(
     })
 }
 
+/// A slice's namespace and name (without the version and UID a reference carries: one entry
+/// per cached slice is kept).
+fn name_of(s: &ResourceSlice) -> ObjectRef<ResourceSlice> {
+    ObjectRef::new(&s.name_any()).within(&s.namespace().unwrap_or_default())
+}
+
 /// ResourceSlice events that matter to their Composition: a new spec (generation) or a
 /// deletion. Status patches (enoki's own) pass through the cache but wake nobody.
 pub(super) fn slice_changes(
@@ -303,11 +302,11 @@ pub(super) fn slice_changes(
         if let Ok(watcher::Event::InitApply(s)) = &e
             && let Some(l) = listed.as_mut()
         {
-            l.insert(ObjectRef::from_obj(s));
+            l.insert(name_of(s));
         }
         let out = match e {
             Ok(watcher::Event::Apply(s) | watcher::Event::InitApply(s)) => {
-                let r = ObjectRef::from_obj(&s);
+                let r = name_of(&s);
                 let generation = s.meta().generation;
                 // A new slice is enoki's own write (the pass that wrote it goes on with it);
                 // only a changed spec concerns the owner. Waking the owner on creation would
@@ -316,7 +315,7 @@ pub(super) fn slice_changes(
                     .then_some(Ok(s))
             }
             Ok(watcher::Event::Delete(s)) => {
-                seen.remove(&ObjectRef::from_obj(&s));
+                seen.remove(&name_of(&s));
                 Some(Ok(s))
             }
             Ok(watcher::Event::Init) => {

@@ -29,8 +29,8 @@ pub(super) fn publish_shard_sizes(ctx: &Context) {
 pub(super) fn publish_slice_sizes(ctx: &Context) {
     let (mut stored, mut held) = (0_usize, 0_usize);
     for s in ctx.slices.state() {
-        stored += composition::slices::stored_bytes(&s);
-        held += composition::slices::manifest_bytes(&s.spec.resources);
+        stored += crate::run::slices::stored_bytes(&s);
+        held += crate::run::slices::manifest_bytes(&s.spec.resources);
     }
     let m = &ctx.metrics;
     m.slice_stored_bytes

@@ -15,7 +15,7 @@ use crds::{Composition, Symphony, SymphonyStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
 
-use reconciler_core::condition::set_condition;
+use reconciler_core::condition::{holds, set_condition};
 
 /// The status: each time once every non-optional variation's Composition got there, and the
 /// conditions that roll them up. `composition_name` names a variation's Composition (by the
@@ -101,7 +101,7 @@ fn current<'a>(c: &'a Composition, type_: &str) -> Option<&'a Condition> {
 }
 
 fn is(c: &Composition, type_: &str) -> bool {
-    current(c, type_).is_some_and(|x| x.status == "True")
+    current(c, type_).is_some_and(holds)
 }
 
 /// The first few names of a list, and how many more.

@@ -90,7 +90,7 @@ pub struct ConditionView {
     #[serde(rename = "type")]
     pub type_: String,
     /// `True`/`False`/`Unknown`.
-    pub status: String,
+    pub status: crds::ConditionStatus,
     /// Reason.
     pub reason: String,
     /// Message.

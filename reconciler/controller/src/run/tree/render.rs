@@ -41,7 +41,7 @@ pub fn text(v: &View, color: bool) -> String {
             out,
             "  {}={} {}: {}",
             clean(&c.type_),
-            clean(&c.status),
+            clean(c.status.as_str()),
             clean(&c.reason),
             clean(&c.message)
         );

@@ -129,7 +129,7 @@ pub(super) async fn reuse_unrecorded(
         return None;
     }
     if f != fp {
-        super::super::slices::delete(ctx, comp, &next.resource_slices).await;
+        crate::run::slices::delete(ctx, comp, &next.resource_slices).await;
         return None;
     }
     tracing::debug!(synthesis = %next.uuid, "recording the slices of a synthesis whose status write failed");
@@ -154,7 +154,7 @@ pub(crate) async fn status_write_failed(ctx: &Arc<Context>, comp: &Composition, 
     let Some((fp, s)) = ctx.memory.synthesis.with(&uid, |m| m.unrecorded.take()) else {
         return;
     };
-    super::super::slices::delete(ctx, comp, &s.resource_slices).await;
+    crate::run::slices::delete(ctx, comp, &s.resource_slices).await;
     ctx.memory.synthesis.with(&uid, |m| {
         m.failed = Some(Failed {
             fingerprint: fp,
@@ -163,9 +163,6 @@ pub(crate) async fn status_write_failed(ctx: &Arc<Context>, comp: &Composition, 
         });
     });
 }
-
-/// Most objects outside the namespace recorded per synthesis.
-pub(crate) const MAX_OUTSIDE: usize = 300;
 
 /// The items a synthesis emits outside `namespace` (cluster-scoped or elsewhere), each marked
 /// `kept` when its `prune: disabled`, `deletion-strategy: orphan` or `disable-reconciliation`
@@ -195,7 +192,7 @@ pub(crate) fn outside_namespace(
                 kept: kept_on_deletion(i, cascading),
             })
         })
-        .take(MAX_OUTSIDE)
+        .take(super::super::status_write::MAX_OUTSIDE)
         .collect()
 }
 
@@ -271,7 +268,8 @@ pub(super) async fn write_new(
     // only against the namespace's budget.
     let emitted = slices::manifest_bytes(&manifests);
     manifests.extend(
-        super::super::history::tombstones(ctx, comp, st.current_synthesis.as_ref(), items).await?,
+        crate::run::slices::history::tombstones(ctx, comp, st.current_synthesis.as_ref(), items)
+            .await?,
     );
     let bytes = slices::manifest_bytes(&manifests);
     let charged = super::super::budget::charged(bytes, manifests.len());
@@ -323,7 +321,7 @@ pub(super) fn rate_limited(
         comp.metadata.generation,
     );
     st.simplified = Some(crds::SimplifiedStatus {
-        status: reasons::SYNTHESIS_RATE_LIMITED.into(),
+        status: crds::StatusWord::SynthesisRateLimited,
         error: None,
     });
 }

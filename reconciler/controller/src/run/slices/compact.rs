@@ -11,10 +11,6 @@ use serde_json::{Map, Value, json};
 
 use crds::{Manifest, ResourceSlice};
 
-/// Marks a cached slice as compact; its value is the bytes its manifests stored. Set on the
-/// cache's own copy only, never written to the API server.
-pub(crate) const COMPACT: &str = "enoki.dev/cached-compact-bytes";
-
 /// Bytes a slice's manifests store (manifest text and sealed Secrets).
 pub(crate) fn manifest_bytes(resources: &[Manifest]) -> usize {
     resources
@@ -23,17 +19,22 @@ pub(crate) fn manifest_bytes(resources: &[Manifest]) -> usize {
         .sum()
 }
 
-/// Drops a compact marker an object read from the API server carries (it is not believed).
-pub(crate) fn forget_marker(slice: &mut ResourceSlice) {
-    if let Some(a) = slice.metadata.annotations.as_mut() {
-        a.remove(COMPACT);
+/// The copy of a slice the cache keeps: without labels (the Composition label is written for
+/// people using kubectl), annotations and field managers, which nothing reads — a slice costs
+/// the same whoever labels or annotates it —, and compact unless `whole`.
+pub(crate) fn for_cache(slice: &mut ResourceSlice, whole: bool) {
+    slice.metadata.managed_fields = None;
+    slice.metadata.labels = None;
+    slice.metadata.annotations = None;
+    if !whole {
+        compact(slice);
     }
 }
 
 /// Cuts a slice read from the API server down to what the planner and the checks of the
-/// cache need (a marker the object itself carries is not believed: it is counted anew).
+/// cache need; the bytes it stored are noted in `spec.compact_bytes` (a field the API
+/// server never sees nor sets).
 pub(crate) fn compact(slice: &mut ResourceSlice) {
-    forget_marker(slice);
     let bytes = manifest_bytes(&slice.spec.resources);
     let identities: Option<Vec<String>> = slice
         .spec
@@ -58,30 +59,19 @@ pub(crate) fn compact(slice: &mut ResourceSlice) {
             *sealed = key_id_prefix(sealed).to_string();
         }
     }
-    slice
-        .metadata
-        .annotations
-        .get_or_insert_default()
-        .insert(COMPACT.to_string(), bytes.to_string());
+    slice.spec.compact_bytes = Some(bytes);
 }
 
 /// Whether `slice` is a compact cache copy (its manifests are identities only).
 pub(crate) fn is_compact(slice: &ResourceSlice) -> bool {
-    slice
-        .metadata
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key(COMPACT))
+    slice.spec.compact_bytes.is_some()
 }
 
 /// Bytes `slice` stores: noted on a compact copy, counted on a whole one.
 pub(crate) fn stored_bytes(slice: &ResourceSlice) -> usize {
     slice
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(COMPACT))
-        .and_then(|b| b.parse().ok())
+        .spec
+        .compact_bytes
         .unwrap_or_else(|| manifest_bytes(&slice.spec.resources))
 }
 
@@ -141,6 +131,7 @@ mod tests {
             ResourceSliceSpec {
                 synthesis_uuid: "u".into(),
                 resources,
+                compact_bytes: None,
             },
         )
     }
@@ -166,15 +157,15 @@ mod tests {
             s.spec.resources[2].sealed.as_deref(),
             Some("enoki-aead-v1:k1:")
         );
-        // A marker written on the object itself is not believed.
-        let mut forged = slice(whole_again());
-        forged
-            .metadata
-            .annotations
-            .get_or_insert_default()
-            .insert(COMPACT.into(), "0".into());
-        compact(&mut forged);
-        assert_eq!(stored_bytes(&forged), bytes);
+        // The note is the cache's own: an object read from the API server never has one.
+        let read: ResourceSlice = serde_json::from_value(json!({
+            "apiVersion": "enoki.dev/v1alpha1", "kind": "ResourceSlice",
+            "metadata": {"name": "s"},
+            "spec": {"synthesisUUID": "u", "resources": [], "compact_bytes": 0, "compactBytes": 0}
+        }))
+        .unwrap();
+        assert!(!is_compact(&read));
+        assert!(!serde_json::to_string(&s).unwrap().contains("ompact"));
     }
 
     #[test]

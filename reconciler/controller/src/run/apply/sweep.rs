@@ -7,7 +7,7 @@ use std::sync::Arc;
 use kube::ResourceExt;
 
 use super::super::{Context, Error};
-use crate::run::resources::execute;
+use crate::run::apply::execute;
 use crds::Composition;
 
 /// Deletes the objects `current` recorded outside the Composition's namespace that still carry

@@ -27,7 +27,7 @@ use std::time::Duration;
 use kube::ResourceExt;
 use plan::{Plan, ResourceKey};
 
-use super::composition::slices::{self, Loaded};
+use super::slices::{self, Loaded};
 use super::{Context, Error};
 use crds::names::conditions;
 use crds::{Composition, CompositionStatus};
@@ -87,8 +87,7 @@ pub async fn reconcile(
         return Ok(Pass::default());
     };
     report_warnings(ctx, comp, &uid, &prepared).await;
-    let previous =
-        super::composition::history::previous_applied(ctx, comp, st, &loaded, &info).await?;
+    let previous = super::slices::history::previous_applied(ctx, comp, st, &loaded, &info).await?;
     let recorded = observe::recorded(ctx, &uid, &prepared, &loaded, &previous.carried);
     let seen = Seen {
         prepared: &prepared,

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use kube::ResourceExt;
 
 use super::super::Error;
-use super::super::composition::slices::{self, stored_bytes};
 use super::super::context::Context;
+use super::super::slices::{self, stored_bytes};
 use reconciler_core::model::Loaded;
 
 /// The ingested synthesis, cached per Composition (one entry, replaced when the synthesis or

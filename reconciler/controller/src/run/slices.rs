@@ -16,7 +16,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use super::super::{Context, Error};
+use super::{Context, Error};
 use crds::{
     Composition, CompositionStatus, Manifest, ResourceSlice, ResourceSliceRef, ResourceSliceSpec,
     ResourceState, Synthesis,
@@ -28,7 +28,10 @@ pub use crds::names::SLICE_COMPOSITION_LABEL;
 pub const SLICE_BYTES: usize = 512 * 1024;
 
 mod compact;
-pub(crate) use compact::{compact, forget_marker, is_compact, manifest_bytes, stored_bytes};
+#[cfg(test)]
+mod held_bytes;
+pub(crate) mod history;
+pub(crate) use compact::{for_cache, is_compact, manifest_bytes, stored_bytes};
 
 /// Whether `slice` carries an owner reference to the Composition with `uid` (enoki writes
 /// one on every slice; a slice without it was not written for this Composition).
@@ -373,6 +376,7 @@ pub(crate) async fn write(
             ResourceSliceSpec {
                 synthesis_uuid: uuid.to_string(),
                 resources,
+                compact_bytes: None,
             },
         );
         slice.metadata.namespace = Some(ns.clone());

@@ -15,7 +15,7 @@ use plan::plan::PreparedResource;
 use plan::{Recorded, ResourceKey};
 use serde_json::{Value, json};
 
-use super::super::composition::slices::Loaded;
+use super::super::slices::Loaded;
 use super::super::watches::ManagedView;
 use super::{Context, Error};
 use reconciler_core::model::gvk_of_manifest;

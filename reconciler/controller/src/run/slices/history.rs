@@ -10,7 +10,7 @@ use plan::ResourceKey;
 use serde_json::Value;
 
 use super::super::{Context, Error};
-use super::slices::{Loaded, read_full};
+use super::{Loaded, read_full};
 use crds::{Composition, CompositionStatus, Manifest, Synthesis};
 
 /// What the previous synthesis applied: its snapshots (client-side patches remove fields the
