@@ -9,6 +9,9 @@ use std::time::Duration;
 
 use plan::ResourceKey;
 
+mod step;
+pub use step::{ImplicitWrite, Step, VariationWrite};
+
 /// Errors of a reconcile; each names the step that failed.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -91,11 +94,12 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
-    /// Another step's API call failed (collections, observed outputs, Symphonies).
-    #[error("{action}")]
-    Kube {
+    /// Another step's API call failed (collections, observed outputs, Symphonies, instance
+    /// mode, discovery, the sweep outside the namespace).
+    #[error("{step}")]
+    Api {
         /// What was being done.
-        action: String,
+        step: Step,
         /// The API error.
         #[source]
         source: kube::Error,
@@ -143,14 +147,19 @@ impl Error {
             | Error::ReadResource { source, .. }
             | Error::WriteStatus { source }
             | Error::Finalizer { source, .. }
-            | Error::Kube { source, .. }
+            | Error::Api { source, .. }
             | Error::Impersonate { source, .. } => Some(source),
             Error::Task(_) | Error::SealSecret { .. } | Error::SliceChanged { .. } => None,
         }
     }
 
     /// Every value [`Error::category`] returns (the metric's series start at 0).
-    pub const CATEGORIES: &'static [&'static str] = &[
+    pub fn categories() -> impl Iterator<Item = &'static str> {
+        Self::CATEGORIES.iter().chain(Step::CATEGORIES).copied()
+    }
+
+    /// The categories of the variants that are not [`Error::Api`].
+    const CATEGORIES: &'static [&'static str] = &[
         "ReadSynthesizer",
         "ReadInput",
         "ReadDependency",
@@ -161,7 +170,6 @@ impl Error {
         "WriteStatus",
         "StatusConflict",
         "Finalizer",
-        "KubeApi",
         "Impersonate",
         "Task",
         "SealSecret",
@@ -181,7 +189,7 @@ impl Error {
             Error::WriteStatus { .. } if self.is_conflict() => "StatusConflict",
             Error::WriteStatus { .. } => "WriteStatus",
             Error::Finalizer { .. } => "Finalizer",
-            Error::Kube { .. } => "KubeApi",
+            Error::Api { step, .. } => step.category(),
             Error::Impersonate { .. } => "Impersonate",
             Error::Task(_) => "Task",
             Error::SealSecret { .. } => "SealSecret",
@@ -226,10 +234,9 @@ pub fn kind_not_served(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 404 && s.reason != "NotFound")
 }
 
-/// `action` → a closure wrapping a `kube::Error` as [`Error::Kube`].
-pub(crate) fn kube_err(action: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
-    let action = action.into();
-    move |source| Error::Kube { action, source }
+/// `step` → a closure wrapping a `kube::Error` as [`Error::Api`].
+pub(crate) fn api_err(step: Step) -> impl FnOnce(kube::Error) -> Error {
+    move |source| Error::Api { step, source }
 }
 
 /// The whole chain of an error, `outer: inner: …`, for conditions and logs.
@@ -351,15 +358,15 @@ mod tests {
 
     #[test]
     fn one_policy_retries_transient_errors_with_backoff_and_terminal_ones_at_the_cap() {
-        let transient = Error::Kube {
-            action: "reading".into(),
+        let transient = Error::Api {
+            step: Step::ReadSymphony,
             source: kube::Error::Api(Box::new(kube::core::Status {
                 code: 503,
                 ..Default::default()
             })),
         };
-        let terminal = Error::Kube {
-            action: "writing".into(),
+        let terminal = Error::Api {
+            step: Step::SymphonyStatus,
             source: kube::Error::Api(Box::new(kube::core::Status {
                 code: 403,
                 ..Default::default()

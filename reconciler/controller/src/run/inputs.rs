@@ -10,7 +10,8 @@ use kube::core::GroupVersionKind;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
-use super::{Context, Error, kube_err};
+use super::error::Step;
+use super::{Context, Error, api_err};
 use crds::{CollectionRef, Composition, CompositionStatus};
 use emitted::emitted_identities;
 pub use emitted::{emitted, holds_plain_secret, slices_reusable};
@@ -140,7 +141,7 @@ pub async fn observed_outputs(
     };
     let client = ctx
         .target_for(comp)
-        .map_err(kube_err("building the impersonating client"))?;
+        .map_err(api_err(Step::ImpersonatingClient))?;
     for manifest in emitted_identities(ctx, comp, current).await? {
         let Ok(key) = plan::ResourceKey::of(&manifest) else {
             continue;
@@ -165,7 +166,7 @@ pub async fn observed_outputs(
                 ctx.forget_target(&gvk);
                 None
             }
-            other => other.map_err(kube_err(format!("reading observed output {key}")))?,
+            other => other.map_err(api_err(Step::ReadObserved(key.clone())))?,
         };
         if let Some(live) = live {
             let mut v = serde_json::to_value(live).unwrap_or_default();

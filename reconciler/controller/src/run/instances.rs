@@ -34,7 +34,8 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use super::{Context, Error, kube_err};
+use super::error::{ImplicitWrite, Step};
+use super::{Context, Error, api_err};
 use crds::names::{FINALIZER, INSTANCE_FINALIZER_ANNOTATION, annotations as keys};
 use crds::{Composition, Synthesizer};
 
@@ -243,7 +244,7 @@ async fn reconcile_once(obj: Arc<DynamicObject>, inst: Arc<Instance>) -> Result<
                 obj.resource_version(),
             )
             .await
-            .map_err(kube_err("removing a stale instance finalizer"))?;
+            .map_err(api_err(Step::InstanceFinalizer(false)))?;
         }
         let Some(f) = wanted.filter(|f| held(f)) else {
             return Ok(Action::await_change());
@@ -259,7 +260,7 @@ async fn reconcile_once(obj: Arc<DynamicObject>, inst: Arc<Instance>) -> Result<
             obj.resource_version(),
         )
         .await
-        .map_err(kube_err("setting the instance finalizer"))?;
+        .map_err(api_err(Step::InstanceFinalizer(true)))?;
     }
     let comp = implicit_composition(&obj, &inst, &comp_ns, &comp_name);
     comps
@@ -269,8 +270,9 @@ async fn reconcile_once(obj: Arc<DynamicObject>, inst: Arc<Instance>) -> Result<
             &Patch::Apply(&comp),
         )
         .await
-        .map_err(kube_err(format!(
-            "applying the implicit Composition {comp_name}"
+        .map_err(api_err(Step::ImplicitComposition(
+            ImplicitWrite::Apply,
+            comp_name.clone(),
         )))?;
     Ok(Action::requeue(ctx.opts.resync))
 }
@@ -322,11 +324,14 @@ async fn delete_outputs(
     let comp = comps
         .get_opt(comp_name)
         .await
-        .map_err(kube_err("reading the implicit Composition"))?;
+        .map_err(api_err(Step::ImplicitComposition(
+            ImplicitWrite::Read,
+            comp_name.to_string(),
+        )))?;
     let Some(c) = comp else {
         super::finalizers::set_finalizers(api, obj, &[f], None, obj.resource_version())
             .await
-            .map_err(kube_err("removing the instance finalizer"))?;
+            .map_err(api_err(Step::InstanceFinalizer(false)))?;
         tracing::info!(instance = %name, "outputs removed; finalizer released");
         return Ok(Action::await_change());
     };
@@ -342,7 +347,10 @@ async fn delete_outputs(
     comps
         .delete(comp_name, &DeleteParams::default())
         .await
-        .map_err(kube_err("deleting the implicit Composition"))?;
+        .map_err(api_err(Step::ImplicitComposition(
+            ImplicitWrite::Delete,
+            comp_name.to_string(),
+        )))?;
     Ok(Action::requeue(Duration::from_secs(1)))
 }
 
@@ -371,9 +379,10 @@ async fn final_synthesis_done(
                 &Patch::Merge(&patch),
             )
             .await
-            .map_err(kube_err(
-                "marking the implicit Composition for its last synthesis",
-            ))?;
+            .map_err(api_err(Step::ImplicitComposition(
+                ImplicitWrite::MarkLastSynthesis,
+                comp.name_any(),
+            )))?;
         return Ok(false);
     }
     let synthesis = comp

@@ -260,7 +260,7 @@ impl Metrics {
                 outcome: outcome.to_string(),
             }));
         };
-        for category in super::error::Error::CATEGORIES {
+        for category in super::error::Error::categories() {
             zero(&self.reconcile_errors, category);
         }
         zero(&self.synthesis_runs, "Success");

@@ -43,7 +43,7 @@ pub(crate) mod watches;
 pub use config::Options;
 pub use context::Context;
 pub use error::Error;
-pub(crate) use error::kube_err;
+pub(crate) use error::api_err;
 pub use inputs::selector_string;
 pub use module::ModuleError;
 pub use start::run;

@@ -23,7 +23,8 @@ use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use super::{Context, Error, kube_err};
+use super::error::{Step, VariationWrite};
+use super::{Context, Error, api_err};
 
 mod status;
 use crds::names::{FINALIZER, SYMPHONY_FIELD_MANAGER, labels, reasons};
@@ -78,7 +79,7 @@ async fn reconcile_once(sym: Arc<Symphony>, ctx: Arc<Context>) -> Result<Action,
     if !has_finalizer {
         super::finalizers::set_cleanup_finalizer(&syms, sym.as_ref(), true, sym.resource_version())
             .await
-            .map_err(kube_err("adding the Symphony finalizer"))?;
+            .map_err(api_err(Step::SymphonyFinalizer(true)))?;
     }
     if prune_metadata(&sym, &comps, &owned).await? {
         // Phase two (setting) waits until no Composition has anything left to prune (a writer
@@ -124,7 +125,7 @@ async fn write_status(
         &Patch::Merge(json!({"status": status})),
     )
     .await
-    .map_err(kube_err("writing Symphony status"))?;
+    .map_err(api_err(Step::SymphonyStatus))?;
     Ok(true)
 }
 
@@ -198,7 +199,7 @@ async fn listed_compositions(
     };
     match super::paging::list_bounded(&lp, 0, fetch, |c| Some((c, 0))).await {
         Ok(found) => Ok(found),
-        Err(super::paging::Stop::Api(e)) => Err(kube_err("listing the Symphony's Compositions")(e)),
+        Err(super::paging::Stop::Api(e)) => Err(api_err(Step::ListVariations)(e)),
         Err(super::paging::Stop::TooLarge(_)) => Ok(Vec::new()),
     }
 }
@@ -227,7 +228,10 @@ async fn delete(
                     ),
                 )
                 .await
-                .map_err(kube_err("labelling a Composition symphony-deleting"))?;
+                .map_err(api_err(Step::WriteVariation(
+                    VariationWrite::MarkDeleting,
+                    c.name_any(),
+                )))?;
         }
         if c.metadata.deletion_timestamp.is_none() {
             let _ = comps.delete(&c.name_any(), &DeleteParams::default()).await;
@@ -236,7 +240,7 @@ async fn delete(
     if owned.is_empty() {
         super::finalizers::set_cleanup_finalizer(syms, sym, false, sym.resource_version())
             .await
-            .map_err(kube_err("removing the Symphony finalizer"))?;
+            .map_err(api_err(Step::SymphonyFinalizer(false)))?;
         return Ok(Action::await_change());
     }
     Ok(Action::requeue(ctx.opts.readiness_poll))
@@ -283,7 +287,10 @@ async fn apply_variations(
         let applied = comps
             .patch(&comp_name, &pp, &Patch::Apply(&desired))
             .await
-            .map_err(kube_err(format!("applying Composition {comp_name}")))?;
+            .map_err(api_err(Step::WriteVariation(
+                VariationWrite::Apply,
+                comp_name.clone(),
+            )))?;
         current.insert(comp_name, applied);
     }
     // Every variation keeps its Composition, those caught in a dependsOn cycle too (they are
@@ -300,7 +307,10 @@ async fn apply_variations(
             comps
                 .delete(&c.name_any(), &DeleteParams::default())
                 .await
-                .map_err(kube_err("deleting a removed variation's Composition"))?;
+                .map_err(api_err(Step::WriteVariation(
+                    VariationWrite::Delete,
+                    c.name_any(),
+                )))?;
         }
     }
     Ok(())
@@ -353,8 +363,9 @@ async fn prune_metadata(
         comps
             .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
-            .map_err(kube_err(format!(
-                "pruning labels and annotations of Composition {name}"
+            .map_err(api_err(Step::WriteVariation(
+                VariationWrite::PruneMetadata,
+                name.clone(),
             )))?;
         wrote = true;
     }

@@ -10,7 +10,7 @@ use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 
 use super::context::Context;
-use super::error::{Error, kube_err};
+use super::error::{Error, Step, api_err};
 use crds::{Composition, Synthesizer};
 
 /// Why `comp` may not use `synth`: the Synthesizer's `namespaceSelector` does not select the
@@ -66,9 +66,7 @@ pub(crate) async fn synthesizer_not_allowed(
             "Synthesizer {name:?}: spec.namespaceSelector ({query}): {}",
             e.message
         ))),
-        Err(e) => Err(kube_err(
-            "listing namespaces for the Synthesizer's namespaceSelector",
-        )(e)),
+        Err(e) => Err(api_err(Step::NamespaceSelector)(e)),
     }
 }
 

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use kube::ResourceExt;
 
+use super::super::error::Step;
 use super::super::{Context, Error};
 use crate::run::apply::execute;
 use crds::Composition;
@@ -111,9 +112,7 @@ impl Sweep<'_> {
                 return Ok(Swept::Done); // the kind is gone, and its objects with it
             }
             Err(e) => {
-                return Err(crate::run::kube_err(
-                    "reading an output outside the namespace",
-                )(e));
+                return Err(crate::run::api_err(Step::OutsideOutput(true))(e));
             }
         };
         let Some(live) = live else {
@@ -153,9 +152,7 @@ impl Sweep<'_> {
                 tracing::warn!(kind = %o.kind, name = %o.name, "may not delete an output outside the namespace; left");
                 Ok(Swept::Refused)
             }
-            Err(e) => Err(crate::run::kube_err(
-                "deleting an output outside the namespace",
-            )(e)),
+            Err(e) => Err(crate::run::api_err(Step::OutsideOutput(false))(e)),
         }
     }
 }

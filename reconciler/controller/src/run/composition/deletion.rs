@@ -77,6 +77,8 @@ pub(super) async fn symphony_gone_and_forced(
     let found = syms
         .get_opt(&owner.name)
         .await
-        .map_err(super::super::kube_err("reading the owning Symphony"))?;
+        .map_err(super::super::api_err(
+            super::super::error::Step::ReadSymphony,
+        ))?;
     Ok(found.is_none_or(|s| s.uid().as_deref() != Some(owner.uid.as_str())))
 }

@@ -148,9 +148,7 @@ pub(crate) async fn dependents(ctx: &Context, comp: &Composition) -> Result<Vec<
         match crate::run::paging::list_bounded(&Default::default(), 0, fetch, names_me).await {
             Ok(found) => found,
             Err(crate::run::paging::Stop::Api(e)) => {
-                return Err(crate::run::kube_err(
-                    "listing the Compositions that depend on this one",
-                )(e));
+                return Err(crate::run::api_err(crate::run::error::Step::ListDependents)(e));
             }
             Err(crate::run::paging::Stop::TooLarge(_)) => Vec::new(),
         }

@@ -11,7 +11,7 @@ use kube::{Resource, ResourceExt};
 use serde_json::Value;
 
 use super::super::capabilities::{self, CAPABILITIES_REVISION_KEY, Capabilities};
-use super::super::{Context, Error, inputs, kube_err};
+use super::super::{Context, Error, api_err, inputs};
 use crds::names::annotations as keys;
 use crds::{Composition, InputRevision, Synthesizer};
 use reconciler_core::model::Outcome;
@@ -239,8 +239,7 @@ pub(crate) async fn gather(
     }
     if capabilities::wanted(synth, comp) {
         let caps = ctx.target.capabilities.get(&ctx.target.client).await;
-        let action = "reading the target cluster's discovery (the .Capabilities of a chart)";
-        g.capabilities = Some(caps.map_err(kube_err(action))?);
+        g.capabilities = Some(caps.map_err(api_err(super::super::error::Step::Discovery))?);
     }
     Ok(Outcome::Ready(g))
 }

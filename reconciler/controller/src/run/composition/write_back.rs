@@ -7,7 +7,8 @@ use std::sync::Arc;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::{Value, json};
 
-use super::super::{Context, Error, kube_err};
+use super::super::error::Step;
+use super::super::{Context, Error, api_err};
 use crds::Composition;
 use crds::names::{FIELD_MANAGER, reasons};
 
@@ -77,7 +78,7 @@ pub(crate) async fn write_back_status(
     let (ar, namespaced) = ctx
         .resolve(&kube::core::GroupVersionKind::gvk(group, version, kind))
         .await
-        .map_err(kube_err("resolving the instance kind"))?;
+        .map_err(api_err(Step::ResolveInstanceKind))?;
     let name = desired
         .pointer("/metadata/name")
         .and_then(Value::as_str)
@@ -103,7 +104,10 @@ pub(crate) async fn write_back_status(
         &Patch::Apply(&patch),
     )
     .await
-    .map_err(kube_err(format!("writing the status of {kind} {name}")))?;
+    .map_err(api_err(Step::InstanceStatus(
+        kind.to_string(),
+        name.to_string(),
+    )))?;
     tracing::info!(%kind, %name, "status written back");
     Ok(true)
 }

@@ -51,7 +51,7 @@ pub async fn collection(
     // As the Composition's account; under --no-cross-namespace-refs only its own namespace.
     let client = ctx
         .client_for(comp)
-        .map_err(kube_err("building the impersonating client"))?;
+        .map_err(api_err(Step::ImpersonatingClient))?;
     let api: Api<DynamicObject> = if namespaced && ctx.opts.no_cross_namespace_refs {
         Api::namespaced_with(client, &comp.namespace().unwrap_or_default(), &ar)
     } else {
@@ -135,7 +135,7 @@ pub(super) async fn selected_namespaces(
             )))
         }
         Err(super::super::paging::Stop::Api(e)) => {
-            Err(kube_err(format!("listing namespaces for {key:?}"))(e))
+            Err(api_err(Step::ListNamespaces(key.to_string()))(e))
         }
         Err(super::super::paging::Stop::TooLarge(_)) => Ok(Outcome::Ready(Some(BTreeSet::new()))),
     }
@@ -224,7 +224,7 @@ impl Listing<'_> {
                 return Ok(Outcome::Waits(format!("input {key:?}: {}", e.message)));
             }
             Err(super::super::paging::Stop::Api(e)) => {
-                return Err(kube_err(format!("listing input {key:?}"))(e));
+                return Err(api_err(Step::ListInput(key.to_string()))(e));
             }
         };
         Ok(Outcome::Ready(items))
