@@ -25,8 +25,12 @@ PATH = re.compile(r"\b(crate|super)((?:::(?:super|[A-Za-z_][A-Za-z0-9_]*))+)")
 GROUP = re.compile(r"\b(crate|super)((?:::(?:super|[A-Za-z_][A-Za-z0-9_]*))*)::\{([^;]*?)\}", re.S)
 
 
+TEST_MOD = re.compile(r"^#\[cfg\(test\)\]\s*\n\s*(?:pub(?:\([a-z]+\))?\s+)?mod\s+(\w+)\s*;", re.M)
+
+
 def modules():
-    """Module path (tuple) → file, for every file in the crate."""
+    """Module path (tuple) → file, for every file in the crate (files of `#[cfg(test)] mod x;`
+    left out)."""
     found = {}
     for dirpath, _, files in os.walk(ROOT):
         for f in files:
@@ -41,6 +45,9 @@ def modules():
             else:
                 mod = tuple(rel)
             found[mod] = full
+    for mod, full in list(found.items()):
+        for child in TEST_MOD.findall(open(full, encoding="utf-8").read()):
+            found.pop(mod + (child,), None)
     return found
 
 
@@ -137,6 +144,8 @@ def graph(mods):
         for child in children:
             for r in re.findall(r"(?<![:\w])(?:self::)?" + child + r"((?:::[A-Za-z_][A-Za-z0-9_]*)+)", text):
                 refs.append(("self", "::" + child + r))
+        if GLOBS:
+            refs += glob_refs(mods, mod, text, table)
         for h, r in refs:
             target = resolve(mods, mod, h, r, table)
             # A module refers to its parent only for what the parent re-exports or declares;
@@ -144,6 +153,47 @@ def graph(mods):
             if target is not None and target != mod and target != ():
                 edges[mod].add(target)
     return edges
+
+
+# `--globs`: also follow `use <module>::*;` (names a module reaches through a glob import).
+# Not yet part of `make test`: three parent ↔ child cycles hide behind such globs
+# (synthesis ↔ synthesis::builtin, sources::oci ↔ sources::oci::token, run::start ↔
+# run::start::{balance, sizes}).
+GLOBS = "--globs" in sys.argv
+GLOB = re.compile(r"^\s*(?:pub(?:\([a-z]+\))?\s+)?use\s+((?:crate|super|self)(?:::\w+)*)::\*\s*;", re.M)
+
+
+# Items a module defines (private ones too: its children see them).
+ITEM = re.compile(r"^\s*(?:pub(?:\([^)]*\))?\s+)?(?:async\s+)?(?:struct|enum|fn|type|const|static|trait|macro_rules!)\s+(\w+)", re.M)
+_TEXTS = {}
+
+
+def source_text(path):
+    if path not in _TEXTS:
+        _TEXTS[path] = source(path)
+    return _TEXTS[path]
+
+
+def glob_refs(mods, mod, text, table):
+    """What a module reaches through `use <module>::*;`: the module itself, and each of its
+    children and imports the module's text names."""
+    refs = []
+    for path in GLOB.findall(text):
+        head, _, rest = path.partition("::")
+        source = resolve(mods, mod, head, "::" + rest if rest else "")
+        if source is None:
+            continue
+        own = set(ITEM.findall(source_text(mods[source])))
+        if any(re.search(r"(?<![:\w.])" + re.escape(n) + r"\b", text) for n in own):
+            refs.append(("crate", "".join("::" + p for p in source)))
+        # A child module is named as a path (`child::…`), an imported item by its name.
+        children = {m[len(source)] for m in mods if len(m) == len(source) + 1 and m[: len(source)] == source}
+        aliases = {alias for (m, alias) in table if m == source and alias != "*"}
+        for name in children | aliases:
+            tail = r"::" if name in children and name not in aliases else r"\b"
+            if re.search(r"(?<![:\w.])" + re.escape(name) + tail, text):
+                refs.append(("crate", "".join("::" + p for p in source + (name,))))
+    return refs
 
 
 def sccs(edges):

@@ -169,7 +169,7 @@ pub struct BlockedBy {
 }
 
 /// A one-word summary and error for `kubectl get comp`.
-#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq)]
 pub struct SimplifiedStatus {
     /// `Ready`, `NotReady`, `Reconciling`, `Deleting`, `Failed`, `SynthesisBackoff`,
     /// `MissingInputs`, `MissingSynthesizer`, `MismatchedInputs`, `RolloutCooldown`,

@@ -36,8 +36,12 @@ macro_rules! words {
         }
 
         impl From<&str> for $name {
+            /// Allocates only for a word this version does not know.
             fn from(s: &str) -> Self {
-                Self::from(s.to_string())
+                match s {
+                    $($s => Self::$v,)*
+                    _ => Self::Other(s.to_string()),
+                }
             }
         }
 
@@ -72,14 +76,12 @@ macro_rules! words {
 
 words! {
     /// `status.simplified.status`: the one word `kubectl get composition` shows (Eno's words).
-    #[derive(Default)]
     StatusWord {
         /// Every resource is reconciled and ready.
         Ready = "Ready",
         /// Every resource is reconciled; some are not ready yet.
         NotReady = "NotReady",
         /// Resources are being applied (or a write failed: `simplified.error` says why).
-        #[default]
         Reconciling = "Reconciling",
         /// The Composition is being deleted.
         Deleting = "Deleting",

@@ -10,7 +10,7 @@ use std::time::Duration;
 use plan::ResourceKey;
 
 mod step;
-pub use step::{ImplicitWrite, Step, VariationWrite};
+pub use step::Step;
 
 /// Errors of a reconcile; each names the step that failed.
 #[derive(Debug, thiserror::Error)]
@@ -154,12 +154,7 @@ impl Error {
     }
 
     /// Every value [`Error::category`] returns (the metric's series start at 0).
-    pub fn categories() -> impl Iterator<Item = &'static str> {
-        Self::CATEGORIES.iter().chain(Step::CATEGORIES).copied()
-    }
-
-    /// The categories of the variants that are not [`Error::Api`].
-    const CATEGORIES: &'static [&'static str] = &[
+    pub const CATEGORIES: &'static [&'static str] = &[
         "ReadSynthesizer",
         "ReadInput",
         "ReadDependency",
@@ -170,6 +165,7 @@ impl Error {
         "WriteStatus",
         "StatusConflict",
         "Finalizer",
+        "KubeApi",
         "Impersonate",
         "Task",
         "SealSecret",
@@ -189,7 +185,7 @@ impl Error {
             Error::WriteStatus { .. } if self.is_conflict() => "StatusConflict",
             Error::WriteStatus { .. } => "WriteStatus",
             Error::Finalizer { .. } => "Finalizer",
-            Error::Api { step, .. } => step.category(),
+            Error::Api { .. } => "KubeApi",
             Error::Impersonate { .. } => "Impersonate",
             Error::Task(_) => "Task",
             Error::SealSecret { .. } => "SealSecret",

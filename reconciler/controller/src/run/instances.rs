@@ -34,7 +34,7 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use super::error::{ImplicitWrite, Step};
+use super::error::Step;
 use super::{Context, Error, api_err};
 use crds::names::{FINALIZER, INSTANCE_FINALIZER_ANNOTATION, annotations as keys};
 use crds::{Composition, Synthesizer};
@@ -244,7 +244,7 @@ async fn reconcile_once(obj: Arc<DynamicObject>, inst: Arc<Instance>) -> Result<
                 obj.resource_version(),
             )
             .await
-            .map_err(api_err(Step::InstanceFinalizer(false)))?;
+            .map_err(api_err(Step::RemoveInstanceFinalizer(true)))?;
         }
         let Some(f) = wanted.filter(|f| held(f)) else {
             return Ok(Action::await_change());
@@ -260,7 +260,7 @@ async fn reconcile_once(obj: Arc<DynamicObject>, inst: Arc<Instance>) -> Result<
             obj.resource_version(),
         )
         .await
-        .map_err(api_err(Step::InstanceFinalizer(true)))?;
+        .map_err(api_err(Step::SetInstanceFinalizer))?;
     }
     let comp = implicit_composition(&obj, &inst, &comp_ns, &comp_name);
     comps
@@ -270,10 +270,7 @@ async fn reconcile_once(obj: Arc<DynamicObject>, inst: Arc<Instance>) -> Result<
             &Patch::Apply(&comp),
         )
         .await
-        .map_err(api_err(Step::ImplicitComposition(
-            ImplicitWrite::Apply,
-            comp_name.clone(),
-        )))?;
+        .map_err(api_err(Step::ApplyImplicit(comp_name.clone())))?;
     Ok(Action::requeue(ctx.opts.resync))
 }
 
@@ -324,14 +321,11 @@ async fn delete_outputs(
     let comp = comps
         .get_opt(comp_name)
         .await
-        .map_err(api_err(Step::ImplicitComposition(
-            ImplicitWrite::Read,
-            comp_name.to_string(),
-        )))?;
+        .map_err(api_err(Step::ReadImplicit))?;
     let Some(c) = comp else {
         super::finalizers::set_finalizers(api, obj, &[f], None, obj.resource_version())
             .await
-            .map_err(api_err(Step::InstanceFinalizer(false)))?;
+            .map_err(api_err(Step::RemoveInstanceFinalizer(false)))?;
         tracing::info!(instance = %name, "outputs removed; finalizer released");
         return Ok(Action::await_change());
     };
@@ -347,10 +341,7 @@ async fn delete_outputs(
     comps
         .delete(comp_name, &DeleteParams::default())
         .await
-        .map_err(api_err(Step::ImplicitComposition(
-            ImplicitWrite::Delete,
-            comp_name.to_string(),
-        )))?;
+        .map_err(api_err(Step::DeleteImplicit))?;
     Ok(Action::requeue(Duration::from_secs(1)))
 }
 
@@ -379,10 +370,7 @@ async fn final_synthesis_done(
                 &Patch::Merge(&patch),
             )
             .await
-            .map_err(api_err(Step::ImplicitComposition(
-                ImplicitWrite::MarkLastSynthesis,
-                comp.name_any(),
-            )))?;
+            .map_err(api_err(Step::MarkImplicit))?;
         return Ok(false);
     }
     let synthesis = comp

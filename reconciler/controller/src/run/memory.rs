@@ -24,23 +24,26 @@ impl<T> Default for PerComposition<T> {
 impl<T: Default> PerComposition<T> {
     /// Runs `f` on the state of Composition `uid` (created empty on first use).
     pub(crate) fn with<R>(&self, uid: &str, f: impl FnOnce(&mut T) -> R) -> R {
-        match self.0.lock() {
-            Ok(mut m) => f(m.entry(uid.to_string()).or_default()),
-            Err(_) => f(&mut T::default()),
-        }
+        f(locked(&self.0).entry(uid.to_string()).or_default())
     }
 
     fn remove(&self, uid: &str) {
-        if let Ok(mut m) = self.0.lock() {
-            m.remove(uid);
-        }
+        locked(&self.0).remove(uid);
     }
 
     fn keys(&self, into: &mut BTreeSet<String>) {
-        if let Ok(m) = self.0.lock() {
-            into.extend(m.keys().cloned());
-        }
+        into.extend(locked(&self.0).keys().cloned());
     }
+}
+
+/// The state behind `lock`, also after a panic while it was held: the panic is logged as an
+/// error and the state used as it was left, so no later write is dropped.
+fn locked<T>(lock: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    lock.lock().unwrap_or_else(|poisoned| {
+        tracing::error!("a per-Composition store was locked by a pass that panicked; its state is used as it was left");
+        lock.clear_poison();
+        poisoned.into_inner()
+    })
 }
 
 /// The slices of the current synthesis as read: parsed once per slice.
@@ -133,5 +136,30 @@ impl Memory {
         self.apply.keys(&mut uids);
         self.reports.keys(&mut uids);
         uids
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pass_that_panicked_holding_a_store_does_not_drop_later_writes() {
+        let store: PerComposition<SliceMemory> = PerComposition::default();
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            store.with("u", |m| {
+                m.unopened = Some("first".into());
+                panic!("a pass panics holding the lock");
+            })
+        }));
+        assert!(panicked.is_err());
+        store.with("u", |m| m.unopened = Some("second".into()));
+        assert_eq!(
+            store.with("u", |m| m.unopened.clone()).as_deref(),
+            Some("second")
+        );
+        let mut uids = BTreeSet::new();
+        store.keys(&mut uids);
+        assert_eq!(uids.len(), 1);
     }
 }

@@ -260,7 +260,7 @@ impl Metrics {
                 outcome: outcome.to_string(),
             }));
         };
-        for category in super::error::Error::categories() {
+        for category in super::error::Error::CATEGORIES {
             zero(&self.reconcile_errors, category);
         }
         zero(&self.synthesis_runs, "Success");

@@ -23,7 +23,7 @@ use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use super::error::{Step, VariationWrite};
+use super::error::Step;
 use super::{Context, Error, api_err};
 
 mod status;
@@ -228,10 +228,7 @@ async fn delete(
                     ),
                 )
                 .await
-                .map_err(api_err(Step::WriteVariation(
-                    VariationWrite::MarkDeleting,
-                    c.name_any(),
-                )))?;
+                .map_err(api_err(Step::MarkVariationDeleting))?;
         }
         if c.metadata.deletion_timestamp.is_none() {
             let _ = comps.delete(&c.name_any(), &DeleteParams::default()).await;
@@ -287,10 +284,7 @@ async fn apply_variations(
         let applied = comps
             .patch(&comp_name, &pp, &Patch::Apply(&desired))
             .await
-            .map_err(api_err(Step::WriteVariation(
-                VariationWrite::Apply,
-                comp_name.clone(),
-            )))?;
+            .map_err(api_err(Step::ApplyVariation(comp_name.clone())))?;
         current.insert(comp_name, applied);
     }
     // Every variation keeps its Composition, those caught in a dependsOn cycle too (they are
@@ -307,10 +301,7 @@ async fn apply_variations(
             comps
                 .delete(&c.name_any(), &DeleteParams::default())
                 .await
-                .map_err(api_err(Step::WriteVariation(
-                    VariationWrite::Delete,
-                    c.name_any(),
-                )))?;
+                .map_err(api_err(Step::DeleteVariation))?;
         }
     }
     Ok(())
@@ -363,10 +354,7 @@ async fn prune_metadata(
         comps
             .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
-            .map_err(api_err(Step::WriteVariation(
-                VariationWrite::PruneMetadata,
-                name.clone(),
-            )))?;
+            .map_err(api_err(Step::PruneVariation(name.clone())))?;
         wrote = true;
     }
     Ok(wrote)

@@ -1,6 +1,7 @@
 //! The API calls of steps other than a Composition pass's own reads and writes (Symphonies,
 //! instance mode, inputs, the sweep of outputs outside the namespace, discovery): one variant
-//! each, so an [`super::Error::Api`] names what was being done, and its metric category.
+//! each, so an [`super::Error::Api`] says what was being done (its category, in metrics,
+//! Events and conditions, is `KubeApi`).
 
 use plan::ResourceKey;
 
@@ -40,15 +41,36 @@ pub enum Step {
     /// Listing a Symphony's Compositions.
     #[error("listing the Symphony's Compositions")]
     ListVariations,
-    /// Writing one of a Symphony's Compositions.
-    #[error("{0} Composition {1:?} of the Symphony")]
-    WriteVariation(VariationWrite, String),
-    /// Adding (`true`) or removing an instance's finalizer.
-    #[error("{} the instance finalizer", if *.0 { "setting" } else { "removing" })]
-    InstanceFinalizer(bool),
-    /// An instance's implicit Composition.
-    #[error("{0} the implicit Composition {1:?}")]
-    ImplicitComposition(ImplicitWrite, String),
+    /// Applying one of a Symphony's Compositions.
+    #[error("applying Composition {0}")]
+    ApplyVariation(String),
+    /// Labelling a Composition of a deleted Symphony `symphony-deleting`.
+    #[error("labelling a Composition symphony-deleting")]
+    MarkVariationDeleting,
+    /// Deleting the Composition of a removed variation.
+    #[error("deleting a removed variation's Composition")]
+    DeleteVariation,
+    /// Pruning labels and annotations a variation no longer sets.
+    #[error("pruning labels and annotations of Composition {0}")]
+    PruneVariation(String),
+    /// Setting an instance's finalizer.
+    #[error("setting the instance finalizer")]
+    SetInstanceFinalizer,
+    /// Removing an instance's finalizer (`true`: a stale one).
+    #[error("removing {} instance finalizer", if *.0 { "a stale" } else { "the" })]
+    RemoveInstanceFinalizer(bool),
+    /// Applying an instance's implicit Composition.
+    #[error("applying the implicit Composition {0}")]
+    ApplyImplicit(String),
+    /// Reading an instance's implicit Composition.
+    #[error("reading the implicit Composition")]
+    ReadImplicit,
+    /// Marking the implicit Composition for its last synthesis.
+    #[error("marking the implicit Composition for its last synthesis")]
+    MarkImplicit,
+    /// Deleting an instance's implicit Composition.
+    #[error("deleting the implicit Composition")]
+    DeleteImplicit,
     /// Resolving the kind of an instance (instance mode's status write-back).
     #[error("resolving the instance kind")]
     ResolveInstanceKind,
@@ -61,118 +83,43 @@ pub enum Step {
     OutsideOutput(bool),
 }
 
-/// A write to one of a Symphony's Compositions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum VariationWrite {
-    Apply,
-    MarkDeleting,
-    PruneMetadata,
-    Delete,
-}
-
-/// A step on an instance's implicit Composition.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ImplicitWrite {
-    Apply,
-    Read,
-    MarkLastSynthesis,
-    Delete,
-}
-
-impl std::fmt::Display for VariationWrite {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            VariationWrite::Apply => "applying",
-            VariationWrite::MarkDeleting => "labelling symphony-deleting",
-            VariationWrite::PruneMetadata => "pruning labels and annotations of",
-            VariationWrite::Delete => "deleting the removed variation's",
-        })
-    }
-}
-
-impl std::fmt::Display for ImplicitWrite {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            ImplicitWrite::Apply => "applying",
-            ImplicitWrite::Read => "reading",
-            ImplicitWrite::MarkLastSynthesis => "marking for its last synthesis",
-            ImplicitWrite::Delete => "deleting",
-        })
-    }
-}
-
-impl Step {
-    /// Every value [`Step::category`] returns.
-    pub const CATEGORIES: &'static [&'static str] = &[
-        "ImpersonatingClient",
-        "ReadObserved",
-        "ListInput",
-        "ListNamespaces",
-        "NamespaceSelector",
-        "ListDependents",
-        "Discovery",
-        "ReadSymphony",
-        "SymphonyFinalizer",
-        "SymphonyStatus",
-        "ListVariations",
-        "WriteVariation",
-        "InstanceFinalizer",
-        "ImplicitComposition",
-        "ResolveInstanceKind",
-        "InstanceStatus",
-        "OutsideOutput",
-    ];
-
-    /// A fixed PascalCase name for metrics and Events.
-    pub fn category(&self) -> &'static str {
-        match self {
-            Step::ImpersonatingClient => "ImpersonatingClient",
-            Step::ReadObserved(_) => "ReadObserved",
-            Step::ListInput(_) => "ListInput",
-            Step::ListNamespaces(_) => "ListNamespaces",
-            Step::NamespaceSelector => "NamespaceSelector",
-            Step::ListDependents => "ListDependents",
-            Step::Discovery => "Discovery",
-            Step::ReadSymphony => "ReadSymphony",
-            Step::SymphonyFinalizer(_) => "SymphonyFinalizer",
-            Step::SymphonyStatus => "SymphonyStatus",
-            Step::ListVariations => "ListVariations",
-            Step::WriteVariation(..) => "WriteVariation",
-            Step::InstanceFinalizer(_) => "InstanceFinalizer",
-            Step::ImplicitComposition(..) => "ImplicitComposition",
-            Step::ResolveInstanceKind => "ResolveInstanceKind",
-            Step::InstanceStatus(..) => "InstanceStatus",
-            Step::OutsideOutput(_) => "OutsideOutput",
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn a_step_says_what_was_being_done_and_has_a_category_of_its_own() {
-        assert_eq!(
-            Step::SymphonyFinalizer(true).to_string(),
-            "adding the Symphony finalizer"
-        );
-        assert_eq!(
-            Step::OutsideOutput(false).to_string(),
-            "deleting an output outside the namespace"
-        );
-        assert_eq!(
-            Step::WriteVariation(VariationWrite::Apply, "web".into()).to_string(),
-            "applying Composition \"web\" of the Symphony"
-        );
-        let e = super::super::api_err(Step::ImplicitComposition(
-            ImplicitWrite::Delete,
-            "i".into(),
-        ))(kube::Error::Api(Box::default()));
-        assert_eq!(e.category(), "ImplicitComposition");
-        let all: Vec<_> = super::super::Error::categories().collect();
-        let unique: std::collections::BTreeSet<_> = all.iter().collect();
-        assert_eq!(unique.len(), all.len(), "{all:?}");
-        assert!(all.contains(&e.category()));
+    fn a_step_says_what_was_being_done() {
+        let cases = [
+            (
+                Step::SymphonyFinalizer(true),
+                "adding the Symphony finalizer",
+            ),
+            (
+                Step::OutsideOutput(false),
+                "deleting an output outside the namespace",
+            ),
+            (
+                Step::ApplyVariation("web".into()),
+                "applying Composition web",
+            ),
+            (
+                Step::RemoveInstanceFinalizer(true),
+                "removing a stale instance finalizer",
+            ),
+            (
+                Step::RemoveInstanceFinalizer(false),
+                "removing the instance finalizer",
+            ),
+            (
+                Step::ApplyImplicit("i".into()),
+                "applying the implicit Composition i",
+            ),
+        ];
+        for (step, text) in cases {
+            assert_eq!(step.to_string(), text);
+        }
+        let e = super::super::api_err(Step::DeleteImplicit)(kube::Error::Api(Box::default()));
+        assert_eq!(e.category(), "KubeApi");
+        assert_eq!(e.to_string(), "deleting the implicit Composition");
     }
 }
