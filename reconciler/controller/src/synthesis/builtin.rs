@@ -1,7 +1,12 @@
 //! Built-in synthesizers (native code linked into the binary), run under their Synthesizer's
 //! deadline and output bound.
 
-use super::*;
+use wasm_host::{HostError, RunLimits};
+
+use super::error::SynthesisError;
+
+/// A built-in synthesizer function.
+pub type BuiltinFn = fn(&enoki_sdk::Input) -> Result<enoki_sdk::Output, enoki_sdk::Error>;
 
 /// Runs a built-in on a thread of its own under the Synthesizer's deadline and output bound
 /// (a built-in is native code: one past its deadline is left to finish on its own thread and
@@ -86,6 +91,8 @@ pub(super) fn run(
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
     use std::time::Duration;
 

@@ -1,7 +1,16 @@
 //! Gauges the sweep publishes every 15 s (shard sizes, slice-cache bytes), and giving freed
 //! memory back to the system.
 
-use super::*;
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::ResourceExt;
+use kube::api::Api;
+
+use crate::run::context::Context;
+use crate::run::metrics;
+use crate::run::shard::Shard;
+use crds::ResourceSlice;
 
 /// The per-shard gauges of Compositions and managed objects cached.
 pub(super) fn publish_shard_sizes(ctx: &Context) {
