@@ -54,11 +54,14 @@ def modules():
 
 def source(path):
     """The file without its `#[cfg(test)]` modules and comments."""
-    text = open(path, encoding="utf-8").read()
-    cut = re.search(r"^#\[cfg\(test\)\]\s*\n\s*mod\s+\w+\s*\{", text, re.M)
-    if cut:
-        text = text[: cut.start()]
-    text = re.sub(r"//[^\n]*", "", text)
+    text = re.sub(r"//[^\n]*", "", open(path, encoding="utf-8").read())
+    # `pub(in crate::a::b)` names where an item is visible, not a use of `b`.
+    text = re.sub(r"pub\(in [^)]*\)", "pub(crate)", text)
+    # Each test module cut out up to its closing brace at column 0 (rustfmt's layout), so
+    # code after one in the file still counts.
+    while cut := re.search(r"^#\[cfg\(test\)\]\s*\n\s*mod\s+\w+\s*\{", text, re.M):
+        end = re.compile(r"^\}", re.M).search(text, cut.end())
+        text = text[: cut.start()] + (text[end.end() :] if end else "")
     return text
 
 
@@ -81,6 +84,8 @@ def reexports(mods):
                 if not item:
                     continue
                 alias = item.split(" as ")[-1].strip()
+                if alias == "*":
+                    alias = "*" + prefix  # one entry per glob: a module may have several
                 item = item.split(" as ")[0].strip()
                 table[(mod, alias)] = prefix + "::" + item
         texts[mod] = REEXPORT.sub("", text)
@@ -112,7 +117,7 @@ def resolve(mods, here, head, rest, table=None, depth=0):
             found = tuple(path[:n])
             if table and n < len(path) and (found, path[n]) not in table and depth < 8:
                 for key, target in table.items():
-                    if key[0] == found and key[1] == "*":
+                    if key[0] == found and key[1].startswith("*"):
                         inner = resolve(mods, found, "self", "::" + target[: -len("::*")])
                         if inner is not None and defines(mods[inner], path[n]):
                             return inner
@@ -120,8 +125,9 @@ def resolve(mods, here, head, rest, table=None, depth=0):
                 target = table[(found, path[n])] + "".join("::" + p for p in path[n + 1 :])
                 head2, _, rest2 = target.partition("::")
                 if head2 not in ("crate", "super", "self"):
-                    # An item of another crate (`use futures::StreamExt;`) is no module here.
-                    if found + (head2,) not in mods:
+                    # An item of another crate (`use futures::StreamExt;`) is no module here;
+                    # a child module or a name `found` imports (`use a::m; use m::X;`) is.
+                    if found + (head2,) not in mods and (found, head2) not in table:
                         return None
                     rest2 = target
                     head2 = "self"
@@ -137,11 +143,15 @@ def graph(mods):
     table, texts = reexports(mods)
     for mod in mods:
         text = texts[mod]
-        refs = [(h, r) for h, r in PATH.findall(text)]
+        # A group (`use crate::a::{X, Y};`) refers to where X and Y are, not to `a` itself
+        # (unless it names `self`).
+        refs = [(h, r) for h, r in PATH.findall(GROUP.sub("", text))]
         for h, prefix, inner in GROUP.findall(text):
             for item in re.split(r"[,\s]+", inner):
                 item = item.split("::")[0].strip("{} ")
-                if item and item != "self":
+                if item == "self":
+                    refs.append((h, prefix))
+                elif item:
                     refs.append((h, prefix + "::" + item))
         # Paths relative to this module: `self::child::…` and `child::…`.
         children = {m[len(mod)] for m in mods if len(m) == len(mod) + 1 and m[: len(mod)] == mod}
@@ -162,11 +172,11 @@ def graph(mods):
 # Globs are followed (`use <module>::*;`: the names a module reaches through a glob import
 # count as uses of the module that defines them); `--no-globs` leaves them out.
 GLOBS = "--no-globs" not in sys.argv
-GLOB = re.compile(r"^\s*(?:pub(?:\([a-z]+\))?\s+)?use\s+((?:crate|super|self)(?:::\w+)*)::\*\s*;", re.M)
+GLOB = re.compile(r"^\s*(?:pub(?:\([a-z]+\))?\s+)?use\s+((?:crate|super|self|[a-z_]\w*)(?:::\w+)*)::\*\s*;", re.M)
 
 
-# Items a module defines (private ones too: its children see them).
-ITEM = re.compile(r"^\s*(?:pub(?:\([^)]*\))?\s+)?(?:async\s+)?(?:struct|enum|fn|type|const|static|trait|macro_rules!)\s+(\w+)", re.M)
+# Items a module defines at its top level (private ones too: its children see them).
+ITEM = re.compile(r"^(?:pub(?:\([^)]*\))?\s+)?(?:(?:async|unsafe|const)\s+)*(?:struct|enum|fn|type|const|static|trait|macro_rules!)\s+(\w+)", re.M)
 _TEXTS = {}
 
 
@@ -176,21 +186,35 @@ def source_text(path):
     return _TEXTS[path]
 
 
+def names(item, text):
+    """Whether `text` names `item`: a type or constant by its word, a function by a call or
+    as a value passed on (`f(`, `(f,`, `, f)`), not a local variable of the same name."""
+    word = r"(?<![:\w.])" + re.escape(item) + r"\b"
+    if not item[0].islower():
+        return re.search(word, text) is not None
+    return re.search(word + r"(?:\s*\(|::<)|[(,]\s*" + re.escape(item) + r"\s*[,)]", text) is not None
+
+
 def glob_refs(mods, mod, text, table):
     """What a module reaches through `use <module>::*;`: the module itself, and each of its
     children and imports the module's text names."""
     refs = []
-    for path in GLOB.findall(text):
+    # The globs of the whole file (`pub use child::*;` too); the names in its own code.
+    for path in GLOB.findall(source_text(mods[mod])):
         head, _, rest = path.partition("::")
+        if head not in ("crate", "super", "self"):
+            if mod + (head,) not in mods:
+                continue  # another crate's glob (`use std::fmt::*;`)
+            head, rest = "self", path
         source = resolve(mods, mod, head, "::" + rest if rest else "")
         if source is None:
             continue
         own = set(ITEM.findall(source_text(mods[source])))
-        if any(re.search(r"(?<![:\w.])" + re.escape(n) + r"\b", text) for n in own):
+        if any(names(n, text) for n in own):
             refs.append(("crate", "".join("::" + p for p in source)))
         # A child module is named as a path (`child::…`), an imported item by its name.
         children = {m[len(source)] for m in mods if len(m) == len(source) + 1 and m[: len(source)] == source}
-        aliases = {alias for (m, alias) in table if m == source and alias != "*"}
+        aliases = {alias for (m, alias) in table if m == source and not alias.startswith("*")}
         for name in children | aliases:
             tail = r"::" if name in children and name not in aliases else r"\b"
             if re.search(r"(?<![:\w.])" + re.escape(name) + tail, text):

@@ -142,17 +142,6 @@ async fn clusters_as(
     Ok((management, target))
 }
 
-/// The predicate of Composition events that need a reconcile: anything but status.
-fn composition_change(c: &Composition) -> Option<u64> {
-    let mut h = DefaultHasher::new();
-    c.metadata.generation.hash(&mut h);
-    c.labels().hash(&mut h);
-    c.annotations().hash(&mut h);
-    c.finalizers().hash(&mut h);
-    c.metadata.deletion_timestamp.is_some().hash(&mut h);
-    Some(h.finish())
-}
-
 /// A future that resolves once SIGTERM or SIGINT arrived; it also starts the watchdog that
 /// exits the process when the graceful stop takes longer than `grace`.
 fn shutdown_signal(

@@ -52,9 +52,6 @@ use table::{Feeder, Row, Synced, Table};
 
 mod inputs;
 
-/// Metadata of a managed object as the cache holds it.
-pub type Meta = PartialObjectMeta<DynamicObject>;
-
 /// (group, kind, namespace, name); name `*` for collections, namespace `""` for "any".
 type WatchKey = (String, String, String, String);
 

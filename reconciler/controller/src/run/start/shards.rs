@@ -199,6 +199,17 @@ pub(super) fn caches(
     (comp_reader, comp_stream, slice_reader, slice_stream)
 }
 
+/// The predicate of Composition events that need a reconcile: anything but status.
+fn composition_change(c: &Composition) -> Option<u64> {
+    let mut h = DefaultHasher::new();
+    c.metadata.generation.hash(&mut h);
+    c.labels().hash(&mut h);
+    c.annotations().hash(&mut h);
+    c.finalizers().hash(&mut h);
+    c.metadata.deletion_timestamp.is_some().hash(&mut h);
+    Some(h.finish())
+}
+
 /// The ResourceSlices of the Compositions this replica may serve.
 fn slices_api(client: &Client, opts: &Options) -> Api<ResourceSlice> {
     match &opts.namespace {

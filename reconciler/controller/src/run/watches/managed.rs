@@ -4,6 +4,9 @@
 use super::*;
 use crate::run::shard::Shards;
 
+/// Metadata of a managed object as the cache holds it.
+pub type Meta = PartialObjectMeta<DynamicObject>;
+
 /// What the apply pass reads of a managed object: its version and whether it is being
 /// deleted (kept compact: a hundred thousand of these live in memory; the owner UID is
 /// shared by the rows of one Composition, a UUID is kept as its 16 bytes).
