@@ -147,7 +147,31 @@ async fn at_rest(env: &TestEnv, cache: &str, expect_slices: bool, settle: Durati
         !expect_slices || m("enoki_slice_cache_stored_bytes") > 0.0,
         "the slice cache's first list did not finish: nothing to measure"
     );
+    // Then quiet: at most 4 API requests in 16 s (the readiness probe of the API server
+    // makes one every 5 s), once the passes that follow the list are done.
+    let mut last = f64::MIN;
+    while expect_slices && started.elapsed() < Duration::from_secs(2400) {
+        let now = m("enoki_api_requests_total");
+        if now - last <= 4.0 {
+            break;
+        }
+        last = now;
+        tokio::time::sleep(Duration::from_secs(16)).await;
+    }
+    let quiet = started.elapsed() - loaded;
+    let before = requests_by_verb(&enoki);
     tokio::time::sleep(settle).await;
+    let during = requests_by_verb(&enoki)
+        .into_iter()
+        .filter_map(|(k, v)| {
+            let d = v - before.get(&k).copied().unwrap_or(0.0);
+            (d > 0.0).then(|| format!("{k} {d}"))
+        })
+        .collect::<Vec<_>>();
+    eprintln!(
+        "  ({cache}: quiet {:.0} s after the list; requests while at rest: {during:?})",
+        quiet.as_secs_f64()
+    );
     eprintln!(
         "  ({cache}: cache loaded in {:.0} s; syntheses {}, slices held {:.0} KiB of {:.0} KiB \
          stored, reconciles {})",
@@ -158,6 +182,27 @@ async fn at_rest(env: &TestEnv, cache: &str, expect_slices: bool, settle: Durati
         m("enoki_composition_reconciles_total")
     );
     anon_rss_mib(enoki.pid())
+}
+
+/// Requests the controller made, per verb and HTTP code.
+fn requests_by_verb(enoki: &Enoki) -> std::collections::BTreeMap<String, f64> {
+    let mut out = std::collections::BTreeMap::new();
+    for line in enoki.metrics_text().lines() {
+        let Some(rest) = line.strip_prefix("enoki_api_requests_total{") else {
+            continue;
+        };
+        let (labels, value) = rest.rsplit_once(' ').unwrap_or_default();
+        let label = |k: &str| {
+            labels
+                .split(',')
+                .find_map(|kv| kv.strip_prefix(&format!("{k}=\"")))
+                .map(|v| v.trim_end_matches(['"', '}']).to_string())
+                .unwrap_or_default()
+        };
+        *out.entry(format!("{} {}", label("verb"), label("code")))
+            .or_default() += value.parse::<f64>().unwrap_or(0.0);
+    }
+    out
 }
 
 #[tokio::main]

@@ -95,21 +95,27 @@ pub const VERDICT_FOR: std::time::Duration = std::time::Duration::from_secs(15);
 
 impl NamespaceVerdicts {
     pub fn get(&self, ns: &str, query: &str) -> Option<bool> {
-        let m = self.0.lock().ok()?;
+        // A panic while the map was held leaves it usable: recovered, not dropped.
+        let m = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let (at, v) = m.get(&(ns.to_string(), query.to_string()))?;
         (at.elapsed() < VERDICT_FOR).then_some(*v)
     }
 
     pub fn put(&self, ns: &str, query: &str, selected: bool) {
-        if let Ok(mut m) = self.0.lock() {
-            if m.len() > 10_000 {
-                m.retain(|_, (at, _)| at.elapsed() < VERDICT_FOR);
-            }
-            m.insert(
-                (ns.to_string(), query.to_string()),
-                (std::time::Instant::now(), selected),
-            );
+        let mut m = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if m.len() > 10_000 {
+            m.retain(|_, (at, _)| at.elapsed() < VERDICT_FOR);
         }
+        m.insert(
+            (ns.to_string(), query.to_string()),
+            (std::time::Instant::now(), selected),
+        );
     }
 }
 

@@ -13,7 +13,9 @@
 //! a refresh that sees a change wakes every Composition whose synthesis took other ones.
 
 use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 use std::time::{Duration, Instant};
 
 use kube::Client;
@@ -222,10 +224,7 @@ impl CapabilitiesCache {
 
     /// The last capabilities read and when, if any.
     fn last(&self) -> Option<(Arc<Capabilities>, Instant)> {
-        self.current
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+        self.current.lock().clone()
     }
 
     fn fresh(&self) -> Option<Arc<Capabilities>> {
@@ -272,10 +271,7 @@ impl CapabilitiesCache {
             tracing::info!(kube_version = %c.kube_version, api_versions = c.api_versions.len(),
                 "the target cluster serves other API versions now");
         }
-        *self
-            .current
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some((c.clone(), Instant::now()));
+        *self.current.lock() = Some((c.clone(), Instant::now()));
         Ok(c)
     }
 }

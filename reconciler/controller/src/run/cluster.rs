@@ -9,7 +9,9 @@
 //! are the target's capabilities a chart is rendered for.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use kube::Client;
 use kube::core::{ApiResource, GroupVersionKind};
@@ -102,12 +104,9 @@ impl Cluster {
         let tick = self
             .ticks
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        if let Some(c) = self.impersonating.lock().ok().and_then(|mut m| {
-            let (client, used) = m.get_mut(user)?;
+        if let Some((client, used)) = self.impersonating.lock().get_mut(user) {
             *used = tick;
-            Some(client.clone())
-        }) {
-            return Ok(c);
+            return Ok(client.clone());
         }
         let mut config = self.config.clone();
         // No groups: for a ServiceAccount user the API server adds its groups itself
@@ -117,7 +116,8 @@ impl Cluster {
         config.auth_info.impersonate = Some(user.to_string());
         config.auth_info.impersonate_groups = None;
         let client = build_client(config, self.fence.as_ref(), self.limit.as_ref())?;
-        if let Ok(mut m) = self.impersonating.lock() {
+        {
+            let mut m = self.impersonating.lock();
             // Bounded: the names come from Compositions, so a tenant cycling through names
             // must not grow the cache (each client holds a connection pool). The least
             // recently used goes first; it is rebuilt when needed.
@@ -140,24 +140,20 @@ impl Cluster {
         &self,
         gvk: &GroupVersionKind,
     ) -> Result<(ApiResource, bool), kube::Error> {
-        if let Some(hit) = self.discovery.lock().ok().and_then(|d| d.get(gvk).cloned()) {
+        let cached = self.discovery.lock().get(gvk).cloned();
+        if let Some(hit) = cached {
             return Ok(hit);
         }
         let (ar, caps) = kube::discovery::pinned_kind(&self.client, gvk).await?;
         let entry = (ar, caps.scope == Scope::Namespaced);
-        if let Ok(mut d) = self.discovery.lock() {
-            d.insert(gvk.clone(), entry.clone());
-        }
+        self.discovery.lock().insert(gvk.clone(), entry.clone());
         Ok(entry)
     }
 
     /// Forgets what discovery said of `gvk` (its CRD went away): the next [`Cluster::resolve`]
     /// asks the API server again.
     pub(crate) fn forget(&self, gvk: &GroupVersionKind) {
-        let mut d = self
-            .discovery
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut d = self.discovery.lock();
         if d.remove(gvk).is_some() {
             tracing::info!(group = %gvk.group, version = %gvk.version, kind = %gvk.kind,
                 "kind no longer served; discovery forgets it");
@@ -168,11 +164,8 @@ impl Cluster {
     pub(crate) fn scopes(&self) -> BTreeMap<(String, String), bool> {
         self.discovery
             .lock()
-            .map(|d| {
-                d.iter()
-                    .map(|(gvk, (_, ns))| ((gvk.group.clone(), gvk.kind.clone()), *ns))
-                    .collect()
-            })
-            .unwrap_or_default()
+            .iter()
+            .map(|(gvk, (_, ns))| ((gvk.group.clone(), gvk.kind.clone()), *ns))
+            .collect()
     }
 }

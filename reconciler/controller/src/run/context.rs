@@ -7,7 +7,9 @@
 //! entry per Synthesizer; compiled modules are bounded by bytes in the wasm host.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 use std::time::{Duration, Instant};
 
 use kube::core::{ApiResource, GroupVersionKind};
@@ -246,7 +248,7 @@ impl Context {
 
     /// The ingested synthesis of Composition `uid` under `key`, if cached.
     pub(crate) fn prepared(&self, uid: &str, key: &str) -> Option<Arc<plan::Prepared>> {
-        self.prepared.lock().ok()?.get(uid, key)
+        self.prepared.lock().get(uid, key)
     }
 
     /// Caches the ingested synthesis of Composition `uid` under `key`.
@@ -267,29 +269,24 @@ impl Context {
         if weight > capacity && capacity > 1 {
             return;
         }
-        if let Ok(mut lru) = self.prepared.lock() {
-            lru.insert(uid, key, (p, weight), capacity);
-        }
+        self.prepared.lock().insert(uid, key, (p, weight), capacity);
     }
 
     /// Counts one more failure in a row of object `key`; returns how many.
     pub(crate) fn count_failure(&self, key: String) -> u32 {
-        self.other_failures.lock().map_or(1, |mut f| {
-            // Keys of objects deleted while failing are never cleared by a success: bounded.
-            if f.len() >= 10_000 && !f.contains_key(&key) {
-                f.clear();
-            }
-            let n = f.entry(key).or_insert(0);
-            *n = n.saturating_add(1);
-            *n
-        })
+        let mut f = self.other_failures.lock();
+        // Keys of objects deleted while failing are never cleared by a success: bounded.
+        if f.len() >= 10_000 && !f.contains_key(&key) {
+            f.clear();
+        }
+        let n = f.entry(key).or_insert(0);
+        *n = n.saturating_add(1);
+        *n
     }
 
     /// Forgets the failures of object `key` (it reconciled).
     pub(crate) fn clear_failures(&self, key: &str) {
-        if let Ok(mut f) = self.other_failures.lock() {
-            f.remove(key);
-        }
+        self.other_failures.lock().remove(key);
     }
 
     /// Drops everything remembered about a Composition that is gone, and the watches only it
@@ -298,12 +295,10 @@ impl Context {
         if let Some(uid) = uid {
             self.memory.forget(uid);
         }
-        if let (Some(uid), Ok(mut p)) = (uid, self.prepared.lock()) {
-            p.remove(uid);
+        if let Some(uid) = uid {
+            self.prepared.lock().remove(uid);
         }
-        if let Ok(mut f) = self.failures.lock() {
-            f.remove(comp);
-        }
+        self.failures.lock().remove(comp);
         self.synthesis_rates.forget(&format!(
             "{}/{}",
             comp.namespace.as_deref().unwrap_or_default(),
@@ -357,16 +352,12 @@ impl Context {
             .collect();
         for uid in &gone {
             self.memory.forget(uid);
-            if let Ok(mut p) = self.prepared.lock() {
-                p.remove(uid);
-            }
+            self.prepared.lock().remove(uid);
         }
         // Syntheses of shards handed over are dropped, and the cache is held to its share.
         let held = *self.shards.borrow();
         let share = plan_cache_share(self.opts.plan_cache_resources, held);
-        if let Ok(mut p) = self.prepared.lock() {
-            p.retain(|uid| held.owns_uid(uid), share);
-        }
+        self.prepared.lock().retain(|uid| held.owns_uid(uid), share);
         let cached: std::collections::HashSet<super::metrics::CompositionLabel> = self
             .compositions
             .state()
@@ -417,7 +408,7 @@ impl Context {
     /// later of this process's memory and the `initialized` time of the newest deferred
     /// synthesis in any Composition's status, so the cooldown survives a restart.
     pub(crate) fn rollout_slot(&self) -> Option<Duration> {
-        let mut last = self.rollout_last.lock().ok()?;
+        let mut last = self.rollout_last.lock();
         let now = std::time::SystemTime::now();
         let persisted = self
             .compositions

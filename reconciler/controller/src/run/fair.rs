@@ -7,7 +7,9 @@
 //! taken by admitted reconciles only, so they are shared likewise.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use tokio::sync::oneshot;
 
@@ -62,9 +64,7 @@ impl FairGate {
     /// Waits for a turn, first in its namespace's line (`again`: a reconcile that had one).
     async fn queue(self: &Arc<Self>, namespace: &str, again: bool) -> Option<Turn> {
         let rx = {
-            let Ok(mut s) = self.state.lock() else {
-                return None;
-            };
+            let mut s = self.state.lock();
             if s.closed {
                 return None;
             }
@@ -100,7 +100,8 @@ impl FairGate {
     /// Closes the gate: every waiter and every later reconcile is sent away (the stack is
     /// stopping; the next leader or holder of the shard reconciles them).
     pub fn close(&self) {
-        if let Ok(mut s) = self.state.lock() {
+        {
+            let mut s = self.state.lock();
             s.closed = true;
             s.waiting.clear();
         }
@@ -115,9 +116,8 @@ impl FairGate {
 
     /// Turns in use, and reconciles waiting (for the metrics and tests).
     pub fn load(&self) -> (usize, usize) {
-        self.state.lock().map_or((0, 0), |s| {
-            (s.in_use, s.waiting.values().map(VecDeque::len).sum())
-        })
+        let s = self.state.lock();
+        (s.in_use, s.waiting.values().map(VecDeque::len).sum())
     }
 }
 
@@ -196,8 +196,8 @@ impl Drop for Waiting {
                 rx.close();
                 rx.try_recv().is_ok()
             }
-            && let Ok(mut s) = self.gate.state.lock()
         {
+            let mut s = self.gate.state.lock();
             s.leave(&self.namespace);
             s.grant();
         }
@@ -237,7 +237,8 @@ pub async fn aside<T>(gate: &Arc<FairGate>, work: impl std::future::Future<Outpu
 
 impl Drop for Turn {
     fn drop(&mut self) {
-        if let Ok(mut s) = self.gate.state.lock() {
+        {
+            let mut s = self.gate.state.lock();
             s.leave(&self.namespace);
             s.grant();
         }

@@ -11,7 +11,9 @@
 //! running while the process is stopped). Lease writes themselves pass, so renewals work.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -36,11 +38,7 @@ impl Fence {
     pub fn open(&self) -> bool {
         let now = Instant::now();
         !self.lost.load(std::sync::atomic::Ordering::Relaxed)
-            && self
-                .until
-                .lock()
-                .map(|u| u.values().all(|t| *t > now))
-                .unwrap_or(false)
+            && self.until.lock().values().all(|t| *t > now)
     }
 
     /// Waits until writes may go out; whether they may. A Lease renewed late (a busy API
@@ -52,11 +50,7 @@ impl Fence {
             if self.open() {
                 return true;
             }
-            let closed_since = self
-                .until
-                .lock()
-                .ok()
-                .and_then(|u| u.values().min().copied());
+            let closed_since = self.until.lock().values().min().copied();
             if self.lost.load(std::sync::atomic::Ordering::Relaxed)
                 || closed_since.is_none_or(|t| t.elapsed() >= FENCE_WAIT)
             {
@@ -74,31 +68,25 @@ impl Fence {
     /// Moves the deadline of a held `lease` to `until` (monotonic); a Lease let go stays
     /// gone.
     fn confirm(&self, lease: &str, until: Instant) {
-        if let Ok(mut u) = self.until.lock()
-            && let Some(t) = u.get_mut(lease)
-        {
+        if let Some(t) = self.until.lock().get_mut(lease) {
             *t = until;
         }
     }
 
     /// Marks `lease` as held but unconfirmed (writes wait for the first confirmation).
     pub fn hold(&self, lease: &str) {
-        if let Ok(mut u) = self.until.lock() {
-            u.insert(lease.to_string(), Instant::now());
-        }
+        self.until.lock().insert(lease.to_string(), Instant::now());
     }
 
     /// Stops fencing writes by `lease` (handed back: the writes it covered have stopped);
     /// its [`Fence::keep`] loop ends.
     pub fn let_go(&self, lease: &str) {
-        if let Ok(mut u) = self.until.lock() {
-            u.remove(lease);
-        }
+        self.until.lock().remove(lease);
     }
 
     /// Whether `lease` is among the Leases fenced.
     fn holds(&self, lease: &str) -> bool {
-        self.until.lock().is_ok_and(|u| u.contains_key(lease))
+        self.until.lock().contains_key(lease)
     }
 
     /// Keeps `namespace/lease` confirmed while this process holds it: confirms it once
@@ -114,9 +102,9 @@ impl Fence {
         // Confirmed before it is fenced: a Lease taken while others are held does not close
         // their writes while it is read. Unconfirmed, it is fenced as held until then.
         let until = Self::read_deadline(&api, &lease, &identity, duration).await;
-        if let Ok(mut u) = self.until.lock() {
-            u.insert(lease.clone(), until.unwrap_or_else(Instant::now));
-        }
+        self.until
+            .lock()
+            .insert(lease.clone(), until.unwrap_or_else(Instant::now));
         let fence = self.clone();
         tokio::spawn(async move {
             loop {

@@ -23,7 +23,7 @@ use reconciler_core::condition::holds;
 #[derive(Clone, Default)]
 pub struct Health {
     /// Whose series exist (to drop those of Compositions gone from the cache).
-    known: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<CompositionLabel>>>,
+    known: std::sync::Arc<parking_lot::Mutex<std::collections::HashSet<CompositionLabel>>>,
     ready: Family<CompositionLabel, Gauge>,
     synthesized: Family<CompositionLabel, Gauge>,
     reconciled: Family<CompositionLabel, Gauge>,
@@ -113,9 +113,7 @@ impl Health {
         created: Option<&Time>,
         stuck_after: Duration,
     ) {
-        if let Ok(mut k) = self.known.lock() {
-            k.insert(who.clone());
-        }
+        self.known.lock().insert(who.clone());
         let condition = |t: &str| st.conditions.iter().find(|c| c.type_ == t);
         let is_true = |t: &str| i64::from(condition(t).is_some_and(holds));
         self.ready
@@ -166,8 +164,10 @@ impl Health {
         let gone: Vec<CompositionLabel> = self
             .known
             .lock()
-            .map(|k| k.iter().filter(|w| !live.contains(*w)).cloned().collect())
-            .unwrap_or_default();
+            .iter()
+            .filter(|w| !live.contains(*w))
+            .cloned()
+            .collect();
         for who in &gone {
             self.forget(who);
         }
@@ -175,9 +175,7 @@ impl Health {
 
     /// Drops the series of a Composition that is gone.
     pub fn forget(&self, who: &CompositionLabel) {
-        if let Ok(mut k) = self.known.lock() {
-            k.remove(who);
-        }
+        self.known.lock().remove(who);
         self.ready.remove(who);
         self.synthesized.remove(who);
         self.reconciled.remove(who);

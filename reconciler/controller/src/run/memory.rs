@@ -4,7 +4,9 @@
 //! dropped together by [`Memory::forget`] (its finalizer released, or a sweep finds it gone).
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 use std::time::Instant;
 
 use crds::{CompositionStatus, ResourceState};
@@ -36,14 +38,10 @@ impl<T: Default> PerComposition<T> {
     }
 }
 
-/// The state behind `lock`, also after a panic while it was held: the panic is logged as an
-/// error and the state used as it was left, so no later write is dropped.
-fn locked<T>(lock: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    lock.lock().unwrap_or_else(|poisoned| {
-        tracing::error!("a per-Composition store was locked by a pass that panicked; its state is used as it was left");
-        lock.clear_poison();
-        poisoned.into_inner()
-    })
+/// The state behind `lock`, also after a panic while it was held (the lock has no poisoning:
+/// the state is used as the pass left it, so no later write is dropped).
+fn locked<T>(lock: &Mutex<T>) -> parking_lot::MutexGuard<'_, T> {
+    lock.lock()
 }
 
 /// The slices of the current synthesis as read: parsed once per slice.

@@ -2,8 +2,8 @@
 //! confirmed gone (for good: UIDs are never reused) and UIDs confirmed live (for
 //! [`LIVE_FOR`]).
 
+use parking_lot::Mutex;
 use std::collections::{BTreeSet, HashMap};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// How long a UID confirmed live by a LIST is believed without asking again.
@@ -20,24 +20,29 @@ pub(crate) struct Owners {
 
 impl Owners {
     pub(crate) fn is_gone(&self, uid: &str) -> bool {
-        self.gone.lock().is_ok_and(|g| g.contains(uid))
+        self.gone.lock().contains(uid)
     }
 
     pub(crate) fn live_recently(&self, uid: &str, now: Instant) -> bool {
-        self.live.lock().is_ok_and(|l| {
-            l.get(uid)
-                .is_some_and(|t| now.duration_since(*t) < LIVE_FOR)
-        })
+        {
+            let l = self.live.lock();
+            {
+                l.get(uid)
+                    .is_some_and(|t| now.duration_since(*t) < LIVE_FOR)
+            }
+        }
     }
 
     pub(crate) fn remember(&self, live: &BTreeSet<String>, gone: &BTreeSet<String>, now: Instant) {
-        if let Ok(mut l) = self.live.lock() {
+        {
+            let mut l = self.live.lock();
             l.retain(|_, t| now.duration_since(*t) < LIVE_FOR);
             for u in live {
                 l.insert(u.clone(), now);
             }
         }
-        if let Ok(mut g) = self.gone.lock() {
+        {
+            let mut g = self.gone.lock();
             if g.len() + gone.len() > GONE_KEPT {
                 g.clear();
             }

@@ -25,13 +25,11 @@ const CONFLICT_RETRY_CAP: Duration = Duration::from_secs(5);
 #[allow(clippy::needless_pass_by_value)] // the signature kube-runtime requires
 pub(crate) fn error_policy(comp: Arc<Composition>, err: &Error, ctx: Arc<Context>) -> Action {
     metrics::Metrics::count(&ctx.metrics.reconcile_errors, err.category());
-    let failures = match ctx.failures.lock() {
-        Ok(mut f) => {
-            let n = f.entry(ObjectRef::from_obj(comp.as_ref())).or_insert(0);
-            *n = n.saturating_add(1);
-            *n
-        }
-        Err(_) => 1,
+    let failures = {
+        let mut f = ctx.failures.lock();
+        let n = f.entry(ObjectRef::from_obj(comp.as_ref())).or_insert(0);
+        *n = n.saturating_add(1);
+        *n
     };
     let chain = error::chain(err);
     let name = kube::ResourceExt::name_any(comp.as_ref());

@@ -9,8 +9,8 @@
 //!   the start time, read from `/proc/self` at each scrape (the names the Prometheus client
 //!   libraries of Go and Java use).
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::Instant;
 
 use prometheus_client::collector::Collector;
@@ -65,7 +65,8 @@ impl Queue {
     /// up within [`FORGOTTEN`] (a Composition of another shard, one the controller skipped) is
     /// forgotten.
     pub fn seen(&self, key: String) {
-        if let Ok(mut s) = self.seen.lock() {
+        {
+            let mut s = self.seen.lock();
             let now = Instant::now();
             if s.len() > 1024 {
                 s.retain(|_, t| now.duration_since(*t) < FORGOTTEN);
@@ -77,7 +78,8 @@ impl Queue {
 
     /// The reconcile of `key` starts: its wait ends. The guard counts it in flight.
     pub fn started(&self, key: &str) -> InFlight<'_> {
-        if let Ok(mut s) = self.seen.lock() {
+        {
+            let mut s = self.seen.lock();
             if let Some(t) = s.remove(key) {
                 self.wait.observe(t.elapsed().as_secs_f64());
             }
@@ -89,7 +91,8 @@ impl Queue {
 
     /// Forgets a Composition that is gone.
     pub fn forget(&self, key: &str) {
-        if let Ok(mut s) = self.seen.lock() {
+        {
+            let mut s = self.seen.lock();
             s.remove(key);
             self.depth.set(i64::try_from(s.len()).unwrap_or(i64::MAX));
         }

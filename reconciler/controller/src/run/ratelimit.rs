@@ -4,7 +4,9 @@
 //! the bucket empty waits for its token; none is refused, and one dropped while it waits (its
 //! `--timeout` passed) takes none.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -41,9 +43,7 @@ impl Bucket {
 
     /// Takes a token if one is there; otherwise how long until one is.
     pub(crate) fn try_take(&self) -> Result<(), Duration> {
-        let Ok(mut s) = self.state.lock() else {
-            return Ok(());
-        };
+        let mut s = self.state.lock();
         let now = Instant::now();
         let refill = now.duration_since(s.1).as_secs_f64() * self.qps;
         s.0 = (s.0 + refill).min(self.burst);

@@ -69,7 +69,7 @@ where
 pub(crate) fn relisting<T: Send + 'static>(
     make: impl Fn() -> futures::stream::BoxStream<'static, T> + Send + 'static,
     held: super::shard::Held,
-    listing_for: Option<std::sync::Arc<std::sync::Mutex<super::shard::Listing>>>,
+    listing_for: Option<std::sync::Arc<parking_lot::Mutex<super::shard::Listing>>>,
 ) -> impl Stream<Item = T> + Send {
     enum Next<T> {
         Item(Option<T>),
@@ -78,10 +78,8 @@ pub(crate) fn relisting<T: Send + 'static>(
     let mut held = held;
     let record = move |held: &mut super::shard::Held| {
         let now = *held.borrow_and_update();
-        if let Some(cell) = &listing_for
-            && let Ok(mut c) = cell.lock()
-        {
-            c.restarted(now);
+        if let Some(cell) = &listing_for {
+            cell.lock().restarted(now);
         }
     };
     record(&mut held);

@@ -5,8 +5,10 @@
 //! Every limit, its default and its flag are listed in `docs/security.md`.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+
+use parking_lot::Mutex;
 use std::time::{Duration, Instant};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -187,9 +189,7 @@ pub struct SlotGuard {
 
 impl Drop for SlotGuard {
     fn drop(&mut self) {
-        if let Ok(mut r) = self.slots.running.lock() {
-            r.remove(&self.id);
-        }
+        self.slots.running.lock().remove(&self.id);
     }
 }
 
@@ -206,9 +206,9 @@ impl Slots {
     /// Records a run that must be over by `deadline` (+ slack).
     pub fn enter(self: &Arc<Self>, deadline: Duration) -> SlotGuard {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
-        if let Ok(mut r) = self.running.lock() {
-            r.insert(id, Instant::now() + deadline + SLOT_SLACK);
-        }
+        self.running
+            .lock()
+            .insert(id, Instant::now() + deadline + SLOT_SLACK);
         SlotGuard {
             slots: self.clone(),
             id,
@@ -217,9 +217,10 @@ impl Slots {
 
     /// Whether every slot is held by a run past its deadline and slack at `now`.
     pub fn all_stuck(&self, now: Instant) -> bool {
-        self.running
-            .lock()
-            .is_ok_and(|r| r.len() >= self.capacity && r.values().all(|overdue| *overdue <= now))
+        {
+            let r = self.running.lock();
+            r.len() >= self.capacity && r.values().all(|overdue| *overdue <= now)
+        }
     }
 }
 

@@ -14,8 +14,8 @@
 //! Entries written before sealing existed (plain Secrets) are still read; a Composition whose
 //! current slices hold one writes new slices at its next synthesis.
 
+use parking_lot::RwLock;
 use std::collections::HashMap;
-use std::sync::RwLock;
 
 use base64::Engine as _;
 use ring::aead::{AES_256_GCM, Aad, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
@@ -104,7 +104,7 @@ struct Keys {
 pub struct SliceKeys {
     keys: RwLock<Keys>,
     /// When the key Secret was last read (or its read tried).
-    tried: std::sync::Mutex<Option<std::time::Instant>>,
+    tried: parking_lot::Mutex<Option<std::time::Instant>>,
 }
 
 impl SliceKeys {
@@ -121,28 +121,22 @@ impl SliceKeys {
             .collect();
         let n = all.len();
         let current = current.filter(|c| all.contains_key(c));
-        if let Ok(mut k) = self.keys.write() {
-            *k = Keys { current, all };
-        }
+        *self.keys.write() = Keys { current, all };
         n
     }
 
     /// Whether the key Secret was last read (or its read tried) longer than `age` ago.
     pub(crate) fn older_than(&self, age: std::time::Duration) -> bool {
-        self.tried
-            .lock()
-            .map_or(true, |t| t.is_none_or(|t| t.elapsed() > age))
+        self.tried.lock().is_none_or(|t| t.elapsed() > age)
     }
 
     fn try_now(&self) {
-        if let Ok(mut t) = self.tried.lock() {
-            *t = Some(std::time::Instant::now());
-        }
+        *self.tried.lock() = Some(std::time::Instant::now());
     }
 
     /// Whether a sealing key is loaded.
     pub(crate) fn has_keys(&self) -> bool {
-        self.keys.read().is_ok_and(|k| k.current.is_some())
+        self.keys.read().current.is_some()
     }
 
     /// Waits until a sealing key is loaded.
@@ -153,7 +147,7 @@ impl SliceKeys {
     }
 
     fn key(&self, id: &str) -> Option<LessSafeKey> {
-        let k = self.keys.read().ok()?;
+        let k = self.keys.read();
         let bytes = k.all.get(id)?;
         Some(LessSafeKey::new(UnboundKey::new(&AES_256_GCM, bytes).ok()?))
     }
@@ -162,7 +156,7 @@ impl SliceKeys {
     pub(crate) fn knows(&self, sealed: &str) -> bool {
         let mut parts = sealed.splitn(3, ':');
         match (parts.next(), parts.next()) {
-            (Some(PREFIX), Some(id)) => self.keys.read().is_ok_and(|k| k.all.contains_key(id)),
+            (Some(PREFIX), Some(id)) => self.keys.read().all.contains_key(id),
             _ => false,
         }
     }
@@ -171,10 +165,7 @@ impl SliceKeys {
     pub(crate) fn is_current(&self, sealed: &str) -> bool {
         let mut parts = sealed.splitn(3, ':');
         match (parts.next(), parts.next()) {
-            (Some(PREFIX), Some(id)) => self
-                .keys
-                .read()
-                .is_ok_and(|k| k.current.as_deref() == Some(id)),
+            (Some(PREFIX), Some(id)) => self.keys.read().current.as_deref() == Some(id),
             _ => false,
         }
     }
@@ -184,12 +175,7 @@ impl SliceKeys {
     /// # Errors
     /// [`SealError::NoKey`] when no sealing key is loaded.
     pub(crate) fn seal(&self, uid: &str, v: &Value) -> Result<String, SealError> {
-        let id = self
-            .keys
-            .read()
-            .ok()
-            .and_then(|k| k.current.clone())
-            .ok_or(SealError::NoKey)?;
+        let id = self.keys.read().current.clone().ok_or(SealError::NoKey)?;
         let key = self.key(&id).ok_or(SealError::NoKey)?;
         let mut nonce = [0u8; NONCE_LEN];
         SystemRandom::new()

@@ -5,8 +5,8 @@
 //! Composition does; they bound a loop (`kubectl annotate … force-resynthesis=$i`, an input
 //! rewritten every second) to a steady rate the API server and etcd absorb.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// A rate: `per_second` tokens a second, at most `burst` saved up. `per_second == 0`: off.
@@ -139,9 +139,7 @@ impl SynthesisRates {
     /// [`Held`]: what is exceeded and for how long.
     pub fn take(&self, namespace: &str, key: &str) -> Result<(), Held> {
         let now = Instant::now();
-        let Ok(mut b) = self.buckets.lock() else {
-            return Ok(());
-        };
+        let mut b = self.buckets.lock();
         let full = |r: &Rate| Bucket(r.burst, now);
         let comp = b
             .compositions
@@ -220,7 +218,8 @@ impl SynthesisRates {
             return;
         }
         let now = Instant::now();
-        if let Ok(mut b) = self.buckets.lock() {
+        {
+            let mut b = self.buckets.lock();
             let r = self.namespace_bytes;
             let cur = b
                 .bytes
@@ -235,9 +234,7 @@ impl SynthesisRates {
 
     /// Forgets Composition `key` (deleted).
     pub fn forget(&self, key: &str) {
-        if let Ok(mut b) = self.buckets.lock() {
-            b.compositions.remove(key);
-        }
+        self.buckets.lock().compositions.remove(key);
     }
 }
 

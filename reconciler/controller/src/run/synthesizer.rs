@@ -118,10 +118,7 @@ pub(crate) async fn load_module(
     // FETCH_WAIT, and one that finds a fetch in flight does not wait at all (`Loading`: its
     // current synthesis is still enforced and it looks again in 2 s). However slow the
     // registries of however many Synthesizers, no reconcile worker is held longer.
-    let flight = FETCHING
-        .lock()
-        .map(|mut f| f.entry(name.clone()).or_default().clone())
-        .unwrap_or_default();
+    let flight = FETCHING.lock().entry(name.clone()).or_default().clone();
     let Ok(one) = flight.try_lock_owned() else {
         return Err(module::ModuleError::Loading);
     };
@@ -153,7 +150,8 @@ fn cached_module(
     generation: &super::context::ModuleVersion,
     failures: &mut u32,
 ) -> Option<Result<synthesis::Module, module::ModuleError>> {
-    match ctx.modules.lock().ok().and_then(|m| m.get(name).cloned()) {
+    let entry = ctx.modules.lock().get(name).cloned();
+    match entry {
         Some(ModuleEntry::Ready(g, m)) if &g == generation => Some(Ok(m)),
         Some(ModuleEntry::Failed {
             generation: g,
@@ -227,18 +225,14 @@ async fn fetch_and_cache(
             failures: failures + 1,
         },
     };
-    if let Ok(mut cache) = ctx.modules.lock() {
-        cache.insert(name.clone(), entry);
-    }
-    if let Ok(mut f) = FETCHING.lock() {
-        f.remove(&name);
-    }
+    ctx.modules.lock().insert(name.clone(), entry);
+    FETCHING.lock().remove(&name);
     result
 }
 
 /// The fetch in flight per Synthesizer name.
 static FETCHING: std::sync::LazyLock<
-    std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<tokio::sync::Mutex<()>>>>,
+    parking_lot::Mutex<std::collections::HashMap<String, std::sync::Arc<tokio::sync::Mutex<()>>>>,
 > = std::sync::LazyLock::new(Default::default);
 
 /// How long a failed module is not fetched again: 10 s doubling per failure in a row up to

@@ -30,8 +30,10 @@
 //! write. Each watch keeps a compact table ([`table`]): per namespace, per name, one row.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
@@ -177,7 +179,7 @@ impl Watches {
         owner: &str,
     ) -> Option<ManagedView> {
         let view = {
-            let mut managed = self.managed.lock().ok()?;
+            let mut managed = self.managed.lock();
             match managed.get_mut(gvk) {
                 Some(w) => {
                     w.users.insert(owner.to_string());
@@ -284,8 +286,9 @@ impl Watches {
 
     /// Records the Composition that owns the objects labelled with its UID.
     pub fn own(&self, comp: &Composition) {
-        if let (Some(uid), Ok(mut owners)) = (comp.uid(), self.owners.lock()) {
-            owners
+        if let Some(uid) = comp.uid() {
+            self.owners
+                .lock()
                 .entry(uid)
                 .or_insert_with(|| ObjectRef::from_obj(comp));
         }
@@ -301,17 +304,16 @@ impl Watches {
     /// Forgets the Compositions `gone` names — by reference in the readers and the served
     /// objects, by UID in the watches' users and the owners — and stops the watches left with
     /// no user (a watch's task is aborted when it is dropped). `gone` is called while the five
-    /// maps are held, so nothing is recorded between its answer and the pruning. A poisoned
-    /// map is pruned all the same.
+    /// maps are held, so nothing is recorded between its answer and the pruning.
     fn drop_compositions<'a>(&self, gone: impl FnOnce() -> Gone<'a>) {
         // No other path holds two of these five at once, nor takes one while it holds a borrow
         // of the shard set or of the Composition store (which the sweep's `gone` reads under
         // them).
-        let mut readers = self.readers.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut served = self.served.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut inputs = self.inputs.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut managed = self.managed.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut owners = self.owners.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut readers = self.readers.lock();
+        let mut served = self.served.lock();
+        let mut inputs = self.inputs.lock();
+        let mut managed = self.managed.lock();
+        let mut owners = self.owners.lock();
         let gone = gone();
         readers.retain(|_, set| {
             gone.drop_from_refs(set);
@@ -340,23 +342,22 @@ impl Watches {
 
     /// (input kinds, managed kinds, reader entries, owners) — for metrics and tests.
     pub fn sizes(&self) -> (usize, usize, usize, usize) {
-        let n = |r: Option<usize>| r.unwrap_or_default();
         (
-            n(self.inputs.lock().ok().map(|m| m.len())),
-            n(self.managed.lock().ok().map(|m| m.len())),
-            n(self.readers.lock().ok().map(|m| m.len())),
-            n(self.owners.lock().ok().map(|m| m.len())),
+            self.inputs.lock().len(),
+            self.managed.lock().len(),
+            self.readers.lock().len(),
+            self.owners.lock().len(),
         )
     }
 
     /// Calls `f` with the owner UID of each managed object in the metadata caches (only
     /// these shards').
     pub fn managed_owners(&self, mut f: impl FnMut(Option<&str>)) {
-        if let Ok(m) = self.managed.lock() {
+        {
+            let m = self.managed.lock();
             for w in m.values() {
-                if let Ok(t) = w.view.synced.table.read() {
-                    t.iter().for_each(|(_, _, live)| f(live.owner.as_deref()));
-                }
+                let t = w.view.synced.table.read();
+                t.iter().for_each(|(_, _, live)| f(live.owner.as_deref()));
             }
         }
     }
@@ -367,7 +368,7 @@ impl Watches {
     }
 
     fn fire_owner(&self, uid: &str) {
-        let owner = self.owners.lock().ok().and_then(|o| o.get(uid).cloned());
+        let owner = self.owners.lock().get(uid).cloned();
         if let Some(r) = owner {
             let _ = self.sender.send(r);
         }
@@ -375,9 +376,9 @@ impl Watches {
 
     fn fire_readers(&self, group: &str, kind: &str, namespace: &str, name: &str) {
         let keys = [(namespace, name), (namespace, "*"), ("", "*")];
-        let refs: Vec<ObjectRef<Composition>> = match self.readers.lock() {
-            Ok(readers) => keys
-                .iter()
+        let refs: Vec<ObjectRef<Composition>> = {
+            let readers = self.readers.lock();
+            keys.iter()
                 .filter_map(|(ns, n)| {
                     readers.get(&(
                         group.to_string(),
@@ -388,8 +389,7 @@ impl Watches {
                 })
                 .flatten()
                 .cloned()
-                .collect(),
-            Err(_) => return,
+                .collect()
         };
         for r in refs {
             let _ = self.sender.send(r);

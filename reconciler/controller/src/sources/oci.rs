@@ -435,9 +435,9 @@ mod token_service_tests {
         let policy = FetchPolicy::default();
         let basic = creds("robot", "pw", false);
         let layer = format!("sha256:{}", hex::encode(Sha256::digest(LAYER)));
-        let asked = std::sync::Mutex::new(Vec::new());
+        let asked = parking_lot::Mutex::new(Vec::new());
         let known = |digest: &str| {
-            asked.lock().unwrap().push(digest.to_string());
+            asked.lock().push(digest.to_string());
             true
         };
         let got = pull_layer_to(
@@ -455,7 +455,7 @@ mod token_service_tests {
             matches!(&got, Body::Known { digest, size } if *digest == layer && *size == LAYER.len()),
             "{got:?}"
         );
-        assert_eq!(*asked.lock().unwrap(), vec![layer.clone()]);
+        assert_eq!(*asked.lock(), vec![layer.clone()]);
         assert_eq!(served.blobs.load(std::sync::atomic::Ordering::Relaxed), 0);
         let dir = std::env::temp_dir().join(format!("enoki-pull-to-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -495,7 +495,7 @@ mod token_service_tests {
     async fn an_identity_token_is_not_replayed_where_a_token_service_redirects() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
-        let stolen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let stolen = std::sync::Arc::new(parking_lot::Mutex::new(Vec::<String>::new()));
         let kept = stolen.clone();
         let app = axum::Router::new()
             .route(
@@ -508,7 +508,7 @@ mod token_service_tests {
             .route(
                 "/elsewhere",
                 axum::routing::post(move |body: String| async move {
-                    kept.lock().unwrap().push(body);
+                    kept.lock().push(body);
                     r#"{"access_token": "access-ok"}"#.into_response()
                 }),
             )
@@ -518,10 +518,7 @@ mod token_service_tests {
         let token = creds("", "refresh-ok", true);
         let pulled = pull(&reference, &FetchPolicy::default(), Some(&token), None).await;
         assert!(pulled.is_err());
-        assert!(
-            stolen.lock().unwrap().is_empty(),
-            "the identity token was replayed"
-        );
+        assert!(stolen.lock().is_empty(), "the identity token was replayed");
     }
 
     #[tokio::test]

@@ -131,10 +131,10 @@ async fn admitted(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Action, E
     {
         report_failure(&ctx, &comp, e).await;
     }
-    if result.is_ok()
-        && let Ok(mut f) = ctx.failures.lock()
-    {
-        f.remove(&ObjectRef::from_obj(comp.as_ref()));
+    if result.is_ok() {
+        ctx.failures
+            .lock()
+            .remove(&ObjectRef::from_obj(comp.as_ref()));
     }
     ctx.metrics
         .reconcile_duration

@@ -154,7 +154,7 @@ pub(super) fn caches(
     }
     let (comp_reader, comp_writer) = reflector::store::<Composition>();
     let held = shards.clone();
-    let listing_for = Arc::new(std::sync::Mutex::new(Listing::of(*shards.borrow())));
+    let listing_for = Arc::new(parking_lot::Mutex::new(Listing::of(*shards.borrow())));
     let comp_stream = in_shard(
         relisting(
             move || recovering(watcher(comps.clone(), wc.clone())).boxed(),
@@ -238,7 +238,7 @@ const COMPOSITION_PAGE: u32 = 100;
 /// it is complete, so without this most of a taken-over shard would wait for its next change.
 fn added_shards_listed(
     store: reflector::Store<Composition>,
-    listing_for: Arc<std::sync::Mutex<Listing>>,
+    listing_for: Arc<parking_lot::Mutex<Listing>>,
     wake: tokio::sync::mpsc::UnboundedSender<ObjectRef<Composition>>,
 ) -> impl FnMut(&Result<watcher::Event<Composition>, watcher::Error>) + Send + 'static {
     let mut listed: Option<Shards> = None;
@@ -248,12 +248,11 @@ fn added_shards_listed(
         }
         // The set this list was started for (a list of an earlier set may end after the
         // set changed: it does not count), and what was held all along since the last one.
-        let Some((now, kept)) = listing_for.lock().ok().map(|mut l| {
+        let (now, kept) = {
+            let mut l = listing_for.lock();
             let seen = (l.current, l.kept);
             *l = Listing::of(l.current);
             seen
-        }) else {
-            return;
         };
         let Some(listed_before) = listed.replace(now) else {
             return;
@@ -533,7 +532,9 @@ mod tests {
     fn the_compositions_of_added_shards_are_woken_once_their_list_is_done() {
         let (store, mut writer) = reflector::store::<Composition>();
         let (c0, c1) = (comp("c0", &uid_in(0)), comp("c1", &uid_in(1)));
-        let listing_for = Arc::new(std::sync::Mutex::new(Listing::of(Shards::none(2).with(0))));
+        let listing_for = Arc::new(parking_lot::Mutex::new(Listing::of(
+            Shards::none(2).with(0),
+        )));
         let (wake, mut woken) = tokio::sync::mpsc::unbounded_channel();
         let mut listed = added_shards_listed(store, listing_for.clone(), wake);
         writer.apply_watcher_event(&watcher::Event::Apply(c0.clone()));
@@ -541,9 +542,9 @@ mod tests {
         listed(&Ok(watcher::Event::InitDone));
         assert!(woken.try_recv().is_err());
         // Shard 1 added: its list is buffered until done, then only c1 is woken.
-        if let Ok(mut s) = listing_for.lock() {
-            s.restarted(Shards::none(2).with(0).with(1));
-        }
+        listing_for
+            .lock()
+            .restarted(Shards::none(2).with(0).with(1));
         listed(&Ok(watcher::Event::Init));
         writer.apply_watcher_event(&watcher::Event::Apply(c1.clone()));
         listed(&Ok(watcher::Event::InitApply(c1.clone())));
@@ -556,7 +557,8 @@ mod tests {
         assert!(woken.try_recv().is_err());
         // Shard 0 handed back and taken again before a list completed: c0 is woken (its
         // reconciles in between did nothing).
-        if let Ok(mut s) = listing_for.lock() {
+        {
+            let mut s = listing_for.lock();
             s.restarted(Shards::none(2).with(1));
             s.restarted(Shards::none(2).with(0).with(1));
         }

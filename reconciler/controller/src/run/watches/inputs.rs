@@ -21,26 +21,24 @@ impl Watches {
             name.to_string(),
         );
         let me = ObjectRef::from_obj(comp);
-        if let Ok(mut readers) = self.readers.lock() {
-            readers.entry(key).or_default().insert(me);
-        }
+        self.readers.lock().entry(key).or_default().insert(me);
         let uid = comp.uid().unwrap_or_default();
         // A namespace given: watch that namespace only; "" (cluster-scoped kinds, collections
         // that may span namespaces): the whole cluster. Callers resolve a reference's empty
         // namespace to the Composition's own (`tenancy::ref_namespace`) before they get here.
         let scope = namespace.to_string();
-        let Ok(mut inputs) = self.inputs.lock() else {
-            return;
-        };
+        let mut inputs = self.inputs.lock();
         let watch_key = (gvk.clone(), scope.clone());
         if let Some(w) = inputs.get_mut(&watch_key) {
             w.users.insert(uid);
             return;
         }
-        if self.forbidden_inputs.lock().is_ok_and(|f| {
-            f.get(&watch_key)
-                .is_some_and(|at| at.elapsed() < FORBIDDEN_RETRY)
-        }) {
+        let forbidden = self
+            .forbidden_inputs
+            .lock()
+            .get(&watch_key)
+            .is_some_and(|at| at.elapsed() < FORBIDDEN_RETRY);
+        if forbidden {
             return;
         }
         let (synced, task) = self.start_input_watch(ar, &watch_key);
@@ -118,12 +116,10 @@ impl Watches {
                             changes to it are seen at --resync");
                         // Reads of it go straight to GETs; a later grant is tried again after
                         // FORBIDDEN_RETRY.
-                        if let Ok(mut f) = this.forbidden_inputs.lock() {
-                            f.insert(forbidden_key.clone(), std::time::Instant::now());
-                        }
-                        if let Ok(mut inputs) = this.inputs.lock() {
-                            inputs.remove(&forbidden_key);
-                        }
+                        this.forbidden_inputs
+                            .lock()
+                            .insert(forbidden_key.clone(), std::time::Instant::now());
+                        this.inputs.lock().remove(&forbidden_key);
                         break;
                     }
                     Err(e) => {
@@ -152,14 +148,14 @@ impl Watches {
             .await
             .ok()?
             .ok()?;
-        let stub_version = match synced.table.read().ok()?.get(namespace, name) {
+        let stub_version = match synced.table.read().get(namespace, name) {
             None => return Some(None),
             // Whole in the store (unsharded).
             Some(Kept::Whole(o)) => return Some(Some(o.clone())),
             Some(Kept::Version(rv)) => rv.clone()?,
         };
         let key = (gvk.clone(), namespace.to_string(), name.to_string());
-        let whole = self.whole.lock().ok()?.get(&key).cloned()?;
+        let whole = self.whole.lock().get(&key).cloned()?;
         let current = whole.metadata.resource_version.as_deref() == Some(&*stub_version);
         current.then_some(Some(whole))
     }
@@ -170,7 +166,8 @@ impl Watches {
         if !self.sharded() {
             return;
         }
-        if let Ok(mut served) = self.served.lock() {
+        {
+            let mut served = self.served.lock();
             served
                 .entry((gvk.clone(), namespace.to_string(), name.to_string()))
                 .or_default()
@@ -194,7 +191,7 @@ impl Watches {
         // Only beside a stub: an object the watch leaves out (one enoki manages) or has not
         // listed yet is read with a GET each time, as without the stubs.
         let Some(stub_version) = self.store_of(gvk, namespace).and_then(|s| {
-            let t = s.table.read().ok()?;
+            let t = s.table.read();
             t.get(namespace, name)
                 .map(|k| k.resource_version().map(str::to_string))
         }) else {
@@ -202,18 +199,16 @@ impl Watches {
         };
         let key = (gvk.clone(), namespace.to_string(), name.to_string());
         // A copy the watch brought for the stub's version is not replaced by an older read.
-        if self.whole.lock().is_ok_and(|w| {
-            w.get(&key).is_some_and(|c| {
+        let newer =
+            self.whole.lock().get(&key).is_some_and(|c| {
                 stub_version.is_some() && c.metadata.resource_version == stub_version
-            })
-        }) {
+            });
+        if newer {
             return;
         }
         let mut copy = obj.clone();
         copy.managed_fields_mut().clear();
-        if let Ok(mut w) = self.whole.lock() {
-            w.insert(key, Arc::new(copy));
-        }
+        self.whole.lock().insert(key, Arc::new(copy));
     }
 
     /// What an input watch's store gets for `event`: stubs; a whole copy of an object kept
@@ -260,7 +255,8 @@ impl Watches {
         };
         let (namespace, name) = (o.namespace().unwrap_or_default(), o.name_any());
         let keep = exists && self.whole_inputs && self.read_here(gvk, &namespace, &name);
-        if let Ok(mut w) = self.whole.lock() {
+        {
+            let mut w = self.whole.lock();
             let key = (gvk.clone(), namespace, name);
             if keep {
                 o.managed_fields_mut().clear();
@@ -280,7 +276,7 @@ impl Watches {
     /// Whether a Composition reconciled here reads this object from the cache.
     pub(super) fn read_here(&self, gvk: &GroupVersionKind, namespace: &str, name: &str) -> bool {
         let key = (gvk.clone(), namespace.to_string(), name.to_string());
-        self.served.lock().is_ok_and(|s| s.contains_key(&key))
+        self.served.lock().contains_key(&key)
     }
 
     /// Forgets what Compositions that are not reconciled here any more (deleted while enoki
@@ -300,22 +296,21 @@ impl Watches {
 
     /// Drops whole objects not kept any more; see [`Watches::retain_readers`].
     pub(super) fn prune_whole(&self) {
-        let keys: Vec<ObjectKey> = match self.whole.lock() {
-            Ok(w) => w.keys().cloned().collect(),
-            Err(_) => return,
+        let keys: Vec<ObjectKey> = {
+            let w = self.whole.lock();
+            w.keys().cloned().collect()
         };
         let gone: Vec<ObjectKey> = keys
             .into_iter()
             .filter(|(gvk, namespace, name)| {
-                let present = self.store_of(gvk, namespace).is_some_and(|s| {
-                    s.table
-                        .read()
-                        .is_ok_and(|t| t.get(namespace, name).is_some())
-                });
+                let present = self
+                    .store_of(gvk, namespace)
+                    .is_some_and(|s| s.table.read().get(namespace, name).is_some());
                 !present || !self.read_here(gvk, namespace, name)
             })
             .collect();
-        if let Ok(mut w) = self.whole.lock() {
+        {
+            let mut w = self.whole.lock();
             for k in &gone {
                 w.remove(k);
             }
@@ -323,10 +318,10 @@ impl Watches {
     }
 
     /// The input table that holds the objects of `gvk` in `namespace` (its namespace's
-    /// watch, else the cluster-wide one); `None` when the kind is not watched (or the lock is
-    /// poisoned: callers then GET).
+    /// watch, else the cluster-wide one); `None` when the kind is not watched (callers then
+    /// GET).
     pub(super) fn store_of(&self, gvk: &GroupVersionKind, namespace: &str) -> Option<Synced<Kept>> {
-        let inputs = self.inputs.lock().ok()?;
+        let inputs = self.inputs.lock();
         let w = inputs
             .get(&(gvk.clone(), namespace.to_string()))
             .or_else(|| inputs.get(&(gvk.clone(), String::new())))?;
@@ -335,24 +330,22 @@ impl Watches {
 
     /// Objects in the input caches, per watch: (kept whole and current, stubs only).
     pub fn input_objects(&self) -> (usize, usize) {
-        let tables: Vec<(GroupVersionKind, Synced<Kept>)> = match self.inputs.lock() {
-            Ok(inputs) => inputs
-                .iter()
-                .map(|((gvk, _), w)| (gvk.clone(), w.synced.clone()))
-                .collect(),
-            Err(_) => return (0, 0),
-        };
+        let tables: Vec<(GroupVersionKind, Synced<Kept>)> = self
+            .inputs
+            .lock()
+            .iter()
+            .map(|((gvk, _), w)| (gvk.clone(), w.synced.clone()))
+            .collect();
         // The copies' versions, so no watch waits on `whole` while the tables are counted.
-        let copies: HashMap<ObjectKey, Option<String>> = match self.whole.lock() {
-            Ok(w) => w
-                .iter()
-                .map(|(k, o)| (k.clone(), o.resource_version()))
-                .collect(),
-            Err(_) => return (0, 0),
-        };
+        let copies: HashMap<ObjectKey, Option<String>> = self
+            .whole
+            .lock()
+            .iter()
+            .map(|(k, o)| (k.clone(), o.resource_version()))
+            .collect();
         let (mut whole, mut stubs) = (0, 0);
         for (gvk, synced) in tables {
-            let Ok(t) = synced.table.read() else { continue };
+            let t = synced.table.read();
             for (namespace, name, kept) in t.iter() {
                 let current = match kept {
                     Kept::Whole(_) => true,

@@ -143,7 +143,7 @@ pub(super) fn forbidden_watch(e: &watcher::Error) -> bool {
 impl ManagedView {
     /// The cached state of one object (`None`: not labelled as managed, or absent).
     pub fn get(&self, namespace: &str, name: &str) -> Option<Live> {
-        self.synced.table.read().ok()?.get(namespace, name).cloned()
+        self.synced.table.read().get(namespace, name).cloned()
     }
 }
 

@@ -4,7 +4,9 @@
 //! 100,000 managed objects and 10,000 inputs that is most of what a watch costs.
 
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
 
 use kube::ResourceExt;
 use kube::runtime::watcher;
@@ -179,27 +181,23 @@ impl<V: Row> Feeder<V> {
             Event::InitDone => {
                 // The old table is dropped after the lock is let go: it may hold thousands
                 // of objects.
-                let old = match (self.relist.take(), self.table.write()) {
-                    (Some(r), Ok(mut t)) => Some(std::mem::replace(&mut *t, r)),
-                    _ => None,
-                };
+                let old = self
+                    .relist
+                    .take()
+                    .map(|r| std::mem::replace(&mut *self.table.write(), r));
                 drop(old);
                 self.ready.send_replace(true);
                 None
             }
             Event::Apply(o) => {
                 let row = drafted::<V>(&o);
-                let old = self.table.write().ok().and_then(|mut t| t.insert(row));
+                let old = self.table.write().insert(row);
                 drop(old);
                 Some(o)
             }
             Event::Delete(o) => {
                 let (namespace, name) = (o.namespace().unwrap_or_default(), o.name_any());
-                let old = self
-                    .table
-                    .write()
-                    .ok()
-                    .and_then(|mut t| t.remove(&namespace, &name));
+                let old = self.table.write().remove(&namespace, &name);
                 drop(old);
                 Some(o)
             }
@@ -210,11 +208,7 @@ impl<V: Row> Feeder<V> {
     pub fn remove(&mut self, namespace: &str, name: &str) {
         let old = self.relist.as_mut().and_then(|r| r.remove(namespace, name));
         drop(old);
-        let old = self
-            .table
-            .write()
-            .ok()
-            .and_then(|mut t| t.remove(namespace, name));
+        let old = self.table.write().remove(namespace, name);
         drop(old);
     }
 
@@ -267,7 +261,7 @@ mod tests {
     }
 
     fn rv(s: &Synced<Versioned>, ns: &str, name: &str) -> Option<String> {
-        let t = s.table.read().unwrap();
+        let t = s.table.read();
         t.get(ns, name)
             .map(|r| r.rv.as_deref().unwrap_or("").to_string())
     }
@@ -289,11 +283,11 @@ mod tests {
         assert_eq!(rv(&s, "a", "x").as_deref(), Some("3"));
         assert_eq!(rv(&s, "", "cluster").as_deref(), Some("4"));
         assert_eq!(rv(&s, "a", "gone"), None);
-        assert_eq!(s.table.read().unwrap().iter().count(), 2);
+        assert_eq!(s.table.read().iter().count(), 2);
         f.apply(Event::Delete(obj("a", "x", "5", "t")));
         assert_eq!(rv(&s, "a", "x"), None);
         // An emptied namespace is dropped.
-        assert!(!s.table.read().unwrap().by_namespace.contains_key("a"));
+        assert!(!s.table.read().by_namespace.contains_key("a"));
     }
 
     #[test]
@@ -303,7 +297,7 @@ mod tests {
         f.apply(Event::Apply(obj("a", "x", "1", "owner-1")));
         f.apply(Event::Apply(obj("a", "y", "1", "owner-1")));
         {
-            let t = s.table.read().unwrap();
+            let t = s.table.read();
             let (x, y) = (t.get("a", "x").unwrap(), t.get("a", "y").unwrap());
             assert!(Arc::ptr_eq(
                 x.tag.as_ref().unwrap(),
@@ -313,14 +307,14 @@ mod tests {
         }
         // A row replaced with another owner gives its old one back.
         f.apply(Event::Apply(obj("a", "x", "2", "owner-2")));
-        assert_eq!(s.table.read().unwrap().pool.len(), 2);
+        assert_eq!(s.table.read().pool.len(), 2);
         // A reader's clone of the last row's owner does not keep the owner pooled.
-        let held = s.table.read().unwrap().get("a", "y").unwrap().tag.clone();
+        let held = s.table.read().get("a", "y").unwrap().tag.clone();
         f.apply(Event::Delete(obj("a", "y", "2", "owner-1")));
-        assert_eq!(s.table.read().unwrap().pool.len(), 1);
+        assert_eq!(s.table.read().pool.len(), 1);
         drop(held);
         f.apply(Event::Delete(obj("a", "x", "3", "owner-2")));
-        assert!(s.table.read().unwrap().pool.is_empty());
+        assert!(s.table.read().pool.is_empty());
     }
 
     #[test]
