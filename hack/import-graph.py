@@ -195,30 +195,59 @@ def names(item, text):
     return re.search(word + r"(?:\s*\(|::<)|[(,]\s*" + re.escape(item) + r"\s*[,)]", text) is not None
 
 
-def glob_refs(mods, mod, text, table):
-    """What a module reaches through `use <module>::*;`: the module itself, and each of its
-    children and imports the module's text names."""
-    refs = []
-    # The globs of the whole file (`pub use child::*;` too); the names in its own code.
-    for path in GLOB.findall(source_text(mods[mod])):
+def globs_of(mods, mod, public_only):
+    """The modules `mod`'s glob imports name (`pub use x::*;` only, when `public_only`)."""
+    out = []
+    for stmt in re.finditer(GLOB, source_text(mods[mod])):
+        if public_only and not stmt.group(0).lstrip().startswith("pub"):
+            continue
+        path = stmt.group(1)
         head, _, rest = path.partition("::")
         if head not in ("crate", "super", "self"):
             if mod + (head,) not in mods:
                 continue  # another crate's glob (`use std::fmt::*;`)
             head, rest = "self", path
         source = resolve(mods, mod, head, "::" + rest if rest else "")
-        if source is None:
+        if source is not None and source != mod:
+            out.append(source)
+    return out
+
+
+PUBLIC_ITEM = re.compile(r"^pub(?:\([^)]*\))?\s+(?:(?:async|unsafe|const)\s+)*(?:struct|enum|fn|type|const|static|trait)\s+(\w+)", re.M)
+
+
+def glob_refs(mods, mod, text, table):
+    """What a module reaches through `use <module>::*;` (and the globs that module passes on):
+    the module itself, and each of its children and imports the module's text names. A parent
+    reaches only what a child makes visible (`pub…` items and `pub use`); a child reaches its
+    parent's private items and imports too."""
+    refs = []
+    seen = set()
+    # The globs of the whole file (`pub use child::*;` too); the names in its own code.
+    work = [(s, False) for s in globs_of(mods, mod, False)]
+    while work:
+        source, _ = work.pop()
+        if source in seen:
             continue
-        own = set(ITEM.findall(source_text(mods[source])))
+        seen.add(source)
+        downward = len(source) > len(mod) and source[: len(mod)] == mod
+        own = set((PUBLIC_ITEM if downward else ITEM).findall(source_text(mods[source])))
         if any(names(n, text) for n in own):
             refs.append(("crate", "".join("::" + p for p in source)))
         # A child module is named as a path (`child::…`), an imported item by its name.
         children = {m[len(source)] for m in mods if len(m) == len(source) + 1 and m[: len(source)] == source}
-        aliases = {alias for (m, alias) in table if m == source and not alias.startswith("*")}
-        for name in children | aliases:
+        public = set()
+        for stmt in REEXPORT.findall(source_text(mods[source])):
+            public |= {i.split(" as ")[-1].strip(" {}") for i in re.split(r"[,\s]*(?:::)?\{|,", stmt)}
+            public.add(stmt.rsplit("::", 1)[-1].split(" as ")[-1].strip(" {}"))
+        aliases = {alias for (m, alias) in table if m == source and not alias.startswith("*")
+                   and alias != "self" and (not downward or alias in public)}
+        for name in (set() if downward else children) | aliases:
             tail = r"::" if name in children and name not in aliases else r"\b"
             if re.search(r"(?<![:\w.])" + re.escape(name) + tail, text):
                 refs.append(("crate", "".join("::" + p for p in source + (name,))))
+        # What that module's own globs bring (only its `pub use x::*` for a parent).
+        work += [(s, False) for s in globs_of(mods, source, downward)]
     return refs
 
 

@@ -294,8 +294,6 @@ impl Context {
     pub(crate) fn forget(&self, comp: &ObjectRef<Composition>, uid: Option<&str>) {
         if let Some(uid) = uid {
             self.memory.forget(uid);
-        }
-        if let Some(uid) = uid {
             self.prepared.lock().remove(uid);
         }
         self.failures.lock().remove(comp);

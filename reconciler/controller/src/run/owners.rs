@@ -24,13 +24,10 @@ impl Owners {
     }
 
     pub(crate) fn live_recently(&self, uid: &str, now: Instant) -> bool {
-        {
-            let l = self.live.lock();
-            {
-                l.get(uid)
-                    .is_some_and(|t| now.duration_since(*t) < LIVE_FOR)
-            }
-        }
+        self.live
+            .lock()
+            .get(uid)
+            .is_some_and(|t| now.duration_since(*t) < LIVE_FOR)
     }
 
     pub(crate) fn remember(&self, live: &BTreeSet<String>, gone: &BTreeSet<String>, now: Instant) {

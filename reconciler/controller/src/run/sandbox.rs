@@ -217,10 +217,8 @@ impl Slots {
 
     /// Whether every slot is held by a run past its deadline and slack at `now`.
     pub fn all_stuck(&self, now: Instant) -> bool {
-        {
-            let r = self.running.lock();
-            r.len() >= self.capacity && r.values().all(|overdue| *overdue <= now)
-        }
+        let r = self.running.lock();
+        r.len() >= self.capacity && r.values().all(|overdue| *overdue <= now)
     }
 }
 

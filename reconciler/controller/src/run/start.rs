@@ -7,8 +7,6 @@
 //! only). SIGTERM/SIGINT stop the controllers gracefully; if in-flight work does not finish
 //! within `--shutdown-grace`, the process exits anyway.
 
-use std::collections::hash_map::DefaultHasher;
-use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;

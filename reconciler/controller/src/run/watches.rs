@@ -342,12 +342,12 @@ impl Watches {
 
     /// (input kinds, managed kinds, reader entries, owners) — for metrics and tests.
     pub fn sizes(&self) -> (usize, usize, usize, usize) {
-        (
-            self.inputs.lock().len(),
-            self.managed.lock().len(),
-            self.readers.lock().len(),
-            self.owners.lock().len(),
-        )
+        // One lock at a time: `drop_compositions` holds several at once, in its own order.
+        let inputs = self.inputs.lock().len();
+        let managed = self.managed.lock().len();
+        let readers = self.readers.lock().len();
+        let owners = self.owners.lock().len();
+        (inputs, managed, readers, owners)
     }
 
     /// Calls `f` with the owner UID of each managed object in the metadata caches (only

@@ -2,6 +2,9 @@
 //! filtered to the shards it serves, its controllers, and the cluster-wide background work
 //! of the holder of shard 0.
 
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+
 use super::super::recovery::{self, recovering, relisting};
 use super::super::shard::{Held, Listing, Shards};
 use super::*;
