@@ -75,7 +75,7 @@ pub fn record(
                     state.ready = Some(now.clone());
                 }
             } else {
-                rec.errors.push(format!("{}: {e}", step.key));
+                rec.errors.push(format!("{}: {}", step.key, clipped(e)));
                 rec.summaries
                     .push(outcome.summary.clone().unwrap_or_default());
             }

@@ -196,10 +196,16 @@ impl Lookup<'_> {
     }
 
     /// A cascading value that does not parse: read as `default`, as Eno does, and reported.
+    /// The value is quoted up to [`QUOTED_VALUE`] characters: a warning costs the same
+    /// whatever the annotation holds.
     fn lenient<T>(&self, key: &str, value: &str, expected: &str, default: T, read_as: &str) -> T {
         if let Ok(mut w) = self.warnings.try_borrow_mut() {
+            let quoted = match value.char_indices().nth(QUOTED_VALUE) {
+                Some((cut, _)) => format!("{:?}… ({} bytes)", &value[..cut], value.len()),
+                None => format!("{value:?}"),
+            };
             w.push(format!(
-                "{}: {key}: {value:?} is not {expected}; read as {read_as} (Eno)",
+                "{}: {key}: {quoted} is not {expected}; read as {read_as} (Eno)",
                 self.resource
             ));
         }
@@ -262,6 +268,9 @@ impl Lookup<'_> {
 }
 
 /// The values of `deletion-strategy` (Eno's spellings).
+/// Characters of an annotation value a warning quotes.
+pub const QUOTED_VALUE: usize = 64;
+
 const DELETION_STRATEGIES: &[(&str, DeletionStrategy)] = &[
     ("orphan", DeletionStrategy::Orphan),
     ("foreground", DeletionStrategy::Foreground),

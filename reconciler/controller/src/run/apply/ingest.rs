@@ -29,10 +29,15 @@ pub(super) async fn prepare(
         Some(_) => serde_json::to_string(&info.labels).unwrap_or_default(),
         None => String::new(),
     };
-    let key = format!(
-        "{synthesis}/{}/{}/{labels}",
-        info.deleting,
+    // The metadata is kept as its digest: a key costs the same whatever the annotations hold.
+    let meta = format!(
+        "{}/{labels}",
         serde_json::to_string(&info.annotations).unwrap_or_default()
+    );
+    let key = format!(
+        "{synthesis}/{}/{}",
+        info.deleting,
+        hex::encode(<sha2::Sha256 as sha2::Digest>::digest(meta.as_bytes()))
     );
     if let Some(p) = ctx.prepared(uid, &key) {
         return Ok((p, false));
