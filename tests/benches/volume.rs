@@ -164,7 +164,10 @@ async fn at_rest(env: &TestEnv, cache: &str, expect_slices: bool, settle: Durati
             tokio::time::sleep(Duration::from_secs(16)).await;
         }
     }
-    assert!(quiet, "the controller was not quiet within 40 min: nothing at rest to measure");
+    assert!(
+        quiet,
+        "the controller was not quiet within 40 min: nothing at rest to measure"
+    );
     let quiet = started.elapsed() - loaded;
     let before = requests_by_verb(&enoki);
     tokio::time::sleep(settle).await;
