@@ -52,16 +52,65 @@ def modules():
     return found
 
 
+RAW = re.compile(r'b?r(#*)"')
+CHAR = re.compile(r"'(?:\\(?:x[0-9a-fA-F]{2}|u\{[0-9a-fA-F]+\}|.)|[^\\'\n])'")
+
+
+def code_only(text):
+    """`text` without comments and with the contents of string and character literals
+    blanked (their quotes kept): what is left is code, for names and braces alike."""
+    out, i, n = [], 0, len(text)
+    while i < n:
+        c = text[i]
+        prev = text[i - 1] if i else " "
+        if text.startswith("//", i):
+            i = text.find("\n", i)
+            i = n if i < 0 else i
+        elif text.startswith("/*", i):
+            depth, i = 1, i + 2
+            while i < n and depth:
+                depth += text.startswith("/*", i) - text.startswith("*/", i)
+                i += 2 if text.startswith(("/*", "*/"), i) else 1
+        elif (m := RAW.match(text, i)) and not (prev.isalnum() or prev == "_"):
+            close = '"' + m.group(1)
+            end = text.find(close, m.end())
+            end = n if end < 0 else end
+            out.append(m.group(0) + re.sub(r"[^\n]", " ", text[m.end() : end]) + close)
+            i = end + len(close)
+        elif c == '"' or (c == "b" and text.startswith('b"', i) and not (prev.isalnum() or prev == "_")):
+            j = i + (2 if c == "b" else 1)
+            while j < n and text[j] != '"':
+                j += 2 if text[j] == "\\" else 1
+            out.append(text[i : i + (2 if c == "b" else 1)] + re.sub(r"[^\n]", " ", text[i + (2 if c == "b" else 1) : j]) + '"')
+            i = j + 1
+        elif c == "'" and (m := CHAR.match(text, i)):
+            out.append("' '")
+            i = m.end()
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def closing_brace(text, start):
+    """The index just past the `}` that closes the `{` at `start` (in code_only text)."""
+    depth = 0
+    for j in range(start, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[j], 0)
+        if depth == 0:
+            return j + 1
+    return len(text)
+
+
 def source(path):
-    """The file without its `#[cfg(test)]` modules and comments."""
-    text = re.sub(r"//[^\n]*", "", open(path, encoding="utf-8").read())
+    """The file's code (comments and literal contents left out) without its `#[cfg(test)]`
+    modules."""
+    text = code_only(open(path, encoding="utf-8").read())
     # `pub(in crate::a::b)` names where an item is visible, not a use of `b`.
     text = re.sub(r"pub\(in [^)]*\)", "pub(crate)", text)
-    # Each test module cut out up to its closing brace at column 0 (rustfmt's layout), so
-    # code after one in the file still counts.
+    # Each test module cut out up to its closing brace, so code after one still counts.
     while cut := re.search(r"^#\[cfg\(test\)\]\s*\n\s*mod\s+\w+\s*\{", text, re.M):
-        end = re.compile(r"^\}", re.M).search(text, cut.end())
-        text = text[: cut.start()] + (text[end.end() :] if end else "")
+        text = text[: cut.start()] + text[closing_brace(text, cut.end() - 1) :]
     return text
 
 
@@ -187,12 +236,15 @@ def source_text(path):
 
 
 def names(item, text):
-    """Whether `text` names `item`: a type or constant by its word, a function by a call or
-    as a value passed on (`f(`, `(f,`, `, f)`), not a local variable of the same name."""
+    """Whether `text` names `item`: a type or constant by its word; a function by a call, a
+    macro call, or as a value (`f(`, `f!(`, `(f,`, `, f)`, `= f;`, `[f,`, `: f,`), not a local
+    variable of the same name."""
     word = r"(?<![:\w.])" + re.escape(item) + r"\b"
     if not item[0].islower():
         return re.search(word, text) is not None
-    return re.search(word + r"(?:\s*\(|::<)|[(,]\s*" + re.escape(item) + r"\s*[,)]", text) is not None
+    name = re.escape(item)
+    value = r"(?:[(,\[]|=(?!=)|:(?!:))\s*" + name + r"\s*[,)\];}]"
+    return re.search(word + r"(?:\s*\(|::<|!)|" + value, text) is not None
 
 
 def globs_of(mods, mod, public_only):
