@@ -52,7 +52,7 @@ def modules():
     return found
 
 
-RAW = re.compile(r'b?r(#*)"')
+RAW = re.compile(r'[bc]?r(#*)"')
 CHAR = re.compile(r"'(?:\\(?:x[0-9a-fA-F]{2}|u\{[0-9a-fA-F]+\}|.)|[^\\'\n])'")
 
 
@@ -77,11 +77,12 @@ def code_only(text):
             end = n if end < 0 else end
             out.append(m.group(0) + re.sub(r"[^\n]", " ", text[m.end() : end]) + close)
             i = end + len(close)
-        elif c == '"' or (c == "b" and text.startswith('b"', i) and not (prev.isalnum() or prev == "_")):
-            j = i + (2 if c == "b" else 1)
+        elif c == '"' or (c in "bc" and text.startswith(c + '"', i) and not (prev.isalnum() or prev == "_")):
+            k = 1 if c == '"' else 2  # `"`, or a byte or C string's `b"` / `c"`
+            j = i + k
             while j < n and text[j] != '"':
                 j += 2 if text[j] == "\\" else 1
-            out.append(text[i : i + (2 if c == "b" else 1)] + re.sub(r"[^\n]", " ", text[i + (2 if c == "b" else 1) : j]) + '"')
+            out.append(text[i : i + k] + re.sub(r"[^\n]", " ", text[i + k : j]) + '"')
             i = j + 1
         elif c == "'" and (m := CHAR.match(text, i)):
             out.append("' '")
@@ -236,15 +237,12 @@ def source_text(path):
 
 
 def names(item, text):
-    """Whether `text` names `item`: a type or constant by its word; a function by a call, a
-    macro call, or as a value (`f(`, `f!(`, `(f,`, `, f)`, `= f;`, `[f,`, `: f,`), not a local
-    variable of the same name."""
+    """Whether `text` names `item`: a type or constant by its word, a function by a call or
+    as an argument (`f(`, `(f,`, `, f)`), not a local variable of the same name."""
     word = r"(?<![:\w.])" + re.escape(item) + r"\b"
     if not item[0].islower():
         return re.search(word, text) is not None
-    name = re.escape(item)
-    value = r"(?:[(,\[]|=(?!=)|:(?!:))\s*" + name + r"\s*[,)\];}]"
-    return re.search(word + r"(?:\s*\(|::<|!)|" + value, text) is not None
+    return re.search(word + r"(?:\s*\(|::<)|[(,]\s*" + word + r"\s*[,)]", text) is not None
 
 
 def globs_of(mods, mod, public_only):
