@@ -10,10 +10,12 @@
 //! Both outputs have the same number of objects, so the ratio of (3) to (1) is what the
 //! bytes of an output cost the controller (its memory follows the number of objects).
 //!
-//! The outputs are stored in ResourceSlices but not applied (`--resource-filter false`), so
-//! etcd holds the slices alone (200 × 8 MiB = 1.6 GiB per case; `make bench` raises etcd's
-//! quota to 8 GiB). The target: (3) within 2× of (1). Needs the control plane, the echo guest
-//! and `ENOKI_BIN`.
+//! The outputs are stored in ResourceSlices and applied, and each case measures once every
+//! Composition is Ready, so the plan cache and the watches of the applied objects are in the
+//! figure (etcd holds 2 × 200 × 8 MiB = 3.2 GiB per large case; `make bench` raises etcd's
+//! quota to 8 GiB). `BENCH_VOLUME_APPLY=0` stores the outputs without applying them
+//! (`--resource-filter false`). The target: (3) within 2× of (1). Needs the control plane,
+//! the echo guest and `ENOKI_BIN`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::{Duration, Instant};
@@ -80,8 +82,9 @@ async fn compose(env: &TestEnv, synth: &str, n: usize, data: serde_json::Value) 
     .await;
 }
 
-/// Waits until every Composition of the namespace has a current synthesis.
-async fn all_synthesized(env: &TestEnv, n: usize) -> Duration {
+/// Waits until every Composition of the namespace has a current synthesis, Ready too when
+/// outputs are applied.
+async fn all_synthesized(env: &TestEnv, n: usize, ready: bool) -> Duration {
     let started = Instant::now();
     let comps: Api<crds::Composition> = env.api();
     loop {
@@ -94,7 +97,8 @@ async fn all_synthesized(env: &TestEnv, n: usize) -> Duration {
                     .filter(|c| {
                         c.status
                             .as_ref()
-                            .is_some_and(|s| s.current_synthesis.is_some())
+                            .and_then(|s| s.current_synthesis.as_ref())
+                            .is_some_and(|s| !ready || s.ready.is_some())
                     })
                     .count()
             })
@@ -110,10 +114,23 @@ async fn all_synthesized(env: &TestEnv, n: usize) -> Duration {
     }
 }
 
-/// The flags of every controller here: outputs stored, not applied, no volume bound.
+/// Whether outputs are applied (`BENCH_VOLUME_APPLY`, default yes).
+fn applied() -> bool {
+    std::env::var("BENCH_VOLUME_APPLY").map_or(true, |v| v != "0")
+}
+
+/// The flags of every controller here: no volume bound; outputs stored, not applied, unless
+/// [`applied`].
+fn flags() -> Vec<&'static str> {
+    let mut flags = FLAGS.to_vec();
+    if !applied() {
+        flags.extend(["--resource-filter", "false"]);
+    }
+    flags
+}
+
+/// The flags of every controller here but the resource filter.
 const FLAGS: &[&str] = &[
-    "--resource-filter",
-    "false",
     "--synthesis-output",
     "64Mi",
     "--namespace-slice-budget",
@@ -131,7 +148,7 @@ const FLAGS: &[&str] = &[
 /// A controller with the slice cache `cache`, at rest: its anonymous RSS `settle` after its
 /// slice cache is loaded.
 async fn at_rest(env: &TestEnv, cache: &str, expect_slices: bool, settle: Duration) -> f64 {
-    let mut flags = FLAGS.to_vec();
+    let mut flags = flags();
     flags.extend(["--slice-cache", cache]);
     let enoki = Enoki::start_with(&env.namespace, &flags);
     let m = |name: &str| enoki.metric(name).unwrap_or(0.0);
@@ -256,9 +273,9 @@ async fn main() {
         // (the list of every slice into its cache, then at rest).
         let started = Instant::now();
         {
-            let _writer = Enoki::start_with(&env.namespace, FLAGS);
+            let _writer = Enoki::start_with(&env.namespace, &flags());
             compose(&env, &synth, comps, data.clone()).await;
-            all_synthesized(&env, comps).await;
+            all_synthesized(&env, comps, applied()).await;
         }
         let synthesize = started.elapsed();
         let first = at_rest(&env, cache, true, Duration::from_secs(30)).await;
@@ -288,7 +305,9 @@ async fn main() {
         );
     }
     println!(
-        "\n({objects} objects per Composition, {mib} MiB of output in the large cases; \
-         `BENCH_VOLUME_COMPS`, `BENCH_VOLUME_OBJECTS`, `BENCH_VOLUME_MIB`)"
+        "\n({objects} objects per Composition, {mib} MiB of output in the large cases, outputs \
+         {}; `BENCH_VOLUME_COMPS`, `BENCH_VOLUME_OBJECTS`, `BENCH_VOLUME_MIB`, \
+         `BENCH_VOLUME_APPLY`)",
+        if applied() { "applied" } else { "stored, not applied" }
     );
 }

@@ -301,9 +301,9 @@ impl<'a> Pass<'a> {
         let key = &r.key;
         let live = input.observed.get(key);
         let recorded = input.recorded.get(key);
-        let (object, mut settings, results, hash) = match &r.snapshot {
-            Some((object, hash)) => (
-                std::borrow::Cow::Borrowed(object),
+        let (object, mut settings, results, hash) = match &r.snapshot_hash {
+            Some(hash) => (
+                Snapshot::of(&r.manifest, input.composition),
                 r.settings.clone(),
                 Vec::new(),
                 hash.clone(),
@@ -311,7 +311,7 @@ impl<'a> Pass<'a> {
             None => {
                 let (object, settings, results) = effective(r, live, input.composition);
                 let hash = snapshot::hash(&object);
-                (std::borrow::Cow::Owned(object), settings, results, hash)
+                (Snapshot::from(object), settings, results, hash)
             }
         };
         // Eno reads fail-open from the resource as synthesized, before overrides.
@@ -393,7 +393,7 @@ fn readiness_of(
 fn operation(
     r: &PreparedResource,
     live: Option<&Value>,
-    (object, hash): (&Value, &str),
+    (object, hash): (&Snapshot<'_>, &str),
     settings: &Settings,
     waiting_on: Vec<ResourceKey>,
     input: &PlanInput<'_>,

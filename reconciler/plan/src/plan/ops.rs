@@ -3,6 +3,41 @@
 
 use super::*;
 
+/// The object to write for a resource: derived from its manifest only when an operation
+/// writes it (an in-sync pass reads the hash alone), or given whole (after overrides).
+pub(super) struct Snapshot<'a> {
+    manifest: Option<(&'a Value, Option<&'a str>)>,
+    object: std::cell::OnceCell<Value>,
+}
+
+impl<'a> Snapshot<'a> {
+    /// The snapshot of `manifest` as written for `composition`, derived when first read.
+    pub(super) fn of(manifest: &'a Value, composition: &'a CompositionInfo) -> Snapshot<'a> {
+        let uid = (!composition.uid.is_empty()).then_some(composition.uid.as_str());
+        Snapshot {
+            manifest: Some((manifest, uid)),
+            object: std::cell::OnceCell::new(),
+        }
+    }
+
+    /// The object.
+    pub(super) fn get(&self) -> &Value {
+        self.object.get_or_init(|| match self.manifest {
+            Some((manifest, uid)) => snapshot::strip(manifest, uid),
+            None => Value::Null,
+        })
+    }
+}
+
+impl From<Value> for Snapshot<'_> {
+    fn from(object: Value) -> Self {
+        Snapshot {
+            manifest: None,
+            object: std::cell::OnceCell::from(object),
+        }
+    }
+}
+
 /// Whether a resource that needs a write is in sync with its last apply: the snapshot's hash
 /// is the applied one, and drift detection finds nothing (`off`; `interval` not due; or the
 /// live resourceVersion is the applied one).
@@ -32,7 +67,7 @@ pub(super) fn write_op(
     (exists, labelled): (bool, bool),
     in_sync: bool,
     settings: &Settings,
-    object: &Value,
+    object: &Snapshot<'_>,
     key: &ResourceKey,
     input: &PlanInput<'_>,
 ) -> Op {
@@ -41,11 +76,11 @@ pub(super) fn write_op(
     if !exists {
         return if create_only {
             Op::Create {
-                object: object.clone(),
+                object: object.get().clone(),
             }
         } else {
             Op::Apply {
-                object: object.clone(),
+                object: object.get().clone(),
             }
         };
     }
@@ -59,7 +94,7 @@ pub(super) fn write_op(
         }
     } else if settings.replace {
         Op::Replace {
-            object: object.clone(),
+            object: object.get().clone(),
         }
     } else if input.options.mode == ApplyMode::ClientSide {
         let mut from = input
@@ -76,15 +111,15 @@ pub(super) fn write_op(
                 l.remove(crds::names::annotations::MANAGED_BY.enoki);
             }
         }
-        let patch = merge_patch(&from, object);
+        let patch = merge_patch(&from, object.get());
         Op::MergePatch {
             from,
-            to: object.clone(),
+            to: object.get().clone(),
             patch,
         }
     } else {
         Op::Apply {
-            object: object.clone(),
+            object: object.get().clone(),
         }
     }
 }
@@ -93,7 +128,7 @@ pub(super) fn write_op(
 /// when an op sets `/metadata/deletionTimestamp` to a non-empty string (Eno), otherwise the
 /// JSON patch — unless it was applied to this very version of the target already.
 pub(super) fn patch_op(
-    object: &Value,
+    object: &Snapshot<'_>,
     live: Option<&Value>,
     in_sync: bool,
     settings: &Settings,
@@ -103,7 +138,7 @@ pub(super) fn patch_op(
             reason: SkipReason::PatchTargetAbsent,
         };
     };
-    let ops = patch_ops(object);
+    let ops = patch_ops(object.get());
     if patch_deletes(&ops) {
         return delete_op(
             Some(live),

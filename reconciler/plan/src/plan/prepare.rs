@@ -87,11 +87,9 @@ pub fn prepare(desired: &[Desired], composition: &CompositionInfo) -> Result<Pre
             })
             .collect::<Result<Vec<_>, _>>()?;
         let overrides = overrides_of(&key, &annotations, &mut settings.warnings)?;
-        let snapshot = overrides.is_empty().then(|| {
+        let snapshot_hash = overrides.is_empty().then(|| {
             let uid = (!composition.uid.is_empty()).then_some(composition.uid.as_str());
-            let object = snapshot::strip(&d.manifest, uid);
-            let hash = snapshot::hash(&object);
-            (object, hash)
+            snapshot::hash(&snapshot::strip(&d.manifest, uid))
         });
         resources.push(PreparedResource {
             key,
@@ -100,7 +98,7 @@ pub fn prepare(desired: &[Desired], composition: &CompositionInfo) -> Result<Pre
             settings,
             checks,
             overrides,
-            snapshot,
+            snapshot_hash,
             patch,
         });
     }

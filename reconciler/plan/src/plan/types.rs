@@ -27,9 +27,11 @@ pub struct PreparedResource {
     pub checks: Vec<ReadinessCheck>,
     /// Parsed overrides.
     pub overrides: Vec<Override>,
-    /// The snapshot and its canonical hash, computed once at ingestion when no override can
-    /// change them (no overrides): a pass over an in-sync resource then costs no copy.
-    pub snapshot: Option<(Value, String)>,
+    /// The canonical hash of the snapshot, computed once at ingestion when no override can
+    /// change it (no overrides): a pass over an in-sync resource then costs no copy, and the
+    /// snapshot itself is derived from the manifest again only for a write (a cached
+    /// synthesis holds one copy of its manifests).
+    pub snapshot_hash: Option<String>,
     /// A `Patch` pseudo-resource (Eno's `eno.azure.io/v1 Patch`, enoki's
     /// `enoki.dev/v1alpha1 Patch`): the object it patches, `(apiVersion, kind)`; the name and
     /// namespace are the Patch's own.

@@ -14,7 +14,7 @@ pub(super) fn plan_cache_share(total: usize, held: super::super::shard::Shards) 
     (total.saturating_mul(held) / count).max(1)
 }
 /// Manifest bytes that count as one more resource in the plan cache's bound.
-pub(crate) const BYTES_PER_RESOURCE: usize = 4096;
+pub(crate) const BYTES_PER_RESOURCE: usize = 1024;
 
 /// Ingested syntheses by Composition UID, bounded by their total weight (resources, and one
 /// more per [`BYTES_PER_RESOURCE`] of manifests).
