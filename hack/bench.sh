@@ -17,8 +17,8 @@ export ENOKI_BIN="$ROOT/target/release/enoki"
 for f in crds/manifests/*.yaml crds/manifests/builtins/*.yaml; do echo ---; cat "$f"; done > target/crds.yaml
 export TESTENV_CRDS="$ROOT/target/crds.yaml"
 trap 'hack/testenv.sh down' EXIT
-# The volume bench stores 2 × 1.6 GiB of ResourceSlices.
-TESTENV_ETCD_QUOTA="${TESTENV_ETCD_QUOTA:-8589934592}" hack/testenv.sh up
+# The volume bench stores 2 × 1.6 GiB of ResourceSlices and applies as much again.
+TESTENV_ETCD_QUOTA="${TESTENV_ETCD_QUOTA:-17179869184}" hack/testenv.sh up
 # shellcheck disable=SC1091
 . "$TESTENV_DIR/env"
 cargo bench --locked -p enoki-tests --bench controller | tee target/bench-controller.md

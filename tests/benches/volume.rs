@@ -13,7 +13,7 @@
 //! The outputs are stored in ResourceSlices and applied, and each case measures once every
 //! Composition is Ready, so the plan cache and the watches of the applied objects are in the
 //! figure (etcd holds 2 × 200 × 8 MiB = 3.2 GiB per large case; `make bench` raises etcd's
-//! quota to 8 GiB). `BENCH_VOLUME_APPLY=0` stores the outputs without applying them
+//! quota to 16 GiB). `BENCH_VOLUME_APPLY=0` stores the outputs without applying them
 //! (`--resource-filter false`). The target: (3) within 2× of (1). Needs the control plane,
 //! the echo guest and `ENOKI_BIN`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -308,6 +308,10 @@ async fn main() {
         "\n({objects} objects per Composition, {mib} MiB of output in the large cases, outputs \
          {}; `BENCH_VOLUME_COMPS`, `BENCH_VOLUME_OBJECTS`, `BENCH_VOLUME_MIB`, \
          `BENCH_VOLUME_APPLY`)",
-        if applied() { "applied" } else { "stored, not applied" }
+        if applied() {
+            "applied"
+        } else {
+            "stored, not applied"
+        }
     );
 }

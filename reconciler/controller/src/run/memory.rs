@@ -51,6 +51,9 @@ pub(crate) struct SliceMemory {
     pub parsed: HashMap<String, (Option<i64>, Arc<Parsed>)>,
     /// The same for each ResourceSlice's status, by slice name.
     pub slice_status: HashMap<String, (String, Vec<ResourceState>)>,
+    /// States kept instead of written (only resourceVersions moved), by slice name, with the
+    /// version of the states they follow.
+    pub kept: HashMap<String, (String, Vec<ResourceState>)>,
     /// The synthesis (UUID) whose sealed Secrets no loaded key opened when it was ingested:
     /// its slices count as missing (the cache's compact copies keep only the key's id, which
     /// a key made anew under the same id would pass).

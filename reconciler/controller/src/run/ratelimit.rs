@@ -2,13 +2,18 @@
 //! (the controller's own and each impersonating one), in front of every request but the
 //! Lease renewals (leader election is never delayed by a busy reconcile). A request that finds
 //! the bucket empty waits for its token; none is refused, and one dropped while it waits (its
-//! `--timeout` passed) takes none.
+//! `--timeout` passed) takes none. Waiting requests are served namespace by namespace in
+//! turn (the namespace in the request's path; cluster-scoped requests are one more), each
+//! namespace's in order: a namespace with hundreds of writes queued delays another's next
+//! request by one token, not by its whole queue.
 
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
+use tokio::sync::oneshot;
 
 use futures::future::BoxFuture;
 use http::Request;
@@ -22,6 +27,19 @@ pub(crate) struct Bucket {
     burst: f64,
     /// Tokens now and when that was.
     state: Mutex<(f64, Instant)>,
+    /// The requests waiting for a token (locked before `state` where both are).
+    waiting: Mutex<Waiting>,
+}
+
+/// Requests waiting for a token, per namespace.
+#[derive(Debug, Default)]
+struct Waiting {
+    /// The namespaces with requests waiting, in turn order.
+    turns: VecDeque<Box<str>>,
+    /// Per namespace, its waiting requests in arrival order.
+    by_namespace: HashMap<Box<str>, VecDeque<oneshot::Sender<()>>>,
+    /// Whether a task hands out tokens now.
+    dispatching: bool,
 }
 
 /// The lowest `--qps` that is not 0 (no limit).
@@ -37,6 +55,7 @@ impl Bucket {
                 qps,
                 burst,
                 state: Mutex::new((burst, Instant::now())),
+                waiting: Mutex::default(),
             })
         })
     }
@@ -57,13 +76,85 @@ impl Bucket {
         }
     }
 
-    /// Waits for a token. A request dropped while it waits (its deadline passed, shutdown)
-    /// never took one.
-    pub(crate) async fn acquire(&self) {
-        while let Err(wait) = self.try_take() {
-            tokio::time::sleep(wait).await;
+    /// A token not used after all.
+    fn give_back(&self) {
+        let mut s = self.state.lock();
+        s.0 = (s.0 + 1.0).min(self.burst);
+    }
+
+    /// Waits for a token for a request in `namespace`: at once when nothing waits and a token
+    /// is there, else in the namespace's queue, served in turn with the other namespaces'. A
+    /// request dropped while it waits (its deadline passed, shutdown) never took one.
+    pub(crate) async fn acquire(self: &Arc<Self>, namespace: &str) {
+        let turn = {
+            let mut w = self.waiting.lock();
+            if w.turns.is_empty() && self.try_take().is_ok() {
+                return;
+            }
+            let (tx, rx) = oneshot::channel();
+            let Waiting {
+                turns,
+                by_namespace,
+                dispatching,
+            } = &mut *w;
+            let queue = by_namespace.entry(namespace.into()).or_default();
+            if queue.is_empty() {
+                turns.push_back(namespace.into());
+            }
+            queue.push_back(tx);
+            if !*dispatching {
+                *dispatching = true;
+                tokio::spawn(self.clone().dispatch());
+            }
+            rx
+        };
+        // The dispatcher gone (the runtime shutting down): the request goes on.
+        let _ = turn.await;
+    }
+
+    /// Hands out tokens as they come, to the next namespace in turn, until nothing waits.
+    async fn dispatch(self: Arc<Self>) {
+        loop {
+            while let Err(wait) = self.try_take() {
+                tokio::time::sleep(wait).await;
+            }
+            let mut w = self.waiting.lock();
+            let mut given = false;
+            while !given && let Some(ns) = w.turns.pop_front() {
+                let Some(queue) = w.by_namespace.get_mut(&ns) else {
+                    continue;
+                };
+                let next = queue.pop_front();
+                if queue.is_empty() {
+                    w.by_namespace.remove(&ns);
+                } else {
+                    w.turns.push_back(ns);
+                }
+                // A request dropped while it waited takes none: the token goes to the next.
+                given = next.is_some_and(|tx| tx.send(()).is_ok());
+            }
+            if !given {
+                self.give_back();
+            }
+            if w.turns.is_empty() {
+                w.dispatching = false;
+                return;
+            }
         }
     }
+}
+
+/// The namespace of a request's object (`…/namespaces/<ns>/<resource>…`), or `""` for a
+/// cluster-scoped one (a Namespace itself included).
+fn namespace_of(path: &str) -> &str {
+    let mut segments = path.split('/');
+    while let Some(s) = segments.next() {
+        if s == "namespaces" {
+            let ns = segments.next().unwrap_or_default();
+            return if segments.next().is_some() { ns } else { "" };
+        }
+    }
+    ""
 }
 
 /// Whether a request renews one of the Leases enoki holds (leader election, shards): never
@@ -121,12 +212,13 @@ where
     fn call(&mut self, req: Request<kube::client::Body>) -> Self::Future {
         let bucket = self.bucket.clone().filter(|_| !is_lease(&req));
         let fence = self.fence.clone().filter(|_| is_write(&req));
+        let namespace = namespace_of(req.uri().path()).to_string();
         // The request is handed to the (ready) inner service now; its future sends nothing
         // until it is polled, which happens once a token is taken.
         let fut = self.inner.call(req);
         Box::pin(async move {
             if let Some(b) = bucket {
-                b.acquire().await;
+                b.acquire(&namespace).await;
                 if let Some(f) = fence
                     && !f.wait_open().await
                 {
@@ -157,6 +249,56 @@ mod tests {
         let slow = Bucket::new(MIN_QPS, 1).unwrap();
         assert!(slow.try_take().is_ok());
         assert!(slow.try_take().unwrap_err() <= Duration::from_secs(3600));
+    }
+
+    #[test]
+    fn a_request_counts_for_the_namespace_of_its_object() {
+        assert_eq!(namespace_of("/api/v1/namespaces/t/configmaps/x"), "t");
+        assert_eq!(
+            namespace_of("/apis/enoki.dev/v1alpha1/namespaces/t/compositions"),
+            "t"
+        );
+        assert_eq!(
+            namespace_of("/api/v1/namespaces/t"),
+            "",
+            "a Namespace is cluster-scoped"
+        );
+        assert_eq!(
+            namespace_of("/apis/apiextensions.k8s.io/v1/customresourcedefinitions"),
+            ""
+        );
+    }
+
+    #[tokio::test]
+    async fn a_busy_namespace_delays_another_by_one_token_not_its_whole_queue() {
+        let b = Bucket::new(50.0, 1).unwrap();
+        b.acquire("busy").await;
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let waiter = |ns: &'static str| {
+            let (b, order) = (b.clone(), order.clone());
+            tokio::spawn(async move {
+                b.acquire(ns).await;
+                order.lock().push(ns);
+            })
+        };
+        let mut tasks: Vec<_> = (0..20).map(|_| waiter("busy")).collect();
+        tokio::task::yield_now().await;
+        // One of the busy namespace's requests dropped while it waits takes no token.
+        let dropped = waiter("busy");
+        tokio::task::yield_now().await;
+        dropped.abort();
+        tasks.push(waiter("quiet"));
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let order = order.lock();
+        let quiet = order.iter().position(|ns| *ns == "quiet").unwrap();
+        assert!(
+            quiet <= 1,
+            "served at {quiet} of {}: {order:?}",
+            order.len()
+        );
+        assert_eq!(order.len(), 21);
     }
 
     #[test]

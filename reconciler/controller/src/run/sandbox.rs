@@ -153,9 +153,10 @@ impl Sandbox {
 pub struct MemoryBudget(Arc<Semaphore>);
 
 impl MemoryBudget {
-    /// A budget of `bytes` (at least 1 MiB).
+    /// A budget of `bytes` (at least 1 MiB), rounded up to whole MiB as [`Self::reserve`]
+    /// rounds a run's limit: a run the budget check accepts (`limit <= bytes`) always fits.
     pub fn new(bytes: usize) -> MemoryBudget {
-        MemoryBudget(Arc::new(Semaphore::new((bytes >> 20).max(1))))
+        MemoryBudget(Arc::new(Semaphore::new(bytes.div_ceil(1 << 20).max(1))))
     }
 
     /// Waits until `bytes` of the budget are free and holds them until the permit drops.
@@ -282,6 +283,14 @@ mod tests {
         drop(a);
         assert!(budget.reserve(256 << 20).await.is_some());
         drop(b);
+    }
+
+    #[tokio::test]
+    async fn a_run_at_a_budget_of_no_whole_mib_fits_it() {
+        // `1G` is 1,000,000,000 bytes (953.67 MiB): a run limited to it must not wait forever.
+        let budget = MemoryBudget::new(1_000_000_000);
+        let run = tokio::time::timeout(Duration::from_secs(1), budget.reserve(1_000_000_000));
+        assert!(run.await.expect("the run waits forever").is_some());
     }
 
     #[test]

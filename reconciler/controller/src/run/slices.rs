@@ -11,10 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, PostParams};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
-use serde_json::json;
 
 use super::{Context, Error};
 use crds::{
@@ -31,7 +30,9 @@ mod compact;
 #[cfg(test)]
 mod held_bytes;
 pub(crate) mod history;
+mod states;
 pub(crate) use compact::{for_cache, is_compact, manifest_bytes, stored_bytes};
+pub(crate) use states::write_states;
 
 /// Whether `slice` carries an owner reference to the Composition with `uid` (enoki writes
 /// one on every slice; a slice without it was not written for this Composition).
@@ -121,17 +122,7 @@ async fn read_as(
         .as_ref()
         .map(|s| s.resources.clone())
         .unwrap_or_default();
-    let states = ctx
-        .memory
-        .slices
-        .with(&uid, |m| match m.slice_status.get(name) {
-            Some((written_rv, _)) if *written_rv == rv => {
-                m.slice_status.remove(name);
-                stored
-            }
-            Some((_, written)) => written.clone(),
-            None => stored,
-        });
+    let states = states::as_read(ctx, &uid, name, &rv, stored);
     Ok(Some((slice, states)))
 }
 
@@ -260,42 +251,6 @@ pub(crate) async fn load(
     Ok(loaded)
 }
 
-/// Writes the new states of every slice whose states changed (one patch per slice).
-///
-/// # Errors
-/// [`Error::WriteSliceStatus`].
-pub(crate) async fn write_states(
-    ctx: &Context,
-    comp: &Composition,
-    loaded: &Loaded,
-    states: &[Vec<ResourceState>],
-) -> Result<(), Error> {
-    let api: Api<ResourceSlice> =
-        Api::namespaced(ctx.client.clone(), &comp.namespace().unwrap_or_default());
-    let uid = comp.uid().unwrap_or_default();
-    for (slice, new) in loaded.slices.iter().zip(states) {
-        if slice.stored == *new {
-            continue;
-        }
-        let written = api
-            .patch_status(
-                &slice.name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"status": {"resources": new}})),
-            )
-            .await
-            .map_err(|source| Error::WriteSliceStatus {
-                name: slice.name.clone(),
-                source,
-            })?;
-        let rv = written.resource_version().unwrap_or_default();
-        ctx.memory.slices.with(&uid, |m| {
-            m.slice_status.insert(slice.name.clone(), (rv, new.clone()))
-        });
-    }
-    Ok(())
-}
-
 /// Bytes a resource's recorded state may take in its slice's status at most (an error of
 /// [`reconciler_core::record::MAX_RESOURCE_ERROR`] bytes, hashes, a time, the keys):
 /// counted for every manifest a slice holds, so a slice of many tiny manifests still fits
@@ -409,10 +364,7 @@ pub(crate) async fn delete(ctx: &Context, comp: &Composition, refs: &[crds::Reso
                 tracing::debug!(slice = %r.name, error = %e, "cannot delete an unrecorded ResourceSlice")
             }
         }
-        ctx.memory.slices.with(&uid, |m| {
-            m.slice_status.remove(&r.name);
-            m.parsed.remove(&r.name);
-        });
+        states::forget(ctx, &uid, &r.name);
     }
 }
 
@@ -455,10 +407,7 @@ pub(crate) async fn delete_stale(ctx: &Arc<Context>, comp: &Composition, st: &Co
             Ok(_) => tracing::debug!(slice = %n, "deleted stale ResourceSlice"),
             Err(e) => tracing::debug!(slice = %n, error = %e, "cannot delete stale ResourceSlice"),
         }
-        ctx.memory.slices.with(&uid, |m| {
-            m.slice_status.remove(&n);
-            m.parsed.remove(&n);
-        });
+        states::forget(ctx, &uid, &n);
     }
 }
 

@@ -24,16 +24,23 @@ pub(super) async fn prepare(
     info: &plan::CompositionInfo,
 ) -> Result<(Arc<plan::Prepared>, bool), Result<plan::PlanError, Error>> {
     let uid = info.uid.as_str();
-    // The filter may read the Composition's labels: they are part of the key with it.
-    let labels = match ctx.opts.resource_filter {
-        Some(_) => serde_json::to_string(&info.labels).unwrap_or_default(),
-        None => String::new(),
-    };
-    // The metadata is kept as its digest: a key costs the same whatever the annotations hold.
-    let meta = format!(
-        "{}/{labels}",
-        serde_json::to_string(&info.annotations).unwrap_or_default()
-    );
+    // What of the Composition's metadata the ingest reads: the annotations that cascade
+    // (enoki's and Eno's), and all its metadata with a filter (which may read any of it).
+    // An annotation of another tool's does not make the synthesis read again. The metadata
+    // is kept as its digest: a key costs the same whatever the annotations hold.
+    let meta = match ctx.opts.resource_filter {
+        Some(_) => serde_json::to_string(&(&info.annotations, &info.labels)),
+        None => serde_json::to_string(
+            &info
+                .annotations
+                .iter()
+                .filter(|(k, _)| {
+                    k.starts_with(crds::names::PREFIX) || k.starts_with(crds::names::ENO_PREFIX)
+                })
+                .collect::<Vec<_>>(),
+        ),
+    }
+    .unwrap_or_default();
     let key = format!(
         "{synthesis}/{}/{}",
         info.deleting,

@@ -206,6 +206,20 @@ async fn gone_owners(
     owners::gone_owners(ctx, named).await
 }
 
+/// `<namespace>/<name>` of every cached Composition by UID.
+fn owner_names(
+    compositions: &kube::runtime::reflector::Store<Composition>,
+) -> HashMap<String, String> {
+    compositions
+        .state()
+        .iter()
+        .filter_map(|c| {
+            let name = format!("{}/{}", c.namespace().unwrap_or_default(), c.name_any());
+            Some((c.uid()?, name))
+        })
+        .collect()
+}
+
 /// Plans the pass. Planning evaluates CEL (readiness, overrides): bounded per expression and
 /// per pass (`MAX_PASS_TIME` in all), and run where it cannot hold up other reconciles' I/O.
 /// The plan, and when its CEL time ends.
@@ -292,16 +306,17 @@ async fn finish(
     }
     let now =
         k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now());
-    let owner_name = |uid: &str| {
-        ctx.compositions
-            .state()
-            .iter()
-            .find(|c| c.uid().as_deref() == Some(uid))
-            .map(|c| format!("{}/{}", c.namespace().unwrap_or_default(), c.name_any()))
-    };
     // Readiness is evaluated again on the objects the writes returned: CEL, so under the
-    // same pass deadline as planning and off the async workers.
+    // same pass deadline as planning and off the async workers. The names of other owners
+    // (for conflicts) are looked up in one index built on first need, not per resource.
     let recording = tokio::task::block_in_place(|| {
+        let owners = std::cell::OnceCell::new();
+        let owner_name = |uid: &str| {
+            owners
+                .get_or_init(|| owner_names(&ctx.compositions))
+                .get(uid)
+                .cloned()
+        };
         plan::expr::with_pass_deadline(planned.cel_deadline, || {
             record::record(
                 &owner_name,
