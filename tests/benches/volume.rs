@@ -62,6 +62,11 @@ async fn compose(env: &TestEnv, synth: &str, n: usize, data: serde_json::Value) 
         async move {
             let pp = PatchParams::apply("bench").force();
             let name = format!("v{i}");
+            // The outputs are named for their Composition (`@C@`), as applied objects must be.
+            let mut data = data;
+            if let Some(items) = data["items"].as_str() {
+                data["items"] = items.replace("@C@", &name).into();
+            }
             let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
                 "metadata": {"name": name}, "data": data});
             Api::<ConfigMap>::namespaced(client.clone(), &ns)
@@ -243,13 +248,13 @@ async fn main() {
     // No object over 1 MiB (a slice of one stays within etcd's object limit).
     let objects = env_or("BENCH_VOLUME_OBJECTS", 10).max(mib).max(1);
     let big = json!({"items": json!([{"apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "big"}}]).to_string(),
+        "metadata": {"name": "big-@C@"}}]).to_string(),
         "pad": (mib * 1024 * 1024 / objects).saturating_sub(200).to_string(),
         "copies": objects.to_string()});
     let small_items: Vec<_> = (0..objects)
         .map(|i| {
             json!({"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": format!("small-{i}")}, "data": {"k": "v"}})
+            "metadata": {"name": format!("small-@C@-{i}")}, "data": {"k": "v"}})
         })
         .collect();
     let small = json!({"items": json!(small_items).to_string()});

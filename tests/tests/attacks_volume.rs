@@ -388,9 +388,15 @@ async fn the_onboarding_template_bounds_what_a_namespace_keeps_in_etcd() {
         .unwrap()
         .hard
         .unwrap();
-    for kind in ["compositions", "symphonies", "resourceslices"] {
+    for kind in [
+        "compositions.enoki.dev",
+        "symphonies.enoki.dev",
+        "resourceslices.enoki.dev",
+        "trusteeconfigs.confidentialcontainers.org",
+        "leptondeployments.lepton.ai",
+    ] {
         assert!(
-            hard.contains_key(&format!("count/{kind}.enoki.dev")),
+            hard.contains_key(&format!("count/{kind}")),
             "{kind}: {hard:?}"
         );
     }
@@ -451,4 +457,61 @@ async fn editing_an_applied_object_in_a_loop_does_not_make_the_controller_rewrit
         "an apply that moved only resourceVersions wrote the slice (up to 512 KiB) again"
     );
     harness::wait_ready(&env, "edit").await;
+}
+
+#[tokio::test]
+async fn a_symphony_writes_its_compositions_within_the_namespace_write_rate() {
+    let env = TestEnv::new().await;
+    install_crds(&env.client).await;
+    harness::grant_tenant_edit(&env.namespace);
+    let tenant = harness::client_as("tenant-a").await;
+    // 8 KiB at once, then 2 KiB a second; each generated Composition is about 6 KiB.
+    let flags = [
+        "--namespace-slice-write-burst",
+        "8Ki",
+        "--namespace-slice-write-rate",
+        "2Ki/s",
+    ];
+    let _enoki = Enoki::start_with(&env.namespace, &flags);
+    let variations: Vec<_> = (0..4)
+        .map(|i| json!({"synthesizer": {"name": format!("s-{i}")}}))
+        .collect();
+    let sym = json!({"apiVersion": "enoki.dev/v1alpha1", "kind": "Symphony",
+        "metadata": {"name": "paced"}, "spec": {"variations": variations,
+        "synthesisEnv": [{"name": "PAD", "value": "x".repeat(6 << 10)}]}});
+    Api::<crds::Symphony>::namespaced(tenant, &env.namespace)
+        .patch(
+            "paced",
+            &PatchParams::apply("tenant-a"),
+            &Patch::Apply(&sym),
+        )
+        .await
+        .unwrap();
+    let count = || async {
+        let list = env.api::<Composition>().list(&ListParams::default()).await;
+        list.map_or(0, |l| l.items.len())
+    };
+    let started = std::time::Instant::now();
+    eventually("the first Compositions", WAIT, || async {
+        (count().await > 0).then_some(())
+    })
+    .await;
+    let early = count().await;
+    eventually("all four Compositions", WAIT, || async {
+        (count().await == 4).then_some(())
+    })
+    .await;
+    let took = started.elapsed();
+    println!(
+        "{early} Composition(s) at first, all 4 after {:.1} s",
+        took.as_secs_f64()
+    );
+    assert!(
+        early < 4,
+        "all written at once, past the namespace's write rate"
+    );
+    assert!(
+        took >= Duration::from_secs(4),
+        "24 KiB at 2 KiB/s after 8 KiB: {took:?}"
+    );
 }

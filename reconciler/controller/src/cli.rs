@@ -234,8 +234,10 @@ pub struct RenderArgs {
     /// Memory cap (Kubernetes quantity).
     #[arg(long, default_value = "256Mi")]
     pub memory: String,
-    /// Stdout cap (Kubernetes quantity).
-    #[arg(long, default_value = "16Mi")]
+    /// Stdout cap (Kubernetes quantity); the controller's default (`--synthesis-output`), so
+    /// what renders here is not refused for its size in the cluster unless the Synthesizer's
+    /// `spec.limits.output` says more.
+    #[arg(long, default_value = "4Mi")]
     pub max_output: String,
     /// Largest module accepted from a URL or registry (quantity).
     #[arg(long, default_value = "128Mi")]
@@ -338,7 +340,7 @@ impl DiffArgs {
             output: Format::Yaml,
             timeout: self.timeout.clone(),
             memory: self.memory.clone(),
-            max_output: "16Mi".into(),
+            max_output: "4Mi".into(),
             max_module_size: "128Mi".into(),
             allow_private_redirects: false,
             expect: None,

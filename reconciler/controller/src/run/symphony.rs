@@ -89,7 +89,9 @@ async fn reconcile_once(sym: Arc<Symphony>, ctx: Arc<Context>) -> Result<Action,
     // What the list showed, updated with what each apply returned: no second list.
     let mut current: BTreeMap<String, Composition> =
         owned.into_iter().map(|c| (c.name_any(), c)).collect();
-    apply_variations(&ctx, &sym, &comps, &mut current).await?;
+    if let Some(wait) = apply_variations(&ctx, &sym, &comps, &mut current).await? {
+        return Ok(Action::requeue(wait.max(Duration::from_secs(1))));
+    }
     let cycle: Vec<String> = topo_order(&sym.spec.variations)
         .1
         .iter()
@@ -244,13 +246,16 @@ async fn delete(
 }
 
 /// Applies one Composition per variation (in dependency order; a cycle is an Event) and
-/// deletes the Compositions of removed variations.
+/// deletes the Compositions of removed variations. The bytes written count against the
+/// namespace's `--namespace-slice-write-rate`; while the namespace owes bytes, the rest waits
+/// (`Some`: how long).
 async fn apply_variations(
     ctx: &Context,
     sym: &Symphony,
     comps: &Api<Composition>,
     current: &mut BTreeMap<String, Composition>,
-) -> Result<(), Error> {
+) -> Result<Option<Duration>, Error> {
+    let ns = sym.namespace().unwrap_or_default();
     let name = sym.name_any();
     let (order, stuck) = topo_order(&sym.spec.variations);
     if !stuck.is_empty() {
@@ -281,10 +286,17 @@ async fn apply_variations(
         {
             continue;
         }
+        if let Some(wait) = ctx.synthesis_rates.owed(&ns) {
+            tracing::info!(symphony = %name, wait = ?wait,
+                "its namespace owes bytes (--namespace-slice-write-rate); Compositions wait");
+            return Ok(Some(wait));
+        }
         let applied = comps
             .patch(&comp_name, &pp, &Patch::Apply(&desired))
             .await
             .map_err(api_err(Step::ApplyVariation(comp_name.clone())))?;
+        let bytes = serde_json::to_vec(&desired).map_or(0, |b| b.len());
+        ctx.synthesis_rates.wrote(&ns, bytes);
         current.insert(comp_name, applied);
     }
     // Every variation keeps its Composition, those caught in a dependsOn cycle too (they are
@@ -304,7 +316,7 @@ async fn apply_variations(
                 .map_err(api_err(Step::DeleteVariation))?;
         }
     }
-    Ok(())
+    Ok(None)
 }
 
 /// Phase one of Eno's two-phase protocol for variation labels and annotations

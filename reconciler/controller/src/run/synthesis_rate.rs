@@ -232,6 +232,24 @@ impl SynthesisRates {
         }
     }
 
+    /// How long until `namespace` owes no bytes (`None`: it owes none now, or no rate is
+    /// set): the Symphony controller waits that long before it writes Compositions there.
+    pub fn owed(&self, namespace: &str) -> Option<Duration> {
+        if !self.namespace_bytes.on() {
+            return None;
+        }
+        let now = Instant::now();
+        let r = self.namespace_bytes;
+        let cur = self
+            .buckets
+            .lock()
+            .bytes
+            .get(namespace)
+            .copied()?
+            .now(&r, now);
+        (cur.0 < 0.0).then(|| cur.wait(&r, 0.0))
+    }
+
     /// Forgets Composition `key` (deleted).
     pub fn forget(&self, key: &str) {
         self.buckets.lock().compositions.remove(key);

@@ -22,8 +22,9 @@ pub(crate) struct Previous {
     pub carried: HashMap<ResourceKey, (Option<String>, Option<String>)>,
 }
 
-/// Reads [`Previous`] when it is needed: some resource of the current synthesis has no
-/// recorded apply yet, or writes are client-side merge patches.
+/// Reads [`Previous`] when it is needed: some resource of the current synthesis that may
+/// still be written (not a tombstone, not recorded deleted) has no recorded apply yet, or
+/// writes are client-side merge patches.
 ///
 /// # Errors
 /// [`Error::ReadSlice`].
@@ -35,10 +36,12 @@ pub(crate) async fn previous_applied(
     info: &plan::CompositionInfo,
 ) -> Result<Previous, Error> {
     let mut out = Previous::default();
-    let unrecorded = loaded
-        .slices
-        .iter()
-        .any(|s| s.states.iter().any(|x| x.applied_hash.is_none()));
+    let unrecorded = loaded.slices.iter().any(|s| {
+        s.states
+            .iter()
+            .zip(&s.tombstones)
+            .any(|(x, tombstone)| !tombstone && !x.deleted && x.applied_hash.is_none())
+    });
     let Some(prev) = &st.previous_synthesis else {
         return Ok(out);
     };
