@@ -1,6 +1,6 @@
 //! `enoki diff` against the real control plane: what a Composition's next synthesis would
-//! change (server-side dry run per object, prunes), exit code 1 when anything differs, and
-//! nothing written — for a Composition in the cluster and for local files.
+//! change (server-side dry run per object, prunes), exit code 1 when anything differs (2 on
+//! an error), `-o json`, and nothing written — for a Composition in the cluster and for local files.
 #![allow(clippy::unwrap_used)] // test code
 
 use std::time::Duration;
@@ -78,6 +78,34 @@ async fn diff_shows_creates_changes_and_prunes_and_writes_nothing() {
         "{out}"
     );
     assert!(out.contains("# 2 changed, 0 unchanged, 1 pruned"), "{out}");
+    // The same as JSON, for scripts: the counts and each resource's change with its diff.
+    let (code, out, err) = enoki(&["diff", "app", "-n", &ns, "--as-caller", "-o", "json"]);
+    assert_eq!(code, 1, "{out}\n{err}");
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (report["differs"].clone(), report["changed"].clone()),
+        (json!(true), json!(2))
+    );
+    assert_eq!(report["pruned"], 1, "{report}");
+    let change = |name: &str| {
+        let label = format!("v1 ConfigMap {ns}/{name}");
+        let r = report["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["resource"] == label);
+        r.map(|r| {
+            (
+                r["change"].as_str().unwrap().to_string(),
+                r["diff"].as_str().unwrap_or("").to_string(),
+            )
+        })
+    };
+    let (a_change, a_diff) = change("a").unwrap();
+    assert_eq!(a_change, "changed");
+    assert!(a_diff.contains("+  x: \"2\""), "{a_diff}");
+    assert_eq!(change("b").unwrap().0, "pruned");
+    assert_eq!(change("c").unwrap().0, "changed");
     let a = cms.get("a").await.unwrap();
     assert_eq!(a.data.unwrap()["x"], "1", "the dry run changed nothing");
     assert!(cms.get_opt("b").await.unwrap().is_some());
@@ -106,9 +134,9 @@ async fn diff_shows_creates_changes_and_prunes_and_writes_nothing() {
     assert_eq!(code, 0, "the files say what is applied: {out}\n{err}");
     assert!(out.contains("# 0 changed, 2 unchanged, 0 pruned"), "{out}");
 
-    // A Composition that does not exist is an error naming it.
+    // A Composition that does not exist is an error naming it: exit code 2, as kubectl's.
     let (code, _, err) = enoki(&["diff", "nope", "-n", &ns, "--as-caller"]);
-    assert_eq!(code, 1);
+    assert_eq!(code, 2, "{err}");
     assert!(err.contains(&format!("Composition {ns}/nope")), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }

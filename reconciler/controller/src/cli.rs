@@ -36,6 +36,15 @@ pub enum Format {
     Json,
 }
 
+/// What `enoki diff` prints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DiffFormat {
+    /// Unified diffs per object, the prunes, and a summary line.
+    Text,
+    /// One JSON object: `differs`, the counts, and per resource its change with its diff.
+    Json,
+}
+
 /// The subcommands of `enoki`.
 #[derive(Debug, Subcommand)]
 pub enum Command {
@@ -53,7 +62,8 @@ pub enum Command {
     Module(ModuleCommand),
     /// Show what applying a Composition's next synthesis would change: synthesize (from the
     /// cluster, or from local files with --module), server-side dry-run every resource and
-    /// print a unified diff per object and the prunes. Exit code 1 when anything differs.
+    /// print a unified diff per object and the prunes. Exit code 0 when nothing differs, 1 when
+    /// anything does, 2 on an error (as `kubectl diff`).
     Diff(DiffArgs),
     /// Scaffold a synthesizer project (build script, SDK dependency, a fixture with its golden
     /// output, a Synthesizer + Composition) that builds and passes `make test` as created.
@@ -261,6 +271,9 @@ pub struct DiffArgs {
     /// The Composition's namespace (default: the kubeconfig context's namespace).
     #[arg(long, short = 'n')]
     pub namespace: Option<String>,
+    /// Output format.
+    #[arg(long, short = 'o', value_enum, default_value = "text")]
+    pub output: DiffFormat,
     /// The cluster.
     #[command(flatten)]
     pub cluster: ClusterArgs,

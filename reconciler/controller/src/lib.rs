@@ -86,8 +86,22 @@ pub fn run(args: &cli::Args) -> anyhow::Result<i32> {
             let report = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?
-                .block_on(diff(d))?;
-            out.write_all(report.text.as_bytes())?;
+                .block_on(diff(d));
+            // `kubectl diff`'s codes: 0 nothing differs, 1 something does, 2 an error.
+            let report = match report {
+                Ok(r) => r,
+                Err(e) => {
+                    let chain: Vec<String> = e.chain().map(ToString::to_string).collect();
+                    eprintln!("error: {}", chain.join(": "));
+                    return Ok(2);
+                }
+            };
+            match d.output {
+                cli::DiffFormat::Text => out.write_all(report.text.as_bytes())?,
+                cli::DiffFormat::Json => {
+                    writeln!(out, "{}", serde_json::to_string_pretty(&report.json)?)?;
+                }
+            }
             return Ok(i32::from(report.differs));
         }
         cli::Command::Run(r) => {

@@ -1,5 +1,5 @@
 //! The `enoki` binary: parse the arguments, hand them to [`controller::run()`], and print a
-//! failure as one line per cause (no backtrace) with exit code 1 (`enoki diff` also exits 1
+//! failure as one line per cause (no backtrace) with exit code 1 (`enoki diff`: 2, and 1
 //! when something would change). Started as `enoki __compile-module`, it is one of the
 //! controller's compile processes (`wasm_host::compile_child_main`).
 

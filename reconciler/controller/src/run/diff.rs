@@ -17,7 +17,7 @@ use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use kube::runtime::reflector;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::cluster::Cluster;
 use super::composition::{observe, synthesize};
@@ -63,6 +63,9 @@ pub struct Report {
     pub text: String,
     /// Whether applying would change anything (exit code 1).
     pub differs: bool,
+    /// The same as one JSON object (`-o json`): the counts, and per resource its change
+    /// (`changed`, `unchanged`, `pruned`, `skipped`) with its diff or note.
+    pub json: serde_json::Value,
 }
 
 /// A [`Context`] for one command: empty caches (every read is a GET), no background tasks.
@@ -286,6 +289,7 @@ async fn compare(
         .collect();
     let prepared = plan::prepare(&desired, &info).map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut text = String::new();
+    let mut resources = Vec::new();
     let (mut changed, mut unchanged, mut skipped) = (0, 0, 0);
     let mut emitted = BTreeSet::new();
     if prepared.resources.len() > 20 {
@@ -296,13 +300,23 @@ async fn compare(
     }
     for r in &prepared.resources {
         emitted.insert(r.key.clone());
+        let resource = label_of(
+            r.manifest["apiVersion"].as_str().unwrap_or_default(),
+            &r.key,
+        );
         match diff_one(ctx, comp, r, &info, show_secrets).await? {
             Diffed::Skipped(note) => {
+                resources.push(json!({"resource": resource, "change": "skipped",
+                    "note": note.trim_start_matches("# ").trim_end()}));
                 text.push_str(&note);
                 skipped += 1;
             }
-            Diffed::Unchanged => unchanged += 1,
+            Diffed::Unchanged => {
+                resources.push(json!({"resource": resource, "change": "unchanged"}));
+                unchanged += 1;
+            }
             Diffed::Changed(diff) => {
+                resources.push(json!({"resource": resource, "change": "changed", "diff": diff}));
                 text.push_str(&diff);
                 changed += 1;
             }
@@ -314,9 +328,13 @@ async fn compare(
         if !show_secrets && live["kind"] == "Secret" {
             mask_secrets(Some(&mut live), None);
         }
-        text.push_str(&unified(label, &normalized(&live), ""));
+        let diff = unified(label, &normalized(&live), "");
+        resources.push(json!({"resource": label.trim(), "change": "pruned", "diff": diff}));
+        text.push_str(&diff);
     }
     let differs = changed > 0 || !prunes.is_empty();
+    let json = json!({"differs": differs, "changed": changed, "unchanged": unchanged,
+        "pruned": prunes.len(), "skipped": skipped, "resources": resources});
     text.push_str(&format!(
         "# {} changed, {} unchanged, {} pruned, {} skipped\n",
         changed,
@@ -324,7 +342,11 @@ async fn compare(
         prunes.len(),
         skipped
     ));
-    Ok(Report { text, differs })
+    Ok(Report {
+        text,
+        differs,
+        json,
+    })
 }
 
 /// What the dry run of one resource shows.
