@@ -43,9 +43,11 @@ pub struct RunArgs {
     #[arg(long, env = "ENOKI_MODULE_CACHE_MIB", default_value_t = 256)]
     pub module_cache_mib: usize,
     /// Bound of the cache of ingested syntheses (parsed manifests, compiled CEL, ordering),
-    /// in resources; the least recently used Compositions are ingested again from their
-    /// ResourceSlices when next reconciled (about 4 KiB per cached resource). With `--shards`
-    /// it bounds the fleet: a replica keeps the share its shards are of all (2 of 4: half).
+    /// in resources, every KiB of manifests counting as one more (5,000: about 5 MiB of
+    /// manifests); the least recently used Compositions, and any synthesis weighing more than
+    /// the cache, are ingested again from their ResourceSlices when next reconciled. With
+    /// `--shards` it bounds the fleet: a replica keeps the share its shards are of all (2 of
+    /// 4: half).
     #[arg(long, env = "ENOKI_PLAN_CACHE_RESOURCES", default_value_t = 5_000)]
     pub plan_cache_resources: usize,
     /// After SIGTERM, how long in-flight reconciles may run before the process exits

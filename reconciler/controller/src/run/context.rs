@@ -103,8 +103,9 @@ pub struct Context {
     pub(crate) synthesis_rates: super::synthesis_rate::SynthesisRates,
     /// `--concurrency` reconcile turns, shared fairly between namespaces.
     pub(crate) fair: Arc<super::fair::FairGate>,
-    /// Passes that read a synthesis whole to ingest it, at once (see [`INGESTING`]).
-    pub(crate) ingest_slots: tokio::sync::Semaphore,
+    /// Passes that read a synthesis whole to ingest it, at once (see [`INGESTING`]), shared
+    /// fairly between namespaces.
+    pub(crate) ingest_slots: Arc<super::fair::FairGate>,
     /// The Compositions Symphonies generate (set where the Symphony controller runs).
     pub(crate) symphony_compositions: std::sync::OnceLock<Store<Composition>>,
 }
@@ -181,7 +182,7 @@ impl Context {
             synthesis_rates,
             fair,
             symphony_compositions: std::sync::OnceLock::new(),
-            ingest_slots: tokio::sync::Semaphore::new(INGESTING),
+            ingest_slots: super::fair::FairGate::new(INGESTING),
         }
     }
 

@@ -31,6 +31,20 @@ pub(crate) struct Bucket {
     waiting: Mutex<Waiting>,
 }
 
+/// Clears the dispatcher's mark when it ends other than by running out of waiters (its task
+/// dropped with the runtime, a panic): the waiters left go on without a token, and the next
+/// request starts a dispatcher.
+struct Stopped<'a>(&'a Bucket);
+
+impl Drop for Stopped<'_> {
+    fn drop(&mut self) {
+        let mut w = self.0.waiting.lock();
+        w.dispatching = false;
+        w.turns.clear();
+        w.by_namespace.clear();
+    }
+}
+
 /// Requests waiting for a token, per namespace.
 #[derive(Debug, Default)]
 struct Waiting {
@@ -108,12 +122,13 @@ impl Bucket {
             }
             rx
         };
-        // The dispatcher gone (the runtime shutting down): the request goes on.
+        // The dispatcher gone (the runtime shutting down, a panic): the request goes on.
         let _ = turn.await;
     }
 
     /// Hands out tokens as they come, to the next namespace in turn, until nothing waits.
     async fn dispatch(self: Arc<Self>) {
+        let stopped = Stopped(&self);
         loop {
             while let Err(wait) = self.try_take() {
                 tokio::time::sleep(wait).await;
@@ -138,10 +153,26 @@ impl Bucket {
             }
             if w.turns.is_empty() {
                 w.dispatching = false;
+                // Ended as it should: a dispatcher started after this one keeps its waiters.
+                drop(w);
+                std::mem::forget(stopped);
                 return;
             }
         }
     }
+}
+
+tokio::task_local! {
+    /// The namespace whose work a task does (a Composition's reconcile sets its own): the
+    /// queue its requests wait in, whatever namespace their objects are in.
+    pub(crate) static FLOW: Arc<str>;
+}
+
+/// The queue a request waits in: the namespace of the work that makes it ([`FLOW`]), else
+/// the namespace in its path.
+fn flow_of(path: &str) -> String {
+    FLOW.try_with(|f| f.to_string())
+        .unwrap_or_else(|_| namespace_of(path).to_string())
 }
 
 /// The namespace of a request's object (`…/namespaces/<ns>/<resource>…`), or `""` for a
@@ -212,7 +243,7 @@ where
     fn call(&mut self, req: Request<kube::client::Body>) -> Self::Future {
         let bucket = self.bucket.clone().filter(|_| !is_lease(&req));
         let fence = self.fence.clone().filter(|_| is_write(&req));
-        let namespace = namespace_of(req.uri().path()).to_string();
+        let namespace = flow_of(req.uri().path());
         // The request is handed to the (ready) inner service now; its future sends nothing
         // until it is polled, which happens once a token is taken.
         let fut = self.inner.call(req);
@@ -267,6 +298,14 @@ mod tests {
             namespace_of("/apis/apiextensions.k8s.io/v1/customresourcedefinitions"),
             ""
         );
+    }
+
+    #[tokio::test]
+    async fn a_request_waits_in_the_queue_of_the_work_that_makes_it() {
+        let path = "/api/v1/namespaces/victim/configmaps/x";
+        assert_eq!(flow_of(path), "victim");
+        let flow = FLOW.scope("tenant".into(), async { flow_of(path) }).await;
+        assert_eq!(flow, "tenant", "a tenant's output naming another namespace");
     }
 
     #[tokio::test]

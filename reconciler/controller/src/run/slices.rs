@@ -122,7 +122,13 @@ async fn read_as(
         .as_ref()
         .map(|s| s.resources.clone())
         .unwrap_or_default();
-    let states = states::as_read(ctx, &uid, name, &rv, stored);
+    // Whether this is the cache's copy (a GET may be ahead of the cache: what enoki wrote
+    // stays in memory until the cache has it too).
+    let cached = ctx
+        .slices
+        .get(&ObjectRef::new(name).within(&ns))
+        .is_some_and(|c| c.resource_version() == slice.resource_version());
+    let states = states::as_read(ctx, &uid, name, (&rv, cached), stored);
     Ok(Some((slice, states)))
 }
 

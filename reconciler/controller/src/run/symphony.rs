@@ -89,9 +89,7 @@ async fn reconcile_once(sym: Arc<Symphony>, ctx: Arc<Context>) -> Result<Action,
     // What the list showed, updated with what each apply returned: no second list.
     let mut current: BTreeMap<String, Composition> =
         owned.into_iter().map(|c| (c.name_any(), c)).collect();
-    if let Some(wait) = apply_variations(&ctx, &sym, &comps, &mut current).await? {
-        return Ok(Action::requeue(wait.max(Duration::from_secs(1))));
-    }
+    let held = apply_variations(&ctx, &sym, &comps, &mut current).await?;
     let cycle: Vec<String> = topo_order(&sym.spec.variations)
         .1
         .iter()
@@ -103,6 +101,10 @@ async fn reconcile_once(sym: Arc<Symphony>, ctx: Arc<Context>) -> Result<Action,
     }
     let all_ready = status.ready.is_some();
     write_status(&syms, &sym, &status).await?;
+    if let Some(wait) = held {
+        // The namespace owes bytes: the variations not written yet are written once it does not.
+        return Ok(Action::requeue(wait.max(Duration::from_secs(1))));
+    }
     // Watch-driven: a change of the Symphony or of one of its Compositions wakes it; the
     // resync is a safety net (a Symphony not Ready yet looks again at most once a minute).
     Ok(Action::requeue(if all_ready {
@@ -247,8 +249,8 @@ async fn delete(
 
 /// Applies one Composition per variation (in dependency order; a cycle is an Event) and
 /// deletes the Compositions of removed variations. The bytes written count against the
-/// namespace's `--namespace-slice-write-rate`; while the namespace owes bytes, the rest waits
-/// (`Some`: how long).
+/// namespace's `--namespace-slice-write-rate` (when the API server stored something new);
+/// while the namespace owes bytes, the writes wait (`Some`: how long) and the rest goes on.
 async fn apply_variations(
     ctx: &Context,
     sym: &Symphony,
@@ -256,6 +258,7 @@ async fn apply_variations(
     current: &mut BTreeMap<String, Composition>,
 ) -> Result<Option<Duration>, Error> {
     let ns = sym.namespace().unwrap_or_default();
+    let mut held = None;
     let name = sym.name_any();
     let (order, stuck) = topo_order(&sym.spec.variations);
     if !stuck.is_empty() {
@@ -287,16 +290,21 @@ async fn apply_variations(
             continue;
         }
         if let Some(wait) = ctx.synthesis_rates.owed(&ns) {
-            tracing::info!(symphony = %name, wait = ?wait,
-                "its namespace owes bytes (--namespace-slice-write-rate); Compositions wait");
-            return Ok(Some(wait));
+            tracing::info!(symphony = %name, composition = %comp_name, wait = ?wait,
+                "its namespace owes bytes (--namespace-slice-write-rate); the write waits");
+            held = Some(wait);
+            continue;
         }
         let applied = comps
             .patch(&comp_name, &pp, &Patch::Apply(&desired))
             .await
             .map_err(api_err(Step::ApplyVariation(comp_name.clone())))?;
-        let bytes = serde_json::to_vec(&desired).map_or(0, |b| b.len());
-        ctx.synthesis_rates.wrote(&ns, bytes);
+        // Charged only when the API server stored something new.
+        let before = current.get(&comp_name).and_then(|c| c.resource_version());
+        if applied.resource_version() != before {
+            let bytes = serde_json::to_vec(&desired).map_or(0, |b| b.len());
+            ctx.synthesis_rates.wrote(&ns, bytes);
+        }
         current.insert(comp_name, applied);
     }
     // Every variation keeps its Composition, those caught in a dependsOn cycle too (they are
@@ -316,7 +324,7 @@ async fn apply_variations(
                 .map_err(api_err(Step::DeleteVariation))?;
         }
     }
-    Ok(None)
+    Ok(held)
 }
 
 /// Phase one of Eno's two-phase protocol for variation labels and annotations

@@ -50,8 +50,9 @@ pub(super) async fn prepare(
         return Ok((p, false));
     }
     // Read whole and parsed by at most INGESTING passes at once: what a start (or an evicted
-    // cache) reads at a time is bounded, not every Composition's output together.
-    let _ingesting = ctx.ingest_slots.acquire().await;
+    // cache) reads at a time is bounded, not every Composition's output together; a freed
+    // slot goes to the namespace with the fewest ingests running.
+    let _ingesting = ctx.ingest_slots.enter(&info.namespace).await;
     if let Some(p) = ctx.prepared(uid, &key) {
         return Ok((p, false));
     }

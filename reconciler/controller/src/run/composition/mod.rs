@@ -49,29 +49,28 @@ use write_back::write_back;
 pub async fn reconcile(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Action, Error> {
     // A turn of the namespace's (workers are shared fairly between namespaces). While it
     // waits, a queued Composition holds this small future only; the pass is boxed.
-    let Some(turn) = ctx.fair.enter(&comp.namespace().unwrap_or_default()).await else {
+    let namespace = comp.namespace().unwrap_or_default();
+    let Some(turn) = ctx.fair.enter(&namespace).await else {
         // The stack is stopping.
         return Ok(Action::await_change());
     };
-    super::fair::holding(
-        turn,
-        Box::pin(async move {
-            let action = admitted(comp.clone(), ctx.clone()).await?;
-            // The pass that applies a synthesis just recorded follows at once, in the same
-            // turn: it does not queue again behind another namespace's work. It reads the
-            // Composition again; one deleted or changed meanwhile goes back to the queue.
-            if action == recorded()
-                && let Some(latest) = ctx.compositions.get(&ObjectRef::from_obj(comp.as_ref()))
-                && latest.metadata.deletion_timestamp.is_none()
-                && latest.metadata.generation == comp.metadata.generation
-                && latest.uid() == comp.uid()
-            {
-                return admitted(latest, ctx).await;
-            }
-            Ok(action)
-        }),
-    )
-    .await
+    // Its requests wait for `--qps` tokens in its namespace's queue, whatever their objects'.
+    let flow = super::ratelimit::FLOW.scope(namespace.into(), async move {
+        let action = admitted(comp.clone(), ctx.clone()).await?;
+        // The pass that applies a synthesis just recorded follows at once, in the same
+        // turn: it does not queue again behind another namespace's work. It reads the
+        // Composition again; one deleted or changed meanwhile goes back to the queue.
+        if action == recorded()
+            && let Some(latest) = ctx.compositions.get(&ObjectRef::from_obj(comp.as_ref()))
+            && latest.metadata.deletion_timestamp.is_none()
+            && latest.metadata.generation == comp.metadata.generation
+            && latest.uid() == comp.uid()
+        {
+            return admitted(latest, ctx).await;
+        }
+        Ok(action)
+    });
+    super::fair::holding(turn, Box::pin(flow)).await
 }
 
 /// What a pass that recorded a new synthesis returns: the next pass applies it, at once.

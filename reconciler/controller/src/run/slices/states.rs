@@ -8,7 +8,9 @@
 //! for the passes that follow, not written. A tenant's edit of an applied object (or a
 //! Deployment's status moving) therefore costs no write of the slice, which holds up to
 //! [`super::SLICE_BYTES`] of manifests. After a restart (or on another replica) such a
-//! resource is applied again once: a no-op.
+//! resource is read (a GET) and applied again once: a no-op. A slice holding a `Patch`
+//! pseudo-resource has its states written as before (a JSON patch whose ops append is not
+//! idempotent).
 
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
@@ -18,18 +20,21 @@ use super::{Context, Error, Loaded};
 use crds::{Composition, ResourceSlice, ResourceState};
 
 /// The states of slice `name` of the Composition with `uid` as a pass reads them: `stored`
-/// (the status of the slice at `rv`), or what enoki wrote or kept since.
+/// (the status of the slice at `rv`, `cached` when read from the cache), or what enoki wrote
+/// or kept since. What enoki wrote is forgotten once the cache has it.
 pub(super) fn as_read(
     ctx: &Context,
     uid: &str,
     name: &str,
-    rv: &str,
+    (rv, cached): (&str, bool),
     stored: Vec<ResourceState>,
 ) -> Vec<ResourceState> {
     ctx.memory.slices.with(uid, |m| {
         let (base, states) = match m.slice_status.get(name) {
             Some((written_rv, _)) if written_rv == rv => {
-                m.slice_status.remove(name);
+                if cached {
+                    m.slice_status.remove(name);
+                }
                 (rv.to_string(), stored)
             }
             Some((written_rv, written)) => (written_rv.clone(), written.clone()),
@@ -70,11 +75,17 @@ pub(crate) async fn write_states(
     let api: Api<ResourceSlice> =
         Api::namespaced(ctx.client.clone(), &comp.namespace().unwrap_or_default());
     let uid = comp.uid().unwrap_or_default();
-    for ((slice, new), spec) in loaded.slices.iter().zip(states).zip(&loaded.specs) {
+    for (si, ((slice, new), spec)) in loaded
+        .slices
+        .iter()
+        .zip(states)
+        .zip(&loaded.specs)
+        .enumerate()
+    {
         if slice.stored == *new {
             continue;
         }
-        if only_versions_moved(&slice.stored, new) {
+        if only_versions_moved(&slice.stored, new) && !has_patch(loaded, si) {
             let read_at = spec.resource_version().unwrap_or_default();
             ctx.memory.slices.with(&uid, |m| {
                 let base = m
@@ -103,6 +114,16 @@ pub(crate) async fn write_states(
         });
     }
     Ok(())
+}
+
+/// Whether slice `si` holds a `Patch` pseudo-resource: its states are always written (a JSON
+/// patch applied again after a restart is not a no-op when its ops append).
+fn has_patch(loaded: &Loaded, si: usize) -> bool {
+    // Any kind named `Patch` (enoki's, Eno's or another group's): written as before.
+    loaded
+        .resources
+        .iter()
+        .any(|r| r.slice == si && r.key.kind == "Patch")
 }
 
 /// Whether `new` differs from `old` only in the resourceVersions writes returned (the same
