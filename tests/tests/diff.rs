@@ -1,4 +1,4 @@
-//! `enoki diff` against the real control plane: what a Composition's next synthesis would
+//! `enoki diff` (and `enoki get`, `enoki events`) against the real control plane: what a Composition's next synthesis would
 //! change (server-side dry run per object, prunes), exit code 1 when anything differs (2 on
 //! an error), `-o json`, and nothing written — for a Composition in the cluster and for local files.
 #![allow(clippy::unwrap_used)] // test code
@@ -139,4 +139,81 @@ async fn diff_shows_creates_changes_and_prunes_and_writes_nothing() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains(&format!("Composition {ns}/nope")), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn get_and_events_show_what_kubectl_users_expect() {
+    let env = TestEnv::new().await;
+    install_crds(&env.client).await;
+    let ns = env.namespace.clone();
+    let synth = install_synthesizer(&env, "verbs", &echo_module()).await;
+    set_echo_items(&env, "items", &json!([cm("a", "1")])).await;
+    apply_composition(&env, "app", &synth, "items", json!({})).await;
+    // A second Composition whose module prints what is not a ResourceList: a failed synthesis.
+    let broken = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "raw"},
+        "data": {"raw": "not json"}});
+    let pp = kube::api::PatchParams::apply("test").force();
+    let cms: Api<ConfigMap> = env.api();
+    cms.patch("raw", &pp, &kube::api::Patch::Apply(&broken))
+        .await
+        .unwrap();
+    apply_composition(&env, "broken", &synth, "raw", json!({})).await;
+    let _enoki = Enoki::start(&ns);
+    harness::wait_ready(&env, "app").await;
+    let (code, out, err) = enoki(&["get", "compositions", "-n", &ns]);
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[0].starts_with("NAME     SYNTHESIZER"), "{out}");
+    let app = lines
+        .iter()
+        .find(|l| l.starts_with("app "))
+        .expect("app listed");
+    assert!(
+        app.contains(&synth) && app.contains("Ready") && app.contains("True"),
+        "{out}"
+    );
+    assert!(lines.iter().any(|l| l.starts_with("broken ")), "{out}");
+    // Wide adds the synthesis; -A the namespace; -o json a kubectl List.
+    let (_, wide, _) = enoki(&["get", "comp", "app", "-n", &ns, "-o", "wide"]);
+    assert!(wide.lines().next().unwrap().contains("SYNTHESIS"), "{wide}");
+    let (_, all, _) = enoki(&["get", "compositions", "-A"]);
+    assert!(
+        all.lines()
+            .any(|l| l.starts_with(&ns) && l.contains(" app ")),
+        "{all}"
+    );
+    let (_, listed, _) = enoki(&["get", "compositions", "-n", &ns, "-o", "json"]);
+    let listed: serde_json::Value = serde_json::from_str(&listed).unwrap();
+    assert_eq!(listed["kind"], "List");
+    assert_eq!(listed["items"].as_array().unwrap().len(), 2);
+    assert_eq!(listed["items"][0]["kind"], "Composition");
+    let (_, synths, _) = enoki(&["get", "synthesizers", &synth]);
+    assert!(
+        synths.contains(&synth) && synths.contains("configMap"),
+        "{synths}"
+    );
+    let (code, _, err) = enoki(&["get", "symphonies", "nope", "-n", &ns]);
+    assert_ne!(code, 0);
+    assert!(err.contains("Symphony nope"), "{err}");
+    // The failed synthesis's Warning, with kubectl's columns.
+    let events = eventually(
+        "the failed synthesis's Event",
+        Duration::from_secs(60),
+        || async {
+            let (_, out, _) = enoki(&["events", "broken", "-n", &ns]);
+            out.contains("Warning").then_some(out)
+        },
+    )
+    .await;
+    assert!(events.starts_with("LAST SEEN   TYPE"), "{events}");
+    let (_, none, _) = enoki(&["events", "app", "-n", &ns, "-o", "json"]);
+    let none: serde_json::Value = serde_json::from_str(&none).unwrap();
+    assert!(
+        none["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|e| e["type"] != "Warning"),
+        "{none}"
+    );
 }

@@ -72,6 +72,11 @@ pub enum Command {
     /// (each resource's state and the readiness expression not yet true) and what blocks its
     /// next synthesis.
     Status(StatusArgs),
+    /// List Compositions, Synthesizers or Symphonies: a table of the columns that matter
+    /// (`-o wide`: more), or a kubectl `List` as JSON or YAML.
+    Get(GetArgs),
+    /// Show the Events of a Composition, oldest first.
+    Events(EventsArgs),
     /// Print a shell completion script (`source <(enoki completion bash)`).
     Completion {
         /// The shell.
@@ -124,6 +129,70 @@ pub struct StatusArgs {
     /// --remote-kubeconfig` applies them).
     #[arg(long, env = "ENOKI_REMOTE_KUBECONFIG", value_name = "FILE")]
     pub remote_kubeconfig: Option<PathBuf>,
+    /// The cluster.
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+}
+
+/// What `enoki get` lists.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum GetKind {
+    /// Compositions (namespaced).
+    #[value(alias = "composition", alias = "comp", alias = "comps")]
+    Compositions,
+    /// Synthesizers (cluster-scoped).
+    #[value(alias = "synthesizer", alias = "synth", alias = "synths")]
+    Synthesizers,
+    /// Symphonies (namespaced).
+    #[value(alias = "symphony")]
+    Symphonies,
+}
+
+/// Output of `enoki get` and `enoki events`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum GetFormat {
+    /// Columns.
+    Table,
+    /// More columns.
+    Wide,
+    /// A kubectl `List` as JSON.
+    Json,
+    /// A kubectl `List` as YAML.
+    Yaml,
+}
+
+/// `enoki get`.
+#[derive(Debug, clap::Args)]
+pub struct GetArgs {
+    /// What to list.
+    pub kind: GetKind,
+    /// Only this one (a missing one is an error).
+    pub name: Option<String>,
+    /// The namespace (default: the kubeconfig context's namespace).
+    #[arg(long, short = 'n')]
+    pub namespace: Option<String>,
+    /// Every namespace (adds a NAMESPACE column).
+    #[arg(long, short = 'A', conflicts_with = "namespace")]
+    pub all_namespaces: bool,
+    /// Output format.
+    #[arg(long, short = 'o', value_enum, default_value = "table")]
+    pub output: GetFormat,
+    /// The cluster.
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+}
+
+/// `enoki events`.
+#[derive(Debug, clap::Args)]
+pub struct EventsArgs {
+    /// The Composition.
+    pub name: String,
+    /// Its namespace (default: the kubeconfig context's namespace).
+    #[arg(long, short = 'n')]
+    pub namespace: Option<String>,
+    /// Output format (`wide` is `table`).
+    #[arg(long, short = 'o', value_enum, default_value = "table")]
+    pub output: GetFormat,
     /// The cluster.
     #[command(flatten)]
     pub cluster: ClusterArgs,

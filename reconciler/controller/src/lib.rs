@@ -14,6 +14,7 @@ pub mod run;
 pub mod scaffold;
 pub mod sources;
 pub mod synthesis;
+pub mod verbs;
 
 use std::io::Write;
 
@@ -39,6 +40,14 @@ pub fn compile_in_child_processes() {
     if let Some(program) = program {
         let _ = COMPILE_PROGRAM.set(program);
     }
+}
+
+/// Runs `f` to completion on a runtime of its own (a command of the CLI).
+fn block_on<T>(f: impl std::future::Future<Output = anyhow::Result<T>>) -> anyhow::Result<T> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(f)
 }
 
 /// Runs one `enoki` subcommand and returns the process exit code.
@@ -67,6 +76,8 @@ pub fn run(args: &cli::Args) -> anyhow::Result<i32> {
                 .build()?
                 .block_on(status(s))?;
         }
+        cli::Command::Get(g) => out.write_all(block_on(verbs::get(g))?.as_bytes())?,
+        cli::Command::Events(e) => out.write_all(block_on(verbs::events(e))?.as_bytes())?,
         cli::Command::Render(r) => {
             let text = render::render(r)?;
             match &r.expect {
