@@ -24,28 +24,7 @@ pub(super) async fn prepare(
     info: &plan::CompositionInfo,
 ) -> Result<(Arc<plan::Prepared>, bool), Result<plan::PlanError, Error>> {
     let uid = info.uid.as_str();
-    // What of the Composition's metadata the ingest reads: the annotations that cascade
-    // (enoki's and Eno's), and all its metadata with a filter (which may read any of it).
-    // An annotation of another tool's does not make the synthesis read again. The metadata
-    // is kept as its digest: a key costs the same whatever the annotations hold.
-    let meta = match ctx.opts.resource_filter {
-        Some(_) => serde_json::to_string(&(&info.annotations, &info.labels)),
-        None => serde_json::to_string(
-            &info
-                .annotations
-                .iter()
-                .filter(|(k, _)| {
-                    k.starts_with(crds::names::PREFIX) || k.starts_with(crds::names::ENO_PREFIX)
-                })
-                .collect::<Vec<_>>(),
-        ),
-    }
-    .unwrap_or_default();
-    let key = format!(
-        "{synthesis}/{}/{}",
-        info.deleting,
-        hex::encode(<sha2::Sha256 as sha2::Digest>::digest(meta.as_bytes()))
-    );
+    let key = cache_key(ctx, synthesis, info);
     if let Some(p) = ctx.prepared(uid, &key) {
         return Ok((p, false));
     }
@@ -97,6 +76,32 @@ pub(super) async fn prepare(
         ctx.keep_prepared(uid, key, p.clone(), bytes);
     }
     Ok((p, unopened))
+}
+
+/// The plan-cache key of `synthesis` ingested for the Composition `info` describes: what of
+/// the Composition's metadata the ingest reads (the annotations that cascade, enoki's and
+/// Eno's; all its metadata with a filter, which may read any of it), kept as its digest (a key
+/// costs the same whatever the annotations hold). An annotation of another tool's does not
+/// make the synthesis read again.
+fn cache_key(ctx: &Context, synthesis: &str, info: &plan::CompositionInfo) -> String {
+    let meta = match ctx.opts.resource_filter {
+        Some(_) => serde_json::to_string(&(&info.annotations, &info.labels)),
+        None => serde_json::to_string(
+            &info
+                .annotations
+                .iter()
+                .filter(|(k, _)| {
+                    k.starts_with(crds::names::PREFIX) || k.starts_with(crds::names::ENO_PREFIX)
+                })
+                .collect::<Vec<_>>(),
+        ),
+    }
+    .unwrap_or_default();
+    format!(
+        "{synthesis}/{}/{}",
+        info.deleting,
+        hex::encode(<sha2::Sha256 as sha2::Digest>::digest(meta.as_bytes()))
+    )
 }
 
 /// Eno's `--resource-filter`: the resources it excludes are not reconciled by this
