@@ -3,7 +3,8 @@
 //! Lease renewals (leader election is never delayed by a busy reconcile). A request that finds
 //! the bucket empty waits for its token; none is refused, and one dropped while it waits (its
 //! `--timeout` passed) takes none. Waiting requests are served namespace by namespace in
-//! turn (the namespace in the request's path; cluster-scoped requests are one more), each
+//! turn (the namespace whose Composition's reconcile makes the request, [`FLOW`]; outside a
+//! reconcile the namespace in the request's path, cluster-scoped requests one more), each
 //! namespace's in order: a namespace with hundreds of writes queued delays another's next
 //! request by one token, not by its whole queue.
 
@@ -34,9 +35,9 @@ pub(crate) struct Bucket {
 /// Clears the dispatcher's mark when it ends other than by running out of waiters (its task
 /// dropped with the runtime, a panic): the waiters left go on without a token, and the next
 /// request starts a dispatcher.
-struct Stopped<'a>(&'a Bucket);
+struct Stopped(Arc<Bucket>);
 
-impl Drop for Stopped<'_> {
+impl Drop for Stopped {
     fn drop(&mut self) {
         let mut w = self.0.waiting.lock();
         w.dispatching = false;
@@ -100,7 +101,7 @@ impl Bucket {
     /// is there, else in the namespace's queue, served in turn with the other namespaces'. A
     /// request dropped while it waits (its deadline passed, shutdown) never took one.
     pub(crate) async fn acquire(self: &Arc<Self>, namespace: &str) {
-        let turn = {
+        let (turn, start) = {
             let mut w = self.waiting.lock();
             if w.turns.is_empty() && self.try_take().is_ok() {
                 return;
@@ -116,19 +117,22 @@ impl Bucket {
                 turns.push_back(namespace.into());
             }
             queue.push_back(tx);
-            if !*dispatching {
-                *dispatching = true;
-                tokio::spawn(self.clone().dispatch());
-            }
-            rx
+            let start = !*dispatching;
+            *dispatching = true;
+            (rx, start)
         };
+        if start {
+            // Outside the lock: a future the runtime drops at once (shutting down) drops its
+            // guard, which takes the lock to clear the mark.
+            let guard = Stopped(self.clone());
+            tokio::spawn(self.clone().dispatch(guard));
+        }
         // The dispatcher gone (the runtime shutting down, a panic): the request goes on.
         let _ = turn.await;
     }
 
     /// Hands out tokens as they come, to the next namespace in turn, until nothing waits.
-    async fn dispatch(self: Arc<Self>) {
-        let stopped = Stopped(&self);
+    async fn dispatch(self: Arc<Self>, stopped: Stopped) {
         loop {
             while let Err(wait) = self.try_take() {
                 tokio::time::sleep(wait).await;
@@ -166,13 +170,6 @@ tokio::task_local! {
     /// The namespace whose work a task does (a Composition's reconcile sets its own): the
     /// queue its requests wait in, whatever namespace their objects are in.
     pub(crate) static FLOW: Arc<str>;
-}
-
-/// The queue a request waits in: the namespace of the work that makes it ([`FLOW`]), else
-/// the namespace in its path.
-fn flow_of(path: &str) -> String {
-    FLOW.try_with(|f| f.to_string())
-        .unwrap_or_else(|_| namespace_of(path).to_string())
 }
 
 /// The namespace of a request's object (`…/namespaces/<ns>/<resource>…`), or `""` for a
@@ -243,13 +240,16 @@ where
     fn call(&mut self, req: Request<kube::client::Body>) -> Self::Future {
         let bucket = self.bucket.clone().filter(|_| !is_lease(&req));
         let fence = self.fence.clone().filter(|_| is_write(&req));
-        let namespace = flow_of(req.uri().path());
+        let path_namespace = namespace_of(req.uri().path()).to_string();
         // The request is handed to the (ready) inner service now; its future sends nothing
         // until it is polled, which happens once a token is taken.
         let fut = self.inner.call(req);
         Box::pin(async move {
             if let Some(b) = bucket {
-                b.acquire(&namespace).await;
+                // Read here, not in `call`: the client's buffer calls this service from a
+                // task of its own, while this future is polled by the task making the request.
+                let flow = FLOW.try_with(|f| f.to_string()).unwrap_or(path_namespace);
+                b.acquire(&flow).await;
                 if let Some(f) = fence
                     && !f.wait_open().await
                 {
@@ -302,10 +302,47 @@ mod tests {
 
     #[tokio::test]
     async fn a_request_waits_in_the_queue_of_the_work_that_makes_it() {
-        let path = "/api/v1/namespaces/victim/configmaps/x";
-        assert_eq!(flow_of(path), "victim");
-        let flow = FLOW.scope("tenant".into(), async { flow_of(path) }).await;
-        assert_eq!(flow, "tenant", "a tenant's output naming another namespace");
+        use tower::{Layer as _, ServiceExt as _};
+        let b = Bucket::new(50.0, 1).unwrap();
+        b.acquire("victim").await;
+        let order = Arc::new(Mutex::new(Vec::new()));
+        // The victim's own requests wait in its queue.
+        let mut tasks: Vec<_> = (0..10)
+            .map(|_| {
+                let (b, order) = (b.clone(), order.clone());
+                tokio::spawn(async move {
+                    b.acquire("victim").await;
+                    order.lock().push("victim");
+                })
+            })
+            .collect();
+        tokio::task::yield_now().await;
+        // A tenant's reconcile writes an object in the victim's namespace, through a buffer
+        // in front of the limit as kube's client has (its service is called from another
+        // task): it waits in the tenant's queue, not behind the victim's requests.
+        let inner = tower::service_fn(|_: Request<kube::client::Body>| async {
+            Ok::<_, std::convert::Infallible>(())
+        });
+        let layer = RateLimitLayer {
+            bucket: Some(b.clone()),
+            fence: None,
+        };
+        let client = tower::buffer::Buffer::new(layer.layer(inner), 8);
+        let req = Request::builder()
+            .uri("/api/v1/namespaces/victim/configmaps/x")
+            .body(kube::client::Body::empty())
+            .unwrap();
+        FLOW.scope("tenant".into(), async {
+            client.oneshot(req).await.unwrap();
+            order.lock().push("tenant");
+        })
+        .await;
+        for t in tasks.drain(..) {
+            t.await.unwrap();
+        }
+        let order = order.lock();
+        let tenant = order.iter().position(|n| *n == "tenant").unwrap();
+        assert!(tenant <= 1, "served at {tenant}: {order:?}");
     }
 
     #[tokio::test]

@@ -89,7 +89,12 @@ async fn reconcile_once(sym: Arc<Symphony>, ctx: Arc<Context>) -> Result<Action,
     // What the list showed, updated with what each apply returned: no second list.
     let mut current: BTreeMap<String, Composition> =
         owned.into_iter().map(|c| (c.name_any(), c)).collect();
-    let held = apply_variations(&ctx, &sym, &comps, &mut current).await?;
+    if let Some(wait) = apply_variations(&ctx, &sym, &comps, &mut current).await? {
+        // The namespace owes bytes: the rest is written once it does not. Nothing is deleted
+        // and the status is not written meanwhile (its observedGeneration stays behind: not
+        // done yet, as kstatus reads it).
+        return Ok(Action::requeue(wait.max(Duration::from_secs(1))));
+    }
     let cycle: Vec<String> = topo_order(&sym.spec.variations)
         .1
         .iter()
@@ -101,10 +106,6 @@ async fn reconcile_once(sym: Arc<Symphony>, ctx: Arc<Context>) -> Result<Action,
     }
     let all_ready = status.ready.is_some();
     write_status(&syms, &sym, &status).await?;
-    if let Some(wait) = held {
-        // The namespace owes bytes: the variations not written yet are written once it does not.
-        return Ok(Action::requeue(wait.max(Duration::from_secs(1))));
-    }
     // Watch-driven: a change of the Symphony or of one of its Compositions wakes it; the
     // resync is a safety net (a Symphony not Ready yet looks again at most once a minute).
     Ok(Action::requeue(if all_ready {
@@ -250,7 +251,8 @@ async fn delete(
 /// Applies one Composition per variation (in dependency order; a cycle is an Event) and
 /// deletes the Compositions of removed variations. The bytes written count against the
 /// namespace's `--namespace-slice-write-rate` (when the API server stored something new);
-/// while the namespace owes bytes, the writes wait (`Some`: how long) and the rest goes on.
+/// while the namespace owes bytes, this and every later write wait, and so do the deletions
+/// (`Some`: how long).
 async fn apply_variations(
     ctx: &Context,
     sym: &Symphony,
@@ -258,7 +260,6 @@ async fn apply_variations(
     current: &mut BTreeMap<String, Composition>,
 ) -> Result<Option<Duration>, Error> {
     let ns = sym.namespace().unwrap_or_default();
-    let mut held = None;
     let name = sym.name_any();
     let (order, stuck) = topo_order(&sym.spec.variations);
     if !stuck.is_empty() {
@@ -291,9 +292,8 @@ async fn apply_variations(
         }
         if let Some(wait) = ctx.synthesis_rates.owed(&ns) {
             tracing::info!(symphony = %name, composition = %comp_name, wait = ?wait,
-                "its namespace owes bytes (--namespace-slice-write-rate); the write waits");
-            held = Some(wait);
-            continue;
+                "its namespace owes bytes (--namespace-slice-write-rate); the writes wait");
+            return Ok(Some(wait));
         }
         let applied = comps
             .patch(&comp_name, &pp, &Patch::Apply(&desired))
@@ -324,7 +324,7 @@ async fn apply_variations(
                 .map_err(api_err(Step::DeleteVariation))?;
         }
     }
-    Ok(held)
+    Ok(None)
 }
 
 /// Phase one of Eno's two-phase protocol for variation labels and annotations

@@ -10,7 +10,8 @@
 //! [`super::SLICE_BYTES`] of manifests. After a restart (or on another replica) such a
 //! resource is read (a GET) and applied again once: a no-op. A slice holding a `Patch`
 //! pseudo-resource has its states written as before (a JSON patch whose ops append is not
-//! idempotent).
+//! idempotent); a Patch is stored in a slice of its own ([`super::chunk`]), so that write is
+//! small.
 
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
