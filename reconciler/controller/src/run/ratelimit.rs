@@ -35,10 +35,13 @@ pub(crate) struct Bucket {
 /// Clears the dispatcher's mark when it ends other than by running out of waiters (its task
 /// dropped with the runtime, a panic): the waiters left go on without a token, and the next
 /// request starts a dispatcher.
-struct Stopped(Arc<Bucket>);
+struct Stopped(Arc<Bucket>, bool);
 
 impl Drop for Stopped {
     fn drop(&mut self) {
+        if !self.1 {
+            return;
+        }
         let mut w = self.0.waiting.lock();
         w.dispatching = false;
         w.turns.clear();
@@ -124,7 +127,7 @@ impl Bucket {
         if start {
             // Outside the lock: a future the runtime drops at once (shutting down) drops its
             // guard, which takes the lock to clear the mark.
-            let guard = Stopped(self.clone());
+            let guard = Stopped(self.clone(), true);
             tokio::spawn(self.clone().dispatch(guard));
         }
         // The dispatcher gone (the runtime shutting down, a panic): the request goes on.
@@ -132,7 +135,7 @@ impl Bucket {
     }
 
     /// Hands out tokens as they come, to the next namespace in turn, until nothing waits.
-    async fn dispatch(self: Arc<Self>, stopped: Stopped) {
+    async fn dispatch(self: Arc<Self>, mut stopped: Stopped) {
         loop {
             while let Err(wait) = self.try_take() {
                 tokio::time::sleep(wait).await;
@@ -159,7 +162,7 @@ impl Bucket {
                 w.dispatching = false;
                 // Ended as it should: a dispatcher started after this one keeps its waiters.
                 drop(w);
-                std::mem::forget(stopped);
+                stopped.1 = false;
                 return;
             }
         }

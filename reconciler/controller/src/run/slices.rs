@@ -265,36 +265,22 @@ pub const STATE_BYTES: usize = 1400;
 
 /// Packs manifests into slices of at most `budget` bytes each, in order, each manifest
 /// counting `per_item` bytes more (its state in the slice's status); a manifest larger than
-/// the budget gets a slice of its own, and so does a `Patch` (its slice's states are written
-/// whenever its target moves: a small slice). Always at least one (possibly empty) slice.
+/// the budget gets a slice of its own. Always at least one (possibly empty) slice.
 pub fn chunk(manifests: Vec<Manifest>, budget: usize, per_item: usize) -> Vec<Vec<Manifest>> {
     let mut chunks: Vec<Vec<Manifest>> = vec![Vec::new()];
-    let (mut size, mut after_patch) = (0, false);
+    let mut size = 0;
     for m in manifests {
         let len = m.manifest.len() + m.sealed.as_ref().map_or(0, String::len) + per_item;
-        let patch = is_patch(&m);
-        if (size + len > budget || patch || after_patch)
-            && !chunks.last().is_some_and(Vec::is_empty)
-        {
+        if size + len > budget && !chunks.last().is_some_and(Vec::is_empty) {
             chunks.push(Vec::new());
             size = 0;
         }
-        after_patch = patch;
         size += len;
         if let Some(last) = chunks.last_mut() {
             last.push(m);
         }
     }
     chunks
-}
-
-/// Whether `m` is a `Patch` pseudo-resource (of any group: kept apart all the same).
-fn is_patch(m: &Manifest) -> bool {
-    #[derive(serde::Deserialize)]
-    struct Kind {
-        kind: Option<String>,
-    }
-    serde_json::from_str::<Kind>(&m.manifest).is_ok_and(|k| k.kind.as_deref() == Some("Patch"))
 }
 
 /// The value of a slice's Composition label: the Composition's name, or for a name longer
@@ -492,33 +478,6 @@ mod tests {
         };
         let c = chunk(vec![m(4), m(4), m(4), m(9), m(1)], 10, 0);
         assert_eq!(sizes(&c), [vec![4, 4], vec![4], vec![9, 1]]);
-    }
-
-    #[test]
-    fn a_patch_gets_a_slice_of_its_own() {
-        let doc = |kind: &str| Manifest {
-            manifest: serde_json::json!({"apiVersion": "enoki.dev/v1alpha1", "kind": kind,
-                "metadata": {"name": "x"}})
-            .to_string(),
-            ..Manifest::default()
-        };
-        let kinds = |c: &Vec<Vec<Manifest>>| -> Vec<usize> { c.iter().map(Vec::len).collect() };
-        let c = chunk(
-            vec![
-                doc("ConfigMap"),
-                doc("ConfigMap"),
-                doc("Patch"),
-                doc("ConfigMap"),
-            ],
-            1 << 20,
-            0,
-        );
-        assert_eq!(kinds(&c), [2, 1, 1]);
-        assert!(c[1][0].manifest.contains("Patch"));
-        assert_eq!(
-            kinds(&chunk(vec![doc("Patch"), doc("Patch")], 1 << 20, 0)),
-            [1, 1]
-        );
     }
 
     #[test]

@@ -8,10 +8,8 @@
 //! for the passes that follow, not written. A tenant's edit of an applied object (or a
 //! Deployment's status moving) therefore costs no write of the slice, which holds up to
 //! [`super::SLICE_BYTES`] of manifests. After a restart (or on another replica) such a
-//! resource is read (a GET) and applied again once: a no-op. A slice holding a `Patch`
-//! pseudo-resource has its states written as before (a JSON patch whose ops append is not
-//! idempotent); a Patch is stored in a slice of its own ([`super::chunk`]), so that write is
-//! small.
+//! resource is read (a GET) and applied again once: a no-op for an object, and for a `Patch`
+//! pseudo-resource its JSON patch once more (as after any change of its target).
 
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
@@ -76,17 +74,11 @@ pub(crate) async fn write_states(
     let api: Api<ResourceSlice> =
         Api::namespaced(ctx.client.clone(), &comp.namespace().unwrap_or_default());
     let uid = comp.uid().unwrap_or_default();
-    for (si, ((slice, new), spec)) in loaded
-        .slices
-        .iter()
-        .zip(states)
-        .zip(&loaded.specs)
-        .enumerate()
-    {
+    for ((slice, new), spec) in loaded.slices.iter().zip(states).zip(&loaded.specs) {
         if slice.stored == *new {
             continue;
         }
-        if only_versions_moved(&slice.stored, new) && !has_patch(loaded, si) {
+        if only_versions_moved(&slice.stored, new) {
             let read_at = spec.resource_version().unwrap_or_default();
             ctx.memory.slices.with(&uid, |m| {
                 let base = m
@@ -115,16 +107,6 @@ pub(crate) async fn write_states(
         });
     }
     Ok(())
-}
-
-/// Whether slice `si` holds a `Patch` pseudo-resource: its states are always written (a JSON
-/// patch applied again after a restart is not a no-op when its ops append).
-fn has_patch(loaded: &Loaded, si: usize) -> bool {
-    // Any kind named `Patch` (enoki's, Eno's or another group's): written as before.
-    loaded
-        .resources
-        .iter()
-        .any(|r| r.slice == si && r.key.kind == "Patch")
 }
 
 /// Whether `new` differs from `old` only in the resourceVersions writes returned (the same
