@@ -1,4 +1,4 @@
-//! `enoki diff` (and `enoki get`, `enoki events`) against the real control plane: what a Composition's next synthesis would
+//! `enoki diff` (and `enoki get`, `enoki events`, `enoki reconcile`) against the real control plane: what a Composition's next synthesis would
 //! change (server-side dry run per object, prunes), exit code 1 when anything differs (2 on
 //! an error), `-o json`, and nothing written — for a Composition in the cluster and for local files.
 #![allow(clippy::unwrap_used)] // test code
@@ -195,6 +195,28 @@ async fn get_and_events_show_what_kubectl_users_expect() {
     let (code, _, err) = enoki(&["get", "symphonies", "nope", "-n", &ns]);
     assert_ne!(code, 0);
     assert!(err.contains("Symphony nope"), "{err}");
+    // A nudge, then a new synthesis, each waited for until Ready.
+    let before = env.api::<crds::Composition>().get("app").await.unwrap();
+    let uuid = |c: &crds::Composition| {
+        c.status
+            .as_ref()
+            .and_then(|s| s.current_synthesis.as_ref())
+            .map(|s| s.uuid.clone())
+    };
+    let (code, out, err) = enoki(&["reconcile", "app", "-n", &ns]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(
+        out.contains(&format!("Composition {ns}/app is Ready")),
+        "{out}"
+    );
+    let (code, out, err) = enoki(&["reconcile", "app", "-n", &ns, "--with-synthesis"]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let after = env.api::<crds::Composition>().get("app").await.unwrap();
+    assert_ne!(uuid(&before), uuid(&after), "a new synthesis: {out}");
+    assert!(out.contains(&uuid(&after).unwrap()[..8]), "{out}");
+    let (code, _, err) = enoki(&["reconcile", "nope", "-n", &ns, "--timeout", "5s"]);
+    assert_eq!(code, 1);
+    assert!(err.contains(&format!("Composition {ns}/nope")), "{err}");
     // The failed synthesis's Warning, with kubectl's columns.
     let events = eventually(
         "the failed synthesis's Event",

@@ -77,6 +77,9 @@ pub enum Command {
     Get(GetArgs),
     /// Show the Events of a Composition, oldest first.
     Events(EventsArgs),
+    /// Ask for a pass of a Composition (`--with-synthesis`: a new synthesis) and wait until it
+    /// is Ready; exit 1 when it stalls or the timeout passes.
+    Reconcile(ReconcileArgs),
     /// Print a shell completion script (`source <(enoki completion bash)`).
     Completion {
         /// The shell.
@@ -193,6 +196,25 @@ pub struct EventsArgs {
     /// Output format (`wide` is `table`).
     #[arg(long, short = 'o', value_enum, default_value = "table")]
     pub output: GetFormat,
+    /// The cluster.
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+}
+
+/// `enoki reconcile`.
+#[derive(Debug, clap::Args)]
+pub struct ReconcileArgs {
+    /// The Composition.
+    pub name: String,
+    /// Its namespace (default: the kubeconfig context's namespace).
+    #[arg(long, short = 'n')]
+    pub namespace: Option<String>,
+    /// Force a new synthesis (`enoki.dev/force-resynthesis`), not only a pass.
+    #[arg(long)]
+    pub with_synthesis: bool,
+    /// How long to wait for Ready (humantime).
+    #[arg(long, default_value = "2m")]
+    pub timeout: String,
     /// The cluster.
     #[command(flatten)]
     pub cluster: ClusterArgs,
