@@ -71,10 +71,7 @@ pub fn run(args: &cli::Args) -> anyhow::Result<i32> {
         }
         cli::Command::Status(s) => {
             drop(out);
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?
-                .block_on(status(s))?;
+            block_on(status(s))?;
         }
         cli::Command::Get(g) => out.write_all(block_on(verbs::get(g))?.as_bytes())?,
         cli::Command::Events(e) => out.write_all(block_on(verbs::events(e))?.as_bytes())?,
@@ -87,20 +84,13 @@ pub fn run(args: &cli::Args) -> anyhow::Result<i32> {
             }
         }
         cli::Command::Module(cmd) => {
-            let text = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?
-                .block_on(module_command(cmd))?;
+            let text = block_on(module_command(cmd))?;
             out.write_all(text.as_bytes())?;
         }
         cli::Command::New(n) => out.write_all(scaffold::scaffold(n)?.as_bytes())?,
         cli::Command::Diff(d) => {
-            let report = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?
-                .block_on(diff(d));
             // `kubectl diff`'s codes: 0 nothing differs, 1 something does, 2 an error.
-            let report = match report {
+            let report = match block_on(diff(d)) {
                 Ok(r) => r,
                 Err(e) => {
                     let chain: Vec<String> = e.chain().map(ToString::to_string).collect();
@@ -135,16 +125,8 @@ pub(crate) fn progress(message: &str) {
 /// `enoki status`: gathers the view and prints it (again every 2 s with `--watch`).
 async fn status(args: &cli::StatusArgs) -> anyhow::Result<()> {
     use std::io::IsTerminal as _;
-    let config = run::start::cluster_config(
-        args.cluster.kubeconfig.as_deref(),
-        args.cluster.context.as_deref(),
-    )
-    .await?;
-    let namespace = args
-        .namespace
-        .clone()
-        .unwrap_or_else(|| config.default_namespace.clone());
-    let client = kube::Client::try_from(config)?;
+    let (client, default_ns) = verbs::connect(&args.cluster).await?;
+    let namespace = args.namespace.clone().unwrap_or(default_ns);
     let target = match &args.remote_kubeconfig {
         Some(path) => kube::Client::try_from(run::start::cluster_config(Some(path), None).await?)?,
         None => client.clone(),

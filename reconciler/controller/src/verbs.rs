@@ -232,7 +232,7 @@ fn synthesis_of(c: &Value) -> String {
 }
 
 /// The client of `cluster` and its context's namespace.
-async fn connect(cluster: &crate::cli::ClusterArgs) -> anyhow::Result<(Client, String)> {
+pub(crate) async fn connect(cluster: &crate::cli::ClusterArgs) -> anyhow::Result<(Client, String)> {
     let config = crate::run::start::cluster_config(
         cluster.kubeconfig.as_deref(),
         cluster.context.as_deref(),
