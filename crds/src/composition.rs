@@ -61,6 +61,13 @@ pub struct CompositionSpec {
         length(max = 253)
     )]
     pub service_account_name: Option<String>,
+    /// Suspends the Composition (Flux's `spec.suspend`): while true it is neither synthesized
+    /// nor reconciled — drift is not reverted, deleted outputs are not recreated, nothing is
+    /// pruned, its outputs stay as they are. Its status says `Suspended` (condition and
+    /// `simplified.status`). Deleting it still deletes its outputs. Setting it back to false
+    /// resumes it: the next pass synthesizes whatever changed meanwhile and reconciles.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub suspend: bool,
 }
 
 /// A reference to a Synthesizer by name.
@@ -173,7 +180,7 @@ pub struct BlockedBy {
 pub struct SimplifiedStatus {
     /// `Ready`, `NotReady`, `Reconciling`, `Deleting`, `Failed`, `SynthesisBackoff`,
     /// `MissingInputs`, `MissingSynthesizer`, `MismatchedInputs`, `RolloutCooldown`,
-    /// `WaitingOnDependencies` or `SynthesisRateLimited`.
+    /// `WaitingOnDependencies`, `SynthesisRateLimited` or `Suspended`.
     #[schemars(with = "String")]
     pub status: crate::StatusWord,
     /// The most relevant error, if any.

@@ -174,6 +174,8 @@ pub mod conditions {
     pub const RECONCILING: &str = "Reconciling";
     /// kstatus: progress is blocked until something changes.
     pub const STALLED: &str = "Stalled";
+    /// `spec.suspend` is true: the Composition is neither synthesized nor reconciled.
+    pub const SUSPENDED: &str = "Suspended";
 }
 
 /// Condition reasons and Event reasons.
@@ -246,6 +248,8 @@ pub mod reasons {
     pub const FIELD_CONFLICT: &str = "FieldConflict";
     /// An annotation value did not parse and was read as Eno reads it (Warning Event).
     pub const INVALID_ANNOTATION: &str = "InvalidAnnotation";
+    /// `spec.suspend` is true (the `Suspended` and `Reconciling` conditions' reason).
+    pub const SUSPENDED: &str = "Suspended";
     /// The module was fetched and compiled.
     pub const MODULE_READY: &str = "ModuleReady";
     /// The Synthesizer's module is being fetched and compiled (by a task of its own): the

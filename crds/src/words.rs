@@ -101,6 +101,8 @@ words! {
         WaitingOnDependencies = "WaitingOnDependencies",
         /// The synthesis rate of the Composition or its namespace is exceeded.
         SynthesisRateLimited = "SynthesisRateLimited",
+        /// `spec.suspend` is true: neither synthesized nor reconciled.
+        Suspended = "Suspended",
     }
 }
 

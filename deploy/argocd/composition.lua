@@ -2,6 +2,7 @@
 -- Healthy: the newest spec is synthesized, applied and every resource is Ready.
 -- Degraded: its synthesis failed (Stalled=True) for the newest spec.
 -- Progressing: anything else (not reconciled yet, a change held back, resources not ready).
+-- Suspended: spec.suspend is true (`enoki suspend`).
 local hs = {}
 local function condition(t)
   if obj.status == nil or obj.status.conditions == nil then
@@ -13,6 +14,11 @@ local function condition(t)
     end
   end
   return nil
+end
+if obj.spec ~= nil and obj.spec.suspend == true then
+  hs.status = "Suspended"
+  hs.message = "spec.suspend is true: neither synthesized nor reconciled"
+  return hs
 end
 if obj.status == nil then
   hs.status = "Progressing"

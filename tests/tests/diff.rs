@@ -1,4 +1,4 @@
-//! `enoki diff` (and `enoki get`, `enoki events`, `enoki reconcile`) against the real control plane: what a Composition's next synthesis would
+//! `enoki diff` (and `enoki get`, `events`, `reconcile`, `suspend`, `resume`, `tree`) against the real control plane: what a Composition's next synthesis would
 //! change (server-side dry run per object, prunes), exit code 1 when anything differs (2 on
 //! an error), `-o json`, and nothing written — for a Composition in the cluster and for local files.
 #![allow(clippy::unwrap_used)] // test code
@@ -238,4 +238,118 @@ async fn get_and_events_show_what_kubectl_users_expect() {
             .all(|e| e["type"] != "Warning"),
         "{none}"
     );
+}
+
+/// `enoki suspend` stops a Composition (no synthesis, no drift reverted, nothing recreated),
+/// says so in its status, refuses `enoki reconcile`; `enoki resume` brings it back to Ready
+/// with what changed meanwhile; `enoki tree` prints its outputs by group, a Composition among
+/// them expanded.
+#[tokio::test]
+async fn suspend_resume_and_tree_act_as_flux_users_expect() {
+    let env = TestEnv::new().await;
+    install_crds(&env.client).await;
+    let ns = env.namespace.clone();
+    let synth = install_synthesizer(&env, "suspend", &echo_module()).await;
+    set_echo_items(&env, "inner-items", &json!([cm("leaf", "1")])).await;
+    let inner = json!({"apiVersion": "enoki.dev/v1alpha1", "kind": "Composition",
+        "metadata": {"name": "inner", "annotations": {"enoki.dev/readiness-group": "1"}},
+        "spec": {"synthesizer": {"name": synth},
+                 "bindings": [{"key": "config", "resource": {"name": "inner-items"}}]}});
+    set_echo_items(&env, "items", &json!([cm("a", "1"), inner])).await;
+    apply_composition(&env, "app", &synth, "items", json!({})).await;
+    let enoki_process = Enoki::start(&ns);
+    harness::wait_ready(&env, "app").await;
+    harness::wait_ready(&env, "inner").await;
+    let (code, tree, err) = enoki(&["tree", "app", "-n", &ns]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        tree.starts_with(&format!(
+            "Composition {ns}/app (synthesizer {synth}): Ready"
+        )),
+        "{tree}"
+    );
+    for line in [
+        // ConfigMaps default to group -100 (as in Eno).
+        format!("├── group -100\n│   └── ConfigMap {ns}/a  ready"),
+        format!("└── group 1\n    └── Composition {ns}/inner  ready"),
+        format!("        └── group -100\n            └── ConfigMap {ns}/leaf  ready"),
+    ] {
+        assert!(tree.contains(&line), "{line}\nin:\n{tree}");
+    }
+    let (_, as_json, _) = enoki(&["tree", "app", "-n", &ns, "-o", "json"]);
+    let as_json: serde_json::Value = serde_json::from_str(&as_json).unwrap();
+    assert_eq!(as_json["children"][0]["name"], "inner");
+    assert_eq!(as_json["children"][0]["resources"][0]["state"], "ready");
+
+    let comps = env.api::<crds::Composition>();
+    let applied = comps.get("app").await.unwrap().status.unwrap();
+    let (code, out, err) = enoki(&["suspend", "app", "-n", &ns]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(
+        out.contains(&format!("Composition {ns}/app is suspended")),
+        "{out}"
+    );
+    // The status keeps speaking for the applied synthesis; `Suspended` for the new spec.
+    let held = comps.get("app").await.unwrap();
+    let st = held.status.clone().unwrap();
+    assert_eq!(st.observed_generation, applied.observed_generation);
+    let marked = st
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Suspended")
+        .unwrap();
+    assert_eq!(marked.observed_generation, held.metadata.generation);
+    let (_, listed, _) = enoki(&["get", "compositions", "-n", &ns]);
+    assert!(
+        listed
+            .lines()
+            .any(|l| l.starts_with("app ") && l.contains("Suspended")),
+        "{listed}"
+    );
+    // Suspended: a deleted output stays deleted, an input change is not synthesized.
+    let cms: Api<ConfigMap> = env.api();
+    cms.delete("a", &Default::default()).await.unwrap();
+    set_echo_items(&env, "items", &json!([cm("a", "2"), cm("b", "1")])).await;
+    enoki_process.wait_pass(&env, "app").await;
+    assert!(
+        cms.get_opt("a").await.unwrap().is_none(),
+        "a suspended Composition recreated a"
+    );
+    assert!(
+        cms.get_opt("b").await.unwrap().is_none(),
+        "a suspended Composition synthesized"
+    );
+    let (_, status, _) = enoki(&["status", "app", "-n", &ns]);
+    assert!(
+        status.contains("next synthesis: suspended: Suspended: spec.suspend is true"),
+        "{status}"
+    );
+    let (code, _, err) = enoki(&["reconcile", "app", "-n", &ns]);
+    assert_eq!(code, 1);
+    assert!(err.contains("is suspended"), "{err}");
+
+    let (code, out, err) = enoki(&["resume", "app", "-n", &ns]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("is resumed and Ready"), "{out}");
+    let a = cms.get("a").await.unwrap();
+    assert_eq!(a.data.unwrap()["x"], "2");
+    assert!(cms.get_opt("b").await.unwrap().is_some());
+    // The suspended marks are gone; `inner` (no longer emitted) was pruned.
+    harness::eventually("inner pruned", Duration::from_secs(60), || async {
+        comps
+            .get_opt("inner")
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let comp = comps.get("app").await.unwrap();
+    let st = comp.status.unwrap();
+    assert!(
+        st.conditions.iter().all(|c| c.type_ != "Suspended"),
+        "{:?}",
+        st.conditions
+    );
+    assert_eq!(st.simplified.unwrap().status, "Ready");
 }

@@ -491,6 +491,24 @@ async fn gitops_tools_read_each_stage_of_a_composition_right() {
         "a stale error: {ok}"
     );
 
+    // Suspended (`enoki suspend`): Argo CD's own Suspended; for kstatus the newest spec is not
+    // reconciled. Resumed: synthesized again, Current / Healthy.
+    let comps: Api<Composition> = env.api();
+    let suspend = |on: bool| {
+        let patch = json!({"spec": {"suspend": if on { json!(true) } else { Value::Null }}});
+        let comps = comps.clone();
+        async move {
+            comps
+                .patch("app", &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .unwrap();
+        }
+    };
+    suspend(true).await;
+    wait_verdicts(&env, "app", "InProgress", "Suspended", "suspended").await;
+    suspend(false).await;
+    let ok = wait_verdicts(&env, "app", "Current", "Healthy", "resumed").await;
+
     // Held back by a dependency that does not exist: the status keeps speaking for the
     // previous generation, which stays applied.
     let comps: Api<Composition> = env.api();

@@ -6,6 +6,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 mod run;
 pub use run::{LogFormat, RunArgs};
+mod verbs;
+pub use verbs::*;
 
 /// enoki: a Kubernetes composition reconciler with in-process WebAssembly synthesizers.
 #[derive(Debug, Parser)]
@@ -80,24 +82,22 @@ pub enum Command {
     /// Ask for a pass of a Composition (`--with-synthesis`: a new synthesis) and wait until it
     /// is Ready; exit 1 when it stalls or the timeout passes.
     Reconcile(ReconcileArgs),
+    /// Suspend a Composition (`spec.suspend: true`): it is neither synthesized nor reconciled
+    /// — drift is not reverted, nothing is pruned — until resumed; waits until the controller
+    /// says so in its status.
+    Suspend(SuspendArgs),
+    /// Resume a suspended Composition and wait until it is Ready; exit 1 when it stalls or the
+    /// timeout passes.
+    Resume(SuspendArgs),
+    /// Print a Composition's outputs as a tree: readiness groups in apply order, each
+    /// resource with its state, Compositions among them expanded (as `flux tree`).
+    Tree(TreeArgs),
     /// Print a shell completion script (`source <(enoki completion bash)`).
     Completion {
         /// The shell.
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
-}
-
-/// Which cluster a command talks to, as kubectl chooses it.
-#[derive(Clone, Debug, Default, clap::Args)]
-pub struct ClusterArgs {
-    /// The kubeconfig file (default: $KUBECONFIG, else ~/.kube/config, else the in-cluster
-    /// account).
-    #[arg(long, value_name = "FILE")]
-    pub kubeconfig: Option<PathBuf>,
-    /// The kubeconfig context (default: its current context).
-    #[arg(long)]
-    pub context: Option<String>,
 }
 
 /// Output format of `enoki status`.
@@ -132,89 +132,6 @@ pub struct StatusArgs {
     /// --remote-kubeconfig` applies them).
     #[arg(long, env = "ENOKI_REMOTE_KUBECONFIG", value_name = "FILE")]
     pub remote_kubeconfig: Option<PathBuf>,
-    /// The cluster.
-    #[command(flatten)]
-    pub cluster: ClusterArgs,
-}
-
-/// What `enoki get` lists.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum GetKind {
-    /// Compositions (namespaced).
-    #[value(alias = "composition", alias = "comp", alias = "comps")]
-    Compositions,
-    /// Synthesizers (cluster-scoped).
-    #[value(alias = "synthesizer", alias = "synth", alias = "synths")]
-    Synthesizers,
-    /// Symphonies (namespaced).
-    #[value(alias = "symphony")]
-    Symphonies,
-}
-
-/// Output of `enoki get` and `enoki events`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum GetFormat {
-    /// Columns.
-    Table,
-    /// More columns.
-    Wide,
-    /// A kubectl `List` as JSON.
-    Json,
-    /// A kubectl `List` as YAML.
-    Yaml,
-}
-
-/// `enoki get`.
-#[derive(Debug, clap::Args)]
-pub struct GetArgs {
-    /// What to list.
-    pub kind: GetKind,
-    /// Only this one (a missing one is an error).
-    pub name: Option<String>,
-    /// The namespace (default: the kubeconfig context's namespace).
-    #[arg(long, short = 'n')]
-    pub namespace: Option<String>,
-    /// Every namespace (adds a NAMESPACE column).
-    #[arg(long, short = 'A', conflicts_with = "namespace")]
-    pub all_namespaces: bool,
-    /// Output format.
-    #[arg(long, short = 'o', value_enum, default_value = "table")]
-    pub output: GetFormat,
-    /// The cluster.
-    #[command(flatten)]
-    pub cluster: ClusterArgs,
-}
-
-/// `enoki events`.
-#[derive(Debug, clap::Args)]
-pub struct EventsArgs {
-    /// The Composition.
-    pub name: String,
-    /// Its namespace (default: the kubeconfig context's namespace).
-    #[arg(long, short = 'n')]
-    pub namespace: Option<String>,
-    /// Output format (`wide` is `table`).
-    #[arg(long, short = 'o', value_enum, default_value = "table")]
-    pub output: GetFormat,
-    /// The cluster.
-    #[command(flatten)]
-    pub cluster: ClusterArgs,
-}
-
-/// `enoki reconcile`.
-#[derive(Debug, clap::Args)]
-pub struct ReconcileArgs {
-    /// The Composition.
-    pub name: String,
-    /// Its namespace (default: the kubeconfig context's namespace).
-    #[arg(long, short = 'n')]
-    pub namespace: Option<String>,
-    /// Force a new synthesis (`enoki.dev/force-resynthesis`), not only a pass.
-    #[arg(long)]
-    pub with_synthesis: bool,
-    /// How long to wait for Ready (humantime).
-    #[arg(long, default_value = "2m")]
-    pub timeout: String,
     /// The cluster.
     #[command(flatten)]
     pub cluster: ClusterArgs,
@@ -351,6 +268,19 @@ pub struct RenderArgs {
     /// unified diff and exits 1 when they differ. The test a synthesizer project runs.
     #[arg(long, value_name = "FILE")]
     pub expect: Option<PathBuf>,
+    /// Where compiled modules are kept, as the controller keeps them (`--module-cache-dir`:
+    /// the same artifacts, keyed by the module's SHA-256 and the engine): a second render of
+    /// a module does not compile it again. Default: `$XDG_CACHE_HOME/enoki`, else
+    /// `~/.cache/enoki` (bounded to 1 GiB, least recently used first out).
+    #[arg(long, env = "ENOKI_CACHE_DIR", value_name = "DIR")]
+    pub cache_dir: Option<String>,
+    /// Compile without the on-disk cache (nothing read or written; wins over `--cache-dir`).
+    #[arg(long)]
+    pub no_cache: bool,
+    /// Print on stderr how the module was obtained (compiled, or loaded from the compile
+    /// cache) and how long loading it and the synthesis took.
+    #[arg(long)]
+    pub timings: bool,
 }
 
 /// Arguments of `enoki diff`.
@@ -393,6 +323,9 @@ pub struct DiffArgs {
     /// Memory cap of a local run (Kubernetes quantity).
     #[arg(long, default_value = "256Mi")]
     pub memory: String,
+    /// Compiled-module cache of a local run (as `enoki render --cache-dir`).
+    #[arg(long, env = "ENOKI_CACHE_DIR", value_name = "DIR")]
+    pub cache_dir: Option<String>,
     /// Compare with (and dry-run against) the cluster of this kubeconfig, where `enoki run
     /// --remote-kubeconfig` applies emitted objects.
     #[arg(long, env = "ENOKI_REMOTE_KUBECONFIG")]
@@ -448,6 +381,9 @@ impl DiffArgs {
             max_module_size: "128Mi".into(),
             allow_private_redirects: false,
             expect: None,
+            cache_dir: self.cache_dir.clone(),
+            no_cache: false,
+            timings: false,
         }
     }
 }

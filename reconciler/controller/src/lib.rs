@@ -76,6 +76,9 @@ pub fn run(args: &cli::Args) -> anyhow::Result<i32> {
         cli::Command::Get(g) => out.write_all(block_on(verbs::get(g))?.as_bytes())?,
         cli::Command::Events(e) => out.write_all(block_on(verbs::events(e))?.as_bytes())?,
         cli::Command::Reconcile(r) => out.write_all(block_on(verbs::reconcile(r))?.as_bytes())?,
+        cli::Command::Suspend(a) => out.write_all(block_on(verbs::suspend(a))?.as_bytes())?,
+        cli::Command::Resume(a) => out.write_all(block_on(verbs::resume(a))?.as_bytes())?,
+        cli::Command::Tree(a) => out.write_all(block_on(verbs::tree(a))?.as_bytes())?,
         cli::Command::Render(r) => {
             let text = render::render(r)?;
             match &r.expect {

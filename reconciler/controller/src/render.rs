@@ -8,7 +8,11 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::cli::{Format, RenderArgs};
+
+mod cache;
 use crate::synthesis::{self, CompositionMeta, Module, SynthesisInput};
+pub use cache::cache_dir;
+use cache::cached_host;
 
 /// Why `enoki render` failed: one paragraph for the user.
 #[derive(Debug, thiserror::Error)]
@@ -187,7 +191,7 @@ pub fn prepare(
         output: Some(args.max_output.clone()),
     }))
     .map_err(RenderError::Usage)?;
-    let host = wasm_host::Host::new(None).map_err(|source| RenderError::Load {
+    let host = cached_host(args).map_err(|source| RenderError::Load {
         module: args.module.clone(),
         source,
     })?;
@@ -197,6 +201,7 @@ pub fn prepare(
         allow_private_redirects: args.allow_private_redirects,
         ..crate::sources::FetchPolicy::default()
     };
+    let started = std::time::Instant::now();
     let module = load_module(
         &host,
         &args.module,
@@ -204,6 +209,17 @@ pub fn prepare(
         args.ca_file.as_deref(),
         &policy,
     )?;
+    if args.timings {
+        let how = match (host.compilations(), cache_dir(args)) {
+            (0, Some(dir)) if host.cache_hits() > 0 => {
+                format!("loaded from the compile cache ({})", dir.display())
+            }
+            (0, _) => "built in".into(),
+            (_, Some(dir)) => format!("compiled (kept in {})", dir.display()),
+            (_, None) => "compiled (no cache)".into(),
+        };
+        eprintln!("module: {how} in {:.2} s", started.elapsed().as_secs_f64());
+    }
     let input = synthesis_input(args)?;
     Ok((host, module, input, limits))
 }
@@ -214,6 +230,7 @@ pub fn prepare(
 /// A [`RenderError`] with one clear paragraph.
 pub fn render(args: &RenderArgs) -> Result<String, RenderError> {
     let (host, module, input, limits) = prepare(args)?;
+    let started = std::time::Instant::now();
     let out = synthesis::synthesize(
         &host,
         &module,
@@ -223,6 +240,9 @@ pub fn render(args: &RenderArgs) -> Result<String, RenderError> {
         &synthesis::static_is_namespaced,
     )
     .map_err(|source| RenderError::Synthesis { source })?;
+    if args.timings {
+        eprintln!("synthesis: {:.2} s", started.elapsed().as_secs_f64());
+    }
     let groups = readiness_groups(&out.items)?;
     Ok(match args.output {
         Format::Json => {

@@ -2,14 +2,21 @@
 //! `enoki get` lists Compositions, Synthesizers or Symphonies as a table of the columns that
 //! matter (`-o wide`: more) or as a kubectl `List` in JSON or YAML; `enoki events` lists the
 //! Events of one Composition, oldest first; `enoki reconcile` asks for a pass (or a new
-//! synthesis) and waits for its outcome. All act with the caller's own credentials.
+//! synthesis) and waits for its outcome; `enoki suspend`/`resume` stop and restart a
+//! Composition; `enoki tree` prints its outputs by readiness group. All act with the caller's
+//! own credentials.
 
 use k8s_openapi::api::core::v1::Event;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams};
 use kube::{Client, Resource};
 use serde_json::{Value, json};
 
-use crate::cli::{EventsArgs, GetArgs, GetFormat, GetKind, ReconcileArgs};
+use crate::cli::{EventsArgs, GetArgs, GetFormat, GetKind};
+
+mod reconcile;
+pub use reconcile::{REQUESTED_AT, reconcile, resume, suspend};
+mod tree;
+pub use tree::tree;
 
 /// A column: its header, whether only `-o wide` shows it, and how it reads an object.
 type Column = (&'static str, bool, fn(&Value) -> String);
@@ -156,79 +163,6 @@ pub async fn events(args: &EventsArgs) -> anyhow::Result<String> {
             table(&columns, &items)
         }
     })
-}
-
-/// The annotation `enoki reconcile` sets (Flux's `reconcile.fluxcd.io/requestedAt`): a change
-/// of the Composition, so its controller makes a pass.
-pub const REQUESTED_AT: &str = "reconcile.enoki.dev/requestedAt";
-
-/// `enoki reconcile`: asks for a pass of a Composition (`--with-synthesis`: a new synthesis,
-/// through `enoki.dev/force-resynthesis`), then waits until it is Ready for its current
-/// generation (and, with a synthesis, one made after the request), with a progress line.
-///
-/// # Errors
-/// The Composition is missing or refused, it stalls, or `--timeout` passes first.
-pub async fn reconcile(args: &ReconcileArgs) -> anyhow::Result<String> {
-    let (client, default_ns) = connect(&args.cluster).await?;
-    let ns = args.namespace.clone().unwrap_or(default_ns);
-    let what = format!("Composition {ns}/{}", args.name);
-    let timeout = humantime::parse_duration(&args.timeout)
-        .map_err(|e| anyhow::anyhow!("--timeout {:?}: {e}", args.timeout))?;
-    let api: Api<crds::Composition> = Api::namespaced(client, &ns);
-    let before = api
-        .get(&args.name)
-        .await
-        .map_err(|e| anyhow::anyhow!("{what}: {e}"))?;
-    let now = k8s_openapi::jiff::Timestamp::now().to_string();
-    let key = if args.with_synthesis {
-        crds::names::annotations::FORCE_RESYNTHESIS.enoki
-    } else {
-        REQUESTED_AT
-    };
-    let patch = json!({"metadata": {"annotations": {key: now}}});
-    api.patch(&args.name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .map_err(|e| anyhow::anyhow!("{what}: {e}"))?;
-    let old = synthesis_of(&serde_json::to_value(&before)?);
-    let deadline = std::time::Instant::now() + timeout;
-    loop {
-        let c = serde_json::to_value(api.get(&args.name).await?)?;
-        let current = synthesis_of(&c);
-        let synthesized = !args.with_synthesis
-            || (current != old && text(&c, "/status/currentSynthesis/forceResynthesis") == now);
-        let generation = text(&c, "/metadata/generation");
-        let ready = condition(&c, "Ready") == "True"
-            && text(&c, "/status/observedGeneration") == generation;
-        if condition(&c, "Stalled") == "True" {
-            anyhow::bail!(
-                "{what} stalled: {}",
-                first_line(&text(&c, "/status/simplified/error"))
-            );
-        }
-        if synthesized && ready {
-            return Ok(format!(
-                "{what} is Ready (synthesis {})
-",
-                short(&current)
-            ));
-        }
-        let state = text(&c, "/status/simplified/status");
-        if std::time::Instant::now() >= deadline {
-            anyhow::bail!("{what} is not Ready after {}: {state}", args.timeout);
-        }
-        let step = if synthesized {
-            "reconciling"
-        } else {
-            "synthesizing"
-        };
-        crate::progress(&format!("{what}: {step}… ({state})"));
-        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-    }
-}
-
-/// The UUID of an object's current synthesis (empty without one).
-fn synthesis_of(c: &Value) -> String {
-    text(c, "/status/currentSynthesis/uuid")
 }
 
 /// The client of `cluster` and its context's namespace.

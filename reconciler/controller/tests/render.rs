@@ -394,3 +394,88 @@ fn python_sample_reports_bad_input_naming_the_field() {
         "{stderr}"
     );
 }
+
+/// `enoki render --timings MODULE` with `extra` arguments: its stderr (the render may fail:
+/// the module line comes first).
+fn timed(module: &Path, extra: &[&str]) -> (bool, String, Vec<u8>) {
+    let out = Command::new(env!("CARGO_BIN_EXE_enoki"))
+        .arg("render")
+        .arg(module)
+        .arg("--timings")
+        .args(extra)
+        .current_dir(root())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out.status.success(), err, out.stdout)
+}
+
+/// A second render of a module loads what the first compiled from the cache directory (the
+/// controller's compile cache) instead of compiling it: a component (the Python sample) and a
+/// large core module that starts on the baseline tier (the 80.9 MB Helm module). `--no-cache`
+/// reads and writes none, also when `ENOKI_CACHE_DIR` is set (empty or not).
+#[test]
+fn a_second_render_loads_the_module_from_the_compile_cache() {
+    let dir = std::env::temp_dir().join(format!("enoki-render-cache-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let cache = ["--cache-dir", dir.to_str().unwrap()];
+    let python = root().join("target/samples/python.wasm");
+    let helm = root().join("target/samples/helm-chart.wasm");
+    for m in [&python, &helm] {
+        assert!(
+            m.exists(),
+            "{} is missing: hack/build-samples.sh builds it",
+            m.display()
+        );
+    }
+    let list = [
+        "--resource-list",
+        "samples/09-python/fixtures/input.json",
+        "-o",
+        "json",
+    ];
+    fn with<'a>(cache: &[&'a str], extra: &[&'a str]) -> Vec<&'a str> {
+        [cache, extra].concat()
+    }
+    let with = |extra: &[&'static str]| with(&cache, extra);
+    let (ok, first, out1) = timed(&python, &with(&list));
+    assert!(ok && first.contains("module: compiled (kept in"), "{first}");
+    let (ok, second, out2) = timed(&python, &with(&list));
+    assert!(
+        ok && second.contains("module: loaded from the compile cache"),
+        "{second}"
+    );
+    assert_eq!(out1, out2);
+    eprintln!("python sample:\n{first}{second}");
+    // The Helm module without a chart fails its synthesis, after loading.
+    let (_, first, _) = timed(&helm, &cache);
+    assert!(first.contains("module: compiled (kept in"), "{first}");
+    let (_, second, _) = timed(&helm, &cache);
+    assert!(
+        second.contains("module: loaded from the compile cache"),
+        "{second}"
+    );
+    eprintln!("helm module:\n{first}{second}");
+    // --no-cache: compiled without any cache directory, whatever ENOKI_CACHE_DIR says.
+    let none = dir.join("unused");
+    for env in ["", none.to_str().unwrap()] {
+        let out = Command::new(env!("CARGO_BIN_EXE_enoki"))
+            .args([
+                "render",
+                python.to_str().unwrap(),
+                "--timings",
+                "--no-cache",
+            ])
+            .args(&list[..2])
+            .env("ENOKI_CACHE_DIR", env)
+            .env("XDG_CACHE_HOME", &none)
+            .current_dir(root())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{err}");
+        assert!(err.contains("module: compiled (no cache)"), "{err}");
+    }
+    assert!(!none.exists(), "--no-cache wrote a cache");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -88,8 +88,10 @@ impl Host {
             artifacts::remove_stale_temporaries(dir);
         }
         let root = cache_dir.or(scratch.as_deref());
-        // Winch code and spooled module bytes never go to the shared cache: a private work
-        // directory of this host (the scratch directory, or one inside the cache directory).
+        // With compile processes, Winch code and spooled module bytes never go to the shared
+        // cache: a private work directory of this host (the scratch directory, or one inside
+        // the cache directory). Compiling in process (`enoki render`), Winch code is kept in
+        // the cache directory under the baseline engine's own key.
         let work = match (&scratch, cache_dir, &process) {
             (Some(dir), _, _) => Some(dir.clone()),
             (None, Some(dir), Some(_)) => Some(work_dir(dir)?),
@@ -116,6 +118,7 @@ impl Host {
             run_slots: Arc::new(Budget::new(run_slots as usize)),
             pooled,
             optimized_in_background: Arc::new(AtomicU64::new(0)),
+            background_optimization: AtomicBool::new(true),
             baseline_min_bytes: std::sync::atomic::AtomicUsize::new(BASELINE_MIN_BYTES),
             modules: Mutex::new(ModuleLru::new(DEFAULT_MODULE_CACHE_BYTES)),
             compiling: Mutex::new(HashMap::new()),
@@ -165,9 +168,19 @@ impl Host {
     /// Bounds the compiled artifacts in the on-disk cache (`cache_dir`) to `bytes` (0:
     /// unbounded); the least recently used are deleted first.
     pub fn set_module_disk_cache_bytes(&self, bytes: u64) {
-        if let Some(a) = &self.artifacts {
+        for a in [&self.artifacts, &self.baseline_artifacts]
+            .into_iter()
+            .flatten()
+        {
             a.set_max_bytes(bytes);
         }
+    }
+
+    /// Whether a module started on the baseline tier is compiled again, optimized, in the
+    /// background (default: yes). A short-lived process (`enoki render`) turns it off: it
+    /// would exit before that compilation ends, which only takes CPU from the run.
+    pub fn set_background_optimization(&self, on: bool) {
+        self.background_optimization.store(on, Ordering::Relaxed);
     }
 
     /// Artifacts deleted from the on-disk cache to keep it within its bound.
@@ -177,7 +190,11 @@ impl Host {
 
     /// Artifacts loaded from the on-disk cache instead of being compiled.
     pub fn cache_hits(&self) -> usize {
-        self.artifacts.as_ref().map_or(0, |a| a.hits())
+        [&self.artifacts, &self.baseline_artifacts]
+            .into_iter()
+            .flatten()
+            .map(|a| a.hits())
+            .sum()
     }
 
     /// Core modules at least `bytes` large start on the baseline tier (default

@@ -271,6 +271,9 @@ pub struct Host {
     pooled: bool,
     /// Background optimizations finished (baseline code replaced).
     optimized_in_background: Arc<AtomicU64>,
+    /// Whether baseline code is replaced by optimized code in the background
+    /// ([`Host::set_background_optimization`]).
+    background_optimization: AtomicBool,
     /// Core modules at least this large start on the baseline tier.
     baseline_min_bytes: std::sync::atomic::AtomicUsize,
     modules: Mutex<ModuleLru>,

@@ -11,12 +11,13 @@ use kube::core::GroupVersionKind;
 use serde_json::Value;
 
 use crds::ConditionStatus;
-use crds::names::{conditions, reasons};
+use crds::names::conditions;
 use crds::{Composition, ResourceSlice};
 use plan::readiness::{self, ReadinessCheck, ReadinessState};
 use plan::{ResourceKey, settings};
 
 mod model;
+mod next;
 mod render;
 pub use model::*;
 pub use render::*;
@@ -72,7 +73,7 @@ pub fn view(
         name: comp.metadata.name.clone().unwrap_or_default(),
         synthesizer: comp.spec.synthesizer.name.clone(),
         ready,
-        next: next(&st, &condition_views),
+        next: next::next(comp.spec.suspend, &st, &condition_views),
         synthesis: st.current_synthesis.as_ref().map(|s| s.uuid.clone()),
         synthesized: st
             .current_synthesis
@@ -214,52 +215,6 @@ fn with_expression(unsatisfied: &str, named: &[(String, String, String)]) -> Str
     match named.iter().find(|(n, _, _)| n == name) {
         Some((_, _, cel)) => format!("{unsatisfied}: {cel}"),
         None => unsatisfied.to_string(),
-    }
-}
-
-/// What happens to the next synthesis, from the status.
-fn next(st: &crds::CompositionStatus, conditions: &[ConditionView]) -> Next {
-    if let Some(d) = st.dependency_status.as_ref().filter(|d| d.blocked) {
-        let who: Vec<String> = d
-            .blocked_by
-            .iter()
-            .map(|b| format!("{}/{} ({})", b.namespace, b.name, b.reason))
-            .collect();
-        return Next {
-            state: "blocked".into(),
-            reason: Some(reasons::DEPENDENCY_NOT_READY.into()),
-            message: Some(format!(
-                "dependsOn: {}",
-                d.reason.clone().unwrap_or_else(|| who.join(", "))
-            )),
-        };
-    }
-    let synthesized = conditions
-        .iter()
-        .find(|c| c.type_ == conditions::SYNTHESIZED);
-    if let Some(c) = synthesized.filter(|c| c.status != ConditionStatus::True) {
-        return Next {
-            state: "blocked".into(),
-            reason: Some(c.reason.clone()),
-            message: Some(c.message.clone()),
-        };
-    }
-    // A canceled in-flight synthesis (a failed attempt) is not running.
-    if st
-        .in_flight_synthesis
-        .as_ref()
-        .is_some_and(|s| s.canceled.is_none())
-    {
-        return Next {
-            state: "in-flight".into(),
-            reason: None,
-            message: Some("a synthesis is running".into()),
-        };
-    }
-    Next {
-        state: "up-to-date".into(),
-        reason: None,
-        message: None,
     }
 }
 

@@ -32,7 +32,7 @@ pub const MAX_SYMPHONY_VARIATIONS: usize = 256;
 pub const SPEC_DROPPED: &str = "enoki.dev/cached-spec-dropped";
 
 /// Cuts the cache's copy of a Composition refused for its size down to its metadata (of its
-/// labels, enoki's and Eno's only), status, Synthesizer reference, service account and
+/// labels, enoki's and Eno's only), status, Synthesizer reference, service account, `suspend` and
 /// `dependsOn` (what its deletion reads; each kept only when small): the caches hold at most [`MAX_SPEC_BYTES`] of any spec, however
 /// large a tenant writes one (up to etcd's 1.5 MiB). A refused Composition has no pass, so
 /// nothing reads the rest; its deletion reads its status and annotations, which stay. Pure.
@@ -58,6 +58,7 @@ pub fn drop_refused_spec(comp: &mut crds::Composition) {
             synthesizer,
             service_account_name: account,
             depends_on: if small { depends_on } else { Vec::new() },
+            suspend: comp.spec.suspend,
             ..crds::CompositionSpec::default()
         };
         // Labels, which Kubernetes does not bound in total: enoki's and Eno's own stay.

@@ -22,7 +22,12 @@ impl Host {
                         .large_compile
                         .lock()
                         .unwrap_or_else(std::sync::PoisonError::into_inner);
-                    let module = self.build_module(TierKind::Baseline, source, &digest)?;
+                    // A host compiling in process keeps its first-sight code too (the CLI's
+                    // cache: the next run starts from it; the optimization starts again).
+                    let module = match self.cached_baseline(&digest)? {
+                        Some(module) => module,
+                        None => self.build_module(TierKind::Baseline, source, &digest)?,
+                    };
                     self.baseline.core(&module, true)?
                 } else {
                     let module = self.build_module(TierKind::Optimized, source, &digest)?;
@@ -38,6 +43,7 @@ impl Host {
             .insert(digest, m.clone(), source.len());
         let optimize_key = format!("optimize:{}", m.digest());
         if baseline
+            && self.background_optimization.load(Ordering::Relaxed)
             && self.failed_before(&optimize_key).is_none()
             && let Some(spooled) = self.spool(m.digest(), source)
         {
@@ -72,10 +78,22 @@ impl Host {
             return Err(in_process_file());
         };
         let module = Module::new(engine, bytes).map_err(compile_error)?;
-        if tier == TierKind::Optimized {
-            store_artifact(self.artifacts.as_deref(), digest, kind, module.serialize());
-        }
+        let store = match tier {
+            TierKind::Optimized => self.artifacts.as_deref(),
+            TierKind::Baseline => self.baseline_artifacts.as_deref(),
+        };
+        store_artifact(store, digest, kind, module.serialize());
         Ok(module)
+    }
+
+    /// The verified first-sight (Winch) artifact of a module, for a host that compiles in
+    /// process with an on-disk cache (there, baseline artifacts are kept under the baseline
+    /// engine's key; a host with compile processes keeps none).
+    fn cached_baseline(&self, digest: &str) -> Result<Option<Module>, HostError> {
+        if self.process.is_some() {
+            return Ok(None);
+        }
+        self.cached(digest, ModuleKind::Preview1, TierKind::Baseline)
     }
 
     /// Runs one compile child writing into the host's artifact directory, limited to `limit`

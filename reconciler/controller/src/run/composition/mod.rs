@@ -15,6 +15,7 @@ pub(crate) mod dependencies;
 pub(crate) mod finalizer;
 pub(crate) mod observe;
 pub(crate) mod status_write;
+pub(crate) mod suspend;
 pub(crate) mod synthesize;
 
 use reconciler_core::model::Outcome;
@@ -123,6 +124,7 @@ async fn admitted(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Action, E
         }
         finalizer::State::Missing => finalizer::add(&ctx, &comp).await,
         finalizer::State::Deleting => delete(&ctx, &comp).await,
+        finalizer::State::Present if comp.spec.suspend => suspend::hold(&ctx, &comp).await,
         finalizer::State::Present => converge(&ctx, &comp).await,
     };
     if let Err(e) = &result
@@ -168,6 +170,9 @@ async fn report_failure(ctx: &Context, comp: &Composition, err: &Error) {
     ctx.event(comp, true, category, "Reconcile", chain.clone())
         .await;
     let mut st = comp.status.clone().unwrap_or_default();
+    if !comp.spec.suspend {
+        suspend::resumed(&mut st);
+    }
     reconciler_core::condition::set_condition(
         &mut st.conditions,
         conditions::RECONCILED,
@@ -359,10 +364,12 @@ pub(crate) fn ignores_side_effects(comp: &Composition) -> bool {
 /// over the *current* synthesis, which runs whatever that decision was — a deleted output comes
 /// back and drift is reverted while the next synthesis waits on the cooldown, inputs out of
 /// lockstep, `dependsOn`, a failing synthesizer's backoff, or a missing Synthesizer, module or
-/// input. Only deletion (and a resource's `disable-reconciliation`) stops it.
+/// input. Only deletion, `spec.suspend` (see [`suspend`]) and a resource's
+/// `disable-reconciliation` stop it.
 async fn converge(ctx: &Arc<Context>, comp: &Arc<Composition>) -> Result<Action, Error> {
     ctx.watches.own(comp);
     let mut st = comp.status.clone().unwrap_or_default();
+    suspend::resumed(&mut st);
     let uid = comp.uid().unwrap_or_default();
     let (blocked, instance) = match observe_all(ctx, comp, &mut st).await {
         Ok(Outcome::Waits(requeue)) => (Some(requeue), None),
@@ -445,6 +452,7 @@ async fn enforce_then_fail(
     error: Error,
 ) -> Result<Action, Error> {
     let mut st = comp.status.clone().unwrap_or_default();
+    suspend::resumed(&mut st);
     if !refused_by_policy(&st) && st.current_synthesis.is_some() && ctx.remote_user_of(comp).is_ok()
     {
         // The pass's own failure is reported with the first one's.

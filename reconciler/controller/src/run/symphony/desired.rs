@@ -94,6 +94,7 @@ pub(super) fn desired_composition(sym: &Symphony, v: &Variation) -> serde_json::
             .collect(),
         allow_empty: false,
         service_account_name: sym.spec.service_account_name.clone(),
+        suspend: false,
     };
     let owner = OwnerReference {
         api_version: Symphony::api_version(&()).into(),
@@ -120,13 +121,16 @@ pub(super) fn desired_composition(sym: &Symphony, v: &Variation) -> serde_json::
     }
     desired
 }
-/// Whether applying `desired` would change nothing on `live`: the same spec, every label and
+/// Whether applying `desired` would change nothing on `live`: the same spec (but `suspend`,
+/// which the Symphony leaves to its members' users), every label and
 /// annotation asked for there with its value and applied by this controller (so a later
 /// removal is pruned), and the Symphony its controlling owner. Pure.
 pub(super) fn up_to_date(live: &Composition, desired: &serde_json::Value) -> bool {
-    let Ok(spec) = serde_json::from_value::<CompositionSpec>(desired["spec"].clone()) else {
+    let Ok(mut spec) = serde_json::from_value::<CompositionSpec>(desired["spec"].clone()) else {
         return false;
     };
+    // A member suspended by hand (`enoki suspend`) stays so: the Symphony does not own it.
+    spec.suspend = live.spec.suspend;
     let (mine_annotations, mine_labels) = applied_keys(live);
     let holds =
         |have: &BTreeMap<String, String>, want: &serde_json::Value, mine: &BTreeSet<String>| {

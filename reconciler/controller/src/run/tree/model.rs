@@ -101,9 +101,9 @@ pub struct ConditionView {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Next {
-    /// `up-to-date`, `in-flight` or `blocked`.
+    /// `up-to-date`, `in-flight`, `blocked` or `suspended`.
     pub state: String,
-    /// The reason (a condition reason) when blocked.
+    /// The reason (a condition reason) when blocked or suspended.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// The message when blocked (or in flight).

@@ -1,0 +1,245 @@
+//! `enoki reconcile`, `enoki suspend` and `enoki resume` (flux's verbs): each changes the
+//! Composition, then waits — with a progress line on a terminal — until its controller has
+//! answered in the status, or fails (exit 1) when it stalls or `--timeout` passes.
+
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::{Value, json};
+
+use super::{condition, connect, first_line, short, text};
+use crate::cli::{ReconcileArgs, SuspendArgs};
+
+/// The annotation `enoki reconcile` sets (Flux's `reconcile.fluxcd.io/requestedAt`): a change
+/// of the Composition, so its controller makes a pass.
+pub const REQUESTED_AT: &str = "reconcile.enoki.dev/requestedAt";
+
+/// A Composition a verb acts on: its API, `Composition ns/name` and the deadline.
+struct Target {
+    api: Api<crds::Composition>,
+    name: String,
+    what: String,
+    timeout: String,
+    deadline: std::time::Instant,
+}
+
+impl Target {
+    async fn of(
+        cluster: &crate::cli::ClusterArgs,
+        namespace: Option<&String>,
+        name: &str,
+        timeout: &str,
+    ) -> anyhow::Result<Self> {
+        let (client, default_ns) = connect(cluster).await?;
+        let ns = namespace.cloned().unwrap_or(default_ns);
+        let wait = humantime::parse_duration(timeout)
+            .map_err(|e| anyhow::anyhow!("--timeout {timeout:?}: {e}"))?;
+        Ok(Self {
+            api: Api::namespaced(client, &ns),
+            name: name.to_string(),
+            what: format!("Composition {ns}/{name}"),
+            timeout: timeout.to_string(),
+            deadline: std::time::Instant::now() + wait,
+        })
+    }
+
+    /// The Composition as JSON.
+    async fn get(&self) -> anyhow::Result<Value> {
+        let c = self
+            .api
+            .get(&self.name)
+            .await
+            .map_err(|e| anyhow::anyhow!("{}: {e}", self.what))?;
+        Ok(serde_json::to_value(c)?)
+    }
+
+    /// A merge patch of the Composition; the object it made.
+    async fn patch(&self, patch: &Value) -> anyhow::Result<Value> {
+        let c = self
+            .api
+            .patch(&self.name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+            .map_err(|e| anyhow::anyhow!("{}: {e}", self.what))?;
+        Ok(serde_json::to_value(c)?)
+    }
+
+    /// Reads the Composition every second until `done` gives the answer; fails when it stalls
+    /// (`Stalled=True`, unless `stall_ok`) or the deadline passes before it is `goal`. `step`
+    /// names what it waits for in the progress line.
+    async fn wait(
+        &self,
+        goal: &str,
+        stall_ok: bool,
+        done: impl Fn(&Value) -> Option<String>,
+        step: impl Fn(&Value) -> &'static str,
+    ) -> anyhow::Result<String> {
+        loop {
+            let c = self.get().await?;
+            if let Some(answer) = done(&c) {
+                return Ok(answer);
+            }
+            if !stall_ok && stalled(&c) {
+                anyhow::bail!(
+                    "{} stalled: {}",
+                    self.what,
+                    first_line(&text(&c, "/status/simplified/error"))
+                );
+            }
+            let state = text(&c, "/status/simplified/status");
+            if std::time::Instant::now() >= self.deadline {
+                anyhow::bail!(
+                    "{} is not {goal} after {}: {state}",
+                    self.what,
+                    self.timeout
+                );
+            }
+            crate::progress(&format!("{}: {}… ({state})", self.what, step(&c)));
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        }
+    }
+}
+
+/// Whether the Composition stalled for its newest spec (a stall of an older generation, or
+/// one recorded before a suspension that is not yet lifted, is not its answer yet).
+fn stalled(c: &Value) -> bool {
+    condition(c, "Stalled") == "True"
+        && current(c)
+        && condition(c, crds::names::conditions::SUSPENDED).is_empty()
+}
+
+/// Whether the status speaks for the Composition's newest generation.
+fn current(c: &Value) -> bool {
+    text(c, "/status/observedGeneration") == text(c, "/metadata/generation")
+}
+
+/// The UUID of an object's current synthesis (empty without one).
+fn synthesis_of(c: &Value) -> String {
+    text(c, "/status/currentSynthesis/uuid")
+}
+
+/// `enoki reconcile`: asks for a pass of a Composition (`--with-synthesis`: a new synthesis,
+/// through `enoki.dev/force-resynthesis`), then waits until it is Ready for its current
+/// generation (and, with a synthesis, one made after the request), with a progress line.
+///
+/// # Errors
+/// The Composition is missing, refused or suspended, it stalls, or `--timeout` passes first.
+pub async fn reconcile(args: &ReconcileArgs) -> anyhow::Result<String> {
+    let t = Target::of(
+        &args.cluster,
+        args.namespace.as_ref(),
+        &args.name,
+        &args.timeout,
+    )
+    .await?;
+    let before = t.get().await?;
+    if before.pointer("/spec/suspend") == Some(&Value::Bool(true)) {
+        anyhow::bail!("{} is suspended: `enoki resume` it first", t.what);
+    }
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let key = if args.with_synthesis {
+        crds::names::annotations::FORCE_RESYNTHESIS.enoki
+    } else {
+        REQUESTED_AT
+    };
+    t.patch(&json!({"metadata": {"annotations": {key: now}}}))
+        .await?;
+    let old = synthesis_of(&before);
+    let synthesized = |c: &Value| {
+        !args.with_synthesis
+            || (synthesis_of(c) != old
+                && text(c, "/status/currentSynthesis/forceResynthesis") == now)
+    };
+    t.wait(
+        "Ready",
+        false,
+        |c| {
+            (synthesized(c) && condition(c, "Ready") == "True" && current(c)).then(|| {
+                format!(
+                    "{} is Ready (synthesis {})\n",
+                    t.what,
+                    short(&synthesis_of(c))
+                )
+            })
+        },
+        |c| {
+            if synthesized(c) {
+                "reconciling"
+            } else {
+                "synthesizing"
+            }
+        },
+    )
+    .await
+}
+
+/// `enoki suspend`: sets `spec.suspend` and waits until the controller reports the
+/// Composition `Suspended` for that generation.
+///
+/// # Errors
+/// The Composition is missing or the patch refused, or `--timeout` passes first.
+pub async fn suspend(args: &SuspendArgs) -> anyhow::Result<String> {
+    let t = Target::of(
+        &args.cluster,
+        args.namespace.as_ref(),
+        &args.name,
+        &args.timeout,
+    )
+    .await?;
+    let patched = t.patch(&json!({"spec": {"suspend": true}})).await?;
+    if patched.pointer("/spec/suspend") != Some(&Value::Bool(true)) {
+        anyhow::bail!(
+            "{}: the cluster's Composition CRD has no spec.suspend (it dropped the field): \
+             install this version's CRDs (`enoki crds | kubectl apply -f -`)",
+            t.what
+        );
+    }
+    let generation = patched
+        .pointer("/metadata/generation")
+        .and_then(Value::as_i64);
+    t.wait(
+        "suspended",
+        true,
+        |c| {
+            let marked = c
+                .pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .and_then(|cs| cs.iter().find(|x| x["type"] == "Suspended"))
+                .is_some_and(|x| {
+                    x["status"] == "True" && x["observedGeneration"].as_i64() >= generation
+                });
+            marked.then(|| format!("{} is suspended\n", t.what))
+        },
+        |_| "suspending",
+    )
+    .await
+}
+
+/// `enoki resume`: clears `spec.suspend` and waits until the Composition is Ready for its
+/// newest generation (a suspended one first synthesizes what changed meanwhile).
+///
+/// # Errors
+/// The Composition is missing or the patch refused, it stalls, or `--timeout` passes first.
+pub async fn resume(args: &SuspendArgs) -> anyhow::Result<String> {
+    let t = Target::of(
+        &args.cluster,
+        args.namespace.as_ref(),
+        &args.name,
+        &args.timeout,
+    )
+    .await?;
+    t.patch(&json!({"spec": {"suspend": null}})).await?;
+    t.wait(
+        "Ready",
+        false,
+        |c| {
+            let resumed = condition(c, crds::names::conditions::SUSPENDED).is_empty();
+            (resumed && condition(c, "Ready") == "True" && current(c)).then(|| {
+                format!(
+                    "{} is resumed and Ready (synthesis {})\n",
+                    t.what,
+                    short(&synthesis_of(c))
+                )
+            })
+        },
+        |_| "resuming",
+    )
+    .await
+}
