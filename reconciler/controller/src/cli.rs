@@ -194,15 +194,19 @@ pub struct NewArgs {
     #[arg(long)]
     pub dir: Option<PathBuf>,
     /// Depend on an enoki checkout's `synthesizer-sdk/` directory by path (also
-    /// `$ENOKI_SDK_DIR`). Default: the SDK packages of this enoki's version from crates.io, the
-    /// Go module proxy, npm and PyPI.
-    #[arg(long, conflicts_with = "sdk_packages")]
+    /// `$ENOKI_SDK_DIR`).
+    #[arg(long, conflicts_with_all = ["sdk_packages", "sdk_registry"])]
     pub sdk_dir: Option<PathBuf>,
     /// Depend on the packed SDKs in this directory (`make release` writes them to
     /// `dist/sdk`; `hack/sdk-packages.sh DIR` alone): the same versions, installed from
-    /// the files.
-    #[arg(long)]
+    /// the files. Default: the packages shipped beside this binary (a release's `sdk/`
+    /// next to its `bin/`), else the registries.
+    #[arg(long, conflicts_with = "sdk_registry")]
     pub sdk_packages: Option<PathBuf>,
+    /// Depend on this version's SDK packages from crates.io, the Go module proxy, npm and
+    /// PyPI even when packages ship beside the binary.
+    #[arg(long)]
+    pub sdk_registry: bool,
 }
 
 /// `enoki module …`

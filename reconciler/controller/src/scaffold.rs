@@ -6,14 +6,22 @@
 //! ecosystem does — the `enoki-sdk` crate, the Go module
 //! `github.com/enoki-dev/enoki/synthesizer-sdk/go`, the npm packages `@enoki/sdk` and
 //! `enoki-sdk-assemblyscript`, the Python distribution `enoki-sdk`; C gets the header
-//! (`enoki.h`) copied in. `--sdk-packages DIR` installs the same versions from the packed files
-//! (`hack/sdk-packages.sh`), `--sdk-dir` (or `$ENOKI_SDK_DIR`) uses a checkout by path.
+//! (`enoki.h`) copied in. The packed files of that version (`hack/sdk-packages.sh`) shipped
+//! beside the binary — or named by `--sdk-packages DIR` — are copied into the project
+//! (`sdk-packages/`, the files its language needs) and installed from there by relative path,
+//! so the project builds wherever it is moved; without them, or with `--sdk-registry`, the
+//! packages come from the registries. `--sdk-dir` (or `$ENOKI_SDK_DIR`) uses a checkout by
+//! path.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use crate::cli::{Lang, NewArgs};
 
 mod templates;
+
+mod sdk;
+pub use sdk::{SDK_VERSION, SdkSource};
+use sdk::{VENDORED, copy_tree, sdk_source, vendored_files};
 
 /// Why `enoki new` failed.
 #[derive(Debug, thiserror::Error)]
@@ -126,53 +134,6 @@ pub fn valid_name(name: &str) -> bool {
         && b[b.len() - 1] != b'-'
 }
 
-/// The version of the SDK packages a project depends on: this enoki's.
-pub const SDK_VERSION: &str = env!("CARGO_PKG_VERSION");
-
-/// Where a scaffolded project gets the SDK.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum SdkSource {
-    /// The published packages of [`SDK_VERSION`].
-    Registry,
-    /// A checkout's `synthesizer-sdk/` directory, by path.
-    Dir(PathBuf),
-    /// The packed files of `hack/sdk-packages.sh` (same versions).
-    Packages(PathBuf),
-}
-
-fn sdk_source(args: &NewArgs) -> Result<SdkSource, ScaffoldError> {
-    let canonical = |p: &Path| {
-        p.canonicalize()
-            .map_err(|e| ScaffoldError::Sdk(format!("{}: {e}", p.display())))
-    };
-    if let Some(p) = &args.sdk_packages {
-        let dir = canonical(p)?;
-        let crate_dir = dir.join(format!("rust/enoki-sdk-{SDK_VERSION}"));
-        if !crate_dir.join("Cargo.toml").exists() {
-            return Err(ScaffoldError::Sdk(format!(
-                "{} has no rust/enoki-sdk-{SDK_VERSION}: not the output of hack/sdk-packages.sh for enoki {SDK_VERSION}",
-                dir.display()
-            )));
-        }
-        return Ok(SdkSource::Packages(dir));
-    }
-    let Some(candidate) = args
-        .sdk_dir
-        .clone()
-        .or_else(|| std::env::var_os("ENOKI_SDK_DIR").map(PathBuf::from))
-    else {
-        return Ok(SdkSource::Registry);
-    };
-    let dir = canonical(&candidate)?;
-    if !dir.join("CONTRACT.md").exists() {
-        return Err(ScaffoldError::Sdk(format!(
-            "{} has no CONTRACT.md",
-            dir.display()
-        )));
-    }
-    Ok(SdkSource::Dir(dir))
-}
-
 /// The placeholders that say where the SDK comes from.
 fn sdk_placeholders(lang: Lang, sdk: &SdkSource) -> Vec<(&'static str, String)> {
     let v = SDK_VERSION;
@@ -201,20 +162,19 @@ fn sdk_placeholders(lang: Lang, sdk: &SdkSource) -> Vec<(&'static str, String)> 
             format!("file:{}/assemblyscript", d.display()),
             d.display().to_string(),
         ),
+        // The packages copied into the project ([`VENDORED`]), by relative path.
         SdkSource::Packages(d) => (
             format!("\"{v}\""),
             format!(
-                "\n# The packed crate stands in for the published one.\n[patch.crates-io]\nenoki-sdk = {{ path = \"{}/rust/enoki-sdk-{v}\" }}\n",
-                d.display()
+                "\n# The packed crate (in {VENDORED}/) stands in for the published one.\n[patch.crates-io]\nenoki-sdk = {{ path = \"{VENDORED}/rust/enoki-sdk-{v}\" }}\n"
             ),
             String::new(),
             format!(
-                "# The SDK's Go modules come from the packed proxy directory, the rest from Go's own proxy.\nexport GOPROXY := file://{}/go,$(shell go env GOPROXY)\nexport GONOSUMDB := {go_module}\nexport GOFLAGS := -mod=mod\n",
-                d.display()
+                "# The SDK's Go modules come from the packed proxy directory in {VENDORED}/, the rest from Go's own proxy.\nexport GOPROXY := file://$(CURDIR)/{VENDORED}/go,$(shell go env GOPROXY)\nexport GONOSUMDB := $(shell go env GONOSUMDB),{go_module}\nexport GOFLAGS := -mod=mod\n"
             ),
-            format!("file:{}/npm/enoki-sdk-{v}.tgz", d.display()),
-            format!("file:{}/npm/enoki-sdk-assemblyscript-{v}.tgz", d.display()),
-            format!("packages in {}", d.display()),
+            format!("file:{VENDORED}/npm/enoki-sdk-{v}.tgz"),
+            format!("file:{VENDORED}/npm/enoki-sdk-assemblyscript-{v}.tgz"),
+            format!("packages from {} in {VENDORED}/", d.display()),
         ),
     };
     // The WIT files ship inside the Python and npm packages.
@@ -247,8 +207,8 @@ fn python_sdk(sdk: &SdkSource) -> (String, String) {
         SdkSource::Dir(d) => (format!("-p {}/python", d.display()), "true".to_string()),
         other => {
             let what = match other {
-                SdkSource::Packages(d) => {
-                    format!("{}/python/enoki_sdk-{v}-py3-none-any.whl", d.display())
+                SdkSource::Packages(_) => {
+                    format!("{VENDORED}/python/enoki_sdk-{v}-py3-none-any.whl")
                 }
                 _ => format!("enoki-sdk=={v}"),
             };
@@ -322,7 +282,7 @@ pub fn scaffold(args: &NewArgs) -> Result<String, ScaffoldError> {
     if std::fs::read_dir(&dir).is_ok_and(|mut d| d.next().is_some()) {
         return Err(ScaffoldError::NotEmpty(dir.display().to_string()));
     }
-    let sdk = sdk_source(args)?;
+    let sdk = sdk_source(args).map_err(ScaffoldError::Sdk)?;
     let origin = match &sdk {
         SdkSource::Registry => format!("SDK {SDK_VERSION}"),
         SdkSource::Dir(d) => format!("SDK {}", d.display()),
@@ -346,6 +306,16 @@ pub fn scaffold(args: &NewArgs) -> Result<String, ScaffoldError> {
             source,
         })?;
         report.push_str(&format!("  {path}\n"));
+    }
+    if let SdkSource::Packages(from) = &sdk {
+        for rel in vendored_files(args.lang) {
+            let to = dir.join(VENDORED).join(&rel);
+            copy_tree(&from.join(&rel), &to).map_err(|source| ScaffoldError::Write {
+                path: to.display().to_string(),
+                source,
+            })?;
+            report.push_str(&format!("  {VENDORED}/{rel}\n"));
+        }
     }
     report.push_str(&format!(
         "next: cd {} && make test   (builds build/{}.wasm and checks it against fixtures/expected.yaml)\n",
@@ -396,7 +366,7 @@ mod tests {
                     // Helm templates keep their own `{{ … }}` (with spaces).
                     let unfilled = text.contains("{{") && !path.starts_with("chart/templates/");
                     assert!(!unfilled, "{lang:?} {sdk:?} {path}: {text}");
-                    // Only an explicit option puts a local path in the project.
+                    // Only a checkout or packed files put a local path in the project.
                     if *sdk == SdkSource::Registry {
                         assert!(
                             !text.contains("/checkout") && !text.contains("file:"),

@@ -41,10 +41,120 @@ fn packages() -> String {
     dir.to_string_lossy().into_owned()
 }
 
-/// Scaffolds `lang` on its packed SDK, runs `make test` in it and checks the golden
-/// comparison passed.
+/// README's two lines as a user with only a release runs them: the enoki binary alone in a
+/// `bin/` directory with the release's `sdk/` beside it (`dist/bin`, `dist/sdk` of `make
+/// release`), an empty HOME, that `bin/` first on PATH; `enoki new my-<lang>-synth --lang
+/// <lang>` (no SDK option), then `make test` in it, which finds enoki on PATH. The toolchains
+/// keep their own caches and registry settings (Cargo, rustup, Go, npm, pip).
 fn scaffold_builds_and_passes_its_test(lang: &str) {
-    scaffold_with(lang, &["--sdk-packages", &packages()]);
+    let dir = tempdir(&format!("{lang}-readme"));
+    let bin = dir.join("dist/bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let exe = bin.join("enoki");
+    std::fs::hard_link(env!("CARGO_BIN_EXE_enoki"), &exe)
+        .or_else(|_| std::fs::copy(env!("CARGO_BIN_EXE_enoki"), &exe).map(|_| ()))
+        .unwrap();
+    let copied = Command::new("cp")
+        .args(["-r", &packages()])
+        .arg(dir.join("dist/sdk"))
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    let home = dir.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let env = user_toolchains(&dir, &home, &bin);
+    let name = format!("my-{lang}-synth");
+    let mut enoki_new = Command::new("enoki");
+    enoki_new
+        .args(["new", &name, "--lang", lang])
+        .current_dir(&dir);
+    let out = user_env(&mut enoki_new, &env).output().unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "enoki new: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let shipped = dir.join("dist/sdk").canonicalize().unwrap();
+    let version = env!("CARGO_PKG_VERSION");
+    let origin = format!("SDK {version} from {}", shipped.display());
+    assert!(said.contains(&origin), "{said}");
+    // Every language but C (which copies the header) installs from its copy of the packages.
+    assert_eq!(said.contains("  sdk-packages/"), lang != "c", "{said}");
+    // The project installs from its own copy: the release may go.
+    std::fs::remove_dir_all(dir.join("dist/sdk")).unwrap();
+    check_project(lang, &dir, &name, None, &env);
+}
+
+/// HOME, PATH (`bin` first) and the toolchains' settings for a user whose HOME is `home`:
+/// rustup's and Cargo's homes and the user's npm and Go settings as they are; a Go module
+/// cache of its own in `dir` (so the SDK's module is read from the project's packages),
+/// filled from the machine's cache before Go's proxy.
+fn user_toolchains(dir: &Path, home: &Path, bin: &Path) -> Vec<(String, String)> {
+    let user = PathBuf::from(std::env::var_os("HOME").unwrap());
+    let go_env = |k: &str| {
+        let out = Command::new("go").args(["env", k]).output();
+        out.map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_default()
+    };
+    let keep = |k: &str, default: PathBuf| std::env::var_os(k).map_or(default, PathBuf::from);
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    let modcache = go_env("GOMODCACHE");
+    let proxy = format!("file://{modcache}/cache/download,{}", go_env("GOPROXY"));
+    [
+        ("HOME", home.display().to_string()),
+        ("PATH", path),
+        (
+            "CARGO_HOME",
+            keep("CARGO_HOME", user.join(".cargo"))
+                .display()
+                .to_string(),
+        ),
+        (
+            "RUSTUP_HOME",
+            keep("RUSTUP_HOME", user.join(".rustup"))
+                .display()
+                .to_string(),
+        ),
+        ("GOENV", go_env("GOENV")),
+        ("GOPROXY", proxy),
+        ("GOMODCACHE", dir.join("gomod").display().to_string()),
+        ("GOCACHE", go_env("GOCACHE")),
+        (
+            "NPM_CONFIG_USERCONFIG",
+            user.join(".npmrc").display().to_string(),
+        ),
+        ("npm_config_cache", user.join(".npm").display().to_string()),
+        (
+            "PIP_CACHE_DIR",
+            user.join(".cache/pip").display().to_string(),
+        ),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
+}
+
+/// `cmd` with this process's environment but `env` (HOME, PATH, the toolchains' caches) and
+/// without enoki's own variables or XDG directories; unchanged when `env` is empty.
+fn user_env<'a>(cmd: &'a mut Command, env: &[(String, String)]) -> &'a mut Command {
+    if env.is_empty() {
+        return cmd;
+    }
+    // enoki's, the XDG directories, and what this workspace's build sets (clippy as rustc's
+    // wrapper, Cargo's variables for the test process, a pinned toolchain).
+    let ours = [
+        "ENOKI",
+        "XDG_",
+        "CARGO",
+        "RUSTC",
+        "CLIPPY",
+        "RUSTUP_TOOLCHAIN",
+        "GO",
+    ];
+    cmd.env_clear()
+        .envs(std::env::vars().filter(|(k, _)| !ours.iter().any(|p| k.starts_with(p))))
+        .envs(env.iter().map(|(k, v)| (k, v)))
 }
 
 /// Scaffolds `lang` with `sdk` (the SDK options), runs `make test` in it and checks the golden
@@ -60,7 +170,19 @@ fn scaffold_with(lang: &str, sdk: &[&str]) {
         "enoki new: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let project = dir.join(&name);
+    check_project(lang, &dir, &name, Some(env!("CARGO_BIN_EXE_enoki")), &[]);
+}
+
+/// The project `dir/name` has its files, and its `make test` (with `enoki`, else the one on
+/// `env`'s PATH) builds it and passes; a changed golden file then fails with a diff.
+fn check_project(
+    lang: &str,
+    dir: &Path,
+    name: &str,
+    enoki: Option<&str>,
+    env: &[(String, String)],
+) {
+    let project = dir.join(name);
     for f in [
         "Makefile",
         "README.md",
@@ -71,9 +193,11 @@ fn scaffold_with(lang: &str, sdk: &[&str]) {
         assert!(project.join(f).exists(), "{lang}: {f} missing");
     }
     let mut make = Command::new("make");
-    make.arg("test")
-        .arg(format!("ENOKI={}", env!("CARGO_BIN_EXE_enoki")))
-        .current_dir(&project);
+    make.arg("test").current_dir(&project);
+    user_env(&mut make, env);
+    if let Some(enoki) = enoki {
+        make.arg(format!("ENOKI={enoki}"));
+    }
     if lang == "rust" {
         // Keep the scaffold's dependency builds between runs.
         make.env("CARGO_TARGET_DIR", root().join("target/new-rust"));
@@ -104,7 +228,12 @@ fn scaffold_with(lang: &str, sdk: &[&str]) {
     std::fs::write(&golden, text.replace("hola, world", "hello, world")).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_enoki"))
         .args(["render", &format!("build/{name}.wasm"), "--resource-list"])
-        .args(["fixtures/input.json", "--expect", "fixtures/expected.yaml"])
+        .args([
+            "fixtures/input.json",
+            "--expect",
+            "fixtures/expected.yaml",
+            "--no-cache",
+        ])
         .current_dir(&project)
         .output()
         .unwrap();
@@ -114,7 +243,9 @@ fn scaffold_with(lang: &str, sdk: &[&str]) {
         stderr.contains("-  message: hello, world") && stderr.contains("+  message: hola, world"),
         "{lang}: {stderr}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
+    // Go's module cache is read-only.
+    let _ = Command::new("chmod").args(["-R", "u+w"]).arg(dir).status();
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]

@@ -90,8 +90,9 @@ impl Host {
         let root = cache_dir.or(scratch.as_deref());
         // With compile processes, Winch code and spooled module bytes never go to the shared
         // cache: a private work directory of this host (the scratch directory, or one inside
-        // the cache directory). Compiling in process (`enoki render`), Winch code is kept in
-        // the cache directory under the baseline engine's own key.
+        // the cache directory). Compiling in process, Winch code is kept in the cache
+        // directory only on request (`set_keep_baseline_artifacts`: `enoki render`), under the
+        // baseline engine's own key.
         let work = match (&scratch, cache_dir, &process) {
             (Some(dir), _, _) => Some(dir.clone()),
             (None, Some(dir), Some(_)) => Some(work_dir(dir)?),
@@ -119,6 +120,7 @@ impl Host {
             pooled,
             optimized_in_background: Arc::new(AtomicU64::new(0)),
             background_optimization: AtomicBool::new(true),
+            keep_baseline: AtomicBool::new(false),
             baseline_min_bytes: std::sync::atomic::AtomicUsize::new(BASELINE_MIN_BYTES),
             modules: Mutex::new(ModuleLru::new(DEFAULT_MODULE_CACHE_BYTES)),
             compiling: Mutex::new(HashMap::new()),
@@ -174,6 +176,15 @@ impl Host {
         {
             a.set_max_bytes(bytes);
         }
+    }
+
+    /// Keeps first-sight (Winch) code in the on-disk cache as well, under the baseline
+    /// engine's own key, and starts from it on a later load (default: no — only optimized
+    /// code is cached). For a host that compiles in process with a cache directory (`enoki
+    /// render`: a short-lived process never gets to its optimized code); a host with compile
+    /// processes keeps none either way.
+    pub fn set_keep_baseline_artifacts(&self, on: bool) {
+        self.keep_baseline.store(on, Ordering::Relaxed);
     }
 
     /// Whether a module started on the baseline tier is compiled again, optimized, in the

@@ -274,6 +274,9 @@ pub struct Host {
     /// Whether baseline code is replaced by optimized code in the background
     /// ([`Host::set_background_optimization`]).
     background_optimization: AtomicBool,
+    /// Whether first-sight (baseline) artifacts are kept in the on-disk cache too
+    /// ([`Host::set_keep_baseline_artifacts`]).
+    keep_baseline: AtomicBool,
     /// Core modules at least this large start on the baseline tier.
     baseline_min_bytes: std::sync::atomic::AtomicUsize,
     modules: Mutex<ModuleLru>,

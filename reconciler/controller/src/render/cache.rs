@@ -57,6 +57,8 @@ pub(super) fn cached_host(args: &RenderArgs) -> Result<wasm_host::Host, wasm_hos
     let host = match opened {
         Ok(host) => {
             host.set_module_disk_cache_bytes(CACHE_BYTES);
+            // A render never gets to optimized code: its first-sight code is what to keep.
+            host.set_keep_baseline_artifacts(true);
             host
         }
         Err(e) if named_cache_dir(args).is_none() => {

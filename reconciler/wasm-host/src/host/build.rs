@@ -80,17 +80,19 @@ impl Host {
         let module = Module::new(engine, bytes).map_err(compile_error)?;
         let store = match tier {
             TierKind::Optimized => self.artifacts.as_deref(),
-            TierKind::Baseline => self.baseline_artifacts.as_deref(),
+            TierKind::Baseline if self.keep_baseline.load(Ordering::Relaxed) => {
+                self.baseline_artifacts.as_deref()
+            }
+            TierKind::Baseline => None,
         };
         store_artifact(store, digest, kind, module.serialize());
         Ok(module)
     }
 
     /// The verified first-sight (Winch) artifact of a module, for a host that compiles in
-    /// process with an on-disk cache (there, baseline artifacts are kept under the baseline
-    /// engine's key; a host with compile processes keeps none).
+    /// process and keeps baseline artifacts ([`Host::set_keep_baseline_artifacts`]).
     fn cached_baseline(&self, digest: &str) -> Result<Option<Module>, HostError> {
-        if self.process.is_some() {
+        if self.process.is_some() || !self.keep_baseline.load(Ordering::Relaxed) {
             return Ok(None);
         }
         self.cached(digest, ModuleKind::Preview1, TierKind::Baseline)
