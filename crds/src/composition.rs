@@ -147,6 +147,12 @@ pub struct CompositionStatus {
     /// Whether `dependsOn` holds this Composition back (Eno's `dependencyStatus`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dependency_status: Option<DependencyStatus>,
+    /// The value of the `reconcile.enoki.dev/requestedAt` annotation the last finished pass
+    /// answered (Flux's `lastHandledReconcileAt`): `enoki reconcile` sets the annotation and
+    /// waits for it here. A pass that only records a new synthesis does not answer; the pass
+    /// that applies it does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handled_reconcile_at: Option<String>,
 }
 
 /// Why `dependsOn` blocks a Composition: before synthesis it waits for its dependencies to be

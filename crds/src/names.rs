@@ -162,6 +162,11 @@ pub fn is_reserved_key(key: &str) -> bool {
     key.starts_with(PREFIX) || key.starts_with(ENO_PREFIX)
 }
 
+/// The annotation `enoki reconcile` sets (Flux's `reconcile.fluxcd.io/requestedAt`): a change
+/// of the Composition, so its controller makes a pass and records the value in
+/// `status.lastHandledReconcileAt`.
+pub const RECONCILE_REQUESTED_AT: &str = "reconcile.enoki.dev/requestedAt";
+
 /// Status condition types.
 pub mod conditions {
     /// The current synthesis succeeded.

@@ -23,6 +23,11 @@ fn enoki(args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// The annotation `enoki reconcile` sets.
+fn verbs_key() -> &'static str {
+    crds::names::RECONCILE_REQUESTED_AT
+}
+
 fn cm(name: &str, x: &str) -> serde_json::Value {
     json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"x": x}})
 }
@@ -33,11 +38,14 @@ async fn diff_shows_creates_changes_and_prunes_and_writes_nothing() {
     install_crds(&env.client).await;
     let ns = env.namespace.clone();
     let synth = install_synthesizer(&env, "diff", &echo_module()).await;
-    set_echo_items(&env, "items", &json!([cm("a", "1"), cm("b", "1")])).await;
+    // `keep` is never pruned (its annotation), so dropping it is no prune.
+    let mut keep = cm("keep", "1");
+    keep["metadata"]["annotations"] = json!({"enoki.dev/prune": "disabled"});
+    set_echo_items(&env, "items", &json!([cm("a", "1"), cm("b", "1"), keep])).await;
     apply_composition(&env, "app", &synth, "items", json!({})).await;
     let cms: Api<ConfigMap> = env.api();
 
-    // Nothing applied yet: both objects are new; the dry run creates nothing.
+    // Nothing applied yet: the objects are new; the dry run creates nothing.
     let (code, out, err) = enoki(&["diff", "app", "-n", &ns, "--as-caller"]);
     assert_eq!(code, 1, "{out}\n{err}");
     assert!(
@@ -45,7 +53,7 @@ async fn diff_shows_creates_changes_and_prunes_and_writes_nothing() {
         "{out}"
     );
     assert!(out.contains("+  x: \"1\""), "{out}");
-    assert!(out.contains("# 2 changed, 0 unchanged, 0 pruned"), "{out}");
+    assert!(out.contains("# 3 changed, 0 unchanged, 0 pruned"), "{out}");
     assert!(
         cms.get_opt("a").await.unwrap().is_none(),
         "a dry run wrote a"
@@ -62,9 +70,33 @@ async fn diff_shows_creates_changes_and_prunes_and_writes_nothing() {
     enoki_run.stop();
     let (code, out, err) = enoki(&["diff", "app", "-n", &ns, "--as-caller"]);
     assert_eq!(code, 0, "{out}\n{err}");
-    assert!(out.contains("# 0 changed, 2 unchanged, 0 pruned"), "{out}");
+    assert!(out.contains("# 0 changed, 3 unchanged, 0 pruned"), "{out}");
 
-    // The input changes: a changes, b is dropped (a prune), c is new.
+    // The input changes: a changes, b is dropped (a prune), keep is dropped (kept), c is new,
+    // and a CRD with its first custom resource (created before any dry run can see them).
+    let group = format!("{ns}.diff.example");
+    let crd = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("widgets.{group}")},
+        "spec": {"group": group, "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object",
+                    "x-kubernetes-preserve-unknown-fields": true}}}]}});
+    let widget = json!({"apiVersion": format!("{group}/v1"), "kind": "Widget",
+        "metadata": {"name": "w", "namespace": ns}, "spec": {"size": 3}});
+    set_echo_items(
+        &env,
+        "items",
+        &json!([cm("a", "2"), cm("c", "1"), crd, widget]),
+    )
+    .await;
+    let (code, out, err) = enoki(&["diff", "app", "-n", &ns, "--as-caller"]);
+    assert_eq!(code, 1, "{out}\n{err}");
+    assert!(
+        out.contains(&format!("+++ enoki    {group}/v1 Widget {ns}/w")),
+        "{out}"
+    );
+    assert!(out.contains("# 4 changed, 0 unchanged, 1 pruned"), "{out}");
     set_echo_items(&env, "items", &json!([cm("a", "2"), cm("c", "1")])).await;
     let (code, out, err) = enoki(&["diff", "app", "-n", &ns, "--as-caller"]);
     assert_eq!(code, 1, "{out}\n{err}");
@@ -194,7 +226,30 @@ async fn get_and_events_show_what_kubectl_users_expect() {
     );
     let (code, _, err) = enoki(&["get", "symphonies", "nope", "-n", &ns]);
     assert_ne!(code, 0);
-    assert!(err.contains("Symphony nope"), "{err}");
+    assert!(
+        err.contains("Symphony nope") && err.contains("(NotFound, 404)"),
+        "{err}"
+    );
+    // As kubectl: one object by name is the object; none found says so on stderr; a name
+    // with -A is refused.
+    let (_, one, _) = enoki(&["get", "comp", "app", "-n", &ns, "-o", "json"]);
+    let one: serde_json::Value = serde_json::from_str(&one).unwrap();
+    assert_eq!(
+        (one["kind"].as_str(), one["metadata"]["name"].as_str()),
+        (Some("Composition"), Some("app"))
+    );
+    let (code, out, err) = enoki(&["get", "symphonies", "-n", &ns]);
+    assert_eq!((code, out.as_str()), (0, ""));
+    assert!(
+        err.contains(&format!("No resources found in {ns} namespace.")),
+        "{err}"
+    );
+    let (code, _, err) = enoki(&["get", "comp", "app", "-A"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("across all namespaces"), "{err}");
+    let (code, _, err) = enoki(&["events", "nope", "-n", &ns]);
+    assert_eq!(code, 1);
+    assert!(err.contains(&format!("Composition {ns}/nope")), "{err}");
     // A nudge, then a new synthesis, each waited for until Ready.
     let before = env.api::<crds::Composition>().get("app").await.unwrap();
     let uuid = |c: &crds::Composition| {
@@ -209,6 +264,17 @@ async fn get_and_events_show_what_kubectl_users_expect() {
         out.contains(&format!("Composition {ns}/app is Ready")),
         "{out}"
     );
+    // The pass answered the request (Flux's lastHandledReconcileAt).
+    let answered = env.api::<crds::Composition>().get("app").await.unwrap();
+    let asked = answered.metadata.annotations.as_ref().unwrap()[verbs_key()].clone();
+    assert_eq!(
+        answered.status.unwrap().last_handled_reconcile_at,
+        Some(asked)
+    );
+    // A Composition whose synthesis fails: the answered pass is stalled, exit 1.
+    let (code, _, err) = enoki(&["reconcile", "broken", "-n", &ns, "--timeout", "60s"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("stalled"), "{err}");
     let (code, out, err) = enoki(&["reconcile", "app", "-n", &ns, "--with-synthesis"]);
     assert_eq!(code, 0, "{out}\n{err}");
     let after = env.api::<crds::Composition>().get("app").await.unwrap();

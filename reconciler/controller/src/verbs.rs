@@ -28,6 +28,9 @@ type Column = (&'static str, bool, fn(&Value) -> String);
 pub async fn get(args: &GetArgs) -> anyhow::Result<String> {
     let (client, default_ns) = connect(&args.cluster).await?;
     let ns = args.namespace.clone().unwrap_or(default_ns);
+    if args.all_namespaces && args.name.is_some() {
+        anyhow::bail!("a resource cannot be retrieved by name across all namespaces (as kubectl)");
+    }
     let scope = (!args.all_namespaces).then_some(ns.as_str());
     let items = match args.kind {
         GetKind::Compositions => list::<crds::Composition>(scoped(&client, scope), args).await?,
@@ -35,9 +38,20 @@ pub async fn get(args: &GetArgs) -> anyhow::Result<String> {
         GetKind::Symphonies => list::<crds::Symphony>(scoped(&client, scope), args).await?,
     };
     let namespaced = args.kind != GetKind::Synthesizers;
+    // One object by name is printed as itself, a list as a kubectl `List`.
+    let document = match (&args.name, items.first()) {
+        (Some(_), Some(one)) => one.clone(),
+        _ => as_list(&items),
+    };
+    if items.is_empty() && matches!(args.output, GetFormat::Table | GetFormat::Wide) {
+        match scope.filter(|_| namespaced) {
+            Some(ns) => eprintln!("No resources found in {ns} namespace."),
+            None => eprintln!("No resources found"),
+        }
+    }
     Ok(match args.output {
-        GetFormat::Json => serde_json::to_string_pretty(&as_list(&items))? + "\n",
-        GetFormat::Yaml => serde_saphyr::to_string(&as_list(&items))?,
+        GetFormat::Json => serde_json::to_string_pretty(&document)? + "\n",
+        GetFormat::Yaml => serde_saphyr::to_string(&document)?,
         GetFormat::Table | GetFormat::Wide => {
             let wide = args.output == GetFormat::Wide;
             let mut columns: Vec<Column> = Vec::new();
@@ -78,13 +92,13 @@ where
     };
     if let Some(name) = &args.name {
         let what = format!("{} {name}", K::kind(&()));
-        let one = api
-            .get(name)
-            .await
-            .map_err(|e| anyhow::anyhow!("{what}: {e}"))?;
+        let one = api.get(name).await.map_err(|e| api_error(&what, e))?;
         return Ok(vec![typed(&one)]);
     }
-    let listed = api.list(&ListParams::default()).await?;
+    let listed = api
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| api_error(&format!("listing {}", K::plural(&())), e))?;
     Ok(listed.items.iter().map(typed).collect())
 }
 
@@ -134,6 +148,12 @@ fn columns_of(kind: GetKind) -> &'static [Column] {
 pub async fn events(args: &EventsArgs) -> anyhow::Result<String> {
     let (client, default_ns) = connect(&args.cluster).await?;
     let ns = args.namespace.clone().unwrap_or(default_ns);
+    // A missing Composition is an error, not an empty list.
+    let comps: Api<crds::Composition> = Api::namespaced(client.clone(), &ns);
+    comps
+        .get(&args.name)
+        .await
+        .map_err(|e| api_error(&format!("Composition {ns}/{}", args.name), e))?;
     let selector = format!(
         "involvedObject.kind={},involvedObject.name={}",
         crds::names::kinds::COMPOSITION,
@@ -142,7 +162,8 @@ pub async fn events(args: &EventsArgs) -> anyhow::Result<String> {
     let api: Api<Event> = Api::namespaced(client, &ns);
     let mut items: Vec<Value> = api
         .list(&ListParams::default().fields(&selector))
-        .await?
+        .await
+        .map_err(|e| api_error("listing Events", e))?
         .items
         .iter()
         .map(|e| serde_json::to_value(e).unwrap_or_default())
@@ -157,7 +178,7 @@ pub async fn events(args: &EventsArgs) -> anyhow::Result<String> {
                 ("LAST SEEN", false, |e| since(&last_seen(e))),
                 ("TYPE", false, |e| text(e, "/type")),
                 ("REASON", false, |e| text(e, "/reason")),
-                ("COUNT", false, |e| text(e, "/count")),
+                ("COUNT", false, count),
                 ("MESSAGE", false, |e| first_line(&text(e, "/message"))),
             ];
             table(&columns, &items)
@@ -187,7 +208,13 @@ fn table(columns: &[Column], items: &[Value]) -> String {
         .chain(
             items
                 .iter()
-                .map(|o| columns.iter().map(|c| (c.2)(o)).collect()),
+                // What the API server or a synthesizer wrote must not drive the terminal.
+                .map(|o| {
+                    columns
+                        .iter()
+                        .map(|c| crate::run::tree::clean(&(c.2)(o)))
+                        .collect()
+                }),
         )
         .collect();
     let widths: Vec<usize> = (0..columns.len())
@@ -239,6 +266,30 @@ fn source(o: &Value) -> String {
     }
 }
 
+/// `what: <the API server's message> (<reason>, <code>)` for a refused request (no debug
+/// dump of its Status); other errors as they are.
+pub(crate) fn api_error(what: &str, e: kube::Error) -> anyhow::Error {
+    match e {
+        kube::Error::Api(s) => anyhow::anyhow!(
+            "{what}: {} ({}, {})",
+            crate::run::tree::clean(&s.message),
+            s.reason,
+            s.code
+        ),
+        e => anyhow::anyhow!("{what}: {e}"),
+    }
+}
+
+/// How often an Event was seen: its series' count (events.k8s.io), else its `count`.
+fn count(e: &Value) -> String {
+    let series = text(e, "/series/count");
+    if series.is_empty() {
+        text(e, "/count")
+    } else {
+        series
+    }
+}
+
 /// The first eight characters (a synthesis UUID as `kubectl` users know short hashes).
 fn short(s: &str) -> String {
     s.chars().take(8).collect()
@@ -261,9 +312,9 @@ fn age(o: &Value, pointer: &str) -> String {
 /// When an Event was last seen (RFC 3339), from whichever field its writer set.
 fn last_seen(e: &Value) -> String {
     [
+        "/series/lastObservedTime",
         "/lastTimestamp",
         "/eventTime",
-        "/series/lastObservedTime",
         "/firstTimestamp",
     ]
     .iter()

@@ -31,6 +31,8 @@ use plan::{CompositionInfo, Desired, ResourceKey};
 
 mod text;
 use text::{label_of, mask_secrets, normalized, unified};
+mod created;
+use created::{created, made_by_the_same_synthesis};
 
 /// What to diff.
 #[allow(clippy::large_enum_variant)] // built once per `enoki diff` command
@@ -304,7 +306,16 @@ async fn compare(
             r.manifest["apiVersion"].as_str().unwrap_or_default(),
             &r.key,
         );
-        match diff_one(ctx, comp, r, &info, show_secrets).await? {
+        let diffed = match diff_one(ctx, comp, r, &info, show_secrets).await {
+            Ok(d) => d,
+            // A kind whose CRD, or a namespace that, the same synthesis creates: no dry run
+            // can see it before they exist; shown as created.
+            Err(_) if made_by_the_same_synthesis(&prepared.resources, r) => {
+                Diffed::Changed(created(&resource, &r.manifest, show_secrets))
+            }
+            Err(e) => return Err(e),
+        };
+        match diffed {
             Diffed::Skipped(note) => {
                 resources.push(json!({"resource": resource, "change": "skipped",
                     "note": note.trim_start_matches("# ").trim_end()}));
@@ -441,6 +452,16 @@ async fn prunes(
                 continue;
             };
             if emitted.contains(&key) {
+                continue;
+            }
+            // What the controller would not delete is no prune: a Patch, and an object its
+            // annotations keep (prune disabled, reconciliation disabled).
+            if plan::plan::patch_target(&manifest).ok().flatten().is_some() {
+                continue;
+            }
+            let own = plan::plan::annotations_of(&manifest);
+            let settings = plan::settings::parse_as(&key, &key.kind, &own, comp.annotations());
+            if settings.is_ok_and(|s| s.disable_reconciliation || s.prune_disabled) {
                 continue;
             }
             let api_version = manifest["apiVersion"].as_str().unwrap_or_default();

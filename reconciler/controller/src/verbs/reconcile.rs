@@ -5,12 +5,13 @@
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 
-use super::{condition, connect, first_line, short, text};
+use super::{api_error, condition, connect, first_line, short, text};
 use crate::cli::{ReconcileArgs, SuspendArgs};
+use crate::run::tree::clean;
 
-/// The annotation `enoki reconcile` sets (Flux's `reconcile.fluxcd.io/requestedAt`): a change
-/// of the Composition, so its controller makes a pass.
-pub const REQUESTED_AT: &str = "reconcile.enoki.dev/requestedAt";
+/// The annotation `enoki reconcile` sets (Flux's `reconcile.fluxcd.io/requestedAt`); the
+/// controller answers it in `status.lastHandledReconcileAt`.
+pub const REQUESTED_AT: &str = crds::names::RECONCILE_REQUESTED_AT;
 
 /// A Composition a verb acts on: its API, `Composition ns/name` and the deadline.
 struct Target {
@@ -42,13 +43,9 @@ impl Target {
     }
 
     /// The Composition as JSON.
-    async fn get(&self) -> anyhow::Result<Value> {
-        let c = self
-            .api
-            .get(&self.name)
-            .await
-            .map_err(|e| anyhow::anyhow!("{}: {e}", self.what))?;
-        Ok(serde_json::to_value(c)?)
+    async fn get(&self) -> Result<Value, kube::Error> {
+        let c = self.api.get(&self.name).await?;
+        Ok(serde_json::to_value(c).unwrap_or_default())
     }
 
     /// A merge patch of the Composition; the object it made.
@@ -57,33 +54,43 @@ impl Target {
             .api
             .patch(&self.name, &PatchParams::default(), &Patch::Merge(patch))
             .await
-            .map_err(|e| anyhow::anyhow!("{}: {e}", self.what))?;
+            .map_err(|e| api_error(&self.what, e))?;
         Ok(serde_json::to_value(c)?)
     }
 
-    /// Reads the Composition every second until `done` gives the answer; fails when it stalls
-    /// (`Stalled=True`, unless `stall_ok`) or the deadline passes before it is `goal`. `step`
-    /// names what it waits for in the progress line.
+    /// Reads the Composition every second until `done` gives the answer; fails when
+    /// `stalled` says so, when the Composition is gone, or when the deadline passes before it
+    /// is `goal` (a read that fails otherwise — an outage, throttling — is tried again until
+    /// then). `step` names what it waits for in the progress line.
     async fn wait(
         &self,
         goal: &str,
-        stall_ok: bool,
+        stalled: impl Fn(&Value) -> bool,
         done: impl Fn(&Value) -> Option<String>,
         step: impl Fn(&Value) -> &'static str,
     ) -> anyhow::Result<String> {
         loop {
-            let c = self.get().await?;
-            if let Some(answer) = done(&c) {
-                return Ok(answer);
-            }
-            if !stall_ok && stalled(&c) {
-                anyhow::bail!(
-                    "{} stalled: {}",
-                    self.what,
-                    first_line(&text(&c, "/status/simplified/error"))
-                );
-            }
-            let state = text(&c, "/status/simplified/status");
+            let state = match self.get().await {
+                Ok(c) => {
+                    if let Some(answer) = done(&c) {
+                        return Ok(answer);
+                    }
+                    if stalled(&c) {
+                        anyhow::bail!(
+                            "{} stalled: {}",
+                            self.what,
+                            clean(&first_line(&text(&c, "/status/simplified/error")))
+                        );
+                    }
+                    let state = clean(&text(&c, "/status/simplified/status"));
+                    crate::progress(&format!("{}: {}… ({state})", self.what, step(&c)));
+                    state
+                }
+                Err(kube::Error::Api(s)) if s.code == 404 => {
+                    anyhow::bail!("{} was deleted while waiting", self.what)
+                }
+                Err(e) => api_error("reading it", e).to_string(),
+            };
             if std::time::Instant::now() >= self.deadline {
                 anyhow::bail!(
                     "{} is not {goal} after {}: {state}",
@@ -91,7 +98,6 @@ impl Target {
                     self.timeout
                 );
             }
-            crate::progress(&format!("{}: {}… ({state})", self.what, step(&c)));
             tokio::time::sleep(std::time::Duration::from_secs(1)).await;
         }
     }
@@ -129,19 +135,23 @@ pub async fn reconcile(args: &ReconcileArgs) -> anyhow::Result<String> {
         &args.timeout,
     )
     .await?;
-    let before = t.get().await?;
+    let before = t.get().await.map_err(|e| api_error(&t.what, e))?;
     if before.pointer("/spec/suspend") == Some(&Value::Bool(true)) {
         anyhow::bail!("{} is suspended: `enoki resume` it first", t.what);
     }
     let now = k8s_openapi::jiff::Timestamp::now().to_string();
-    let key = if args.with_synthesis {
-        crds::names::annotations::FORCE_RESYNTHESIS.enoki
-    } else {
-        REQUESTED_AT
-    };
-    t.patch(&json!({"metadata": {"annotations": {key: now}}}))
+    let mut annotations = serde_json::Map::new();
+    annotations.insert(REQUESTED_AT.into(), json!(now));
+    if args.with_synthesis {
+        let key = crds::names::annotations::FORCE_RESYNTHESIS.enoki;
+        annotations.insert(key.into(), json!(now));
+    }
+    t.patch(&json!({"metadata": {"annotations": annotations}}))
         .await?;
     let old = synthesis_of(&before);
+    // The pass that answers the request records it; with a synthesis, it is the pass that
+    // applies one made after the request.
+    let handled = |c: &Value| text(c, "/status/lastHandledReconcileAt") == now;
     let synthesized = |c: &Value| {
         !args.with_synthesis
             || (synthesis_of(c) != old
@@ -149,9 +159,10 @@ pub async fn reconcile(args: &ReconcileArgs) -> anyhow::Result<String> {
     };
     t.wait(
         "Ready",
-        false,
+        |c| handled(c) && stalled(c),
         |c| {
-            (synthesized(c) && condition(c, "Ready") == "True" && current(c)).then(|| {
+            let ready = condition(c, "Ready") == "True" && current(c);
+            (handled(c) && synthesized(c) && ready).then(|| {
                 format!(
                     "{} is Ready (synthesis {})\n",
                     t.what,
@@ -196,7 +207,7 @@ pub async fn suspend(args: &SuspendArgs) -> anyhow::Result<String> {
         .and_then(Value::as_i64);
     t.wait(
         "suspended",
-        true,
+        |_| false,
         |c| {
             let marked = c
                 .pointer("/status/conditions")
@@ -228,7 +239,7 @@ pub async fn resume(args: &SuspendArgs) -> anyhow::Result<String> {
     t.patch(&json!({"spec": {"suspend": null}})).await?;
     t.wait(
         "Ready",
-        false,
+        stalled,
         |c| {
             let resumed = condition(c, crds::names::conditions::SUSPENDED).is_empty();
             (resumed && condition(c, "Ready") == "True" && current(c)).then(|| {

@@ -130,7 +130,7 @@ fn is_composition(api_version: &str, kind: &str) -> bool {
 fn summary(v: &View) -> String {
     let synthesis = v.synthesis.as_deref().map_or_else(
         || "no synthesis yet".into(),
-        |s| format!("synthesis {}", &s[..s.len().min(8)]),
+        |s| format!("synthesis {}", s.chars().take(8).collect::<String>()),
     );
     let mut next = v.next.state.clone();
     if let Some(r) = &v.next.reason {

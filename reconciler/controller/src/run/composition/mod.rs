@@ -173,6 +173,7 @@ async fn report_failure(ctx: &Context, comp: &Composition, err: &Error) {
     if !comp.spec.suspend {
         suspend::resumed(&mut st);
     }
+    answer_request(comp, &mut st);
     reconciler_core::condition::set_condition(
         &mut st.conditions,
         conditions::RECONCILED,
@@ -349,6 +350,18 @@ async fn record_stored(
     Ok(recorded())
 }
 
+/// Records that this pass answers the `reconcile.enoki.dev/requestedAt` request it saw
+/// (`status.lastHandledReconcileAt`, what `enoki reconcile` waits for).
+fn answer_request(comp: &Composition, st: &mut CompositionStatus) {
+    let asked = comp
+        .annotations()
+        .get(crds::names::RECONCILE_REQUESTED_AT)
+        .map(|v| v.chars().take(64).collect::<String>());
+    if asked.is_some() {
+        st.last_handled_reconcile_at = asked;
+    }
+}
+
 /// The Composition's `ignore-side-effects` annotation is exactly `"true"` (as Eno reads it).
 pub(crate) fn ignores_side_effects(comp: &Composition) -> bool {
     let key = crds::names::annotations::IGNORE_SIDE_EFFECTS;
@@ -403,6 +416,7 @@ async fn converge(ctx: &Arc<Context>, comp: &Arc<Composition>) -> Result<Action,
     if let Some(simplified) = blocker {
         st.simplified = simplified;
     }
+    answer_request(comp, &mut st);
     generation::settle(&mut st, comp.metadata.generation, enforced);
     if let Some(before) = &comp.status {
         reconciler_core::condition::keep_transitions(&mut st.conditions, &before.conditions);
