@@ -32,7 +32,7 @@ use plan::{CompositionInfo, Desired, ResourceKey};
 mod text;
 use text::{label_of, mask_secrets, normalized, unified};
 mod created;
-use created::{created, made_by_the_same_synthesis};
+use created::{Parent, created, made_by_the_same_synthesis};
 
 /// What to diff.
 #[allow(clippy::large_enum_variant)] // built once per `enoki diff` command
@@ -306,14 +306,12 @@ async fn compare(
             r.manifest["apiVersion"].as_str().unwrap_or_default(),
             &r.key,
         );
-        let diffed = match diff_one(ctx, comp, r, &info, show_secrets).await {
-            Ok(d) => d,
-            // A kind whose CRD, or a namespace that, the same synthesis creates: no dry run
-            // can see it before they exist; shown as created.
-            Err(_) if made_by_the_same_synthesis(&prepared.resources, r) => {
-                Diffed::Changed(created(&resource, &r.manifest, show_secrets))
-            }
-            Err(e) => return Err(e),
+        // Its CRD or Namespace comes with it and is not there yet: shown as created.
+        let diffed = if waits_for_its_parent(ctx, comp, &prepared.resources, r).await {
+            let (snapshot, _) = plan::plan::desired_snapshot(r, None, &info);
+            Diffed::Changed(created(&resource, &snapshot, show_secrets))
+        } else {
+            diff_one(ctx, comp, r, &info, show_secrets).await?
         };
         match diffed {
             Diffed::Skipped(note) => {
@@ -419,6 +417,27 @@ async fn diff_one(
     })
 }
 
+/// Whether `r`'s CRD or Namespace is among `all` and not in the cluster yet.
+async fn waits_for_its_parent(
+    ctx: &Context,
+    comp: Option<&Composition>,
+    all: &[plan::plan::PreparedResource],
+    r: &plan::plan::PreparedResource,
+) -> bool {
+    match made_by_the_same_synthesis(all, r) {
+        Parent::None => false,
+        Parent::Crd => {
+            let api_version = r.manifest["apiVersion"].as_str().unwrap_or_default();
+            api_for(ctx, comp, api_version, &r.key).await.is_err()
+        }
+        Parent::Namespace => {
+            let ns: Api<k8s_openapi::api::core::v1::Namespace> =
+                Api::all(ctx.target.client.clone());
+            matches!(ns.get_opt(&r.key.namespace).await, Ok(None))
+        }
+    }
+}
+
 /// Live objects of the Composition's current synthesis that the new one does not emit.
 async fn prunes(
     ctx: &Context,
@@ -471,6 +490,7 @@ async fn prunes(
                 .get_opt(&key.name)
                 .await
                 .with_context(|| format!("reading {label}"))?
+                .filter(|live| live.metadata.deletion_timestamp.is_none())
             {
                 out.push((label, serde_json::to_value(live).unwrap_or_default()));
             }

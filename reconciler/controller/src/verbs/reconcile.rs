@@ -59,13 +59,13 @@ impl Target {
     }
 
     /// Reads the Composition every second until `done` gives the answer; fails when
-    /// `stalled` says so, when the Composition is gone, or when the deadline passes before it
+    /// `failed` says why, when the Composition is gone, or when the deadline passes before it
     /// is `goal` (a read that fails otherwise — an outage, throttling — is tried again until
     /// then). `step` names what it waits for in the progress line.
     async fn wait(
         &self,
         goal: &str,
-        stalled: impl Fn(&Value) -> bool,
+        failed: impl Fn(&Value) -> Option<String>,
         done: impl Fn(&Value) -> Option<String>,
         step: impl Fn(&Value) -> &'static str,
     ) -> anyhow::Result<String> {
@@ -75,12 +75,8 @@ impl Target {
                     if let Some(answer) = done(&c) {
                         return Ok(answer);
                     }
-                    if stalled(&c) {
-                        anyhow::bail!(
-                            "{} stalled: {}",
-                            self.what,
-                            clean(&first_line(&text(&c, "/status/simplified/error")))
-                        );
+                    if let Some(why) = failed(&c) {
+                        anyhow::bail!("{} {}", self.what, clean(&why));
                     }
                     let state = clean(&text(&c, "/status/simplified/status"));
                     crate::progress(&format!("{}: {}… ({state})", self.what, step(&c)));
@@ -109,6 +105,25 @@ fn stalled(c: &Value) -> bool {
     condition(c, "Stalled") == "True"
         && current(c)
         && condition(c, crds::names::conditions::SUSPENDED).is_empty()
+}
+
+/// `stalled: <error>` when the Composition [`stalled`].
+fn stall(c: &Value) -> Option<String> {
+    stalled(c).then(|| {
+        format!(
+            "stalled: {}",
+            first_line(&text(c, "/status/simplified/error"))
+        )
+    })
+}
+
+/// `failed: <message>` when the pass failed (`Reconciled=False`, `ReconcileFailed`).
+fn pass_failed(c: &Value) -> Option<String> {
+    c.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .and_then(|cs| cs.iter().find(|x| x["type"] == "Reconciled"))
+        .filter(|x| x["status"] == "False" && x["reason"] == crds::names::reasons::RECONCILE_FAILED)
+        .map(|x| format!("failed: {}", first_line(&text(x, "/message"))))
 }
 
 /// Whether the status speaks for the Composition's newest generation.
@@ -157,11 +172,24 @@ pub async fn reconcile(args: &ReconcileArgs) -> anyhow::Result<String> {
             || (synthesis_of(c) != old
                 && text(c, "/status/currentSynthesis/forceResynthesis") == now)
     };
+    // With a synthesis, a stall is the forced attempt's only once that attempt was made.
+    let attempted = |c: &Value| {
+        !args.with_synthesis || text(c, "/status/inFlightSynthesis/forceResynthesis") == now
+    };
     t.wait(
         "Ready",
-        |c| handled(c) && stalled(c),
         |c| {
-            let ready = condition(c, "Ready") == "True" && current(c);
+            if !handled(c) {
+                return None;
+            }
+            pass_failed(c).or_else(|| stall(c).filter(|_| attempted(c) || synthesized(c)))
+        },
+        |c| {
+            // Ready for the current generation, and for the current synthesis (a synthesis
+            // recorded but not yet applied has no ready time).
+            let ready = condition(c, "Ready") == "True"
+                && current(c)
+                && !text(c, "/status/currentSynthesis/ready").is_empty();
             (handled(c) && synthesized(c) && ready).then(|| {
                 format!(
                     "{} is Ready (synthesis {})\n",
@@ -207,7 +235,7 @@ pub async fn suspend(args: &SuspendArgs) -> anyhow::Result<String> {
         .and_then(Value::as_i64);
     t.wait(
         "suspended",
-        |_| false,
+        |_| None,
         |c| {
             let marked = c
                 .pointer("/status/conditions")
@@ -239,7 +267,7 @@ pub async fn resume(args: &SuspendArgs) -> anyhow::Result<String> {
     t.patch(&json!({"spec": {"suspend": null}})).await?;
     t.wait(
         "Ready",
-        stalled,
+        stall,
         |c| {
             let resumed = condition(c, crds::names::conditions::SUSPENDED).is_empty();
             (resumed && condition(c, "Ready") == "True" && current(c)).then(|| {
