@@ -294,11 +294,9 @@ async fn compare(
     let mut resources = Vec::new();
     let (mut changed, mut unchanged, mut skipped) = (0, 0, 0);
     let mut emitted = BTreeSet::new();
-    if prepared.resources.len() > 20 {
-        crate::progress(&format!(
-            "dry-running {} objects…",
-            prepared.resources.len()
-        ));
+    let n = prepared.resources.len();
+    if n > 20 {
+        crate::progress(&format!("dry-running {n} objects…"));
     }
     for r in &prepared.resources {
         emitted.insert(r.key.clone());
@@ -344,12 +342,9 @@ async fn compare(
     let differs = changed > 0 || !prunes.is_empty();
     let json = json!({"differs": differs, "changed": changed, "unchanged": unchanged,
         "pruned": prunes.len(), "skipped": skipped, "resources": resources});
+    let pruned = prunes.len();
     text.push_str(&format!(
-        "# {} changed, {} unchanged, {} pruned, {} skipped\n",
-        changed,
-        unchanged,
-        prunes.len(),
-        skipped
+        "# {changed} changed, {unchanged} unchanged, {pruned} pruned, {skipped} skipped\n"
     ));
     Ok(Report {
         text,
@@ -473,8 +468,7 @@ async fn prunes(
             if emitted.contains(&key) {
                 continue;
             }
-            // What the controller would not delete is no prune: a Patch, and an object its
-            // annotations keep (prune disabled, reconciliation disabled).
+            // No prune of a Patch or of what its annotations keep (as the controller).
             if plan::plan::patch_target(&manifest).ok().flatten().is_some() {
                 continue;
             }
@@ -486,13 +480,17 @@ async fn prunes(
             let api_version = manifest["apiVersion"].as_str().unwrap_or_default();
             let api = api_for(ctx, Some(comp), api_version, &key).await?;
             let label = label_of(api_version, &key);
-            if let Some(live) = api
+            let live = api
                 .get_opt(&key.name)
                 .await
                 .with_context(|| format!("reading {label}"))?
                 .filter(|live| live.metadata.deletion_timestamp.is_none())
+                .map(|live| serde_json::to_value(live).unwrap_or_default());
+            // Another Composition's object (its managed-by label) is not this one's to prune.
+            let uid = comp.uid().unwrap_or_default();
+            if let Some(live) = live.filter(|l| plan::plan::foreign_owner(Some(l), &uid).is_none())
             {
-                out.push((label, serde_json::to_value(live).unwrap_or_default()));
+                out.push((label, live));
             }
         }
     }
