@@ -242,11 +242,16 @@ fn text(o: &Value, pointer: &str) -> String {
     }
 }
 
-/// The status of condition `kind`, empty when there is none.
-fn condition(o: &Value, kind: &str) -> String {
+/// Condition `kind` of an object's status.
+fn find_condition<'a>(o: &'a Value, kind: &str) -> Option<&'a Value> {
     o.pointer("/status/conditions")
         .and_then(Value::as_array)
         .and_then(|cs| cs.iter().find(|c| c["type"] == kind))
+}
+
+/// The status of condition `kind`, empty when there is none.
+fn condition(o: &Value, kind: &str) -> String {
+    find_condition(o, kind)
         .map(|c| text(c, "/status"))
         .unwrap_or_default()
 }

@@ -5,7 +5,7 @@
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 
-use super::{api_error, condition, connect, first_line, short, text};
+use super::{api_error, condition, connect, find_condition, first_line, short, text};
 use crate::cli::{ReconcileArgs, SuspendArgs};
 use crate::run::tree::clean;
 
@@ -119,9 +119,7 @@ fn stall(c: &Value) -> Option<String> {
 
 /// `failed: <message>` when the pass failed (`Reconciled=False`, `ReconcileFailed`).
 fn pass_failed(c: &Value) -> Option<String> {
-    c.pointer("/status/conditions")
-        .and_then(Value::as_array)
-        .and_then(|cs| cs.iter().find(|x| x["type"] == "Reconciled"))
+    find_condition(c, "Reconciled")
         .filter(|x| x["status"] == "False" && x["reason"] == crds::names::reasons::RECONCILE_FAILED)
         .map(|x| format!("failed: {}", first_line(&text(x, "/message"))))
 }
@@ -237,13 +235,9 @@ pub async fn suspend(args: &SuspendArgs) -> anyhow::Result<String> {
         "suspended",
         |_| None,
         |c| {
-            let marked = c
-                .pointer("/status/conditions")
-                .and_then(Value::as_array)
-                .and_then(|cs| cs.iter().find(|x| x["type"] == "Suspended"))
-                .is_some_and(|x| {
-                    x["status"] == "True" && x["observedGeneration"].as_i64() >= generation
-                });
+            let marked = find_condition(c, crds::names::conditions::SUSPENDED).is_some_and(|x| {
+                x["status"] == "True" && x["observedGeneration"].as_i64() >= generation
+            });
             marked.then(|| format!("{} is suspended\n", t.what))
         },
         |_| "suspending",
