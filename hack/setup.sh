@@ -29,6 +29,8 @@ PKGS=(
   "/usr/lib/llvm-14/lib/clang/14.0.6/lib/wasi/libclang_rt.builtins-wasm32.a|libclang-rt-14-dev-wasm32"
   "/usr/bin/docker-registry|docker-registry"
   "dot|graphviz"
+  "chromium|chromium"
+  "chromedriver|chromium-driver"
 )
 missing=()
 for entry in "${PKGS[@]}"; do

@@ -92,6 +92,10 @@ pub enum Command {
     /// Print a Composition's outputs as a tree: readiness groups in apply order, each
     /// resource with its state, Compositions among them expanded (as `flux tree`).
     Tree(TreeArgs),
+    /// Serve a live web page of the fleet on 127.0.0.1 (every Composition's state, one
+    /// Composition's readiness-group DAG, inputs, synthesis and Events) with your kubeconfig;
+    /// prints the address (it carries a token) and opens it in a browser when there is one.
+    Ui(UiArgs),
     /// Print a shell completion script (`source <(enoki completion bash)`).
     Completion {
         /// The shell.

@@ -5,6 +5,7 @@
 //!   output parsing and validation).
 //! - [`render`]: `enoki render`, the same synthesis over local files.
 //! - [`scaffold`]: `enoki new`, a synthesizer project per language.
+//! - [`ui`]: `enoki ui`, a live web page of the fleet.
 
 pub mod cli;
 mod flags;
@@ -14,6 +15,7 @@ pub mod run;
 pub mod scaffold;
 pub mod sources;
 pub mod synthesis;
+pub mod ui;
 pub mod verbs;
 
 use std::io::Write;
@@ -79,6 +81,10 @@ pub fn run(args: &cli::Args) -> anyhow::Result<i32> {
         cli::Command::Suspend(a) => out.write_all(block_on(verbs::suspend(a))?.as_bytes())?,
         cli::Command::Resume(a) => out.write_all(block_on(verbs::resume(a))?.as_bytes())?,
         cli::Command::Tree(a) => out.write_all(block_on(verbs::tree(a))?.as_bytes())?,
+        cli::Command::Ui(a) => {
+            drop(out);
+            block_on(ui::serve(a))?;
+        }
         cli::Command::Render(r) => {
             let text = render::render(r)?;
             match &r.expect {

@@ -234,7 +234,7 @@ fn table(columns: &[Column], items: &[Value]) -> String {
 }
 
 /// The string (or number) at `pointer`, empty when absent.
-fn text(o: &Value, pointer: &str) -> String {
+pub(crate) fn text(o: &Value, pointer: &str) -> String {
     match o.pointer(pointer) {
         Some(Value::String(s)) => s.clone(),
         Some(Value::Null) | None => String::new(),
@@ -315,7 +315,7 @@ fn age(o: &Value, pointer: &str) -> String {
 }
 
 /// When an Event was last seen (RFC 3339), from whichever field its writer set.
-fn last_seen(e: &Value) -> String {
+pub(crate) fn last_seen(e: &Value) -> String {
     [
         "/series/lastObservedTime",
         "/lastTimestamp",

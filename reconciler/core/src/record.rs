@@ -134,9 +134,11 @@ fn no_checks(prepared: &plan::Prepared, step: &Step) -> bool {
 }
 
 /// The readiness of a step's resource after it was written: evaluated on the object the
-/// server returned (the plan evaluated it before the write).
+/// server returned, whatever the plan found on the object before the write (that object is
+/// gone: a check it met may fail on the new one — Eno evaluates only the object after its
+/// write, on the next pass). Without a write, the plan's.
 fn readiness_after(step: &Step, outcome: &StepResult, prepared: &plan::Prepared) -> ReadinessState {
-    let (false, Some(object)) = (step.readiness.is_ready(), outcome.object.as_ref()) else {
+    let Some(object) = outcome.object.as_ref() else {
         return step.readiness.clone();
     };
     match prepared
@@ -439,6 +441,44 @@ mod tests {
         );
         assert!(rec.states[0][0].ready.is_some(), "{rec:?}");
         assert!(rec.not_ready.is_empty());
+    }
+
+    /// The object before the write met the check; the written one does not: not ready.
+    #[test]
+    fn a_check_the_old_object_met_is_evaluated_again_on_the_written_one() {
+        let manifest = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a", "namespace": "n",
+                "annotations": {"enoki.dev/readiness": "self.data.x == 'yes'"}},
+            "data": {"x": "no"}});
+        let desired = plan::Desired {
+            manifest: manifest.clone(),
+            tombstone: false,
+        };
+        let prepared = plan::prepare(&[desired], &plan::CompositionInfo::default()).unwrap();
+        let op = Op::Apply {
+            object: manifest.clone(),
+        };
+        let the_plan = Plan {
+            steps: vec![step("a", op, ReadinessState::Ready { at: None })],
+            requeue: None,
+        };
+        let written = StepResult {
+            object: Some(manifest),
+            ..StepResult::default()
+        };
+        let now = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+        let rec = record(
+            &|_: &str| None,
+            &the_plan,
+            &[written],
+            &loaded(&["a"]),
+            &HashMap::new(),
+            &prepared,
+            false,
+            &now,
+        );
+        assert!(rec.states[0][0].ready.is_none(), "{rec:?}");
+        assert_eq!(rec.not_ready.len(), 1, "{rec:?}");
     }
 
     #[test]

@@ -149,3 +149,21 @@ pub struct TreeArgs {
     #[command(flatten)]
     pub cluster: ClusterArgs,
 }
+
+/// `enoki ui`.
+#[derive(Debug, clap::Args)]
+pub struct UiArgs {
+    /// Only this namespace (default: every namespace the account may list Compositions in,
+    /// else the kubeconfig context's namespace).
+    #[arg(long, short = 'n')]
+    pub namespace: Option<String>,
+    /// The port on 127.0.0.1 (0: a free one).
+    #[arg(long, default_value_t = 0)]
+    pub port: u16,
+    /// Print the address only; do not open a browser.
+    #[arg(long)]
+    pub no_open: bool,
+    /// The cluster.
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+}

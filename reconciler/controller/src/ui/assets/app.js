@@ -1,0 +1,314 @@
+// enoki ui: the fleet and one Composition, kept live from /api/watch (server-sent events).
+// Every text from the cluster goes in with textContent: nothing is parsed as HTML.
+"use strict";
+
+const STATES = ["failed", "waiting", "deleting", "suspended", "ready"];
+const filters = { namespace: "", synthesizer: "", state: "", text: "" };
+let refreshTimer = null;
+let loaded = null; // what the page shows: "fleet" or "namespace/name"
+
+// el("tag", {attr: value}, child, …): an element; strings become text nodes.
+function el(tag, attrs, ...children) {
+  const svg = ["svg", "g", "rect", "text", "path", "title", "defs", "marker"].includes(tag);
+  const node = svg ? document.createElementNS("http://www.w3.org/2000/svg", tag)
+                   : document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v !== undefined && v !== null && v !== false) node.setAttribute(k, String(v));
+  }
+  for (const c of children.flat()) {
+    if (c === null || c === undefined) continue;
+    node.append(typeof c === "string" || typeof c === "number" ? String(c) : c);
+  }
+  return node;
+}
+
+function stateBadge(state) {
+  return el("span", { class: `state state-${state}` }, state);
+}
+
+function ago(rfc3339) {
+  if (!rfc3339) return "";
+  const s = Math.max(0, Math.round((Date.now() - Date.parse(rfc3339)) / 1000));
+  if (s < 120) return `${s}s`;
+  if (s < 7200) return `${Math.floor(s / 60)}m`;
+  if (s < 172800) return `${Math.floor(s / 3600)}h`;
+  return `${Math.floor(s / 86400)}d`;
+}
+
+async function getJSON(path) {
+  const resp = await fetch(path, { credentials: "same-origin" });
+  const body = await resp.text();
+  if (!resp.ok) throw new Error(body.trim() || `${resp.status}`);
+  return JSON.parse(body);
+}
+
+function route() {
+  const m = location.hash.match(/^#\/c\/([^/]+)\/([^/]+)$/);
+  return m ? { namespace: decodeURIComponent(m[1]), name: decodeURIComponent(m[2]) } : null;
+}
+
+function showWarnings(list) {
+  const box = document.getElementById("warnings");
+  box.replaceChildren(...list.map((w) => el("p", { class: "warn" }, w)));
+}
+
+// ---- the fleet ----
+
+function select(label, key, values) {
+  const s = el("select", { "aria-label": label },
+    el("option", { value: "" }, `all ${label}s`),
+    values.map((v) => el("option", { value: v }, v)));
+  s.value = filters[key];
+  s.addEventListener("change", () => { filters[key] = s.value; refresh(); });
+  return el("label", {}, `${label}:`, s);
+}
+
+function matches(c) {
+  const t = filters.text.toLowerCase();
+  return (!filters.namespace || c.namespace === filters.namespace)
+    && (!filters.synthesizer || c.synthesizer === filters.synthesizer)
+    && (!filters.state || c.state === filters.state)
+    && (!t || `${c.namespace}/${c.name}`.toLowerCase().includes(t));
+}
+
+function compositionRow(c) {
+  const href = `#/c/${encodeURIComponent(c.namespace)}/${encodeURIComponent(c.name)}`;
+  return el("tr", { "data-composition": `${c.namespace}/${c.name}`, "data-state": c.state },
+    el("td", {}, c.namespace),
+    el("td", {}, el("a", { href }, c.name)),
+    el("td", {}, c.synthesizer),
+    el("td", {}, stateBadge(c.state), c.stuck ? el("span", { class: "stuck" }, " stuck") : null),
+    el("td", { class: "muted" }, c.status),
+    el("td", {}, ago(c.since)),
+    el("td", {}, c.message));
+}
+
+function table(caption, head, rows) {
+  return el("table", {},
+    el("caption", { class: "muted", style: null }, caption),
+    el("thead", {}, el("tr", {}, head.map((h) => el("th", { scope: "col" }, h)))),
+    el("tbody", {}, rows));
+}
+
+function renderFleet(data) {
+  const f = data.fleet;
+  const comps = f.compositions;
+  const shown = comps.filter(matches);
+  const uniq = (xs) => [...new Set(xs)].sort();
+  const search = el("input", { type: "search", placeholder: "name", "aria-label": "Filter by name" });
+  search.value = filters.text;
+  search.addEventListener("input", () => { filters.text = search.value; refresh(); });
+  const counts = el("ul", { class: "counts", "aria-label": "Compositions per state" },
+    STATES.map((s) => el("li", { "data-count": s }, stateBadge(s), ` ${f.counts[s] || 0}`)));
+  const main = document.getElementById("main");
+  const focused = document.activeElement && document.activeElement.getAttribute("aria-label");
+  main.replaceChildren(
+    el("h2", {}, `Compositions (${comps.length})`),
+    counts,
+    el("div", { class: "filters" },
+      select("namespace", "namespace", uniq(comps.map((c) => c.namespace))),
+      select("synthesizer", "synthesizer", uniq(comps.map((c) => c.synthesizer))),
+      select("state", "state", STATES),
+      el("label", {}, "name:", search)),
+    table(`${shown.length} shown, stuck first`,
+      ["Namespace", "Name", "Synthesizer", "State", "Status", "Since", "Message"],
+      shown.map(compositionRow)),
+    el("h2", {}, `Synthesizers (${f.synthesizers.length})`),
+    table("generation reached by the Compositions that use each",
+      ["Name", "Generation", "Rollout", "Updated", "Ready", "Module"],
+      f.synthesizers.map((s) => el("tr", { "data-synthesizer": s.name },
+        el("td", {}, s.name), el("td", {}, s.generation), el("td", {}, s.rollout),
+        el("td", {}, `${s.updated} of ${s.compositions}`),
+        el("td", {}, s.ready, s.message ? el("span", { class: "muted" }, ` ${s.message}`) : null),
+        el("td", { class: "muted" }, s.moduleDigest.slice(0, 19))))),
+    el("h2", {}, `Symphonies (${f.symphonies.length})`),
+    table("", ["Namespace", "Name", "Variations", "Ready"],
+      f.symphonies.map((s) => el("tr", { "data-symphony": `${s.namespace}/${s.name}` },
+        el("td", {}, s.namespace), el("td", {}, s.name), el("td", {}, s.variations),
+        el("td", {}, stateBadge(s.ready ? "ready" : "waiting"))))));
+  if (focused) {
+    const again = main.querySelector(`[aria-label="${focused}"]`);
+    if (again) again.focus();
+  }
+  if (!window.enokiFirstRender) {
+    window.enokiFirstRender = { ms: performance.now(), rows: shown.length };
+  }
+}
+
+// ---- one Composition ----
+
+const COL = 260, ROW = 52, W = 220, H = 40, TOP = 16;
+
+// An edge from box a to box b: a curve to the next column; across columns, along the gap
+// under the boxes in between (`lane`), so it never runs through one.
+function edgePath(a, b, lane) {
+  const [x1, y1, x2, y2] = [a.x + W, a.y + H / 2, b.x, b.y + H / 2];
+  if (b.x - a.x <= COL) {
+    const m = (x1 + x2) / 2;
+    return `M${x1},${y1} C${m},${y1} ${m},${y2} ${x2},${y2}`;
+  }
+  return `M${x1},${y1} H${x1 + 12} V${lane} H${x2 - 12} V${y2} H${x2}`;
+}
+
+function dag(graph) {
+  const pos = {};
+  const perColumn = {};
+  const order = { dependency: 0, group: 1, resource: 2 };
+  const nodes = [...graph.nodes].sort((a, b) => order[a.role] - order[b.role]);
+  for (const n of nodes) {
+    const row = perColumn[n.column] || 0;
+    perColumn[n.column] = row + 1;
+    pos[n.id] = { x: 16 + n.column * COL, y: TOP + row * ROW + (n.role === "resource" ? 12 : 0) };
+  }
+  const rows = Math.max(1, ...Object.values(perColumn));
+  const cols = Math.max(1, ...nodes.map((n) => n.column + 1));
+  const lane = TOP + rows * ROW + 14;
+  const edges = graph.edges.filter((e) => pos[e.from] && pos[e.to]).map((e, i) =>
+    el("path", { class: `edge ${e.kind}`, "data-from": e.from, "data-to": e.to,
+      "data-kind": e.kind, "marker-end": "url(#arrow)",
+      d: edgePath(pos[e.from], pos[e.to], lane + (i % 4) * 4) }));
+  const boxes = nodes.map((n) => {
+    const p = pos[n.id];
+    const label = n.label.length > 30 ? `${n.label.slice(0, 29)}…` : n.label;
+    return el("g", { class: `node ${n.role} state-${n.state}`, "data-id": n.id,
+      "data-label": n.label, "data-state": n.state, transform: `translate(${p.x},${p.y})` },
+      el("title", {}, `${n.label}: ${n.detail}`),
+      el("rect", { width: W, height: H, rx: 6 }),
+      el("text", { x: 8, y: 16 }, label),
+      el("text", { x: 8, y: 32, class: `state state-${n.state}` }, n.state));
+  });
+  const width = 32 + cols * COL, height = lane + 28;
+  return el("div", { class: "dag" },
+    el("svg", { width, height, viewBox: `0 0 ${width} ${height}`, role: "img",
+      "aria-label": "Readiness-group DAG: the table below lists the same resources" },
+      el("defs", {}, el("marker", { id: "arrow", viewBox: "0 0 10 10", refX: 10, refY: 5,
+        markerWidth: 6, markerHeight: 6, orient: "auto-start-reverse" },
+        el("path", { d: "M0,0 L10,5 L0,10 z", class: "edge" }))),
+      edges, boxes));
+}
+
+function kv(pairs) {
+  return el("dl", { class: "kv" },
+    pairs.filter(([, v]) => v !== "" && v !== null && v !== undefined)
+      .flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, String(v))]));
+}
+
+function renderDetail(d) {
+  const v = d.view;
+  const s = d.synthesis;
+  const main = document.getElementById("main");
+  main.replaceChildren(
+    el("p", {}, el("a", { href: "#/" }, "← fleet")),
+    el("h2", { id: "title" }, `Composition ${v.namespace}/${v.name}`),
+    kv([["synthesizer", v.synthesizer], ["ready", v.ready ? "yes" : "no"],
+      ["next synthesis", `${v.next.state}${v.next.reason ? ` (${v.next.reason})` : ""}`],
+      ["", v.next.message || ""]]),
+    el("h2", {}, "Readiness groups"),
+    v.note ? el("p", { class: "warn" }, v.note) : dag(d.graph),
+    table("each resource of the current synthesis, in apply order",
+      ["Group", "Resource", "State", "Why"],
+      v.resources.map((r) => el("tr", { "data-resource": r.namespace ? `${r.kind} ${r.namespace}/${r.name}` : `${r.kind} ${r.name}`, "data-state": r.state },
+        el("td", {}, r.group),
+        el("td", {}, r.namespace ? `${r.kind} ${r.namespace}/${r.name}` : `${r.kind} ${r.name}`),
+        el("td", {}, stateBadge(r.state)),
+        el("td", {}, why(r))))),
+    el("h2", {}, "Conditions"),
+    table("", ["Type", "Status", "Reason", "Message"],
+      v.conditions.map((c) => el("tr", {}, el("td", {}, c.type), el("td", {}, c.status),
+        el("td", {}, c.reason), el("td", {}, c.message)))),
+    el("h2", {}, "Inputs"),
+    table("", ["Key", "Kind", "Object", "resourceVersion", "Revision"],
+      d.inputs.map((i) => el("tr", { "data-input": i.key }, el("td", {}, i.key),
+        el("td", {}, i.kind), el("td", {}, `${i.namespace}/${i.name}`),
+        el("td", {}, i.resourceVersion), el("td", {}, i.revision ?? "")))),
+    el("h2", {}, "Synthesis"),
+    s ? kv([["uuid", s.uuid], ["synthesized", s.synthesized], ["reconciled", s.reconciled],
+      ["ready", s.ready], ["attempts", s.attempts], ["module", s.moduleDigest],
+      ["synthesizer generation", s.synthesizerGeneration ?? ""],
+      ["results", s.results.join("\n")]]) : el("p", { class: "muted" }, "none yet"),
+    d.inFlight ? el("p", {}, `in flight: ${d.inFlight.uuid} (attempt ${d.inFlight.attempts})`) : null,
+    el("h2", {}, "Recent Events"),
+    d.eventsNote ? el("p", { class: "warn" }, d.eventsNote) : null,
+    table("", ["Last seen", "Type", "Reason", "Count", "Message"],
+      d.events.map((e) => el("tr", {}, el("td", {}, ago(e.lastSeen)), el("td", {}, e.type),
+        el("td", {}, e.reason), el("td", {}, e.count), el("td", {}, e.message)))));
+}
+
+function why(r) {
+  if (r.state === "waiting") return `waiting on ${(r.unsatisfied || []).join("; ")}`;
+  if (r.state === "failed" || r.state === "unreadable") return r.reason || "";
+  if (r.state === "deferred") return `after group ${r.waitsOn}`;
+  return "";
+}
+
+// ---- loading and live updates ----
+
+async function refresh() {
+  const target = route();
+  try {
+    if (target) {
+      const d = await getJSON(`/api/compositions/${encodeURIComponent(target.namespace)}/${encodeURIComponent(target.name)}`);
+      if (JSON.stringify(route()) === JSON.stringify(target)) renderDetail(d);
+      loaded = `${target.namespace}/${target.name}`;
+      showWarnings([]);
+    } else {
+      const data = await getJSON("/api/fleet");
+      document.getElementById("scope").textContent = data.scope.namespace
+        ? `namespace ${data.scope.namespace}` : "all namespaces";
+      const warnings = Object.entries(data.errors).map(([k, e]) => `watching ${k}s: ${e}`);
+      if (data.scope.note) warnings.push(data.scope.note);
+      showWarnings(warnings);
+      renderFleet(data);
+      loaded = "fleet";
+    }
+  } catch (e) {
+    showWarnings([String(e.message || e)]);
+  }
+}
+
+function soon() {
+  if (refreshTimer) return;
+  refreshTimer = setTimeout(() => { refreshTimer = null; refresh(); }, 150);
+}
+
+function concerns(change) {
+  const target = route();
+  if (!target || change.kind === "*") return true;
+  return change.kind === "Composition" && change.namespace === target.namespace
+    && change.name === target.name;
+}
+
+function listen() {
+  const live = document.getElementById("live");
+  const source = new EventSource("/api/watch");
+  source.addEventListener("open", () => { live.textContent = "live"; soon(); });
+  source.addEventListener("error", () => { live.textContent = "reconnecting…"; });
+  source.addEventListener("resync", soon);
+  source.addEventListener("change", (e) => { if (concerns(JSON.parse(e.data))) soon(); });
+}
+
+function theme() {
+  const button = document.getElementById("theme");
+  const apply = (t) => {
+    if (t === "auto") delete document.documentElement.dataset.theme;
+    else document.documentElement.dataset.theme = t;
+    button.textContent = `Theme: ${t}`;
+  };
+  let current = localStorage.getItem("enoki-theme") || "auto";
+  apply(current);
+  button.addEventListener("click", () => {
+    current = { auto: "light", light: "dark", dark: "auto" }[current];
+    localStorage.setItem("enoki-theme", current);
+    apply(current);
+  });
+}
+
+// The token is in the cookie now: take it out of the address bar and history.
+if (location.search) history.replaceState(null, "", `/${location.hash}`);
+theme();
+window.addEventListener("hashchange", () => {
+  document.getElementById("main").replaceChildren(el("p", { class: "muted" }, "loading…"));
+  refresh().then(() => document.getElementById("main").focus());
+});
+refresh();
+listen();
