@@ -1,7 +1,7 @@
 # enoki — the two commands: `make demo` and `make test`.
 SHELL := /bin/bash
 
-.PHONY: test test-unit demo demo-down setup testbin crds fmt clippy bench bench-languages heap-profile image release sdk-packages chaos fuzz soak
+.PHONY: test test-unit demo demo-down setup testbin crds fmt clippy bench bench-ui bench-languages heap-profile image release sdk-packages chaos fuzz soak
 
 ## test: install what is missing, build/start the local control plane, fmt, clippy, every test
 test:
@@ -42,6 +42,11 @@ bench:
 ## --shards 4 over 2 replicas, peak heap by allocating site (not in CI); writes target/heap-profile.md
 heap-profile:
 	hack/heap-profile.sh
+
+## bench-ui: `enoki ui` on a 500-Composition fleet in headless Chromium: page bytes and time to
+## the whole fleet on screen next to a plain list and `enoki get` (not in CI)
+bench-ui:
+	hack/bench-ui.sh
 
 ## bench-languages: module size, cold compile and warm synthesis of every sample language
 ## (release build; not in CI); writes target/bench-languages.md

@@ -8,6 +8,7 @@
 //! a converged Composition from the API alone; chaos tests and e2e suites end with it.
 
 mod audit;
+pub mod browser;
 mod cluster;
 mod compose;
 pub mod invariants;

@@ -6,113 +6,18 @@
 //! Host are refused. The test takes the screenshots in `docs/images/`.
 #![allow(clippy::unwrap_used)] // test code
 
-use std::io::{BufRead as _, BufReader, Read as _, Write as _};
-use std::process::{Child, Command, Stdio};
+use std::io::{Read as _, Write as _};
 use std::time::Duration;
 
-use fantoccini::{Client, ClientBuilder};
+use fantoccini::Client;
+use harness::browser::{browser, js, port_of, start_ui, wait_css};
 use harness::{
-    Enoki, TestEnv, apply_composition, composition_ready, echo_module, eventually, free_port,
-    install_crds, install_synthesizer, kubeconfig_path, set_echo_items, wait_port, workspace_root,
+    Enoki, TestEnv, apply_composition, composition_ready, echo_module, eventually, install_crds,
+    install_synthesizer, set_echo_items, workspace_root,
 };
 use serde_json::{Value, json};
 
 const SECRET: &str = "hunter2-ui-never-shown";
-
-/// A child process killed when dropped.
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// A program on PATH, or a failure that says how to install it (never a skip).
-fn program(name: &str, package: &str) -> String {
-    let found = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file()))
-        .unwrap_or(false);
-    assert!(
-        found,
-        "`{name}` is missing: the browser test needs Debian's `{package}` (hack/setup.sh installs it)"
-    );
-    name.to_string()
-}
-
-/// `enoki ui -n <ns>` and the address it printed.
-fn start_ui(ns: &str) -> (Killed, String) {
-    let bin = workspace_root().join("target/debug/enoki");
-    assert!(
-        bin.exists(),
-        "{} is missing (make test builds it)",
-        bin.display()
-    );
-    let mut child = Command::new(bin)
-        .args(["ui", "--no-open", "-n", ns])
-        .env("KUBECONFIG", kubeconfig_path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let url = line
-        .trim()
-        .strip_prefix("enoki ui: ")
-        .unwrap_or_else(|| panic!("enoki ui printed {line:?}"))
-        .to_string();
-    assert!(url.starts_with("http://127.0.0.1:"), "{url}");
-    (Killed(child), url)
-}
-
-/// chromedriver on a free port and a headless Chromium session.
-async fn browser() -> (Killed, Client) {
-    let chromium = program("chromium", "chromium");
-    let driver = program("chromedriver", "chromium-driver");
-    let port = free_port();
-    let child = Command::new(driver)
-        .arg(format!("--port={port}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let child = Killed(child);
-    wait_port(port);
-    let mut caps = serde_json::Map::new();
-    caps.insert(
-        "goog:chromeOptions".into(),
-        json!({"binary": format!("/usr/bin/{chromium}"), "args": ["--headless=new", "--no-sandbox",
-            "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1280,900"]}),
-    );
-    let client = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
-        .capabilities(caps)
-        .connect(&format!("http://127.0.0.1:{port}"))
-        .await
-        .unwrap();
-    (child, client)
-}
-
-/// Runs `script` in the page and returns its value.
-async fn js(c: &Client, script: &str) -> Value {
-    c.execute(script, Vec::new()).await.unwrap()
-}
-
-/// Waits until `css` matches an element of the page (the page updates itself).
-async fn wait_css(c: &Client, css: &str, what: &str) {
-    let script = format!("return document.querySelector({}) !== null", json!(css));
-    eventually(what, Duration::from_secs(90), || async {
-        js(c, &script)
-            .await
-            .as_bool()
-            .unwrap_or(false)
-            .then_some(())
-    })
-    .await;
-}
 
 async fn screenshot(c: &Client, name: &str) {
     let png = c.screenshot().await.unwrap();
@@ -178,13 +83,8 @@ async fn the_fleet_page_is_live_draws_the_dag_and_never_shows_a_secret() {
     })
     .await;
 
-    let (_ui, url) = start_ui(&ns);
-    let port: u16 = url["http://127.0.0.1:".len()..]
-        .split('/')
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let (_ui, url) = start_ui(&["-n", &ns]);
+    let port = port_of(&url);
     // Without the token, or from a page under another name (DNS rebinding): refused.
     let no_token = raw_get(port, &format!("127.0.0.1:{port}"), "/api/fleet");
     assert!(no_token.starts_with("HTTP/1.1 401"), "{no_token}");

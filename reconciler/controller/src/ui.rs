@@ -167,8 +167,15 @@ async fn guard(State(ui): State<Arc<Ui>>, req: Request, next: Next) -> Response 
     resp
 }
 
-/// The fleet, with the scope and the watches' errors.
+/// How long the fleet's first answer waits for the watches' first list.
+const FIRST_LIST_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The fleet, with the scope and the watches' errors (`listing` until the Compositions'
+/// first list is in, so the page does not show an empty fleet meanwhile).
 async fn fleet_json(State(ui): State<Arc<Ui>>) -> Response {
+    let listed = tokio::time::timeout(FIRST_LIST_WAIT, ui.live.compositions.wait_until_ready())
+        .await
+        .is_ok_and(|r| r.is_ok());
     let comps = ui.live.compositions.state();
     let synths = ui.live.synthesizers.state();
     let syms = ui.live.symphonies.state();
@@ -180,6 +187,7 @@ async fn fleet_json(State(ui): State<Arc<Ui>>) -> Response {
     );
     let body = serde_json::json!({
         "scope": ui.scope,
+        "listing": !listed,
         "errors": *ui.live.errors.lock(),
         "fleet": fleet,
     });

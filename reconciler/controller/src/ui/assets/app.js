@@ -130,7 +130,9 @@ function renderFleet(data) {
     const again = main.querySelector(`[aria-label="${focused}"]`);
     if (again) again.focus();
   }
-  if (!window.enokiFirstRender) {
+  if (data.listing) {
+    main.prepend(el("p", { class: "muted", role: "status" }, "listing… (the first list is not in yet)"));
+  } else if (!window.enokiFirstRender) {
     window.enokiFirstRender = { ms: performance.now(), rows: shown.length };
   }
 }

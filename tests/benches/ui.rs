@@ -1,0 +1,171 @@
+//! `enoki ui` on a fleet of 500 Compositions (`BENCH_UI_N`), in headless Chromium against
+//! the real control plane (`make bench-ui`; not part of `make test`): the bytes the page
+//! loads (its embedded assets and the fleet's JSON) and the time from opening the address to
+//! the whole fleet on screen — right after `enoki ui` starts (its watch lists first) and on a
+//! reload — next to two baselines measured in the same run: one list of the Compositions from
+//! a plain client (the API's floor) and `enoki get compositions` (the terminal's way).
+//!
+//! Needs the control plane (`hack/testenv.sh up`), `chromium` and `chromedriver`
+//! (`hack/setup.sh`) and the enoki binary (`ENOKI_BIN`, else the debug build).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::{Duration, Instant};
+
+use futures::StreamExt as _;
+use harness::browser::{browser, js, start_ui};
+use harness::{TestEnv, install_crds, kubeconfig_path, workspace_root};
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use serde_json::json;
+
+/// The status of the i-th Composition: most Ready, some waiting, a few failed.
+fn status(i: usize) -> serde_json::Value {
+    let (word, ready) = match i % 50 {
+        0 => ("SynthesisBackoff", "False"),
+        1..=3 => ("NotReady", "False"),
+        _ => ("Ready", "True"),
+    };
+    json!({"status": {"simplified": {"status": word},
+        "conditions": [{"type": "Ready", "status": ready, "reason": word, "message": "",
+            "lastTransitionTime": "2026-01-01T00:00:00Z"}]}})
+}
+
+async fn create_fleet(env: &TestEnv, n: usize) {
+    let comps: Api<crds::Composition> = env.api();
+    let pp = PatchParams::apply("bench-ui").force();
+    futures::stream::iter(0..n)
+        .map(|i| {
+            let comps = comps.clone();
+            let pp = pp.clone();
+            async move {
+                let name = format!("app-{i:04}");
+                let c = json!({"apiVersion": "enoki.dev/v1alpha1", "kind": "Composition",
+                    "metadata": {"name": name}, "spec": {"synthesizer": {"name": format!("synth-{}", i % 7)}}});
+                comps.patch(&name, &pp, &Patch::Apply(&c)).await.unwrap();
+                comps
+                    .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status(i)))
+                    .await
+                    .unwrap();
+            }
+        })
+        .buffer_unordered(16)
+        .collect::<Vec<_>>()
+        .await;
+}
+
+/// The binary `enoki ui` runs from too: `ENOKI_BIN`, else the debug build.
+fn enoki_bin() -> std::path::PathBuf {
+    std::env::var_os("ENOKI_BIN").map_or_else(
+        || workspace_root().join("target/debug/enoki"),
+        std::path::PathBuf::from,
+    )
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Opens `url` and returns the seconds until `n` Compositions are on screen.
+async fn open(c: &fantoccini::Client, url: &str, n: usize) -> f64 {
+    let start = Instant::now();
+    c.goto(url).await.unwrap();
+    let script = "return document.querySelectorAll('tr[data-composition]').length";
+    loop {
+        if js(c, script).await.as_u64() == Some(n as u64) {
+            return start.elapsed().as_secs_f64();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "the fleet never showed {n}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let n: usize = std::env::var("BENCH_UI_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(500);
+    let env = TestEnv::new().await;
+    install_crds(&env.client).await;
+    let ns = env.namespace.clone();
+    create_fleet(&env, n).await;
+
+    // Baselines: one list from a plain client; `enoki get compositions` as a process.
+    let comps: Api<crds::Composition> = env.api();
+    let mut list = Vec::new();
+    let mut get = Vec::new();
+    for _ in 0..5 {
+        let t = Instant::now();
+        assert_eq!(
+            comps
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .len(),
+            n
+        );
+        list.push(t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        let out = std::process::Command::new(enoki_bin())
+            .args(["get", "compositions", "-n", &ns])
+            .env("KUBECONFIG", kubeconfig_path())
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        get.push(t.elapsed().as_secs_f64());
+    }
+
+    let (_driver, c) = browser().await;
+    let mut first = Vec::new();
+    let mut reload = Vec::new();
+    for _ in 0..3 {
+        let (ui, url) = start_ui(&["-n", &ns]);
+        first.push(open(&c, &url, n).await);
+        for _ in 0..3 {
+            reload.push(open(&c, &url, n).await);
+        }
+        drop(ui);
+    }
+    let sizes = js(
+        &c,
+        "return performance.getEntries().map(e => [e.name, e.encodedBodySize || 0])",
+    )
+    .await;
+    let bytes = |part: &str| -> u64 {
+        sizes
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e[0].as_str().unwrap_or("").contains(part))
+            .map(|e| e[1].as_u64().unwrap_or(0))
+            .max()
+            .unwrap_or(0)
+    };
+    let page = bytes("/?token=") + bytes("/app.js") + bytes("/app.css");
+    c.close().await.unwrap();
+
+    let (list, get) = (median(list), median(get));
+    let (first, reload) = (median(first), median(reload));
+    println!("## enoki ui: {n} Compositions (medians)\n");
+    println!("| what | seconds | ÷ list | ÷ `enoki get` |\n|---|---|---|---|");
+    println!("| one list, plain client (baseline) | {list:.3} | 1.00 | |");
+    println!(
+        "| `enoki get compositions` (baseline) | {get:.3} | {:.2} | 1.00 |",
+        get / list
+    );
+    for (what, t) in [
+        ("page, first open after `enoki ui` starts", first),
+        ("page, reload", reload),
+    ] {
+        println!("| {what} | {t:.3} | {:.2} | {:.2} |", t / list, t / get);
+    }
+    println!(
+        "\npage assets: {page} bytes (index.html + app.js + app.css, uncompressed); \
+              /api/fleet for {n}: {} bytes",
+        bytes("/api/fleet")
+    );
+}
