@@ -3,7 +3,9 @@
 //! loads (its embedded assets and the fleet's JSON) and the time from opening the address to
 //! the whole fleet on screen — right after `enoki ui` starts (its watch lists first) and on a
 //! reload — next to two baselines measured in the same run: one list of the Compositions from
-//! a plain client (the API's floor) and `enoki get compositions` (the terminal's way).
+//! a plain client (the API's floor) and `enoki get compositions` (the terminal's way); and the
+//! time from a Composition's status change to the open page showing it, next to the time a
+//! plain client's watch sees the change.
 //!
 //! Needs the control plane (`hack/testenv.sh up`), `chromium` and `chromedriver`
 //! (`hack/setup.sh`) and the enoki binary (`ENOKI_BIN`, else the debug build).
@@ -65,6 +67,46 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// Seconds from a status change of one Composition until (a) a plain client's watch sees it
+/// (the baseline) and (b) the open page shows its new state; medians of `rounds`.
+async fn live_latency(env: &TestEnv, c: &fantoccini::Client, rounds: usize) -> (f64, f64) {
+    use kube::runtime::{WatchStreamExt as _, watcher};
+    let comps: Api<crds::Composition> = env.api();
+    let (mut seen, mut shown) = (Vec::new(), Vec::new());
+    for round in 0..rounds {
+        // app-0005 is Ready; flip it to waiting and back.
+        let (word, state, ready) = if round % 2 == 0 {
+            ("NotReady", "waiting", "False")
+        } else {
+            ("Ready", "ready", "True")
+        };
+        let status = json!({"status": {"simplified": {"status": word}, "conditions": [{"type": "Ready",
+            "status": ready, "reason": word, "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
+        let wc = watcher::Config::default().fields("metadata.name=app-0005");
+        let mut events = std::pin::pin!(watcher(comps.clone(), wc).applied_objects());
+        // The watch's first event is the object as it is; then the change.
+        events.next().await.unwrap().unwrap();
+        let start = Instant::now();
+        comps
+            .patch_status("app-0005", &PatchParams::default(), &Patch::Merge(&status))
+            .await
+            .unwrap();
+        events.next().await.unwrap().unwrap();
+        seen.push(start.elapsed().as_secs_f64());
+        let css = format!("tr[data-composition$='/app-0005'][data-state='{state}']");
+        let script = format!("return document.querySelector({}) !== null", json!(css));
+        while js(c, &script).await.as_bool() != Some(true) {
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "the page never showed it"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        shown.push(start.elapsed().as_secs_f64());
+    }
+    (median(seen), median(shown))
+}
+
 /// Opens `url` and returns the seconds until `n` Compositions are on screen.
 async fn open(c: &fantoccini::Client, url: &str, n: usize) -> f64 {
     let start = Instant::now();
@@ -122,11 +164,15 @@ async fn main() {
     let (_driver, c) = browser().await;
     let mut first = Vec::new();
     let mut reload = Vec::new();
-    for _ in 0..3 {
+    let mut live = (0.0, 0.0);
+    for round in 0..3 {
         let (ui, url) = start_ui(&["-n", &ns]);
         first.push(open(&c, &url, n).await);
         for _ in 0..3 {
             reload.push(open(&c, &url, n).await);
+        }
+        if round == 0 {
+            live = live_latency(&env, &c, 6).await;
         }
         drop(ui);
     }
@@ -163,6 +209,15 @@ async fn main() {
     ] {
         println!("| {what} | {t:.3} | {:.2} | {:.2} |", t / list, t / get);
     }
+    println!(
+        "| a status change, seen by a plain client's watch (baseline) | {:.3} | | |",
+        live.0
+    );
+    println!(
+        "| a status change, shown on the open page | {:.3} | {:.2} × the watch | |",
+        live.1,
+        live.1 / live.0
+    );
     println!(
         "\npage assets: {page} bytes (index.html + app.js + app.css, uncompressed); \
               /api/fleet for {n}: {} bytes",

@@ -71,8 +71,11 @@ async fn the_fleet_page_is_live_draws_the_dag_and_never_shows_a_secret() {
     set_echo_items(
         &env,
         "other-items",
-        &json!([{"apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "other"}, "data": {"x": "1"}}]),
+        // A readiness check that fails on the Secret's data: the evaluator's error must not
+        // quote the value (it reaches the Ready condition, the fleet and the page).
+        &json!([{"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "other-creds",
+            "annotations": {"enoki.dev/readiness": "int(self.data.password) > 0"}},
+            "stringData": {"password": SECRET}}]),
     )
     .await;
     apply_composition(&env, "app", &synth, "items", json!({})).await;
@@ -94,7 +97,8 @@ async fn the_fleet_page_is_live_draws_the_dag_and_never_shows_a_secret() {
 
     let (_driver, c) = browser().await;
     c.goto(&url).await.unwrap();
-    // The fleet: both Compositions, app Ready, counts per state; the token left the address.
+    // The fleet: both Compositions, app Ready, other waiting on its check; counts per state;
+    // the token left the address.
     wait_css(
         &c,
         &format!("tr[data-composition='{ns}/app'][data-state='ready']"),
@@ -103,8 +107,8 @@ async fn the_fleet_page_is_live_draws_the_dag_and_never_shows_a_secret() {
     .await;
     wait_css(
         &c,
-        &format!("tr[data-composition='{ns}/other'][data-state='ready']"),
-        "other listed Ready",
+        &format!("tr[data-composition='{ns}/other'][data-state='waiting']"),
+        "other listed waiting",
     )
     .await;
     assert!(!c.current_url().await.unwrap().as_str().contains("token="));
@@ -113,8 +117,10 @@ async fn the_fleet_page_is_live_draws_the_dag_and_never_shows_a_secret() {
         "return document.querySelector(\"[data-count='ready']\").textContent",
     )
     .await;
-    assert_eq!(ready, json!("ready 2"));
+    assert_eq!(ready, json!("ready 1"));
+    wait_css(&c, "[data-count='waiting']", "the waiting count").await;
     screenshot(&c, "ui-fleet.png").await;
+    let fleet_page = c.source().await.unwrap();
 
     // One Composition: the DAG's nodes and edges.
     c.goto(&format!("http://127.0.0.1:{port}/#/c/{ns}/app"))
@@ -186,19 +192,33 @@ async fn the_fleet_page_is_live_draws_the_dag_and_never_shows_a_secret() {
         "the page was reloaded"
     );
 
-    // No Secret data: not in the page, not in what its API answers (plain or base64).
-    let fetch = format!(
-        "const done = arguments[arguments.length - 1];\n\
-         fetch('/api/compositions/{ns}/app').then(r => r.text()).then(done)"
+    // No Secret data: not in the pages, not in what their API answers (plain or base64).
+    let get = |path: String| {
+        let c = c.clone();
+        async move {
+            let script = format!(
+                "const done = arguments[arguments.length - 1];\n\
+                 fetch('{path}', {{headers: {{'X-Enoki-Token': sessionStorage.getItem('enoki-token')}}}})\n\
+                   .then(r => r.text()).then(done)"
+            );
+            let out = c.execute_async(&script, Vec::new()).await.unwrap();
+            out.as_str().unwrap().to_string()
+        }
+    };
+    let fleet = get("/api/fleet".into()).await;
+    let app = get(format!("/api/compositions/{ns}/app")).await;
+    let other = get(format!("/api/compositions/{ns}/other")).await;
+    assert!(
+        fleet.contains("Error executing function 'int'"),
+        "the check's error is shown: {fleet}"
     );
-    let api = c.execute_async(&fetch, Vec::new()).await.unwrap();
     let page = c.source().await.unwrap();
     use base64::Engine as _;
     let b64 = base64::engine::general_purpose::STANDARD.encode(SECRET);
-    for text in [page.as_str(), api.as_str().unwrap()] {
+    for text in [&fleet_page, &page, &fleet, &app, &other] {
         assert!(
             !text.contains(SECRET) && !text.contains(&b64),
-            "Secret data leaked"
+            "Secret data leaked: {text}"
         );
     }
     // Dark theme, by keyboard: focus the theme button and press Enter twice (auto → light → dark).

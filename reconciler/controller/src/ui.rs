@@ -3,13 +3,16 @@
 //! with its state, Synthesizers, Symphonies) comes from watch caches ([`live`]); one
 //! Composition's page ([`detail`]) is read when asked, with its readiness-group DAG
 //! ([`graph`]); the page follows changes through server-sent events. A token printed with
-//! the address guards against other local users ([`auth`]); the assets are embedded.
+//! the address guards the API against other local users and other pages ([`auth`]); the
+//! browser is opened on a private file, never with the token on a command line ([`open`]);
+//! the assets are embedded.
 
 mod auth;
 mod detail;
 mod fleet;
 mod graph;
 mod live;
+mod open;
 
 use std::convert::Infallible;
 use std::io::Write as _;
@@ -50,15 +53,14 @@ const ASSETS: [(&str, &str, &str); 3] = [
 /// What every handler shares.
 struct Ui {
     client: kube::Client,
+    /// Where the live objects are read (`--remote-kubeconfig`, else `client`).
+    target: kube::Client,
     live: live::Live,
+    /// The first fleet answer waited for the first list (later ones do not wait).
+    waited: std::sync::atomic::AtomicBool,
     scope: live::Scope,
     token: String,
     port: u16,
-}
-
-/// The bytes of the embedded assets (the page, its script and style).
-pub fn asset_bytes() -> usize {
-    ASSETS.iter().map(|(_, _, body)| body.len()).sum()
 }
 
 /// `enoki ui`: serves the page until interrupted.
@@ -67,6 +69,12 @@ pub fn asset_bytes() -> usize {
 /// The cluster cannot be reached, or the port cannot be bound.
 pub async fn serve(args: &UiArgs) -> anyhow::Result<()> {
     let (client, default_ns) = crate::verbs::connect(&args.cluster).await?;
+    let target = match &args.remote_kubeconfig {
+        Some(path) => {
+            kube::Client::try_from(crate::run::start::cluster_config(Some(path), None).await?)?
+        }
+        None => client.clone(),
+    };
     let scope = live::scope(&client, args.namespace.as_deref(), &default_ns).await?;
     let live = live::Live::start(&client, &scope);
     let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, args.port))
@@ -77,7 +85,9 @@ pub async fn serve(args: &UiArgs) -> anyhow::Result<()> {
     let url = format!("http://127.0.0.1:{port}/?token={token}");
     let ui = Arc::new(Ui {
         client,
+        target,
         live,
+        waited: std::sync::atomic::AtomicBool::new(false),
         scope,
         token,
         port,
@@ -87,14 +97,16 @@ pub async fn serve(args: &UiArgs) -> anyhow::Result<()> {
     out.flush()?;
     drop(out);
     eprintln!("Serving the fleet on 127.0.0.1:{port} (loopback only); Ctrl-C stops.");
-    if !args.no_open {
-        open_browser(&url);
+    let _launcher = if args.no_open {
+        None
+    } else {
+        open::open_browser(&url, port)
+    };
+    // Ctrl-C ends at once: open pages hold event streams that never finish by themselves.
+    tokio::select! {
+        served = axum::serve(listener, router(ui)) => served?,
+        _ = tokio::signal::ctrl_c() => {}
     }
-    axum::serve(listener, router(ui))
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
-        .await?;
     Ok(())
 }
 
@@ -113,7 +125,8 @@ fn router(ui: Arc<Ui>) -> Router {
         .with_state(ui)
 }
 
-/// Serves loopback requests with the token only, and sets the headers every answer needs.
+/// Serves loopback requests only, the API with the token only, and sets the headers every
+/// answer needs.
 async fn guard(State(ui): State<Arc<Ui>>, req: Request, next: Next) -> Response {
     let decision = {
         let headers = req.headers();
@@ -125,9 +138,10 @@ async fn guard(State(ui): State<Arc<Ui>>, req: Request, next: Next) -> Response 
         auth::check(
             &ui.token,
             ui.port,
-            value(header::HOST),
+            req.uri().path(),
+            value(header::HOST.as_str()),
+            value(auth::HEADER),
             req.uri().query(),
-            value(header::COOKIE),
         )
     };
     let mut resp = match decision {
@@ -141,15 +155,7 @@ async fn guard(State(ui): State<Arc<Ui>>, req: Request, next: Next) -> Response 
             "open the address `enoki ui` printed: it carries the token\n",
         )
             .into_response(),
-        auth::Decision::Allow { set_cookie } => {
-            let mut resp = next.run(req).await;
-            if set_cookie
-                && let Ok(v) = HeaderValue::from_str(&auth::set_cookie(ui.port, &ui.token))
-            {
-                resp.headers_mut().append(header::SET_COOKIE, v);
-            }
-            resp
-        }
+        auth::Decision::Allow => next.run(req).await,
     };
     let h = resp.headers_mut();
     for (name, value) in [
@@ -167,13 +173,19 @@ async fn guard(State(ui): State<Arc<Ui>>, req: Request, next: Next) -> Response 
     resp
 }
 
-/// How long the fleet's first answer waits for the watches' first list.
+/// How long the fleet's first answer waits for the watches' first list (later answers say
+/// `listing` until it is in).
 const FIRST_LIST_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The fleet, with the scope and the watches' errors (`listing` until the Compositions'
 /// first list is in, so the page does not show an empty fleet meanwhile).
 async fn fleet_json(State(ui): State<Arc<Ui>>) -> Response {
-    let listed = tokio::time::timeout(FIRST_LIST_WAIT, ui.live.compositions.wait_until_ready())
+    let wait = if ui.waited.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        std::time::Duration::ZERO
+    } else {
+        FIRST_LIST_WAIT
+    };
+    let listed = tokio::time::timeout(wait, ui.live.compositions.wait_until_ready())
         .await
         .is_ok_and(|r| r.is_ok());
     let comps = ui.live.compositions.state();
@@ -199,7 +211,10 @@ async fn detail_json(
     State(ui): State<Arc<Ui>>,
     Path((namespace, name)): Path<(String, String)>,
 ) -> Response {
-    match detail::detail(&ui.client, &ui.live, &namespace, &name).await {
+    if !is_name(&namespace) || !is_name(&name) {
+        return (StatusCode::BAD_REQUEST, "not a namespace and name\n").into_response();
+    }
+    match detail::detail((&ui.client, &ui.target), &ui.live, &namespace, &name).await {
         Ok(Some(d)) => json(&d),
         Ok(None) => (
             StatusCode::NOT_FOUND,
@@ -235,23 +250,11 @@ async fn watch(State(ui): State<Arc<Ui>>) -> Sse<impl Stream<Item = Result<Event
     Sse::new(stream).keep_alive(KeepAlive::default())
 }
 
-/// Opens `url` in the user's browser when there is one (`$BROWSER`, `open` on macOS,
-/// `xdg-open` under a graphical session); otherwise the printed address is the way in.
-fn open_browser(url: &str) {
-    let program = match std::env::var("BROWSER") {
-        Ok(b) if !b.is_empty() => b,
-        _ if cfg!(target_os = "macos") => "open".to_string(),
-        _ if std::env::var_os("DISPLAY").is_some()
-            || std::env::var_os("WAYLAND_DISPLAY").is_some() =>
-        {
-            "xdg-open".to_string()
-        }
-        _ => return,
-    };
-    let _ = std::process::Command::new(program)
-        .arg(url)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn();
+/// A Kubernetes object name or namespace (DNS subdomain: lower-case letters, digits, `-`
+/// and `.`, at most 253).
+fn is_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 253
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
 }

@@ -33,6 +33,7 @@ use serde_json::Value;
 
 pub mod cost;
 pub mod guard;
+mod redact;
 
 pub use guard::{
     MAX_EVAL_BYTES, MAX_EVAL_STEPS, MAX_PASS_TIME, OVER_BUDGET, PASS_SPENT, with_pass_budget,
@@ -325,7 +326,7 @@ impl Expr {
             let out = guard::with_pass_deadline(pass, || {
                 guard::metered(|| cel::Value::resolve(&self.guarded, &ctx)).0
             });
-            out.map_err(|e| e.to_string())
+            out.map_err(|e| redact::redacted(&e))
         };
         let contained = || match catch_unwind(AssertUnwindSafe(run)) {
             Ok(result) => result,

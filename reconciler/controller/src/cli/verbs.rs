@@ -163,6 +163,10 @@ pub struct UiArgs {
     /// Print the address only; do not open a browser.
     #[arg(long)]
     pub no_open: bool,
+    /// Read the live objects from the cluster of this kubeconfig (where `enoki run
+    /// --remote-kubeconfig` applies them); Compositions are read from `--kubeconfig`'s.
+    #[arg(long, env = "ENOKI_REMOTE_KUBECONFIG", value_name = "FILE")]
+    pub remote_kubeconfig: Option<PathBuf>,
     /// The cluster.
     #[command(flatten)]
     pub cluster: ClusterArgs,

@@ -138,10 +138,22 @@ fn resource_view(
                 .iter()
                 .map(|(n, _, cel)| format!("{n}: {cel}"))
                 .collect(),
+            defines: defined_kind(&e.manifest),
             state,
         },
         e.status.reconciled,
     ))
+}
+
+/// The `group/Kind` a CustomResourceDefinition manifest defines.
+fn defined_kind(manifest: &Value) -> Option<String> {
+    if manifest.get("kind").and_then(Value::as_str) != Some("CustomResourceDefinition") {
+        return None;
+    }
+    let spec = manifest.get("spec")?;
+    let group = spec.get("group").and_then(Value::as_str)?;
+    let kind = spec.pointer("/names/kind").and_then(Value::as_str)?;
+    Some(format!("{group}/{kind}"))
 }
 
 /// The state of an entry: deleting, failed, ready or pending as recorded; else its live

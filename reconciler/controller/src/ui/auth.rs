@@ -1,16 +1,23 @@
-//! Who may use `enoki ui`'s server: requests to `127.0.0.1:<port>` or `localhost:<port>` only
-//! (another Host is a DNS-rebinding page), carrying the token printed with the address — in
-//! the query the first time, then in a cookie (`HttpOnly`, `SameSite=Strict`) named after the
-//! port, so two `enoki ui` on one machine do not mix. Pure, except [`token`].
+//! Who may use `enoki ui`'s server. Every request must name `127.0.0.1:<port>` or
+//! `localhost:<port>` as its Host (another name is a DNS-rebinding page). The API (`/api/…`)
+//! also needs the token printed with the address: the page keeps it in the tab's
+//! `sessionStorage` (its origin includes the port, so no other local server can read it) and
+//! sends it in the `X-Enoki-Token` header — which no other origin can set without a CORS
+//! preflight, and none is answered — or, for the event stream only (`EventSource` sends no
+//! header), in the query. No cookie: cookies are shared by every port of a host. Pure,
+//! except [`token`].
+
+/// The header that carries the token.
+pub const HEADER: &str = "x-enoki-token";
 
 /// What to do with a request.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Decision {
-    /// Serve it; `set_cookie` when the token came in the query.
-    Allow { set_cookie: bool },
+    /// Serve it.
+    Allow,
     /// A Host other than loopback with our port.
     BadHost,
-    /// No token, or a wrong one.
+    /// An API request without the token, or with a wrong one.
     NoToken,
 }
 
@@ -27,46 +34,31 @@ pub fn token() -> anyhow::Result<String> {
     Ok(hex::encode(bytes))
 }
 
-/// The cookie that carries the token for the server on `port`.
-pub fn cookie_name(port: u16) -> String {
-    format!("enoki-ui-{port}")
-}
-
-/// The `Set-Cookie` value for `token`.
-pub fn set_cookie(port: u16, token: &str) -> String {
-    format!(
-        "{}={token}; Path=/; HttpOnly; SameSite=Strict",
-        cookie_name(port)
-    )
-}
-
-/// Whether a request with this Host header, query and Cookie header may be served.
+/// Whether a request for `path` with this Host header, token header and query may be served.
 pub fn check(
     token: &str,
     port: u16,
+    path: &str,
     host: Option<&str>,
+    header: Option<&str>,
     query: Option<&str>,
-    cookies: Option<&str>,
 ) -> Decision {
     let loopback = [format!("127.0.0.1:{port}"), format!("localhost:{port}")];
     if !host.is_some_and(|h| loopback.iter().any(|l| l.eq_ignore_ascii_case(h))) {
         return Decision::BadHost;
     }
-    let from_query = query.into_iter().flat_map(|q| q.split('&')).any(|kv| {
-        kv.strip_prefix("token=")
-            .is_some_and(|t| same(t.as_bytes(), token.as_bytes()))
-    });
-    if from_query {
-        return Decision::Allow { set_cookie: true };
+    if !path.starts_with("/api/") {
+        // The page, its script and style: no cluster data.
+        return Decision::Allow;
     }
-    let name = cookie_name(port);
-    let from_cookie = cookies
-        .into_iter()
-        .flat_map(|c| c.split(';'))
-        .filter_map(|kv| kv.trim().split_once('='))
-        .any(|(k, v)| k == name && same(v.as_bytes(), token.as_bytes()));
-    if from_cookie {
-        Decision::Allow { set_cookie: false }
+    let given = |t: &str| same(t.as_bytes(), token.as_bytes());
+    let in_query = path == "/api/watch"
+        && query
+            .into_iter()
+            .flat_map(|q| q.split('&'))
+            .any(|kv| kv.strip_prefix("token=").is_some_and(given));
+    if header.is_some_and(given) || in_query {
+        Decision::Allow
     } else {
         Decision::NoToken
     }
@@ -82,42 +74,38 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_loopback_with_the_token_is_served() {
+    fn only_loopback_and_the_api_with_the_token_are_served() {
         let t = "abc123";
-        let ok = Decision::Allow { set_cookie: true };
+        let host = Some("127.0.0.1:80");
+        assert_eq!(check(t, 80, "/", host, None, None), Decision::Allow);
         assert_eq!(
-            check(t, 80, Some("127.0.0.1:80"), Some("token=abc123"), None),
-            ok
+            check(t, 80, "/api/fleet", host, Some("abc123"), None),
+            Decision::Allow
         );
+        let local = Some("localhost:80");
         assert_eq!(
-            check(t, 80, Some("localhost:80"), Some("x=1&token=abc123"), None),
-            ok
+            check(t, 80, "/api/fleet", local, Some("abc123"), None),
+            Decision::Allow
         );
-        // A rebinding page's Host, another port, no Host.
-        for host in [Some("evil.example:80"), Some("127.0.0.1:81"), None] {
+        // A rebinding page's Host, another port, no Host: refused, even for the page.
+        for h in [Some("evil.example:80"), Some("127.0.0.1:81"), None] {
             assert_eq!(
-                check(t, 80, host, Some("token=abc123"), None),
+                check(t, 80, "/", h, Some("abc123"), None),
                 Decision::BadHost
             );
         }
+        // The API without the token, with a wrong one, or in the query of another path.
         assert_eq!(
-            check(t, 80, Some("127.0.0.1:80"), Some("token=abc12"), None),
+            check(t, 80, "/api/fleet", host, None, None),
             Decision::NoToken
         );
         assert_eq!(
-            check(t, 80, Some("127.0.0.1:80"), None, None),
+            check(t, 80, "/api/fleet", host, Some("abc12"), None),
             Decision::NoToken
         );
-        let jar = "a=b; enoki-ui-80=abc123";
-        assert_eq!(
-            check(t, 80, Some("127.0.0.1:80"), None, Some(jar)),
-            Decision::Allow { set_cookie: false }
-        );
-        // Another server's cookie does not open this one.
-        assert_eq!(
-            check(t, 81, Some("127.0.0.1:81"), None, Some(jar)),
-            Decision::NoToken
-        );
+        let q = Some("token=abc123");
+        assert_eq!(check(t, 80, "/api/fleet", host, None, q), Decision::NoToken);
+        assert_eq!(check(t, 80, "/api/watch", host, None, q), Decision::Allow);
         assert_eq!(token().unwrap().len(), 64);
         assert_ne!(token().unwrap(), token().unwrap());
     }

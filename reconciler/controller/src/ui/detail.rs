@@ -81,7 +81,7 @@ pub struct EventView {
 /// The Composition or its slices cannot be read (forbidden, unreachable); the message names
 /// what.
 pub async fn detail(
-    client: &kube::Client,
+    (client, target): (&kube::Client, &kube::Client),
     live: &Live,
     namespace: &str,
     name: &str,
@@ -93,20 +93,22 @@ pub async fn detail(
     else {
         return Ok(None);
     };
-    let view = tree::gather(client, client, namespace, name).await?;
-    let depends_on: Vec<(String, bool)> = comp
-        .spec
-        .depends_on
-        .iter()
-        .map(|d| {
-            let ns = d.namespace.clone().unwrap_or_else(|| namespace.to_string());
-            let ready = live
-                .compositions
-                .get(&ObjectRef::new(&d.name).within(&ns))
-                .is_some_and(|c| is_ready(&c));
-            (format!("{ns}/{}", d.name), ready)
-        })
-        .collect();
+    let view = tree::gather(client, target, namespace, name).await?;
+    let mut depends_on: Vec<(String, bool)> = Vec::new();
+    for d in &comp.spec.depends_on {
+        let ns = d.namespace.clone().unwrap_or_else(|| namespace.to_string());
+        // From the cache, else (another namespace than the page's) from the API server.
+        let ready = match live.compositions.get(&ObjectRef::new(&d.name).within(&ns)) {
+            Some(c) => is_ready(&c),
+            None => Api::<Composition>::namespaced(client.clone(), &ns)
+                .get_opt(&d.name)
+                .await
+                .ok()
+                .flatten()
+                .is_some_and(|c| is_ready(&c)),
+        };
+        depends_on.push((format!("{ns}/{}", d.name), ready));
+    }
     let (events, events_note) = match events(client, namespace, name).await {
         Ok(e) => (e, None),
         Err(e) => (Vec::new(), Some(format!("{e:#}"))),

@@ -45,7 +45,7 @@ pub struct SynthRow {
     /// The Ready condition (`True`, `False`, `Unknown`, or empty).
     pub ready: String,
     pub message: String,
-    /// Compositions that use it.
+    /// Compositions that use it (in the page's scope; not suspended or being deleted).
     pub compositions: usize,
     /// Of those, the ones whose current synthesis ran this generation.
     pub updated: usize,
@@ -192,7 +192,11 @@ fn synth_row(s: &Synthesizer, rows: &[Row]) -> SynthRow {
         .conditions
         .iter()
         .find(|k| k.type_ == conditions::READY);
-    let users: Vec<&Row> = rows.iter().filter(|r| r.synthesizer == name).collect();
+    // Suspended and deleting Compositions take no new synthesis: not counted.
+    let users: Vec<&Row> = rows
+        .iter()
+        .filter(|r| r.synthesizer == name && !matches!(r.state, "suspended" | "deleting"))
+        .collect();
     let updated = users
         .iter()
         .filter(|r| r.synthesizer_generation == Some(generation))

@@ -1,7 +1,7 @@
 //! One Composition's readiness-group DAG as `enoki ui` draws it: a column per readiness group
 //! (in apply order), a node per resource coloured by its state, edges from each group to the
 //! next (a group is applied once the one before is ready), from a CustomResourceDefinition to
-//! the custom resources of its kind, and from the Compositions of `dependsOn` to the first
+//! the custom resources of the group and kind its manifest defines, and from the Compositions of `dependsOn` to the first
 //! group. Pure.
 
 use std::collections::BTreeSet;
@@ -90,11 +90,11 @@ pub fn graph(view: &View, depends_on: &[(String, bool)]) -> Graph {
         });
     }
     for (i, crd) in view.resources.iter().enumerate() {
-        if crd.kind != "CustomResourceDefinition" {
+        let Some(defined) = &crd.defines else {
             continue;
-        }
+        };
         for (j, cr) in view.resources.iter().enumerate() {
-            if defines(&crd.name, cr) {
+            if defines(defined, cr) {
                 g.edges.push(Edge {
                     from: format!("r:{i}"),
                     to: format!("r:{j}"),
@@ -124,16 +124,10 @@ pub fn graph(view: &View, depends_on: &[(String, bool)]) -> Graph {
     g
 }
 
-/// Whether the CRD named `crd` (`<plural>.<group>`) defines `cr`'s kind: the API group
-/// matches and the plural starts with the kind in lower case (the manifest carries no plural).
-fn defines(crd: &str, cr: &Resource) -> bool {
-    let Some((group, _version)) = cr.api_version.split_once('/') else {
-        return false;
-    };
-    let Some((plural, crd_group)) = crd.split_once('.') else {
-        return false;
-    };
-    crd_group == group && plural.starts_with(&cr.kind.to_lowercase())
+/// Whether `cr` is of the `group/Kind` a CRD defines (any version).
+fn defines(defined: &str, cr: &Resource) -> bool {
+    let group = cr.api_version.rsplit_once('/').map_or("", |(g, _)| g);
+    defined.split_once('/') == Some((group, cr.kind.as_str()))
 }
 
 /// The state a group shows: its worst resource's.

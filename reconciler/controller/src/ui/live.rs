@@ -57,6 +57,11 @@ pub async fn scope(
     default_ns: &str,
 ) -> anyhow::Result<Scope> {
     if let Some(ns) = asked {
+        // Refused at once, not as an empty page.
+        Api::<Composition>::namespaced(client.clone(), ns)
+            .list_metadata(&ListParams::default().limit(1))
+            .await
+            .map_err(|e| crate::verbs::api_error(&format!("listing Compositions in {ns}"), e))?;
         return Ok(Scope {
             namespace: Some(ns.to_string()),
             note: None,
@@ -164,10 +169,13 @@ async fn announce<K, S>(
     let kind: &'static str = leak_kind::<K>();
     let mut events = std::pin::pin!(events);
     while let Some(event) = events.next().await {
+        if event.is_ok() {
+            // A watch that resumes after an error sends no InitDone.
+            errors.lock().remove(kind);
+        }
         let object = match event {
             Ok(watcher::Event::Apply(o) | watcher::Event::Delete(o)) => o,
             Ok(watcher::Event::InitDone) => {
-                errors.lock().remove(kind);
                 let _ = changes.send(Change {
                     kind: "*",
                     namespace: String::new(),
@@ -177,7 +185,7 @@ async fn announce<K, S>(
             }
             Ok(_) => continue,
             Err(e) => {
-                errors.lock().insert(kind, e.to_string());
+                errors.lock().insert(kind, watch_error(&e));
                 continue;
             }
         };
@@ -202,5 +210,21 @@ fn leak_kind<K: Resource<DynamicType = ()>>() -> &'static str {
         "Synthesizer" => "Synthesizer",
         "Symphony" => "Symphony",
         _ => "ResourceSlice",
+    }
+}
+
+/// A watch error as the page says it (a refusal as what it means).
+fn watch_error(e: &watcher::Error) -> String {
+    let refused = match e {
+        watcher::Error::InitialListFailed(kube::Error::Api(s))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(s))
+        | watcher::Error::WatchFailed(kube::Error::Api(s)) => s.code == 403,
+        watcher::Error::WatchError(s) => s.code == 403,
+        _ => false,
+    };
+    if refused {
+        "your account may not list them here (forbidden); the rest of the page is unaffected".into()
+    } else {
+        e.to_string()
     }
 }

@@ -67,6 +67,9 @@ pub struct Resource {
     pub group: i64,
     /// The readiness checks (`name: expression`), empty when readiness is the resource's health.
     pub checks: Vec<String>,
+    /// For a CustomResourceDefinition: the `group/Kind` it defines.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub defines: Option<String>,
     /// Its state.
     #[serde(flatten)]
     pub state: State,

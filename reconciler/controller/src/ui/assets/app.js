@@ -5,7 +5,15 @@
 const STATES = ["failed", "waiting", "deleting", "suspended", "ready"];
 const filters = { namespace: "", synthesizer: "", state: "", text: "" };
 let refreshTimer = null;
-let loaded = null; // what the page shows: "fleet" or "namespace/name"
+let latest = 0; // the newest refresh: an older answer that arrives later is dropped
+
+// The token: from the printed address once, then this tab's sessionStorage (its origin
+// includes the port: no other local server can read it). Sent in a header, never a cookie.
+const token = (() => {
+  const given = new URLSearchParams(location.search).get("token");
+  if (given) sessionStorage.setItem("enoki-token", given);
+  return given || sessionStorage.getItem("enoki-token") || "";
+})();
 
 // el("tag", {attr: value}, child, …): an element; strings become text nodes.
 function el(tag, attrs, ...children) {
@@ -36,7 +44,7 @@ function ago(rfc3339) {
 }
 
 async function getJSON(path) {
-  const resp = await fetch(path, { credentials: "same-origin" });
+  const resp = await fetch(path, { headers: { "X-Enoki-Token": token }, credentials: "omit" });
   const body = await resp.text();
   if (!resp.ok) throw new Error(body.trim() || `${resp.status}`);
   return JSON.parse(body);
@@ -44,18 +52,42 @@ async function getJSON(path) {
 
 function route() {
   const m = location.hash.match(/^#\/c\/([^/]+)\/([^/]+)$/);
-  return m ? { namespace: decodeURIComponent(m[1]), name: decodeURIComponent(m[2]) } : null;
+  try {
+    return m ? { namespace: decodeURIComponent(m[1]), name: decodeURIComponent(m[2]) } : null;
+  } catch (e) {
+    return null; // a malformed address shows the fleet
+  }
 }
 
+// Rewritten only when the text changes: the box is an alert, read out on each change.
 function showWarnings(list) {
   const box = document.getElementById("warnings");
+  if (box.dataset.text === list.join("\n")) return;
+  box.dataset.text = list.join("\n");
   box.replaceChildren(...list.map((w) => el("p", { class: "warn" }, w)));
+}
+
+// Redraws `main` with `nodes`, keeping the focused control (by its data-focus key) and the
+// scroll of the DAG.
+function redraw(nodes) {
+  const main = document.getElementById("main");
+  const focused = document.activeElement && document.activeElement.dataset
+    ? document.activeElement.dataset.focus : null;
+  const dagBox = main.querySelector(".dag");
+  const scroll = dagBox ? [dagBox.scrollLeft, dagBox.scrollTop] : null;
+  main.replaceChildren(...nodes.filter((n) => n));
+  if (focused) {
+    const again = main.querySelector(`[data-focus="${CSS.escape(focused)}"]`);
+    if (again) again.focus();
+  }
+  const dagNew = main.querySelector(".dag");
+  if (dagNew && scroll) [dagNew.scrollLeft, dagNew.scrollTop] = scroll;
 }
 
 // ---- the fleet ----
 
 function select(label, key, values) {
-  const s = el("select", { "aria-label": label },
+  const s = el("select", { "aria-label": label, "data-focus": `filter:${key}` },
     el("option", { value: "" }, `all ${label}s`),
     values.map((v) => el("option", { value: v }, v)));
   s.value = filters[key];
@@ -75,7 +107,7 @@ function compositionRow(c) {
   const href = `#/c/${encodeURIComponent(c.namespace)}/${encodeURIComponent(c.name)}`;
   return el("tr", { "data-composition": `${c.namespace}/${c.name}`, "data-state": c.state },
     el("td", {}, c.namespace),
-    el("td", {}, el("a", { href }, c.name)),
+    el("td", {}, el("a", { href, "data-focus": `c:${c.namespace}/${c.name}` }, c.name)),
     el("td", {}, c.synthesizer),
     el("td", {}, stateBadge(c.state), c.stuck ? el("span", { class: "stuck" }, " stuck") : null),
     el("td", { class: "muted" }, c.status),
@@ -95,14 +127,14 @@ function renderFleet(data) {
   const comps = f.compositions;
   const shown = comps.filter(matches);
   const uniq = (xs) => [...new Set(xs)].sort();
-  const search = el("input", { type: "search", placeholder: "name", "aria-label": "Filter by name" });
+  const search = el("input", { type: "search", placeholder: "name", "aria-label": "Filter by name",
+    "data-focus": "filter:text" });
   search.value = filters.text;
   search.addEventListener("input", () => { filters.text = search.value; refresh(); });
   const counts = el("ul", { class: "counts", "aria-label": "Compositions per state" },
     STATES.map((s) => el("li", { "data-count": s }, stateBadge(s), ` ${f.counts[s] || 0}`)));
-  const main = document.getElementById("main");
-  const focused = document.activeElement && document.activeElement.getAttribute("aria-label");
-  main.replaceChildren(
+  redraw([
+    data.listing ? el("p", { class: "muted", role: "status" }, "listing… (the first list is not in yet)") : null,
     el("h2", {}, `Compositions (${comps.length})`),
     counts,
     el("div", { class: "filters" },
@@ -125,14 +157,8 @@ function renderFleet(data) {
     table("", ["Namespace", "Name", "Variations", "Ready"],
       f.symphonies.map((s) => el("tr", { "data-symphony": `${s.namespace}/${s.name}` },
         el("td", {}, s.namespace), el("td", {}, s.name), el("td", {}, s.variations),
-        el("td", {}, stateBadge(s.ready ? "ready" : "waiting"))))));
-  if (focused) {
-    const again = main.querySelector(`[aria-label="${focused}"]`);
-    if (again) again.focus();
-  }
-  if (data.listing) {
-    main.prepend(el("p", { class: "muted", role: "status" }, "listing… (the first list is not in yet)"));
-  } else if (!window.enokiFirstRender) {
+        el("td", {}, stateBadge(s.ready ? "ready" : "waiting")))))]);
+  if (!data.listing && !window.enokiFirstRender) {
     window.enokiFirstRender = { ms: performance.now(), rows: shown.length };
   }
 }
@@ -198,9 +224,8 @@ function kv(pairs) {
 function renderDetail(d) {
   const v = d.view;
   const s = d.synthesis;
-  const main = document.getElementById("main");
-  main.replaceChildren(
-    el("p", {}, el("a", { href: "#/" }, "← fleet")),
+  redraw([
+    el("p", {}, el("a", { href: "#/", "data-focus": "back" }, "← fleet")),
     el("h2", { id: "title" }, `Composition ${v.namespace}/${v.name}`),
     kv([["synthesizer", v.synthesizer], ["ready", v.ready ? "yes" : "no"],
       ["next synthesis", `${v.next.state}${v.next.reason ? ` (${v.next.reason})` : ""}`],
@@ -233,7 +258,7 @@ function renderDetail(d) {
     d.eventsNote ? el("p", { class: "warn" }, d.eventsNote) : null,
     table("", ["Last seen", "Type", "Reason", "Count", "Message"],
       d.events.map((e) => el("tr", {}, el("td", {}, ago(e.lastSeen)), el("td", {}, e.type),
-        el("td", {}, e.reason), el("td", {}, e.count), el("td", {}, e.message)))));
+        el("td", {}, e.reason), el("td", {}, e.count), el("td", {}, e.message))))]);
 }
 
 function why(r) {
@@ -246,25 +271,36 @@ function why(r) {
 // ---- loading and live updates ----
 
 async function refresh() {
+  const mine = ++latest;
   const target = route();
+  const current = () => mine === latest && JSON.stringify(route()) === JSON.stringify(target);
   try {
     if (target) {
-      const d = await getJSON(`/api/compositions/${encodeURIComponent(target.namespace)}/${encodeURIComponent(target.name)}`);
-      if (JSON.stringify(route()) === JSON.stringify(target)) renderDetail(d);
-      loaded = `${target.namespace}/${target.name}`;
+      const path = `/api/compositions/${encodeURIComponent(target.namespace)}/${encodeURIComponent(target.name)}`;
+      const resp = await fetch(path, { headers: { "X-Enoki-Token": token }, credentials: "omit" });
+      const body = await resp.text();
+      if (!current()) return;
+      if (resp.status === 404) {
+        redraw([el("p", {}, el("a", { href: "#/", "data-focus": "back" }, "← fleet")),
+          el("p", { class: "warn" }, body.trim())]);
+        showWarnings([]);
+        return;
+      }
+      if (!resp.ok) throw new Error(body.trim() || `${resp.status}`);
+      renderDetail(JSON.parse(body));
       showWarnings([]);
     } else {
       const data = await getJSON("/api/fleet");
+      if (!current()) return;
       document.getElementById("scope").textContent = data.scope.namespace
         ? `namespace ${data.scope.namespace}` : "all namespaces";
       const warnings = Object.entries(data.errors).map(([k, e]) => `watching ${k}s: ${e}`);
       if (data.scope.note) warnings.push(data.scope.note);
       showWarnings(warnings);
       renderFleet(data);
-      loaded = "fleet";
     }
   } catch (e) {
-    showWarnings([String(e.message || e)]);
+    if (current()) showWarnings([String(e.message || e)]);
   }
 }
 
@@ -282,7 +318,7 @@ function concerns(change) {
 
 function listen() {
   const live = document.getElementById("live");
-  const source = new EventSource("/api/watch");
+  const source = new EventSource(`/api/watch?token=${encodeURIComponent(token)}`);
   source.addEventListener("open", () => { live.textContent = "live"; soon(); });
   source.addEventListener("error", () => { live.textContent = "reconnecting…"; });
   source.addEventListener("resync", soon);
@@ -305,9 +341,17 @@ function theme() {
   });
 }
 
-// The token is in the cookie now: take it out of the address bar and history.
+// The token is in this tab's storage now: take it out of the address bar.
 if (location.search) history.replaceState(null, "", `/${location.hash}`);
 theme();
+if (!token) showWarnings(["open the address `enoki ui` printed: it carries the token"]);
+// The skip link moves focus; it does not change the route.
+document.querySelector(".skip").addEventListener("click", (e) => {
+  e.preventDefault();
+  document.getElementById("main").focus();
+});
+// Ages ("since", stuck) move on without a change in the cluster.
+setInterval(soon, 30000);
 window.addEventListener("hashchange", () => {
   document.getElementById("main").replaceChildren(el("p", { class: "muted" }, "loading…"));
   refresh().then(() => document.getElementById("main").focus());

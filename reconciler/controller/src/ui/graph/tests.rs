@@ -13,6 +13,7 @@ fn res(kind: &str, api_version: &str, name: &str, group: i64, state: State) -> R
         name: name.into(),
         group,
         checks: Vec::new(),
+        defines: (kind == "CustomResourceDefinition").then(|| "x.example/Widget".to_string()),
         state,
     }
 }
@@ -51,6 +52,7 @@ fn groups_are_columns_with_order_defines_and_depends_on_edges() {
                 },
             ),
             res("Gadget", "x.example/v1", "g", 1, State::Ready),
+            res("Widget", "other.example/v1", "w2", 1, State::Ready),
         ],
         note: None,
     };
@@ -63,6 +65,7 @@ fn groups_are_columns_with_order_defines_and_depends_on_edges() {
     assert!(edge("group:0", "group:1", "order"));
     assert!(edge("r:0", "r:2", "defines"), "{:?}", g.edges);
     assert!(!edge("r:0", "r:3", "defines"), "another kind of the group");
+    assert!(!edge("r:0", "r:4", "defines"), "the kind of another group");
     assert!(edge("dep:ns/db", "group:0", "dependsOn"));
     let node = |id: &str| g.nodes.iter().find(|n| n.id == id).unwrap();
     assert_eq!((node("group:0").column, node("group:1").column), (1, 2));
