@@ -41,6 +41,7 @@ pub fn start_ui(args: &[&str]) -> (Proc, String) {
         .args(["ui", "--no-open"])
         .args(args)
         .env("KUBECONFIG", kubeconfig_path())
+        .env_remove("ENOKI_REMOTE_KUBECONFIG")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()

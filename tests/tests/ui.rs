@@ -50,10 +50,15 @@ fn items(ns: &str, x: &str) -> Value {
 
 /// The raw answer to `GET path` with this Host header.
 fn raw_get(port: u16, host: &str, path: &str) -> String {
+    raw_get_with(port, host, path, "")
+}
+
+/// The raw answer to `GET path` with this Host header and extra header lines.
+fn raw_get_with(port: u16, host: &str, path: &str, extra: &str) -> String {
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     write!(
         s,
-        "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\n{extra}Connection: close\r\n\r\n"
     )
     .unwrap();
     let mut out = String::new();
@@ -94,6 +99,15 @@ async fn the_fleet_page_is_live_draws_the_dag_and_never_shows_a_secret() {
     let token = url.split("token=").nth(1).unwrap();
     let rebound = raw_get(port, "evil.example", &format!("/api/fleet?token={token}"));
     assert!(rebound.starts_with("HTTP/1.1 403"), "{rebound}");
+    let page = raw_get(port, &format!("evil.example:{port}"), "/");
+    assert!(page.starts_with("HTTP/1.1 403"), "{page}");
+    // The token in the query opens only the event stream, not the API.
+    let query = raw_get(
+        port,
+        &format!("127.0.0.1:{port}"),
+        &format!("/api/fleet?token={token}"),
+    );
+    assert!(query.starts_with("HTTP/1.1 401"), "{query}");
 
     let (_driver, c) = browser().await;
     c.goto(&url).await.unwrap();
@@ -198,7 +212,7 @@ async fn the_fleet_page_is_live_draws_the_dag_and_never_shows_a_secret() {
         async move {
             let script = format!(
                 "const done = arguments[arguments.length - 1];\n\
-                 fetch('{path}', {{headers: {{'X-Enoki-Token': sessionStorage.getItem('enoki-token')}}}})\n\
+                 fetch('{path}', {{headers: {{'X-Enoki-Token': localStorage.getItem('enoki-token')}}}})\n\
                    .then(r => r.text()).then(done)"
             );
             let out = c.execute_async(&script, Vec::new()).await.unwrap();
@@ -235,4 +249,62 @@ async fn the_fleet_page_is_live_draws_the_dag_and_never_shows_a_secret() {
     assert_eq!(theme, json!("dark"));
     screenshot(&c, "ui-composition-dark.png").await;
     c.close().await.unwrap();
+}
+
+/// A tenant with `edit` in one namespace: the page falls back to the kubeconfig's namespace
+/// (and says why), `-n` shows the tenant's namespace, a namespace it may not list is refused
+/// at start with a message naming it, and the Synthesizers' refusal is a note.
+#[tokio::test]
+async fn a_tenant_sees_what_its_rbac_allows_and_is_told_what_not() {
+    let env = TestEnv::new().await;
+    install_crds(&env.client).await;
+    harness::grant_tenant_edit(&env.namespace);
+    let ns = env.namespace.clone();
+    apply_composition(&env, "app", "no-such-synth", "items", json!({})).await;
+    let fleet = |url: &str| {
+        let port = port_of(url);
+        let token = url.split("token=").nth(1).unwrap().to_string();
+        let host = format!("127.0.0.1:{port}");
+        let out = raw_get_with(
+            port,
+            &host,
+            "/api/fleet",
+            &format!("X-Enoki-Token: {token}\r\n"),
+        );
+        assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+        out
+    };
+    // Every namespace is forbidden: the context's namespace, with a note.
+    let (_ui, url) = start_ui(&["--context", "tenant-a"]);
+    let out = fleet(&url);
+    assert!(
+        out.contains("listing Compositions in every namespace is forbidden"),
+        "{out}"
+    );
+    // Its own namespace: its Composition.
+    let (_ui2, url) = start_ui(&["--context", "tenant-a", "-n", &ns]);
+    let out = eventually(
+        "the tenant's Composition listed",
+        Duration::from_secs(30),
+        || {
+            let out = fleet(&url);
+            async move { out.contains("\"name\":\"app\"").then_some(out) }
+        },
+    )
+    .await;
+    assert!(out.contains(&format!("\"namespace\":\"{ns}\"")), "{out}");
+    // Another namespace: refused at start, naming it.
+    let (code, text) = harness::enoki_cli_text(&[
+        "ui",
+        "--no-open",
+        "--context",
+        "tenant-a",
+        "-n",
+        "kube-system",
+    ]);
+    assert_ne!(code, 0, "{text}");
+    assert!(
+        text.contains("listing Compositions in kube-system"),
+        "{text}"
+    );
 }

@@ -100,12 +100,17 @@ pub async fn serve(args: &UiArgs) -> anyhow::Result<()> {
     let _launcher = if args.no_open {
         None
     } else {
-        open::open_browser(&url, port)
+        open::open_browser(&url)
     };
-    // Ctrl-C ends at once: open pages hold event streams that never finish by themselves.
+    // Ctrl-C (or SIGTERM, SIGHUP) ends at once: open pages hold event streams that never
+    // finish by themselves. The redirect page is removed on the way out.
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
     tokio::select! {
         served = axum::serve(listener, router(ui)) => served?,
         _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+        _ = hup.recv() => {}
     }
     Ok(())
 }
@@ -114,7 +119,9 @@ fn router(ui: Arc<Ui>) -> Router {
     let mut r = Router::new()
         .route("/api/fleet", get(fleet_json))
         .route("/api/compositions/{namespace}/{name}", get(detail_json))
-        .route("/api/watch", get(watch));
+        .route("/api/watch", get(watch))
+        // Whether a token is the server's (the page adopts a new one only then).
+        .route("/api/ping", get(|| async { StatusCode::NO_CONTENT }));
     for (path, kind, body) in ASSETS {
         r = r.route(
             path,

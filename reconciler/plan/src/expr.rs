@@ -326,7 +326,7 @@ impl Expr {
             let out = guard::with_pass_deadline(pass, || {
                 guard::metered(|| cel::Value::resolve(&self.guarded, &ctx)).0
             });
-            out.map_err(|e| redact::redacted(&e))
+            out.map_err(|e| redact::redacted(&e, &self.source))
         };
         let contained = || match catch_unwind(AssertUnwindSafe(run)) {
             Ok(result) => result,

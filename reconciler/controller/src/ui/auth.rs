@@ -1,7 +1,7 @@
 //! Who may use `enoki ui`'s server. Every request must name `127.0.0.1:<port>` or
 //! `localhost:<port>` as its Host (another name is a DNS-rebinding page). The API (`/api/…`)
-//! also needs the token printed with the address: the page keeps it in the tab's
-//! `sessionStorage` (its origin includes the port, so no other local server can read it) and
+//! also needs the token printed with the address: the page keeps it in its origin's
+//! `localStorage` (the origin includes the port, so no other local server can read it) and
 //! sends it in the `X-Enoki-Token` header — which no other origin can set without a CORS
 //! preflight, and none is answered — or, for the event stream only (`EventSource` sends no
 //! header), in the query. No cookie: cookies are shared by every port of a host. Pure,
@@ -43,7 +43,11 @@ pub fn check(
     header: Option<&str>,
     query: Option<&str>,
 ) -> Decision {
-    let loopback = [format!("127.0.0.1:{port}"), format!("localhost:{port}")];
+    let mut loopback = vec![format!("127.0.0.1:{port}"), format!("localhost:{port}")];
+    if port == 80 {
+        // Browsers leave the default port out of the Host header.
+        loopback.extend(["127.0.0.1".to_string(), "localhost".to_string()]);
+    }
     if !host.is_some_and(|h| loopback.iter().any(|l| l.eq_ignore_ascii_case(h))) {
         return Decision::BadHost;
     }
@@ -86,6 +90,14 @@ mod tests {
         assert_eq!(
             check(t, 80, "/api/fleet", local, Some("abc123"), None),
             Decision::Allow
+        );
+        assert_eq!(
+            check(t, 80, "/", Some("localhost"), None, None),
+            Decision::Allow
+        );
+        assert_eq!(
+            check(t, 81, "/", Some("localhost"), None, None),
+            Decision::BadHost
         );
         // A rebinding page's Host, another port, no Host: refused, even for the page.
         for h in [Some("evil.example:80"), Some("127.0.0.1:81"), None] {

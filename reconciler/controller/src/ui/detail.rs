@@ -97,9 +97,12 @@ pub async fn detail(
     let mut depends_on: Vec<(String, bool)> = Vec::new();
     for d in &comp.spec.depends_on {
         let ns = d.namespace.clone().unwrap_or_else(|| namespace.to_string());
-        // From the cache, else (another namespace than the page's) from the API server.
-        let ready = match live.compositions.get(&ObjectRef::new(&d.name).within(&ns)) {
+        // From the cache; a namespace outside the page's scope from the API server (missing,
+        // forbidden or unreadable: not ready).
+        let cached = live.compositions.get(&ObjectRef::new(&d.name).within(&ns));
+        let ready = match cached {
             Some(c) => is_ready(&c),
+            None if live.covers(&ns) => false,
             None => Api::<Composition>::namespaced(client.clone(), &ns)
                 .get_opt(&d.name)
                 .await

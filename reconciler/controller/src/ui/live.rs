@@ -42,8 +42,10 @@ pub struct Live {
     pub synthesizers: Store<Synthesizer>,
     pub symphonies: Store<Symphony>,
     pub changes: broadcast::Sender<Change>,
-    /// The last error of each watch (kind → message), cleared when it lists again.
+    /// The last error of each watch (kind → message), cleared when it works again.
     pub errors: Arc<parking_lot::Mutex<BTreeMap<&'static str, String>>>,
+    /// The namespace watched (None: every one).
+    namespace: Option<String>,
 }
 
 /// Every namespace when the account may list Compositions across them (or `asked`), else
@@ -96,6 +98,7 @@ impl Live {
             symphonies: cached(api(client, ns), &changes, &errors),
             changes,
             errors,
+            namespace: scope.namespace.clone(),
         };
         let slices: Api<PartialObjectMeta<ResourceSlice>> = match ns {
             Some(ns) => Api::namespaced(client.clone(), ns),
@@ -117,6 +120,13 @@ impl Live {
             },
         ));
         live
+    }
+}
+
+impl Live {
+    /// Whether the caches hold namespace `ns` (a Composition missing there does not exist).
+    pub fn covers(&self, ns: &str) -> bool {
+        self.namespace.as_deref().is_none_or(|n| n == ns)
     }
 }
 
@@ -168,24 +178,33 @@ async fn announce<K, S>(
 {
     let kind: &'static str = leak_kind::<K>();
     let mut events = std::pin::pin!(events);
+    let star = || Change {
+        kind: "*",
+        namespace: String::new(),
+        name: String::new(),
+    };
     while let Some(event) = events.next().await {
-        if event.is_ok() {
-            // A watch that resumes after an error sends no InitDone.
-            errors.lock().remove(kind);
+        // Listed, or an object arrived: the watch works again (a resumed watch sends no
+        // InitDone). The page hears of every change of the errors.
+        if matches!(
+            event,
+            Ok(watcher::Event::InitDone | watcher::Event::Apply(_) | watcher::Event::Delete(_))
+        ) && errors.lock().remove(kind).is_some()
+        {
+            let _ = changes.send(star());
         }
         let object = match event {
             Ok(watcher::Event::Apply(o) | watcher::Event::Delete(o)) => o,
             Ok(watcher::Event::InitDone) => {
-                let _ = changes.send(Change {
-                    kind: "*",
-                    namespace: String::new(),
-                    name: String::new(),
-                });
+                let _ = changes.send(star());
                 continue;
             }
             Ok(_) => continue,
             Err(e) => {
-                errors.lock().insert(kind, watch_error(&e));
+                let text = watch_error(&e);
+                if errors.lock().insert(kind, text.clone()).as_ref() != Some(&text) {
+                    let _ = changes.send(star());
+                }
                 continue;
             }
         };

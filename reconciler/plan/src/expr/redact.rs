@@ -21,12 +21,30 @@ const SAFE_MESSAGES: [&str; 7] = [
 /// Messages of enoki's functions whose tail (after the colon) quotes a value.
 const QUOTING_PREFIXES: [&str; 2] = ["parsing left quantity", "parsing right quantity"];
 
-/// `e` without the values it carries.
-pub fn redacted(e: &E) -> String {
+/// `e` without the values it carries; `source` is the expression (a missing key it names
+/// literally is kept).
+pub fn redacted(e: &E, source: &str) -> String {
     match e {
+        // The key, when the expression spells it (`self.data.ready`); not one read from data
+        // (`self.data[self.spec.key]`).
+        E::NoSuchKey(key) if source.contains(key.as_str()) => e.to_string(),
+        E::NoSuchKey(_) => "No such key (a key read from the object)".into(),
+        // Type names only.
+        E::UnexpectedType { got, want } => {
+            let name = |t: &str| {
+                if t.len() <= 24 && t.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                    t.to_string()
+                } else {
+                    "a value".to_string()
+                }
+            };
+            format!(
+                "Unexpected type: got '{}', want '{}'",
+                name(got),
+                name(want)
+            )
+        }
         E::InvalidArgumentCount { .. }
-        | E::UnexpectedType { .. }
-        | E::NoSuchKey(_)
         | E::NoSuchOverload(_)
         | E::UndeclaredReference(_)
         | E::MissingArgumentOrTarget => e.to_string(),
@@ -96,7 +114,7 @@ mod tests {
             E::DivisionByZero(secret()),
             E::IndexOutOfBounds(secret()),
         ] {
-            let text = redacted(&e);
+            let text = redacted(&e, "s > 1");
             assert!(!text.contains("aHVudGVy"), "{text}");
             assert!(!text.is_empty());
         }
@@ -107,7 +125,13 @@ mod tests {
                 super::super::guard::OVER_BUDGET
             ),
         };
-        assert!(redacted(&limit).contains(super::super::guard::OVER_BUDGET));
+        assert!(redacted(&limit, "").contains(super::super::guard::OVER_BUDGET));
+        let key = || E::NoSuchKey(std::sync::Arc::new("aHVudGVyMg==".into()));
+        assert_eq!(
+            redacted(&key(), "self.data[self.spec.k]"),
+            "No such key (a key read from the object)"
+        );
+        assert!(redacted(&key(), "self.data.aHVudGVyMg==").contains("aHVudGVy"));
         // Through the evaluator: what a readiness check on a Secret's data reports.
         for source in [
             "int(s) > 0",
@@ -121,7 +145,7 @@ mod tests {
             assert!(!err.contains("aHVudGVy"), "{source}: {err}");
         }
         assert_eq!(
-            redacted(&E::ValuesNotComparable(secret(), Value::Int(1))),
+            redacted(&E::ValuesNotComparable(secret(), Value::Int(1)), ""),
             "a string can not be compared to a int"
         );
     }

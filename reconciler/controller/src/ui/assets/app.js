@@ -5,15 +5,24 @@
 const STATES = ["failed", "waiting", "deleting", "suspended", "ready"];
 const filters = { namespace: "", synthesizer: "", state: "", text: "" };
 let refreshTimer = null;
-let latest = 0; // the newest refresh: an older answer that arrives later is dropped
+let fleetData = null; // the fleet last loaded (filters redraw from it)
+let running = false; // one refresh at a time; `again` asks for one more after it
+let again = false;
 
-// The token: from the printed address once, then this tab's sessionStorage (its origin
-// includes the port: no other local server can read it). Sent in a header, never a cookie.
-const token = (() => {
+// The token: this origin's localStorage (the origin includes the port: no other local server
+// can read it; a new tab of a Composition link has it too), replaced by the printed address's
+// once the server accepts that one (a page elsewhere cannot wipe it with a made-up one). Sent
+// in a header, never a cookie.
+let token = localStorage.getItem("enoki-token") || "";
+async function adoptToken() {
   const given = new URLSearchParams(location.search).get("token");
-  if (given) sessionStorage.setItem("enoki-token", given);
-  return given || sessionStorage.getItem("enoki-token") || "";
-})();
+  if (!given || given === token) return;
+  const resp = await fetch("/api/ping", { headers: { "X-Enoki-Token": given }, credentials: "omit" });
+  if (resp.ok) {
+    localStorage.setItem("enoki-token", given);
+    token = given;
+  }
+}
 
 // el("tag", {attr: value}, child, …): an element; strings become text nodes.
 function el(tag, attrs, ...children) {
@@ -86,13 +95,44 @@ function redraw(nodes) {
 
 // ---- the fleet ----
 
-function select(label, key, values) {
-  const s = el("select", { "aria-label": label, "data-focus": `filter:${key}` },
-    el("option", { value: "" }, `all ${label}s`),
-    values.map((v) => el("option", { value: v }, v)));
-  s.value = filters[key];
-  s.addEventListener("change", () => { filters[key] = s.value; refresh(); });
+// A filter: built once, its options updated in place (an open list stays open); a change
+// redraws from the fleet already loaded.
+function select(label, key) {
+  const s = el("select", { "aria-label": label, "data-focus": `filter:${key}`, "data-key": key },
+    el("option", { value: "" }, `all ${label}s`));
+  s.addEventListener("change", () => { filters[key] = s.value; if (fleetData) renderFleet(fleetData); });
   return el("label", {}, `${label}:`, s);
+}
+
+function setOptions(select, values) {
+  const wanted = values.join("\n");
+  if (select.dataset.options === wanted) return;
+  select.dataset.options = wanted;
+  const first = select.options[0];
+  select.replaceChildren(first, ...values.map((v) => el("option", { value: v }, v)));
+  select.value = values.includes(filters[select.dataset.key]) ? filters[select.dataset.key] : "";
+  filters[select.dataset.key] = select.value;
+}
+
+// The fleet view's frame: its filters are made once and kept across redraws.
+function fleetFrame() {
+  const main = document.getElementById("main");
+  let frame = main.querySelector("#fleet");
+  if (frame) return frame;
+  const search = el("input", { type: "search", placeholder: "name", "aria-label": "Filter by name",
+    "data-focus": "filter:text" });
+  search.value = filters.text;
+  search.addEventListener("input", () => { filters.text = search.value; if (fleetData) renderFleet(fleetData); });
+  frame = el("div", { id: "fleet" },
+    el("p", { class: "muted", role: "status", id: "listing" }),
+    el("h2", { id: "comp-title" }),
+    el("ul", { class: "counts", id: "counts", "aria-label": "Compositions per state" }),
+    el("div", { class: "filters" },
+      select("namespace", "namespace"), select("synthesizer", "synthesizer"),
+      select("state", "state"), el("label", {}, "name:", search)),
+    el("div", { id: "tables" }));
+  main.replaceChildren(frame);
+  return frame;
 }
 
 function matches(c) {
@@ -127,21 +167,19 @@ function renderFleet(data) {
   const comps = f.compositions;
   const shown = comps.filter(matches);
   const uniq = (xs) => [...new Set(xs)].sort();
-  const search = el("input", { type: "search", placeholder: "name", "aria-label": "Filter by name",
-    "data-focus": "filter:text" });
-  search.value = filters.text;
-  search.addEventListener("input", () => { filters.text = search.value; refresh(); });
-  const counts = el("ul", { class: "counts", "aria-label": "Compositions per state" },
-    STATES.map((s) => el("li", { "data-count": s }, stateBadge(s), ` ${f.counts[s] || 0}`)));
-  redraw([
-    data.listing ? el("p", { class: "muted", role: "status" }, "listing… (the first list is not in yet)") : null,
-    el("h2", {}, `Compositions (${comps.length})`),
-    counts,
-    el("div", { class: "filters" },
-      select("namespace", "namespace", uniq(comps.map((c) => c.namespace))),
-      select("synthesizer", "synthesizer", uniq(comps.map((c) => c.synthesizer))),
-      select("state", "state", STATES),
-      el("label", {}, "name:", search)),
+  const frame = fleetFrame();
+  frame.querySelector("#listing").textContent = data.listing ? "listing… (the first list is not in yet)" : "";
+  frame.querySelector("#comp-title").textContent = `Compositions (${comps.length})`;
+  frame.querySelector("#counts").replaceChildren(
+    ...STATES.map((s) => el("li", { "data-count": s }, stateBadge(s), ` ${f.counts[s] || 0}`)));
+  const selects = frame.querySelectorAll("select");
+  setOptions(selects[0], uniq(comps.map((c) => c.namespace)));
+  setOptions(selects[1], uniq(comps.map((c) => c.synthesizer)));
+  setOptions(selects[2], STATES);
+  const tables = frame.querySelector("#tables");
+  const focused = document.activeElement && tables.contains(document.activeElement)
+    ? document.activeElement.dataset.focus : null;
+  tables.replaceChildren(
     table(`${shown.length} shown, stuck first`,
       ["Namespace", "Name", "Synthesizer", "State", "Status", "Since", "Message"],
       shown.map(compositionRow)),
@@ -157,7 +195,11 @@ function renderFleet(data) {
     table("", ["Namespace", "Name", "Variations", "Ready"],
       f.symphonies.map((s) => el("tr", { "data-symphony": `${s.namespace}/${s.name}` },
         el("td", {}, s.namespace), el("td", {}, s.name), el("td", {}, s.variations),
-        el("td", {}, stateBadge(s.ready ? "ready" : "waiting")))))]);
+        el("td", {}, stateBadge(s.ready ? "ready" : "waiting"))))));
+  if (focused) {
+    const again = tables.querySelector(`[data-focus="${CSS.escape(focused)}"]`);
+    if (again) again.focus();
+  }
   if (!data.listing && !window.enokiFirstRender) {
     window.enokiFirstRender = { ms: performance.now(), rows: shown.length };
   }
@@ -271,15 +313,24 @@ function why(r) {
 // ---- loading and live updates ----
 
 async function refresh() {
-  const mine = ++latest;
+  if (running) { again = true; return; }
+  running = true;
+  try {
+    do { again = false; await refreshOnce(); } while (again);
+  } finally {
+    running = false;
+  }
+}
+
+async function refreshOnce() {
   const target = route();
-  const current = () => mine === latest && JSON.stringify(route()) === JSON.stringify(target);
+  const moved = () => JSON.stringify(route()) !== JSON.stringify(target);
   try {
     if (target) {
       const path = `/api/compositions/${encodeURIComponent(target.namespace)}/${encodeURIComponent(target.name)}`;
       const resp = await fetch(path, { headers: { "X-Enoki-Token": token }, credentials: "omit" });
       const body = await resp.text();
-      if (!current()) return;
+      if (moved()) { again = true; return; }
       if (resp.status === 404) {
         redraw([el("p", {}, el("a", { href: "#/", "data-focus": "back" }, "← fleet")),
           el("p", { class: "warn" }, body.trim())]);
@@ -291,7 +342,8 @@ async function refresh() {
       showWarnings([]);
     } else {
       const data = await getJSON("/api/fleet");
-      if (!current()) return;
+      if (moved()) { again = true; return; }
+      fleetData = data;
       document.getElementById("scope").textContent = data.scope.namespace
         ? `namespace ${data.scope.namespace}` : "all namespaces";
       const warnings = Object.entries(data.errors).map(([k, e]) => `watching ${k}s: ${e}`);
@@ -300,7 +352,7 @@ async function refresh() {
       renderFleet(data);
     }
   } catch (e) {
-    if (current()) showWarnings([String(e.message || e)]);
+    if (!moved()) showWarnings([String(e.message || e)]);
   }
 }
 
@@ -320,7 +372,10 @@ function listen() {
   const live = document.getElementById("live");
   const source = new EventSource(`/api/watch?token=${encodeURIComponent(token)}`);
   source.addEventListener("open", () => { live.textContent = "live"; soon(); });
-  source.addEventListener("error", () => { live.textContent = "reconnecting…"; });
+  source.addEventListener("error", () => {
+    live.textContent = source.readyState === EventSource.CLOSED
+      ? "disconnected: open the address `enoki ui` printed" : "reconnecting…";
+  });
   source.addEventListener("resync", soon);
   source.addEventListener("change", (e) => { if (concerns(JSON.parse(e.data))) soon(); });
 }
@@ -341,10 +396,13 @@ function theme() {
   });
 }
 
-// The token is in this tab's storage now: take it out of the address bar.
-if (location.search) history.replaceState(null, "", `/${location.hash}`);
 theme();
-if (!token) showWarnings(["open the address `enoki ui` printed: it carries the token"]);
+adoptToken().catch(() => {}).then(() => {
+  if (location.search) history.replaceState(null, "", `/${location.hash}`);
+  if (!token) showWarnings(["open the address `enoki ui` printed: it carries the token"]);
+  refresh();
+  listen();
+});
 // The skip link moves focus; it does not change the route.
 document.querySelector(".skip").addEventListener("click", (e) => {
   e.preventDefault();
@@ -356,5 +414,3 @@ window.addEventListener("hashchange", () => {
   document.getElementById("main").replaceChildren(el("p", { class: "muted" }, "loading…"));
   refresh().then(() => document.getElementById("main").focus());
 });
-refresh();
-listen();
