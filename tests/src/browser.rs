@@ -46,11 +46,20 @@ pub fn start_ui(args: &[&str]) -> (Proc, String) {
         .stderr(Stdio::null())
         .spawn()
         .expect("enoki ui starts");
-    let mut line = String::new();
+    // The address, or a failure within a minute (never a hang).
     let stdout = child.stdout.take().expect("stdout");
-    std::io::BufReader::new(stdout)
-        .read_line(&mut line)
-        .expect("enoki ui prints its address");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = std::io::BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let line = rx
+        .recv_timeout(Duration::from_secs(60))
+        .unwrap_or_else(|_| {
+            let _ = child.kill();
+            panic!("enoki ui printed no address within 60 s")
+        });
     let url = line
         .trim()
         .strip_prefix("enoki ui: ")

@@ -1,10 +1,10 @@
 //! `enoki ui`: a local web page of the fleet, served by the CLI on 127.0.0.1 with the user's
 //! own kubeconfig and RBAC — nothing new runs in the cluster. The fleet (every Composition
-//! with its state, Synthesizers, Symphonies) comes from watch caches ([`live`]); one
-//! Composition's page ([`detail`]) is read when asked, with its readiness-group DAG
-//! ([`graph`]); the page follows changes through server-sent events. A token printed with
-//! the address guards the API against other local users and other pages ([`auth`]); the
-//! browser is opened on a private file, never with the token on a command line ([`open`]);
+//! with its state, Synthesizers, Symphonies) comes from watch caches (`live`); one
+//! Composition's page (`detail`) is read when asked, with its readiness-group DAG
+//! (`graph`); the page follows changes through server-sent events. A token printed with
+//! the address guards the API against other local users and other pages (`auth`); the
+//! browser is opened on a private file, never with the token on a command line (`open`);
 //! the assets are embedded.
 
 mod auth;
@@ -207,7 +207,7 @@ async fn fleet_json(State(ui): State<Arc<Ui>>) -> Response {
     let body = serde_json::json!({
         "scope": ui.scope,
         "listing": !listed,
-        "errors": *ui.live.errors.lock(),
+        "errors": live::current(&ui.live.errors),
         "fleet": fleet,
     });
     json(&body)

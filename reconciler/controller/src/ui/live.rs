@@ -26,6 +26,23 @@ pub struct Change {
     pub name: String,
 }
 
+/// The last error of each watch: kind → (message, when it last failed).
+pub type Errors = Arc<parking_lot::Mutex<BTreeMap<&'static str, (String, std::time::Instant)>>>;
+
+/// How long an error is shown after the watch last failed: a watch that resumes after an error
+/// says nothing (no event until something changes), and it retries at most every 30 s.
+const ERROR_SHOWN_FOR: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The errors of the watches still failing.
+pub fn current(errors: &Errors) -> BTreeMap<&'static str, String> {
+    errors
+        .lock()
+        .iter()
+        .filter(|(_, (_, at))| at.elapsed() < ERROR_SHOWN_FOR)
+        .map(|(k, (e, _))| (*k, e.clone()))
+        .collect()
+}
+
 /// Which namespaces the page shows, and why not all.
 #[derive(Clone, Debug, Serialize)]
 pub struct Scope {
@@ -42,8 +59,8 @@ pub struct Live {
     pub synthesizers: Store<Synthesizer>,
     pub symphonies: Store<Symphony>,
     pub changes: broadcast::Sender<Change>,
-    /// The last error of each watch (kind → message), cleared when it works again.
-    pub errors: Arc<parking_lot::Mutex<BTreeMap<&'static str, String>>>,
+    /// The last error of each watch (kind → message, when), cleared when it works again.
+    pub errors: Errors,
     /// The namespace watched (None: every one).
     namespace: Option<String>,
 }
@@ -141,11 +158,7 @@ where
 }
 
 /// A cache of `api`'s objects kept by a watch that announces each change.
-fn cached<K>(
-    api: Api<K>,
-    changes: &broadcast::Sender<Change>,
-    errors: &Arc<parking_lot::Mutex<BTreeMap<&'static str, String>>>,
-) -> Store<K>
+fn cached<K>(api: Api<K>, changes: &broadcast::Sender<Change>, errors: &Errors) -> Store<K>
 where
     K: Resource<DynamicType = ()>
         + Clone
@@ -170,7 +183,7 @@ where
 async fn announce<K, S>(
     events: S,
     changes: broadcast::Sender<Change>,
-    errors: Arc<parking_lot::Mutex<BTreeMap<&'static str, String>>>,
+    errors: Errors,
     composition_of: impl Fn(&K) -> Option<String>,
 ) where
     K: Resource<DynamicType = ()>,
@@ -202,7 +215,9 @@ async fn announce<K, S>(
             Ok(_) => continue,
             Err(e) => {
                 let text = watch_error(&e);
-                if errors.lock().insert(kind, text.clone()).as_ref() != Some(&text) {
+                let now = std::time::Instant::now();
+                let before = errors.lock().insert(kind, (text.clone(), now));
+                if before.is_none_or(|(t, _)| t != text) {
                     let _ = changes.send(star());
                 }
                 continue;

@@ -18,6 +18,16 @@ const SAFE_MESSAGES: [&str; 7] = [
     "list holds a non-string",
 ];
 
+/// Whether `key` is a field name or a string literal of the expression `source` (not a value
+/// that happens to be part of one).
+fn spelled(source: &str, key: &str) -> bool {
+    let names = source.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'));
+    let literals = ['\'', '"']
+        .into_iter()
+        .flat_map(|q| source.split(q).skip(1).step_by(2));
+    names.chain(literals).any(|word| word == key)
+}
+
 /// Messages of enoki's functions whose tail (after the colon) quotes a value.
 const QUOTING_PREFIXES: [&str; 2] = ["parsing left quantity", "parsing right quantity"];
 
@@ -27,7 +37,7 @@ pub fn redacted(e: &E, source: &str) -> String {
     match e {
         // The key, when the expression spells it (`self.data.ready`); not one read from data
         // (`self.data[self.spec.key]`).
-        E::NoSuchKey(key) if source.contains(key.as_str()) => e.to_string(),
+        E::NoSuchKey(key) if spelled(source, key) => e.to_string(),
         E::NoSuchKey(_) => "No such key (a key read from the object)".into(),
         // Type names only.
         E::UnexpectedType { got, want } => {
@@ -131,7 +141,12 @@ mod tests {
             redacted(&key(), "self.data[self.spec.k]"),
             "No such key (a key read from the object)"
         );
-        assert!(redacted(&key(), "self.data.aHVudGVyMg==").contains("aHVudGVy"));
+        assert!(redacted(&key(), "self.data['aHVudGVyMg==']").contains("aHVudGVy"));
+        let ready = E::NoSuchKey(std::sync::Arc::new("ready".into()));
+        assert!(redacted(&ready, "self.status.ready == true").contains("ready"));
+        // A key read from data that is only part of a name of the expression is not echoed.
+        let part = E::NoSuchKey(std::sync::Arc::new("spe".into()));
+        assert!(!redacted(&part, "self.data[self.spec.k]").contains("spe"));
         // Through the evaluator: what a readiness check on a Secret's data reports.
         for source in [
             "int(s) > 0",

@@ -8,6 +8,11 @@ let refreshTimer = null;
 let fleetData = null; // the fleet last loaded (filters redraw from it)
 let running = false; // one refresh at a time; `again` asks for one more after it
 let again = false;
+let inFlight = null; // the AbortController of the request under way
+let focusPending = false; // move focus to the new view once it is drawn
+const PLURAL = { Composition: "Compositions", Synthesizer: "Synthesizers", Symphony: "Symphonies",
+  ResourceSlice: "ResourceSlices" };
+const TIMEOUT_MS = 15000;
 
 // The token: this origin's localStorage (the origin includes the port: no other local server
 // can read it; a new tab of a Composition link has it too), replaced by the printed address's
@@ -52,8 +57,20 @@ function ago(rfc3339) {
   return `${Math.floor(s / 86400)}d`;
 }
 
+// A GET of the API with the token; aborted by a route change or after TIMEOUT_MS.
+async function request(path) {
+  inFlight = new AbortController();
+  const timer = setTimeout(() => inFlight.abort(), TIMEOUT_MS);
+  try {
+    return await fetch(path, { headers: { "X-Enoki-Token": token }, credentials: "omit",
+      signal: inFlight.signal });
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 async function getJSON(path) {
-  const resp = await fetch(path, { headers: { "X-Enoki-Token": token }, credentials: "omit" });
+  const resp = await request(path);
   const body = await resp.text();
   if (!resp.ok) throw new Error(body.trim() || `${resp.status}`);
   return JSON.parse(body);
@@ -322,23 +339,33 @@ async function refresh() {
   }
 }
 
+// Moves focus to the new view once, unless the user has moved it since.
+function settleFocus() {
+  if (!focusPending) return;
+  focusPending = false;
+  document.getElementById("main").focus();
+}
+
+// A Composition's page that could not be drawn: the way back and why.
+function drawProblem(text) {
+  redraw([el("p", {}, el("a", { href: "#/", "data-focus": "back" }, "← fleet")),
+    el("p", { class: "warn" }, text)]);
+}
+
 async function refreshOnce() {
   const target = route();
   const moved = () => JSON.stringify(route()) !== JSON.stringify(target);
   try {
     if (target) {
       const path = `/api/compositions/${encodeURIComponent(target.namespace)}/${encodeURIComponent(target.name)}`;
-      const resp = await fetch(path, { headers: { "X-Enoki-Token": token }, credentials: "omit" });
+      const resp = await request(path);
       const body = await resp.text();
       if (moved()) { again = true; return; }
-      if (resp.status === 404) {
-        redraw([el("p", {}, el("a", { href: "#/", "data-focus": "back" }, "← fleet")),
-          el("p", { class: "warn" }, body.trim())]);
-        showWarnings([]);
-        return;
+      if (!resp.ok) {
+        drawProblem(body.trim() || `${resp.status}`);
+      } else {
+        renderDetail(JSON.parse(body));
       }
-      if (!resp.ok) throw new Error(body.trim() || `${resp.status}`);
-      renderDetail(JSON.parse(body));
       showWarnings([]);
     } else {
       const data = await getJSON("/api/fleet");
@@ -346,13 +373,19 @@ async function refreshOnce() {
       fleetData = data;
       document.getElementById("scope").textContent = data.scope.namespace
         ? `namespace ${data.scope.namespace}` : "all namespaces";
-      const warnings = Object.entries(data.errors).map(([k, e]) => `watching ${k}s: ${e}`);
+      const warnings = Object.entries(data.errors)
+        .map(([k, e]) => `watching ${PLURAL[k] || k}: ${e}`);
       if (data.scope.note) warnings.push(data.scope.note);
       showWarnings(warnings);
       renderFleet(data);
     }
+    settleFocus();
   } catch (e) {
-    if (!moved()) showWarnings([String(e.message || e)]);
+    if (moved()) { again = true; return; }
+    const text = e && e.name === "AbortError" ? "the request timed out" : String(e.message || e);
+    if (target) drawProblem(text);
+    else showWarnings([text]);
+    settleFocus();
   }
 }
 
@@ -371,10 +404,13 @@ function concerns(change) {
 function listen() {
   const live = document.getElementById("live");
   const source = new EventSource(`/api/watch?token=${encodeURIComponent(token)}`);
-  source.addEventListener("open", () => { live.textContent = "live"; soon(); });
-  source.addEventListener("error", () => {
-    live.textContent = source.readyState === EventSource.CLOSED
-      ? "disconnected: open the address `enoki ui` printed" : "reconnecting…";
+  let failing = null; // when the stream last failed without opening again
+  source.addEventListener("open", () => { failing = null; live.textContent = "live"; soon(); });
+  source.addEventListener("error", async () => {
+    failing = failing || Date.now();
+    const gone = source.readyState === EventSource.CLOSED || (Date.now() - failing > 10000
+      && !(await fetch("/api/ping", { headers: { "X-Enoki-Token": token } }).then((r) => r.ok, () => false)));
+    live.textContent = gone ? "disconnected: open the address `enoki ui` printed" : "reconnecting…";
   });
   source.addEventListener("resync", soon);
   source.addEventListener("change", (e) => { if (concerns(JSON.parse(e.data))) soon(); });
@@ -411,6 +447,12 @@ document.querySelector(".skip").addEventListener("click", (e) => {
 // Ages ("since", stuck) move on without a change in the cluster.
 setInterval(soon, 30000);
 window.addEventListener("hashchange", () => {
+  if (inFlight) inFlight.abort(); // the answer for the old view is not needed
   document.getElementById("main").replaceChildren(el("p", { class: "muted" }, "loading…"));
-  refresh().then(() => document.getElementById("main").focus());
+  focusPending = true;
+  refresh();
+});
+// The user moved focus: the new view does not take it away.
+document.addEventListener("focusin", (e) => {
+  if (e.target !== document.getElementById("main")) focusPending = false;
 });
