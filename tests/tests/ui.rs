@@ -49,9 +49,20 @@ async fn wait_text(c: &Client, css: &str, text: &str) {
 
 /// `enoki <args>`: (exit code, stdout + stderr), killed after `secs` (a failure, not a hang).
 fn enoki_within(args: &[&str], secs: u64) -> (i32, String) {
-    let mut child = std::process::Command::new(workspace_root().join("target/debug/enoki"))
+    let bin = std::env::var_os("ENOKI_BIN").map_or_else(
+        || workspace_root().join("target/debug/enoki"),
+        std::path::PathBuf::from,
+    );
+    assert!(
+        bin.exists(),
+        "{} is missing (make test builds it)",
+        bin.display()
+    );
+    let mut child = std::process::Command::new(bin)
         .args(args)
         .env("KUBECONFIG", harness::kubeconfig_path())
+        .env_remove("ENOKI_REMOTE_KUBECONFIG")
+        .current_dir(workspace_root())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()

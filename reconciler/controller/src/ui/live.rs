@@ -30,8 +30,9 @@ pub struct Change {
 pub type Errors = Arc<parking_lot::Mutex<BTreeMap<&'static str, (String, std::time::Instant)>>>;
 
 /// How long an error is shown after the watch last failed: a watch that resumes after an error
-/// says nothing (no event until something changes), and it retries at most every 30 s.
-const ERROR_SHOWN_FOR: std::time::Duration = std::time::Duration::from_secs(60);
+/// says nothing (no event until something changes), and a failing one retries every 30–60 s
+/// (the backoff's cap with its jitter), plus the request's own time.
+const ERROR_SHOWN_FOR: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// The errors of the watches still failing.
 pub fn current(errors: &Errors) -> BTreeMap<&'static str, String> {

@@ -57,13 +57,18 @@ function ago(rfc3339) {
   return `${Math.floor(s / 86400)}d`;
 }
 
-// A GET of the API with the token; aborted by a route change or after TIMEOUT_MS.
+// A GET of the API with the token, its status and body; aborted by a route change or after
+// TIMEOUT_MS (the body included). `timedOut` says which.
+let timedOut = false;
 async function request(path) {
-  inFlight = new AbortController();
-  const timer = setTimeout(() => inFlight.abort(), TIMEOUT_MS);
+  const controller = new AbortController();
+  inFlight = controller;
+  timedOut = false;
+  const timer = setTimeout(() => { timedOut = true; controller.abort(); }, TIMEOUT_MS);
   try {
-    return await fetch(path, { headers: { "X-Enoki-Token": token }, credentials: "omit",
-      signal: inFlight.signal });
+    const resp = await fetch(path, { headers: { "X-Enoki-Token": token }, credentials: "omit",
+      signal: controller.signal });
+    return { ok: resp.ok, status: resp.status, body: await resp.text() };
   } finally {
     clearTimeout(timer);
   }
@@ -71,9 +76,8 @@ async function request(path) {
 
 async function getJSON(path) {
   const resp = await request(path);
-  const body = await resp.text();
-  if (!resp.ok) throw new Error(body.trim() || `${resp.status}`);
-  return JSON.parse(body);
+  if (!resp.ok) throw new Error(resp.body.trim() || `${resp.status}`);
+  return JSON.parse(resp.body);
 }
 
 function route() {
@@ -359,12 +363,11 @@ async function refreshOnce() {
     if (target) {
       const path = `/api/compositions/${encodeURIComponent(target.namespace)}/${encodeURIComponent(target.name)}`;
       const resp = await request(path);
-      const body = await resp.text();
       if (moved()) { again = true; return; }
       if (!resp.ok) {
-        drawProblem(body.trim() || `${resp.status}`);
+        drawProblem(resp.body.trim() || `${resp.status}`);
       } else {
-        renderDetail(JSON.parse(body));
+        renderDetail(JSON.parse(resp.body));
       }
       showWarnings([]);
     } else {
@@ -381,8 +384,9 @@ async function refreshOnce() {
     }
     settleFocus();
   } catch (e) {
-    if (moved()) { again = true; return; }
-    const text = e && e.name === "AbortError" ? "the request timed out" : String(e.message || e);
+    // Aborted by a navigation (even to the same view): the next turn of the loop draws it.
+    if (moved() || (e && e.name === "AbortError" && !timedOut)) { again = true; return; }
+    const text = timedOut ? "the request timed out" : String(e.message || e);
     if (target) drawProblem(text);
     else showWarnings([text]);
     settleFocus();
@@ -409,7 +413,10 @@ function listen() {
   source.addEventListener("error", async () => {
     failing = failing || Date.now();
     const gone = source.readyState === EventSource.CLOSED || (Date.now() - failing > 10000
-      && !(await fetch("/api/ping", { headers: { "X-Enoki-Token": token } }).then((r) => r.ok, () => false)));
+      && !(await fetch("/api/ping", { headers: { "X-Enoki-Token": token },
+        signal: AbortSignal.timeout(5000) }).then((r) => r.ok, () => false)));
+    // The stream may have opened again meanwhile: "live" stands.
+    if (failing === null || source.readyState === EventSource.OPEN) return;
     live.textContent = gone ? "disconnected: open the address `enoki ui` printed" : "reconnecting…";
   });
   source.addEventListener("resync", soon);
