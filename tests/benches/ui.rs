@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt as _;
 use harness::browser::{browser, js, start_ui};
-use harness::{TestEnv, install_crds, kubeconfig_path, workspace_root};
+use harness::{TestEnv, install_crds, kubeconfig_path};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::json;
 
@@ -52,14 +52,6 @@ async fn create_fleet(env: &TestEnv, n: usize) {
         .buffer_unordered(16)
         .collect::<Vec<_>>()
         .await;
-}
-
-/// The binary `enoki ui` runs from too: `ENOKI_BIN`, else the debug build.
-fn enoki_bin() -> std::path::PathBuf {
-    std::env::var_os("ENOKI_BIN").map_or_else(
-        || workspace_root().join("target/debug/enoki"),
-        std::path::PathBuf::from,
-    )
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -152,7 +144,7 @@ async fn main() {
         );
         list.push(t.elapsed().as_secs_f64());
         let t = Instant::now();
-        let out = std::process::Command::new(enoki_bin())
+        let out = std::process::Command::new(harness::enoki_bin())
             .args(["get", "compositions", "-n", &ns])
             .env("KUBECONFIG", kubeconfig_path())
             .output()

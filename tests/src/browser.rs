@@ -9,7 +9,7 @@ use std::time::Duration;
 use fantoccini::{Client, ClientBuilder};
 use serde_json::{Value, json};
 
-use crate::{Proc, eventually, free_port, kubeconfig_path, wait_port, workspace_root};
+use crate::{Proc, enoki_bin, eventually, free_port, kubeconfig_path, wait_port};
 
 /// A program on PATH, or a failure that says how to install it.
 fn program(name: &str, package: &str) -> String {
@@ -28,16 +28,7 @@ fn program(name: &str, package: &str) -> String {
 /// # Panics
 /// When the binary is missing or prints no address.
 pub fn start_ui(args: &[&str]) -> (Proc, String) {
-    let bin = std::env::var_os("ENOKI_BIN").map_or_else(
-        || workspace_root().join("target/debug/enoki"),
-        std::path::PathBuf::from,
-    );
-    assert!(
-        bin.exists(),
-        "{} is missing (make test builds it)",
-        bin.display()
-    );
-    let mut child = Command::new(bin)
+    let mut child = Command::new(enoki_bin())
         .args(["ui", "--no-open"])
         .args(args)
         .env("KUBECONFIG", kubeconfig_path())

@@ -40,15 +40,7 @@ impl Enoki {
         kubeconfig: &std::path::Path,
         env: &[(&str, &str)],
     ) -> Enoki {
-        // Benchmarks run the release build: ENOKI_BIN names it.
-        let bin = std::env::var("ENOKI_BIN")
-            .map(PathBuf::from)
-            .unwrap_or_else(|_| workspace_root().join("target/debug/enoki"));
-        assert!(
-            bin.exists(),
-            "{} is missing: build it first (`cargo build -p reconciler-controller`; `make test` does)",
-            bin.display()
-        );
+        let bin = enoki_bin();
         let log = std::env::temp_dir().join(format!(
             "enoki-{namespace}-{:08x}.log",
             rand::random::<u32>()
@@ -247,6 +239,24 @@ impl Drop for Enoki {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// The enoki binary the tests run: `ENOKI_BIN` (benchmarks name the release build), else the
+/// debug build.
+///
+/// # Panics
+/// When it is missing.
+pub fn enoki_bin() -> PathBuf {
+    let bin = std::env::var_os("ENOKI_BIN").map_or_else(
+        || workspace_root().join("target/debug/enoki"),
+        PathBuf::from,
+    );
+    assert!(
+        bin.exists(),
+        "{} is missing: build it first (`cargo build -p reconciler-controller`; `make test` does)",
+        bin.display()
+    );
+    bin
 }
 
 /// A free TCP port on 127.0.0.1.

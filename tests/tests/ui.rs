@@ -49,16 +49,7 @@ async fn wait_text(c: &Client, css: &str, text: &str) {
 
 /// `enoki <args>`: (exit code, stdout + stderr), killed after `secs` (a failure, not a hang).
 fn enoki_within(args: &[&str], secs: u64) -> (i32, String) {
-    let bin = std::env::var_os("ENOKI_BIN").map_or_else(
-        || workspace_root().join("target/debug/enoki"),
-        std::path::PathBuf::from,
-    );
-    assert!(
-        bin.exists(),
-        "{} is missing (make test builds it)",
-        bin.display()
-    );
-    let mut child = std::process::Command::new(bin)
+    let mut child = std::process::Command::new(harness::enoki_bin())
         .args(args)
         .env("KUBECONFIG", harness::kubeconfig_path())
         .env_remove("ENOKI_REMOTE_KUBECONFIG")

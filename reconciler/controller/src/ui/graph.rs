@@ -4,8 +4,6 @@
 //! the custom resources of the group and kind its manifest defines, and from the Compositions of `dependsOn` to the first
 //! group. Pure.
 
-use std::collections::BTreeSet;
-
 use serde::Serialize;
 
 use crate::run::tree::{Resource, View, describe};
@@ -47,13 +45,7 @@ pub struct Graph {
 /// The graph of `view`; `depends_on` are the `namespace/name` (and readiness) of the
 /// Compositions it depends on.
 pub fn graph(view: &View, depends_on: &[(String, bool)]) -> Graph {
-    let groups: Vec<i64> = view
-        .resources
-        .iter()
-        .map(|r| r.group)
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect();
+    let groups = view.groups();
     let first = usize::from(!depends_on.is_empty());
     let mut g = Graph::default();
     for (i, group) in groups.iter().enumerate() {

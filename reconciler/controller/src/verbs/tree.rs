@@ -150,13 +150,7 @@ fn lines(out: &mut String, n: &Node, prefix: &str) {
         let _ = writeln!(out, "{prefix}└── {}", clean(note));
         return;
     }
-    let groups: Vec<i64> = v
-        .resources
-        .iter()
-        .map(|r| r.group)
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect();
+    let groups = v.groups();
     for (gi, group) in groups.iter().enumerate() {
         let last_group = gi + 1 == groups.len();
         let (branch, inner) = if last_group {

@@ -114,6 +114,15 @@ pub struct Next {
     pub message: Option<String>,
 }
 
+impl View {
+    /// The readiness groups of its resources, in apply order, each once.
+    pub fn groups(&self) -> Vec<i64> {
+        let groups: std::collections::BTreeSet<i64> =
+            self.resources.iter().map(|r| r.group).collect();
+        groups.into_iter().collect()
+    }
+}
+
 /// Everything `enoki status` shows.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
