@@ -16,14 +16,12 @@ use anyhow::Context as _;
 use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::core::GroupVersionKind;
-use kube::runtime::reflector;
 use serde_json::{Value, json};
 
 use super::cluster::Cluster;
 use super::composition::{observe, synthesize};
-use super::context::Parts;
-use super::shard::{InFlight, Shards, fixed};
-use super::{Context, Options, inputs};
+use super::context::{Clusters, Reads, Tenancy};
+use super::{Options, inputs};
 use crate::synthesis::{self, Module, SynthesisInput};
 use crds::names::FIELD_MANAGER;
 use crds::{Composition, ResourceSlice};
@@ -70,47 +68,38 @@ pub struct Report {
     pub json: serde_json::Value,
 }
 
-/// A [`Context`] for one command: empty caches (every read is a GET), no background tasks.
-fn cli_context(
-    (management, target): (Arc<Cluster>, Arc<Cluster>),
+/// What a diff uses: the clusters (acting as each Composition's account, as the controller
+/// does), the wasm engine and the options. No cache, watch, metric or memory: every read is a
+/// GET and nothing is kept.
+struct Handles {
+    clusters: Clusters,
+    host: Arc<wasm_host::Host>,
     opts: Options,
-) -> anyhow::Result<Context> {
-    let client = management.client.clone();
-    let host = Arc::new(opts.sandbox.host(
-        opts.module_cache_dir.as_deref(),
-        opts.max_concurrent_syntheses,
-    )?);
-    let mut registry = prometheus_client::registry::Registry::default();
-    let (sender, _) = tokio::sync::mpsc::unbounded_channel();
-    let reporter = kube::runtime::events::Reporter {
-        controller: "enoki-diff".into(),
-        instance: None,
-    };
-    let (synthesis_slots, memory_budget) = Parts::limits(&opts);
-    Ok(Context::new(Parts {
-        synthesis_slots,
-        memory_budget,
-        shards: fixed(Shards::ALL),
-        in_flight: InFlight::new(1),
-        watches: super::watches::Watches::new(
-            client,
-            target.client.clone(),
-            sender,
-            fixed(Shards::ALL),
-            false,
-        ),
-        management,
-        target,
-        host,
-        metrics: super::metrics::Metrics::register(&mut registry),
-        reporter,
-        compositions: reflector::store::<Composition>().0,
-        slices: reflector::store::<ResourceSlice>().0,
-        slots: super::sandbox::Slots::new(opts.max_concurrent_syntheses),
-        // The CLI never opens sealed Secrets (it runs as the user, without the slice key).
-        slice_keys: Arc::new(super::sealing::SliceKeys::default()),
-        opts,
-    }))
+    /// None loaded: the CLI never opens sealed Secrets (it runs as the user, without the
+    /// slice key).
+    keys: super::sealing::SliceKeys,
+}
+
+impl Handles {
+    fn new(
+        (management, target): (Arc<Cluster>, Arc<Cluster>),
+        opts: Options,
+    ) -> anyhow::Result<Self> {
+        let host = Arc::new(opts.sandbox.host(
+            opts.module_cache_dir.as_deref(),
+            opts.max_concurrent_syntheses,
+        )?);
+        Ok(Handles {
+            clusters: Clusters::new(management, target, Tenancy::of(&opts)),
+            host,
+            opts,
+            keys: super::sealing::SliceKeys::default(),
+        })
+    }
+
+    fn reads(&self) -> Reads<'_> {
+        Reads::uncached(&self.clusters, &self.opts, &self.keys)
+    }
 }
 
 /// Runs `enoki diff`.
@@ -120,10 +109,10 @@ fn cli_context(
 /// a dry run is refused (the message names the object).
 pub async fn diff(opts: Options, target: Target, show_secrets: bool) -> anyhow::Result<Report> {
     let clusters = super::start::clusters(&opts).await?;
-    let ctx = cli_context(clusters, opts)?;
+    let ctx = Handles::new(clusters, opts)?;
     let (comp, items) = match target {
         Target::Cluster { namespace, name } => {
-            let comp = Api::<Composition>::namespaced(ctx.client.clone(), &namespace)
+            let comp = Api::<Composition>::namespaced(ctx.clusters.client().clone(), &namespace)
                 .get(&name)
                 .await
                 .with_context(|| format!("Composition {namespace}/{name}"))?;
@@ -140,7 +129,7 @@ pub async fn diff(opts: Options, target: Target, show_secrets: bool) -> anyhow::
                 input.composition.namespace.clone(),
                 input.composition.name.clone(),
             );
-            let comp = Api::<Composition>::namespaced(ctx.client.clone(), &ns)
+            let comp = Api::<Composition>::namespaced(ctx.clusters.client().clone(), &ns)
                 .get_opt(&name)
                 .await
                 .with_context(|| format!("Composition {ns}/{name}"))?;
@@ -178,18 +167,20 @@ fn info_of(comp: &Composition) -> CompositionInfo {
     }
 }
 
-async fn synthesize_from_cluster(ctx: &Context, comp: &Composition) -> anyhow::Result<Items> {
+async fn synthesize_from_cluster(ctx: &Handles, comp: &Composition) -> anyhow::Result<Items> {
     let who = format!(
         "Composition {}/{}",
         comp.namespace().unwrap_or_default(),
         comp.name_any()
     );
-    let synth = observe::synthesizer(ctx, comp).await?.with_context(|| {
-        format!(
-            "{who}: Synthesizer {} does not exist",
-            comp.spec.synthesizer.name
-        )
-    })?;
+    let synth = observe::synthesizer(ctx.reads(), comp)
+        .await?
+        .with_context(|| {
+            format!(
+                "{who}: Synthesizer {} does not exist",
+                comp.spec.synthesizer.name
+            )
+        })?;
     if ctx.opts.no_cross_namespace_refs {
         let violations = super::tenancy::cross_namespace_refs(comp, &synth, None);
         if !violations.is_empty() {
@@ -199,19 +190,19 @@ async fn synthesize_from_cluster(ctx: &Context, comp: &Composition) -> anyhow::R
             );
         }
     }
-    if let Err(msg) = ctx.remote_user_of(comp) {
+    if let Err(msg) = ctx.clusters.remote_user_of(comp) {
         anyhow::bail!("{who}: {msg}");
     }
-    let module = super::synthesizer::fetch_module(ctx, &synth)
+    let module = super::synthesizer::fetch_module(&ctx.clusters, &ctx.host, &ctx.opts, &synth)
         .await
         .map_err(|e| anyhow::anyhow!("Synthesizer {}: {e}", synth.name_any()))?;
-    let gathered = match observe::gather(ctx, comp, &synth).await? {
+    let gathered = match observe::gather(ctx.reads(), comp, &synth).await? {
         reconciler_core::model::Outcome::Ready(g) => g,
         reconciler_core::model::Outcome::Waits(m) => anyhow::bail!("{who}: {m}"),
     };
     let st = comp.status.clone().unwrap_or_default();
-    let observed = inputs::observed_outputs(ctx, comp, &st).await?.0;
-    let input = synthesize::input_for(ctx, comp, &synth, &gathered, observed, String::new());
+    let observed = inputs::observed_outputs(ctx.reads(), comp, &st).await?.0;
+    let input = synthesize::input_for(&ctx.opts, comp, &synth, &gathered, observed, String::new());
     let limits = ctx
         .opts
         .sandbox
@@ -247,7 +238,7 @@ async fn run_blocking(
 }
 
 async fn api_for(
-    ctx: &Context,
+    ctx: &Handles,
     comp: Option<&Composition>,
     api_version: &str,
     key: &ResourceKey,
@@ -255,15 +246,17 @@ async fn api_for(
     let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
     let gvk = GroupVersionKind::gvk(group, version, &key.kind);
     let (ar, namespaced) = ctx
+        .clusters
         .resolve_target(&gvk)
         .await
         .with_context(|| format!("kind {api_version} {} is not served", key.kind))?;
     // As the controller: the Composition's account when it has one.
     let client = match comp {
         Some(c) => ctx
+            .clusters
             .target_for(c)
-            .with_context(|| format!("acting as {:?}", ctx.service_account(c)))?,
-        None => ctx.target.client.clone(),
+            .with_context(|| format!("acting as {:?}", ctx.clusters.service_account(c)))?,
+        None => ctx.clusters.target().client.clone(),
     };
     Ok(if namespaced {
         Api::namespaced_with(client, &key.namespace, &ar)
@@ -273,7 +266,7 @@ async fn api_for(
 }
 
 async fn compare(
-    ctx: &Context,
+    ctx: &Handles,
     comp: Option<&Composition>,
     items: Items,
     show_secrets: bool,
@@ -365,7 +358,7 @@ enum Diffed {
 /// Dry-runs one resource (a server-side apply as enoki's field manager) against its live
 /// object.
 async fn diff_one(
-    ctx: &Context,
+    ctx: &Handles,
     comp: Option<&Composition>,
     r: &plan::plan::PreparedResource,
     info: &plan::CompositionInfo,
@@ -414,7 +407,7 @@ async fn diff_one(
 
 /// Whether `r`'s CRD or Namespace is among `all` and not in the cluster yet.
 async fn waits_for_its_parent(
-    ctx: &Context,
+    ctx: &Handles,
     comp: Option<&Composition>,
     all: &[plan::plan::PreparedResource],
     r: &plan::plan::PreparedResource,
@@ -427,7 +420,7 @@ async fn waits_for_its_parent(
         }
         Parent::Namespace => {
             let ns: Api<k8s_openapi::api::core::v1::Namespace> =
-                Api::all(ctx.target.client.clone());
+                Api::all(ctx.clusters.target().client.clone());
             matches!(ns.get_opt(&r.key.namespace).await, Ok(None))
         }
     }
@@ -435,7 +428,7 @@ async fn waits_for_its_parent(
 
 /// Live objects of the Composition's current synthesis that the new one does not emit.
 async fn prunes(
-    ctx: &Context,
+    ctx: &Handles,
     comp: Option<&Composition>,
     emitted: &BTreeSet<ResourceKey>,
 ) -> anyhow::Result<Vec<(String, Value)>> {
@@ -451,7 +444,7 @@ async fn prunes(
         .unwrap_or_default();
     let mut out = Vec::new();
     for name in names {
-        let Some(slice) = Api::<ResourceSlice>::namespaced(ctx.client.clone(), &ns)
+        let Some(slice) = Api::<ResourceSlice>::namespaced(ctx.clusters.client().clone(), &ns)
             .get_opt(&name)
             .await
             .with_context(|| format!("ResourceSlice {ns}/{name}"))?

@@ -10,8 +10,9 @@ use kube::core::GroupVersionKind;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
+use super::context::Reads;
 use super::error::Step;
-use super::{Context, Error, api_err};
+use super::{Error, api_err};
 use crds::{CollectionRef, Composition, CompositionStatus};
 use emitted::emitted_identities;
 pub use emitted::{emitted, holds_plain_secret, slices_reusable};
@@ -130,7 +131,7 @@ fn gvk_of(group: &str, version: &str, kind: &str) -> GroupVersionKind {
 /// `managedFields` stripped, in slice order; and a digest of their identities and
 /// resourceVersions.
 pub async fn observed_outputs(
-    ctx: &Context,
+    rd: Reads<'_>,
     comp: &Composition,
     st: &CompositionStatus,
 ) -> Result<(Vec<Value>, String), Error> {
@@ -139,17 +140,18 @@ pub async fn observed_outputs(
     let Some(current) = &st.current_synthesis else {
         return Ok((out, observed_digest(std::iter::empty())));
     };
-    let client = ctx
+    let client = rd
+        .clusters
         .target_for(comp)
         .map_err(api_err(Step::ImpersonatingClient))?;
-    for manifest in emitted_identities(ctx, comp, current).await? {
+    for manifest in emitted_identities(rd, comp, current).await? {
         let Ok(key) = plan::ResourceKey::of(&manifest) else {
             continue;
         };
         let api_version = manifest["apiVersion"].as_str().unwrap_or_default();
         let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
         let gvk = gvk_of(group, version, &key.kind);
-        let Ok((ar, namespaced)) = ctx.resolve_target(&gvk).await else {
+        let Ok((ar, namespaced)) = rd.clusters.resolve_target(&gvk).await else {
             continue;
         };
         let api: Api<DynamicObject> = if namespaced {
@@ -163,7 +165,7 @@ pub async fn observed_outputs(
             Err(kube::Error::Api(e)) if e.code == 403 => None,
             // The kind went away with its CRD: nothing of it is there to observe.
             Err(e) if crate::run::error::kind_not_served(&e) => {
-                ctx.forget_target(&gvk);
+                rd.clusters.forget_target(&gvk);
                 None
             }
             other => other.map_err(api_err(Step::ReadObserved(key.clone())))?,

@@ -105,7 +105,7 @@ struct Wanted {
 /// Watches Synthesizers and runs one instance controller per Synthesizer with `spec.for`,
 /// until the process stops.
 pub async fn run(ctx: Arc<Context>) {
-    let synths: Api<Synthesizer> = Api::all(ctx.client.clone());
+    let synths: Api<Synthesizer> = Api::all(ctx.clusters.client().clone());
     let mut running: HashMap<String, (Wanted, tokio::task::JoinHandle<()>)> = HashMap::new();
     let mut events =
         super::recovery::recovering(watcher(synths, watcher::Config::default())).boxed();
@@ -147,7 +147,7 @@ async fn instance_controller(ctx: Arc<Context>, synthesizer: String, wanted: Wan
     let for_kind = wanted.gvk;
     let gvk = GroupVersionKind::gvk(&for_kind.group, &for_kind.version, &for_kind.kind);
     let (ar, namespaced) = loop {
-        match ctx.resolve(&gvk).await {
+        match ctx.clusters.resolve(&gvk).await {
             Ok(x) => break x,
             Err(e) => {
                 tracing::info!(%synthesizer, kind = %for_kind.kind, error = %e, "instance kind not served yet");
@@ -169,8 +169,8 @@ async fn instance_controller(ctx: Arc<Context>, synthesizer: String, wanted: Wan
         }
     };
     let api: Api<DynamicObject> = match (&ctx.opts.namespace, namespaced) {
-        (Some(ns), true) => Api::namespaced_with(ctx.client.clone(), ns, &ar),
-        _ => Api::all_with(ctx.client.clone(), &ar),
+        (Some(ns), true) => Api::namespaced_with(ctx.clusters.client().clone(), ns, &ar),
+        _ => Api::all_with(ctx.clusters.client().clone(), &ar),
     };
     tracing::info!(%synthesizer, kind = %for_kind.kind, "instance mode: watching");
     let state = Arc::new(Instance {
@@ -207,7 +207,7 @@ async fn reconcile(obj: Arc<DynamicObject>, inst: Arc<Instance>) -> Result<Actio
     let key = instance_key(&obj, &inst);
     let result = reconcile_once(obj, inst.clone()).await;
     if result.is_ok() {
-        inst.ctx.clear_failures(&key);
+        inst.ctx.state.clear_failures(&key);
     }
     result
 }
@@ -216,16 +216,16 @@ async fn reconcile_once(obj: Arc<DynamicObject>, inst: Arc<Instance>) -> Result<
     let ctx = &inst.ctx;
     let api: Api<DynamicObject> = if inst.namespaced {
         Api::namespaced_with(
-            ctx.client.clone(),
+            ctx.clusters.client().clone(),
             &obj.namespace().unwrap_or_default(),
             &inst.ar,
         )
     } else {
-        Api::all_with(ctx.client.clone(), &inst.ar)
+        Api::all_with(ctx.clusters.client().clone(), &inst.ar)
     };
     let name = obj.name_any();
     let (comp_ns, comp_name) = composition_of(&obj, &inst);
-    let comps: Api<Composition> = Api::namespaced(ctx.client.clone(), &comp_ns);
+    let comps: Api<Composition> = Api::namespaced(ctx.clusters.client().clone(), &comp_ns);
     let wanted = inst.finalizer.name();
     let held = |f: &str| obj.finalizers().iter().any(|x| x == f);
     // Finalizers enoki put there before the Synthesizer chose another one.

@@ -25,7 +25,7 @@ impl<T> Default for PerComposition<T> {
 
 impl<T: Default> PerComposition<T> {
     /// Runs `f` on the state of Composition `uid` (created empty on first use).
-    pub(crate) fn with<R>(&self, uid: &str, f: impl FnOnce(&mut T) -> R) -> R {
+    fn with<R>(&self, uid: &str, f: impl FnOnce(&mut T) -> R) -> R {
         f(locked(&self.0).entry(uid.to_string()).or_default())
     }
 
@@ -114,13 +114,33 @@ pub(crate) struct Written {
 /// Every per-Composition store.
 #[derive(Default)]
 pub(crate) struct Memory {
-    pub slices: PerComposition<SliceMemory>,
-    pub synthesis: PerComposition<SynthesisMemory>,
-    pub apply: PerComposition<ApplyMemory>,
-    pub reports: PerComposition<ReportMemory>,
+    slices: PerComposition<SliceMemory>,
+    synthesis: PerComposition<SynthesisMemory>,
+    apply: PerComposition<ApplyMemory>,
+    reports: PerComposition<ReportMemory>,
 }
 
 impl Memory {
+    /// Runs `f` on the slices read of Composition `uid`.
+    pub(crate) fn slices<R>(&self, uid: &str, f: impl FnOnce(&mut SliceMemory) -> R) -> R {
+        self.slices.with(uid, f)
+    }
+
+    /// Runs `f` on the synthesis state of Composition `uid`.
+    pub(crate) fn synthesis<R>(&self, uid: &str, f: impl FnOnce(&mut SynthesisMemory) -> R) -> R {
+        self.synthesis.with(uid, f)
+    }
+
+    /// Runs `f` on the apply state of Composition `uid`.
+    pub(crate) fn apply<R>(&self, uid: &str, f: impl FnOnce(&mut ApplyMemory) -> R) -> R {
+        self.apply.with(uid, f)
+    }
+
+    /// Runs `f` on what was last reported of Composition `uid`.
+    pub(crate) fn reports<R>(&self, uid: &str, f: impl FnOnce(&mut ReportMemory) -> R) -> R {
+        self.reports.with(uid, f)
+    }
+
     /// Drops everything remembered about Composition `uid`.
     pub(crate) fn forget(&self, uid: &str) {
         self.slices.remove(uid);

@@ -24,13 +24,10 @@ const CONFLICT_RETRY_CAP: Duration = Duration::from_secs(5);
 /// `Reconciled=False` condition and a Warning Event) are retried only at the capped delay.
 #[allow(clippy::needless_pass_by_value)] // the signature kube-runtime requires
 pub(crate) fn error_policy(comp: Arc<Composition>, err: &Error, ctx: Arc<Context>) -> Action {
-    metrics::Metrics::count(&ctx.metrics.reconcile_errors, err.category());
-    let failures = {
-        let mut f = ctx.failures.lock();
-        let n = f.entry(ObjectRef::from_obj(comp.as_ref())).or_insert(0);
-        *n = n.saturating_add(1);
-        *n
-    };
+    metrics::Metrics::count(&ctx.report.metrics.reconcile_errors, err.category());
+    let failures = ctx
+        .state
+        .count_pass_failure(&ObjectRef::from_obj(comp.as_ref()));
     let chain = error::chain(err);
     let name = kube::ResourceExt::name_any(comp.as_ref());
     if err.is_conflict() {
@@ -86,8 +83,8 @@ pub(crate) fn other_error_policy(
     object: k8s_openapi::api::core::v1::ObjectReference,
     err: &Error,
 ) -> Action {
-    metrics::Metrics::count(&ctx.metrics.reconcile_errors, err.category());
-    let failures = ctx.count_failure(key.to_string());
+    metrics::Metrics::count(&ctx.report.metrics.reconcile_errors, err.category());
+    let failures = ctx.state.count_failure(key.to_string());
     let delay = error::retry_after(err, failures).min(OTHER_TERMINAL_RETRY);
     let chain = error::chain(err);
     tracing::warn!(object = %key, category = err.category(), failures, retry_in = ?delay,
@@ -95,7 +92,8 @@ pub(crate) fn other_error_policy(
     if !err.is_transient() {
         let (ctx, category) = (ctx.clone(), err.category());
         tokio::spawn(async move {
-            ctx.event_on(&object, true, category, "Reconcile", chain)
+            ctx.report
+                .event_on(&object, true, category, "Reconcile", chain)
                 .await;
         });
     }

@@ -15,6 +15,7 @@ use kube::api::{Api, DeleteParams, PostParams};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
+use super::context::Reads;
 use super::{Context, Error};
 use crds::{
     Composition, CompositionStatus, Manifest, ResourceSlice, ResourceSliceRef, ResourceSliceSpec,
@@ -53,11 +54,11 @@ pub(crate) fn owned_by(slice: &ResourceSlice, uid: &str) -> bool {
 /// # Errors
 /// [`Error::ReadSlice`] when the GET fails.
 pub(crate) async fn read(
-    ctx: &Context,
+    rd: Reads<'_>,
     comp: &Composition,
     name: &str,
 ) -> Result<Option<(Arc<ResourceSlice>, Vec<ResourceState>)>, Error> {
-    read_as(ctx, comp, name, false).await
+    read_as(rd, comp, name, false).await
 }
 
 /// [`read`] with the manifests whole: the cache's compact copy is read again with a GET.
@@ -65,43 +66,47 @@ pub(crate) async fn read(
 /// # Errors
 /// [`Error::ReadSlice`] when the GET fails.
 pub(crate) async fn read_full(
-    ctx: &Context,
+    rd: Reads<'_>,
     comp: &Composition,
     name: &str,
 ) -> Result<Option<(Arc<ResourceSlice>, Vec<ResourceState>)>, Error> {
-    read_as(ctx, comp, name, true).await
+    read_as(rd, comp, name, true).await
 }
 
 /// The slice from the cache, or from the API server when the cache lacks it or (`whole`)
 /// holds only its compact copy.
 async fn fetch(
-    ctx: &Context,
+    rd: Reads<'_>,
     ns: &str,
     name: &str,
     whole: bool,
 ) -> Result<Option<Arc<ResourceSlice>>, Error> {
-    let cached = ctx.slices.get(&ObjectRef::new(name).within(ns));
+    let cached = rd
+        .kept
+        .and_then(|k| k.caches.slices.get(&ObjectRef::new(name).within(ns)));
     match cached {
         Some(s) if !(whole && is_compact(&s)) => Ok(Some(s)),
-        _ => Ok(Api::<ResourceSlice>::namespaced(ctx.client.clone(), ns)
-            .get_opt(name)
-            .await
-            .map_err(|source| Error::ReadSlice {
-                name: name.to_string(),
-                source,
-            })?
-            .map(Arc::new)),
+        _ => Ok(
+            Api::<ResourceSlice>::namespaced(rd.clusters.client().clone(), ns)
+                .get_opt(name)
+                .await
+                .map_err(|source| Error::ReadSlice {
+                    name: name.to_string(),
+                    source,
+                })?
+                .map(Arc::new),
+        ),
     }
 }
 
 async fn read_as(
-    ctx: &Context,
+    rd: Reads<'_>,
     comp: &Composition,
     name: &str,
     whole: bool,
 ) -> Result<Option<(Arc<ResourceSlice>, Vec<ResourceState>)>, Error> {
     let ns = comp.namespace().unwrap_or_default();
-    let slice = fetch(ctx, &ns, name, whole).await?;
+    let slice = fetch(rd, &ns, name, whole).await?;
     let Some(slice) = slice else {
         return Ok(None);
     };
@@ -124,11 +129,11 @@ async fn read_as(
         .unwrap_or_default();
     // Whether this is the cache's copy (a GET may be ahead of the cache: what enoki wrote
     // stays in memory until the cache has it too).
-    let cached = ctx
-        .slices
-        .get(&ObjectRef::new(name).within(&ns))
+    let cached = rd
+        .kept
+        .and_then(|k| k.caches.slices.get(&ObjectRef::new(name).within(&ns)))
         .is_some_and(|c| c.resource_version() == slice.resource_version());
-    let states = states::as_read(ctx, &uid, name, (&rv, cached), stored);
+    let states = states::as_read(rd.kept.map(|k| k.memory), &uid, name, (&rv, cached), stored);
     Ok(Some((slice, states)))
 }
 
@@ -169,14 +174,14 @@ pub(crate) async fn check(
 ) -> Result<SliceCheck, Error> {
     let ns = comp.namespace().unwrap_or_default();
     let uid = comp.uid().unwrap_or_default();
-    let unopened = ctx.memory.slices.with(&uid, |m| {
+    let unopened = ctx.state.memory.slices(&uid, |m| {
         m.unopened.as_deref() == Some(synthesis.uuid.as_str())
     });
     if unopened {
         return Ok(SliceCheck::Unusable);
     }
     for r in &synthesis.resource_slices {
-        let found = fetch(ctx, &ns, &r.name, false).await?;
+        let found = fetch(ctx.reads(), &ns, &r.name, false).await?;
         // A slice not owned by this Composition counts as missing (see `read`); so does one
         // holding a sealed Secret that no loaded key opens (its key was deleted).
         let Some(found) = found.filter(|s| owned_by(s, &uid)) else {
@@ -208,7 +213,8 @@ pub(crate) async fn check(
             // Perhaps a key rotated in since the keys were read: read them again first.
             if ctx.slice_keys.older_than(Duration::from_secs(5)) {
                 let secret = &ctx.opts.slice_key_secret;
-                let _ = crate::run::sealing::load(&ctx.client, secret, &ctx.slice_keys).await;
+                let _ =
+                    crate::run::sealing::load(ctx.clusters.client(), secret, &ctx.slice_keys).await;
             }
             if found.spec.resources.iter().any(unopened) {
                 return Ok(SliceCheck::Unusable);
@@ -230,10 +236,10 @@ pub(crate) async fn load(
     let mut loaded = Loaded::default();
     let uid = comp.uid().unwrap_or_default();
     for r in &synthesis.resource_slices {
-        match read(ctx, comp, &r.name).await? {
+        match read(ctx.reads(), comp, &r.name).await? {
             Some((slice, states)) => {
                 let generation = slice.metadata.generation;
-                let hit = ctx.memory.slices.with(&uid, |m| {
+                let hit = ctx.state.memory.slices(&uid, |m| {
                     m.parsed
                         .get(&r.name)
                         .filter(|(g, _)| *g == generation)
@@ -243,7 +249,7 @@ pub(crate) async fn load(
                     Some(p) => p,
                     None => {
                         let p = Arc::new(parse(&slice.spec));
-                        ctx.memory.slices.with(&uid, |m| {
+                        ctx.state.memory.slices(&uid, |m| {
                             m.parsed.insert(r.name.clone(), (generation, p.clone()))
                         });
                         p
@@ -310,7 +316,7 @@ pub(crate) async fn write(
     manifests: Vec<Manifest>,
 ) -> Result<Vec<ResourceSliceRef>, Error> {
     let ns = comp.namespace().unwrap_or_default();
-    let api: Api<ResourceSlice> = Api::namespaced(ctx.client.clone(), &ns);
+    let api: Api<ResourceSlice> = Api::namespaced(ctx.clusters.client().clone(), &ns);
     let owner = OwnerReference {
         api_version: Composition::api_version(&()).into(),
         kind: Composition::kind(&()).into(),
@@ -358,8 +364,10 @@ pub(crate) async fn write(
 
 /// Deletes these slices of `comp` (best effort) and forgets what was remembered of them.
 pub(crate) async fn delete(ctx: &Context, comp: &Composition, refs: &[crds::ResourceSliceRef]) {
-    let api: Api<ResourceSlice> =
-        Api::namespaced(ctx.client.clone(), &comp.namespace().unwrap_or_default());
+    let api: Api<ResourceSlice> = Api::namespaced(
+        ctx.clusters.client().clone(),
+        &comp.namespace().unwrap_or_default(),
+    );
     let uid = comp.uid().unwrap_or_default();
     for r in refs {
         match api.delete(&r.name, &DeleteParams::default()).await {
@@ -379,7 +387,7 @@ pub(crate) async fn delete(ctx: &Context, comp: &Composition, refs: &[crds::Reso
 /// Secrets were sealed; best effort: a failed delete is retried on the next synthesis).
 pub(crate) async fn delete_stale(ctx: &Arc<Context>, comp: &Composition, st: &CompositionStatus) {
     let ns = comp.namespace().unwrap_or_default();
-    let api: Api<ResourceSlice> = Api::namespaced(ctx.client.clone(), &ns);
+    let api: Api<ResourceSlice> = Api::namespaced(ctx.clusters.client().clone(), &ns);
     let current: BTreeSet<String> = st
         .current_synthesis
         .iter()
@@ -392,6 +400,7 @@ pub(crate) async fn delete_stale(ctx: &Arc<Context>, comp: &Composition, st: &Co
         .collect();
     let uid = comp.uid().unwrap_or_default();
     let stale: Vec<String> = ctx
+        .caches
         .slices
         .state()
         .iter()

@@ -49,7 +49,7 @@ pub async fn reconcile(sym: Arc<Symphony>, ctx: Arc<Context>) -> Result<Action, 
     let key = super::policy::object_key(sym.as_ref());
     let result = reconcile_once(sym, ctx.clone()).await;
     if result.is_ok() {
-        ctx.clear_failures(&key);
+        ctx.state.clear_failures(&key);
     }
     result
 }
@@ -57,8 +57,8 @@ pub async fn reconcile(sym: Arc<Symphony>, ctx: Arc<Context>) -> Result<Action, 
 async fn reconcile_once(sym: Arc<Symphony>, ctx: Arc<Context>) -> Result<Action, Error> {
     let ns = sym.namespace().unwrap_or_default();
     let name = sym.name_any();
-    let syms: Api<Symphony> = Api::namespaced(ctx.client.clone(), &ns);
-    let comps: Api<Composition> = Api::namespaced(ctx.client.clone(), &ns);
+    let syms: Api<Symphony> = Api::namespaced(ctx.clusters.client().clone(), &ns);
+    let comps: Api<Composition> = Api::namespaced(ctx.clusters.client().clone(), &ns);
     let has_finalizer = sym.finalizers().iter().any(|f| f == FINALIZER);
     if sym.metadata.deletion_timestamp.is_some() {
         if !has_finalizer {
@@ -150,14 +150,15 @@ async fn refuse(
     if !write_status(syms, sym, &status).await? {
         return Ok(());
     }
-    ctx.event_on(
-        &sym.object_ref(&()),
-        true,
-        reasons::INVALID_SPEC,
-        "Reconcile",
-        note,
-    )
-    .await;
+    ctx.report
+        .event_on(
+            &sym.object_ref(&()),
+            true,
+            reasons::INVALID_SPEC,
+            "Reconcile",
+            note,
+        )
+        .await;
     Ok(())
 }
 
@@ -177,7 +178,7 @@ async fn owned_compositions(
                 .is_ok_and(|r| r.is_ok())
         }
     };
-    if let Some(store) = ctx.symphony_compositions.get()
+    if let Some(store) = ctx.caches.symphony_compositions.get()
         && ready(store).await
     {
         let ns = comps.namespace().map(str::to_string);
@@ -269,14 +270,15 @@ async fn apply_variations(
             names.join(", ")
         );
         tracing::warn!(symphony = %name, %note);
-        ctx.event_on(
-            &sym.object_ref(&()),
-            true,
-            reasons::CIRCULAR_DEPENDENCY,
-            "Reconcile",
-            note,
-        )
-        .await;
+        ctx.report
+            .event_on(
+                &sym.object_ref(&()),
+                true,
+                reasons::CIRCULAR_DEPENDENCY,
+                "Reconcile",
+                note,
+            )
+            .await;
     }
     let pp = PatchParams::apply(SYMPHONY_FIELD_MANAGER).force();
     for v in order {
@@ -290,7 +292,7 @@ async fn apply_variations(
         {
             continue;
         }
-        if let Some(wait) = ctx.synthesis_rates.owed(&ns) {
+        if let Some(wait) = ctx.limits.synthesis_rates.owed(&ns) {
             tracing::info!(symphony = %name, composition = %comp_name, wait = ?wait,
                 "its namespace owes bytes (--namespace-slice-write-rate); the writes wait");
             return Ok(Some(wait));
@@ -303,7 +305,7 @@ async fn apply_variations(
         let before = current.get(&comp_name).and_then(|c| c.resource_version());
         if applied.resource_version() != before {
             let bytes = serde_json::to_vec(&desired).map_or(0, |b| b.len());
-            ctx.synthesis_rates.wrote(&ns, bytes);
+            ctx.limits.synthesis_rates.wrote(&ns, bytes);
         }
         current.insert(comp_name, applied);
     }

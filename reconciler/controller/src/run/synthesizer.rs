@@ -10,7 +10,8 @@ use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::Action;
 
-use super::context::{Context, ModuleEntry};
+use super::Options;
+use super::context::{Clusters, Context, ModuleEntry};
 use super::error::Error;
 use super::module::{self, ModuleError};
 use super::policy::{object_key, other_error_policy};
@@ -21,7 +22,7 @@ use reconciler_core::condition;
 
 /// Installs (server-side apply) a Synthesizer for each enabled built-in; failures are logged.
 pub(crate) async fn install_builtins(ctx: &Context) {
-    let api: Api<crds::Synthesizer> = Api::all(ctx.client.clone());
+    let api: Api<crds::Synthesizer> = Api::all(ctx.clusters.client().clone());
     for name in &ctx.opts.builtins {
         let Some(spec) = builtins::synthesizer_spec(name) else {
             tracing::warn!(builtin = %name, "unknown built-in; not installed");
@@ -150,7 +151,7 @@ fn cached_module(
     generation: &super::context::ModuleVersion,
     failures: &mut u32,
 ) -> Option<Result<synthesis::Module, module::ModuleError>> {
-    let entry = ctx.modules.lock().get(name).cloned();
+    let entry = ctx.modules.cached(name);
     match entry {
         Some(ModuleEntry::Ready(g, m)) if &g == generation => Some(Ok(m)),
         Some(ModuleEntry::Failed {
@@ -171,26 +172,28 @@ fn cached_module(
 /// obey the tenancy rule before anything is read, whoever asks (a Composition, the Synthesizer
 /// controller, `enoki diff`).
 pub(crate) async fn fetch_module(
-    ctx: &Context,
+    clusters: &Clusters,
+    host: &Arc<wasm_host::Host>,
+    opts: &Options,
     synth: &Synthesizer,
 ) -> Result<synthesis::Module, module::ModuleError> {
-    if ctx.opts.no_cross_namespace_refs {
-        let refused = super::tenancy::module_refs(synth, ctx.opts.controller_namespace.as_deref());
+    if opts.no_cross_namespace_refs {
+        let refused = super::tenancy::module_refs(synth, opts.controller_namespace.as_deref());
         if !refused.is_empty() {
             return Err(module::ModuleError::Invalid(refused.join("; ")));
         }
     }
     module::fetch(
-        &ctx.client,
-        &ctx.host,
+        clusters.client(),
+        host,
         synth,
-        ctx.opts.module_ca.as_deref(),
-        &ctx.opts.sandbox.fetch,
+        opts.module_ca.as_deref(),
+        &opts.sandbox.fetch,
         &module::CompileBudget {
-            time: ctx.opts.sandbox.compile_timeout,
-            memory_bytes: ctx.opts.sandbox.compile_memory_budget_bytes,
+            time: opts.sandbox.compile_timeout,
+            memory_bytes: opts.sandbox.compile_memory_budget_bytes,
         },
-        ctx.opts.helm_module.as_deref(),
+        opts.helm_module.as_deref(),
     )
     .await
 }
@@ -205,11 +208,12 @@ async fn fetch_and_cache(
     // Held while the module is fetched and compiled: a fetch stuck past both deadlines is
     // a stuck slot for /healthz.
     let slot = ctx
+        .limits
         .slots
         .enter(ctx.opts.sandbox.fetch.timeout + ctx.opts.sandbox.compile_timeout);
-    let result = fetch_module(ctx, synth).await;
+    let result = fetch_module(&ctx.clusters, ctx.modules.host(), &ctx.opts, synth).await;
     super::metrics::Metrics::count(
-        &ctx.metrics.module_fetches,
+        &ctx.report.metrics.module_fetches,
         result
             .as_ref()
             .map_or_else(module::ModuleError::kind, |_| "Ready"),
@@ -225,7 +229,7 @@ async fn fetch_and_cache(
             failures: failures + 1,
         },
     };
-    ctx.modules.lock().insert(name.clone(), entry);
+    ctx.modules.keep(name.clone(), entry);
     FETCHING.lock().remove(&name);
     result
 }
@@ -279,7 +283,7 @@ async fn report_module(
     if sst == before {
         return;
     }
-    let api: Api<Synthesizer> = Api::all(ctx.client.clone());
+    let api: Api<Synthesizer> = Api::all(ctx.clusters.client().clone());
     if let Err(e) = api
         .patch_status(
             &synth.name_any(),

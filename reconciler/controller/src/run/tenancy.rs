@@ -43,23 +43,23 @@ pub(crate) async fn synthesizer_not_allowed(
     };
     let ar = kube::core::ApiResource::erase::<k8s_openapi::api::core::v1::Namespace>(&());
     let gvk = kube::core::GroupVersionKind::gvk("", "v1", "Namespace");
-    ctx.watches.track(&gvk, &ar, "", &ns, comp);
+    ctx.caches.watches.track(&gvk, &ar, "", &ns, comp);
     let refused = || {
         format!(
             "Synthesizer {name:?} may not be used from namespace {ns:?}: its spec.namespaceSelector ({query}) does not select it"
         )
     };
-    if let Some(selected) = ctx.namespace_verdicts.get(&ns, &query) {
+    if let Some(selected) = ctx.state.namespace_verdicts.get(&ns, &query) {
         return Ok((!selected).then(refused));
     }
-    let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(ctx.client.clone());
+    let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(ctx.clusters.client().clone());
     let params = ListParams::default()
         .labels(&query)
         .fields(&format!("metadata.name={ns}"));
     match api.list_metadata(&params).await {
         Ok(l) => {
             let selected = !l.items.is_empty();
-            ctx.namespace_verdicts.put(&ns, &query, selected);
+            ctx.state.namespace_verdicts.put(&ns, &query, selected);
             Ok((!selected).then(refused))
         }
         Err(kube::Error::Api(e)) if e.code == 400 => Ok(Some(format!(

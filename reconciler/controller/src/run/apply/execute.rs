@@ -44,7 +44,7 @@ pub(crate) async fn act(
     let exists = |k: &ResourceKey| observations.get(k).is_some_and(|o| o.live.is_some());
     let is_correction =
         |s: &plan::Step| fights::is_correction(s, exists(&s.key), recorded.get(&s.key));
-    let (backing_off, (deferred, mut fight_wait)) = ctx.memory.apply.with(&uid, |m| {
+    let (backing_off, (deferred, mut fight_wait)) = ctx.state.memory.apply(&uid, |m| {
         (
             fights::held(&m.backoff, started),
             fights::deferred(
@@ -60,7 +60,7 @@ pub(crate) async fn act(
     });
     let outcomes = run_steps(ctx, &uid, the_plan, observations, &deferred, &backing_off).await;
     log_writes(the_plan, &outcomes, &deferred);
-    let conflicts = ctx.memory.apply.with(&uid, |m| {
+    let conflicts = ctx.state.memory.apply(&uid, |m| {
         record_failures(&mut m.backoff, the_plan, &outcomes, started);
         count_corrections(
             &mut m.fights,
@@ -77,7 +77,8 @@ pub(crate) async fn act(
     }
     for (message, _) in conflicts {
         tracing::warn!(%message, "field conflict");
-        ctx.event(comp, true, reasons::FIELD_CONFLICT, "Apply", message)
+        ctx.report
+            .event(comp, true, reasons::FIELD_CONFLICT, "Apply", message)
             .await;
     }
     count_ops(ctx, the_plan, &outcomes);
@@ -233,7 +234,7 @@ fn count_ops(ctx: &Context, the_plan: &Plan, outcomes: &[StepResult]) {
                 "ok"
             };
             super::super::metrics::Metrics::count(
-                &ctx.metrics.apply_ops,
+                &ctx.report.metrics.apply_ops,
                 &format!("{}-{result}", op_name(&step.op)),
             );
         }

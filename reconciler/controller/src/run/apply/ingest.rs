@@ -25,14 +25,14 @@ pub(super) async fn prepare(
 ) -> Result<(Arc<plan::Prepared>, bool), Result<plan::PlanError, Error>> {
     let uid = info.uid.as_str();
     let key = cache_key(ctx, synthesis, info);
-    if let Some(p) = ctx.prepared(uid, &key) {
+    if let Some(p) = ctx.plans.get(uid, &key) {
         return Ok((p, false));
     }
     // Read whole and parsed by at most INGESTING passes at once: what a start (or an evicted
     // cache) reads at a time is bounded, not every Composition's output together; a freed
     // slot goes to the namespace with the fewest ingests running.
-    let _ingesting = ctx.ingest_slots.enter(&info.namespace).await;
-    if let Some(p) = ctx.prepared(uid, &key) {
+    let _ingesting = ctx.limits.ingest_slots.enter(&info.namespace).await;
+    if let Some(p) = ctx.plans.get(uid, &key) {
         return Ok((p, false));
     }
     let whole = whole_slices(ctx, comp, loaded).await.map_err(Err)?;
@@ -73,7 +73,7 @@ pub(super) async fn prepare(
     let p = Arc::new(plan::prepare(&desired, info).map_err(Ok)?);
     if !skipped {
         let bytes = whole.iter().map(|s| stored_bytes(s)).sum();
-        ctx.keep_prepared(uid, key, p.clone(), bytes);
+        ctx.plans.keep(uid, key, p.clone(), bytes);
     }
     Ok((p, unopened))
 }
@@ -137,7 +137,7 @@ async fn whole_slices(
             continue;
         }
         let name = s.name_any();
-        let whole = slices::read_full(ctx, comp, &name)
+        let whole = slices::read_full(ctx.reads(), comp, &name)
             .await?
             .map(|(w, _)| w)
             .filter(|w| w.metadata.generation == s.metadata.generation)

@@ -95,10 +95,13 @@ pub async fn reconcile(
         loaded: &loaded,
     };
     // Reads of live objects and every write below act as the Composition's ServiceAccount.
-    let client = ctx.target_for(comp).map_err(|source| Error::Impersonate {
-        user: ctx.service_account(comp).unwrap_or_default(),
-        source,
-    })?;
+    let client = ctx
+        .clusters
+        .target_for(comp)
+        .map_err(|source| Error::Impersonate {
+            user: ctx.clusters.service_account(comp).unwrap_or_default(),
+            source,
+        })?;
     // Changed observed outputs (`watchOutputs`) call for a new synthesis first, unless the next
     // synthesis is blocked: then the current one is enforced as it is.
     let phase = (deleting, next_blocked);
@@ -133,7 +136,7 @@ pub async fn reconcile(
         pass.resynthesize = true;
         pass.requeue = Some(Duration::from_millis(100));
         let uuid = current.uuid.clone();
-        ctx.memory.slices.with(&uid, |m| m.unopened = Some(uuid));
+        ctx.state.memory.slices(&uid, |m| m.unopened = Some(uuid));
     }
     Ok(pass)
 }
@@ -300,7 +303,8 @@ async fn finish(
 ) -> Result<Pass, Error> {
     let the_plan = planned.plan;
     if !deleting {
-        ctx.metrics
+        ctx.report
+            .metrics
             .managed_resources
             .set(i64::try_from(the_plan.steps.len()).unwrap_or(i64::MAX));
     }
@@ -313,7 +317,7 @@ async fn finish(
         let owners = std::cell::OnceCell::new();
         let owner_name = |uid: &str| {
             owners
-                .get_or_init(|| owner_names(&ctx.compositions))
+                .get_or_init(|| owner_names(&ctx.caches.compositions))
                 .get(uid)
                 .cloned()
         };
@@ -395,7 +399,7 @@ async fn warn_once(
     notes: &[String],
 ) {
     let note = bounded_note(notes);
-    let changed = ctx.memory.reports.with(uid, |m| {
+    let changed = ctx.state.memory.reports(uid, |m| {
         if note.is_empty() {
             m.reported.remove(reason);
             return false;
@@ -403,7 +407,7 @@ async fn warn_once(
         m.reported.insert(reason, note.clone()).as_deref() != Some(note.as_str())
     });
     if changed {
-        ctx.event(comp, true, reason, action, note).await;
+        ctx.report.event(comp, true, reason, action, note).await;
     }
 }
 

@@ -117,8 +117,9 @@ pub(crate) async fn observe(
             FromCache::Fetch(api, gvk) => fetch.push((r.key.clone(), api, gvk)),
         }
     }
-    ctx.metrics.observe_gets.inc_by(fetch.len() as u64);
-    ctx.metrics
+    ctx.report.metrics.observe_gets.inc_by(fetch.len() as u64);
+    ctx.report
+        .metrics
         .resource_checks
         .inc_by(prepared.resources.len() as u64);
     let fetched: Vec<Result<(ResourceKey, Observation), Error>> = futures::stream::iter(fetch)
@@ -128,7 +129,7 @@ pub(crate) async fn observe(
                 // The kind went away (its CRD was deleted): not served. Discovery forgets it, so
                 // the CR waits for its CRD (applied again) and the kind is looked up afresh.
                 Err(e) if crate::run::error::kind_not_served(&e) => {
-                    ctx.forget_target(&gvk);
+                    ctx.clusters.forget_target(&gvk);
                     let unserved = Observation {
                         api: None,
                         live: None,
@@ -200,7 +201,7 @@ async fn from_cache(
         return unknown();
     };
     // Not served (yet): e.g. a CRD from this synthesis is not Established.
-    let Ok((ar, namespaced)) = ctx.resolve_target(&gvk).await else {
+    let Ok((ar, namespaced)) = ctx.clusters.resolve_target(&gvk).await else {
         return unknown();
     };
     let api: Api<DynamicObject> = if namespaced {
@@ -211,7 +212,7 @@ async fn from_cache(
     let view_key = format!("{}/{}/{}", gvk.group, gvk.version, gvk.kind);
     if !views.contains_key(&view_key) {
         let uid = comp.metadata.uid.as_deref().unwrap_or_default();
-        let view = ctx.watches.managed(&gvk, &ar, uid).await;
+        let view = ctx.caches.watches.managed(&gvk, &ar, uid).await;
         views.insert(view_key.clone(), view);
     }
     let ns = if namespaced {
@@ -232,8 +233,8 @@ async fn from_cache(
         // A Patch's target is someone else's object (not labelled by enoki): watched like an
         // input, so a foreign change to a patched field is patched again at once. Only on the
         // management cluster, where the input watches are.
-        if Arc::ptr_eq(&ctx.target, &ctx.management) {
-            ctx.watches.track(&gvk, &ar, ns, &r.key.name, comp);
+        if ctx.clusters.target_is_management() {
+            ctx.caches.watches.track(&gvk, &ar, ns, &r.key.name, comp);
         }
         return FromCache::Fetch(api, gvk);
     }
@@ -300,7 +301,7 @@ pub(crate) fn recorded(
     carried: &HashMap<ResourceKey, (Option<String>, Option<String>)>,
 ) -> HashMap<ResourceKey, Recorded> {
     let started = Instant::now();
-    let due: std::collections::BTreeSet<ResourceKey> = ctx.memory.apply.with(uid, |m| {
+    let due: std::collections::BTreeSet<ResourceKey> = ctx.state.memory.apply(uid, |m| {
         prepared
             .resources
             .iter()

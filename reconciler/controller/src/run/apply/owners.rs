@@ -12,7 +12,6 @@
 //! cluster other management clusters may write to, whose Compositions this one cannot see.
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
 use std::time::Instant;
 
 use kube::ResourceExt;
@@ -23,11 +22,12 @@ use super::super::context::Context;
 /// Of the owner UIDs in `named`, those that name no Composition (confirmed as described in
 /// the module docs); empty when none is gone or the check cannot be made.
 pub(crate) async fn gone_owners(ctx: &Context, named: BTreeSet<String>) -> BTreeSet<String> {
-    if !Arc::ptr_eq(&ctx.target, &ctx.management) {
+    if !ctx.clusters.target_is_management() {
         return BTreeSet::new();
     }
     let now = Instant::now();
     let cached: BTreeSet<String> = ctx
+        .caches
         .compositions
         .state()
         .iter()
@@ -37,10 +37,10 @@ pub(crate) async fn gone_owners(ctx: &Context, named: BTreeSet<String>) -> BTree
     let mut gone = BTreeSet::new();
     let mut unknown = BTreeSet::new();
     for uid in named {
-        if cached.contains(&uid) || ctx.owners.live_recently(&uid, now) {
+        if cached.contains(&uid) || ctx.state.owners.live_recently(&uid, now) {
             continue;
         }
-        if ctx.owners.is_gone(&uid) {
+        if ctx.state.owners.is_gone(&uid) {
             gone.insert(uid);
         } else {
             unknown.insert(uid);
@@ -49,7 +49,7 @@ pub(crate) async fn gone_owners(ctx: &Context, named: BTreeSet<String>) -> BTree
     if unknown.is_empty() {
         return gone;
     }
-    let api: Api<crds::Composition> = Api::all(ctx.client.clone());
+    let api: Api<crds::Composition> = Api::all(ctx.clusters.client().clone());
     let fetch = |lp: ListParams| {
         let api = api.clone();
         async move { api.list_metadata(&lp).await }
@@ -63,13 +63,13 @@ pub(crate) async fn gone_owners(ctx: &Context, named: BTreeSet<String>) -> BTree
         Ok(uids) => uids.into_iter().collect(),
         Err(e) => {
             tracing::warn!(error = %e, "cannot list Compositions to check the owners of managed objects; they keep their owners");
-            ctx.owners.remember(&unknown, &BTreeSet::new(), now);
+            ctx.state.owners.remember(&unknown, &BTreeSet::new(), now);
             return gone;
         }
     };
     let (live, newly_gone): (BTreeSet<String>, BTreeSet<String>) =
         unknown.into_iter().partition(|u| existing.contains(u));
-    ctx.owners.remember(&live, &newly_gone, now);
+    ctx.state.owners.remember(&live, &newly_gone, now);
     for uid in &newly_gone {
         tracing::info!(owner = %uid, "the Composition a managed-by label names is gone; its objects are adopted by the Composition that emits them");
     }

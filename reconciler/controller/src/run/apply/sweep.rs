@@ -31,10 +31,13 @@ pub(super) async fn sweep_outside(
         .is_some_and(|s| s.trim().eq_ignore_ascii_case("orphan"))
         || info.symphony_deleting();
     let uid = comp.uid().unwrap_or_default();
-    let client = ctx.target_for(comp).map_err(|source| Error::Impersonate {
-        user: ctx.service_account(comp).unwrap_or_default(),
-        source,
-    })?;
+    let client = ctx
+        .clusters
+        .target_for(comp)
+        .map_err(|source| Error::Impersonate {
+            user: ctx.clusters.service_account(comp).unwrap_or_default(),
+            source,
+        })?;
     let (mut left, mut refused) = (0, Vec::new());
     let sweep = Sweep {
         ctx,
@@ -62,7 +65,9 @@ pub(super) async fn sweep_outside(
                 .collect::<Vec<_>>()
                 .join(", ")
         );
-        ctx.event(comp, true, OUTSIDE_LEFT, "Delete", note).await;
+        ctx.report
+            .event(comp, true, OUTSIDE_LEFT, "Delete", note)
+            .await;
     }
     Ok(left == 0)
 }
@@ -93,7 +98,7 @@ impl Sweep<'_> {
             .rsplit_once('/')
             .unwrap_or(("", &o.api_version));
         let gvk = kube::core::GroupVersionKind::gvk(group, version, &o.kind);
-        let Ok((ar, namespaced)) = self.ctx.resolve_target(&gvk).await else {
+        let Ok((ar, namespaced)) = self.ctx.clusters.resolve_target(&gvk).await else {
             return Ok(Swept::Done); // the kind is gone, and its objects with it
         };
         let api: kube::Api<kube::api::DynamicObject> = if namespaced {
@@ -108,7 +113,7 @@ impl Sweep<'_> {
                 return Ok(Swept::Refused);
             }
             Err(e) if crate::run::error::kind_not_served(&e) => {
-                self.ctx.forget_target(&gvk);
+                self.ctx.clusters.forget_target(&gvk);
                 return Ok(Swept::Done); // the kind is gone, and its objects with it
             }
             Err(e) => {

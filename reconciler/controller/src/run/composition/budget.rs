@@ -65,7 +65,7 @@ fn namespace_bytes(ctx: &Context, comp: &Composition, st: &CompositionStatus) ->
         .flat_map(|s| s.resource_slices.iter().map(|r| r.name.as_str()))
         .collect();
     let (mut held, mut freed) = (0_usize, 0_usize);
-    for s in ctx.slices.state() {
+    for s in ctx.caches.slices.state() {
         if s.namespace().as_deref() != Some(ns.as_str()) {
             continue;
         }

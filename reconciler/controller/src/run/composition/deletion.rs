@@ -14,7 +14,7 @@ pub(super) async fn delete(ctx: &Arc<Context>, comp: &Arc<Composition>) -> Resul
         finalizer::release(ctx, comp).await?;
         return Ok(Action::await_change());
     }
-    if let Err(msg) = ctx.remote_user_of(comp) {
+    if let Err(msg) = ctx.clusters.remote_user_of(comp) {
         // It may act nowhere on the target: nothing can be deleted on its behalf, and its
         // deletion (or its namespace's) must not hang.
         tracing::warn!(%msg, "releasing the finalizer of a Composition that may act nowhere");
@@ -24,7 +24,7 @@ pub(super) async fn delete(ctx: &Arc<Context>, comp: &Arc<Composition>) -> Resul
     // Events of its objects (a deletion finished, a finalizer on one of them removed) requeue
     // it — also on a replica that took its shard over while it was being deleted. The release
     // forgets it again; the sweep does if it leaves this replica another way.
-    ctx.watches.own(comp);
+    ctx.caches.watches.own(comp);
     let mut st = comp.status.clone().unwrap_or_default();
     let dependents = dependencies::dependents(ctx, comp).await?;
     if !dependents.is_empty() {
@@ -72,8 +72,10 @@ pub(super) async fn symphony_gone_and_forced(
     else {
         return Ok(false);
     };
-    let syms: kube::Api<crds::Symphony> =
-        kube::Api::namespaced(ctx.client.clone(), &comp.namespace().unwrap_or_default());
+    let syms: kube::Api<crds::Symphony> = kube::Api::namespaced(
+        ctx.clusters.client().clone(),
+        &comp.namespace().unwrap_or_default(),
+    );
     let found = syms
         .get_opt(&owner.name)
         .await

@@ -22,7 +22,7 @@ async fn dependency(
 ) -> Result<Option<Composition>, Error> {
     let gvk = GroupVersionKind::gvk(crds::GROUP, crds::VERSION, crds::names::kinds::COMPOSITION);
     let ar = ApiResource::erase::<Composition>(&());
-    let obj = super::observe::read(ctx, comp, (&gvk, &ar, true), namespace, name)
+    let obj = super::observe::read(ctx.reads(), comp, (&gvk, &ar, true), namespace, name)
         .await
         .map_err(|source| Error::ReadDependency {
             name: format!("{namespace}/{name}"),
@@ -127,10 +127,10 @@ async fn in_cycle(ctx: &Context, comp: &Composition) -> Result<bool, Error> {
 /// when sharded, since a dependent may belong to another shard — from a list (only while
 /// a Composition is being deleted).
 pub(crate) async fn dependents(ctx: &Context, comp: &Composition) -> Result<Vec<BlockedBy>, Error> {
-    let all: Vec<Arc<Composition>> = if ctx.shards.borrow().count() > 1 {
+    let all: Vec<Arc<Composition>> = if ctx.limits.shards.borrow().count() > 1 {
         let api: kube::Api<Composition> = match &ctx.opts.namespace {
-            Some(ns) => kube::Api::namespaced(ctx.client.clone(), ns),
-            None => kube::Api::all(ctx.client.clone()),
+            Some(ns) => kube::Api::namespaced(ctx.clusters.client().clone(), ns),
+            None => kube::Api::all(ctx.clusters.client().clone()),
         };
         // Page by page, keeping only the Compositions that name this one.
         let name = comp.name_any();
@@ -153,7 +153,7 @@ pub(crate) async fn dependents(ctx: &Context, comp: &Composition) -> Result<Vec<
             Err(crate::run::paging::Stop::TooLarge(_)) => Vec::new(),
         }
     } else {
-        ctx.compositions.state()
+        ctx.caches.compositions.state()
     };
     let ns = comp.namespace().unwrap_or_default();
     let name = comp.name_any();

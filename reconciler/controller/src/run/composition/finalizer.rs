@@ -42,8 +42,10 @@ pub fn state(comp: &Composition) -> State {
 /// # Errors
 /// [`Error::Finalizer`].
 pub(crate) async fn add(ctx: &Context, comp: &Composition) -> Result<Action, Error> {
-    let api: Api<Composition> =
-        Api::namespaced(ctx.client.clone(), &comp.namespace().unwrap_or_default());
+    let api: Api<Composition> = Api::namespaced(
+        ctx.clusters.client().clone(),
+        &comp.namespace().unwrap_or_default(),
+    );
     super::super::finalizers::set_cleanup_finalizer(&api, comp, true, comp.resource_version())
         .await
         .map_err(|source| Error::Finalizer {
@@ -58,8 +60,10 @@ pub(crate) async fn add(ctx: &Context, comp: &Composition) -> Result<Action, Err
 /// # Errors
 /// [`Error::Finalizer`].
 pub(crate) async fn release(ctx: &Arc<Context>, comp: &Composition) -> Result<(), Error> {
-    let api: Api<Composition> =
-        Api::namespaced(ctx.client.clone(), &comp.namespace().unwrap_or_default());
+    let api: Api<Composition> = Api::namespaced(
+        ctx.clusters.client().clone(),
+        &comp.namespace().unwrap_or_default(),
+    );
     super::super::finalizers::set_cleanup_finalizer(&api, comp, false, comp.resource_version())
         .await
         .map_err(|source| Error::Finalizer {
@@ -67,14 +71,15 @@ pub(crate) async fn release(ctx: &Arc<Context>, comp: &Composition) -> Result<()
             source,
         })?;
     tracing::info!("resources cleaned up; finalizer removed");
-    ctx.event(
-        comp,
-        false,
-        reasons::DELETING,
-        "Cleanup",
-        "every managed resource was deleted or orphaned".into(),
-    )
-    .await;
+    ctx.report
+        .event(
+            comp,
+            false,
+            reasons::DELETING,
+            "Cleanup",
+            "every managed resource was deleted or orphaned".into(),
+        )
+        .await;
     ctx.forget(&ObjectRef::from_obj(comp), comp.uid().as_deref());
     Ok(())
 }

@@ -51,7 +51,7 @@ pub async fn reconcile(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Acti
     // A turn of the namespace's (workers are shared fairly between namespaces). While it
     // waits, a queued Composition holds this small future only; the pass is boxed.
     let namespace = comp.namespace().unwrap_or_default();
-    let Some(turn) = ctx.fair.enter(&namespace).await else {
+    let Some(turn) = ctx.limits.fair.enter(&namespace).await else {
         // The stack is stopping.
         return Ok(Action::await_change());
     };
@@ -62,7 +62,10 @@ pub async fn reconcile(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Acti
         // turn: it does not queue again behind another namespace's work. It reads the
         // Composition again; one deleted or changed meanwhile goes back to the queue.
         if action == recorded()
-            && let Some(latest) = ctx.compositions.get(&ObjectRef::from_obj(comp.as_ref()))
+            && let Some(latest) = ctx
+                .caches
+                .compositions
+                .get(&ObjectRef::from_obj(comp.as_ref()))
             && latest.metadata.deletion_timestamp.is_none()
             && latest.metadata.generation == comp.metadata.generation
             && latest.uid() == comp.uid()
@@ -88,14 +91,16 @@ fn next_pass() -> u64 {
 /// One pass of a Composition that has its turn.
 #[tracing::instrument(skip_all, fields(composition = %comp.name_any(), generation = ?comp.metadata.generation, pass = next_pass()))]
 async fn admitted(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let Some(_serving) = ctx.serving(&comp) else {
+    let Some(_serving) = ctx.limits.serving(&comp) else {
         // Its shard was handed back: the new holder reconciles it.
         return Ok(Action::await_change());
     };
-    ctx.metrics
+    ctx.report
+        .metrics
         .shard_reconciles
         .get_or_create(&super::metrics::ShardLabel {
             shard: ctx
+                .limits
                 .shards
                 .borrow()
                 .label_of(&comp.uid().unwrap_or_default()),
@@ -107,13 +112,14 @@ async fn admitted(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Action, E
         comp.namespace().unwrap_or_default(),
         comp.name_any()
     );
-    let _in_flight = ctx.metrics.queue.started(&queued);
+    let _in_flight = ctx.report.metrics.queue.started(&queued);
     let comp = status_write::fresh(&ctx, comp);
     let result = match finalizer::state(&comp) {
         finalizer::State::Released => {
             // Released by someone else (or a pass before): nothing of it is reported or
             // remembered any more (its per-Composition series included).
-            ctx.metrics
+            ctx.report
+                .metrics
                 .health
                 .forget(&super::metrics::CompositionLabel {
                     namespace: comp.namespace().unwrap_or_default(),
@@ -133,11 +139,11 @@ async fn admitted(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Action, E
         report_failure(&ctx, &comp, e).await;
     }
     if result.is_ok() {
-        ctx.failures
-            .lock()
-            .remove(&ObjectRef::from_obj(comp.as_ref()));
+        ctx.state
+            .clear_pass_failures(&ObjectRef::from_obj(comp.as_ref()));
     }
-    ctx.metrics
+    ctx.report
+        .metrics
         .reconcile_duration
         .observe(start.elapsed().as_secs_f64());
     // Not after the pass that released a deleted Composition (its series went with it).
@@ -148,10 +154,14 @@ async fn admitted(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Action, E
             namespace: comp.namespace().unwrap_or_default(),
             name: comp.name_any(),
         };
-        ctx.metrics.composition_reconciles.get_or_create(&who).inc();
+        ctx.report
+            .metrics
+            .composition_reconciles
+            .get_or_create(&who)
+            .inc();
         // A failed pass wrote no status: the health series still advance (stuck keeps time).
         if result.is_err() {
-            ctx.metrics.health.record(
+            ctx.report.metrics.health.record(
                 &who,
                 &comp.status.clone().unwrap_or_default(),
                 comp.metadata.creation_timestamp.as_ref(),
@@ -167,7 +177,8 @@ async fn admitted(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Action, E
 async fn report_failure(ctx: &Context, comp: &Composition, err: &Error) {
     let chain = super::error::chain(err);
     let category = err.category();
-    ctx.event(comp, true, category, "Reconcile", chain.clone())
+    ctx.report
+        .event(comp, true, category, "Reconcile", chain.clone())
         .await;
     let mut st = comp.status.clone().unwrap_or_default();
     if !comp.spec.suspend {
@@ -218,12 +229,12 @@ async fn observe_all(
     if let Some(wait) = blocked(st, &seen) {
         return Ok(Outcome::Waits(wait));
     }
-    let synth = observe::synthesizer(ctx, comp).await?;
+    let synth = observe::synthesizer(ctx.reads(), comp).await?;
     seen.missing_synthesizer = synth.is_none().then(|| comp.spec.synthesizer.name.clone());
     if let Some(s) = &synth {
         seen.not_allowed = super::tenancy::synthesizer_not_allowed(ctx, comp, s).await?;
     }
-    seen.remote_unmapped = ctx.remote_user_of(comp).err();
+    seen.remote_unmapped = ctx.clusters.remote_user_of(comp).err();
     if let Some(s) = synth.as_ref().filter(|_| ctx.opts.no_cross_namespace_refs) {
         seen.cross_namespace =
             super::tenancy::cross_namespace_refs(comp, s, ctx.opts.controller_namespace.as_deref());
@@ -249,7 +260,7 @@ async fn observe_all(
             decide::precondition(&seen).map_or(Duration::from_secs(30), |b| b.retry()),
         ));
     };
-    let gathered = match observe::gather(ctx, comp, &synth).await? {
+    let gathered = match observe::gather(ctx.reads(), comp, &synth).await? {
         Outcome::Ready(g) => g,
         Outcome::Waits(message) => {
             seen.missing_input = Some(message);
@@ -262,7 +273,7 @@ async fn observe_all(
     // Observed outputs: passed to every synthesis; with `watchOutputs` a change is a trigger.
     let mut observed = None;
     if synth.spec.watch_outputs {
-        let (live, digest) = inputs::observed_outputs(ctx, comp, st).await?;
+        let (live, digest) = inputs::observed_outputs(ctx.reads(), comp, st).await?;
         revisions.push(InputRevision {
             key: inputs::OBSERVED_REVISION_KEY.into(),
             digest: Some(digest),
@@ -337,7 +348,7 @@ async fn record_stored(
     }
     let uid = comp.uid().unwrap_or_default();
     let current = st.current_synthesis.as_ref().map(|c| c.uuid.as_str());
-    ctx.memory.synthesis.with(&uid, |m| {
+    ctx.state.memory.synthesis(&uid, |m| {
         if m.unrecorded
             .as_ref()
             .is_some_and(|(_, s)| Some(s.uuid.as_str()) == current)
@@ -380,7 +391,7 @@ pub(crate) fn ignores_side_effects(comp: &Composition) -> bool {
 /// input. Only deletion, `spec.suspend` (see [`suspend`]) and a resource's
 /// `disable-reconciliation` stop it.
 async fn converge(ctx: &Arc<Context>, comp: &Arc<Composition>) -> Result<Action, Error> {
-    ctx.watches.own(comp);
+    ctx.caches.watches.own(comp);
     let mut st = comp.status.clone().unwrap_or_default();
     suspend::resumed(&mut st);
     let uid = comp.uid().unwrap_or_default();
@@ -407,7 +418,7 @@ async fn converge(ctx: &Arc<Context>, comp: &Arc<Composition>) -> Result<Action,
     // its spec or the flags change. Every other blocker leaves the current synthesis enforced.
     let refused = blocked.is_some() && refused_by_policy(&st);
     let enforced = decide::current(false, refused) != decide::Current::Nothing
-        && ctx.remote_user_of(comp).is_ok();
+        && ctx.clusters.remote_user_of(comp).is_ok();
     let pass = if enforced {
         apply::reconcile(ctx, comp, &mut st, false, blocked.is_some()).await?
     } else {
@@ -467,7 +478,9 @@ async fn enforce_then_fail(
 ) -> Result<Action, Error> {
     let mut st = comp.status.clone().unwrap_or_default();
     suspend::resumed(&mut st);
-    if !refused_by_policy(&st) && st.current_synthesis.is_some() && ctx.remote_user_of(comp).is_ok()
+    if !refused_by_policy(&st)
+        && st.current_synthesis.is_some()
+        && ctx.clusters.remote_user_of(comp).is_ok()
     {
         // The pass's own failure is reported with the first one's.
         if let Err(e) = apply::reconcile(ctx, comp, &mut st, false, true).await {

@@ -26,9 +26,9 @@ pub(super) async fn next_synthesis(
     let forced = observe::forced(comp);
     let write_back_known = o.synth.spec.for_kind.is_none()
         || ctx
+            .state
             .memory
-            .synthesis
-            .with(&uid, |m| m.status_write.is_some());
+            .synthesis(&uid, |m| m.status_write.is_some());
     let slices = match &st.current_synthesis {
         Some(cur) => slices::check(ctx, comp, cur).await?,
         None => slices::SliceCheck::Whole,
@@ -124,9 +124,9 @@ pub(super) async fn synthesize_now(
             // failed) claimed its slot already: recording it claims none.
             let fp = synthesize::fingerprint(comp, &req);
             let unrecorded = ctx
+                .state
                 .memory
-                .synthesis
-                .with(&comp.uid().unwrap_or_default(), |m| {
+                .synthesis(&comp.uid().unwrap_or_default(), |m| {
                     m.unrecorded.as_ref().is_some_and(|(f, _)| *f == fp)
                 });
             if claim_rollout
@@ -151,9 +151,9 @@ pub(super) async fn synthesize_now(
 /// write lost to a newer pass's) will not be recorded any more, and its slices go.
 async fn forget_unrecorded(ctx: &Arc<Context>, comp: &Composition, st: &CompositionStatus) {
     let Some((_, s)) = ctx
+        .state
         .memory
-        .synthesis
-        .with(&comp.uid().unwrap_or_default(), |m| m.unrecorded.take())
+        .synthesis(&comp.uid().unwrap_or_default(), |m| m.unrecorded.take())
     else {
         return;
     };
@@ -247,5 +247,9 @@ pub(super) fn wait_on_dependencies(
 /// Whether the slice cache has finished its first list (or has no writer left to finish it).
 fn slice_cache_listed(ctx: &Context) -> bool {
     use futures::FutureExt;
-    ctx.slices.wait_until_ready().now_or_never().is_some()
+    ctx.caches
+        .slices
+        .wait_until_ready()
+        .now_or_never()
+        .is_some()
 }

@@ -11,7 +11,8 @@ use kube::{Resource, ResourceExt};
 use serde_json::Value;
 
 use super::super::capabilities::{self, CAPABILITIES_REVISION_KEY, Capabilities};
-use super::super::{Context, Error, api_err, inputs};
+use super::super::context::Reads;
+use super::super::{Error, api_err, inputs};
 use crds::names::annotations as keys;
 use crds::{Composition, InputRevision, Synthesizer};
 use reconciler_core::model::Outcome;
@@ -23,13 +24,13 @@ use reconciler_core::model::Outcome;
 /// # Errors
 /// The GET's error.
 pub(crate) async fn read(
-    ctx: &Context,
+    r: Reads<'_>,
     comp: &Composition,
     kind: (&GroupVersionKind, &ApiResource, bool),
     namespace: &str,
     name: &str,
 ) -> Result<Option<DynamicObject>, kube::Error> {
-    read_as(ctx, comp, false, kind, namespace, name).await
+    read_as(r, comp, false, kind, namespace, name).await
 }
 
 /// Like [`read`], for an input of `comp`: a Composition with a ServiceAccount reads it with a
@@ -39,17 +40,17 @@ pub(crate) async fn read(
 /// # Errors
 /// The GET's error (`403 Forbidden` when the ServiceAccount may not read it).
 pub(crate) async fn read_input(
-    ctx: &Context,
+    r: Reads<'_>,
     comp: &Composition,
     kind: (&GroupVersionKind, &ApiResource, bool),
     namespace: &str,
     name: &str,
 ) -> Result<Option<DynamicObject>, kube::Error> {
-    read_as(ctx, comp, true, kind, namespace, name).await
+    read_as(r, comp, true, kind, namespace, name).await
 }
 
 async fn read_as(
-    ctx: &Context,
+    r: Reads<'_>,
     comp: &Composition,
     as_composition: bool,
     (gvk, ar, namespaced): (&GroupVersionKind, &ApiResource, bool),
@@ -63,31 +64,36 @@ async fn read_as(
         String::new()
     };
     let ns = ns.as_str();
-    ctx.watches.track(gvk, ar, ns, name, comp);
-    let impersonating = as_composition && ctx.service_account(comp).is_some();
-    if !impersonating {
-        ctx.watches.serve(gvk, ns, name, comp);
-    }
-    if !impersonating && let Some(Some(hit)) = ctx.watches.input(gvk, ns, name).await {
-        return Ok(Some((*hit).clone()));
+    let impersonating = as_composition && r.clusters.service_account(comp).is_some();
+    if let Some(kept) = r.kept {
+        let watches = &kept.caches.watches;
+        watches.track(gvk, ar, ns, name, comp);
+        if !impersonating {
+            watches.serve(gvk, ns, name, comp);
+            if let Some(Some(hit)) = watches.input(gvk, ns, name).await {
+                return Ok(Some((*hit).clone()));
+            }
+        }
+        kept.metrics.input_gets.inc();
     }
     let client = if impersonating {
-        ctx.client_for(comp)?
+        r.clusters.client_for(comp)?
     } else {
-        ctx.client.clone()
+        r.clusters.client().clone()
     };
     let api: Api<DynamicObject> = if namespaced {
         Api::namespaced_with(client, ns, ar)
     } else {
         Api::all_with(client, ar)
     };
-    ctx.metrics.input_gets.inc();
     let mut got = api.get_opt(name).await?;
     if let Some(obj) = &mut got {
         // As the cache serves it: without managedFields.
         obj.managed_fields_mut().clear();
-        if !impersonating {
-            ctx.watches.fetched(gvk, ns, name, obj);
+        if let Some(kept) = r.kept
+            && !impersonating
+        {
+            kept.caches.watches.fetched(gvk, ns, name, obj);
         }
     }
     Ok(got)
@@ -121,13 +127,13 @@ fn annotation_bool(obj: &Value, key: crds::names::Key) -> Option<bool> {
 /// # Errors
 /// [`Error::ReadSynthesizer`].
 pub(crate) async fn synthesizer(
-    ctx: &Context,
+    r: Reads<'_>,
     comp: &Composition,
 ) -> Result<Option<Synthesizer>, Error> {
     let name = &comp.spec.synthesizer.name;
     let gvk = GroupVersionKind::gvk(crds::GROUP, crds::VERSION, crds::names::kinds::SYNTHESIZER);
     let ar = ApiResource::erase::<Synthesizer>(&());
-    let obj = read(ctx, comp, (&gvk, &ar, false), "", name)
+    let obj = read(r, comp, (&gvk, &ar, false), "", name)
         .await
         .map_err(|source| Error::ReadSynthesizer {
             name: name.clone(),
@@ -191,7 +197,7 @@ impl Gathered {
 /// # Errors
 /// [`Error::ReadInput`].
 pub(crate) async fn gather(
-    ctx: &Context,
+    rd: Reads<'_>,
     comp: &Composition,
     synth: &Synthesizer,
 ) -> Result<Outcome<Gathered>, Error> {
@@ -212,10 +218,10 @@ pub(crate) async fn gather(
     });
     for r in self_ref.iter().chain(&synth.spec.refs) {
         let step = if let Some(res) = &r.resource {
-            object_input(ctx, comp, r, res, g.instance().cloned()).await?
+            object_input(rd, comp, r, res, g.instance().cloned()).await?
         } else if let Some(c) = &r.collection {
             let instance = g.instance().cloned();
-            match inputs::collection(ctx, comp, &r.key, c, instance.as_ref()).await? {
+            match inputs::collection(rd, comp, &r.key, c, instance.as_ref()).await? {
                 Outcome::Ready((items, digest)) => {
                     g.collections.push(InputRevision {
                         key: r.key.clone(),
@@ -238,7 +244,8 @@ pub(crate) async fn gather(
         }
     }
     if capabilities::wanted(synth, comp) {
-        let caps = ctx.target.capabilities.get(&ctx.target.client).await;
+        let target = rd.clusters.target();
+        let caps = target.capabilities.get(&target.client).await;
         g.capabilities = Some(caps.map_err(api_err(super::super::error::Step::Discovery))?);
     }
     Ok(Outcome::Ready(g))
@@ -247,14 +254,14 @@ pub(crate) async fn gather(
 /// One object input: its name from the binding, the ref or the instance (`nameFrom`), its
 /// namespace from the binding, the ref, the instance or the Composition.
 async fn object_input(
-    ctx: &Context,
+    rd: Reads<'_>,
     comp: &Composition,
     r: &crds::Ref,
     res: &crds::ResourceRef,
     instance: Option<Value>,
 ) -> Result<Outcome<Vec<Value>>, Error> {
     let gvk = GroupVersionKind::gvk(&res.group, &res.version, &res.kind);
-    let (ar, namespaced) = match ctx.resolve(&gvk).await {
+    let (ar, namespaced) = match rd.clusters.resolve(&gvk).await {
         Ok(x) => x,
         Err(e) => {
             return Ok(Outcome::Waits(format!(
@@ -269,7 +276,7 @@ async fn object_input(
             r.key
         )));
     };
-    let found = match read_input(ctx, comp, (&gvk, &ar, namespaced), &obj_ns, &name).await {
+    let found = match read_input(rd, comp, (&gvk, &ar, namespaced), &obj_ns, &name).await {
         Ok(found) => found,
         // An optional input the Composition's account may not read is absent for it (e.g. the
         // trustee built-in's cluster-scoped IBM SE PersistentVolume under the default install).

@@ -23,7 +23,7 @@ use crds::{Composition, CompositionStatus};
 pub(crate) fn fresh(ctx: &Context, comp: Arc<Composition>) -> Arc<Composition> {
     let uid = comp.uid().unwrap_or_default();
     let rv = comp.resource_version().unwrap_or_default();
-    let written = ctx.memory.reports.with(&uid, |m| match &m.written {
+    let written = ctx.state.memory.reports(&uid, |m| match &m.written {
         // Kept while the cache shows a version before it (also when the status it wrote
         // equals the cached one: its resourceVersion is still the newer).
         Some(w) if w.behind.contains(&rv) => Some(w.status.clone()),
@@ -155,7 +155,7 @@ pub(crate) async fn write(
 ) -> Result<(), Error> {
     let st = &bounded(st);
     // Every status a pass settles on sets the health series, written or unchanged.
-    ctx.metrics.health.record(
+    ctx.report.metrics.health.record(
         &super::super::metrics::CompositionLabel {
             namespace: comp.namespace().unwrap_or_default(),
             name: comp.name_any(),
@@ -174,13 +174,15 @@ pub(crate) async fn write(
     if let Some(old) = before.as_ref().and_then(|o| serde_json::to_value(o).ok()) {
         null_dropped(&mut patch, &old);
     }
-    let api: Api<Composition> =
-        Api::namespaced(ctx.client.clone(), &comp.namespace().unwrap_or_default());
+    let api: Api<Composition> = Api::namespaced(
+        ctx.clusters.client().clone(),
+        &comp.namespace().unwrap_or_default(),
+    );
     let written = patch_at(&api, comp, base, before.as_ref(), patch).await?;
     let rv = written.resource_version().unwrap_or_default();
     tracing::debug!(resource_version = %rv, "status written");
     // Remembered against the cache's version, which [`fresh`] and the next write compare.
-    ctx.memory.reports.with(&uid, |m| {
+    ctx.state.memory.reports(&uid, |m| {
         let mut behind = match m.written.take() {
             Some(w) if w.behind.contains(&cached) => {
                 let mut behind = w.behind;
@@ -255,7 +257,7 @@ fn base_of(
     cached: &str,
     status: Option<&CompositionStatus>,
 ) -> (String, Option<CompositionStatus>) {
-    ctx.memory.reports.with(uid, |m| match &m.written {
+    ctx.state.memory.reports(uid, |m| match &m.written {
         Some(w) if w.behind.iter().any(|b| b == cached) => (w.rv.clone(), Some(w.status.clone())),
         _ => (cached.to_string(), status.cloned()),
     })

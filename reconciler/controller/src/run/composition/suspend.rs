@@ -32,7 +32,8 @@ pub(super) async fn hold(ctx: &Arc<Context>, comp: &Arc<Composition>) -> Result<
     let before = comp.status.clone().unwrap_or_default();
     let st = suspended(&before, comp.metadata.generation);
     status_write::write(ctx, comp, &st).await?;
-    ctx.metrics
+    ctx.report
+        .metrics
         .health
         .forget(&super::super::metrics::CompositionLabel {
             namespace: comp.namespace().unwrap_or_default(),

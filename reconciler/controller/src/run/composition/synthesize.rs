@@ -43,7 +43,7 @@ pub(crate) async fn synthesize(
     let uid = comp.uid().unwrap_or_default();
     let fp = fingerprint(comp, &req);
     let now = Instant::now();
-    let (failed, pending) = ctx.memory.synthesis.with(&uid, |m| {
+    let (failed, pending) = ctx.state.memory.synthesis(&uid, |m| {
         let failed = m.failed.clone().filter(|f| f.fingerprint == fp);
         let pending = m
             .pending_output
@@ -62,7 +62,7 @@ pub(crate) async fn synthesize(
         return Ok(SynthesisEnd::Failed(f.retry_at - now));
     }
     if pending.is_none()
-        && let Err(held) = ctx.synthesis_rates.take(
+        && let Err(held) = ctx.limits.synthesis_rates.take(
             &comp.namespace().unwrap_or_default(),
             &format!(
                 "{}/{}",
@@ -98,7 +98,7 @@ pub(crate) async fn synthesize(
                 failed_run(st, comp.metadata.generation, &e);
                 let failures = failed.map_or(0, |f| f.failures) + 1;
                 let delay = retry_delay(failures);
-                ctx.memory.synthesis.with(&uid, |m| {
+                ctx.state.memory.synthesis(&uid, |m| {
                     m.failed = Some(Failed {
                         fingerprint: fp.clone(),
                         failures,
@@ -121,27 +121,31 @@ async fn run(
 ) -> Result<Ran, Error> {
     let observed = match &req.observed {
         Some(o) => o.clone(),
-        None => inputs::observed_outputs(ctx, comp, st).await?.0,
+        None => inputs::observed_outputs(ctx.reads(), comp, st).await?.0,
     };
     let uuid = st
         .in_flight_synthesis
         .as_ref()
         .map(|s| s.uuid.clone())
         .unwrap_or_default();
-    let input = input_for(ctx, comp, req.synth, &req.gathered, observed, uuid);
+    let input = input_for(&ctx.opts, comp, req.synth, &req.gathered, observed, uuid);
     let limits = req.limits;
     let secure = req.synth.spec.entropy == Some(crds::Entropy::Secure);
-    let scopes = ctx.discovery_snapshot();
-    let host = ctx.host.clone();
+    let scopes = ctx.clusters.discovery_snapshot();
+    let host = ctx.modules.host().clone();
     let module = req.module.clone();
     // A synthesis slot (shared fairly between namespaces), then the run's memory limit out of
     // the shared budget; the reconcile's turn is given back while it waits and runs.
     let ns = comp.namespace().unwrap_or_default();
     let mut started = Instant::now();
-    let result = crate::run::fair::aside(&ctx.fair, async {
-        let permit = ctx.synthesis_slots.enter(&ns).await;
-        let reserved = ctx.memory_budget.reserve(limits.max_memory_bytes).await;
-        let slot = ctx.slots.enter(limits.deadline);
+    let result = crate::run::fair::aside(&ctx.limits.fair, async {
+        let permit = ctx.limits.synthesis_slots.enter(&ns).await;
+        let reserved = ctx
+            .limits
+            .memory_budget
+            .reserve(limits.max_memory_bytes)
+            .await;
+        let slot = ctx.limits.slots.enter(limits.deadline);
         started = Instant::now();
         tokio::task::spawn_blocking(move || {
             let _held = (permit, reserved, slot);
@@ -157,17 +161,19 @@ async fn run(
     })
     .await
     .map_err(Error::Task)?;
-    ctx.metrics
+    ctx.report
+        .metrics
         .synthesis_duration
         .observe(started.elapsed().as_secs_f64());
     super::super::metrics::Metrics::count(
-        &ctx.metrics.synthesis_runs,
+        &ctx.report.metrics.synthesis_runs,
         result.as_ref().map_or_else(|e| e.reason(), |_| "Success"),
     );
     if let Ok(out) = &result
         && out.peak_memory_bytes > 0
     {
-        ctx.metrics
+        ctx.report
+            .metrics
             .wasm_peak_memory
             .observe(out.peak_memory_bytes as f64);
     }

@@ -28,14 +28,18 @@ fn record_quota_usage(ctx: &Context, desired: &serde_json::Value) {
             namespace,
             resource,
         };
-        ctx.metrics.crq_usage.get_or_create(&labels).set(r);
+        ctx.report.metrics.crq_usage.get_or_create(&labels).set(r);
     }
     for (resource, r) in total {
         let labels = crate::run::metrics::CrqLabels {
             crq_name: name.to_string(),
             resource,
         };
-        ctx.metrics.crq_total_usage.get_or_create(&labels).set(r);
+        ctx.report
+            .metrics
+            .crq_total_usage
+            .get_or_create(&labels)
+            .set(r);
     }
 }
 
@@ -47,9 +51,9 @@ pub(super) async fn write_back(
     instance: Option<&serde_json::Value>,
 ) {
     let pending = ctx
+        .state
         .memory
-        .synthesis
-        .with(uid, |m| m.status_write.clone().flatten());
+        .synthesis(uid, |m| m.status_write.clone().flatten());
     let (Some(desired), Some(me)) = (pending, instance) else {
         return;
     };
@@ -57,7 +61,8 @@ pub(super) async fn write_back(
     if let Err(e) = write_back_status(ctx, &desired, me).await {
         let chain = super::super::error::chain(&e);
         tracing::warn!(error = %chain, "status write-back failed");
-        ctx.event(comp, true, reasons::APPLY_FAILED, "WriteBackStatus", chain)
+        ctx.report
+            .event(comp, true, reasons::APPLY_FAILED, "WriteBackStatus", chain)
             .await;
     }
 }
@@ -76,6 +81,7 @@ pub(crate) async fn write_back_status(
     let kind = desired["kind"].as_str().unwrap_or_default();
     let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
     let (ar, namespaced) = ctx
+        .clusters
         .resolve(&kube::core::GroupVersionKind::gvk(group, version, kind))
         .await
         .map_err(api_err(Step::ResolveInstanceKind))?;
@@ -88,9 +94,9 @@ pub(crate) async fn write_back_status(
         .and_then(Value::as_str)
         .unwrap_or_default();
     let api: Api<DynamicObject> = if namespaced {
-        Api::namespaced_with(ctx.client.clone(), namespace, &ar)
+        Api::namespaced_with(ctx.clusters.client().clone(), namespace, &ar)
     } else {
-        Api::all_with(ctx.client.clone(), &ar)
+        Api::all_with(ctx.clusters.client().clone(), &ar)
     };
     let mut metadata = json!({"name": name});
     if namespaced {

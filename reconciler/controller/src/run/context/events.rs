@@ -1,8 +1,35 @@
-//! Kubernetes Events on Compositions and other objects (best effort: failures are logged).
+//! The reporter handle: Kubernetes Events on Compositions and other objects (best effort:
+//! failures are logged) and the controller's metrics.
 
 use super::*;
 
-impl Context {
+/// What a pass reports besides status: Events and metrics.
+pub(crate) struct Reporter {
+    /// The controller's metrics.
+    pub(crate) metrics: metrics::Metrics,
+    /// The shared recorder (repeats of an Event are counted into a series).
+    recorder: kube::runtime::events::Recorder,
+    /// Who publishes the Events (`reportingController`/`reportingInstance`).
+    reporter: kube::runtime::events::Reporter,
+    /// The client Events are written with.
+    client: Client,
+}
+
+impl Reporter {
+    /// Events written with `client` as `reporter`, metrics into `metrics`.
+    pub(crate) fn new(
+        client: Client,
+        reporter: kube::runtime::events::Reporter,
+        metrics: metrics::Metrics,
+    ) -> Reporter {
+        Reporter {
+            recorder: kube::runtime::events::Recorder::new(client.clone(), reporter.clone()),
+            metrics,
+            reporter,
+            client,
+        }
+    }
+
     /// Publishes a Kubernetes Event on the Composition (best effort: failures are logged).
     pub(crate) async fn event(
         &self,

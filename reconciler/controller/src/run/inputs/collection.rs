@@ -8,14 +8,14 @@ use super::*;
 /// their digest. Error: an API failure; [`Outcome::Waits`]: a problem to report (kind not
 /// served, bad selector).
 pub async fn collection(
-    ctx: &Context,
+    rd: Reads<'_>,
     comp: &Composition,
     key: &str,
     c: &CollectionRef,
     instance: Option<&Value>,
 ) -> Result<Outcome<(Vec<Value>, String)>, Error> {
     let gvk = gvk_of(&c.group, &c.version, &c.kind);
-    let (ar, namespaced) = match ctx.resolve(&gvk).await {
+    let (ar, namespaced) = match rd.clusters.resolve(&gvk).await {
         Ok(x) => x,
         Err(e) => {
             return Ok(Outcome::Waits(format!(
@@ -26,13 +26,15 @@ pub async fn collection(
     };
     // Under --no-cross-namespace-refs a collection is read in the Composition's namespace
     // only: its trigger watch is scoped the same way.
-    let scope = if namespaced && ctx.opts.no_cross_namespace_refs {
+    let scope = if namespaced && rd.opts.no_cross_namespace_refs {
         comp.namespace().unwrap_or_default()
     } else {
         String::new()
     };
-    ctx.watches.track(&gvk, &ar, &scope, "*", comp);
-    let namespaces = match selected_namespaces(ctx, comp, key, c, instance).await? {
+    if let Some(kept) = rd.kept {
+        kept.caches.watches.track(&gvk, &ar, &scope, "*", comp);
+    }
+    let namespaces = match selected_namespaces(rd, comp, key, c, instance).await? {
         Outcome::Ready(n) => n,
         Outcome::Waits(message) => return Ok(Outcome::Waits(message)),
     };
@@ -49,10 +51,11 @@ pub async fn collection(
         Err(message) => return Ok(Outcome::Waits(message)),
     };
     // As the Composition's account; under --no-cross-namespace-refs only its own namespace.
-    let client = ctx
+    let client = rd
+        .clusters
         .client_for(comp)
         .map_err(api_err(Step::ImpersonatingClient))?;
-    let api: Api<DynamicObject> = if namespaced && ctx.opts.no_cross_namespace_refs {
+    let api: Api<DynamicObject> = if namespaced && rd.opts.no_cross_namespace_refs {
         Api::namespaced_with(client, &comp.namespace().unwrap_or_default(), &ar)
     } else {
         Api::all_with(client, &ar)
@@ -85,7 +88,7 @@ pub async fn collection(
 /// (`namespaceSelectorFrom`), from a fixed `namespaceSelector`, or all.
 /// [`Outcome::Waits`]: a bad selector, named.
 pub(super) async fn selected_namespaces(
-    ctx: &Context,
+    rd: Reads<'_>,
     comp: &Composition,
     key: &str,
     c: &CollectionRef,
@@ -114,8 +117,10 @@ pub(super) async fn selected_namespaces(
     };
     let ns_gvk = gvk_of("", "v1", "Namespace");
     let ns_ar = kube::core::ApiResource::erase::<k8s_openapi::api::core::v1::Namespace>(&());
-    ctx.watches.track(&ns_gvk, &ns_ar, "", "*", comp);
-    let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(ctx.client.clone());
+    if let Some(kept) = rd.kept {
+        kept.caches.watches.track(&ns_gvk, &ns_ar, "", "*", comp);
+    }
+    let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(rd.clusters.client().clone());
     let lp = ListParams::default().labels(&sel);
     let names = super::super::paging::list_bounded(
         &lp,

@@ -4,19 +4,20 @@
 use kube::ResourceExt;
 use serde_json::Value;
 
+use crate::run::context::Reads;
 use crate::run::{Context, Error};
 use crds::Composition;
 
 /// The manifests (tombstones excluded) of `synthesis`'s ResourceSlices, in slice order;
 /// `None` when a slice is missing.
 pub async fn emitted(
-    ctx: &Context,
+    rd: Reads<'_>,
     comp: &Composition,
     synthesis: &crds::Synthesis,
 ) -> Result<Option<Vec<Value>>, Error> {
     let mut out = Vec::new();
     for r in &synthesis.resource_slices {
-        let Some((slice, _)) = crate::run::slices::read_full(ctx, comp, &r.name).await? else {
+        let Some((slice, _)) = crate::run::slices::read_full(rd, comp, &r.name).await? else {
             return Ok(None);
         };
         let uid = comp.uid().unwrap_or_default();
@@ -26,7 +27,7 @@ pub async fn emitted(
                 .resources
                 .iter()
                 .filter(|m| !m.deleted)
-                .filter_map(|m| ctx.slice_keys.manifest(&uid, m)),
+                .filter_map(|m| rd.keys.manifest(&uid, m)),
         );
     }
     Ok(Some(out))
@@ -35,13 +36,13 @@ pub async fn emitted(
 /// The identities (`apiVersion`, `kind`, name, namespace) of what `synthesis` emits
 /// (tombstones excluded), from the slice cache's compact copies: no slice is read whole.
 pub(super) async fn emitted_identities(
-    ctx: &Context,
+    rd: Reads<'_>,
     comp: &Composition,
     synthesis: &crds::Synthesis,
 ) -> Result<Vec<Value>, Error> {
     let mut out = Vec::new();
     for r in &synthesis.resource_slices {
-        if let Some((slice, _)) = crate::run::slices::read(ctx, comp, &r.name).await? {
+        if let Some((slice, _)) = crate::run::slices::read(rd, comp, &r.name).await? {
             out.extend(
                 slice
                     .spec
@@ -68,7 +69,7 @@ pub async fn slices_reusable(
         return Ok(false);
     }
     for r in &synthesis.resource_slices {
-        let Some((slice, _)) = crate::run::slices::read(ctx, comp, &r.name).await? else {
+        let Some((slice, _)) = crate::run::slices::read(ctx.reads(), comp, &r.name).await? else {
             return Ok(false);
         };
         let stale = slice.spec.resources.iter().any(|m| {
@@ -93,7 +94,7 @@ pub async fn holds_plain_secret(
     synthesis: &crds::Synthesis,
 ) -> Result<bool, Error> {
     for r in &synthesis.resource_slices {
-        if let Some((slice, _)) = crate::run::slices::read(ctx, comp, &r.name).await?
+        if let Some((slice, _)) = crate::run::slices::read(ctx.reads(), comp, &r.name).await?
             && slice
                 .spec
                 .resources

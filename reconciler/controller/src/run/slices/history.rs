@@ -51,7 +51,7 @@ pub(crate) async fn previous_applied(
     // The snapshots need the manifests whole (server-side apply hands the fields of the
     // previous version back to enoki's manager from them; client-side patches diff them).
     for r in &prev.resource_slices {
-        let Some((slice, states)) = read_full(ctx, comp, &r.name).await? else {
+        let Some((slice, states)) = read_full(ctx.reads(), comp, &r.name).await? else {
             continue;
         };
         for (i, m) in slice
@@ -102,7 +102,7 @@ pub(crate) async fn tombstones(
         .map(|c| c.resource_slices.as_slice())
         .unwrap_or_default()
     {
-        let Some((slice, states)) = read_full(ctx, comp, &slice_ref.name).await? else {
+        let Some((slice, states)) = read_full(ctx.reads(), comp, &slice_ref.name).await? else {
             continue;
         };
         for (i, m) in slice.spec.resources.iter().enumerate() {

@@ -22,13 +22,17 @@ use crds::{Composition, ResourceSlice, ResourceState};
 /// (the status of the slice at `rv`, `cached` when read from the cache), or what enoki wrote
 /// or kept since. What enoki wrote is forgotten once the cache has it.
 pub(super) fn as_read(
-    ctx: &Context,
+    memory: Option<&crate::run::memory::Memory>,
     uid: &str,
     name: &str,
     (rv, cached): (&str, bool),
     stored: Vec<ResourceState>,
 ) -> Vec<ResourceState> {
-    ctx.memory.slices.with(uid, |m| {
+    let Some(memory) = memory else {
+        // Nothing remembered (a one-shot command): the stored states.
+        return stored;
+    };
+    memory.slices(uid, |m| {
         let (base, states) = match m.slice_status.get(name) {
             Some((written_rv, _)) if written_rv == rv => {
                 if cached {
@@ -53,7 +57,7 @@ pub(super) fn as_read(
 
 /// Forgets what was written or kept of slice `name` (deleted).
 pub(super) fn forget(ctx: &Context, uid: &str, name: &str) {
-    ctx.memory.slices.with(uid, |m| {
+    ctx.state.memory.slices(uid, |m| {
         m.slice_status.remove(name);
         m.kept.remove(name);
         m.parsed.remove(name);
@@ -71,8 +75,10 @@ pub(crate) async fn write_states(
     loaded: &Loaded,
     states: &[Vec<ResourceState>],
 ) -> Result<(), Error> {
-    let api: Api<ResourceSlice> =
-        Api::namespaced(ctx.client.clone(), &comp.namespace().unwrap_or_default());
+    let api: Api<ResourceSlice> = Api::namespaced(
+        ctx.clusters.client().clone(),
+        &comp.namespace().unwrap_or_default(),
+    );
     let uid = comp.uid().unwrap_or_default();
     for ((slice, new), spec) in loaded.slices.iter().zip(states).zip(&loaded.specs) {
         if slice.stored == *new {
@@ -80,7 +86,7 @@ pub(crate) async fn write_states(
         }
         if only_versions_moved(&slice.stored, new) {
             let read_at = spec.resource_version().unwrap_or_default();
-            ctx.memory.slices.with(&uid, |m| {
+            ctx.state.memory.slices(&uid, |m| {
                 let base = m
                     .slice_status
                     .get(&slice.name)
@@ -101,7 +107,7 @@ pub(crate) async fn write_states(
                 source,
             })?;
         let rv = written.resource_version().unwrap_or_default();
-        ctx.memory.slices.with(&uid, |m| {
+        ctx.state.memory.slices(&uid, |m| {
             m.kept.remove(&slice.name);
             m.slice_status.insert(slice.name.clone(), (rv, new.clone()))
         });

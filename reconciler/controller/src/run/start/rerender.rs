@@ -22,6 +22,7 @@ pub(super) async fn wake_on_capabilities(ctx: Arc<Context>) {
     loop {
         tokio::time::sleep(ctx.opts.capabilities_refresh).await;
         let taking: Vec<(ObjectRef<Composition>, String)> = ctx
+            .caches
             .compositions
             .state()
             .iter()
@@ -30,7 +31,13 @@ pub(super) async fn wake_on_capabilities(ctx: Arc<Context>) {
         if taking.is_empty() {
             continue;
         }
-        let now = match ctx.target.capabilities.get(&ctx.target.client).await {
+        let now = match ctx
+            .clusters
+            .target()
+            .capabilities
+            .get(&ctx.clusters.target().client)
+            .await
+        {
             Ok(now) => now,
             Err(e) => {
                 tracing::debug!(error = %e, "cannot read the target cluster's discovery");
@@ -44,7 +51,7 @@ pub(super) async fn wake_on_capabilities(ctx: Arc<Context>) {
             if *digest != now.digest && !again {
                 tracing::debug!(composition = %comp, "rendered for other capabilities; woken");
                 woken.insert(comp.clone(), now.digest.clone());
-                ctx.watches.wake(comp.clone());
+                ctx.caches.watches.wake(comp.clone());
             }
         }
     }

@@ -62,7 +62,7 @@ pub(super) async fn run_stack(
         slice_keys: shared.slice_keys.clone(),
     }));
     let mut tasks = background(&ctx, stop.clone()).await;
-    let (gate, stopping) = (ctx.fair.clone(), stop.clone());
+    let (gate, stopping) = (ctx.limits.fair.clone(), stop.clone());
     tasks.push(tokio::spawn(async move {
         stopping.await;
         gate.close();
@@ -354,11 +354,11 @@ pub(super) async fn background(
     stop: impl std::future::Future<Output = ()> + Clone + Send + Sync + 'static,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     let mut tasks = Vec::new();
-    if ctx.shards.borrow().has_first() {
+    if ctx.limits.shards.borrow().has_first() {
         cluster_wide(ctx, stop, &mut tasks).await;
     } else {
         // Once shard 0 is added to the set (it only grows while the stack runs).
-        let (ctx, mut held) = (ctx.clone(), ctx.shards.clone());
+        let (ctx, mut held) = (ctx.clone(), ctx.limits.shards.clone());
         tasks.push(tokio::spawn(async move {
             if held.wait_for(Shards::has_first).await.is_err() {
                 return;
@@ -386,15 +386,15 @@ pub(super) async fn background(
             if n > 0 {
                 tracing::debug!(forgotten = n, "swept memory of deleted Compositions");
             }
-            let (inputs, managed, _, _) = sweeper.watches.sizes();
-            let m = &sweeper.metrics;
+            let (inputs, managed, _, _) = sweeper.caches.watches.sizes();
+            let m = &sweeper.report.metrics;
             let now = i64::try_from(sweeper.remembered()).unwrap_or(i64::MAX);
             m.remembered.inc_by(now - remembered);
             remembered = now;
             let now = i64::try_from(inputs + managed).unwrap_or(i64::MAX);
             m.watched_kinds.inc_by(now - watched);
             watched = now;
-            let (w, st) = sweeper.watches.input_objects();
+            let (w, st) = sweeper.caches.watches.input_objects();
             let kept = |kept: &str| metrics::KeptLabel { kept: kept.into() };
             let now = i64::try_from(w).unwrap_or(i64::MAX);
             m.input_cache_objects
@@ -424,7 +424,7 @@ pub(super) async fn cluster_wide(
     // Synthesizer status for every Synthesizer, also those no Composition uses yet. Skipped
     // when scoped to one namespace: Synthesizers are cluster-scoped.
     if ctx.opts.namespace.is_none() {
-        let synths: Api<crds::Synthesizer> = Api::all(ctx.client.clone());
+        let synths: Api<crds::Synthesizer> = Api::all(ctx.clusters.client().clone());
         tasks.push(tokio::spawn(
             recovery::controller(synths, watcher::Config::default())
                 .graceful_shutdown_on(stop.clone())
@@ -440,15 +440,18 @@ pub(super) async fn cluster_wide(
     tasks.push(tokio::spawn(instances::run(ctx.clone())));
     let (syms, generated): (Api<crds::Symphony>, Api<Composition>) = match &ctx.opts.namespace {
         Some(ns) => (
-            Api::namespaced(ctx.client.clone(), ns),
-            Api::namespaced(ctx.client.clone(), ns),
+            Api::namespaced(ctx.clusters.client().clone(), ns),
+            Api::namespaced(ctx.clusters.client().clone(), ns),
         ),
-        None => (Api::all(ctx.client.clone()), Api::all(ctx.client.clone())),
+        None => (
+            Api::all(ctx.clusters.client().clone()),
+            Api::all(ctx.clusters.client().clone()),
+        ),
     };
     // The Compositions Symphonies generate, cached: a pass reads them from here (no list),
     // and a change of one wakes its Symphony.
     let (store, writer) = reflector::store::<Composition>();
-    let _ = ctx.symphony_compositions.set(store);
+    let _ = ctx.caches.symphony_compositions.set(store);
     let wc = watcher::Config::default()
         .labels(crds::names::labels::SYMPHONY)
         .page_size(COMPOSITION_PAGE);

@@ -14,19 +14,20 @@ use crds::ResourceSlice;
 
 /// The per-shard gauges of Compositions and managed objects cached.
 pub(super) fn publish_shard_sizes(ctx: &Context) {
-    let shards = *ctx.shards.borrow();
+    let shards = *ctx.limits.shards.borrow();
     let count = usize::try_from(shards.count()).unwrap_or(1);
     let (mut comps, mut objects) = (vec![0_i64; count], vec![0_i64; count]);
     let index = |uid: &str| usize::try_from(Shard::of_uid(uid, shards.count())).unwrap_or(0);
-    for c in ctx.compositions.state() {
+    for c in ctx.caches.compositions.state() {
         comps[index(&c.uid().unwrap_or_default())] += 1;
     }
-    ctx.watches
+    ctx.caches
+        .watches
         .managed_owners(|owner| objects[index(owner.unwrap_or_default())] += 1);
     for s in shards.iter() {
         let label = metrics::ShardLabel { shard: s.label() };
         let i = usize::try_from(s.index).unwrap_or(0);
-        let m = &ctx.metrics;
+        let m = &ctx.report.metrics;
         m.shard_compositions.get_or_create(&label).set(comps[i]);
         m.shard_managed_objects
             .get_or_create(&label)
@@ -37,11 +38,11 @@ pub(super) fn publish_shard_sizes(ctx: &Context) {
 /// The slice cache's gauges: bytes the cached slices store, and bytes the cache holds.
 pub(super) fn publish_slice_sizes(ctx: &Context) {
     let (mut stored, mut held) = (0_usize, 0_usize);
-    for s in ctx.slices.state() {
+    for s in ctx.caches.slices.state() {
         stored += crate::run::slices::stored_bytes(&s);
         held += crate::run::slices::manifest_bytes(&s.spec.resources);
     }
-    let m = &ctx.metrics;
+    let m = &ctx.report.metrics;
     m.slice_stored_bytes
         .set(i64::try_from(stored).unwrap_or(i64::MAX));
     m.slice_held_bytes

@@ -7,7 +7,7 @@ use std::time::Duration;
 use kube::ResourceExt;
 use serde_json::Value;
 
-use super::super::super::Context;
+use super::super::super::Options;
 use super::super::observe::Gathered;
 use crate::synthesis::{CompositionMeta, SynthesisInput};
 use crds::{Composition, Synthesizer};
@@ -15,7 +15,7 @@ use crds::{Composition, Synthesizer};
 /// What the module gets on stdin for `comp`: its metadata, the gathered inputs, the observed
 /// outputs, the Synthesizer's env overlaid with the Composition's (and the controller's).
 pub(crate) fn input_for(
-    ctx: &Context,
+    opts: &Options,
     comp: &Composition,
     synth: &crds::Synthesizer,
     gathered: &Gathered,
@@ -52,7 +52,7 @@ pub(crate) fn input_for(
                     .chain(synth.spec.env.iter())
                     .map(|e| (e.name.clone(), e.value.clone())),
             )
-            .chain(controller_env(ctx, synth))
+            .chain(controller_env(opts, synth))
             .collect(),
         program: synth.name_any(),
         optional_refs: synth
@@ -79,7 +79,7 @@ fn capabilities_env(gathered: &Gathered) -> Vec<(String, String)> {
 
 /// Variables the controller sets after the Synthesizer's `env` and the Composition's
 /// `synthesisEnv`, so neither can override them: platform switches of the built-ins.
-fn controller_env(ctx: &Context, synth: &Synthesizer) -> Vec<(String, String)> {
+fn controller_env(opts: &Options, synth: &Synthesizer) -> Vec<(String, String)> {
     let mut env = Vec::new();
     // The Helm module's switch to Eno's release name, namespace and hooks: always set for a
     // chart, so neither env can turn it (it is the Synthesizer's `spec.helm.shim`).
@@ -93,7 +93,7 @@ fn controller_env(ctx: &Context, synth: &Synthesizer) -> Vec<(String, String)> {
     if synth.spec.module.builtin.as_deref() == Some("lepton") {
         env.push((
             builtins::lepton::PERSISTENT_VOLUMES_ENV.to_string(),
-            ctx.opts.lepton_persistent_volumes.to_string(),
+            opts.lepton_persistent_volumes.to_string(),
         ));
     }
     env

@@ -91,7 +91,8 @@ pub(super) async fn publish_result_events(
         };
         let target = instance.map_or_else(|| comp.object_ref(&()), object_ref_of);
         let warning = r.severity != crds::Severity::Info;
-        ctx.event_distinct(&target, warning, reason, r.message.clone())
+        ctx.report
+            .event_distinct(&target, warning, reason, r.message.clone())
             .await;
     }
 }
@@ -102,7 +103,8 @@ pub(super) async fn report_failure(
     instance: Option<&Value>,
     e: &synthesis::SynthesisError,
 ) {
-    ctx.event(comp, true, e.reason(), "Synthesize", e.to_string())
+    ctx.report
+        .event(comp, true, e.reason(), "Synthesize", e.to_string())
         .await;
     // Instance mode: say it on the object the user applied, too (with the reason the
     // synthesizer gave, when it gave one).
@@ -114,14 +116,15 @@ pub(super) async fn report_failure(
             } => r.as_str(),
             _ => e.reason(),
         };
-        ctx.event_on(
-            &object_ref_of(me),
-            true,
-            reason,
-            "Synthesize",
-            e.to_string(),
-        )
-        .await;
+        ctx.report
+            .event_on(
+                &object_ref_of(me),
+                true,
+                reason,
+                "Synthesize",
+                e.to_string(),
+            )
+            .await;
     }
     tracing::info!(reason = e.reason(), error = %e, "synthesis failed; the previous synthesis stays applied");
 }
@@ -155,11 +158,12 @@ pub(super) async fn refuse(
     reason: &str,
     message: &str,
 ) {
-    ctx.event(comp, true, reason, "Synthesize", message.to_string())
+    ctx.report
+        .event(comp, true, reason, "Synthesize", message.to_string())
         .await;
     fail(st, comp.metadata.generation, reason, message);
     let uid = comp.uid().unwrap_or_default();
-    ctx.memory.synthesis.with(&uid, |m| {
+    ctx.state.memory.synthesis(&uid, |m| {
         m.failed = Some(Failed {
             fingerprint: fp.to_string(),
             failures: 1,

@@ -22,7 +22,7 @@ pub(super) async fn store(
     let kept = out.clone();
     let (items, write_back) = split_write_back(out.items, instance);
     let had_resources = match &st.current_synthesis {
-        Some(cur) if items.is_empty() => inputs::emitted(ctx, comp, cur)
+        Some(cur) if items.is_empty() => inputs::emitted(ctx.reads(), comp, cur)
             .await?
             .is_none_or(|e| !e.is_empty()),
         _ => false,
@@ -68,18 +68,18 @@ pub(super) async fn store(
             &comp.namespace().unwrap_or_default(),
             comp.annotations(),
         );
-        ctx.memory.synthesis.with(&uid, |m| {
+        ctx.state.memory.synthesis(&uid, |m| {
             m.unrecorded = Some((fp.to_string(), next.clone()))
         });
         st.previous_synthesis = st.current_synthesis.take();
         st.current_synthesis = Some(next);
     }
     if req.synth.spec.for_kind.is_some() {
-        ctx.memory
-            .synthesis
-            .with(&uid, |m| m.status_write = Some(write_back));
+        ctx.state
+            .memory
+            .synthesis(&uid, |m| m.status_write = Some(write_back));
     }
-    ctx.memory.synthesis.with(&uid, |m| m.failed = None);
+    ctx.state.memory.synthesis(&uid, |m| m.failed = None);
     synthesized(st, comp.metadata.generation);
     tracing::info!(synthesis = %uuid, resources = items.len(), unchanged, trigger = %req.trigger, "synthesized");
     Ok(SynthesisEnd::Stored)
@@ -102,7 +102,7 @@ async fn unchanged(
             inputs::slices_reusable(ctx, comp, cur).await?
         }
         Some(cur) if req.trigger.may_keep_slices() => {
-            inputs::emitted(ctx, comp, cur)
+            inputs::emitted(ctx.reads(), comp, cur)
                 .await?
                 .is_some_and(|emitted| emitted == items)
                 && !inputs::holds_plain_secret(ctx, comp, cur).await?
@@ -120,7 +120,7 @@ pub(super) async fn reuse_unrecorded(
     fp: &str,
 ) -> Option<SynthesisEnd> {
     let uid = comp.uid().unwrap_or_default();
-    let (f, next) = ctx.memory.synthesis.with(&uid, |m| m.unrecorded.take())?;
+    let (f, next) = ctx.state.memory.synthesis(&uid, |m| m.unrecorded.take())?;
     let landed = [&st.current_synthesis, &st.previous_synthesis]
         .into_iter()
         .flatten()
@@ -133,9 +133,9 @@ pub(super) async fn reuse_unrecorded(
         return None;
     }
     tracing::debug!(synthesis = %next.uuid, "recording the slices of a synthesis whose status write failed");
-    ctx.memory
-        .synthesis
-        .with(&uid, |m| m.unrecorded = Some((f, next.clone())));
+    ctx.state
+        .memory
+        .synthesis(&uid, |m| m.unrecorded = Some((f, next.clone())));
     st.in_flight_synthesis = None;
     st.previous_synthesis = st.current_synthesis.take();
     st.current_synthesis = Some(next);
@@ -151,11 +151,11 @@ pub(crate) async fn status_write_failed(ctx: &Arc<Context>, comp: &Composition, 
         return;
     }
     let uid = comp.uid().unwrap_or_default();
-    let Some((fp, s)) = ctx.memory.synthesis.with(&uid, |m| m.unrecorded.take()) else {
+    let Some((fp, s)) = ctx.state.memory.synthesis(&uid, |m| m.unrecorded.take()) else {
         return;
     };
     crate::run::slices::delete(ctx, comp, &s.resource_slices).await;
-    ctx.memory.synthesis.with(&uid, |m| {
+    ctx.state.memory.synthesis(&uid, |m| {
         m.failed = Some(Failed {
             fingerprint: fp,
             failures: 1,
@@ -281,13 +281,13 @@ pub(super) async fn write_new(
     match slices::write(ctx, comp, uuid, manifests).await {
         Ok(refs) => {
             let ns = comp.namespace().unwrap_or_default();
-            ctx.synthesis_rates.wrote(&ns, bytes);
+            ctx.limits.synthesis_rates.wrote(&ns, bytes);
             Ok(Outcome::Ready(refs))
         }
         Err(e) if e.is_transient() => {
-            ctx.memory
-                .synthesis
-                .with(&uid, |m| m.pending_output = Some((fp.to_string(), kept)));
+            ctx.state
+                .memory
+                .synthesis(&uid, |m| m.pending_output = Some((fp.to_string(), kept)));
             Err(e)
         }
         Err(e) => {
