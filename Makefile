@@ -8,7 +8,8 @@ test:
 	hack/test.sh
 
 ## test-unit: the tests that need no control plane (the decision layer, the planner, the API
-## types, the controller's unit tests): seconds once built; `make test` runs them too
+## types, the controller's unit tests and its call-sequence tier against a fake API): seconds
+## once built; `make test` runs them too
 test-unit:
 	cargo test --locked -p reconciler-core -p reconciler-plan -p crds
 	cargo test --locked -p reconciler-controller --lib

@@ -5,6 +5,8 @@
 
 pub mod api_metrics;
 pub(crate) mod apply;
+#[cfg(test)]
+mod call_sequence;
 pub mod capabilities;
 pub(crate) mod cluster;
 pub(crate) mod composition;
@@ -13,6 +15,8 @@ pub(crate) mod context;
 pub mod diff;
 pub mod error;
 pub mod fair;
+#[cfg(test)]
+pub(crate) mod fake_api;
 pub mod fence;
 mod finalizers;
 pub mod health;
