@@ -310,13 +310,13 @@ pub fn label_value(name: &str) -> String {
 /// # Errors
 /// [`Error::WriteSlice`].
 pub(crate) async fn write(
-    ctx: &Context,
+    clusters: &crate::run::context::Clusters,
     comp: &Composition,
     uuid: &str,
     manifests: Vec<Manifest>,
 ) -> Result<Vec<ResourceSliceRef>, Error> {
     let ns = comp.namespace().unwrap_or_default();
-    let api: Api<ResourceSlice> = Api::namespaced(ctx.clusters.client().clone(), &ns);
+    let api: Api<ResourceSlice> = Api::namespaced(clusters.client().clone(), &ns);
     let owner = OwnerReference {
         api_version: Composition::api_version(&()).into(),
         kind: Composition::kind(&()).into(),
@@ -378,7 +378,7 @@ pub(crate) async fn delete(ctx: &Context, comp: &Composition, refs: &[crds::Reso
                 tracing::debug!(slice = %r.name, error = %e, "cannot delete an unrecorded ResourceSlice")
             }
         }
-        states::forget(ctx, &uid, &r.name);
+        states::forget(&ctx.state, &uid, &r.name);
     }
 }
 
@@ -422,7 +422,7 @@ pub(crate) async fn delete_stale(ctx: &Arc<Context>, comp: &Composition, st: &Co
             Ok(_) => tracing::debug!(slice = %n, "deleted stale ResourceSlice"),
             Err(e) => tracing::debug!(slice = %n, error = %e, "cannot delete stale ResourceSlice"),
         }
-        states::forget(ctx, &uid, &n);
+        states::forget(&ctx.state, &uid, &n);
     }
 }
 

@@ -67,13 +67,13 @@ async fn reconcile_once(sym: Arc<Symphony>, ctx: Arc<Context>) -> Result<Action,
         // From the API server, not the cache: a Composition the cache has not seen yet must
         // not be left to the garbage collector (its resources would go with it).
         let owned = listed_compositions(&comps, &name).await?;
-        return delete(&ctx, &sym, &syms, &comps, &owned).await;
+        return delete(&ctx.opts, &sym, &syms, &comps, &owned).await;
     }
-    let owned = owned_compositions(&ctx, &comps, &name).await?;
+    let owned = owned_compositions(&ctx.caches, &comps, &name).await?;
     let refused = crate::synthesis::symphony_spec_too_large(&sym.spec)
         .or_else(|| crate::synthesis::symphony_over_budget(&sym.spec, ctx.opts.max_symphony_bytes));
     if let Some(note) = refused {
-        refuse(&ctx, &sym, &syms, &note).await?;
+        refuse(&ctx.report, &sym, &syms, &note).await?;
         return Ok(Action::await_change());
     }
     if !has_finalizer {
@@ -138,7 +138,7 @@ async fn write_status(
 /// Compositions would each carry the padding). One status write and one Event per refused
 /// spec, not one per pass.
 async fn refuse(
-    ctx: &Context,
+    report: &crate::run::context::Reporter,
     sym: &Symphony,
     syms: &Api<Symphony>,
     note: &str,
@@ -150,7 +150,7 @@ async fn refuse(
     if !write_status(syms, sym, &status).await? {
         return Ok(());
     }
-    ctx.report
+    report
         .event_on(
             &sym.object_ref(&()),
             true,
@@ -165,7 +165,7 @@ async fn refuse(
 /// The Symphony's Compositions: from the cache of generated Compositions, or a list where
 /// there is none.
 async fn owned_compositions(
-    ctx: &Context,
+    caches: &crate::run::context::Caches,
     comps: &Api<Composition>,
     symphony: &str,
 ) -> Result<Vec<Composition>, Error> {
@@ -178,7 +178,7 @@ async fn owned_compositions(
                 .is_ok_and(|r| r.is_ok())
         }
     };
-    if let Some(store) = ctx.caches.symphony_compositions.get()
+    if let Some(store) = caches.symphony_compositions.get()
         && ready(store).await
     {
         let ns = comps.namespace().map(str::to_string);
@@ -213,7 +213,7 @@ async fn listed_compositions(
 /// Deletion: label every Composition `symphony-deleting` (its resources are orphaned, as in
 /// Eno), delete them, and release the finalizer once none is left.
 async fn delete(
-    ctx: &Context,
+    opts: &crate::run::Options,
     sym: &Symphony,
     syms: &Api<Symphony>,
     comps: &Api<Composition>,
@@ -246,7 +246,7 @@ async fn delete(
             .map_err(api_err(Step::SymphonyFinalizer(false)))?;
         return Ok(Action::await_change());
     }
-    Ok(Action::requeue(ctx.opts.readiness_poll))
+    Ok(Action::requeue(opts.readiness_poll))
 }
 
 /// Applies one Composition per variation (in dependency order; a cycle is an Event) and

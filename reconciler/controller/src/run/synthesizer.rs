@@ -111,7 +111,7 @@ pub(crate) async fn load_module(
     let name = synth.name_any();
     let generation = (synth.uid(), synth.metadata.generation);
     let mut failures = 0;
-    if let Some(hit) = cached_module(ctx, &name, &generation, &mut failures) {
+    if let Some(hit) = cached_module(&ctx.modules, &name, &generation, &mut failures) {
         return hit;
     }
     // Single flight per Synthesizer, off the reconcile: the fetch (and compilation) runs in a
@@ -123,7 +123,7 @@ pub(crate) async fn load_module(
     let Ok(one) = flight.try_lock_owned() else {
         return Err(module::ModuleError::Loading);
     };
-    if let Some(hit) = cached_module(ctx, &name, &generation, &mut failures) {
+    if let Some(hit) = cached_module(&ctx.modules, &name, &generation, &mut failures) {
         return hit;
     }
     let (tx, rx) = tokio::sync::oneshot::channel();
@@ -146,12 +146,12 @@ const FETCH_WAIT: Duration = Duration::from_secs(10);
 /// The cached module or cached failure (until its backoff passes) of a Synthesizer
 /// generation; `failures` is set to the failures in a row so far.
 fn cached_module(
-    ctx: &Context,
+    modules: &crate::run::context::Modules,
     name: &str,
     generation: &super::context::ModuleVersion,
     failures: &mut u32,
 ) -> Option<Result<synthesis::Module, module::ModuleError>> {
-    let entry = ctx.modules.cached(name);
+    let entry = modules.cached(name);
     match entry {
         Some(ModuleEntry::Ready(g, m)) if &g == generation => Some(Ok(m)),
         Some(ModuleEntry::Failed {
@@ -219,7 +219,7 @@ async fn fetch_and_cache(
             .map_or_else(module::ModuleError::kind, |_| "Ready"),
     );
     drop(slot);
-    report_module(ctx, synth, &result).await;
+    report_module(&ctx.clusters, synth, &result).await;
     let entry = match &result {
         Ok(m) => ModuleEntry::Ready(generation, m.clone()),
         Err(e) => ModuleEntry::Failed {
@@ -254,7 +254,7 @@ pub(crate) fn module_backoff(e: &module::ModuleError, failures: u32) -> Duration
 }
 
 async fn report_module(
-    ctx: &Context,
+    clusters: &crate::run::context::Clusters,
     synth: &Synthesizer,
     result: &Result<synthesis::Module, module::ModuleError>,
 ) {
@@ -283,7 +283,7 @@ async fn report_module(
     if sst == before {
         return;
     }
-    let api: Api<Synthesizer> = Api::all(ctx.clusters.client().clone());
+    let api: Api<Synthesizer> = Api::all(clusters.client().clone());
     if let Err(e) = api
         .patch_status(
             &synth.name_any(),

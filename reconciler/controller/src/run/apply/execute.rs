@@ -58,7 +58,15 @@ pub(crate) async fn act(
             ),
         )
     });
-    let outcomes = run_steps(ctx, &uid, the_plan, observations, &deferred, &backing_off).await;
+    let outcomes = run_steps(
+        &ctx.opts,
+        &uid,
+        the_plan,
+        observations,
+        &deferred,
+        &backing_off,
+    )
+    .await;
     log_writes(the_plan, &outcomes, &deferred);
     let conflicts = ctx.state.memory.apply(&uid, |m| {
         record_failures(&mut m.backoff, the_plan, &outcomes, started);
@@ -81,7 +89,7 @@ pub(crate) async fn act(
             .event(comp, true, reasons::FIELD_CONFLICT, "Apply", message)
             .await;
     }
-    count_ops(ctx, the_plan, &outcomes);
+    count_ops(&ctx.report, the_plan, &outcomes);
     Acted {
         outcomes,
         fight_wait,
@@ -91,7 +99,7 @@ pub(crate) async fn act(
 /// Executes the plan's steps, `apply_concurrency` at a time: a step `deferred` (a fight
 /// waiting) counts as in sync, a write `backing_off` is held. The outcomes in step order.
 async fn run_steps(
-    ctx: &Context,
+    opts: &crate::run::Options,
     uid: &str,
     the_plan: &Plan,
     observations: &HashMap<ResourceKey, Observation>,
@@ -119,8 +127,8 @@ async fn run_steps(
             let migrating = Handover {
                 uid,
                 migration: reconciler_core::migrate::Migration {
-                    managers: &ctx.opts.migrating_field_managers,
-                    fields: &ctx.opts.migrating_fields,
+                    managers: &opts.migrating_field_managers,
+                    fields: &opts.migrating_fields,
                 },
                 previous: step.previous.as_ref(),
             };
@@ -131,12 +139,12 @@ async fn run_steps(
                 observations.get(&step.key),
                 held,
                 migrating,
-                ctx.opts.timeout,
+                opts.timeout,
             )
         })
         .collect();
     let mut indexed: Vec<(usize, StepResult)> = futures::stream::iter(pending)
-        .buffer_unordered(ctx.opts.apply_concurrency.max(1))
+        .buffer_unordered(opts.apply_concurrency.max(1))
         .collect()
         .await;
     indexed.sort_by_key(|(i, _)| *i);
@@ -225,7 +233,7 @@ fn record_failures(
     }
 }
 
-fn count_ops(ctx: &Context, the_plan: &Plan, outcomes: &[StepResult]) {
+fn count_ops(report: &crate::run::context::Reporter, the_plan: &Plan, outcomes: &[StepResult]) {
     for (step, outcome) in the_plan.steps.iter().zip(outcomes) {
         if step.op.is_write() && !outcome.held {
             let result = if outcome.error.is_some() {
@@ -234,7 +242,7 @@ fn count_ops(ctx: &Context, the_plan: &Plan, outcomes: &[StepResult]) {
                 "ok"
             };
             super::super::metrics::Metrics::count(
-                &ctx.report.metrics.apply_ops,
+                &report.metrics.apply_ops,
                 &format!("{}-{result}", op_name(&step.op)),
             );
         }

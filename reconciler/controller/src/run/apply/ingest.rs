@@ -24,7 +24,7 @@ pub(super) async fn prepare(
     info: &plan::CompositionInfo,
 ) -> Result<(Arc<plan::Prepared>, bool), Result<plan::PlanError, Error>> {
     let uid = info.uid.as_str();
-    let key = cache_key(ctx, synthesis, info);
+    let key = cache_key(&ctx.opts, synthesis, info);
     if let Some(p) = ctx.plans.get(uid, &key) {
         return Ok((p, false));
     }
@@ -35,7 +35,7 @@ pub(super) async fn prepare(
     if let Some(p) = ctx.plans.get(uid, &key) {
         return Ok((p, false));
     }
-    let whole = whole_slices(ctx, comp, loaded).await.map_err(Err)?;
+    let whole = whole_slices(ctx.reads(), comp, loaded).await.map_err(Err)?;
     // A sealed Secret that does not open is left alone this pass (neither applied nor
     // pruned; everything else is reconciled), and the ingested synthesis is not cached
     // without it. With keys loaded it does not open for good (its key was deleted or rotated
@@ -69,7 +69,7 @@ pub(super) async fn prepare(
         tracing::warn!(composition = %info.name, namespace = %info.namespace,
             "a sealed Secret of the current synthesis opens with no slice key; it is synthesized again");
     }
-    let desired = filtered(ctx, desired, info);
+    let desired = filtered(&ctx.opts, desired, info);
     let p = Arc::new(plan::prepare(&desired, info).map_err(Ok)?);
     if !skipped {
         let bytes = whole.iter().map(|s| stored_bytes(s)).sum();
@@ -83,8 +83,8 @@ pub(super) async fn prepare(
 /// Eno's; all its metadata with a filter, which may read any of it), kept as its digest (a key
 /// costs the same whatever the annotations hold). An annotation of another tool's does not
 /// make the synthesis read again.
-fn cache_key(ctx: &Context, synthesis: &str, info: &plan::CompositionInfo) -> String {
-    let meta = match ctx.opts.resource_filter {
+fn cache_key(opts: &crate::run::Options, synthesis: &str, info: &plan::CompositionInfo) -> String {
+    let meta = match opts.resource_filter {
         Some(_) => serde_json::to_string(&(&info.annotations, &info.labels)),
         None => serde_json::to_string(
             &info
@@ -107,11 +107,11 @@ fn cache_key(ctx: &Context, synthesis: &str, info: &plan::CompositionInfo) -> St
 /// Eno's `--resource-filter`: the resources it excludes are not reconciled by this
 /// controller. CEL over tenant content: off the async workers.
 fn filtered(
-    ctx: &Context,
+    opts: &crate::run::Options,
     desired: Vec<plan::Desired>,
     info: &plan::CompositionInfo,
 ) -> Vec<plan::Desired> {
-    let Some(filter) = &ctx.opts.resource_filter else {
+    let Some(filter) = &opts.resource_filter else {
         return desired;
     };
     let (kept, errors) =
@@ -126,7 +126,7 @@ fn filtered(
 /// The loaded slices with their manifests whole: a compact cache copy is read again (a slice
 /// gone or rewritten since it was loaded fails the pass, which starts over).
 async fn whole_slices(
-    ctx: &Context,
+    rd: crate::run::context::Reads<'_>,
     comp: &crds::Composition,
     loaded: &Loaded,
 ) -> Result<Vec<Arc<crds::ResourceSlice>>, Error> {
@@ -137,7 +137,7 @@ async fn whole_slices(
             continue;
         }
         let name = s.name_any();
-        let whole = slices::read_full(ctx.reads(), comp, &name)
+        let whole = slices::read_full(rd, comp, &name)
             .await?
             .map(|(w, _)| w)
             .filter(|w| w.metadata.generation == s.metadata.generation)

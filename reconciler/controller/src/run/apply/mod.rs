@@ -335,7 +335,7 @@ async fn finish(
         })
     });
     slices::write_states(ctx, comp, seen.loaded, &recording.states).await?;
-    let roll = rollup::Rollup::of(seen.loaded, &recording, &filtered_out(ctx, seen));
+    let roll = rollup::Rollup::of(seen.loaded, &recording, &filtered_out(&ctx.opts, seen));
     if !deleting {
         let uid = comp.uid().unwrap_or_default();
         for (reason, messages) in [
@@ -462,8 +462,11 @@ pub(crate) fn composition_info(comp: &Composition, deleting: bool) -> plan::Comp
 
 /// The positions of the resources `--resource-filter` left out (none without it): not
 /// reconciled here, so they count neither for nor against the Composition's roll-up.
-fn filtered_out(ctx: &Context, seen: &Seen<'_>) -> std::collections::HashSet<(usize, usize)> {
-    if ctx.opts.resource_filter.is_none() {
+fn filtered_out(
+    opts: &crate::run::Options,
+    seen: &Seen<'_>,
+) -> std::collections::HashSet<(usize, usize)> {
+    if opts.resource_filter.is_none() {
         return std::collections::HashSet::new();
     }
     seen.loaded

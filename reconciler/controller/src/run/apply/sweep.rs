@@ -125,7 +125,7 @@ impl Sweep<'_> {
         };
         // --resource-filter: what it leaves to others is judged on the live object (the
         // manifests went with the slices).
-        if !filter_keeps(self.ctx, self.info, &live) {
+        if !filter_keeps(&self.ctx.opts, self.info, &live) {
             return Ok(Swept::Done);
         }
         let ours = live
@@ -167,11 +167,11 @@ const OUTSIDE_LEFT: &str = "OutsideNamespaceLeft";
 
 /// Whether `--resource-filter` (if any) keeps `live` for this controller.
 fn filter_keeps(
-    ctx: &Context,
+    opts: &crate::run::Options,
     info: &plan::CompositionInfo,
     live: &kube::api::DynamicObject,
 ) -> bool {
-    let Some(filter) = &ctx.opts.resource_filter else {
+    let Some(filter) = &opts.resource_filter else {
         return true;
     };
     let Ok(mut manifest) = serde_json::to_value(live) else {

@@ -39,7 +39,7 @@ pub(crate) fn too_large(
         return None;
     }
     let ns = comp.namespace().unwrap_or_default();
-    let (held, freed) = namespace_bytes(ctx, comp, st);
+    let (held, freed) = namespace_bytes(&ctx.caches, comp, st);
     // A synthesis that adds no more than it frees (the previous one is deleted once it is
     // stored) always passes: a namespace over its budget can still shrink.
     (held.saturating_add(bytes) > budget && bytes > freed).then(|| {
@@ -56,7 +56,11 @@ pub(crate) fn too_large(
 /// stored — every slice there but those of `comp` outside its current synthesis (the current
 /// one becomes the previous; older ones are deleted) — and the bytes of those it frees. From
 /// the slice cache (with `--shards`, the Compositions of the shards this replica serves).
-fn namespace_bytes(ctx: &Context, comp: &Composition, st: &CompositionStatus) -> (usize, usize) {
+fn namespace_bytes(
+    caches: &crate::run::context::Caches,
+    comp: &Composition,
+    st: &CompositionStatus,
+) -> (usize, usize) {
     let ns = comp.namespace().unwrap_or_default();
     let uid = comp.uid().unwrap_or_default();
     let current: Vec<&str> = st
@@ -65,7 +69,7 @@ fn namespace_bytes(ctx: &Context, comp: &Composition, st: &CompositionStatus) ->
         .flat_map(|s| s.resource_slices.iter().map(|r| r.name.as_str()))
         .collect();
     let (mut held, mut freed) = (0_usize, 0_usize);
-    for s in ctx.caches.slices.state() {
+    for s in caches.slices.state() {
         if s.namespace().as_deref() != Some(ns.as_str()) {
             continue;
         }

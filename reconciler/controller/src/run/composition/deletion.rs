@@ -6,7 +6,7 @@ use super::*;
 /// Deletion: wait for dependents, then delete (or orphan) every resource in deletion-group
 /// order; release the finalizer once nothing is left.
 pub(super) async fn delete(ctx: &Arc<Context>, comp: &Arc<Composition>) -> Result<Action, Error> {
-    if symphony_gone_and_forced(ctx, comp).await? {
+    if symphony_gone_and_forced(&ctx.clusters, comp).await? {
         tracing::warn!(
             "forceDeleteWhenSymphonyGone: the owning Symphony is gone; releasing the finalizer \
              without deleting resources"
@@ -53,7 +53,7 @@ pub(super) async fn delete(ctx: &Arc<Context>, comp: &Arc<Composition>) -> Resul
 /// Eno's `forceDeleteWhenSymphonyGone`: the Composition says `"true"` and the Symphony that
 /// owns it no longer exists, so nothing is left to wait for.
 pub(super) async fn symphony_gone_and_forced(
-    ctx: &Context,
+    clusters: &crate::run::context::Clusters,
     comp: &Composition,
 ) -> Result<bool, Error> {
     let key = crds::names::annotations::FORCE_DELETE_WHEN_SYMPHONY_GONE;
@@ -73,7 +73,7 @@ pub(super) async fn symphony_gone_and_forced(
         return Ok(false);
     };
     let syms: kube::Api<crds::Symphony> = kube::Api::namespaced(
-        ctx.clusters.client().clone(),
+        clusters.client().clone(),
         &comp.namespace().unwrap_or_default(),
     );
     let found = syms

@@ -15,14 +15,14 @@ use crds::names::reasons;
 use crds::{BlockedBy, Composition, DependencyStatus};
 
 async fn dependency(
-    ctx: &Context,
+    rd: crate::run::context::Reads<'_>,
     comp: &Composition,
     namespace: &str,
     name: &str,
 ) -> Result<Option<Composition>, Error> {
     let gvk = GroupVersionKind::gvk(crds::GROUP, crds::VERSION, crds::names::kinds::COMPOSITION);
     let ar = ApiResource::erase::<Composition>(&());
-    let obj = super::observe::read(ctx.reads(), comp, (&gvk, &ar, true), namespace, name)
+    let obj = super::observe::read(rd, comp, (&gvk, &ar, true), namespace, name)
         .await
         .map_err(|source| Error::ReadDependency {
             name: format!("{namespace}/{name}"),
@@ -64,7 +64,7 @@ pub(crate) async fn block(
     let mut blocked_by = Vec::new();
     for dep in &comp.spec.depends_on {
         let dep_ns = ref_namespace(&ns, dep.namespace.as_deref());
-        let found = dependency(ctx, comp, &dep_ns, &dep.name).await?;
+        let found = dependency(ctx.reads(), comp, &dep_ns, &dep.name).await?;
         if let Some(reason) = blocking_reason(found.as_ref()) {
             blocked_by.push(BlockedBy {
                 name: dep.name.clone(),
@@ -116,7 +116,7 @@ async fn in_cycle(ctx: &Context, comp: &Composition) -> Result<bool, Error> {
         if !seen.insert(node.clone()) || seen.len() > 200 {
             continue;
         }
-        if let Some(c) = dependency(ctx, comp, &node.0, &node.1).await? {
+        if let Some(c) = dependency(ctx.reads(), comp, &node.0, &node.1).await? {
             stack.extend(edges(&c, &node.0));
         }
     }

@@ -41,9 +41,12 @@ pub fn state(comp: &Composition) -> State {
 ///
 /// # Errors
 /// [`Error::Finalizer`].
-pub(crate) async fn add(ctx: &Context, comp: &Composition) -> Result<Action, Error> {
+pub(crate) async fn add(
+    clusters: &crate::run::context::Clusters,
+    comp: &Composition,
+) -> Result<Action, Error> {
     let api: Api<Composition> = Api::namespaced(
-        ctx.clusters.client().clone(),
+        clusters.client().clone(),
         &comp.namespace().unwrap_or_default(),
     );
     super::super::finalizers::set_cleanup_finalizer(&api, comp, true, comp.resource_version())

@@ -113,7 +113,7 @@ async fn admitted(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Action, E
         comp.name_any()
     );
     let _in_flight = ctx.report.metrics.queue.started(&queued);
-    let comp = status_write::fresh(&ctx, comp);
+    let comp = status_write::fresh(&ctx.state, comp);
     let result = match finalizer::state(&comp) {
         finalizer::State::Released => {
             // Released by someone else (or a pass before): nothing of it is reported or
@@ -128,7 +128,7 @@ async fn admitted(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Action, E
             ctx.forget(&ObjectRef::from_obj(comp.as_ref()), comp.uid().as_deref());
             Ok(Action::await_change())
         }
-        finalizer::State::Missing => finalizer::add(&ctx, &comp).await,
+        finalizer::State::Missing => finalizer::add(&ctx.clusters, &comp).await,
         finalizer::State::Deleting => delete(&ctx, &comp).await,
         finalizer::State::Present if comp.spec.suspend => suspend::hold(&ctx, &comp).await,
         finalizer::State::Present => converge(&ctx, &comp).await,

@@ -20,10 +20,13 @@ use crds::{Composition, CompositionStatus};
 /// while the cache still shows the version enoki's write was based on. Once the cache moved
 /// on — to enoki's write or to anyone's later one (a status edit by someone else) — the cache
 /// is the truth and the memory is dropped.
-pub(crate) fn fresh(ctx: &Context, comp: Arc<Composition>) -> Arc<Composition> {
+pub(crate) fn fresh(
+    state: &crate::run::context::State,
+    comp: Arc<Composition>,
+) -> Arc<Composition> {
     let uid = comp.uid().unwrap_or_default();
     let rv = comp.resource_version().unwrap_or_default();
-    let written = ctx.state.memory.reports(&uid, |m| match &m.written {
+    let written = state.memory.reports(&uid, |m| match &m.written {
         // Kept while the cache shows a version before it (also when the status it wrote
         // equals the cached one: its resourceVersion is still the newer).
         Some(w) if w.behind.contains(&rv) => Some(w.status.clone()),
@@ -166,7 +169,7 @@ pub(crate) async fn write(
     );
     let uid = comp.uid().unwrap_or_default();
     let cached = comp.resource_version().unwrap_or_default();
-    let (base, before) = base_of(ctx, &uid, &cached, comp.status.as_ref());
+    let (base, before) = base_of(&ctx.state, &uid, &cached, comp.status.as_ref());
     if before.as_ref() == Some(st) {
         return Ok(());
     }
@@ -252,12 +255,12 @@ async fn patch_at(
 /// The resourceVersion and status a write of Composition `uid` starts from: enoki's own last
 /// write when the cache (at `cached`) has not caught up with it, else the cache's.
 fn base_of(
-    ctx: &Context,
+    state: &crate::run::context::State,
     uid: &str,
     cached: &str,
     status: Option<&CompositionStatus>,
 ) -> (String, Option<CompositionStatus>) {
-    ctx.state.memory.reports(uid, |m| match &m.written {
+    state.memory.reports(uid, |m| match &m.written {
         Some(w) if w.behind.iter().any(|b| b == cached) => (w.rv.clone(), Some(w.status.clone())),
         _ => (cached.to_string(), status.cloned()),
     })

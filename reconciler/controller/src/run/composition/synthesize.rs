@@ -94,7 +94,7 @@ pub(crate) async fn synthesize(
         None => match run(ctx, comp, st, &req).await? {
             Ran::Output(out) => out,
             Ran::Failed(e) => {
-                report_failure(ctx, comp, instance.as_ref(), &e).await;
+                report_failure(&ctx.report, comp, instance.as_ref(), &e).await;
                 failed_run(st, comp.metadata.generation, &e);
                 let failures = failed.map_or(0, |f| f.failures) + 1;
                 let delay = retry_delay(failures);

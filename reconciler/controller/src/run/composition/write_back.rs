@@ -14,7 +14,7 @@ use crds::names::{FIELD_MANAGER, reasons};
 
 /// The quota built-in's usage gauges, from the status it writes back (upstream exports them
 /// from its reconcile; here the status is the computation's result).
-fn record_quota_usage(ctx: &Context, desired: &serde_json::Value) {
+fn record_quota_usage(report: &crate::run::context::Reporter, desired: &serde_json::Value) {
     let (group, _, kind) = builtins::quota::FOR;
     let api_version = desired["apiVersion"].as_str().unwrap_or_default();
     if desired["kind"] != kind || !api_version.starts_with(&format!("{group}/")) {
@@ -28,18 +28,14 @@ fn record_quota_usage(ctx: &Context, desired: &serde_json::Value) {
             namespace,
             resource,
         };
-        ctx.report.metrics.crq_usage.get_or_create(&labels).set(r);
+        report.metrics.crq_usage.get_or_create(&labels).set(r);
     }
     for (resource, r) in total {
         let labels = crate::run::metrics::CrqLabels {
             crq_name: name.to_string(),
             resource,
         };
-        ctx.report
-            .metrics
-            .crq_total_usage
-            .get_or_create(&labels)
-            .set(r);
+        report.metrics.crq_total_usage.get_or_create(&labels).set(r);
     }
 }
 
@@ -57,8 +53,8 @@ pub(super) async fn write_back(
     let (Some(desired), Some(me)) = (pending, instance) else {
         return;
     };
-    record_quota_usage(ctx, &desired);
-    if let Err(e) = write_back_status(ctx, &desired, me).await {
+    record_quota_usage(&ctx.report, &desired);
+    if let Err(e) = write_back_status(&ctx.clusters, &desired, me).await {
         let chain = super::super::error::chain(&e);
         tracing::warn!(error = %chain, "status write-back failed");
         ctx.report
@@ -70,7 +66,7 @@ pub(super) async fn write_back(
 /// Applies a status write-back to the instance's status subresource with server-side apply
 /// (never its spec) when it differs from the live status.
 pub(crate) async fn write_back_status(
-    ctx: &Context,
+    clusters: &crate::run::context::Clusters,
     desired: &Value,
     instance: &Value,
 ) -> Result<bool, Error> {
@@ -80,8 +76,7 @@ pub(crate) async fn write_back_status(
     let api_version = desired["apiVersion"].as_str().unwrap_or_default();
     let kind = desired["kind"].as_str().unwrap_or_default();
     let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
-    let (ar, namespaced) = ctx
-        .clusters
+    let (ar, namespaced) = clusters
         .resolve(&kube::core::GroupVersionKind::gvk(group, version, kind))
         .await
         .map_err(api_err(Step::ResolveInstanceKind))?;
@@ -94,9 +89,9 @@ pub(crate) async fn write_back_status(
         .and_then(Value::as_str)
         .unwrap_or_default();
     let api: Api<DynamicObject> = if namespaced {
-        Api::namespaced_with(ctx.clusters.client().clone(), namespace, &ar)
+        Api::namespaced_with(clusters.client().clone(), namespace, &ar)
     } else {
-        Api::all_with(ctx.clusters.client().clone(), &ar)
+        Api::all_with(clusters.client().clone(), &ar)
     };
     let mut metadata = json!({"name": name});
     if namespaced {

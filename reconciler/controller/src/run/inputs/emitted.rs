@@ -89,12 +89,12 @@ pub async fn slices_reusable(
 /// Whether one of `synthesis`'s slices holds a Secret in plain text (written before Secrets
 /// were sealed): the next synthesis writes new slices even when its output is unchanged.
 pub async fn holds_plain_secret(
-    ctx: &Context,
+    rd: crate::run::context::Reads<'_>,
     comp: &Composition,
     synthesis: &crds::Synthesis,
 ) -> Result<bool, Error> {
     for r in &synthesis.resource_slices {
-        if let Some((slice, _)) = crate::run::slices::read(ctx.reads(), comp, &r.name).await?
+        if let Some((slice, _)) = crate::run::slices::read(rd, comp, &r.name).await?
             && slice
                 .spec
                 .resources

@@ -88,7 +88,7 @@ pub(crate) async fn previous_applied(
 /// # Errors
 /// [`Error::ReadSlice`].
 pub(crate) async fn tombstones(
-    ctx: &Context,
+    rd: crate::run::context::Reads<'_>,
     comp: &Composition,
     current: Option<&Synthesis>,
     items: &[Value],
@@ -102,7 +102,7 @@ pub(crate) async fn tombstones(
         .map(|c| c.resource_slices.as_slice())
         .unwrap_or_default()
     {
-        let Some((slice, states)) = read_full(ctx.reads(), comp, &slice_ref.name).await? else {
+        let Some((slice, states)) = read_full(rd, comp, &slice_ref.name).await? else {
             continue;
         };
         for (i, m) in slice.spec.resources.iter().enumerate() {

@@ -56,8 +56,8 @@ pub(super) fn as_read(
 }
 
 /// Forgets what was written or kept of slice `name` (deleted).
-pub(super) fn forget(ctx: &Context, uid: &str, name: &str) {
-    ctx.state.memory.slices(uid, |m| {
+pub(super) fn forget(state: &crate::run::context::State, uid: &str, name: &str) {
+    state.memory.slices(uid, |m| {
         m.slice_status.remove(name);
         m.kept.remove(name);
         m.parsed.remove(name);

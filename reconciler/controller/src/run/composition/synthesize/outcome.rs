@@ -73,7 +73,7 @@ pub(crate) enum Ran {
 /// Results tagged `enoki.dev/event-reason` become Events: on the instance in instance mode,
 /// otherwise on the Composition (info → Normal, warning/error → Warning).
 pub(super) async fn publish_result_events(
-    ctx: &Context,
+    report: &crate::run::context::Reporter,
     comp: &Composition,
     instance: Option<&Value>,
     results: &[crds::SynthesisResult],
@@ -91,19 +91,19 @@ pub(super) async fn publish_result_events(
         };
         let target = instance.map_or_else(|| comp.object_ref(&()), object_ref_of);
         let warning = r.severity != crds::Severity::Info;
-        ctx.report
+        report
             .event_distinct(&target, warning, reason, r.message.clone())
             .await;
     }
 }
 
 pub(super) async fn report_failure(
-    ctx: &Context,
+    report: &crate::run::context::Reporter,
     comp: &Composition,
     instance: Option<&Value>,
     e: &synthesis::SynthesisError,
 ) {
-    ctx.report
+    report
         .event(comp, true, e.reason(), "Synthesize", e.to_string())
         .await;
     // Instance mode: say it on the object the user applied, too (with the reason the
@@ -116,7 +116,7 @@ pub(super) async fn report_failure(
             } => r.as_str(),
             _ => e.reason(),
         };
-        ctx.report
+        report
             .event_on(
                 &object_ref_of(me),
                 true,

@@ -18,7 +18,7 @@ pub(super) async fn store(
     fp: &str,
 ) -> Result<SynthesisEnd, Error> {
     let uid = comp.uid().unwrap_or_default();
-    publish_result_events(ctx, comp, instance, &out.results).await;
+    publish_result_events(&ctx.report, comp, instance, &out.results).await;
     let kept = out.clone();
     let (items, write_back) = split_write_back(out.items, instance);
     let had_resources = match &st.current_synthesis {
@@ -105,7 +105,7 @@ async fn unchanged(
             inputs::emitted(ctx.reads(), comp, cur)
                 .await?
                 .is_some_and(|emitted| emitted == items)
-                && !inputs::holds_plain_secret(ctx, comp, cur).await?
+                && !inputs::holds_plain_secret(ctx.reads(), comp, cur).await?
         }
         _ => false,
     })
@@ -268,8 +268,13 @@ pub(super) async fn write_new(
     // only against the namespace's budget.
     let emitted = slices::manifest_bytes(&manifests);
     manifests.extend(
-        crate::run::slices::history::tombstones(ctx, comp, st.current_synthesis.as_ref(), items)
-            .await?,
+        crate::run::slices::history::tombstones(
+            ctx.reads(),
+            comp,
+            st.current_synthesis.as_ref(),
+            items,
+        )
+        .await?,
     );
     let bytes = slices::manifest_bytes(&manifests);
     let charged = super::super::budget::charged(bytes, manifests.len());
@@ -278,7 +283,7 @@ pub(super) async fn write_new(
         refuse(ctx, comp, st, fp, reasons::OUTPUT_TOO_LARGE, &message).await;
         return Ok(Outcome::Waits(RETRY_CAP));
     }
-    match slices::write(ctx, comp, uuid, manifests).await {
+    match slices::write(&ctx.clusters, comp, uuid, manifests).await {
         Ok(refs) => {
             let ns = comp.namespace().unwrap_or_default();
             ctx.limits.synthesis_rates.wrote(&ns, bytes);
