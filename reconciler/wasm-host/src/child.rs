@@ -148,7 +148,8 @@ struct Reaped<'a> {
 impl Drop for Reaped<'_> {
     fn drop(&mut self) {
         // Out of the set before it is reaped: a reaped pid may be reused by another process.
-        if let Ok(mut r) = self.running.lock() {
+        {
+            let mut r = crate::locked(self.running);
             r.remove(&self.child.id());
         }
         if matches!(self.child.try_wait(), Ok(None)) {
@@ -185,7 +186,8 @@ pub(crate) fn compile_in_child(
                 process.program.display()
             ))
         })?;
-    if let Ok(mut r) = running.lock() {
+    {
+        let mut r = crate::locked(running);
         r.insert(child.id());
     }
     let mut child = Reaped { child, running };

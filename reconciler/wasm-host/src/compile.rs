@@ -85,7 +85,8 @@ impl Budget {
     }
 
     pub(super) fn set_capacity(&self, capacity: usize) {
-        if let Ok(mut s) = self.state.lock() {
+        {
+            let mut s = crate::locked(&self.state);
             s.0 = capacity.max(1);
         }
         self.freed.notify_all();
@@ -93,19 +94,15 @@ impl Budget {
 
     /// Blocks until `want` (at most the whole budget) fits, and takes it.
     pub(super) fn acquire(self: &Arc<Self>, want: usize) -> Share {
-        let mut amount = want;
-        if let Ok(mut s) = self.state.lock() {
+        let mut amount;
+        {
+            let mut s = crate::locked(&self.state);
             amount = want.min(s.0);
             while s.1 + amount > s.0 {
-                match self.freed.wait(s) {
-                    Ok(next) => s = next,
-                    Err(_) => {
-                        return Share {
-                            budget: self.clone(),
-                            amount: 0,
-                        };
-                    }
-                }
+                s = self
+                    .freed
+                    .wait(s)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
                 amount = want.min(s.0);
             }
             s.1 += amount;
@@ -120,24 +117,25 @@ impl Budget {
     /// process is limited to its share, and small modules may need more than 23 times their
     /// size), at most the whole budget. Blocks until it fits.
     pub(super) fn acquire_compile(self: &Arc<Self>, estimate: usize) -> Share {
-        let quarter = self.state.lock().map_or(0, |s| s.0 / 4);
+        let quarter = crate::locked(&self.state).0 / 4;
         self.acquire(estimate.max(quarter))
     }
 
     /// The budget.
     pub(super) fn capacity(&self) -> usize {
-        self.state.lock().map_or(0, |s| s.0)
+        crate::locked(&self.state).0
     }
 
     /// Bytes held by compilations right now.
     pub(super) fn in_use(&self) -> usize {
-        self.state.lock().map_or(0, |s| s.1)
+        crate::locked(&self.state).1
     }
 }
 
 impl Drop for Share {
     fn drop(&mut self) {
-        if let Ok(mut s) = self.budget.state.lock() {
+        {
+            let mut s = crate::locked(&self.budget.state);
             s.1 = s.1.saturating_sub(self.amount);
         }
         self.budget.freed.notify_all();

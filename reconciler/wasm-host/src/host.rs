@@ -16,7 +16,8 @@ impl Drop for Host {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         self.ticker.unpark();
-        if let Ok(children) = self.children.lock() {
+        {
+            let children = crate::locked(&self.children);
             for pid in children.iter() {
                 if let Some(pid) = rustix::process::Pid::from_raw(*pid as i32) {
                     let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
@@ -152,7 +153,8 @@ impl Host {
     /// least recently used modules are dropped first; a dropped module is compiled again, or
     /// loaded from the on-disk cache, when it is next needed).
     pub fn set_module_cache_bytes(&self, bytes: usize) {
-        if let Ok(mut m) = self.modules.lock() {
+        {
+            let mut m = crate::locked(&self.modules);
             m.set_capacity(bytes);
         }
     }
@@ -164,7 +166,10 @@ impl Host {
 
     /// (modules, bytes) held in the in-memory module cache.
     pub fn module_cache_size(&self) -> (usize, usize) {
-        self.modules.lock().map_or((0, 0), |m| (m.len(), m.bytes()))
+        {
+            let m = crate::locked(&self.modules);
+            (m.len(), m.bytes())
+        }
     }
 
     /// Bounds the compiled artifacts in the on-disk cache (`cache_dir`) to `bytes` (0:

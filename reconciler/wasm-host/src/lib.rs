@@ -136,6 +136,14 @@ pub enum ModuleKind {
     Component,
 }
 
+/// The state behind `lock`, also after a panic while it was held: the state is used as that
+/// thread left it, so no later write (a budget released, a child recorded, a module kept) is
+/// skipped.
+pub(crate) fn locked<T>(lock: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    lock.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Tells a core module from a component by the 8-byte header.
 pub fn module_kind(bytes: &[u8]) -> Option<ModuleKind> {
     match bytes.get(..8)? {

@@ -27,11 +27,12 @@ impl TailPipe {
 
     /// What was kept.
     pub fn contents(&self) -> Vec<u8> {
-        self.buf.lock().map(|b| b.clone()).unwrap_or_default()
+        crate::locked(&self.buf).clone()
     }
 
     fn push(&self, bytes: &[u8]) {
-        if let Ok(mut buf) = self.buf.lock() {
+        {
+            let mut buf = crate::locked(&self.buf);
             buf.extend_from_slice(bytes);
             if buf.len() > self.cap {
                 let excess = buf.len() - self.cap;

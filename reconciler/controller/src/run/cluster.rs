@@ -39,7 +39,14 @@ pub(crate) struct Cluster {
     limit: Option<Arc<Bucket>>,
     /// What it serves, for charts' `.Capabilities`.
     pub capabilities: CapabilitiesCache,
+    /// Tests: impersonating clients made by this instead of from `config`.
+    #[cfg(test)]
+    impersonate: Option<Arc<Impersonate>>,
 }
+
+/// Tests: makes the client that impersonates a user.
+#[cfg(test)]
+type Impersonate = dyn Fn(&str) -> Client + Send + Sync;
 
 /// Impersonating clients kept at once (least recently used dropped first).
 const MAX_IMPERSONATING_CLIENTS: usize = 256;
@@ -90,7 +97,29 @@ impl Cluster {
             ticks: std::sync::atomic::AtomicU64::new(0),
             discovery: Mutex::new(HashMap::new()),
             fence,
+            #[cfg(test)]
+            impersonate: None,
         })
+    }
+
+    /// Tests: a cluster behind `client` whose impersonating clients `impersonate` makes.
+    #[cfg(test)]
+    pub(crate) fn faked(
+        client: Client,
+        impersonate: impl Fn(&str) -> Client + Send + Sync + 'static,
+    ) -> Arc<Cluster> {
+        let config = kube::Config::new("http://127.0.0.1:1".parse().expect("a URL"));
+        let mut cluster = Cluster::new(
+            client,
+            config,
+            None,
+            None,
+            std::time::Duration::from_secs(600),
+        );
+        Arc::get_mut(&mut cluster)
+            .expect("not shared yet")
+            .impersonate = Some(Arc::new(impersonate));
+        cluster
     }
 
     /// A client acting as `user` (cached per user), or the controller's own for `None`.
@@ -101,6 +130,10 @@ impl Cluster {
         let Some(user) = user else {
             return Ok(self.client.clone());
         };
+        #[cfg(test)]
+        if let Some(make) = &self.impersonate {
+            return Ok(make(user));
+        }
         let tick = self
             .ticks
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);

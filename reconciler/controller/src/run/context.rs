@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
@@ -38,7 +38,8 @@ use plan_cache::plan_cache_share;
 pub(crate) use reads::Reads;
 
 /// Shared state of every reconcile, as a few handles; each function takes the handles it
-/// needs (`enoki diff` builds only [`Clusters`] and [`Modules`]).
+/// needs (`enoki diff` builds the clusters handle and an uncached reads handle, with its own engine and
+/// options, and no controller).
 pub struct Context {
     /// The management and target clusters, and the account each Composition acts as.
     pub(crate) clusters: Clusters,

@@ -1,115 +1,76 @@
 //! A fake Kubernetes API for the call-sequence tier (`make test-unit`): a `tower-test` mock
-//! service behind a real `kube::Client`, answering from an in-memory object store and
-//! recording every request (verb, resource, subresource) in order. It is enough of the API for
-//! one Composition's passes — discovery of the kinds it serves, get, list, create, replace,
-//! merge/JSON/apply patches (an apply merges maps and replaces lists), delete with finalizers,
-//! dry runs — and holds watches open without events (reads fall back to GETs). The e2e suite
-//! against the real API server stays the proof of behaviour; this tier proves what a pass
-//! reads and writes, in which order, in seconds.
+//! service behind real `kube::Client`s, answering from an in-memory object store and recording
+//! every request in order (verb, namespace, resource, subresource, patch type, the user it
+//! impersonates). It serves what one Composition's passes use: discovery of the kinds it
+//! serves, get, list and watch (label and field selectors; a watch gets every later change, and
+//! the changes after the resourceVersion it asks from), create, replace, merge/JSON/apply
+//! patches, delete with finalizers, dry runs. An apply merges maps and replaces lists: it does
+//! not remove what a manager stopped setting, merge keyed lists, or return `managedFields`
+//! (ownership repair is proved by the e2e suite against the real API server, which stays the
+//! proof of behaviour; this tier proves what a pass reads and writes, in which order, in
+//! seconds).
 
-use std::collections::BTreeMap;
+use std::convert::Infallible;
 use std::sync::Arc;
 
-use http::{Request, Response, StatusCode};
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::BodyExt as _;
 use kube::client::Body;
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 
-/// One request as recorded: `GET configmaps/out`, `PATCH compositions/app/status (merge)`.
+mod select;
+mod store;
+use select::{Selection, Target, discovery, query};
+use store::{Answer, Store, Write, failure};
+
+/// One request as recorded: `GET team/configmaps/out`, `PATCH team/compositions/app/status
+/// (merge)`, `GET team/configmaps/in as team:reader`.
 pub(crate) type Call = String;
 
-/// The kinds the fake serves: (group/version path, plural, kind, namespaced).
-const KINDS: &[(&str, &str, &str, bool)] = &[
-    ("/api/v1", "configmaps", "ConfigMap", true),
-    ("/api/v1", "secrets", "Secret", true),
-    ("/api/v1", "namespaces", "Namespace", false),
-    (
-        "/apis/enoki.dev/v1alpha1",
-        "compositions",
-        "Composition",
-        true,
-    ),
-    (
-        "/apis/enoki.dev/v1alpha1",
-        "synthesizers",
-        "Synthesizer",
-        false,
-    ),
-    (
-        "/apis/enoki.dev/v1alpha1",
-        "resourceslices",
-        "ResourceSlice",
-        true,
-    ),
-    ("/apis/enoki.dev/v1alpha1", "symphonies", "Symphony", true),
-    ("/apis/events.k8s.io/v1", "events", "Event", true),
-];
+type FakeBody = http_body_util::combinators::BoxBody<Bytes, Infallible>;
+type Mock = tower_test::mock::Mock<Request<Body>, Response<FakeBody>>;
 
-/// Kinds whose status is a subresource (a write of the object leaves it alone).
-const WITH_STATUS: &[&str] = &[
-    "compositions",
-    "synthesizers",
-    "resourceslices",
-    "symphonies",
-];
-
-#[derive(Default)]
-struct Store {
-    /// Object path (`/api/v1/namespaces/ns/configmaps/out`) → object.
-    objects: BTreeMap<String, Value>,
-    rv: u64,
-    calls: Vec<Call>,
-    /// Requests (`GET configmaps/module`) held open, never answered.
-    hung: Vec<String>,
-}
-
-/// The fake API: its client, and the store and record the test reads and changes.
+/// The fake API: clients for it, and the store and record the test reads and changes.
 #[derive(Clone)]
 pub(crate) struct FakeApi {
     store: Arc<Mutex<Store>>,
-}
-
-/// Where a request points.
-struct Target {
-    /// The collection's path (`/api/v1/namespaces/ns/configmaps`).
-    collection: String,
-    plural: String,
-    name: Option<String>,
-    sub: Option<String>,
+    service: Mock,
 }
 
 impl FakeApi {
-    /// A fake API and a client talking to it (default namespace `default`).
+    /// A fake API and a client talking to it with the controller's identity.
     pub(crate) fn start() -> (FakeApi, kube::Client) {
-        let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<FakeBody>>();
         let fake = FakeApi {
             store: Arc::default(),
+            service: service.clone(),
         };
         let server = fake.clone();
         tokio::spawn(async move {
-            // Watches are held open (never answered) for as long as the fake lives.
+            // Hung requests are held (never answered) for as long as the fake lives.
             let mut held = Vec::new();
             while let Some((req, send)) = handle.next_request().await {
-                let watch = req
-                    .uri()
-                    .query()
-                    .is_some_and(|q| q.split('&').any(|p| p == "watch=true" || p == "watch=1"));
-                let call = format!("{} {}", req.method(), short(req.uri().path()));
-                if watch {
-                    server.record(format!("WATCH {}", short(req.uri().path())));
-                    held.push(send);
-                    continue;
+                match server.serve(req).await {
+                    Some(response) => send.send_response(response),
+                    None => held.push(send),
                 }
-                if server.store.lock().hung.contains(&call) {
-                    server.record(call);
-                    held.push(send);
-                    continue;
-                }
-                let response = server.answer(req).await;
-                send.send_response(response);
             }
         });
         (fake, kube::Client::new(service, "default"))
+    }
+
+    /// A client that impersonates `user` (its requests carry `Impersonate-User`).
+    pub(crate) fn client_as(&self, user: &str) -> kube::Client {
+        let user = http::HeaderValue::from_str(user).expect("a header value");
+        let service = tower::ServiceBuilder::new()
+            .map_request(move |mut r: Request<Body>| {
+                r.headers_mut().insert("impersonate-user", user.clone());
+                r
+            })
+            .service(self.service.clone());
+        kube::Client::new(service, "default")
     }
 
     /// Every request so far, in order.
@@ -117,7 +78,7 @@ impl FakeApi {
         self.store.lock().calls.clone()
     }
 
-    /// Holds every later `call` (`GET configmaps/module`) open without an answer.
+    /// Holds every later `call` (`GET enoki-system/configmaps/module`) open without an answer.
     pub(crate) fn hang(&self, call: &str) {
         self.store.lock().hung.push(call.to_string());
     }
@@ -132,381 +93,115 @@ impl FakeApi {
         self.store.lock().objects.get(path).cloned()
     }
 
-    /// Stores `obj` at `path` as a client would create or replace it (a new resourceVersion).
+    /// Deletes the object at `path` as a client's delete would (finalizers aside).
+    pub(crate) fn remove(&self, path: &str) {
+        self.store.lock().commit(path, None);
+    }
+
+    /// Every object whose path starts with `prefix`.
+    pub(crate) fn objects_under(&self, prefix: &str) -> Vec<Value> {
+        let s = self.store.lock();
+        s.objects
+            .range(prefix.to_string()..)
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .map(|(_, v)| v.clone())
+            .collect()
+    }
+
+    /// Stores `obj` at `path` as a client's create or replace would (a new resourceVersion;
+    /// watches hear of it).
     pub(crate) fn put(&self, path: &str, mut obj: Value) {
         let mut s = self.store.lock();
-        s.rv += 1;
-        let rv = s.rv.to_string();
         let meta = &mut obj["metadata"];
-        meta["resourceVersion"] = json!(rv);
-        if meta.get("uid").is_none() {
-            meta["uid"] = json!(format!("uid-{rv}"));
+        for (key, value) in [
+            ("uid", json!(format!("uid-{}", path.len()))),
+            ("generation", json!(1)),
+            ("creationTimestamp", json!("2026-01-01T00:00:00Z")),
+        ] {
+            if meta.get(key).is_none() {
+                meta[key] = value;
+            }
         }
-        if meta.get("generation").is_none() {
-            meta["generation"] = json!(1);
-        }
-        if meta.get("creationTimestamp").is_none() {
-            meta["creationTimestamp"] = json!("2026-01-01T00:00:00Z");
-        }
-        s.objects.insert(path.to_string(), obj);
+        s.commit(path, Some(obj));
     }
 
-    fn record(&self, call: Call) {
-        self.store.lock().calls.push(call);
-    }
-
-    async fn answer(&self, req: Request<Body>) -> Response<Body> {
+    /// The answer to one request; `None`: held open.
+    async fn serve(&self, req: Request<Body>) -> Option<Response<FakeBody>> {
         let (parts, body) = req.into_parts();
         let body = body.collect_bytes().await.unwrap_or_default();
         let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
         let path = parts.uri.path().to_string();
-        let query = parts.uri.query().unwrap_or_default().to_string();
-        let dry_run = query.contains("dryRun=All");
-        let content_type = parts
-            .headers
-            .get(http::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_string();
+        let q = query(parts.uri.query());
         if let Some(list) = discovery(&path) {
             self.record(format!("DISCOVER {path}"));
-            return reply(StatusCode::OK, &list);
+            return Some(reply(200, &list));
         }
-        let Some(t) = target(&path) else {
-            self.record(format!("{} {path} (unknown)", parts.method));
-            return status(StatusCode::NOT_FOUND, "NotFound", &path);
+        let Some(t) = Target::parse(&path) else {
+            self.record(format!("{} {path} (not served)", parts.method));
+            return Some(reply(404, &failure(404, "NotFound", &path).1));
         };
-        let mut label = format!("{} {}", parts.method, short(&path));
-        if parts.method == http::Method::PATCH {
+        let watch = q.get("watch").is_some_and(|w| w == "true" || w == "1");
+        let verb = match (parts.method.as_str(), &t.name) {
+            ("GET", None) if watch => "WATCH",
+            ("GET", None) => "LIST",
+            (m, _) => m,
+        };
+        let content_type = header(&parts.headers, http::header::CONTENT_TYPE);
+        let call = format!("{verb} {}", t.short());
+        let mut label = call.clone();
+        if verb == "PATCH" {
             label.push_str(&format!(" ({})", patch_kind(&content_type)));
         }
+        let dry_run = q.get("dryRun").is_some_and(|d| d == "All");
         if dry_run {
             label.push_str(" [dry run]");
         }
-        self.record(label);
+        let user = header(&parts.headers, "impersonate-user".parse().expect("a name"));
+        if !user.is_empty() {
+            label.push_str(&format!(
+                " as {}",
+                user.trim_start_matches("system:serviceaccount:")
+            ));
+        }
         let mut s = self.store.lock();
-        match (parts.method.as_str(), &t.name) {
-            ("GET", None) => reply(StatusCode::OK, &s.list(&t, &query)),
-            ("GET", Some(name)) => match s.objects.get(&format!("{}/{name}", t.collection)) {
-                Some(obj) => reply(StatusCode::OK, obj),
-                None => status(StatusCode::NOT_FOUND, "NotFound", name),
+        s.calls.push(label);
+        if s.hung.contains(&call) {
+            return None;
+        }
+        if watch {
+            let since = q
+                .get("resourceVersion")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            let events = s.watch(Selection::of(&t, &q), since);
+            return Some(streaming(events));
+        }
+        let (code, answer): Answer = match (verb, &t.name) {
+            ("LIST", _) => (200, s.list(&t, &q)),
+            ("GET", Some(name)) => match s.objects.get(&t.object_path(name)) {
+                Some(obj) => (200, obj.clone()),
+                None => failure(404, "NotFound", name),
             },
             ("POST", None) => s.create(&t, body, dry_run),
             ("PUT", Some(_)) => s.write(&t, &body, &Write::Replace, dry_run),
             ("PATCH", Some(_)) => s.write(&t, &body, &Write::Patch(content_type), dry_run),
             ("DELETE", Some(_)) => s.delete(&t, dry_run),
-            _ => status(StatusCode::METHOD_NOT_ALLOWED, "MethodNotAllowed", &path),
-        }
-    }
-}
-
-/// How a write changes the stored object.
-enum Write {
-    Replace,
-    /// A patch of this content type.
-    Patch(String),
-}
-
-impl Store {
-    fn next_rv(&mut self) -> String {
-        self.rv += 1;
-        self.rv.to_string()
-    }
-
-    fn list(&self, t: &Target, query: &str) -> Value {
-        let selector = query
-            .split('&')
-            .find_map(|p| p.strip_prefix("labelSelector="))
-            .map(|s| s.replace("%3D", "=").replace("%2C", ","));
-        let prefix = format!("{}/", t.collection);
-        let items: Vec<Value> = self
-            .objects
-            .iter()
-            .filter(|(k, _)| k.starts_with(&prefix) && !k[prefix.len()..].contains('/'))
-            .map(|(_, v)| v.clone())
-            .filter(|v| selector.as_deref().is_none_or(|sel| matches_labels(v, sel)))
-            .collect();
-        let kind = KINDS
-            .iter()
-            .find(|k| k.1 == t.plural)
-            .map_or("List".to_string(), |k| format!("{}List", k.2));
-        json!({"kind": kind, "apiVersion": "v1",
-            "metadata": {"resourceVersion": self.rv.to_string()}, "items": items})
-    }
-
-    fn create(&mut self, t: &Target, mut obj: Value, dry_run: bool) -> Response<Body> {
-        let name = obj
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .map(String::from)
-            .or_else(|| {
-                let prefix = obj.pointer("/metadata/generateName")?.as_str()?;
-                Some(format!("{prefix}{}", self.rv + 1))
-            })
-            .unwrap_or_default();
-        let path = format!("{}/{name}", t.collection);
-        if self.objects.contains_key(&path) {
-            return status(StatusCode::CONFLICT, "AlreadyExists", &name);
-        }
-        let rv = self.next_rv();
-        let meta = &mut obj["metadata"];
-        meta["name"] = json!(name);
-        meta["uid"] = json!(format!("uid-{rv}"));
-        meta["resourceVersion"] = json!(rv);
-        meta["generation"] = json!(1);
-        meta["creationTimestamp"] = json!("2026-01-01T00:00:00Z");
-        if let Some(ns) = namespace_of(&t.collection) {
-            meta["namespace"] = json!(ns);
-        }
-        if !dry_run {
-            self.objects.insert(path, obj.clone());
-        }
-        reply(StatusCode::CREATED, &obj)
-    }
-
-    fn write(&mut self, t: &Target, body: &Value, how: &Write, dry_run: bool) -> Response<Body> {
-        let name = t.name.clone().unwrap_or_default();
-        let path = format!("{}/{name}", t.collection);
-        let old = self.objects.get(&path).cloned();
-        let apply = matches!(how, Write::Patch(ct) if ct.contains("apply-patch"));
-        let Some(old) = old.or_else(|| apply.then(|| json!({"metadata": {}}))) else {
-            return status(StatusCode::NOT_FOUND, "NotFound", &name);
+            _ => failure(405, "MethodNotAllowed", &path),
         };
-        let sent_rv = body
-            .pointer("/metadata/resourceVersion")
-            .and_then(Value::as_str);
-        let old_rv = old
-            .pointer("/metadata/resourceVersion")
-            .and_then(Value::as_str);
-        if sent_rv.is_some() && old_rv.is_some() && sent_rv != old_rv {
-            return status(StatusCode::CONFLICT, "Conflict", &name);
-        }
-        let mut new = match how {
-            Write::Replace => body.clone(),
-            Write::Patch(ct) if ct.contains("json-patch") => {
-                let mut doc = old.clone();
-                let ops: json_patch::Patch = match serde_json::from_value(body.clone()) {
-                    Ok(p) => p,
-                    Err(e) => return status(StatusCode::BAD_REQUEST, "BadRequest", &e.to_string()),
-                };
-                if let Err(e) = json_patch::patch(&mut doc, &ops) {
-                    return status(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", &e.to_string());
-                }
-                doc
-            }
-            Write::Patch(ct) if ct.contains("apply-patch") => {
-                let mut doc = old.clone();
-                merge_apply(&mut doc, body);
-                doc
-            }
-            Write::Patch(_) => {
-                let mut doc = old.clone();
-                json_patch::merge(&mut doc, body);
-                doc
-            }
-        };
-        self.settle(t, &old, &mut new, &name);
-        if self.objects.contains_key(&path) && old == new {
-            return reply(StatusCode::OK, &new);
-        }
-        new["metadata"]["resourceVersion"] = json!(self.next_rv());
-        let created = !self.objects.contains_key(&path);
-        if !dry_run {
-            if finalized(&new) {
-                self.objects.remove(&path);
-            } else {
-                self.objects.insert(path, new.clone());
-            }
-        }
-        reply(
-            if created {
-                StatusCode::CREATED
-            } else {
-                StatusCode::OK
-            },
-            &new,
-        )
+        Some(reply(code, &answer))
     }
 
-    /// What the API server keeps whatever a write says: identity, the other half of a status
-    /// subresource, the generation (bumped by a change outside status and metadata).
-    fn settle(&mut self, t: &Target, old: &Value, new: &mut Value, name: &str) {
-        let status_kind = WITH_STATUS.contains(&t.plural.as_str());
-        match (t.sub.as_deref(), status_kind) {
-            (Some("status"), _) => {
-                let status = new.get("status").cloned();
-                *new = old.clone();
-                match status {
-                    Some(s) => new["status"] = s,
-                    None => drop(new.as_object_mut().map(|o| o.remove("status"))),
-                }
-            }
-            (_, true) => match old.get("status") {
-                Some(s) => new["status"] = s.clone(),
-                None => drop(new.as_object_mut().map(|o| o.remove("status"))),
-            },
-            _ => {}
-        }
-        let fixed = [
-            "uid",
-            "creationTimestamp",
-            "deletionTimestamp",
-            "generation",
-        ];
-        for key in fixed {
-            match old.pointer(&format!("/metadata/{key}")) {
-                Some(v) => new["metadata"][key] = v.clone(),
-                None if key == "uid" => {
-                    new["metadata"][key] = json!(format!("uid-{}", self.rv + 1))
-                }
-                None => {}
-            }
-        }
-        new["metadata"]["name"] = json!(name);
-        if let Some(ns) = namespace_of(&t.collection) {
-            new["metadata"]["namespace"] = json!(ns);
-        }
-        let outside = |v: &Value| {
-            let mut v = v.clone();
-            if let Some(o) = v.as_object_mut() {
-                o.remove("metadata");
-                o.remove("status");
-            }
-            v
-        };
-        let generation = old.pointer("/metadata/generation").and_then(Value::as_i64);
-        new["metadata"]["generation"] = json!(match generation {
-            Some(g) if outside(old) != outside(new) => g + 1,
-            Some(g) => g,
-            None => 1,
-        });
-    }
-
-    fn delete(&mut self, t: &Target, dry_run: bool) -> Response<Body> {
-        let name = t.name.clone().unwrap_or_default();
-        let path = format!("{}/{name}", t.collection);
-        let Some(mut obj) = self.objects.get(&path).cloned() else {
-            return status(StatusCode::NOT_FOUND, "NotFound", &name);
-        };
-        if dry_run {
-            return reply(StatusCode::OK, &obj);
-        }
-        let finalizers = obj
-            .pointer("/metadata/finalizers")
-            .and_then(Value::as_array);
-        if finalizers.is_some_and(|f| !f.is_empty()) {
-            if obj.pointer("/metadata/deletionTimestamp").is_none() {
-                obj["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:01Z");
-                obj["metadata"]["resourceVersion"] = json!(self.next_rv());
-                self.objects.insert(path, obj.clone());
-            }
-            return reply(StatusCode::OK, &obj);
-        }
-        self.objects.remove(&path);
-        reply(StatusCode::OK, &obj)
+    fn record(&self, call: Call) {
+        self.store.lock().calls.push(call);
     }
 }
 
-/// Whether `obj` is being deleted and its last finalizer is gone.
-fn finalized(obj: &Value) -> bool {
-    obj.pointer("/metadata/deletionTimestamp").is_some()
-        && obj
-            .pointer("/metadata/finalizers")
-            .and_then(Value::as_array)
-            .is_none_or(Vec::is_empty)
-}
-
-/// An apply's merge: maps merged key by key, anything else (lists included) replaced.
-fn merge_apply(doc: &mut Value, patch: &Value) {
-    match (doc, patch) {
-        (Value::Object(d), Value::Object(p)) => {
-            for (k, v) in p {
-                match d.get_mut(k) {
-                    Some(existing) if existing.is_object() && v.is_object() => {
-                        merge_apply(existing, v)
-                    }
-                    _ => {
-                        d.insert(k.clone(), v.clone());
-                    }
-                }
-            }
-        }
-        (doc, patch) => *doc = patch.clone(),
-    }
-}
-
-fn matches_labels(obj: &Value, selector: &str) -> bool {
-    selector.split(',').filter(|p| !p.is_empty()).all(|pair| {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        let v = v.trim_start_matches('=');
-        obj.pointer("/metadata/labels")
-            .and_then(|l| l.get(k))
-            .and_then(Value::as_str)
-            .is_some_and(|have| v.is_empty() || have == v)
-    })
-}
-
-/// The APIResourceList of a group/version path the fake serves.
-fn discovery(path: &str) -> Option<Value> {
-    let resources: Vec<Value> = KINDS
-        .iter()
-        .filter(|k| k.0 == path)
-        .map(|(_, plural, kind, namespaced)| {
-            json!({"name": plural, "singularName": kind.to_lowercase(), "namespaced": namespaced,
-                "kind": kind, "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]})
-        })
-        .collect();
-    if resources.is_empty() {
-        return None;
-    }
-    let group_version = path
-        .trim_start_matches("/apis/")
-        .trim_start_matches("/api/");
-    Some(json!({"kind": "APIResourceList", "apiVersion": "v1",
-        "groupVersion": group_version, "resources": resources}))
-}
-
-/// The collection, name and subresource a resource path points at.
-fn target(path: &str) -> Option<Target> {
-    let (prefix, rest) = KINDS
-        .iter()
-        .map(|k| k.0)
-        .filter_map(|p| Some((p, path.strip_prefix(p)?.strip_prefix('/')?)))
-        .next()?;
-    let segs: Vec<&str> = rest.split('/').collect();
-    let (ns, segs) = match segs.as_slice() {
-        ["namespaces", ns, more @ ..] if !more.is_empty() => (Some(*ns), more.to_vec()),
-        _ => (None, segs),
-    };
-    let plural = segs.first()?.to_string();
-    let collection = match ns {
-        Some(ns) => format!("{prefix}/namespaces/{ns}/{plural}"),
-        None => format!("{prefix}/{plural}"),
-    };
-    Some(Target {
-        collection,
-        plural,
-        name: segs.get(1).map(|s| s.to_string()),
-        sub: segs.get(2).map(|s| s.to_string()),
-    })
-}
-
-fn namespace_of(collection: &str) -> Option<String> {
-    let (_, after) = collection.split_once("/namespaces/")?;
-    Some(after.split('/').next()?.to_string())
-}
-
-/// `configmaps/out`, `compositions/app/status`: a path without its group, version and
-/// namespace.
-fn short(path: &str) -> String {
-    let Some(t) = target(path) else {
-        return path.to_string();
-    };
-    [Some(t.plural), t.name, t.sub]
-        .into_iter()
-        .flatten()
-        .collect::<Vec<_>>()
-        .join("/")
+fn header(headers: &http::HeaderMap, name: http::HeaderName) -> String {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string()
 }
 
 fn patch_kind(content_type: &str) -> &'static str {
@@ -518,18 +213,24 @@ fn patch_kind(content_type: &str) -> &'static str {
     }
 }
 
-fn reply(code: StatusCode, body: &Value) -> Response<Body> {
+fn reply(code: u16, body: &Value) -> Response<FakeBody> {
+    let bytes = Bytes::from(serde_json::to_vec(body).unwrap_or_default());
     Response::builder()
         .status(code)
         .header(http::header::CONTENT_TYPE, "application/json")
-        .body(Body::from(serde_json::to_vec(body).unwrap_or_default()))
+        .body(http_body_util::Full::new(bytes).boxed())
         .expect("a response")
 }
 
-fn status(code: StatusCode, reason: &str, message: &str) -> Response<Body> {
-    reply(
-        code,
-        &json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-            "message": message, "reason": reason, "code": code.as_u16()}),
-    )
+/// A watch's answer: one JSON line per event, for as long as the fake lives.
+fn streaming(events: tokio::sync::mpsc::UnboundedReceiver<Bytes>) -> Response<FakeBody> {
+    let frames = futures::stream::unfold(events, |mut rx| async move {
+        let line = rx.recv().await?;
+        Some((Ok::<_, Infallible>(http_body::Frame::data(line)), rx))
+    });
+    Response::builder()
+        .status(200)
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(http_body_util::StreamBody::new(frames).boxed())
+        .expect("a response")
 }

@@ -33,7 +33,7 @@ use crds::{Composition, ResourceSlice};
 mod balance;
 mod lease;
 mod rerender;
-mod shards;
+pub(crate) mod shards;
 mod shared;
 mod sizes;
 use lease::{Leadership, keep_fence, lead};

@@ -4,7 +4,10 @@
 //! get it, a cached failure, or `Loading`.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// The tokio clock (the std one outside tests): a paused test clock moves the module backoff.
+use tokio::time::Instant;
 
 use kube::ResourceExt;
 use kube::api::Api;

@@ -301,7 +301,8 @@ impl Host {
                     _ => {
                         failures.fetch_add(1, Ordering::Relaxed);
                         // Not tried again for an hour (each try holds the large-compile gate).
-                        if let Ok(mut f) = failed.lock() {
+                        {
+                            let mut f = crate::locked(&failed);
                             let until = std::time::Instant::now() + Duration::from_secs(3600);
                             let e = HostError::Engine {
                                 message: "the background optimization failed".into(),

@@ -43,8 +43,10 @@ impl Host {
         let loaded = self
             .modules
             .lock()
-            .is_ok_and(|mut m| m.get(digest).is_some());
-        let compiling = self.compiling.lock().is_ok_and(|c| c.contains_key(digest));
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(digest)
+            .is_some();
+        let compiling = crate::locked(&self.compiling).contains_key(digest);
         let on_disk = on_disk
             && self.artifacts.as_ref().is_some_and(|a| {
                 a.has(digest, ModuleKind::Preview1) || a.has(digest, ModuleKind::Component)
@@ -221,7 +223,8 @@ impl Host {
                 },
             }
         };
-        if let Ok(mut compiling) = self.compiling.lock() {
+        {
+            let mut compiling = crate::locked(&self.compiling);
             compiling.remove(digest);
         }
         result
@@ -232,7 +235,7 @@ impl Host {
     /// [`FAILED_TIMEOUT_KEPT`]. Callers that waited for the failed compilation, and retries,
     /// get it without compiling again.
     pub(super) fn failed_before(&self, digest: &str) -> Option<HostError> {
-        let mut failed = self.failed.lock().ok()?;
+        let mut failed = crate::locked(&self.failed);
         match failed.get(digest) {
             Some((e, until)) if until.is_none_or(|t| std::time::Instant::now() < t) => {
                 Some(e.clone())
@@ -255,7 +258,8 @@ impl Host {
             }
             _ => return,
         };
-        if let Ok(mut failed) = self.failed.lock() {
+        {
+            let mut failed = crate::locked(&self.failed);
             if failed.len() >= 4096 {
                 // Expired entries first, then the cheap ones (compile errors); compile bombs
                 // stay remembered.

@@ -385,103 +385,154 @@ mod tests {
         }
     }
 
-    const APPLY: Needs = Needs {
-        deleting: false,
-        everything: false,
-    };
-
-    #[test]
-    fn an_in_sync_ready_resource_needs_no_request() {
-        let r = resource(false, false);
-        assert!(!needs_get(
-            &r,
-            Some(&rec("7", true)),
-            Cached::Present(Some("7")),
-            APPLY,
-            false
-        ));
+    /// What the last apply recorded of the resource.
+    #[derive(Clone, Copy)]
+    enum Record {
+        None,
+        /// Applied at this resourceVersion, readiness latched or not.
+        Applied(&'static str, bool),
+        /// Confirmed deleted (no applied hash).
+        Gone,
     }
 
-    #[test]
-    fn a_cache_that_disagrees_with_the_record_costs_a_get() {
-        let r = resource(false, false);
-        assert!(needs_get(
-            &r,
-            Some(&rec("7", true)),
-            Cached::Present(Some("8")),
-            APPLY,
-            false
-        ));
-        assert!(needs_get(
-            &r,
-            Some(&rec("7", true)),
-            Cached::Absent,
-            APPLY,
-            false
-        ));
-        assert!(needs_get(
-            &r,
-            Some(&rec("7", true)),
-            Cached::Unknown,
-            APPLY,
-            false
-        ));
+    /// What a pass needs the object for.
+    #[derive(Clone, Copy)]
+    enum Pass {
+        Apply,
+        Everything,
     }
 
-    #[test]
-    fn readiness_and_overrides_need_the_full_object() {
-        assert!(needs_get(
-            &resource(false, false),
-            Some(&rec("7", false)),
-            Cached::Present(Some("7")),
-            APPLY,
-            false
-        ));
-        assert!(needs_get(
-            &resource(true, false),
-            Some(&rec("7", true)),
-            Cached::Present(Some("7")),
-            APPLY,
-            false
-        ));
-    }
-
-    #[test]
-    fn a_new_resource_absent_from_the_cache_is_confirmed_with_a_get_before_the_first_write() {
-        // Another Composition may have created it a moment ago (the cache lags behind).
-        let r = resource(false, false);
-        assert!(needs_get(&r, None, Cached::Absent, APPLY, false));
-        // A plain create (replace, create-only) must know whether something is in the way, too.
-        let mut create = resource(false, false);
-        create.settings.replace = true;
-        assert!(needs_get(&create, None, Cached::Absent, APPLY, false));
-    }
-
-    #[test]
-    fn deletion_trusts_the_cache_for_existence() {
-        let t = resource(false, true);
-        assert!(!needs_get(
-            &t,
-            Some(&rec("7", true)),
-            Cached::Present(Some("9")),
-            APPLY,
-            false
-        ));
-        let gone = Recorded {
-            applied_hash: None,
-            ..rec("7", true)
+    /// Whether a GET is needed, case by case (the resource: its overrides read `self`, it is a
+    /// tombstone, or it is created plainly (`replace`)).
+    #[rstest::rstest]
+    #[case::in_sync_and_ready_needs_no_request(
+        false,
+        false,
+        false,
+        Record::Applied("7", true),
+        Cached::Present(Some("7")),
+        Pass::Apply,
+        false
+    )]
+    #[case::the_cache_ahead_of_the_record(
+        false,
+        false,
+        false,
+        Record::Applied("7", true),
+        Cached::Present(Some("8")),
+        Pass::Apply,
+        true
+    )]
+    #[case::applied_and_absent_from_the_cache(
+        false,
+        false,
+        false,
+        Record::Applied("7", true),
+        Cached::Absent,
+        Pass::Apply,
+        true
+    )]
+    #[case::no_synced_cache(
+        false,
+        false,
+        false,
+        Record::Applied("7", true),
+        Cached::Unknown,
+        Pass::Apply,
+        true
+    )]
+    #[case::readiness_not_latched(
+        false,
+        false,
+        false,
+        Record::Applied("7", false),
+        Cached::Present(Some("7")),
+        Pass::Apply,
+        true
+    )]
+    #[case::overrides_read_self(
+        true,
+        false,
+        false,
+        Record::Applied("7", true),
+        Cached::Present(Some("7")),
+        Pass::Apply,
+        true
+    )]
+    // Another Composition may have created it a moment ago (the cache lags behind): confirmed
+    // before the first write; a plain create must know whether something is in the way too.
+    #[case::new_and_absent_from_the_cache(
+        false,
+        false,
+        false,
+        Record::None,
+        Cached::Absent,
+        Pass::Apply,
+        true
+    )]
+    #[case::new_plain_create_absent(
+        false,
+        false,
+        true,
+        Record::None,
+        Cached::Absent,
+        Pass::Apply,
+        true
+    )]
+    // Deletion trusts the cache for existence.
+    #[case::tombstone_present_at_another_version(
+        false,
+        true,
+        false,
+        Record::Applied("7", true),
+        Cached::Present(Some("9")),
+        Pass::Apply,
+        false
+    )]
+    #[case::tombstone_confirmed_gone(
+        false,
+        true,
+        false,
+        Record::Gone,
+        Cached::Absent,
+        Pass::Apply,
+        false
+    )]
+    #[case::tombstone_gone_but_every_object_needed(
+        false,
+        true,
+        false,
+        Record::Gone,
+        Cached::Absent,
+        Pass::Everything,
+        true
+    )]
+    fn needs_a_get(
+        #[case] overrides: bool,
+        #[case] tombstone: bool,
+        #[case] replace: bool,
+        #[case] record: Record,
+        #[case] cached: Cached<'static>,
+        #[case] pass: Pass,
+        #[case] expected: bool,
+    ) {
+        let mut r = resource(overrides, tombstone);
+        r.settings.replace = replace;
+        let recorded = match record {
+            Record::None => None,
+            Record::Applied(rv, ready) => Some(rec(rv, ready)),
+            Record::Gone => Some(Recorded {
+                applied_hash: None,
+                ..rec("7", true)
+            }),
         };
-        assert!(!needs_get(&t, Some(&gone), Cached::Absent, APPLY, false));
-        let everything = Needs {
-            everything: true,
-            ..APPLY
+        let needs = Needs {
+            deleting: false,
+            everything: matches!(pass, Pass::Everything),
         };
-        assert!(needs_get(
-            &t,
-            Some(&gone),
-            Cached::Absent,
-            everything,
-            false
-        ));
+        assert_eq!(
+            needs_get(&r, recorded.as_ref(), cached, needs, false),
+            expected
+        );
     }
 }

@@ -76,7 +76,7 @@ pub(crate) async fn block(
     if blocked_by.is_empty() {
         return Ok(None);
     }
-    let cycle = in_cycle(ctx, comp).await?;
+    let cycle = in_cycle(ctx.reads(), comp).await?;
     Ok(Some(DependencyStatus {
         blocked: true,
         reason: Some(
@@ -92,7 +92,7 @@ pub(crate) async fn block(
 }
 
 /// Whether following `dependsOn` from `comp` leads back to it (such a wait never resolves).
-async fn in_cycle(ctx: &Context, comp: &Composition) -> Result<bool, Error> {
+async fn in_cycle(rd: crate::run::context::Reads<'_>, comp: &Composition) -> Result<bool, Error> {
     let ns = comp.namespace().unwrap_or_default();
     let me = (ns.clone(), comp.name_any());
     let edges = |c: &Composition, from_ns: &str| -> Vec<(String, String)> {
@@ -116,7 +116,7 @@ async fn in_cycle(ctx: &Context, comp: &Composition) -> Result<bool, Error> {
         if !seen.insert(node.clone()) || seen.len() > 200 {
             continue;
         }
-        if let Some(c) = dependency(ctx.reads(), comp, &node.0, &node.1).await? {
+        if let Some(c) = dependency(rd, comp, &node.0, &node.1).await? {
             stack.extend(edges(&c, &node.0));
         }
     }

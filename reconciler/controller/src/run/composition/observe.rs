@@ -74,13 +74,15 @@ async fn read_as(
                 return Ok(Some((*hit).clone()));
             }
         }
-        kept.metrics.input_gets.inc();
     }
     let client = if impersonating {
         r.clusters.client_for(comp)?
     } else {
         r.clusters.client().clone()
     };
+    if let Some(kept) = r.kept {
+        kept.metrics.input_gets.inc();
+    }
     let api: Api<DynamicObject> = if namespaced {
         Api::namespaced_with(client, ns, ar)
     } else {

@@ -63,7 +63,7 @@ pub(crate) enum ModuleEntry {
     Failed {
         generation: ModuleVersion,
         error: super::super::module::ModuleError,
-        retry_at: Instant,
+        retry_at: tokio::time::Instant,
         failures: u32,
     },
 }

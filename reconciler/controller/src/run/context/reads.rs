@@ -11,8 +11,8 @@ use super::*;
 pub(crate) struct Reads<'a> {
     /// The clusters, and the account each Composition reads as.
     pub(crate) clusters: &'a Clusters,
-    /// The controller's options (tenancy switches, limits, the slice key Secret).
-    pub(crate) opts: &'a Options,
+    /// `--no-cross-namespace-refs`: collections are read in the Composition's namespace.
+    pub(crate) no_cross_namespace_refs: bool,
     /// The keys that open sealed Secrets in slices (none in a command: it runs as the user).
     pub(crate) keys: &'a super::super::sealing::SliceKeys,
     /// The controller's caches, memory and metrics; `None`: every read is a GET, nothing is
@@ -35,12 +35,12 @@ impl<'a> Reads<'a> {
     /// Reads for a one-shot command: plain GETs with `clusters`, nothing kept.
     pub(crate) fn uncached(
         clusters: &'a Clusters,
-        opts: &'a Options,
+        opts: &Options,
         keys: &'a super::super::sealing::SliceKeys,
     ) -> Reads<'a> {
         Reads {
             clusters,
-            opts,
+            no_cross_namespace_refs: opts.no_cross_namespace_refs,
             keys,
             kept: None,
         }
@@ -52,7 +52,7 @@ impl Context {
     pub(crate) fn reads(&self) -> Reads<'_> {
         Reads {
             clusters: &self.clusters,
-            opts: &self.opts,
+            no_cross_namespace_refs: self.opts.no_cross_namespace_refs,
             keys: &self.slice_keys,
             kept: Some(Kept {
                 caches: &self.caches,

@@ -26,7 +26,7 @@ pub async fn collection(
     };
     // Under --no-cross-namespace-refs a collection is read in the Composition's namespace
     // only: its trigger watch is scoped the same way.
-    let scope = if namespaced && rd.opts.no_cross_namespace_refs {
+    let scope = if namespaced && rd.no_cross_namespace_refs {
         comp.namespace().unwrap_or_default()
     } else {
         String::new()
@@ -55,7 +55,7 @@ pub async fn collection(
         .clusters
         .client_for(comp)
         .map_err(api_err(Step::ImpersonatingClient))?;
-    let api: Api<DynamicObject> = if namespaced && rd.opts.no_cross_namespace_refs {
+    let api: Api<DynamicObject> = if namespaced && rd.no_cross_namespace_refs {
         Api::namespaced_with(client, &comp.namespace().unwrap_or_default(), &ar)
     } else {
         Api::all_with(client, &ar)

@@ -130,10 +130,10 @@ pub(super) async fn stop_when(
     tokio::select! { () = lost_leadership => {}, () = shutdown => {} }
 }
 
-pub(super) type Events<K> = futures::stream::BoxStream<'static, Result<K, watcher::Error>>;
+pub(crate) type Events<K> = futures::stream::BoxStream<'static, Result<K, watcher::Error>>;
 
 /// The Composition and ResourceSlice caches, and the event streams that wake reconciles.
-pub(super) fn caches(
+pub(crate) fn caches(
     client: &Client,
     opts: &Options,
     shards: &Held,

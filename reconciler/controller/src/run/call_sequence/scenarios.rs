@@ -1,0 +1,223 @@
+//! The scenarios of the call-sequence tier: each pins every request of each pass (see
+//! [`super::pass`]). A `reconcile` that records a new synthesis applies it at once in the same
+//! turn, so one entry may hold a synthesis pass and the apply pass that follows it.
+
+use super::fixtures::MODULE;
+use super::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_composition_gets_its_finalizer_then_a_synthesis_and_its_apply_then_rests() {
+    let (fake, ctx) = world(&[]);
+    let passes = settle(&fake, &ctx, 8).await;
+    let expected = [
+        // The finalizer first: nothing is written for a Composition enoki could not clean up.
+        strings(&["PATCH team/compositions/app (merge)"]),
+        strings(&[
+            // The Synthesizer comes from the input cache; its module is read once and
+            // reported on it; one slice, one status write.
+            "GET enoki-system/configmaps/module",
+            "PATCH synthesizers/synth/status (merge)",
+            "POST team/resourceslices",
+            "PATCH team/compositions/app/status (merge)",
+            // The apply, in the same turn: the new slice (not in the cache yet), the object
+            // confirmed absent before its first write, one server-side apply, the slice's
+            // recorded states, one status write.
+            "GET team/resourceslices/*",
+            "GET team/configmaps/out",
+            "PATCH team/configmaps/out (apply)",
+            "PATCH team/resourceslices/*/status (merge)",
+            "PATCH team/compositions/app/status (merge)",
+        ]),
+        // At rest: not one request.
+        vec![],
+    ];
+    assert_eq!(passes, expected);
+    assert_eq!(
+        fake.get(OUTPUT).expect("applied")["data"],
+        json!({"k": "v"})
+    );
+    let status = status_of(&fake);
+    assert!(
+        status["currentSynthesis"]["reconciled"].is_string(),
+        "{status:#}"
+    );
+    assert!(
+        status["currentSynthesis"]["ready"].is_string(),
+        "{status:#}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_rest_a_pass_makes_no_request() {
+    let (fake, ctx) = world(&[]);
+    settle(&fake, &ctx, 8).await;
+    for _ in 0..3 {
+        let (result, calls) = pass(&fake, &ctx).await;
+        result.expect("pass");
+        assert_eq!(calls, Vec::<Call>::new());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drift_costs_one_get_and_one_apply_and_no_status_write() {
+    let (fake, ctx) = world(&[]);
+    settle(&fake, &ctx, 8).await;
+    let status = status_of(&fake);
+    let mut drifted = fake.get(OUTPUT).expect("applied");
+    drifted["data"]["k"] = json!("changed by hand");
+    fake.put(OUTPUT, drifted);
+    // The managed object's watch brings the new resourceVersion: the pass reads the object
+    // and applies it again; nothing about the Composition changed, so no status is written.
+    let passes = settle(&fake, &ctx, 4).await;
+    let expected = [
+        strings(&[
+            "GET team/configmaps/out",
+            "PATCH team/configmaps/out (apply)",
+        ]),
+        vec![],
+    ];
+    assert_eq!(passes, expected);
+    assert_eq!(fake.get(OUTPUT).expect("object")["data"]["k"], "v");
+    assert_eq!(status_of(&fake), status);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spec_change_synthesizes_again_keeps_identical_slices_one_status_write_per_pass() {
+    let (fake, ctx) = world(&[]);
+    settle(&fake, &ctx, 8).await;
+    let before = status_of(&fake)["currentSynthesis"].clone();
+    let mut comp = fake.get(COMPOSITION).expect("Composition");
+    comp["spec"]["synthesisEnv"] = json!([{"name": "X", "value": "1"}]);
+    comp["metadata"]["generation"] = json!(2);
+    fake.put(COMPOSITION, comp);
+    let passes = settle(&fake, &ctx, 8).await;
+    let expected = [
+        strings(&[
+            // The synthesis: the module's observed outputs (the live object), then one status
+            // write; the output is the same, so its slices are kept (no new slice).
+            "GET team/configmaps/out",
+            "PATCH team/compositions/app/status (merge)",
+            // The apply pass that follows: the slice, nothing to apply, one status write
+            // (the new synthesis reconciled).
+            "GET team/resourceslices/*",
+            "PATCH team/compositions/app/status (merge)",
+        ]),
+        vec![],
+    ];
+    assert_eq!(passes, expected);
+    let status = status_of(&fake);
+    let current = &status["currentSynthesis"];
+    assert_eq!(current["observedCompositionGeneration"], 2, "{status:#}");
+    assert_ne!(current["uuid"], before["uuid"], "{status:#}");
+    assert_eq!(
+        current["resourceSlices"], before["resourceSlices"],
+        "{status:#}"
+    );
+    assert_eq!(
+        status["previousSynthesis"]["uuid"], before["uuid"],
+        "{status:#}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deletion_deletes_the_output_records_it_then_releases_the_finalizer() {
+    let (fake, ctx) = world(&[]);
+    settle(&fake, &ctx, 8).await;
+    let mut comp = fake.get(COMPOSITION).expect("Composition");
+    comp["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:05Z");
+    fake.put(COMPOSITION, comp);
+    let passes = settle(&fake, &ctx, 8).await;
+    let expected = [
+        strings(&[
+            "GET team/resourceslices/*",
+            "DELETE team/configmaps/out",
+            "PATCH team/resourceslices/*/status (merge)",
+            "PATCH team/compositions/app/status (merge)",
+        ]),
+        // Released once the cache confirms the output gone; an Event says so.
+        strings(&["PATCH team/compositions/app (merge)", "POST team/events"]),
+    ];
+    assert_eq!(passes, expected);
+    assert!(fake.get(OUTPUT).is_none());
+    assert!(
+        fake.get(COMPOSITION).is_none(),
+        "the finalizer was the last one"
+    );
+}
+
+/// The default install (`--default-service-account enoki-composer`): the Composition's live
+/// objects are read and written as its ServiceAccount; its Synthesizer, module, slices and
+/// status as the controller. Inputs are cached as metadata only there, so the Synthesizer is
+/// read with a GET on every pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_default_install_reads_and_writes_outputs_as_the_compositions_account() {
+    let (fake, ctx) = world(&["--default-service-account", "enoki-composer"]);
+    let passes = settle(&fake, &ctx, 8).await;
+    let expected = [
+        strings(&["PATCH team/compositions/app (merge)"]),
+        strings(&[
+            "GET synthesizers/synth",
+            "GET enoki-system/configmaps/module",
+            "PATCH synthesizers/synth/status (merge)",
+            "POST team/resourceslices",
+            "PATCH team/compositions/app/status (merge)",
+            "GET synthesizers/synth",
+            "GET team/resourceslices/*",
+            "GET team/configmaps/out as team:enoki-composer",
+            "PATCH team/configmaps/out (apply) as team:enoki-composer",
+            "PATCH team/resourceslices/*/status (merge)",
+            "PATCH team/compositions/app/status (merge)",
+        ]),
+        strings(&["GET synthesizers/synth"]),
+    ];
+    assert_eq!(passes, expected);
+}
+
+/// A module fetch that never answers holds no pass longer than the fetch wait (virtual time:
+/// the clock is paused and jumps when every task waits).
+#[tokio::test(start_paused = true)]
+async fn a_hanging_module_fetch_gives_the_pass_back_after_10_s() {
+    let (fake, ctx) = world(&[]);
+    fake.hang("GET enoki-system/configmaps/module");
+    let started = tokio::time::Instant::now();
+    let passes = settle(&fake, &ctx, 2).await;
+    let waited = started.elapsed();
+    let expected = [
+        strings(&["PATCH team/compositions/app (merge)"]),
+        // The pass reports the module still loading and goes on; nothing is synthesized.
+        strings(&[
+            "GET enoki-system/configmaps/module",
+            "PATCH team/compositions/app/status (merge)",
+        ]),
+    ];
+    assert_eq!(passes, expected);
+    let (at_least, below) = (Duration::from_secs(10), Duration::from_secs(11));
+    assert!(waited >= at_least && waited < below, "{waited:?}");
+}
+
+/// A module that cannot be fetched is fetched again after 10 s, then after 20 s (doubling up
+/// to 5 min), whatever the passes in between: on a paused clock moved by hand.
+#[tokio::test(start_paused = true)]
+async fn a_failed_module_fetch_backs_off_10_s_then_20_s() {
+    let (fake, ctx) = world(&[]);
+    fake.remove(MODULE);
+    let fetch = "GET enoki-system/configmaps/module";
+    let mut fetched_at = Vec::new();
+    let started = tokio::time::Instant::now();
+    for step in [0, 0, 0, 9, 2, 0, 18, 1, 3] {
+        tokio::time::advance(Duration::from_secs(step)).await;
+        let (result, calls) = pass(&fake, &ctx).await;
+        result.expect("a module failure is reported, not an error of the pass");
+        if calls.iter().any(|c| c == fetch) {
+            fetched_at.push(started.elapsed().as_secs());
+        }
+    }
+    // At 0 s, then not at 9 s but at 11 s, then not at 29 s or 30 s but at 33 s.
+    assert_eq!(fetched_at, [0, 11, 33]);
+    let synth = fake
+        .objects_under("/apis/enoki.dev/v1alpha1/synthesizers/")
+        .pop()
+        .expect("Synthesizer");
+    let ready = &synth["status"]["conditions"][0];
+    assert_eq!(ready["reason"], "ModuleUnavailable", "{synth:#}");
+}
