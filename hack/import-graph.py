@@ -31,7 +31,7 @@ TEST_MOD = re.compile(r"^#\[cfg\(test\)\]\s*\n\s*(?:pub(?:\([a-z]+\))?\s+)?mod\s
 
 def modules():
     """Module path (tuple) → file, for every file in the crate (files of `#[cfg(test)] mod x;`
-    left out)."""
+    and of their child modules left out)."""
     found = {}
     for dirpath, _, files in os.walk(ROOT):
         for f in files:
@@ -46,10 +46,15 @@ def modules():
             else:
                 mod = tuple(rel)
             found[mod] = full
-    for mod, full in list(found.items()):
+    tests = set()
+    for mod, full in found.items():
         for child in TEST_MOD.findall(open(full, encoding="utf-8").read()):
-            found.pop(mod + (child,), None)
-    return found
+            tests.add(mod + (child,))
+    return {
+        mod: full
+        for mod, full in found.items()
+        if not any(mod[: len(t)] == t for t in tests)
+    }
 
 
 RAW = re.compile(r'[bc]?r(#*)"')

@@ -137,8 +137,9 @@ pub enum ModuleKind {
 }
 
 /// The state behind `lock`, also after a panic while it was held: the state is used as that
-/// thread left it, so no later write (a budget released, a child recorded, a module kept) is
-/// skipped.
+/// thread left it (as `parking_lot`'s locks, which the controller uses, never poison), so no
+/// later write is skipped (a budget released, a compile child recorded, a module cached) and
+/// no later load fails for good.
 pub(crate) fn locked<T>(lock: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     lock.lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)

@@ -181,9 +181,3 @@ pub(super) fn store_artifact(
         artifacts.write(digest, kind, &bytes);
     }
 }
-
-pub(super) fn poisoned() -> HostError {
-    HostError::Engine {
-        message: "module table lock poisoned".into(),
-    }
-}

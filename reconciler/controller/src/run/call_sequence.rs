@@ -1,9 +1,11 @@
 //! The call-sequence tier: one Composition's passes against [`FakeApi`] (no control plane),
 //! with the controller's own caches (Compositions, slices, inputs, managed objects) fed by
-//! watches of the fake, pinning every request each pass makes — what it reads, what it
-//! writes, in which order, as whom — for a new Composition, the steady state, drift, a changed
-//! spec, deletion and the default install's impersonation; on a paused clock, the module
-//! fetch wait and its backoff. Runs in `make test-unit` in seconds.
+//! watches of the fake, pinning every request each pass makes (the caches' own lists and
+//! watches apart) — what it reads, what it writes, in which order, as whom — for a new
+//! Composition, the steady state, drift, a changed spec, deletion and the default install's
+//! impersonation; on a paused clock, the module fetch wait and its backoff. Passes run one at
+//! a time, each after the caches caught up, none of them delivered during it. Runs in
+//! `make test-unit` in seconds.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,9 +40,11 @@ fn controller(fake: &FakeApi, client: kube::Client, flags: &[&str]) -> Arc<Conte
     };
     let opts = crate::options(&run).expect("options");
     let impersonating = fake.clone();
-    let cluster = Cluster::faked(client.clone(), move |user| impersonating.client_as(user));
+    let cluster = Cluster::faked(client, move |config| impersonating.client_for(config));
     let (wake, _) = tokio::sync::mpsc::unbounded_channel();
     let shards = fixed(Shards::ALL);
+    // The caches' requests are the fake's `[cache] …` (see `pass`).
+    let client = fake.cache_client();
     let (compositions, comp_events, slices, slice_events) =
         super::start::shards::caches(&client, &opts, &shards, wake.clone(), false);
     tokio::spawn(comp_events.for_each(|_| async {}));
@@ -84,7 +88,8 @@ fn world(flags: &[&str]) -> (FakeApi, Arc<Context>) {
 }
 
 /// Waits until every cache of `ctx` holds what the fake holds (the watches' events arrived):
-/// the next pass then reads what a controller at rest would.
+/// the Composition and slice caches and, once started, the managed objects' (asked through
+/// [`super::watches::Watches::managed`] with the Composition's UID, as its passes ask).
 async fn caught_up(fake: &FakeApi, ctx: &Context) {
     for _ in 0..1000 {
         if in_step(fake, ctx).await {
@@ -142,25 +147,26 @@ async fn in_step(fake: &FakeApi, ctx: &Context) -> bool {
     live == rv(fake.get(OUTPUT))
 }
 
-/// One pass of the Composition as stored now, the caches caught up first; its result and
-/// requests (cache machinery — lists, watches, discovery — left out; see [`generic`]).
-async fn pass(fake: &FakeApi, ctx: &Arc<Context>) -> (Result<(), String>, Vec<Call>) {
+/// One pass of the Composition as stored now: the watches told of every change and the caches
+/// caught up first (so a pass sees what a controller at rest would; its own writes reach the
+/// caches only after it). Its result and every request it made (the caches' own lists and
+/// watches left out; see [`generic`]).
+async fn pass(
+    fake: &FakeApi,
+    ctx: &Arc<Context>,
+) -> (Result<kube::runtime::controller::Action, String>, Vec<Call>) {
+    fake.deliver();
     caught_up(fake, ctx).await;
     fake.clear_calls();
     let comp: Composition =
         serde_json::from_value(fake.get(COMPOSITION).expect("Composition")).expect("parse");
     let result = super::composition::reconcile(Arc::new(comp), ctx.clone())
         .await
-        .map(|_| ())
         .map_err(|e| e.to_string());
     let calls = fake
         .calls()
         .iter()
-        .filter(|c| {
-            !["LIST ", "WATCH ", "DISCOVER "]
-                .iter()
-                .any(|p| c.starts_with(p))
-        })
+        .filter(|c| !c.starts_with("[cache] "))
         .map(|c| generic(c))
         .collect();
     (result, calls)

@@ -44,9 +44,9 @@ pub(crate) struct Cluster {
     impersonate: Option<Arc<Impersonate>>,
 }
 
-/// Tests: makes the client that impersonates a user.
+/// Tests: makes an impersonating client from its configuration (instead of a connection).
 #[cfg(test)]
-type Impersonate = dyn Fn(&str) -> Client + Send + Sync;
+type Impersonate = dyn Fn(&kube::Config) -> Client + Send + Sync;
 
 /// Impersonating clients kept at once (least recently used dropped first).
 const MAX_IMPERSONATING_CLIENTS: usize = 256;
@@ -102,11 +102,12 @@ impl Cluster {
         })
     }
 
-    /// Tests: a cluster behind `client` whose impersonating clients `impersonate` makes.
+    /// Tests: a cluster behind `client` whose impersonating clients `impersonate` makes from
+    /// the configuration [`Cluster::acting_as`] builds (cached per user as usual).
     #[cfg(test)]
     pub(crate) fn faked(
         client: Client,
-        impersonate: impl Fn(&str) -> Client + Send + Sync + 'static,
+        impersonate: impl Fn(&kube::Config) -> Client + Send + Sync + 'static,
     ) -> Arc<Cluster> {
         let config = kube::Config::new("http://127.0.0.1:1".parse().expect("a URL"));
         let mut cluster = Cluster::new(
@@ -130,10 +131,6 @@ impl Cluster {
         let Some(user) = user else {
             return Ok(self.client.clone());
         };
-        #[cfg(test)]
-        if let Some(make) = &self.impersonate {
-            return Ok(make(user));
-        }
         let tick = self
             .ticks
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -148,6 +145,12 @@ impl Cluster {
         // as any group.
         config.auth_info.impersonate = Some(user.to_string());
         config.auth_info.impersonate_groups = None;
+        #[cfg(test)]
+        let client = match &self.impersonate {
+            Some(make) => make(&config),
+            None => build_client(config, self.fence.as_ref(), self.limit.as_ref())?,
+        };
+        #[cfg(not(test))]
         let client = build_client(config, self.fence.as_ref(), self.limit.as_ref())?;
         {
             let mut m = self.impersonating.lock();

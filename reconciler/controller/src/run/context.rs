@@ -2,11 +2,13 @@
 //! enoki remembers per Composition between passes.
 //!
 //! A [`Context`] is a few handles ([`Clusters`], [`Caches`], [`Reporter`], [`Limits`],
-//! [`Modules`], [`PlanCache`], [`State`]), each passed only where it is needed.
+//! [`Modules`], [`PlanCache`], [`State`], and the [`Reads`] view of them): a function that uses
+//! one handle takes that handle; the passes that orchestrate several take the Context.
 //! Everything remembered per Composition lives in the stores of [`super::memory::Memory`],
-//! keyed by its UID, and is dropped with [`Context::forget`] when the Composition is gone (its finalizer released, or a
-//! periodic sweep finds it missing from the cache); the per-Synthesizer module cache holds one
-//! entry per Synthesizer; compiled modules are bounded by bytes in the wasm host.
+//! keyed by its UID, and is dropped with [`Context::forget`] when the Composition is gone (its
+//! finalizer released, or a periodic sweep finds it missing from the cache); the
+//! per-Synthesizer module cache holds one entry per Synthesizer; compiled modules are bounded
+//! by bytes in the wasm host.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -37,9 +39,8 @@ pub(crate) use plan_cache::PlanCache;
 use plan_cache::plan_cache_share;
 pub(crate) use reads::Reads;
 
-/// Shared state of every reconcile, as a few handles; each function takes the handles it
-/// needs (`enoki diff` builds the clusters handle and an uncached reads handle, with its own engine and
-/// options, and no controller).
+/// Shared state of every reconcile, as a few handles (`enoki diff` builds only the clusters
+/// handle and an uncached reads handle, with its own engine and options: no controller).
 pub struct Context {
     /// The management and target clusters, and the account each Composition acts as.
     pub(crate) clusters: Clusters,

@@ -61,16 +61,51 @@ impl FakeApi {
         (fake, kube::Client::new(service, "default"))
     }
 
-    /// A client that impersonates `user` (its requests carry `Impersonate-User`).
-    pub(crate) fn client_as(&self, user: &str) -> kube::Client {
-        let user = http::HeaderValue::from_str(user).expect("a header value");
+    /// A client whose requests carry `headers` (`impersonate-user`, `impersonate-group`, or
+    /// the fake's own `x-fake-origin`).
+    fn client_with(&self, headers: Vec<(&'static str, String)>) -> kube::Client {
+        let headers: Vec<(&'static str, http::HeaderValue)> = headers
+            .into_iter()
+            .map(|(k, v)| (k, http::HeaderValue::from_str(&v).expect("a header value")))
+            .collect();
         let service = tower::ServiceBuilder::new()
             .map_request(move |mut r: Request<Body>| {
-                r.headers_mut().insert("impersonate-user", user.clone());
+                for (k, v) in &headers {
+                    r.headers_mut().append(*k, v.clone());
+                }
                 r
             })
             .service(self.service.clone());
         kube::Client::new(service, "default")
+    }
+
+    /// The client a kube configuration would make: it impersonates the user and groups the
+    /// configuration names (as `Impersonate-User`/`Impersonate-Group` headers).
+    pub(crate) fn client_for(&self, config: &kube::Config) -> kube::Client {
+        let auth = &config.auth_info;
+        let user = auth
+            .impersonate
+            .iter()
+            .map(|u| ("impersonate-user", u.clone()));
+        let groups = auth
+            .impersonate_groups
+            .iter()
+            .flatten()
+            .map(|g| ("impersonate-group", g.clone()));
+        self.client_with(user.chain(groups).collect())
+    }
+
+    /// A client for the controller's caches: its requests are recorded as `[cache] …`, apart
+    /// from what passes request.
+    pub(crate) fn cache_client(&self) -> kube::Client {
+        self.client_with(vec![("x-fake-origin", "cache".into())])
+    }
+
+    /// Tells the watches of every change since the last call (the API server's watch events
+    /// come a moment after its writes; the tier delivers them between passes, so a pass never
+    /// finds its own writes in a cache).
+    pub(crate) fn deliver(&self) {
+        self.store.lock().deliver();
     }
 
     /// Every request so far, in order.
@@ -112,12 +147,16 @@ impl FakeApi {
     /// watches hear of it).
     pub(crate) fn put(&self, path: &str, mut obj: Value) {
         let mut s = self.store.lock();
+        let uid = s.uid();
         let meta = &mut obj["metadata"];
-        for (key, value) in [
-            ("uid", json!(format!("uid-{}", path.len()))),
-            ("generation", json!(1)),
+        let mut defaults = vec![
+            ("uid", json!(uid)),
             ("creationTimestamp", json!("2026-01-01T00:00:00Z")),
-        ] {
+        ];
+        if Target::parse(path).is_some_and(|t| t.has_generation()) {
+            defaults.push(("generation", json!(1)));
+        }
+        for (key, value) in defaults {
             if meta.get(key).is_none() {
                 meta[key] = value;
             }
@@ -132,12 +171,15 @@ impl FakeApi {
         let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
         let path = parts.uri.path().to_string();
         let q = query(parts.uri.query());
+        let from_cache =
+            header(&parts.headers, "x-fake-origin".parse().expect("a name")) == "cache";
+        let origin = if from_cache { "[cache] " } else { "" };
         if let Some(list) = discovery(&path) {
-            self.record(format!("DISCOVER {path}"));
+            self.record(format!("{origin}DISCOVER {path}"));
             return Some(reply(200, &list));
         }
         let Some(t) = Target::parse(&path) else {
-            self.record(format!("{} {path} (not served)", parts.method));
+            self.record(format!("{origin}{} {path} (not served)", parts.method));
             return Some(reply(404, &failure(404, "NotFound", &path).1));
         };
         let watch = q.get("watch").is_some_and(|w| w == "true" || w == "1");
@@ -150,7 +192,14 @@ impl FakeApi {
         let call = format!("{verb} {}", t.short());
         let mut label = call.clone();
         if verb == "PATCH" {
-            label.push_str(&format!(" ({})", patch_kind(&content_type)));
+            let kind = patch_kind(&content_type);
+            let manager = q.get("fieldManager").map(String::as_str).unwrap_or("-");
+            let force = q.get("force").is_some_and(|f| f == "true");
+            label.push_str(&match (kind, force) {
+                ("apply", true) => format!(" (apply, {manager}, force)"),
+                ("apply", false) => format!(" (apply, {manager})"),
+                (kind, _) => format!(" ({kind})"),
+            });
         }
         let dry_run = q.get("dryRun").is_some_and(|d| d == "All");
         if dry_run {
@@ -163,9 +212,19 @@ impl FakeApi {
                 user.trim_start_matches("system:serviceaccount:")
             ));
         }
+        let groups: Vec<&str> = parts
+            .headers
+            .get_all("impersonate-group")
+            .iter()
+            .filter_map(|g| g.to_str().ok())
+            .collect();
+        if !groups.is_empty() {
+            label.push_str(&format!(" in {}", groups.join(",")));
+        }
+        label.insert_str(0, origin);
         let mut s = self.store.lock();
         s.calls.push(label);
-        if s.hung.contains(&call) {
+        if s.hung.contains(&call) && !from_cache {
             return None;
         }
         if watch {

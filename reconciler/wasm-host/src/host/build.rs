@@ -37,10 +37,7 @@ impl Host {
         };
         let baseline = compiled.baseline;
         let m = ModulePre::new(digest.clone(), kind, compiled);
-        self.modules
-            .lock()
-            .map_err(|_| poisoned())?
-            .insert(digest, m.clone(), source.len());
+        crate::locked(&self.modules).insert(digest, m.clone(), source.len());
         let optimize_key = format!("optimize:{}", m.digest());
         if baseline
             && self.background_optimization.load(Ordering::Relaxed)

@@ -92,10 +92,7 @@ impl Host {
             return Ok(None);
         };
         let m = ModulePre::new(digest.to_string(), kind, compiled);
-        self.modules
-            .lock()
-            .map_err(|_| poisoned())?
-            .insert(digest.to_string(), m.clone(), size);
+        crate::locked(&self.modules).insert(digest.to_string(), m.clone(), size);
         Ok(Some(m))
     }
 
@@ -193,14 +190,11 @@ impl Host {
         digest: &str,
         compile: impl FnOnce() -> Result<ModulePre, HostError>,
     ) -> Result<ModulePre, HostError> {
-        if let Some(m) = self.modules.lock().map_err(|_| poisoned())?.get(digest) {
+        if let Some(m) = crate::locked(&self.modules).get(digest) {
             return Ok(m);
         }
         // Single flight: one compilation per digest, the other callers wait for it.
-        let gate = self
-            .compiling
-            .lock()
-            .map_err(|_| poisoned())?
+        let gate = crate::locked(&self.compiling)
             .entry(digest.to_string())
             .or_default()
             .clone();
@@ -208,7 +202,7 @@ impl Host {
             let _compiling = gate
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let cached = self.modules.lock().map_err(|_| poisoned())?.get(digest);
+            let cached = crate::locked(&self.modules).get(digest);
             match cached {
                 Some(m) => Ok(m),
                 None => match self.failed_before(digest) {

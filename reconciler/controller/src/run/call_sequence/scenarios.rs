@@ -19,12 +19,15 @@ async fn a_new_composition_gets_its_finalizer_then_a_synthesis_and_its_apply_the
             "PATCH synthesizers/synth/status (merge)",
             "POST team/resourceslices",
             "PATCH team/compositions/app/status (merge)",
-            // The apply, in the same turn: the new slice (not in the cache yet), the object
-            // confirmed absent before its first write, one server-side apply, the slice's
-            // recorded states, one status write.
+            // The apply, in the same turn: the new slice (the cache has none of this pass's
+            // writes yet: read to check it, then whole to ingest it), the kind's discovery, the
+            // object confirmed absent before its first write, one server-side apply (enoki's
+            // field manager, forced), the slice's recorded states, one status write.
             "GET team/resourceslices/*",
+            "GET team/resourceslices/*",
+            "DISCOVER /api/v1",
             "GET team/configmaps/out",
-            "PATCH team/configmaps/out (apply)",
+            "PATCH team/configmaps/out (apply, enoki, force)",
             "PATCH team/resourceslices/*/status (merge)",
             "PATCH team/compositions/app/status (merge)",
         ]),
@@ -53,7 +56,9 @@ async fn at_rest_a_pass_makes_no_request() {
     settle(&fake, &ctx, 8).await;
     for _ in 0..3 {
         let (result, calls) = pass(&fake, &ctx).await;
-        result.expect("pass");
+        // Nothing to do until the resync (`--resync`, 5 min) or a change.
+        let resync = kube::runtime::controller::Action::requeue(Duration::from_secs(300));
+        assert_eq!(result.expect("pass"), resync);
         assert_eq!(calls, Vec::<Call>::new());
     }
 }
@@ -72,7 +77,7 @@ async fn drift_costs_one_get_and_one_apply_and_no_status_write() {
     let expected = [
         strings(&[
             "GET team/configmaps/out",
-            "PATCH team/configmaps/out (apply)",
+            "PATCH team/configmaps/out (apply, enoki, force)",
         ]),
         vec![],
     ];
@@ -123,9 +128,10 @@ async fn a_spec_change_synthesizes_again_keeps_identical_slices_one_status_write
 async fn deletion_deletes_the_output_records_it_then_releases_the_finalizer() {
     let (fake, ctx) = world(&[]);
     settle(&fake, &ctx, 8).await;
-    let mut comp = fake.get(COMPOSITION).expect("Composition");
-    comp["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:05Z");
-    fake.put(COMPOSITION, comp);
+    let api: kube::Api<Composition> = kube::Api::namespaced(ctx.clusters.client().clone(), "team");
+    api.delete("app", &Default::default())
+        .await
+        .expect("delete");
     let passes = settle(&fake, &ctx, 8).await;
     let expected = [
         strings(&[
@@ -134,7 +140,9 @@ async fn deletion_deletes_the_output_records_it_then_releases_the_finalizer() {
             "PATCH team/resourceslices/*/status (merge)",
             "PATCH team/compositions/app/status (merge)",
         ]),
-        // Released once the cache confirms the output gone; an Event says so.
+        // Released once the cache confirms the output gone (the Composition's own DELETE set its
+        // deletionTimestamp; the API server removes it with its last finalizer); an Event
+        // says so.
         strings(&["PATCH team/compositions/app (merge)", "POST team/events"]),
     ];
     assert_eq!(passes, expected);
@@ -163,8 +171,10 @@ async fn the_default_install_reads_and_writes_outputs_as_the_compositions_accoun
             "PATCH team/compositions/app/status (merge)",
             "GET synthesizers/synth",
             "GET team/resourceslices/*",
+            "GET team/resourceslices/*",
+            "DISCOVER /api/v1",
             "GET team/configmaps/out as team:enoki-composer",
-            "PATCH team/configmaps/out (apply) as team:enoki-composer",
+            "PATCH team/configmaps/out (apply, enoki, force) as team:enoki-composer",
             "PATCH team/resourceslices/*/status (merge)",
             "PATCH team/compositions/app/status (merge)",
         ]),

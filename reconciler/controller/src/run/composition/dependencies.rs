@@ -54,7 +54,7 @@ pub fn blocking_reason(dep: Option<&Composition>) -> Option<&'static str> {
 /// # Errors
 /// [`Error::ReadDependency`].
 pub(crate) async fn block(
-    ctx: &Context,
+    rd: crate::run::context::Reads<'_>,
     comp: &Composition,
 ) -> Result<Option<DependencyStatus>, Error> {
     if comp.spec.depends_on.is_empty() {
@@ -64,7 +64,7 @@ pub(crate) async fn block(
     let mut blocked_by = Vec::new();
     for dep in &comp.spec.depends_on {
         let dep_ns = ref_namespace(&ns, dep.namespace.as_deref());
-        let found = dependency(ctx.reads(), comp, &dep_ns, &dep.name).await?;
+        let found = dependency(rd, comp, &dep_ns, &dep.name).await?;
         if let Some(reason) = blocking_reason(found.as_ref()) {
             blocked_by.push(BlockedBy {
                 name: dep.name.clone(),
@@ -76,7 +76,7 @@ pub(crate) async fn block(
     if blocked_by.is_empty() {
         return Ok(None);
     }
-    let cycle = in_cycle(ctx.reads(), comp).await?;
+    let cycle = in_cycle(rd, comp).await?;
     Ok(Some(DependencyStatus {
         blocked: true,
         reason: Some(

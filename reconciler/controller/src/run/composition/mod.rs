@@ -95,16 +95,14 @@ async fn admitted(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Action, E
         // Its shard was handed back: the new holder reconciles it.
         return Ok(Action::await_change());
     };
-    ctx.report
-        .metrics
-        .shard_reconciles
-        .get_or_create(&super::metrics::ShardLabel {
-            shard: ctx
-                .limits
-                .shards
-                .borrow()
-                .label_of(&comp.uid().unwrap_or_default()),
-        })
+    let shard = ctx
+        .limits
+        .shards
+        .borrow()
+        .label_of(&comp.uid().unwrap_or_default());
+    let by_shard = &ctx.report.metrics.shard_reconciles;
+    by_shard
+        .get_or_create(&super::metrics::ShardLabel { shard })
         .inc();
     let start = std::time::Instant::now();
     let queued = format!(
@@ -146,30 +144,36 @@ async fn admitted(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Action, E
         .metrics
         .reconcile_duration
         .observe(start.elapsed().as_secs_f64());
-    // Not after the pass that released a deleted Composition (its series went with it).
-    let released = comp.metadata.deletion_timestamp.is_some()
-        && matches!(&result, Ok(a) if *a == Action::await_change());
-    if !released {
-        let who = super::metrics::CompositionLabel {
-            namespace: comp.namespace().unwrap_or_default(),
-            name: comp.name_any(),
-        };
-        ctx.report
-            .metrics
-            .composition_reconciles
-            .get_or_create(&who)
-            .inc();
-        // A failed pass wrote no status: the health series still advance (stuck keeps time).
-        if result.is_err() {
-            ctx.report.metrics.health.record(
-                &who,
-                &comp.status.clone().unwrap_or_default(),
-                comp.metadata.creation_timestamp.as_ref(),
-                ctx.opts.stuck_threshold,
-            );
-        }
-    }
+    count_pass(&ctx, &comp, &result);
     result
+}
+
+/// Counts a pass of `comp` in its series (not the pass that released a deleted Composition:
+/// its series went with it); a failed pass wrote no status, so its health series advance here
+/// (stuck keeps time).
+fn count_pass(ctx: &Context, comp: &Composition, result: &Result<Action, Error>) {
+    let released = comp.metadata.deletion_timestamp.is_some()
+        && matches!(result, Ok(a) if *a == Action::await_change());
+    if released {
+        return;
+    }
+    let who = super::metrics::CompositionLabel {
+        namespace: comp.namespace().unwrap_or_default(),
+        name: comp.name_any(),
+    };
+    ctx.report
+        .metrics
+        .composition_reconciles
+        .get_or_create(&who)
+        .inc();
+    if result.is_err() {
+        ctx.report.metrics.health.record(
+            &who,
+            &comp.status.clone().unwrap_or_default(),
+            comp.metadata.creation_timestamp.as_ref(),
+            ctx.opts.stuck_threshold,
+        );
+    }
 }
 
 /// A terminal failure of this pass, reported by the pass: a Warning Event and

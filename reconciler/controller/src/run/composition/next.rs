@@ -107,7 +107,7 @@ pub(super) async fn synthesize_now(
             req.synth.metadata.generation,
             comp.metadata.generation,
         ),
-        dependencies: dependencies::block(ctx, comp).await?,
+        dependencies: dependencies::block(ctx.reads(), comp).await?,
         deferred: trigger.is_deferred(),
     };
     match decide::next(&seen) {

@@ -88,6 +88,12 @@ impl Target {
         .join("/")
     }
 
+    /// Whether objects of the kind carry `metadata.generation` (custom resources do; ConfigMaps,
+    /// Secrets, Namespaces and Events do not).
+    pub(super) fn has_generation(&self) -> bool {
+        self.prefix.starts_with("/apis/enoki.dev/")
+    }
+
     /// The kind's name (`ConfigMap`).
     pub(super) fn kind(&self) -> &'static str {
         KINDS

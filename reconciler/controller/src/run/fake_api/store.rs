@@ -20,10 +20,11 @@ const WITH_STATUS: &[&str] = &[
 /// An answer: a status code and a JSON body.
 pub(super) type Answer = (u16, Value);
 
-/// An open watch: what it selects, and where its events go.
+/// An open watch: what it selects, where its events go, and the resourceVersion it has seen.
 pub(super) struct Watching {
     pub(super) selection: Selection,
     pub(super) events: tokio::sync::mpsc::UnboundedSender<Bytes>,
+    pub(super) since: u64,
 }
 
 /// How a write changes the stored object.
@@ -33,64 +34,86 @@ pub(super) enum Write {
     Patch(String),
 }
 
+/// One change: its resourceVersion, the path, the object before and after (`None`: absent).
+type Change = (u64, String, Option<Value>, Option<Value>);
+
 #[derive(Default)]
 pub(super) struct Store {
     /// Object path (`/api/v1/namespaces/ns/configmaps/out`) → object.
     pub(super) objects: BTreeMap<String, Value>,
     rv: u64,
-    /// Every change: (resourceVersion, event type, path, object).
-    history: Vec<(u64, &'static str, String, Value)>,
+    /// Every change sent to the watches, in order.
+    history: Vec<Change>,
+    /// Changes made since the watches were last told (see [`Store::deliver`]).
+    pending: Vec<Change>,
     pub(super) watches: Vec<Watching>,
     pub(super) calls: Vec<String>,
     /// Requests held open, never answered.
     pub(super) hung: Vec<String>,
+    /// The last UID handed out.
+    uids: u64,
 }
 
 impl Store {
-    /// Stores `obj` at `path` (or removes it: `None`) under a new resourceVersion, and tells the
-    /// watches.
+    /// A new UID.
+    pub(super) fn uid(&mut self) -> String {
+        self.uids += 1;
+        format!("00000000-0000-4000-8000-{:012}", self.uids)
+    }
+
+    /// Stores `obj` at `path` (or removes it: `None`) under a new resourceVersion; the watches
+    /// hear of it at the next [`Store::deliver`].
     pub(super) fn commit(&mut self, path: &str, obj: Option<Value>) -> Value {
         self.rv += 1;
         let rv = self.rv;
-        let (kind, obj) = match obj {
-            Some(mut o) => {
-                o["metadata"]["resourceVersion"] = json!(rv.to_string());
-                let kind = if self.objects.contains_key(path) {
-                    "MODIFIED"
-                } else {
-                    "ADDED"
-                };
-                self.objects.insert(path.to_string(), o.clone());
-                (kind, o)
-            }
-            None => {
-                let mut o = self.objects.remove(path).unwrap_or(Value::Null);
-                o["metadata"]["resourceVersion"] = json!(rv.to_string());
-                ("DELETED", o)
-            }
-        };
-        let line = event_line(kind, &obj);
-        self.watches
-            .retain(|w| !w.selection.matches(path, &obj) || w.events.send(line.clone()).is_ok());
-        self.history.push((rv, kind, path.to_string(), obj.clone()));
-        obj
+        let before = self.objects.get(path).cloned();
+        let after = obj.map(|mut o| {
+            o["metadata"]["resourceVersion"] = json!(rv.to_string());
+            self.objects.insert(path.to_string(), o.clone());
+            o
+        });
+        if after.is_none() {
+            self.objects.remove(path);
+        }
+        self.pending
+            .push((rv, path.to_string(), before.clone(), after.clone()));
+        after.or(before).unwrap_or(Value::Null)
     }
 
-    /// Opens a watch of `selection` from resourceVersion `since`: the changes after it first.
+    /// Tells the watches of every change made since the last call, as the API server does a
+    /// moment after each write: an object that starts matching a watch's selectors is ADDED
+    /// to it, one that stops matching (or is deleted) DELETED.
+    pub(super) fn deliver(&mut self) {
+        for change in std::mem::take(&mut self.pending) {
+            for w in &mut self.watches {
+                if let Some(line) = event_for(&w.selection, w.since, &change) {
+                    let _ = w.events.send(line);
+                    w.since = change.0;
+                }
+            }
+            self.watches.retain(|w| !w.events.is_closed());
+            self.history.push(change);
+        }
+    }
+
+    /// Opens a watch of `selection` from resourceVersion `since` (the changes after it first,
+    /// as the API server replays them; none before it, so a watch of a fresh list sees no
+    /// change twice).
     pub(super) fn watch(
         &mut self,
         selection: Selection,
         since: u64,
     ) -> tokio::sync::mpsc::UnboundedReceiver<Bytes> {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        for (rv, kind, path, obj) in &self.history {
-            if *rv > since && selection.matches(path, obj) {
-                let _ = tx.send(event_line(kind, obj));
+        for change in &self.history {
+            if let Some(line) = event_for(&selection, since, change) {
+                let _ = tx.send(line);
             }
         }
         self.watches.push(Watching {
             selection,
             events: tx,
+            since: since.max(self.history.last().map_or(0, |c| c.0)),
         });
         rx
     }
@@ -121,13 +144,22 @@ impl Store {
         if self.objects.contains_key(&path) {
             return failure(409, "AlreadyExists", &name);
         }
+        let uid = self.uid();
         let meta = &mut obj["metadata"];
         meta["name"] = json!(name);
-        meta["uid"] = json!(format!("uid-{}", self.rv + 1));
-        meta["generation"] = json!(1);
+        meta["uid"] = json!(uid);
+        if t.has_generation() {
+            meta["generation"] = json!(1);
+        }
         meta["creationTimestamp"] = json!("2026-01-01T00:00:00Z");
         if let Some(ns) = &t.namespace {
             meta["namespace"] = json!(ns);
+        }
+        // A create never sets the status of a kind whose status is a subresource.
+        if WITH_STATUS.contains(&t.plural.as_str())
+            && let Some(o) = obj.as_object_mut()
+        {
+            o.remove("status");
         }
         if dry_run {
             return (201, obj);
@@ -139,7 +171,9 @@ impl Store {
         let name = t.name.clone().unwrap_or_default();
         let path = t.object_path(&name);
         let old = self.objects.get(&path).cloned();
-        let apply = matches!(how, Write::Patch(ct) if ct.contains("apply-patch"));
+        // An apply creates a missing object (not a missing object's status).
+        let apply =
+            matches!(how, Write::Patch(ct) if ct.contains("apply-patch")) && t.sub.is_none();
         let Some(old) = old.or_else(|| apply.then(|| json!({"metadata": {}}))) else {
             return failure(404, "NotFound", &name);
         };
@@ -189,18 +223,14 @@ impl Store {
             (_, true) => keep_status(old, new),
             _ => {}
         }
-        for key in [
-            "uid",
-            "creationTimestamp",
-            "deletionTimestamp",
-            "generation",
-        ] {
+        for key in ["uid", "creationTimestamp", "deletionTimestamp"] {
             match old.pointer(&format!("/metadata/{key}")) {
                 Some(v) => new["metadata"][key] = v.clone(),
-                None if key == "uid" => {
-                    new["metadata"][key] = json!(format!("uid-{}", self.rv + 1))
+                None if key == "uid" => new["metadata"][key] = json!(self.uid()),
+                None if key == "creationTimestamp" => {
+                    new["metadata"][key] = json!("2026-01-01T00:00:00Z")
                 }
-                None => {}
+                None => drop(new["metadata"].as_object_mut().map(|m| m.remove(key))),
             }
         }
         new["metadata"]["name"] = json!(name);
@@ -215,6 +245,9 @@ impl Store {
             }
             v
         };
+        if !t.has_generation() {
+            return;
+        }
         let generation = old.pointer("/metadata/generation").and_then(Value::as_i64);
         new["metadata"]["generation"] = json!(match generation {
             Some(g) if outside(old) != outside(new) => g + 1,
@@ -239,7 +272,11 @@ impl Store {
             if obj.pointer("/metadata/deletionTimestamp").is_some() {
                 return (200, obj);
             }
+            // Graceful deletion: the timestamp set, the generation bumped.
             obj["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:01Z");
+            if let Some(g) = obj.pointer("/metadata/generation").and_then(Value::as_i64) {
+                obj["metadata"]["generation"] = json!(g + 1);
+            }
             return (200, self.commit(&path, Some(obj)));
         }
         (200, self.commit(&path, None))
@@ -291,6 +328,28 @@ fn merge_apply(doc: &mut Value, patch: &Value) {
         }
         (doc, patch) => *doc = patch.clone(),
     }
+}
+
+/// The event `change` makes for a watch of `selection` that has seen up to `since`.
+fn event_for(selection: &Selection, since: u64, change: &Change) -> Option<Bytes> {
+    let (rv, path, before, after) = change;
+    if *rv <= since {
+        return None;
+    }
+    let was = before.as_ref().is_some_and(|o| selection.matches(path, o));
+    let is = after.as_ref().is_some_and(|o| selection.matches(path, o));
+    let (kind, obj) = match (was, is, after) {
+        (false, true, Some(o)) => ("ADDED", o.clone()),
+        (true, true, Some(o)) => ("MODIFIED", o.clone()),
+        (true, false, Some(o)) => ("DELETED", o.clone()),
+        (true, false, None) => {
+            let mut gone = before.clone().unwrap_or(Value::Null);
+            gone["metadata"]["resourceVersion"] = json!(rv.to_string());
+            ("DELETED", gone)
+        }
+        _ => return None,
+    };
+    Some(event_line(kind, &obj))
 }
 
 /// One watch event as the API server streams it: a JSON line.
