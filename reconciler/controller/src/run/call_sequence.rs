@@ -58,7 +58,7 @@ fn controller(fake: &FakeApi, client: kube::Client, flags: &[&str]) -> Arc<Conte
             client,
             wake,
             shards.clone(),
-            opts.default_service_account.is_none(),
+            opts.tenancy.default_service_account.is_none(),
         ),
         management: cluster.clone(),
         target: cluster,

@@ -1,5 +1,6 @@
 //! The options of `enoki run` as the controller uses them, free of clap (`lib.rs` builds them
-//! from the command line).
+//! from the command line), grouped by the component that reads them: each component is
+//! given its group.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -7,53 +8,91 @@ use std::time::Duration;
 /// Options of `enoki run`, free of clap.
 #[derive(Clone, Debug)]
 pub struct Options {
+    /// Which Compositions this process reconciles.
+    pub scope: Scope,
+    /// The clusters and how fast enoki may talk to them.
+    pub cluster: Connection,
+    /// Which account a Composition acts as, and where its references may point.
+    pub tenancy: TenancyOptions,
+    /// How emitted objects are written and checked.
+    pub apply: ApplyOptions,
+    /// When and how syntheses run.
+    pub synthesis: SynthesisOptions,
+    /// Where modules come from and how many are kept compiled.
+    pub modules: ModuleOptions,
+    /// What enoki stores and keeps in memory, and its bounds.
+    pub storage: StorageOptions,
+    /// Concurrent reconciles.
+    pub concurrency: usize,
+    /// Safety-net resync once everything is ready.
+    pub resync: Duration,
+    /// Where to serve /metrics, /healthz, /readyz (off when `None`).
+    pub metrics_addr: Option<std::net::SocketAddr>,
+    /// Lease-based leader election: (namespace, lease duration); off when `None`.
+    pub leader_election: Option<(String, u64)>,
+    /// How many shards Compositions are split into (1: none).
+    pub shards: u32,
+    /// A Composition not Ready for longer than this is stuck (`enoki_composition_stuck`).
+    pub stuck_threshold: std::time::Duration,
+    /// After SIGTERM, how long in-flight reconciles may take before the process exits.
+    pub shutdown_grace: Duration,
+    /// Ceilings, memory budget and module ingestion policy.
+    pub sandbox: super::sandbox::Sandbox,
+}
+
+/// Which Compositions this process reconciles.
+#[derive(Clone, Debug)]
+pub struct Scope {
     /// Only this namespace's Compositions (all when `None`).
     pub namespace: Option<String>,
     /// Only Compositions matching this label selector.
     pub label_selector: Option<String>,
+    /// Where implicit Compositions of cluster-scoped instances live (instance mode).
+    pub instance_namespace: Option<String>,
+}
+
+/// The clusters and how fast enoki may talk to them.
+#[derive(Clone, Debug)]
+pub struct Connection {
+    /// The management cluster's kubeconfig (`--kubeconfig`; `None`: kubectl's rules).
+    pub kubeconfig: Option<PathBuf>,
+    /// Its context (`--context`; `None`: the current one).
+    pub context: Option<String>,
+    /// Emitted objects go to the cluster of this kubeconfig (`None`: the management cluster).
+    pub remote_kubeconfig: Option<PathBuf>,
+    /// `--qps`/`--burst` of the management cluster (0: no limit).
+    pub qps: f64,
+    pub burst: u32,
+    /// `--remote-qps`/`--remote-burst` of the `--remote-kubeconfig` cluster.
+    pub remote_qps: f64,
+    pub remote_burst: u32,
+}
+
+/// Which account a Composition acts as, and where its references may point.
+#[derive(Clone, Debug)]
+pub struct TenancyOptions {
+    /// The ServiceAccount (in each Composition's namespace) impersonated for Compositions that
+    /// name none; `None`: they act as the controller.
+    pub default_service_account: Option<String>,
+    /// Refuse references that leave a Composition's namespace.
+    pub no_cross_namespace_refs: bool,
+    /// Remote target: management namespace -> the namespace whose ServiceAccount a Composition
+    /// acts as there (unlisted namespaces are refused when they impersonate).
+    pub remote_namespace_map: std::collections::BTreeMap<String, String>,
+    /// The controller's own namespace (module ConfigMaps must live there under
+    /// `no_cross_namespace_refs`).
+    pub controller_namespace: Option<String>,
+}
+
+/// How emitted objects are written and checked.
+#[derive(Clone, Debug)]
+pub struct ApplyOptions {
     /// Server-side apply or client-side merge patches.
     pub mode: plan::ApplyMode,
-    /// Concurrent reconciles.
-    pub concurrency: usize,
     /// Concurrent writes (and GETs) within one Composition's apply pass.
     pub apply_concurrency: usize,
-    /// Syntheses running at once, across all Compositions.
-    pub max_concurrent_syntheses: usize,
     /// How soon to look again while something is not ready.
     pub readiness_poll: Duration,
-    /// Safety-net resync once everything is ready.
-    pub resync: Duration,
-    /// How often discovery is read again for `.Capabilities` (`--capabilities-refresh`).
-    pub capabilities_refresh: Duration,
-    /// On-disk cache of compiled modules.
-    pub module_cache_dir: Option<PathBuf>,
-    /// Bound of the in-memory cache of compiled modules (module source bytes).
-    pub module_cache_bytes: usize,
-    /// Bound of the compiled artifacts on disk (0: unbounded).
-    pub module_cache_dir_bytes: u64,
-    /// The Secret (namespace, name) of the keys that seal Secrets in ResourceSlices.
-    pub slice_key_secret: (String, String),
-    /// Bound of the cache of ingested syntheses, in resources.
-    pub plan_cache_resources: usize,
-    /// Extra CA (PEM) trusted for `url` module sources.
-    pub module_ca: Option<Vec<u8>>,
-    /// The module of the built-in `helm` synthesizer (a file or a pinned OCI reference).
-    pub helm_module: Option<String>,
-    /// Where to serve /metrics, /healthz, /readyz (off when `None`).
-    pub metrics_addr: Option<std::net::SocketAddr>,
-    /// Syntheses per Composition and per namespace, and bytes of ResourceSlices written per
-    /// namespace (`--composition-synthesis-rate`, `--namespace-synthesis-rate`,
-    /// `--namespace-slice-write-rate` with their bursts).
-    pub synthesis_rates: [super::synthesis_rate::Rate; 3],
-    /// Keep whole ResourceSlices in the cache (a benchmark's baseline; default: compact).
-    pub slice_cache_whole: bool,
-    /// Variations × spec bytes one Symphony may make the controller write
-    /// (`--max-symphony-bytes`; 0: no bound).
-    pub max_symphony_bytes: usize,
-    /// Bytes of ResourceSlices a namespace may hold (`--namespace-slice-budget`; 0: no bound).
-    pub namespace_slice_bytes: usize,
-    /// Minimum time between two re-syntheses caused only by a Synthesizer change.
-    pub rollout_cooldown: Duration,
     /// The shortest reconcile interval (and re-check delay) honoured.
     pub min_reconcile_interval: Duration,
     /// Field managers whose ownership enoki takes over on apply.
@@ -66,43 +105,54 @@ pub struct Options {
     pub resource_filter: Option<plan::expr::Expr>,
     /// The longest one write of a resource may take.
     pub timeout: Duration,
-    /// `--qps`/`--burst` of the management cluster (0: no limit).
-    pub qps: f64,
-    pub burst: u32,
-    /// `--remote-qps`/`--remote-burst` of the `--remote-kubeconfig` cluster.
-    pub remote_qps: f64,
-    pub remote_burst: u32,
-    /// Lease-based leader election: (namespace, lease duration); off when `None`.
-    pub leader_election: Option<(String, u64)>,
-    /// How many shards Compositions are split into (1: none).
-    pub shards: u32,
-    /// Emitted objects go to the cluster of this kubeconfig (`None`: the management cluster).
-    pub remote_kubeconfig: Option<PathBuf>,
-    /// The management cluster's kubeconfig (`--kubeconfig`; `None`: kubectl's rules).
-    pub kubeconfig: Option<PathBuf>,
-    /// Its context (`--context`; `None`: the current one).
-    pub context: Option<String>,
-    /// A Composition not Ready for longer than this is stuck (`enoki_composition_stuck`).
-    pub stuck_threshold: std::time::Duration,
-    /// Remote target: management namespace -> the namespace whose ServiceAccount a Composition
-    /// acts as there (unlisted namespaces are refused when they impersonate).
-    pub remote_namespace_map: std::collections::BTreeMap<String, String>,
-    /// Where implicit Compositions of cluster-scoped instances live (instance mode).
-    pub instance_namespace: Option<String>,
-    /// Built-in synthesizers to install at startup (as Synthesizers named after them).
-    pub builtins: Vec<String>,
-    /// After SIGTERM, how long in-flight reconciles may take before the process exits.
-    pub shutdown_grace: Duration,
-    /// Ceilings, memory budget and module ingestion policy.
-    pub sandbox: super::sandbox::Sandbox,
-    /// The ServiceAccount (in each Composition's namespace) impersonated for Compositions that
-    /// name none; `None`: they act as the controller.
-    pub default_service_account: Option<String>,
-    /// Refuse references that leave a Composition's namespace.
-    pub no_cross_namespace_refs: bool,
+}
+
+/// When and how syntheses run.
+#[derive(Clone, Debug)]
+pub struct SynthesisOptions {
+    /// Syntheses running at once, across all Compositions.
+    pub max_concurrent_syntheses: usize,
+    /// Syntheses per Composition and per namespace, and bytes of ResourceSlices written per
+    /// namespace (`--composition-synthesis-rate`, `--namespace-synthesis-rate`,
+    /// `--namespace-slice-write-rate` with their bursts).
+    pub synthesis_rates: [super::synthesis_rate::Rate; 3],
+    /// Minimum time between two re-syntheses caused only by a Synthesizer change.
+    pub rollout_cooldown: Duration,
     /// The `lepton` built-in may emit PersistentVolumes.
     pub lepton_persistent_volumes: bool,
-    /// The controller's own namespace (module ConfigMaps must live there under
-    /// `no_cross_namespace_refs`).
-    pub controller_namespace: Option<String>,
+    /// How often discovery is read again for `.Capabilities` (`--capabilities-refresh`).
+    pub capabilities_refresh: Duration,
+}
+
+/// Where modules come from and how many are kept compiled.
+#[derive(Clone, Debug)]
+pub struct ModuleOptions {
+    /// On-disk cache of compiled modules.
+    pub module_cache_dir: Option<PathBuf>,
+    /// Bound of the in-memory cache of compiled modules (module source bytes).
+    pub module_cache_bytes: usize,
+    /// Bound of the compiled artifacts on disk (0: unbounded).
+    pub module_cache_dir_bytes: u64,
+    /// Extra CA (PEM) trusted for `url` module sources.
+    pub module_ca: Option<Vec<u8>>,
+    /// The module of the built-in `helm` synthesizer (a file or a pinned OCI reference).
+    pub helm_module: Option<String>,
+    /// Built-in synthesizers to install at startup (as Synthesizers named after them).
+    pub builtins: Vec<String>,
+}
+
+/// What enoki stores and keeps in memory, and its bounds.
+#[derive(Clone, Debug)]
+pub struct StorageOptions {
+    /// The Secret (namespace, name) of the keys that seal Secrets in ResourceSlices.
+    pub slice_key_secret: (String, String),
+    /// Bound of the cache of ingested syntheses, in resources.
+    pub plan_cache_resources: usize,
+    /// Keep whole ResourceSlices in the cache (a benchmark's baseline; default: compact).
+    pub slice_cache_whole: bool,
+    /// Variations × spec bytes one Symphony may make the controller write
+    /// (`--max-symphony-bytes`; 0: no bound).
+    pub max_symphony_bytes: usize,
+    /// Bytes of ResourceSlices a namespace may hold (`--namespace-slice-budget`; 0: no bound).
+    pub namespace_slice_bytes: usize,
 }

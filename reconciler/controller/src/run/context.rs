@@ -92,7 +92,7 @@ impl Parts {
         opts: &Options,
     ) -> (Arc<super::fair::FairGate>, super::sandbox::MemoryBudget) {
         (
-            super::fair::FairGate::new(opts.max_concurrent_syntheses.max(1)),
+            super::fair::FairGate::new(opts.synthesis.max_concurrent_syntheses.max(1)),
             super::sandbox::MemoryBudget::new(opts.sandbox.memory_budget_bytes),
         )
     }
@@ -100,7 +100,7 @@ impl Parts {
 
 impl Context {
     pub(crate) fn new(p: Parts) -> Context {
-        let [c, n, b] = p.opts.synthesis_rates;
+        let [c, n, b] = p.opts.synthesis.synthesis_rates;
         Context {
             clusters: Clusters::new(p.management.clone(), p.target, Tenancy::of(&p.opts)),
             caches: Caches {
@@ -121,7 +121,7 @@ impl Context {
                 in_flight: p.in_flight,
             },
             modules: Modules::new(p.host),
-            plans: PlanCache::new(p.opts.plan_cache_resources, p.shards),
+            plans: PlanCache::new(p.opts.storage.plan_cache_resources, p.shards),
             state: State::default(),
             slice_keys: p.slice_keys,
             opts: p.opts,
@@ -234,8 +234,8 @@ impl Context {
         let prev = (*last).max(persisted);
         if let Some(prev) = prev {
             let since = now.duration_since(prev).unwrap_or_default();
-            if since < self.opts.rollout_cooldown {
-                return Some(self.opts.rollout_cooldown - since);
+            if since < self.opts.synthesis.rollout_cooldown {
+                return Some(self.opts.synthesis.rollout_cooldown - since);
             }
         }
         *last = Some(now);

@@ -86,8 +86,8 @@ impl Handles {
         opts: Options,
     ) -> anyhow::Result<Self> {
         let host = Arc::new(opts.sandbox.host(
-            opts.module_cache_dir.as_deref(),
-            opts.max_concurrent_syntheses,
+            opts.modules.module_cache_dir.as_deref(),
+            opts.synthesis.max_concurrent_syntheses,
         )?);
         Ok(Handles {
             clusters: Clusters::new(management, target, Tenancy::of(&opts)),
@@ -98,7 +98,7 @@ impl Handles {
     }
 
     fn reads(&self) -> Reads<'_> {
-        Reads::uncached(&self.clusters, &self.opts, &self.keys)
+        Reads::uncached(&self.clusters, &self.opts.tenancy, &self.keys)
     }
 }
 
@@ -181,7 +181,7 @@ async fn synthesize_from_cluster(ctx: &Handles, comp: &Composition) -> anyhow::R
                 comp.spec.synthesizer.name
             )
         })?;
-    if ctx.opts.no_cross_namespace_refs {
+    if ctx.opts.tenancy.no_cross_namespace_refs {
         let violations = super::tenancy::cross_namespace_refs(comp, &synth, None);
         if !violations.is_empty() {
             anyhow::bail!(
@@ -202,7 +202,14 @@ async fn synthesize_from_cluster(ctx: &Handles, comp: &Composition) -> anyhow::R
     };
     let st = comp.status.clone().unwrap_or_default();
     let observed = inputs::observed_outputs(ctx.reads(), comp, &st).await?.0;
-    let input = synthesize::input_for(&ctx.opts, comp, &synth, &gathered, observed, String::new());
+    let input = synthesize::input_for(
+        &ctx.opts.synthesis,
+        comp,
+        &synth,
+        &gathered,
+        observed,
+        String::new(),
+    );
     let limits = ctx
         .opts
         .sandbox

@@ -158,7 +158,10 @@ async fn instance_controller(ctx: Arc<Context>, synthesizer: String, wanted: Wan
     let composition_namespace = if namespaced {
         None
     } else {
-        match (&ctx.opts.instance_namespace, &ctx.opts.namespace) {
+        match (
+            &ctx.opts.scope.instance_namespace,
+            &ctx.opts.scope.namespace,
+        ) {
             (Some(ns), _) => Some(ns.clone()),
             (None, None) => Some("enoki-system".into()),
             (None, Some(_)) => {
@@ -168,7 +171,7 @@ async fn instance_controller(ctx: Arc<Context>, synthesizer: String, wanted: Wan
             }
         }
     };
-    let api: Api<DynamicObject> = match (&ctx.opts.namespace, namespaced) {
+    let api: Api<DynamicObject> = match (&ctx.opts.scope.namespace, namespaced) {
         (Some(ns), true) => Api::namespaced_with(ctx.clusters.client().clone(), ns, &ar),
         _ => Api::all_with(ctx.clusters.client().clone(), &ar),
     };

@@ -44,7 +44,10 @@ mod tenancy;
 pub mod tree;
 pub(crate) mod watches;
 
-pub use config::Options;
+pub use config::{
+    ApplyOptions, Connection, ModuleOptions, Options, Scope, StorageOptions, SynthesisOptions,
+    TenancyOptions,
+};
 pub use context::Context;
 pub use error::Error;
 pub(crate) use error::api_err;

@@ -212,7 +212,7 @@ pub(crate) async fn check(
         if found.spec.resources.iter().any(unopened) {
             // Perhaps a key rotated in since the keys were read: read them again first.
             if ctx.slice_keys.older_than(Duration::from_secs(5)) {
-                let secret = &ctx.opts.slice_key_secret;
+                let secret = &ctx.opts.storage.slice_key_secret;
                 let _ =
                     crate::run::sealing::load(ctx.clusters.client(), secret, &ctx.slice_keys).await;
             }

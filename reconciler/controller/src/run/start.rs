@@ -105,17 +105,21 @@ async fn clusters_as(
     identity: Option<&str>,
     fence: Option<&Arc<Fence>>,
 ) -> anyhow::Result<(Arc<Cluster>, Arc<Cluster>)> {
-    let config = cluster_config(opts.kubeconfig.as_deref(), opts.context.as_deref()).await?;
-    let limit = Bucket::new(opts.qps, opts.burst);
+    let config = cluster_config(
+        opts.cluster.kubeconfig.as_deref(),
+        opts.cluster.context.as_deref(),
+    )
+    .await?;
+    let limit = Bucket::new(opts.cluster.qps, opts.cluster.burst);
     let (client, config) = client_of(config, identity, fence, limit.as_ref())?;
     let management = Cluster::new(
         client,
         config,
         fence.cloned(),
         limit,
-        opts.capabilities_refresh,
+        opts.synthesis.capabilities_refresh,
     );
-    let target = match &opts.remote_kubeconfig {
+    let target = match &opts.cluster.remote_kubeconfig {
         None => management.clone(),
         Some(path) => {
             let kubeconfig = kube::config::Kubeconfig::read_from(path)
@@ -126,14 +130,14 @@ async fn clusters_as(
             )
             .await
             .with_context(|| format!("--remote-kubeconfig {}", path.display()))?;
-            let limit = Bucket::new(opts.remote_qps, opts.remote_burst);
+            let limit = Bucket::new(opts.cluster.remote_qps, opts.cluster.remote_burst);
             let (client, config) = client_of(config, identity, fence, limit.as_ref())?;
             Cluster::new(
                 client,
                 config,
                 fence.cloned(),
                 limit,
-                opts.capabilities_refresh,
+                opts.synthesis.capabilities_refresh,
             )
         }
     };
@@ -193,28 +197,32 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         .map(|_| Arc::new(Fence::default()));
     let (management, target) = clusters_as(&opts, Some(&identity), fence.as_ref()).await?;
     let version = management.client.apiserver_version().await?;
-    tracing::info!(server = %version.git_version, namespace = ?opts.namespace, user_agent = %user_agent(), %identity, shards = opts.shards, "enoki controller starting");
-    if opts.migrating_field_managers.is_empty() != opts.migrating_fields.is_empty() {
+    tracing::info!(server = %version.git_version, namespace = ?opts.scope.namespace, user_agent = %user_agent(), %identity, shards = opts.shards, "enoki controller starting");
+    if opts.apply.migrating_field_managers.is_empty() != opts.apply.migrating_fields.is_empty() {
         // As in Eno, nothing migrates unless both are set.
-        tracing::warn!(managers = ?opts.migrating_field_managers, fields = ?opts.migrating_fields,
+        tracing::warn!(managers = ?opts.apply.migrating_field_managers, fields = ?opts.apply.migrating_fields,
             "--migrating-field-managers and --migrating-fields work together: with one of them only, no field ownership is migrated");
     }
-    if opts.remote_kubeconfig.is_some() {
+    if opts.cluster.remote_kubeconfig.is_some() {
         let remote = target.client.apiserver_version().await?;
         tracing::info!(server = %remote.git_version, "emitted objects go to the remote cluster");
     }
     let host = Arc::new(opts.sandbox.host(
-        opts.module_cache_dir.as_deref(),
-        opts.max_concurrent_syntheses,
+        opts.modules.module_cache_dir.as_deref(),
+        opts.synthesis.max_concurrent_syntheses,
     )?);
-    host.set_module_cache_bytes(opts.module_cache_bytes);
-    host.set_module_disk_cache_bytes(opts.module_cache_dir_bytes);
+    host.set_module_cache_bytes(opts.modules.module_cache_bytes);
+    host.set_module_disk_cache_bytes(opts.modules.module_cache_dir_bytes);
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = metrics::Metrics::register(&mut registry);
     metrics.shards_configured.set(i64::from(opts.shards));
     let ready = Arc::new(AtomicBool::new(false));
-    let slots = super::sandbox::Slots::new(opts.max_concurrent_syntheses);
-    let reachable = probe_api_servers(&management, &target, opts.remote_kubeconfig.is_some());
+    let slots = super::sandbox::Slots::new(opts.synthesis.max_concurrent_syntheses);
+    let reachable = probe_api_servers(
+        &management,
+        &target,
+        opts.cluster.remote_kubeconfig.is_some(),
+    );
     if let Some(addr) = opts.metrics_addr {
         metrics::serve(addr, registry, ready.clone(), reachable, slots.clone()).await?;
     }
@@ -223,7 +231,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     let slice_keys = Arc::new(super::sealing::SliceKeys::default());
     let keeper = tokio::spawn(super::sealing::keep(
         management.client.clone(),
-        opts.slice_key_secret.clone(),
+        opts.storage.slice_key_secret.clone(),
         slice_keys.clone(),
     ));
     let _ = tokio::time::timeout(Duration::from_secs(5), slice_keys.loaded()).await;

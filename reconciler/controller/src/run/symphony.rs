@@ -67,11 +67,12 @@ async fn reconcile_once(sym: Arc<Symphony>, ctx: Arc<Context>) -> Result<Action,
         // From the API server, not the cache: a Composition the cache has not seen yet must
         // not be left to the garbage collector (its resources would go with it).
         let owned = listed_compositions(&comps, &name).await?;
-        return delete(&ctx.opts, &sym, &syms, &comps, &owned).await;
+        return delete(&ctx.opts.apply, &sym, &syms, &comps, &owned).await;
     }
     let owned = owned_compositions(&ctx.caches, &comps, &name).await?;
-    let refused = crate::synthesis::symphony_spec_too_large(&sym.spec)
-        .or_else(|| crate::synthesis::symphony_over_budget(&sym.spec, ctx.opts.max_symphony_bytes));
+    let refused = crate::synthesis::symphony_spec_too_large(&sym.spec).or_else(|| {
+        crate::synthesis::symphony_over_budget(&sym.spec, ctx.opts.storage.max_symphony_bytes)
+    });
     if let Some(note) = refused {
         refuse(&ctx.report, &sym, &syms, &note).await?;
         return Ok(Action::await_change());
@@ -213,7 +214,7 @@ async fn listed_compositions(
 /// Deletion: label every Composition `symphony-deleting` (its resources are orphaned, as in
 /// Eno), delete them, and release the finalizer once none is left.
 async fn delete(
-    opts: &crate::run::Options,
+    opts: &crate::run::ApplyOptions,
     sym: &Symphony,
     syms: &Api<Symphony>,
     comps: &Api<Composition>,

@@ -26,7 +26,7 @@ use reconciler_core::condition;
 /// Installs (server-side apply) a Synthesizer for each enabled built-in; failures are logged.
 pub(crate) async fn install_builtins(ctx: &Context) {
     let api: Api<crds::Synthesizer> = Api::all(ctx.clusters.client().clone());
-    for name in &ctx.opts.builtins {
+    for name in &ctx.opts.modules.builtins {
         let Some(spec) = builtins::synthesizer_spec(name) else {
             tracing::warn!(builtin = %name, "unknown built-in; not installed");
             continue;
@@ -180,8 +180,9 @@ pub(crate) async fn fetch_module(
     opts: &Options,
     synth: &Synthesizer,
 ) -> Result<synthesis::Module, module::ModuleError> {
-    if opts.no_cross_namespace_refs {
-        let refused = super::tenancy::module_refs(synth, opts.controller_namespace.as_deref());
+    if opts.tenancy.no_cross_namespace_refs {
+        let refused =
+            super::tenancy::module_refs(synth, opts.tenancy.controller_namespace.as_deref());
         if !refused.is_empty() {
             return Err(module::ModuleError::Invalid(refused.join("; ")));
         }
@@ -190,13 +191,13 @@ pub(crate) async fn fetch_module(
         clusters.client(),
         host,
         synth,
-        opts.module_ca.as_deref(),
+        opts.modules.module_ca.as_deref(),
         &opts.sandbox.fetch,
         &module::CompileBudget {
             time: opts.sandbox.compile_timeout,
             memory_bytes: opts.sandbox.compile_memory_budget_bytes,
         },
-        opts.helm_module.as_deref(),
+        opts.modules.helm_module.as_deref(),
     )
     .await
 }

@@ -59,7 +59,7 @@ pub(crate) async fn act(
         )
     });
     let outcomes = run_steps(
-        &ctx.opts,
+        &ctx.opts.apply,
         &uid,
         the_plan,
         observations,
@@ -99,7 +99,7 @@ pub(crate) async fn act(
 /// Executes the plan's steps, `apply_concurrency` at a time: a step `deferred` (a fight
 /// waiting) counts as in sync, a write `backing_off` is held. The outcomes in step order.
 async fn run_steps(
-    opts: &crate::run::Options,
+    opts: &crate::run::ApplyOptions,
     uid: &str,
     the_plan: &Plan,
     observations: &HashMap<ResourceKey, Observation>,

@@ -24,7 +24,7 @@ pub(super) async fn prepare(
     info: &plan::CompositionInfo,
 ) -> Result<(Arc<plan::Prepared>, bool), Result<plan::PlanError, Error>> {
     let uid = info.uid.as_str();
-    let key = cache_key(&ctx.opts, synthesis, info);
+    let key = cache_key(&ctx.opts.apply, synthesis, info);
     if let Some(p) = ctx.plans.get(uid, &key) {
         return Ok((p, false));
     }
@@ -69,7 +69,7 @@ pub(super) async fn prepare(
         tracing::warn!(composition = %info.name, namespace = %info.namespace,
             "a sealed Secret of the current synthesis opens with no slice key; it is synthesized again");
     }
-    let desired = filtered(&ctx.opts, desired, info);
+    let desired = filtered(&ctx.opts.apply, desired, info);
     let p = Arc::new(plan::prepare(&desired, info).map_err(Ok)?);
     if !skipped {
         let bytes = whole.iter().map(|s| stored_bytes(s)).sum();
@@ -83,7 +83,11 @@ pub(super) async fn prepare(
 /// Eno's; all its metadata with a filter, which may read any of it), kept as its digest (a key
 /// costs the same whatever the annotations hold). An annotation of another tool's does not
 /// make the synthesis read again.
-fn cache_key(opts: &crate::run::Options, synthesis: &str, info: &plan::CompositionInfo) -> String {
+fn cache_key(
+    opts: &crate::run::ApplyOptions,
+    synthesis: &str,
+    info: &plan::CompositionInfo,
+) -> String {
     let meta = match opts.resource_filter {
         Some(_) => serde_json::to_string(&(&info.annotations, &info.labels)),
         None => serde_json::to_string(
@@ -107,7 +111,7 @@ fn cache_key(opts: &crate::run::Options, synthesis: &str, info: &plan::Compositi
 /// Eno's `--resource-filter`: the resources it excludes are not reconciled by this
 /// controller. CEL over tenant content: off the async workers.
 fn filtered(
-    opts: &crate::run::Options,
+    opts: &crate::run::ApplyOptions,
     desired: Vec<plan::Desired>,
     info: &plan::CompositionInfo,
 ) -> Vec<plan::Desired> {

@@ -122,9 +122,9 @@ pub async fn reconcile(
         recorded: &recorded,
         previous: &previous.snapshots,
         options: plan::PlanOptions {
-            mode: ctx.opts.mode,
-            readiness_poll: ctx.opts.readiness_poll,
-            fail_open: ctx.opts.fail_open,
+            mode: ctx.opts.apply.mode,
+            readiness_poll: ctx.opts.apply.readiness_poll,
+            fail_open: ctx.opts.apply.fail_open,
         },
     });
     let acted = execute::act(ctx, comp, &the_plan, &observations, &recorded).await;
@@ -335,7 +335,11 @@ async fn finish(
         })
     });
     slices::write_states(ctx, comp, seen.loaded, &recording.states).await?;
-    let roll = rollup::Rollup::of(seen.loaded, &recording, &filtered_out(&ctx.opts, seen));
+    let roll = rollup::Rollup::of(
+        seen.loaded,
+        &recording,
+        &filtered_out(&ctx.opts.apply, seen),
+    );
     if !deleting {
         let uid = comp.uid().unwrap_or_default();
         for (reason, messages) in [
@@ -357,7 +361,7 @@ async fn finish(
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     }
-    .map(|r| r.max(ctx.opts.min_reconcile_interval));
+    .map(|r| r.max(ctx.opts.apply.min_reconcile_interval));
     Ok(Pass {
         settled: settled(the_plan, &acted.outcomes) && recording.errors.is_empty(),
         requeue,
@@ -463,7 +467,7 @@ pub(crate) fn composition_info(comp: &Composition, deleting: bool) -> plan::Comp
 /// The positions of the resources `--resource-filter` left out (none without it): not
 /// reconciled here, so they count neither for nor against the Composition's roll-up.
 fn filtered_out(
-    opts: &crate::run::Options,
+    opts: &crate::run::ApplyOptions,
     seen: &Seen<'_>,
 ) -> std::collections::HashSet<(usize, usize)> {
     if opts.resource_filter.is_none() {

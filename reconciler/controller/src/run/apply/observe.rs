@@ -154,7 +154,7 @@ pub(crate) async fn observe(
                 },
             ))
         })
-        .buffer_unordered(ctx.opts.apply_concurrency.max(1))
+        .buffer_unordered(ctx.opts.apply.apply_concurrency.max(1))
         .collect()
         .await;
     for f in fetched {
@@ -310,7 +310,7 @@ pub(crate) fn recorded(
                 let interval = r
                     .settings
                     .reconcile_interval?
-                    .max(ctx.opts.min_reconcile_interval);
+                    .max(ctx.opts.apply.min_reconcile_interval);
                 let is_due = m
                     .interval_checks
                     .get(&r.key)

@@ -125,7 +125,7 @@ impl Sweep<'_> {
         };
         // --resource-filter: what it leaves to others is judged on the live object (the
         // manifests went with the slices).
-        if !filter_keeps(&self.ctx.opts, self.info, &live) {
+        if !filter_keeps(&self.ctx.opts.apply, self.info, &live) {
             return Ok(Swept::Done);
         }
         let ours = live
@@ -167,7 +167,7 @@ const OUTSIDE_LEFT: &str = "OutsideNamespaceLeft";
 
 /// Whether `--resource-filter` (if any) keeps `live` for this controller.
 fn filter_keeps(
-    opts: &crate::run::Options,
+    opts: &crate::run::ApplyOptions,
     info: &plan::CompositionInfo,
     live: &kube::api::DynamicObject,
 ) -> bool {

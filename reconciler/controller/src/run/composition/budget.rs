@@ -34,7 +34,7 @@ pub(crate) fn too_large(
             comp.spec.synthesizer.name
         ));
     }
-    let budget = ctx.opts.namespace_slice_bytes;
+    let budget = ctx.opts.storage.namespace_slice_bytes;
     if budget == 0 {
         return None;
     }

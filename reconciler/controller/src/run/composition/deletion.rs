@@ -38,7 +38,7 @@ pub(super) async fn delete(ctx: &Arc<Context>, comp: &Arc<Composition>) -> Resul
             error: Some(reasons::WAITING_ON_DEPENDENTS.into()),
         });
         status_write::write(ctx, comp, &st).await?;
-        return Ok(Action::requeue(ctx.opts.readiness_poll));
+        return Ok(Action::requeue(ctx.opts.apply.readiness_poll));
     }
     st.dependency_status = None;
     let pass = apply::reconcile(ctx, comp, &mut st, true, false).await?;
@@ -47,7 +47,7 @@ pub(super) async fn delete(ctx: &Arc<Context>, comp: &Arc<Composition>) -> Resul
         return Ok(Action::await_change());
     }
     status_write::write(ctx, comp, &st).await?;
-    Ok(Action::requeue(ctx.opts.readiness_poll))
+    Ok(Action::requeue(ctx.opts.apply.readiness_poll))
 }
 
 /// Eno's `forceDeleteWhenSymphonyGone`: the Composition says `"true"` and the Symphony that

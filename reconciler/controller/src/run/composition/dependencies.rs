@@ -128,7 +128,7 @@ async fn in_cycle(rd: crate::run::context::Reads<'_>, comp: &Composition) -> Res
 /// a Composition is being deleted).
 pub(crate) async fn dependents(ctx: &Context, comp: &Composition) -> Result<Vec<BlockedBy>, Error> {
     let all: Vec<Arc<Composition>> = if ctx.limits.shards.borrow().count() > 1 {
-        let api: kube::Api<Composition> = match &ctx.opts.namespace {
+        let api: kube::Api<Composition> = match &ctx.opts.scope.namespace {
             Some(ns) => kube::Api::namespaced(ctx.clusters.client().clone(), ns),
             None => kube::Api::all(ctx.clusters.client().clone()),
         };
@@ -163,7 +163,7 @@ pub(crate) async fn dependents(ctx: &Context, comp: &Composition) -> Result<Vec<
             let c_ns = c.namespace().unwrap_or_default();
             // A dependsOn refused by --no-cross-namespace-refs is no dependency: it must
             // not hold this Composition (or its namespace) back from deletion.
-            if ctx.opts.no_cross_namespace_refs && c_ns != ns {
+            if ctx.opts.tenancy.no_cross_namespace_refs && c_ns != ns {
                 return false;
             }
             c.spec

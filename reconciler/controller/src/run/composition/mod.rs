@@ -239,9 +239,15 @@ async fn observe_all(
         seen.not_allowed = super::tenancy::synthesizer_not_allowed(ctx, comp, s).await?;
     }
     seen.remote_unmapped = ctx.clusters.remote_user_of(comp).err();
-    if let Some(s) = synth.as_ref().filter(|_| ctx.opts.no_cross_namespace_refs) {
-        seen.cross_namespace =
-            super::tenancy::cross_namespace_refs(comp, s, ctx.opts.controller_namespace.as_deref());
+    if let Some(s) = synth
+        .as_ref()
+        .filter(|_| ctx.opts.tenancy.no_cross_namespace_refs)
+    {
+        seen.cross_namespace = super::tenancy::cross_namespace_refs(
+            comp,
+            s,
+            ctx.opts.tenancy.controller_namespace.as_deref(),
+        );
     }
     let (Some(synth), None) = (synth, blocked(st, &seen)) else {
         return Ok(Outcome::Waits(
@@ -443,7 +449,7 @@ async fn converge(ctx: &Arc<Context>, comp: &Arc<Composition>) -> Result<Action,
     let idle = if reconciler_core::condition::is_true(&st.conditions, conditions::READY) {
         ctx.opts.resync
     } else {
-        ctx.opts.readiness_poll
+        ctx.opts.apply.readiness_poll
     };
     let current = pass.requeue.map_or(idle, |h| h.min(idle));
     if let Some(wait) = blocked {

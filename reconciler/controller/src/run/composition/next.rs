@@ -112,7 +112,7 @@ pub(super) async fn synthesize_now(
     };
     match decide::next(&seen) {
         decide::Next::Wait(wait) => {
-            let retry = wait.retry(ctx.opts.readiness_poll);
+            let retry = wait.retry(ctx.opts.apply.readiness_poll);
             hold_back(st, comp.metadata.generation, wait);
             return Ok(NextEnd::Held(retry));
         }

@@ -128,7 +128,14 @@ async fn run(
         .as_ref()
         .map(|s| s.uuid.clone())
         .unwrap_or_default();
-    let input = input_for(&ctx.opts, comp, req.synth, &req.gathered, observed, uuid);
+    let input = input_for(
+        &ctx.opts.synthesis,
+        comp,
+        req.synth,
+        &req.gathered,
+        observed,
+        uuid,
+    );
     let limits = req.limits;
     let secure = req.synth.spec.entropy == Some(crds::Entropy::Secure);
     let scopes = ctx.clusters.discovery_snapshot();

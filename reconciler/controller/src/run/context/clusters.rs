@@ -27,9 +27,9 @@ impl Tenancy {
     /// The tenancy options of `opts`.
     pub(crate) fn of(opts: &Options) -> Tenancy {
         Tenancy {
-            default_service_account: opts.default_service_account.clone(),
-            remote: opts.remote_kubeconfig.is_some(),
-            remote_namespace_map: opts.remote_namespace_map.clone(),
+            default_service_account: opts.tenancy.default_service_account.clone(),
+            remote: opts.cluster.remote_kubeconfig.is_some(),
+            remote_namespace_map: opts.tenancy.remote_namespace_map.clone(),
         }
     }
 }

@@ -35,7 +35,7 @@ impl<'a> Reads<'a> {
     /// Reads for a one-shot command: plain GETs with `clusters`, nothing kept.
     pub(crate) fn uncached(
         clusters: &'a Clusters,
-        opts: &Options,
+        opts: &crate::run::TenancyOptions,
         keys: &'a super::super::sealing::SliceKeys,
     ) -> Reads<'a> {
         Reads {
@@ -52,7 +52,7 @@ impl Context {
     pub(crate) fn reads(&self) -> Reads<'_> {
         Reads {
             clusters: &self.clusters,
-            no_cross_namespace_refs: self.opts.no_cross_namespace_refs,
+            no_cross_namespace_refs: self.opts.tenancy.no_cross_namespace_refs,
             keys: &self.slice_keys,
             kept: Some(Kept {
                 caches: &self.caches,

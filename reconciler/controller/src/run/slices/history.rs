@@ -45,7 +45,7 @@ pub(crate) async fn previous_applied(
     let Some(prev) = &st.previous_synthesis else {
         return Ok(out);
     };
-    if !unrecorded && ctx.opts.mode != plan::ApplyMode::ClientSide {
+    if !unrecorded && ctx.opts.apply.mode != plan::ApplyMode::ClientSide {
         return Ok(out);
     }
     // The snapshots need the manifests whole (server-side apply hands the fields of the

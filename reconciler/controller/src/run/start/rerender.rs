@@ -20,7 +20,7 @@ pub(super) async fn wake_on_capabilities(ctx: Arc<Context>) {
     // Composition -> the capabilities it was last woken for.
     let mut woken: HashMap<ObjectRef<Composition>, String> = HashMap::new();
     loop {
-        tokio::time::sleep(ctx.opts.capabilities_refresh).await;
+        tokio::time::sleep(ctx.opts.synthesis.capabilities_refresh).await;
         let taking: Vec<(ObjectRef<Composition>, String)> = ctx
             .caches
             .compositions

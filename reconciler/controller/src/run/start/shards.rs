@@ -23,7 +23,7 @@ pub(super) async fn run_stack(
         shared.target.client.clone(),
         sender,
         shards.clone(),
-        shared.opts.default_service_account.is_none(),
+        shared.opts.tenancy.default_service_account.is_none(),
     );
     let queue = shared.metrics.queue.clone();
     let changes = futures::stream::unfold(receiver, |mut rx| async move {
@@ -40,7 +40,7 @@ pub(super) async fn run_stack(
         controller: "enoki".into(),
         instance: Some(shared.identity.clone()),
     };
-    let streams = streams_initial_events(&slices_api(&client, &shared.opts)).await;
+    let streams = streams_initial_events(&slices_api(&client, &shared.opts.scope)).await;
     let (comp_reader, comp_stream, slice_reader, slice_stream) =
         caches(&client, &shared.opts, &shards, wake, streams);
     let comp_stream = seen_by_queue(comp_stream, shared.metrics.queue.clone());
@@ -145,14 +145,14 @@ pub(crate) fn caches(
     reflector::Store<ResourceSlice>,
     Events<ResourceSlice>,
 ) {
-    let comps: Api<Composition> = match &opts.namespace {
+    let comps: Api<Composition> = match &opts.scope.namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
-    let slices = slices_api(client, opts);
+    let slices = slices_api(client, &opts.scope);
     // Pages of 100: a Composition is up to etcd's object size (1.5 MiB), read whole.
     let mut wc = watcher::Config::default().page_size(COMPOSITION_PAGE);
-    if let Some(sel) = &opts.label_selector {
+    if let Some(sel) = &opts.scope.label_selector {
         wc = wc.labels(sel);
     }
     let (comp_reader, comp_writer) = reflector::store::<Composition>();
@@ -176,7 +176,7 @@ pub(crate) fn caches(
     .predicate_filter(composition_change, Default::default())
     .boxed();
     let (slice_reader, slice_writer) = reflector::store::<ResourceSlice>();
-    let whole = opts.slice_cache_whole;
+    let whole = opts.storage.slice_cache_whole;
     let held = shards.clone();
     let slice_stream = slice_changes(
         in_shard(
@@ -214,7 +214,7 @@ fn composition_change(c: &Composition) -> Option<u64> {
 }
 
 /// The ResourceSlices of the Compositions this replica may serve.
-fn slices_api(client: &Client, opts: &Options) -> Api<ResourceSlice> {
+fn slices_api(client: &Client, opts: &crate::run::Scope) -> Api<ResourceSlice> {
     match &opts.namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
@@ -423,7 +423,7 @@ pub(super) async fn cluster_wide(
 ) {
     // Synthesizer status for every Synthesizer, also those no Composition uses yet. Skipped
     // when scoped to one namespace: Synthesizers are cluster-scoped.
-    if ctx.opts.namespace.is_none() {
+    if ctx.opts.scope.namespace.is_none() {
         let synths: Api<crds::Synthesizer> = Api::all(ctx.clusters.client().clone());
         tasks.push(tokio::spawn(
             recovery::controller(synths, watcher::Config::default())
@@ -438,7 +438,8 @@ pub(super) async fn cluster_wide(
     }
     super::super::synthesizer::install_builtins(ctx).await;
     tasks.push(tokio::spawn(instances::run(ctx.clone())));
-    let (syms, generated): (Api<crds::Symphony>, Api<Composition>) = match &ctx.opts.namespace {
+    let (syms, generated): (Api<crds::Symphony>, Api<Composition>) = match &ctx.opts.scope.namespace
+    {
         Some(ns) => (
             Api::namespaced(ctx.clusters.client().clone(), ns),
             Api::namespaced(ctx.clusters.client().clone(), ns),

@@ -7,7 +7,6 @@ use std::time::Duration;
 use kube::ResourceExt;
 use serde_json::Value;
 
-use super::super::super::Options;
 use super::super::observe::Gathered;
 use crate::synthesis::{CompositionMeta, SynthesisInput};
 use crds::{Composition, Synthesizer};
@@ -15,7 +14,7 @@ use crds::{Composition, Synthesizer};
 /// What the module gets on stdin for `comp`: its metadata, the gathered inputs, the observed
 /// outputs, the Synthesizer's env overlaid with the Composition's (and the controller's).
 pub(crate) fn input_for(
-    opts: &Options,
+    opts: &crate::run::SynthesisOptions,
     comp: &Composition,
     synth: &crds::Synthesizer,
     gathered: &Gathered,
@@ -79,7 +78,10 @@ fn capabilities_env(gathered: &Gathered) -> Vec<(String, String)> {
 
 /// Variables the controller sets after the Synthesizer's `env` and the Composition's
 /// `synthesisEnv`, so neither can override them: platform switches of the built-ins.
-fn controller_env(opts: &Options, synth: &Synthesizer) -> Vec<(String, String)> {
+fn controller_env(
+    opts: &crate::run::SynthesisOptions,
+    synth: &Synthesizer,
+) -> Vec<(String, String)> {
     let mut env = Vec::new();
     // The Helm module's switch to Eno's release name, namespace and hooks: always set for a
     // chart, so neither env can turn it (it is the Synthesizer's `spec.helm.shim`).
