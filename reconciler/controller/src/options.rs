@@ -1,4 +1,6 @@
-//! `enoki run`'s options from its flags: one builder per group of [`run::Options`].
+//! `enoki run`'s options from its flags, group by group of [`run::Options`] (the larger groups
+//! and the sandbox have a builder of their own). The sandbox is checked first, as before the
+//! grouping: with several bad flags, the first error named is the same.
 
 use crate::flags::*;
 use crate::{COMPILE_PROGRAM, cli, run, sources};
@@ -6,13 +8,16 @@ use crate::{COMPILE_PROGRAM, cli, run, sources};
 /// The controller's options from `enoki run`'s flags, group by group.
 pub(crate) fn options(args: &cli::RunArgs) -> anyhow::Result<run::Options> {
     let parse = duration;
+    // First, as always: its cross-check (`--synthesis-output` within `--max-synthesis-output`)
+    // is the error named when several flags are wrong.
+    let sandbox = sandbox(args)?;
     Ok(run::Options {
-        scope: run::Scope {
+        scope: run::ScopeOptions {
             namespace: args.namespace.clone(),
             label_selector: args.label_selector.clone(),
             instance_namespace: args.instance_namespace.clone(),
         },
-        cluster: connection(args)?,
+        cluster: cluster(args)?,
         tenancy: run::TenancyOptions {
             no_cross_namespace_refs: args.no_cross_namespace_refs,
             default_service_account: args
@@ -31,7 +36,7 @@ pub(crate) fn options(args: &cli::RunArgs) -> anyhow::Result<run::Options> {
         synthesis: synthesis(args)?,
         modules: modules(args)?,
         storage: storage(args)?,
-        sandbox: sandbox(args)?,
+        sandbox,
         concurrency: args.concurrency,
         shutdown_grace: parse("shutdown-grace", &args.shutdown_grace)?,
         resync: parse("resync", &args.resync)?,
@@ -46,8 +51,8 @@ pub(crate) fn options(args: &cli::RunArgs) -> anyhow::Result<run::Options> {
 }
 
 /// The clusters and their request rates.
-fn connection(args: &cli::RunArgs) -> anyhow::Result<run::Connection> {
-    Ok(run::Connection {
+fn cluster(args: &cli::RunArgs) -> anyhow::Result<run::ClusterOptions> {
+    Ok(run::ClusterOptions {
         qps: qps("qps", args.qps)?,
         burst: args.burst,
         remote_qps: qps("remote-qps", args.remote_qps)?,

@@ -1,5 +1,5 @@
-//! The options of `enoki run` as the controller uses them, free of clap (`lib.rs` builds them
-//! from the command line), grouped by the component that reads them: each component is
+//! The options of `enoki run` as the controller uses them, free of clap (`options.rs` builds
+//! them from the command line), grouped by the component that reads them: each component is
 //! given its group.
 
 use std::path::PathBuf;
@@ -9,9 +9,9 @@ use std::time::Duration;
 #[derive(Clone, Debug)]
 pub struct Options {
     /// Which Compositions this process reconciles.
-    pub scope: Scope,
+    pub scope: ScopeOptions,
     /// The clusters and how fast enoki may talk to them.
-    pub cluster: Connection,
+    pub cluster: ClusterOptions,
     /// Which account a Composition acts as, and where its references may point.
     pub tenancy: TenancyOptions,
     /// How emitted objects are written and checked.
@@ -42,7 +42,7 @@ pub struct Options {
 
 /// Which Compositions this process reconciles.
 #[derive(Clone, Debug)]
-pub struct Scope {
+pub struct ScopeOptions {
     /// Only this namespace's Compositions (all when `None`).
     pub namespace: Option<String>,
     /// Only Compositions matching this label selector.
@@ -53,7 +53,7 @@ pub struct Scope {
 
 /// The clusters and how fast enoki may talk to them.
 #[derive(Clone, Debug)]
-pub struct Connection {
+pub struct ClusterOptions {
     /// The management cluster's kubeconfig (`--kubeconfig`; `None`: kubectl's rules).
     pub kubeconfig: Option<PathBuf>,
     /// Its context (`--context`; `None`: the current one).
@@ -62,9 +62,11 @@ pub struct Connection {
     pub remote_kubeconfig: Option<PathBuf>,
     /// `--qps`/`--burst` of the management cluster (0: no limit).
     pub qps: f64,
+    /// `--burst`: requests above `qps` allowed at once.
     pub burst: u32,
     /// `--remote-qps`/`--remote-burst` of the `--remote-kubeconfig` cluster.
     pub remote_qps: f64,
+    /// `--remote-burst`.
     pub remote_burst: u32,
 }
 

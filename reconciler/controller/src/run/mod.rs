@@ -45,8 +45,8 @@ pub mod tree;
 pub(crate) mod watches;
 
 pub use config::{
-    ApplyOptions, Connection, ModuleOptions, Options, Scope, StorageOptions, SynthesisOptions,
-    TenancyOptions,
+    ApplyOptions, ClusterOptions, ModuleOptions, Options, ScopeOptions, StorageOptions,
+    SynthesisOptions, TenancyOptions,
 };
 pub use context::Context;
 pub use error::Error;

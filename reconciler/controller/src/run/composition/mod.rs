@@ -239,15 +239,10 @@ async fn observe_all(
         seen.not_allowed = super::tenancy::synthesizer_not_allowed(ctx, comp, s).await?;
     }
     seen.remote_unmapped = ctx.clusters.remote_user_of(comp).err();
-    if let Some(s) = synth
-        .as_ref()
-        .filter(|_| ctx.opts.tenancy.no_cross_namespace_refs)
-    {
-        seen.cross_namespace = super::tenancy::cross_namespace_refs(
-            comp,
-            s,
-            ctx.opts.tenancy.controller_namespace.as_deref(),
-        );
+    let tenancy = &ctx.opts.tenancy;
+    if let Some(s) = synth.as_ref().filter(|_| tenancy.no_cross_namespace_refs) {
+        let home = tenancy.controller_namespace.as_deref();
+        seen.cross_namespace = super::tenancy::cross_namespace_refs(comp, s, home);
     }
     let (Some(synth), None) = (synth, blocked(st, &seen)) else {
         return Ok(Outcome::Waits(

@@ -214,7 +214,7 @@ fn composition_change(c: &Composition) -> Option<u64> {
 }
 
 /// The ResourceSlices of the Compositions this replica may serve.
-fn slices_api(client: &Client, opts: &crate::run::Scope) -> Api<ResourceSlice> {
+fn slices_api(client: &Client, opts: &crate::run::ScopeOptions) -> Api<ResourceSlice> {
     match &opts.namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
