@@ -133,7 +133,8 @@ pub struct Watches {
     owners: Mutex<HashMap<String, ObjectRef<Composition>>>,
     /// Input caches keep whole objects (reads as the controller are served from them); when
     /// every Composition acts as a ServiceAccount its reads are GETs, and the caches keep
-    /// metadata only — a tenant's thousands of large objects never sit in enoki's memory.
+    /// metadata only — a tenant's thousands of large objects never sit in enoki's memory
+    /// (Synthesizers, which only the controller reads, are kept whole either way).
     whole_inputs: bool,
 }
 

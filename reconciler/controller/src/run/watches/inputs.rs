@@ -74,7 +74,7 @@ impl Watches {
             Api::namespaced_with(self.client.clone(), scope, ar)
         };
         let wc = watcher::Config::default().labels(&format!("!{}", managed_label()));
-        let whole = self.whole_inputs;
+        let whole = self.whole(gvk);
         let this = Arc::downgrade(self);
         let (group, kind) = (gvk.group.clone(), gvk.kind.clone());
         // Without whole inputs (impersonating Compositions read inputs with GETs as their
@@ -140,7 +140,7 @@ impl Watches {
         namespace: &str,
         name: &str,
     ) -> Option<Option<Arc<DynamicObject>>> {
-        if !self.whole_inputs {
+        if !self.whole(gvk) {
             return None;
         }
         let mut synced = self.store_of(gvk, namespace)?;
@@ -185,7 +185,7 @@ impl Watches {
         name: &str,
         obj: &DynamicObject,
     ) {
-        if !self.whole_inputs || !self.sharded() || !self.read_here(gvk, namespace, name) {
+        if !self.whole(gvk) || !self.sharded() || !self.read_here(gvk, namespace, name) {
             return;
         }
         // Only beside a stub: an object the watch leaves out (one enoki manages) or has not
@@ -227,6 +227,15 @@ impl Watches {
         }
     }
 
+    /// Whether the input cache of `gvk` keeps whole objects: every kind's with whole inputs;
+    /// otherwise only Synthesizers' (read by the controller as itself, never as a
+    /// Composition's account, and the platform's own small objects), so a pass of the default
+    /// install does not GET its Synthesizer.
+    pub(super) fn whole(&self, gvk: &GroupVersionKind) -> bool {
+        self.whole_inputs
+            || (gvk.group == crds::GROUP && gvk.kind == crds::names::kinds::SYNTHESIZER)
+    }
+
     /// The stub of `o`, whose whole copy is kept beside it when it exists and is read here;
     /// unsharded, `o` itself (whole unless only metadata is watched).
     pub(super) fn stub(
@@ -237,7 +246,7 @@ impl Watches {
     ) -> DynamicObject {
         if !self.sharded() {
             o.managed_fields_mut().clear();
-            if !self.whole_inputs {
+            if !self.whole(gvk) {
                 o.data = serde_json::Value::Null;
             }
             return o;
@@ -254,7 +263,7 @@ impl Watches {
             data: serde_json::Value::Null,
         };
         let (namespace, name) = (o.namespace().unwrap_or_default(), o.name_any());
-        let keep = exists && self.whole_inputs && self.read_here(gvk, &namespace, &name);
+        let keep = exists && self.whole(gvk) && self.read_here(gvk, &namespace, &name);
         {
             let mut w = self.whole.lock();
             let key = (gvk.clone(), namespace, name);
