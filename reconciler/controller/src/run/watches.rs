@@ -11,7 +11,8 @@
 //!   the object. Objects enoki manages are left out of it (they are in the metadata cache,
 //!   and read with a GET when one is an input). Unsharded, the tables keep every object
 //!   whole (only its resourceVersion when every Composition acts as a ServiceAccount and
-//!   reads with GETs). With `--shards`, an input watch is per namespace and shared by the shards, so a
+//!   reads its inputs with GETs; Synthesizers, which the controller reads as itself, stay
+//!   whole). With `--shards`, an input watch is per namespace and shared by the shards, so a
 //!   replica's tables hold *stubs* (name and resourceVersion) and whole copies
 //!   only of the objects a Composition of its shards reads from the cache by name (as the
 //!   controller, not as a ServiceAccount; [`Watches::serve`]), beside them, served
@@ -74,7 +75,8 @@ impl Drop for InputWatch {
     }
 }
 
-/// What an input watch keeps of an object: the whole object (unsharded, whole inputs) or
+/// What an input watch keeps of an object: the whole object (unsharded, a kind kept whole:
+/// every kind with whole inputs, Synthesizers always) or
 /// only its resourceVersion (metadata-only watches; with `--shards`, a stub whose whole copy,
 /// when it is read here, is in [`Watches::whole`]).
 enum Kept {
@@ -134,7 +136,8 @@ pub struct Watches {
     /// Input caches keep whole objects (reads as the controller are served from them); when
     /// every Composition acts as a ServiceAccount its reads are GETs, and the caches keep
     /// metadata only — a tenant's thousands of large objects never sit in enoki's memory
-    /// (Synthesizers, which only the controller reads, are kept whole either way).
+    /// (Synthesizers, which the controller reads as itself, are kept whole either way; see
+    /// `Watches::whole`).
     whole_inputs: bool,
 }
 

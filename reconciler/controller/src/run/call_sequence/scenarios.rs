@@ -155,8 +155,9 @@ async fn deletion_deletes_the_output_records_it_then_releases_the_finalizer() {
 
 /// The default install (`--default-service-account enoki-composer`): the Composition's live
 /// objects are read and written as its ServiceAccount; its Synthesizer, module, slices and
-/// status as the controller. Inputs are cached as metadata only there, Synthesizers whole: at
-/// rest a pass makes no request either.
+/// status as the controller. Inputs are cached as metadata only there (each read a GET as the
+/// account), Synthesizers whole: at rest a pass of this Composition (no inputs) makes no
+/// request either.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_default_install_reads_and_writes_outputs_as_the_compositions_account() {
     let (fake, ctx) = world(&["--default-service-account", "enoki-composer"]);

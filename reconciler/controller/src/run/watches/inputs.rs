@@ -77,9 +77,9 @@ impl Watches {
         let whole = self.whole(gvk);
         let this = Arc::downgrade(self);
         let (group, kind) = (gvk.group.clone(), gvk.kind.clone());
-        // Without whole inputs (impersonating Compositions read inputs with GETs as their
-        // account) the watch lists and streams metadata only: a tenant's large objects of a
-        // bound kind are never downloaded by the controller.
+        // A kind not kept whole (without whole inputs impersonating Compositions read inputs
+        // with GETs as their account) is listed and streamed as metadata only: a tenant's
+        // large objects of a bound kind are never downloaded by the controller.
         let source: futures::stream::BoxStream<
             'static,
             watcher::Result<watcher::Event<DynamicObject>>,
@@ -228,9 +228,11 @@ impl Watches {
     }
 
     /// Whether the input cache of `gvk` keeps whole objects: every kind's with whole inputs;
-    /// otherwise only Synthesizers' (read by the controller as itself, never as a
-    /// Composition's account, and the platform's own small objects), so a pass of the default
-    /// install does not GET its Synthesizer.
+    /// otherwise only Synthesizers' (the platform's objects, which tenants may not create,
+    /// read for each Composition by the controller as itself), so a pass of the default install
+    /// does not GET its Synthesizer. What keeps a cached copy from a Composition that
+    /// impersonates is not this but its reads: an input read as its account never looks at
+    /// the cache (a Synthesizer bound as an input included), it is a GET as that account.
     pub(super) fn whole(&self, gvk: &GroupVersionKind) -> bool {
         self.whole_inputs
             || (gvk.group == crds::GROUP && gvk.kind == crds::names::kinds::SYNTHESIZER)
