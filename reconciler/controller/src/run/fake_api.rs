@@ -190,38 +190,11 @@ impl FakeApi {
         };
         let content_type = header(&parts.headers, http::header::CONTENT_TYPE);
         let call = format!("{verb} {}", t.short());
-        let mut label = call.clone();
-        if verb == "PATCH" {
-            let kind = patch_kind(&content_type);
-            let manager = q.get("fieldManager").map(String::as_str).unwrap_or("-");
-            let force = q.get("force").is_some_and(|f| f == "true");
-            label.push_str(&match (kind, force) {
-                ("apply", true) => format!(" (apply, {manager}, force)"),
-                ("apply", false) => format!(" (apply, {manager})"),
-                (kind, _) => format!(" ({kind})"),
-            });
-        }
         let dry_run = q.get("dryRun").is_some_and(|d| d == "All");
-        if dry_run {
-            label.push_str(" [dry run]");
-        }
-        let user = header(&parts.headers, "impersonate-user".parse().expect("a name"));
-        if !user.is_empty() {
-            label.push_str(&format!(
-                " as {}",
-                user.trim_start_matches("system:serviceaccount:")
-            ));
-        }
-        let groups: Vec<&str> = parts
-            .headers
-            .get_all("impersonate-group")
-            .iter()
-            .filter_map(|g| g.to_str().ok())
-            .collect();
-        if !groups.is_empty() {
-            label.push_str(&format!(" in {}", groups.join(",")));
-        }
-        label.insert_str(0, origin);
+        let label = format!(
+            "{origin}{call}{}",
+            decorations(verb, &content_type, &q, &parts.headers)
+        );
         let mut s = self.store.lock();
         s.calls.push(label);
         if s.hung.contains(&call) && !from_cache {
@@ -253,6 +226,43 @@ impl FakeApi {
     fn record(&self, call: Call) {
         self.store.lock().calls.push(call);
     }
+}
+
+/// What a recorded call says besides its verb and resource: the patch type (and an apply's
+/// field manager and force), a dry run, the user and groups it impersonates.
+fn decorations(
+    verb: &str,
+    content_type: &str,
+    q: &std::collections::HashMap<String, String>,
+    headers: &http::HeaderMap,
+) -> String {
+    let mut label = String::new();
+    if verb == "PATCH" {
+        let manager = q.get("fieldManager").map(String::as_str).unwrap_or("-");
+        let force = q.get("force").is_some_and(|f| f == "true");
+        label.push_str(&match (patch_kind(content_type), force) {
+            ("apply", true) => format!(" (apply, {manager}, force)"),
+            ("apply", false) => format!(" (apply, {manager})"),
+            (kind, _) => format!(" ({kind})"),
+        });
+    }
+    if q.get("dryRun").is_some_and(|d| d == "All") {
+        label.push_str(" [dry run]");
+    }
+    let user = header(headers, "impersonate-user".parse().expect("a name"));
+    if !user.is_empty() {
+        let user = user.trim_start_matches("system:serviceaccount:");
+        label.push_str(&format!(" as {user}"));
+    }
+    let groups: Vec<&str> = headers
+        .get_all("impersonate-group")
+        .iter()
+        .filter_map(|g| g.to_str().ok())
+        .collect();
+    if !groups.is_empty() {
+        label.push_str(&format!(" in {}", groups.join(",")));
+    }
+    label
 }
 
 fn header(headers: &http::HeaderMap, name: http::HeaderName) -> String {
