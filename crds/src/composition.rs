@@ -206,6 +206,10 @@ pub struct Synthesis {
     /// Synthesizer generation it was started for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_synthesizer_generation: Option<i64>,
+    /// The Synthesizer revision (`status.rollout.revision.number` when it ran) this synthesis
+    /// ran; unset when the Synthesizer had no revision yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub synthesizer_revision: Option<i64>,
     /// The `force-resynthesis` annotation value it was started for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub force_resynthesis: Option<String>,

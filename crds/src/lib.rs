@@ -18,12 +18,14 @@ pub mod composition;
 pub mod manifests;
 pub mod names;
 pub mod resource_slice;
+pub mod rollout;
 pub mod symphony;
 pub mod synthesizer;
 pub mod words;
 
 pub use composition::*;
 pub use resource_slice::*;
+pub use rollout::*;
 pub use symphony::*;
 pub use synthesizer::*;
 pub use words::{ConditionStatus, Severity, StatusWord};

@@ -6,7 +6,7 @@
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 
-use crate::{Composition, ResourceSlice, Symphony, Synthesizer};
+use crate::{Composition, ResourceSlice, Symphony, Synthesizer, SynthesizerRevision};
 
 /// Every enoki CRD, in a stable order.
 pub fn all() -> Vec<CustomResourceDefinition> {
@@ -15,6 +15,7 @@ pub fn all() -> Vec<CustomResourceDefinition> {
         Composition::crd(),
         ResourceSlice::crd(),
         Symphony::crd(),
+        SynthesizerRevision::crd(),
     ]
 }
 

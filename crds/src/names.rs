@@ -296,3 +296,23 @@ pub mod labels {
 
 /// Field manager of the Symphony controller (it writes Compositions).
 pub const SYMPHONY_FIELD_MANAGER: &str = "enoki-symphony";
+
+/// Synthesizer rollouts (`spec.rollout`, `status.rollout`, `enoki rollout`).
+pub mod rollout {
+    /// On a Synthesizer, `"true"`: its rollout admits no further wave (`enoki rollout pause`;
+    /// a GitOps repository may set it too). Removing it resumes.
+    pub const PAUSED_ANNOTATION: &str = "rollout.enoki.dev/paused";
+    /// On a Synthesizer, a revision number: every Composition goes back to the revision before
+    /// it (`enoki rollout undo`). Ignored once a newer revision exists.
+    pub const UNDO_ANNOTATION: &str = "rollout.enoki.dev/undo";
+    /// Rolling out.
+    pub const PROGRESSING: &str = "Progressing";
+    /// Held by the paused annotation.
+    pub const PAUSED: &str = "Paused";
+    /// Stopped by its health gate, or undone.
+    pub const HALTED: &str = "Halted";
+    /// Every Composition runs the revision.
+    pub const COMPLETE: &str = "Complete";
+    /// Every phase, for metrics.
+    pub const PHASES: [&str; 4] = [PROGRESSING, PAUSED, HALTED, COMPLETE];
+}

@@ -18,6 +18,8 @@ use serde::{Deserialize, Serialize};
     category = "enoki",
     printcolumn = r#"{"name":"Module","type":"string","jsonPath":".status.moduleDigest"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Revision","type":"integer","jsonPath":".status.rollout.revision.number"}"#,
+    printcolumn = r#"{"name":"Rollout","type":"string","jsonPath":".status.rollout.phase"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -79,6 +81,10 @@ pub struct SynthesizerSpec {
     /// synthesized or applied for it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace_selector: Option<LabelSelector>,
+    /// How a new revision reaches the Compositions: Eno's cooldown (default) or progressive
+    /// waves gated by health. Changing only this field makes no new revision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<crate::rollout::Rollout>,
 }
 
 /// A Helm chart and the values every Composition of the Synthesizer renders it with.
@@ -462,6 +468,9 @@ pub struct SynthesizerStatus {
     /// `Ready`: the module was fetched and compiled.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    /// The revision being rolled out and where it stands.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<crate::rollout::RolloutStatus>,
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@
 //! - [`generation`]: `observedGeneration`, `Reconciling` and `Stalled` after a pass.
 //! - [`record`]: what a pass's steps mean for each resource's recorded state.
 //! - [`rollup`]: the Composition's conditions and `simplified` status from those states.
+//! - [`rollout`]: which Synthesizer revision each Composition runs; waves and their gate.
 //! - [`fights`]: drift corrections that keep being undone (another writer).
 //! - [`migrate`], [`ownership`]: managed-fields repairs (Eno's field managers, shared
 //!   ownership).
@@ -29,5 +30,6 @@ pub mod migrate;
 pub mod model;
 pub mod ownership;
 pub mod record;
+pub mod rollout;
 pub mod rollup;
 pub mod trigger;

@@ -1,0 +1,362 @@
+//! A Synthesizer's rollout: which revision each Composition runs, and how the rollout moves
+//! from wave to wave. Pure: the controller passes in what it observed (each Composition's
+//! place in the rollout order, whether the canary selector picks it, the revision it runs,
+//! whether it is Ready or failed) and writes back the status this returns.
+//!
+//! - A Composition runs the rolling revision when the rollout *admits* it (the canary
+//!   selector picks it, or its place in the order is at or below the recorded threshold), or
+//!   once the rollout is complete; otherwise the stable revision. After a rollback or an undo
+//!   every Composition runs the stable revision.
+//! - The order is a hash of the Composition's UID and the revision (the caller's), so each
+//!   rollout picks other canaries, a restart admits exactly the recorded set, and a
+//!   Composition created mid-rollout takes the revision its place gives it.
+//! - `progressive`: wave 1 is the canary; each later wave doubles the Compositions admitted
+//!   (or follows `steps`). A wave is held until every admitted Composition runs the revision
+//!   and is Ready, then for the bake time; when more than `maxFailures` of them failed to
+//!   synthesize, or are not Ready at the wave's deadline, the rollout halts.
+//! - `cooldown`: every Composition is admitted at once; the controller's cooldown paces them
+//!   (Eno). No health gate; complete when every Composition runs the revision.
+
+use std::time::Duration;
+
+use crds::names::rollout as phase;
+use crds::{OnFailure, RevisionCount, RevisionRef, RolloutStatus, RolloutStrategy};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+
+/// A threshold that admits every Composition.
+pub const ALL: &str = "ffffffffffffffff";
+
+/// One Composition of the Synthesizer, as observed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Member {
+    /// Its place in this rollout's order.
+    pub key: u64,
+    /// The canary selector picks it.
+    pub canary: bool,
+    /// The revision its current synthesis ran (none: not synthesized yet, or unknown).
+    pub runs: Option<i64>,
+    /// Its current synthesis is Ready.
+    pub ready: bool,
+    /// Its last synthesis of the rolling revision failed.
+    pub failed: bool,
+}
+
+/// The Synthesizer's rollout settings, defaults applied.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Policy {
+    /// Cooldown or progressive.
+    pub strategy: RolloutStrategy,
+    /// Whether a canary selector is set (then the canary is what it picks).
+    pub selector: bool,
+    /// Canary size without a selector: a count...
+    pub canary_count: Option<i32>,
+    /// ...or a percentage.
+    pub canary_percent: Option<i32>,
+    /// Cumulative percentages of later waves; empty: doubling.
+    pub steps: Vec<i32>,
+    /// Failures a wave may have.
+    pub max_failures: i32,
+    /// How long a wave has to become Ready.
+    pub deadline: Duration,
+    /// How long a Ready wave is held.
+    pub bake: Duration,
+    /// What a halt does.
+    pub on_failure: OnFailure,
+}
+
+/// What the controller was asked to do through the Synthesizer's annotations.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Asked {
+    /// The paused annotation is set.
+    pub paused: bool,
+    /// The undo annotation names this revision number.
+    pub undo: Option<i64>,
+}
+
+/// Whether `m` is admitted by `st` (runs the rolling revision unless rolled back).
+pub fn admitted(st: &RolloutStatus, key: u64, canary: bool) -> bool {
+    if st.phase == phase::COMPLETE || st.stable.is_none() {
+        return true;
+    }
+    if canary && st.wave >= 1 {
+        return true;
+    }
+    st.threshold
+        .as_deref()
+        .and_then(|t| u64::from_str_radix(t, 16).ok())
+        .is_some_and(|t| key <= t)
+}
+
+/// The revision a Composition at `key` (picked by the canary selector or not) runs.
+pub fn target(st: &RolloutStatus, key: u64, canary: bool) -> &RevisionRef {
+    match &st.stable {
+        Some(stable) if st.rolled_back || !admitted(st, key, canary) => stable,
+        _ => &st.revision,
+    }
+}
+
+/// A new rollout of `revision` (wave 0: the next [`step`] admits the first wave). The stable
+/// revision is the rolling one of `before` when that completed, else `before`'s stable one
+/// (a revision that did not complete is never stable).
+pub fn start(
+    before: Option<&RolloutStatus>,
+    revision: RevisionRef,
+    strategy: RolloutStrategy,
+) -> RolloutStatus {
+    let stable = before.and_then(|b| {
+        if b.phase == phase::COMPLETE && !b.rolled_back {
+            Some(b.revision.clone())
+        } else {
+            b.stable.clone()
+        }
+    });
+    RolloutStatus {
+        revision,
+        stable,
+        strategy,
+        phase: phase::PROGRESSING.into(),
+        ..RolloutStatus::default()
+    }
+}
+
+/// The status after looking at `members` at `now`: counts, then undo, pause, the wave's gate
+/// and the next wave.
+pub fn step(
+    policy: &Policy,
+    before: &RolloutStatus,
+    members: &[Member],
+    asked: Asked,
+    now: Timestamp,
+) -> RolloutStatus {
+    let mut st = before.clone();
+    if asked.undo == Some(st.revision.number) && !st.rolled_back && st.stable.is_some() {
+        halt(
+            &mut st,
+            "Undone",
+            "undone: every Composition goes back to the stable revision",
+        );
+        st.rolled_back = true;
+    }
+    if st.stable.is_none() && st.phase != phase::COMPLETE {
+        // The first revision: nothing to roll out from.
+        complete(&mut st);
+    }
+    if st.wave == 0 && st.phase == phase::PROGRESSING {
+        admit_wave(policy, &mut st, members, now);
+    }
+    count(&mut st, members, policy, now);
+    let moving = st.phase == phase::PROGRESSING || st.phase == phase::PAUSED;
+    if moving && asked.paused {
+        st.phase = phase::PAUSED.into();
+        st.reason = Some("Paused".into());
+        st.message = Some(format!(
+            "paused by the {} annotation",
+            crds::names::rollout::PAUSED_ANNOTATION
+        ));
+        return st;
+    }
+    if st.phase == phase::PAUSED {
+        // Resumed: the wave's deadline runs from now.
+        st.phase = phase::PROGRESSING.into();
+        st.wave_started = Some(Time(now));
+        st.reason = None;
+        st.message = None;
+    }
+    if st.phase == phase::PROGRESSING {
+        gate(policy, &mut st, members, now);
+    }
+    st
+}
+
+fn halt(st: &mut RolloutStatus, reason: &str, message: &str) {
+    st.phase = phase::HALTED.into();
+    st.reason = Some(reason.into());
+    st.message = Some(message.into());
+}
+
+fn complete(st: &mut RolloutStatus) {
+    st.phase = phase::COMPLETE.into();
+    st.threshold = Some(ALL.into());
+    st.reason = None;
+    st.message = Some(format!(
+        "every Composition runs revision {}",
+        st.revision.number
+    ));
+}
+
+/// The wave's verdict: halt on too many failures, else the next wave (or complete) once every
+/// admitted Composition is Ready (or failed within the allowance at the deadline) and baked.
+fn gate(policy: &Policy, st: &mut RolloutStatus, members: &[Member], now: Timestamp) {
+    let total = members.len();
+    if st.strategy == RolloutStrategy::Cooldown {
+        if st.updated as usize == total {
+            complete(st);
+        }
+        return;
+    }
+    let late = past(st.wave_started.as_ref(), policy.deadline, now);
+    let wave: Vec<&Member> = members
+        .iter()
+        .filter(|m| admitted(st, m.key, m.canary))
+        .collect();
+    let on_it = |m: &Member| m.runs == Some(st.revision.number);
+    let failed = wave
+        .iter()
+        .filter(|m| m.failed || (late && !(on_it(m) && m.ready)))
+        .count();
+    if failed > usize::try_from(policy.max_failures).unwrap_or(0) {
+        let (reason, why) = if late {
+            (
+                "WaveDeadline",
+                format!(
+                    "not Ready within {}",
+                    humantime::format_duration(policy.deadline)
+                ),
+            )
+        } else {
+            ("WaveFailed", "failed to synthesize".into())
+        };
+        let what = format!(
+            "wave {}: {failed} of {} Compositions {why} (at most {} may); {}",
+            st.wave,
+            wave.len(),
+            policy.max_failures,
+            match policy.on_failure {
+                OnFailure::Rollback => "they go back to the stable revision",
+                OnFailure::Pause => "the rest keep the stable revision",
+            }
+        );
+        halt(st, reason, &what);
+        st.rolled_back = policy.on_failure == OnFailure::Rollback;
+        return;
+    }
+    let settled = wave
+        .iter()
+        .all(|m| (on_it(m) && m.ready) || m.failed || late);
+    if !settled {
+        st.wave_ready = None;
+        return;
+    }
+    let ready_at = st.wave_ready.get_or_insert(Time(now)).clone();
+    if !past(Some(&ready_at), policy.bake, now) && !policy.bake.is_zero() {
+        return;
+    }
+    if wave.len() >= total {
+        complete(st);
+    } else {
+        admit_wave(policy, st, members, now);
+    }
+}
+
+/// Whether `since + d` has passed at `now`.
+fn past(since: Option<&Time>, d: Duration, now: Timestamp) -> bool {
+    since.is_some_and(|t| {
+        let elapsed = now.duration_since(t.0);
+        elapsed >= k8s_openapi::jiff::SignedDuration::try_from(d).unwrap_or_default()
+    })
+}
+
+/// Admits the next wave: its cumulative size, then the threshold that admits that many.
+fn admit_wave(policy: &Policy, st: &mut RolloutStatus, members: &[Member], now: Timestamp) {
+    st.wave += 1;
+    st.wave_started = Some(Time(now));
+    st.wave_ready = None;
+    if st.strategy == RolloutStrategy::Cooldown {
+        st.threshold = Some(ALL.into());
+        st.admitted = i32::try_from(members.len()).unwrap_or(i32::MAX);
+        st.message = Some("every Composition, one per --rollout-cooldown".into());
+        return;
+    }
+    let picked = if policy.selector {
+        members.iter().filter(|m| m.canary).count()
+    } else {
+        0
+    };
+    let want = wave_size(policy, st.wave, st.admitted, picked, members.len());
+    let mut rest: Vec<u64> = members
+        .iter()
+        .filter(|m| !(policy.selector && m.canary))
+        .map(|m| m.key)
+        .collect();
+    rest.sort_unstable();
+    let need = want.saturating_sub(picked);
+    st.threshold = match need {
+        0 => None,
+        n if n >= rest.len() => Some(ALL.into()),
+        n => Some(format!("{:016x}", rest[n - 1])),
+    };
+    st.admitted = i32::try_from(want.min(members.len())).unwrap_or(i32::MAX);
+    st.message = Some(format!(
+        "wave {}: {} of {} Compositions admitted",
+        st.wave,
+        st.admitted,
+        members.len()
+    ));
+}
+
+/// How many Compositions waves 1..=`wave` admit together.
+fn wave_size(policy: &Policy, wave: i32, before: i32, picked: usize, total: usize) -> usize {
+    let pct = |p: i32| (total * usize::try_from(p.clamp(0, 100)).unwrap_or(0)).div_ceil(100);
+    let before = usize::try_from(before).unwrap_or(0);
+    let size = if wave <= 1 {
+        if policy.selector && picked > 0 {
+            picked
+        } else if let Some(c) = policy.canary_count {
+            usize::try_from(c).unwrap_or(1)
+        } else if let Some(p) = policy.canary_percent {
+            pct(p)
+        } else {
+            1
+        }
+    } else if policy.steps.is_empty() {
+        before * 2
+    } else {
+        let i = usize::try_from(wave - 2).unwrap_or(0);
+        policy.steps.get(i).map_or(total, |p| pct(*p))
+    };
+    size.max(before + 1).max(1).min(total)
+}
+
+/// Counts per revision, and updated / ready / failed / total for the rolling revision.
+fn count(st: &mut RolloutStatus, members: &[Member], policy: &Policy, now: Timestamp) {
+    let mut per: std::collections::BTreeMap<i64, (i32, i32)> = Default::default();
+    for m in members {
+        if let Some(r) = m.runs {
+            let e = per.entry(r).or_default();
+            e.0 += 1;
+            e.1 += i32::from(m.ready);
+        }
+    }
+    st.revisions = per
+        .iter()
+        .rev()
+        .map(|(n, (c, r))| RevisionCount {
+            number: *n,
+            compositions: *c,
+            ready: *r,
+        })
+        .collect();
+    let (c, r) = per.get(&st.revision.number).copied().unwrap_or_default();
+    st.updated = c;
+    st.ready = r;
+    st.total = i32::try_from(members.len()).unwrap_or(i32::MAX);
+    let late = past(st.wave_started.as_ref(), policy.deadline, now);
+    st.failed = i32::try_from(
+        members
+            .iter()
+            .filter(|m| admitted(st, m.key, m.canary) && !st.rolled_back)
+            .filter(|m| {
+                m.failed
+                    || (late
+                        && st.strategy == RolloutStrategy::Progressive
+                        && st.phase == phase::PROGRESSING
+                        && !(m.runs == Some(st.revision.number) && m.ready))
+            })
+            .count(),
+    )
+    .unwrap_or(i32::MAX);
+}
+
+#[cfg(test)]
+mod tests;

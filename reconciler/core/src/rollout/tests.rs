@@ -1,0 +1,286 @@
+use super::*;
+
+fn rev(n: i64) -> RevisionRef {
+    RevisionRef {
+        number: n,
+        name: format!("s-{n}"),
+        generation: n,
+        module_digest: format!("sha256:{n}"),
+    }
+}
+
+fn policy() -> Policy {
+    Policy {
+        strategy: RolloutStrategy::Progressive,
+        selector: false,
+        canary_count: None,
+        canary_percent: None,
+        steps: vec![],
+        max_failures: 0,
+        deadline: Duration::from_secs(600),
+        bake: Duration::ZERO,
+        on_failure: OnFailure::Pause,
+    }
+}
+
+fn members(n: u64, runs: i64) -> Vec<Member> {
+    (0..n)
+        .map(|k| Member {
+            key: k * 1000,
+            runs: Some(runs),
+            ready: true,
+            ..Member::default()
+        })
+        .collect()
+}
+
+fn complete_from_one() -> RolloutStatus {
+    let mut st = start(None, rev(1), RolloutStrategy::Progressive);
+    st = step(
+        &policy(),
+        &st,
+        &members(3, 1),
+        Asked::default(),
+        Timestamp::UNIX_EPOCH,
+    );
+    st
+}
+
+/// What a Composition's controller does: run the revision the status says, Ready at once.
+fn converge(st: &RolloutStatus, ms: &mut [Member]) {
+    for m in ms.iter_mut() {
+        m.runs = Some(target(st, m.key, m.canary).number);
+    }
+}
+
+fn t(s: i64) -> Timestamp {
+    Timestamp::from_second(s).unwrap()
+}
+
+#[test]
+fn the_first_revision_is_complete_at_once() {
+    let st = complete_from_one();
+    assert_eq!(st.phase, phase::COMPLETE);
+    assert_eq!((st.updated, st.total), (3, 3));
+}
+
+#[test]
+fn progressive_waves_double_and_each_waits_for_ready() {
+    let mut ms = members(10, 1);
+    let mut st = start(
+        Some(&complete_from_one()),
+        rev(2),
+        RolloutStrategy::Progressive,
+    );
+    assert_eq!(st.stable, Some(rev(1)));
+    let mut sizes = vec![];
+    for i in 0..10 {
+        st = step(&policy(), &st, &ms, Asked::default(), t(i));
+        if st.phase == phase::COMPLETE {
+            break;
+        }
+        sizes.push(st.admitted);
+        // Held until the wave runs the revision.
+        let again = step(&policy(), &st, &ms, Asked::default(), t(i));
+        assert_eq!(again.wave, st.wave, "a wave not yet updated is held");
+        converge(&st, &mut ms);
+    }
+    assert_eq!(sizes, [1, 2, 4, 8, 10]);
+    assert_eq!(st.phase, phase::COMPLETE);
+    assert!(ms.iter().all(|m| m.runs == Some(2)));
+    // The canary is the lowest place in the order.
+    let first = start(
+        Some(&complete_from_one()),
+        rev(2),
+        RolloutStrategy::Progressive,
+    );
+    let first = step(&policy(), &first, &members(10, 1), Asked::default(), t(0));
+    assert!(admitted(&first, 0, false) && !admitted(&first, 1000, false));
+}
+
+#[test]
+fn a_failing_wave_halts_and_rollback_returns_it_to_stable() {
+    let mut p = policy();
+    p.canary_count = Some(2);
+    p.on_failure = OnFailure::Rollback;
+    let mut ms = members(10, 1);
+    let mut st = start(
+        Some(&complete_from_one()),
+        rev(2),
+        RolloutStrategy::Progressive,
+    );
+    st = step(&p, &st, &ms, Asked::default(), t(0));
+    ms[0].failed = true;
+    st = step(&p, &st, &ms, Asked::default(), t(1));
+    assert_eq!(st.phase, phase::HALTED);
+    assert_eq!(st.reason.as_deref(), Some("WaveFailed"));
+    assert!(st.rolled_back);
+    assert!(ms.iter().all(|m| target(&st, m.key, false).number == 1));
+    // With `pause` the wave keeps the revision, the rest the stable one.
+    p.on_failure = OnFailure::Pause;
+    let mut st = start(
+        Some(&complete_from_one()),
+        rev(2),
+        RolloutStrategy::Progressive,
+    );
+    st = step(&p, &st, &ms, Asked::default(), t(0));
+    st = step(&p, &st, &ms, Asked::default(), t(1));
+    assert_eq!(st.phase, phase::HALTED);
+    let on_new = ms
+        .iter()
+        .filter(|m| target(&st, m.key, false).number == 2)
+        .count();
+    assert_eq!(on_new, 2);
+    // A halted rollout stays halted.
+    assert_eq!(
+        step(&p, &st, &members(10, 1), Asked::default(), t(2)).phase,
+        phase::HALTED
+    );
+}
+
+#[test]
+fn a_wave_not_ready_by_its_deadline_halts_unless_within_the_allowance() {
+    let mut ms = members(4, 1);
+    let mut st = start(
+        Some(&complete_from_one()),
+        rev(2),
+        RolloutStrategy::Progressive,
+    );
+    st = step(&policy(), &st, &ms, Asked::default(), t(0));
+    converge(&st, &mut ms);
+    ms[0].ready = false;
+    let held = step(&policy(), &st, &ms, Asked::default(), t(599));
+    assert_eq!((held.phase.as_str(), held.wave), (phase::PROGRESSING, 1));
+    let late = step(&policy(), &st, &ms, Asked::default(), t(601));
+    assert_eq!(late.phase, phase::HALTED);
+    assert_eq!(late.reason.as_deref(), Some("WaveDeadline"));
+    let mut p = policy();
+    p.max_failures = 1;
+    let on = step(&p, &st, &ms, Asked::default(), t(601));
+    assert_eq!((on.phase.as_str(), on.wave), (phase::PROGRESSING, 2));
+}
+
+#[test]
+fn pause_holds_the_wave_and_resume_restarts_its_clock() {
+    let mut ms = members(4, 1);
+    let mut st = start(
+        Some(&complete_from_one()),
+        rev(2),
+        RolloutStrategy::Progressive,
+    );
+    st = step(&policy(), &st, &ms, Asked::default(), t(0));
+    converge(&st, &mut ms);
+    let paused = Asked {
+        paused: true,
+        undo: None,
+    };
+    let p1 = step(&policy(), &st, &ms, paused, t(10));
+    assert_eq!((p1.phase.as_str(), p1.wave), (phase::PAUSED, 1));
+    let p2 = step(&policy(), &p1, &ms, paused, t(5000));
+    assert_eq!(p2.wave, 1, "no wave while paused, however long");
+    let resumed = step(&policy(), &p2, &ms, Asked::default(), t(5001));
+    assert_eq!(
+        (resumed.phase.as_str(), resumed.wave),
+        (phase::PROGRESSING, 2)
+    );
+}
+
+#[test]
+fn undo_sends_every_composition_back_even_after_completion() {
+    let mut ms = members(3, 1);
+    let mut st = start(
+        Some(&complete_from_one()),
+        rev(2),
+        RolloutStrategy::Cooldown,
+    );
+    st = step(&policy(), &st, &ms, Asked::default(), t(0));
+    assert_eq!(st.threshold.as_deref(), Some(ALL));
+    converge(&st, &mut ms);
+    st = step(&policy(), &st, &ms, Asked::default(), t(1));
+    assert_eq!(st.phase, phase::COMPLETE);
+    let undo = Asked {
+        paused: false,
+        undo: Some(2),
+    };
+    st = step(&policy(), &st, &ms, undo, t(2));
+    assert_eq!(
+        (st.phase.as_str(), st.reason.as_deref()),
+        (phase::HALTED, Some("Undone"))
+    );
+    assert!(ms.iter().all(|m| target(&st, m.key, false).number == 1));
+    // An undo of another revision is ignored.
+    let mut other = start(
+        Some(&complete_from_one()),
+        rev(2),
+        RolloutStrategy::Cooldown,
+    );
+    other = step(
+        &policy(),
+        &other,
+        &members(3, 1),
+        Asked {
+            paused: false,
+            undo: Some(7),
+        },
+        t(0),
+    );
+    assert_eq!(other.phase, phase::PROGRESSING);
+}
+
+#[test]
+fn a_selector_canary_then_steps() {
+    let mut p = policy();
+    p.selector = true;
+    p.steps = vec![50, 100];
+    let mut ms = members(10, 1);
+    ms[9].canary = true;
+    let mut st = start(
+        Some(&complete_from_one()),
+        rev(2),
+        RolloutStrategy::Progressive,
+    );
+    st = step(&p, &st, &ms, Asked::default(), t(0));
+    assert_eq!(st.admitted, 1);
+    assert!(admitted(&st, ms[9].key, true) && !admitted(&st, ms[0].key, false));
+    converge(&st, &mut ms);
+    st = step(&p, &st, &ms, Asked::default(), t(1));
+    assert_eq!(st.admitted, 5);
+    let n = ms.iter().filter(|m| admitted(&st, m.key, m.canary)).count();
+    assert_eq!(n, 5);
+}
+
+#[test]
+fn an_edit_mid_rollout_keeps_the_last_complete_revision_stable() {
+    let mid = step(
+        &policy(),
+        &start(
+            Some(&complete_from_one()),
+            rev(2),
+            RolloutStrategy::Progressive,
+        ),
+        &members(4, 1),
+        Asked::default(),
+        t(0),
+    );
+    let next = start(Some(&mid), rev(3), RolloutStrategy::Progressive);
+    assert_eq!(next.stable, Some(rev(1)));
+    assert_eq!(next.wave, 0);
+}
+
+#[test]
+fn bake_time_holds_a_ready_wave() {
+    let mut p = policy();
+    p.bake = Duration::from_secs(60);
+    let mut ms = members(4, 1);
+    let mut st = start(
+        Some(&complete_from_one()),
+        rev(2),
+        RolloutStrategy::Progressive,
+    );
+    st = step(&p, &st, &ms, Asked::default(), t(0));
+    converge(&st, &mut ms);
+    st = step(&p, &st, &ms, Asked::default(), t(10));
+    assert_eq!(st.wave, 1);
+    st = step(&p, &st, &ms, Asked::default(), t(71));
+    assert_eq!(st.wave, 2);
+}
