@@ -156,6 +156,9 @@ pub struct RevisionRef {
     pub generation: i64,
     /// Its module's digest.
     pub module_digest: String,
+    /// `sha256:<hex>` of its template (the spec without `rollout`).
+    #[serde(default)]
+    pub template_digest: String,
 }
 
 /// Compositions on one revision.

@@ -536,6 +536,7 @@ async fn uninstall_keeps_compositions_and_a_reinstall_adopts_them() {
         "synthesizers.enoki.dev",
         "resourceslices.enoki.dev",
         "symphonies.enoki.dev",
+        "synthesizerrevisions.enoki.dev",
     ] {
         let (ok, out) = kubectl(&["get", "crd", crd], None);
         assert!(ok, "helm uninstall deleted CRD {crd}: {out}");

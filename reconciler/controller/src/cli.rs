@@ -89,6 +89,10 @@ pub enum Command {
     /// Resume a suspended Composition and wait until it is Ready; exit 1 when it stalls or the
     /// timeout passes.
     Resume(SuspendArgs),
+    /// Show, pause, resume or undo a Synthesizer's rollout (how a new revision reaches its
+    /// Compositions).
+    #[command(subcommand)]
+    Rollout(RolloutCommand),
     /// Print a Composition's outputs as a tree: readiness groups in apply order, each
     /// resource with its state, Compositions among them expanded (as `flux tree`).
     Tree(TreeArgs),

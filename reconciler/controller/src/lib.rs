@@ -82,6 +82,7 @@ pub fn run(args: &cli::Args) -> anyhow::Result<i32> {
         cli::Command::Reconcile(r) => out.write_all(block_on(verbs::reconcile(r))?.as_bytes())?,
         cli::Command::Suspend(a) => out.write_all(block_on(verbs::suspend(a))?.as_bytes())?,
         cli::Command::Resume(a) => out.write_all(block_on(verbs::resume(a))?.as_bytes())?,
+        cli::Command::Rollout(c) => out.write_all(block_on(verbs::rollout(c))?.as_bytes())?,
         cli::Command::Tree(a) => out.write_all(block_on(verbs::tree(a))?.as_bytes())?,
         cli::Command::Ui(a) => {
             drop(out);

@@ -94,6 +94,12 @@ fn synthesis(args: &cli::RunArgs) -> anyhow::Result<run::SynthesisOptions> {
             parse("capabilities-refresh", &args.capabilities_refresh)?,
         )?,
         rollout_cooldown: parse("rollout-cooldown", &args.rollout_cooldown)?,
+        rollout_strategy: if args.rollout_strategy == "progressive" {
+            crds::RolloutStrategy::Progressive
+        } else {
+            crds::RolloutStrategy::Cooldown
+        },
+        revision_history_limit: args.revision_history_limit,
         synthesis_rates: synthesis_rates(args)?,
     })
 }

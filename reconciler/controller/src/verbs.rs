@@ -15,6 +15,8 @@ use crate::cli::{EventsArgs, GetArgs, GetFormat, GetKind};
 
 mod reconcile;
 pub use reconcile::{REQUESTED_AT, reconcile, resume, suspend};
+mod rollout;
+pub use rollout::rollout;
 mod tree;
 pub use tree::tree;
 

@@ -142,11 +142,11 @@ pub fn step(
         // The first revision: nothing to roll out from.
         complete(&mut st);
     }
-    if st.wave == 0 && st.phase == phase::PROGRESSING {
+    let moving = st.phase == phase::PROGRESSING || st.phase == phase::PAUSED;
+    if st.wave == 0 && st.phase == phase::PROGRESSING && !asked.paused {
         admit_wave(policy, &mut st, members, now);
     }
     count(&mut st, members, policy, now);
-    let moving = st.phase == phase::PROGRESSING || st.phase == phase::PAUSED;
     if moving && asked.paused {
         st.phase = phase::PAUSED.into();
         st.reason = Some("Paused".into());

@@ -63,6 +63,16 @@ pub struct RunArgs {
     /// keeps the pace.
     #[arg(long, env = "ENOKI_ROLLOUT_COOLDOWN", default_value = "1m")]
     pub rollout_cooldown: String,
+    /// How a new Synthesizer revision reaches its Compositions when its `spec.rollout` names no
+    /// strategy: `cooldown` (Eno's pace, no health gate) or `progressive` (health-gated waves).
+    #[arg(long, env = "ENOKI_ROLLOUT_STRATEGY", default_value = "cooldown",
+          value_parser = ["cooldown", "progressive"])]
+    pub rollout_strategy: String,
+    /// SynthesizerRevisions kept per Synthesizer when its `spec.rollout` sets no
+    /// `revisionHistoryLimit` (a revision a Composition still runs is always kept).
+    #[arg(long, env = "ENOKI_REVISION_HISTORY_LIMIT", default_value_t = 10,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub revision_history_limit: u32,
     /// The shortest `reconcile-interval` honoured (Eno's `--min-reconcile-interval`): a smaller
     /// annotation value is raised to it, and no re-check is scheduled sooner (humantime).
     #[arg(long, env = "ENOKI_MIN_RECONCILE_INTERVAL", default_value = "1s")]

@@ -1,9 +1,9 @@
 //! Arguments of the everyday verbs over the cluster — `get`, `events`, `reconcile`, `suspend`,
-//! `resume` and `tree` (kubectl's and flux's conventions: `-n`, `-A`, `-o`) — and which cluster each talks to.
+//! `resume`, `tree` and `rollout` (kubectl's and flux's conventions: `-n`, `-A`, `-o`) — and which cluster each talks to.
 
 use std::path::PathBuf;
 
-use clap::ValueEnum;
+use clap::{Subcommand, ValueEnum};
 
 /// Which cluster a command talks to, as kubectl chooses it.
 #[derive(Clone, Debug, Default, clap::Args)]
@@ -167,6 +167,31 @@ pub struct UiArgs {
     /// --remote-kubeconfig` applies them); Compositions are read from `--kubeconfig`'s.
     #[arg(long, env = "ENOKI_REMOTE_KUBECONFIG", value_name = "FILE")]
     pub remote_kubeconfig: Option<PathBuf>,
+    /// The cluster.
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+}
+
+/// `enoki rollout …`
+#[derive(Debug, Subcommand)]
+pub enum RolloutCommand {
+    /// Print the rollout: the revision rolling out, the stable one, the phase and wave, and
+    /// the Compositions per revision.
+    Status(RolloutArgs),
+    /// Admit no further wave (sets the `rollout.enoki.dev/paused` annotation).
+    Pause(RolloutArgs),
+    /// Let a paused rollout go on (removes the annotation; the wave's deadline starts again).
+    Resume(RolloutArgs),
+    /// Send every Composition back to the revision before the one rolling out (sets the
+    /// `rollout.enoki.dev/undo` annotation to that revision's number).
+    Undo(RolloutArgs),
+}
+
+/// Arguments of `enoki rollout …`.
+#[derive(Debug, clap::Args)]
+pub struct RolloutArgs {
+    /// The Synthesizer.
+    pub synthesizer: String,
     /// The cluster.
     #[command(flatten)]
     pub cluster: ClusterArgs,

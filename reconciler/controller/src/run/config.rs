@@ -120,6 +120,10 @@ pub struct SynthesisOptions {
     pub synthesis_rates: [super::synthesis_rate::Rate; 3],
     /// Minimum time between two re-syntheses caused only by a Synthesizer change.
     pub rollout_cooldown: Duration,
+    /// `--rollout-strategy`: the strategy of Synthesizers whose `spec.rollout` names none.
+    pub rollout_strategy: crds::RolloutStrategy,
+    /// `--revision-history-limit`: SynthesizerRevisions kept per Synthesizer by default.
+    pub revision_history_limit: u32,
     /// The `lepton` built-in may emit PersistentVolumes.
     pub lepton_persistent_volumes: bool,
     /// How often discovery is read again for `.Capabilities` (`--capabilities-refresh`).

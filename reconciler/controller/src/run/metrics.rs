@@ -74,6 +74,8 @@ pub struct Metrics {
     pub health: super::health::Health,
     /// The work queue (depth, time in queue, in flight) and the process's figures.
     pub queue: std::sync::Arc<super::queue::Queue>,
+    /// Synthesizer rollouts.
+    pub rollout: super::rollout::RolloutMetrics,
 }
 
 impl Metrics {
@@ -106,6 +108,7 @@ impl Metrics {
             shards_configured: Gauge::default(),
             health: super::health::Health::register(registry),
             queue: super::queue::Queue::register(registry),
+            rollout: super::rollout::RolloutMetrics::register(registry),
         };
         super::api_metrics::register(registry);
         m.start_at_zero();

@@ -32,6 +32,7 @@ mod policy;
 pub mod queue;
 mod ratelimit;
 mod recovery;
+pub mod rollout;
 pub mod sandbox;
 pub mod sealing;
 pub mod shard;

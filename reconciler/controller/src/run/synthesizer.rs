@@ -71,17 +71,19 @@ pub(crate) async fn reconcile_synthesizer(
     let current = synth.status.as_ref().is_some_and(|s| {
         s.observed_generation == synth.metadata.generation && s.module_digest.is_some()
     });
-    if current {
-        return Ok(Action::requeue(ctx.opts.resync));
+    if !current {
+        // A module that does not load is reported on the Synthesizer's status (not an error
+        // of this controller): looked at again as the module cache's backoff allows. Its
+        // status write starts the next reconcile, which records the revision.
+        return Ok(match load_module(&ctx, &synth).await {
+            Ok(_) => Action::requeue(ctx.opts.resync),
+            Err(ModuleError::Loading) => Action::requeue(Duration::from_secs(2)),
+            Err(e) if e.is_transient() => Action::requeue(Duration::from_secs(10)),
+            Err(_) => Action::requeue(Duration::from_secs(60)),
+        });
     }
-    // A module that does not load is reported on the Synthesizer's status (not an error of
-    // this controller): looked at again as the module cache's backoff allows.
-    Ok(match load_module(&ctx, &synth).await {
-        Ok(_) => Action::requeue(ctx.opts.resync),
-        Err(ModuleError::Loading) => Action::requeue(Duration::from_secs(2)),
-        Err(e) if e.is_transient() => Action::requeue(Duration::from_secs(10)),
-        Err(_) => Action::requeue(Duration::from_secs(60)),
-    })
+    let next = super::rollout::reconcile(&ctx, &synth).await;
+    Ok(Action::requeue(next.unwrap_or(ctx.opts.resync)))
 }
 
 #[allow(clippy::needless_pass_by_value)] // the signature kube-runtime requires
@@ -288,11 +290,17 @@ async fn report_module(
         return;
     }
     let api: Api<Synthesizer> = Api::all(clusters.client().clone());
+    // Only the fields this writer owns: `status.rollout` is the rollout's.
+    let own = serde_json::json!({"status": {
+        "observedGeneration": sst.observed_generation,
+        "moduleDigest": sst.module_digest,
+        "conditions": sst.conditions,
+    }});
     if let Err(e) = api
         .patch_status(
             &synth.name_any(),
             &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(serde_json::json!({"status": sst})),
+            &kube::api::Patch::Merge(own),
         )
         .await
     {

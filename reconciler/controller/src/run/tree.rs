@@ -83,6 +83,7 @@ pub fn view(
         conditions: condition_views,
         resources: resources.into_iter().map(|(r, _)| r).collect(),
         note: None,
+        revision: None,
     }
 }
 
@@ -305,7 +306,13 @@ pub async fn gather(
     }
     let lookup =
         |key: &ResourceKey, _: &str| live.get(&key.to_string()).cloned().unwrap_or(Ok(None));
-    Ok(view(&comp, &entries, &lookup))
+    let mut v = view(&comp, &entries, &lookup);
+    // A Synthesizer this account may not read: no revision line.
+    let synths: Api<crds::Synthesizer> = Api::all(client.clone());
+    if let Ok(Some(synth)) = synths.get_opt(&comp.spec.synthesizer.name).await {
+        v.revision = super::rollout::describe(&comp, &synth);
+    }
+    Ok(v)
 }
 
 /// The live object of `key` (a Patch's target for a Patch): `Ok(None)` when absent or its kind

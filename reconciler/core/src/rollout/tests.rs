@@ -6,6 +6,7 @@ fn rev(n: i64) -> RevisionRef {
         name: format!("s-{n}"),
         generation: n,
         module_digest: format!("sha256:{n}"),
+        template_digest: format!("sha256:t{n}"),
     }
 }
 
@@ -283,4 +284,26 @@ fn bake_time_holds_a_ready_wave() {
     assert_eq!(st.wave, 1);
     st = step(&p, &st, &ms, Asked::default(), t(71));
     assert_eq!(st.wave, 2);
+}
+
+#[test]
+fn a_rollout_paused_before_it_starts_admits_nothing_until_resumed() {
+    let ms = members(4, 1);
+    let paused = Asked {
+        paused: true,
+        undo: None,
+    };
+    let st = start(
+        Some(&complete_from_one()),
+        rev(2),
+        RolloutStrategy::Progressive,
+    );
+    let st = step(&policy(), &st, &ms, paused, t(0));
+    assert_eq!((st.phase.as_str(), st.wave), (phase::PAUSED, 0));
+    assert!(ms.iter().all(|m| target(&st, m.key, false).number == 1));
+    let st = step(&policy(), &st, &ms, Asked::default(), t(1));
+    assert_eq!(
+        (st.phase.as_str(), st.wave, st.admitted),
+        (phase::PROGRESSING, 1, 1)
+    );
 }

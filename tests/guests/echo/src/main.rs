@@ -94,6 +94,8 @@ fn main() {
             let _ = w.flush();
             std::process::exit(0);
         }
+        let mut items = items;
+        version_switches(config, &mut items)?;
         let last = items.len().saturating_sub(1);
         // `data.copies`: every item that many times, named `<name>-<i>` (large outputs from a
         // small input).
@@ -123,4 +125,28 @@ fn main() {
         }
         Ok(out)
     });
+}
+
+/// What a new version of the synthesizer (its Synthesizer's `env`) changes, for rollout
+/// tests: `ECHO_FAIL_IF=<key>` fails the synthesis when the bound ConfigMap has `data.<key>`
+/// (a version that fails for some inputs); `ECHO_NEVER_READY=1` gives every item a readiness
+/// check that never passes (a version that synthesizes but never becomes Ready).
+fn version_switches(
+    config: &serde_json::Value,
+    items: &mut [serde_json::Value],
+) -> Result<(), enoki_sdk::Error> {
+    if let Ok(key) = std::env::var("ECHO_FAIL_IF")
+        && config.pointer(&format!("/data/{key}")).is_some()
+    {
+        return Err(enoki_sdk::Error::InvalidInput {
+            key: "config".into(),
+            message: format!("this version refuses inputs with data.{key}"),
+        });
+    }
+    if std::env::var("ECHO_NEVER_READY").is_ok_and(|v| v == "1") {
+        for item in items.iter_mut() {
+            item["metadata"]["annotations"]["enoki.dev/readiness"] = "false".into();
+        }
+    }
+    Ok(())
 }

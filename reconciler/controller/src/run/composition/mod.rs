@@ -205,6 +205,8 @@ async fn report_failure(ctx: &Context, comp: &Composition, err: &Error) {
 /// What [`converge`] decided before acting.
 struct Observed {
     synth: crds::Synthesizer,
+    /// A Synthesizer change alone waits for the rollout cooldown.
+    paced: bool,
     module: synthesis::Module,
     gathered: observe::Gathered,
     revisions: Vec<InputRevision>,
@@ -249,8 +251,15 @@ async fn observe_all(
             decide::precondition(&seen).map_or(Duration::from_secs(30), |b| b.retry()),
         ));
     };
+    // The revision the Synthesizer's rollout gives this Composition.
+    let eff = super::rollout::pinned::effective(ctx.reads(), comp, synth).await?;
+    let (synth, paced) = (eff.synth, eff.paced);
     let limits = ctx.opts.sandbox.limits_of(synth.spec.limits.as_ref());
-    let module = super::synthesizer::load_module(ctx, &synth).await;
+    let module = match eff.problem {
+        Some(problem) => Err(super::module::ModuleError::Invalid(problem)),
+        None if eff.pinned => super::rollout::pinned::load(ctx, &synth).await,
+        None => super::synthesizer::load_module(ctx, &synth).await,
+    };
     seen.module = match &module {
         Ok(_) => decide::ModuleSeen::Ready,
         Err(super::module::ModuleError::Loading) => decide::ModuleSeen::Loading,
@@ -288,6 +297,7 @@ async fn observe_all(
     }
     Ok(Outcome::Ready(Observed {
         synth,
+        paced,
         module,
         gathered,
         revisions,

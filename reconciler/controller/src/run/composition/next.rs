@@ -90,6 +90,7 @@ pub(super) async fn synthesize_now(
         tracing::info!(%trigger, "synthesis waits for the slice cache's first list");
         return Ok(NextEnd::Held(Duration::from_secs(5)));
     }
+    let paced = o.paced;
     let req = synthesize::Request {
         synth: &o.synth,
         module: o.module,
@@ -108,7 +109,9 @@ pub(super) async fn synthesize_now(
             comp.metadata.generation,
         ),
         dependencies: dependencies::block(ctx.reads(), comp).await?,
-        deferred: trigger.is_deferred(),
+        // A progressive rollout's wave (or a rollback) synthesizes at once: its own gate
+        // paces it.
+        deferred: trigger.is_deferred() && (paced || *trigger != Trigger::SynthesizerChanged),
     };
     match decide::next(&seen) {
         decide::Next::Wait(wait) => {

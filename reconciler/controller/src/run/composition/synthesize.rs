@@ -80,6 +80,7 @@ pub(crate) async fn synthesize(
         uuid: uuid.clone(),
         observed_composition_generation: comp.metadata.generation,
         observed_synthesizer_generation: req.synth.metadata.generation,
+        synthesizer_revision: crate::run::rollout::revision_of(req.synth),
         input_revisions: req.revisions.clone(),
         module_digest: Some(req.module.digest()),
         force_resynthesis: req.forced.clone(),

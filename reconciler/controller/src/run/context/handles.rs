@@ -74,7 +74,13 @@ pub(crate) struct Modules {
     host: Arc<wasm_host::Host>,
     /// By Synthesizer name, for one UID and generation.
     entries: Mutex<HashMap<String, ModuleEntry>>,
+    /// By module digest: every module loaded, for the SynthesizerRevisions a rollout keeps
+    /// Compositions on (bounded by [`PINNED_MODULES`]).
+    pinned: Mutex<HashMap<String, ModuleEntry>>,
 }
+
+/// Modules kept by digest: a Synthesizer's rolling and stable revisions, for a few.
+const PINNED_MODULES: usize = 32;
 
 impl Modules {
     /// No module cached yet, run in `host`.
@@ -82,7 +88,30 @@ impl Modules {
         Modules {
             host,
             entries: Mutex::new(HashMap::new()),
+            pinned: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The module (or failure) kept for `digest`.
+    pub(crate) fn pinned(&self, digest: &str) -> Option<ModuleEntry> {
+        self.pinned.lock().get(digest).cloned()
+    }
+
+    /// Keeps the module (or failure) of `digest`; past the bound, another entry goes (a
+    /// failure first).
+    pub(crate) fn keep_pinned(&self, digest: String, entry: ModuleEntry) {
+        let mut map = self.pinned.lock();
+        if map.len() >= PINNED_MODULES && !map.contains_key(&digest) {
+            let evict = map
+                .iter()
+                .find(|(_, e)| matches!(e, ModuleEntry::Failed { .. }))
+                .or_else(|| map.iter().next())
+                .map(|(k, _)| k.clone());
+            if let Some(k) = evict {
+                map.remove(&k);
+            }
+        }
+        map.insert(digest, entry);
     }
 
     /// The engine.
@@ -97,6 +126,9 @@ impl Modules {
 
     /// Caches the module (or failure) of Synthesizer `name`.
     pub(crate) fn keep(&self, name: String, entry: ModuleEntry) {
+        if let ModuleEntry::Ready(_, m) = &entry {
+            self.keep_pinned(m.digest(), entry.clone());
+        }
         self.entries.lock().insert(name, entry);
     }
 }

@@ -414,6 +414,19 @@ pub(super) async fn background(
     tasks
 }
 
+/// Removes the rollout series of deleted Synthesizers (once their cache is listed).
+async fn forget_rollouts(ctx: Arc<Context>, synths: reflector::Store<crds::Synthesizer>) {
+    if synths.wait_until_ready().await.is_err() {
+        return;
+    }
+    loop {
+        let names: std::collections::HashSet<String> =
+            synths.state().iter().map(|s| s.name_any()).collect();
+        ctx.report.metrics.rollout.retain(|n| names.contains(n));
+        tokio::time::sleep(Duration::from_secs(15)).await;
+    }
+}
+
 /// Work that is not per Composition and runs once per cluster: Synthesizer status,
 /// built-ins, instance Compositions, Symphonies.
 pub(super) async fn cluster_wide(
@@ -425,8 +438,13 @@ pub(super) async fn cluster_wide(
     // when scoped to one namespace: Synthesizers are cluster-scoped.
     if ctx.opts.scope.namespace.is_none() {
         let synths: Api<crds::Synthesizer> = Api::all(ctx.clusters.client().clone());
+        let controller = recovery::controller(synths, watcher::Config::default());
+        tasks.push(tokio::spawn(forget_rollouts(
+            ctx.clone(),
+            controller.store(),
+        )));
         tasks.push(tokio::spawn(
-            recovery::controller(synths, watcher::Config::default())
+            controller
                 .graceful_shutdown_on(stop.clone())
                 .run(
                     super::super::synthesizer::reconcile_synthesizer,

@@ -145,6 +145,9 @@ pub struct View {
     pub synthesized: Option<String>,
     /// The next synthesis.
     pub next: Next,
+    /// The Synthesizer revision it runs, and whether a newer one waits.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
     /// The resources of the current synthesis by readiness group, in apply order.
     pub resources: Vec<Resource>,
     /// Why the resources are not shown (their ResourceSlices could not be read).

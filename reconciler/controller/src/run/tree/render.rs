@@ -69,6 +69,9 @@ pub fn text(v: &View, color: bool) -> String {
         next
     };
     let _ = writeln!(out, "  next synthesis: {next}");
+    if let Some(r) = &v.revision {
+        let _ = writeln!(out, "  synthesizer {}", clean(r));
+    }
     if let Some(note) = &v.note {
         let _ = writeln!(out, "  {}", clean(note));
     }

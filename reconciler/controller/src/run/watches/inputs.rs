@@ -235,7 +235,9 @@ impl Watches {
     /// the cache (a Synthesizer bound as an input included), it is a GET as that account.
     pub(super) fn whole(&self, gvk: &GroupVersionKind) -> bool {
         self.whole_inputs
-            || (gvk.group == crds::GROUP && gvk.kind == crds::names::kinds::SYNTHESIZER)
+            || (gvk.group == crds::GROUP
+                && (gvk.kind == crds::names::kinds::SYNTHESIZER
+                    || gvk.kind == crate::run::rollout::pinned::KIND))
     }
 
     /// The stub of `o`, whose whole copy is kept beside it when it exists and is read here;

@@ -55,6 +55,7 @@ fn groups_are_columns_with_order_defines_and_depends_on_edges() {
             res("Widget", "other.example/v1", "w2", 1, State::Ready),
         ],
         note: None,
+        revision: None,
     };
     let g = graph(&view, &[("ns/db".into(), true)]);
     let edge = |from: &str, to: &str, kind: &str| {

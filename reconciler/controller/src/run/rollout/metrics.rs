@@ -1,0 +1,130 @@
+//! The rollout series: `enoki_rollout_phase` (1 for the phase each Synthesizer's rollout is
+//! in), `enoki_rollout_compositions` (updated / ready / failed / total), `enoki_rollout_wave`
+//! and `enoki_rollout_revision`. A deleted Synthesizer's series are removed.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+use crds::RolloutStatus;
+use crds::names::rollout::PHASES;
+
+/// A Synthesizer's series.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SynthesizerLabel {
+    /// The Synthesizer.
+    pub synthesizer: String,
+}
+
+/// A Synthesizer's series per phase or count.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RolloutLabel {
+    /// The Synthesizer.
+    pub synthesizer: String,
+    /// The phase, or `updated` / `ready` / `failed` / `total`.
+    pub state: String,
+}
+
+/// Every rollout series (clones share them).
+#[derive(Clone, Default)]
+pub struct RolloutMetrics {
+    phase: Family<RolloutLabel, Gauge>,
+    compositions: Family<RolloutLabel, Gauge>,
+    wave: Family<SynthesizerLabel, Gauge>,
+    revision: Family<SynthesizerLabel, Gauge>,
+    /// The Synthesizers with series.
+    published: std::sync::Arc<parking_lot::Mutex<std::collections::BTreeSet<String>>>,
+}
+
+const COUNTS: [&str; 4] = ["updated", "ready", "failed", "total"];
+
+impl RolloutMetrics {
+    /// Registers the series in `registry`.
+    pub fn register(registry: &mut Registry) -> RolloutMetrics {
+        let m = RolloutMetrics::default();
+        registry.register(
+            "enoki_rollout_phase",
+            "1 for the phase (Progressing, Paused, Halted, Complete) of each Synthesizer's rollout",
+            m.phase.clone(),
+        );
+        registry.register(
+            "enoki_rollout_compositions",
+            "A Synthesizer's Compositions on its rolling revision (updated), of those Ready, \
+             admitted ones that failed, and all of them (total)",
+            m.compositions.clone(),
+        );
+        registry.register(
+            "enoki_rollout_wave",
+            "The wave a Synthesizer's rollout is in (1: the canary)",
+            m.wave.clone(),
+        );
+        registry.register(
+            "enoki_rollout_revision",
+            "The Synthesizer revision being rolled out",
+            m.revision.clone(),
+        );
+        m
+    }
+
+    /// Publishes `st` for `synthesizer`.
+    pub fn publish(&self, synthesizer: &str, st: &RolloutStatus) {
+        self.published.lock().insert(synthesizer.to_string());
+        let label = |state: &str| RolloutLabel {
+            synthesizer: synthesizer.to_string(),
+            state: state.to_string(),
+        };
+        for p in PHASES {
+            self.phase
+                .get_or_create(&label(p))
+                .set(i64::from(st.phase == p));
+        }
+        for (state, n) in COUNTS
+            .iter()
+            .zip([st.updated, st.ready, st.failed, st.total])
+        {
+            self.compositions
+                .get_or_create(&label(state))
+                .set(i64::from(n));
+        }
+        let one = SynthesizerLabel {
+            synthesizer: synthesizer.to_string(),
+        };
+        self.wave.get_or_create(&one).set(i64::from(st.wave));
+        self.revision.get_or_create(&one).set(st.revision.number);
+    }
+
+    /// Removes the series of every Synthesizer `exists` says is gone.
+    pub fn retain(&self, exists: impl Fn(&str) -> bool) {
+        let gone: Vec<String> = self
+            .published
+            .lock()
+            .iter()
+            .filter(|n| !exists(n))
+            .cloned()
+            .collect();
+        for name in gone {
+            self.forget(&name);
+            self.published.lock().remove(&name);
+        }
+    }
+
+    /// Removes `synthesizer`'s series.
+    fn forget(&self, synthesizer: &str) {
+        let label = |state: &str| RolloutLabel {
+            synthesizer: synthesizer.to_string(),
+            state: state.to_string(),
+        };
+        for p in PHASES {
+            self.phase.remove(&label(p));
+        }
+        for c in COUNTS {
+            self.compositions.remove(&label(c));
+        }
+        let one = SynthesizerLabel {
+            synthesizer: synthesizer.to_string(),
+        };
+        self.wave.remove(&one);
+        self.revision.remove(&one);
+    }
+}

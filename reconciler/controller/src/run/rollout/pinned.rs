@@ -1,0 +1,191 @@
+//! What a Composition's pass synthesizes with: the revision its Synthesizer's rollout gives it
+//! (`status.rollout`; the live Synthesizer when that is its current generation, else the
+//! Synthesizer as its SynthesizerRevision recorded it), and that revision's module, loaded by
+//! the digest the revision pinned.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::ResourceExt;
+use kube::api::ApiResource;
+use kube::core::GroupVersionKind;
+use tokio::time::Instant;
+
+use super::super::composition::observe;
+use super::super::context::{Context, ModuleEntry, Reads};
+use super::super::error::Error;
+use super::super::module::ModuleError;
+use crate::synthesis::Module;
+use crds::{Composition, RolloutStrategy, Synthesizer, SynthesizerRevision};
+use reconciler_core::rollout;
+
+/// The Synthesizer a pass synthesizes with.
+pub(crate) struct Effective {
+    /// The live Synthesizer, or the one a revision recorded (marked with its number).
+    pub synth: Synthesizer,
+    /// A Synthesizer change alone waits for the rollout cooldown (Eno's `cooldown` strategy,
+    /// or no rollout recorded); a progressive rollout, a rollback and an undo do not.
+    pub paced: bool,
+    /// `synth` was rebuilt from a revision: its module is loaded by digest.
+    pub pinned: bool,
+    /// Why the revision cannot be used (missing, altered): no synthesis, the current one is
+    /// still applied.
+    pub problem: Option<String>,
+}
+
+/// The Synthesizer `comp` runs now, as its rollout says.
+///
+/// # Errors
+/// Reading the SynthesizerRevision failed.
+pub(crate) async fn effective(
+    r: Reads<'_>,
+    comp: &Composition,
+    mut live: Synthesizer,
+) -> Result<Effective, Error> {
+    let Some(ro) = live.status.as_ref().and_then(|s| s.rollout.clone()) else {
+        super::unmark(&mut live);
+        return Ok(Effective {
+            synth: live,
+            paced: true,
+            pinned: false,
+            problem: None,
+        });
+    };
+    let key = super::order_key(&comp.uid().unwrap_or_default(), ro.revision.number);
+    let target = rollout::target(&ro, key, super::canary_selects(&live, comp)).clone();
+    let paced = ro.strategy == RolloutStrategy::Cooldown && !ro.rolled_back;
+    let live_digest = live
+        .status
+        .as_ref()
+        .and_then(|s| s.module_digest.as_deref());
+    let is_live = live.metadata.generation == Some(target.generation)
+        && live_digest == Some(target.module_digest.as_str());
+    // Eno's cooldown: every Composition takes the live Synthesizer (paced), whether or not
+    // its revision is recorded yet.
+    if is_live || paced {
+        if is_live {
+            super::mark(&mut live, target.number);
+        } else {
+            super::unmark(&mut live);
+        }
+        return Ok(Effective {
+            synth: live,
+            paced,
+            pinned: false,
+            problem: None,
+        });
+    }
+    let gvk = GroupVersionKind::gvk(crds::GROUP, crds::VERSION, KIND);
+    let ar = ApiResource::erase::<SynthesizerRevision>(&());
+    let got = observe::read(r, comp, (&gvk, &ar, false), "", &target.name)
+        .await
+        .map_err(|source| Error::ReadSynthesizer {
+            name: target.name.clone(),
+            source,
+        })?;
+    let rebuilt = match got.and_then(|o| o.try_parse::<SynthesizerRevision>().ok()) {
+        Some(rev) => super::revisions::synthesizer_at(&live, &rev),
+        None => Err(format!(
+            "SynthesizerRevision {} (revision {} of Synthesizer {}, which its rollout gives \
+             this Composition) does not exist",
+            target.name,
+            target.number,
+            live.name_any()
+        )),
+    };
+    Ok(match rebuilt {
+        Ok(synth) => Effective {
+            synth,
+            paced,
+            pinned: true,
+            problem: None,
+        },
+        Err(problem) => Effective {
+            synth: live,
+            paced,
+            pinned: false,
+            problem: Some(problem),
+        },
+    })
+}
+
+/// The SynthesizerRevision kind.
+pub(crate) const KIND: &str = "SynthesizerRevision";
+
+/// The module of a Synthesizer rebuilt from a revision: kept by digest (every module the
+/// controller loaded is), else fetched from the revision's source (OCI and URL sources are
+/// pinned by digest already) and refused unless it has the pinned digest.
+pub(crate) async fn load(ctx: &Arc<Context>, synth: &Synthesizer) -> Result<Module, ModuleError> {
+    let digest = synth
+        .status
+        .as_ref()
+        .and_then(|s| s.module_digest.clone())
+        .unwrap_or_default();
+    let mut failures = 0;
+    match ctx.modules.pinned(&digest) {
+        Some(ModuleEntry::Ready(_, m)) => return Ok(m),
+        Some(ModuleEntry::Failed {
+            error,
+            retry_at,
+            failures: n,
+            ..
+        }) => {
+            if Instant::now() < retry_at {
+                return Err(error);
+            }
+            failures = n;
+        }
+        None => {}
+    }
+    let flight = FETCHING.lock().entry(digest.clone()).or_default().clone();
+    let Ok(one) = flight.try_lock_owned() else {
+        return Err(ModuleError::Loading);
+    };
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let (ctx, synth) = (ctx.clone(), synth.clone());
+    tokio::spawn(async move {
+        let _one = one;
+        let result = fetch(&ctx, &synth, &digest).await;
+        let entry = match &result {
+            Ok(m) => ModuleEntry::Ready((None, None), m.clone()),
+            Err(e) => ModuleEntry::Failed {
+                generation: (None, None),
+                error: e.clone(),
+                retry_at: Instant::now() + super::super::synthesizer::module_backoff(e, failures),
+                failures: failures + 1,
+            },
+        };
+        ctx.modules.keep_pinned(digest.clone(), entry);
+        FETCHING.lock().remove(&digest);
+        let _ = tx.send(result);
+    });
+    match tokio::time::timeout(Duration::from_secs(10), rx).await {
+        Ok(Ok(result)) => result,
+        _ => Err(ModuleError::Loading),
+    }
+}
+
+async fn fetch(ctx: &Context, synth: &Synthesizer, digest: &str) -> Result<Module, ModuleError> {
+    let m = super::super::synthesizer::fetch_module(
+        &ctx.clusters,
+        ctx.modules.host(),
+        &ctx.opts,
+        synth,
+    )
+    .await?;
+    if m.digest() == digest {
+        return Ok(m);
+    }
+    Err(ModuleError::Invalid(format!(
+        "revision {} of Synthesizer {} pinned module {digest}, but its source now holds {} \
+         (a configMap source or a built-in changed); the revision cannot be synthesized again",
+        super::revision_of(synth).unwrap_or_default(),
+        synth.name_any(),
+        m.digest()
+    )))
+}
+
+/// The fetch in flight per module digest.
+static FETCHING: std::sync::LazyLock<
+    parking_lot::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+> = std::sync::LazyLock::new(Default::default);
