@@ -400,7 +400,7 @@ async fn a_controller_killed_mid_wave_goes_on_from_the_recorded_state() {
             .iter()
             .filter(|n| n.starts_with(&format!("wave {w}:")))
             .collect();
-        assert_eq!(once.len(), 1, "wave {w}: {waves:?}");
+        assert_eq!(once.len(), 1, "wave {w} started once: {waves:?}");
         assert!(once[0].ends_with("x1"), "wave {w} started twice: {waves:?}");
     }
 }

@@ -350,7 +350,7 @@ fn count(st: &mut RolloutStatus, members: &[Member], policy: &Policy, now: Times
                 m.failed
                     || (late
                         && st.strategy == RolloutStrategy::Progressive
-                        && st.phase == phase::PROGRESSING
+                        && st.phase != phase::COMPLETE
                         && !(m.runs == Some(st.revision.number) && m.ready))
             })
             .count(),

@@ -150,8 +150,9 @@ pub(crate) async fn reconcile(ctx: &Arc<Context>, synth: &Synthesizer) -> Option
     ctx.report.metrics.rollout.publish(&name, &after);
     if before.as_ref() != Some(&after) {
         if let Err(e) = write(ctx, synth, &after).await {
-            tracing::warn!(synthesizer = %name, error = %e, "cannot write status.rollout");
-            return Some(Duration::from_secs(2));
+            // A newer copy (another writer, or this step's own last write not seen yet).
+            tracing::debug!(synthesizer = %name, error = %e, "status.rollout not written");
+            return Some(Duration::from_secs(1));
         }
         tell(ctx, synth, before.as_ref(), &after, &problems).await;
         if before
@@ -275,7 +276,10 @@ fn takes_part(c: &Composition, name: &str) -> bool {
 /// Writes `status.rollout` (replaced whole: fields that went away go).
 async fn write(ctx: &Context, synth: &Synthesizer, st: &RolloutStatus) -> Result<(), kube::Error> {
     let api: Api<Synthesizer> = Api::all(ctx.clusters.client().clone());
+    // Only over the object this step read: a step that read a stale copy writes nothing (and
+    // tells nothing), so no wave is announced or admitted twice.
     let patch: json_patch::Patch = serde_json::from_value(serde_json::json!([
+        {"op": "test", "path": "/metadata/resourceVersion", "value": synth.resource_version()},
         {"op": "add", "path": "/status/rollout", "value": st}
     ]))
     .map_err(kube::Error::SerdeError)?;
@@ -360,8 +364,10 @@ async fn tell(
         say.push((true, "InvalidRollout", format!("{p}; the default is used")));
     }
     for (warning, reason, note) in say {
+        tracing::info!(synthesizer = %synth.name_any(), reason, %note, "rollout");
+        // Each its own Event: a wave's note is not folded into the last wave's.
         ctx.report
-            .event_on(&obj, warning, reason, "Rollout", note)
+            .event_distinct(&obj, warning, (reason, "Rollout"), note)
             .await;
     }
 }

@@ -52,10 +52,10 @@ impl Reporter {
         &self,
         object: &k8s_openapi::api::core::v1::ObjectReference,
         warning: bool,
-        reason: &str,
+        (reason, action): (&str, &str),
         note: String,
     ) {
-        let ev = event(warning, reason, "Synthesize", &note);
+        let ev = event(warning, reason, action, &note);
         let recorder =
             kube::runtime::events::Recorder::new(self.client.clone(), self.reporter.clone());
         if let Err(e) = recorder.publish(&ev, object).await {

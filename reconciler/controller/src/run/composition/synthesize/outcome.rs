@@ -92,7 +92,7 @@ pub(super) async fn publish_result_events(
         let target = instance.map_or_else(|| comp.object_ref(&()), object_ref_of);
         let warning = r.severity != crds::Severity::Info;
         report
-            .event_distinct(&target, warning, reason, r.message.clone())
+            .event_distinct(&target, warning, (reason, "Synthesize"), r.message.clone())
             .await;
     }
 }
