@@ -281,10 +281,12 @@ async fn a_version_never_ready_halts_at_the_deadline_and_deleting_the_synthesize
 
 /// (d) Pause from the CLI and resume by annotation (a GitOps repository's way), pause by
 /// annotation and resume from the CLI, then undo from the CLI; `enoki status` says which
-/// revision a Composition runs and that a newer one waits.
+/// revision a Composition runs and that a newer one waits; revisions past
+/// `revisionHistoryLimit` that no Composition runs are deleted.
 #[tokio::test]
 async fn pause_resume_and_undo_from_the_cli_and_by_annotation() {
-    let rollout = json!({"strategy": "progressive", "canary": {"count": 1}});
+    let rollout = json!({"strategy": "progressive", "canary": {"count": 1},
+        "revisionHistoryLimit": 2});
     let fleet = Fleet::new(6, rollout, &[], &[]).await;
     let ns = fleet.env.namespace.clone();
     let synth = fleet.synth.clone();
@@ -332,6 +334,17 @@ async fn pause_resume_and_undo_from_the_cli_and_by_annotation() {
         .await;
     fleet.wait_phase("Complete").await;
 
+    // Two revisions kept (the limit): the oldest, which no Composition runs, is gone.
+    let revs: Api<crds::SynthesizerRevision> = Api::all(fleet.env.client.clone());
+    eventually("revision 1 pruned", WAIT, || async {
+        revs.get_opt(&format!("{synth}-1"))
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert!(revs.get_opt(&format!("{synth}-2")).await.unwrap().is_some());
     let out = cli(&["rollout", "undo", &synth]);
     assert!(out.contains("goes back to revision 2"), "{out}");
     let ro = fleet.wait_phase("Halted").await;
