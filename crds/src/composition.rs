@@ -334,3 +334,14 @@ pub struct SynthesisResult {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub tags: BTreeMap<String, String>,
 }
+impl Composition {
+    /// Its `ignore-side-effects` annotation (either spelling) is exactly `"true"` (as Eno reads
+    /// it): only its own changes re-synthesize it.
+    pub fn ignores_side_effects(&self) -> bool {
+        let key = crate::names::annotations::IGNORE_SIDE_EFFECTS;
+        let a = self.metadata.annotations.as_ref();
+        a.and_then(|a| a.get(key.enoki).or_else(|| a.get(key.eno)))
+            .map(String::as_str)
+            == Some("true")
+    }
+}

@@ -40,6 +40,8 @@ pub mod kinds {
     pub const COMPOSITION: &str = "Composition";
     /// `Synthesizer`.
     pub const SYNTHESIZER: &str = "Synthesizer";
+    /// An immutable revision of a Synthesizer.
+    pub const SYNTHESIZER_REVISION: &str = "SynthesizerRevision";
     /// `Symphony`.
     pub const SYMPHONY: &str = "Symphony";
     /// `ResourceSlice`.

@@ -17,6 +17,8 @@ use prometheus_client::registry::Registry;
 
 pub use super::labels::*;
 
+pub mod rollout;
+
 /// Every metric of the controller (clones share the same series).
 #[derive(Clone)]
 pub struct Metrics {
@@ -75,7 +77,7 @@ pub struct Metrics {
     /// The work queue (depth, time in queue, in flight) and the process's figures.
     pub queue: std::sync::Arc<super::queue::Queue>,
     /// Synthesizer rollouts.
-    pub rollout: super::rollout::RolloutMetrics,
+    pub rollout: rollout::RolloutMetrics,
 }
 
 impl Metrics {
@@ -108,7 +110,7 @@ impl Metrics {
             shards_configured: Gauge::default(),
             health: super::health::Health::register(registry),
             queue: super::queue::Queue::register(registry),
-            rollout: super::rollout::RolloutMetrics::register(registry),
+            rollout: rollout::RolloutMetrics::register(registry),
         };
         super::api_metrics::register(registry);
         m.start_at_zero();

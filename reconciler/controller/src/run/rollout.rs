@@ -6,8 +6,7 @@
 //! synthesizes with the revision it is given ([`pinned::effective`]); nothing else is
 //! recorded, so a restart or a new leader goes on from the status.
 
-pub mod metrics;
-pub(crate) mod pinned;
+pub(crate) mod order;
 pub(crate) mod revisions;
 
 use std::collections::BTreeSet;
@@ -16,56 +15,13 @@ use std::time::Duration;
 
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
-use sha2::{Digest, Sha256};
 
-pub use metrics::RolloutMetrics;
+pub(crate) use order::{canary_selects, mark, order_key, revision_of, runs, unmark};
 
 use super::context::Context;
 use crds::names::rollout as phase;
 use crds::{Composition, OnFailure, RolloutStatus, RolloutStrategy, Synthesizer};
 use reconciler_core::rollout::{self, Asked, Member, Policy};
-
-/// On the Synthesizer a pass synthesizes with (never written to the API): the revision number.
-const REVISION_MARK: &str = "rollout.enoki.dev/revision";
-
-/// Marks `synth` as revision `number`.
-pub(crate) fn mark(synth: &mut Synthesizer, number: i64) {
-    synth
-        .annotations_mut()
-        .insert(REVISION_MARK.into(), number.to_string());
-}
-
-/// Removes a mark (a live Synthesizer may carry one a user set).
-pub(crate) fn unmark(synth: &mut Synthesizer) {
-    synth.annotations_mut().remove(REVISION_MARK);
-}
-
-/// The revision `synth` was marked with.
-pub(crate) fn revision_of(synth: &Synthesizer) -> Option<i64> {
-    synth.annotations().get(REVISION_MARK)?.parse().ok()
-}
-
-/// A Composition's place in the order of the rollout of revision `number`.
-pub(crate) fn order_key(uid: &str, number: i64) -> u64 {
-    let h = Sha256::digest(format!("{uid}/{number}"));
-    u64::from_be_bytes(h[..8].try_into().unwrap_or_default())
-}
-
-/// Whether the Synthesizer's canary selector picks `comp` (a selector that does not parse
-/// picks none).
-pub(crate) fn canary_selects(synth: &Synthesizer, comp: &Composition) -> bool {
-    let Some(sel) = synth
-        .spec
-        .rollout
-        .as_ref()
-        .and_then(|r| r.canary.as_ref())
-        .and_then(|c| c.selector.clone())
-    else {
-        return false;
-    };
-    use kube::core::SelectorExt;
-    kube::core::Selector::try_from(sel).is_ok_and(|s| s.matches(comp.labels()))
-}
 
 /// `spec.rollout` with the controller's defaults; the fields that do not parse (named).
 fn policy_of(synth: &Synthesizer, opts: &super::SynthesisOptions) -> (Policy, Vec<String>) {
@@ -245,21 +201,6 @@ fn members(synth: &Synthesizer, st: &RolloutStatus, comps: &[Arc<Composition>]) 
         .collect()
 }
 
-/// The revision synthesis `s` ran: recorded, or (a synthesis made before its Synthesizer had
-/// revisions) the rolling or stable revision of the same generation and module.
-pub(crate) fn runs(st: &RolloutStatus, s: &crds::Synthesis) -> Option<i64> {
-    s.synthesizer_revision.or_else(|| {
-        [Some(&st.revision), st.stable.as_ref()]
-            .into_iter()
-            .flatten()
-            .find(|r| {
-                s.observed_synthesizer_generation == Some(r.generation)
-                    && s.module_digest.as_ref() == Some(&r.module_digest)
-            })
-            .map(|r| r.number)
-    })
-}
-
 /// Whether `c` is one of Synthesizer `name`'s Compositions a rollout moves: not being
 /// deleted, not suspended, not ignoring side effects (Eno: a Synthesizer change does not reach
 /// them), synthesized or attempted at least once.
@@ -267,7 +208,7 @@ fn takes_part(c: &Composition, name: &str) -> bool {
     c.spec.synthesizer.name == name
         && c.metadata.deletion_timestamp.is_none()
         && !c.spec.suspend
-        && !super::composition::ignores_side_effects(c)
+        && !c.ignores_side_effects()
         && c.status
             .as_ref()
             .is_some_and(|s| s.current_synthesis.is_some() || s.in_flight_synthesis.is_some())

@@ -14,6 +14,7 @@ pub(crate) use reconciler_core::{decide, generation, trigger};
 pub(crate) mod dependencies;
 pub(crate) mod finalizer;
 pub(crate) mod observe;
+pub(crate) mod revision;
 pub(crate) mod status_write;
 pub(crate) mod suspend;
 pub(crate) mod synthesize;
@@ -252,12 +253,12 @@ async fn observe_all(
         ));
     };
     // The revision the Synthesizer's rollout gives this Composition.
-    let eff = super::rollout::pinned::effective(ctx.reads(), comp, synth).await?;
+    let eff = revision::effective(ctx.reads(), comp, synth).await?;
     let (synth, paced) = (eff.synth, eff.paced);
     let limits = ctx.opts.sandbox.limits_of(synth.spec.limits.as_ref());
     let module = match eff.problem {
         Some(problem) => Err(super::module::ModuleError::Invalid(problem)),
-        None if eff.pinned => super::rollout::pinned::load(ctx, &synth).await,
+        None if eff.pinned => revision::load(ctx, &synth).await,
         None => super::synthesizer::load_module(ctx, &synth).await,
     };
     seen.module = match &module {
@@ -390,12 +391,7 @@ fn answer_request(comp: &Composition, st: &mut CompositionStatus) {
 
 /// The Composition's `ignore-side-effects` annotation is exactly `"true"` (as Eno reads it).
 pub(crate) fn ignores_side_effects(comp: &Composition) -> bool {
-    let key = crds::names::annotations::IGNORE_SIDE_EFFECTS;
-    let a = comp.annotations();
-    a.get(key.enoki)
-        .or_else(|| a.get(key.eno))
-        .map(String::as_str)
-        == Some("true")
+    comp.ignores_side_effects()
 }
 
 /// The normal pass, as two paths that never block each other: the decision about the *next*

@@ -176,7 +176,7 @@ pub(crate) fn synthesizer_at(
     s.spec.rollout.clone_from(&live.spec.rollout);
     let status = s.status.get_or_insert_default();
     status.module_digest = Some(rev.spec.module_digest.clone());
-    super::mark(&mut s, rev.spec.revision);
+    super::order::mark(&mut s, rev.spec.revision);
     Ok(s)
 }
 

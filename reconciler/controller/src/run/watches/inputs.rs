@@ -237,7 +237,7 @@ impl Watches {
         self.whole_inputs
             || (gvk.group == crds::GROUP
                 && (gvk.kind == crds::names::kinds::SYNTHESIZER
-                    || gvk.kind == crate::run::rollout::pinned::KIND))
+                    || gvk.kind == crds::names::kinds::SYNTHESIZER_REVISION))
     }
 
     /// The stub of `o`, whose whole copy is kept beside it when it exists and is read here;

@@ -11,10 +11,11 @@ use kube::api::ApiResource;
 use kube::core::GroupVersionKind;
 use tokio::time::Instant;
 
-use super::super::composition::observe;
 use super::super::context::{Context, ModuleEntry, Reads};
 use super::super::error::Error;
 use super::super::module::ModuleError;
+use super::super::rollout::{self as roll, revisions};
+use super::observe;
 use crate::synthesis::Module;
 use crds::{Composition, RolloutStrategy, Synthesizer, SynthesizerRevision};
 use reconciler_core::rollout;
@@ -43,7 +44,7 @@ pub(crate) async fn effective(
     mut live: Synthesizer,
 ) -> Result<Effective, Error> {
     let Some(ro) = live.status.as_ref().and_then(|s| s.rollout.clone()) else {
-        super::unmark(&mut live);
+        roll::unmark(&mut live);
         return Ok(Effective {
             synth: live,
             paced: true,
@@ -51,8 +52,8 @@ pub(crate) async fn effective(
             problem: None,
         });
     };
-    let key = super::order_key(&comp.uid().unwrap_or_default(), ro.revision.number);
-    let target = rollout::target(&ro, key, super::canary_selects(&live, comp)).clone();
+    let key = roll::order_key(&comp.uid().unwrap_or_default(), ro.revision.number);
+    let target = rollout::target(&ro, key, roll::canary_selects(&live, comp)).clone();
     let paced = ro.strategy == RolloutStrategy::Cooldown && !ro.rolled_back;
     let live_digest = live
         .status
@@ -64,9 +65,9 @@ pub(crate) async fn effective(
     // its revision is recorded yet.
     if is_live || paced {
         if is_live {
-            super::mark(&mut live, target.number);
+            roll::mark(&mut live, target.number);
         } else {
-            super::unmark(&mut live);
+            roll::unmark(&mut live);
         }
         return Ok(Effective {
             synth: live,
@@ -84,7 +85,7 @@ pub(crate) async fn effective(
             source,
         })?;
     let rebuilt = match got.and_then(|o| o.try_parse::<SynthesizerRevision>().ok()) {
-        Some(rev) => super::revisions::synthesizer_at(&live, &rev),
+        Some(rev) => revisions::synthesizer_at(&live, &rev),
         None => Err(format!(
             "SynthesizerRevision {} (revision {} of Synthesizer {}, which its rollout gives \
              this Composition) does not exist",
@@ -110,7 +111,7 @@ pub(crate) async fn effective(
 }
 
 /// The SynthesizerRevision kind.
-pub(crate) const KIND: &str = "SynthesizerRevision";
+pub(crate) const KIND: &str = crds::names::kinds::SYNTHESIZER_REVISION;
 
 /// The module of a Synthesizer rebuilt from a revision: kept by digest (every module the
 /// controller loaded is), else fetched from the revision's source (OCI and URL sources are
@@ -179,7 +180,7 @@ async fn fetch(ctx: &Context, synth: &Synthesizer, digest: &str) -> Result<Modul
     Err(ModuleError::Invalid(format!(
         "revision {} of Synthesizer {} pinned module {digest}, but its source now holds {} \
          (a configMap source or a built-in changed); the revision cannot be synthesized again",
-        super::revision_of(synth).unwrap_or_default(),
+        roll::revision_of(synth).unwrap_or_default(),
         synth.name_any(),
         m.digest()
     )))
