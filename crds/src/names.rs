@@ -311,10 +311,12 @@ pub mod rollout {
     pub const PROGRESSING: &str = "Progressing";
     /// Held by the paused annotation.
     pub const PAUSED: &str = "Paused";
-    /// Stopped by its health gate, or undone.
+    /// Stopped by its health gate.
     pub const HALTED: &str = "Halted";
+    /// Undone: every Composition goes back to the stable revision.
+    pub const UNDONE: &str = "Undone";
     /// Every Composition runs the revision.
     pub const COMPLETE: &str = "Complete";
     /// Every phase, for metrics.
-    pub const PHASES: [&str; 4] = [PROGRESSING, PAUSED, HALTED, COMPLETE];
+    pub const PHASES: [&str; 5] = [PROGRESSING, PAUSED, HALTED, UNDONE, COMPLETE];
 }

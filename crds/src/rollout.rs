@@ -12,6 +12,11 @@ use crate::synthesizer::SynthesizerSpec;
 /// How a new revision of a Synthesizer reaches its Compositions.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "!has(self.maxFailures) || self.maxFailures >= 0", "message": "maxFailures must be 0 or more"},
+    {"rule": "!has(self.revisionHistoryLimit) || self.revisionHistoryLimit >= 1", "message": "revisionHistoryLimit must be 1 or more"},
+    {"rule": "!has(self.steps) || self.steps.all(p, p >= 1 && p <= 100)", "message": "steps are percentages from 1 to 100"}
+]))]
 pub struct Rollout {
     /// `cooldown` (Eno's: one Composition per `--rollout-cooldown` across the cluster, no health
     /// gate) or `progressive` (waves, each held until its Compositions are Ready). Unset: the
@@ -29,7 +34,6 @@ pub struct Rollout {
     /// How many of a wave's Compositions may fail (synthesis failed, or not Ready at the wave's
     /// deadline) before the rollout halts. Default 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
     pub max_failures: Option<i32>,
     /// How long a wave's Compositions have to become Ready (e.g. `10m`; default `10m`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -45,7 +49,6 @@ pub struct Rollout {
     /// How many SynthesizerRevisions are kept (a revision a Composition still runs is always
     /// kept). Unset: the controller's `--revision-history-limit` (default 10).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1))]
     pub revision_history_limit: Option<i32>,
 }
 
@@ -74,17 +77,19 @@ pub enum OnFailure {
 /// The first wave: the Compositions a label selector picks, or a count, or a percentage.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "!has(self.count) || self.count >= 1", "message": "count must be 1 or more"},
+    {"rule": "!has(self.percent) || (self.percent >= 1 && self.percent <= 100)", "message": "percent must be from 1 to 100"}
+]))]
 pub struct Canary {
     /// Compositions with these labels are the first wave.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selector: Option<LabelSelector>,
     /// This many Compositions (without a selector; default 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1))]
     pub count: Option<i32>,
     /// This percentage of the Compositions, at least one (without a selector or count).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1, max = 100))]
     pub percent: Option<i32>,
 }
 
@@ -99,7 +104,8 @@ pub struct RolloutStatus {
     pub stable: Option<RevisionRef>,
     /// `cooldown` or `progressive`.
     pub strategy: RolloutStrategy,
-    /// `Progressing`, `Paused`, `Halted` or `Complete`.
+    /// `Progressing`, `Paused`, `Halted`, `Undone` (every Composition back on the stable
+    /// revision) or `Complete`.
     pub phase: String,
     /// Why it is in this phase (e.g. `WaveFailed`, `WaveDeadline`, `Undone`, `Paused`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -124,9 +130,13 @@ pub struct RolloutStatus {
     /// from here).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wave_ready: Option<Time>,
-    /// The admitted Compositions went back to the stable revision (`rollback`, or undone).
+    /// The halted wave went back to the stable revision (`onFailure: rollback`); the waves
+    /// before it keep the rolling one.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub rolled_back: bool,
+    /// The cut of the last wave that passed its gate (what a rollback returns to).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub passed_threshold: Option<String>,
     /// Compositions per revision they run.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub revisions: Vec<RevisionCount>,

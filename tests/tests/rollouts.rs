@@ -140,7 +140,16 @@ impl Fleet {
 }
 
 fn start(ns: &str) -> Enoki {
-    Enoki::start_with("", &["--label-selector", &format!("enoki-rollout={ns}")])
+    // Scoped to this test's Compositions, and the one controller that coordinates them.
+    Enoki::start_with(
+        "",
+        &[
+            "--label-selector",
+            &format!("enoki-rollout={ns}"),
+            "--rollouts",
+            "true",
+        ],
+    )
 }
 
 async fn patch_synth(env: &TestEnv, name: &str, patch: Value) {
@@ -347,7 +356,7 @@ async fn pause_resume_and_undo_from_the_cli_and_by_annotation() {
     assert!(revs.get_opt(&format!("{synth}-2")).await.unwrap().is_some());
     let out = cli(&["rollout", "undo", &synth]);
     assert!(out.contains("goes back to revision 2"), "{out}");
-    let ro = fleet.wait_phase("Halted").await;
+    let ro = fleet.wait_phase("Undone").await;
     assert_eq!(ro.reason.as_deref(), Some("Undone"), "{ro:?}");
     eventually("undone: all back on revision 2", WAIT, || async {
         let s = fleet.states().await;

@@ -100,6 +100,10 @@ fn synthesis(args: &cli::RunArgs) -> anyhow::Result<run::SynthesisOptions> {
             crds::RolloutStrategy::Cooldown
         },
         revision_history_limit: args.revision_history_limit,
+        // The coordinator runs with the Synthesizer controller, which a namespace-scoped
+        // controller does not run.
+        rollouts: args.namespace.is_none()
+            && args.rollouts.unwrap_or(args.label_selector.is_none()),
         synthesis_rates: synthesis_rates(args)?,
     })
 }

@@ -36,10 +36,17 @@ pub struct Member {
     pub canary: bool,
     /// The revision its current synthesis ran (none: not synthesized yet, or unknown).
     pub runs: Option<i64>,
-    /// Its current synthesis is Ready.
+    /// It is Ready now.
     pub ready: bool,
     /// Its last synthesis of the rolling revision failed.
     pub failed: bool,
+    /// It was Ready on the stable revision (before it took the rolling one): only these count
+    /// in a wave's gate, so a Composition that was broken before (or a tenant's that never
+    /// becomes Ready) neither halts nor holds a rollout.
+    pub gated: bool,
+    /// When it was created: one created after its wave started is not held to that wave's
+    /// deadline.
+    pub created: Option<Timestamp>,
 }
 
 /// The Synthesizer's rollout settings, defaults applied.
@@ -74,12 +81,14 @@ pub struct Asked {
     pub undo: Option<i64>,
 }
 
-/// Whether `m` is admitted by `st` (runs the rolling revision unless rolled back).
+/// Whether the rollout `st` admits a Composition at `key` (picked by the canary selector or
+/// not): the canary once the first wave started (unless that wave was rolled back), and every
+/// place at or below the threshold.
 pub fn admitted(st: &RolloutStatus, key: u64, canary: bool) -> bool {
     if st.phase == phase::COMPLETE || st.stable.is_none() {
         return true;
     }
-    if canary && st.wave >= 1 {
+    if canary && st.wave >= 1 && !(st.rolled_back && st.wave == 1) {
         return true;
     }
     st.threshold
@@ -88,12 +97,22 @@ pub fn admitted(st: &RolloutStatus, key: u64, canary: bool) -> bool {
         .is_some_and(|t| key <= t)
 }
 
-/// The revision a Composition at `key` (picked by the canary selector or not) runs.
-pub fn target(st: &RolloutStatus, key: u64, canary: bool) -> &RevisionRef {
-    match &st.stable {
-        Some(stable) if st.rolled_back || !admitted(st, key, canary) => stable,
-        _ => &st.revision,
-    }
+/// The revision a Composition at `key` runs, given the revision it runs now (`runs`): the
+/// rolling one when admitted; while paused or halted only for those already on it (no
+/// Composition takes a revision a halted rollout stopped, nor moves while paused); after an
+/// undo, the stable one for all.
+pub fn target(st: &RolloutStatus, key: u64, canary: bool, runs: Option<i64>) -> &RevisionRef {
+    let Some(stable) = &st.stable else {
+        return &st.revision;
+    };
+    let on_it = runs == Some(st.revision.number);
+    let rolling = match st.phase.as_str() {
+        phase::COMPLETE => true,
+        phase::UNDONE => false,
+        phase::PAUSED | phase::HALTED => on_it && admitted(st, key, canary),
+        _ => admitted(st, key, canary),
+    };
+    if rolling { &st.revision } else { stable }
 }
 
 /// A new rollout of `revision` (wave 0: the next [`step`] admits the first wave). The stable
@@ -105,7 +124,7 @@ pub fn start(
     strategy: RolloutStrategy,
 ) -> RolloutStatus {
     let stable = before.and_then(|b| {
-        if b.phase == phase::COMPLETE && !b.rolled_back {
+        if b.phase == phase::COMPLETE {
             Some(b.revision.clone())
         } else {
             b.stable.clone()
@@ -130,13 +149,13 @@ pub fn step(
     now: Timestamp,
 ) -> RolloutStatus {
     let mut st = before.clone();
-    if asked.undo == Some(st.revision.number) && !st.rolled_back && st.stable.is_some() {
-        halt(
-            &mut st,
-            "Undone",
-            "undone: every Composition goes back to the stable revision",
-        );
-        st.rolled_back = true;
+    if asked.undo == Some(st.revision.number) && st.phase != phase::UNDONE && st.stable.is_some() {
+        st.phase = phase::UNDONE.into();
+        st.reason = Some("Undone".into());
+        st.message = Some(format!(
+            "revision {} undone: every Composition goes back to the stable revision",
+            st.revision.number
+        ));
     }
     if st.stable.is_none() && st.phase != phase::COMPLETE {
         // The first revision: nothing to roll out from.
@@ -146,7 +165,12 @@ pub fn step(
     if st.wave == 0 && st.phase == phase::PROGRESSING && !asked.paused {
         admit_wave(policy, &mut st, members, now);
     }
+    let halted = st.phase == phase::HALTED;
     count(&mut st, members, policy, now);
+    if halted {
+        // The counts of the wave that halted it stay as they were.
+        st.failed = before.failed;
+    }
     if moving && asked.paused {
         st.phase = phase::PAUSED.into();
         st.reason = Some("Paused".into());
@@ -185,56 +209,48 @@ fn complete(st: &mut RolloutStatus) {
     ));
 }
 
-/// The wave's verdict: halt on too many failures, else the next wave (or complete) once every
-/// admitted Composition is Ready (or failed within the allowance at the deadline) and baked.
+/// The wave's verdict: halt when more of its gated Compositions than allowed failed (or are
+/// not Ready at the deadline), else the next wave (or completion) once every gated one is
+/// Ready — or failed within the allowance — and the wave has baked. Under the cooldown: no
+/// gate; complete once every Composition ran the revision or tried it and failed.
 fn gate(policy: &Policy, st: &mut RolloutStatus, members: &[Member], now: Timestamp) {
-    let total = members.len();
+    let on_it = |m: &Member| m.runs == Some(st.revision.number);
     if st.strategy == RolloutStrategy::Cooldown {
-        if st.updated as usize == total {
+        if members.iter().all(|m| on_it(m) || m.failed) {
             complete(st);
         }
         return;
     }
-    let late = past(st.wave_started.as_ref(), policy.deadline, now);
+    let started = st.wave_started.clone();
+    let late = |m: &Member| {
+        let fresh = match (&m.created, &started) {
+            (Some(c), Some(s)) => *c > s.0,
+            _ => false,
+        };
+        !fresh && past(started.as_ref(), policy.deadline, now)
+    };
     let wave: Vec<&Member> = members
         .iter()
-        .filter(|m| admitted(st, m.key, m.canary))
+        .filter(|m| m.gated && admitted(st, m.key, m.canary))
         .collect();
-    let on_it = |m: &Member| m.runs == Some(st.revision.number);
     let failed = wave
         .iter()
-        .filter(|m| m.failed || (late && !(on_it(m) && m.ready)))
+        .filter(|m| m.failed || (late(m) && !(on_it(m) && m.ready)))
         .count();
     if failed > usize::try_from(policy.max_failures).unwrap_or(0) {
-        let (reason, why) = if late {
-            (
-                "WaveDeadline",
-                format!(
-                    "not Ready within {}",
-                    humantime::format_duration(policy.deadline)
-                ),
-            )
-        } else {
-            ("WaveFailed", "failed to synthesize".into())
-        };
-        let what = format!(
-            "wave {}: {failed} of {} Compositions {why} (at most {} may); {}",
-            st.wave,
+        halt_wave(
+            policy,
+            st,
+            failed,
             wave.len(),
-            policy.max_failures,
-            match policy.on_failure {
-                OnFailure::Rollback => "they go back to the stable revision",
-                OnFailure::Pause => "the rest keep the stable revision",
-            }
+            !wave.iter().any(|m| m.failed),
         );
-        halt(st, reason, &what);
-        st.rolled_back = policy.on_failure == OnFailure::Rollback;
         return;
     }
-    let settled = wave
+    if !wave
         .iter()
-        .all(|m| (on_it(m) && m.ready) || m.failed || late);
-    if !settled {
+        .all(|m| (on_it(m) && m.ready) || m.failed || late(m))
+    {
         st.wave_ready = None;
         return;
     }
@@ -242,10 +258,43 @@ fn gate(policy: &Policy, st: &mut RolloutStatus, members: &[Member], now: Timest
     if !past(Some(&ready_at), policy.bake, now) && !policy.bake.is_zero() {
         return;
     }
-    if wave.len() >= total {
+    if members.iter().all(|m| admitted(st, m.key, m.canary)) {
         complete(st);
     } else {
+        st.passed_threshold.clone_from(&st.threshold);
         admit_wave(policy, st, members, now);
+    }
+}
+
+/// Halts the rollout at its wave; with `rollback`, the wave goes back (the threshold returns
+/// to the last wave that passed).
+fn halt_wave(policy: &Policy, st: &mut RolloutStatus, failed: usize, of: usize, late: bool) {
+    let (reason, why) = if late {
+        (
+            "WaveDeadline",
+            format!(
+                "not Ready within {}",
+                humantime::format_duration(policy.deadline)
+            ),
+        )
+    } else {
+        ("WaveFailed", "failed to synthesize".to_string())
+    };
+    let rollback = policy.on_failure == OnFailure::Rollback;
+    let what = format!(
+        "wave {}: {failed} of {of} Compositions {why} (at most {} may); {}",
+        st.wave,
+        policy.max_failures,
+        if rollback {
+            "the wave goes back to the stable revision"
+        } else {
+            "the wave keeps the revision, the rest the stable one"
+        }
+    );
+    halt(st, reason, &what);
+    if rollback {
+        st.rolled_back = true;
+        st.threshold.clone_from(&st.passed_threshold);
     }
 }
 
@@ -341,21 +390,15 @@ fn count(st: &mut RolloutStatus, members: &[Member], policy: &Policy, now: Times
     st.updated = c;
     st.ready = r;
     st.total = i32::try_from(members.len()).unwrap_or(i32::MAX);
-    let late = past(st.wave_started.as_ref(), policy.deadline, now);
-    st.failed = i32::try_from(
-        members
-            .iter()
-            .filter(|m| admitted(st, m.key, m.canary) && !st.rolled_back)
-            .filter(|m| {
-                m.failed
-                    || (late
-                        && st.strategy == RolloutStrategy::Progressive
-                        && st.phase != phase::COMPLETE
-                        && !(m.runs == Some(st.revision.number) && m.ready))
-            })
-            .count(),
-    )
-    .unwrap_or(i32::MAX);
+    let late = past(st.wave_started.as_ref(), policy.deadline, now)
+        && st.strategy == RolloutStrategy::Progressive
+        && st.phase == phase::PROGRESSING;
+    let failing = members
+        .iter()
+        .filter(|m| m.gated && admitted(st, m.key, m.canary))
+        .filter(|m| m.failed || (late && !(m.runs == Some(st.revision.number) && m.ready)))
+        .count();
+    st.failed = i32::try_from(failing).unwrap_or(i32::MAX);
 }
 
 #[cfg(test)]

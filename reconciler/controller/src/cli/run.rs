@@ -73,6 +73,12 @@ pub struct RunArgs {
     #[arg(long, env = "ENOKI_REVISION_HISTORY_LIMIT", default_value_t = 10,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub revision_history_limit: u32,
+    /// Coordinate Synthesizer rollouts (record revisions, move waves) and follow them. Default:
+    /// on for a controller that serves every Composition (no `--namespace`, no
+    /// `--label-selector`); one Synthesizer's rollout needs the one controller that sees all its
+    /// Compositions.
+    #[arg(long, env = "ENOKI_ROLLOUTS")]
+    pub rollouts: Option<bool>,
     /// The shortest `reconcile-interval` honoured (Eno's `--min-reconcile-interval`): a smaller
     /// annotation value is raised to it, and no re-check is scheduled sooner (humantime).
     #[arg(long, env = "ENOKI_MIN_RECONCILE_INTERVAL", default_value = "1s")]

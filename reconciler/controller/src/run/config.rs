@@ -124,6 +124,8 @@ pub struct SynthesisOptions {
     pub rollout_strategy: crds::RolloutStrategy,
     /// `--revision-history-limit`: SynthesizerRevisions kept per Synthesizer by default.
     pub revision_history_limit: u32,
+    /// `--rollouts`: this controller coordinates rollouts and its Compositions follow them.
+    pub rollouts: bool,
     /// The `lepton` built-in may emit PersistentVolumes.
     pub lepton_persistent_volumes: bool,
     /// How often discovery is read again for `.Capabilities` (`--capabilities-refresh`).

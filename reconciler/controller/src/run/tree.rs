@@ -307,11 +307,16 @@ pub async fn gather(
     let lookup =
         |key: &ResourceKey, _: &str| live.get(&key.to_string()).cloned().unwrap_or(Ok(None));
     let mut v = view(&comp, &entries, &lookup);
-    // A Synthesizer this account may not read: no revision line.
+    // A Synthesizer this account may not read (a tenant): the revision the status records.
     let synths: Api<crds::Synthesizer> = Api::all(client.clone());
-    if let Ok(Some(synth)) = synths.get_opt(&comp.spec.synthesizer.name).await {
-        v.revision = super::rollout::describe(&comp, &synth);
-    }
+    v.revision = match synths.get_opt(&comp.spec.synthesizer.name).await {
+        Ok(Some(synth)) => super::rollout::describe(&comp, &synth),
+        _ => comp
+            .status
+            .as_ref()
+            .and_then(|s| s.current_synthesis.as_ref()?.synthesizer_revision)
+            .map(|n| format!("revision {n} of Synthesizer {}", comp.spec.synthesizer.name)),
+    };
     Ok(v)
 }
 

@@ -30,6 +30,7 @@ fn members(n: u64, runs: i64) -> Vec<Member> {
             key: k * 1000,
             runs: Some(runs),
             ready: true,
+            gated: true,
             ..Member::default()
         })
         .collect()
@@ -50,7 +51,7 @@ fn complete_from_one() -> RolloutStatus {
 /// What a Composition's controller does: run the revision the status says, Ready at once.
 fn converge(st: &RolloutStatus, ms: &mut [Member]) {
     for m in ms.iter_mut() {
-        m.runs = Some(target(st, m.key, m.canary).number);
+        m.runs = Some(target(st, m.key, m.canary, m.runs).number);
     }
 }
 
@@ -100,9 +101,8 @@ fn progressive_waves_double_and_each_waits_for_ready() {
 }
 
 #[test]
-fn a_failing_wave_halts_and_rollback_returns_it_to_stable() {
+fn a_failing_wave_halts_and_rollback_returns_only_that_wave_to_stable() {
     let mut p = policy();
-    p.canary_count = Some(2);
     p.on_failure = OnFailure::Rollback;
     let mut ms = members(10, 1);
     let mut st = start(
@@ -111,32 +111,103 @@ fn a_failing_wave_halts_and_rollback_returns_it_to_stable() {
         RolloutStrategy::Progressive,
     );
     st = step(&p, &st, &ms, Asked::default(), t(0));
-    ms[0].failed = true;
+    converge(&st, &mut ms);
     st = step(&p, &st, &ms, Asked::default(), t(1));
-    assert_eq!(st.phase, phase::HALTED);
-    assert_eq!(st.reason.as_deref(), Some("WaveFailed"));
+    assert_eq!(st.wave, 2);
+    converge(&st, &mut ms);
+    // Wave 2's newcomer fails (it stays on 1): halt, and wave 2 goes back; wave 1 stays.
+    let newcomer = ms.iter().position(|m| m.key == 1000).unwrap();
+    ms[newcomer].runs = Some(1);
+    ms[newcomer].failed = true;
+    st = step(&p, &st, &ms, Asked::default(), t(2));
+    assert_eq!(
+        (st.phase.as_str(), st.reason.as_deref()),
+        (phase::HALTED, Some("WaveFailed"))
+    );
     assert!(st.rolled_back);
-    assert!(ms.iter().all(|m| target(&st, m.key, false).number == 1));
-    // With `pause` the wave keeps the revision, the rest the stable one.
-    p.on_failure = OnFailure::Pause;
+    assert_eq!(st.failed, 1);
+    converge(&st, &mut ms);
+    let on_new: Vec<u64> = ms
+        .iter()
+        .filter(|m| m.runs == Some(2))
+        .map(|m| m.key)
+        .collect();
+    assert_eq!(on_new, [0], "only wave 1 keeps revision 2");
+    // The counts of the halt stay.
+    ms[newcomer].failed = false;
+    assert_eq!(step(&p, &st, &ms, Asked::default(), t(3)).failed, 1);
+}
+
+#[test]
+fn a_halted_rollout_with_pause_keeps_the_wave_and_gives_the_revision_to_no_one_else() {
+    let mut p = policy();
+    p.canary_count = Some(2);
+    let mut ms = members(10, 1);
     let mut st = start(
         Some(&complete_from_one()),
         rev(2),
         RolloutStrategy::Progressive,
     );
     st = step(&p, &st, &ms, Asked::default(), t(0));
+    converge(&st, &mut ms);
+    ms[0].ready = false;
+    ms[0].failed = true;
     st = step(&p, &st, &ms, Asked::default(), t(1));
     assert_eq!(st.phase, phase::HALTED);
-    let on_new = ms
-        .iter()
-        .filter(|m| target(&st, m.key, false).number == 2)
-        .count();
-    assert_eq!(on_new, 2);
-    // A halted rollout stays halted.
+    assert!(!st.rolled_back);
+    // Both canaries keep revision 2; a Composition the threshold covers but not on it yet
+    // (e.g. created since) gets the stable one.
+    assert_eq!(target(&st, 0, false, Some(2)).number, 2);
+    assert_eq!(target(&st, 1000, false, Some(2)).number, 2);
+    assert_eq!(target(&st, 1000, false, None).number, 1);
+    assert_eq!(target(&st, 5000, false, Some(1)).number, 1);
     assert_eq!(
         step(&p, &st, &members(10, 1), Asked::default(), t(2)).phase,
         phase::HALTED
     );
+}
+
+#[test]
+fn only_compositions_ready_before_count_and_newcomers_get_their_own_deadline() {
+    let mut ms = members(4, 1);
+    ms[0].gated = false; // never Ready on the stable revision
+    let mut st = start(
+        Some(&complete_from_one()),
+        rev(2),
+        RolloutStrategy::Progressive,
+    );
+    let mut p = policy();
+    p.canary_count = Some(2);
+    st = step(&p, &st, &ms, Asked::default(), t(0));
+    converge(&st, &mut ms);
+    ms[0].ready = false;
+    ms[0].failed = true;
+    let on = step(&p, &st, &ms, Asked::default(), t(1));
+    assert_eq!(
+        (on.phase.as_str(), on.wave),
+        (phase::PROGRESSING, 2),
+        "{on:?}"
+    );
+    // Created after the wave started: not late at the wave's deadline.
+    let mut fresh = members(2, 1);
+    let st2 = step(
+        &p,
+        &start(
+            Some(&complete_from_one()),
+            rev(2),
+            RolloutStrategy::Progressive,
+        ),
+        &fresh,
+        Asked::default(),
+        t(0),
+    );
+    converge(&st2, &mut fresh);
+    for m in &mut fresh {
+        m.ready = false;
+        m.created = Some(t(500));
+    }
+    let late = step(&p, &st2, &fresh, Asked::default(), t(700));
+    assert_eq!(late.phase, phase::PROGRESSING, "{late:?}");
 }
 
 #[test]
@@ -206,9 +277,12 @@ fn undo_sends_every_composition_back_even_after_completion() {
     st = step(&policy(), &st, &ms, undo, t(2));
     assert_eq!(
         (st.phase.as_str(), st.reason.as_deref()),
-        (phase::HALTED, Some("Undone"))
+        (phase::UNDONE, Some("Undone"))
     );
-    assert!(ms.iter().all(|m| target(&st, m.key, false).number == 1));
+    assert!(
+        ms.iter()
+            .all(|m| target(&st, m.key, false, m.runs).number == 1)
+    );
     // An undo of another revision is ignored.
     let mut other = start(
         Some(&complete_from_one()),
@@ -300,7 +374,10 @@ fn a_rollout_paused_before_it_starts_admits_nothing_until_resumed() {
     );
     let st = step(&policy(), &st, &ms, paused, t(0));
     assert_eq!((st.phase.as_str(), st.wave), (phase::PAUSED, 0));
-    assert!(ms.iter().all(|m| target(&st, m.key, false).number == 1));
+    assert!(
+        ms.iter()
+            .all(|m| target(&st, m.key, false, m.runs).number == 1)
+    );
     let st = step(&policy(), &st, &ms, Asked::default(), t(1));
     assert_eq!(
         (st.phase.as_str(), st.wave, st.admitted),

@@ -238,29 +238,30 @@ async fn observe_all(
     }
     let synth = observe::synthesizer(ctx.reads(), comp).await?;
     seen.missing_synthesizer = synth.is_none().then(|| comp.spec.synthesizer.name.clone());
-    if let Some(s) = &synth {
+    // The revision the Synthesizer's rollout gives this Composition: what it is checked by.
+    let rollouts = ctx.opts.synthesis.rollouts;
+    let eff = match synth {
+        Some(s) => Some(revision::effective(ctx.reads(), rollouts, comp, s).await?),
+        None => None,
+    };
+    let synth = eff.as_ref().map(|e| &e.synth);
+    if let Some(s) = synth {
         seen.not_allowed = super::tenancy::synthesizer_not_allowed(ctx, comp, s).await?;
     }
     seen.remote_unmapped = ctx.clusters.remote_user_of(comp).err();
     let tenancy = &ctx.opts.tenancy;
-    if let Some(s) = synth.as_ref().filter(|_| tenancy.no_cross_namespace_refs) {
+    if let Some(s) = synth.filter(|_| tenancy.no_cross_namespace_refs) {
         let home = tenancy.controller_namespace.as_deref();
         seen.cross_namespace = super::tenancy::cross_namespace_refs(comp, s, home);
     }
-    let (Some(synth), None) = (synth, blocked(st, &seen)) else {
+    let (Some(eff), None) = (eff, blocked(st, &seen)) else {
         return Ok(Outcome::Waits(
             decide::precondition(&seen).map_or(Duration::from_secs(30), |b| b.retry()),
         ));
     };
-    // The revision the Synthesizer's rollout gives this Composition.
-    let eff = revision::effective(ctx.reads(), comp, synth).await?;
+    let module = revision::module_of(ctx, &eff).await;
     let (synth, paced) = (eff.synth, eff.paced);
     let limits = ctx.opts.sandbox.limits_of(synth.spec.limits.as_ref());
-    let module = match eff.problem {
-        Some(problem) => Err(super::module::ModuleError::Invalid(problem)),
-        None if eff.pinned => revision::load(ctx, &synth).await,
-        None => super::synthesizer::load_module(ctx, &synth).await,
-    };
     seen.module = match &module {
         Ok(_) => decide::ModuleSeen::Ready,
         Err(super::module::ModuleError::Loading) => decide::ModuleSeen::Loading,

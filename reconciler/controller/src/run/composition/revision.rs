@@ -24,67 +24,70 @@ use reconciler_core::rollout;
 pub(crate) struct Effective {
     /// The live Synthesizer, or the one a revision recorded (marked with its number).
     pub synth: Synthesizer,
-    /// A Synthesizer change alone waits for the rollout cooldown (Eno's `cooldown` strategy,
-    /// or no rollout recorded); a progressive rollout, a rollback and an undo do not.
+    /// A Synthesizer change alone waits for the rollout cooldown: Eno's `cooldown` strategy
+    /// (undo included), no rollout recorded, or the first revision.
     pub paced: bool,
-    /// `synth` was rebuilt from a revision: its module is loaded by digest.
+    /// `synth` is a revision other than the live generation: its module is loaded by digest.
     pub pinned: bool,
     /// Why the revision cannot be used (missing, altered): no synthesis, the current one is
     /// still applied.
     pub problem: Option<String>,
 }
 
-/// The Synthesizer `comp` runs now, as its rollout says.
+impl Effective {
+    fn live(synth: Synthesizer, paced: bool) -> Effective {
+        Effective {
+            synth,
+            paced,
+            pinned: false,
+            problem: None,
+        }
+    }
+}
+
+/// The Synthesizer `comp` runs now, as its rollout says. Without rollouts (`--rollouts`
+/// off, or none recorded): the live Synthesizer, as Eno.
 ///
 /// # Errors
 /// Reading the SynthesizerRevision failed.
 pub(crate) async fn effective(
     r: Reads<'_>,
+    rollouts: bool,
     comp: &Composition,
     mut live: Synthesizer,
 ) -> Result<Effective, Error> {
-    let Some(ro) = live.status.as_ref().and_then(|s| s.rollout.clone()) else {
+    let ro = live.status.as_ref().and_then(|s| s.rollout.clone());
+    let Some(ro) = ro.filter(|_| rollouts) else {
         roll::unmark(&mut live);
-        return Ok(Effective {
-            synth: live,
-            paced: true,
-            pinned: false,
-            problem: None,
-        });
+        return Ok(Effective::live(live, true));
     };
-    let key = roll::order_key(&comp.uid().unwrap_or_default(), ro.revision.number);
-    let target = rollout::target(&ro, key, roll::canary_selects(&live, comp)).clone();
-    let paced = ro.strategy == RolloutStrategy::Cooldown && !ro.rolled_back;
-    let live_digest = live
+    let runs = comp
         .status
         .as_ref()
-        .and_then(|s| s.module_digest.as_deref());
-    let is_live = live.metadata.generation == Some(target.generation)
-        && live_digest == Some(target.module_digest.as_str());
-    // Eno's cooldown: every Composition takes the live Synthesizer (paced), whether or not
-    // its revision is recorded yet.
-    if is_live || paced {
-        if is_live {
-            roll::mark(&mut live, target.number);
-        } else {
-            roll::unmark(&mut live);
-        }
+        .and_then(|s| s.current_synthesis.as_ref())
+        .and_then(|s| roll::runs(&ro, s));
+    let key = roll::order_key(&comp.uid().unwrap_or_default(), ro.revision.number);
+    let target = rollout::target(&ro, key, roll::canary_selects(&live, comp), runs).clone();
+    let cooldown = ro.strategy == RolloutStrategy::Cooldown;
+    let paced = cooldown || ro.stable.is_none();
+    // Eno's cooldown: the live Synthesizer, whether or not its revision is recorded yet.
+    if cooldown && target.number == ro.revision.number && !is_live(&live, &target) {
+        roll::unmark(&mut live);
+        return Ok(Effective::live(live, paced));
+    }
+    if is_live(&live, &target) {
+        // Its spec without `rollout` and its module: a `rollout`-only edit changes nothing.
+        let pinned = live.metadata.generation != Some(target.generation);
+        live.metadata.generation = Some(target.generation);
+        roll::mark(&mut live, target.number);
         return Ok(Effective {
             synth: live,
             paced,
-            pinned: false,
+            pinned,
             problem: None,
         });
     }
-    let gvk = GroupVersionKind::gvk(crds::GROUP, crds::VERSION, KIND);
-    let ar = ApiResource::erase::<SynthesizerRevision>(&());
-    let got = observe::read(r, comp, (&gvk, &ar, false), "", &target.name)
-        .await
-        .map_err(|source| Error::ReadSynthesizer {
-            name: target.name.clone(),
-            source,
-        })?;
-    let rebuilt = match got.and_then(|o| o.try_parse::<SynthesizerRevision>().ok()) {
+    let rebuilt = match read_revision(r, comp, &target.name).await? {
         Some(rev) => revisions::synthesizer_at(&live, &rev),
         None => Err(format!(
             "SynthesizerRevision {} (revision {} of Synthesizer {}, which its rollout gives \
@@ -102,12 +105,48 @@ pub(crate) async fn effective(
             problem: None,
         },
         Err(problem) => Effective {
-            synth: live,
-            paced,
-            pinned: false,
             problem: Some(problem),
+            ..Effective::live(live, paced)
         },
     })
+}
+
+/// Whether the live Synthesizer synthesizes what revision `target` does (same spec without
+/// `rollout`, same module).
+fn is_live(live: &Synthesizer, target: &crds::RevisionRef) -> bool {
+    let digest = live
+        .status
+        .as_ref()
+        .and_then(|s| s.module_digest.as_deref());
+    digest == Some(target.module_digest.as_str())
+        && revisions::template_digest(&revisions::template_of(&live.spec)) == target.template_digest
+}
+
+/// The SynthesizerRevision `name` (through the input cache; tracked, so a change wakes `comp`).
+async fn read_revision(
+    r: Reads<'_>,
+    comp: &Composition,
+    name: &str,
+) -> Result<Option<SynthesizerRevision>, Error> {
+    let gvk = GroupVersionKind::gvk(crds::GROUP, crds::VERSION, KIND);
+    let ar = ApiResource::erase::<SynthesizerRevision>(&());
+    let got = observe::read(r, comp, (&gvk, &ar, false), "", name)
+        .await
+        .map_err(|source| Error::ReadSynthesizer {
+            name: name.to_string(),
+            source,
+        })?;
+    Ok(got.and_then(|o| o.try_parse::<SynthesizerRevision>().ok()))
+}
+
+/// The module of [`effective`]'s Synthesizer: the live one's (its module cache), a revision's
+/// (by digest, [`load`]), or why the revision cannot be used.
+pub(crate) async fn module_of(ctx: &Arc<Context>, eff: &Effective) -> Result<Module, ModuleError> {
+    match &eff.problem {
+        Some(problem) => Err(ModuleError::Invalid(problem.clone())),
+        None if eff.pinned => load(ctx, &eff.synth).await,
+        None => super::super::synthesizer::load_module(ctx, &eff.synth).await,
+    }
 }
 
 /// The SynthesizerRevision kind.

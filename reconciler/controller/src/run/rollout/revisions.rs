@@ -49,22 +49,40 @@ pub(crate) fn ref_of(rev: &SynthesizerRevision) -> RevisionRef {
     }
 }
 
-/// The revisions of `synthesizer`, oldest first.
+/// The label value naming `synthesizer` (a label value is at most 63 characters: a longer
+/// name is hashed; [`list`] checks `spec.synthesizer`).
+fn label_value(synthesizer: &str) -> String {
+    if synthesizer.len() <= 63 {
+        return synthesizer.to_string();
+    }
+    let h = hex::encode(Sha256::digest(synthesizer.as_bytes()));
+    format!("sha256-{}", &h[..32])
+}
+
+/// The revisions of `synth` (this object: owned by its UID — not those of a deleted
+/// Synthesizer of the same name the garbage collector has not removed yet), oldest first.
 ///
 /// # Errors
 /// The list's error.
 pub(crate) async fn list(
     client: &kube::Client,
-    synthesizer: &str,
+    synth: &Synthesizer,
 ) -> Result<Vec<SynthesizerRevision>, kube::Error> {
+    let name = synth.name_any();
+    let uid = synth.uid();
     let api: Api<SynthesizerRevision> = Api::all(client.clone());
-    let lp = ListParams::default().labels(&format!("{SYNTHESIZER_LABEL}={synthesizer}"));
+    let lp = ListParams::default().labels(&format!("{SYNTHESIZER_LABEL}={}", label_value(&name)));
     let mut revs: Vec<SynthesizerRevision> = api
         .list(&lp)
         .await?
         .items
         .into_iter()
-        .filter(|r| r.spec.synthesizer == synthesizer)
+        .filter(|r| r.spec.synthesizer == name)
+        .filter(|r| {
+            r.owner_references()
+                .iter()
+                .any(|o| Some(&o.uid) == uid.as_ref())
+        })
         .collect();
     revs.sort_by_key(|r| r.spec.revision);
     Ok(revs)
@@ -85,7 +103,7 @@ pub(crate) async fn create(
     let name = synth.name_any();
     let template = template_of(&synth.spec);
     let digest = template_digest(&template);
-    let existing = list(client, &name).await?;
+    let existing = list(client, synth).await?;
     if let Some(r) = existing.iter().rev().find(|r| {
         r.spec.revision > newest
             && r.spec.template_digest == digest
@@ -111,7 +129,7 @@ pub(crate) async fn create(
             template,
         },
     );
-    rev.metadata.labels = Some([(SYNTHESIZER_LABEL.to_string(), name)].into());
+    rev.metadata.labels = Some([(SYNTHESIZER_LABEL.to_string(), label_value(&name))].into());
     rev.metadata.owner_references = synth.controller_owner_ref(&()).map(|o| vec![o]);
     let api: Api<SynthesizerRevision> = Api::all(client.clone());
     let made = api.create(&PostParams::default(), &rev).await?;
@@ -122,11 +140,11 @@ pub(crate) async fn create(
 /// next pass tries again).
 pub(crate) async fn prune(
     client: &kube::Client,
-    synthesizer: &str,
+    synth: &Synthesizer,
     limit: usize,
     in_use: &BTreeSet<i64>,
 ) {
-    let revs = match list(client, synthesizer).await {
+    let revs = match list(client, synth).await {
         Ok(r) => r,
         Err(e) => {
             tracing::debug!(error = %e, "cannot list SynthesizerRevisions");
@@ -187,6 +205,8 @@ mod tests {
     #[test]
     fn names_fit_and_templates_leave_out_the_rollout() {
         assert_eq!(name_of("web", 3), "web-3");
+        assert_eq!(label_value("web"), "web");
+        assert!(label_value(&"b".repeat(64)).len() <= 63);
         let long = "a".repeat(300);
         assert!(name_of(&long, 12).len() <= 253);
         let mut spec = SynthesizerSpec::default();

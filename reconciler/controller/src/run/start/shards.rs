@@ -414,19 +414,6 @@ pub(super) async fn background(
     tasks
 }
 
-/// Removes the rollout series of deleted Synthesizers (once their cache is listed).
-async fn forget_rollouts(ctx: Arc<Context>, synths: reflector::Store<crds::Synthesizer>) {
-    if synths.wait_until_ready().await.is_err() {
-        return;
-    }
-    loop {
-        let names: std::collections::HashSet<String> =
-            synths.state().iter().map(|s| s.name_any()).collect();
-        ctx.report.metrics.rollout.retain(|n| names.contains(n));
-        tokio::time::sleep(Duration::from_secs(15)).await;
-    }
-}
-
 /// Work that is not per Composition and runs once per cluster: Synthesizer status,
 /// built-ins, instance Compositions, Symphonies.
 pub(super) async fn cluster_wide(
@@ -439,9 +426,10 @@ pub(super) async fn cluster_wide(
     if ctx.opts.scope.namespace.is_none() {
         let synths: Api<crds::Synthesizer> = Api::all(ctx.clusters.client().clone());
         let controller = recovery::controller(synths, watcher::Config::default());
-        tasks.push(tokio::spawn(forget_rollouts(
+        tasks.push(tokio::spawn(super::super::rollout::forget_deleted(
             ctx.clone(),
             controller.store(),
+            stop.clone(),
         )));
         tasks.push(tokio::spawn(
             controller
