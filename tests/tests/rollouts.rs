@@ -148,6 +148,10 @@ fn start(ns: &str) -> Enoki {
             &format!("enoki-rollout={ns}"),
             "--rollouts",
             "true",
+            // One namespace holds the whole fleet: its synthesis rate (300, then 60 a minute)
+            // would pace the last waves, which a fleet over many namespaces does not meet.
+            "--namespace-synthesis-rate",
+            "0",
         ],
     )
 }

@@ -3,7 +3,7 @@
 //! module compiled, and moves its rollout ([`reconciler_core::rollout`]) over the
 //! Compositions' status: `status.rollout` on the Synthesizer says which revision rolls out,
 //! which is stable, and which Compositions are admitted. Each Composition's pass reads it and
-//! synthesizes with the revision it is given ([`pinned::effective`]); nothing else is
+//! synthesizes with the revision it is given (`run::composition::revision`); nothing else is
 //! recorded, so a restart or a new leader goes on from the status.
 
 pub(crate) mod fleet;
@@ -104,7 +104,7 @@ pub(crate) async fn reconcile(ctx: &Arc<Context>, synth: &Synthesizer) -> Option
     let members = fleet::members(synth, &current, &comps);
     let after = rollout::step(&policy, &current, &members, asked(synth), now());
     ctx.report.metrics.rollout.publish(&name, &after);
-    if before.as_ref() != Some(&after) {
+    if before.as_ref() != Some(&after) && !counts_too_soon(&name, before.as_ref(), &after) {
         if let Err(e) = report::write(ctx, synth, &after).await {
             // A newer copy (another writer, or this step's own last write not seen yet).
             tracing::debug!(synthesizer = %name, error = %e, "status.rollout not written");
@@ -150,6 +150,38 @@ async fn next_revision(
     let r = revisions::create(ctx.clusters.client(), synth, &digest, newest).await?;
     Ok(Some((rollout::start(before, r, policy.strategy), true)))
 }
+
+/// Whether `after` differs from `before` only in its counts and those were written less than
+/// [`COUNTS_EVERY`] ago: each write wakes every Composition of the Synthesizer, so counts alone
+/// are written at most that often (a phase, wave or threshold change at once).
+fn counts_too_soon(name: &str, before: Option<&RolloutStatus>, after: &RolloutStatus) -> bool {
+    let mut last = COUNTS_WRITTEN.lock();
+    let now = std::time::Instant::now();
+    let only_counts = before.is_some_and(|b| {
+        let mut same = after.clone();
+        same.revisions.clone_from(&b.revisions);
+        (same.updated, same.ready, same.failed, same.total) =
+            (b.updated, b.ready, b.failed, b.total);
+        &same == b
+    });
+    if only_counts
+        && last
+            .get(name)
+            .is_some_and(|t| now.duration_since(*t) < COUNTS_EVERY)
+    {
+        return true;
+    }
+    last.insert(name.to_string(), now);
+    false
+}
+
+/// How often a rollout's counts alone are written.
+const COUNTS_EVERY: Duration = Duration::from_secs(5);
+
+/// When each Synthesizer's `status.rollout` was last written from here.
+static COUNTS_WRITTEN: std::sync::LazyLock<
+    parking_lot::Mutex<std::collections::HashMap<String, std::time::Instant>>,
+> = std::sync::LazyLock::new(Default::default);
 
 fn now() -> k8s_openapi::jiff::Timestamp {
     k8s_openapi::jiff::Timestamp::now()

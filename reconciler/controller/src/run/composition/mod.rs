@@ -14,6 +14,7 @@ pub(crate) use reconciler_core::{decide, generation, trigger};
 pub(crate) mod dependencies;
 pub(crate) mod finalizer;
 pub(crate) mod observe;
+mod refusals;
 pub(crate) mod revision;
 pub(crate) mod status_write;
 pub(crate) mod suspend;
@@ -226,7 +227,7 @@ async fn observe_all(
     let mut seen = decide::Preconditions::default();
     let blocked = |st: &mut CompositionStatus, seen: &decide::Preconditions| {
         decide::precondition(seen).map(|b| {
-            record_blocker(st, comp.metadata.generation, &b);
+            refusals::record_blocker(st, comp.metadata.generation, &b);
             b.retry()
         })
     };
@@ -239,21 +240,13 @@ async fn observe_all(
     let synth = observe::synthesizer(ctx.reads(), comp).await?;
     seen.missing_synthesizer = synth.is_none().then(|| comp.spec.synthesizer.name.clone());
     // The revision the Synthesizer's rollout gives this Composition: what it is checked by.
-    let rollouts = ctx.opts.synthesis.rollouts;
     let eff = match synth {
-        Some(s) => Some(revision::effective(ctx.reads(), rollouts, comp, s).await?),
+        Some(s) => {
+            Some(revision::effective(ctx.reads(), ctx.opts.synthesis.rollouts, comp, s).await?)
+        }
         None => None,
     };
-    let synth = eff.as_ref().map(|e| &e.synth);
-    if let Some(s) = synth {
-        seen.not_allowed = super::tenancy::synthesizer_not_allowed(ctx, comp, s).await?;
-    }
-    seen.remote_unmapped = ctx.clusters.remote_user_of(comp).err();
-    let tenancy = &ctx.opts.tenancy;
-    if let Some(s) = synth.filter(|_| tenancy.no_cross_namespace_refs) {
-        let home = tenancy.controller_namespace.as_deref();
-        seen.cross_namespace = super::tenancy::cross_namespace_refs(comp, s, home);
-    }
+    refusals::tenancy(ctx, comp, eff.as_ref().map(|e| &e.synth), &mut seen).await?;
     let (Some(eff), None) = (eff, blocked(st, &seen)) else {
         return Ok(Outcome::Waits(
             decide::precondition(&seen).map_or(Duration::from_secs(30), |b| b.retry()),
@@ -306,40 +299,6 @@ async fn observe_all(
         observed,
         limits,
     }))
-}
-
-/// Records a precondition's verdict in the status this pass writes. A module being fetched is
-/// not a failure: a Composition that was synthesized keeps its conditions; one that never was,
-/// or whose last condition is a policy refusal (which no longer holds: the checks before the
-/// module passed), says what it waits for.
-fn record_blocker(st: &mut CompositionStatus, generation: Option<i64>, blocked: &decide::Blocked) {
-    match blocked {
-        decide::Blocked::Refused {
-            reason, message, ..
-        }
-        | decide::Blocked::Failed {
-            reason, message, ..
-        } => fail(st, generation, reason, message),
-        decide::Blocked::Loading => {
-            let synthesized = st
-                .conditions
-                .iter()
-                .find(|c| c.type_ == conditions::SYNTHESIZED);
-            let stale =
-                synthesized.is_none_or(|c| decide::POLICY_REFUSALS.contains(&c.reason.as_str()));
-            if stale {
-                reconciler_core::condition::set_condition(
-                    &mut st.conditions,
-                    conditions::SYNTHESIZED,
-                    false,
-                    reasons::MODULE_LOADING,
-                    "the Synthesizer's module is being fetched and compiled; the next synthesis \
-                     waits for it (the current one, if any, is still applied)",
-                    generation,
-                );
-            }
-        }
-    }
 }
 
 /// A pass that stored a new synthesis records it — its one status write — and ends: the next

@@ -76,7 +76,9 @@ pub(crate) struct Modules {
     entries: Mutex<HashMap<String, ModuleEntry>>,
     /// By module digest: every module loaded, for the SynthesizerRevisions a rollout keeps
     /// Compositions on (bounded by [`PINNED_MODULES`]).
-    pinned: Mutex<HashMap<String, ModuleEntry>>,
+    pinned: Mutex<HashMap<String, (u64, ModuleEntry)>>,
+    /// Use counter of `pinned` (least recently used goes first).
+    uses: std::sync::atomic::AtomicU64,
 }
 
 /// Modules kept by digest: a Synthesizer's rolling and stable revisions, for a few.
@@ -89,29 +91,38 @@ impl Modules {
             host,
             entries: Mutex::new(HashMap::new()),
             pinned: Mutex::new(HashMap::new()),
+            uses: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
     /// The module (or failure) kept for `digest`.
     pub(crate) fn pinned(&self, digest: &str) -> Option<ModuleEntry> {
-        self.pinned.lock().get(digest).cloned()
+        let tick = self.tick();
+        let mut map = self.pinned.lock();
+        let hit = map.get_mut(digest)?;
+        hit.0 = tick;
+        Some(hit.1.clone())
     }
 
-    /// Keeps the module (or failure) of `digest`; past the bound, another entry goes (a
-    /// failure first).
+    fn tick(&self) -> u64 {
+        self.uses.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Keeps the module (or failure) of `digest`; past the bound, a failure goes first, else
+    /// the module used least recently.
     pub(crate) fn keep_pinned(&self, digest: String, entry: ModuleEntry) {
+        let tick = self.tick();
         let mut map = self.pinned.lock();
         if map.len() >= PINNED_MODULES && !map.contains_key(&digest) {
             let evict = map
                 .iter()
-                .find(|(_, e)| matches!(e, ModuleEntry::Failed { .. }))
-                .or_else(|| map.iter().next())
+                .min_by_key(|(_, (t, e))| (matches!(e, ModuleEntry::Ready(..)), *t))
                 .map(|(k, _)| k.clone());
             if let Some(k) = evict {
                 map.remove(&k);
             }
         }
-        map.insert(digest, entry);
+        map.insert(digest, (tick, entry));
     }
 
     /// The engine.

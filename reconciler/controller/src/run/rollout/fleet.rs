@@ -86,10 +86,12 @@ pub(crate) fn members(
                 key: order_key(&c.uid().unwrap_or_default(), rolling),
                 canary: canary_selects(synth, c),
                 runs: on,
-                ready: s
-                    .conditions
-                    .iter()
-                    .any(|k| k.type_ == conditions::READY && k.status == "True"),
+                // Its current synthesis became Ready (Eno's `ready`, latched) and it still is
+                // (the condition: a revision that breaks after a while fails the bake).
+                ready: cur.is_some_and(|x| x.ready.is_some())
+                    && s.conditions
+                        .iter()
+                        .any(|k| k.type_ == conditions::READY && k.status == "True"),
                 failed,
                 gated: before.is_some_and(|b| b.ready.is_some()),
                 created: c.metadata.creation_timestamp.as_ref().map(|t| t.0),

@@ -69,47 +69,24 @@ pub(crate) async fn tell(
         ));
     }
     let was = |p: &str| before.is_some_and(|b| b.phase == p) && !new;
+    let message = after.message.clone().unwrap_or_default();
     if after.wave > before.map_or(0, |b| b.wave) || (new && after.wave > 0) {
-        say.push((
-            false,
-            "WaveStarted",
-            after.message.clone().unwrap_or_default(),
-        ));
+        say.push((false, "WaveStarted", message.clone()));
     }
-    if after.phase == phase::HALTED && !was(phase::HALTED) {
-        say.push((
-            true,
-            "RolloutHalted",
-            after.message.clone().unwrap_or_default(),
-        ));
-    }
-    if after.phase == phase::COMPLETE && !was(phase::COMPLETE) {
-        say.push((
-            false,
-            "RolloutComplete",
-            after.message.clone().unwrap_or_default(),
-        ));
-    }
-    if after.phase == phase::UNDONE && !was(phase::UNDONE) {
-        say.push((
-            false,
-            "RolloutUndone",
-            after.message.clone().unwrap_or_default(),
-        ));
-    }
-    if after.phase == phase::PAUSED && !was(phase::PAUSED) {
-        say.push((
-            false,
-            "RolloutPaused",
-            after.message.clone().unwrap_or_default(),
-        ));
+    // Entering a phase: (phase, Warning, reason).
+    for (p, warning, reason) in [
+        (phase::HALTED, true, "RolloutHalted"),
+        (phase::COMPLETE, false, "RolloutComplete"),
+        (phase::UNDONE, false, "RolloutUndone"),
+        (phase::PAUSED, false, "RolloutPaused"),
+    ] {
+        if after.phase == p && !was(p) {
+            say.push((warning, reason, message.clone()));
+        }
     }
     if after.phase == phase::PROGRESSING && was(phase::PAUSED) {
-        say.push((
-            false,
-            "RolloutResumed",
-            format!("wave {} goes on", after.wave),
-        ));
+        let note = format!("wave {} goes on", after.wave);
+        say.push((false, "RolloutResumed", note));
     }
     for p in problems {
         say.push((true, "InvalidRollout", format!("{p}; the default is used")));
