@@ -350,14 +350,19 @@ async fn pause_resume_and_undo_from_the_cli_and_by_annotation() {
     // Two revisions kept (the limit): the oldest, which no Composition runs, is gone.
     let revs: Api<crds::SynthesizerRevision> = Api::all(fleet.env.client.clone());
     eventually("revision 1 pruned", WAIT, || async {
-        revs.get_opt(&format!("{synth}-1"))
+        revs.get_opt(&format!("{synth}-r1"))
             .await
             .unwrap()
             .is_none()
             .then_some(())
     })
     .await;
-    assert!(revs.get_opt(&format!("{synth}-2")).await.unwrap().is_some());
+    assert!(
+        revs.get_opt(&format!("{synth}-r2"))
+            .await
+            .unwrap()
+            .is_some()
+    );
     let out = cli(&["rollout", "undo", &synth]);
     assert!(out.contains("goes back to revision 2"), "{out}");
     let ro = fleet.wait_phase("Undone").await;

@@ -97,6 +97,20 @@ pub fn admitted(st: &RolloutStatus, key: u64, canary: bool) -> bool {
         .is_some_and(|t| key <= t)
 }
 
+/// Whether a Composition at `key` is in the current wave: admitted now, and not by a wave
+/// that already passed (the canary once wave 2 started, places at or below the last passed
+/// threshold).
+fn in_wave(st: &RolloutStatus, key: u64, canary: bool) -> bool {
+    let earlier = st.wave >= 2
+        && (canary
+            || st
+                .passed_threshold
+                .as_deref()
+                .and_then(|t| u64::from_str_radix(t, 16).ok())
+                .is_some_and(|t| key <= t));
+    admitted(st, key, canary) && !earlier
+}
+
 /// The revision a Composition at `key` runs, given the revision it runs now (`runs`): the
 /// rolling one when admitted; while paused or halted only for those already on it (no
 /// Composition takes a revision a halted rollout stopped, nor moves while paused); after an
@@ -116,15 +130,19 @@ pub fn target(st: &RolloutStatus, key: u64, canary: bool, runs: Option<i64>) -> 
 }
 
 /// A new rollout of `revision` (wave 0: the next [`step`] admits the first wave). The stable
-/// revision is the rolling one of `before` when that completed, else `before`'s stable one
-/// (a revision that did not complete is never stable).
+/// revision is the rolling one of `before` when that completed or rolled out under the
+/// cooldown (not undone), else `before`'s stable one (a progressive revision that did not
+/// complete is never stable).
 pub fn start(
     before: Option<&RolloutStatus>,
     revision: RevisionRef,
     strategy: RolloutStrategy,
 ) -> RolloutStatus {
+    // A cooldown rollout is Eno's: what it reached is not undone by the next one.
     let stable = before.and_then(|b| {
-        if b.phase == phase::COMPLETE {
+        let reached = b.phase == phase::COMPLETE
+            || (b.strategy == RolloutStrategy::Cooldown && b.phase != phase::UNDONE);
+        if reached {
             Some(b.revision.clone())
         } else {
             b.stable.clone()
@@ -162,7 +180,8 @@ pub fn step(
         complete(&mut st);
     }
     let moving = st.phase == phase::PROGRESSING || st.phase == phase::PAUSED;
-    if st.wave == 0 && st.phase == phase::PROGRESSING && !asked.paused {
+    let admitting = st.wave == 0 && st.phase == phase::PROGRESSING && !asked.paused;
+    if admitting {
         admit_wave(policy, &mut st, members, now);
     }
     let halted = st.phase == phase::HALTED;
@@ -187,7 +206,8 @@ pub fn step(
         st.reason = None;
         st.message = None;
     }
-    if st.phase == phase::PROGRESSING {
+    // A wave admitted in this step is judged from the next one on: at most one wave a step.
+    if st.phase == phase::PROGRESSING && !admitting {
         gate(policy, &mut st, members, now);
     }
     st
@@ -209,10 +229,11 @@ fn complete(st: &mut RolloutStatus) {
     ));
 }
 
-/// The wave's verdict: halt when more of its gated Compositions than allowed failed (or are
-/// not Ready at the deadline), else the next wave (or completion) once every gated one is
-/// Ready — or failed within the allowance — and the wave has baked. Under the cooldown: no
-/// gate; complete once every Composition ran the revision or tried it and failed.
+/// The wave's verdict: halt when more of the current wave's gated Compositions than allowed
+/// failed (or are not Ready at the deadline), else the next wave (or completion) once every
+/// gated one is Ready — or failed within the allowance — and the wave has baked. A wave with
+/// no gated Composition passes once its Compositions ran the revision (or failed). Under the
+/// cooldown: no gate; complete once every Composition ran the revision or tried it and failed.
 fn gate(policy: &Policy, st: &mut RolloutStatus, members: &[Member], now: Timestamp) {
     let on_it = |m: &Member| m.runs == Some(st.revision.number);
     if st.strategy == RolloutStrategy::Cooldown {
@@ -221,36 +242,30 @@ fn gate(policy: &Policy, st: &mut RolloutStatus, members: &[Member], now: Timest
         }
         return;
     }
-    let started = st.wave_started.clone();
-    let late = |m: &Member| {
-        let fresh = match (&m.created, &started) {
-            (Some(c), Some(s)) => *c > s.0,
-            _ => false,
-        };
-        !fresh && past(started.as_ref(), policy.deadline, now)
-    };
     let wave: Vec<&Member> = members
         .iter()
-        .filter(|m| m.gated && admitted(st, m.key, m.canary))
+        .filter(|m| in_wave(st, m.key, m.canary))
         .collect();
-    let failed = wave
-        .iter()
-        .filter(|m| m.failed || (late(m) && !(on_it(m) && m.ready)))
-        .count();
+    let gated: Vec<&Member> = wave.iter().copied().filter(|m| m.gated).collect();
+    let failed = gated.iter().filter(|m| failing(policy, st, m, now)).count();
     if failed > usize::try_from(policy.max_failures).unwrap_or(0) {
         halt_wave(
             policy,
             st,
             failed,
-            wave.len(),
-            !wave.iter().any(|m| m.failed),
+            gated.len(),
+            !gated.iter().any(|m| m.failed),
         );
         return;
     }
-    if !wave
-        .iter()
-        .all(|m| (on_it(m) && m.ready) || m.failed || late(m))
-    {
+    let settled = if gated.is_empty() {
+        wave.iter().all(|m| on_it(m) || m.failed)
+    } else {
+        gated
+            .iter()
+            .all(|m| (on_it(m) && m.ready) || failing(policy, st, m, now))
+    };
+    if !settled {
         st.wave_ready = None;
         return;
     }
@@ -264,6 +279,19 @@ fn gate(policy: &Policy, st: &mut RolloutStatus, members: &[Member], now: Timest
         st.passed_threshold.clone_from(&st.threshold);
         admit_wave(policy, st, members, now);
     }
+}
+
+/// Whether `m` of the current wave counts as failed: its synthesis of the revision failed, or
+/// it is not on it and Ready at the wave's deadline (unless it was created after the wave
+/// started).
+fn failing(policy: &Policy, st: &RolloutStatus, m: &Member, now: Timestamp) -> bool {
+    let started = st.wave_started.as_ref();
+    let fresh = matches!((&m.created, started), (Some(c), Some(s)) if *c > s.0);
+    let late = !fresh
+        && st.strategy == RolloutStrategy::Progressive
+        && st.phase == phase::PROGRESSING
+        && past(started, policy.deadline, now);
+    m.failed || (late && !(m.runs == Some(st.revision.number) && m.ready))
 }
 
 /// Halts the rollout at its wave; with `rollback`, the wave goes back (the threshold returns
@@ -322,7 +350,11 @@ fn admit_wave(policy: &Policy, st: &mut RolloutStatus, members: &[Member], now: 
     } else {
         0
     };
-    let want = wave_size(policy, st.wave, st.admitted, picked, members.len());
+    let now_in = members
+        .iter()
+        .filter(|m| st.wave > 1 && admitted(st, m.key, m.canary))
+        .count();
+    let want = wave_size(policy, st.wave, now_in, picked, members.len());
     let mut rest: Vec<u64> = members
         .iter()
         .filter(|m| !(policy.selector && m.canary))
@@ -330,12 +362,22 @@ fn admit_wave(policy: &Policy, st: &mut RolloutStatus, members: &[Member], now: 
         .collect();
     rest.sort_unstable();
     let need = want.saturating_sub(picked);
-    st.threshold = match need {
+    let cut = match need {
         0 => None,
-        n if n >= rest.len() => Some(ALL.into()),
-        n => Some(format!("{:016x}", rest[n - 1])),
+        n if n >= rest.len() => Some(u64::MAX),
+        n => Some(rest[n - 1]),
     };
-    st.admitted = i32::try_from(want.min(members.len())).unwrap_or(i32::MAX);
+    // Never lower: a Composition admitted by an earlier wave stays admitted.
+    let old = st
+        .threshold
+        .as_deref()
+        .and_then(|t| u64::from_str_radix(t, 16).ok());
+    st.threshold = cut.max(old).map(|t| format!("{t:016x}"));
+    let admitted_now = members
+        .iter()
+        .filter(|m| admitted(st, m.key, m.canary))
+        .count();
+    st.admitted = i32::try_from(admitted_now).unwrap_or(i32::MAX);
     st.message = Some(format!(
         "wave {}: {} of {} Compositions admitted",
         st.wave,
@@ -345,9 +387,8 @@ fn admit_wave(policy: &Policy, st: &mut RolloutStatus, members: &[Member], now: 
 }
 
 /// How many Compositions waves 1..=`wave` admit together.
-fn wave_size(policy: &Policy, wave: i32, before: i32, picked: usize, total: usize) -> usize {
+fn wave_size(policy: &Policy, wave: i32, before: usize, picked: usize, total: usize) -> usize {
     let pct = |p: i32| (total * usize::try_from(p.clamp(0, 100)).unwrap_or(0)).div_ceil(100);
-    let before = usize::try_from(before).unwrap_or(0);
     let size = if wave <= 1 {
         if policy.selector && picked > 0 {
             picked
@@ -390,15 +431,12 @@ fn count(st: &mut RolloutStatus, members: &[Member], policy: &Policy, now: Times
     st.updated = c;
     st.ready = r;
     st.total = i32::try_from(members.len()).unwrap_or(i32::MAX);
-    let late = past(st.wave_started.as_ref(), policy.deadline, now)
-        && st.strategy == RolloutStrategy::Progressive
-        && st.phase == phase::PROGRESSING;
-    let failing = members
+    let failed = members
         .iter()
-        .filter(|m| m.gated && admitted(st, m.key, m.canary))
-        .filter(|m| m.failed || (late && !(m.runs == Some(st.revision.number) && m.ready)))
+        .filter(|m| m.gated && in_wave(st, m.key, m.canary))
+        .filter(|m| failing(policy, st, m, now))
         .count();
-    st.failed = i32::try_from(failing).unwrap_or(i32::MAX);
+    st.failed = i32::try_from(failed).unwrap_or(i32::MAX);
 }
 
 #[cfg(test)]

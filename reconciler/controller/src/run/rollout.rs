@@ -147,8 +147,15 @@ async fn next_revision(
         return Ok(Some((b.clone(), false)));
     }
     let newest = before.map_or(0, |b| b.revision.number);
-    let r = revisions::create(ctx.clusters.client(), synth, &digest, newest).await?;
-    Ok(Some((rollout::start(before, r, policy.strategy), true)))
+    match revisions::create(ctx.clusters.client(), synth, &digest, newest).await {
+        Ok(r) => Ok(Some((rollout::start(before, r, policy.strategy), true))),
+        // The rollout under way still moves (halts, can be undone) meanwhile.
+        Err(e) if before.is_some() => {
+            tracing::warn!(synthesizer = %synth.name_any(), error = %e, "cannot record a revision");
+            Ok(before.map(|b| (b.clone(), false)))
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// Whether `after` differs from `before` only in its counts and those were written less than

@@ -235,6 +235,13 @@ async fn fetch_and_cache(
             failures: failures + 1,
         },
     };
+    if let (ModuleEntry::Ready(..), Ok(m)) = (&entry, &result) {
+        // Kept for its revision too (a rollout may keep Compositions on it).
+        let mut at = synth.clone();
+        at.status.get_or_insert_default().module_digest = Some(m.digest());
+        ctx.modules
+            .keep_pinned(super::rollout::revisions::pin_key(&at), entry.clone());
+    }
     ctx.modules.keep(name.clone(), entry);
     FETCHING.lock().remove(&name);
     result

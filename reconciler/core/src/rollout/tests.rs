@@ -384,3 +384,93 @@ fn a_rollout_paused_before_it_starts_admits_nothing_until_resumed() {
         (phase::PROGRESSING, 1, 1)
     );
 }
+
+#[test]
+fn max_failures_is_per_wave_and_the_threshold_never_goes_down() {
+    let mut p = policy();
+    p.max_failures = 1;
+    let mut ms = members(16, 1);
+    let mut st = start(
+        Some(&complete_from_one()),
+        rev(2),
+        RolloutStrategy::Progressive,
+    );
+    st = step(&p, &st, &ms, Asked::default(), t(0));
+    converge(&st, &mut ms);
+    // One failure in wave 1 (within the allowance), one in wave 2: no halt.
+    ms[0].runs = Some(1);
+    ms[0].failed = true;
+    st = step(&p, &st, &ms, Asked::default(), t(1));
+    assert_eq!((st.phase.as_str(), st.wave), (phase::PROGRESSING, 2));
+    converge(&st, &mut ms);
+    ms[0].runs = Some(1);
+    ms[1].runs = Some(1);
+    ms[1].failed = true;
+    st = step(&p, &st, &ms, Asked::default(), t(2));
+    assert_eq!(
+        (st.phase.as_str(), st.wave),
+        (phase::PROGRESSING, 3),
+        "{st:?}"
+    );
+    // Many Compositions appear below the cut: the next wave does not lower it.
+    let cut = st.threshold.clone();
+    converge(&st, &mut ms);
+    ms[0].runs = Some(1);
+    ms[1].runs = Some(1);
+    for k in 0..40 {
+        ms.push(Member {
+            key: 1 + k,
+            runs: Some(1),
+            ready: true,
+            gated: true,
+            ..Member::default()
+        });
+    }
+    let before: Vec<u64> = ms
+        .iter()
+        .filter(|m| admitted(&st, m.key, false))
+        .map(|m| m.key)
+        .collect();
+    let next = step(&p, &st, &ms, Asked::default(), t(3));
+    assert!(next.threshold >= cut, "{:?} < {cut:?}", next.threshold);
+    assert!(before.iter().all(|k| admitted(&next, *k, false)));
+}
+
+#[test]
+fn a_cooldown_rollout_under_way_is_the_stable_revision_of_the_next_one() {
+    let mut cooling = start(
+        Some(&complete_from_one()),
+        rev(2),
+        RolloutStrategy::Cooldown,
+    );
+    cooling = step(&policy(), &cooling, &members(4, 1), Asked::default(), t(0));
+    assert_eq!(cooling.phase, phase::PROGRESSING);
+    let next = start(Some(&cooling), rev(3), RolloutStrategy::Progressive);
+    assert_eq!(next.stable, Some(rev(2)));
+    // Undone, it is not.
+    cooling.phase = phase::UNDONE.into();
+    assert_eq!(
+        start(Some(&cooling), rev(3), RolloutStrategy::Progressive).stable,
+        Some(rev(1))
+    );
+}
+
+#[test]
+fn a_wave_with_no_gated_composition_waits_until_it_ran_the_revision() {
+    let mut ms = members(4, 1);
+    for m in &mut ms {
+        m.gated = false;
+        m.ready = false;
+    }
+    let mut st = start(
+        Some(&complete_from_one()),
+        rev(2),
+        RolloutStrategy::Progressive,
+    );
+    st = step(&policy(), &st, &ms, Asked::default(), t(0));
+    assert_eq!(st.wave, 1);
+    let held = step(&policy(), &st, &ms, Asked::default(), t(1));
+    assert_eq!(held.wave, 1, "not yet synthesized: held");
+    converge(&st, &mut ms);
+    assert_eq!(step(&policy(), &st, &ms, Asked::default(), t(2)).wave, 2);
+}

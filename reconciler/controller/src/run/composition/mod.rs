@@ -239,14 +239,8 @@ async fn observe_all(
     }
     let synth = observe::synthesizer(ctx.reads(), comp).await?;
     seen.missing_synthesizer = synth.is_none().then(|| comp.spec.synthesizer.name.clone());
-    // The revision the Synthesizer's rollout gives this Composition: what it is checked by.
-    let eff = match synth {
-        Some(s) => {
-            Some(revision::effective(ctx.reads(), ctx.opts.synthesis.rollouts, comp, s).await?)
-        }
-        None => None,
-    };
-    refusals::tenancy(ctx, comp, eff.as_ref().map(|e| &e.synth), &mut seen).await?;
+    // The revision the Synthesizer's rollout gives this Composition, and the tenancy rule.
+    let eff = refusals::effective(ctx, comp, synth, &mut seen).await?;
     let (Some(eff), None) = (eff, blocked(st, &seen)) else {
         return Ok(Outcome::Waits(
             decide::precondition(&seen).map_or(Duration::from_secs(30), |b| b.retry()),

@@ -90,7 +90,9 @@ pub(super) async fn synthesize_now(
         tracing::info!(%trigger, "synthesis waits for the slice cache's first list");
         return Ok(NextEnd::Held(Duration::from_secs(5)));
     }
-    let paced = o.paced;
+    // A progressive rollout's wave (or a rollback) synthesizes at once: its own gate paces
+    // it, and it takes no cooldown turn.
+    let deferred = trigger.is_deferred() && (o.paced || *trigger != Trigger::SynthesizerChanged);
     let req = synthesize::Request {
         synth: &o.synth,
         module: o.module,
@@ -98,6 +100,7 @@ pub(super) async fn synthesize_now(
         revisions: o.revisions,
         forced,
         trigger,
+        deferred,
         observed: o.observed,
         limits: o.limits,
     };
@@ -109,9 +112,7 @@ pub(super) async fn synthesize_now(
             comp.metadata.generation,
         ),
         dependencies: dependencies::block(ctx.reads(), comp).await?,
-        // A progressive rollout's wave (or a rollback) synthesizes at once: its own gate
-        // paces it.
-        deferred: trigger.is_deferred() && (paced || *trigger != Trigger::SynthesizerChanged),
+        deferred: req.deferred,
     };
     match decide::next(&seen) {
         decide::Next::Wait(wait) => {

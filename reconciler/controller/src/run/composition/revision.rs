@@ -152,8 +152,8 @@ pub(crate) async fn module_of(ctx: &Arc<Context>, eff: &Effective) -> Result<Mod
 /// The SynthesizerRevision kind.
 pub(crate) const KIND: &str = crds::names::kinds::SYNTHESIZER_REVISION;
 
-/// The module of a Synthesizer rebuilt from a revision: kept by digest (every module the
-/// controller loaded is), else fetched from the revision's source (OCI and URL sources are
+/// The module of a Synthesizer rebuilt from a revision: kept per revision (every module the
+/// Synthesizer controller loaded is), else fetched from the revision's source (OCI and URL sources are
 /// pinned by digest already) and refused unless it has the pinned digest.
 pub(crate) async fn load(ctx: &Arc<Context>, synth: &Synthesizer) -> Result<Module, ModuleError> {
     let digest = synth
@@ -161,8 +161,9 @@ pub(crate) async fn load(ctx: &Arc<Context>, synth: &Synthesizer) -> Result<Modu
         .as_ref()
         .and_then(|s| s.module_digest.clone())
         .unwrap_or_default();
+    let key = revisions::pin_key(synth);
     let mut failures = 0;
-    match ctx.modules.pinned(&digest) {
+    match ctx.modules.pinned(&key) {
         Some(ModuleEntry::Ready(_, m)) => return Ok(m),
         Some(ModuleEntry::Failed {
             error,
@@ -177,7 +178,7 @@ pub(crate) async fn load(ctx: &Arc<Context>, synth: &Synthesizer) -> Result<Modu
         }
         None => {}
     }
-    let flight = FETCHING.lock().entry(digest.clone()).or_default().clone();
+    let flight = FETCHING.lock().entry(key.clone()).or_default().clone();
     let Ok(one) = flight.try_lock_owned() else {
         return Err(ModuleError::Loading);
     };
@@ -195,8 +196,8 @@ pub(crate) async fn load(ctx: &Arc<Context>, synth: &Synthesizer) -> Result<Modu
                 failures: failures + 1,
             },
         };
-        ctx.modules.keep_pinned(digest.clone(), entry);
-        FETCHING.lock().remove(&digest);
+        ctx.modules.keep_pinned(key.clone(), entry);
+        FETCHING.lock().remove(&key);
         let _ = tx.send(result);
     });
     match tokio::time::timeout(Duration::from_secs(10), rx).await {
@@ -225,7 +226,7 @@ async fn fetch(ctx: &Context, synth: &Synthesizer, digest: &str) -> Result<Modul
     )))
 }
 
-/// The fetch in flight per module digest.
+/// The fetch in flight per pin key.
 static FETCHING: std::sync::LazyLock<
     parking_lot::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 > = std::sync::LazyLock::new(Default::default);

@@ -86,7 +86,7 @@ pub(crate) async fn synthesize(
         force_resynthesis: req.forced.clone(),
         attempts,
         initialized: Some(Time(k8s_openapi::jiff::Timestamp::now())),
-        deferred: req.trigger.is_deferred(),
+        deferred: req.deferred,
         ..Synthesis::default()
     });
     let instance = req.gathered.instance().cloned();

@@ -74,15 +74,16 @@ pub(crate) struct Modules {
     host: Arc<wasm_host::Host>,
     /// By Synthesizer name, for one UID and generation.
     entries: Mutex<HashMap<String, ModuleEntry>>,
-    /// By module digest: every module loaded, for the SynthesizerRevisions a rollout keeps
-    /// Compositions on (bounded by [`PINNED_MODULES`]).
+    /// By revision ([`crate::run::rollout::revisions::pin_key`]): every module the Synthesizer
+    /// controller loaded and every revision's, for the SynthesizerRevisions a rollout keeps
+    /// Compositions on (bounded by [`PINNED_MODULES`], least recently used first).
     pinned: Mutex<HashMap<String, (u64, ModuleEntry)>>,
     /// Use counter of `pinned` (least recently used goes first).
     uses: std::sync::atomic::AtomicU64,
 }
 
 /// Modules kept by digest: a Synthesizer's rolling and stable revisions, for a few.
-const PINNED_MODULES: usize = 32;
+const PINNED_MODULES: usize = 64;
 
 impl Modules {
     /// No module cached yet, run in `host`.
@@ -95,7 +96,7 @@ impl Modules {
         }
     }
 
-    /// The module (or failure) kept for `digest`.
+    /// The module (or failure) kept under `digest` (a pin key).
     pub(crate) fn pinned(&self, digest: &str) -> Option<ModuleEntry> {
         let tick = self.tick();
         let mut map = self.pinned.lock();
@@ -137,9 +138,6 @@ impl Modules {
 
     /// Caches the module (or failure) of Synthesizer `name`.
     pub(crate) fn keep(&self, name: String, entry: ModuleEntry) {
-        if let ModuleEntry::Ready(_, m) = &entry {
-            self.keep_pinned(m.digest(), entry.clone());
-        }
         self.entries.lock().insert(name, entry);
     }
 }

@@ -1,6 +1,8 @@
-//! The rollout series: `enoki_rollout_phase` (1 for the phase each Synthesizer's rollout is
-//! in), `enoki_rollout_compositions` (updated / ready / failed / total), `enoki_rollout_wave`
-//! and `enoki_rollout_revision`. A deleted Synthesizer's series are removed.
+//! The rollout series: `enoki_rollouts` (Synthesizers per rollout phase, every phase served
+//! from the start: what the alert and the dashboard read), and per Synthesizer
+//! `enoki_rollout_phase` (1 for the phase its rollout is in), `enoki_rollout_compositions`
+//! (updated / ready / failed / total), `enoki_rollout_wave` and `enoki_rollout_revision`. A
+//! deleted Synthesizer's series are removed.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
@@ -26,15 +28,23 @@ pub struct RolloutLabel {
     pub state: String,
 }
 
+/// The phase label of `enoki_rollouts`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseLabel {
+    /// The phase.
+    pub phase: String,
+}
+
 /// Every rollout series (clones share them).
 #[derive(Clone, Default)]
 pub struct RolloutMetrics {
+    phases: Family<PhaseLabel, Gauge>,
     phase: Family<RolloutLabel, Gauge>,
     compositions: Family<RolloutLabel, Gauge>,
     wave: Family<SynthesizerLabel, Gauge>,
     revision: Family<SynthesizerLabel, Gauge>,
-    /// The Synthesizers with series.
-    published: std::sync::Arc<parking_lot::Mutex<std::collections::BTreeSet<String>>>,
+    /// The Synthesizers with series, and their phase.
+    published: std::sync::Arc<parking_lot::Mutex<std::collections::BTreeMap<String, String>>>,
 }
 
 const COUNTS: [&str; 4] = ["updated", "ready", "failed", "total"];
@@ -44,8 +54,15 @@ impl RolloutMetrics {
     pub fn register(registry: &mut Registry) -> RolloutMetrics {
         let m = RolloutMetrics::default();
         registry.register(
+            "enoki_rollouts",
+            "Synthesizers whose rollout is in each phase (Progressing, Paused, Halted, Undone, \
+             Complete)",
+            m.phases.clone(),
+        );
+        m.count_phases(&m.published.lock());
+        registry.register(
             "enoki_rollout_phase",
-            "1 for the phase (Progressing, Paused, Halted, Complete) of each Synthesizer's rollout",
+            "1 for the phase (Progressing, Paused, Halted, Undone, Complete) of each Synthesizer's rollout",
             m.phase.clone(),
         );
         registry.register(
@@ -69,7 +86,11 @@ impl RolloutMetrics {
 
     /// Publishes `st` for `synthesizer`.
     pub fn publish(&self, synthesizer: &str, st: &RolloutStatus) {
-        self.published.lock().insert(synthesizer.to_string());
+        {
+            let mut published = self.published.lock();
+            published.insert(synthesizer.to_string(), st.phase.clone());
+            self.count_phases(&published);
+        }
         let label = |state: &str| RolloutLabel {
             synthesizer: synthesizer.to_string(),
             state: state.to_string(),
@@ -96,16 +117,24 @@ impl RolloutMetrics {
 
     /// Removes the series of every Synthesizer `exists` says is gone.
     pub fn retain(&self, exists: impl Fn(&str) -> bool) {
-        let gone: Vec<String> = self
-            .published
-            .lock()
-            .iter()
-            .filter(|n| !exists(n))
-            .cloned()
-            .collect();
+        let mut published = self.published.lock();
+        let gone: Vec<String> = published.keys().filter(|n| !exists(n)).cloned().collect();
         for name in gone {
             self.forget(&name);
-            self.published.lock().remove(&name);
+            published.remove(&name);
+        }
+        self.count_phases(&published);
+    }
+
+    /// `enoki_rollouts` from the phases published.
+    fn count_phases(&self, published: &std::collections::BTreeMap<String, String>) {
+        for p in PHASES {
+            let n = published.values().filter(|v| *v == p).count();
+            self.phases
+                .get_or_create(&PhaseLabel {
+                    phase: p.to_string(),
+                })
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
         }
     }
 

@@ -76,12 +76,14 @@ pub(crate) fn members(
                     .as_ref()
                     .is_some_and(|f| f.canceled.is_some() && runs(st, f) == Some(rolling));
             // Ready on the stable revision: its current synthesis there was, or (moved) the
-            // one before it.
+            // one before it; one whose synthesis before was of the rolling revision too (made
+            // again) is held to the gate whatever it was before.
             let before = if on == Some(rolling) {
                 s.previous_synthesis.as_ref()
             } else {
                 cur
             };
+            let again = before.is_some_and(|b| runs(st, b) == Some(rolling));
             Some(Member {
                 key: order_key(&c.uid().unwrap_or_default(), rolling),
                 canary: canary_selects(synth, c),
@@ -93,7 +95,7 @@ pub(crate) fn members(
                         .iter()
                         .any(|k| k.type_ == conditions::READY && k.status == "True"),
                 failed,
-                gated: before.is_some_and(|b| b.ready.is_some()),
+                gated: again || before.is_some_and(|b| b.ready.is_some()),
                 created: c.metadata.creation_timestamp.as_ref().map(|t| t.0),
             })
         })

@@ -30,9 +30,26 @@ pub(crate) fn template_digest(template: &SynthesizerSpec) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(json)))
 }
 
-/// A revision's name: `<synthesizer>-<number>` (the Synthesizer's name shortened to fit).
+/// The key a module is kept under for revisions (in memory, by digest): the Synthesizer's
+/// UID, its spec without `rollout` and its module's digest — a chart's digest leaves out the
+/// values, which the loaded module carries, so the digest alone is not enough.
+pub(crate) fn pin_key(synth: &Synthesizer) -> String {
+    let digest = synth
+        .status
+        .as_ref()
+        .and_then(|s| s.module_digest.as_deref())
+        .unwrap_or_default();
+    format!(
+        "{}/{}/{digest}",
+        synth.uid().unwrap_or_default(),
+        template_digest(&template_of(&synth.spec))
+    )
+}
+
+/// A revision's name: `<synthesizer>-r<number>` (the Synthesizer's name shortened to fit; the
+/// suffix keeps two Synthesizers' revisions apart, `web` 12 and `web-1` 2).
 fn name_of(synthesizer: &str, number: i64) -> String {
-    let suffix = format!("-{number}");
+    let suffix = format!("-r{number}");
     let room = 253 - suffix.len();
     let base: String = synthesizer.chars().take(room).collect();
     format!("{}{suffix}", base.trim_end_matches(['-', '.']))
@@ -204,7 +221,8 @@ mod tests {
 
     #[test]
     fn names_fit_and_templates_leave_out_the_rollout() {
-        assert_eq!(name_of("web", 3), "web-3");
+        assert_eq!(name_of("web", 3), "web-r3");
+        assert_ne!(name_of("web", 12), name_of("web-1", 2));
         assert_eq!(label_value("web"), "web");
         assert!(label_value(&"b".repeat(64)).len() <= 63);
         let long = "a".repeat(300);

@@ -36,6 +36,9 @@ pub(crate) struct Request<'a> {
     pub revisions: Vec<InputRevision>,
     pub forced: Option<String>,
     pub trigger: &'a Trigger,
+    /// It waits for the rollout cooldown (recorded as `deferred`): a deferred trigger, unless
+    /// a progressive rollout (or its rollback) moves it.
+    pub deferred: bool,
     /// The observed outputs when already read (`watchOutputs`); read here otherwise.
     pub observed: Option<Vec<Value>>,
     pub limits: wasm_host::RunLimits,
