@@ -1,4 +1,4 @@
-//! The rollout series: `enoki_rollouts` (Synthesizers per rollout phase, every phase served
+//! The rollout series: `enoki_rollout_synthesizers` (Synthesizers per rollout phase, every phase served
 //! from the start: what the alert and the dashboard read), and per Synthesizer
 //! `enoki_rollout_phase` (1 for the phase its rollout is in), `enoki_rollout_compositions`
 //! (updated / ready / failed / total), `enoki_rollout_wave` and `enoki_rollout_revision`. A
@@ -28,7 +28,7 @@ pub struct RolloutLabel {
     pub state: String,
 }
 
-/// The phase label of `enoki_rollouts`.
+/// The phase label of `enoki_rollout_synthesizers`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PhaseLabel {
     /// The phase.
@@ -54,7 +54,7 @@ impl RolloutMetrics {
     pub fn register(registry: &mut Registry) -> RolloutMetrics {
         let m = RolloutMetrics::default();
         registry.register(
-            "enoki_rollouts",
+            "enoki_rollout_synthesizers",
             "Synthesizers whose rollout is in each phase (Progressing, Paused, Halted, Undone, \
              Complete)",
             m.phases.clone(),
@@ -126,7 +126,7 @@ impl RolloutMetrics {
         self.count_phases(&published);
     }
 
-    /// `enoki_rollouts` from the phases published.
+    /// `enoki_rollout_synthesizers` from the phases published.
     fn count_phases(&self, published: &std::collections::BTreeMap<String, String>) {
         for p in PHASES {
             let n = published.values().filter(|v| *v == p).count();
