@@ -119,24 +119,43 @@ pub(crate) async fn load_module(
     if let Some(hit) = cached_module(&ctx.modules, &name, &generation, &mut failures) {
         return hit;
     }
-    // Single flight per Synthesizer, off the reconcile: the fetch (and compilation) runs in a
-    // task of its own that stores its result in the cache; a reconcile waits for it at most
-    // FETCH_WAIT, and one that finds a fetch in flight does not wait at all (`Loading`: its
-    // current synthesis is still enforced and it looks again in 2 s). However slow the
-    // registries of however many Synthesizers, no reconcile worker is held longer.
-    let flight = FETCHING.lock().entry(name.clone()).or_default().clone();
+    let (ctx, synth) = (ctx.clone(), synth.clone());
+    one_flight(name.clone(), move || async move {
+        // Cached meanwhile by the flight before this one?
+        if let Some(hit) = cached_module(&ctx.modules, &name, &generation, &mut failures) {
+            return hit;
+        }
+        fetch_and_cache(&ctx, &synth, generation, failures).await
+    })
+    .await
+}
+
+/// Runs `work` (a fetch and compilation) off the reconcile, one flight at a time per `key` (a
+/// Synthesizer's name, a revision's pin key), in a task of its own that stores its result in
+/// a cache: a reconcile waits for it at most [`FETCH_WAIT`], and one that finds a flight under
+/// way does not wait at all (`Loading`: its current synthesis is still enforced and it looks
+/// again in 2 s). However slow the registries of however many Synthesizers, no reconcile
+/// worker is held longer.
+pub(crate) async fn one_flight<F, Fut>(
+    key: String,
+    work: F,
+) -> Result<synthesis::Module, module::ModuleError>
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = Result<synthesis::Module, module::ModuleError>>
+        + Send
+        + 'static,
+{
+    let flight = FETCHING.lock().entry(key.clone()).or_default().clone();
     let Ok(one) = flight.try_lock_owned() else {
         return Err(module::ModuleError::Loading);
     };
-    if let Some(hit) = cached_module(&ctx.modules, &name, &generation, &mut failures) {
-        return hit;
-    }
     let (tx, rx) = tokio::sync::oneshot::channel();
-    let (ctx, synth) = (ctx.clone(), synth.clone());
-    let generation = generation.clone();
+    let work = work();
     tokio::spawn(async move {
-        let _one = one;
-        let result = fetch_and_cache(&ctx, &synth, generation, failures).await;
+        let result = work.await;
+        FETCHING.lock().remove(&key);
+        drop(one);
         let _ = tx.send(result);
     });
     match tokio::time::timeout(FETCH_WAIT, rx).await {
@@ -242,12 +261,11 @@ async fn fetch_and_cache(
         ctx.modules
             .keep_pinned(super::rollout::revisions::pin_key(&at), entry.clone());
     }
-    ctx.modules.keep(name.clone(), entry);
-    FETCHING.lock().remove(&name);
+    ctx.modules.keep(name, entry);
     result
 }
 
-/// The fetch in flight per Synthesizer name.
+/// The flight under way per key ([`one_flight`]).
 static FETCHING: std::sync::LazyLock<
     parking_lot::Mutex<std::collections::HashMap<String, std::sync::Arc<tokio::sync::Mutex<()>>>>,
 > = std::sync::LazyLock::new(Default::default);

@@ -48,6 +48,15 @@ fn complete_from_one() -> RolloutStatus {
     st
 }
 
+/// Revision 2 starting to roll out progressively after revision 1 completed.
+fn rolling_two() -> RolloutStatus {
+    start(
+        Some(&complete_from_one()),
+        rev(2),
+        RolloutStrategy::Progressive,
+    )
+}
+
 /// What a Composition's controller does: run the revision the status says, Ready at once.
 fn converge(st: &RolloutStatus, ms: &mut [Member]) {
     for m in ms.iter_mut() {
@@ -69,11 +78,7 @@ fn the_first_revision_is_complete_at_once() {
 #[test]
 fn progressive_waves_double_and_each_waits_for_ready() {
     let mut ms = members(10, 1);
-    let mut st = start(
-        Some(&complete_from_one()),
-        rev(2),
-        RolloutStrategy::Progressive,
-    );
+    let mut st = rolling_two();
     assert_eq!(st.stable, Some(rev(1)));
     let mut sizes = vec![];
     for i in 0..10 {
@@ -91,11 +96,7 @@ fn progressive_waves_double_and_each_waits_for_ready() {
     assert_eq!(st.phase, phase::COMPLETE);
     assert!(ms.iter().all(|m| m.runs == Some(2)));
     // The canary is the lowest place in the order.
-    let first = start(
-        Some(&complete_from_one()),
-        rev(2),
-        RolloutStrategy::Progressive,
-    );
+    let first = rolling_two();
     let first = step(&policy(), &first, &members(10, 1), Asked::default(), t(0));
     assert!(admitted(&first, 0, false) && !admitted(&first, 1000, false));
 }
@@ -105,11 +106,7 @@ fn a_failing_wave_halts_and_rollback_returns_only_that_wave_to_stable() {
     let mut p = policy();
     p.on_failure = OnFailure::Rollback;
     let mut ms = members(10, 1);
-    let mut st = start(
-        Some(&complete_from_one()),
-        rev(2),
-        RolloutStrategy::Progressive,
-    );
+    let mut st = rolling_two();
     st = step(&p, &st, &ms, Asked::default(), t(0));
     converge(&st, &mut ms);
     st = step(&p, &st, &ms, Asked::default(), t(1));
@@ -143,11 +140,7 @@ fn a_halted_rollout_with_pause_keeps_the_wave_and_gives_the_revision_to_no_one_e
     let mut p = policy();
     p.canary_count = Some(2);
     let mut ms = members(10, 1);
-    let mut st = start(
-        Some(&complete_from_one()),
-        rev(2),
-        RolloutStrategy::Progressive,
-    );
+    let mut st = rolling_two();
     st = step(&p, &st, &ms, Asked::default(), t(0));
     converge(&st, &mut ms);
     ms[0].ready = false;
@@ -171,11 +164,7 @@ fn a_halted_rollout_with_pause_keeps_the_wave_and_gives_the_revision_to_no_one_e
 fn only_compositions_ready_before_count_and_newcomers_get_their_own_deadline() {
     let mut ms = members(4, 1);
     ms[0].gated = false; // never Ready on the stable revision
-    let mut st = start(
-        Some(&complete_from_one()),
-        rev(2),
-        RolloutStrategy::Progressive,
-    );
+    let mut st = rolling_two();
     let mut p = policy();
     p.canary_count = Some(2);
     st = step(&p, &st, &ms, Asked::default(), t(0));
@@ -190,17 +179,7 @@ fn only_compositions_ready_before_count_and_newcomers_get_their_own_deadline() {
     );
     // Created after the wave started: not late at the wave's deadline.
     let mut fresh = members(2, 1);
-    let st2 = step(
-        &p,
-        &start(
-            Some(&complete_from_one()),
-            rev(2),
-            RolloutStrategy::Progressive,
-        ),
-        &fresh,
-        Asked::default(),
-        t(0),
-    );
+    let st2 = step(&p, &rolling_two(), &fresh, Asked::default(), t(0));
     converge(&st2, &mut fresh);
     for m in &mut fresh {
         m.ready = false;
@@ -213,11 +192,7 @@ fn only_compositions_ready_before_count_and_newcomers_get_their_own_deadline() {
 #[test]
 fn a_wave_not_ready_by_its_deadline_halts_unless_within_the_allowance() {
     let mut ms = members(4, 1);
-    let mut st = start(
-        Some(&complete_from_one()),
-        rev(2),
-        RolloutStrategy::Progressive,
-    );
+    let mut st = rolling_two();
     st = step(&policy(), &st, &ms, Asked::default(), t(0));
     converge(&st, &mut ms);
     ms[0].ready = false;
@@ -235,11 +210,7 @@ fn a_wave_not_ready_by_its_deadline_halts_unless_within_the_allowance() {
 #[test]
 fn pause_holds_the_wave_and_resume_restarts_its_clock() {
     let mut ms = members(4, 1);
-    let mut st = start(
-        Some(&complete_from_one()),
-        rev(2),
-        RolloutStrategy::Progressive,
-    );
+    let mut st = rolling_two();
     st = step(&policy(), &st, &ms, Asked::default(), t(0));
     converge(&st, &mut ms);
     let paused = Asked {
@@ -309,11 +280,7 @@ fn a_selector_canary_then_steps() {
     p.steps = vec![50, 100];
     let mut ms = members(10, 1);
     ms[9].canary = true;
-    let mut st = start(
-        Some(&complete_from_one()),
-        rev(2),
-        RolloutStrategy::Progressive,
-    );
+    let mut st = rolling_two();
     st = step(&p, &st, &ms, Asked::default(), t(0));
     assert_eq!(st.admitted, 1);
     assert!(admitted(&st, ms[9].key, true) && !admitted(&st, ms[0].key, false));
@@ -328,11 +295,7 @@ fn a_selector_canary_then_steps() {
 fn an_edit_mid_rollout_keeps_the_last_complete_revision_stable() {
     let mid = step(
         &policy(),
-        &start(
-            Some(&complete_from_one()),
-            rev(2),
-            RolloutStrategy::Progressive,
-        ),
+        &rolling_two(),
         &members(4, 1),
         Asked::default(),
         t(0),
@@ -347,11 +310,7 @@ fn bake_time_holds_a_ready_wave() {
     let mut p = policy();
     p.bake = Duration::from_secs(60);
     let mut ms = members(4, 1);
-    let mut st = start(
-        Some(&complete_from_one()),
-        rev(2),
-        RolloutStrategy::Progressive,
-    );
+    let mut st = rolling_two();
     st = step(&p, &st, &ms, Asked::default(), t(0));
     converge(&st, &mut ms);
     st = step(&p, &st, &ms, Asked::default(), t(10));
@@ -367,11 +326,7 @@ fn a_rollout_paused_before_it_starts_admits_nothing_until_resumed() {
         paused: true,
         undo: None,
     };
-    let st = start(
-        Some(&complete_from_one()),
-        rev(2),
-        RolloutStrategy::Progressive,
-    );
+    let st = rolling_two();
     let st = step(&policy(), &st, &ms, paused, t(0));
     assert_eq!((st.phase.as_str(), st.wave), (phase::PAUSED, 0));
     assert!(
@@ -390,11 +345,7 @@ fn max_failures_is_per_wave_and_the_threshold_never_goes_down() {
     let mut p = policy();
     p.max_failures = 1;
     let mut ms = members(16, 1);
-    let mut st = start(
-        Some(&complete_from_one()),
-        rev(2),
-        RolloutStrategy::Progressive,
-    );
+    let mut st = rolling_two();
     st = step(&p, &st, &ms, Asked::default(), t(0));
     converge(&st, &mut ms);
     // One failure in wave 1 (within the allowance), one in wave 2: no halt.
@@ -462,11 +413,7 @@ fn a_wave_with_no_gated_composition_waits_until_it_ran_the_revision() {
         m.gated = false;
         m.ready = false;
     }
-    let mut st = start(
-        Some(&complete_from_one()),
-        rev(2),
-        RolloutStrategy::Progressive,
-    );
+    let mut st = rolling_two();
     st = step(&policy(), &st, &ms, Asked::default(), t(0));
     assert_eq!(st.wave, 1);
     let held = step(&policy(), &st, &ms, Asked::default(), t(1));

@@ -4,7 +4,6 @@
 //! the digest the revision pinned.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use kube::ResourceExt;
 use kube::api::ApiResource;
@@ -178,14 +177,8 @@ pub(crate) async fn load(ctx: &Arc<Context>, synth: &Synthesizer) -> Result<Modu
         }
         None => {}
     }
-    let flight = FETCHING.lock().entry(key.clone()).or_default().clone();
-    let Ok(one) = flight.try_lock_owned() else {
-        return Err(ModuleError::Loading);
-    };
-    let (tx, rx) = tokio::sync::oneshot::channel();
     let (ctx, synth) = (ctx.clone(), synth.clone());
-    tokio::spawn(async move {
-        let _one = one;
+    super::super::synthesizer::one_flight(key.clone(), move || async move {
         let result = fetch(&ctx, &synth, &digest).await;
         let entry = match &result {
             Ok(m) => ModuleEntry::Ready((None, None), m.clone()),
@@ -196,14 +189,10 @@ pub(crate) async fn load(ctx: &Arc<Context>, synth: &Synthesizer) -> Result<Modu
                 failures: failures + 1,
             },
         };
-        ctx.modules.keep_pinned(key.clone(), entry);
-        FETCHING.lock().remove(&key);
-        let _ = tx.send(result);
-    });
-    match tokio::time::timeout(Duration::from_secs(10), rx).await {
-        Ok(Ok(result)) => result,
-        _ => Err(ModuleError::Loading),
-    }
+        ctx.modules.keep_pinned(key, entry);
+        result
+    })
+    .await
 }
 
 async fn fetch(ctx: &Context, synth: &Synthesizer, digest: &str) -> Result<Module, ModuleError> {
@@ -225,8 +214,3 @@ async fn fetch(ctx: &Context, synth: &Synthesizer, digest: &str) -> Result<Modul
         m.digest()
     )))
 }
-
-/// The fetch in flight per pin key.
-static FETCHING: std::sync::LazyLock<
-    parking_lot::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
-> = std::sync::LazyLock::new(Default::default);

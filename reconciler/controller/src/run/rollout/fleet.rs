@@ -14,10 +14,6 @@ use crds::names::conditions;
 use crds::{Composition, RolloutStatus, Synthesizer};
 use reconciler_core::rollout::Member;
 
-/// Objects per page when the coordinator lists Compositions (sharded: this replica's cache
-/// holds only its shards).
-const PAGE: u32 = 100;
-
 /// Every Composition this controller serves: from the cache when this replica serves them
 /// all, else listed page by page (within `--label-selector`).
 ///
@@ -28,18 +24,19 @@ pub(crate) async fn compositions(ctx: &Context) -> Result<Vec<Arc<Composition>>,
         return Ok(ctx.caches.compositions.state());
     }
     let api: Api<Composition> = Api::all(ctx.clusters.client().clone());
-    let mut out = Vec::new();
-    let mut lp = ListParams::default().limit(PAGE);
+    let mut lp = ListParams::default();
     if let Some(sel) = &ctx.opts.scope.label_selector {
         lp = lp.labels(sel);
     }
-    loop {
-        let page = api.list(&lp).await?;
-        out.extend(page.items.into_iter().map(Arc::new));
-        match page.metadata.continue_ {
-            Some(c) if !c.is_empty() => lp = lp.continue_token(&c),
-            _ => return Ok(out),
-        }
+    let fetch = |lp: ListParams| {
+        let api = api.clone();
+        async move { api.list(&lp).await }
+    };
+    match super::super::paging::list_bounded(&lp, 0, fetch, |c| Some((Arc::new(c), 0))).await {
+        Ok(all) => Ok(all),
+        Err(super::super::paging::Stop::Api(e)) => Err(e),
+        // No bound is set.
+        Err(super::super::paging::Stop::TooLarge(_)) => Ok(Vec::new()),
     }
 }
 
