@@ -57,7 +57,7 @@ pub fn start_ui(args: &[&str]) -> (Proc, String) {
         .unwrap_or_else(|| panic!("enoki ui printed {line:?}"))
         .to_string();
     assert!(url.starts_with("http://127.0.0.1:"), "{url}");
-    (Proc(child), url)
+    (Proc::new(child), url)
 }
 
 /// The port of an `enoki ui` address.
@@ -86,7 +86,7 @@ pub async fn browser() -> (Proc, Client) {
         .stderr(Stdio::null())
         .spawn()
         .expect("chromedriver starts");
-    let child = Proc(child);
+    let child = Proc::new(child);
     wait_port(port);
     let mut caps = serde_json::Map::new();
     let binary = which(&chromium);

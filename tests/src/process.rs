@@ -291,8 +291,21 @@ pub fn http_get(port: u16, path: &str) -> (u16, String) {
     (code.trim().parse().unwrap_or(0), body.to_string())
 }
 
-/// A process killed when dropped (a registry, a server).
-pub struct Proc(pub std::process::Child);
+/// A process killed when dropped (a registry, a server), with the directory it served from,
+/// removed after it.
+pub struct Proc(pub std::process::Child, pub Option<TempDir>);
+
+impl Proc {
+    /// A process that owns no directory.
+    pub fn new(child: std::process::Child) -> Self {
+        Self(child, None)
+    }
+
+    /// A process whose directory goes with it.
+    pub fn owning(child: std::process::Child, dir: TempDir) -> Self {
+        Self(child, Some(dir))
+    }
+}
 
 impl Drop for Proc {
     fn drop(&mut self) {
@@ -316,14 +329,41 @@ pub fn wait_port(port: u16) {
     }
 }
 
-/// A fresh directory under the temp dir.
+/// A fresh directory under the temp dir, removed with everything in it when dropped (a
+/// test that panics removes it too).
+pub struct TempDir(tempfile::TempDir);
+
+impl std::ops::Deref for TempDir {
+    type Target = std::path::Path;
+
+    fn deref(&self) -> &std::path::Path {
+        self.0.path()
+    }
+}
+
+impl AsRef<std::path::Path> for TempDir {
+    fn as_ref(&self) -> &std::path::Path {
+        self.0.path()
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for TempDir {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.0.path().as_os_str()
+    }
+}
+
+/// A fresh [`TempDir`] named `enoki-NAME-…`.
 ///
 /// # Panics
 /// When it cannot be created.
-pub fn tempdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("enoki-{name}-{:08x}", rand::random::<u32>()));
-    std::fs::create_dir_all(&d).expect("temp dir");
-    d
+pub fn tempdir(name: &str) -> TempDir {
+    TempDir(
+        tempfile::Builder::new()
+            .prefix(&format!("enoki-{name}-"))
+            .tempdir()
+            .expect("temp dir"),
+    )
 }
 
 /// Runs `target/debug/enoki ARGS` from the workspace root against the test control plane

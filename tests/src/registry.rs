@@ -50,7 +50,7 @@ fn start_registry_with(auth: Option<(&str, &str)>) -> (Proc, String) {
         .spawn()
         .expect("docker-registry starts");
     wait_port(port);
-    (Proc(child), format!("127.0.0.1:{port}"))
+    (Proc::owning(child, dir), format!("127.0.0.1:{port}"))
 }
 
 /// `enoki module push FILE REFERENCE`; the pushed manifest's digest.

@@ -367,7 +367,8 @@ async fn a_helm_install_release_is_taken_over() {
         "nameOverride: {name}\napiService:\n  create: false\nargs:\n  - --kubelet-insecure-tls\n\
          podDisruptionBudget:\n  enabled: true\n  minAvailable: 1\n"
     );
-    let file = harness::tempdir("values").join("values.yaml");
+    let values_dir = harness::tempdir("values");
+    let file = values_dir.join("values.yaml");
     std::fs::write(&file, &values).unwrap();
     helm(&[
         "install",

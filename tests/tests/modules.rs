@@ -174,7 +174,7 @@ fn tls_server(dir: &Path) -> (Proc, u16, PathBuf) {
         .spawn()
         .unwrap();
     wait_port(port);
-    (Proc(child), port, dir.join("ca.crt"))
+    (Proc::new(child), port, dir.join("ca.crt"))
 }
 
 #[test]
@@ -336,7 +336,7 @@ fn redirect_server(dir: &Path) -> (Proc, u16, PathBuf) {
         .spawn()
         .expect("python3 runs (hack/setup.sh installs it)");
     wait_port(port);
-    (Proc(child), port, dir.join("ca.crt"))
+    (Proc::new(child), port, dir.join("ca.crt"))
 }
 
 #[test]
@@ -407,7 +407,7 @@ fn https_downloads_are_capped_and_redirects_stay_public_and_https() {
 }
 
 /// A docker config dir for `DOCKER_CONFIG`: `auths` with `user:password` for `registry`.
-fn docker_config(registry: &str, user: &str, password: &str) -> PathBuf {
+fn docker_config(registry: &str, user: &str, password: &str) -> harness::TempDir {
     use base64::Engine;
     let dir = tempdir("docker-config");
     let auth = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
@@ -421,7 +421,7 @@ fn docker_config(registry: &str, user: &str, password: &str) -> PathBuf {
 
 /// A docker config dir whose `credHelpers` sends `registry` to a credential helper
 /// (`docker-credential-enokitest`, a script in the same dir, to be put on PATH).
-fn docker_config_with_helper(registry: &str, user: &str, password: &str) -> PathBuf {
+fn docker_config_with_helper(registry: &str, user: &str, password: &str) -> harness::TempDir {
     use std::os::unix::fs::PermissionsExt;
     let dir = tempdir("docker-helper");
     std::fs::write(

@@ -170,7 +170,8 @@ fn the_graph_is_drawn(ns: &str) {
     let (code, dot) = status(&["gated", "-n", ns, "-o", "dot"]);
     assert_eq!(code, 0, "{dot}");
     assert!(dot.starts_with("digraph") && dot.contains("cluster_1") && dot.contains("#ffe08a"));
-    let svg = harness::tempdir("status-svg").join("gated.svg");
+    let svg_dir = harness::tempdir("status-svg");
+    let svg = svg_dir.join("gated.svg");
     let (code, out) = status(&["gated", "-n", ns, "--svg", &svg.to_string_lossy()]);
     assert_eq!(code, 0, "{out}");
     let drawn = std::fs::read_to_string(&svg).unwrap();

@@ -103,6 +103,7 @@ fn render_with_bindings_from_files_and_a_composition() {
             && text.contains("namespace: shop"),
         "{text}"
     );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -393,6 +394,7 @@ fn python_sample_reports_bad_input_naming_the_field() {
             && stderr.contains("data.minReplicas: 'two' is not an integer"),
         "{stderr}"
     );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `enoki render --timings MODULE` with `extra` arguments: its stderr (the render may fail:
