@@ -7,6 +7,9 @@ cd "$ROOT"
 export TESTENV_DIR="${TESTENV_DIR:-$ROOT/target/testenv}"
 
 T_ALL=$(date +%s)
+# A fresh clone (CI) builds once: incremental artifacts would only double target/'s size.
+if [ "${CI:-}" = true ]; then export CARGO_INCREMENTAL=0; fi
+df -h "$ROOT" | tail -1 | awk '{print "test.sh: " $4 " free on " $6}' >&2
 phase() {  # phase NAME CMD... — run and print how long it took
   local name="$1"; shift
   local t0; t0=$(date +%s)
