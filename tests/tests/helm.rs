@@ -48,7 +48,7 @@ fn helm(args: &[&str]) -> String {
 }
 
 /// `helm package` of `dir` (relative to the workspace): the `.tgz`.
-fn packaged(dir: &str) -> PathBuf {
+fn packaged(dir: &str) -> (harness::TempDir, PathBuf) {
     let chart = workspace_root().join(dir);
     assert!(
         chart.exists(),
@@ -62,12 +62,13 @@ fn packaged(dir: &str) -> PathBuf {
         "-d",
         out.to_str().unwrap(),
     ]);
-    std::fs::read_dir(&out)
+    let tgz = std::fs::read_dir(&out)
         .unwrap()
         .next()
         .unwrap()
         .unwrap()
-        .path()
+        .path();
+    (out, tgz)
 }
 
 fn helm_module() -> PathBuf {
@@ -148,9 +149,10 @@ fn replicas(d: &Deployment) -> i32 {
 async fn the_builtin_renders_a_chart_pulled_by_digest_and_a_values_change_prunes() {
     let (_registry, addr) = harness::start_registry();
     let module_digest = harness::push_module(&helm_module(), &format!("{addr}/enoki/helm:e2e"));
+    let (_dir, chart) = packaged("target/charts/metrics-server");
     let pushed = helm(&[
         "push",
-        packaged("target/charts/metrics-server").to_str().unwrap(),
+        chart.to_str().unwrap(),
         &format!("oci://{addr}/charts"),
         "--plain-http",
     ]);
@@ -243,7 +245,8 @@ async fn a_values_change_never_deletes_a_crd() {
         Some(())
     })
     .await;
-    let tgz = std::fs::read(packaged("reconciler/controller/tests/fixtures/helm-edge")).unwrap();
+    let (_dir, tgz) = packaged("reconciler/controller/tests/fixtures/helm-edge");
+    let tgz = std::fs::read(tgz).unwrap();
     let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "edge-chart"},
         "binaryData": {"chart.tgz": base64::engine::general_purpose::STANDARD.encode(tgz)}});
     apply(&env.api::<ConfigMap>(), "edge-chart", &cm).await;
@@ -361,7 +364,7 @@ async fn a_values_change_never_deletes_a_crd() {
 async fn a_helm_install_release_is_taken_over() {
     let env = TestEnv::new().await;
     install_crds(&env.client).await;
-    let tgz = packaged("target/charts/metrics-server");
+    let (_dir, tgz) = packaged("target/charts/metrics-server");
     let name = format!("tk{}", &env.namespace[env.namespace.len() - 6..]);
     let values = format!(
         "nameOverride: {name}\napiService:\n  create: false\nargs:\n  - --kubelet-insecure-tls\n\

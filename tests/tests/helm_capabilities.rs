@@ -39,7 +39,7 @@ fn helm(args: &[&str]) -> String {
 }
 
 /// The chart at `dir` (relative to the workspace), packaged.
-fn packaged(dir: &str) -> PathBuf {
+fn packaged(dir: &str) -> (harness::TempDir, PathBuf) {
     let chart = workspace_root().join(dir);
     let out = harness::tempdir("chart");
     helm(&[
@@ -48,12 +48,13 @@ fn packaged(dir: &str) -> PathBuf {
         "-d",
         out.to_str().unwrap(),
     ]);
-    std::fs::read_dir(&out)
+    let tgz = std::fs::read_dir(&out)
         .unwrap()
         .next()
         .unwrap()
         .unwrap()
-        .path()
+        .path();
+    (out, tgz)
 }
 
 /// Every served `group/version` and `group/version/Kind`, as Helm's `GetVersionSet` builds
@@ -193,7 +194,7 @@ async fn a_chart_renders_for_the_api_versions_the_cluster_serves() {
     install_crds(&env.client).await;
     let crds: Api<CustomResourceDefinition> = Api::all(env.client.clone());
     let crd = format!("widgets.{}", group(&env.namespace));
-    let chart = packaged("reconciler/controller/tests/fixtures/helm-capabilities");
+    let (_dir, chart) = packaged("reconciler/controller/tests/fixtures/helm-capabilities");
     let synth = format!("{}-caps", env.namespace);
     let values = json!({"values": {"widgetGroup": group(&env.namespace)}});
     chart_synthesizer(&env, &chart, "caps-chart", &synth, values).await;
@@ -303,7 +304,7 @@ async fn a_chart_renders_for_the_api_versions_the_cluster_serves() {
 async fn enos_shim_mode_installs_enos_release_with_its_hooks() {
     let env = TestEnv::new().await;
     install_crds(&env.client).await;
-    let chart = packaged("samples/12-helm/chart");
+    let (_dir, chart) = packaged("samples/12-helm/chart");
     let synth = format!("{}-eno-shim", env.namespace);
     chart_synthesizer(
         &env,

@@ -53,7 +53,7 @@ fn states(view: &Value) -> Vec<(String, String)> {
 
 /// A copy of the test kubeconfig whose current context's namespace is `ns`, with a second
 /// context `other` (same cluster and user) whose namespace is `other_ns`.
-fn kubeconfig_with_namespaces(ns: &str, other_ns: &str) -> std::path::PathBuf {
+fn kubeconfig_with_namespaces(ns: &str, other_ns: &str) -> (harness::TempDir, std::path::PathBuf) {
     let dir = harness::tempdir("kubeconfig");
     let path = dir.join("config");
     std::fs::copy(harness::kubeconfig_path(), &path).unwrap();
@@ -101,7 +101,7 @@ fn kubeconfig_with_namespaces(ns: &str, other_ns: &str) -> std::path::PathBuf {
         None,
     );
     assert!(ok, "{out}");
-    path
+    (dir, path)
 }
 
 /// Group 0 ready, group 1 waiting on its check, group 2 deferred — in JSON and in text — and the
@@ -181,7 +181,7 @@ fn the_graph_is_drawn(ns: &str) {
 /// The namespace from the kubeconfig context when -n is absent; --context picks another.
 fn the_namespace_comes_from_the_context(ns: &str) {
     // The namespace comes from the kubeconfig context when -n is absent; --context picks one.
-    let kubeconfig = kubeconfig_with_namespaces(ns, "kube-public");
+    let (_dir, kubeconfig) = kubeconfig_with_namespaces(ns, "kube-public");
     let file = kubeconfig.to_string_lossy().to_string();
     let (code, text) = status(&["gated", "--kubeconfig", &file]);
     assert_eq!(code, 0, "the context's namespace: {text}");
