@@ -8,6 +8,9 @@
 //!   reconciliation status index-aligned with the spec.
 //! - [`Symphony`] (namespaced): one Composition per variation.
 //!
+//! [`eno`] holds Eno's `eno.azure.io/v1` kinds, which enoki reconciles as they are when asked
+//! (`--serve-eno-api`).
+//!
 //! [`names`] holds every annotation key (with its `eno.azure.io/` alias), label, finalizer,
 //! field manager, condition type and reason. [`manifests`] renders the CRD YAML that `crdgen`
 //! writes to `crds/manifests/`.
@@ -15,6 +18,7 @@
 //! This crate knows nothing about reconciling; it only describes the API.
 
 pub mod composition;
+pub mod eno;
 pub mod manifests;
 pub mod names;
 pub mod resource_slice;

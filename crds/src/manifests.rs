@@ -19,6 +19,18 @@ pub fn all() -> Vec<CustomResourceDefinition> {
     ]
 }
 
+/// Eno's CRDs (`eno.azure.io/v1`), for a cluster without them: `crds/manifests/eno/`, the
+/// opt-in `deploy/eno-api`.
+pub fn eno() -> Vec<CustomResourceDefinition> {
+    use crate::eno;
+    vec![
+        eno::Synthesizer::crd(),
+        eno::Composition::crd(),
+        eno::ResourceSlice::crd(),
+        eno::Symphony::crd(),
+    ]
+}
+
 /// The CRDs of the built-in synthesizers' kinds, with their upstream groups
 /// (`crds/manifests/builtins/`, written by hand): TrusteeConfig and KbsConfig
 /// (`confidentialcontainers.org`), ClusterResourceQuota (`quota.powerapp.cloud`) and
@@ -58,8 +70,21 @@ pub fn builtins() -> Result<Vec<CustomResourceDefinition>, serde_saphyr::Error> 
 /// # Errors
 /// Fails only if a CRD cannot be serialized, which would be a bug in the types.
 pub fn render() -> Result<Vec<(String, String)>, serde_saphyr::ser::Error> {
-    all()
-        .into_iter()
+    render_these(all())
+}
+
+/// [`render`] of Eno's CRDs ([`eno`]).
+///
+/// # Errors
+/// As [`render`].
+pub fn render_eno() -> Result<Vec<(String, String)>, serde_saphyr::ser::Error> {
+    render_these(eno())
+}
+
+fn render_these(
+    crds: Vec<CustomResourceDefinition>,
+) -> Result<Vec<(String, String)>, serde_saphyr::ser::Error> {
+    crds.into_iter()
         .map(|crd| {
             let name = crd.metadata.name.clone().unwrap_or_default();
             let yaml = serde_saphyr::to_string(&crd)?;

@@ -16,6 +16,20 @@ fn manifests_are_up_to_date() {
             );
         }
     }
+    for dir in [
+        root.join("manifests/eno"),
+        root.join("../deploy/eno-api/crds"),
+    ] {
+        for (file, yaml) in crds::manifests::render_eno().unwrap() {
+            let committed = std::fs::read_to_string(dir.join(&file)).unwrap_or_default();
+            assert_eq!(
+                committed,
+                yaml,
+                "{file} in {} is stale; run `cargo run -p crds --bin crdgen`",
+                dir.display()
+            );
+        }
+    }
 }
 
 #[test]

@@ -26,5 +26,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             println!("wrote {}", dir.join(file).display());
         }
     }
+    // Eno's CRDs: opt-in, for a cluster that never ran Eno (`--serve-eno-api`).
+    if std::env::args().nth(1).is_none() {
+        for dir in [
+            root.join("manifests/eno"),
+            root.join("../deploy/eno-api/crds"),
+        ] {
+            std::fs::create_dir_all(&dir)?;
+            for (file, yaml) in crds::manifests::render_eno()? {
+                std::fs::write(dir.join(&file), yaml)?;
+                println!("wrote {}", dir.join(file).display());
+            }
+        }
+    }
     Ok(())
 }

@@ -105,6 +105,7 @@ fn synthesis(args: &cli::RunArgs) -> anyhow::Result<run::SynthesisOptions> {
         rollouts: args.namespace.is_none()
             && args.rollouts.unwrap_or(args.label_selector.is_none()),
         synthesis_rates: synthesis_rates(args)?,
+        serve_eno_api: args.serve_eno_api,
     })
 }
 

@@ -79,6 +79,11 @@ pub struct RunArgs {
     /// Compositions.
     #[arg(long, env = "ENOKI_ROLLOUTS")]
     pub rollouts: Option<bool>,
+    /// Reconcile Eno's own objects as they are: `eno.azure.io/v1` Synthesizers, Compositions
+    /// and Symphonies (Eno's CRDs must be installed), each through an `enoki.dev` mirror of the
+    /// same name, with status written back in Eno's shape (docs/from-eno.md).
+    #[arg(long, env = "ENOKI_SERVE_ENO_API", default_value_t = false)]
+    pub serve_eno_api: bool,
     /// The shortest `reconcile-interval` honoured (Eno's `--min-reconcile-interval`): a smaller
     /// annotation value is raised to it, and no re-check is scheduled sooner (humantime).
     #[arg(long, env = "ENOKI_MIN_RECONCILE_INTERVAL", default_value = "1s")]

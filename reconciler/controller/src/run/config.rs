@@ -126,6 +126,8 @@ pub struct SynthesisOptions {
     pub revision_history_limit: u32,
     /// `--rollouts`: this controller coordinates rollouts and its Compositions follow them.
     pub rollouts: bool,
+    /// `--serve-eno-api`: Eno's `eno.azure.io/v1` objects are reconciled through mirrors.
+    pub serve_eno_api: bool,
     /// The `lepton` built-in may emit PersistentVolumes.
     pub lepton_persistent_volumes: bool,
     /// How often discovery is read again for `.Capabilities` (`--capabilities-refresh`).

@@ -13,6 +13,7 @@ pub(crate) mod composition;
 mod config;
 pub(crate) mod context;
 pub mod diff;
+mod eno;
 pub mod error;
 pub mod fair;
 #[cfg(test)]

@@ -171,24 +171,7 @@ pub(super) async fn pull_unbounded(
             "{reference:?} has no digest: pin the module as <registry>/<repo>:<tag>@sha256:<digest> (tag-only references are refused because tags can move)"
         )));
     };
-    let registry_host = r.resolve_registry().to_string();
-    let insecure = insecure_registries(&r).contains(&registry_host);
-    let scheme = if insecure { "http" } else { "https" };
-    let http = registry_client(&registry_host, insecure, policy, extra_ca)?;
-    let token_http = token_client(extra_ca)?;
-    let mut reg = Registry {
-        http,
-        token_http,
-        base: format!("{scheme}://{registry_host}/v2/"),
-        repository: r.repository().to_string(),
-        reference: reference.to_string(),
-        insecure,
-        token: None,
-        credentials: credentials.cloned(),
-        basic: false,
-        sent: false,
-        host: registry_host.clone(),
-    };
+    let mut reg = open_registry(&r, reference, policy, credentials, extra_ca)?;
     let (digest, declared) = layer_of(&mut reg, &pinned, media_type, policy).await?;
     let what = format!("layer {digest} of {reference}");
     if declared > policy.max_bytes as u64 {
@@ -222,6 +205,89 @@ pub(super) async fn pull_unbounded(
         });
     }
     Ok(body)
+}
+
+/// A client of the registry `r` names, for one pull.
+fn open_registry(
+    r: &oci_client::Reference,
+    reference: &str,
+    policy: &FetchPolicy,
+    credentials: Option<&Credentials>,
+    extra_ca: Option<&[u8]>,
+) -> Result<Registry, SourceError> {
+    let registry_host = r.resolve_registry().to_string();
+    let insecure = insecure_registries(r).contains(&registry_host);
+    let scheme = if insecure { "http" } else { "https" };
+    Ok(Registry {
+        http: registry_client(&registry_host, insecure, policy, extra_ca)?,
+        token_http: token_client(extra_ca)?,
+        base: format!("{scheme}://{registry_host}/v2/"),
+        repository: r.repository().to_string(),
+        reference: reference.to_string(),
+        insecure,
+        token: None,
+        credentials: credentials.cloned(),
+        basic: false,
+        sent: false,
+        host: registry_host,
+    })
+}
+
+/// `reference` pinned: a reference with a digest as it is, a tag (`registry/repo:tag`, or
+/// `latest` when none) resolved to the digest of the manifest the registry serves for it now,
+/// which must have a `media_type` layer (a container image has none).
+///
+/// # Errors
+/// As [`pull`]; a manifest without a `media_type` layer.
+pub async fn resolve(
+    reference: &str,
+    media_type: &str,
+    policy: &FetchPolicy,
+    credentials: Option<&Credentials>,
+    extra_ca: Option<&[u8]>,
+) -> Result<String, SourceError> {
+    let r = parse_reference(reference)?;
+    if r.digest().is_some() {
+        return Ok(reference.to_string());
+    }
+    let mut reg = open_registry(&r, reference, policy, credentials, extra_ca)?;
+    let tag = r.tag().unwrap_or("latest").to_string();
+    let path = format!("{}/manifests/{tag}", reg.repository);
+    let resp = reg.get(&path, Some(MANIFEST_TYPES), policy).await?;
+    let body = read_capped(
+        resp.bytes_stream().map_err(|e| reg.remote(e)),
+        "manifest",
+        &FetchPolicy {
+            max_bytes: MAX_MANIFEST_BYTES,
+            ..*policy
+        },
+    )
+    .await?;
+    let digest = format!("sha256:{}", hex::encode(Sha256::digest(&body)));
+    let manifest: serde_json::Value = serde_json::from_slice(&body)
+        .map_err(|e| SourceError::Invalid(format!("{reference}: the manifest is not JSON: {e}")))?;
+    let layers = manifest["layers"].as_array().into_iter().flatten();
+    if !layers.clone().any(|l| l["mediaType"] == media_type) {
+        let found: Vec<String> = layers
+            .filter_map(|l| l["mediaType"].as_str().map(remote_text))
+            .collect();
+        return Err(SourceError::Invalid(format!(
+            "{reference} is not a WebAssembly module: its manifest has no {media_type} layer \
+             (layers: {})",
+            if found.is_empty() {
+                "none".into()
+            } else {
+                found.join(", ")
+            }
+        )));
+    }
+    let base = reference.split('@').next().unwrap_or(reference);
+    let base = if r.tag().is_none() {
+        format!("{base}:latest")
+    } else {
+        base.to_string()
+    };
+    Ok(format!("{base}@{digest}"))
 }
 
 /// The digest and declared size of the `media_type` layer of the manifest `pinned` (checked

@@ -81,6 +81,9 @@ pub enum Step {
     /// the namespace is deleted).
     #[error("{} an output outside the namespace", if *.0 { "reading" } else { "deleting" })]
     OutsideOutput(bool),
+    /// A step of mirroring an `eno.azure.io` object (`--serve-eno-api`), as said.
+    #[error("{0}")]
+    EnoMirror(String),
 }
 
 #[cfg(test)]

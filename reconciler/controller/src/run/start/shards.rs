@@ -443,6 +443,9 @@ pub(super) async fn cluster_wide(
         ));
     }
     super::super::synthesizer::install_builtins(ctx).await;
+    if ctx.opts.synthesis.serve_eno_api {
+        super::super::eno::start(ctx, stop.clone(), tasks);
+    }
     tasks.push(tokio::spawn(instances::run(ctx.clone())));
     let (syms, generated): (Api<crds::Symphony>, Api<Composition>) = match &ctx.opts.scope.namespace
     {

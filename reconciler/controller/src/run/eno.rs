@@ -1,0 +1,125 @@
+//! Eno's own objects, reconciled as they are (`--serve-eno-api`).
+//!
+//! Each `eno.azure.io/v1` Synthesizer, Composition and Symphony gets an `enoki.dev` mirror of
+//! the same name (and namespace), labelled `enoki.dev/eno-mirror` and owned by it; the
+//! engine reconciles the mirror like any other object, and the mirror's status is written
+//! back to the Eno object in Eno's shape ([`project`]). A mirror is never written over an
+//! `enoki.dev` object that is not one (it is reported instead).
+//!
+//! - A Synthesizer's module is the OCI artifact `spec.image` names (a tag is resolved to the
+//!   digest it serves, again every 5 minutes: a moved tag is a new module, as a new image is
+//!   in Eno) or what the annotation `enoki.dev/module` names (`builtin:<name>` or an OCI
+//!   reference). An image that is no WebAssembly module is an Event on the Synthesizer and
+//!   the status of its Compositions; nothing is mirrored.
+//! - Compositions and Symphonies carry Eno's finalizer `eno.azure.io/cleanup`: deleting one
+//!   deletes its mirror (whose outputs enoki deletes as always), then lets the Eno object go,
+//!   with the Eno ResourceSlices it still owns.
+
+mod mirror;
+pub(crate) mod project;
+mod synthesizers;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
+use kube::Api;
+use kube::runtime::watcher;
+
+use super::Context;
+use super::recovery;
+
+/// Field manager of every mirror write.
+pub(crate) const FIELD_MANAGER: &str = "enoki-eno-api";
+
+/// The bridge's state: the engine's context, and why each Eno Synthesizer has no mirror.
+pub(crate) struct Bridge {
+    pub(crate) ctx: Arc<Context>,
+    /// Eno Synthesizer name → why it has no module (Compositions on it say so).
+    unresolved: Mutex<BTreeMap<String, String>>,
+}
+
+impl Bridge {
+    /// Why the Eno Synthesizer `name` has no module, if it has none.
+    pub(crate) fn unresolved(&self, name: &str) -> Option<String> {
+        self.unresolved
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(name)
+            .cloned()
+    }
+
+    fn set_unresolved(&self, name: &str, why: Option<String>) {
+        let mut map = self.unresolved.lock().unwrap_or_else(|e| e.into_inner());
+        match why {
+            Some(why) => map.insert(name.to_string(), why),
+            None => map.remove(name),
+        };
+    }
+}
+
+/// Starts the bridge's controllers: Synthesizers, Compositions and Symphonies.
+pub(super) fn start(
+    ctx: &Arc<Context>,
+    stop: impl std::future::Future<Output = ()> + Clone + Send + Sync + 'static,
+    tasks: &mut Vec<tokio::task::JoinHandle<()>>,
+) {
+    let bridge = Arc::new(Bridge {
+        ctx: ctx.clone(),
+        unresolved: Mutex::default(),
+    });
+    let client = ctx.clusters.client().clone();
+    // Compositions and Symphonies in the controller's scope (namespace, label selector);
+    // every Synthesizer (they are cluster-scoped, and Compositions in any scope run them).
+    let (scoped, mirrors) = match &ctx.opts.scope.label_selector {
+        Some(sel) => (
+            watcher::Config::default().labels(sel),
+            watcher::Config::default().labels(&format!("{},{sel}", project::MIRROR)),
+        ),
+        None => (
+            watcher::Config::default(),
+            watcher::Config::default().labels(project::MIRROR),
+        ),
+    };
+    let synths: Api<crds::eno::Synthesizer> = Api::all(client.clone());
+    let owned: Api<crds::Synthesizer> = Api::all(client.clone());
+    tasks.push(tokio::spawn(
+        recovery::controller(synths, watcher::Config::default())
+            .owns(owned, watcher::Config::default().labels(project::MIRROR))
+            .graceful_shutdown_on(stop.clone())
+            .run(
+                synthesizers::reconcile,
+                synthesizers::error_policy,
+                bridge.clone(),
+            )
+            .for_each(|_| async {}),
+    ));
+    let (comps, comp_mirrors, syms, sym_mirrors) = match &ctx.opts.scope.namespace {
+        Some(ns) => (
+            Api::namespaced(client.clone(), ns),
+            Api::namespaced(client.clone(), ns),
+            Api::namespaced(client.clone(), ns),
+            Api::namespaced(client, ns),
+        ),
+        None => (
+            Api::all(client.clone()),
+            Api::all(client.clone()),
+            Api::all(client.clone()),
+            Api::all(client),
+        ),
+    };
+    tasks.push(tokio::spawn(
+        recovery::controller::<crds::eno::Composition>(comps, scoped.clone())
+            .owns::<crds::Composition>(comp_mirrors, mirrors.clone())
+            .graceful_shutdown_on(stop.clone())
+            .run(mirror::reconcile, mirror::error_policy, bridge.clone())
+            .for_each(|_| async {}),
+    ));
+    tasks.push(tokio::spawn(
+        recovery::controller::<crds::eno::Symphony>(syms, scoped)
+            .owns::<crds::Symphony>(sym_mirrors, mirrors)
+            .graceful_shutdown_on(stop)
+            .run(mirror::reconcile, mirror::error_policy, bridge)
+            .for_each(|_| async {}),
+    ));
+}

@@ -1,0 +1,252 @@
+//! The pure half of the Eno bridge: an Eno object's spec as its `enoki.dev` mirror's, and the
+//! mirror's status as the Eno object's (only Eno's fields: Eno's CRDs prune the rest).
+//!
+//! Generations are mapped, not copied: the mirror records the Eno object's generation it was
+//! written from (`enoki.dev/eno-generation`), and a synthesis that observed the mirror's
+//! current generation observed that Eno generation — so `observedCompositionGeneration ==
+//! metadata.generation` means on the Eno object what it means in Eno.
+
+use std::collections::BTreeMap;
+
+use crds::eno;
+use kube::ResourceExt;
+use serde_json::{Value, json};
+
+/// Annotation on a mirror: the generation of the Eno object it was written from.
+pub(crate) const GENERATION: &str = "enoki.dev/eno-generation";
+/// Label on a mirror: it mirrors an `eno.azure.io` object of the same name (which owns it).
+pub(crate) const MIRROR: &str = "enoki.dev/eno-mirror";
+/// Annotation on an Eno Synthesizer naming its module: `builtin:<name>` or an OCI reference
+/// (pinned or by tag), in place of `spec.image`.
+pub(crate) const MODULE: &str = "enoki.dev/module";
+/// Annotations not carried to a mirror.
+const NOT_CARRIED: [&str; 1] = ["kubectl.kubernetes.io/last-applied-configuration"];
+
+/// The mirror of an Eno Composition's spec, or why there is none.
+pub(crate) fn composition_spec(c: &eno::Composition) -> Result<crds::CompositionSpec, String> {
+    if c.spec.synthesizer.name.is_empty() {
+        return Err(
+            "spec.synthesizer.name is empty: enoki does not pick a Synthesizer by \
+             labelSelector; name it"
+                .into(),
+        );
+    }
+    let mut spec = serde_json::to_value(&c.spec).map_err(|e| e.to_string())?;
+    spec["synthesizer"] = json!({"name": c.spec.synthesizer.name});
+    serde_json::from_value(spec).map_err(|e| format!("spec: {e}"))
+}
+
+/// The mirror of an Eno Symphony's spec, or why there is none.
+pub(crate) fn symphony_spec(s: &eno::Symphony) -> Result<crds::SymphonySpec, String> {
+    let mut spec = serde_json::to_value(&s.spec).map_err(|e| e.to_string())?;
+    for (i, v) in s.spec.variations.iter().enumerate() {
+        if v.synthesizer.name.is_empty() {
+            return Err(format!(
+                "spec.variations[{i}].synthesizer.name is empty: enoki does not pick a \
+                 Synthesizer by labelSelector; name it"
+            ));
+        }
+        spec["variations"][i]["synthesizer"] = json!({"name": v.synthesizer.name});
+    }
+    serde_json::from_value(spec).map_err(|e| format!("spec: {e}"))
+}
+
+/// The mirror of an Eno Synthesizer's spec, given its module.
+pub(crate) fn synthesizer_spec(
+    s: &eno::Synthesizer,
+    module: crds::ModuleSource,
+) -> crds::SynthesizerSpec {
+    let non_empty = |s: &str| (!s.is_empty()).then(|| s.to_string());
+    let refs = s
+        .spec
+        .refs
+        .iter()
+        .map(|r| crds::Ref {
+            key: r.key.clone(),
+            resource: Some(crds::ResourceRef {
+                group: r.resource.group.clone(),
+                version: if r.resource.version.is_empty() && r.resource.group.is_empty() {
+                    "v1".into()
+                } else {
+                    r.resource.version.clone()
+                },
+                kind: r.resource.kind.clone(),
+                name: non_empty(&r.resource.name),
+                namespace: non_empty(&r.resource.namespace),
+                name_from: None,
+            }),
+            collection: None,
+            optional: r.optional,
+            defer: r.defer,
+        })
+        .collect();
+    crds::SynthesizerSpec {
+        module,
+        refs,
+        limits: s.spec.exec_timeout.as_ref().map(|t| crds::Limits {
+            timeout: Some(t.clone()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The module an Eno Synthesizer names: the `enoki.dev/module` annotation (`builtin:<name>`,
+/// or an OCI reference), else `spec.image`. An OCI reference is returned as written (a tag
+/// is resolved by the caller).
+pub(crate) fn module_of(s: &eno::Synthesizer) -> Result<crds::ModuleSource, String> {
+    let named = s.annotations().get(MODULE).map(|v| v.trim());
+    let reference = match named {
+        Some(v) if v.starts_with("builtin:") => {
+            return Ok(crds::ModuleSource {
+                builtin: Some(v.trim_start_matches("builtin:").to_string()),
+                ..Default::default()
+            });
+        }
+        Some(v) if !v.is_empty() => v,
+        _ => s.spec.image.trim(),
+    };
+    if reference.is_empty() {
+        return Err(format!(
+            "spec.image is empty and there is no {MODULE} annotation: enoki runs a \
+             WebAssembly module, not a container"
+        ));
+    }
+    Ok(crds::ModuleSource {
+        oci: Some(reference.to_string()),
+        ..Default::default()
+    })
+}
+
+/// The labels and annotations of a mirror: the Eno object's (but kubectl's copy of the last
+/// applied object), the mirror label and the generation.
+pub(crate) fn mirror_meta(
+    obj: &impl kube::Resource,
+) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
+    let mut labels = obj.labels().clone();
+    labels.insert(MIRROR.into(), "true".into());
+    let mut annotations: BTreeMap<String, String> = obj
+        .annotations()
+        .iter()
+        .filter(|(k, _)| !NOT_CARRIED.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    annotations.insert(
+        GENERATION.into(),
+        obj.meta().generation.unwrap_or_default().to_string(),
+    );
+    (labels, annotations)
+}
+
+/// The Eno generation a mirror synthesis observed: the recorded one when it observed the
+/// mirror's current generation, else what the Eno status said for the same synthesis.
+fn generation(
+    observed: Option<i64>,
+    mirror: (Option<i64>, Option<i64>),
+    before: Option<i64>,
+) -> Option<i64> {
+    match (observed, mirror) {
+        (Some(o), (Some(now), Some(eno))) if o == now => Some(eno),
+        (Some(_), _) => before,
+        (None, _) => None,
+    }
+}
+
+/// The generation a mirror was written from, and its own.
+pub(crate) fn generations(mirror: &impl kube::Resource) -> (Option<i64>, Option<i64>) {
+    let eno = mirror
+        .meta()
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(GENERATION))
+        .and_then(|g| g.parse().ok());
+    (mirror.meta().generation, eno)
+}
+
+/// An Eno Composition's status from its mirror's. `synth` is the mirror Synthesizer's
+/// generations ([`generations`]); `before` the Eno status now.
+pub(crate) fn composition_status(
+    mirror: &crds::Composition,
+    synth: (Option<i64>, Option<i64>),
+    before: Option<&eno::CompositionStatus>,
+) -> eno::CompositionStatus {
+    let Some(status) = mirror.status.as_ref() else {
+        return eno::CompositionStatus::default();
+    };
+    let comp = generations(mirror);
+    let earlier = |uuid: &str| -> Option<eno::Synthesis> {
+        let b = before?;
+        [
+            &b.in_flight_synthesis,
+            &b.current_synthesis,
+            &b.previous_synthesis,
+        ]
+        .into_iter()
+        .flatten()
+        .find(|s| s.uuid == uuid)
+        .cloned()
+    };
+    let synthesis = |s: &Option<crds::Synthesis>| {
+        let s = s.as_ref()?;
+        let mut out: eno::Synthesis = serde_json::to_value(s)
+            .ok()
+            .and_then(|v| serde_json::from_value(v).ok())?;
+        let was = earlier(&s.uuid);
+        out.observed_composition_generation = generation(
+            s.observed_composition_generation,
+            comp,
+            was.as_ref().and_then(|w| w.observed_composition_generation),
+        );
+        out.observed_synthesizer_generation = generation(
+            s.observed_synthesizer_generation,
+            synth,
+            was.as_ref().and_then(|w| w.observed_synthesizer_generation),
+        );
+        out.attempts = out.attempts.filter(|a| *a > 0);
+        Some(out)
+    };
+    let mut out: eno::CompositionStatus = serde_json::to_value(status)
+        .ok()
+        .and_then(|v| serde_json::from_value(v).ok())
+        .unwrap_or_default();
+    out.in_flight_synthesis = synthesis(&status.in_flight_synthesis);
+    out.current_synthesis = synthesis(&status.current_synthesis);
+    out.previous_synthesis = synthesis(&status.previous_synthesis);
+    out
+}
+
+/// An Eno Symphony's status from its mirror's.
+pub(crate) fn symphony_status(mirror: &crds::Symphony) -> eno::SymphonyStatus {
+    let Some(status) = mirror.status.as_ref() else {
+        return eno::SymphonyStatus::default();
+    };
+    let mut out: eno::SymphonyStatus = serde_json::to_value(status)
+        .ok()
+        .and_then(|v| serde_json::from_value(v).ok())
+        .unwrap_or_default();
+    out.observed_generation = generation(status.observed_generation, generations(mirror), None);
+    out
+}
+
+/// The status of an Eno Composition that has no mirror: `status` word, `error`.
+pub(crate) fn blocked(
+    before: Option<&eno::CompositionStatus>,
+    status: &str,
+    error: String,
+) -> eno::CompositionStatus {
+    eno::CompositionStatus {
+        simplified: Some(eno::SimplifiedStatus {
+            status: status.into(),
+            error,
+        }),
+        ..before.cloned().unwrap_or_default()
+    }
+}
+
+/// JSON of a value (`null` when it cannot be written).
+pub(crate) fn to_json<T: serde::Serialize>(v: &T) -> Value {
+    serde_json::to_value(v).unwrap_or(Value::Null)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,148 @@
+use super::*;
+
+fn eno_comp(yaml: &str) -> eno::Composition {
+    serde_saphyr::from_str(yaml).unwrap()
+}
+
+/// Eno's example Composition (bindings, synthesisEnv, dependsOn) is its mirror's spec field
+/// for field; a Synthesizer picked by labelSelector has no mirror.
+#[test]
+fn an_eno_composition_spec_is_its_mirrors() {
+    let c = eno_comp(
+        "apiVersion: eno.azure.io/v1\nkind: Composition\nmetadata: {name: web, namespace: shop, generation: 3}\n\
+         spec:\n  synthesizer: {name: web-synth}\n  bindings:\n  - key: config\n    resource: {name: web-cfg, namespace: shop}\n\
+         \x20 - key: global\n    resource: {name: cluster-thing}\n  synthesisEnv:\n  - {name: REGION, value: westus}\n\
+         \x20 dependsOn:\n  - {name: db}\n",
+    );
+    let spec = composition_spec(&c).unwrap();
+    assert_eq!(spec.synthesizer.name, "web-synth");
+    assert_eq!(spec.bindings.len(), 2);
+    assert_eq!(spec.bindings[0].resource.namespace.as_deref(), Some("shop"));
+    assert_eq!(spec.bindings[1].resource.namespace, None);
+    assert_eq!(spec.synthesis_env[0].value, "westus");
+    assert_eq!(spec.depends_on[0].name, "db");
+    assert_eq!(spec.depends_on[0].namespace, None);
+    let by_label = eno_comp(
+        "apiVersion: eno.azure.io/v1\nkind: Composition\nmetadata: {name: web, namespace: shop}\n\
+         spec:\n  synthesizer: {labelSelector: {matchLabels: {app: web}}}\n",
+    );
+    let err = composition_spec(&by_label).unwrap_err();
+    assert!(
+        err.contains("spec.synthesizer.name") && err.contains("labelSelector"),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_eno_symphony_spec_is_its_mirrors() {
+    let s: eno::Symphony = serde_saphyr::from_str(
+        "apiVersion: eno.azure.io/v1\nkind: Symphony\nmetadata: {name: stack, namespace: shop}\n\
+         spec:\n  bindings:\n  - key: config\n    resource: {name: cfg}\n  variations:\n\
+         \x20 - synthesizer: {name: a}\n    labels: {tier: one}\n    synthesisEnv: [{name: X, value: '1'}]\n\
+         \x20 - synthesizer: {name: b}\n    optional: true\n    dependsOn: [{synthesizer: a}]\n",
+    )
+    .unwrap();
+    let spec = symphony_spec(&s).unwrap();
+    assert_eq!(spec.variations.len(), 2);
+    assert_eq!(spec.variations[0].labels["tier"], "one");
+    assert!(spec.variations[1].optional);
+    assert_eq!(spec.variations[1].depends_on[0].synthesizer, "a");
+    assert_eq!(spec.bindings[0].key, "config");
+}
+
+#[test]
+fn an_eno_synthesizer_names_its_module_by_annotation_or_image() {
+    let mut s: eno::Synthesizer = serde_saphyr::from_str(
+        "apiVersion: eno.azure.io/v1\nkind: Synthesizer\nmetadata: {name: web}\n\
+         spec:\n  image: registry.example/web:v2\n  execTimeout: 10s\n  refs:\n\
+         \x20 - key: config\n    resource: {group: '', kind: ConfigMap}\n\
+         \x20 - key: app\n    resource: {group: apps, version: v1, kind: Deployment, name: web, namespace: shop}\n    defer: true\n",
+    )
+    .unwrap();
+    let module = module_of(&s).unwrap();
+    assert_eq!(module.oci.as_deref(), Some("registry.example/web:v2"));
+    let spec = synthesizer_spec(&s, module);
+    assert_eq!(spec.refs[0].resource.as_ref().unwrap().version, "v1");
+    let app = spec.refs[1].resource.as_ref().unwrap();
+    assert_eq!(
+        (app.name.as_deref(), app.namespace.as_deref()),
+        (Some("web"), Some("shop"))
+    );
+    assert!(spec.refs[1].defer);
+    assert_eq!(spec.limits.unwrap().timeout.as_deref(), Some("10s"));
+    s.annotations_mut()
+        .insert(MODULE.into(), "builtin:trustee".into());
+    assert_eq!(module_of(&s).unwrap().builtin.as_deref(), Some("trustee"));
+    s.annotations_mut().clear();
+    s.spec.image.clear();
+    let err = module_of(&s).unwrap_err();
+    assert!(err.contains("spec.image") && err.contains(MODULE), "{err}");
+}
+
+/// The mirror's status in Eno's shape: enoki's fields (conditions, digests) left out, the
+/// mirror's generation read back as the Eno object's, an earlier synthesis's kept as the
+/// Eno status had it.
+#[test]
+fn a_mirrors_status_is_written_in_enos_shape_with_enos_generations() {
+    let mut mirror: crds::Composition = serde_json::from_value(json!({
+        "apiVersion": "enoki.dev/v1alpha1", "kind": "Composition",
+        "metadata": {"name": "web", "namespace": "shop", "generation": 5,
+                     "annotations": {GENERATION: "2"}},
+        "spec": {"synthesizer": {"name": "web-synth"}},
+        "status": {
+            "observedGeneration": 5,
+            "conditions": [{"type": "Ready", "status": "True", "reason": "AllReady",
+                            "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+            "simplified": {"status": "Ready"},
+            "currentSynthesis": {"uuid": "b", "observedCompositionGeneration": 5,
+                "observedSynthesizerGeneration": 7, "moduleDigest": "sha256:00",
+                "synthesized": "2026-01-01T00:00:00Z", "ready": "2026-01-01T00:00:01Z",
+                "attempts": 1, "resourceSlices": [{"name": "web-x"}]},
+            "previousSynthesis": {"uuid": "a", "observedCompositionGeneration": 4}
+        }
+    }))
+    .unwrap();
+    let before = eno::CompositionStatus {
+        current_synthesis: Some(eno::Synthesis {
+            uuid: "a".into(),
+            observed_composition_generation: Some(1),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let out = composition_status(&mirror, (Some(7), Some(1)), Some(&before));
+    let json = to_json(&out);
+    assert_eq!(json["simplified"]["status"], "Ready");
+    assert_eq!(json["currentSynthesis"]["observedCompositionGeneration"], 2);
+    assert_eq!(json["currentSynthesis"]["observedSynthesizerGeneration"], 1);
+    assert_eq!(
+        json["currentSynthesis"]["resourceSlices"][0]["name"],
+        "web-x"
+    );
+    assert_eq!(
+        json["previousSynthesis"]["observedCompositionGeneration"],
+        1
+    );
+    assert!(json.get("conditions").is_none() && json.get("observedGeneration").is_none());
+    assert!(json["currentSynthesis"].get("moduleDigest").is_none());
+    mirror.status = None;
+    assert_eq!(
+        composition_status(&mirror, (None, None), None),
+        eno::CompositionStatus::default()
+    );
+}
+
+#[test]
+fn a_mirror_carries_the_eno_objects_labels_and_annotations_but_kubectls_copy() {
+    let c = eno_comp(
+        "apiVersion: eno.azure.io/v1\nkind: Composition\nmetadata:\n  name: web\n  namespace: shop\n  generation: 4\n\
+         \x20 labels: {team: a}\n  annotations:\n    eno.azure.io/deletion-strategy: orphan\n\
+         \x20   kubectl.kubernetes.io/last-applied-configuration: '{}'\nspec: {synthesizer: {name: s}}\n",
+    );
+    let (labels, annotations) = mirror_meta(&c);
+    assert_eq!(labels["team"], "a");
+    assert_eq!(labels[MIRROR], "true");
+    assert_eq!(annotations["eno.azure.io/deletion-strategy"], "orphan");
+    assert_eq!(annotations[GENERATION], "4");
+    assert!(!annotations.contains_key("kubectl.kubernetes.io/last-applied-configuration"));
+}
