@@ -377,11 +377,13 @@ fn helm_chart_matches_kustomize() {
     let root = harness::workspace_root();
     let (ok, out, err) = helm(&["lint", "deploy/helm/enoki", "--strict"]);
     assert!(ok, "helm lint: {out}{err}");
-    for (tenancy, kustomization) in [
-        ("multi", "deploy/base"),
-        ("single", "deploy/overlays/single-tenant"),
+    for (tenancy, kustomization, eno_api) in [
+        ("multi", "deploy/base", false),
+        ("single", "deploy/overlays/single-tenant", false),
+        ("multi", "deploy/overlays/eno-api", true),
     ] {
         let set = format!("tenancy={tenancy}");
+        let eno = format!("enoApi.enabled={eno_api}");
         let (ok, rendered, err) = helm(&[
             "template",
             "enoki",
@@ -390,6 +392,8 @@ fn helm_chart_matches_kustomize() {
             "enoki-system",
             "--set",
             &set,
+            "--set",
+            &eno,
             // Rendered without cluster access, `auto` leaves them out (see below).
             "--set",
             "crds.builtins=true",
@@ -822,4 +826,53 @@ fn the_upstream_crds_overlay_leaves_the_builtin_crds_out() {
     for (key, object) in &overlay {
         assert_eq!(&base[key], object, "{key:?}");
     }
+}
+
+/// `enoApi.crds` renders Eno's CRDs exactly as `deploy/eno-api` installs them (the spec; the
+/// chart adds its labels and keep annotation), and only when asked.
+#[test]
+fn the_chart_installs_enos_crds_only_when_asked() {
+    let root = harness::workspace_root();
+    let eno_crds = |crds: bool| {
+        let set = format!("enoApi.crds={crds}");
+        let (ok, rendered, err) = helm(&[
+            "template",
+            "enoki",
+            "deploy/helm/enoki",
+            "-n",
+            "enoki-system",
+            "--set",
+            &set,
+        ]);
+        assert!(ok, "{err}");
+        let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&rendered).unwrap();
+        docs.into_iter()
+            .filter(|d| d["spec"]["group"] == "eno.azure.io")
+            .map(|d| {
+                (
+                    d["metadata"]["name"].as_str().unwrap().to_string(),
+                    d["spec"].clone(),
+                )
+            })
+            .collect::<std::collections::BTreeMap<_, _>>()
+    };
+    assert!(eno_crds(false).is_empty());
+    let (ok, yaml) = kubectl(
+        &["kustomize", root.join("deploy/eno-api").to_str().unwrap()],
+        None,
+    );
+    assert!(ok, "{yaml}");
+    let want: std::collections::BTreeMap<_, _> =
+        serde_saphyr::from_multiple::<serde_json::Value>(&yaml)
+            .unwrap()
+            .into_iter()
+            .map(|d| {
+                (
+                    d["metadata"]["name"].as_str().unwrap().to_string(),
+                    d["spec"].clone(),
+                )
+            })
+            .collect();
+    assert_eq!(want.len(), 4);
+    assert_eq!(eno_crds(true), want);
 }

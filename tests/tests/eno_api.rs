@@ -176,7 +176,11 @@ async fn enos_composition_and_symphony_converge_as_they_are_and_go_cleanly() {
     let (before, _) = eno.eno_status("web").await.unwrap();
     tokio::time::sleep(Duration::from_secs(6)).await;
     let (after, _) = eno.eno_status("web").await.unwrap();
-    assert_eq!(before.resource_version(), after.resource_version(), "written at rest");
+    assert_eq!(
+        before.resource_version(),
+        after.resource_version(),
+        "written at rest"
+    );
     // The mirror: an enoki.dev Composition of the same name, labelled and owned.
     let mirror = eno.env.api::<crds::Composition>().get("web").await.unwrap();
     assert_eq!(mirror.labels()["enoki.dev/eno-mirror"], "true");
