@@ -17,46 +17,19 @@
 
 mod mirror;
 pub(crate) mod project;
+mod state;
 mod synthesizers;
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
-use kube::Api;
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
+use kube::{Api, ResourceExt};
 
 use super::Context;
 use super::recovery;
-
-/// Field manager of every mirror write.
-pub(crate) const FIELD_MANAGER: &str = "enoki-eno-api";
-
-/// The bridge's state: the engine's context, and why each Eno Synthesizer has no mirror.
-pub(crate) struct Bridge {
-    pub(crate) ctx: Arc<Context>,
-    /// Eno Synthesizer name → why it has no module (Compositions on it say so).
-    unresolved: Mutex<BTreeMap<String, String>>,
-}
-
-impl Bridge {
-    /// Why the Eno Synthesizer `name` has no module, if it has none.
-    pub(crate) fn unresolved(&self, name: &str) -> Option<String> {
-        self.unresolved
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(name)
-            .cloned()
-    }
-
-    fn set_unresolved(&self, name: &str, why: Option<String>) {
-        let mut map = self.unresolved.lock().unwrap_or_else(|e| e.into_inner());
-        match why {
-            Some(why) => map.insert(name.to_string(), why),
-            None => map.remove(name),
-        };
-    }
-}
+use state::Bridge;
 
 /// Starts the bridge's controllers: Synthesizers, Compositions and Symphonies.
 pub(super) fn start(
@@ -83,9 +56,10 @@ pub(super) fn start(
     };
     let synths: Api<crds::eno::Synthesizer> = Api::all(client.clone());
     let owned: Api<crds::Synthesizer> = Api::all(client.clone());
+    let synth_watch = watcher::Config::default().labels(project::MIRROR);
     tasks.push(tokio::spawn(
         recovery::controller(synths, watcher::Config::default())
-            .owns(owned, watcher::Config::default().labels(project::MIRROR))
+            .owns(owned, synth_watch.clone())
             .graceful_shutdown_on(stop.clone())
             .run(
                 synthesizers::reconcile,
@@ -108,16 +82,36 @@ pub(super) fn start(
             Api::all(client),
         ),
     };
+    // A new or changed Synthesizer mirror wakes the Eno objects that run it.
+    let synth_mirrors: Api<crds::Synthesizer> = Api::all(ctx.clusters.client().clone());
+    let comp_ctrl = recovery::controller::<crds::eno::Composition>(comps, scoped.clone());
+    let comp_store = comp_ctrl.store();
     tasks.push(tokio::spawn(
-        recovery::controller::<crds::eno::Composition>(comps, scoped.clone())
+        comp_ctrl
             .owns::<crds::Composition>(comp_mirrors, mirrors.clone())
+            .watches(synth_mirrors.clone(), synth_watch.clone(), move |s| {
+                let name = s.name_any();
+                let on = comp_store.state().into_iter();
+                on.filter(|c| c.spec.synthesizer.name == name)
+                    .map(|c| ObjectRef::from_obj(c.as_ref()))
+                    .collect::<Vec<_>>()
+            })
             .graceful_shutdown_on(stop.clone())
             .run(mirror::reconcile, mirror::error_policy, bridge.clone())
             .for_each(|_| async {}),
     ));
+    let sym_ctrl = recovery::controller::<crds::eno::Symphony>(syms, scoped);
+    let sym_store = sym_ctrl.store();
     tasks.push(tokio::spawn(
-        recovery::controller::<crds::eno::Symphony>(syms, scoped)
+        sym_ctrl
             .owns::<crds::Symphony>(sym_mirrors, mirrors)
+            .watches(synth_mirrors, synth_watch, move |s| {
+                let name = s.name_any();
+                let on = sym_store.state().into_iter();
+                on.filter(|y| y.spec.variations.iter().any(|v| v.synthesizer.name == name))
+                    .map(|y| ObjectRef::from_obj(y.as_ref()))
+                    .collect::<Vec<_>>()
+            })
             .graceful_shutdown_on(stop)
             .run(mirror::reconcile, mirror::error_policy, bridge)
             .for_each(|_| async {}),

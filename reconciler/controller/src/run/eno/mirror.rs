@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use super::project::{self, MIRROR};
-use super::{Bridge, FIELD_MANAGER};
+use super::state::{Bridge, FIELD_MANAGER};
 use crate::run::Error;
 use crate::run::error::Step;
 
@@ -52,7 +52,7 @@ pub(crate) trait Mirrored:
     const OWNS_SLICES: bool;
     /// The mirror's spec, or why there is none.
     fn mirror_spec(&self) -> Result<Value, String>;
-    /// The Synthesizers it runs.
+    /// The Synthesizers it needs.
     fn synthesizers(&self) -> Vec<String>;
     /// Its status from its mirror's; `synth` is the mirror Synthesizer's generations.
     fn status_from(&self, mirror: &Self::Mirror, synth: (Option<i64>, Option<i64>)) -> Value;
@@ -183,7 +183,7 @@ pub(super) async fn reconcile<E: Mirrored>(
     };
     let synth = match synthesizer(&bridge, e.as_ref(), mirror.is_none()).await? {
         Ok(synth) => synth,
-        Err(why) => return blocked(&bridge, e.as_ref(), &eapi, "MissingSynthesizer", why).await,
+        Err((word, why)) => return blocked(&bridge, e.as_ref(), &eapi, word, why).await,
     };
     let mirror = write_mirror(e.as_ref(), &mapi, mirror, spec).await?;
     let status = e.status_from(&mirror, synth);
@@ -192,32 +192,56 @@ pub(super) async fn reconcile<E: Mirrored>(
 }
 
 /// The generations of the first Synthesizer's mirror, or why the object cannot have a
-/// mirror: a Synthesizer whose `enoki.dev` counterpart is not a mirror, or (while there is no
-/// mirror yet) one whose module is unresolved.
+/// mirror (a status word and the reason): a Synthesizer whose `enoki.dev` counterpart is not a
+/// mirror; while there is no mirror yet, one that has no mirror yet (missing, its module
+/// unresolved or not resolved yet), so nothing runs before the module is known.
 async fn synthesizer<E: Mirrored>(
     bridge: &Bridge,
     e: &E,
     first: bool,
-) -> Result<Result<(Option<i64>, Option<i64>), String>, Error> {
-    let api: Api<crds::Synthesizer> = Api::all(bridge.ctx.clusters.client().clone());
+) -> Result<Result<(Option<i64>, Option<i64>), (&'static str, String)>, Error> {
+    let client = bridge.ctx.clusters.client().clone();
+    let mirrors: Api<crds::Synthesizer> = Api::all(client.clone());
+    let enos: Api<eno::Synthesizer> = Api::all(client);
     let mut gens = (None, None);
     for (i, name) in e.synthesizers().iter().enumerate() {
-        let synth = api
+        let synth = mirrors
             .get_opt(name)
             .await
             .map_err(api_err(format!("reading Synthesizer {name}")))?;
         match synth {
             Some(s) if !mirror_of(&s, "").0 => {
-                return Ok(Err(format!(
+                let why = format!(
                     "Synthesizer {name}: the enoki.dev Synthesizer of that name is not the \
                      mirror of an eno.azure.io one"
-                )));
+                );
+                return Ok(Err(("MissingSynthesizer", why)));
             }
             Some(s) if i == 0 => gens = project::generations(&s),
-            _ => {}
-        }
-        if let (true, Some(why)) = (first, bridge.unresolved(name)) {
-            return Ok(Err(format!("Synthesizer {name}: {why}")));
+            Some(_) => {}
+            None if first => {
+                if let Some(why) = bridge.unresolved(name) {
+                    return Ok(Err((
+                        "MissingSynthesizer",
+                        format!("Synthesizer {name}: {why}"),
+                    )));
+                }
+                let eno = enos
+                    .get_opt(name)
+                    .await
+                    .map_err(api_err(format!("reading Eno Synthesizer {name}")))?;
+                return Ok(Err(match eno {
+                    None => (
+                        "MissingSynthesizer",
+                        format!("Synthesizer {name} does not exist"),
+                    ),
+                    Some(_) => (
+                        "PendingSynthesis",
+                        format!("Synthesizer {name}: its module is being resolved"),
+                    ),
+                }));
+            }
+            None => {}
         }
     }
     Ok(Ok(gens))
@@ -239,7 +263,7 @@ async fn blocked<E: Mirrored>(
         .report
         .event_on(&e.object_ref(&()), true, word, "Mirror", why)
         .await;
-    Ok(Action::requeue(SOON * 6))
+    Ok(Action::requeue(SOON * 2))
 }
 
 /// Adds Eno's finalizer when it is missing (the resourceVersion tested: never a lost write).

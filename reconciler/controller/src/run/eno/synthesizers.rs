@@ -12,7 +12,7 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use super::project::{self, MIRROR};
-use super::{Bridge, FIELD_MANAGER};
+use super::state::{Bridge, FIELD_MANAGER};
 use crate::run::Error;
 use crate::run::error::Step;
 
