@@ -21,12 +21,85 @@ pub const API_VERSION: &str = "eno.azure.io/v1";
 /// Eno's finalizer on Compositions, Symphonies and ResourceSlices.
 pub const CLEANUP_FINALIZER: &str = "eno.azure.io/cleanup";
 
+/// An Eno object as read from the API: read leniently, as Eno's CRDs allow (no `spec` is an
+/// empty spec), so one odd object never stops a list or a watch of its kind. The
+/// `*Schema` types `kube` derives from the same spec are only for the CRDs.
+macro_rules! eno_kind {
+    ($(#[$m:meta])* $name:ident, $spec:ty, $status:ty, $kind:literal, $plural:literal, $scope:ty) => {
+        $(#[$m])*
+        #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+        #[serde(rename_all = "camelCase")]
+        pub struct $name {
+            /// `eno.azure.io/v1`.
+            #[serde(default = "api_version")]
+            pub api_version: String,
+            /// The kind.
+            #[serde(default)]
+            pub kind: String,
+            /// Standard object metadata.
+            #[serde(default)]
+            pub metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+            /// The spec (empty when the object has none).
+            #[serde(default)]
+            pub spec: $spec,
+            /// The status.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub status: Option<$status>,
+        }
+
+        impl kube::Resource for $name {
+            type DynamicType = ();
+            type Scope = $scope;
+
+            fn kind(_: &()) -> std::borrow::Cow<'_, str> {
+                $kind.into()
+            }
+
+            fn group(_: &()) -> std::borrow::Cow<'_, str> {
+                GROUP.into()
+            }
+
+            fn version(_: &()) -> std::borrow::Cow<'_, str> {
+                "v1".into()
+            }
+
+            fn plural(_: &()) -> std::borrow::Cow<'_, str> {
+                $plural.into()
+            }
+
+            fn meta(&self) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                &self.metadata
+            }
+
+            fn meta_mut(
+                &mut self,
+            ) -> &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                &mut self.metadata
+            }
+        }
+    };
+}
+fn api_version() -> String {
+    API_VERSION.into()
+}
+
+eno_kind!(
+    /// An Eno Composition: a Synthesizer bound to inputs.
+    Composition,
+    CompositionSpec,
+    CompositionStatus,
+    "Composition",
+    "compositions",
+    k8s_openapi::NamespaceResourceScope
+);
+
 /// An Eno Composition: a Synthesizer bound to inputs.
 #[derive(CustomResource, Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[kube(
     group = "eno.azure.io",
     version = "v1",
     kind = "Composition",
+    root = "CompositionSchema",
     namespaced,
     status = "CompositionStatus",
     printcolumn = r#"{"name":"Synthesizer","type":"string","jsonPath":".spec.synthesizer.name"}"#,

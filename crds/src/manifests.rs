@@ -23,12 +23,27 @@ pub fn all() -> Vec<CustomResourceDefinition> {
 /// opt-in `deploy/eno-api`.
 pub fn eno() -> Vec<CustomResourceDefinition> {
     use crate::eno;
-    vec![
-        eno::Synthesizer::crd(),
-        eno::Composition::crd(),
-        eno::ResourceSlice::crd(),
-        eno::Symphony::crd(),
-    ]
+    let mut crds = vec![
+        eno::SynthesizerSchema::crd(),
+        eno::CompositionSchema::crd(),
+        eno::ResourceSliceSchema::crd(),
+        eno::SymphonySchema::crd(),
+    ];
+    // As in Eno's CRDs, an object without `spec` is valid.
+    for crd in &mut crds {
+        let kind = crd.spec.names.kind.clone();
+        for v in &mut crd.spec.versions {
+            if let Some(root) = v
+                .schema
+                .as_mut()
+                .and_then(|s| s.open_api_v3_schema.as_mut())
+            {
+                root.required = None;
+                root.title = Some(kind.clone());
+            }
+        }
+    }
+    crds
 }
 
 /// The CRDs of the built-in synthesizers' kinds, with their upstream groups

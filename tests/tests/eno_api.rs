@@ -146,10 +146,10 @@ fn items(cm: &str) -> Value {
 /// An Eno Composition with bindings and `synthesisEnv` on a Synthesizer whose image is a
 /// pushed module (by tag) converges: outputs applied, the environment reaches the module, Eno's
 /// finalizer on it, its status in Eno's shape (no enoki field, Eno's generation observed).
-/// A Symphony with two variations converges too. Deleting the Composition deletes its output
+/// Deleting the Composition deletes its output
 /// and lets it go, with an Eno ResourceSlice Eno left behind (finalizer and all).
 #[tokio::test]
-async fn enos_composition_and_symphony_converge_as_they_are_and_go_cleanly() {
+async fn an_eno_composition_converges_as_it_is_and_goes_cleanly() {
     let eno = Eno::new().await;
     let synth = eno.synthesizer("echo", &eno.image).await;
     eno.config("cfg", items("web-out")).await;
@@ -172,14 +172,21 @@ async fn enos_composition_and_symphony_converge_as_they_are_and_go_cleanly() {
     }
     assert!(status["currentSynthesis"].get("moduleDigest").is_none());
     // At rest nothing is written: no status ping-pong between the mirror and Eno's object.
+    let mirrors = eno.env.api::<crds::Composition>();
     tokio::time::sleep(Duration::from_secs(3)).await;
     let (before, _) = eno.eno_status("web").await.unwrap();
+    let mirror_before = mirrors.get("web").await.unwrap();
     tokio::time::sleep(Duration::from_secs(6)).await;
     let (after, _) = eno.eno_status("web").await.unwrap();
+    let mirror_after = mirrors.get("web").await.unwrap();
     assert_eq!(
         before.resource_version(),
         after.resource_version(),
         "written at rest"
+    );
+    assert_eq!(
+        mirror_before.resource_version(),
+        mirror_after.resource_version()
     );
     // The mirror: an enoki.dev Composition of the same name, labelled and owned.
     let mirror = eno.env.api::<crds::Composition>().get("web").await.unwrap();
@@ -195,26 +202,6 @@ async fn enos_composition_and_symphony_converge_as_they_are_and_go_cleanly() {
         pinned.starts_with(&format!("{}@sha256:", eno.image)),
         "{pinned}"
     );
-
-    // A Symphony, one variation per Synthesizer.
-    let other = eno.synthesizer("echo-two", &eno.image).await;
-    eno.config("cfg-a", items("sym-a")).await;
-    eno.config("cfg-b", items("sym-b")).await;
-    let variation = |synth: &str, cfg: &str| {
-        json!({"synthesizer": {"name": synth}, "labels": eno.labels(),
-               "bindings": [{"key": "config", "resource": {"name": cfg}}]})
-    };
-    let sym = json!({"apiVersion": "eno.azure.io/v1", "kind": "Symphony",
-        "metadata": {"name": "stack", "labels": eno.labels()},
-        "spec": {"variations": [variation(&synth, "cfg-a"), variation(&other, "cfg-b")]}});
-    apply(&eno.env.api::<eno::Symphony>(), "stack", &sym).await;
-    eventually("the Symphony Ready in Eno's terms", WAIT, || async {
-        let s = eno.env.api::<eno::Symphony>().get("stack").await.unwrap();
-        let st = s.status?;
-        (st.ready.is_some() && st.observed_generation == s.metadata.generation).then_some(())
-    })
-    .await;
-    assert!(eno.config_map("sym-a").await.is_some() && eno.config_map("sym-b").await.is_some());
 
     // What Eno left: a slice of the Composition with Eno's finalizer.
     let slices = eno.env.api::<eno::ResourceSlice>();
@@ -242,10 +229,32 @@ async fn enos_composition_and_symphony_converge_as_they_are_and_go_cleanly() {
         },
     )
     .await;
-    assert!(
-        eno.config_map("sym-a").await.is_some(),
-        "the Symphony's output stays"
-    );
+}
+
+/// An Eno Symphony with two variations (one Synthesizer each) converges: each variation's
+/// output applied, the Symphony Ready in Eno's terms (its generation observed).
+#[tokio::test]
+async fn an_eno_symphony_with_variations_converges() {
+    let eno = Eno::new().await;
+    let synth = eno.synthesizer("echo", &eno.image).await;
+    let other = eno.synthesizer("echo-two", &eno.image).await;
+    eno.config("cfg-a", items("sym-a")).await;
+    eno.config("cfg-b", items("sym-b")).await;
+    let variation = |synth: &str, cfg: &str| {
+        json!({"synthesizer": {"name": synth}, "labels": eno.labels(),
+               "bindings": [{"key": "config", "resource": {"name": cfg}}]})
+    };
+    let sym = json!({"apiVersion": "eno.azure.io/v1", "kind": "Symphony",
+        "metadata": {"name": "stack", "labels": eno.labels()},
+        "spec": {"variations": [variation(&synth, "cfg-a"), variation(&other, "cfg-b")]}});
+    apply(&eno.env.api::<eno::Symphony>(), "stack", &sym).await;
+    eventually("the Symphony Ready in Eno's terms", WAIT, || async {
+        let s = eno.env.api::<eno::Symphony>().get("stack").await.unwrap();
+        let st = s.status?;
+        (st.ready.is_some() && st.observed_generation == s.metadata.generation).then_some(())
+    })
+    .await;
+    assert!(eno.config_map("sym-a").await.is_some() && eno.config_map("sym-b").await.is_some());
 }
 
 /// An `enoki.dev` Composition next to Eno's converges untouched; one with the name of an Eno
@@ -264,10 +273,29 @@ async fn an_enoki_composition_beside_enos_is_left_alone() {
                      "bindings": [{"key": "config", "resource": {"name": "cfg-native"}}]}})
     };
     let comps = eno.env.api::<crds::Composition>();
+    // A tenant's Eno Composition without a spec stops nothing (it says what it lacks).
+    let bare = json!({"apiVersion": "eno.azure.io/v1", "kind": "Composition",
+        "metadata": {"name": "bare", "labels": eno.labels()}});
+    apply(&eno.env.api::<eno::Composition>(), "bare", &bare).await;
     apply(&comps, "taken", &enoki_comp("taken")).await;
     eno.composition("taken", &synth, "cfg-eno").await;
     eno.composition("beside", &synth, "cfg-eno").await;
     eno.ready("beside").await;
+    let (_, status) = eno.eno_status("bare").await.unwrap();
+    let error = status["simplified"]["error"].as_str().unwrap_or_default();
+    assert!(error.contains("spec.synthesizer.name"), "{status}");
+    // An edit of the mirror itself is undone: the Eno object says what it is.
+    let edit = json!({"spec": {"synthesisEnv": [{"name": "REGION", "value": "edited"}],
+                               "suspend": true}});
+    comps
+        .patch("beside", &PatchParams::default(), &Patch::Merge(&edit))
+        .await
+        .unwrap();
+    eventually("the mirror's edit undone", WAIT, || async {
+        let m = comps.get("beside").await.unwrap();
+        (!m.spec.suspend && m.spec.synthesis_env[0].value == "westus").then_some(())
+    })
+    .await;
     let (_, status) = eventually("the Eno Composition reports the conflict", WAIT, || async {
         let (c, status) = eno.eno_status("taken").await?;
         (c.status?.simplified?.status == "Conflict").then_some(((), status))
@@ -298,11 +326,13 @@ async fn an_enoki_composition_beside_enos_is_left_alone() {
 async fn an_image_that_is_no_module_is_said_and_nothing_happens() {
     let eno = Eno::new().await;
     let registry = eno.image.split('/').next().unwrap().to_string();
-    let chart = push_chart(&registry);
+    let (chart, digest) = push_chart(&registry);
+    let pinned = format!("{registry}/charts/greeter@{digest}");
     let missing = eno.image.replace(":v1", ":not-pushed");
     eno.config("cfg", items("never")).await;
     for (suffix, image, says) in [
         ("chart", chart.as_str(), "is not a WebAssembly module"),
+        ("pinned", pinned.as_str(), "is not a WebAssembly module"),
         ("missing", missing.as_str(), "not-pushed"),
     ] {
         let synth = eno.synthesizer(suffix, image).await;
@@ -341,6 +371,54 @@ async fn an_image_that_is_no_module_is_said_and_nothing_happens() {
         );
     }
     assert!(eno.config_map("never").await.is_none());
+    // Deleted before enoki ever reconciled it: what Eno applied (its Eno slice says) is left
+    // in place, and a Warning names it.
+    let comps = eno.env.api::<eno::Composition>();
+    let c = comps.get("nothing-missing").await.unwrap();
+    let applied = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "eno-applied", "namespace": eno.env.namespace}});
+    apply(&eno.env.api::<ConfigMap>(), "eno-applied", &applied).await;
+    let mut slice: eno::ResourceSlice = serde_json::from_value(json!({
+        "apiVersion": "eno.azure.io/v1", "kind": "ResourceSlice",
+        "metadata": {"name": "nothing-slice", "finalizers": [eno::CLEANUP_FINALIZER]},
+        "spec": {"resources": [{"manifest": applied.to_string()}]}}))
+    .unwrap();
+    slice.metadata.owner_references =
+        Some(vec![kube::Resource::controller_owner_ref(&c, &()).unwrap()]);
+    let slices = eno.env.api::<eno::ResourceSlice>();
+    slices.create(&PostParams::default(), &slice).await.unwrap();
+    comps
+        .delete("nothing-missing", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the Composition and its Eno slice gone", WAIT, || async {
+        let gone = eno.eno_status("nothing-missing").await.is_none()
+            && slices.get_opt("nothing-slice").await.unwrap().is_none();
+        gone.then_some(())
+    })
+    .await;
+    assert!(
+        eno.config_map("eno-applied").await.is_some(),
+        "left in place"
+    );
+    let events: Api<k8s_openapi::api::events::v1::Event> = eno.env.api();
+    let lp = kube::api::ListParams::default().fields("regarding.name=nothing-missing");
+    let notes: Vec<String> = events
+        .list(&lp)
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("LeftInPlace"))
+        .filter_map(|e| e.note)
+        .collect();
+    let ns = &eno.env.namespace;
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains(&format!("ConfigMap {ns}/eno-applied"))),
+        "{notes:?}"
+    );
 }
 
 /// The note of a `ModuleUnavailable` Event on the Synthesizer `name`.
@@ -359,8 +437,8 @@ async fn module_unavailable(client: &kube::Client, name: &str) -> Option<String>
 }
 
 /// `samples/12-helm/chart` pushed with `helm push` (an OCI artifact with no wasm layer): its
-/// reference by tag.
-fn push_chart(registry: &str) -> String {
+/// reference by tag, and its digest.
+fn push_chart(registry: &str) -> (String, String) {
     let helm = std::env::var("HELM").expect("HELM: the helm binary (make test sets it)");
     let dir = harness::tempdir("eno-chart");
     let chart = harness::workspace_root().join("samples/12-helm/chart");
@@ -369,11 +447,9 @@ fn push_chart(registry: &str) -> String {
             .args(args)
             .output()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "helm {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let text = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(out.status.success(), "helm {args:?}: {text}");
+        text + &String::from_utf8_lossy(&out.stdout)
     };
     run(&[
         "package",
@@ -383,6 +459,82 @@ fn push_chart(registry: &str) -> String {
     ]);
     let tgz = dir.join("greeter-0.1.0.tgz");
     let to = format!("oci://{registry}/charts");
-    run(&["push", tgz.to_str().unwrap(), &to, "--plain-http"]);
-    format!("{registry}/charts/greeter:0.1.0")
+    let pushed = run(&["push", tgz.to_str().unwrap(), &to, "--plain-http"]);
+    let digest = pushed
+        .split_whitespace()
+        .find(|w| w.starts_with("sha256:"))
+        .unwrap_or_else(|| panic!("helm push printed no digest: {pushed}"))
+        .to_string();
+    (format!("{registry}/charts/greeter:0.1.0"), digest)
+}
+
+/// An Eno Symphony moved over from Eno: the Composition Eno's Symphony made (owned by it,
+/// Eno's finalizer on it) is not mirrored — the Symphony's mirror makes its own, which adopts
+/// what Eno applied; deleting the Symphony lets Eno's Composition go and, as in Eno, leaves
+/// the resources.
+#[tokio::test]
+async fn a_symphony_eno_ran_moves_over() {
+    let eno = Eno::new().await;
+    let synth = eno.synthesizer("echo", &eno.image).await;
+    eno.config("cfg", items("sym-out")).await;
+    // What Eno left: the Symphony, the Composition it made, and that Composition's output.
+    let variation = json!({"synthesizer": {"name": synth}, "labels": eno.labels(),
+                           "bindings": [{"key": "config", "resource": {"name": "cfg"}}]});
+    let sym = json!({"apiVersion": "eno.azure.io/v1", "kind": "Symphony",
+        "metadata": {"name": "stack", "labels": eno.labels()},
+        "spec": {"variations": [variation]}});
+    let syms = eno.env.api::<eno::Symphony>();
+    let left = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "sym-out"}, "data": {"from": "eno"}});
+    apply(&eno.env.api::<ConfigMap>(), "sym-out", &left).await;
+    apply(&syms, "stack", &sym).await;
+    let owner = syms.get("stack").await.unwrap();
+    let made = json!({"apiVersion": "eno.azure.io/v1", "kind": "Composition",
+        "metadata": {"name": "stack-x7k2p", "labels": eno.labels(),
+                     "finalizers": [eno::CLEANUP_FINALIZER],
+                     "ownerReferences": [{"apiVersion": "eno.azure.io/v1", "kind": "Symphony",
+                        "name": "stack", "uid": owner.uid().unwrap(), "controller": true}]},
+        "spec": {"synthesizer": {"name": synth},
+                 "bindings": [{"key": "config", "resource": {"name": "cfg"}}]}});
+    apply(&eno.env.api::<eno::Composition>(), "stack-x7k2p", &made).await;
+    eventually("the Symphony Ready in Eno's terms", WAIT, || async {
+        let s = syms.get("stack").await.unwrap();
+        let st = s.status?;
+        (st.ready.is_some() && st.observed_generation == s.metadata.generation).then_some(())
+    })
+    .await;
+    let comps = eno.env.api::<crds::Composition>();
+    assert!(
+        comps.get_opt("stack-x7k2p").await.unwrap().is_none(),
+        "not mirrored"
+    );
+    let out = eno
+        .config_map("sym-out")
+        .await
+        .expect("the variation's output");
+    let variation = comps.get(&format!("stack-{synth}")).await.unwrap();
+    let by = out.labels().get("enoki.dev/managed-by");
+    assert_eq!(
+        by,
+        variation.uid().as_ref(),
+        "adopted by the variation's Composition"
+    );
+    syms.delete("stack", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(
+        "Eno's Composition let go with its Symphony",
+        WAIT,
+        || async {
+            let gone = syms.get_opt("stack").await.unwrap().is_none()
+                && eno.eno_status("stack-x7k2p").await.is_none();
+            gone.then_some(())
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        eno.config_map("sym-out").await.is_some(),
+        "a Symphony's resources are orphaned"
+    );
 }

@@ -7,7 +7,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{Binding, EnvVar, SynthesizerRef};
+use super::{Binding, EnvVar, GROUP, SynthesizerRef, api_version};
 
 /// An Eno Synthesizer: in Eno a container image run in a pod; enoki runs the WebAssembly
 /// module that `image` names (an OCI artifact) or that the annotation `enoki.dev/module`
@@ -17,6 +17,7 @@ use super::{Binding, EnvVar, SynthesizerRef};
     group = "eno.azure.io",
     version = "v1",
     kind = "Synthesizer",
+    root = "SynthesizerSchema",
     status = "SynthesizerStatus",
     printcolumn = r#"{"name":"Image","type":"string","jsonPath":".spec.image"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
@@ -43,6 +44,16 @@ pub struct SynthesizerSpec {
     #[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
     pub pod_overrides: Option<serde_json::Map<String, serde_json::Value>>,
 }
+
+eno_kind!(
+    /// An Eno Synthesizer (cluster-scoped).
+    Synthesizer,
+    SynthesizerSpec,
+    SynthesizerStatus,
+    "Synthesizer",
+    "synthesizers",
+    k8s_openapi::ClusterResourceScope
+);
 
 /// An Eno Synthesizer's status: empty in Eno.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
@@ -88,6 +99,7 @@ pub struct ResourceRef {
     group = "eno.azure.io",
     version = "v1",
     kind = "Symphony",
+    root = "SymphonySchema",
     namespaced,
     status = "SymphonyStatus"
 )]
@@ -131,6 +143,16 @@ pub struct Variation {
     pub depends_on: Vec<VariationDependency>,
 }
 
+eno_kind!(
+    /// An Eno Symphony.
+    Symphony,
+    SymphonySpec,
+    SymphonyStatus,
+    "Symphony",
+    "symphonies",
+    k8s_openapi::NamespaceResourceScope
+);
+
 /// A variation another depends on.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
 pub struct VariationDependency {
@@ -164,6 +186,7 @@ pub struct SymphonyStatus {
     group = "eno.azure.io",
     version = "v1",
     kind = "ResourceSlice",
+    root = "ResourceSliceSchema",
     namespaced,
     status = "ResourceSliceStatus"
 )]
@@ -199,6 +222,16 @@ pub struct ResourceSliceStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub resources: Vec<ResourceState>,
 }
+
+eno_kind!(
+    /// An Eno ResourceSlice.
+    ResourceSlice,
+    ResourceSliceSpec,
+    ResourceSliceStatus,
+    "ResourceSlice",
+    "resourceslices",
+    k8s_openapi::NamespaceResourceScope
+);
 
 /// The state of one manifest.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]

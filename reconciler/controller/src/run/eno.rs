@@ -15,10 +15,12 @@
 //!   deletes its mirror (whose outputs enoki deletes as always), then lets the Eno object go,
 //!   with the Eno ResourceSlices it still owns.
 
+mod kinds;
 mod mirror;
 pub(crate) mod project;
 mod state;
 mod synthesizers;
+mod writes;
 
 use std::sync::{Arc, Mutex};
 
@@ -39,7 +41,7 @@ pub(super) fn start(
 ) {
     let bridge = Arc::new(Bridge {
         ctx: ctx.clone(),
-        unresolved: Mutex::default(),
+        memory: Mutex::default(),
     });
     let client = ctx.clusters.client().clone();
     // Compositions and Symphonies in the controller's scope (namespace, label selector);
@@ -68,52 +70,44 @@ pub(super) fn start(
             )
             .for_each(|_| async {}),
     ));
-    let (comps, comp_mirrors, syms, sym_mirrors) = match &ctx.opts.scope.namespace {
-        Some(ns) => (
-            Api::namespaced(client.clone(), ns),
-            Api::namespaced(client.clone(), ns),
-            Api::namespaced(client.clone(), ns),
-            Api::namespaced(client, ns),
-        ),
-        None => (
-            Api::all(client.clone()),
-            Api::all(client.clone()),
-            Api::all(client.clone()),
-            Api::all(client),
-        ),
-    };
-    // A new or changed Synthesizer mirror wakes the Eno objects that run it.
-    let synth_mirrors: Api<crds::Synthesizer> = Api::all(ctx.clusters.client().clone());
-    let comp_ctrl = recovery::controller::<crds::eno::Composition>(comps, scoped.clone());
+    // A new or changed Synthesizer mirror wakes the Eno Compositions that run it.
+    let comp_ctrl = recovery::controller::<crds::eno::Composition>(scoped_api(ctx), scoped.clone());
     let comp_store = comp_ctrl.store();
     tasks.push(tokio::spawn(
         comp_ctrl
-            .owns::<crds::Composition>(comp_mirrors, mirrors.clone())
-            .watches(synth_mirrors.clone(), synth_watch.clone(), move |s| {
-                let name = s.name_any();
-                let on = comp_store.state().into_iter();
-                on.filter(|c| c.spec.synthesizer.name == name)
-                    .map(|c| ObjectRef::from_obj(c.as_ref()))
-                    .collect::<Vec<_>>()
-            })
+            .owns::<crds::Composition>(scoped_api(ctx), mirrors.clone())
+            .watches(
+                Api::all(client),
+                synth_watch,
+                move |s: crds::Synthesizer| {
+                    let name = s.name_any();
+                    let on = comp_store.state().into_iter();
+                    on.filter(|c| c.spec.synthesizer.name == name)
+                        .map(|c| ObjectRef::from_obj(c.as_ref()))
+                        .collect::<Vec<_>>()
+                },
+            )
             .graceful_shutdown_on(stop.clone())
             .run(mirror::reconcile, mirror::error_policy, bridge.clone())
             .for_each(|_| async {}),
     ));
-    let sym_ctrl = recovery::controller::<crds::eno::Symphony>(syms, scoped);
-    let sym_store = sym_ctrl.store();
     tasks.push(tokio::spawn(
-        sym_ctrl
-            .owns::<crds::Symphony>(sym_mirrors, mirrors)
-            .watches(synth_mirrors, synth_watch, move |s| {
-                let name = s.name_any();
-                let on = sym_store.state().into_iter();
-                on.filter(|y| y.spec.variations.iter().any(|v| v.synthesizer.name == name))
-                    .map(|y| ObjectRef::from_obj(y.as_ref()))
-                    .collect::<Vec<_>>()
-            })
+        recovery::controller::<crds::eno::Symphony>(scoped_api(ctx), scoped)
+            .owns::<crds::Symphony>(scoped_api(ctx), mirrors)
             .graceful_shutdown_on(stop)
             .run(mirror::reconcile, mirror::error_policy, bridge)
             .for_each(|_| async {}),
     ));
+}
+
+/// An API of namespaced objects in the controller's `--namespace` (all without one).
+fn scoped_api<K>(ctx: &Context) -> Api<K>
+where
+    K: kube::Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>,
+{
+    let client = ctx.clusters.client().clone();
+    match &ctx.opts.scope.namespace {
+        Some(ns) => Api::namespaced(client, ns),
+        None => Api::all(client),
+    }
 }

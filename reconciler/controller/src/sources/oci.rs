@@ -233,9 +233,10 @@ fn open_registry(
     })
 }
 
-/// `reference` pinned: a reference with a digest as it is, a tag (`registry/repo:tag`, or
-/// `latest` when none) resolved to the digest of the manifest the registry serves for it now,
-/// which must have a `media_type` layer (a container image has none).
+/// `reference` pinned, once the registry shows its manifest has a `media_type` layer (a
+/// container image has none): a tag (`registry/repo:tag`, or `latest` when none) resolved to
+/// the digest of the manifest the registry serves for it now; a reference with a digest as it
+/// is (the manifest checked against it).
 ///
 /// # Errors
 /// As [`pull`]; a manifest without a `media_type` layer.
@@ -247,12 +248,11 @@ pub async fn resolve(
     extra_ca: Option<&[u8]>,
 ) -> Result<String, SourceError> {
     let r = parse_reference(reference)?;
-    if r.digest().is_some() {
-        return Ok(reference.to_string());
-    }
     let mut reg = open_registry(&r, reference, policy, credentials, extra_ca)?;
+    let pinned = r.digest().map(str::to_string);
     let tag = r.tag().unwrap_or("latest").to_string();
-    let path = format!("{}/manifests/{tag}", reg.repository);
+    let at = pinned.clone().unwrap_or(tag);
+    let path = format!("{}/manifests/{at}", reg.repository);
     let resp = reg.get(&path, Some(MANIFEST_TYPES), policy).await?;
     let body = read_capped(
         resp.bytes_stream().map_err(|e| reg.remote(e)),
@@ -264,6 +264,12 @@ pub async fn resolve(
     )
     .await?;
     let digest = format!("sha256:{}", hex::encode(Sha256::digest(&body)));
+    if let Some(expected) = pinned.filter(|p| *p != digest) {
+        return Err(SourceError::DigestMismatch {
+            expected,
+            actual: digest,
+        });
+    }
     let manifest: serde_json::Value = serde_json::from_slice(&body)
         .map_err(|e| SourceError::Invalid(format!("{reference}: the manifest is not JSON: {e}")))?;
     let layers = manifest["layers"].as_array().into_iter().flatten();
@@ -280,6 +286,9 @@ pub async fn resolve(
                 found.join(", ")
             }
         )));
+    }
+    if r.digest().is_some() {
+        return Ok(reference.to_string());
     }
     let base = reference.split('@').next().unwrap_or(reference);
     let base = if r.tag().is_none() {

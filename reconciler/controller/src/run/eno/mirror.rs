@@ -1,147 +1,58 @@
 //! One pass over an Eno Composition or Symphony: Eno's finalizer on it, its `enoki.dev`
 //! mirror written from it (never over an object that is not its mirror), the mirror's status
 //! written back in Eno's shape; on deletion the mirror deleted first, then the Eno object
-//! (and the Eno ResourceSlices it owns) let go.
+//! (and the Eno ResourceSlices it owns) let go. A Composition Eno's Symphony made is not
+//! mirrored (the Symphony's mirror makes its own) and is let go when deleted, its resources
+//! left (Eno orphans a deleted Symphony's resources).
 
-use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crds::eno;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
-use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 
+use super::kinds::Mirrored;
 use super::project::{self, MIRROR};
-use super::state::{Bridge, FIELD_MANAGER};
+use super::state::Bridge;
+use super::writes::{self, api_err};
 use crate::run::Error;
-use crate::run::error::Step;
 
-/// Annotation on a mirror: the digest of what it was last written from.
-const SOURCE: &str = "enoki.dev/eno-source";
 /// How often an Eno object is looked at again without a change.
 const RESYNC: Duration = Duration::from_secs(300);
-/// How soon a blocked or deleting one is.
-const SOON: Duration = Duration::from_secs(5);
+/// How soon an object waiting for something that has no watch of its own is.
+const SOON: Duration = Duration::from_secs(10);
+/// How soon an object blocked until someone edits it is.
+const LATER: Duration = Duration::from_secs(60);
 
-/// An Eno kind with an `enoki.dev` mirror.
-pub(crate) trait Mirrored:
-    Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
-    + Clone
-    + DeserializeOwned
-    + Serialize
-    + Debug
-    + Send
-    + Sync
-    + 'static
-{
-    /// The mirror's kind.
-    type Mirror: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
-        + Clone
-        + DeserializeOwned
-        + Serialize
-        + Debug
-        + Send
-        + Sync
-        + 'static;
-    /// Whether the Eno object owns Eno ResourceSlices (released when it goes).
-    const OWNS_SLICES: bool;
-    /// The mirror's spec, or why there is none.
-    fn mirror_spec(&self) -> Result<Value, String>;
-    /// The Synthesizers it needs.
-    fn synthesizers(&self) -> Vec<String>;
-    /// Its status from its mirror's; `synth` is the mirror Synthesizer's generations.
-    fn status_from(&self, mirror: &Self::Mirror, synth: (Option<i64>, Option<i64>)) -> Value;
-    /// Its status when it has no mirror for `why` (`None`: the kind has no place for it).
-    fn blocked(&self, word: &str, why: &str) -> Option<Value>;
-    /// Its status now.
-    fn status_now(&self) -> Value;
+/// What a possible mirror is to the Eno object with `uid`.
+#[derive(Clone, Copy, PartialEq)]
+enum Relation {
+    /// Not a mirror: an object of its own, never written.
+    Stranger,
+    /// This object's mirror (or a mirror nobody owns, adopted).
+    Ours,
+    /// The mirror of another object of this name (on its way out).
+    Another,
 }
 
-impl Mirrored for eno::Composition {
-    type Mirror = crds::Composition;
-    const OWNS_SLICES: bool = true;
-
-    fn mirror_spec(&self) -> Result<Value, String> {
-        project::composition_spec(self).map(|s| project::to_json(&s))
-    }
-
-    fn synthesizers(&self) -> Vec<String> {
-        vec![self.spec.synthesizer.name.clone()]
-    }
-
-    fn status_from(&self, mirror: &crds::Composition, synth: (Option<i64>, Option<i64>)) -> Value {
-        project::to_json(&project::composition_status(
-            mirror,
-            synth,
-            self.status.as_ref(),
-        ))
-    }
-
-    fn blocked(&self, word: &str, why: &str) -> Option<Value> {
-        Some(project::to_json(&project::blocked(
-            self.status.as_ref(),
-            word,
-            why.to_string(),
-        )))
-    }
-
-    fn status_now(&self) -> Value {
-        project::to_json(&self.status.clone().unwrap_or_default())
-    }
-}
-
-impl Mirrored for eno::Symphony {
-    type Mirror = crds::Symphony;
-    const OWNS_SLICES: bool = false;
-
-    fn mirror_spec(&self) -> Result<Value, String> {
-        project::symphony_spec(self).map(|s| project::to_json(&s))
-    }
-
-    fn synthesizers(&self) -> Vec<String> {
-        let names = self
-            .spec
-            .variations
-            .iter()
-            .map(|v| v.synthesizer.name.clone());
-        names.collect()
-    }
-
-    fn status_from(&self, mirror: &crds::Symphony, _: (Option<i64>, Option<i64>)) -> Value {
-        project::to_json(&project::symphony_status(mirror))
-    }
-
-    fn blocked(&self, _: &str, _: &str) -> Option<Value> {
-        None
-    }
-
-    fn status_now(&self) -> Value {
-        project::to_json(&self.status.clone().unwrap_or_default())
-    }
-}
-
-fn api_err(step: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
-    let step = step.into();
-    move |source| Error::Api {
-        step: Step::EnoMirror(step),
-        source,
-    }
-}
-
-/// Whether `m` is a mirror, and of the object with `uid`.
-fn mirror_of(m: &impl Resource, uid: &str) -> (bool, bool) {
+fn relation(m: &impl Resource, uid: &str) -> Relation {
     let labelled = m
         .meta()
         .labels
         .as_ref()
         .is_some_and(|l| l.contains_key(MIRROR));
-    let owned = m.owner_references().iter().any(|o| o.uid == uid);
-    (labelled, labelled && owned)
+    let owners = m.owner_references();
+    match (
+        labelled,
+        owners.iter().any(|o| o.uid == uid),
+        owners.is_empty(),
+    ) {
+        (false, _, _) => Relation::Stranger,
+        (true, true, _) | (true, false, true) => Relation::Ours,
+        (true, false, false) => Relation::Another,
+    }
 }
 
 /// One pass over an Eno object.
@@ -149,45 +60,69 @@ pub(super) async fn reconcile<E: Mirrored>(
     e: Arc<E>,
     bridge: Arc<Bridge>,
 ) -> Result<Action, Error> {
+    let key = crate::run::policy::object_key(e.as_ref());
+    let result = pass(e.as_ref(), &bridge).await;
+    if result.is_ok() {
+        bridge.ctx.state.clear_failures(&key);
+    }
+    result
+}
+
+async fn pass<E: Mirrored>(e: &E, bridge: &Bridge) -> Result<Action, Error> {
     let (ns, name) = (e.namespace().unwrap_or_default(), e.name_any());
     let client = bridge.ctx.clusters.client().clone();
     let eapi: Api<E> = Api::namespaced(client.clone(), &ns);
-    let mapi: Api<E::Mirror> = Api::namespaced(client.clone(), &ns);
+    let mapi: Api<E::Mirror> = Api::namespaced(client, &ns);
+    let deleting = e.meta().deletion_timestamp.is_some();
+    if e.of_symphony() {
+        // Eno's Symphony made it; the Symphony's mirror makes its own Compositions.
+        if deleting {
+            return writes::delete(bridge, e, &eapi, &mapi, None).await;
+        }
+        return Ok(Action::await_change());
+    }
+    let mirror = mapi.get_opt(&name).await.map_err(api_err(format!(
+        "reading the mirror of {}",
+        writes::named(e)
+    )))?;
     let uid = e.uid().unwrap_or_default();
-    let mirror = mapi
-        .get_opt(&name)
-        .await
-        .map_err(api_err(format!("reading the mirror of {ns}/{name}")))?;
-    let (labelled, ours) = mirror
-        .as_ref()
-        .map_or((false, false), |m| mirror_of(m, &uid));
-    if e.meta().deletion_timestamp.is_some() {
-        return delete(e.as_ref(), &eapi, &mapi, mirror.filter(|_| ours), &client).await;
+    let rel = mirror.as_ref().map(|m| relation(m, &uid));
+    if deleting {
+        // Only a mirror this object owns goes with it (`--cascade=orphan` keeps it).
+        let owned = mirror.filter(|m| m.owner_references().iter().any(|o| o.uid == uid));
+        bridge.forget(&uid);
+        return writes::delete(bridge, e, &eapi, &mapi, owned).await;
     }
-    if mirror.is_some() && !labelled {
-        let why = format!(
-            "{} {ns}/{name} exists and is not this object's mirror: enoki leaves it alone; \
-             rename one of them",
-            E::Mirror::api_version(&())
-        );
-        return blocked(&bridge, e.as_ref(), &eapi, "Conflict", why).await;
+    match rel {
+        Some(Relation::Stranger) => {
+            let why = format!(
+                "{} {ns}/{name} exists and is not this object's mirror: enoki leaves it \
+                 alone; rename one of them",
+                E::Mirror::api_version(&())
+            );
+            return blocked(bridge, e, &eapi, "Conflict", why, LATER).await;
+        }
+        Some(Relation::Another) => return Ok(Action::requeue(SOON)),
+        _ => {}
     }
-    if mirror.is_some() && !ours {
-        // The mirror of an earlier object of this name, on its way out.
-        return Ok(Action::requeue(SOON));
-    }
-    ensure_finalizer(e.as_ref(), &eapi).await?;
+    writes::ensure_finalizer(e, &eapi).await?;
     let spec = match e.mirror_spec() {
         Ok(spec) => spec,
-        Err(why) => return blocked(&bridge, e.as_ref(), &eapi, "MissingSynthesizer", why).await,
+        Err(why) => return blocked(bridge, e, &eapi, "MissingSynthesizer", why, LATER).await,
     };
-    let synth = match synthesizer(&bridge, e.as_ref(), mirror.is_none()).await? {
+    let synth = match synthesizer(bridge, e, mirror.is_none()).await? {
         Ok(synth) => synth,
-        Err((word, why)) => return blocked(&bridge, e.as_ref(), &eapi, word, why).await,
+        Err((word, why)) => return blocked(bridge, e, &eapi, word, why, SOON).await,
     };
-    let mirror = write_mirror(e.as_ref(), &mapi, mirror, spec).await?;
+    let mirror = match writes::write_mirror(e, &mapi, mirror, spec).await? {
+        writes::Written::Done(m) => m,
+        writes::Written::Refused(why) => {
+            return blocked(bridge, e, &eapi, "InvalidSpec", why, LATER).await;
+        }
+    };
+    bridge.forget(&uid);
     let status = e.status_from(&mirror, synth);
-    write_status(e.as_ref(), &eapi, status).await?;
+    writes::write_status(e, &eapi, status).await?;
     Ok(Action::requeue(RESYNC))
 }
 
@@ -210,7 +145,7 @@ async fn synthesizer<E: Mirrored>(
             .await
             .map_err(api_err(format!("reading Synthesizer {name}")))?;
         match synth {
-            Some(s) if !mirror_of(&s, "").0 => {
+            Some(s) if relation(&s, "") == Relation::Stranger => {
                 let why = format!(
                     "Synthesizer {name}: the enoki.dev Synthesizer of that name is not the \
                      mirror of an eno.azure.io one"
@@ -219,205 +154,62 @@ async fn synthesizer<E: Mirrored>(
             }
             Some(s) if i == 0 => gens = project::generations(&s),
             Some(_) => {}
-            None if first => {
-                if let Some(why) = bridge.unresolved(name) {
-                    return Ok(Err((
-                        "MissingSynthesizer",
-                        format!("Synthesizer {name}: {why}"),
-                    )));
-                }
-                let eno = enos
-                    .get_opt(name)
-                    .await
-                    .map_err(api_err(format!("reading Eno Synthesizer {name}")))?;
-                return Ok(Err(match eno {
-                    None => (
-                        "MissingSynthesizer",
-                        format!("Synthesizer {name} does not exist"),
-                    ),
-                    Some(_) => (
-                        "PendingSynthesis",
-                        format!("Synthesizer {name}: its module is being resolved"),
-                    ),
-                }));
-            }
+            None if first => return Ok(Err(waiting_for(bridge, &enos, name).await?)),
             None => {}
         }
     }
     Ok(Ok(gens))
 }
 
-/// The object reports why it has no mirror (status when its kind has one, and an Event).
+/// Why there is no mirror of the Synthesizer `name` yet.
+async fn waiting_for(
+    bridge: &Bridge,
+    enos: &Api<eno::Synthesizer>,
+    name: &str,
+) -> Result<(&'static str, String), Error> {
+    let eno = enos
+        .get_opt(name)
+        .await
+        .map_err(api_err(format!("reading Eno Synthesizer {name}")))?;
+    if eno.is_none() {
+        bridge.set_unresolved(name, None);
+        return Ok((
+            "MissingSynthesizer",
+            format!("Synthesizer {name} does not exist"),
+        ));
+    }
+    Ok(match bridge.unresolved(name) {
+        Some(why) => ("MissingSynthesizer", format!("Synthesizer {name}: {why}")),
+        None => (
+            "PendingSynthesis",
+            format!("Synthesizer {name}: its module is being resolved"),
+        ),
+    })
+}
+
+/// The object reports why it has no mirror (status when its kind has one), with a Warning
+/// Event when the reason is new, and is looked at again `after`.
 async fn blocked<E: Mirrored>(
     bridge: &Bridge,
     e: &E,
     eapi: &Api<E>,
     word: &str,
     why: String,
+    after: Duration,
 ) -> Result<Action, Error> {
-    if let Some(status) = e.blocked(word, &why) {
-        write_status(e, eapi, status).await?;
+    if let Some(status) = e.said(word, &why) {
+        writes::write_status(e, eapi, status).await?;
     }
-    bridge
-        .ctx
-        .report
-        .event_on(&e.object_ref(&()), true, word, "Mirror", why)
-        .await;
-    Ok(Action::requeue(SOON * 2))
-}
-
-/// Adds Eno's finalizer when it is missing (the resourceVersion tested: never a lost write).
-async fn ensure_finalizer<E: Mirrored>(e: &E, eapi: &Api<E>) -> Result<(), Error> {
-    if e.finalizers().iter().any(|f| f == eno::CLEANUP_FINALIZER) {
-        return Ok(());
-    }
-    let mut finalizers = e.finalizers().to_vec();
-    finalizers.push(eno::CLEANUP_FINALIZER.into());
-    let patch: json_patch::Patch = serde_json::from_value(json!([
-        {"op": "test", "path": "/metadata/resourceVersion", "value": e.resource_version()},
-        {"op": "add", "path": "/metadata/finalizers", "value": finalizers},
-    ]))
-    .unwrap_or_default();
-    eapi.patch(
-        &e.name_any(),
-        &PatchParams::default(),
-        &Patch::<()>::Json(patch),
-    )
-    .await
-    .map_err(api_err("adding the eno.azure.io/cleanup finalizer"))?;
-    Ok(())
-}
-
-/// Writes the mirror when what it is written from changed; the mirror as it is now.
-async fn write_mirror<E: Mirrored>(
-    e: &E,
-    mapi: &Api<E::Mirror>,
-    mirror: Option<E::Mirror>,
-    spec: Value,
-) -> Result<E::Mirror, Error> {
-    let (labels, mut annotations) = project::mirror_meta(e);
-    let source = json!({"labels": labels, "annotations": annotations, "spec": spec});
-    let digest = hex::encode(Sha256::digest(source.to_string()));
-    if let Some(m) = mirror
-        && m.annotations().get(SOURCE) == Some(&digest)
-    {
-        return Ok(m);
-    }
-    annotations.insert(SOURCE.into(), digest);
-    let owner = e.controller_owner_ref(&()).map(|mut o| {
-        o.block_owner_deletion = None;
-        o
-    });
-    let body = json!({
-        "apiVersion": E::Mirror::api_version(&()),
-        "kind": E::Mirror::kind(&()),
-        "metadata": {"name": e.name_any(), "namespace": e.namespace(), "labels": labels,
-                     "annotations": annotations, "ownerReferences": [owner]},
-        "spec": spec,
-    });
-    let pp = PatchParams::apply(FIELD_MANAGER).force();
-    mapi.patch(&e.name_any(), &pp, &Patch::Apply(&body))
-        .await
-        .map_err(api_err(format!("writing the mirror of {}", e.name_any())))
-}
-
-/// Writes the Eno object's status when it differs.
-async fn write_status<E: Mirrored>(e: &E, eapi: &Api<E>, status: Value) -> Result<(), Error> {
-    if status == e.status_now() {
-        return Ok(());
-    }
-    let patch: json_patch::Patch =
-        serde_json::from_value(json!([{"op": "add", "path": "/status", "value": status}]))
-            .unwrap_or_default();
-    eapi.patch_status(
-        &e.name_any(),
-        &PatchParams::default(),
-        &Patch::<()>::Json(patch),
-    )
-    .await
-    .map_err(api_err(format!("writing the status of {}", e.name_any())))?;
-    Ok(())
-}
-
-/// Deletion: the mirror first (its outputs go with it), then the Eno ResourceSlices the
-/// object owns and the object itself are let go.
-async fn delete<E: Mirrored>(
-    e: &E,
-    eapi: &Api<E>,
-    mapi: &Api<E::Mirror>,
-    mirror: Option<E::Mirror>,
-    client: &kube::Client,
-) -> Result<Action, Error> {
-    if !e.finalizers().iter().any(|f| f == eno::CLEANUP_FINALIZER) {
-        return Ok(Action::await_change());
-    }
-    if let Some(m) = mirror {
-        if m.meta().deletion_timestamp.is_none() {
-            match mapi
-                .delete(&m.name_any(), &DeleteParams::background())
-                .await
-            {
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(e) => return Err(api_err("deleting the mirror")(e)),
-                Ok(_) => {}
-            }
-        }
-        return Ok(Action::requeue(SOON));
-    }
-    if E::OWNS_SLICES {
-        release_slices(client, e).await?;
-    }
-    remove_finalizer(e, eapi).await?;
-    Ok(Action::await_change())
-}
-
-/// Takes Eno's finalizer off the object.
-async fn remove_finalizer<K>(obj: &K, api: &Api<K>) -> Result<(), Error>
-where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
-{
-    let left: Vec<&String> = obj
-        .finalizers()
-        .iter()
-        .filter(|f| *f != eno::CLEANUP_FINALIZER)
-        .collect();
-    let patch: json_patch::Patch = serde_json::from_value(json!([
-        {"op": "test", "path": "/metadata/finalizers", "value": obj.finalizers()},
-        {"op": "replace", "path": "/metadata/finalizers", "value": left},
-    ]))
-    .unwrap_or_default();
-    match api
-        .patch(
-            &obj.name_any(),
-            &PatchParams::default(),
-            &Patch::<()>::Json(patch),
-        )
-        .await
-    {
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(e) => Err(api_err("removing the eno.azure.io/cleanup finalizer")(e)),
-        Ok(_) => Ok(()),
-    }
-}
-
-/// Eno ResourceSlices owned by `e` lose Eno's finalizer (no Eno runs to take it off); the
-/// garbage collector then deletes them. A cluster without Eno's ResourceSlice CRD has none.
-async fn release_slices<E: Mirrored>(client: &kube::Client, e: &E) -> Result<(), Error> {
     let uid = e.uid().unwrap_or_default();
-    let api: Api<eno::ResourceSlice> =
-        Api::namespaced(client.clone(), &e.namespace().unwrap_or_default());
-    let slices = match api.list(&ListParams::default()).await {
-        Ok(list) => list.items,
-        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
-        Err(e) => return Err(api_err("listing Eno ResourceSlices")(e)),
-    };
-    for s in slices.iter().filter(|s| {
-        s.owner_references().iter().any(|o| o.uid == uid)
-            && s.finalizers().iter().any(|f| f == eno::CLEANUP_FINALIZER)
-    }) {
-        remove_finalizer(s, &api).await?;
+    if word != "PendingSynthesis" && bridge.say(&uid, &why) {
+        let obj = e.object_ref(&());
+        bridge
+            .ctx
+            .report
+            .event_on(&obj, true, word, "Mirror", why)
+            .await;
     }
-    Ok(())
+    Ok(Action::requeue(after))
 }
 
 /// Failures are retried with the engine's backoff for objects other than Compositions.

@@ -163,6 +163,12 @@ pub(crate) fn generations(mirror: &impl kube::Resource) -> (Option<i64>, Option<
     (mirror.meta().generation, eno)
 }
 
+/// Whether an input revision is one of Eno's refs (enoki adds observed outputs and its own
+/// keys).
+fn eno_key(r: &eno::InputRevisions) -> bool {
+    !r.key.contains("enoki.dev/")
+}
+
 /// An Eno Composition's status from its mirror's. `synth` is the mirror Synthesizer's
 /// generations ([`generations`]); `before` the Eno status now.
 pub(crate) fn composition_status(
@@ -203,12 +209,14 @@ pub(crate) fn composition_status(
             was.as_ref().and_then(|w| w.observed_synthesizer_generation),
         );
         out.attempts = out.attempts.filter(|a| *a > 0);
+        out.input_revisions.retain(eno_key);
         Some(out)
     };
     let mut out: eno::CompositionStatus = serde_json::to_value(status)
         .ok()
         .and_then(|v| serde_json::from_value(v).ok())
         .unwrap_or_default();
+    out.input_revisions.retain(eno_key);
     out.in_flight_synthesis = synthesis(&status.in_flight_synthesis);
     out.current_synthesis = synthesis(&status.current_synthesis);
     out.previous_synthesis = synthesis(&status.previous_synthesis);

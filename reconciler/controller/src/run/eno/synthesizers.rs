@@ -1,6 +1,7 @@
 //! Eno Synthesizers: each gets an `enoki.dev` mirror of the same name running the module its
-//! `spec.image` (or its `enoki.dev/module` annotation) names; a tag is resolved to the digest
-//! it serves and looked at again every 5 minutes.
+//! `spec.image` (or its `enoki.dev/module` annotation) names. A tag is resolved to the digest
+//! it serves when the Synthesizer is first seen or changed — not again on its own, as Eno
+//! never looks at a registry: a moved tag is picked up by a change of the Synthesizer.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,16 +11,19 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
+use sha2::{Digest, Sha256};
 
 use super::project::{self, MIRROR};
 use super::state::{Bridge, FIELD_MANAGER};
+use super::writes::api_err;
 use crate::run::Error;
-use crate::run::error::Step;
 
-/// How often a tag is resolved again.
-const RESOLVE_AGAIN: Duration = Duration::from_secs(300);
-/// How soon a Synthesizer without a module is looked at again.
-const RETRY: Duration = Duration::from_secs(30);
+/// Annotation on a Synthesizer mirror: the digest of what its module was resolved from.
+const SOURCE: &str = "enoki.dev/eno-source";
+/// How often a Synthesizer is looked at again without a change.
+const RESYNC: Duration = Duration::from_secs(300);
+/// The first retry of a module that did not resolve; doubled each time, up to [`RESYNC`].
+const RETRY: Duration = Duration::from_secs(15);
 
 /// One pass over an Eno Synthesizer.
 pub(super) async fn reconcile(
@@ -28,14 +32,15 @@ pub(super) async fn reconcile(
 ) -> Result<Action, Error> {
     if s.meta().deletion_timestamp.is_some() {
         // Its mirror is owned by it: the garbage collector deletes the mirror.
+        bridge.set_unresolved(&s.name_any(), None);
         return Ok(Action::await_change());
     }
     let name = s.name_any();
     let api: Api<crds::Synthesizer> = Api::all(bridge.ctx.clusters.client().clone());
-    let existing = api.get_opt(&name).await.map_err(|source| Error::Api {
-        step: Step::EnoMirror(format!("reading Synthesizer {name}")),
-        source,
-    })?;
+    let existing = api
+        .get_opt(&name)
+        .await
+        .map_err(api_err(format!("reading Synthesizer {name}")))?;
     if existing
         .as_ref()
         .is_some_and(|m| !m.labels().contains_key(MIRROR))
@@ -45,40 +50,46 @@ pub(super) async fn reconcile(
             .to_string();
         return refuse(&bridge, &s, why).await;
     }
-    let module = match resolve(&bridge, &s).await {
-        Ok(module) => module,
-        Err(why) => return refuse(&bridge, &s, why).await,
-    };
-    bridge.set_unresolved(&name, None);
-    let spec = project::synthesizer_spec(&s, module);
-    let (labels, annotations) = project::mirror_meta(s.as_ref());
+    let (labels, mut annotations) = project::mirror_meta(s.as_ref());
     let owner = s.controller_owner_ref(&()).map(|mut o| {
         o.block_owner_deletion = None;
         o
     });
+    let source = json!({"labels": labels, "annotations": annotations, "owner": owner,
+                        "image": s.spec.image});
+    let digest = hex::encode(Sha256::digest(source.to_string()));
+    // The module resolved for this very source is kept: no registry call.
+    let known = existing
+        .as_ref()
+        .filter(|m| m.annotations().get(SOURCE) == Some(&digest))
+        .map(|m| m.spec.module.clone());
+    let module = match known {
+        Some(module) => module,
+        None => match resolve(&bridge, &s).await {
+            Ok(module) => module,
+            Err(why) => return refuse(&bridge, &s, why).await,
+        },
+    };
+    bridge.set_unresolved(&name, None);
+    let spec = project::synthesizer_spec(&s, module);
+    if existing
+        .as_ref()
+        .is_some_and(|m| m.annotations().get(SOURCE) == Some(&digest) && m.spec == spec)
+    {
+        return Ok(Action::requeue(RESYNC));
+    }
+    annotations.insert(SOURCE.into(), digest);
     let body = json!({
         "apiVersion": crds::API_VERSION, "kind": "Synthesizer",
         "metadata": {"name": name, "labels": labels, "annotations": annotations,
                      "ownerReferences": [owner]},
         "spec": spec,
     });
-    let unchanged = existing.as_ref().is_some_and(|m| {
-        project::to_json(&m.spec) == project::to_json(&spec)
-            && annotations
-                .iter()
-                .all(|(k, v)| m.annotations().get(k) == Some(v))
-            && labels.iter().all(|(k, v)| m.labels().get(k) == Some(v))
-    });
-    if !unchanged {
-        let pp = PatchParams::apply(FIELD_MANAGER).force();
-        api.patch(&name, &pp, &Patch::Apply(&body))
-            .await
-            .map_err(|source| Error::Api {
-                step: Step::EnoMirror(format!("writing the mirror of Synthesizer {name}")),
-                source,
-            })?;
-    }
-    Ok(Action::requeue(RESOLVE_AGAIN))
+    let pp = PatchParams::apply(FIELD_MANAGER).force();
+    api.patch(&name, &pp, &Patch::Apply(&body))
+        .await
+        .map_err(api_err(format!("writing the mirror of Synthesizer {name}")))?;
+    Ok(Action::requeue(RESYNC))
 }
 
 /// The module, a tag resolved to its digest; or why there is none.
@@ -100,15 +111,19 @@ async fn resolve(bridge: &Bridge, s: &eno::Synthesizer) -> Result<crds::ModuleSo
     Ok(module)
 }
 
-/// The Synthesizer has no mirror for `why`: remembered for its Compositions, and an Event.
+/// The Synthesizer has no mirror for `why`: remembered for its Compositions, an Event when
+/// the reason is new, and tried again later each time (15 s doubling up to 5 minutes).
 async fn refuse(bridge: &Bridge, s: &eno::Synthesizer, why: String) -> Result<Action, Error> {
-    bridge.set_unresolved(&s.name_any(), Some(why.clone()));
-    bridge
-        .ctx
-        .report
-        .event_on(&s.object_ref(&()), true, "ModuleUnavailable", "Mirror", why)
-        .await;
-    Ok(Action::requeue(RETRY))
+    let failures = bridge.set_unresolved(&s.name_any(), Some(why.clone()));
+    if bridge.say(&s.uid().unwrap_or_default(), &why) {
+        let obj = s.object_ref(&());
+        let report = &bridge.ctx.report;
+        report
+            .event_on(&obj, true, "ModuleUnavailable", "Mirror", why)
+            .await;
+    }
+    let delay = RETRY.saturating_mul(1 << failures.saturating_sub(1).min(5));
+    Ok(Action::requeue(delay.min(RESYNC)))
 }
 
 /// Failures are retried with the engine's backoff for objects other than Compositions.

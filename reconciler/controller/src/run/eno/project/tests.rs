@@ -146,3 +146,37 @@ fn a_mirror_carries_the_eno_objects_labels_and_annotations_but_kubectls_copy() {
     assert_eq!(annotations[GENERATION], "4");
     assert!(!annotations.contains_key("kubectl.kubernetes.io/last-applied-configuration"));
 }
+
+/// Eno's CRDs do not require `spec`: such an object reads (an empty spec) and says what it
+/// lacks, so one tenant's odd object never stops a list of its kind.
+#[test]
+fn an_eno_object_without_a_spec_reads_and_says_what_it_lacks() {
+    let bare: eno::Composition = serde_json::from_value(json!({
+        "apiVersion": "eno.azure.io/v1", "kind": "Composition",
+        "metadata": {"name": "bare", "namespace": "shop"}}))
+    .unwrap();
+    let err = composition_spec(&bare).unwrap_err();
+    assert!(err.contains("spec.synthesizer.name"), "{err}");
+    let list: kube::core::ObjectList<eno::Symphony> = serde_json::from_value(json!({
+        "apiVersion": "eno.azure.io/v1", "kind": "SymphonyList", "metadata": {},
+        "items": [{"metadata": {"name": "a"}}, {"metadata": {"name": "b"},
+                   "spec": {"variations": [{"synthesizer": {"name": "s"}}]}}]}))
+    .unwrap();
+    assert_eq!(list.items.len(), 2);
+    assert!(symphony_spec(&list.items[0]).unwrap().variations.is_empty());
+}
+
+#[test]
+fn enokis_own_input_keys_stay_out_of_enos_status() {
+    let mirror: crds::Composition = serde_json::from_value(json!({
+        "apiVersion": "enoki.dev/v1alpha1", "kind": "Composition",
+        "metadata": {"name": "web", "namespace": "shop"},
+        "spec": {"synthesizer": {"name": "s"}},
+        "status": {"inputRevisions": [{"key": "config", "resourceVersion": "1"},
+                                      {"key": "enoki.dev/observed", "resourceVersion": "2"}]}
+    }))
+    .unwrap();
+    let out = composition_status(&mirror, (None, None), None);
+    let keys: Vec<&str> = out.input_revisions.iter().map(|r| r.key.as_str()).collect();
+    assert_eq!(keys, ["config"]);
+}
