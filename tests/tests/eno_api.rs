@@ -171,23 +171,7 @@ async fn an_eno_composition_converges_as_it_is_and_goes_cleanly() {
         assert!(status.get(enoki_only).is_none(), "{enoki_only} in {status}");
     }
     assert!(status["currentSynthesis"].get("moduleDigest").is_none());
-    // At rest nothing is written: no status ping-pong between the mirror and Eno's object.
-    let mirrors = eno.env.api::<crds::Composition>();
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let (before, _) = eno.eno_status("web").await.unwrap();
-    let mirror_before = mirrors.get("web").await.unwrap();
-    tokio::time::sleep(Duration::from_secs(6)).await;
-    let (after, _) = eno.eno_status("web").await.unwrap();
-    let mirror_after = mirrors.get("web").await.unwrap();
-    assert_eq!(
-        before.resource_version(),
-        after.resource_version(),
-        "written at rest"
-    );
-    assert_eq!(
-        mirror_before.resource_version(),
-        mirror_after.resource_version()
-    );
+    nothing_written_at_rest(&eno, "web").await;
     // The mirror: an enoki.dev Composition of the same name, labelled and owned.
     let mirror = eno.env.api::<crds::Composition>().get("web").await.unwrap();
     assert_eq!(mirror.labels()["enoki.dev/eno-mirror"], "true");
@@ -319,6 +303,77 @@ async fn an_enoki_composition_beside_enos_is_left_alone() {
     assert!(eno.config_map("native-out").await.is_some());
 }
 
+/// Eno's lists allow a key twice, enoki's do not: such a Composition says `InvalidSpec`.
+/// `kubectl delete --cascade=orphan` of an Eno Composition keeps its mirror running and what
+/// it applied.
+#[tokio::test]
+async fn a_key_twice_is_said_and_cascade_orphan_keeps_the_mirror() {
+    let eno = Eno::new().await;
+    let synth = eno.synthesizer("echo", &eno.image).await;
+    eno.config("cfg-eno", items("eno-out")).await;
+    eno.config("cfg-native", items("native-out")).await;
+    let comps = eno.env.api::<crds::Composition>();
+    eno.composition("beside", &synth, "cfg-eno").await;
+    eno.ready("beside").await;
+    // Eno's lists allow a key twice; enoki's do not: the Composition says so.
+    let twice = json!({"apiVersion": "eno.azure.io/v1", "kind": "Composition",
+        "metadata": {"name": "twice", "labels": eno.labels()},
+        "spec": {"synthesizer": {"name": synth},
+                 "bindings": [{"key": "config", "resource": {"name": "cfg-eno"}},
+                              {"key": "config", "resource": {"name": "cfg-native"}}]}});
+    apply(&eno.env.api::<eno::Composition>(), "twice", &twice).await;
+    let (_, status) = eventually("a key bound twice is said", WAIT, || async {
+        let (c, status) = eno.eno_status("twice").await?;
+        (c.status?.simplified?.status == "InvalidSpec").then_some(((), status))
+    })
+    .await;
+    assert!(
+        status["simplified"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("twice"),
+        "{status}"
+    );
+    // `--cascade=orphan`: the Eno object goes, its mirror (and what it applied) stays.
+    let orphan = DeleteParams {
+        propagation_policy: Some(kube::api::PropagationPolicy::Orphan),
+        ..DeleteParams::default()
+    };
+    eno.env
+        .api::<eno::Composition>()
+        .delete("beside", &orphan)
+        .await
+        .unwrap();
+    eventually("the Eno Composition gone", WAIT, || async {
+        eno.eno_status("beside").await.is_none().then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let kept = comps.get("beside").await.unwrap();
+    assert!(kept.owner_references().is_empty() && kept.metadata.deletion_timestamp.is_none());
+    assert!(eno.config_map("eno-out").await.is_some());
+}
+
+/// Nothing is written at rest: no status ping-pong between the mirror and Eno's object.
+async fn nothing_written_at_rest(eno: &Eno, name: &str) {
+    let mirrors = eno.env.api::<crds::Composition>();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (before, _) = eno.eno_status(name).await.unwrap();
+    let mirror_before = mirrors.get(name).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let (after, _) = eno.eno_status(name).await.unwrap();
+    let mirror_after = mirrors.get(name).await.unwrap();
+    assert_eq!(
+        before.resource_version(),
+        after.resource_version(),
+        "written at rest"
+    );
+    assert_eq!(
+        mirror_before.resource_version(),
+        mirror_after.resource_version()
+    );
+}
+
 /// A Synthesizer whose image is no WebAssembly module (a Helm chart's artifact, a tag the
 /// registry does not have): an Event naming the image, its Composition's status says so, and
 /// nothing is mirrored or applied.
@@ -371,8 +426,12 @@ async fn an_image_that_is_no_module_is_said_and_nothing_happens() {
         );
     }
     assert!(eno.config_map("never").await.is_none());
-    // Deleted before enoki ever reconciled it: what Eno applied (its Eno slice says) is left
-    // in place, and a Warning names it.
+    left_in_place_when_never_mirrored(&eno).await;
+}
+
+/// An Eno Composition deleted before enoki ever reconciled it: what Eno applied (its Eno
+/// slice says) is left in place, and a Warning names it.
+async fn left_in_place_when_never_mirrored(eno: &Eno) {
     let comps = eno.env.api::<eno::Composition>();
     let c = comps.get("nothing-missing").await.unwrap();
     let applied = json!({"apiVersion": "v1", "kind": "ConfigMap",
@@ -508,6 +567,13 @@ async fn a_symphony_eno_ran_moves_over() {
         comps.get_opt("stack-x7k2p").await.unwrap().is_none(),
         "not mirrored"
     );
+    let (_, status) = eventually("Eno's Composition says who reconciles it", WAIT, || async {
+        let (c, status) = eno.eno_status("stack-x7k2p").await?;
+        (c.status?.simplified?.status == "Superseded").then_some(((), status))
+    })
+    .await;
+    let said = status["simplified"]["error"].as_str().unwrap();
+    assert!(said.contains(&format!("stack-{synth}")), "{said}");
     let out = eno
         .config_map("sym-out")
         .await

@@ -6,19 +6,24 @@
 //! back to the Eno object in Eno's shape ([`project`]). A mirror is never written over an
 //! `enoki.dev` object that is not one (it is reported instead).
 //!
-//! - A Synthesizer's module is the OCI artifact `spec.image` names (a tag is resolved to the
-//!   digest it serves, again every 5 minutes: a moved tag is a new module, as a new image is
-//!   in Eno) or what the annotation `enoki.dev/module` names (`builtin:<name>` or an OCI
-//!   reference). An image that is no WebAssembly module is an Event on the Synthesizer and
-//!   the status of its Compositions; nothing is mirrored.
+//! - A Synthesizer's module is the OCI artifact `spec.image` names (its manifest must have a
+//!   wasm layer; a tag is resolved to the digest it serves when the Synthesizer is first seen
+//!   or changed — Eno never looks at a registry either) or what the annotation
+//!   `enoki.dev/module` names (`builtin:<name>` or an OCI reference). An image that is no
+//!   WebAssembly module is an Event on the Synthesizer and the status of its Compositions;
+//!   nothing is mirrored.
 //! - Compositions and Symphonies carry Eno's finalizer `eno.azure.io/cleanup`: deleting one
 //!   deletes its mirror (whose outputs enoki deletes as always), then lets the Eno object go,
-//!   with the Eno ResourceSlices it still owns.
+//!   with the Eno ResourceSlices it still owns. A Composition Eno's Symphony made is not
+//!   mirrored: the Symphony's mirror makes its own ([`superseded`]).
+//! - A mirror's spec, and the labels and annotations it carries, are the Eno object's: an
+//!   edit of them on the mirror is undone.
 
 mod kinds;
 mod mirror;
 pub(crate) mod project;
 mod state;
+mod superseded;
 mod synthesizers;
 mod writes;
 
@@ -70,22 +75,30 @@ pub(super) fn start(
             )
             .for_each(|_| async {}),
     ));
-    // A new or changed Synthesizer mirror wakes the Eno Compositions that run it.
+    // A new or changed Synthesizer (Eno's, or its mirror) wakes the Eno Compositions that
+    // run it.
     let comp_ctrl = recovery::controller::<crds::eno::Composition>(scoped_api(ctx), scoped.clone());
-    let comp_store = comp_ctrl.store();
+    let on = |store: kube::runtime::reflector::Store<crds::eno::Composition>| {
+        move |name: String| {
+            let all = store.state().into_iter();
+            all.filter(|c| c.spec.synthesizer.name == name)
+                .map(|c| ObjectRef::from_obj(c.as_ref()))
+                .collect::<Vec<_>>()
+        }
+    };
+    let (by_mirror, by_eno) = (on(comp_ctrl.store()), on(comp_ctrl.store()));
     tasks.push(tokio::spawn(
         comp_ctrl
             .owns::<crds::Composition>(scoped_api(ctx), mirrors.clone())
             .watches(
-                Api::all(client),
+                Api::all(client.clone()),
                 synth_watch,
-                move |s: crds::Synthesizer| {
-                    let name = s.name_any();
-                    let on = comp_store.state().into_iter();
-                    on.filter(|c| c.spec.synthesizer.name == name)
-                        .map(|c| ObjectRef::from_obj(c.as_ref()))
-                        .collect::<Vec<_>>()
-                },
+                move |s: crds::Synthesizer| by_mirror(s.name_any()),
+            )
+            .watches(
+                Api::all(client),
+                watcher::Config::default(),
+                move |s: crds::eno::Synthesizer| by_eno(s.name_any()),
             )
             .graceful_shutdown_on(stop.clone())
             .run(mirror::reconcile, mirror::error_policy, bridge.clone())

@@ -33,8 +33,8 @@ pub(crate) trait Mirrored:
         + 'static;
     /// Whether the Eno object owns Eno ResourceSlices (let go when it goes).
     const OWNS_SLICES: bool;
-    /// The mirror's spec, or why there is none.
-    fn mirror_spec(&self) -> Result<Value, String>;
+    /// The mirror's spec, or why there is none (a status word and the reason).
+    fn mirror_spec(&self) -> Result<Value, project::Refusal>;
     /// The Synthesizers whose mirror must exist before this object's mirror is made.
     fn synthesizers(&self) -> Vec<String>;
     /// Its status from its mirror's; `synth` is the mirror Synthesizer's generations.
@@ -54,7 +54,7 @@ impl Mirrored for eno::Composition {
     type Mirror = crds::Composition;
     const OWNS_SLICES: bool = true;
 
-    fn mirror_spec(&self) -> Result<Value, String> {
+    fn mirror_spec(&self) -> Result<Value, project::Refusal> {
         project::composition_spec(self).map(|s| project::to_json(&s))
     }
 
@@ -93,7 +93,7 @@ impl Mirrored for eno::Symphony {
     type Mirror = crds::Symphony;
     const OWNS_SLICES: bool = false;
 
-    fn mirror_spec(&self) -> Result<Value, String> {
+    fn mirror_spec(&self) -> Result<Value, project::Refusal> {
         project::symphony_spec(self).map(|s| project::to_json(&s))
     }
 
@@ -104,7 +104,7 @@ impl Mirrored for eno::Symphony {
     }
 
     fn status_from(&self, mirror: &crds::Symphony, _: (Option<i64>, Option<i64>)) -> Value {
-        project::to_json(&project::symphony_status(mirror))
+        project::to_json(&project::symphony_status(mirror, self.status.as_ref()))
     }
 
     fn said(&self, _: &str, _: &str) -> Option<Value> {

@@ -23,8 +23,10 @@ use crate::run::Error;
 const RESYNC: Duration = Duration::from_secs(300);
 /// How soon an object waiting for something that has no watch of its own is.
 const SOON: Duration = Duration::from_secs(10);
-/// How soon an object blocked until someone edits it is.
+/// How soon an object blocked until someone edits it (or a watched object changes) is.
 const LATER: Duration = Duration::from_secs(60);
+/// The finalizer of a deletion that orphans dependents (`kubectl delete --cascade=orphan`).
+const ORPHAN: &str = "orphan";
 
 /// What a possible mirror is to the Eno object with `uid`.
 #[derive(Clone, Copy, PartialEq)]
@@ -74,12 +76,16 @@ async fn pass<E: Mirrored>(e: &E, bridge: &Bridge) -> Result<Action, Error> {
     let eapi: Api<E> = Api::namespaced(client.clone(), &ns);
     let mapi: Api<E::Mirror> = Api::namespaced(client, &ns);
     let deleting = e.meta().deletion_timestamp.is_some();
+    if deleting && e.finalizers().iter().any(|f| f == ORPHAN) {
+        // `--cascade=orphan`: the garbage collector takes the owner off the mirror first.
+        return Ok(Action::requeue(SOON));
+    }
     if e.of_symphony() {
         // Eno's Symphony made it; the Symphony's mirror makes its own Compositions.
         if deleting {
             return writes::delete(bridge, e, &eapi, &mapi, None).await;
         }
-        return Ok(Action::await_change());
+        return super::superseded::pass(bridge, e, &eapi).await;
     }
     let mirror = mapi.get_opt(&name).await.map_err(api_err(format!(
         "reading the mirror of {}",
@@ -108,11 +114,18 @@ async fn pass<E: Mirrored>(e: &E, bridge: &Bridge) -> Result<Action, Error> {
     writes::ensure_finalizer(e, &eapi).await?;
     let spec = match e.mirror_spec() {
         Ok(spec) => spec,
-        Err(why) => return blocked(bridge, e, &eapi, "MissingSynthesizer", why, LATER).await,
+        Err((word, why)) => return blocked(bridge, e, &eapi, word, why, LATER).await,
     };
     let synth = match synthesizer(bridge, e, mirror.is_none()).await? {
         Ok(synth) => synth,
-        Err((word, why)) => return blocked(bridge, e, &eapi, word, why, SOON).await,
+        Err((word, why)) => {
+            let after = if word == "PendingSynthesis" {
+                SOON
+            } else {
+                LATER
+            };
+            return blocked(bridge, e, &eapi, word, why, after).await;
+        }
     };
     let mirror = match writes::write_mirror(e, &mapi, mirror, spec).await? {
         writes::Written::Done(m) => m,
@@ -121,6 +134,9 @@ async fn pass<E: Mirrored>(e: &E, bridge: &Bridge) -> Result<Action, Error> {
         }
     };
     bridge.forget(&uid);
+    if E::OWNS_SLICES {
+        writes::mark_mirrored(e, &eapi).await?;
+    }
     let status = e.status_from(&mirror, synth);
     writes::write_status(e, &eapi, status).await?;
     Ok(Action::requeue(RESYNC))

@@ -19,43 +19,82 @@ pub(crate) const MIRROR: &str = "enoki.dev/eno-mirror";
 /// Annotation on an Eno Synthesizer naming its module: `builtin:<name>` or an OCI reference
 /// (pinned or by tag), in place of `spec.image`.
 pub(crate) const MODULE: &str = "enoki.dev/module";
+/// Annotation on an Eno Composition: enoki wrote its mirror (so deleting it deletes what the
+/// mirror applied).
+pub(crate) const MIRRORED: &str = "enoki.dev/eno-mirrored";
 /// Annotations not carried to a mirror.
-const NOT_CARRIED: [&str; 1] = ["kubectl.kubernetes.io/last-applied-configuration"];
+const NOT_CARRIED: [&str; 2] = ["kubectl.kubernetes.io/last-applied-configuration", MIRRORED];
 
-/// The mirror of an Eno Composition's spec, or why there is none.
-pub(crate) fn composition_spec(c: &eno::Composition) -> Result<crds::CompositionSpec, String> {
-    if c.spec.synthesizer.name.is_empty() {
-        return Err(
-            "spec.synthesizer.name is empty: enoki does not pick a Synthesizer by \
-             labelSelector; name it"
-                .into(),
-        );
+/// Why an Eno object has no mirror: Eno's status word and the reason.
+pub(crate) type Refusal = (&'static str, String);
+
+/// A Synthesizer named by `labelSelector` only.
+fn by_label(field: &str) -> Refusal {
+    let why =
+        format!("{field} is empty: enoki does not pick a Synthesizer by labelSelector; name it");
+    ("MissingSynthesizer", why)
+}
+
+/// A key bound twice (Eno's lists allow it; enoki's are maps by key).
+fn twice<'a>(field: &str, keys: impl Iterator<Item = &'a str>) -> Result<(), Refusal> {
+    let mut seen = std::collections::BTreeSet::new();
+    for k in keys {
+        if !seen.insert(k) {
+            return Err((
+                "InvalidSpec",
+                format!("{field}: the key {k:?} appears twice"),
+            ));
+        }
     }
-    let mut spec = serde_json::to_value(&c.spec).map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// The mirror of an Eno Composition's spec, or why there is none. A `dependsOn` entry
+/// without a name (Eno's schema allows it) names nothing and is left out.
+pub(crate) fn composition_spec(c: &eno::Composition) -> Result<crds::CompositionSpec, Refusal> {
+    if c.spec.synthesizer.name.is_empty() {
+        return Err(by_label("spec.synthesizer.name"));
+    }
+    twice(
+        "spec.bindings",
+        c.spec.bindings.iter().map(|b| b.key.as_str()),
+    )?;
+    let mut spec = to_json(&c.spec);
     spec["synthesizer"] = json!({"name": c.spec.synthesizer.name});
-    serde_json::from_value(spec).map_err(|e| format!("spec: {e}"))
+    if let Some(deps) = spec.get_mut("dependsOn").and_then(Value::as_array_mut) {
+        deps.retain(|d| d["name"].as_str().is_some_and(|n| !n.is_empty()));
+    }
+    serde_json::from_value(spec).map_err(|e| ("InvalidSpec", format!("spec: {e}")))
 }
 
 /// The mirror of an Eno Symphony's spec, or why there is none.
-pub(crate) fn symphony_spec(s: &eno::Symphony) -> Result<crds::SymphonySpec, String> {
-    let mut spec = serde_json::to_value(&s.spec).map_err(|e| e.to_string())?;
+pub(crate) fn symphony_spec(s: &eno::Symphony) -> Result<crds::SymphonySpec, Refusal> {
+    let mut spec = to_json(&s.spec);
+    twice(
+        "spec.bindings",
+        s.spec.bindings.iter().map(|b| b.key.as_str()),
+    )?;
     for (i, v) in s.spec.variations.iter().enumerate() {
         if v.synthesizer.name.is_empty() {
-            return Err(format!(
-                "spec.variations[{i}].synthesizer.name is empty: enoki does not pick a \
-                 Synthesizer by labelSelector; name it"
-            ));
+            return Err(by_label(&format!("spec.variations[{i}].synthesizer.name")));
         }
-        spec["variations"][i]["synthesizer"] = json!({"name": v.synthesizer.name});
+        let field = format!("spec.variations[{i}].bindings");
+        twice(&field, v.bindings.iter().map(|b| b.key.as_str()))?;
+        let variation = &mut spec["variations"][i];
+        variation["synthesizer"] = json!({"name": v.synthesizer.name});
+        if let Some(deps) = variation.get_mut("dependsOn").and_then(Value::as_array_mut) {
+            deps.retain(|d| d["synthesizer"].as_str().is_some_and(|n| !n.is_empty()));
+        }
     }
-    serde_json::from_value(spec).map_err(|e| format!("spec: {e}"))
+    serde_json::from_value(spec).map_err(|e| ("InvalidSpec", format!("spec: {e}")))
 }
 
-/// The mirror of an Eno Synthesizer's spec, given its module.
+/// The mirror of an Eno Synthesizer's spec, given its module; or why there is none.
 pub(crate) fn synthesizer_spec(
     s: &eno::Synthesizer,
     module: crds::ModuleSource,
-) -> crds::SynthesizerSpec {
+) -> Result<crds::SynthesizerSpec, String> {
+    twice("spec.refs", s.spec.refs.iter().map(|r| r.key.as_str())).map_err(|(_, why)| why)?;
     let non_empty = |s: &str| (!s.is_empty()).then(|| s.to_string());
     let refs = s
         .spec
@@ -80,7 +119,7 @@ pub(crate) fn synthesizer_spec(
             defer: r.defer,
         })
         .collect();
-    crds::SynthesizerSpec {
+    Ok(crds::SynthesizerSpec {
         module,
         refs,
         limits: s.spec.exec_timeout.as_ref().map(|t| crds::Limits {
@@ -88,7 +127,7 @@ pub(crate) fn synthesizer_spec(
             ..Default::default()
         }),
         ..Default::default()
-    }
+    })
 }
 
 /// The module an Eno Synthesizer names: the `enoki.dev/module` annotation (`builtin:<name>`,
@@ -177,7 +216,7 @@ pub(crate) fn composition_status(
     before: Option<&eno::CompositionStatus>,
 ) -> eno::CompositionStatus {
     let Some(status) = mirror.status.as_ref() else {
-        return eno::CompositionStatus::default();
+        return before.cloned().unwrap_or_default();
     };
     let comp = generations(mirror);
     let earlier = |uuid: &str| -> Option<eno::Synthesis> {
@@ -220,13 +259,24 @@ pub(crate) fn composition_status(
     out.in_flight_synthesis = synthesis(&status.in_flight_synthesis);
     out.current_synthesis = synthesis(&status.current_synthesis);
     out.previous_synthesis = synthesis(&status.previous_synthesis);
+    if out.current_synthesis.is_none()
+        && let Some(b) = before
+    {
+        // Until enoki's first synthesis, what Eno did last stays to be read.
+        out.current_synthesis = b.current_synthesis.clone();
+        out.previous_synthesis = b.previous_synthesis.clone();
+    }
     out
 }
 
-/// An Eno Symphony's status from its mirror's.
-pub(crate) fn symphony_status(mirror: &crds::Symphony) -> eno::SymphonyStatus {
+/// An Eno Symphony's status from its mirror's (the Eno one as it is until the mirror has
+/// one).
+pub(crate) fn symphony_status(
+    mirror: &crds::Symphony,
+    before: Option<&eno::SymphonyStatus>,
+) -> eno::SymphonyStatus {
     let Some(status) = mirror.status.as_ref() else {
-        return eno::SymphonyStatus::default();
+        return before.cloned().unwrap_or_default();
     };
     let mut out: eno::SymphonyStatus = serde_json::to_value(status)
         .ok()

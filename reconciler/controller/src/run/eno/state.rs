@@ -9,6 +9,9 @@ use crate::run::Context;
 /// Field manager of every mirror write.
 pub(crate) const FIELD_MANAGER: &str = "enoki-eno-api";
 
+/// Objects whose last reason is remembered, at most.
+const SAID_BOUND: usize = 10_000;
+
 /// The bridge's state: the engine's context, why each Eno Synthesizer has no mirror, what
 /// each blocked object was last told (an Event only when it changes), and how often each
 /// Synthesizer's module failed to resolve (its backoff).
@@ -62,6 +65,10 @@ impl Bridge {
         let mut m = self.memory();
         if m.said.get(uid).is_some_and(|w| w == why) {
             return false;
+        }
+        if m.said.len() >= SAID_BOUND {
+            // Objects deleted while blocked are never forgotten one by one: start over.
+            m.said.clear();
         }
         m.said.insert(uid.to_string(), why.to_string());
         true

@@ -63,33 +63,92 @@ pub(super) async fn reconcile(
         .as_ref()
         .filter(|m| m.annotations().get(SOURCE) == Some(&digest))
         .map(|m| m.spec.module.clone());
-    let module = match known {
-        Some(module) => module,
-        None => match resolve(&bridge, &s).await {
-            Ok(module) => module,
-            Err(why) => return refuse(&bridge, &s, why).await,
-        },
+    let resolved = match known {
+        Some(module) => Ok(module),
+        None => resolve(&bridge, &s).await,
     };
-    bridge.set_unresolved(&name, None);
-    let spec = project::synthesizer_spec(&s, module);
-    if existing
-        .as_ref()
-        .is_some_and(|m| m.annotations().get(SOURCE) == Some(&digest) && m.spec == spec)
-    {
-        return Ok(Action::requeue(RESYNC));
+    let spec = match resolved.and_then(|module| project::synthesizer_spec(&s, module)) {
+        Ok(spec) => spec,
+        Err(why) => return refuse(&bridge, &s, why).await,
+    };
+    let carried = |m: &crds::Synthesizer| {
+        m.annotations().get(SOURCE) == Some(&digest)
+            && annotations
+                .iter()
+                .all(|(k, v)| m.annotations().get(k) == Some(v))
+    };
+    let mut current = existing.filter(|m| carried(m));
+    if current.is_none() {
+        annotations.insert(SOURCE.into(), digest.clone());
+        let body = json!({
+            "apiVersion": crds::API_VERSION, "kind": "Synthesizer",
+            "metadata": {"name": name, "labels": labels, "annotations": annotations,
+                         "ownerReferences": [owner]},
+            "spec": spec,
+        });
+        let pp = PatchParams::apply(FIELD_MANAGER).force();
+        match api.patch(&name, &pp, &Patch::Apply(&body)).await {
+            Ok(m) => current = Some(m),
+            Err(err) => return refused(&bridge, &s, err).await,
+        }
     }
-    annotations.insert(SOURCE.into(), digest);
-    let body = json!({
-        "apiVersion": crds::API_VERSION, "kind": "Synthesizer",
-        "metadata": {"name": name, "labels": labels, "annotations": annotations,
-                     "ownerReferences": [owner]},
-        "spec": spec,
-    });
-    let pp = PatchParams::apply(FIELD_MANAGER).force();
-    api.patch(&name, &pp, &Patch::Apply(&body))
-        .await
-        .map_err(api_err(format!("writing the mirror of Synthesizer {name}")))?;
+    if let Some(m) = current.filter(|m| m.spec != spec)
+        && let Err(err) = replace_spec(&api, &m, &spec).await
+    {
+        return refused(&bridge, &s, err).await;
+    }
+    bridge.set_unresolved(&name, None);
+    bridge.forget(&s.uid().unwrap_or_default());
+    bridge
+        .ctx
+        .state
+        .clear_failures(&crate::run::policy::object_key(s.as_ref()));
     Ok(Action::requeue(RESYNC))
+}
+
+/// The mirror's spec replaced whole (someone else's fields on it — `env`, `helm`, `rollout` —
+/// go), over the version read; one changed meanwhile is left to the next pass.
+async fn replace_spec(
+    api: &Api<crds::Synthesizer>,
+    m: &crds::Synthesizer,
+    spec: &crds::SynthesizerSpec,
+) -> Result<(), kube::Error> {
+    let patch: json_patch::Patch = serde_json::from_value(json!([
+        {"op": "test", "path": "/metadata/resourceVersion", "value": m.resource_version()},
+        {"op": "replace", "path": "/spec", "value": spec},
+    ]))
+    .unwrap_or_default();
+    let pp = PatchParams::default();
+    match api
+        .patch(&m.name_any(), &pp, &Patch::<()>::Json(patch))
+        .await
+    {
+        Err(kube::Error::Api(st)) if st.code == 409 || st.message.contains("testing value") => {
+            Ok(())
+        }
+        other => other.map(|_| ()),
+    }
+}
+
+/// A write of the mirror the API server refused (the mirror's schema: e.g. `builtin:helm`
+/// without a chart, more refs than enoki takes) is the Synthesizer's reason to have none; any
+/// other failure is retried.
+async fn refused(bridge: &Bridge, s: &eno::Synthesizer, err: kube::Error) -> Result<Action, Error> {
+    match err {
+        kube::Error::Api(st)
+            if matches!(st.code, 400 | 422) || st.message.contains("duplicate") =>
+        {
+            let why = format!(
+                "its enoki.dev mirror cannot be made from it: {}",
+                st.message
+            );
+            refuse(bridge, s, why).await
+        }
+        err => Err(api_err(format!(
+            "writing the mirror of Synthesizer {}",
+            s.name_any()
+        ))(err)),
+    }
 }
 
 /// The module, a tag resolved to its digest; or why there is none.

@@ -93,7 +93,9 @@ pub(super) enum Written<M> {
 /// The message of a refusal of the mirror's content (400, 422).
 fn refusal(err: &kube::Error) -> Option<String> {
     match err {
-        kube::Error::Api(s) if s.code == 400 || s.code == 422 => Some(s.message.clone()),
+        kube::Error::Api(s) if matches!(s.code, 400 | 422) || s.message.contains("duplicate") => {
+            Some(s.message.clone())
+        }
         _ => None,
     }
 }
@@ -124,7 +126,10 @@ pub(super) async fn write_mirror<E: Mirrored>(
             .owner_references()
             .iter()
             .any(|o| Some(&o.uid) == e.uid().as_ref());
-        let carried = labels.iter().all(|(k, v)| m.labels().get(k) == Some(v));
+        let carried = labels.iter().all(|(k, v)| m.labels().get(k) == Some(v))
+            && annotations
+                .iter()
+                .all(|(k, v)| m.annotations().get(k) == Some(v));
         owned && carried && m.annotations().get(SOURCE) == Some(&digest)
     });
     let m = match current {
@@ -164,7 +169,7 @@ pub(super) async fn write_mirror<E: Mirrored>(
     {
         Ok(m) => Ok(Written::Done(m)),
         // Changed meanwhile: its watch event brings the next pass.
-        Err(kube::Error::Api(s)) if s.code == 409 || s.message.contains("test") => {
+        Err(kube::Error::Api(s)) if s.code == 409 || s.message.contains("testing value") => {
             Ok(Written::Done(m))
         }
         Err(err) => match refusal(&err) {
@@ -172,6 +177,24 @@ pub(super) async fn write_mirror<E: Mirrored>(
             None => Err(api_err(what())(err)),
         },
     }
+}
+
+/// Marks the Eno object as mirrored (`enoki.dev/eno-mirrored`): deleting it later deletes
+/// what its mirror applied, and nothing is said to be left in place.
+pub(super) async fn mark_mirrored<E: Mirrored>(e: &E, eapi: &Api<E>) -> Result<(), Error> {
+    if e.annotations().contains_key(super::project::MIRRORED) {
+        return Ok(());
+    }
+    let patch = json!({"metadata": {"resourceVersion": e.resource_version(),
+                                    "annotations": {super::project::MIRRORED: "true"}}});
+    eapi.patch(
+        &e.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await
+    .map_err(api_err(format!("marking {} mirrored", named(e))))?;
+    Ok(())
 }
 
 /// Writes the Eno object's status when it differs.
@@ -199,7 +222,8 @@ pub(super) async fn write_status<E: Mirrored>(
 /// Deletion: the mirror first (its outputs go with it, `deletion-strategy` honoured; the
 /// Composition says `Deleting` meanwhile), then the Eno ResourceSlices the object owns and the
 /// object itself are let go. An Eno Composition that never had a mirror (enoki never
-/// reconciled it) leaves what Eno applied in place: a Warning Event names it.
+/// reconciled it: not marked `enoki.dev/eno-mirrored`) leaves what Eno applied in place: a
+/// Warning Event names it.
 pub(super) async fn delete<E: Mirrored>(
     bridge: &Bridge,
     e: &E,
@@ -228,7 +252,7 @@ pub(super) async fn delete<E: Mirrored>(
         return Ok(Action::requeue(SOON));
     }
     if E::OWNS_SLICES {
-        let was_mirrored = e.status_now()["simplified"]["status"] == DELETING;
+        let was_mirrored = e.annotations().contains_key(super::project::MIRRORED);
         if !was_mirrored && !e.of_symphony() {
             let left = left_in_place(client, e).await?;
             if !left.is_empty() {

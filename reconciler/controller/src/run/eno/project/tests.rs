@@ -26,11 +26,27 @@ fn an_eno_composition_spec_is_its_mirrors() {
         "apiVersion: eno.azure.io/v1\nkind: Composition\nmetadata: {name: web, namespace: shop}\n\
          spec:\n  synthesizer: {labelSelector: {matchLabels: {app: web}}}\n",
     );
-    let err = composition_spec(&by_label).unwrap_err();
+    let (word, err) = composition_spec(&by_label).unwrap_err();
+    assert_eq!(word, "MissingSynthesizer");
     assert!(
         err.contains("spec.synthesizer.name") && err.contains("labelSelector"),
         "{err}"
     );
+    // Eno's lists allow a key twice and a dependency without a name; enoki's do not.
+    let mut twice = c.clone();
+    twice.spec.bindings.push(twice.spec.bindings[0].clone());
+    twice
+        .spec
+        .depends_on
+        .push(eno::CompositionDependency::default());
+    let (word, err) = composition_spec(&twice).unwrap_err();
+    assert_eq!(word, "InvalidSpec");
+    assert!(
+        err.contains("spec.bindings") && err.contains("\"config\""),
+        "{err}"
+    );
+    twice.spec.bindings.pop();
+    assert_eq!(composition_spec(&twice).unwrap().depends_on.len(), 1);
 }
 
 #[test]
@@ -61,7 +77,7 @@ fn an_eno_synthesizer_names_its_module_by_annotation_or_image() {
     .unwrap();
     let module = module_of(&s).unwrap();
     assert_eq!(module.oci.as_deref(), Some("registry.example/web:v2"));
-    let spec = synthesizer_spec(&s, module);
+    let spec = synthesizer_spec(&s, module.clone()).unwrap();
     assert_eq!(spec.refs[0].resource.as_ref().unwrap().version, "v1");
     let app = spec.refs[1].resource.as_ref().unwrap();
     assert_eq!(
@@ -125,11 +141,28 @@ fn a_mirrors_status_is_written_in_enos_shape_with_enos_generations() {
     );
     assert!(json.get("conditions").is_none() && json.get("observedGeneration").is_none());
     assert!(json["currentSynthesis"].get("moduleDigest").is_none());
+    // A mirror that has not synthesized yet keeps what Eno did last to be read.
+    mirror.status = None;
+    assert_eq!(
+        composition_status(&mirror, (None, None), Some(&before)),
+        before
+    );
+    mirror.status = Some(crds::CompositionStatus::default());
+    let kept = composition_status(&mirror, (None, None), Some(&before));
+    assert_eq!(kept.current_synthesis, before.current_synthesis);
     mirror.status = None;
     assert_eq!(
         composition_status(&mirror, (None, None), None),
         eno::CompositionStatus::default()
     );
+    // Refs whose keys Eno's lists allow twice have no mirror.
+    let mut s: eno::Synthesizer = serde_json::from_value(json!({
+        "apiVersion": "eno.azure.io/v1", "kind": "Synthesizer", "metadata": {"name": "s"},
+        "spec": {"image": "r/s:v1", "refs": [{"key": "a", "resource": {"kind": "ConfigMap"}}]}}))
+    .unwrap();
+    s.spec.refs.push(s.spec.refs[0].clone());
+    let err = synthesizer_spec(&s, module_of(&s).unwrap()).unwrap_err();
+    assert!(err.contains("spec.refs") && err.contains("twice"), "{err}");
 }
 
 #[test]
@@ -155,7 +188,7 @@ fn an_eno_object_without_a_spec_reads_and_says_what_it_lacks() {
         "apiVersion": "eno.azure.io/v1", "kind": "Composition",
         "metadata": {"name": "bare", "namespace": "shop"}}))
     .unwrap();
-    let err = composition_spec(&bare).unwrap_err();
+    let (_, err) = composition_spec(&bare).unwrap_err();
     assert!(err.contains("spec.synthesizer.name"), "{err}");
     let list: kube::core::ObjectList<eno::Symphony> = serde_json::from_value(json!({
         "apiVersion": "eno.azure.io/v1", "kind": "SymphonyList", "metadata": {},
