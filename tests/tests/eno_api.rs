@@ -186,6 +186,7 @@ async fn an_eno_composition_converges_as_it_is_and_goes_cleanly() {
         pinned.starts_with(&format!("{}@sha256:", eno.image)),
         "{pinned}"
     );
+    module_edit_undone(&eno, &synth, &pinned).await;
 
     // What Eno left: a slice of the Composition with Eno's finalizer.
     let slices = eno.env.api::<eno::ResourceSlice>();
@@ -352,6 +353,25 @@ async fn a_key_twice_is_said_and_cascade_orphan_keeps_the_mirror() {
     let kept = comps.get("beside").await.unwrap();
     assert!(kept.owner_references().is_empty() && kept.metadata.deletion_timestamp.is_none());
     assert!(eno.config_map("eno-out").await.is_some());
+}
+
+/// An edit of a Synthesizer mirror's module (or another field) is undone: it runs what the
+/// Eno Synthesizer names.
+async fn module_edit_undone(eno: &Eno, synth: &str, pinned: &str) {
+    let synths = Api::<crds::Synthesizer>::all(eno.env.client.clone());
+    let elsewhere = format!("{}@sha256:{}", eno.image, "0".repeat(64));
+    let edit = json!({"spec": {"module": {"oci": elsewhere},
+                               "env": [{"name": "X", "value": "1"}]}});
+    let pp = PatchParams::default();
+    synths
+        .patch(synth, &pp, &Patch::Merge(&edit))
+        .await
+        .unwrap();
+    eventually("the Synthesizer mirror's edit undone", WAIT, || async {
+        let m = synths.get(synth).await.unwrap();
+        (m.spec.module.oci.as_deref() == Some(pinned) && m.spec.env.is_empty()).then_some(())
+    })
+    .await;
 }
 
 /// Nothing is written at rest: no status ping-pong between the mirror and Eno's object.

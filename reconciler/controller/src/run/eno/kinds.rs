@@ -48,6 +48,8 @@ pub(crate) trait Mirrored:
     fn of_symphony(&self) -> bool {
         false
     }
+    /// Whether the mirror has synthesized (so deleting it deletes what it applied).
+    fn synthesized(mirror: &Self::Mirror) -> bool;
 }
 
 impl Mirrored for eno::Composition {
@@ -83,9 +85,14 @@ impl Mirrored for eno::Composition {
     }
 
     fn of_symphony(&self) -> bool {
-        self.owner_references().iter().any(|o| {
-            o.controller == Some(true) && o.kind == "Symphony" && o.api_version == eno::API_VERSION
-        })
+        // Marked once seen, so an orphaning deletion of the Symphony does not turn it into a
+        // second Composition of the variation.
+        symphony_owner(self).is_some() || self.annotations().contains_key(project::SUPERSEDED)
+    }
+
+    fn synthesized(mirror: &crds::Composition) -> bool {
+        let status = mirror.status.as_ref();
+        status.is_some_and(|s| s.current_synthesis.is_some())
     }
 }
 
@@ -111,7 +118,20 @@ impl Mirrored for eno::Symphony {
         None
     }
 
+    fn synthesized(_: &crds::Symphony) -> bool {
+        true
+    }
+
     fn status_now(&self) -> Value {
         project::to_json(&self.status.clone().unwrap_or_default())
     }
+}
+
+/// The Eno Symphony that made `c` (its controller).
+pub(super) fn symphony_owner(
+    c: &impl Resource,
+) -> Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference> {
+    c.owner_references().iter().find(|o| {
+        o.controller == Some(true) && o.kind == "Symphony" && o.api_version == eno::API_VERSION
+    })
 }

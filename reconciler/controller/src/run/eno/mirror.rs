@@ -77,7 +77,11 @@ async fn pass<E: Mirrored>(e: &E, bridge: &Bridge) -> Result<Action, Error> {
     let mapi: Api<E::Mirror> = Api::namespaced(client, &ns);
     let deleting = e.meta().deletion_timestamp.is_some();
     if deleting && e.finalizers().iter().any(|f| f == ORPHAN) {
-        // `--cascade=orphan`: the garbage collector takes the owner off the mirror first.
+        // `--cascade=orphan`: the garbage collector takes the owner off the mirror first (and
+        // off Eno's slices: let go while they are still known to be this object's).
+        if E::OWNS_SLICES {
+            writes::release_slices(bridge.ctx.clusters.client(), e).await?;
+        }
         return Ok(Action::requeue(SOON));
     }
     if e.of_symphony() {
@@ -134,8 +138,8 @@ async fn pass<E: Mirrored>(e: &E, bridge: &Bridge) -> Result<Action, Error> {
         }
     };
     bridge.forget(&uid);
-    if E::OWNS_SLICES {
-        writes::mark_mirrored(e, &eapi).await?;
+    if E::OWNS_SLICES && E::synthesized(&mirror) {
+        writes::mark(e, &eapi, project::MIRRORED, "true").await?;
     }
     let status = e.status_from(&mirror, synth);
     writes::write_status(e, &eapi, status).await?;

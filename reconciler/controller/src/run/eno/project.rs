@@ -22,8 +22,15 @@ pub(crate) const MODULE: &str = "enoki.dev/module";
 /// Annotation on an Eno Composition: enoki wrote its mirror (so deleting it deletes what the
 /// mirror applied).
 pub(crate) const MIRRORED: &str = "enoki.dev/eno-mirrored";
+/// Annotation on an Eno Composition Eno's Symphony made: the UID of that Symphony, whose
+/// mirror reconciles the variation.
+pub(crate) const SUPERSEDED: &str = "enoki.dev/eno-superseded";
 /// Annotations not carried to a mirror.
-const NOT_CARRIED: [&str; 2] = ["kubectl.kubernetes.io/last-applied-configuration", MIRRORED];
+const NOT_CARRIED: [&str; 3] = [
+    "kubectl.kubernetes.io/last-applied-configuration",
+    MIRRORED,
+    SUPERSEDED,
+];
 
 /// Why an Eno object has no mirror: Eno's status word and the reason.
 pub(crate) type Refusal = (&'static str, String);

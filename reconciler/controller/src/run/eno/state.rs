@@ -67,8 +67,8 @@ impl Bridge {
             return false;
         }
         if m.said.len() >= SAID_BOUND {
-            // Objects deleted while blocked are never forgotten one by one: start over.
-            m.said.clear();
+            // Objects deleted while blocked are never forgotten one by one: one goes.
+            m.said.pop_first();
         }
         m.said.insert(uid.to_string(), why.to_string());
         true

@@ -12,6 +12,7 @@ use kube::api::{Api, DeleteParams};
 use kube::runtime::controller::Action;
 
 use super::kinds::Mirrored;
+use super::project;
 use super::state::Bridge;
 use super::writes::{self, api_err};
 use crate::run::Error;
@@ -26,11 +27,13 @@ pub(super) async fn pass<E: Mirrored>(
     eapi: &Api<E>,
 ) -> Result<Action, Error> {
     let ns = e.namespace().unwrap_or_default();
-    let owner = e.owner_references().iter().find(|o| o.kind == "Symphony");
+    let owner = super::kinds::symphony_owner(e);
     let (Some(owner), Some(synth)) = (owner, e.synthesizers().into_iter().next()) else {
+        // Its Symphony was deleted orphaning it (or is gone): it stays as it is.
         return Ok(Action::await_change());
     };
-    let syms: Api<eno::Symphony> = Api::namespaced(bridge.ctx.clusters.client().clone(), &ns);
+    let client = bridge.ctx.clusters.client().clone();
+    let syms: Api<eno::Symphony> = Api::namespaced(client.clone(), &ns);
     let sym = syms
         .get_opt(&owner.name)
         .await
@@ -39,6 +42,7 @@ pub(super) async fn pass<E: Mirrored>(
         // The garbage collector deletes it with its Symphony.
         return Ok(Action::await_change());
     };
+    writes::mark(e, eapi, project::SUPERSEDED, &owner.uid).await?;
     if !sym
         .spec
         .variations
@@ -55,11 +59,26 @@ pub(super) async fn pass<E: Mirrored>(
         }
         return Ok(Action::await_change());
     }
-    let why = format!(
-        "its variation is reconciled by enoki as Composition.enoki.dev {ns}/{}-{synth}, made \
-         by the mirror of Symphony {}",
-        owner.name, owner.name
-    );
+    // Named only once it exists and is the Symphony mirror's.
+    let name = crate::run::symphony::composition_name(&owner.name, &synth);
+    let comps: Api<crds::Composition> = Api::namespaced(client, &ns);
+    let made = comps
+        .get_opt(&name)
+        .await
+        .map_err(api_err(format!("reading Composition {ns}/{name}")))?
+        .filter(|c| c.owner_references().iter().any(|o| o.kind == "Symphony"));
+    let why = match made {
+        Some(_) => format!(
+            "its variation is reconciled by enoki as Composition.enoki.dev {ns}/{name}, made by \
+             the mirror of Symphony {}",
+            owner.name
+        ),
+        None => format!(
+            "its variation is to be reconciled by the enoki.dev mirror of Symphony {}, which \
+             has not made its Composition (see the Symphony's Events)",
+            owner.name
+        ),
+    };
     if let Some(status) = e.said("Superseded", &why) {
         writes::write_status(e, eapi, status).await?;
     }

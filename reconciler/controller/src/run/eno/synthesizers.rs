@@ -20,6 +20,9 @@ use crate::run::Error;
 
 /// Annotation on a Synthesizer mirror: the digest of what its module was resolved from.
 const SOURCE: &str = "enoki.dev/eno-source";
+/// Annotation on a Synthesizer mirror: the module resolved from it (JSON of
+/// `spec.module`), so an edit of the mirror's spec is undone without asking the registry.
+const RESOLVED: &str = "enoki.dev/eno-module";
 /// How often a Synthesizer is looked at again without a change.
 const RESYNC: Duration = Duration::from_secs(300);
 /// The first retry of a module that did not resolve; doubled each time, up to [`RESYNC`].
@@ -37,19 +40,10 @@ pub(super) async fn reconcile(
     }
     let name = s.name_any();
     let api: Api<crds::Synthesizer> = Api::all(bridge.ctx.clusters.client().clone());
-    let existing = api
-        .get_opt(&name)
-        .await
-        .map_err(api_err(format!("reading Synthesizer {name}")))?;
-    if existing
-        .as_ref()
-        .is_some_and(|m| !m.labels().contains_key(MIRROR))
-    {
-        let why = "an enoki.dev Synthesizer of this name exists and is not its mirror: enoki \
-                   leaves it alone; rename one of them"
-            .to_string();
-        return refuse(&bridge, &s, why).await;
-    }
+    let existing = match mirror_of(&api, &name).await? {
+        Ok(existing) => existing,
+        Err(why) => return refuse(&bridge, &s, why).await,
+    };
     let (labels, mut annotations) = project::mirror_meta(s.as_ref());
     let owner = s.controller_owner_ref(&()).map(|mut o| {
         o.block_owner_deletion = None;
@@ -58,11 +52,13 @@ pub(super) async fn reconcile(
     let source = json!({"labels": labels, "annotations": annotations, "owner": owner,
                         "image": s.spec.image});
     let digest = hex::encode(Sha256::digest(source.to_string()));
-    // The module resolved for this very source is kept: no registry call.
+    // The module resolved for this very source is kept (recorded on the mirror, apart from
+    // its spec, which an edit may change): no registry call.
     let known = existing
         .as_ref()
         .filter(|m| m.annotations().get(SOURCE) == Some(&digest))
-        .map(|m| m.spec.module.clone());
+        .and_then(|m| m.annotations().get(RESOLVED))
+        .and_then(|v| serde_json::from_str::<crds::ModuleSource>(v).ok());
     let resolved = match known {
         Some(module) => Ok(module),
         None => resolve(&bridge, &s).await,
@@ -71,8 +67,14 @@ pub(super) async fn reconcile(
         Ok(spec) => spec,
         Err(why) => return refuse(&bridge, &s, why).await,
     };
+    let resolved = project::to_json(&spec.module).to_string();
+    annotations.insert(RESOLVED.into(), resolved);
     let carried = |m: &crds::Synthesizer| {
         m.annotations().get(SOURCE) == Some(&digest)
+            && m.owner_references()
+                .iter()
+                .any(|o| Some(&o.uid) == s.uid().as_ref())
+            && labels.iter().all(|(k, v)| m.labels().get(k) == Some(v))
             && annotations
                 .iter()
                 .all(|(k, v)| m.annotations().get(k) == Some(v))
@@ -99,11 +101,30 @@ pub(super) async fn reconcile(
     }
     bridge.set_unresolved(&name, None);
     bridge.forget(&s.uid().unwrap_or_default());
-    bridge
-        .ctx
-        .state
-        .clear_failures(&crate::run::policy::object_key(s.as_ref()));
+    let key = crate::run::policy::object_key(s.as_ref());
+    bridge.ctx.state.clear_failures(&key);
     Ok(Action::requeue(RESYNC))
+}
+
+/// The mirror of the Synthesizer `name` if there is one, or why there cannot be: an
+/// `enoki.dev` Synthesizer of that name that is not a mirror.
+async fn mirror_of(
+    api: &Api<crds::Synthesizer>,
+    name: &str,
+) -> Result<Result<Option<crds::Synthesizer>, String>, Error> {
+    let existing = api
+        .get_opt(name)
+        .await
+        .map_err(api_err(format!("reading Synthesizer {name}")))?;
+    if existing
+        .as_ref()
+        .is_some_and(|m| !m.labels().contains_key(MIRROR))
+    {
+        let why = "an enoki.dev Synthesizer of this name exists and is not its mirror: enoki \
+                   leaves it alone; rename one of them";
+        return Ok(Err(why.to_string()));
+    }
+    Ok(Ok(existing))
 }
 
 /// The mirror's spec replaced whole (someone else's fields on it — `env`, `helm`, `rollout` —
@@ -114,7 +135,7 @@ async fn replace_spec(
     spec: &crds::SynthesizerSpec,
 ) -> Result<(), kube::Error> {
     let patch: json_patch::Patch = serde_json::from_value(json!([
-        {"op": "test", "path": "/metadata/resourceVersion", "value": m.resource_version()},
+        {"op": "replace", "path": "/metadata/resourceVersion", "value": m.resource_version()},
         {"op": "replace", "path": "/spec", "value": spec},
     ]))
     .unwrap_or_default();
@@ -123,9 +144,7 @@ async fn replace_spec(
         .patch(&m.name_any(), &pp, &Patch::<()>::Json(patch))
         .await
     {
-        Err(kube::Error::Api(st)) if st.code == 409 || st.message.contains("testing value") => {
-            Ok(())
-        }
+        Err(kube::Error::Api(st)) if st.code == 409 => Ok(()),
         other => other.map(|_| ()),
     }
 }

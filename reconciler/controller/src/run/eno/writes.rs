@@ -158,7 +158,7 @@ pub(super) async fn write_mirror<E: Mirrored>(
         return Ok(Written::Done(m));
     }
     let patch: json_patch::Patch = serde_json::from_value(json!([
-        {"op": "test", "path": "/metadata/resourceVersion", "value": m.resource_version()},
+        {"op": "replace", "path": "/metadata/resourceVersion", "value": m.resource_version()},
         {"op": "replace", "path": "/spec", "value": spec},
     ]))
     .unwrap_or_default();
@@ -169,9 +169,7 @@ pub(super) async fn write_mirror<E: Mirrored>(
     {
         Ok(m) => Ok(Written::Done(m)),
         // Changed meanwhile: its watch event brings the next pass.
-        Err(kube::Error::Api(s)) if s.code == 409 || s.message.contains("testing value") => {
-            Ok(Written::Done(m))
-        }
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(Written::Done(m)),
         Err(err) => match refusal(&err) {
             Some(msg) => Ok(refused(msg)),
             None => Err(api_err(what())(err)),
@@ -179,21 +177,25 @@ pub(super) async fn write_mirror<E: Mirrored>(
     }
 }
 
-/// Marks the Eno object as mirrored (`enoki.dev/eno-mirrored`): deleting it later deletes
-/// what its mirror applied, and nothing is said to be left in place.
-pub(super) async fn mark_mirrored<E: Mirrored>(e: &E, eapi: &Api<E>) -> Result<(), Error> {
-    if e.annotations().contains_key(super::project::MIRRORED) {
+/// Sets the annotation `key` on the Eno object when it has another value (one key, so no
+/// version guard is needed).
+pub(super) async fn mark<E: Mirrored>(
+    e: &E,
+    eapi: &Api<E>,
+    key: &str,
+    value: &str,
+) -> Result<(), Error> {
+    if e.annotations().get(key).is_some_and(|v| v == value) {
         return Ok(());
     }
-    let patch = json!({"metadata": {"resourceVersion": e.resource_version(),
-                                    "annotations": {super::project::MIRRORED: "true"}}});
+    let patch = json!({"metadata": {"annotations": {key: value}}});
     eapi.patch(
         &e.name_any(),
         &PatchParams::default(),
         &Patch::Merge(&patch),
     )
     .await
-    .map_err(api_err(format!("marking {} mirrored", named(e))))?;
+    .map_err(api_err(format!("annotating {} {key}", named(e))))?;
     Ok(())
 }
 
@@ -339,7 +341,7 @@ async fn left_in_place<E: Mirrored>(client: &kube::Client, e: &E) -> Result<Vec<
 
 /// Eno ResourceSlices owned by `e` lose Eno's finalizer (no Eno runs to take it off); the
 /// garbage collector then deletes them. A cluster without Eno's ResourceSlice CRD has none.
-async fn release_slices<E: Mirrored>(client: &kube::Client, e: &E) -> Result<(), Error> {
+pub(super) async fn release_slices<E: Mirrored>(client: &kube::Client, e: &E) -> Result<(), Error> {
     let api: Api<eno::ResourceSlice> =
         Api::namespaced(client.clone(), &e.namespace().unwrap_or_default());
     for s in owned_slices(client, e).await? {
