@@ -267,8 +267,20 @@ async fn an_enoki_composition_beside_enos_is_left_alone() {
     eno.composition("beside", &synth, "cfg-eno").await;
     eno.ready("beside").await;
     let (_, status) = eno.eno_status("bare").await.unwrap();
-    let error = status["simplified"]["error"].as_str().unwrap_or_default();
-    assert!(error.contains("spec.synthesizer.name"), "{status}");
+    assert_eq!(
+        status["simplified"]["status"], "MissingSynthesizer",
+        "{status}"
+    );
+    let mirror = eno
+        .env
+        .api::<crds::Composition>()
+        .get_opt("bare")
+        .await
+        .unwrap();
+    assert!(
+        mirror.is_none(),
+        "no mirror of a Composition without a Synthesizer"
+    );
     // An edit of the mirror itself is undone: the Eno object says what it is.
     let edit = json!({"spec": {"synthesisEnv": [{"name": "REGION", "value": "edited"}],
                                "suspend": true}});

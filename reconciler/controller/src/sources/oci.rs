@@ -252,26 +252,7 @@ pub async fn resolve(
     let pinned = r.digest().map(str::to_string);
     let tag = r.tag().unwrap_or("latest").to_string();
     let at = pinned.clone().unwrap_or(tag);
-    let path = format!("{}/manifests/{at}", reg.repository);
-    let resp = reg.get(&path, Some(MANIFEST_TYPES), policy).await?;
-    let body = read_capped(
-        resp.bytes_stream().map_err(|e| reg.remote(e)),
-        "manifest",
-        &FetchPolicy {
-            max_bytes: MAX_MANIFEST_BYTES,
-            ..*policy
-        },
-    )
-    .await?;
-    let digest = format!("sha256:{}", hex::encode(Sha256::digest(&body)));
-    if let Some(expected) = pinned.filter(|p| *p != digest) {
-        return Err(SourceError::DigestMismatch {
-            expected,
-            actual: digest,
-        });
-    }
-    let manifest: serde_json::Value = serde_json::from_slice(&body)
-        .map_err(|e| SourceError::Invalid(format!("{reference}: the manifest is not JSON: {e}")))?;
+    let (manifest, digest) = manifest_at(&mut reg, &at, pinned.as_deref(), policy).await?;
     let layers = manifest["layers"].as_array().into_iter().flatten();
     if !layers.clone().any(|l| l["mediaType"] == media_type) {
         let found: Vec<String> = layers
@@ -299,16 +280,15 @@ pub async fn resolve(
     Ok(format!("{base}@{digest}"))
 }
 
-/// The digest and declared size of the `media_type` layer of the manifest `pinned` (checked
-/// against its digest).
-async fn layer_of(
+/// The manifest at `at` (a tag or a digest), capped, parsed, with its digest — checked
+/// against `expected` when given.
+async fn manifest_at(
     reg: &mut Registry,
-    pinned: &str,
-    media_type: &str,
+    at: &str,
+    expected: Option<&str>,
     policy: &FetchPolicy,
-) -> Result<(String, u64), SourceError> {
-    let reference = reg.reference.clone();
-    let path = format!("{}/manifests/{pinned}", reg.repository);
+) -> Result<(serde_json::Value, String), SourceError> {
+    let path = format!("{}/manifests/{at}", reg.repository);
     let resp = reg.get(&path, Some(MANIFEST_TYPES), policy).await?;
     let body = read_capped(
         resp.bytes_stream().map_err(|e| reg.remote(e)),
@@ -319,15 +299,29 @@ async fn layer_of(
         },
     )
     .await?;
-    let actual = format!("sha256:{}", hex::encode(Sha256::digest(&body)));
-    if actual != pinned {
+    let digest = format!("sha256:{}", hex::encode(Sha256::digest(&body)));
+    if let Some(expected) = expected.filter(|e| *e != digest) {
         return Err(SourceError::DigestMismatch {
-            expected: pinned.to_string(),
-            actual,
+            expected: expected.to_string(),
+            actual: digest,
         });
     }
-    let manifest: serde_json::Value = serde_json::from_slice(&body)
-        .map_err(|e| SourceError::Invalid(format!("{reference}: the manifest is not JSON: {e}")))?;
+    let manifest = serde_json::from_slice(&body).map_err(|e| {
+        SourceError::Invalid(format!("{}: the manifest is not JSON: {e}", reg.reference))
+    })?;
+    Ok((manifest, digest))
+}
+
+/// The digest and declared size of the `media_type` layer of the manifest `pinned` (checked
+/// against its digest).
+async fn layer_of(
+    reg: &mut Registry,
+    pinned: &str,
+    media_type: &str,
+    policy: &FetchPolicy,
+) -> Result<(String, u64), SourceError> {
+    let reference = reg.reference.clone();
+    let (manifest, _) = manifest_at(reg, pinned, Some(pinned), policy).await?;
     let layer = manifest["layers"]
         .as_array()
         .into_iter()

@@ -26,12 +26,8 @@ fn an_eno_composition_spec_is_its_mirrors() {
         "apiVersion: eno.azure.io/v1\nkind: Composition\nmetadata: {name: web, namespace: shop}\n\
          spec:\n  synthesizer: {labelSelector: {matchLabels: {app: web}}}\n",
     );
-    let (word, err) = composition_spec(&by_label).unwrap_err();
+    let (word, _) = composition_spec(&by_label).unwrap_err();
     assert_eq!(word, "MissingSynthesizer");
-    assert!(
-        err.contains("spec.synthesizer.name") && err.contains("labelSelector"),
-        "{err}"
-    );
     // Eno's lists allow a key twice and a dependency without a name; enoki's do not.
     let mut twice = c.clone();
     twice.spec.bindings.push(twice.spec.bindings[0].clone());
@@ -188,8 +184,8 @@ fn an_eno_object_without_a_spec_reads_and_says_what_it_lacks() {
         "apiVersion": "eno.azure.io/v1", "kind": "Composition",
         "metadata": {"name": "bare", "namespace": "shop"}}))
     .unwrap();
-    let (_, err) = composition_spec(&bare).unwrap_err();
-    assert!(err.contains("spec.synthesizer.name"), "{err}");
+    let (word, _) = composition_spec(&bare).unwrap_err();
+    assert_eq!(word, "MissingSynthesizer");
     let list: kube::core::ObjectList<eno::Symphony> = serde_json::from_value(json!({
         "apiVersion": "eno.azure.io/v1", "kind": "SymphonyList", "metadata": {},
         "items": [{"metadata": {"name": "a"}}, {"metadata": {"name": "b"},
