@@ -198,3 +198,95 @@ async fn a_foreign_change_to_a_patched_field_is_patched_again_at_once() {
     })
     .await;
 }
+
+/// Eno reads every object before it writes it (`internal/controllers/reconciliation`), so an
+/// object another Composition created is never taken over. enoki writes a new object without
+/// reading it when its cache has not seen it; that first write is guarded: the API server
+/// creates the object only if it does not exist, and refuses it (409) when another Composition
+/// created it a moment ago, before the cache saw it. Two Compositions created at once emit the
+/// same 30 ConfigMaps: watched while they race, no object ever changes owner, each says the
+/// owner its label names, and a Composition that lost any says Conflict.
+#[tokio::test]
+async fn two_compositions_racing_for_the_same_objects_never_take_one_over() {
+    const N: usize = 30;
+    let env = TestEnv::new().await;
+    install_crds(&env.client).await;
+    let synth = install_synthesizer(&env, "echo", &echo_module()).await;
+    let enoki = Enoki::start(&env.namespace);
+    // The module compiled and the watches started before the race.
+    harness::set_echo_items(&env, "warm-items", &json!([])).await;
+    harness::apply_composition(&env, "warm", &synth, "warm-items", json!({})).await;
+    eventually("warm Ready", WAIT, || async {
+        harness::composition_ready(&env, "warm").await.then_some(())
+    })
+    .await;
+    let emitted = |who: &str| {
+        let objects: Vec<Value> = (0..N)
+            .map(|i| harness::config_map(&format!("raced-{i}"), json!({}), json!({"owner": who})))
+            .collect();
+        Value::Array(objects)
+    };
+    for who in ["a", "b"] {
+        harness::set_echo_items(&env, &format!("{who}-items"), &emitted(who)).await;
+    }
+    tokio::join!(
+        harness::apply_composition(&env, "a", &synth, "a-items", json!({})),
+        harness::apply_composition(&env, "b", &synth, "b-items", json!({})),
+    );
+    let comps: Api<crds::Composition> = env.api();
+    let uid_of = |c: crds::Composition| (c.uid().unwrap(), c.name_any());
+    let names: std::collections::HashMap<String, String> = [
+        uid_of(comps.get("a").await.unwrap()),
+        uid_of(comps.get("b").await.unwrap()),
+    ]
+    .into_iter()
+    .collect();
+    // Every object's first owner, as seen while they race and settle.
+    let cms: Api<ConfigMap> = env.api();
+    let mut first: std::collections::HashMap<String, String> = Default::default();
+    let settled = |c: Option<(String, String, String)>| {
+        c.is_some_and(|(s, reason, _)| s == "True" || reason == "Conflict")
+    };
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        for cm in cms.list(&Default::default()).await.unwrap() {
+            let name = cm.name_any();
+            if !name.starts_with("raced-") {
+                continue;
+            }
+            let Some(owner) = cm.labels().get("enoki.dev/managed-by").cloned() else {
+                continue;
+            };
+            let said = cm.data.as_ref().and_then(|d| d.get("owner")).cloned();
+            assert_eq!(said.as_ref(), names.get(&owner), "{name}: data says its owner");
+            let was = first.entry(name.clone()).or_insert_with(|| owner.clone());
+            assert_eq!(*was, owner, "{name} changed owner");
+        }
+        let a = harness::composition_condition(&env, "a", "Reconciled").await;
+        let b = harness::composition_condition(&env, "b", "Reconciled").await;
+        if first.len() == N && settled(a) && settled(b) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "not settled: {first:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for (uid, name) in &names {
+        let owned = first.values().filter(|o| *o == uid).count();
+        let (status, reason, _) = harness::composition_condition(&env, name, "Reconciled")
+            .await
+            .unwrap();
+        let expected = if owned == N { "True" } else { "False" };
+        assert_eq!(status, expected, "{name} owns {owned} of {N} ({reason})");
+        println!("{name} owns {owned} of {N}");
+    }
+    println!(
+        "guarded first writes refused (the object existed): {}",
+        enoki
+            .metrics_text()
+            .lines()
+            .filter(|l| l.starts_with("enoki_apply_operations_total") && l.contains("exists"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    drop(enoki);
+}

@@ -255,6 +255,9 @@ pub struct StepResult {
     /// The object the server returned for a write (its readiness is evaluated from it, so a
     /// resource that is ready once written needs no second pass).
     pub object: Option<Value>,
+    /// A guarded first write (the object was absent from the cache and not read) found the
+    /// object existing: nothing was written; it is read, and decided, on the next pass.
+    pub unseen: bool,
 }
 
 /// Eno's `summarizeError` (`internal/controllers/reconciliation/controller.go`) of an API

@@ -144,7 +144,11 @@ async fn in_step(fake: &FakeApi, ctx: &Context) -> bool {
     let live = view
         .get("team", "out")
         .and_then(|l| l.resource_version.map(String::from));
-    live == rv(fake.get(OUTPUT))
+    // The cache holds only objects labelled as enoki's.
+    let labelled = fake
+        .get(OUTPUT)
+        .filter(|o| o.pointer("/metadata/labels/enoki.dev~1managed-by").is_some());
+    live == rv(labelled)
 }
 
 /// One pass of the Composition as stored now: the watches told of every change and the caches

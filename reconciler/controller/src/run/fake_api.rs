@@ -193,7 +193,7 @@ impl FakeApi {
         let dry_run = q.get("dryRun").is_some_and(|d| d == "All");
         let label = format!(
             "{origin}{call}{}",
-            decorations(verb, &content_type, &q, &parts.headers)
+            decorations(verb, &content_type, &q, &parts.headers, &body)
         );
         let mut s = self.store.lock();
         s.calls.push(label);
@@ -229,21 +229,31 @@ impl FakeApi {
 }
 
 /// What a recorded call says besides its verb and resource: the patch type (and an apply's
-/// field manager and force), a dry run, the user and groups it impersonates.
+/// field manager, force and version guard), a dry run, the user and groups it impersonates.
 fn decorations(
     verb: &str,
     content_type: &str,
     q: &std::collections::HashMap<String, String>,
     headers: &http::HeaderMap,
+    body: &Value,
 ) -> String {
     let mut label = String::new();
     if verb == "PATCH" {
         let manager = q.get("fieldManager").map(String::as_str).unwrap_or("-");
-        let force = q.get("force").is_some_and(|f| f == "true");
-        label.push_str(&match (patch_kind(content_type), force) {
-            ("apply", true) => format!(" (apply, {manager}, force)"),
-            ("apply", false) => format!(" (apply, {manager})"),
-            (kind, _) => format!(" ({kind})"),
+        let force = if q.get("force").is_some_and(|f| f == "true") {
+            ", force"
+        } else {
+            ""
+        };
+        // An apply that names a resourceVersion no object has creates only.
+        let guard = match body.pointer("/metadata/resourceVersion").and_then(Value::as_str) {
+            Some(super::apply::execute::NO_OBJECT_HAS) => ", if absent".to_string(),
+            Some(rv) => format!(", at {rv}"),
+            None => String::new(),
+        };
+        label.push_str(&match patch_kind(content_type) {
+            "apply" => format!(" (apply, {manager}{force}{guard})"),
+            kind => format!(" ({kind})"),
         });
     }
     if q.get("dryRun").is_some_and(|d| d == "All") {

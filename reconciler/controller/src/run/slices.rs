@@ -77,14 +77,22 @@ pub(crate) async fn read_full(
 /// holds only its compact copy.
 async fn fetch(
     rd: Reads<'_>,
-    ns: &str,
+    (ns, uid): (&str, &str),
     name: &str,
     whole: bool,
 ) -> Result<Option<Arc<ResourceSlice>>, Error> {
     let cached = rd
         .kept
         .and_then(|k| k.caches.slices.get(&ObjectRef::new(name).within(ns)));
+    // Created by this process a moment ago: whole in memory until the cache has it.
+    let fresh = rd.kept.and_then(|k| {
+        k.memory.slices(uid, |m| match &cached {
+            Some(_) => m.fresh.remove(name).and(None),
+            None => m.fresh.get(name).cloned(),
+        })
+    });
     match cached {
+        None if fresh.is_some() => Ok(fresh),
         Some(s) if !(whole && is_compact(&s)) => Ok(Some(s)),
         _ => Ok(
             Api::<ResourceSlice>::namespaced(rd.clusters.client().clone(), ns)
@@ -106,11 +114,11 @@ async fn read_as(
     whole: bool,
 ) -> Result<Option<(Arc<ResourceSlice>, Vec<ResourceState>)>, Error> {
     let ns = comp.namespace().unwrap_or_default();
-    let slice = fetch(rd, &ns, name, whole).await?;
+    let uid = comp.uid().unwrap_or_default();
+    let slice = fetch(rd, (&ns, &uid), name, whole).await?;
     let Some(slice) = slice else {
         return Ok(None);
     };
-    let uid = comp.uid().unwrap_or_default();
     if !owned_by(&slice, &uid) {
         // A slice enoki did not write for this Composition is never applied: it counts as
         // missing, so a new synthesis writes the Composition's own.
@@ -181,7 +189,7 @@ pub(crate) async fn check(
         return Ok(SliceCheck::Unusable);
     }
     for r in &synthesis.resource_slices {
-        let found = fetch(ctx.reads(), &ns, &r.name, false).await?;
+        let found = fetch(ctx.reads(), (&ns, &uid), &r.name, false).await?;
         // A slice not owned by this Composition counts as missing (see `read`); so does one
         // holding a sealed Secret that no loaded key opens (its key was deleted).
         let Some(found) = found.filter(|s| owned_by(s, &uid)) else {
@@ -310,7 +318,7 @@ pub fn label_value(name: &str) -> String {
 /// # Errors
 /// [`Error::WriteSlice`].
 pub(crate) async fn write(
-    clusters: &crate::run::context::Clusters,
+    (clusters, memory): (&crate::run::context::Clusters, &crate::run::memory::Memory),
     comp: &Composition,
     uuid: &str,
     manifests: Vec<Manifest>,
@@ -350,12 +358,19 @@ pub(crate) async fn write(
         slice.metadata.owner_references = Some(vec![owner.clone()]);
         slice.metadata.labels =
             Some([(SLICE_COMPOSITION_LABEL.to_string(), label_value(&comp_name))].into());
-        if let Err(source) = api.create(&PostParams::default(), &slice).await {
-            for r in &refs {
-                let r: &ResourceSliceRef = r;
-                let _ = api.delete(&r.name, &DeleteParams::default()).await;
+        match api.create(&PostParams::default(), &slice).await {
+            Ok(created) => {
+                let uid = comp.uid().unwrap_or_default();
+                memory.slices(&uid, |m| m.fresh.insert(name.clone(), Arc::new(created)));
             }
-            return Err(Error::WriteSlice { name, source });
+            Err(source) => {
+                for r in &refs {
+                    let r: &ResourceSliceRef = r;
+                    let _ = api.delete(&r.name, &DeleteParams::default()).await;
+                    memory.slices(&comp.uid().unwrap_or_default(), |m| m.fresh.remove(&r.name));
+                }
+                return Err(Error::WriteSlice { name, source });
+            }
         }
         refs.push(ResourceSliceRef { name });
     }

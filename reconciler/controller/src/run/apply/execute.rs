@@ -22,6 +22,8 @@ use reconciler_core::model::{Failure, summarize_error};
 
 mod write;
 pub(crate) use write::Handover;
+#[cfg(test)]
+pub(crate) use write::NO_OBJECT_HAS;
 pub(super) use write::release;
 use write::write;
 
@@ -90,10 +92,38 @@ pub(crate) async fn act(
             .await;
     }
     count_ops(&ctx.report, the_plan, &outcomes);
+    let unseen: Vec<ResourceKey> = the_plan
+        .steps
+        .iter()
+        .zip(&outcomes)
+        .filter(|(_, o)| o.unseen)
+        .map(|(s, _)| s.key.clone())
+        .collect();
+    if !unseen.is_empty() {
+        ctx.state
+            .memory
+            .apply(&uid, |m| m.read_first.extend(unseen.iter().cloned()));
+    }
     Acted {
         outcomes,
         fight_wait,
     }
+}
+
+/// How soon a pass whose guarded writes found objects existing goes again (it reads them).
+pub(crate) const UNSEEN_RETRY: Duration = Duration::from_millis(200);
+
+/// Steps whose guarded first write found the object existing wrote nothing: they wait, to
+/// be read and decided on the next pass. Whether there were any.
+pub(crate) fn wait_unseen(the_plan: &mut Plan, outcomes: &[StepResult]) -> bool {
+    let mut any = false;
+    for (step, outcome) in the_plan.steps.iter_mut().zip(outcomes) {
+        if outcome.unseen {
+            step.op = Op::Wait { on: Vec::new() };
+            any = true;
+        }
+    }
+    any
 }
 
 /// Executes the plan's steps, `apply_concurrency` at a time: a step `deferred` (a fight
@@ -238,6 +268,8 @@ fn count_ops(report: &crate::run::context::Reporter, the_plan: &Plan, outcomes: 
         if step.op.is_write() && !outcome.held {
             let result = if outcome.error.is_some() {
                 "error"
+            } else if outcome.unseen {
+                "exists"
             } else {
                 "ok"
             };
@@ -337,7 +369,8 @@ async fn execute_one(
         ));
     };
     let live = obs.and_then(|o| o.live.as_ref());
-    match write(api, op, key, live, migrating).await {
+    let guarded = obs.is_some_and(|o| o.unconfirmed && o.live.is_none());
+    match write(api, op, key, (live, guarded), migrating).await {
         Ok(written) => {
             tracing::debug!(resource = %key, op = op_name(op), "applied");
             let resource_version = written
@@ -349,7 +382,14 @@ async fn execute_one(
                 ..StepResult::default()
             }
         }
-        Err(f) => StepResult {
+        Err(write::Unwritten::Unseen) => {
+            tracing::debug!(resource = %key, "exists though the cache has not seen it: read on the next pass");
+            StepResult {
+                unseen: true,
+                ..StepResult::default()
+            }
+        }
+        Err(write::Unwritten::Failed(f)) => StepResult {
             error: Some(f.error),
             summary: Some(f.summary),
             ..StepResult::default()

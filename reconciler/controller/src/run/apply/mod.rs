@@ -115,7 +115,7 @@ pub async fn reconcile(
     if !deleting {
         info.gone_owners = gone_owners(ctx, &observed, &info.uid).await;
     }
-    let (the_plan, cel_deadline) = plan_pass(plan::PlanInput {
+    let (mut the_plan, cel_deadline) = plan_pass(plan::PlanInput {
         prepared: &prepared,
         composition: &info,
         observed: &observed,
@@ -128,8 +128,13 @@ pub async fn reconcile(
         },
     });
     let acted = execute::act(ctx, comp, &the_plan, &observations, &recorded).await;
+    let unseen = execute::wait_unseen(&mut the_plan, &acted.outcomes);
     let planned = Planned::of(&the_plan, cel_deadline);
     let mut pass = finish(ctx, comp, st, deleting, &seen, &planned, acted).await?;
+    if unseen {
+        let retry = execute::UNSEEN_RETRY;
+        pass.requeue = Some(pass.requeue.map_or(retry, |r| r.min(retry)));
+    }
     // A sealed Secret no key opens: the synthesis is made again, soon, whatever
     // `ignore-side-effects` says (see `slices::check`).
     if unopened && !deleting {

@@ -1,8 +1,9 @@
 //! Live state of the resources of a synthesis, from the shared metadata cache.
 //!
 //! Decides, per resource, whether the cached metadata is enough ([`needs_get`], pure) — an
-//! in-sync resource whose readiness has latched costs no request at all — and fetches the
-//! rest with bounded concurrency. Also builds what the planner needs to know about earlier
+//! in-sync resource whose readiness has latched costs no request at all, a new one the cache
+//! lacks none either (its first write is guarded) — and fetches the rest with bounded
+//! concurrency. Also builds what the planner needs to know about earlier
 //! applies ([`recorded`]).
 
 use std::collections::HashMap;
@@ -26,6 +27,11 @@ pub(crate) struct Observation {
     pub api: Option<Api<DynamicObject>>,
     /// The live object: full when fetched, metadata only when the cache sufficed.
     pub live: Option<Value>,
+    /// Absent from the synced cache and not read: the cache may lag behind another writer's
+    /// create of a moment ago, so the first write is *guarded* — a server-side apply the API
+    /// server refuses (409) when the object exists after all (see `execute`), a plain create
+    /// by nature. The object is then read on the next pass and decided as any existing one.
+    pub unconfirmed: bool,
 }
 
 /// What the caller needs full objects for.
@@ -74,9 +80,10 @@ pub(crate) fn needs_get(
         Cached::Absent if removing => applied && !deleted,
         // Absent from a synced cache, yet it may exist: the cache can lag behind another
         // Composition's create of the same object by a few milliseconds, and applying blind
-        // would take it over. Confirm before the first write (one GET per new object, once);
-        // the other cases (applied before, plain create, `adopt: never`) need it anyway.
-        Cached::Absent => true,
+        // would take it over. Never applied: the first write is guarded instead of read first
+        // (`Observation::unconfirmed`). Applied before and now missing: read (the cache may
+        // lag behind enoki's own write, or someone deleted it).
+        Cached::Absent => applied,
         Cached::Present(_) if removing => false,
         Cached::Present(rv) => {
             rv.is_none()
@@ -104,9 +111,16 @@ pub(crate) async fn observe(
     let mut views: HashMap<String, Option<ManagedView>> = HashMap::new();
     let mut out = HashMap::new();
     let mut fetch = Vec::new();
+    let uid = comp.metadata.uid.as_deref().unwrap_or_default();
+    let read_first = ctx.state.memory.apply(uid, |m| m.read_first.clone());
     for r in &prepared.resources {
         let deleted = deleted_keys.contains(&r.key);
         let cached = from_cache(ctx, client, comp, r, &mut views, |cached| {
+            // A guarded write found it existing where the cache has nothing: read it.
+            let cached = match cached {
+                Cached::Absent if read_first.contains(&r.key) => Cached::Unknown,
+                other => other,
+            };
             needs_get(r, recorded.get(&r.key), cached, needs, deleted)
         })
         .await;
@@ -118,6 +132,13 @@ pub(crate) async fn observe(
         }
     }
     ctx.report.metrics.observe_gets.inc_by(fetch.len() as u64);
+    if !read_first.is_empty() {
+        ctx.state.memory.apply(uid, |m| {
+            for (key, _, _) in &fetch {
+                m.read_first.remove(key);
+            }
+        });
+    }
     ctx.report
         .metrics
         .resource_checks
@@ -133,6 +154,7 @@ pub(crate) async fn observe(
                     let unserved = Observation {
                         api: None,
                         live: None,
+                        unconfirmed: false,
                     };
                     return Ok((key, unserved));
                 }
@@ -151,6 +173,7 @@ pub(crate) async fn observe(
                 Observation {
                     api: Some(api),
                     live,
+                    unconfirmed: false,
                 },
             ))
         })
@@ -186,6 +209,7 @@ async fn from_cache(
         FromCache::Done(Observation {
             api: None,
             live: None,
+            unconfirmed: false,
         })
     };
     // A Patch observes its target (never labelled by enoki, so always read in full).
@@ -241,10 +265,12 @@ async fn from_cache(
     if get(cached) {
         return FromCache::Fetch(api, gvk);
     }
+    let unconfirmed = cached == Cached::Absent;
     let live = meta.flatten().map(|m| stub_of(r, ns, &m));
     FromCache::Done(Observation {
         api: Some(api),
         live,
+        unconfirmed,
     })
 }
 
@@ -459,8 +485,8 @@ mod tests {
         Pass::Apply,
         true
     )]
-    // Another Composition may have created it a moment ago (the cache lags behind): confirmed
-    // before the first write; a plain create must know whether something is in the way too.
+    // Another Composition may have created it a moment ago (the cache lags behind): not read,
+    // its first write is guarded (a plain create is refused by nature).
     #[case::new_and_absent_from_the_cache(
         false,
         false,
@@ -468,13 +494,23 @@ mod tests {
         Record::None,
         Cached::Absent,
         Pass::Apply,
-        true
+        false
     )]
     #[case::new_plain_create_absent(
         false,
         false,
         true,
         Record::None,
+        Cached::Absent,
+        Pass::Apply,
+        false
+    )]
+    // Applied before and missing from the cache: read (lag behind enoki's own write, or gone).
+    #[case::applied_and_absent_from_the_cache(
+        false,
+        false,
+        false,
+        Record::Applied("7", true),
         Cached::Absent,
         Pass::Apply,
         true

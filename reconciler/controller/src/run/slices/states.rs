@@ -61,6 +61,7 @@ pub(super) fn forget(state: &crate::run::context::State, uid: &str, name: &str) 
         m.slice_status.remove(name);
         m.kept.remove(name);
         m.parsed.remove(name);
+        m.fresh.remove(name);
     });
 }
 

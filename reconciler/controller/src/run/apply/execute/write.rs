@@ -60,19 +60,36 @@ pub(crate) async fn release(
     Ok(())
 }
 
+/// A resourceVersion no object has: a server-side apply carrying it creates an object that
+/// does not exist and is refused (409) for one that does — a create that never takes over.
+pub(crate) const NO_OBJECT_HAS: &str = "18446744073709551615";
+
+/// Performs one write. `(live, guarded)`: the live object as observed, and whether it was
+/// absent from the cache without being read (the write must not take over an object that
+/// exists after all: a 409 then says so, and the next pass reads it).
 pub(super) async fn write(
     api: &Api<DynamicObject>,
     op: &Op,
     key: &ResourceKey,
-    live: Option<&Value>,
+    (live, guarded): (Option<&Value>, bool),
     migrating: Handover<'_>,
-) -> Result<Option<DynamicObject>, Failure> {
+) -> Result<Option<DynamicObject>, Unwritten> {
     let rv_of = Some;
     let pp = PostParams {
         field_manager: Some(FIELD_MANAGER.into()),
         ..PostParams::default()
     };
     let result = match op {
+        Op::Apply { object } if guarded => {
+            let mut object = object.clone();
+            if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+                meta.insert("resourceVersion".into(), NO_OBJECT_HAS.into());
+            }
+            let pp = PatchParams::apply(FIELD_MANAGER).force();
+            api.patch(&key.name, &pp, &Patch::Apply(&object))
+                .await
+                .map(rv_of)
+        }
         Op::Apply { object } => apply(api, &key.name, object, migrating).await.map(rv_of),
         Op::Create { object } => {
             let obj: DynamicObject =
@@ -122,7 +139,24 @@ pub(super) async fn write(
         },
         Op::Skip { .. } | Op::Wait { .. } | Op::Conflict { .. } => Ok(None),
     };
-    result.map_err(|e| super::failure(&e))
+    result.map_err(|e| match e {
+        kube::Error::Api(resp) if guarded && resp.code == 409 => Unwritten::Unseen,
+        e => Unwritten::Failed(super::failure(&e)),
+    })
+}
+
+/// Why a write wrote nothing.
+pub(crate) enum Unwritten {
+    /// A guarded first write found the object existing (the cache had not seen it).
+    Unseen,
+    /// The API server (or the transport) refused it.
+    Failed(Failure),
+}
+
+impl From<String> for Unwritten {
+    fn from(message: String) -> Self {
+        Unwritten::Failed(message.into())
+    }
 }
 
 /// What a server-side apply may hand over to enoki after writing: a migrating manager's fields
