@@ -136,6 +136,7 @@ impl Context {
             self.plans.remove(uid);
         }
         self.state.clear_pass_failures(comp);
+        self.caches.watches.rest.forget(comp, uid);
         self.limits.synthesis_rates.forget(&format!(
             "{}/{}",
             comp.namespace.as_deref().unwrap_or_default(),

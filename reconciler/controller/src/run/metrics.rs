@@ -44,6 +44,9 @@ pub struct Metrics {
     pub input_gets: Counter,
     /// Resources checked against the cache in apply passes.
     pub resource_checks: Counter,
+    /// Passes of Compositions at rest that confirmed from the watches that nothing changed
+    /// (see `run::rest`).
+    pub passes_at_rest: Counter,
     /// Compositions with remembered state (bounded by the Compositions that exist).
     pub remembered: Gauge,
     /// Bytes the ResourceSlices in the slice cache store (their manifests, in etcd).
@@ -95,6 +98,7 @@ impl Metrics {
             observe_gets: Counter::default(),
             input_gets: Counter::default(),
             resource_checks: Counter::default(),
+            passes_at_rest: Counter::default(),
             remembered: Gauge::default(),
             slice_stored_bytes: Gauge::default(),
             slice_held_bytes: Gauge::default(),
@@ -211,6 +215,11 @@ impl Metrics {
             "enoki_resource_checks",
             "Resources checked in apply passes",
             self.resource_checks.clone(),
+        );
+        registry.register(
+            "enoki_passes_at_rest",
+            "Passes of Compositions at rest that found nothing changed since their last full pass (no plan, no request)",
+            self.passes_at_rest.clone(),
         );
     }
 

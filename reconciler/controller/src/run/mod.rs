@@ -33,6 +33,7 @@ mod policy;
 pub mod queue;
 mod ratelimit;
 mod recovery;
+pub(crate) mod rest;
 pub mod rollout;
 pub mod sandbox;
 pub mod sealing;

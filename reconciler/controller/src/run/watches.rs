@@ -133,6 +133,8 @@ pub struct Watches {
     forbidden_inputs: Mutex<HashMap<(GroupVersionKind, String), std::time::Instant>>,
     managed: Mutex<HashMap<GroupVersionKind, ManagedWatch>>,
     owners: Mutex<HashMap<String, ObjectRef<Composition>>>,
+    /// Every wake counted per Composition: which ones are at rest.
+    pub(crate) rest: super::rest::Rest,
     /// Input caches keep whole objects (reads as the controller are served from them); when
     /// every Composition acts as a ServiceAccount its reads are GETs, and the caches keep
     /// metadata only — a tenant's thousands of large objects never sit in enoki's memory
@@ -170,6 +172,7 @@ impl Watches {
             forbidden_inputs: Mutex::new(HashMap::new()),
             managed: Mutex::new(HashMap::new()),
             owners: Mutex::new(HashMap::new()),
+            rest: super::rest::Rest::default(),
         })
     }
 
@@ -368,12 +371,14 @@ impl Watches {
 
     /// Queues a reconcile of `comp`.
     pub fn wake(&self, comp: ObjectRef<Composition>) {
+        self.rest.woke(&comp);
         let _ = self.sender.send(comp);
     }
 
     fn fire_owner(&self, uid: &str) {
         let owner = self.owners.lock().get(uid).cloned();
         if let Some(r) = owner {
+            self.rest.woke(&r);
             let _ = self.sender.send(r);
         }
     }
@@ -396,6 +401,7 @@ impl Watches {
                 .collect()
         };
         for r in refs {
+            self.rest.woke(&r);
             let _ = self.sender.send(r);
         }
     }

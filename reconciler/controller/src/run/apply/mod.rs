@@ -44,6 +44,10 @@ pub struct Pass {
     pub resynthesize: bool,
     /// Slices of the current synthesis are gone: synthesize again.
     pub slices_missing: bool,
+    /// The resources this pass checked, when it wrote nothing, had nothing left to do and
+    /// nothing that comes due on its own (`drift: interval`): `None` otherwise (see
+    /// [`super::rest`]).
+    pub at_rest: Option<u64>,
 }
 
 impl Pass {
@@ -134,6 +138,13 @@ pub async fn reconcile(
     if unseen {
         let retry = execute::UNSEEN_RETRY;
         pass.requeue = Some(pass.requeue.map_or(retry, |r| r.min(retry)));
+    }
+    let timed = prepared
+        .resources
+        .iter()
+        .any(|r| r.settings.drift == plan::Drift::Interval || !r.overrides.is_empty());
+    if pass.settled && !unseen && !unopened && !timed && !deleting {
+        pass.at_rest = Some(prepared.resources.len() as u64);
     }
     // A sealed Secret no key opens: the synthesis is made again, soon, whatever
     // `ignore-side-effects` says (see `slices::check`).

@@ -59,6 +59,16 @@ async fn at_rest_a_pass_makes_no_request() {
         assert_eq!(result.expect("pass"), resync);
         assert_eq!(calls, Vec::<Call>::new());
     }
+    // Nothing changed since the last full pass: the three passes confirmed it from the
+    // watches (no plan), each counting the one resource as checked.
+    assert_eq!(ctx.report.metrics.passes_at_rest.get(), 3);
+    // A change no watch wakes it for (its status edited by someone else) makes the next
+    // pass a full one again.
+    let mut comp = fake.get(COMPOSITION).expect("Composition");
+    comp["status"]["conditions"][0]["message"] = json!("edited");
+    fake.put(COMPOSITION, comp);
+    let (_, calls) = pass(&fake, &ctx).await;
+    assert_eq!(ctx.report.metrics.passes_at_rest.get(), 3, "{calls:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

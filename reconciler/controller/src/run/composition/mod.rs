@@ -52,6 +52,9 @@ use write_back::write_back;
 pub async fn reconcile(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Action, Error> {
     // A turn of the namespace's (workers are shared fairly between namespaces). While it
     // waits, a queued Composition holds this small future only; the pass is boxed.
+    if at_rest(&comp, &ctx) {
+        return Ok(Action::requeue(ctx.opts.resync));
+    }
     let namespace = comp.namespace().unwrap_or_default();
     let Some(turn) = ctx.limits.fair.enter(&namespace).await else {
         // The stack is stopping.
@@ -77,6 +80,28 @@ pub async fn reconcile(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Acti
         Ok(action)
     });
     super::fair::holding(turn, Box::pin(flow)).await
+}
+
+/// A pass of a Composition at rest (see [`super::rest`]): nothing changed since its last full
+/// pass, so its resources count as checked without a plan or a request.
+fn at_rest(comp: &Composition, ctx: &Context) -> bool {
+    if comp.spec.suspend || !matches!(finalizer::state(comp), finalizer::State::Present) {
+        return false;
+    }
+    let Some(checked) = ctx
+        .caches
+        .watches
+        .rest
+        .unchanged(comp, &ctx.caches.slices)
+    else {
+        return false;
+    };
+    if ctx.limits.serving(comp).is_none() {
+        return false;
+    }
+    ctx.report.metrics.resource_checks.inc_by(checked);
+    ctx.report.metrics.passes_at_rest.inc();
+    true
 }
 
 /// What a pass that recorded a new synthesis returns: the next pass applies it, at once.
@@ -357,6 +382,7 @@ pub(crate) fn ignores_side_effects(comp: &Composition) -> bool {
 /// `disable-reconciliation` stop it.
 async fn converge(ctx: &Arc<Context>, comp: &Arc<Composition>) -> Result<Action, Error> {
     ctx.caches.watches.own(comp);
+    let epoch = ctx.caches.watches.rest.epoch(&ObjectRef::from_obj(comp.as_ref()));
     let mut st = comp.status.clone().unwrap_or_default();
     suspend::resumed(&mut st);
     let uid = comp.uid().unwrap_or_default();
@@ -407,6 +433,13 @@ async fn converge(ctx: &Arc<Context>, comp: &Arc<Composition>) -> Result<Action,
         ctx.opts.apply.readiness_poll
     };
     let current = pass.requeue.map_or(idle, |h| h.min(idle));
+    let rest = &ctx.caches.watches.rest;
+    match pass.at_rest {
+        Some(checked) if blocked.is_none() && current == ctx.opts.resync => {
+            rest.settle(comp, epoch, checked, &ctx.caches.slices);
+        }
+        _ => rest.unsettle(&uid),
+    }
     if let Some(wait) = blocked {
         // Never a hot loop: missing slices or a changed output are the next synthesis's
         // business, and it is blocked.

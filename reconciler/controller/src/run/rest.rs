@@ -1,0 +1,134 @@
+//! Compositions at rest: a resync of a Composition that nothing touched since its last full
+//! pass confirms that from the watches instead of planning again.
+//!
+//! Every change a watch reports that concerns a Composition — an input, its Synthesizer, a
+//! managed object, a dependency, the cluster's capabilities — wakes it through
+//! [`super::watches::Watches`], which counts the wake here first (its *epoch*). A full pass
+//! that ends at rest (Ready, nothing written or left to do, nothing due before the resync)
+//! records what it saw: the Composition's resourceVersion, its epoch when the pass started and
+//! the resourceVersions of its ResourceSlices. A later pass of the same Composition that finds
+//! all three unchanged has nothing to learn: every object it would compare is known unchanged
+//! by its watch, so it counts its resources as checked and waits for the next resync, making
+//! no request and no plan. A full pass still runs at least every [`FULL_PASS_EVERY`] (Eno's
+//! resync interval): what no watch reports (a namespace's labels, a slice key loaded, a
+//! `drift: interval` due) is looked at then.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use kube::ResourceExt;
+use kube::runtime::reflector::{ObjectRef, Store};
+use parking_lot::Mutex;
+
+use crds::{Composition, ResourceSlice};
+
+/// The longest a Composition at rest goes without a full pass.
+pub(crate) const FULL_PASS_EVERY: Duration = Duration::from_secs(300);
+
+/// What the last full pass at rest of one Composition saw.
+struct AtRest {
+    resource_version: String,
+    epoch: u64,
+    /// The resourceVersion of each slice of its current synthesis, in status order.
+    slices: Vec<String>,
+    /// The resources it checked.
+    resources: u64,
+    at: Instant,
+}
+
+/// Wakes per Composition, and the full passes that ended at rest.
+#[derive(Default)]
+pub(crate) struct Rest {
+    epochs: Mutex<HashMap<ObjectRef<Composition>, u64>>,
+    settled: Mutex<HashMap<String, AtRest>>,
+}
+
+impl Rest {
+    /// A watch reported a change that concerns `comp`.
+    pub(crate) fn woke(&self, comp: &ObjectRef<Composition>) {
+        *self.epochs.lock().entry(comp.clone()).or_default() += 1;
+    }
+
+    /// The wakes of `comp` so far.
+    pub(crate) fn epoch(&self, comp: &ObjectRef<Composition>) -> u64 {
+        self.epochs.lock().get(comp).copied().unwrap_or(0)
+    }
+
+    /// Records that a full pass of `comp`, started at `epoch`, ended at rest having checked
+    /// `resources` resources.
+    pub(crate) fn settle(
+        &self,
+        comp: &Composition,
+        epoch: u64,
+        resources: u64,
+        slices: &Store<ResourceSlice>,
+    ) {
+        let Some(uid) = comp.uid() else { return };
+        let at_rest = AtRest {
+            resource_version: comp.resource_version().unwrap_or_default(),
+            epoch,
+            slices: slice_versions(comp, slices),
+            resources,
+            at: Instant::now(),
+        };
+        self.settled.lock().insert(uid, at_rest);
+    }
+
+    /// Forgets the rest of the Composition with `uid` (its pass was not at rest, or it is
+    /// gone).
+    pub(crate) fn unsettle(&self, uid: &str) {
+        self.settled.lock().remove(uid);
+    }
+
+    /// Forgets a Composition that is gone.
+    pub(crate) fn forget(&self, comp: &ObjectRef<Composition>, uid: Option<&str>) {
+        self.epochs.lock().remove(comp);
+        if let Some(uid) = uid {
+            self.unsettle(uid);
+        }
+    }
+
+    /// The resources a pass of `comp` may count as checked without planning: `Some` when its
+    /// last full pass ended at rest less than [`FULL_PASS_EVERY`] ago and nothing changed
+    /// since (its resourceVersion, its wakes, its slices).
+    pub(crate) fn unchanged(&self, comp: &Composition, slices: &Store<ResourceSlice>) -> Option<u64> {
+        let uid = comp.metadata.uid.as_deref()?;
+        let (epoch, resources) = {
+            let settled = self.settled.lock();
+            let r = settled.get(uid)?;
+            if r.at.elapsed() >= FULL_PASS_EVERY
+                || comp.metadata.resource_version.as_deref() != Some(r.resource_version.as_str())
+            {
+                return None;
+            }
+            (r.epoch, r.resources)
+        };
+        if self.epoch(&ObjectRef::from_obj(comp)) != epoch {
+            return None;
+        }
+        let now = slice_versions(comp, slices);
+        let settled = self.settled.lock();
+        (settled.get(uid)?.slices == now).then_some(resources)
+    }
+}
+
+/// The cached resourceVersion of each slice of `comp`'s current synthesis (empty for one the
+/// cache lacks).
+fn slice_versions(comp: &Composition, slices: &Store<ResourceSlice>) -> Vec<String> {
+    let ns = comp.namespace().unwrap_or_default();
+    comp.status
+        .as_ref()
+        .and_then(|s| s.current_synthesis.as_ref())
+        .map(|c| {
+            c.resource_slices
+                .iter()
+                .map(|r| {
+                    slices
+                        .get(&ObjectRef::new(&r.name).within(&ns))
+                        .and_then(|s| s.resource_version())
+                        .unwrap_or_default()
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
