@@ -324,7 +324,7 @@ async fn wait_ready(env: &TestEnv, name: &str, timeout: Duration) -> Duration {
             start.elapsed() < timeout,
             "{name} not Ready within {timeout:?}"
         );
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     start.elapsed()
 }
@@ -384,6 +384,13 @@ async fn converge_and_steady(run_steady: bool) {
             &["--apply-concurrency", apply_concurrency, "--resync", "2s"],
         );
         wait_readyz(&enoki).await;
+        // Warm: one Composition of one ConfigMap first makes the process compile and load
+        // the module and start the ConfigMap watch (what a running controller has done
+        // already); the figure is then the protocol's own work and the writes.
+        let warm = items("warm-", 1);
+        harness::set_echo_items(&env, "warm-items", &Value::Array(warm)).await;
+        harness::apply_composition(&env, "warm", &synth, "warm-items", json!({})).await;
+        let _ = wait_ready(&env, "warm", Duration::from_secs(300)).await;
         let start = Instant::now();
         let since = harness::now_rfc3339();
         started_at.push(since.clone());
@@ -405,7 +412,7 @@ async fn converge_and_steady(run_steady: bool) {
         );
         let (before, writing) = write_phase(&env, started_at.last().expect("recorded"));
         println!(
-            "| … of which: Composition applied → first write (finalizer, module fetch + compile, first lists, synthesis, slice) | {:.2} s | |",
+            "| … of which: Composition applied → first write (finalizer, synthesis, slice, status; the module already loaded) | {:.2} s | |",
             before.as_secs_f64()
         );
         println!(

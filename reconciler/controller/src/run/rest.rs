@@ -25,6 +25,22 @@ use crds::{Composition, ResourceSlice};
 /// The longest a Composition at rest goes without a full pass.
 pub(crate) const FULL_PASS_EVERY: Duration = Duration::from_secs(300);
 
+/// The resyncs of Compositions at rest come due on whole multiples of this (from the
+/// process's start): a fleet's checks then share wakeups instead of one each.
+const COALESCE: Duration = Duration::from_secs(1);
+
+/// `resync` from now, rounded up to the next multiple of [`COALESCE`] since the process
+/// started (at most one second later).
+pub(crate) fn coalesced(resync: Duration) -> Duration {
+    static ORIGIN: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    let origin = *ORIGIN.get_or_init(Instant::now);
+    let due = origin.elapsed() + resync;
+    let step = COALESCE.as_nanos().max(1);
+    let rounded = due.as_nanos().div_ceil(step) * step;
+    let rounded = Duration::from_nanos(u64::try_from(rounded).unwrap_or(u64::MAX));
+    rounded.saturating_sub(origin.elapsed()).max(resync)
+}
+
 /// What the last full pass at rest of one Composition saw.
 struct AtRest {
     resource_version: String,
@@ -131,4 +147,29 @@ fn slice_versions(comp: &Composition, slices: &Store<ResourceSlice>) -> Vec<Stri
                 .collect()
         })
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_coalesced_resync_comes_due_on_a_whole_second_at_most_one_second_late() {
+        for resync in [Duration::from_millis(1500), Duration::from_secs(5)] {
+            let d = coalesced(resync);
+            assert!(d >= resync && d <= resync + COALESCE, "{d:?}");
+        }
+    }
+
+    #[test]
+    fn wakes_are_counted_per_composition() {
+        let rest = Rest::default();
+        let a = ObjectRef::<Composition>::new("a").within("n");
+        let b = ObjectRef::<Composition>::new("b").within("n");
+        rest.woke(&a);
+        rest.woke(&a);
+        assert_eq!((rest.epoch(&a), rest.epoch(&b)), (2, 0));
+        rest.forget(&a, None);
+        assert_eq!(rest.epoch(&a), 0);
+    }
 }

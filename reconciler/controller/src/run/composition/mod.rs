@@ -53,7 +53,7 @@ pub async fn reconcile(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Acti
     // A turn of the namespace's (workers are shared fairly between namespaces). While it
     // waits, a queued Composition holds this small future only; the pass is boxed.
     if at_rest(&comp, &ctx) {
-        return Ok(Action::requeue(ctx.opts.resync));
+        return Ok(Action::requeue(super::rest::coalesced(ctx.opts.resync)));
     }
     let namespace = comp.namespace().unwrap_or_default();
     let Some(turn) = ctx.limits.fair.enter(&namespace).await else {
@@ -437,6 +437,7 @@ async fn converge(ctx: &Arc<Context>, comp: &Arc<Composition>) -> Result<Action,
     match pass.at_rest {
         Some(checked) if blocked.is_none() && current == ctx.opts.resync => {
             rest.settle(comp, epoch, checked, &ctx.caches.slices);
+            return Ok(Action::requeue(super::rest::coalesced(current)));
         }
         _ => rest.unsettle(&uid),
     }
