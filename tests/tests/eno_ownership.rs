@@ -204,22 +204,44 @@ async fn a_foreign_change_to_a_patched_field_is_patched_again_at_once() {
 /// reading it when its cache has not seen it; that first write is guarded: the API server
 /// creates the object only if it does not exist, and refuses it (409) when another Composition
 /// created it a moment ago, before the cache saw it. Two Compositions created at once emit the
-/// same 30 ConfigMaps: watched while they race, no object ever changes owner, each says the
-/// owner its label names, and a Composition that lost any says Conflict.
+/// same 30 ConfigMaps: every version of every object the API server's watch shows names the
+/// same owner (no write ever took one over), its data is that owner's, and a Composition that
+/// lost any says Conflict.
 #[tokio::test]
 async fn two_compositions_racing_for_the_same_objects_never_take_one_over() {
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
     const N: usize = 30;
     let env = TestEnv::new().await;
     install_crds(&env.client).await;
     let synth = install_synthesizer(&env, "echo", &echo_module()).await;
-    let enoki = Enoki::start(&env.namespace);
-    // The module compiled and the watches started before the race.
-    harness::set_echo_items(&env, "warm-items", &json!([])).await;
-    harness::apply_composition(&env, "warm", &synth, "warm-items", json!({})).await;
-    eventually("warm Ready", WAIT, || async {
-        harness::composition_ready(&env, "warm").await.then_some(())
-    })
-    .await;
+    // Two controllers, each scoped to one side by label, each with caches of its own: both
+    // passes run at once, and neither cache has seen the other's creates when it writes.
+    let sides: Vec<Enoki> = ["a", "b"]
+        .iter()
+        .map(|side| {
+            Enoki::start_with(
+                &env.namespace,
+                &["--label-selector", &format!("race={side}")],
+            )
+        })
+        .collect();
+    let comps: Api<crds::Composition> = env.api();
+    let label = |side: &str| json!({"metadata": {"labels": {"race": side}}});
+    // The module compiled and the watches started on both sides before the race.
+    for side in ["a", "b"] {
+        let warm = format!("warm-{side}");
+        harness::set_echo_items(&env, &format!("{warm}-items"), &json!([])).await;
+        harness::apply_composition(&env, &warm, &synth, &format!("{warm}-items"), json!({})).await;
+        comps
+            .patch(&warm, &PatchParams::default(), &Patch::Merge(label(side)))
+            .await
+            .unwrap();
+        eventually("warm Ready", WAIT, || async {
+            harness::composition_ready(&env, &warm).await.then_some(())
+        })
+        .await;
+    }
     let emitted = |who: &str| {
         let objects: Vec<Value> = (0..N)
             .map(|i| harness::config_map(&format!("raced-{i}"), json!({}), json!({"owner": who})))
@@ -228,12 +250,36 @@ async fn two_compositions_racing_for_the_same_objects_never_take_one_over() {
     };
     for who in ["a", "b"] {
         harness::set_echo_items(&env, &format!("{who}-items"), &emitted(who)).await;
+        // Created unlabelled: neither side sees it yet.
+        harness::apply_composition(&env, who, &synth, &format!("{who}-items"), json!({})).await;
     }
-    tokio::join!(
-        harness::apply_composition(&env, "a", &synth, "a-items", json!({})),
-        harness::apply_composition(&env, "b", &synth, "b-items", json!({})),
-    );
-    let comps: Api<crds::Composition> = env.api();
+    // Every version of every raced object, as the API server's watch tells them.
+    let cms: Api<ConfigMap> = env.api();
+    let seen: std::sync::Arc<std::sync::Mutex<Vec<(String, String, String)>>> = Default::default();
+    let recorder = {
+        let (cms, seen) = (cms.clone(), seen.clone());
+        tokio::spawn(async move {
+            let mut events = watcher(cms, watcher::Config::default())
+                .applied_objects()
+                .boxed();
+            while let Some(Ok(cm)) = events.next().await {
+                let name = cm.name_any();
+                let owner = cm.labels().get("enoki.dev/managed-by").cloned();
+                let said = cm.data.as_ref().and_then(|d| d.get("owner")).cloned();
+                if let (true, Some(owner)) = (name.starts_with("raced-"), owner) {
+                    seen.lock()
+                        .unwrap()
+                        .push((name, owner, said.unwrap_or_default()));
+                }
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let pp = PatchParams::default();
+    let (la, lb) = (Patch::Merge(label("a")), Patch::Merge(label("b")));
+    let (a, b) = tokio::join!(comps.patch("a", &pp, &la), comps.patch("b", &pp, &lb));
+    a.unwrap();
+    b.unwrap();
     let uid_of = |c: crds::Composition| (c.uid().unwrap(), c.name_any());
     let names: std::collections::HashMap<String, String> = [
         uid_of(comps.get("a").await.unwrap()),
@@ -241,52 +287,59 @@ async fn two_compositions_racing_for_the_same_objects_never_take_one_over() {
     ]
     .into_iter()
     .collect();
-    // Every object's first owner, as seen while they race and settle.
-    let cms: Api<ConfigMap> = env.api();
-    let mut first: std::collections::HashMap<String, String> = Default::default();
     let settled = |c: Option<(String, String, String)>| {
         c.is_some_and(|(s, reason, _)| s == "True" || reason == "Conflict")
     };
-    let deadline = std::time::Instant::now() + WAIT;
-    loop {
-        for cm in cms.list(&Default::default()).await.unwrap() {
-            let name = cm.name_any();
-            if !name.starts_with("raced-") {
-                continue;
-            }
-            let Some(owner) = cm.labels().get("enoki.dev/managed-by").cloned() else {
-                continue;
-            };
-            let said = cm.data.as_ref().and_then(|d| d.get("owner")).cloned();
-            assert_eq!(said.as_ref(), names.get(&owner), "{name}: data says its owner");
-            let was = first.entry(name.clone()).or_insert_with(|| owner.clone());
-            assert_eq!(*was, owner, "{name} changed owner");
-        }
+    eventually("both settled", WAIT, || async {
         let a = harness::composition_condition(&env, "a", "Reconciled").await;
         let b = harness::composition_condition(&env, "b", "Reconciled").await;
-        if first.len() == N && settled(a) && settled(b) {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "not settled: {first:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        let labelled = cms
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .filter(|c| c.name_any().starts_with("raced-"))
+            .filter(|c| c.labels().contains_key("enoki.dev/managed-by"))
+            .count();
+        (labelled == N && settled(a) && settled(b)).then_some(())
+    })
+    .await;
+    // The watch has caught up with the last writes.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    recorder.abort();
+    let mut first: std::collections::HashMap<String, String> = Default::default();
+    for (name, owner, said) in seen.lock().unwrap().iter() {
+        assert_eq!(Some(said), names.get(owner), "{name}: data says its owner");
+        let was = first.entry(name.clone()).or_insert_with(|| owner.clone());
+        assert_eq!(was, owner, "{name} changed owner");
     }
+    assert_eq!(first.len(), N, "every object seen: {first:?}");
     for (uid, name) in &names {
         let owned = first.values().filter(|o| *o == uid).count();
         let (status, reason, _) = harness::composition_condition(&env, name, "Reconciled")
             .await
             .unwrap();
-        let expected = if owned == N { "True" } else { "False" };
-        assert_eq!(status, expected, "{name} owns {owned} of {N} ({reason})");
+        if owned == N {
+            assert_eq!(status, "True", "{name} owns every object");
+        } else {
+            assert_eq!(
+                (status.as_str(), reason.as_str()),
+                ("False", "Conflict"),
+                "{name} owns {owned} of {N}"
+            );
+        }
         println!("{name} owns {owned} of {N}");
     }
-    println!(
-        "guarded first writes refused (the object existed): {}",
-        enoki
-            .metrics_text()
-            .lines()
-            .filter(|l| l.starts_with("enoki_apply_operations_total") && l.contains("exists"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
-    drop(enoki);
+    let refused: f64 = sides
+        .iter()
+        .map(|e| {
+            e.metric_labelled(
+                "enoki_apply_operations_total",
+                &[("outcome", "apply-exists")],
+            )
+        })
+        .sum();
+    println!("guarded first writes refused (the object existed): {refused}");
+    drop(sides);
 }

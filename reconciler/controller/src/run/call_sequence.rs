@@ -145,9 +145,10 @@ async fn in_step(fake: &FakeApi, ctx: &Context) -> bool {
         .get("team", "out")
         .and_then(|l| l.resource_version.map(String::from));
     // The cache holds only objects labelled as enoki's.
-    let labelled = fake
-        .get(OUTPUT)
-        .filter(|o| o.pointer("/metadata/labels/enoki.dev~1managed-by").is_some());
+    let labelled = fake.get(OUTPUT).filter(|o| {
+        o.pointer("/metadata/labels/enoki.dev~1managed-by")
+            .is_some()
+    });
     live == rv(labelled)
 }
 

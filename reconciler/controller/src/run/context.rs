@@ -186,6 +186,19 @@ impl Context {
             self.state.memory.forget(uid);
             self.plans.remove(uid);
         }
+        // Rest records of Compositions gone or handed over.
+        let held = *self.limits.shards.borrow();
+        let served: Vec<_> = cached.iter().filter(|c| held.owns(c)).collect();
+        self.caches.watches.rest.retain(
+            &served
+                .iter()
+                .filter_map(|c| c.metadata.uid.clone())
+                .collect(),
+            &served
+                .iter()
+                .map(|c| ObjectRef::from_obj(c.as_ref()))
+                .collect(),
+        );
         // Syntheses of shards handed over are dropped, and the cache is held to its share.
         self.plans.hold_to_share();
         let cached: std::collections::HashSet<super::metrics::CompositionLabel> = compositions

@@ -118,6 +118,16 @@ impl FakeApi {
         self.store.lock().hung.push(call.to_string());
     }
 
+    /// Stores `obj` at `path` as another client would, just before the first later request
+    /// recorded as `call` reaches the server; watches hear of it only at the next
+    /// [`FakeApi::deliver`] (a cache lagging behind that client's create).
+    pub(crate) fn create_before(&self, call: &str, path: &str, obj: Value) {
+        self.store
+            .lock()
+            .created_before
+            .push((call.to_string(), path.to_string(), obj));
+    }
+
     /// Forgets the requests recorded so far.
     pub(crate) fn clear_calls(&self) {
         self.store.lock().calls.clear();
@@ -196,6 +206,10 @@ impl FakeApi {
             decorations(verb, &content_type, &q, &parts.headers, &body)
         );
         let mut s = self.store.lock();
+        if let Some(i) = s.created_before.iter().position(|(c, _, _)| *c == label) {
+            let (_, path, obj) = s.created_before.remove(i);
+            s.commit(&path, Some(obj));
+        }
         s.calls.push(label);
         if s.hung.contains(&call) && !from_cache {
             return None;
@@ -246,7 +260,10 @@ fn decorations(
             ""
         };
         // An apply that names a resourceVersion no object has creates only.
-        let guard = match body.pointer("/metadata/resourceVersion").and_then(Value::as_str) {
+        let guard = match body
+            .pointer("/metadata/resourceVersion")
+            .and_then(Value::as_str)
+        {
             Some(super::apply::execute::NO_OBJECT_HAS) => ", if absent".to_string(),
             Some(rv) => format!(", at {rv}"),
             None => String::new(),

@@ -54,10 +54,10 @@ pub(crate) struct SliceMemory {
     /// States kept instead of written (only resourceVersions moved), by slice name, with the
     /// version of the states they follow.
     pub kept: HashMap<String, (String, Vec<ResourceState>)>,
-    /// Slices this process just created, whole, by name, until the slice cache has them: the
-    /// apply pass that follows a synthesis reads them here instead of with two GETs (their
-    /// manifests never change; their states are the ones above).
-    pub fresh: HashMap<String, Arc<crds::ResourceSlice>>,
+    /// Slices this process just created, whole, by name (with when): the apply pass that
+    /// follows a synthesis reads them here instead of with two GETs (their manifests never
+    /// change; their states are the ones above).
+    pub fresh: HashMap<String, (Instant, Arc<crds::ResourceSlice>)>,
     /// The synthesis (UUID) whose sealed Secrets no loaded key opened when it was ingested:
     /// its slices count as missing (the cache's compact copies keep only the key's id, which
     /// a key made anew under the same id would pass).

@@ -41,13 +41,20 @@ pub(crate) fn coalesced(resync: Duration) -> Duration {
     rounded.saturating_sub(origin.elapsed()).max(resync)
 }
 
-/// What the last full pass at rest of one Composition saw.
-struct AtRest {
+/// What a full pass saw when it started: the Composition's wakes and version, the watches'
+/// relists, its slices' versions.
+pub(crate) struct Started {
     resource_version: String,
     epoch: u64,
-    /// The resourceVersion of each slice of its current synthesis, in status order.
+    relists: u64,
+    /// The resourceVersion of each slice of its current synthesis, in status order (empty
+    /// for one the cache lacks).
     slices: Vec<String>,
-    /// The resources it checked.
+}
+
+/// What the last full pass at rest of one Composition saw, and the resources it checked.
+struct AtRest {
+    seen: Started,
     resources: u64,
     at: Instant,
 }
@@ -56,6 +63,10 @@ struct AtRest {
 #[derive(Default)]
 pub(crate) struct Rest {
     epochs: Mutex<HashMap<ObjectRef<Composition>, u64>>,
+    /// Relists of any input or managed-object watch: a relist replaces a cache at once (what
+    /// changed or went while the watch was away is not told per object), so every
+    /// Composition gets a full pass after one.
+    relists: std::sync::atomic::AtomicU64,
     settled: Mutex<HashMap<String, AtRest>>,
 }
 
@@ -65,25 +76,37 @@ impl Rest {
         *self.epochs.lock().entry(comp.clone()).or_default() += 1;
     }
 
+    /// A watch's cache was replaced by a relist.
+    pub(crate) fn relisted(&self) {
+        self.relists
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// The wakes of `comp` so far.
     pub(crate) fn epoch(&self, comp: &ObjectRef<Composition>) -> u64 {
         self.epochs.lock().get(comp).copied().unwrap_or(0)
     }
 
-    /// Records that a full pass of `comp`, started at `epoch`, ended at rest having checked
-    /// `resources` resources.
-    pub(crate) fn settle(
-        &self,
-        comp: &Composition,
-        epoch: u64,
-        resources: u64,
-        slices: &Store<ResourceSlice>,
-    ) {
-        let Some(uid) = comp.uid() else { return };
-        let at_rest = AtRest {
+    /// What a pass of `comp` starting now sees.
+    pub(crate) fn start(&self, comp: &Composition, slices: &Store<ResourceSlice>) -> Started {
+        Started {
             resource_version: comp.resource_version().unwrap_or_default(),
-            epoch,
+            epoch: self.epoch(&ObjectRef::from_obj(comp)),
+            relists: self.relists.load(std::sync::atomic::Ordering::Relaxed),
             slices: slice_versions(comp, slices),
+        }
+    }
+
+    /// Records that a full pass of `comp` that started having seen `seen` ended at rest,
+    /// having checked `resources` resources (not while a slice is missing from the cache).
+    pub(crate) fn settle(&self, comp: &Composition, seen: Started, resources: u64) {
+        let Some(uid) = comp.uid() else { return };
+        if seen.slices.iter().any(String::is_empty) {
+            self.unsettle(&uid);
+            return;
+        }
+        let at_rest = AtRest {
+            seen,
             resources,
             at: Instant::now(),
         };
@@ -104,27 +127,44 @@ impl Rest {
         }
     }
 
+    /// Keeps only the Compositions `keep` names (by UID and reference): the others were
+    /// deleted or handed to another replica.
+    pub(crate) fn retain(
+        &self,
+        uids: &std::collections::HashSet<String>,
+        refs: &std::collections::HashSet<ObjectRef<Composition>>,
+    ) {
+        self.settled.lock().retain(|uid, _| uids.contains(uid));
+        self.epochs.lock().retain(|r, _| refs.contains(r));
+    }
+
     /// The resources a pass of `comp` may count as checked without planning: `Some` when its
     /// last full pass ended at rest less than [`FULL_PASS_EVERY`] ago and nothing changed
-    /// since (its resourceVersion, its wakes, its slices).
-    pub(crate) fn unchanged(&self, comp: &Composition, slices: &Store<ResourceSlice>) -> Option<u64> {
+    /// since (its resourceVersion, its wakes, the watches' relists, its slices).
+    pub(crate) fn unchanged(
+        &self,
+        comp: &Composition,
+        slices: &Store<ResourceSlice>,
+    ) -> Option<u64> {
         let uid = comp.metadata.uid.as_deref()?;
-        let (epoch, resources) = {
+        let now = {
             let settled = self.settled.lock();
             let r = settled.get(uid)?;
             if r.at.elapsed() >= FULL_PASS_EVERY
-                || comp.metadata.resource_version.as_deref() != Some(r.resource_version.as_str())
+                || comp.metadata.resource_version.as_deref()
+                    != Some(r.seen.resource_version.as_str())
+                || self.relists.load(std::sync::atomic::Ordering::Relaxed) != r.seen.relists
             {
                 return None;
             }
-            (r.epoch, r.resources)
+            (r.seen.epoch, r.resources)
         };
-        if self.epoch(&ObjectRef::from_obj(comp)) != epoch {
+        if self.epoch(&ObjectRef::from_obj(comp)) != now.0 {
             return None;
         }
-        let now = slice_versions(comp, slices);
+        let versions = slice_versions(comp, slices);
         let settled = self.settled.lock();
-        (settled.get(uid)?.slices == now).then_some(resources)
+        (settled.get(uid)?.seen.slices == versions).then_some(now.1)
     }
 }
 

@@ -73,6 +73,9 @@ pub(crate) async fn read_full(
     read_as(rd, comp, name, true).await
 }
 
+/// How long a slice this process created is served from memory at most.
+const FRESH_FOR: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// The slice from the cache, or from the API server when the cache lacks it or (`whole`)
 /// holds only its compact copy.
 async fn fetch(
@@ -84,16 +87,26 @@ async fn fetch(
     let cached = rd
         .kept
         .and_then(|k| k.caches.slices.get(&ObjectRef::new(name).within(ns)));
-    // Created by this process a moment ago: whole in memory until the cache has it.
+    // Created by this process a moment ago: whole in memory while the cache lacks it or
+    // holds the same version compacted; dropped once the slice moved on (its states written)
+    // or after [`FRESH_FOR`].
     let fresh = rd.kept.and_then(|k| {
-        k.memory.slices(uid, |m| match &cached {
-            Some(_) => m.fresh.remove(name).and(None),
-            None => m.fresh.get(name).cloned(),
+        k.memory.slices(uid, |m| {
+            let (at, slice) = m.fresh.get(name)?;
+            let same = cached
+                .as_ref()
+                .is_none_or(|c| c.resource_version() == slice.resource_version());
+            if !same || at.elapsed() > FRESH_FOR {
+                m.fresh.remove(name);
+                return None;
+            }
+            Some(slice.clone())
         })
     });
-    match cached {
-        None if fresh.is_some() => Ok(fresh),
-        Some(s) if !(whole && is_compact(&s)) => Ok(Some(s)),
+    match (cached, fresh) {
+        (None, Some(f)) => Ok(Some(f)),
+        (Some(c), Some(f)) if whole && is_compact(&c) => Ok(Some(f)),
+        (Some(s), _) if !(whole && is_compact(&s)) => Ok(Some(s)),
         _ => Ok(
             Api::<ResourceSlice>::namespaced(rd.clusters.client().clone(), ns)
                 .get_opt(name)
@@ -361,7 +374,10 @@ pub(crate) async fn write(
         match api.create(&PostParams::default(), &slice).await {
             Ok(created) => {
                 let uid = comp.uid().unwrap_or_default();
-                memory.slices(&uid, |m| m.fresh.insert(name.clone(), Arc::new(created)));
+                let at = std::time::Instant::now();
+                memory.slices(&uid, |m| {
+                    m.fresh.insert(name.clone(), (at, Arc::new(created)))
+                });
             }
             Err(source) => {
                 for r in &refs {

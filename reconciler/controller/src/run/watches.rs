@@ -260,6 +260,7 @@ impl Watches {
                     this.fire_readers(&group, &kind, &ns, &name);
                     continue;
                 }
+                let relisted = matches!(event, Ok(watcher::Event::InitDone));
                 let touched = match event {
                     Ok(e) => apply_event(&mut feeder, e),
                     Err(e) if forbidden_watch(&e) => {
@@ -276,9 +277,13 @@ impl Watches {
                         None
                     }
                 };
-                if let Some((namespace, name, owner)) = touched {
-                    if let Some(uid) = owner {
-                        this.fire_owner(&uid);
+                if relisted {
+                    this.rest.relisted();
+                }
+                if let Some((namespace, name, owners)) = touched {
+                    // The owner now and, when it was relabelled, the owner before.
+                    for uid in owners.iter().flatten() {
+                        this.fire_owner(uid);
                     }
                     this.fire_readers(&group, &kind, &namespace, &name);
                 }
@@ -299,6 +304,14 @@ impl Watches {
                 .entry(uid)
                 .or_insert_with(|| ObjectRef::from_obj(comp));
         }
+    }
+
+    /// Whether the managed-object watches wake `comp` (a pass of it registered it).
+    pub fn knows(&self, comp: &Composition) -> bool {
+        comp.metadata
+            .uid
+            .as_deref()
+            .is_some_and(|uid| self.owners.lock().contains_key(uid))
     }
 
     /// Forgets everything about a Composition that is gone: what it read, that it owns

@@ -99,11 +99,17 @@ pub(crate) async fn act(
         .filter(|(_, o)| o.unseen)
         .map(|(s, _)| s.key.clone())
         .collect();
-    if !unseen.is_empty() {
-        ctx.state
-            .memory
-            .apply(&uid, |m| m.read_first.extend(unseen.iter().cloned()));
-    }
+    ctx.state.memory.apply(&uid, |m| {
+        m.read_first.extend(unseen.iter().cloned());
+        if !m.read_first.is_empty() {
+            // Written: the cache holds it from now on.
+            for (step, o) in the_plan.steps.iter().zip(&outcomes) {
+                if step.op.is_write() && o.error.is_none() && !o.unseen && !o.held {
+                    m.read_first.remove(&step.key);
+                }
+            }
+        }
+    });
     Acted {
         outcomes,
         fight_wait,
@@ -369,7 +375,9 @@ async fn execute_one(
         ));
     };
     let live = obs.and_then(|o| o.live.as_ref());
-    let guarded = obs.is_some_and(|o| o.unconfirmed && o.live.is_none());
+    // Whatever said it is absent (the cache, a GET a moment ago), its first write creates
+    // only: an object someone created meanwhile is never taken over blind.
+    let guarded = live.is_none();
     match write(api, op, key, (live, guarded), migrating).await {
         Ok(written) => {
             tracing::debug!(resource = %key, op = op_name(op), "applied");

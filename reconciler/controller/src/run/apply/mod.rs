@@ -139,11 +139,14 @@ pub async fn reconcile(
         let retry = execute::UNSEEN_RETRY;
         pass.requeue = Some(pass.requeue.map_or(retry, |r| r.min(retry)));
     }
+    // At rest: every resource known from a watch's cache (none read: a kind enoki may not
+    // watch, an object the cache never holds), nothing that comes due by itself.
     let timed = prepared
         .resources
         .iter()
         .any(|r| r.settings.drift == plan::Drift::Interval || !r.overrides.is_empty());
-    if pass.settled && !unseen && !unopened && !timed && !deleting {
+    let read = observations.values().any(|o| o.read);
+    if pass.settled && !unseen && !unopened && !timed && !read && !deleting {
         pass.at_rest = Some(prepared.resources.len() as u64);
     }
     // A sealed Secret no key opens: the synthesis is made again, soon, whatever
@@ -223,20 +226,6 @@ async fn gone_owners(
         return named;
     }
     owners::gone_owners(ctx, named).await
-}
-
-/// `<namespace>/<name>` of every cached Composition by UID.
-fn owner_names(
-    compositions: &kube::runtime::reflector::Store<Composition>,
-) -> HashMap<String, String> {
-    compositions
-        .state()
-        .iter()
-        .filter_map(|c| {
-            let name = format!("{}/{}", c.namespace().unwrap_or_default(), c.name_any());
-            Some((c.uid()?, name))
-        })
-        .collect()
 }
 
 /// Plans the pass. Planning evaluates CEL (readiness, overrides): bounded per expression and
@@ -333,7 +322,7 @@ async fn finish(
         let owners = std::cell::OnceCell::new();
         let owner_name = |uid: &str| {
             owners
-                .get_or_init(|| owner_names(&ctx.caches.compositions))
+                .get_or_init(|| owners::owner_names(&ctx.caches.compositions))
                 .get(uid)
                 .cloned()
         };

@@ -27,11 +27,8 @@ pub(crate) struct Observation {
     pub api: Option<Api<DynamicObject>>,
     /// The live object: full when fetched, metadata only when the cache sufficed.
     pub live: Option<Value>,
-    /// Absent from the synced cache and not read: the cache may lag behind another writer's
-    /// create of a moment ago, so the first write is *guarded* — a server-side apply the API
-    /// server refuses (409) when the object exists after all (see `execute`), a plain create
-    /// by nature. The object is then read on the next pass and decided as any existing one.
-    pub unconfirmed: bool,
+    /// Read with a GET in this pass (not from a watch's cache).
+    pub read: bool,
 }
 
 /// What the caller needs full objects for.
@@ -80,10 +77,11 @@ pub(crate) fn needs_get(
         Cached::Absent if removing => applied && !deleted,
         // Absent from a synced cache, yet it may exist: the cache can lag behind another
         // Composition's create of the same object by a few milliseconds, and applying blind
-        // would take it over. Never applied: the first write is guarded instead of read first
-        // (`Observation::unconfirmed`). Applied before and now missing: read (the cache may
-        // lag behind enoki's own write, or someone deleted it).
-        Cached::Absent => applied,
+        // would take it over. Never applied: not read, its first write is guarded instead (it
+        // creates only; see `execute`). Applied before and now missing: read (the cache may
+        // lag behind enoki's own write, or someone deleted it). A resource enoki never writes
+        // (`disable-reconciliation`) has no guarded write to find it: read.
+        Cached::Absent => applied || r.settings.disable_reconciliation,
         Cached::Present(_) if removing => false,
         Cached::Present(rv) => {
             rv.is_none()
@@ -132,13 +130,6 @@ pub(crate) async fn observe(
         }
     }
     ctx.report.metrics.observe_gets.inc_by(fetch.len() as u64);
-    if !read_first.is_empty() {
-        ctx.state.memory.apply(uid, |m| {
-            for (key, _, _) in &fetch {
-                m.read_first.remove(key);
-            }
-        });
-    }
     ctx.report
         .metrics
         .resource_checks
@@ -154,7 +145,7 @@ pub(crate) async fn observe(
                     let unserved = Observation {
                         api: None,
                         live: None,
-                        unconfirmed: false,
+                        read: true,
                     };
                     return Ok((key, unserved));
                 }
@@ -173,7 +164,7 @@ pub(crate) async fn observe(
                 Observation {
                     api: Some(api),
                     live,
-                    unconfirmed: false,
+                    read: true,
                 },
             ))
         })
@@ -183,6 +174,17 @@ pub(crate) async fn observe(
     for f in fetched {
         let (key, o) = f?;
         out.insert(key, o);
+    }
+    if !read_first.is_empty() {
+        // Read and found gone (or no longer emitted): nothing to read first any more. One
+        // that exists stays: the cache may never hold it (not labelled as enoki's, another
+        // shard's), and a guarded write would only be refused again.
+        ctx.state.memory.apply(uid, |m| {
+            m.read_first.retain(|k| {
+                out.get(k).is_some_and(|o| o.live.is_some())
+                    || (prepared.resources.iter().any(|r| &r.key == k) && !out.contains_key(k))
+            });
+        });
     }
     Ok(out)
 }
@@ -209,7 +211,7 @@ async fn from_cache(
         FromCache::Done(Observation {
             api: None,
             live: None,
-            unconfirmed: false,
+            read: false,
         })
     };
     // A Patch observes its target (never labelled by enoki, so always read in full).
@@ -265,12 +267,11 @@ async fn from_cache(
     if get(cached) {
         return FromCache::Fetch(api, gvk);
     }
-    let unconfirmed = cached == Cached::Absent;
     let live = meta.flatten().map(|m| stub_of(r, ns, &m));
     FromCache::Done(Observation {
         api: Some(api),
         live,
-        unconfirmed,
+        read: false,
     })
 }
 
@@ -430,6 +431,19 @@ mod tests {
 
     /// Whether a GET is needed, case by case (the resource: its overrides read `self`, it is a
     /// tombstone, or it is created plainly (`replace`)).
+    #[test]
+    fn a_hands_off_resource_absent_from_the_cache_is_read() {
+        // Never written by enoki: no guarded write would find it; whether it exists and how
+        // ready it is are read.
+        let mut r = resource(false, false);
+        r.settings.disable_reconciliation = true;
+        let needs = Needs {
+            deleting: false,
+            everything: false,
+        };
+        assert!(needs_get(&r, None, Cached::Absent, needs, false));
+    }
+
     #[rstest::rstest]
     #[case::in_sync_and_ready_needs_no_request(
         false,

@@ -11,7 +11,7 @@
 //! a guess. With `--remote-kubeconfig` nothing is adopted this way: the objects live in a
 //! cluster other management clusters may write to, whose Compositions this one cannot see.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::time::Instant;
 
 use kube::ResourceExt;
@@ -75,4 +75,18 @@ pub(crate) async fn gone_owners(ctx: &Context, named: BTreeSet<String>) -> BTree
     }
     gone.extend(newly_gone);
     gone
+}
+
+/// `<namespace>/<name>` of every cached Composition by UID.
+pub(crate) fn owner_names(
+    compositions: &kube::runtime::reflector::Store<crds::Composition>,
+) -> HashMap<String, String> {
+    compositions
+        .state()
+        .iter()
+        .filter_map(|c| {
+            let name = format!("{}/{}", c.namespace().unwrap_or_default(), c.name_any());
+            Some((c.uid()?, name))
+        })
+        .collect()
 }

@@ -288,3 +288,67 @@ async fn an_object_the_cache_has_not_seen_is_refused_by_the_guard_then_read_and_
         "{status:#}"
     );
 }
+
+/// Another Composition creates the object a moment before enoki's first write of it reaches
+/// the API server; enoki's cache has not seen it. The guarded write is refused and writes
+/// nothing; the next pass reads the object, finds the other (live) Composition's label and
+/// takes nothing over: Conflict.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_another_composition_created_a_moment_ago_is_never_taken_over() {
+    let (fake, ctx) = world(&["--namespace", "team"]);
+    fake.put(
+        "/apis/enoki.dev/v1alpha1/namespaces/other/compositions/first",
+        json!({"apiVersion": "enoki.dev/v1alpha1", "kind": "Composition",
+            "metadata": {"name": "first", "namespace": "other", "uid": "first-uid"},
+            "spec": {"synthesizer": {"name": "synth"}}}),
+    );
+    let guarded = "PATCH team/configmaps/out (apply, enoki, force, if absent)";
+    fake.create_before(
+        guarded,
+        OUTPUT,
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "out", "namespace": "team",
+                "labels": {"enoki.dev/managed-by": "first-uid"}},
+            "data": {"k": "first's"}}),
+    );
+    let passes = settle(&fake, &ctx, 8).await;
+    let expected = [
+        strings(&["PATCH team/compositions/app (merge)"]),
+        strings(&[
+            "GET enoki-system/configmaps/module",
+            "PATCH synthesizers/synth/status (merge)",
+            "POST team/resourceslices",
+            "PATCH team/compositions/app/status (merge)",
+            "DISCOVER /api/v1",
+            // Refused: the other Composition's create got there first.
+            guarded,
+            "PATCH team/resourceslices/*/status (merge)",
+            "PATCH team/compositions/app/status (merge)",
+        ]),
+        // Read; its owner is a live Composition (one list confirms it): Conflict, said once.
+        strings(&[
+            "GET team/configmaps/out",
+            "LIST compositions",
+            "PATCH team/resourceslices/*/status (merge)",
+            "POST team/events",
+            "PATCH team/compositions/app/status (merge)",
+        ]),
+        // Another Composition's object is read on each pass, never written.
+        strings(&["GET team/configmaps/out"]),
+    ];
+    assert_eq!(passes, expected);
+    let out = fake.get(OUTPUT).expect("object");
+    assert_eq!(out["data"]["k"], "first's");
+    assert_eq!(
+        out["metadata"]["labels"]["enoki.dev/managed-by"],
+        "first-uid"
+    );
+    let reconciled = status_of(&fake)["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == "Reconciled").cloned())
+        .expect("Reconciled");
+    assert_eq!(
+        (reconciled["status"].as_str(), reconciled["reason"].as_str()),
+        (Some("False"), Some("Conflict"))
+    );
+}

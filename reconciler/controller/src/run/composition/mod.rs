@@ -88,17 +88,20 @@ fn at_rest(comp: &Composition, ctx: &Context) -> bool {
     if comp.spec.suspend || !matches!(finalizer::state(comp), finalizer::State::Present) {
         return false;
     }
-    let Some(checked) = ctx
-        .caches
-        .watches
-        .rest
-        .unchanged(comp, &ctx.caches.slices)
-    else {
+    let Some(checked) = ctx.caches.watches.rest.unchanged(comp, &ctx.caches.slices) else {
         return false;
     };
-    if ctx.limits.serving(comp).is_none() {
+    // Its objects' and inputs' changes reach it only while the watches know it (a shard
+    // handed back and taken again: a full pass registers it first).
+    if ctx.limits.serving(comp).is_none() || !ctx.caches.watches.knows(comp) {
         return false;
     }
+    let queued = format!(
+        "{}/{}",
+        comp.namespace().unwrap_or_default(),
+        comp.name_any()
+    );
+    drop(ctx.report.metrics.queue.started(&queued));
     ctx.report.metrics.resource_checks.inc_by(checked);
     ctx.report.metrics.passes_at_rest.inc();
     true
@@ -382,7 +385,7 @@ pub(crate) fn ignores_side_effects(comp: &Composition) -> bool {
 /// `disable-reconciliation` stop it.
 async fn converge(ctx: &Arc<Context>, comp: &Arc<Composition>) -> Result<Action, Error> {
     ctx.caches.watches.own(comp);
-    let epoch = ctx.caches.watches.rest.epoch(&ObjectRef::from_obj(comp.as_ref()));
+    let started = ctx.caches.watches.rest.start(comp, &ctx.caches.slices);
     let mut st = comp.status.clone().unwrap_or_default();
     suspend::resumed(&mut st);
     let uid = comp.uid().unwrap_or_default();
@@ -433,10 +436,12 @@ async fn converge(ctx: &Arc<Context>, comp: &Arc<Composition>) -> Result<Action,
         ctx.opts.apply.readiness_poll
     };
     let current = pass.requeue.map_or(idle, |h| h.min(idle));
+    // At rest: Ready, and nothing due before the resync (no readiness poll, no retry).
     let rest = &ctx.caches.watches.rest;
+    let ready = reconciler_core::condition::is_true(&st.conditions, conditions::READY);
     match pass.at_rest {
-        Some(checked) if blocked.is_none() && current == ctx.opts.resync => {
-            rest.settle(comp, epoch, checked, &ctx.caches.slices);
+        Some(checked) if blocked.is_none() && ready && pass.requeue.is_none() => {
+            rest.settle(comp, started, checked);
             return Ok(Action::requeue(super::rest::coalesced(current)));
         }
         _ => rest.unsettle(&uid),

@@ -50,6 +50,9 @@ pub(super) struct Store {
     pub(super) calls: Vec<String>,
     /// Requests held open, never answered.
     pub(super) hung: Vec<String>,
+    /// Objects another client creates just before the first request with this label reaches
+    /// the server (their watch events come later: at the next `deliver`).
+    pub(super) created_before: Vec<(String, String, Value)>,
     /// The last UID handed out.
     uids: u64,
 }

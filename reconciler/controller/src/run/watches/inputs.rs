@@ -102,7 +102,12 @@ impl Watches {
                 let Some(this) = this.upgrade() else { break };
                 match event {
                     Ok(event) => {
-                        if let Some(o) = feeder.apply(event) {
+                        let relisted = matches!(event, kube::runtime::watcher::Event::InitDone);
+                        let touched = feeder.apply(event);
+                        if relisted {
+                            this.rest.relisted();
+                        }
+                        if let Some(o) = touched {
                             this.fire_readers(
                                 &group,
                                 &kind,

@@ -114,14 +114,25 @@ pub(super) fn foreign(
 }
 
 /// Applies one watch event to the table; returns the touched object's (namespace, name,
-/// owner UID).
+/// [owner UID, the owner UID its row had before when that differs]).
 pub(super) fn apply_event(
     feeder: &mut table::Feeder<Live>,
     event: watcher::Event<Meta>,
-) -> Option<(String, String, Option<String>)> {
+) -> Option<(String, String, [Option<String>; 2])> {
+    let before = match &event {
+        watcher::Event::Apply(m) => feeder
+            .row(&m.namespace().unwrap_or_default(), &m.name_any())
+            .and_then(|l| l.owner.map(|o| o.to_string())),
+        _ => None,
+    };
     let m = feeder.apply(event)?;
     let owner = m.labels().get(managed_label()).cloned();
-    Some((m.namespace().unwrap_or_default(), m.name_any(), owner))
+    let before = before.filter(|b| Some(b) != owner.as_ref());
+    Some((
+        m.namespace().unwrap_or_default(),
+        m.name_any(),
+        [owner, before],
+    ))
 }
 
 /// A kind's synced metadata cache of managed objects.

@@ -204,6 +204,14 @@ impl<V: Row> Feeder<V> {
         }
     }
 
+    /// The row of an object in the visible table.
+    pub fn row(&self, namespace: &str, name: &str) -> Option<V>
+    where
+        V: Clone,
+    {
+        self.table.read().get(namespace, name).cloned()
+    }
+
     /// Removes an object's row (from a relist under way too).
     pub fn remove(&mut self, namespace: &str, name: &str) {
         let old = self.relist.as_mut().and_then(|r| r.remove(namespace, name));
