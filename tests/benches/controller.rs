@@ -198,76 +198,92 @@ async fn raw_apply(env: &TestEnv, objects: &[Value], concurrency: usize) -> Dura
 /// `many` case starts later, in a namespace of its own); everything written is deleted
 /// afterwards, outside the timing.
 async fn protocol_floor(env: &TestEnv, comps: usize, per: usize, concurrency: usize) -> Duration {
+    let start = Instant::now();
+    futures::stream::iter(0..comps)
+        // One request in flight per Composition: `concurrency` in all, as the raw floor.
+        .for_each_concurrent(concurrency, |i| {
+            protocol_one(env, i, items(&format!("p{i}-"), per), 1)
+        })
+        .await;
+    let elapsed = start.elapsed();
+    protocol_cleanup(env).await;
+    elapsed
+}
+
+/// What Eno's API needs for one Composition `i` of `objects`, from a plain client: its input
+/// and the Composition, the finalizer, the ResourceSlice, the objects (`within` requests in
+/// flight), the slice's status and the Composition's.
+async fn protocol_one(env: &TestEnv, i: usize, objects: Vec<Value>, within: usize) {
     let cms: Api<ConfigMap> = env.api();
     let compositions: Api<crds::Composition> = env.api();
     let slices: Api<crds::ResourceSlice> = env.api();
     let pp = PatchParams::apply("bench-protocol").force();
-    let start = Instant::now();
-    let (cms, compositions, slices, pp) = (&cms, &compositions, &slices, &pp);
-    futures::stream::iter(0..comps)
-        .for_each_concurrent(concurrency, |i| async move {
-            let objects = items(&format!("p{i}-"), per);
-            let input = format!("items-{i}");
-            harness::set_echo_items(env, &input, &Value::Array(objects.clone())).await;
-            let name = format!("proto-{i}");
-            harness::apply_composition(env, &name, "bench-protocol-none", &input, json!({})).await;
-            let mark = json!({"metadata": {"annotations": {"bench.enoki.dev/finalizer": "x"}}});
-            compositions
-                .patch(&name, &PatchParams::default(), &Patch::Merge(&mark))
+    let input = format!("items-{i}");
+    harness::set_echo_items(env, &input, &Value::Array(objects.clone())).await;
+    let name = format!("proto-{i}");
+    harness::apply_composition(env, &name, "bench-protocol-none", &input, json!({})).await;
+    let mark = json!({"metadata": {"annotations": {"bench.enoki.dev/finalizer": "x"}}});
+    compositions
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&mark))
+        .await
+        .expect("the finalizer's write");
+    let slice = crds::ResourceSlice::new(
+        &format!("{name}-slice"),
+        crds::ResourceSliceSpec {
+            synthesis_uuid: format!("uuid-{i}"),
+            resources: objects
+                .iter()
+                .map(|o| crds::Manifest {
+                    manifest: o.to_string(),
+                    ..crds::Manifest::default()
+                })
+                .collect(),
+            compact_bytes: None,
+        },
+    );
+    slices
+        .create(&kube::api::PostParams::default(), &slice)
+        .await
+        .expect("the ResourceSlice");
+    let (cms, pp) = (&cms, &pp);
+    futures::stream::iter(&objects)
+        .for_each_concurrent(within, |o| async move {
+            let name = o["metadata"]["name"].as_str().unwrap_or_default();
+            cms.patch(name, pp, &Patch::Apply(o))
                 .await
-                .expect("the finalizer's write");
-            let slice = crds::ResourceSlice::new(
-                &format!("{name}-slice"),
-                crds::ResourceSliceSpec {
-                    synthesis_uuid: format!("uuid-{i}"),
-                    resources: objects
-                        .iter()
-                        .map(|o| crds::Manifest {
-                            manifest: o.to_string(),
-                            ..crds::Manifest::default()
-                        })
-                        .collect(),
-                    compact_bytes: None,
-                },
-            );
-            slices
-                .create(&kube::api::PostParams::default(), &slice)
-                .await
-                .expect("the ResourceSlice");
-            // One request in flight per Composition: `concurrency` in all, as the raw floor.
-            for o in &objects {
-                let name = o["metadata"]["name"].as_str().unwrap_or_default();
-                cms.patch(name, pp, &Patch::Apply(o))
-                    .await
-                    .expect("a protocol apply");
-            }
-            let states: Vec<Value> = (0..per)
-                .map(|_| json!({"reconciled": true, "ready": "2026-01-01T00:00:00Z"}))
-                .collect();
-            slices
-                .patch_status(
-                    &format!("{name}-slice"),
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"status": {"resources": states}})),
-                )
-                .await
-                .expect("the slice's status");
-            compositions
-                .patch_status(
-                    &name,
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"status": {"simplified": {"status": "Ready"}}})),
-                )
-                .await
-                .expect("the Composition's status");
+                .expect("a protocol apply");
         })
         .await;
-    let elapsed = start.elapsed();
+    let states: Vec<Value> = (0..objects.len())
+        .map(|_| json!({"reconciled": true, "ready": "2026-01-01T00:00:00Z"}))
+        .collect();
+    slices
+        .patch_status(
+            &format!("{name}-slice"),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"resources": states}})),
+        )
+        .await
+        .expect("the slice's status");
+    compositions
+        .patch_status(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"simplified": {"status": "Ready"}}})),
+        )
+        .await
+        .expect("the Composition's status");
+}
+
+/// Deletes what the protocol floors wrote.
+async fn protocol_cleanup(env: &TestEnv) {
+    let cms: Api<ConfigMap> = env.api();
+    let compositions: Api<crds::Composition> = env.api();
+    let slices: Api<crds::ResourceSlice> = env.api();
     let all = ListParams::default();
-    delete_all(compositions, &all, "protocol floor's Compositions").await;
-    delete_all(slices, &all, "protocol floor's ResourceSlices").await;
-    delete_all(cms, &created_here(), "protocol floor's ConfigMaps").await;
-    elapsed
+    delete_all(&compositions, &all, "protocol floor's Compositions").await;
+    delete_all(&slices, &all, "protocol floor's ResourceSlices").await;
+    delete_all(&cms, &created_here(), "protocol floor's ConfigMaps").await;
 }
 
 /// The ConfigMaps a bench created in its namespace (not a root CA ConfigMap, which a control
@@ -374,6 +390,18 @@ async fn converge_and_steady(run_steady: bool) {
         k.as_secs_f64(),
         k.as_secs_f64() / best.as_secs_f64()
     );
+    // The protocol floor of this Composition: the same writes at the best concurrency, plus
+    // what Eno's API asks (input, Composition, finalizer, slice, the statuses).
+    let penv = TestEnv::new().await;
+    let pstart = Instant::now();
+    protocol_one(&penv, 0, objects.clone(), best_c).await;
+    let protocol = pstart.elapsed();
+    protocol_cleanup(&penv).await;
+    println!(
+        "| protocol floor: the same writes (concurrency {best_c}) with the input, Composition, finalizer, ResourceSlice of 1,000 manifests and the two statuses, plain client | {:.2} s | {:.2}× |",
+        protocol.as_secs_f64(),
+        protocol.as_secs_f64() / best.as_secs_f64()
+    );
     let mut started_at: Vec<String> = Vec::new();
     for apply_concurrency in ["16", "32"] {
         let env = TestEnv::new().await;
@@ -406,9 +434,10 @@ async fn converge_and_steady(run_steady: bool) {
         let d = start.elapsed();
         let enoki_cpu = per_write_us(cpu_before, cpu_now(enoki.pid()), n);
         println!(
-            "| enoki, Composition applied → Ready, apply concurrency {apply_concurrency} | {:.2} s | {:.2}× (floor at concurrency {best_c}) |",
+            "| enoki, Composition applied → Ready, apply concurrency {apply_concurrency} | {:.2} s | {:.2}× (floor at concurrency {best_c}); {:.2}× the protocol floor |",
             d.as_secs_f64(),
-            d.as_secs_f64() / best.as_secs_f64()
+            d.as_secs_f64() / best.as_secs_f64(),
+            d.as_secs_f64() / protocol.as_secs_f64()
         );
         let (before, writing) = write_phase(&env, started_at.last().expect("recorded"));
         println!(
@@ -553,6 +582,7 @@ async fn many() {
     // the module, run its instance pool and start its watches before the clock starts.
     warm_up(envr, synth).await;
     let (rss_warm, _) = rss_mib(enoki.pid());
+    let since = harness::now_rfc3339();
     let start = Instant::now();
     futures::stream::iter(0..comps)
         .for_each_concurrent(16, |i| async move {
@@ -572,6 +602,16 @@ async fn many() {
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
     let all = start.elapsed();
+    let queue = [
+        enoki.metric("enoki_queue_wait_seconds_sum").unwrap_or(0.0),
+        enoki
+            .metric("enoki_queue_wait_seconds_count")
+            .unwrap_or(0.0),
+        enoki
+            .metric("enoki_composition_reconciles_total")
+            .unwrap_or(0.0),
+    ];
+    let per_composition = requests_per_composition(&env, &since, comps + WARM);
     tokio::time::sleep(Duration::from_secs(20)).await;
     let (rss, peak) = rss_mib(enoki.pid());
     // Steady state at the default resync (5 min): a window longer than one resync.
@@ -628,11 +668,42 @@ async fn many() {
         "| enoki CPU in that window; resource checks per CPU-second; RSS at its end | {cpu:.2} s; {:.0}; {rss_steady:.0} MiB |",
         (after[2] - before[2]) / cpu.max(0.01)
     );
+    println!(
+        "| until all were Ready: passes per Composition; mean wait in the queue | {:.2}; {:.3} s |",
+        queue[2] / (comps + WARM) as f64,
+        queue[0] / queue[1].max(1.0)
+    );
+    println!("| until all were Ready, enoki's requests per Composition | {per_composition} |");
     drop(enoki);
     // Leave none of the 100,000 objects to the namespace's background deletion: a later case
     // (its cluster-wide metadata watch, the API server's load) would see them.
     let cms: Api<ConfigMap> = env.api();
     delete_all(&cms, &created_here(), "many's ConfigMaps").await;
+}
+
+/// enoki's requests in the namespace since `since` (the audit log) per Composition, by verb
+/// and resource (a refused one with its code), most first.
+fn requests_per_composition(env: &TestEnv, since: &str, comps: usize) -> String {
+    let mut by: std::collections::BTreeMap<String, usize> = Default::default();
+    for r in harness::audited_requests(&env.namespace, since)
+        .into_iter()
+        .filter(harness::Request::by_enoki)
+        .filter(|r| r.verb != "watch" && r.verb != "list")
+    {
+        let code = if r.code >= 400 {
+            format!(" ({})", r.code)
+        } else {
+            String::new()
+        };
+        *by.entry(format!("{} {}{code}", r.verb, r.resource))
+            .or_default() += 1;
+    }
+    let mut rows: Vec<(String, usize)> = by.into_iter().collect();
+    rows.sort_by(|a, b| b.1.cmp(&a.1));
+    rows.iter()
+        .map(|(k, n)| format!("{k}: {:.2}", *n as f64 / comps as f64))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Applies `WARM` Compositions of one ConfigMap each and waits until they are Ready (5

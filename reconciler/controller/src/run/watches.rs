@@ -306,12 +306,16 @@ impl Watches {
         }
     }
 
-    /// Whether the managed-object watches wake `comp` (a pass of it registered it).
+    /// Whether the watches wake `comp` for every change: a pass of it registered it, and no
+    /// input kind is one enoki may not watch (such inputs are read with GETs, and only a
+    /// full pass sees them change).
     pub fn knows(&self, comp: &Composition) -> bool {
-        comp.metadata
-            .uid
-            .as_deref()
-            .is_some_and(|uid| self.owners.lock().contains_key(uid))
+        self.forbidden_inputs.lock().is_empty()
+            && comp
+                .metadata
+                .uid
+                .as_deref()
+                .is_some_and(|uid| self.owners.lock().contains_key(uid))
     }
 
     /// Forgets everything about a Composition that is gone: what it read, that it owns
