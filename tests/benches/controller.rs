@@ -699,7 +699,7 @@ fn requests_per_composition(env: &TestEnv, since: &str, comps: usize) -> String 
             .or_default() += 1;
     }
     let mut rows: Vec<(String, usize)> = by.into_iter().collect();
-    rows.sort_by(|a, b| b.1.cmp(&a.1));
+    rows.sort_by_key(|r| std::cmp::Reverse(r.1));
     rows.iter()
         .map(|(k, n)| format!("{k}: {:.2}", *n as f64 / comps as f64))
         .collect::<Vec<_>>()
