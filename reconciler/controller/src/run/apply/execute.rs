@@ -92,27 +92,28 @@ pub(crate) async fn act(
             .await;
     }
     count_ops(&ctx.report, the_plan, &outcomes);
-    let unseen: Vec<ResourceKey> = the_plan
-        .steps
-        .iter()
-        .zip(&outcomes)
-        .filter(|(_, o)| o.unseen)
-        .map(|(s, _)| s.key.clone())
-        .collect();
-    ctx.state.memory.apply(&uid, |m| {
-        m.read_first.extend(unseen.iter().cloned());
-        if !m.read_first.is_empty() {
-            // Written: the cache holds it from now on.
-            for (step, o) in the_plan.steps.iter().zip(&outcomes) {
-                if step.op.is_write() && o.error.is_none() && !o.unseen && !o.held {
-                    m.read_first.remove(&step.key);
-                }
-            }
-        }
-    });
+    ctx.state
+        .memory
+        .apply(&uid, |m| read_first(&mut m.read_first, the_plan, &outcomes));
     Acted {
         outcomes,
         fight_wait,
+    }
+}
+
+/// Keys whose guarded write was refused are read first from now on; keys written are not
+/// (the cache holds them from now on).
+fn read_first(
+    keys: &mut std::collections::BTreeSet<ResourceKey>,
+    the_plan: &Plan,
+    outcomes: &[StepResult],
+) {
+    for (step, o) in the_plan.steps.iter().zip(outcomes) {
+        if o.unseen {
+            keys.insert(step.key.clone());
+        } else if step.op.is_write() && o.error.is_none() && !o.held {
+            keys.remove(&step.key);
+        }
     }
 }
 

@@ -135,20 +135,12 @@ pub async fn reconcile(
     let unseen = execute::wait_unseen(&mut the_plan, &acted.outcomes);
     let planned = Planned::of(&the_plan, cel_deadline);
     let mut pass = finish(ctx, comp, st, deleting, &seen, &planned, acted).await?;
-    if unseen {
-        let retry = execute::UNSEEN_RETRY;
-        pass.requeue = Some(pass.requeue.map_or(retry, |r| r.min(retry)));
-    }
-    // At rest: every resource known from a watch's cache (none read: a kind enoki may not
-    // watch, an object the cache never holds), nothing that comes due by itself.
-    let timed = prepared
-        .resources
-        .iter()
-        .any(|r| r.settings.drift == plan::Drift::Interval || !r.overrides.is_empty());
-    let read = observations.values().any(|o| o.read);
-    if pass.settled && !unseen && !unopened && !timed && !read && !deleting {
-        pass.at_rest = Some(prepared.resources.len() as u64);
-    }
+    rest_or_retry(
+        &mut pass,
+        &prepared,
+        &observations,
+        (unseen, unopened || deleting),
+    );
     // A sealed Secret no key opens: the synthesis is made again, soon, whatever
     // `ignore-side-effects` says (see `slices::check`).
     if unopened && !deleting {
@@ -158,6 +150,30 @@ pub async fn reconcile(
         ctx.state.memory.slices(&uid, |m| m.unopened = Some(uuid));
     }
     Ok(pass)
+}
+
+/// A pass whose guarded writes were refused comes back soon; one that ends with every
+/// resource known from a watch's cache (none read: a kind enoki may not watch, an object the
+/// cache never holds) and nothing that comes due by itself is at rest (see `run::rest`).
+/// `(unseen, other)`: refused writes, and any other reason it is not at rest.
+fn rest_or_retry(
+    pass: &mut Pass,
+    prepared: &plan::Prepared,
+    observations: &HashMap<ResourceKey, observe::Observation>,
+    (unseen, other): (bool, bool),
+) {
+    if unseen {
+        let retry = execute::UNSEEN_RETRY;
+        pass.requeue = Some(pass.requeue.map_or(retry, |r| r.min(retry)));
+    }
+    let timed = prepared
+        .resources
+        .iter()
+        .any(|r| r.settings.drift == plan::Drift::Interval || !r.overrides.is_empty());
+    let read = observations.values().any(|o| o.read);
+    if pass.settled && !unseen && !other && !timed && !read {
+        pass.at_rest = Some(prepared.resources.len() as u64);
+    }
 }
 
 /// The current synthesis ingested (and whether a sealed Secret of it did not open); `None`

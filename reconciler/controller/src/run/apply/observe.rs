@@ -135,39 +135,7 @@ pub(crate) async fn observe(
         .resource_checks
         .inc_by(prepared.resources.len() as u64);
     let fetched: Vec<Result<(ResourceKey, Observation), Error>> = futures::stream::iter(fetch)
-        .map(|(key, api, gvk)| async move {
-            let live = match api.get_opt(&key.name).await {
-                Ok(found) => found.map(|o| serde_json::to_value(o).unwrap_or_default()),
-                // The kind went away (its CRD was deleted): not served. Discovery forgets it, so
-                // the CR waits for its CRD (applied again) and the kind is looked up afresh.
-                Err(e) if crate::run::error::kind_not_served(&e) => {
-                    ctx.clusters.forget_target(&gvk);
-                    let unserved = Observation {
-                        api: None,
-                        live: None,
-                        read: true,
-                    };
-                    return Ok((key, unserved));
-                }
-                // The Composition's ServiceAccount may not read it: planned as absent, so the
-                // write is attempted and its 403 becomes this resource's error, not the pass's.
-                Err(kube::Error::Api(resp)) if resp.code == 403 => None,
-                Err(source) => {
-                    return Err(Error::ReadResource {
-                        key: key.clone(),
-                        source,
-                    });
-                }
-            };
-            Ok((
-                key,
-                Observation {
-                    api: Some(api),
-                    live,
-                    read: true,
-                },
-            ))
-        })
+        .map(|(key, api, gvk)| fetch_one(ctx, key, api, gvk))
         .buffer_unordered(ctx.opts.apply.apply_concurrency.max(1))
         .collect()
         .await;
@@ -176,17 +144,65 @@ pub(crate) async fn observe(
         out.insert(key, o);
     }
     if !read_first.is_empty() {
-        // Read and found gone (or no longer emitted): nothing to read first any more. One
-        // that exists stays: the cache may never hold it (not labelled as enoki's, another
-        // shard's), and a guarded write would only be refused again.
-        ctx.state.memory.apply(uid, |m| {
-            m.read_first.retain(|k| {
-                out.get(k).is_some_and(|o| o.live.is_some())
-                    || (prepared.resources.iter().any(|r| &r.key == k) && !out.contains_key(k))
-            });
-        });
+        ctx.state
+            .memory
+            .apply(uid, |m| still_read_first(&mut m.read_first, prepared, &out));
     }
     Ok(out)
+}
+
+/// Reads one resource with a GET (its API, and its kind for discovery).
+async fn fetch_one(
+    ctx: &Arc<Context>,
+    key: ResourceKey,
+    api: Api<DynamicObject>,
+    gvk: GroupVersionKind,
+) -> Result<(ResourceKey, Observation), Error> {
+    let live = match api.get_opt(&key.name).await {
+        Ok(found) => found.map(|o| serde_json::to_value(o).unwrap_or_default()),
+        // The kind went away (its CRD was deleted): not served. Discovery forgets it, so
+        // the CR waits for its CRD (applied again) and the kind is looked up afresh.
+        Err(e) if crate::run::error::kind_not_served(&e) => {
+            ctx.clusters.forget_target(&gvk);
+            let unserved = Observation {
+                api: None,
+                live: None,
+                read: true,
+            };
+            return Ok((key, unserved));
+        }
+        // The Composition's ServiceAccount may not read it: planned as absent, so the
+        // write is attempted and its 403 becomes this resource's error, not the pass's.
+        Err(kube::Error::Api(resp)) if resp.code == 403 => None,
+        Err(source) => {
+            return Err(Error::ReadResource {
+                key: key.clone(),
+                source,
+            });
+        }
+    };
+    Ok((
+        key,
+        Observation {
+            api: Some(api),
+            live,
+            read: true,
+        },
+    ))
+}
+
+/// Of the keys read first, those read and found gone, or no longer emitted, are not any more.
+/// One that exists stays: the cache may never hold it (not labelled as enoki's, another
+/// shard's), and a guarded write would only be refused again.
+fn still_read_first(
+    keys: &mut std::collections::BTreeSet<ResourceKey>,
+    prepared: &plan::Prepared,
+    out: &HashMap<ResourceKey, Observation>,
+) {
+    keys.retain(|k| match out.get(k) {
+        Some(o) => o.live.is_some(),
+        None => prepared.resources.iter().any(|r| &r.key == k),
+    });
 }
 
 /// What the cache answered for one resource.
