@@ -298,7 +298,7 @@ fn side(side: &str) -> Value {
 
 /// Two controllers, each scoped to one side by label, each with caches of its own (so both
 /// passes run at once and neither cache has seen the other's creates when it writes), each
-/// with the module compiled and its watches started by a warm-up Composition.
+/// with the module compiled and its ConfigMap watch started by a warm-up Composition.
 async fn race_sides(env: &TestEnv, synth: &str) -> Vec<Enoki> {
     let sides: Vec<Enoki> = ["a", "b"]
         .iter()
@@ -307,7 +307,9 @@ async fn race_sides(env: &TestEnv, synth: &str) -> Vec<Enoki> {
     let comps: Api<crds::Composition> = env.api();
     for s in ["a", "b"] {
         let warm = format!("warm-{s}");
-        harness::set_echo_items(env, &format!("{warm}-items"), &json!([])).await;
+        // One ConfigMap, so that the side's ConfigMap watch runs before the race.
+        let one = json!([harness::config_map(&warm, json!({}), json!({}))]);
+        harness::set_echo_items(env, &format!("{warm}-items"), &one).await;
         harness::apply_composition(env, &warm, synth, &format!("{warm}-items"), json!({})).await;
         comps
             .patch(&warm, &PatchParams::default(), &Patch::Merge(side(s)))

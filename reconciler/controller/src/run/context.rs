@@ -186,6 +186,13 @@ impl Context {
             self.state.memory.forget(uid);
             self.plans.remove(uid);
         }
+        // Slices created a while ago are no longer served from memory.
+        for uid in self.state.memory.uids() {
+            self.state.memory.slices(&uid, |m| {
+                m.fresh
+                    .retain(|_, (at, _)| at.elapsed() < super::slices::FRESH_FOR)
+            });
+        }
         // Rest records of Compositions gone or handed over.
         let held = *self.limits.shards.borrow();
         let served: Vec<_> = cached.iter().filter(|c| held.owns(c)).collect();

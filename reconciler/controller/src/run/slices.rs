@@ -74,7 +74,7 @@ pub(crate) async fn read_full(
 }
 
 /// How long a slice this process created is served from memory at most.
-const FRESH_FOR: std::time::Duration = std::time::Duration::from_secs(60);
+pub(crate) const FRESH_FOR: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The slice from the cache, or from the API server when the cache lacks it or (`whole`)
 /// holds only its compact copy.

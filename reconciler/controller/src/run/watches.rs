@@ -255,7 +255,12 @@ impl Watches {
                     && let Some((ns, name, apply)) = foreign(held, e)
                 {
                     if apply {
+                        // Relabelled to another shard's Composition: the owner before hears.
+                        let before = feeder.row(&ns, &name).and_then(|l| l.owner);
                         feeder.remove(&ns, &name);
+                        if let Some(uid) = before {
+                            this.fire_owner(&uid);
+                        }
                     }
                     this.fire_readers(&group, &kind, &ns, &name);
                     continue;
@@ -270,6 +275,8 @@ impl Watches {
                             enoki.dev/aggregate-to-controller-watch)");
                         forbidden.store(true, Ordering::Relaxed);
                         feeder.unready();
+                        // Its objects are read with GETs from now on: no pass is at rest.
+                        this.rest.relisted();
                         break;
                     }
                     Err(e) => {
@@ -310,7 +317,11 @@ impl Watches {
     /// input kind is one enoki may not watch (such inputs are read with GETs, and only a
     /// full pass sees them change).
     pub fn knows(&self, comp: &Composition) -> bool {
-        self.forbidden_inputs.lock().is_empty()
+        !self
+            .forbidden_inputs
+            .lock()
+            .values()
+            .any(|at| at.elapsed() < FORBIDDEN_RETRY)
             && comp
                 .metadata
                 .uid

@@ -60,7 +60,7 @@ pub(crate) async fn act(
             ),
         )
     });
-    let outcomes = run_steps(
+    let mut outcomes = run_steps(
         &ctx.opts.apply,
         &uid,
         the_plan,
@@ -69,6 +69,9 @@ pub(crate) async fn act(
         &backing_off,
     )
     .await;
+    ctx.state.memory.apply(&uid, |m| {
+        refused_again(&m.read_first, the_plan, &mut outcomes)
+    });
     log_writes(the_plan, &outcomes, &deferred);
     let conflicts = ctx.state.memory.apply(&uid, |m| {
         record_failures(&mut m.backoff, the_plan, &outcomes, started);
@@ -98,6 +101,24 @@ pub(crate) async fn act(
     Acted {
         outcomes,
         fight_wait,
+    }
+}
+
+/// A guarded write refused again for an object this pass read first and found nothing of
+/// (its GET was forbidden): a failure with backoff, not another refusal 200 ms later.
+fn refused_again(
+    read_first: &std::collections::BTreeSet<ResourceKey>,
+    the_plan: &Plan,
+    outcomes: &mut [StepResult],
+) {
+    for (step, o) in the_plan.steps.iter().zip(outcomes.iter_mut()) {
+        if o.unseen && read_first.contains(&step.key) {
+            o.unseen = false;
+            o.error = Some(format!(
+                "{} exists, but reading it found nothing (may the Composition's account get it?)",
+                step.key
+            ));
+        }
     }
 }
 

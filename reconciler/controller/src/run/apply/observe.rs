@@ -146,7 +146,7 @@ pub(crate) async fn observe(
     if !read_first.is_empty() {
         ctx.state
             .memory
-            .apply(uid, |m| still_read_first(&mut m.read_first, prepared, &out));
+            .apply(uid, |m| still_read_first(&mut m.read_first, &out));
     }
     Ok(out)
 }
@@ -191,18 +191,14 @@ async fn fetch_one(
     ))
 }
 
-/// Of the keys read first, those read and found gone, or no longer emitted, are not any more.
-/// One that exists stays: the cache may never hold it (not labelled as enoki's, another
-/// shard's), and a guarded write would only be refused again.
+/// Keys no longer emitted are not read first any more. The others stay until a write of
+/// them succeeds (see `execute`): one that exists may never reach the cache (not labelled as
+/// enoki's, another shard's), and a guarded write would only be refused again.
 fn still_read_first(
     keys: &mut std::collections::BTreeSet<ResourceKey>,
-    prepared: &plan::Prepared,
     out: &HashMap<ResourceKey, Observation>,
 ) {
-    keys.retain(|k| match out.get(k) {
-        Some(o) => o.live.is_some(),
-        None => prepared.resources.iter().any(|r| &r.key == k),
-    });
+    keys.retain(|k| out.contains_key(k));
 }
 
 /// What the cache answered for one resource.
