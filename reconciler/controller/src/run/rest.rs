@@ -68,12 +68,48 @@ pub(crate) struct Rest {
     /// Composition gets a full pass after one.
     relists: std::sync::atomic::AtomicU64,
     settled: Mutex<HashMap<String, AtRest>>,
+    /// The resourceVersion of each object enoki's own last write returned, by (group, kind,
+    /// namespace, name), until its watch event arrives: the echo of enoki's own write wakes
+    /// nobody (its pass recorded it already).
+    own: Mutex<HashMap<(String, String, String, String), String>>,
 }
+
+/// Own writes remembered at most (their echoes normally arrive within milliseconds).
+const MAX_OWN: usize = 200_000;
 
 impl Rest {
     /// A watch reported a change that concerns `comp`.
     pub(crate) fn woke(&self, comp: &ObjectRef<Composition>) {
         *self.epochs.lock().entry(comp.clone()).or_default() += 1;
+    }
+
+    /// enoki wrote the object (`group`, `kind`, `namespace`, `name`); the server returned
+    /// `resource_version`.
+    pub(crate) fn wrote(&self, key: (String, String, String, String), resource_version: String) {
+        let mut own = self.own.lock();
+        if own.len() >= MAX_OWN {
+            own.clear();
+        }
+        own.insert(key, resource_version);
+    }
+
+    /// Whether a watch event of the object at `resource_version` is the echo of enoki's own
+    /// last write of it (forgotten then).
+    pub(crate) fn echo(&self, key: (&str, &str, &str, &str), resource_version: &str) -> bool {
+        let mut own = self.own.lock();
+        let k = (
+            key.0.to_string(),
+            key.1.to_string(),
+            key.2.to_string(),
+            key.3.to_string(),
+        );
+        match own.get(&k) {
+            Some(rv) if rv == resource_version => {
+                own.remove(&k);
+                true
+            }
+            _ => false,
+        }
     }
 
     /// A watch's cache was replaced by a relist.

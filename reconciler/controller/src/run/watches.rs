@@ -287,12 +287,26 @@ impl Watches {
                 if relisted {
                     this.rest.relisted();
                 }
-                if let Some((namespace, name, owners)) = touched {
-                    // The owner now and, when it was relabelled, the owner before.
-                    for uid in owners.iter().flatten() {
+                if let Some(t) = touched {
+                    // The echo of enoki's own write wakes no owner (its pass recorded it).
+                    let key = (
+                        group.as_str(),
+                        kind.as_str(),
+                        t.namespace.as_str(),
+                        t.name.as_str(),
+                    );
+                    let echo = t
+                        .changed_at
+                        .as_deref()
+                        .is_some_and(|rv| this.rest.echo(key, rv));
+                    let [now, before] = &t.owners;
+                    for uid in [now.as_ref().filter(|_| !echo), before.as_ref()]
+                        .into_iter()
+                        .flatten()
+                    {
                         this.fire_owner(uid);
                     }
-                    this.fire_readers(&group, &kind, &namespace, &name);
+                    this.fire_readers(&group, &kind, &t.namespace, &t.name);
                 }
             }
         });

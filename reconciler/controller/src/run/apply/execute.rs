@@ -98,9 +98,38 @@ pub(crate) async fn act(
     ctx.state
         .memory
         .apply(&uid, |m| read_first(&mut m.read_first, the_plan, &outcomes));
+    remember_own_writes(&ctx.caches.watches.rest, the_plan, &outcomes, observations);
     Acted {
         outcomes,
         fight_wait,
+    }
+}
+
+/// The versions the writes that changed an object returned: their watch events wake no one.
+fn remember_own_writes(
+    rest: &crate::run::rest::Rest,
+    the_plan: &Plan,
+    outcomes: &[StepResult],
+    observations: &HashMap<ResourceKey, Observation>,
+) {
+    for (step, o) in the_plan.steps.iter().zip(outcomes) {
+        let Some(rv) = o.resource_version.as_ref() else {
+            continue;
+        };
+        let live = observations.get(&step.key).and_then(|o| o.live.as_ref());
+        let before = live.and_then(|l| l.pointer("/metadata/resourceVersion"));
+        let patch = matches!(step.op, Op::JsonPatch { .. });
+        if patch || before.and_then(Value::as_str) == Some(rv.as_str()) {
+            continue;
+        }
+        let k = &step.key;
+        let key = (
+            k.group.clone(),
+            k.kind.clone(),
+            k.namespace.clone(),
+            k.name.clone(),
+        );
+        rest.wrote(key, rv.clone());
     }
 }
 

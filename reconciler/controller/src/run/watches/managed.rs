@@ -113,26 +113,37 @@ pub(super) fn foreign(
     (!shards.owns_uid(owner)).then(|| (m.namespace().unwrap_or_default(), m.name_any(), apply))
 }
 
-/// Applies one watch event to the table; returns the touched object's (namespace, name,
-/// [owner UID, the owner UID its row had before when that differs]).
+/// What one watch event touched.
+pub(super) struct Touched {
+    pub namespace: String,
+    pub name: String,
+    /// The owner UID now and, when it was relabelled, the owner UID its row had before.
+    pub owners: [Option<String>; 2],
+    /// Its resourceVersion, for a change (`None` for a deletion).
+    pub changed_at: Option<String>,
+}
+
+/// Applies one watch event to the table; returns what it touched (`None` for list markers).
 pub(super) fn apply_event(
     feeder: &mut table::Feeder<Live>,
     event: watcher::Event<Meta>,
-) -> Option<(String, String, [Option<String>; 2])> {
+) -> Option<Touched> {
     let before = match &event {
         watcher::Event::Apply(m) => feeder
             .row(&m.namespace().unwrap_or_default(), &m.name_any())
             .and_then(|l| l.owner.map(|o| o.to_string())),
         _ => None,
     };
+    let deleted = matches!(event, watcher::Event::Delete(_));
     let m = feeder.apply(event)?;
     let owner = m.labels().get(managed_label()).cloned();
     let before = before.filter(|b| Some(b) != owner.as_ref());
-    Some((
-        m.namespace().unwrap_or_default(),
-        m.name_any(),
-        [owner, before],
-    ))
+    Some(Touched {
+        namespace: m.namespace().unwrap_or_default(),
+        name: m.name_any(),
+        owners: [owner, before],
+        changed_at: (!deleted).then(|| m.resource_version()).flatten(),
+    })
 }
 
 /// A kind's synced metadata cache of managed objects.
