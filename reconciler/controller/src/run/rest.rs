@@ -238,6 +238,24 @@ mod tests {
     }
 
     #[test]
+    fn only_the_echo_of_enokis_own_last_write_is_one() {
+        let rest = Rest::default();
+        let key = || {
+            (
+                String::new(),
+                "ConfigMap".to_string(),
+                "n".to_string(),
+                "a".to_string(),
+            )
+        };
+        rest.wrote(key(), "7".into());
+        // Someone else's later write is no echo; enoki's is, once.
+        assert!(!rest.echo(("", "ConfigMap", "n", "a"), "8"));
+        assert!(rest.echo(("", "ConfigMap", "n", "a"), "7"));
+        assert!(!rest.echo(("", "ConfigMap", "n", "a"), "7"));
+    }
+
+    #[test]
     fn wakes_are_counted_per_composition() {
         let rest = Rest::default();
         let a = ObjectRef::<Composition>::new("a").within("n");
