@@ -190,7 +190,7 @@ impl Context {
         for uid in self.state.memory.uids() {
             self.state.memory.slices(&uid, |m| {
                 m.fresh
-                    .retain(|_, (at, _)| at.elapsed() < super::slices::FRESH_FOR)
+                    .retain(|_, (at, _)| at.elapsed() < super::memory::FRESH_FOR)
             });
         }
         // Rest records of Compositions gone or handed over.

@@ -81,6 +81,10 @@ pub(crate) struct SynthesisMemory {
     pub failed: Option<Failed>,
 }
 
+/// How long a slice this process created is served from memory at most
+/// ([`SliceMemory::fresh`]).
+pub(crate) const FRESH_FOR: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// The apply pass over the current synthesis.
 #[derive(Default)]
 pub(crate) struct ApplyMemory {

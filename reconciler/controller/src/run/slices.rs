@@ -73,9 +73,6 @@ pub(crate) async fn read_full(
     read_as(rd, comp, name, true).await
 }
 
-/// How long a slice this process created is served from memory at most.
-pub(crate) const FRESH_FOR: std::time::Duration = std::time::Duration::from_secs(60);
-
 /// The slice from the cache, or from the API server when the cache lacks it or (`whole`)
 /// holds only its compact copy.
 async fn fetch(
@@ -89,14 +86,14 @@ async fn fetch(
         .and_then(|k| k.caches.slices.get(&ObjectRef::new(name).within(ns)));
     // Created by this process a moment ago: whole in memory while the cache lacks it or
     // holds the same version compacted; dropped once the slice moved on (its states written)
-    // or after [`FRESH_FOR`].
+    // or after [`crate::run::memory::FRESH_FOR`].
     let fresh = rd.kept.and_then(|k| {
         k.memory.slices(uid, |m| {
             let (at, slice) = m.fresh.get(name)?;
             let same = cached
                 .as_ref()
                 .is_none_or(|c| c.resource_version() == slice.resource_version());
-            if !same || at.elapsed() > FRESH_FOR {
+            if !same || at.elapsed() > crate::run::memory::FRESH_FOR {
                 m.fresh.remove(name);
                 return None;
             }

@@ -25,7 +25,7 @@ pub(crate) use write::Handover;
 #[cfg(test)]
 pub(crate) use write::NO_OBJECT_HAS;
 pub(super) use write::release;
-use write::write;
+use write::{Unwritten, write};
 
 /// The outcomes of a plan, in step order, and the shortest fight backoff that is pending.
 pub(crate) struct Acted {
@@ -441,14 +441,14 @@ async fn execute_one(
                 ..StepResult::default()
             }
         }
-        Err(write::Unwritten::Unseen) => {
+        Err(Unwritten::Unseen) => {
             tracing::debug!(resource = %key, "exists though the cache has not seen it: read on the next pass");
             StepResult {
                 unseen: true,
                 ..StepResult::default()
             }
         }
-        Err(write::Unwritten::Failed(f)) => StepResult {
+        Err(Unwritten::Failed(f)) => StepResult {
             error: Some(f.error),
             summary: Some(f.summary),
             ..StepResult::default()
