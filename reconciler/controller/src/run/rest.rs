@@ -29,16 +29,18 @@ pub(crate) const FULL_PASS_EVERY: Duration = Duration::from_secs(300);
 /// process's start): a fleet's checks then share wakeups instead of one each.
 const COALESCE: Duration = Duration::from_secs(1);
 
-/// `resync` from now, rounded up to the next multiple of [`COALESCE`] since the process
-/// started (at most one second later).
+/// `resync` from now, rounded to the nearest multiple of [`COALESCE`] since the process
+/// started (at most half of it sooner or later: a pass that runs just after a multiple comes
+/// due `resync` later on average, not a whole step more).
 pub(crate) fn coalesced(resync: Duration) -> Duration {
     static ORIGIN: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
     let origin = *ORIGIN.get_or_init(Instant::now);
-    let due = origin.elapsed() + resync;
+    let now = origin.elapsed();
     let step = COALESCE.as_nanos().max(1);
-    let rounded = due.as_nanos().div_ceil(step) * step;
-    let rounded = Duration::from_nanos(u64::try_from(rounded).unwrap_or(u64::MAX));
-    rounded.saturating_sub(origin.elapsed()).max(resync)
+    let due = (now + resync).as_nanos();
+    let nearest = (due + step / 2) / step * step;
+    let nearest = Duration::from_nanos(u64::try_from(nearest).unwrap_or(u64::MAX));
+    nearest.saturating_sub(now).max(resync / 2)
 }
 
 /// What a full pass saw when it started: the Composition's wakes and version, the watches'
@@ -230,10 +232,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_coalesced_resync_comes_due_on_a_whole_second_at_most_one_second_late() {
+    fn a_coalesced_resync_comes_due_on_a_whole_second_within_half_a_second() {
         for resync in [Duration::from_millis(1500), Duration::from_secs(5)] {
             let d = coalesced(resync);
-            assert!(d >= resync && d <= resync + COALESCE, "{d:?}");
+            let half = COALESCE / 2;
+            assert!(d + half >= resync && d <= resync + half, "{d:?}");
         }
     }
 
