@@ -254,15 +254,7 @@ impl Watches {
                 if let Ok(e) = &event
                     && let Some((ns, name, apply)) = foreign(held, e)
                 {
-                    if apply {
-                        // Relabelled to another shard's Composition: the owner before hears.
-                        let before = feeder.row(&ns, &name).and_then(|l| l.owner);
-                        feeder.remove(&ns, &name);
-                        if let Some(uid) = before {
-                            this.fire_owner(&uid);
-                        }
-                    }
-                    this.fire_readers(&group, &kind, &ns, &name);
+                    this.foreign_changed(&mut feeder, (&group, &kind), (&ns, &name), apply);
                     continue;
                 }
                 let relisted = matches!(event, Ok(watcher::Event::InitDone));
@@ -288,25 +280,7 @@ impl Watches {
                     this.rest.relisted();
                 }
                 if let Some(t) = touched {
-                    // The echo of enoki's own write wakes no owner (its pass recorded it).
-                    let key = (
-                        group.as_str(),
-                        kind.as_str(),
-                        t.namespace.as_str(),
-                        t.name.as_str(),
-                    );
-                    let echo = t
-                        .changed_at
-                        .as_deref()
-                        .is_some_and(|rv| this.rest.echo(key, rv));
-                    let [now, before] = &t.owners;
-                    for uid in [now.as_ref().filter(|_| !echo), before.as_ref()]
-                        .into_iter()
-                        .flatten()
-                    {
-                        this.fire_owner(uid);
-                    }
-                    this.fire_readers(&group, &kind, &t.namespace, &t.name);
+                    this.managed_changed((&group, &kind), &t);
                 }
             }
         });
@@ -315,6 +289,44 @@ impl Watches {
             task: task.abort_handle(),
             users: [owner.to_string()].into(),
         }
+    }
+
+    /// An event of another shard's object: not cached (an entry it had while it was ours is
+    /// dropped; relabelled to another shard's Composition, the owner before hears), but
+    /// readers of it as an input still hear of it.
+    fn foreign_changed(
+        &self,
+        feeder: &mut Feeder<Live>,
+        (group, kind): (&str, &str),
+        (ns, name): (&str, &str),
+        apply: bool,
+    ) {
+        if apply {
+            let before = feeder.row(ns, name).and_then(|l| l.owner);
+            feeder.remove(ns, name);
+            if let Some(uid) = before {
+                self.fire_owner(&uid);
+            }
+        }
+        self.fire_readers(group, kind, ns, name);
+    }
+
+    /// A change of a managed object wakes its owner (and the owner before, when relabelled)
+    /// and its readers; the echo of enoki's own write wakes no owner (its pass recorded it).
+    fn managed_changed(&self, (group, kind): (&str, &str), t: &Touched) {
+        let key = (group, kind, t.namespace.as_str(), t.name.as_str());
+        let echo = t
+            .changed_at
+            .as_deref()
+            .is_some_and(|rv| self.rest.echo(key, rv));
+        let [now, before] = &t.owners;
+        for uid in [now.as_ref().filter(|_| !echo), before.as_ref()]
+            .into_iter()
+            .flatten()
+        {
+            self.fire_owner(uid);
+        }
+        self.fire_readers(group, kind, &t.namespace, &t.name);
     }
 
     /// Records the Composition that owns the objects labelled with its UID.

@@ -17,6 +17,8 @@ pub(crate) use reconciler_core::{record, rollup};
 mod ingest;
 mod sweep;
 use sweep::sweep_outside;
+mod warnings;
+use warnings::{report_warnings, warn_once};
 pub(crate) mod observe;
 pub(crate) mod owners;
 
@@ -117,7 +119,7 @@ pub async fn reconcile(
         .filter_map(|(k, o)| o.live.clone().map(|l| (k.clone(), l)))
         .collect();
     if !deleting {
-        info.gone_owners = gone_owners(ctx, &observed, &info.uid).await;
+        info.gone_owners = owners::gone_among(ctx, &observed, &info.uid).await;
     }
     let (mut the_plan, cel_deadline) = plan_pass(plan::PlanInput {
         prepared: &prepared,
@@ -125,11 +127,7 @@ pub async fn reconcile(
         observed: &observed,
         recorded: &recorded,
         previous: &previous.snapshots,
-        options: plan::PlanOptions {
-            mode: ctx.opts.apply.mode,
-            readiness_poll: ctx.opts.apply.readiness_poll,
-            fail_open: ctx.opts.apply.fail_open,
-        },
+        options: plan_options(&ctx.opts.apply),
     });
     let acted = execute::act(ctx, comp, &the_plan, &observations, &recorded).await;
     let unseen = execute::wait_unseen(&mut the_plan, &acted.outcomes);
@@ -141,15 +139,28 @@ pub async fn reconcile(
         &observations,
         (unseen, unopened || deleting),
     );
-    // A sealed Secret no key opens: the synthesis is made again, soon, whatever
-    // `ignore-side-effects` says (see `slices::check`).
     if unopened && !deleting {
-        pass.resynthesize = true;
-        pass.requeue = Some(Duration::from_millis(100));
-        let uuid = current.uuid.clone();
-        ctx.state.memory.slices(&uid, |m| m.unopened = Some(uuid));
+        resynthesize_unopened(ctx, &mut pass, &uid, &current.uuid);
     }
     Ok(pass)
+}
+
+/// What the planner takes from the controller's flags.
+fn plan_options(apply: &crate::run::ApplyOptions) -> plan::PlanOptions {
+    plan::PlanOptions {
+        mode: apply.mode,
+        readiness_poll: apply.readiness_poll,
+        fail_open: apply.fail_open,
+    }
+}
+
+/// A sealed Secret no key opens: the synthesis is made again, soon, whatever
+/// `ignore-side-effects` says (see `slices::check`).
+fn resynthesize_unopened(ctx: &Context, pass: &mut Pass, uid: &str, uuid: &str) {
+    pass.resynthesize = true;
+    pass.requeue = Some(Duration::from_millis(100));
+    let uuid = uuid.to_string();
+    ctx.state.memory.slices(uid, |m| m.unopened = Some(uuid));
 }
 
 /// A pass whose guarded writes were refused comes back soon; one that ends with every
@@ -225,23 +236,6 @@ async fn slices_missing(
     }
     let swept = sweep_outside(ctx, comp, current, &composition_info(comp, true)).await?;
     Ok((!swept).then(Pass::default))
-}
-
-/// Owners that live objects name and that may be gone (restored, re-created, moved): those
-/// gone are adopted.
-async fn gone_owners(
-    ctx: &Context,
-    observed: &plan::Observed,
-    uid: &str,
-) -> std::collections::BTreeSet<String> {
-    let named: std::collections::BTreeSet<String> = observed
-        .values()
-        .filter_map(|l| plan::plan::foreign_owner(Some(l), uid))
-        .collect();
-    if named.is_empty() {
-        return named;
-    }
-    owners::gone_owners(ctx, named).await
 }
 
 /// Plans the pass. Planning evaluates CEL (readiness, overrides): bounded per expression and
@@ -401,69 +395,6 @@ fn settled(the_plan: &Plan, outcomes: &[execute::StepResult]) -> bool {
     })
 }
 
-/// Annotation values that did not parse (read as Eno reads them) become a Warning Event.
-async fn report_warnings(ctx: &Context, comp: &Composition, uid: &str, prepared: &plan::Prepared) {
-    let warnings: Vec<String> = prepared
-        .resources
-        .iter()
-        .flat_map(|r| r.settings.warnings.iter().cloned())
-        .collect();
-    let reason = crds::names::reasons::INVALID_ANNOTATION;
-    warn_once(ctx, comp, uid, reason, "Plan", &warnings).await;
-}
-
-/// Publishes `notes` as one Warning Event with `reason`, unless the last one of that reason
-/// said the same (a conflict or a failing write is not re-announced on every pass); nothing
-/// to say resets it.
-async fn warn_once(
-    ctx: &Context,
-    comp: &Composition,
-    uid: &str,
-    reason: &'static str,
-    action: &str,
-    notes: &[String],
-) {
-    let note = bounded_note(notes);
-    let changed = ctx.state.memory.reports(uid, |m| {
-        if note.is_empty() {
-            m.reported.remove(reason);
-            return false;
-        }
-        m.reported.insert(reason, note.clone()).as_deref() != Some(note.as_str())
-    });
-    if changed {
-        ctx.report.event(comp, true, reason, action, note).await;
-    }
-}
-
-/// Most bytes of a note kept per Composition and reason (and sent as an Event, which the API
-/// server's own limit would cut further).
-const MAX_NOTE: usize = 4096;
-
-/// `notes` joined, at most [`MAX_NOTE`] bytes, saying how many were left out: what a
-/// Composition's resources report costs the same whatever they emit. Pure.
-fn bounded_note(notes: &[String]) -> String {
-    let mut note = String::new();
-    for (i, n) in notes.iter().enumerate() {
-        let sep = if note.is_empty() { "" } else { "; " };
-        if note.len() + sep.len() + n.len() > MAX_NOTE {
-            let mut left = notes.len() - i;
-            if note.is_empty() {
-                note.push_str(&n[..n.floor_char_boundary(MAX_NOTE)]);
-                note.push('…');
-                left -= 1;
-            }
-            if left > 0 {
-                note.push_str(&format!("; and {left} more"));
-            }
-            break;
-        }
-        note.push_str(sep);
-        note.push_str(n);
-    }
-    note
-}
-
 /// The Composition as the planner sees it; a Symphony being deleted orphans its
 /// Compositions' resources (Eno semantics).
 pub(crate) fn composition_info(comp: &Composition, deleting: bool) -> plan::CompositionInfo {
@@ -505,28 +436,4 @@ fn filtered_out(
         })
         .map(|(_, p)| *p)
         .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_note_is_bounded_whatever_the_resources_report() {
-        let many: Vec<String> = (0..10_000)
-            .map(|i| format!("ConfigMap/ns/x{i}: bad"))
-            .collect();
-        let note = bounded_note(&many);
-        assert!(note.len() <= MAX_NOTE + 32, "{} bytes", note.len());
-        assert!(note.ends_with(" more"), "{note}");
-        let huge = vec!["é".repeat(MAX_NOTE)];
-        let note = bounded_note(&huge);
-        assert!(
-            note.len() <= MAX_NOTE + 3 && note.ends_with('…'),
-            "{} bytes",
-            note.len()
-        );
-        let few = vec!["a".to_string(), "b".to_string()];
-        assert_eq!(bounded_note(&few), "a; b");
-    }
 }

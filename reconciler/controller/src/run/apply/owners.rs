@@ -90,3 +90,20 @@ pub(crate) fn owner_names(
         })
         .collect()
 }
+
+/// Owners that live objects name and that may be gone (restored, re-created, moved): those
+/// gone are adopted.
+pub(crate) async fn gone_among(
+    ctx: &Context,
+    observed: &plan::Observed,
+    uid: &str,
+) -> std::collections::BTreeSet<String> {
+    let named: std::collections::BTreeSet<String> = observed
+        .values()
+        .filter_map(|l| plan::plan::foreign_owner(Some(l), uid))
+        .collect();
+    if named.is_empty() {
+        return named;
+    }
+    gone_owners(ctx, named).await
+}
