@@ -5,13 +5,13 @@
 ARG BUILDER=rust:1.95-bookworm
 ARG GO_BUILDER=golang:1.26-bookworm
 
-# The built-in `helm` synthesizer's module (Helm's engine, GOOS=wasip1), at the default path
-# of `enoki run --helm-module`.
+# The built-in `helm` synthesizer's module (Helm's engine, GOOS=wasip1, a WASI reactor), at
+# the default path of `enoki run --helm-module`, pre-initialized by the enoki built below.
 FROM ${GO_BUILDER} AS helm
 WORKDIR /src
 COPY synthesizer-sdk/go synthesizer-sdk/go
 RUN cd synthesizer-sdk/go/helm && GOOS=wasip1 GOARCH=wasm GOFLAGS=-buildvcs=false \
-    go build -trimpath -ldflags="-s -w" -o /helm.wasm ./cmd/helm-chart
+    go build -trimpath -buildmode=c-shared -ldflags="-s -w" -o /helm.reactor.wasm ./cmd/helm-chart
 
 FROM ${BUILDER} AS build
 RUN apt-get update && apt-get install -y --no-install-recommends musl-tools ca-certificates \
@@ -23,11 +23,12 @@ RUN cargo build --locked --release --target x86_64-unknown-linux-musl -p reconci
  && cp target/x86_64-unknown-linux-musl/release/enoki /rootfs/enoki \
  && cp /etc/ssl/certs/ca-certificates.crt /rootfs/etc/ssl/certs/ \
  && chown 65532:65532 /rootfs/var/cache/enoki && chmod 1777 /rootfs/tmp
+COPY --from=helm /helm.reactor.wasm /helm.reactor.wasm
+RUN mkdir -p /rootfs/usr/lib/enoki && /rootfs/enoki module preinit /helm.reactor.wasm -o /rootfs/usr/lib/enoki/helm.wasm
 
 # A static binary needs nothing else: no shell, no libc, no package manager.
 FROM scratch
 COPY --from=build /rootfs/ /
-COPY --from=helm /helm.wasm /usr/lib/enoki/helm.wasm
 USER 65532:65532
 ENTRYPOINT ["/enoki"]
 CMD ["run"]

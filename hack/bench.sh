@@ -13,6 +13,7 @@ hack/build-samples.sh
 hack/build-go-k8s.sh
 HELM="$(TOOLS=helm hack/tools.sh)/helm"; export HELM
 cargo build --release --locked -p reconciler-controller --bin enoki
+target/release/enoki module preinit target/samples/helm-chart.reactor.wasm -o target/samples/helm-chart.wasm
 export ENOKI_BIN="$ROOT/target/release/enoki"
 for f in crds/manifests/*.yaml crds/manifests/builtins/*.yaml; do echo ---; cat "$f"; done > target/crds.yaml
 export TESTENV_CRDS="$ROOT/target/crds.yaml"

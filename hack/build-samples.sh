@@ -22,7 +22,12 @@ mkdir -p target/samples
 # any packaged chart bound as an input; real-world charts from the Go module proxy for the
 # goldens against `helm template` (reconciler/controller/tests/helm.rs).
 (cd samples/12-helm && GOOS=wasip1 GOARCH=wasm go build -ldflags="-s -w" -o ../../target/samples/helm.wasm .)
-(cd synthesizer-sdk/go/helm && GOOS=wasip1 GOARCH=wasm go build -ldflags="-s -w" -o ../../../target/samples/helm-chart.wasm ./cmd/helm-chart)
+# The built-in's module is a WASI reactor: runnable as built (enoki calls _initialize, then
+# _start); `make test`, `make demo` and `make bench` pre-initialize it once enoki is built
+# (`enoki module preinit target/samples/helm-chart.reactor.wasm -o target/samples/helm-chart.wasm`).
+(cd synthesizer-sdk/go/helm && GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -ldflags="-s -w" \
+  -o ../../../target/samples/helm-chart.reactor.wasm ./cmd/helm-chart)
+cp target/samples/helm-chart.reactor.wasm target/samples/helm-chart.wasm
 mkdir -p target/charts
 for pinned in k8s.io/ingress-nginx@v0.0.0-20240708192948-52c50467d67d:charts/ingress-nginx \
   sigs.k8s.io/metrics-server@v0.9.0:charts/metrics-server \

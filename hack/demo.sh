@@ -33,6 +33,7 @@ step "building enoki and the sample synthesizers"
 . hack/cargo-env.sh
 cargo build --locked -q --workspace --all-targets
 hack/build-samples.sh 2>/dev/null
+target/debug/enoki module preinit target/samples/helm-chart.reactor.wasm -o target/samples/helm-chart.wasm
 target/debug/enoki crds > target/demo-crds.yaml
 
 step "starting etcd + kube-apiserver + kube-controller-manager on 127.0.0.1"

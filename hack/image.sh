@@ -30,7 +30,7 @@ if readelf -l "$BIN" | grep -q INTERP; then log "$BIN is not statically linked";
 W="$ROOT/target/image"; rm -rf "$W"; mkdir -p "$W/rootfs/etc/ssl/certs" "$W/rootfs/var/cache/enoki" "$W/rootfs/tmp"
 cp "$BIN" "$W/rootfs/enoki"
 mkdir -p "$W/rootfs/usr/lib/enoki"
-hack/helm-module.sh "$W/rootfs/usr/lib/enoki/helm.wasm"
+hack/helm-module.sh "$W/rootfs/usr/lib/enoki/helm.wasm" "$BIN"
 chmod 0644 "$W/rootfs/usr/lib/enoki/helm.wasm"
 cp /etc/ssl/certs/ca-certificates.crt "$W/rootfs/etc/ssl/certs/"
 chmod 0755 "$W/rootfs/enoki"; chmod 1777 "$W/rootfs/tmp"

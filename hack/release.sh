@@ -71,7 +71,7 @@ addr="$(hack/registry.sh "$W/registry")"; REG_PID="$(cat "$W/registry/pid")"
 trap 'kill "$REG_PID" 2>/dev/null || true' EXIT
 REPO="$addr/enoki"
 # The built-in `helm` synthesizer's module: wasm, the same for both platforms.
-hack/helm-module.sh "$DIST/bin/enoki-helm-$VERSION.wasm"
+hack/helm-module.sh "$DIST/bin/enoki-helm-$VERSION.wasm" "$DIST/bin/enoki-$VERSION-linux-amd64"
 for arch in amd64 arm64; do
   root="$W/rootfs-$arch"; mkdir -p "$root/etc/ssl/certs" "$root/var/cache/enoki" "$root/tmp" "$root/usr/lib/enoki"
   cp "$DIST/bin/enoki-$VERSION-linux-$arch" "$root/enoki"

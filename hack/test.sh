@@ -35,6 +35,8 @@ phase "health checkers (kstatus: tests/health; Argo CD's Lua health: tests/healt
 . hack/cargo-env.sh
 phase "cargo build + clippy -D warnings (workspace, all targets; clippy-driver as rustc wrapper)" \
   cargo build --workspace --all-targets --locked
+phase "pre-initialize the Helm module (enoki module preinit)" target/debug/enoki module preinit \
+  target/samples/helm-chart.reactor.wasm -o target/samples/helm-chart.wasm
 phase "SDK packages (cargo publish --dry-run, Go module proxy dir, npm pack, wheel)" hack/sdk-packages.sh
 phase "render CRDs" bash -c 'for f in crds/manifests/*.yaml crds/manifests/builtins/*.yaml; do echo ---; cat "$f"; done > target/crds.yaml'
 export TESTENV_CRDS="$ROOT/target/crds.yaml"

@@ -26,6 +26,10 @@ use std::time::{Duration, Instant};
 
 use wasm_host::{CompileProcess, Entropy, Host, ModulePre, RunLimits, RunRequest};
 
+#[path = "large_module/helm.rs"]
+mod helm;
+use helm::{helm_template, ingress_nginx, reactor_warm};
+
 const EMPTY_INPUT: &str =
     r#"{"apiVersion":"config.kubernetes.io/v1","kind":"ResourceList","items":[]}"#;
 
@@ -62,8 +66,13 @@ fn run(host: &Host, m: &ModulePre, case: &Case) -> Duration {
     started.elapsed()
 }
 
+/// Seconds, to the millisecond under one second (warm renders).
 fn secs(d: Duration) -> String {
-    format!("{:.2} s", d.as_secs_f64())
+    if d < Duration::from_secs(1) {
+        format!("{:.3} s", d.as_secs_f64())
+    } else {
+        format!("{:.2} s", d.as_secs_f64())
+    }
 }
 
 /// One phase, in this process; prints `key=value` lines for the parent.
@@ -308,15 +317,18 @@ fn main() {
     std::fs::create_dir_all(&scratch).unwrap();
     let empty = scratch.join("empty.json");
     std::fs::write(&empty, EMPTY_INPUT).unwrap();
-    phases(
-        &required(
-            &root.join("target/samples/go-k8s.wasm"),
-            "hack/build-go-k8s.sh",
-        ),
-        &scratch.join("cache-go"),
-        &empty,
-        "Deployment",
-    );
+    // BENCH_LARGE=helm: the Helm module only.
+    if !matches!(std::env::var("BENCH_LARGE").as_deref(), Ok("helm")) {
+        phases(
+            &required(
+                &root.join("target/samples/go-k8s.wasm"),
+                "hack/build-go-k8s.sh",
+            ),
+            &scratch.join("cache-go"),
+            &empty,
+            "Deployment",
+        );
+    }
     let helm_module = required(
         &root.join("target/samples/helm-chart.wasm"),
         "hack/build-samples.sh",
@@ -328,6 +340,7 @@ fn main() {
         &list,
         "DaemonSet",
     );
+    reactor_warm(&root, &scratch, &list);
     helm_template(&tgz);
     let _ = std::fs::remove_dir_all(&scratch);
 }
@@ -341,90 +354,6 @@ fn required(path: &std::path::Path, how: &str) -> std::path::PathBuf {
         std::process::exit(1);
     }
     path.to_path_buf()
-}
-
-fn helm_bin() -> String {
-    std::env::var("HELM").expect("HELM: the helm binary (make bench sets it)")
-}
-
-/// `helm package` of the ingress-nginx chart and the ResourceList binding it as input `chart`
-/// (release `rel` in `apps`, default values; the DaemonSet kind makes the output checkable).
-fn ingress_nginx(
-    root: &std::path::Path,
-    scratch: &std::path::Path,
-) -> (std::path::PathBuf, std::path::PathBuf) {
-    use base64::Engine as _;
-    let chart = required(
-        &root.join("target/charts/ingress-nginx"),
-        "hack/build-samples.sh",
-    );
-    let out = Command::new(helm_bin())
-        .args([
-            "package",
-            chart.to_str().unwrap(),
-            "-d",
-            scratch.to_str().unwrap(),
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let tgz = std::fs::read_dir(scratch)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.extension().is_some_and(|e| e == "tgz"))
-        .unwrap();
-    let b64 = base64::engine::general_purpose::STANDARD.encode(std::fs::read(&tgz).unwrap());
-    let values = "controller:\n  kind: DaemonSet\n";
-    let list = serde_json::json!({"apiVersion": "config.kubernetes.io/v1", "kind": "ResourceList",
-        "items": [
-            {"apiVersion": "v1", "kind": "ConfigMap",
-             "metadata": {"name": "chart", "annotations": {"enoki.dev/input-key": "chart"}},
-             "binaryData": {"chart.tgz": b64}},
-            {"apiVersion": "v1", "kind": "ConfigMap",
-             "metadata": {"name": "values", "annotations": {"enoki.dev/input-key": "values"}},
-             "data": {"values.yaml": values}}],
-        "functionConfig": {"composition": {"name": "rel", "namespace": "apps"}, "env": {}}});
-    let path = scratch.join("ingress-nginx.json");
-    std::fs::write(&path, list.to_string()).unwrap();
-    std::fs::write(scratch.join("values.yaml"), values).unwrap();
-    (path, tgz)
-}
-
-/// `helm template` of the same chart, values, release and namespace: median time of 7 and
-/// peak RSS.
-fn helm_template(tgz: &std::path::Path) {
-    let values = tgz.with_file_name("values.yaml");
-    let mut times = Vec::new();
-    let mut peak = 0;
-    for _ in 0..7 {
-        let mut c = Command::new(helm_bin());
-        c.args([
-            "template",
-            "rel",
-            tgz.to_str().unwrap(),
-            "-n",
-            "apps",
-            "--include-crds",
-            "--no-hooks",
-        ])
-        .args(["-f", values.to_str().unwrap()]);
-        let started = Instant::now();
-        let (out, rss) = sampled(c);
-        times.push(started.elapsed());
-        assert!(out.status.success());
-        assert!(String::from_utf8_lossy(&out.stdout).contains("kind: DaemonSet"));
-        peak = peak.max(rss);
-    }
-    times.sort();
-    println!(
-        "\n`helm template` of the same chart, values, release and namespace (baseline of the \
-         Helm module's warm render): {} (median of 7, a process each), peak RSS {peak} MiB.",
-        secs(times[times.len() / 2])
-    );
 }
 
 /// The four phases of `module` run on `input`, as a table.

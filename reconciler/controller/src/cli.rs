@@ -232,6 +232,17 @@ pub enum ModuleCommand {
         /// A .wasm file, or an OCI reference pinned by digest.
         module: String,
     },
+    /// Pre-initialize a WASI reactor (a module exporting `_initialize` and `_start`; Go:
+    /// `go build -buildmode=c-shared` with a `//go:wasmexport _start` function): run its
+    /// `_initialize` once (Go: the runtime and every package's init) and write the initialized
+    /// module, whose runs start at `_start`.
+    Preinit {
+        /// The reactor module file.
+        file: PathBuf,
+        /// Where to write the pre-initialized module.
+        #[arg(long, short = 'o')]
+        output: PathBuf,
+    },
 }
 
 /// Arguments of `enoki render`.

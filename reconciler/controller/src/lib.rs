@@ -259,6 +259,10 @@ fn start(args: &cli::RunArgs) -> anyhow::Result<()> {
 
 async fn module_command(cmd: &cli::ModuleCommand) -> anyhow::Result<String> {
     match cmd {
+        cli::ModuleCommand::Preinit { file, output } => {
+            let (file, output) = (file.clone(), output.clone());
+            tokio::task::spawn_blocking(move || preinit(&file, &output)).await?
+        }
         cli::ModuleCommand::Push { file, reference } => {
             let size = std::fs::metadata(file).map(|m| m.len()).unwrap_or(0);
             progress(&format!(
@@ -298,4 +302,28 @@ async fn module_command(cmd: &cli::ModuleCommand) -> anyhow::Result<String> {
             Ok(text)
         }
     }
+}
+
+/// `enoki module preinit`: the reactor at `file` pre-initialized, written to `output` (through
+/// a temporary file beside it, renamed into place).
+fn preinit(file: &std::path::Path, output: &std::path::Path) -> anyhow::Result<String> {
+    use anyhow::Context as _;
+    let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+    let started = std::time::Instant::now();
+    let initialized = wasm_host::preinitialize(&bytes)
+        .with_context(|| format!("pre-initializing {}", file.display()))?;
+    let took = started.elapsed();
+    let temporary = output.with_extension(format!("preinit-{}", std::process::id()));
+    let written = std::fs::write(&temporary, &initialized)
+        .and_then(|()| std::fs::rename(&temporary, output));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&temporary);
+    }
+    written.with_context(|| format!("writing {}", output.display()))?;
+    Ok(format!(
+        "{}: {} bytes, initialized in {:.2} s\n",
+        output.display(),
+        initialized.len(),
+        took.as_secs_f64()
+    ))
 }

@@ -222,3 +222,43 @@ fn enos_shim_mode_renders_enos_release_with_its_hooks() {
     same_as_enos_shim("eno-sample", &sample, Some("greeting: hi\n"));
     same_as_enos_shim("eno-ingress-nginx", &chart("ingress-nginx"), None);
 }
+
+/// The pre-initialized module reads each synthesis' own environment and randomness: Sprig's
+/// `randInt` (`math/rand`'s global source) and `randAlphaNum` (`crypto/rand`) repeat for the
+/// same input and differ for another, and `.Capabilities.KubeVersion` follows
+/// HELM_KUBE_VERSION of the synthesis, not of the build.
+#[test]
+fn each_render_reads_its_own_environment_and_randomness() {
+    let dir = scratch("per-run");
+    let chart = dir.join("chart");
+    std::fs::create_dir_all(chart.join("templates")).unwrap();
+    std::fs::write(
+        chart.join("Chart.yaml"),
+        "apiVersion: v2\nname: per-run\nversion: 0.1.0\n",
+    )
+    .unwrap();
+    std::fs::write(
+        chart.join("templates/cm.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: per-run\ndata:\n  tag: {{ .Values.tag | quote }}\n  \
+         int: {{ randInt 0 1000000000 | quote }}\n  alnum: {{ randAlphaNum 24 | quote }}\n  \
+         kube: {{ .Capabilities.KubeVersion.Version | quote }}\n",
+    )
+    .unwrap();
+    let packaged = dir.join("packaged");
+    std::fs::create_dir_all(&packaged).unwrap();
+    let tgz = package(&chart, &packaged);
+    let data = |tag: &str, kube: &str| {
+        let at = dir.join(format!("{tag}-{kube}"));
+        std::fs::create_dir_all(&at).unwrap();
+        let env = json!({"HELM_KUBE_VERSION": kube});
+        let list = resource_list_with_env(&tgz, Some(&format!("tag: {tag}\n")), "rel", "apps", &at, &env);
+        let objects = synthesize(&list).unwrap();
+        objects[0]["data"].clone()
+    };
+    let a = data("a", "v1.31.0");
+    assert_eq!(a, data("a", "v1.31.0"), "the same input renders the same");
+    let b = data("b", "v1.33.2");
+    assert_eq!((a["kube"].as_str(), b["kube"].as_str()), (Some("v1.31.0"), Some("v1.33.2")));
+    assert_ne!(a["int"], b["int"], "randInt: {a} {b}");
+    assert_ne!(a["alnum"], b["alnum"], "randAlphaNum: {a} {b}");
+}

@@ -345,6 +345,18 @@ impl Host {
                     .instantiate_async(&mut store)
                     .await
                     .map_err(|e| instantiate_error(&e, &store.data().limiter))?;
+                // A WASI reactor is initialized first (a pre-initialized one no longer
+                // exports `_initialize`).
+                if let Some(init) = instance.get_func(&mut store, crate::INITIALIZE) {
+                    let init = init.typed::<(), ()>(&store).map_err(|e| {
+                        HostError::Instantiate {
+                            message: format!("_initialize is not a function of no arguments: {e:#}"),
+                        }
+                    })?;
+                    if let Err(e) = init.call_async(&mut store, ()).await {
+                        return Ok((Err(e), store.into_data().limiter));
+                    }
+                }
                 let start = instance
                     .get_typed_func::<(), ()>(&mut store, "_start")
                     .map_err(|e| HostError::Instantiate {

@@ -18,7 +18,10 @@
 //!   clock advances a fixed step per read, and randomness comes from a seeded generator.
 //!
 //! WASI preview1 command modules (`_start`) and preview2 `wasi:cli/command` components are
-//! told apart by their header and run through the same limits and error mapping.
+//! told apart by their header and run through the same limits and error mapping. A preview1
+//! WASI reactor (exporting `_initialize` and `_start`: Go's `-buildmode=c-shared`) runs
+//! `_initialize`, then `_start`; [`preinitialize`] runs its `_initialize` once and writes the
+//! initialized module (Wizer), whose runs start at `_start`.
 //! Runs are synchronous (each drives its own single-threaded executor): call them from
 //! `spawn_blocking`, never on an async worker thread.
 
@@ -55,9 +58,11 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 mod compile;
 mod host;
 mod limiter;
+mod preinit;
 mod run;
 pub use compile::*;
 pub use limiter::*;
+pub use preinit::{INITIALIZE, preinitialize};
 use run::*;
 
 /// How often the epoch advances; deadlines are rounded up to whole ticks.

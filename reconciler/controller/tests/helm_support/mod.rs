@@ -142,13 +142,21 @@ pub fn template_with(
     Ok(docs.into_iter().filter(|d| d.is_object()).collect())
 }
 
-/// The Helm module, compiled once for every test of this file (one host, in this process).
+/// The Helm module, compiled once for every test of this file (one host, in this process):
+/// pre-initialized as the image ships it (`enoki module preinit`, which `make test` runs).
 pub fn helm_module() -> &'static (wasm_host::Host, controller::synthesis::Module) {
     static MODULE: std::sync::OnceLock<(wasm_host::Host, controller::synthesis::Module)> =
         std::sync::OnceLock::new();
     MODULE.get_or_init(|| {
         let host = wasm_host::Host::new(None).unwrap();
         let bytes = std::fs::read(built("target/samples/helm-chart.wasm")).unwrap();
+        let names = exports(&bytes);
+        assert!(
+            names.iter().any(|n| n == "_start") && !names.iter().any(|n| n == "_initialize"),
+            "target/samples/helm-chart.wasm is not pre-initialized (exports {names:?}): run \
+             `enoki module preinit target/samples/helm-chart.reactor.wasm -o \
+             target/samples/helm-chart.wasm` (make test does)"
+        );
         let module = controller::synthesis::Module::Wasm(host.load(&bytes).unwrap());
         (host, module)
     })
@@ -299,4 +307,15 @@ fn compare(
 
 pub fn chart(dir: &str) -> PathBuf {
     built(&format!("target/charts/{dir}"))
+}
+
+/// The export names of a core module.
+pub fn exports(wasm: &[u8]) -> Vec<String> {
+    let mut names = Vec::new();
+    for payload in wasmparser::Parser::new(0).parse_all(wasm) {
+        if let wasmparser::Payload::ExportSection(section) = payload.unwrap() {
+            names.extend(section.into_iter().map(|e| e.unwrap().name.to_string()));
+        }
+    }
+    names
 }

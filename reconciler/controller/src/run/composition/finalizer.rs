@@ -13,6 +13,9 @@ use super::super::{Context, Error};
 use crds::Composition;
 use crds::names::{FINALIZER, reasons};
 
+/// When the pass after adding the finalizer runs if its watch event never comes.
+const ADDED_FALLBACK: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Where a Composition stands with respect to enoki's finalizer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum State {
@@ -37,7 +40,10 @@ pub fn state(comp: &Composition) -> State {
     }
 }
 
-/// Adds the finalizer; the resulting watch event starts the next pass.
+/// Adds the finalizer; the resulting watch event starts the next pass (the Composition
+/// trigger passes finalizer changes), so that pass finds the finalizer in the cache: a pass
+/// started sooner, on a cache that still lacks it, would patch again from the old
+/// resourceVersion and meet a 409. The requeue is the fallback should the event be lost.
 ///
 /// # Errors
 /// [`Error::Finalizer`].
@@ -55,7 +61,7 @@ pub(crate) async fn add(
             action: "adding",
             source,
         })?;
-    Ok(Action::requeue(std::time::Duration::from_millis(50)))
+    Ok(Action::requeue(ADDED_FALLBACK))
 }
 
 /// Removes the finalizer once every resource is gone, and forgets the Composition.

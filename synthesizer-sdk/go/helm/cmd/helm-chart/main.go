@@ -29,7 +29,8 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-func main() {
+// render is the synthesis: the ResourceList on stdin, the rendered objects on stdout.
+func render() {
 	sdk.Run(func(in *sdk.ResourceList) ([]sdk.Object, []sdk.Result, error) {
 		archive, err := chartArchive(in)
 		if err != nil {
