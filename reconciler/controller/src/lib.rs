@@ -314,8 +314,8 @@ fn preinit(file: &std::path::Path, output: &std::path::Path) -> anyhow::Result<S
         .with_context(|| format!("pre-initializing {}", file.display()))?;
     let took = started.elapsed();
     let temporary = output.with_extension(format!("preinit-{}", std::process::id()));
-    let written = std::fs::write(&temporary, &initialized)
-        .and_then(|()| std::fs::rename(&temporary, output));
+    let written =
+        std::fs::write(&temporary, &initialized).and_then(|()| std::fs::rename(&temporary, output));
     if written.is_err() {
         let _ = std::fs::remove_file(&temporary);
     }

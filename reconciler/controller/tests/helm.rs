@@ -251,14 +251,24 @@ fn each_render_reads_its_own_environment_and_randomness() {
         let at = dir.join(format!("{tag}-{kube}"));
         std::fs::create_dir_all(&at).unwrap();
         let env = json!({"HELM_KUBE_VERSION": kube});
-        let list = resource_list_with_env(&tgz, Some(&format!("tag: {tag}\n")), "rel", "apps", &at, &env);
+        let list = resource_list_with_env(
+            &tgz,
+            Some(&format!("tag: {tag}\n")),
+            "rel",
+            "apps",
+            &at,
+            &env,
+        );
         let objects = synthesize(&list).unwrap();
         objects[0]["data"].clone()
     };
     let a = data("a", "v1.31.0");
     assert_eq!(a, data("a", "v1.31.0"), "the same input renders the same");
     let b = data("b", "v1.33.2");
-    assert_eq!((a["kube"].as_str(), b["kube"].as_str()), (Some("v1.31.0"), Some("v1.33.2")));
+    assert_eq!(
+        (a["kube"].as_str(), b["kube"].as_str()),
+        (Some("v1.31.0"), Some("v1.33.2"))
+    );
     assert_ne!(a["int"], b["int"], "randInt: {a} {b}");
     assert_ne!(a["alnum"], b["alnum"], "randAlphaNum: {a} {b}");
 }

@@ -348,11 +348,13 @@ impl Host {
                 // A WASI reactor is initialized first (a pre-initialized one no longer
                 // exports `_initialize`).
                 if let Some(init) = instance.get_func(&mut store, crate::INITIALIZE) {
-                    let init = init.typed::<(), ()>(&store).map_err(|e| {
-                        HostError::Instantiate {
-                            message: format!("_initialize is not a function of no arguments: {e:#}"),
-                        }
-                    })?;
+                    let init =
+                        init.typed::<(), ()>(&store)
+                            .map_err(|e| HostError::Instantiate {
+                                message: format!(
+                                    "_initialize is not a function of no arguments: {e:#}"
+                                ),
+                            })?;
                     if let Err(e) = init.call_async(&mut store, ()).await {
                         return Ok((Err(e), store.into_data().limiter));
                     }

@@ -50,7 +50,10 @@ pub fn preinitialize(wasm: &[u8]) -> Result<Vec<u8>, HostError> {
     let tier = Tier::new(&engine_config(TierKind::Baseline))?;
     let module = Module::new(&tier.engine, &instrumented).map_err(invalid("compiling"))?;
     for export in [INITIALIZE, "_start"] {
-        if !matches!(module.get_export(export), Some(wasmtime::ExternType::Func(_))) {
+        if !matches!(
+            module.get_export(export),
+            Some(wasmtime::ExternType::Func(_))
+        ) {
             return Err(HostError::Instantiate {
                 message: format!(
                     "the module exports no function {export}: only a WASI reactor exporting \

@@ -90,7 +90,8 @@ fn what_cannot_be_pre_initialized_is_refused_by_name() {
         other => panic!("expected a refusal, got {other:?}"),
     };
     // A command: no `_initialize`.
-    let command = wat::parse_str(r#"(module (memory (export "memory") 1) (func (export "_start")))"#);
+    let command =
+        wat::parse_str(r#"(module (memory (export "memory") 1) (func (export "_start")))"#);
     assert!(instantiate(&command.unwrap()).contains("_initialize"));
     // A reactor without `_start`.
     let no_start = r#"(module (memory (export "memory") 1) (func (export "_initialize")))"#;

@@ -115,4 +115,3 @@ pub fn helm_template(tgz: &std::path::Path) {
         secs(times[times.len() / 2])
     );
 }
-
