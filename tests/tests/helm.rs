@@ -21,7 +21,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
 /// The first synthesis compiles an 80 MB module (cached afterwards).
-/// Three tests compile the 80.9 MB Helm module at once on two cores: minutes in a debug build.
+/// Three tests compile the 84.4 MB Helm module at once on two cores: minutes in a debug build.
 const WAIT: Duration = Duration::from_secs(600);
 
 /// The compile timeout the tests' enoki gets (the default 2m is for one compilation at a time).

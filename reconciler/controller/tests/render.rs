@@ -414,7 +414,7 @@ fn timed(module: &Path, extra: &[&str]) -> (bool, String, Vec<u8>) {
 
 /// A second render of a module loads what the first compiled from the cache directory (the
 /// controller's compile cache) instead of compiling it: a component (the Python sample) and a
-/// large core module that starts on the baseline tier (the 80.9 MB Helm module). `--no-cache`
+/// large core module that starts on the baseline tier (the 84.4 MB Helm module). `--no-cache`
 /// reads and writes none, also when `ENOKI_CACHE_DIR` is set (empty or not).
 #[test]
 fn a_second_render_loads_the_module_from_the_compile_cache() {

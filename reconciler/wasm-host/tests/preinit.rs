@@ -146,3 +146,30 @@ fn a_module_with_the_most_data_segments_wasm_allows_is_pre_initialized() {
     let host = Host::new(None).unwrap();
     assert_eq!(run(&host, &snapshot, b"", &[]), "xyx\0");
 }
+
+/// A reactor whose `_initialize` exits, even with status 0, never reaches `_start`: the run
+/// fails instead of succeeding with no output.
+#[test]
+fn a_reactor_whose_initialize_exits_fails_the_run() {
+    let exits = r#"(module
+      (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
+      (memory (export "memory") 1)
+      (func (export "_initialize") (call $exit (i32.const 0))) (func (export "_start")))"#;
+    let host = Host::new(None).unwrap();
+    let m = host.load(&wat::parse_str(exits).unwrap()).unwrap();
+    let out = host.run(
+        &m,
+        RunRequest {
+            program: "test",
+            input: b"",
+            env: &[],
+            limits: RunLimits {
+                deadline: Duration::from_secs(10),
+                max_memory_bytes: 16 << 20,
+                max_output_bytes: 1 << 20,
+            },
+            entropy: Entropy::Secure,
+        },
+    );
+    assert!(matches!(out, Err(HostError::Instantiate { .. })), "{out:?}");
+}

@@ -151,7 +151,8 @@ pub struct RunArgs {
     pub module_ca_file: Option<PathBuf>,
     /// The module of the built-in `helm` synthesizer (`spec.module.builtin: helm`): a file,
     /// or an OCI reference pinned by digest. The image ships it at the default path; from
-    /// source it is `target/samples/helm-chart.wasm` (`hack/build-samples.sh`).
+    /// source it is `target/samples/helm-chart.wasm` (`hack/build-samples.sh`, then `enoki module
+    /// preinit`, as `make test` does).
     #[arg(
         long,
         env = "ENOKI_HELM_MODULE",

@@ -30,12 +30,14 @@ import (
 
 func main() {}
 
-// A render allocates a few MiB over a live heap of a few MiB: collecting at 5x the live heap
-// (instead of Go's 2x) saves most collections of a render, and the soft limit collects
-// sooner should a large chart come near it. GOGC and GOMEMLIMIT in the environment win.
+// A render allocates a few MiB over a live heap of a few MiB: collecting at 5x (Go's pacer
+// counts the module's 32 MiB of static data too) instead of Go's 2x saves most collections
+// of a render, and the soft limit on what Go allocates (the static data comes on top) keeps
+// a large chart near Go's own default. GOGC or GOMEMLIMIT in the environment replace both,
+// as they would at Go's start.
 const (
 	renderGCPercent   = 400
-	renderMemoryLimit = 96 << 20
+	renderMemoryLimit = 64 << 20
 )
 
 //go:wasmexport _start
@@ -54,7 +56,7 @@ func environSizesGet(count, size unsafe.Pointer) uint32
 func environGet(environ, buf unsafe.Pointer) uint32
 
 // reloadEnviron replaces the environment Go read at init with this run's, and applies its
-// GOGC and GOMEMLIMIT as the runtime would have at start-up.
+// GOGC and GOMEMLIMIT, when either is set, as the runtime would have at start-up.
 func reloadEnviron() {
 	var count, size uint32
 	if environSizesGet(unsafe.Pointer(&count), unsafe.Pointer(&size)) != 0 {
@@ -72,16 +74,24 @@ func reloadEnviron() {
 			}
 		}
 	}
-	if v, ok := os.LookupEnv("GOGC"); ok {
-		if v == "off" {
-			debug.SetGCPercent(-1)
-		} else if n, err := strconv.Atoi(v); err == nil {
-			debug.SetGCPercent(n)
-		}
+	gogc, hasGC := os.LookupEnv("GOGC")
+	limit, hasLimit := os.LookupEnv("GOMEMLIMIT")
+	if !hasGC && !hasLimit {
+		return
 	}
-	if n, ok := memoryLimit(os.Getenv("GOMEMLIMIT")); ok {
-		debug.SetMemoryLimit(n)
+	// As at Go's start: unset or unreadable is Go's default (100, no limit).
+	percent := 100
+	if gogc == "off" {
+		percent = -1
+	} else if n, err := strconv.Atoi(gogc); err == nil {
+		percent = n
 	}
+	debug.SetGCPercent(percent)
+	bytes, ok := memoryLimit(limit)
+	if !ok {
+		bytes = math.MaxInt64
+	}
+	debug.SetMemoryLimit(bytes)
 }
 
 // memoryLimit reads GOMEMLIMIT as the runtime does: "off", or bytes with an optional B, KiB,
