@@ -358,8 +358,7 @@ impl Host {
                     if let Err(e) = init.call_async(&mut store, ()).await {
                         if e.downcast_ref::<I32Exit>().is_some_and(|x| x.0 == 0) {
                             return Err(HostError::Instantiate {
-                                message: "_initialize exited (status 0) before _start ran"
-                                    .into(),
+                                message: "_initialize exited (status 0) before _start ran".into(),
                             });
                         }
                         return Ok((Err(e), store.into_data().limiter));
