@@ -303,12 +303,7 @@ impl Host {
         let io = RunIo::new(&req.limits);
         let builder = wasi_builder(&req, &io);
         let limiter = StoreLimiter::new(req.limits.max_memory_bytes);
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .map_err(|e| HostError::Engine {
-                message: format!("cannot start the run's executor: {e}"),
-            })?;
+        let runtime = executor()?;
         let deadline = req.limits.deadline;
         let ticks = deadline_ticks(deadline);
         let outcome = runtime.block_on(async {
@@ -333,14 +328,7 @@ impl Host {
         let engine = &compiled.engine;
         match &compiled.pre {
             Pre::Core(pre) => {
-                let state = RunState {
-                    wasi: builder.build_p1(),
-                    limiter,
-                };
-                let mut store = Store::new(engine, state);
-                store.limiter(|s| &mut s.limiter);
-                store.set_epoch_deadline(ticks);
-                store.epoch_deadline_trap();
+                let mut store = core_store(engine, &mut builder, limiter, ticks);
                 let instance = pre
                     .instantiate_async(&mut store)
                     .await

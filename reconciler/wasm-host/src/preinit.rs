@@ -112,23 +112,13 @@ fn initialized(
     };
     let mut builder = wasi_builder(&request, &io);
     builder.monotonic_clock(NanoClock(AtomicU64::new(1)));
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .map_err(|e| HostError::Engine {
-            message: format!("cannot start the initialization's executor: {e}"),
-        })?;
+    let runtime = executor()?;
     let done = Arc::new(AtomicBool::new(false));
     let ticker = tick_until(tier.engine.clone(), done.clone());
     let run = async {
-        let state = RunState {
-            wasi: builder.build_p1(),
-            limiter: StoreLimiter::new(LIMITS.max_memory_bytes),
-        };
-        let mut store = Store::new(&tier.engine, state);
-        store.limiter(|s| &mut s.limiter);
-        store.set_epoch_deadline(deadline_ticks(LIMITS.deadline));
-        store.epoch_deadline_trap();
+        let limiter = StoreLimiter::new(LIMITS.max_memory_bytes);
+        let ticks = deadline_ticks(LIMITS.deadline);
+        let mut store = core_store(&tier.engine, &mut builder, limiter, ticks);
         let instance = tier
             .linker
             .instantiate_async(&mut store, module)

@@ -65,6 +65,35 @@ pub(super) fn wasi_builder(req: &RunRequest<'_>, io: &RunIo) -> WasiCtxBuilder {
     builder
 }
 
+/// The single-threaded executor that drives one run (or one initialization) of a module.
+pub(super) fn executor() -> Result<tokio::runtime::Runtime, HostError> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .map_err(|e| HostError::Engine {
+            message: format!("cannot start the run's executor: {e}"),
+        })
+}
+
+/// A core module's Store: the WASI context of `builder`, `limiter` over its memories and
+/// tables, and a trap after `ticks` epoch ticks.
+pub(super) fn core_store(
+    engine: &Engine,
+    builder: &mut WasiCtxBuilder,
+    limiter: StoreLimiter,
+    ticks: u64,
+) -> Store<RunState> {
+    let state = RunState {
+        wasi: builder.build_p1(),
+        limiter,
+    };
+    let mut store = Store::new(engine, state);
+    store.limiter(|s| &mut s.limiter);
+    store.set_epoch_deadline(ticks);
+    store.epoch_deadline_trap();
+    store
+}
+
 /// The deadline in epoch ticks (rounded up, at least one).
 pub(super) fn deadline_ticks(deadline: Duration) -> u64 {
     let ticks = deadline.as_nanos().div_ceil(TICK.as_nanos()).max(1);
