@@ -19,8 +19,9 @@
 //!   while their resourceVersion is the stub's: a replica holding half of the shards does not
 //!   keep the other half's inputs. An object that arrived before a Composition here read it
 //!   is read once with a GET (kept until it changes; then the watch brings it). The sweep
-//!   drops the copies that no Composition still reconciled here has read (a Composition that
-//!   stops reading an object it read keeps its copy while both exist).
+//!   drops the copies that no Composition still reconciled here has read in that version (a
+//!   Composition that stops reading an object it read, or starts reading it as a
+//!   ServiceAccount, keeps its copy while both exist; such a read never looks at the cache).
 //!
 //! Every watch backs off (`super::recovery`: at most 5 s, no wait on `410 Expired`) and logs its
 //! errors; a kind's watch is stopped when no Composition reconciled here that used it is
@@ -54,12 +55,18 @@ mod table;
 use table::{Feeder, Row, Synced, Table};
 
 mod inputs;
+#[cfg(test)]
+mod tests;
 
 /// (group, kind, namespace, name); name `*` for collections, namespace `""` for "any".
 type WatchKey = (String, String, String, String);
 
 /// An input object: its kind (with the version it is read in), namespace, name.
 type ObjectKey = (GroupVersionKind, String, String);
+
+/// The Compositions that read one object, each with the version in which it last read it
+/// from the input cache as the controller ([`Watches::serve`]; with `--shards` only).
+type Readers = HashMap<ObjectRef<Composition>, Option<Box<str>>>;
 
 /// One input kind's watch (in one namespace, or cluster-wide): its table, the task feeding
 /// it, and the Compositions that need it.
@@ -121,13 +128,14 @@ pub struct Watches {
     /// Only managed objects of these shards' Compositions are cached.
     shards: Held,
     sender: UnboundedSender<ObjectRef<Composition>>,
-    readers: Mutex<HashMap<WatchKey, HashSet<ObjectRef<Composition>>>>,
+    /// Who reads what: per object (or collection), the Compositions reconciled here that
+    /// read it; with `--shards`, each with the version of the kind in which it last read the
+    /// object from the input cache ([`Watches::serve`]): the objects kept whole, in those
+    /// versions.
+    readers: Mutex<HashMap<WatchKey, Readers>>,
     /// With `--shards`, whole input objects beside the stubs of the input stores (see the
     /// module docs).
     whole: Mutex<HashMap<ObjectKey, Arc<DynamicObject>>>,
-    /// The objects Compositions reconciled here read from the input cache (as the
-    /// controller, by name, in this version): with `--shards`, those kept whole.
-    served: Mutex<HashMap<ObjectKey, HashSet<ObjectRef<Composition>>>>,
     inputs: Mutex<HashMap<(GroupVersionKind, String), InputWatch>>,
     /// Input watches the API server refused (403), and when.
     forbidden_inputs: Mutex<HashMap<(GroupVersionKind, String), std::time::Instant>>,
@@ -167,7 +175,6 @@ impl Watches {
             whole_inputs,
             readers: Mutex::new(HashMap::new()),
             whole: Mutex::new(HashMap::new()),
-            served: Mutex::new(HashMap::new()),
             inputs: Mutex::new(HashMap::new()),
             forbidden_inputs: Mutex::new(HashMap::new()),
             managed: Mutex::new(HashMap::new()),
@@ -362,25 +369,20 @@ impl Watches {
         self.drop_compositions(|| Gone::One(comp, uid));
     }
 
-    /// Forgets the Compositions `gone` names — by reference in the readers and the served
-    /// objects, by UID in the watches' users and the owners — and stops the watches left with
-    /// no user (a watch's task is aborted when it is dropped). `gone` is called while the five
-    /// maps are held, so nothing is recorded between its answer and the pruning.
+    /// Forgets the Compositions `gone` names — by reference in the readers, by UID in the
+    /// watches' users and the owners — and stops the watches left with no user (a watch's
+    /// task is aborted when it is dropped). `gone` is called while the four maps are held, so
+    /// nothing is recorded between its answer and the pruning.
     fn drop_compositions<'a>(&self, gone: impl FnOnce() -> Gone<'a>) {
-        // No other path holds two of these five at once, nor takes one while it holds a borrow
+        // No other path holds two of these four at once, nor takes one while it holds a borrow
         // of the shard set or of the Composition store (which the sweep's `gone` reads under
         // them).
         let mut readers = self.readers.lock();
-        let mut served = self.served.lock();
         let mut inputs = self.inputs.lock();
         let mut managed = self.managed.lock();
         let mut owners = self.owners.lock();
         let gone = gone();
         readers.retain(|_, set| {
-            gone.drop_from_refs(set);
-            !set.is_empty()
-        });
-        served.retain(|_, set| {
             gone.drop_from_refs(set);
             !set.is_empty()
         });
@@ -450,7 +452,7 @@ impl Watches {
                         n.to_string(),
                     ))
                 })
-                .flatten()
+                .flat_map(|readers| readers.keys())
                 .cloned()
                 .collect()
         };
@@ -470,12 +472,12 @@ enum Gone<'a> {
 }
 
 impl Gone<'_> {
-    fn drop_from_refs(&self, set: &mut HashSet<ObjectRef<Composition>>) {
+    fn drop_from_refs(&self, set: &mut Readers) {
         match self {
             Gone::One(comp, _) => {
                 set.remove(*comp);
             }
-            Gone::NotLive(live, _) => set.retain(|c| live.contains(c)),
+            Gone::NotLive(live, _) => set.retain(|c, _| live.contains(c)),
         }
     }
 

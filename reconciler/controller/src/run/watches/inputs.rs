@@ -14,14 +14,14 @@ impl Watches {
         name: &str,
         comp: &Composition,
     ) {
-        let key = (
-            gvk.group.clone(),
-            gvk.kind.clone(),
-            namespace.to_string(),
-            name.to_string(),
-        );
+        let key = reader_key(gvk, namespace, name);
         let me = ObjectRef::from_obj(comp);
-        self.readers.lock().entry(key).or_default().insert(me);
+        self.readers
+            .lock()
+            .entry(key)
+            .or_default()
+            .entry(me)
+            .or_insert(None);
         let uid = comp.uid().unwrap_or_default();
         // A namespace given: watch that namespace only; "" (cluster-scoped kinds, collections
         // that may span namespaces): the whole cluster. Callers resolve a reference's empty
@@ -166,18 +166,18 @@ impl Watches {
     }
 
     /// Records that `comp` reads this object from the input cache (as the controller): with
-    /// `--shards`, it is then kept whole here. Called before [`Watches::input`].
+    /// `--shards`, it is then kept whole here. Called after [`Watches::track`], before
+    /// [`Watches::input`].
     pub fn serve(&self, gvk: &GroupVersionKind, namespace: &str, name: &str, comp: &Composition) {
         if !self.sharded() {
             return;
         }
-        {
-            let mut served = self.served.lock();
-            served
-                .entry((gvk.clone(), namespace.to_string(), name.to_string()))
-                .or_default()
-                .insert(ObjectRef::from_obj(comp));
-        }
+        let key = reader_key(gvk, namespace, name);
+        self.readers
+            .lock()
+            .entry(key)
+            .or_default()
+            .insert(ObjectRef::from_obj(comp), Some(gvk.version.as_str().into()));
     }
 
     /// Keeps `obj`, just read with a GET as the controller, when its kind is watched and it
@@ -291,10 +291,15 @@ impl Watches {
         self.shards.borrow().count() > 1
     }
 
-    /// Whether a Composition reconciled here reads this object from the cache.
+    /// Whether a Composition reconciled here has read this object from the cache in this
+    /// version (and still reads it: it is forgotten when it goes).
     pub(super) fn read_here(&self, gvk: &GroupVersionKind, namespace: &str, name: &str) -> bool {
-        let key = (gvk.clone(), namespace.to_string(), name.to_string());
-        self.served.lock().contains_key(&key)
+        let key = reader_key(gvk, namespace, name);
+        self.readers.lock().get(&key).is_some_and(|readers| {
+            readers
+                .values()
+                .any(|served| served.as_deref() == Some(gvk.version.as_str()))
+        })
     }
 
     /// Forgets what Compositions that are not reconciled here any more (deleted while enoki
@@ -383,4 +388,14 @@ impl Watches {
         }
         (whole, stubs)
     }
+}
+
+/// The readers' key of an object read by name.
+fn reader_key(gvk: &GroupVersionKind, namespace: &str, name: &str) -> WatchKey {
+    (
+        gvk.group.clone(),
+        gvk.kind.clone(),
+        namespace.to_string(),
+        name.to_string(),
+    )
 }
