@@ -12,13 +12,38 @@ import re
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-OURS = {}
-for path in glob.glob(f"{ROOT}/reconciler/**/*.rs", recursive=True) + glob.glob(
-    f"{ROOT}/crds/**/*.rs", recursive=True
+# Our source files by base name (heaptrack names a frame's file by its base name only); the
+# in-memory fake API of the unit tests never runs in the controller.
+OURS = collections.defaultdict(list)
+for path in sorted(
+    glob.glob(f"{ROOT}/reconciler/**/*.rs", recursive=True)
+    + glob.glob(f"{ROOT}/crds/**/*.rs", recursive=True)
 ):
-    OURS.setdefault(os.path.basename(path), os.path.relpath(path, ROOT))
+    if "/fake_api" not in path:
+        OURS[os.path.basename(path)].append(os.path.relpath(path, ROOT))
 for generic in ("mod.rs", "lib.rs", "main.rs"):
     OURS.pop(generic, None)
+FNS = {}
+
+
+def defines(path, name):
+    """Whether `path` defines a function called `name`."""
+    if path not in FNS:
+        with open(os.path.join(ROOT, path), encoding="utf-8") as f:
+            FNS[path] = set(re.findall(r"\bfn ([A-Za-z_][A-Za-z0-9_]*)", f.read()))
+    return re.match(r"[A-Za-z_][A-Za-z0-9_]*", name or "") and re.match(
+        r"[A-Za-z_][A-Za-z0-9_]*", name
+    ).group(0) in FNS[path]
+
+
+def ours(base, name):
+    """The source file of a frame: of two files with one base name, the one defining it."""
+    paths = OURS.get(base, [])
+    if len(paths) > 1:
+        return next((p for p in paths if defines(p, name)), paths[0])
+    return paths[0] if paths else None
+
+
 # The same file names in dependencies: tokio's runtime context, kube-runtime's reflector store.
 FOREIGN = {
     ("context.rs", "set_scheduler"),
@@ -29,8 +54,8 @@ FOREIGN = {
 GROUPS = [
     ("plan cache (ingested syntheses, `--plan-cache-resources`)", ("reconciler/plan/",)),
     ("Composition and ResourceSlice caches", ("crds/",)),
-    ("managed-object metadata cache", ("watches/managed.rs",)),
-    ("input caches and readers", ("run/watches.rs",)),
+    ("watch tables (managed objects' metadata, input rows)", ("watches/managed.rs", "watches/table.rs")),
+    ("input objects, readers and served inputs", ("run/watches.rs", "run/watches/inputs.rs", "run/inputs.rs")),
     ("per-Composition memory, status and health", ("run/memory.rs", "status_write.rs", "run/health.rs", "run/condition.rs")),
 ]
 
@@ -48,7 +73,7 @@ def site(frames):
     for name, file in reversed(frames):
         base = file.split("/")[-1]
         if base in OURS and not any(base == f and name.startswith(fn) for f, fn in FOREIGN):
-            return OURS[base], name
+            return ours(base, name), name
     return None, None
 
 

@@ -47,7 +47,10 @@ spec:
   module: {configMap: {namespace: $ns, name: module-echo, key: module.wasm}}
   refs: [{key: config, resource: {group: "", version: v1, kind: ConfigMap}}]
 Y
-  local common=(run --namespace "$ns" --concurrency 8 --readiness-poll 1s)
+  # Unthrottled, as the benchmarks (the per-namespace rates would pace the fleet at about one
+  # synthesis a second).
+  local common=(run --namespace "$ns" --concurrency 8 --readiness-poll 1s
+    --namespace-synthesis-rate 0 --namespace-slice-write-rate 0)
   if [ "$mode" = sharded ]; then
     local sh=(--shards 4 --leader-election-namespace "$ns" --lease-duration-secs 5)
     HOSTNAME=heap-0 heaptrack -o "$OUT/$mode" "$BIN" "${common[@]}" "${sh[@]}" \
