@@ -64,9 +64,10 @@ type WatchKey = (String, String, String, String);
 /// An input object: its kind (with the version it is read in), namespace, name.
 type ObjectKey = (GroupVersionKind, String, String);
 
-/// The Compositions that read one object, each with the version in which it last read it
-/// from the input cache as the controller ([`Watches::serve`]; with `--shards` only).
-type Readers = HashMap<ObjectRef<Composition>, Option<Box<str>>>;
+/// The Compositions that read one object, each with the versions of its kind in which it
+/// read it from the input cache as the controller ([`Watches::serve`]; with `--shards`
+/// only; empty for every other read).
+type Readers = HashMap<ObjectRef<Composition>, Vec<Box<str>>>;
 
 /// One input kind's watch (in one namespace, or cluster-wide): its table, the task feeding
 /// it, and the Compositions that need it.
@@ -129,7 +130,7 @@ pub struct Watches {
     shards: Held,
     sender: UnboundedSender<ObjectRef<Composition>>,
     /// Who reads what: per object (or collection), the Compositions reconciled here that
-    /// read it; with `--shards`, each with the version of the kind in which it last read the
+    /// read it; with `--shards`, each with the versions of the kind in which it read the
     /// object from the input cache ([`Watches::serve`]): the objects kept whole, in those
     /// versions.
     readers: Mutex<HashMap<WatchKey, Readers>>,

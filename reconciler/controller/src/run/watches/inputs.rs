@@ -21,7 +21,7 @@ impl Watches {
             .entry(key)
             .or_default()
             .entry(me)
-            .or_insert(None);
+            .or_default();
         let uid = comp.uid().unwrap_or_default();
         // A namespace given: watch that namespace only; "" (cluster-scoped kinds, collections
         // that may span namespaces): the whole cluster. Callers resolve a reference's empty
@@ -173,11 +173,15 @@ impl Watches {
             return;
         }
         let key = reader_key(gvk, namespace, name);
-        self.readers
-            .lock()
+        let mut readers = self.readers.lock();
+        let versions = readers
             .entry(key)
             .or_default()
-            .insert(ObjectRef::from_obj(comp), Some(gvk.version.as_str().into()));
+            .entry(ObjectRef::from_obj(comp))
+            .or_default();
+        if !versions.iter().any(|v| **v == *gvk.version) {
+            versions.push(gvk.version.as_str().into());
+        }
     }
 
     /// Keeps `obj`, just read with a GET as the controller, when its kind is watched and it
@@ -298,7 +302,7 @@ impl Watches {
         self.readers.lock().get(&key).is_some_and(|readers| {
             readers
                 .values()
-                .any(|served| served.as_deref() == Some(gvk.version.as_str()))
+                .any(|served| served.iter().any(|v| **v == *gvk.version))
         })
     }
 

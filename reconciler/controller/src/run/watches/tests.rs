@@ -41,6 +41,9 @@ async fn a_sharded_replica_keeps_whole_what_it_served_in_that_version_until_the_
     w.track(&v1, &ar, "n", "cm", &reader);
     assert!(w.read_here(&v1, "n", "cm"));
     assert!(!w.read_here(&v2, "n", "cm"), "served in v1 only");
+    // Read in a second version too: kept whole in both.
+    w.serve(&v2, "n", "cm", &reader);
+    assert!(w.read_here(&v1, "n", "cm") && w.read_here(&v2, "n", "cm"));
     assert!(!w.read_here(&v1, "n", "other-cm"));
     w.forget(&ObjectRef::from_obj(&other), other.metadata.uid.as_deref());
     assert!(w.read_here(&v1, "n", "cm"));
@@ -49,6 +52,7 @@ async fn a_sharded_replica_keeps_whole_what_it_served_in_that_version_until_the_
         reader.metadata.uid.as_deref(),
     );
     assert!(!w.read_here(&v1, "n", "cm"), "its reader is gone");
+    assert!(!w.read_here(&v2, "n", "cm"));
 }
 
 #[tokio::test]
