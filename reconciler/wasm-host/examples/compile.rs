@@ -39,6 +39,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "no-unwind" => {
                 config.native_unwind_info(false);
             }
+            "opt-none" => {
+                config.cranelift_opt_level(wasmtime::OptLevel::None);
+            }
+            "single-pass" => {
+                config.cranelift_regalloc_algorithm(wasmtime::RegallocAlgorithm::SinglePass);
+            }
             other => return Err(format!("unknown tweak {other}").into()),
         }
     }
