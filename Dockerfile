@@ -5,13 +5,15 @@
 ARG BUILDER=rust:1.95-bookworm
 ARG GO_BUILDER=golang:1.26-bookworm
 
-# The built-in `helm` synthesizer's module (Helm's engine, GOOS=wasip1, a WASI reactor), at
+# The built-in `helm` synthesizer's module (Helm's engine, GOOS=wasip1, a WASI reactor, built
+# without the Kubernetes API types by synthesizer-sdk/go/helm/cmd/lean), at
 # the default path of `enoki run --helm-module`, pre-initialized by the enoki built below.
 FROM ${GO_BUILDER} AS helm
 WORKDIR /src
 COPY synthesizer-sdk/go synthesizer-sdk/go
-RUN cd synthesizer-sdk/go/helm && GOOS=wasip1 GOARCH=wasm GOFLAGS=-buildvcs=false \
-    go build -trimpath -buildmode=c-shared -ldflags="-s -w" -o /helm.reactor.wasm ./cmd/helm-chart
+RUN cd synthesizer-sdk/go/helm && go run ./cmd/lean ../../../target/helm-lean \
+ && GOOS=wasip1 GOARCH=wasm GOFLAGS=-buildvcs=false go build -modfile=../../../target/helm-lean/go.mod \
+    -trimpath -buildmode=c-shared -ldflags="-s -w" -o /helm.reactor.wasm ./cmd/helm-chart
 
 FROM ${BUILDER} AS build
 RUN apt-get update && apt-get install -y --no-install-recommends musl-tools ca-certificates \

@@ -25,8 +25,10 @@ mkdir -p target/samples
 # The built-in's module is a WASI reactor: runnable as built (enoki calls _initialize, then
 # _start); `make test`, `make demo` and `make bench` pre-initialize it once enoki is built
 # (`enoki module preinit target/samples/helm-chart.reactor.wasm -o target/samples/helm-chart.wasm`).
-(cd synthesizer-sdk/go/helm && GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -ldflags="-s -w" \
-  -o ../../../target/samples/helm-chart.reactor.wasm ./cmd/helm-chart)
+# Without the Kubernetes API types (cmd/lean writes target/helm-lean/go.mod): half the code.
+(cd synthesizer-sdk/go/helm && go run ./cmd/lean ../../../target/helm-lean &&
+  GOOS=wasip1 GOARCH=wasm go build -modfile=../../../target/helm-lean/go.mod -buildmode=c-shared \
+    -ldflags="-s -w" -o ../../../target/samples/helm-chart.reactor.wasm ./cmd/helm-chart)
 cp target/samples/helm-chart.reactor.wasm target/samples/helm-chart.wasm
 mkdir -p target/charts
 for pinned in k8s.io/ingress-nginx@v0.0.0-20240708192948-52c50467d67d:charts/ingress-nginx \

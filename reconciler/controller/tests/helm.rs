@@ -112,6 +112,54 @@ fn subcharts_library_charts_tpl_lookup_and_capabilities_render_as_helm_template(
     );
 }
 
+/// Helm's default capabilities, with no cluster's given: the module is built without the
+/// Kubernetes API types (`synthesizer-sdk/go/helm/cmd/lean`), and its `.Capabilities` are still
+/// `helm template`'s: every default API version in Helm's order (`toJson`), the same
+/// Kubernetes version, the same `Has` answers.
+#[test]
+fn helms_default_capabilities_are_helm_templates() {
+    let chart = root().join("reconciler/controller/tests/fixtures/helm-capabilities");
+    same_as_helm_template("capabilities-defaults", &chart, None);
+    same_as_helm_template_with(
+        "capabilities-widgets",
+        &chart,
+        None,
+        &["caps.enoki.dev/v1/Widget"],
+    );
+}
+
+/// A render that allocates far more than it keeps collects near the module's soft 64 MiB
+/// (it never collects below it): 400 MiB of garbage in a run limited to 512 MiB renders, and
+/// the run's linear memory stays under 160 MiB (64 MiB of Go's heap, the static data, Go's
+/// slack); with `GOGC=off GOMEMLIMIT=off` in its env it keeps all of it.
+#[test]
+fn a_render_that_churns_memory_collects_at_the_soft_limit() {
+    let dir = scratch("churn");
+    let chart = dir.join("churn");
+    std::fs::create_dir_all(chart.join("templates")).unwrap();
+    std::fs::write(
+        chart.join("Chart.yaml"),
+        "apiVersion: v2\nname: churn\nversion: 0.1.0\n",
+    )
+    .unwrap();
+    std::fs::write(
+        chart.join("templates/churn.yaml"),
+        "{{- $s := \"\" }}{{- range $i := until 100000 }}{{ $s = repeat 4096 \"x\" }}{{ end }}\n\
+         apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: churn\ndata:\n  \
+         length: {{ len $s | quote }}\n",
+    )
+    .unwrap();
+    let tgz = package(&chart, &dir);
+    let list = resource_list(&tgz, None, "rel", "apps", &dir);
+    let out = synthesized(&list).unwrap();
+    assert_eq!(out.items[0]["data"]["length"], "4096");
+    let peak = out.peak_memory_bytes >> 20;
+    assert!(
+        peak < 160,
+        "the render's linear memory peaked at {peak} MiB"
+    );
+}
+
 /// `required` and `fail` stop the render with the chart's own message, in enoki and in Helm.
 #[test]
 fn required_and_fail_are_synthesis_errors_with_the_charts_message() {

@@ -166,6 +166,11 @@ pub fn helm_module() -> &'static (wasm_host::Host, controller::synthesis::Module
 /// (in this process: the module compiles once for all the goldens): the objects, or the
 /// error text.
 pub fn synthesize(list: &Path) -> Result<Vec<Value>, String> {
+    synthesized(list).map(|s| s.items)
+}
+
+/// [`synthesize`], the whole outcome (the run's peak memory too).
+pub fn synthesized(list: &Path) -> Result<controller::synthesis::Synthesized, String> {
     use controller::synthesis;
     let list: Value = serde_json::from_slice(&std::fs::read(list).unwrap()).unwrap();
     let fc = &list["functionConfig"];
@@ -210,7 +215,6 @@ pub fn synthesize(list: &Path) -> Result<Vec<Value>, String> {
         false,
         &synthesis::static_is_namespaced,
     )
-    .map(|s| s.items)
     .map_err(|e| e.to_string())
 }
 

@@ -30,13 +30,12 @@ import (
 
 func main() {}
 
-// A render allocates a few MiB over a live heap of a few MiB: collecting at 5x (Go's pacer
-// counts the module's 32 MiB of static data too) instead of Go's 2x saves most collections
-// of a render, and the soft limit on what Go allocates (the static data comes on top) keeps
-// a large chart near Go's own default. GOGC or GOMEMLIMIT in the environment replace both,
-// as they would at Go's start.
+// A render allocates a few MiB over a live heap of a few MiB: it collects only once what Go
+// allocates reaches a soft 64 MiB (GOGC=off with GOMEMLIMIT=64MiB; the static data comes on
+// top), so most renders never collect, and a large chart collects near the limit. GOGC or
+// GOMEMLIMIT in the environment replace both, as they would at Go's start.
 const (
-	renderGCPercent   = 400
+	renderGCPercent   = -1
 	renderMemoryLimit = 64 << 20
 )
 
