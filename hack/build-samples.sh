@@ -21,7 +21,9 @@ mkdir -p target/samples
 # Helm's engine in the sandbox: sample 12 (an embedded chart) and a synthesizer that renders
 # any packaged chart bound as an input; real-world charts from the Go module proxy for the
 # goldens against `helm template` (reconciler/controller/tests/helm.rs).
-(cd samples/12-helm && GOOS=wasip1 GOARCH=wasm go build -ldflags="-s -w" -o ../../target/samples/helm.wasm .)
+(cd samples/12-helm && go run github.com/enoki-dev/enoki/synthesizer-sdk/go/helm/cmd/lean ../../target/helm-lean-sample &&
+  GOOS=wasip1 GOARCH=wasm go build -modfile=../../target/helm-lean-sample/go.mod -ldflags="-s -w" \
+    -o ../../target/samples/helm.wasm .)
 # The built-in's module is a WASI reactor: runnable as built (enoki calls _initialize, then
 # _start); `make test`, `make demo` and `make bench` pre-initialize it once enoki is built
 # (`enoki module preinit target/samples/helm-chart.reactor.wasm -o target/samples/helm-chart.wasm`).
