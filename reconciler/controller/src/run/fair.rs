@@ -5,9 +5,16 @@
 //! worker only while no other namespace waits; a single change elsewhere is next in line.
 //! The synthesis slots, the memory and compile budgets and the client's `--qps` tokens are
 //! taken by admitted reconciles only, so they are shared likewise.
+//!
+//! A Composition's reconcile does not wait inside the controller's runner for its turn
+//! ([`FairGate::try_enter`]): it leaves a ticket and ends; the freed turn is kept for it and
+//! its reconcile is queued again (the ticket's wake). kube-runtime's runner polls every
+//! reconcile it holds each time one of them wakes, so thousands of reconciles parked there
+//! cost O(n) per wake-up: with tickets it holds the running ones only.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
@@ -29,12 +36,52 @@ struct State {
     /// Reconciles running per namespace.
     running: HashMap<String, usize>,
     /// Waiters per namespace, in arrival order.
-    waiting: HashMap<String, VecDeque<oneshot::Sender<()>>>,
+    waiting: HashMap<String, VecDeque<Waiter>>,
+    /// Keys of the tickets waiting.
+    tickets: HashSet<String>,
+    /// Turns granted to tickets, kept for their reconciles: key → (namespace, when).
+    reserved: HashMap<String, (String, Instant)>,
     /// When each namespace was last given a turn (a counter).
     served: HashMap<String, u64>,
     tick: u64,
     /// Closed (the stack stops): waiters are sent away, none is admitted.
     closed: bool,
+    /// How long a turn is kept for a ticket ([`RESERVED_FOR`]).
+    reserve: Duration,
+}
+
+/// One in a namespace's line: a reconcile waiting in place, or a ticket.
+enum Waiter {
+    Task(oneshot::Sender<()>),
+    Ticket { key: String, wake: Wake },
+}
+
+/// Queues the ticket's reconcile again.
+pub type Wake = Box<dyn FnOnce() + Send>;
+
+impl std::fmt::Debug for Waiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Waiter::Task(_) => f.write_str("Task"),
+            Waiter::Ticket { key, .. } => write!(f, "Ticket({key})"),
+        }
+    }
+}
+
+/// A turn kept for a ticket is given back when its reconcile has not come for it by then (the
+/// Composition went away, or another replica serves it now).
+pub const RESERVED_FOR: Duration = Duration::from_secs(30);
+
+/// What [`FairGate::try_enter`] answers.
+#[derive(Debug)]
+pub enum Entry {
+    /// A turn: run now.
+    Turn(Turn),
+    /// A ticket waits (left now, or earlier): end the reconcile; its wake queues it again
+    /// when its turn is kept for it.
+    Queued,
+    /// The gate is closed: the stack stops.
+    Closed,
 }
 
 /// A turn: the reconcile runs while it is held.
@@ -47,9 +94,15 @@ pub struct Turn {
 impl FairGate {
     /// A gate of `capacity` turns (at least one).
     pub fn new(capacity: usize) -> Arc<FairGate> {
+        Self::keeping(capacity, RESERVED_FOR)
+    }
+
+    /// A gate that keeps a turn for a ticket `reserve` long.
+    fn keeping(capacity: usize, reserve: Duration) -> Arc<FairGate> {
         Arc::new(FairGate {
             state: Mutex::new(State {
                 capacity: capacity.max(1),
+                reserve,
                 ..State::default()
             }),
             aside: tokio::sync::Semaphore::new(capacity.max(1)),
@@ -59,6 +112,39 @@ impl FairGate {
     /// Waits for a turn of `namespace`'s; `None` once the gate is closed.
     pub async fn enter(self: &Arc<Self>, namespace: &str) -> Option<Turn> {
         self.queue(namespace, false).await
+    }
+
+    /// A turn for the reconcile of `key` (in `namespace`) without waiting: the one kept for its
+    /// ticket, or a free one when nobody waits; else a ticket in the namespace's line (one per
+    /// key), whose `wake` is called once a turn is kept for it.
+    pub fn try_enter(self: &Arc<Self>, namespace: &str, key: &str, wake: Wake) -> Entry {
+        let mut s = self.state.lock();
+        if s.closed {
+            return Entry::Closed;
+        }
+        // Turns kept too long come back, to the lines first.
+        s.grant();
+        if let Some((ns, _)) = s.reserved.remove(key) {
+            return Entry::Turn(self.turn(&ns));
+        }
+        if s.tickets.contains(key) {
+            return Entry::Queued;
+        }
+        if s.in_use < s.capacity && s.waiting.values().all(VecDeque::is_empty) {
+            s.admit(namespace);
+            return Entry::Turn(self.turn(namespace));
+        }
+        s.tickets.insert(key.to_string());
+        let ticket = Waiter::Ticket {
+            key: key.to_string(),
+            wake,
+        };
+        s.waiting
+            .entry(namespace.to_string())
+            .or_default()
+            .push_back(ticket);
+        s.grant();
+        Entry::Queued
     }
 
     /// Waits for a turn, first in its namespace's line (`again`: a reconcile that had one).
@@ -75,9 +161,9 @@ impl FairGate {
             let (tx, rx) = oneshot::channel();
             let line = s.waiting.entry(namespace.to_string()).or_default();
             if again {
-                line.push_front(tx);
+                line.push_front(Waiter::Task(tx));
             } else {
-                line.push_back(tx);
+                line.push_back(Waiter::Task(tx));
             }
             s.grant();
             Waiting {
@@ -104,6 +190,8 @@ impl FairGate {
             let mut s = self.state.lock();
             s.closed = true;
             s.waiting.clear();
+            s.tickets.clear();
+            s.reserved.clear();
         }
     }
 
@@ -132,6 +220,9 @@ impl State {
     /// Gives free turns to waiters: each to the waiting namespace with the fewest running,
     /// then the one served longest ago. A waiter that gave up (dropped) is skipped.
     fn grant(&mut self) {
+        if !self.reserved.is_empty() {
+            self.expire();
+        }
         while self.in_use < self.capacity && !self.closed {
             let next = self
                 .waiting
@@ -146,25 +237,51 @@ impl State {
             let Some((_, _, ns)) = next else {
                 break;
             };
-            let Some(tx) = self.waiting.get_mut(&ns).and_then(VecDeque::pop_front) else {
+            let Some(waiter) = self.waiting.get_mut(&ns).and_then(VecDeque::pop_front) else {
                 break;
             };
             if self.waiting.get(&ns).is_some_and(VecDeque::is_empty) {
                 self.waiting.remove(&ns);
             }
-            if tx.is_closed() {
-                continue;
-            }
-            self.admit(&ns);
-            if tx.send(()).is_err() {
-                // Dropped in between: the turn comes back.
-                self.leave(&ns);
+            match waiter {
+                Waiter::Task(tx) => {
+                    if tx.is_closed() {
+                        continue;
+                    }
+                    self.admit(&ns);
+                    if tx.send(()).is_err() {
+                        // Dropped in between: the turn comes back.
+                        self.leave(&ns);
+                    }
+                }
+                Waiter::Ticket { key, wake } => {
+                    self.tickets.remove(&key);
+                    self.admit(&ns);
+                    self.reserved.insert(key, (ns, Instant::now()));
+                    wake();
+                }
             }
         }
         if self.served.len() > 10_000 {
             let (running, waiting) = (&self.running, &self.waiting);
             self.served
                 .retain(|ns, _| running.contains_key(ns) || waiting.contains_key(ns));
+        }
+    }
+
+    /// Gives back the turns kept longer than [`RESERVED_FOR`] for reconciles that did not come.
+    fn expire(&mut self) {
+        let now = Instant::now();
+        let stale: Vec<String> = self
+            .reserved
+            .iter()
+            .filter(|(_, (_, at))| now.duration_since(*at) >= self.reserve)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in stale {
+            if let Some((ns, _)) = self.reserved.remove(&key) {
+                self.leave(&ns);
+            }
         }
     }
 
@@ -246,90 +363,4 @@ impl Drop for Turn {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::time::Duration;
-
-    #[tokio::test]
-    async fn a_single_change_elsewhere_is_next_in_line_behind_a_busy_namespace() {
-        let gate = FairGate::new(2);
-        let a1 = gate.enter("a").await.unwrap();
-        let a2 = gate.enter("a").await.unwrap();
-        // 50 more of namespace a queue up, then one of b.
-        let mut queued = Vec::new();
-        for _ in 0..50 {
-            let g = gate.clone();
-            queued.push(tokio::spawn(async move { g.enter("a").await }));
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        let g = gate.clone();
-        let b = tokio::spawn(async move { g.enter("b").await });
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        assert_eq!(gate.load(), (2, 51));
-        drop(a1);
-        let b = tokio::time::timeout(Duration::from_secs(1), b)
-            .await
-            .expect("b is served at the first free turn")
-            .unwrap();
-        assert_eq!(gate.load(), (2, 50));
-        drop((a2, b));
-        for q in queued {
-            drop(q.await.unwrap());
-        }
-        assert_eq!(gate.load(), (0, 0));
-    }
-
-    #[tokio::test]
-    async fn a_turn_given_aside_goes_to_the_next_waiter_and_comes_back() {
-        let gate = FairGate::new(1);
-        let turn = gate.enter("a").await.unwrap();
-        let g = gate.clone();
-        let other = tokio::spawn(async move {
-            let t = g.enter("b").await.unwrap();
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            drop(t);
-        });
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        let g = gate.clone();
-        holding(turn, async move {
-            let seen = aside(&g, async { g.load() }).await;
-            assert_eq!(seen.0, 1, "b ran while a waited aside: {seen:?}");
-            assert_eq!(g.load(), (1, 0), "a holds a turn again");
-        })
-        .await;
-        other.await.unwrap();
-        assert_eq!(gate.load(), (0, 0));
-    }
-
-    #[tokio::test]
-    async fn a_closed_gate_sends_every_waiter_away() {
-        let gate = FairGate::new(1);
-        let held = gate.enter("a").await.unwrap();
-        let g = gate.clone();
-        let waiting = tokio::spawn(async move { g.enter("b").await.is_none() });
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        gate.close();
-        assert!(waiting.await.unwrap(), "sent away");
-        assert!(gate.enter("c").await.is_none());
-        drop(held);
-        assert_eq!(gate.load(), (0, 0));
-    }
-
-    #[tokio::test]
-    async fn a_waiter_that_gives_up_does_not_keep_its_turn() {
-        let gate = FairGate::new(1);
-        let held = gate.enter("a").await.unwrap();
-        let g = gate.clone();
-        let gone = tokio::spawn(async move { g.enter("b").await });
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        gone.abort();
-        let _ = gone.await;
-        drop(held);
-        let again = tokio::time::timeout(Duration::from_secs(1), gate.enter("c"))
-            .await
-            .expect("the turn is free again")
-            .unwrap();
-        assert_eq!(gate.load(), (1, 0));
-        drop(again);
-    }
-}
+mod tests;

@@ -426,6 +426,16 @@ impl Watches {
         }
     }
 
+    /// A wake of the fair gate's ticket for `comp` (`fair::FairGate::try_enter`): queues its
+    /// reconcile when a turn is kept for it; no change of its own, so it does not end its
+    /// rest.
+    pub fn ticket_wake(&self, comp: ObjectRef<Composition>) -> super::fair::Wake {
+        let sender = self.sender.clone();
+        Box::new(move || {
+            let _ = sender.send(comp);
+        })
+    }
+
     /// Queues a reconcile of `comp`.
     pub fn wake(&self, comp: ObjectRef<Composition>) {
         self.rest.woke(&comp);

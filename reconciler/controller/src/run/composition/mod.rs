@@ -50,15 +50,24 @@ use write_back::write_back;
 /// Failed API calls, typed by step (`error_policy` backs off); synthesis and module faults
 /// become conditions instead.
 pub async fn reconcile(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Action, Error> {
-    // A turn of the namespace's (workers are shared fairly between namespaces). While it
-    // waits, a queued Composition holds this small future only; the pass is boxed.
+    // A turn of the namespace's (workers are shared fairly between namespaces). Without one,
+    // the reconcile leaves a ticket and ends: the ticket's wake queues it again once a turn is
+    // kept for it (nothing waits in kube-runtime's runner, which polls all it holds).
     if at_rest(&comp, &ctx) {
         return Ok(Action::requeue(super::rest::coalesced(ctx.opts.resync)));
     }
     let namespace = comp.namespace().unwrap_or_default();
-    let Some(turn) = ctx.limits.fair.enter(&namespace).await else {
-        // The stack is stopping.
-        return Ok(Action::await_change());
+    let key = format!("{namespace}/{}", comp.name_any());
+    let wake = ctx
+        .caches
+        .watches
+        .ticket_wake(ObjectRef::from_obj(comp.as_ref()));
+    let turn = match ctx.limits.fair.try_enter(&namespace, &key, wake) {
+        super::fair::Entry::Turn(turn) => turn,
+        // Queued: the wake brings it back. Closed: the stack is stopping.
+        super::fair::Entry::Queued | super::fair::Entry::Closed => {
+            return Ok(Action::await_change());
+        }
     };
     // Its requests wait for `--qps` tokens in its namespace's queue, whatever their objects'.
     let flow = super::ratelimit::FLOW.scope(namespace.into(), async move {
