@@ -158,6 +158,14 @@ fn a_render_that_churns_memory_collects_at_the_soft_limit() {
         peak < 160,
         "the render's linear memory peaked at {peak} MiB"
     );
+    // GOGC=off and GOMEMLIMIT=off in the Synthesizer's env: nothing is collected.
+    let env = json!({"GOGC": "off", "GOMEMLIMIT": "off"});
+    let list = resource_list_with_env(&tgz, None, "rel", "apps", &dir, &env);
+    let uncollected = synthesized(&list).unwrap().peak_memory_bytes >> 20;
+    assert!(
+        uncollected > 300,
+        "without collections: {uncollected} MiB (with: {peak} MiB)"
+    );
 }
 
 /// `required` and `fail` stop the render with the chart's own message, in enoki and in Helm.

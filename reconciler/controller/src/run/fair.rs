@@ -7,10 +7,13 @@
 //! taken by admitted reconciles only, so they are shared likewise.
 //!
 //! A Composition's reconcile does not wait inside the controller's runner for its turn
-//! ([`FairGate::try_enter`]): it leaves a ticket and ends; the freed turn is kept for it and
-//! its reconcile is queued again (the ticket's wake). kube-runtime's runner polls every
-//! reconcile it holds each time one of them wakes, so thousands of reconciles parked there
-//! cost O(n) per wake-up: with tickets it holds the running ones only.
+//! ([`FairGate::try_enter`]): it leaves a ticket and ends; a freed turn is kept for the next
+//! ticket and that reconcile is queued again (the ticket's wake, which says no for a
+//! Composition that is gone: the turn goes to the next in line). A kept turn that is not
+//! claimed within [`RESERVED_FOR`] is given back ([`FairGate::tick`], every second).
+//! kube-runtime's runner polls every reconcile it holds each time one of them wakes, so
+//! thousands of reconciles parked there cost O(n) per wake-up: with tickets it holds the
+//! running ones only.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -56,8 +59,9 @@ enum Waiter {
     Ticket { key: String, wake: Wake },
 }
 
-/// Queues the ticket's reconcile again.
-pub type Wake = Box<dyn FnOnce() + Send>;
+/// Queues the ticket's reconcile again; `false` when it is not there any more (its turn then
+/// goes to the next in line). Called with the gate locked: it must not touch the gate.
+pub type Wake = Box<dyn FnOnce() -> bool + Send>;
 
 impl std::fmt::Debug for Waiter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -68,9 +72,9 @@ impl std::fmt::Debug for Waiter {
     }
 }
 
-/// A turn kept for a ticket is given back when its reconcile has not come for it by then (the
-/// Composition went away, or another replica serves it now).
-pub const RESERVED_FOR: Duration = Duration::from_secs(30);
+/// A turn kept for a ticket is given back when its reconcile has not come for it by then (it
+/// normally comes within milliseconds; the Composition went away, or is at rest now).
+pub const RESERVED_FOR: Duration = Duration::from_secs(5);
 
 /// What [`FairGate::try_enter`] answers.
 #[derive(Debug)]
@@ -147,6 +151,24 @@ impl FairGate {
         Entry::Queued
     }
 
+    /// Gives back the turn kept for `key`, if any (its reconcile came and does not need it).
+    pub fn release(&self, key: &str) {
+        let mut s = self.state.lock();
+        if let Some((ns, _)) = s.reserved.remove(key) {
+            s.leave(&ns);
+            s.grant();
+        }
+    }
+
+    /// Gives back the kept turns nobody claimed in time, to the lines; the stack calls it
+    /// every second.
+    pub fn tick(&self) {
+        let mut s = self.state.lock();
+        if !s.reserved.is_empty() {
+            s.grant();
+        }
+    }
+
     /// Waits for a turn, first in its namespace's line (`again`: a reconcile that had one).
     async fn queue(self: &Arc<Self>, namespace: &str, again: bool) -> Option<Turn> {
         let rx = {
@@ -191,7 +213,10 @@ impl FairGate {
             s.closed = true;
             s.waiting.clear();
             s.tickets.clear();
-            s.reserved.clear();
+            let kept: Vec<String> = s.reserved.drain().map(|(_, (ns, _))| ns).collect();
+            for ns in kept {
+                s.leave(&ns);
+            }
         }
     }
 
@@ -256,9 +281,10 @@ impl State {
                 }
                 Waiter::Ticket { key, wake } => {
                     self.tickets.remove(&key);
-                    self.admit(&ns);
-                    self.reserved.insert(key, (ns, Instant::now()));
-                    wake();
+                    if wake() {
+                        self.admit(&ns);
+                        self.reserved.insert(key, (ns, Instant::now()));
+                    }
                 }
             }
         }

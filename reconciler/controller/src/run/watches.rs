@@ -427,13 +427,15 @@ impl Watches {
     }
 
     /// A wake of the fair gate's ticket for `comp` (`fair::FairGate::try_enter`): queues its
-    /// reconcile when a turn is kept for it; no change of its own, so it does not end its
-    /// rest.
-    pub fn ticket_wake(&self, comp: ObjectRef<Composition>) -> super::fair::Wake {
+    /// reconcile when a turn is kept for it, unless it is gone from `store` (then `false`);
+    /// no change of its own, so it does not end its rest.
+    pub fn ticket_wake(
+        &self,
+        comp: ObjectRef<Composition>,
+        store: kube::runtime::reflector::Store<Composition>,
+    ) -> super::fair::Wake {
         let sender = self.sender.clone();
-        Box::new(move || {
-            let _ = sender.send(comp);
-        })
+        Box::new(move || store.get(&comp).is_some() && sender.send(comp).is_ok())
     }
 
     /// Queues a reconcile of `comp`.

@@ -53,15 +53,17 @@ pub async fn reconcile(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Acti
     // A turn of the namespace's (workers are shared fairly between namespaces). Without one,
     // the reconcile leaves a ticket and ends: the ticket's wake queues it again once a turn is
     // kept for it (nothing waits in kube-runtime's runner, which polls all it holds).
-    if at_rest(&comp, &ctx) {
-        return Ok(Action::requeue(super::rest::coalesced(ctx.opts.resync)));
-    }
     let namespace = comp.namespace().unwrap_or_default();
     let key = format!("{namespace}/{}", comp.name_any());
-    let wake = ctx
-        .caches
-        .watches
-        .ticket_wake(ObjectRef::from_obj(comp.as_ref()));
+    if at_rest(&comp, &ctx) {
+        // A turn kept for it meanwhile goes to the next in line.
+        ctx.limits.fair.release(&key);
+        return Ok(Action::requeue(super::rest::coalesced(ctx.opts.resync)));
+    }
+    let wake = ctx.caches.watches.ticket_wake(
+        ObjectRef::from_obj(comp.as_ref()),
+        ctx.caches.compositions.clone(),
+    );
     let turn = match ctx.limits.fair.try_enter(&namespace, &key, wake) {
         super::fair::Entry::Turn(turn) => turn,
         // Queued: the wake brings it back. Closed: the stack is stopping.

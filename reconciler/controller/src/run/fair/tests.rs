@@ -92,6 +92,7 @@ fn counted() -> (Arc<std::sync::atomic::AtomicUsize>, impl Fn() -> Wake) {
         let m = m.clone();
         Box::new(move || {
             m.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            true
         })
     })
 }
@@ -151,8 +152,42 @@ fn a_kept_turn_nobody_claims_comes_back() {
     assert_eq!(gate.load(), (1, 0), "kept for gone/1");
     assert!(matches!(gate.try_enter("b", "b/1", wake()), Entry::Queued));
     std::thread::sleep(Duration::from_millis(30));
-    // The next look at the gate gives it back, and b's ticket gets it.
+    // The stack's tick gives it back, and b's ticket gets it.
+    gate.tick();
+    assert_eq!(gate.load(), (1, 0), "kept for b/1");
     assert!(matches!(gate.try_enter("b", "b/1", wake()), Entry::Turn(_)));
+}
+
+#[test]
+fn a_ticket_whose_composition_is_gone_passes_its_turn_on() {
+    let gate = FairGate::new(1);
+    let (woken, wake) = counted();
+    let Entry::Turn(held) = gate.try_enter("a", "a/1", wake()) else {
+        panic!("a free turn")
+    };
+    let gone: Wake = Box::new(|| false);
+    assert!(matches!(gate.try_enter("a", "a/gone", gone), Entry::Queued));
+    assert!(matches!(gate.try_enter("b", "b/1", wake()), Entry::Queued));
+    drop(held);
+    // a/gone said no: b/1 has the turn.
+    assert_eq!(woken.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert!(matches!(gate.try_enter("b", "b/1", wake()), Entry::Turn(_)));
+}
+
+#[test]
+fn a_kept_turn_its_reconcile_does_not_need_is_released() {
+    let gate = FairGate::new(1);
+    let (_, wake) = counted();
+    let Entry::Turn(held) = gate.try_enter("a", "a/1", wake()) else {
+        panic!("a free turn")
+    };
+    assert!(matches!(gate.try_enter("b", "b/1", wake()), Entry::Queued));
+    assert!(matches!(gate.try_enter("c", "c/1", wake()), Entry::Queued));
+    drop(held);
+    // b/1 came back at rest: its turn goes to c/1.
+    gate.release("b/1");
+    assert_eq!(gate.load(), (1, 0));
+    assert!(matches!(gate.try_enter("c", "c/1", wake()), Entry::Turn(_)));
 }
 
 #[test]
@@ -163,9 +198,11 @@ fn a_closed_gate_drops_its_tickets() {
         panic!("a free turn")
     };
     assert!(matches!(gate.try_enter("b", "b/1", wake()), Entry::Queued));
+    assert!(matches!(gate.try_enter("c", "c/1", wake()), Entry::Queued));
+    drop(held);
+    // b/1's turn is kept; the gate closes before it comes.
     gate.close();
     assert!(matches!(gate.try_enter("b", "b/1", wake()), Entry::Closed));
-    drop(held);
-    assert_eq!(woken.load(std::sync::atomic::Ordering::SeqCst), 0);
+    assert_eq!(woken.load(std::sync::atomic::Ordering::SeqCst), 1);
     assert_eq!(gate.load(), (0, 0));
 }

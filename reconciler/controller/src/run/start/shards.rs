@@ -62,16 +62,12 @@ pub(super) async fn run_stack(
         slice_keys: shared.slice_keys.clone(),
     }));
     let mut tasks = background(&ctx, stop.clone()).await;
-    let (gate, stopping) = (ctx.limits.fair.clone(), stop.clone());
-    tasks.push(tokio::spawn(async move {
-        stopping.await;
-        gate.close();
-    }));
+    tasks.extend(keep_gate(&ctx.limits.fair, stop.clone()));
     Controller::for_stream(comp_stream, comp_reader)
         .trigger_backoff(recovery::backoff())
         .owns_stream(slice_stream)
-        // Unbounded here: every queued Composition waits for a turn of the fair gate
-        // (`--concurrency` turns shared between namespaces) inside its reconcile.
+        // Unbounded here: a reconcile runs only with a turn of the fair gate (`--concurrency`
+        // turns shared between namespaces); without one it leaves a ticket and ends.
         .with_config(kube::runtime::controller::Config::default().concurrency(0))
         .reconcile_on(changes)
         .graceful_shutdown_on(stop)
@@ -85,6 +81,29 @@ pub(super) async fn run_stack(
     for t in tasks {
         t.abort();
     }
+}
+
+/// The fair gate's tasks: it closes when the stack stops; every second, kept turns nobody
+/// claimed go back to the lines.
+fn keep_gate(
+    gate: &Arc<super::super::fair::FairGate>,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> [tokio::task::JoinHandle<()>; 2] {
+    let closing = gate.clone();
+    let ticking = gate.clone();
+    [
+        tokio::spawn(async move {
+            stop.await;
+            closing.close();
+        }),
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(std::time::Duration::from_secs(1));
+            loop {
+                every.tick().await;
+                ticking.tick();
+            }
+        }),
+    ]
 }
 
 /// The Composition events, each counted as seen by the queue metrics.
