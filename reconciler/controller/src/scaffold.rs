@@ -100,7 +100,7 @@ fn flavour(lang: Lang) -> Flavour {
         Lang::Assemblyscript => ("AssemblyScript", "WASI preview1 module, ~40 KB", false),
         Lang::Python => ("Python", "wasi:cli/command component, ~18 MB", true),
         Lang::Typescript => ("TypeScript", "wasi:cli/command component, ~14 MB", true),
-        Lang::Helm => ("Helm chart (Go)", "WASI preview1 module, ~80 MB", true),
+        Lang::Helm => ("Helm chart (Go)", "WASI preview1 module, ~41 MB", true),
     };
     Flavour {
         title,

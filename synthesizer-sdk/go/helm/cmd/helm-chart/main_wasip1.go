@@ -1,8 +1,8 @@
 //go:build wasip1
 
 // For wasip1 the module is a WASI reactor (`go build -buildmode=c-shared`): `_initialize`
-// runs Go's runtime and every package's init (Helm's engine, Sprig, the Kubernetes API
-// scheme: most of a render's time), and the `_start` export renders. enoki calls
+// runs Go's runtime and every package's init (Helm's engine, Sprig, jsonschema: more than
+// the render itself), and the `_start` export renders. enoki calls
 // `_initialize` before `_start`; `enoki module preinit` runs `_initialize` once at build
 // time and snapshots the initialized module (Wizer), so a run starts at `_start`.
 //

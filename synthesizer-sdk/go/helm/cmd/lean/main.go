@@ -16,13 +16,20 @@
 // It then builds a probe with the new go.mod and checks that Helm's default capabilities
 // (API versions, Kubernetes version) are the same as in a plain build, and fails otherwise.
 //
-// usage, from the module of the synthesizer (this module for cmd/helm-chart):
+// It also refuses a build in which anything but Helm's chart/common and client-go's discovery
+// client imports client-go's scheme or typed clientset: a synthesizer of yours that decodes
+// typed objects with that scheme would compile and then fail at run time.
 //
-//	go run github.com/enoki-dev/enoki/synthesizer-sdk/go/helm/cmd/lean DIR
+// usage, from the module of the synthesizer (this module for cmd/helm-chart), without GOOS
+// and GOARCH set (lean runs on the build machine):
+//
+//	go run github.com/enoki-dev/enoki/synthesizer-sdk/go/helm/cmd/lean DIR [PACKAGE...]
 //	GOOS=wasip1 GOARCH=wasm go build -modfile=DIR/go.mod ...
 //
-// DIR is referred to by a relative path from the module, so the module's bytes do not
-// depend on where it is built.
+// PACKAGE names what will be built (default ./...). DIR is lean's own: it holds only what
+// lean writes (a DIR with anything else in it is refused), and is referred to by a relative
+// path from the module, so the module's bytes do not depend on where it is built. Workspaces
+// (go.work) and vendor directories are not supported: lean sets GOWORK=off.
 package main
 
 import (
@@ -31,6 +38,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"helm.sh/helm/v4/pkg/chart/common"
@@ -51,11 +59,15 @@ func main() {
 		fmt.Print(capabilities())
 		return
 	}
-	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: lean DIR (writes DIR/go.mod: go build -modfile=DIR/go.mod)")
+	if len(os.Args) < 2 || strings.HasPrefix(os.Args[1], "-") {
+		fmt.Fprintln(os.Stderr, "usage: lean DIR [PACKAGE...] (writes DIR/go.mod: go build -modfile=DIR/go.mod)")
 		os.Exit(2)
 	}
-	if err := run(os.Args[1]); err != nil {
+	packages := os.Args[2:]
+	if len(packages) == 0 {
+		packages = []string{"./..."}
+	}
+	if err := run(os.Args[1], packages); err != nil {
 		fmt.Fprintln(os.Stderr, "lean:", err)
 		os.Exit(1)
 	}
@@ -68,7 +80,9 @@ func capabilities() string {
 		c.KubeVersion.Minor, strings.Join(c.APIVersions, " "))
 }
 
-func run(dir string) error {
+func run(dir string, packages []string) error {
+	// Module mode, this module's go.mod: a workspace would refuse -modfile.
+	os.Setenv("GOWORK", "off")
 	dir, err := filepath.Abs(dir)
 	if err != nil {
 		return err
@@ -84,7 +98,10 @@ func run(dir string) error {
 	if err != nil {
 		return err
 	}
-	if err := os.RemoveAll(dir); err != nil {
+	if err := prepare(dir, filepath.Dir(root)); err != nil {
+		return err
+	}
+	if err := notReplaced(root); err != nil {
 		return err
 	}
 	helm, err := copyModule(helmModule, filepath.Join(dir, "helm"))
@@ -104,7 +121,10 @@ func run(dir string) error {
 	if err := writeModFile(root, dir, rel); err != nil {
 		return err
 	}
-	return probe(dir)
+	if err := probe(dir); err != nil {
+		return err
+	}
+	return schemeUnused(dir, packages)
 }
 
 // writeModFile copies the module's go.mod and go.sum into dir, the go.mod replacing Helm and
@@ -122,8 +142,14 @@ func writeModFile(root, dir, rel string) error {
 	if !strings.HasPrefix(prefix, "../") {
 		prefix = "./" + prefix
 	}
-	mod = append(mod, fmt.Sprintf("\nreplace %s => %s/helm\n\nreplace %s => %s/client-go\n",
-		helmModule, prefix, clientGo, prefix)...)
+	path := func(sub string) string {
+		if p := prefix + "/" + sub; !strings.ContainsAny(p, " \t\"") {
+			return p
+		}
+		return strconv.Quote(prefix + "/" + sub)
+	}
+	mod = append(mod, fmt.Sprintf("\nreplace %s => %s\n\nreplace %s => %s\n",
+		helmModule, path("helm"), clientGo, path("client-go"))...)
 	if err := os.WriteFile(filepath.Join(dir, "go.mod"), mod, 0o644); err != nil {
 		return err
 	}
@@ -133,7 +159,8 @@ func writeModFile(root, dir, rel string) error {
 // probe checks that a build with the new go.mod has Helm's default capabilities.
 func probe(dir string) error {
 	cmd := exec.Command("go", "run", "-modfile="+filepath.Join(dir, "go.mod"), self, "-capabilities")
-	cmd.Env = append(os.Environ(), "GOOS=", "GOARCH=", "GOFLAGS=-buildvcs=false")
+	cmd.Env = append(os.Environ(), "GOOS=", "GOARCH=",
+		"GOFLAGS="+strings.TrimSpace(os.Getenv("GOFLAGS")+" -buildvcs=false"))
 	cmd.Stderr = os.Stderr
 	got, err := cmd.Output()
 	if err != nil {
@@ -165,6 +192,10 @@ func copyModule(module, dst string) (string, error) {
 		return "", fmt.Errorf("go list -m %s: %w", module, err)
 	}
 	src := strings.TrimSpace(string(out))
+	if src == "" {
+		return "", fmt.Errorf("%s has no directory in the module cache (a vendored build? lean "+
+			"needs module mode: go mod download %s)", module, module)
+	}
 	err = filepath.WalkDir(src, func(p string, d os.DirEntry, err error) error {
 		if err != nil {
 			return err
