@@ -79,14 +79,13 @@ pub(crate) fn engine_config(tier: TierKind) -> Config {
     let mut config = Config::new();
     if tier == TierKind::Baseline {
         // Winch compiles the functions; Cranelift still compiles a host-to-wasm trampoline
-        // for each function a table or export holds (nearly all of a Go module's). Unoptimized
-        // and with the single-pass register allocator, the Helm module's baseline compilation
-        // takes 2.9 s instead of 3.9 s (`examples/compile.rs`, 2 cores); the trampolines run
-        // only until the optimized code replaces them.
+        // for each function a table or export holds (nearly all of a Go module's), here
+        // without optimizations (its default register allocator: the single-pass one is not
+        // covered by wasmtime's security support). A module whose optimized compilation fails
+        // keeps running them.
         config
             .strategy(wasmtime::Strategy::Winch)
-            .cranelift_opt_level(wasmtime::OptLevel::None)
-            .cranelift_regalloc_algorithm(wasmtime::RegallocAlgorithm::SinglePass);
+            .cranelift_opt_level(wasmtime::OptLevel::None);
     }
     config.epoch_interruption(true);
     restrict_features(&mut config);
