@@ -67,7 +67,7 @@ for s in samples/0*/composition.yaml; do
   grep -q 'REGISTRY/' "$s" || kubectl apply -f "$s"
 done
 
-step "publishing the Python, TypeScript and Helm modules (14-80 MB) to a local OCI registry"
+step "publishing the Python, TypeScript and Helm modules (14-41 MB) to a local OCI registry"
 REGISTRY="$(hack/registry.sh "$TESTENV_DIR/registry" "${DEMO_REGISTRY_PORT:-5123}")"
 cp "$TESTENV_DIR/registry/pid" "$TESTENV_DIR/registry.pid"
 for lang in python typescript helm; do

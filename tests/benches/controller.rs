@@ -44,6 +44,22 @@ fn cpu_seconds(pid: u32) -> f64 {
     (t(11) + t(12)) / CLK_TCK
 }
 
+/// CPU seconds used so far by the processes named `names` (`/proc/*/comm`): the local control
+/// plane's kube-apiserver and etcd.
+fn cpu_seconds_named(names: &[&str]) -> f64 {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 0.0;
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            names.contains(&comm.trim())
+        })
+        .map(cpu_seconds)
+        .sum()
+}
+
 /// A `/proc/<pid>/status` field (`key` with its colon, in KiB) in MiB; 0 when unreadable.
 fn status_mib(pid: u32, key: &str) -> f64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
@@ -742,16 +758,19 @@ struct ReplicaFigures {
     /// Anonymous RSS idle and at the end.
     idle_anon: f64,
     anon: f64,
+    /// CPU seconds from the fleet's first create to all Ready.
+    cpu: f64,
 }
 
 /// `replicas` enoki processes (`--shards shards` when more than 1) reconcile `comps`
-/// Compositions of `per` ConfigMaps: (time until all are Ready, figures per replica).
+/// Compositions of `per` ConfigMaps: (time until all are Ready, figures per replica, CPU
+/// seconds of the API server and etcd meanwhile).
 async fn fleet(
     comps: usize,
     per: usize,
     replicas: usize,
     shards: u32,
-) -> (Duration, Vec<ReplicaFigures>) {
+) -> (Duration, Vec<ReplicaFigures>, f64) {
     let env = TestEnv::new().await;
     let synth = install_synthesizer(&env, "echo", &echo_module()).await;
     let ns = env.namespace.clone();
@@ -802,6 +821,8 @@ async fn fleet(
     // that costs does not grow with the fleet.
     warm_up(envr, synth).await;
     let warm: Vec<f64> = fleet.iter().map(|e| rss_mib(e.pid()).0).collect();
+    let cpu0: Vec<f64> = fleet.iter().map(|e| cpu_seconds(e.pid())).collect();
+    let plane0 = cpu_seconds_named(CONTROL_PLANE);
     let start = Instant::now();
     futures::stream::iter(0..comps)
         .for_each_concurrent(16, |i| async move {
@@ -823,13 +844,20 @@ async fn fleet(
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let all = start.elapsed();
+    let cpu: Vec<f64> = fleet
+        .iter()
+        .zip(cpu0)
+        .map(|(e, c)| cpu_seconds(e.pid()) - c)
+        .collect();
+    let plane = cpu_seconds_named(CONTROL_PLANE) - plane0;
     // The sweep publishes the cache sizes every 15 s.
     tokio::time::sleep(Duration::from_secs(20)).await;
     let figures = fleet
         .iter()
         .zip(idle)
         .zip(warm)
-        .map(|((e, (idle, idle_anon)), warm)| ReplicaFigures {
+        .zip(cpu)
+        .map(|(((e, (idle, idle_anon)), warm), cpu)| ReplicaFigures {
             shards: e.metric("enoki_shard_held").unwrap_or(0.0),
             compositions: e.metric("enoki_shard_compositions").unwrap_or(0.0),
             objects: e.metric("enoki_shard_managed_objects").unwrap_or(0.0),
@@ -838,6 +866,7 @@ async fn fleet(
             rss: rss_mib(e.pid()).0,
             idle_anon,
             anon: anon_rss_mib(e.pid()),
+            cpu,
         })
         .collect();
     drop(fleet);
@@ -846,8 +875,11 @@ async fn fleet(
     let cms: Api<ConfigMap> = env.api();
     let managed = ListParams::default().labels("enoki.dev/managed-by");
     delete_all(&cms, &managed, "managed ConfigMaps").await;
-    (all, figures)
+    (all, figures, plane)
 }
+
+/// The control plane's processes, whose CPU the shards case reports.
+const CONTROL_PLANE: &[&str] = &["kube-apiserver", "etcd"];
 
 /// Deletes every object of `api` that `selected` selects: a collection of 50,000 may outlast
 /// one request's timeout, so again until none is left.
@@ -882,13 +914,13 @@ const WARM: usize = 32;
 
 async fn shards() {
     let (comps, per) = (count_from_env("BENCH_SHARDS", 5_000), 10);
-    let (base, base_figures) = fleet(comps, per, 1, 1).await;
-    let (sharded, sharded_figures) = fleet(comps, per, 2, 4).await;
+    let (base, base_figures, base_plane) = fleet(comps, per, 1, 1).await;
+    let (sharded, sharded_figures, sharded_plane) = fleet(comps, per, 2, 4).await;
     println!("\n## shards: {comps} Compositions × {per} ConfigMaps\n");
     println!(
-        "| setup | all Ready | vs 1 replica | replica: shards held, Compositions / managed objects cached, RSS (above its idle RSS), share of the unsharded RSS above idle; the same above its warm base (after {WARM} warm-up Compositions); the same for anonymous RSS above idle (heap and stacks, without mapped code) |"
+        "| setup | all Ready | vs 1 replica | replica: shards held, Compositions / managed objects cached, RSS (above its idle RSS), share of the unsharded RSS above idle; the same above its warm base (after {WARM} warm-up Compositions); the same for anonymous RSS above idle (heap and stacks, without mapped code) | CPU-s from first create to all Ready: each replica; kube-apiserver + etcd |"
     );
-    println!("| --- | --- | --- | --- |");
+    println!("| --- | --- | --- | --- | --- |");
     let whole = base_figures
         .first()
         .map_or(1.0, |f| (f.rss - f.idle).max(1.0));
@@ -898,9 +930,14 @@ async fn shards() {
     let whole_anon = base_figures
         .first()
         .map_or(1.0, |f| (f.anon - f.idle_anon).max(1.0));
-    for (name, t, figures) in [
-        ("1 replica, unsharded", base, &base_figures),
-        ("2 replicas, `--shards 4`", sharded, &sharded_figures),
+    for (name, t, figures, plane) in [
+        ("1 replica, unsharded", base, &base_figures, base_plane),
+        (
+            "2 replicas, `--shards 4`",
+            sharded,
+            &sharded_figures,
+            sharded_plane,
+        ),
     ] {
         let per_replica: Vec<String> = figures
             .iter()
@@ -921,11 +958,13 @@ async fn shards() {
                 )
             })
             .collect();
+        let cpu: Vec<String> = figures.iter().map(|f| format!("{:.1}", f.cpu)).collect();
         println!(
-            "| {name} | {:.1} s | {:.2}x | {} |",
+            "| {name} | {:.1} s | {:.2}x | {} | {}; {plane:.1} |",
             t.as_secs_f64(),
             t.as_secs_f64() / base.as_secs_f64(),
-            per_replica.join("; ")
+            per_replica.join("; "),
+            cpu.join(" + ")
         );
     }
 }

@@ -132,7 +132,10 @@ fn tickets_are_served_fairly_between_namespaces() {
         panic!("a free turn")
     };
     for i in 1..50 {
-        assert!(matches!(gate.try_enter("a", &format!("a/{i}"), wake()), Entry::Queued));
+        assert!(matches!(
+            gate.try_enter("a", &format!("a/{i}"), wake()),
+            Entry::Queued
+        ));
     }
     assert!(matches!(gate.try_enter("b", "b/1", wake()), Entry::Queued));
     drop(held);
@@ -147,7 +150,10 @@ fn a_kept_turn_nobody_claims_comes_back() {
     let Entry::Turn(held) = gate.try_enter("a", "a/1", wake()) else {
         panic!("a free turn")
     };
-    assert!(matches!(gate.try_enter("gone", "gone/1", wake()), Entry::Queued));
+    assert!(matches!(
+        gate.try_enter("gone", "gone/1", wake()),
+        Entry::Queued
+    ));
     drop(held);
     assert_eq!(gate.load(), (1, 0), "kept for gone/1");
     assert!(matches!(gate.try_enter("b", "b/1", wake()), Entry::Queued));
