@@ -151,6 +151,29 @@ impl FairGate {
         Entry::Queued
     }
 
+    /// The gate's tasks in a stack: it closes when `stop` resolves; every second, kept turns
+    /// nobody claimed go back to the lines ([`FairGate::tick`]).
+    pub fn keep(
+        gate: &Arc<FairGate>,
+        stop: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> [tokio::task::JoinHandle<()>; 2] {
+        let closing = gate.clone();
+        let ticking = gate.clone();
+        [
+            tokio::spawn(async move {
+                stop.await;
+                closing.close();
+            }),
+            tokio::spawn(async move {
+                let mut every = tokio::time::interval(Duration::from_secs(1));
+                loop {
+                    every.tick().await;
+                    ticking.tick();
+                }
+            }),
+        ]
+    }
+
     /// Gives back the turn kept for `key`, if any (its reconcile came and does not need it).
     pub fn release(&self, key: &str) {
         let mut s = self.state.lock();

@@ -62,7 +62,10 @@ pub(super) async fn run_stack(
         slice_keys: shared.slice_keys.clone(),
     }));
     let mut tasks = background(&ctx, stop.clone()).await;
-    tasks.extend(keep_gate(&ctx.limits.fair, stop.clone()));
+    tasks.extend(super::super::fair::FairGate::keep(
+        &ctx.limits.fair,
+        stop.clone(),
+    ));
     Controller::for_stream(comp_stream, comp_reader)
         .trigger_backoff(recovery::backoff())
         .owns_stream(slice_stream)
@@ -81,29 +84,6 @@ pub(super) async fn run_stack(
     for t in tasks {
         t.abort();
     }
-}
-
-/// The fair gate's tasks: it closes when the stack stops; every second, kept turns nobody
-/// claimed go back to the lines.
-fn keep_gate(
-    gate: &Arc<super::super::fair::FairGate>,
-    stop: impl std::future::Future<Output = ()> + Send + 'static,
-) -> [tokio::task::JoinHandle<()>; 2] {
-    let closing = gate.clone();
-    let ticking = gate.clone();
-    [
-        tokio::spawn(async move {
-            stop.await;
-            closing.close();
-        }),
-        tokio::spawn(async move {
-            let mut every = tokio::time::interval(std::time::Duration::from_secs(1));
-            loop {
-                every.tick().await;
-                ticking.tick();
-            }
-        }),
-    ]
 }
 
 /// The Composition events, each counted as seen by the queue metrics.
