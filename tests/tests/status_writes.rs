@@ -171,3 +171,132 @@ async fn each_pass_writes_the_status_at_most_once() {
         "passes that change nothing write nothing"
     );
 }
+
+/// A ValidatingAdmissionPolicy (and its binding) refusing every status write of a Composition
+/// labelled `refuse-status` in `namespace` — a record that cannot be made — once it is in force
+/// (probed with a Composition of its own before enoki starts).
+async fn refuse_status_writes(env: &TestEnv) -> String {
+    let name = format!("refuse-status-{}", env.namespace);
+    let policy = json!({"apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy", "metadata": {"name": name},
+        "spec": {"failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{"apiGroups": ["enoki.dev"],
+                "apiVersions": ["*"], "operations": ["UPDATE"],
+                "resources": ["compositions/status"]}]},
+            "validations": [{"reason": "Forbidden", "message": "status writes refused (test)",
+                "expression": "!has(object.metadata.labels) || !('refuse-status' in object.metadata.labels)"}]}});
+    let binding = json!({"apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding", "metadata": {"name": name},
+        "spec": {"policyName": name, "validationActions": ["Deny"],
+            "matchResources": {"namespaceSelector": {"matchLabels":
+                {"kubernetes.io/metadata.name": env.namespace}}}}});
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": [policy, binding]});
+    let (ok, out) = harness::kubectl(&["apply", "-f", "-"], Some(list.to_string().as_bytes()));
+    assert!(ok, "{out}");
+    let comps: Api<crds::Composition> = env.api();
+    let probe = json!({"apiVersion": "enoki.dev/v1alpha1", "kind": "Composition",
+        "metadata": {"name": "probe", "labels": {"refuse-status": "true"}},
+        "spec": {"synthesizer": {"name": "none"}}});
+    comps
+        .create(&Default::default(), &serde_json::from_value(probe).unwrap())
+        .await
+        .unwrap();
+    let write = json!({"status": {"simplified": {"status": "Ready"}}});
+    eventually("the policy in force", WAIT, || async {
+        let r = comps
+            .patch_status("probe", &PatchParams::default(), &Patch::Merge(&write))
+            .await;
+        r.is_err().then_some(())
+    })
+    .await;
+    comps.delete("probe", &Default::default()).await.unwrap();
+    name
+}
+
+/// Composition `name` of `synth` bound to ConfigMap `config`, labelled so its status writes
+/// are refused.
+async fn refused(env: &TestEnv, name: &str, synth: &str, config: &str) {
+    let comp = json!({"apiVersion": "enoki.dev/v1alpha1", "kind": "Composition",
+        "metadata": {"name": name, "labels": {"refuse-status": "true"}},
+        "spec": {"synthesizer": {"name": synth},
+            "bindings": [{"key": "config", "resource": {"name": config}}]}});
+    let comps: Api<crds::Composition> = env.api();
+    comps
+        .create(&Default::default(), &serde_json::from_value(comp).unwrap())
+        .await
+        .unwrap();
+}
+
+/// A first synthesis is applied in the pass that records it. When the record is refused, what
+/// it applied is not left behind: deleting the Composition deletes it, and after a restart
+/// (nothing in memory) the next synthesis prunes what it dropped.
+#[tokio::test]
+async fn a_first_synthesis_applied_but_never_recorded_is_pruned_and_deleted() {
+    let env = TestEnv::new().await;
+    install_crds(&env.client).await;
+    let synth = install_synthesizer(&env, "echo", &echo_module()).await;
+    let policy = refuse_status_writes(&env).await;
+    let mut enoki = Enoki::start(&env.namespace);
+    let cm =
+        |name: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}});
+    harness::set_echo_items(&env, "config", &json!([cm("a"), cm("b")])).await;
+    harness::set_echo_items(&env, "config-gone", &json!([cm("c")])).await;
+    let since = now_rfc3339();
+    refused(&env, "lost", &synth, "config").await;
+    refused(&env, "gone", &synth, "config-gone").await;
+    eventually("the first syntheses applied", WAIT, || async {
+        let mut all = true;
+        for n in ["a", "b", "c"] {
+            all &= harness::config_map_exists(&env, n).await;
+        }
+        all.then_some(())
+    })
+    .await;
+    let comps: Api<crds::Composition> = env.api();
+    let recorded = |c: crds::Composition| c.status.and_then(|s| s.current_synthesis);
+    assert!(recorded(comps.get("lost").await.unwrap()).is_none());
+    let writes = status_writes(&env, "lost", &since).await;
+    assert!(
+        !writes.is_empty() && writes.iter().all(|w| w.0 == 403),
+        "{writes:?}"
+    );
+    // Deleted while its record is still refused: what it applied goes with it.
+    comps.delete("gone", &Default::default()).await.unwrap();
+    eventually("gone's output deleted and gone released", WAIT, || async {
+        let out = harness::config_map_exists(&env, "c").await;
+        let comp = comps.get_opt("gone").await.unwrap();
+        (!out && comp.is_none()).then_some(())
+    })
+    .await;
+    // The process ends (its memory with it); meanwhile the input drops `b` and the record is
+    // let through. The restarted controller takes the unrecorded slices as the current
+    // synthesis: the next one's tombstone deletes `b`.
+    enoki.stop();
+    harness::set_echo_items(&env, "config", &json!([cm("a")])).await;
+    let unlabel = json!({"metadata": {"labels": {"refuse-status": null}}});
+    comps
+        .patch("lost", &PatchParams::default(), &Patch::Merge(&unlabel))
+        .await
+        .unwrap();
+    let _enoki = Enoki::start(&env.namespace);
+    harness::wait_ready(&env, "lost").await;
+    eventually("b pruned", WAIT, || async {
+        (!harness::config_map_exists(&env, "b").await).then_some(())
+    })
+    .await;
+    assert!(harness::config_map_exists(&env, "a").await);
+    let st = comps.get("lost").await.unwrap().status.unwrap();
+    let previous = st
+        .previous_synthesis
+        .expect("the unrecorded synthesis as previous");
+    assert!(!previous.resource_slices.is_empty(), "{previous:?}");
+    let (ok, out) = harness::kubectl(
+        &[
+            "delete",
+            "validatingadmissionpolicybinding,validatingadmissionpolicy",
+            &policy,
+        ],
+        None,
+    );
+    assert!(ok, "{out}");
+}

@@ -47,6 +47,39 @@ pub(crate) fn owned_by(slice: &ResourceSlice, uid: &str) -> bool {
             .any(|o| o.uid == uid && o.kind == crds::names::kinds::COMPOSITION)
 }
 
+/// The slices `comp` owns while no synthesis of it is recorded, as one synthesis: a synthesis
+/// stored whose record was lost (a first synthesis is applied in the pass that records it, so
+/// its objects may exist). It counts as the current synthesis for the next one's tombstones
+/// and for deletion, so what it applied is pruned or deleted, never left behind. `None` when
+/// it owns none. The synthesis this process stored last (in memory) comes first, whole.
+pub(crate) fn orphans(ctx: &Context, comp: &Composition) -> Option<Synthesis> {
+    let uid = comp.uid().unwrap_or_default();
+    let stored = ctx
+        .state
+        .memory
+        .synthesis(&uid, |m| m.unrecorded.as_ref().map(|(_, s)| s.clone()));
+    let ns = comp.namespace();
+    let mut found = ctx
+        .caches
+        .slices
+        .state_filter(|s| s.metadata.namespace == ns && owned_by(s, &uid));
+    found.sort_by_key(|s| s.name_any());
+    let mut orphan = match stored {
+        Some(s) => s,
+        None => Synthesis {
+            uuid: found.first()?.spec.synthesis_uuid.clone(),
+            ..Synthesis::default()
+        },
+    };
+    for s in found {
+        let name = s.name_any();
+        if !orphan.resource_slices.iter().any(|r| r.name == name) {
+            orphan.resource_slices.push(ResourceSliceRef { name });
+        }
+    }
+    (!orphan.resource_slices.is_empty()).then_some(orphan)
+}
+
 /// Reads one slice of `comp`: from the cache (compact: manifests cut to their identities),
 /// with the states enoki wrote last when the cache has not caught up; a slice missing from
 /// the cache is confirmed with a GET.
@@ -430,10 +463,8 @@ pub(crate) async fn delete_stale(ctx: &Arc<Context>, comp: &Composition, st: &Co
     let stale: Vec<String> = ctx
         .caches
         .slices
-        .state()
+        .state_filter(|s| s.namespace().as_deref() == Some(ns.as_str()) && owned_by(s, &uid))
         .iter()
-        .filter(|s| s.namespace().as_deref() == Some(ns.as_str()))
-        .filter(|s| owned_by(s, &uid))
         .filter(|s| {
             let n = s.name_any();
             !current.contains(&n)

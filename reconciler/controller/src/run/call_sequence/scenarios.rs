@@ -1,6 +1,7 @@
 //! The scenarios of the call-sequence tier: each pins every request of each pass (see
 //! [`super::pass`]). A `reconcile` that records a new synthesis applies it at once in the same
-//! turn, so one entry may hold a synthesis pass and the apply pass that follows it.
+//! turn, so one entry may hold a synthesis pass and the apply pass that follows it; a first
+//! synthesis is applied in the pass that stores it and recorded with its one status write.
 
 use super::fixtures::MODULE;
 use super::*;
@@ -14,16 +15,16 @@ async fn a_new_composition_gets_its_finalizer_then_a_synthesis_and_its_apply_the
         strings(&["PATCH team/compositions/app (merge)"]),
         strings(&[
             // The Synthesizer comes from the input cache; its module is read once and
-            // reported on it; one slice, one status write.
+            // reported on it; one slice.
             "GET enoki-system/configmaps/module",
             "PATCH synthesizers/synth/status (merge)",
             "POST team/resourceslices",
-            "PATCH team/compositions/app/status (merge)",
-            // The apply, in the same turn: the new slice as the create returned it (kept in
-            // memory until the cache has it: no read), the kind's discovery, one server-side
-            // apply (enoki's field manager, forced) guarded to create only — the cache has not
-            // seen the object, so it is not read first —, the slice's recorded states, one
-            // status write.
+            // A first synthesis is applied in the pass that stores it: the new slice as the
+            // create returned it (kept in memory until the cache has it: no read), the kind's
+            // discovery, one server-side apply (enoki's field manager, forced) guarded to
+            // create only — the cache has not seen the object, so it is not read first —, the
+            // slice's recorded states, one status write that records the synthesis and what
+            // its apply did.
             "DISCOVER /api/v1",
             "PATCH team/configmaps/out (apply, enoki, force, if absent)",
             "PATCH team/resourceslices/*/status (merge)",
@@ -183,7 +184,6 @@ async fn the_default_install_reads_and_writes_outputs_as_the_compositions_accoun
             "GET enoki-system/configmaps/module",
             "PATCH synthesizers/synth/status (merge)",
             "POST team/resourceslices",
-            "PATCH team/compositions/app/status (merge)",
             "DISCOVER /api/v1",
             "PATCH team/configmaps/out (apply, enoki, force, if absent) as team:enoki-composer",
             "PATCH team/resourceslices/*/status (merge)",
@@ -262,7 +262,6 @@ async fn an_object_the_cache_has_not_seen_is_refused_by_the_guard_then_read_and_
             "GET enoki-system/configmaps/module",
             "PATCH synthesizers/synth/status (merge)",
             "POST team/resourceslices",
-            "PATCH team/compositions/app/status (merge)",
             "DISCOVER /api/v1",
             // Refused (409): it exists. Nothing written; the resource waits.
             "PATCH team/configmaps/out (apply, enoki, force, if absent)",
@@ -318,7 +317,6 @@ async fn an_object_another_composition_created_a_moment_ago_is_never_taken_over(
             "GET enoki-system/configmaps/module",
             "PATCH synthesizers/synth/status (merge)",
             "POST team/resourceslices",
-            "PATCH team/compositions/app/status (merge)",
             "DISCOVER /api/v1",
             // Refused: the other Composition's create got there first.
             guarded,

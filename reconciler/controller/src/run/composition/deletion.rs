@@ -26,6 +26,11 @@ pub(super) async fn delete(ctx: &Arc<Context>, comp: &Arc<Composition>) -> Resul
     // forgets it again; the sweep does if it leaves this replica another way.
     ctx.caches.watches.own(comp);
     let mut st = comp.status.clone().unwrap_or_default();
+    if st.current_synthesis.is_none() {
+        // Nothing recorded: a synthesis stored whose record was lost may have been applied (a
+        // first synthesis is applied in the pass that records it), and what it holds goes.
+        st.current_synthesis = slices::orphans(ctx, comp);
+    }
     let dependents = dependencies::dependents(ctx, comp).await?;
     if !dependents.is_empty() {
         st.dependency_status = Some(crds::DependencyStatus {

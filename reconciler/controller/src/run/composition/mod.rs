@@ -4,7 +4,8 @@
 //! 2. [`observe`]: Synthesizer, module and inputs (from the shared caches).
 //! 3. [`trigger::decide`] (pure): synthesize or not, and why.
 //! 4. [`synthesize`]: run it (at most once per fingerprint), store it as [`slices`]; the pass
-//!    that stored it records it (its status write) and ends, the next one applies it.
+//!    that stored it records it (its status write) and ends, the next one applies it — except
+//!    a first synthesis, applied and recorded in one pass (`at_once`).
 //! 5. `apply::reconcile`: apply, record, roll up.
 //! 6. [`status_write`]: at most one status write per pass, when something changed, at the
 //!    resourceVersion the pass read; an explicit requeue.
@@ -46,6 +47,8 @@ use write_back::write_back;
 
 mod at_rest;
 use at_rest::at_rest;
+
+mod at_once;
 
 /// Reconciles one Composition.
 ///
@@ -313,7 +316,8 @@ async fn observe_all(
 }
 
 /// A pass that stored a new synthesis records it — its one status write — and ends: the next
-/// pass, at once, applies it. A synthesis is never applied before it is recorded, so a pass
+/// pass, at once, applies it. A synthesis replacing a recorded one is never applied before it
+/// is recorded (a first one is: see `at_once`), so a pass
 /// that cannot record it (a Conflict, an outage) leaves the cluster as the status says. Once
 /// recorded, the slices of syntheses neither current nor previous are deleted. When the write
 /// fails for good, the new slices go and the synthesis is not made again before the retry
@@ -334,15 +338,7 @@ async fn record_stored(
         return Err(e);
     }
     let uid = comp.uid().unwrap_or_default();
-    let current = st.current_synthesis.as_ref().map(|c| c.uuid.as_str());
-    ctx.state.memory.synthesis(&uid, |m| {
-        if m.unrecorded
-            .as_ref()
-            .is_some_and(|(_, s)| Some(s.uuid.as_str()) == current)
-        {
-            m.unrecorded = None;
-        }
-    });
+    at_once::recorded(ctx, &uid, &st);
     slices::delete_stale(ctx, comp, &st).await;
     write_back(ctx, comp, &uid, instance.as_ref()).await;
     Ok(recorded())
@@ -378,6 +374,8 @@ async fn converge(ctx: &Arc<Context>, comp: &Arc<Composition>) -> Result<Action,
     let mut st = comp.status.clone().unwrap_or_default();
     suspend::resumed(&mut st);
     let uid = comp.uid().unwrap_or_default();
+    // A first synthesis is applied in the pass that stores it (see `at_once`).
+    let mut first = false;
     let (blocked, instance) = match observe_all(ctx, comp, &mut st).await {
         Ok(Outcome::Waits(requeue)) => (Some(requeue), None),
         Ok(Outcome::Ready(o)) => {
@@ -385,6 +383,10 @@ async fn converge(ctx: &Arc<Context>, comp: &Arc<Composition>) -> Result<Action,
             match next_synthesis(ctx, comp, &mut st, o).await {
                 Ok(NextEnd::UpToDate) => (None, instance),
                 Ok(NextEnd::Held(wait)) => (Some(wait), instance),
+                Ok(NextEnd::Stored) if at_once::applies(ctx, comp, &st) => {
+                    first = true;
+                    (None, instance)
+                }
                 Ok(NextEnd::Stored) => return record_stored(ctx, comp, st, instance).await,
                 Err(e) => return enforce_then_fail(ctx, comp, e).await,
             }
@@ -403,7 +405,11 @@ async fn converge(ctx: &Arc<Context>, comp: &Arc<Composition>) -> Result<Action,
     let enforced = decide::current(false, refused) != decide::Current::Nothing
         && ctx.clusters.remote_user_of(comp).is_ok();
     let pass = if enforced {
-        apply::reconcile(ctx, comp, &mut st, false, blocked.is_some()).await?
+        match apply::reconcile(ctx, comp, &mut st, false, blocked.is_some()).await {
+            Ok(pass) => pass,
+            Err(e) if first => return at_once::record_then_fail(ctx, comp, st, e).await,
+            Err(e) => return Err(e),
+        }
     } else {
         apply::Pass::default()
     };
@@ -416,9 +422,26 @@ async fn converge(ctx: &Arc<Context>, comp: &Arc<Composition>) -> Result<Action,
         reconciler_core::condition::keep_transitions(&mut st.conditions, &before.conditions);
     }
     status_write::write(ctx, comp, &st).await?;
+    if first {
+        at_once::recorded(ctx, &uid, &st);
+    }
     if blocked.is_none() || instance.is_some() {
         write_back(ctx, comp, &uid, instance.as_ref()).await;
     }
+    Ok(after_pass(ctx, comp, &st, &pass, blocked, started))
+}
+
+/// What follows a pass of `converge` that wrote its status: at rest until the resync, a
+/// readiness poll, a retry, or at once.
+fn after_pass(
+    ctx: &Context,
+    comp: &Composition,
+    st: &CompositionStatus,
+    pass: &apply::Pass,
+    blocked: Option<Duration>,
+    started: super::rest::Started,
+) -> Action {
+    let uid = comp.uid().unwrap_or_default();
     let idle = if reconciler_core::condition::is_true(&st.conditions, conditions::READY) {
         ctx.opts.resync
     } else {
@@ -431,23 +454,21 @@ async fn converge(ctx: &Arc<Context>, comp: &Arc<Composition>) -> Result<Action,
     match pass.at_rest {
         Some(checked) if blocked.is_none() && ready && pass.requeue.is_none() => {
             rest.settle(comp, started, checked);
-            return Ok(Action::requeue(super::rest::coalesced(current)));
+            return Action::requeue(super::rest::coalesced(current));
         }
         _ => rest.unsettle(&uid),
     }
     if let Some(wait) = blocked {
         // Never a hot loop: missing slices or a changed output are the next synthesis's
         // business, and it is blocked.
-        return Ok(Action::requeue(
-            wait.min(current).max(Duration::from_millis(500)),
-        ));
+        return Action::requeue(wait.min(current).max(Duration::from_millis(500)));
     }
     // Missing slices of a Composition that ignores side effects are left (as Eno leaves them):
     // looked at again at the usual interval, not synthesized again.
     if pass.resynthesize || (pass.slices_missing && !ignores_side_effects(comp)) {
-        return Ok(Action::requeue(Duration::from_millis(100)));
+        return Action::requeue(Duration::from_millis(100));
     }
-    Ok(Action::requeue(current))
+    Action::requeue(current)
 }
 
 /// Whether `st` says the Composition is refused by policy (`Synthesized=False` with a policy

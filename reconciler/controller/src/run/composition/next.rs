@@ -11,7 +11,8 @@ pub(super) enum NextEnd {
     /// It waits or failed (the reason is in a condition): look again after this.
     Held(Duration),
     /// A new synthesis was stored: this pass records it and the next one applies it (an
-    /// unrecorded synthesis is never applied).
+    /// unrecorded synthesis replacing a recorded one is never applied), or, a first one,
+    /// this pass applies and records it.
     Stored,
 }
 

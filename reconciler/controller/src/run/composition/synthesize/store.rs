@@ -31,6 +31,11 @@ pub(super) async fn store(
         refuse(ctx, comp, st, fp, reasons::EMPTY_OUTPUT, &message).await;
         return Ok(SynthesisEnd::Failed(RETRY_CAP));
     }
+    // No synthesis recorded: one stored before whose record was lost counts as the current
+    // one, so the new one's tombstones prune what it may have applied.
+    if st.current_synthesis.is_none() {
+        st.current_synthesis = crate::run::slices::orphans(ctx, comp);
+    }
     let mut next = st.in_flight_synthesis.take().unwrap_or_default();
     next.input_digest = Some(out.input_digest);
     next.output_digest = Some(out.output_digest);
@@ -129,7 +134,15 @@ pub(super) async fn reuse_unrecorded(
         return None;
     }
     if f != fp {
-        crate::run::slices::delete(ctx, comp, &next.resource_slices).await;
+        if st.current_synthesis.is_some() {
+            crate::run::slices::delete(ctx, comp, &next.resource_slices).await;
+        } else {
+            // Nothing recorded: it may have been applied (a first synthesis), so it stays
+            // as the orphan the new synthesis takes its tombstones from.
+            ctx.state
+                .memory
+                .synthesis(&uid, |m| m.unrecorded = Some((f, next)));
+        }
         return None;
     }
     tracing::debug!(synthesis = %next.uuid, "recording the slices of a synthesis whose status write failed");
@@ -154,7 +167,15 @@ pub(crate) async fn status_write_failed(ctx: &Arc<Context>, comp: &Composition, 
     let Some((fp, s)) = ctx.state.memory.synthesis(&uid, |m| m.unrecorded.take()) else {
         return;
     };
-    crate::run::slices::delete(ctx, comp, &s.resource_slices).await;
+    // With nothing recorded they may hold what a first synthesis applied: they stay, as
+    // orphans the next synthesis or the deletion takes over.
+    if comp
+        .status
+        .as_ref()
+        .is_some_and(|st| st.current_synthesis.is_some())
+    {
+        crate::run::slices::delete(ctx, comp, &s.resource_slices).await;
+    }
     ctx.state.memory.synthesis(&uid, |m| {
         m.failed = Some(Failed {
             fingerprint: fp,
