@@ -22,6 +22,10 @@ pub const EVENT_REASON_TAG: &str = "enoki.dev/event-reason";
 /// implicit Composition); any other value → that finalizer (e.g. an upstream operator's own),
 /// released after one last synthesis that sees the deletion and after the outputs are gone.
 pub const INSTANCE_FINALIZER_ANNOTATION: &str = "enoki.dev/instance-finalizer";
+
+/// On a tombstone taken from a synthesis whose record was lost (enoki writes it): the object is
+/// deleted only when it carries this Composition's `managed-by` label.
+pub const UNRECORDED_ANNOTATION: &str = "enoki.dev/unrecorded";
 /// Label on ResourceSlices: the owning Composition's name.
 pub const SLICE_COMPOSITION_LABEL: &str = "enoki.dev/composition";
 /// The key observed outputs are tracked under in a Composition's `inputRevisions`.

@@ -9,6 +9,7 @@ use harness::{
     Enoki, TestEnv, WAIT, audit_barrier, audited_requests, echo_module, eventually, install_crds,
     install_synthesizer, now_rfc3339, workspace_root,
 };
+use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
@@ -285,11 +286,29 @@ async fn a_first_synthesis_applied_but_never_recorded_is_pruned_and_deleted() {
     })
     .await;
     assert!(harness::config_map_exists(&env, "a").await);
-    let st = comps.get("lost").await.unwrap().status.unwrap();
-    let previous = st
-        .previous_synthesis
-        .expect("the unrecorded synthesis as previous");
-    assert!(!previous.resource_slices.is_empty(), "{previous:?}");
+    // The unrecorded synthesis's slices went once the new one's (holding its tombstones) were
+    // written: the Composition owns only what its status records.
+    let lost = comps.get("lost").await.unwrap();
+    let current = lost.status.unwrap().current_synthesis.unwrap();
+    let slices: Api<crds::ResourceSlice> = env.api();
+    eventually("only the recorded slices left", WAIT, || async {
+        let all = slices.list(&Default::default()).await.unwrap().items;
+        let uid = lost.metadata.uid.as_deref();
+        all.iter()
+            .filter(|s| {
+                s.owner_references()
+                    .iter()
+                    .any(|o| Some(o.uid.as_str()) == uid)
+            })
+            .all(|s| {
+                current
+                    .resource_slices
+                    .iter()
+                    .any(|r| r.name == s.name_any())
+            })
+            .then_some(())
+    })
+    .await;
     let (ok, out) = harness::kubectl(
         &[
             "delete",

@@ -402,6 +402,17 @@ mod tests {
             err.to_string().contains("item 0") && err.to_string().contains("kind"),
             "{err}"
         );
+        // enoki's own storage is never an output (either API group's spelling).
+        for group in ["enoki.dev/v1alpha1", "eno.azure.io/v1"] {
+            let slice = json!({"apiVersion": group, "kind": "ResourceSlice",
+                "metadata": {"name": "planted"}});
+            let err = validate(vec![slice], "demo", &static_is_namespaced).unwrap_err();
+            assert!(
+                err.to_string()
+                    .contains("item 0: demo/planted is a ResourceSlice"),
+                "{err}"
+            );
+        }
         // An identity no API server accepts is refused before anything is stored.
         let long = json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "x".repeat(318)}});

@@ -56,6 +56,10 @@ pub struct CompositionInfo {
     /// existing Composition (after a restore, a re-creation, a move): an object labelled with
     /// one is adopted, not a `Conflict`.
     pub gone_owners: std::collections::BTreeSet<String>,
+    /// No synthesis of it is recorded: its resources come from slices of a synthesis whose
+    /// record was lost, which applied at most what it labelled, so only objects labelled as
+    /// its own are deleted.
+    pub unrecorded: bool,
 }
 
 impl CompositionInfo {

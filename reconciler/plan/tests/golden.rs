@@ -44,6 +44,7 @@ fn render(input: &Value) -> Value {
         deleting: c["deleting"].as_bool().unwrap_or(false),
         deletion_timestamp: None,
         gone_owners: Default::default(),
+        unrecorded: false,
     };
     let mut items: Vec<Desired> = list(&input["resources"])
         .into_iter()

@@ -61,6 +61,18 @@ pub fn validate(
         normalize(&mut item, namespaced, key.namespace.is_empty(), namespace);
         let key = plan::ResourceKey::of(&item).unwrap_or(key);
         identity_within(&key, &item, index)?;
+        if key.kind == "ResourceSlice"
+            && ["enoki.dev", "eno.azure.io"].contains(&key.group.as_str())
+        {
+            // The stored output of syntheses: written by enoki only, never by a synthesis.
+            return Err(SynthesisError::InvalidOutput {
+                message: format!(
+                    "item {index}: {}/{} is a ResourceSlice, enoki's own storage of syntheses: \
+                     a synthesis may not emit one",
+                    key.namespace, key.name
+                ),
+            });
+        }
         match seen.get_mut(&key) {
             None => {
                 seen.insert(key, (out.len(), index, hash));

@@ -19,8 +19,9 @@ pub(super) fn tombstone_steps(input: &PlanInput<'_>, steps: &mut Vec<Step>) -> b
             continue;
         }
         // Labelled for another Composition — even one that is gone, as long as this one never
-        // adopted the object (it would carry this one's label then): never deleted from here.
-        if foreign_owner(live, &input.composition.uid).is_some() {
+        // adopted the object (it would carry this one's label then) — or never labelled by a
+        // synthesis whose record was lost: never deleted from here.
+        if not_ours(r, live, input.composition) {
             steps.push(deletion_step(
                 r,
                 None,
@@ -98,7 +99,7 @@ pub(super) fn plan_deletion(input: PlanInput<'_>) -> Plan {
         }
         let live = input.observed.get(&r.key);
         let foreground = settings.deletion_strategy == DeletionStrategy::Foreground;
-        let foreign = foreign_owner(live, &input.composition.uid).is_some();
+        let foreign = not_ours(r, live, input.composition);
         // Another Composition's object is never deleted, and nothing waits for it.
         let live = if foreign { None } else { live };
         let held = (rank.is_some() && live.is_some()).then_some(&held_below[..]);

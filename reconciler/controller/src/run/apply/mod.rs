@@ -413,6 +413,11 @@ pub(crate) fn composition_info(comp: &Composition, deleting: bool) -> plan::Comp
             .as_ref()
             .map(|t| t.0.to_string()),
         gone_owners: std::collections::BTreeSet::new(),
+        // The pass runs a synthesis the status does not record: one whose record was lost.
+        unrecorded: comp
+            .status
+            .as_ref()
+            .is_none_or(|s| s.current_synthesis.is_none()),
     }
 }
 

@@ -403,6 +403,7 @@ mod tests {
             deleting: false,
             deletion_timestamp: None,
             gone_owners: Default::default(),
+            unrecorded: false,
         };
         let p = plan::prepare(
             &[plan::Desired {

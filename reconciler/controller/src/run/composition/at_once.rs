@@ -4,9 +4,11 @@
 //! Nothing of the Composition is in the cluster yet, so there is nothing a lost record could
 //! leave behind unseen: a synthesis stored but not recorded — the write refused, an outage,
 //! the process gone — stays as slices the Composition owns, and while no synthesis is
-//! recorded those count as its current one ([`crate::run::slices::orphans`]): the next
-//! synthesis takes its tombstones from them, and a deletion deletes what they hold. One whose
-//! objects reach outside the namespace, or that has orphans to take over, is recorded first.
+//! recorded the newest of them stands in for its current one ([`crate::run::slices::orphans`]):
+//! the next synthesis takes its tombstones from it, and a deletion deletes what it holds —
+//! only objects labelled as this Composition's, which is all such a synthesis could have
+//! applied. One whose objects reach outside the namespace is recorded first (the sweep after
+//! a namespace deletion reads them from the status).
 
 use std::sync::Arc;
 

@@ -26,11 +26,6 @@ pub(super) async fn delete(ctx: &Arc<Context>, comp: &Arc<Composition>) -> Resul
     // forgets it again; the sweep does if it leaves this replica another way.
     ctx.caches.watches.own(comp);
     let mut st = comp.status.clone().unwrap_or_default();
-    if st.current_synthesis.is_none() {
-        // Nothing recorded: a synthesis stored whose record was lost may have been applied (a
-        // first synthesis is applied in the pass that records it), and what it holds goes.
-        st.current_synthesis = slices::orphans(ctx, comp);
-    }
     let dependents = dependencies::dependents(ctx, comp).await?;
     if !dependents.is_empty() {
         st.dependency_status = Some(crds::DependencyStatus {
@@ -46,7 +41,21 @@ pub(super) async fn delete(ctx: &Arc<Context>, comp: &Arc<Composition>) -> Resul
         return Ok(Action::requeue(ctx.opts.apply.readiness_poll));
     }
     st.dependency_status = None;
-    let pass = apply::reconcile(ctx, comp, &mut st, true, false).await?;
+    // Nothing recorded: a synthesis stored whose record was lost may have been applied (a first
+    // synthesis is applied in the pass that records it); what it labelled goes. Its slices are
+    // looked for once the slice cache has listed them, and it is not written into the status.
+    let unrecorded = st.current_synthesis.is_none();
+    if unrecorded {
+        if !next::slice_cache_listed(&ctx.caches) {
+            return Ok(Action::requeue(Duration::from_secs(5)));
+        }
+        st.current_synthesis = slices::orphans(ctx, comp);
+    }
+    let pass = apply::reconcile(ctx, comp, &mut st, true, false).await;
+    if unrecorded {
+        st.current_synthesis = None;
+    }
+    let pass = pass?;
     if pass.settled {
         finalizer::release(ctx, comp).await?;
         return Ok(Action::await_change());

@@ -50,6 +50,9 @@ use at_rest::at_rest;
 
 mod at_once;
 
+mod report;
+use report::{count_pass, report_failure};
+
 /// Reconciles one Composition.
 ///
 /// # Errors
@@ -168,60 +171,6 @@ async fn admitted(comp: Arc<Composition>, ctx: Arc<Context>) -> Result<Action, E
         .observe(start.elapsed().as_secs_f64());
     count_pass(&ctx, &comp, &result);
     result
-}
-
-/// Counts a pass of `comp` in its series (not the pass that released a deleted Composition:
-/// its series went with it); a failed pass wrote no status, so its health series advance here
-/// (stuck keeps time).
-fn count_pass(ctx: &Context, comp: &Composition, result: &Result<Action, Error>) {
-    let released = comp.metadata.deletion_timestamp.is_some()
-        && matches!(result, Ok(a) if *a == Action::await_change());
-    if released {
-        return;
-    }
-    let who = super::metrics::CompositionLabel {
-        namespace: comp.namespace().unwrap_or_default(),
-        name: comp.name_any(),
-    };
-    ctx.report
-        .metrics
-        .composition_reconciles
-        .get_or_create(&who)
-        .inc();
-    if result.is_err() {
-        ctx.report.metrics.health.record(
-            &who,
-            &comp.status.clone().unwrap_or_default(),
-            comp.metadata.creation_timestamp.as_ref(),
-            ctx.opts.stuck_threshold,
-        );
-    }
-}
-
-/// A terminal failure of this pass, reported by the pass: a Warning Event and
-/// `Reconciled=False` in its status write (`error_policy` only schedules the retry).
-async fn report_failure(ctx: &Context, comp: &Composition, err: &Error) {
-    let chain = super::error::chain(err);
-    let category = err.category();
-    ctx.report
-        .event(comp, true, category, "Reconcile", chain.clone())
-        .await;
-    let mut st = comp.status.clone().unwrap_or_default();
-    if !comp.spec.suspend {
-        suspend::resumed(&mut st);
-    }
-    answer_request(comp, &mut st);
-    reconciler_core::condition::set_condition(
-        &mut st.conditions,
-        conditions::RECONCILED,
-        false,
-        reasons::RECONCILE_FAILED,
-        &format!("{category}: {chain}"),
-        comp.metadata.generation,
-    );
-    if let Err(e) = status_write::write(ctx, comp, &st).await {
-        tracing::debug!(error = %e, "cannot write the failure condition");
-    }
 }
 
 /// What [`converge`] decided before acting.

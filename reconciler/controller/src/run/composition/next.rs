@@ -250,7 +250,7 @@ pub(super) fn wait_on_dependencies(
 }
 
 /// Whether the slice cache has finished its first list (or has no writer left to finish it).
-fn slice_cache_listed(caches: &crate::run::context::Caches) -> bool {
+pub(super) fn slice_cache_listed(caches: &crate::run::context::Caches) -> bool {
     use futures::FutureExt;
     caches.slices.wait_until_ready().now_or_never().is_some()
 }

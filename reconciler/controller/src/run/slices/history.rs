@@ -83,7 +83,10 @@ pub(crate) async fn previous_applied(
 }
 
 /// Tombstones for resources of the current synthesis that `items` no longer has (and for
-/// tombstones not yet confirmed deleted, so an interrupted delete is retried).
+/// tombstones not yet confirmed deleted, so an interrupted delete is retried), one per
+/// resource. When the status records no synthesis, `current` holds slices whose record was
+/// lost: their tombstones are marked ([`crds::names::UNRECORDED_ANNOTATION`]) and delete only
+/// objects labelled as this Composition's.
 ///
 /// # Errors
 /// [`Error::ReadSlice`].
@@ -93,10 +96,14 @@ pub(crate) async fn tombstones(
     current: Option<&Synthesis>,
     items: &[Value],
 ) -> Result<Vec<Manifest>, Error> {
-    let new_keys: BTreeSet<ResourceKey> = items
+    let mut seen: BTreeSet<ResourceKey> = items
         .iter()
         .filter_map(|i| ResourceKey::of(i).ok())
         .collect();
+    let unrecorded = comp
+        .status
+        .as_ref()
+        .is_none_or(|s| s.current_synthesis.is_none());
     let mut out = Vec::new();
     for slice_ref in current
         .map(|c| c.resource_slices.as_slice())
@@ -113,11 +120,15 @@ pub(crate) async fn tombstones(
                 continue;
             };
             let gone = m.deleted && states.get(i).is_some_and(|s| s.deleted);
-            if !new_keys.contains(&key) && !gone {
+            if !gone && seen.insert(key) {
                 // A tombstone needs only the identity and the annotations that say how it is
                 // deleted: nothing else of the object (a Secret's values least of all).
+                let mut t = tombstone_of(&v);
+                if unrecorded {
+                    mark_unrecorded(&mut t);
+                }
                 out.push(Manifest {
-                    manifest: tombstone_of(&v).to_string(),
+                    manifest: t.to_string(),
                     deleted: true,
                     sealed: None,
                 });
@@ -125,6 +136,19 @@ pub(crate) async fn tombstones(
         }
     }
     Ok(out)
+}
+
+/// Marks tombstone `t` as taken from a synthesis whose record was lost.
+fn mark_unrecorded(t: &mut Value) {
+    let Some(meta) = t.get_mut("metadata").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let annotations = meta
+        .entry("annotations")
+        .or_insert_with(|| Value::Object(serde_json::Map::new()));
+    if let Some(a) = annotations.as_object_mut() {
+        a.insert(crds::names::UNRECORDED_ANNOTATION.into(), "true".into());
+    }
 }
 
 /// What a tombstone keeps of a manifest: `apiVersion`, `kind`, `metadata.name`,

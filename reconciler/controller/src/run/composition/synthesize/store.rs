@@ -7,7 +7,10 @@ use reconciler_core::model::Outcome;
 
 /// Stores a successful output: keeps the current slices when an input-only change produced
 /// identical resources, otherwise writes new slices (with tombstones) and swaps
-/// previous ← current ← new.
+/// previous ← current ← new. With no synthesis recorded, one stored before whose record was
+/// lost ([`crate::run::slices::orphans`]) stands in for the current one: the empty-output
+/// guard and the tombstones take it into account, and its slices go once the new ones are
+/// written (they hold its tombstones).
 pub(super) async fn store(
     ctx: &Arc<Context>,
     comp: &Composition,
@@ -21,7 +24,12 @@ pub(super) async fn store(
     publish_result_events(&ctx.report, comp, instance, &out.results).await;
     let kept = out.clone();
     let (items, write_back) = split_write_back(out.items, instance);
-    let had_resources = match &st.current_synthesis {
+    let orphan = match &st.current_synthesis {
+        None => crate::run::slices::orphans(ctx, comp),
+        Some(_) => None,
+    };
+    let base = st.current_synthesis.clone().or_else(|| orphan.clone());
+    let had_resources = match &base {
         Some(cur) if items.is_empty() => inputs::emitted(ctx.reads(), comp, cur)
             .await?
             .is_none_or(|e| !e.is_empty()),
@@ -31,11 +39,6 @@ pub(super) async fn store(
         refuse(ctx, comp, st, fp, reasons::EMPTY_OUTPUT, &message).await;
         return Ok(SynthesisEnd::Failed(RETRY_CAP));
     }
-    // No synthesis recorded: one stored before whose record was lost counts as the current
-    // one, so the new one's tombstones prune what it may have applied.
-    if st.current_synthesis.is_none() {
-        st.current_synthesis = crate::run::slices::orphans(ctx, comp);
-    }
     let mut next = st.in_flight_synthesis.take().unwrap_or_default();
     next.input_digest = Some(out.input_digest);
     next.output_digest = Some(out.output_digest);
@@ -43,30 +46,25 @@ pub(super) async fn store(
     next.synthesized = Some(Time(k8s_openapi::jiff::Timestamp::now()));
     let unchanged = unchanged(ctx, comp, st, req, &next, &items).await?;
     let uuid = next.uuid.clone();
-    if let (true, Some(cur)) = (unchanged, st.current_synthesis.as_ref())
-        && !req.trigger.may_keep_slices()
-    {
-        // A forced, spec or Synthesizer trigger makes a new synthesis (Eno), whose identical
-        // output is stored in the current slices: nothing is written.
-        next.resource_slices = cur.resource_slices.clone();
-        next.outside_namespace = cur.outside_namespace.clone();
-        st.previous_synthesis = st.current_synthesis.take();
-        st.current_synthesis = Some(next);
-        tracing::debug!("identical output; the new synthesis keeps the current slices");
-    } else if let (true, Some(cur)) = (unchanged, st.current_synthesis.as_ref()) {
-        next.uuid = cur.uuid.clone();
-        next.resource_slices = cur.resource_slices.clone();
-        next.outside_namespace = cur.outside_namespace.clone();
-        next.reconciled = cur.reconciled.clone();
-        next.ready = cur.ready.clone();
-        next.attempts = 0;
-        st.current_synthesis = Some(next);
-        tracing::debug!("re-synthesized with identical output; slices kept");
-    } else {
+    if let Some(mut next) = keep_slices(st, next, unchanged, req.trigger) {
         let bound = req.limits.max_output_bytes;
-        match write_new(ctx, comp, st, &items, &uuid, (fp, kept), bound).await? {
+        match write_new(
+            ctx,
+            comp,
+            st,
+            &items,
+            &uuid,
+            (fp, kept, base.as_ref()),
+            bound,
+        )
+        .await?
+        {
             Outcome::Ready(refs) => next.resource_slices = refs,
             Outcome::Waits(requeue) => return Ok(SynthesisEnd::Failed(requeue)),
+        }
+        if let Some(o) = &orphan {
+            // Its tombstones are in the new slices: the orphan's own go.
+            crate::run::slices::delete(ctx, comp, &o.resource_slices).await;
         }
         next.outside_namespace = outside_namespace(
             &items,
@@ -88,6 +86,34 @@ pub(super) async fn store(
     synthesized(st, comp.metadata.generation);
     tracing::info!(synthesis = %uuid, resources = items.len(), unchanged, trigger = %req.trigger, "synthesized");
     Ok(SynthesisEnd::Stored)
+}
+
+/// An identical output (`unchanged`) keeps the current slices: a forced, spec or Synthesizer
+/// trigger makes a new synthesis (Eno) stored in them, an input change keeps the current one
+/// (its UUID and times). `Some(next)` when new slices are to be written.
+fn keep_slices(
+    st: &mut CompositionStatus,
+    mut next: crds::Synthesis,
+    unchanged: bool,
+    trigger: &Trigger,
+) -> Option<crds::Synthesis> {
+    let (true, Some(cur)) = (unchanged, st.current_synthesis.as_ref()) else {
+        return Some(next);
+    };
+    next.resource_slices = cur.resource_slices.clone();
+    next.outside_namespace = cur.outside_namespace.clone();
+    if !trigger.may_keep_slices() {
+        st.previous_synthesis = st.current_synthesis.take();
+        tracing::debug!("identical output; the new synthesis keeps the current slices");
+    } else {
+        next.uuid = cur.uuid.clone();
+        next.reconciled = cur.reconciled.clone();
+        next.ready = cur.ready.clone();
+        next.attempts = 0;
+        tracing::debug!("re-synthesized with identical output; slices kept");
+    }
+    st.current_synthesis = Some(next);
+    None
 }
 
 /// Identical output keeps the current slices, whatever the trigger (the same bytes from the
@@ -256,8 +282,8 @@ pub(super) fn split_write_back(
     (items, write_back)
 }
 
-/// Writes the slices of a new synthesis (its items plus tombstones for what the current one
-/// had). `Ok(Outcome::Waits(requeue))`: refused for good (condition set, not retried for this
+/// Writes the slices of a new synthesis (its items plus tombstones for what `base`, the
+/// current synthesis or an orphan standing in for it, had). `Ok(Outcome::Waits(requeue))`: refused for good (condition set, not retried for this
 /// fingerprint); a transient failure keeps the output for the retry.
 pub(super) async fn write_new(
     ctx: &Arc<Context>,
@@ -265,7 +291,7 @@ pub(super) async fn write_new(
     st: &mut CompositionStatus,
     items: &[Value],
     uuid: &str,
-    (fp, kept): (&str, synthesis::Synthesized),
+    (fp, kept, base): (&str, synthesis::Synthesized, Option<&crds::Synthesis>),
     bound: usize,
 ) -> Result<Outcome<Vec<crds::ResourceSliceRef>, Duration>, Error> {
     let uid = comp.uid().unwrap_or_default();
@@ -288,15 +314,8 @@ pub(super) async fn write_new(
     // The Synthesizer's bound is on what the synthesis emits; tombstones (identities) count
     // only against the namespace's budget.
     let emitted = slices::manifest_bytes(&manifests);
-    manifests.extend(
-        crate::run::slices::history::tombstones(
-            ctx.reads(),
-            comp,
-            st.current_synthesis.as_ref(),
-            items,
-        )
-        .await?,
-    );
+    manifests
+        .extend(crate::run::slices::history::tombstones(ctx.reads(), comp, base, items).await?);
     let bytes = slices::manifest_bytes(&manifests);
     let charged = super::super::budget::charged(bytes, manifests.len());
     if let Some(message) = super::super::budget::too_large(ctx, comp, st, (emitted, charged), bound)
