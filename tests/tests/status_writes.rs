@@ -228,6 +228,38 @@ async fn refused(env: &TestEnv, name: &str, synth: &str, config: &str) {
         .unwrap();
 }
 
+/// Whether every ConfigMap of `names` exists.
+async fn all_exist(env: &TestEnv, names: &[&str]) -> bool {
+    for n in names {
+        if !harness::config_map_exists(env, n).await {
+            return false;
+        }
+    }
+    true
+}
+
+/// Whether Composition `name` owns only the ResourceSlices its status records.
+async fn only_recorded_slices(env: &TestEnv, name: &str) -> bool {
+    let comp = env.api::<crds::Composition>().get(name).await.unwrap();
+    let Some(current) = comp.status.and_then(|s| s.current_synthesis) else {
+        return false;
+    };
+    let slices: Api<crds::ResourceSlice> = env.api();
+    let all = slices.list(&Default::default()).await.unwrap().items;
+    all.iter()
+        .filter(|s| {
+            s.owner_references()
+                .iter()
+                .any(|o| Some(&o.uid) == comp.metadata.uid.as_ref())
+        })
+        .all(|s| {
+            current
+                .resource_slices
+                .iter()
+                .any(|r| r.name == s.name_any())
+        })
+}
+
 /// A first synthesis is applied in the pass that records it. When the record is refused, what
 /// it applied is not left behind: deleting the Composition deletes it, and after a restart
 /// (nothing in memory) the next synthesis prunes what it dropped.
@@ -246,11 +278,7 @@ async fn a_first_synthesis_applied_but_never_recorded_is_pruned_and_deleted() {
     refused(&env, "lost", &synth, "config").await;
     refused(&env, "gone", &synth, "config-gone").await;
     eventually("the first syntheses applied", WAIT, || async {
-        let mut all = true;
-        for n in ["a", "b", "c"] {
-            all &= harness::config_map_exists(&env, n).await;
-        }
-        all.then_some(())
+        all_exist(&env, &["a", "b", "c"]).await.then_some(())
     })
     .await;
     let comps: Api<crds::Composition> = env.api();
@@ -286,27 +314,10 @@ async fn a_first_synthesis_applied_but_never_recorded_is_pruned_and_deleted() {
     })
     .await;
     assert!(harness::config_map_exists(&env, "a").await);
-    // The unrecorded synthesis's slices went once the new one's (holding its tombstones) were
-    // written: the Composition owns only what its status records.
-    let lost = comps.get("lost").await.unwrap();
-    let current = lost.status.unwrap().current_synthesis.unwrap();
-    let slices: Api<crds::ResourceSlice> = env.api();
+    // The unrecorded synthesis's slices went once the new one (holding its tombstones) was
+    // recorded: the Composition owns only what its status records.
     eventually("only the recorded slices left", WAIT, || async {
-        let all = slices.list(&Default::default()).await.unwrap().items;
-        let uid = lost.metadata.uid.as_deref();
-        all.iter()
-            .filter(|s| {
-                s.owner_references()
-                    .iter()
-                    .any(|o| Some(o.uid.as_str()) == uid)
-            })
-            .all(|s| {
-                current
-                    .resource_slices
-                    .iter()
-                    .any(|r| r.name == s.name_any())
-            })
-            .then_some(())
+        only_recorded_slices(&env, "lost").await.then_some(())
     })
     .await;
     let (ok, out) = harness::kubectl(

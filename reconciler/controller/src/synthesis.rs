@@ -412,6 +412,15 @@ mod tests {
                     .contains("item 0: demo/planted is a ResourceSlice"),
                 "{err}"
             );
+            let patch = json!({"apiVersion": "eno.azure.io/v1", "kind": "Patch",
+                "metadata": {"name": "planted"},
+                "patch": {"apiVersion": group, "kind": "ResourceSlice", "ops": []}});
+            let err = validate(vec![patch], "demo", &static_is_namespaced).unwrap_err();
+            assert!(
+                err.to_string()
+                    .contains("item 0: demo/planted patches a ResourceSlice"),
+                "{err}"
+            );
         }
         // An identity no API server accepts is refused before anything is stored.
         let long = json!({"apiVersion": "v1", "kind": "ConfigMap",

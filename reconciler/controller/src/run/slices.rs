@@ -31,8 +31,10 @@ mod compact;
 #[cfg(test)]
 mod held_bytes;
 pub(crate) mod history;
+mod orphans;
 mod states;
 pub(crate) use compact::{for_cache, is_compact, manifest_bytes, stored_bytes};
+pub(crate) use orphans::{Pick, orphans};
 pub(crate) use states::write_states;
 
 /// Whether `slice` carries an owner reference to the Composition with `uid` (enoki writes
@@ -45,53 +47,6 @@ pub(crate) fn owned_by(slice: &ResourceSlice, uid: &str) -> bool {
             .iter()
             .flatten()
             .any(|o| o.uid == uid && o.kind == crds::names::kinds::COMPOSITION)
-}
-
-/// The synthesis whose slices `comp` owns while none of it is recorded: one stored whose
-/// record was lost (a first synthesis is applied in the pass that records it, so its objects
-/// may exist). It stands in for the current synthesis — the next one takes its tombstones from
-/// it, a deletion deletes what it holds — and only objects labelled as this Composition's are
-/// deleted on its account. The newest: each synthesis stored while nothing was recorded took
-/// its tombstones from the one before, whose slices then went. The one this process stored
-/// last (in memory) is that one, whole; else the cache's newest by creation.
-pub(crate) fn orphans(ctx: &Context, comp: &Composition) -> Option<Synthesis> {
-    let uid = comp.uid().unwrap_or_default();
-    let stored = ctx
-        .state
-        .memory
-        .synthesis(&uid, |m| m.unrecorded.as_ref().map(|(_, s)| s.clone()));
-    if let Some(s) = stored.filter(|s| !s.resource_slices.is_empty()) {
-        return Some(s);
-    }
-    let ns = comp.namespace();
-    let found = ctx
-        .caches
-        .slices
-        .state_filter(|s| s.metadata.namespace == ns && owned_by(s, &uid));
-    let order = |s: &ResourceSlice| {
-        let rv = s.resource_version().and_then(|v| v.parse::<u64>().ok());
-        (s.metadata.creation_timestamp.clone(), rv)
-    };
-    let uuid = found
-        .iter()
-        .max_by_key(|s| order(s))?
-        .spec
-        .synthesis_uuid
-        .clone();
-    let mut names: Vec<String> = found
-        .iter()
-        .filter(|s| s.spec.synthesis_uuid == uuid)
-        .map(|s| s.name_any())
-        .collect();
-    names.sort();
-    Some(Synthesis {
-        uuid,
-        resource_slices: names
-            .into_iter()
-            .map(|name| ResourceSliceRef { name })
-            .collect(),
-        ..Synthesis::default()
-    })
 }
 
 /// Reads one slice of `comp`: from the cache (compact: manifests cut to their identities),

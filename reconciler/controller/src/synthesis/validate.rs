@@ -61,14 +61,12 @@ pub fn validate(
         normalize(&mut item, namespaced, key.namespace.is_empty(), namespace);
         let key = plan::ResourceKey::of(&item).unwrap_or(key);
         identity_within(&key, &item, index)?;
-        if key.kind == "ResourceSlice"
-            && ["enoki.dev", "eno.azure.io"].contains(&key.group.as_str())
-        {
+        if let Some(what) = writes_a_slice(&key, &item) {
             // The stored output of syntheses: written by enoki only, never by a synthesis.
             return Err(SynthesisError::InvalidOutput {
                 message: format!(
-                    "item {index}: {}/{} is a ResourceSlice, enoki's own storage of syntheses: \
-                     a synthesis may not emit one",
+                    "item {index}: {}/{} {what}, enoki's own storage of syntheses: a synthesis \
+                     may not write one",
                     key.namespace, key.name
                 ),
             });
@@ -108,6 +106,21 @@ pub fn validate(
 /// APIServices' (`<version>.<group>`); RBAC names, which it does not bound, are bounded here.
 /// An output item naming more is refused before anything is stored.
 pub const MAX_IDENTITY_BYTES: usize = 317;
+
+/// Whether `item` is a ResourceSlice (`enoki.dev` or `eno.azure.io`) or a Patch of one.
+fn writes_a_slice(key: &plan::ResourceKey, item: &Value) -> Option<&'static str> {
+    let slice = |group: &str, kind: &str| {
+        kind == "ResourceSlice" && ["enoki.dev", "eno.azure.io"].contains(&group)
+    };
+    if slice(&key.group, &key.kind) {
+        return Some("is a ResourceSlice");
+    }
+    let target = item.get("patch").filter(|_| key.kind == "Patch")?;
+    let api_version = target.get("apiVersion").and_then(Value::as_str)?;
+    let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+    let kind = target.get("kind").and_then(Value::as_str)?;
+    slice(group, kind).then_some("patches a ResourceSlice")
+}
 
 /// Refuses an item (as normalized: a cluster-scoped kind has lost any namespace) whose name,
 /// kind or apiVersion (a Patch's target kind and apiVersion too) is over

@@ -206,17 +206,17 @@ pub(super) fn refused_owner(
 /// Whether `live` is not this Composition's to delete: another Composition's label is on it,
 /// or `r` comes from a synthesis whose record was lost (the Composition records none, or a
 /// tombstone taken from one) and the object lacks this Composition's label — such a synthesis
-/// applied, at most, what it labelled.
+/// applied, at most, what it labelled. A Patch labels nothing: what its ops say holds.
 pub(super) fn not_ours(r: &PreparedResource, live: Option<&Value>, c: &CompositionInfo) -> bool {
     if foreign_owner(live, &c.uid).is_some() {
         return true;
     }
-    let unrecorded = c.unrecorded
-        || r.manifest
+    let marked = r.tombstone
+        && r.manifest
             .pointer("/metadata/annotations")
             .and_then(|a| a.get(crds::names::UNRECORDED_ANNOTATION))
             .is_some();
-    unrecorded && live.is_some() && !labelled_for(live, &c.uid)
+    (c.unrecorded || marked) && r.patch.is_none() && live.is_some() && !labelled_for(live, &c.uid)
 }
 
 /// Whether the live object's `managed-by` label (either spelling) names `uid` (always true

@@ -4,30 +4,41 @@
 //! Nothing of the Composition is in the cluster yet, so there is nothing a lost record could
 //! leave behind unseen: a synthesis stored but not recorded — the write refused, an outage,
 //! the process gone — stays as slices the Composition owns, and while no synthesis is
-//! recorded the newest of them stands in for its current one ([`crate::run::slices::orphans`]):
-//! the next synthesis takes its tombstones from it, and a deletion deletes what it holds —
-//! only objects labelled as this Composition's, which is all such a synthesis could have
-//! applied. One whose objects reach outside the namespace is recorded first (the sweep after
-//! a namespace deletion reads them from the status).
+//! recorded they stand in for its current one ([`crate::run::slices::orphans`]): the next
+//! synthesis takes its tombstones from them (their slices go once it is recorded), and a
+//! deletion deletes what the newest holds — only objects labelled as this Composition's, which
+//! is all such a synthesis could have applied. One whose objects reach outside the namespace
+//! is recorded first (the sweep after a namespace deletion reads them from the status).
 
 use std::sync::Arc;
 
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
 
 use super::{Context, Error, status_write};
 use crds::{Composition, CompositionStatus};
 
 /// Whether the synthesis this pass stored (`st.current_synthesis`) is applied in this pass: the
-/// Composition has none recorded, none was taken over as orphaned, its objects all sit in its
-/// namespace, and it may act on its target.
+/// Composition has none recorded, its objects all sit in its namespace, it may act on its
+/// target, and it has not changed or gone while it was synthesized (then the synthesis is
+/// recorded first, as any other, and the next pass looks at the Composition again).
 pub(super) fn applies(ctx: &Context, comp: &Composition, st: &CompositionStatus) -> bool {
     let nothing_recorded = comp
         .status
         .as_ref()
         .is_none_or(|s| s.current_synthesis.is_none() && s.previous_synthesis.is_none());
+    let unchanged = ctx
+        .caches
+        .compositions
+        .get(&ObjectRef::from_obj(comp))
+        .is_some_and(|latest| {
+            latest.metadata.deletion_timestamp.is_none()
+                && latest.metadata.generation == comp.metadata.generation
+                && latest.uid() == comp.uid()
+        });
     nothing_recorded
-        && st.previous_synthesis.is_none()
+        && unchanged
         && st
             .current_synthesis
             .as_ref()
@@ -57,6 +68,10 @@ pub(super) async fn record_then_fail(
     error: Error,
 ) -> Result<Action, Error> {
     reconciler_core::generation::settle(&mut st, comp.metadata.generation, false);
+    if !error.is_transient() {
+        // The failure report that follows writes nothing more: it is in this write already.
+        super::report::failed(comp, &mut st, &error);
+    }
     if let Some(before) = &comp.status {
         reconciler_core::condition::keep_transitions(&mut st.conditions, &before.conditions);
     }

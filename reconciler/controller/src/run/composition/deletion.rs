@@ -49,7 +49,7 @@ pub(super) async fn delete(ctx: &Arc<Context>, comp: &Arc<Composition>) -> Resul
         if !next::slice_cache_listed(&ctx.caches) {
             return Ok(Action::requeue(Duration::from_secs(5)));
         }
-        st.current_synthesis = slices::orphans(ctx, comp);
+        st.current_synthesis = slices::orphans(ctx, comp, slices::Pick::Newest);
     }
     let pass = apply::reconcile(ctx, comp, &mut st, true, false).await;
     if unrecorded {

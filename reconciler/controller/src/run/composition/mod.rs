@@ -373,6 +373,8 @@ async fn converge(ctx: &Arc<Context>, comp: &Arc<Composition>) -> Result<Action,
     status_write::write(ctx, comp, &st).await?;
     if first {
         at_once::recorded(ctx, &uid, &st);
+        // Slices of a synthesis whose record was lost (its tombstones are in this one's).
+        slices::delete_stale(ctx, comp, &st).await;
     }
     if blocked.is_none() || instance.is_some() {
         write_back(ctx, comp, &uid, instance.as_ref()).await;

@@ -7,8 +7,8 @@ use kube::ResourceExt;
 use kube::runtime::controller::Action;
 
 use super::{Context, Error, answer_request, status_write, suspend};
-use crds::Composition;
 use crds::names::{conditions, reasons};
+use crds::{Composition, CompositionStatus};
 
 /// Counts a pass of `comp` in its series (not the pass that released a deleted Composition:
 /// its series went with it); a failed pass wrote no status, so its health series advance here
@@ -44,25 +44,36 @@ pub(super) async fn report_failure(ctx: &Context, comp: &Arc<Composition>, err: 
     // From the status this process wrote last, when the cache has not caught up with it (the
     // record a failing pass made first is kept).
     let comp = &status_write::fresh(&ctx.state, comp.clone());
-    let chain = crate::run::error::chain(err);
-    let category = err.category();
     ctx.report
-        .event(comp, true, category, "Reconcile", chain.clone())
+        .event(
+            comp,
+            true,
+            err.category(),
+            "Reconcile",
+            crate::run::error::chain(err),
+        )
         .await;
     let mut st = comp.status.clone().unwrap_or_default();
-    if !comp.spec.suspend {
-        suspend::resumed(&mut st);
+    failed(comp, &mut st, err);
+    // Unchanged (a pass that wrote the failure already): nothing is written.
+    if let Err(e) = status_write::write(ctx, comp, &st).await {
+        tracing::debug!(error = %e, "cannot write the failure condition");
     }
-    answer_request(comp, &mut st);
+}
+
+/// `st` with a terminal failure `err` of a pass of `comp`: `Reconciled=False`, the suspension
+/// lifted when the spec lifts it, the reconcile request answered.
+pub(super) fn failed(comp: &Composition, st: &mut CompositionStatus, err: &Error) {
+    if !comp.spec.suspend {
+        suspend::resumed(st);
+    }
+    answer_request(comp, st);
     reconciler_core::condition::set_condition(
         &mut st.conditions,
         conditions::RECONCILED,
         false,
         reasons::RECONCILE_FAILED,
-        &format!("{category}: {chain}"),
+        &format!("{}: {}", err.category(), crate::run::error::chain(err)),
         comp.metadata.generation,
     );
-    if let Err(e) = status_write::write(ctx, comp, &st).await {
-        tracing::debug!(error = %e, "cannot write the failure condition");
-    }
 }

@@ -9,8 +9,8 @@ use reconciler_core::model::Outcome;
 /// identical resources, otherwise writes new slices (with tombstones) and swaps
 /// previous ← current ← new. With no synthesis recorded, one stored before whose record was
 /// lost ([`crate::run::slices::orphans`]) stands in for the current one: the empty-output
-/// guard and the tombstones take it into account, and its slices go once the new ones are
-/// written (they hold its tombstones).
+/// guard and the tombstones take it into account, and its slices go once the new synthesis
+/// is recorded (its slices hold the tombstones).
 pub(super) async fn store(
     ctx: &Arc<Context>,
     comp: &Composition,
@@ -24,11 +24,10 @@ pub(super) async fn store(
     publish_result_events(&ctx.report, comp, instance, &out.results).await;
     let kept = out.clone();
     let (items, write_back) = split_write_back(out.items, instance);
-    let orphan = match &st.current_synthesis {
-        None => crate::run::slices::orphans(ctx, comp),
-        Some(_) => None,
+    let base = match &st.current_synthesis {
+        Some(current) => Some(current.clone()),
+        None => crate::run::slices::orphans(ctx, comp, crate::run::slices::Pick::All),
     };
-    let base = st.current_synthesis.clone().or_else(|| orphan.clone());
     let had_resources = match &base {
         Some(cur) if items.is_empty() => inputs::emitted(ctx.reads(), comp, cur)
             .await?
@@ -61,10 +60,6 @@ pub(super) async fn store(
         {
             Outcome::Ready(refs) => next.resource_slices = refs,
             Outcome::Waits(requeue) => return Ok(SynthesisEnd::Failed(requeue)),
-        }
-        if let Some(o) = &orphan {
-            // Its tombstones are in the new slices: the orphan's own go.
-            crate::run::slices::delete(ctx, comp, &o.resource_slices).await;
         }
         next.outside_namespace = outside_namespace(
             &items,
@@ -283,8 +278,9 @@ pub(super) fn split_write_back(
 }
 
 /// Writes the slices of a new synthesis (its items plus tombstones for what `base`, the
-/// current synthesis or an orphan standing in for it, had). `Ok(Outcome::Waits(requeue))`: refused for good (condition set, not retried for this
-/// fingerprint); a transient failure keeps the output for the retry.
+/// current synthesis or an orphan standing in for it, had). `Ok(Outcome::Waits(requeue))`:
+/// refused for good (condition set, not retried for this fingerprint); a transient failure
+/// keeps the output for the retry.
 pub(super) async fn write_new(
     ctx: &Arc<Context>,
     comp: &Composition,
