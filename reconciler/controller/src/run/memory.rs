@@ -77,6 +77,9 @@ pub(crate) struct SynthesisMemory {
     /// fingerprint, the synthesis as it is to be recorded). A retry records it again instead
     /// of synthesizing and writing new slices; they are deleted when the write fails for good.
     pub unrecorded: Option<(String, crds::Synthesis)>,
+    /// Slices of a synthesis never recorded stood in for the current one when the last
+    /// synthesis was stored: they go once it is recorded.
+    pub orphaned: bool,
     /// A synthesis of this fingerprint failed: not run again before `retry_at`.
     pub failed: Option<Failed>,
 }

@@ -374,7 +374,13 @@ async fn converge(ctx: &Arc<Context>, comp: &Arc<Composition>) -> Result<Action,
     if first {
         at_once::recorded(ctx, &uid, &st);
         // Slices of a synthesis whose record was lost (its tombstones are in this one's).
-        slices::delete_stale(ctx, comp, &st).await;
+        if ctx
+            .state
+            .memory
+            .synthesis(&uid, |m| std::mem::take(&mut m.orphaned))
+        {
+            slices::delete_stale(ctx, comp, &st).await;
+        }
     }
     if blocked.is_none() || instance.is_some() {
         write_back(ctx, comp, &uid, instance.as_ref()).await;

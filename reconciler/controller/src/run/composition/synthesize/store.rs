@@ -66,8 +66,10 @@ pub(super) async fn store(
             &comp.namespace().unwrap_or_default(),
             comp.annotations(),
         );
+        let orphaned = st.current_synthesis.is_none() && base.is_some();
         ctx.state.memory.synthesis(&uid, |m| {
-            m.unrecorded = Some((fp.to_string(), next.clone()))
+            m.unrecorded = Some((fp.to_string(), next.clone()));
+            m.orphaned = orphaned;
         });
         st.previous_synthesis = st.current_synthesis.take();
         st.current_synthesis = Some(next);
