@@ -34,7 +34,7 @@ pub(crate) mod history;
 mod orphans;
 mod states;
 pub(crate) use compact::{for_cache, is_compact, manifest_bytes, stored_bytes};
-pub(crate) use orphans::{Pick, orphans};
+pub(crate) use orphans::{Pick, cache_listed, orphans};
 pub(crate) use states::write_states;
 
 /// Whether `slice` carries an owner reference to the Composition with `uid` (enoki writes

@@ -60,7 +60,8 @@ pub(super) fn recorded(ctx: &Context, uid: &str, st: &CompositionStatus) {
 }
 
 /// The apply of a first synthesis failed: the synthesis is recorded all the same (what it
-/// applied in part belongs to it), then the error goes to the error policy.
+/// applied in part belongs to it; `st` holds the failure when it is terminal, so the failure
+/// report writes nothing more), then the error goes to the error policy.
 pub(super) async fn record_then_fail(
     ctx: &Arc<Context>,
     comp: &Arc<Composition>,
@@ -68,10 +69,6 @@ pub(super) async fn record_then_fail(
     error: Error,
 ) -> Result<Action, Error> {
     reconciler_core::generation::settle(&mut st, comp.metadata.generation, false);
-    if !error.is_transient() {
-        // The failure report that follows writes nothing more: it is in this write already.
-        super::report::failed(comp, &mut st, &error);
-    }
     if let Some(before) = &comp.status {
         reconciler_core::condition::keep_transitions(&mut st.conditions, &before.conditions);
     }

@@ -46,7 +46,7 @@ pub(super) async fn delete(ctx: &Arc<Context>, comp: &Arc<Composition>) -> Resul
     // looked for once the slice cache has listed them, and it is not written into the status.
     let unrecorded = st.current_synthesis.is_none();
     if unrecorded {
-        if !next::slice_cache_listed(&ctx.caches) {
+        if !slices::cache_listed(&ctx.caches) {
             return Ok(Action::requeue(Duration::from_secs(5)));
         }
         st.current_synthesis = slices::orphans(ctx, comp, slices::Pick::Newest);

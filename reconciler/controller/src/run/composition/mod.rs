@@ -51,7 +51,7 @@ use at_rest::at_rest;
 mod at_once;
 
 mod report;
-use report::{count_pass, report_failure};
+use report::{count_pass, failed, report_failure};
 
 /// Reconciles one Composition.
 ///
@@ -356,7 +356,12 @@ async fn converge(ctx: &Arc<Context>, comp: &Arc<Composition>) -> Result<Action,
     let pass = if enforced {
         match apply::reconcile(ctx, comp, &mut st, false, blocked.is_some()).await {
             Ok(pass) => pass,
-            Err(e) if first => return at_once::record_then_fail(ctx, comp, st, e).await,
+            Err(e) if first => {
+                if !e.is_transient() {
+                    failed(comp, &mut st, &e);
+                }
+                return at_once::record_then_fail(ctx, comp, st, e).await;
+            }
             Err(e) => return Err(e),
         }
     } else {

@@ -87,7 +87,7 @@ pub(super) async fn synthesize_now(
     // The namespace's slice budget and the deletion of stale slices read the slice cache:
     // not before its first list is done (a start), else both would see no slices. Checked
     // before the rollout cooldown is claimed.
-    if !slice_cache_listed(&ctx.caches) {
+    if !slices::cache_listed(&ctx.caches) {
         tracing::info!(%trigger, "synthesis waits for the slice cache's first list");
         return Ok(NextEnd::Held(Duration::from_secs(5)));
     }
@@ -247,10 +247,4 @@ pub(super) fn wait_on_dependencies(
         error: Some(message),
     });
     st.dependency_status = Some(block);
-}
-
-/// Whether the slice cache has finished its first list (or has no writer left to finish it).
-pub(super) fn slice_cache_listed(caches: &crate::run::context::Caches) -> bool {
-    use futures::FutureExt;
-    caches.slices.wait_until_ready().now_or_never().is_some()
 }

@@ -9,6 +9,13 @@ use kube::ResourceExt;
 use super::{Context, owned_by};
 use crds::{Composition, ResourceSlice, ResourceSliceRef, Synthesis};
 
+/// Whether the slice cache has finished its first list (or has no writer left to finish it):
+/// before, a Composition's slices may be missing from it.
+pub(crate) fn cache_listed(caches: &crate::run::context::Caches) -> bool {
+    use futures::FutureExt;
+    caches.slices.wait_until_ready().now_or_never().is_some()
+}
+
 /// Which unrecorded slices [`orphans`] gathers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Pick {
