@@ -26,6 +26,10 @@ pub const INSTANCE_FINALIZER_ANNOTATION: &str = "enoki.dev/instance-finalizer";
 /// On a tombstone taken from a synthesis whose record was lost (enoki writes it): the object is
 /// deleted only when it carries this Composition's `managed-by` label.
 pub const UNRECORDED_ANNOTATION: &str = "enoki.dev/unrecorded";
+/// Label on managed objects and ResourceSlices with `--shards N` (N > 1): the owning
+/// Composition's shard, `<index>-of-<N>`, so that each replica's watches are filtered by the
+/// API server (never set unsharded).
+pub const SHARD_LABEL: &str = "enoki.dev/shard";
 /// Label on ResourceSlices: the owning Composition's name.
 pub const SLICE_COMPOSITION_LABEL: &str = "enoki.dev/composition";
 /// The key observed outputs are tracked under in a Composition's `inputRevisions`.

@@ -20,6 +20,9 @@ use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use serde_json::json;
 
+#[path = "sharding/watches.rs"]
+mod watches;
+
 const COMPOSITIONS: usize = 40;
 const SHARDS: u32 = 2;
 

@@ -60,9 +60,19 @@ pub struct CompositionInfo {
     /// record was lost, which applied at most what it labelled, so only objects labelled as
     /// its own are deleted.
     pub unrecorded: bool,
+    /// With `--shards`: its shard, `<index>-of-<N>`, stamped as the `enoki.dev/shard` label.
+    pub shard: Option<String>,
 }
 
 impl CompositionInfo {
+    /// The labels that say an applied object is its own (`None` while its UID is unknown).
+    pub fn owner(&self) -> Option<snapshot::Owner<'_>> {
+        (!self.uid.is_empty()).then(|| snapshot::Owner {
+            uid: &self.uid,
+            shard: self.shard.as_deref(),
+        })
+    }
+
     /// The `composition` CEL variable, shaped as in Eno (`composition.metadata.name`, …,
     /// `metadata.deletionTimestamp` `null` unless it is being deleted), with the flat fields
     /// (`composition.name`, …) kept as aliases.
@@ -160,8 +170,7 @@ fn previous_snapshot(
             return None;
         }
     }
-    let uid = (!input.composition.uid.is_empty()).then_some(input.composition.uid.as_str());
-    let p = snapshot::strip(&p, uid);
+    let p = snapshot::strip(&p, input.composition.owner());
     (&p != object).then_some(p)
 }
 

@@ -2,7 +2,7 @@
 //!
 //! A snapshot is the desired manifest with every `enoki.dev/*` and `eno.azure.io/*` label and
 //! annotation, `status`, and server-owned metadata (`creationTimestamp`, `resourceVersion`,
-//! `uid`, `generation`, `managedFields`) removed, plus the `enoki.dev/managed-by` label.
+//! `uid`, `generation`, `managedFields`) removed, plus the `enoki.dev/managed-by` label (and with `--shards`, `enoki.dev/shard`).
 //! The hash is SHA-256 over sorted-key JSON in which `null` and absent are the same thing.
 
 use serde_json::{Map, Value};
@@ -20,8 +20,24 @@ const SERVER_METADATA: &[&str] = &[
     "deletionGracePeriodSeconds",
 ];
 
-/// Strips reserved keys, status and server metadata; sets the managed-by label when given.
-pub fn strip(manifest: &Value, managed_by: Option<&str>) -> Value {
+/// Who an applied object belongs to: the labels [`strip`] sets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Owner<'a> {
+    /// The Composition's UID: the `enoki.dev/managed-by` label.
+    pub uid: &'a str,
+    /// Its shard with `--shards` (`<index>-of-<N>`): the `enoki.dev/shard` label.
+    pub shard: Option<&'a str>,
+}
+
+impl<'a> Owner<'a> {
+    /// The owner of this UID, unsharded.
+    pub fn uid(uid: &'a str) -> Owner<'a> {
+        Owner { uid, shard: None }
+    }
+}
+
+/// Strips reserved keys, status and server metadata; sets the owner's labels when given.
+pub fn strip(manifest: &Value, owner: Option<Owner<'_>>) -> Value {
     let mut out = manifest.clone();
     let Some(obj) = out.as_object_mut() else {
         return out;
@@ -36,15 +52,21 @@ pub fn strip(manifest: &Value, managed_by: Option<&str>) -> Value {
                 map.retain(|k, _| !crds::names::is_reserved_key(k));
             }
         }
-        if let Some(uid) = managed_by {
+        if let Some(owner) = owner {
             let labels = meta
                 .entry("labels")
                 .or_insert_with(|| Value::Object(Map::new()));
             if let Some(labels) = labels.as_object_mut() {
                 labels.insert(
                     crds::names::annotations::MANAGED_BY.enoki.to_string(),
-                    Value::String(uid.to_string()),
+                    Value::String(owner.uid.to_string()),
                 );
+                if let Some(shard) = owner.shard {
+                    labels.insert(
+                        crds::names::SHARD_LABEL.to_string(),
+                        Value::String(shard.to_string()),
+                    );
+                }
             }
         }
         for field in ["labels", "annotations"] {
@@ -125,7 +147,7 @@ mod tests {
             "status": {"phase": "x"},
             "data": {"k": "v"}
         });
-        let s = strip(&m, Some("uid-1"));
+        let s = strip(&m, Some(Owner::uid("uid-1")));
         assert_eq!(
             s,
             json!({
@@ -134,6 +156,29 @@ mod tests {
                 "data": {"k": "v"}
             })
         );
+    }
+
+    #[test]
+    fn a_sharded_owner_labels_its_shard_and_a_synthesizer_cannot_forge_it() {
+        let m = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a", "labels": {"enoki.dev/shard": "0-of-4"}}});
+        let owner = Owner {
+            uid: "uid-1",
+            shard: Some("3-of-4"),
+        };
+        let s = strip(&m, Some(owner));
+        assert_eq!(
+            s["metadata"]["labels"],
+            json!({"enoki.dev/managed-by": "uid-1", "enoki.dev/shard": "3-of-4"})
+        );
+        // Unsharded, no shard label (a synthesizer's own is stripped).
+        let plain = strip(&m, Some(Owner::uid("uid-1")));
+        assert_eq!(
+            plain["metadata"]["labels"],
+            json!({"enoki.dev/managed-by": "uid-1"})
+        );
+        // A change of --shards changes what is applied: each object is labelled again once.
+        assert_ne!(hash(&s), hash(&plain));
     }
 
     #[test]

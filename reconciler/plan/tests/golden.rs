@@ -45,6 +45,7 @@ fn render(input: &Value) -> Value {
         deletion_timestamp: None,
         gone_owners: Default::default(),
         unrecorded: false,
+        shard: c["shard"].as_str().map(Into::into),
     };
     let mut items: Vec<Desired> = list(&input["resources"])
         .into_iter()

@@ -254,10 +254,43 @@ impl Shards {
         self.contains(0)
     }
 
+    /// The `enoki.dev/shard` label of the objects and slices of the Composition of this UID:
+    /// `<index>-of-<count>`; `None` unsharded (no label).
+    pub fn label_value_of(&self, uid: &str) -> Option<String> {
+        (self.count > 1).then(|| shard_value(Shard::of_uid(uid, self.count), self.count))
+    }
+
+    /// The label selector of a watch of labelled objects that leaves out, at the API server,
+    /// those of the shards not in this set (`None` when none is left out). Objects without
+    /// the label, or labelled for another `--shards`, are still sent (and sorted here).
+    pub fn ours_selector(&self) -> Option<String> {
+        self.selector_without(|i| !self.contains(i))
+    }
+
+    /// The label selector that leaves out this set's own labelled objects (`None` when the
+    /// set is empty or unsharded): what another shard owns, and what carries no shard label.
+    pub fn others_selector(&self) -> Option<String> {
+        self.selector_without(|i| self.contains(i))
+    }
+
+    fn selector_without(&self, left_out: impl Fn(u32) -> bool) -> Option<String> {
+        let values: Vec<String> = (0..self.count)
+            .filter(|i| left_out(*i))
+            .map(|i| shard_value(i, self.count))
+            .collect();
+        (self.count > 1 && !values.is_empty())
+            .then(|| format!("{} notin ({})", crds::names::SHARD_LABEL, values.join(",")))
+    }
+
     /// The metrics label of the shard the Composition of this UID belongs to.
     pub fn label_of(&self, uid: &str) -> String {
         Shard::of_uid(uid, self.count).to_string()
     }
+}
+
+/// The `enoki.dev/shard` label's value for shard `index` of `count`.
+fn shard_value(index: u32, count: u32) -> String {
+    format!("{index}-of-{count}")
 }
 
 impl std::fmt::Display for Shards {
@@ -307,6 +340,36 @@ mod tests {
         assert!(Shards::none(4).is_empty() && !Shards::ALL.is_empty());
         // Out-of-range indices are no shard at all.
         assert!(Shards::none(64).with(64).is_empty());
+    }
+
+    #[test]
+    fn the_label_selectors_leave_out_the_other_shards_or_these() {
+        let held = Shards::none(4).with(0).with(2);
+        assert_eq!(
+            held.ours_selector().as_deref(),
+            Some("enoki.dev/shard notin (1-of-4,3-of-4)")
+        );
+        assert_eq!(
+            held.others_selector().as_deref(),
+            Some("enoki.dev/shard notin (0-of-4,2-of-4)")
+        );
+        let all = (0..4).fold(Shards::none(4), Shards::with);
+        assert_eq!(all.ours_selector(), None);
+        assert_eq!(Shards::none(4).others_selector(), None);
+        assert_eq!(
+            (Shards::ALL.ours_selector(), Shards::ALL.others_selector()),
+            (None, None)
+        );
+        for i in 0..100 {
+            let uid = format!("9a1f-{i}");
+            let value = held.label_value_of(&uid).unwrap();
+            let shard = Shard::of_uid(&uid, 4);
+            assert_eq!(value, format!("{shard}-of-4"));
+            // An object of ours passes our selector's exclusions, another shard's does not.
+            let excluded = held.ours_selector().unwrap().contains(&value);
+            assert_eq!(excluded, !held.owns_uid(&uid), "{uid}");
+        }
+        assert_eq!(Shards::ALL.label_value_of("x"), None);
     }
 
     #[test]

@@ -324,13 +324,18 @@ pub fn label_value(name: &str) -> String {
     format!("{stem}-{:x}", hash)[..stem.len() + 9].to_string()
 }
 
-/// Creates the slices of synthesis `uuid`. All or nothing: when one is refused, the ones
-/// created before it are deleted again and the error names the refused slice.
+/// Creates the slices of synthesis `uuid` (labelled with the Composition's shard when there
+/// is one). All or nothing: when one is refused, the ones created before it are deleted again
+/// and the error names the refused slice.
 ///
 /// # Errors
 /// [`Error::WriteSlice`].
 pub(crate) async fn write(
-    (clusters, memory): (&crate::run::context::Clusters, &crate::run::memory::Memory),
+    (clusters, memory, shard): (
+        &crate::run::context::Clusters,
+        &crate::run::memory::Memory,
+        Option<String>,
+    ),
     comp: &Composition,
     uuid: &str,
     manifests: Vec<Manifest>,
@@ -368,8 +373,12 @@ pub(crate) async fn write(
         );
         slice.metadata.namespace = Some(ns.clone());
         slice.metadata.owner_references = Some(vec![owner.clone()]);
-        slice.metadata.labels =
-            Some([(SLICE_COMPOSITION_LABEL.to_string(), label_value(&comp_name))].into());
+        let mut labels: std::collections::BTreeMap<String, String> =
+            [(SLICE_COMPOSITION_LABEL.to_string(), label_value(&comp_name))].into();
+        if let Some(shard) = &shard {
+            labels.insert(crds::names::SHARD_LABEL.to_string(), shard.clone());
+        }
+        slice.metadata.labels = Some(labels);
         match api.create(&PostParams::default(), &slice).await {
             Ok(created) => {
                 let uid = comp.uid().unwrap_or_default();

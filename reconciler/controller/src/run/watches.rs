@@ -4,7 +4,10 @@
 //!   `enoki.dev/managed-by` label and shared by every Composition, started when a kind is first
 //!   emitted. The apply pass reads live `resourceVersion`s from it, so an in-sync resource costs
 //!   no request. A change to a managed object re-reconciles its owner (the label's value is the
-//!   owner's UID) — that is drift detection.
+//!   owner's UID) — that is drift detection. With `--shards`, the objects carry their
+//!   Composition's shard (`enoki.dev/shard`) and the API server leaves other shards' out of
+//!   the watch; a Composition here that reads one of those hears of it through a
+//!   [`foreign`] watch.
 //! - **Inputs**: one watch per kind and namespace that some Composition reads from (bound
 //!   inputs, dependencies; cluster-wide for cluster-scoped kinds, Synthesizers and
 //!   collections); reads come from it, and a change re-reconciles every Composition that read
@@ -54,6 +57,11 @@ pub use managed::*;
 mod table;
 use table::{Feeder, Row, Synced, Table};
 
+mod foreign;
+mod labelled;
+mod managing;
+pub use labelled::Meta;
+use labelled::{forbidden_watch, managed_label};
 mod inputs;
 #[cfg(test)]
 mod tests;
@@ -75,6 +83,19 @@ struct InputWatch {
     synced: Synced<Kept>,
     task: tokio::task::AbortHandle,
     users: HashSet<String>,
+}
+
+/// One kind's watch of other shards' managed objects in one scope ([`foreign`]), and the
+/// Compositions (UIDs) that need it.
+struct ForeignWatch {
+    task: tokio::task::AbortHandle,
+    users: HashSet<String>,
+}
+
+impl Drop for ForeignWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }
 
 impl Drop for InputWatch {
@@ -141,6 +162,9 @@ pub struct Watches {
     /// Input watches the API server refused (403), and when.
     forbidden_inputs: Mutex<HashMap<(GroupVersionKind, String), std::time::Instant>>,
     managed: Mutex<HashMap<GroupVersionKind, ManagedWatch>>,
+    /// With `--shards`: per kind and scope, the watch of other shards' managed objects that
+    /// Compositions here read ([`foreign`]).
+    foreign: Mutex<HashMap<(GroupVersionKind, String), ForeignWatch>>,
     owners: Mutex<HashMap<String, ObjectRef<Composition>>>,
     /// Every wake counted per Composition: which ones are at rest.
     pub(crate) rest: super::rest::Rest,
@@ -179,6 +203,7 @@ impl Watches {
             inputs: Mutex::new(HashMap::new()),
             forbidden_inputs: Mutex::new(HashMap::new()),
             managed: Mutex::new(HashMap::new()),
+            foreign: Mutex::new(HashMap::new()),
             owners: Mutex::new(HashMap::new()),
             rest: super::rest::Rest::default(),
         })
@@ -228,115 +253,6 @@ impl Watches {
         Some(view)
     }
 
-    fn start_managed(
-        self: &Arc<Self>,
-        gvk: &GroupVersionKind,
-        ar: &ApiResource,
-        owner: &str,
-    ) -> ManagedWatch {
-        let (mut feeder, synced) = Feeder::<Live>::new();
-        let view = ManagedView {
-            synced,
-            forbidden: Arc::new(AtomicBool::new(false)),
-        };
-        let forbidden = view.forbidden.clone();
-        let api: Api<Meta> = Api::all_with(self.target.clone(), ar);
-        let wc = watcher::Config::default().labels(managed_label());
-        let shards = self.shards.clone();
-        let events = super::recovery::relisting(
-            move || super::recovery::recovering(watcher(api.clone(), wc.clone())).boxed(),
-            shards.clone(),
-            None,
-        );
-        let this = Arc::downgrade(self);
-        let (group, kind) = (gvk.group.clone(), gvk.kind.clone());
-        let task = tokio::spawn(async move {
-            futures::pin_mut!(events);
-            while let Some(event) = events.next().await {
-                let Some(this) = this.upgrade() else { break };
-                // Another shard's object: not cached (an entry it had while it was ours is
-                // dropped), but readers of it as an input still hear of it. The shard set is
-                // copied out first: a borrow in the condition would be held through the body,
-                // and the sweep reads it while holding `readers`.
-                let held = *shards.borrow();
-                if let Ok(e) = &event
-                    && let Some((ns, name, apply)) = foreign(held, e)
-                {
-                    this.foreign_changed(&mut feeder, (&group, &kind), (&ns, &name), apply);
-                    continue;
-                }
-                let relisted = matches!(event, Ok(watcher::Event::InitDone));
-                let touched = match event {
-                    Ok(e) => apply_event(&mut feeder, e),
-                    Err(e) if forbidden_watch(&e) => {
-                        tracing::info!(kind = %kind, "enoki may not list/watch this kind: its \
-                            managed objects are read with GETs and drift is found at --resync \
-                            (grant list/watch with a ClusterRole labelled \
-                            enoki.dev/aggregate-to-controller-watch)");
-                        forbidden.store(true, Ordering::Relaxed);
-                        feeder.unready();
-                        // Its objects are read with GETs from now on: no pass is at rest.
-                        this.rest.relisted();
-                        break;
-                    }
-                    Err(e) => {
-                        tracing::warn!(kind = %kind, error = %e, "managed-object watch failed; retrying with backoff");
-                        None
-                    }
-                };
-                if relisted {
-                    this.rest.relisted();
-                }
-                if let Some(t) = touched {
-                    this.managed_changed((&group, &kind), &t);
-                }
-            }
-        });
-        ManagedWatch {
-            view,
-            task: task.abort_handle(),
-            users: [owner.to_string()].into(),
-        }
-    }
-
-    /// An event of another shard's object: not cached (an entry it had while it was ours is
-    /// dropped; relabelled to another shard's Composition, the owner before hears), but
-    /// readers of it as an input still hear of it.
-    fn foreign_changed(
-        &self,
-        feeder: &mut Feeder<Live>,
-        (group, kind): (&str, &str),
-        (ns, name): (&str, &str),
-        apply: bool,
-    ) {
-        if apply {
-            let before = feeder.row(ns, name).and_then(|l| l.owner);
-            feeder.remove(ns, name);
-            if let Some(uid) = before {
-                self.fire_owner(&uid);
-            }
-        }
-        self.fire_readers(group, kind, ns, name);
-    }
-
-    /// A change of a managed object wakes its owner (and the owner before, when relabelled)
-    /// and its readers; the echo of enoki's own write wakes no owner (its pass recorded it).
-    fn managed_changed(&self, (group, kind): (&str, &str), t: &Touched) {
-        let key = (group, kind, t.namespace.as_str(), t.name.as_str());
-        let echo = t
-            .changed_at
-            .as_deref()
-            .is_some_and(|rv| self.rest.echo(key, rv));
-        let [now, before] = &t.owners;
-        for uid in [now.as_ref().filter(|_| !echo), before.as_ref()]
-            .into_iter()
-            .flatten()
-        {
-            self.fire_owner(uid);
-        }
-        self.fire_readers(group, kind, &t.namespace, &t.name);
-    }
-
     /// Records the Composition that owns the objects labelled with its UID.
     pub fn own(&self, comp: &Composition) {
         if let Some(uid) = comp.uid() {
@@ -372,15 +288,16 @@ impl Watches {
 
     /// Forgets the Compositions `gone` names — by reference in the readers, by UID in the
     /// watches' users and the owners — and stops the watches left with no user (a watch's
-    /// task is aborted when it is dropped). `gone` is called while the four maps are held, so
+    /// task is aborted when it is dropped). `gone` is called while the five maps are held, so
     /// nothing is recorded between its answer and the pruning.
     fn drop_compositions<'a>(&self, gone: impl FnOnce() -> Gone<'a>) {
-        // No other path holds two of these four at once, nor takes one while it holds a borrow
+        // No other path holds two of these five at once, nor takes one while it holds a borrow
         // of the shard set or of the Composition store (which the sweep's `gone` reads under
         // them).
         let mut readers = self.readers.lock();
         let mut inputs = self.inputs.lock();
         let mut managed = self.managed.lock();
+        let mut foreign = self.foreign.lock();
         let mut owners = self.owners.lock();
         let gone = gone();
         readers.retain(|_, set| {
@@ -392,6 +309,10 @@ impl Watches {
             !w.users.is_empty()
         });
         managed.retain(|_, w| {
+            gone.drop_from_uids(&mut w.users);
+            !w.users.is_empty()
+        });
+        foreign.retain(|_, w| {
             gone.drop_from_uids(&mut w.users);
             !w.users.is_empty()
         });

@@ -6,16 +6,15 @@ use super::*;
 /// The object to write for a resource: derived from its manifest only when an operation
 /// writes it (an in-sync pass reads the hash alone), or given whole (after overrides).
 pub(super) struct Snapshot<'a> {
-    manifest: Option<(&'a Value, Option<&'a str>)>,
+    manifest: Option<(&'a Value, Option<snapshot::Owner<'a>>)>,
     object: std::cell::OnceCell<Value>,
 }
 
 impl<'a> Snapshot<'a> {
     /// The snapshot of `manifest` as written for `composition`, derived when first read.
     pub(super) fn of(manifest: &'a Value, composition: &'a CompositionInfo) -> Snapshot<'a> {
-        let uid = (!composition.uid.is_empty()).then_some(composition.uid.as_str());
         Snapshot {
-            manifest: Some((manifest, uid)),
+            manifest: Some((manifest, composition.owner())),
             object: std::cell::OnceCell::new(),
         }
     }
@@ -23,7 +22,7 @@ impl<'a> Snapshot<'a> {
     /// The object.
     pub(super) fn get(&self) -> &Value {
         self.object.get_or_init(|| match self.manifest {
-            Some((manifest, uid)) => snapshot::strip(manifest, uid),
+            Some((manifest, owner)) => snapshot::strip(manifest, owner),
             None => Value::Null,
         })
     }
@@ -338,8 +337,11 @@ pub(super) fn effective(
         )
         .unwrap_or_else(|_| r.settings.clone())
     };
-    let uid = (!composition.uid.is_empty()).then_some(composition.uid.as_str());
-    (snapshot::strip(&manifest, uid), settings, results)
+    (
+        snapshot::strip(&manifest, composition.owner()),
+        settings,
+        results,
+    )
 }
 
 /// RFC 7386 JSON merge patch turning `from` into `to`: removed keys become `null`.

@@ -87,10 +87,9 @@ pub fn prepare(desired: &[Desired], composition: &CompositionInfo) -> Result<Pre
             })
             .collect::<Result<Vec<_>, _>>()?;
         let overrides = overrides_of(&key, &annotations, &mut settings.warnings)?;
-        let snapshot_hash = overrides.is_empty().then(|| {
-            let uid = (!composition.uid.is_empty()).then_some(composition.uid.as_str());
-            snapshot::hash(&snapshot::strip(&d.manifest, uid))
-        });
+        let snapshot_hash = overrides
+            .is_empty()
+            .then(|| snapshot::hash(&snapshot::strip(&d.manifest, composition.owner())));
         resources.push(PreparedResource {
             key,
             manifest: d.manifest.clone(),

@@ -87,7 +87,7 @@ pub async fn reconcile(
     {
         return Ok(pass);
     }
-    let mut info = composition_info(comp, deleting);
+    let mut info = composition_info(ctx, comp, deleting);
     let Some((prepared, unopened)) = ingest(ctx, comp, st, &loaded, &info).await? else {
         // Being deleted: nothing was deleted, so its finalizer stays.
         return Ok(Pass::default());
@@ -234,7 +234,7 @@ async fn slices_missing(
             ..Pass::default()
         }));
     }
-    let swept = sweep_outside(ctx, comp, current, &composition_info(comp, true)).await?;
+    let swept = sweep_outside(ctx, comp, current, &composition_info(ctx, comp, true)).await?;
     Ok((!swept).then(Pass::default))
 }
 
@@ -396,14 +396,21 @@ fn settled(the_plan: &Plan, outcomes: &[execute::StepResult]) -> bool {
 }
 
 /// The Composition as the planner sees it; a Symphony being deleted orphans its
-/// Compositions' resources (Eno semantics).
-pub(crate) fn composition_info(comp: &Composition, deleting: bool) -> plan::CompositionInfo {
+/// Compositions' resources (Eno semantics). With `--shards`, its objects are labelled with
+/// its shard.
+pub(crate) fn composition_info(
+    ctx: &Context,
+    comp: &Composition,
+    deleting: bool,
+) -> plan::CompositionInfo {
+    let uid = comp.uid().unwrap_or_default();
     // A Symphony being deleted is read from the labels by the planner (`symphony_deleting`).
     let annotations = comp.annotations().clone();
     plan::CompositionInfo {
         name: comp.name_any(),
         namespace: comp.namespace().unwrap_or_default(),
-        uid: comp.uid().unwrap_or_default(),
+        shard: ctx.limits.shards.borrow().label_value_of(&uid),
+        uid,
         labels: comp.labels().clone(),
         annotations,
         deleting,

@@ -273,6 +273,7 @@ async fn from_cache(
         // management cluster, where the input watches are.
         if ctx.clusters.target_is_management() {
             ctx.caches.watches.track(&gvk, &ar, ns, &r.key.name, comp);
+            ctx.caches.watches.foreign_reads(&gvk, &ar, ns, comp);
         }
         return FromCache::Fetch(api, gvk);
     }
@@ -404,6 +405,7 @@ mod tests {
             deletion_timestamp: None,
             gone_owners: Default::default(),
             unrecorded: false,
+            shard: None,
         };
         let p = plan::prepare(
             &[plan::Desired {

@@ -88,7 +88,27 @@ async fn read_as(
     } else {
         Api::all_with(client, ar)
     };
-    let mut got = api.get_opt(name).await?;
+    let seen = r
+        .kept
+        .and_then(|k| k.caches.watches.seen_version(gvk, ns, name));
+    let mut got = match seen {
+        Some(rv) => {
+            let at = kube::api::GetParams {
+                resource_version: Some(rv),
+            };
+            match api.get_with(name, &at).await {
+                Ok(o) => Some(o),
+                Err(kube::Error::Api(s)) if s.code == 404 => None,
+                Err(e) => return Err(e),
+            }
+        }
+        None => api.get_opt(name).await?,
+    };
+    if let Some(kept) = r.kept
+        && super::super::watches::Watches::beyond_inputs(got.as_ref())
+    {
+        kept.caches.watches.foreign_reads(gvk, ar, ns, comp);
+    }
     if let Some(obj) = &mut got {
         // As the cache serves it: without managedFields.
         obj.managed_fields_mut().clear();

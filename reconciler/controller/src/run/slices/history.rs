@@ -76,7 +76,7 @@ pub(crate) async fn previous_applied(
                 out.carried.insert(key.clone(), recorded);
             }
             out.snapshots
-                .insert(key, plan::snapshot::strip(&manifest, Some(&info.uid)));
+                .insert(key, plan::snapshot::strip(&manifest, info.owner()));
         }
     }
     Ok(out)

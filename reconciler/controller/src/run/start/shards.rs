@@ -177,15 +177,19 @@ pub(crate) fn caches(
     let (slice_reader, slice_writer) = reflector::store::<ResourceSlice>();
     let whole = opts.storage.slice_cache_whole;
     let held = shards.clone();
+    let selecting = shards.clone();
     let slice_stream = slice_changes(
         in_shard(
             relisting(
-                // One slice at a time where the server streams lists, else small pages: a
-                // slice is up to 512 KiB whole, and is compacted only once it is read.
+                // One slice at a time where the server streams lists, else small pages (a
+                // slice is up to 512 KiB whole); the API server leaves other shards' out.
                 move || {
-                    let wc = watcher::Config::default()
+                    let mut wc = watcher::Config::default()
                         .page_size(SLICE_PAGE)
                         .timeout(SLICE_WATCH_TIMEOUT_SECS);
+                    if let Some(sel) = selecting.borrow().ours_selector() {
+                        wc = wc.labels(&sel);
+                    }
                     let wc = if streams { wc.streaming_lists() } else { wc };
                     recovering(watcher(slices.clone(), wc)).boxed()
                 },

@@ -14,6 +14,10 @@ impl Watches {
         name: &str,
         comp: &Composition,
     ) {
+        if name == "*" {
+            // A collection may hold objects other shards manage.
+            self.foreign_reads(gvk, ar, namespace, comp);
+        }
         let key = reader_key(gvk, namespace, name);
         let me = ObjectRef::from_obj(comp);
         self.readers
@@ -163,6 +167,23 @@ impl Watches {
         let whole = self.whole.lock().get(&key).cloned()?;
         let current = whole.metadata.resource_version.as_deref() == Some(&*stub_version);
         current.then_some(Some(whole))
+    }
+
+    /// The resourceVersion the input watch last saw of this object (`None` when its kind is
+    /// not watched here, or the watch has not seen it): a GET of it at that version is
+    /// answered from the API server's watch cache instead of etcd, and is not older than what
+    /// woke the reader (a later change wakes it again).
+    pub fn seen_version(
+        &self,
+        gvk: &GroupVersionKind,
+        namespace: &str,
+        name: &str,
+    ) -> Option<String> {
+        let synced = self.store_of(gvk, namespace)?;
+        let t = synced.table.read();
+        t.get(namespace, name)?
+            .resource_version()
+            .map(str::to_string)
     }
 
     /// Records that `comp` reads this object from the input cache (as the controller): with

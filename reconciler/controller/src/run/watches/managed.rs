@@ -4,9 +4,6 @@
 use super::*;
 use crate::run::shard::Shards;
 
-/// Metadata of a managed object as the cache holds it.
-pub type Meta = PartialObjectMeta<DynamicObject>;
-
 /// What the apply pass reads of a managed object: its version and whether it is being
 /// deleted (kept compact: a hundred thousand of these live in memory; the owner UID is
 /// shared by the rows of one Composition, a UUID is kept as its 16 bytes).
@@ -154,14 +151,6 @@ pub struct ManagedView {
     pub(crate) forbidden: Arc<AtomicBool>,
 }
 
-/// Whether a watch failed because enoki may not list or watch the kind.
-pub(super) fn forbidden_watch(e: &watcher::Error) -> bool {
-    matches!(e,
-        watcher::Error::InitialListFailed(kube::Error::Api(s))
-        | watcher::Error::WatchStartFailed(kube::Error::Api(s))
-        | watcher::Error::WatchFailed(kube::Error::Api(s)) if s.code == 403)
-}
-
 impl ManagedView {
     /// The cached state of one object (`None`: not labelled as managed, or absent).
     pub fn get(&self, namespace: &str, name: &str) -> Option<Live> {
@@ -169,8 +158,13 @@ impl ManagedView {
     }
 }
 
-pub(super) fn managed_label() -> &'static str {
-    crds::names::annotations::MANAGED_BY.enoki
+/// The label selector of the managed-object watch of a replica holding `held`: every object
+/// labelled as managed but those labelled for the shards it does not hold.
+pub(super) fn ours(held: Shards) -> String {
+    match held.ours_selector() {
+        Some(s) => format!("{},{s}", managed_label()),
+        None => managed_label().to_string(),
+    }
 }
 
 /// A metadata-only watch event as the input store keeps objects (no data).

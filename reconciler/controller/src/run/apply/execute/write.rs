@@ -3,8 +3,8 @@
 
 use super::*;
 
-/// Takes the `managed-by` label (either spelling) naming `uid` off an object left for good
-/// (kept by `prune: disabled`, orphaned), so that another Composition — or this one, created
+/// Takes the `managed-by` label (either spelling) naming `uid`, and the `shard` label, off an
+/// object left for good (kept by `prune: disabled`, orphaned), so that another Composition — or this one, created
 /// again — may adopt it later. The patch tests the label's value first: an object another
 /// Composition took meanwhile keeps its label. A refusal (403) is logged and does not hold
 /// the Composition (its deletion in particular) back; a transient failure is returned, for
@@ -42,6 +42,21 @@ pub(crate) async fn release(
     if ops.is_empty() {
         return Ok(());
     }
+    // Its shard label goes with it (what no Composition owns is in no shard).
+    let ops: Vec<Value> = ops
+        .into_iter()
+        .chain(
+            labels
+                .filter(|l| l.contains_key(crds::names::SHARD_LABEL))
+                .map(|_| {
+                    let path = format!(
+                        "/metadata/labels/{}",
+                        crds::names::SHARD_LABEL.replace('/', "~1")
+                    );
+                    serde_json::json!({"op": "remove", "path": path})
+                }),
+        )
+        .collect();
     let Ok(patch) = serde_json::from_value::<json_patch::Patch>(Value::Array(ops)) else {
         return Ok(());
     };

@@ -321,7 +321,13 @@ pub(super) async fn write_new(
         refuse(ctx, comp, st, fp, reasons::OUTPUT_TOO_LARGE, &message).await;
         return Ok(Outcome::Waits(RETRY_CAP));
     }
-    match slices::write((&ctx.clusters, &ctx.state.memory), comp, uuid, manifests).await {
+    let shard = ctx
+        .limits
+        .shards
+        .borrow()
+        .label_value_of(&comp.uid().unwrap_or_default());
+    let to = (&ctx.clusters, &ctx.state.memory, shard);
+    match slices::write(to, comp, uuid, manifests).await {
         Ok(refs) => {
             let ns = comp.namespace().unwrap_or_default();
             ctx.limits.synthesis_rates.wrote(&ns, bytes);

@@ -1,0 +1,131 @@
+//! With `--shards`, managed objects and ResourceSlices carry their Composition's shard
+//! (`enoki.dev/shard: <index>-of-<N>`) and each replica's watches of them ask the API server
+//! to leave the other shards' out (seen in the audit log); a Composition that reads another
+//! shard's output as its input still follows it at once, through the replica's watch of
+//! other shards' managed objects.
+
+use super::*;
+use crds::ResourceSlice;
+
+/// A Composition bound to an input that does not exist (it waits, emits nothing) whose
+/// shard of `shards` is not `not`: created again under other names until one is.
+async fn composition_outside(env: &TestEnv, synth: &str, shards: u32, not: u32) -> String {
+    let comps: Api<crds::Composition> = env.api();
+    for i in 0.. {
+        let name = format!("consumer-{i}");
+        apply_composition(env, &name, synth, "absent", json!({})).await;
+        let uid = comps.get(&name).await.unwrap().uid().unwrap();
+        if shard_of_n(&uid, shards) != not {
+            return name;
+        }
+        comps.delete(&name, &Default::default()).await.unwrap();
+        assert!(i < 40, "40 Compositions all in shard {not}");
+    }
+    unreachable!()
+}
+
+/// The shard label of each object the audit log shows, per replica, on the label selectors
+/// of enoki's lists and watches of `resource` across the cluster.
+fn selectors(since: &str, resource: &str) -> BTreeMap<String, BTreeSet<String>> {
+    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for r in harness::audited_cluster_wide(since) {
+        if r.by_enoki() && r.resource == resource && matches!(r.verb.as_str(), "list" | "watch") {
+            let uri = r
+                .uri
+                .replace("%2F", "/")
+                .replace("%2C", ",")
+                .replace("%28", "(");
+            let uri = uri
+                .replace("%29", ")")
+                .replace("%20", " ")
+                .replace('+', " ");
+            let selector = uri
+                .split(['?', '&'])
+                .find_map(|p| p.strip_prefix("labelSelector="))
+                .unwrap_or_default()
+                .to_string();
+            let replica = replica_of(&r.user_agent).unwrap_or_default();
+            out.entry(replica).or_default().insert(selector);
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn each_replica_watches_only_its_shards_and_a_cross_shard_input_still_wakes_its_reader() {
+    let env = TestEnv::new().await;
+    install_crds(&env.client).await;
+    let synth = install_synthesizer(&env, "shardwatch", &echo_module()).await;
+    let since = now_rfc3339();
+    let replicas: Vec<Enoki> = (0..2).map(|r| start_with(&env, r, 2, 8)).collect();
+    let owners = eventually("one shard each", Duration::from_secs(90), || async {
+        let owners = holders_of(&env, 2).await;
+        (owners.len() == 2 && owners[&0] != owners[&1]).then_some(owners)
+    })
+    .await;
+    // The producer emits `handoff`, the consumer's input: the consumer echoes its items.
+    let handoff = |x: &str| {
+        let items = json!([{"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "consumed"}, "data": {"x": x}}]);
+        json!([{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "handoff"},
+            "data": {"items": items.to_string()}}])
+    };
+    set_echo_items(&env, "producer-items", &handoff("1")).await;
+    apply_composition(&env, "producer", &synth, "producer-items", json!({})).await;
+    let comps: Api<crds::Composition> = env.api();
+    let producer_uid = comps.get("producer").await.unwrap().uid().unwrap();
+    let producer_shard = shard_of_n(&producer_uid, 2);
+    let consumer = composition_outside(&env, &synth, 2, producer_shard).await;
+    apply_composition(&env, &consumer, &synth, "handoff", json!({})).await;
+    let cms: Api<ConfigMap> = env.api();
+    let consumed = || async {
+        let cm = cms.get_opt("consumed").await.unwrap()?;
+        cm.data?.get("x").cloned()
+    };
+    eventually(
+        "the consumer echoes the handoff",
+        Duration::from_secs(90),
+        || async { (consumed().await.as_deref() == Some("1")).then_some(()) },
+    )
+    .await;
+    // Labelled with their shards: the objects and the slices.
+    let consumer_uid = comps.get(&consumer).await.unwrap().uid().unwrap();
+    let shard_label = |uid: &str| format!("{}-of-2", shard_of_n(uid, 2));
+    for (name, uid) in [("handoff", &producer_uid), ("consumed", &consumer_uid)] {
+        let cm = cms.get(name).await.unwrap();
+        assert_eq!(
+            cm.labels().get("enoki.dev/shard"),
+            Some(&shard_label(uid)),
+            "{name}"
+        );
+    }
+    let slices: Api<ResourceSlice> = env.api();
+    for s in slices.list(&Default::default()).await.unwrap().items {
+        let owner = &s.owner_references()[0].uid;
+        assert_eq!(s.labels().get("enoki.dev/shard"), Some(&shard_label(owner)));
+    }
+    // The producer's output changes: the consumer, on the other replica, follows at once
+    // (the resync is 5 minutes).
+    set_echo_items(&env, "producer-items", &handoff("2")).await;
+    eventually(
+        "the consumer follows the handoff",
+        Duration::from_secs(60),
+        || async { (consumed().await.as_deref() == Some("2")).then_some(()) },
+    )
+    .await;
+    // Each replica asked the API server for its own shard's managed objects and slices only.
+    harness::audit_barrier(&env).await;
+    for resource in ["configmaps", "resourceslices"] {
+        let asked = selectors(&since, resource);
+        for (shard, replica) in &owners {
+            let other = format!("{}-of-2", 1 - shard);
+            let own = format!("notin ({other})");
+            let theirs = asked.get(replica).cloned().unwrap_or_default();
+            assert!(
+                theirs.iter().any(|s| s.contains(&own)),
+                "{replica} (shard {shard}) {resource}: {theirs:?}"
+            );
+        }
+    }
+    drop(replicas);
+}
