@@ -536,6 +536,49 @@ async fn count_ready(env: &TestEnv) -> usize {
         .count()
 }
 
+/// The Ready Compositions of a namespace, counted from a watch: one more watcher of the API
+/// server through the whole run, where a LIST of every Composition per poll (thousands of
+/// them, twice a second) would cost the API server and this process about as much as the
+/// fleet's own work, and the more the longer a setup takes.
+struct ReadyCount {
+    store: kube::runtime::reflector::Store<crds::Composition>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ReadyCount {
+    async fn start(env: &TestEnv) -> ReadyCount {
+        use kube::runtime::{WatchStreamExt, reflector, watcher};
+        let api: Api<crds::Composition> = env.api();
+        let (store, writer) = reflector::store();
+        let stream = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .reflect(writer);
+        let task = tokio::spawn(stream.for_each(|_| futures::future::ready(())));
+        store.wait_until_ready().await.expect("Composition watch");
+        ReadyCount { store, task }
+    }
+
+    fn ready(&self) -> usize {
+        self.store
+            .state()
+            .iter()
+            .filter(|c| {
+                c.status.as_ref().is_some_and(|s| {
+                    s.conditions
+                        .iter()
+                        .any(|x| x.type_ == "Ready" && x.status == "True")
+                })
+            })
+            .count()
+    }
+}
+
+impl Drop for ReadyCount {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
 /// A positive count from the environment, or `default`.
 fn count_from_env(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -773,6 +816,7 @@ async fn fleet(
 ) -> (Duration, Vec<ReplicaFigures>, f64) {
     let env = TestEnv::new().await;
     let synth = install_synthesizer(&env, "echo", &echo_module()).await;
+    let counter = ReadyCount::start(&env).await;
     let ns = env.namespace.clone();
     let count = shards.to_string();
     let mut args = vec!["--concurrency", "8"];
@@ -833,7 +877,7 @@ async fn fleet(
         })
         .await;
     loop {
-        let ready = count_ready(&env).await.saturating_sub(WARM);
+        let ready = counter.ready().saturating_sub(WARM);
         if ready == comps {
             break;
         }

@@ -83,14 +83,27 @@ fn audit_log_path() -> PathBuf {
         })
 }
 
+/// The watches the audit log recorded as started after `since` (in any namespace or none): a
+/// long watch is recorded complete only when it ends.
+///
+/// # Panics
+/// When the audit log cannot be read.
+pub fn audited_watches(since: &str) -> Vec<Request> {
+    audited_at("ResponseStarted", since, |e| e["verb"] == "watch")
+}
+
 fn audited(since: &str, keep: impl Fn(&serde_json::Value) -> bool) -> Vec<Request> {
+    audited_at("ResponseComplete", since, keep)
+}
+
+fn audited_at(stage: &str, since: &str, keep: impl Fn(&serde_json::Value) -> bool) -> Vec<Request> {
     let path = audit_log_path();
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("{}: {e} (hack/testenv.sh writes it)", path.display()));
     let s = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
     text.lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|e| e["stage"] == "ResponseComplete")
+        .filter(|e| e["stage"] == stage)
         .filter(|e| keep(e))
         .filter(|e| {
             e["requestReceivedTimestamp"]

@@ -140,7 +140,7 @@ pub async fn diff(opts: Options, target: Target, show_secrets: bool) -> anyhow::
                 namespace: ns,
                 ..CompositionInfo::default()
             };
-            (comp, with_info(items, info))
+            (comp, Items { items, info })
         }
     };
     compare(&ctx, comp.as_ref(), items, show_secrets).await
@@ -150,10 +150,6 @@ pub async fn diff(opts: Options, target: Target, show_secrets: bool) -> anyhow::
 struct Items {
     items: Vec<Value>,
     info: CompositionInfo,
-}
-
-fn with_info(items: Vec<Value>, info: CompositionInfo) -> Items {
-    Items { items, info }
 }
 
 fn info_of(comp: &Composition) -> CompositionInfo {
@@ -217,7 +213,10 @@ async fn synthesize_from_cluster(ctx: &Handles, comp: &Composition) -> anyhow::R
         .map_err(|e| anyhow::anyhow!("Synthesizer {}: {e}", synth.name_any()))?;
     let secure = synth.spec.entropy == Some(crds::Entropy::Secure);
     let items = run_blocking(ctx.host.clone(), module, input, limits, secure, &who).await?;
-    Ok(with_info(items, info_of(comp)))
+    Ok(Items {
+        items,
+        info: info_of(comp),
+    })
 }
 
 /// One synthesis on a blocking thread (the wasm host drives its own runtime); the items.
@@ -387,6 +386,7 @@ async fn diff_one(
         .await
         .with_context(|| format!("reading {label}"))?
         .map(|o| serde_json::to_value(o).unwrap_or_default());
+    let info = &text::with_live_shard(info, live.as_ref());
     let (snapshot, settings) = plan::plan::desired_snapshot(r, live.as_ref(), info);
     if settings.disable_reconciliation || (settings.disable_updates && live.is_some()) {
         return Ok(Diffed::Skipped(format!(

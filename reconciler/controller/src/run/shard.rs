@@ -264,22 +264,12 @@ impl Shards {
     /// those of the shards not in this set (`None` when none is left out). Objects without
     /// the label, or labelled for another `--shards`, are still sent (and sorted here).
     pub fn ours_selector(&self) -> Option<String> {
-        self.selector_without(|i| !self.contains(i))
-    }
-
-    /// The label selector that leaves out this set's own labelled objects (`None` when the
-    /// set is empty or unsharded): what another shard owns, and what carries no shard label.
-    pub fn others_selector(&self) -> Option<String> {
-        self.selector_without(|i| self.contains(i))
-    }
-
-    fn selector_without(&self, left_out: impl Fn(u32) -> bool) -> Option<String> {
-        let values: Vec<String> = (0..self.count)
-            .filter(|i| left_out(*i))
+        let others: Vec<String> = (0..self.count)
+            .filter(|i| !self.contains(*i))
             .map(|i| shard_value(i, self.count))
             .collect();
-        (self.count > 1 && !values.is_empty())
-            .then(|| format!("{} notin ({})", crds::names::SHARD_LABEL, values.join(",")))
+        (self.count > 1 && !others.is_empty())
+            .then(|| format!("{} notin ({})", crds::names::SHARD_LABEL, others.join(",")))
     }
 
     /// The metrics label of the shard the Composition of this UID belongs to.
@@ -343,21 +333,15 @@ mod tests {
     }
 
     #[test]
-    fn the_label_selectors_leave_out_the_other_shards_or_these() {
+    fn the_label_selector_leaves_out_the_other_shards() {
         let held = Shards::none(4).with(0).with(2);
         assert_eq!(
             held.ours_selector().as_deref(),
             Some("enoki.dev/shard notin (1-of-4,3-of-4)")
         );
-        assert_eq!(
-            held.others_selector().as_deref(),
-            Some("enoki.dev/shard notin (0-of-4,2-of-4)")
-        );
         let all = (0..4).fold(Shards::none(4), Shards::with);
-        assert_eq!(all.ours_selector(), None);
-        assert_eq!(Shards::none(4).others_selector(), None);
         assert_eq!(
-            (Shards::ALL.ours_selector(), Shards::ALL.others_selector()),
+            (all.ours_selector(), Shards::ALL.ours_selector()),
             (None, None)
         );
         for i in 0..100 {

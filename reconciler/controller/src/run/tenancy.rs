@@ -44,8 +44,10 @@ pub(crate) async fn synthesizer_not_allowed(
     let ar = kube::core::ApiResource::erase::<k8s_openapi::api::core::v1::Namespace>(&());
     let gvk = kube::core::GroupVersionKind::gvk("", "v1", "Namespace");
     ctx.caches.watches.track(&gvk, &ar, "", &ns, comp);
-    // Its Namespace may be another shard's Composition's output.
-    ctx.caches.watches.foreign_reads(&gvk, &ar, "", comp);
+    if ctx.clusters.target_is_management() {
+        // Its Namespace may be another shard's Composition's output.
+        ctx.caches.watches.foreign_reads(&gvk, &ar, "", comp);
+    }
     let refused = || {
         format!(
             "Synthesizer {name:?} may not be used from namespace {ns:?}: its spec.namespaceSelector ({query}) does not select it"

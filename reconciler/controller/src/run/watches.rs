@@ -325,11 +325,12 @@ impl Watches {
         }
     }
 
-    /// (input kinds, managed kinds, reader entries, owners) — for metrics and tests.
+    /// (input kinds, managed kinds and foreign watches, reader entries, owners) — for metrics
+    /// and tests.
     pub fn sizes(&self) -> (usize, usize, usize, usize) {
         // One lock at a time: `drop_compositions` holds several at once, in its own order.
         let inputs = self.inputs.lock().len();
-        let managed = self.managed.lock().len();
+        let managed = self.managed.lock().len() + self.foreign.lock().len();
         let readers = self.readers.lock().len();
         let owners = self.owners.lock().len();
         (inputs, managed, readers, owners)

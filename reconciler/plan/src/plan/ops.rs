@@ -101,14 +101,17 @@ pub(super) fn write_op(
             .get(key)
             .cloned()
             .unwrap_or_else(|| Value::Object(Map::new()));
-        if !labelled {
-            // The label was taken off: the patch sets it again.
-            if let Some(l) = from
-                .pointer_mut("/metadata/labels")
-                .and_then(Value::as_object_mut)
-            {
+        if let Some(l) = from
+            .pointer_mut("/metadata/labels")
+            .and_then(Value::as_object_mut)
+        {
+            if !labelled {
+                // The label was taken off: the patch sets it again.
                 l.remove(crds::names::annotations::MANAGED_BY.enoki);
             }
+            // Every patch sets the shard label (`--shards`): an object written unsharded, for
+            // another shard count, or relabelled by hand gets it.
+            l.remove(crds::names::SHARD_LABEL);
         }
         let patch = merge_patch(&from, object.get());
         Op::MergePatch {

@@ -99,12 +99,15 @@ async fn read_as(
             match api.get_with(name, &at).await {
                 Ok(o) => Some(o),
                 Err(kube::Error::Api(s)) if s.code == 404 => None,
-                Err(e) => return Err(e),
+                // E.g. 504 from an API server whose cache is behind that version: read the
+                // latest.
+                Err(_) => api.get_opt(name).await?,
             }
         }
         None => api.get_opt(name).await?,
     };
     if let Some(kept) = r.kept
+        && r.clusters.target_is_management()
         && super::super::watches::Watches::beyond_inputs(got.as_ref())
     {
         kept.caches.watches.foreign_reads(gvk, ar, ns, comp);

@@ -80,3 +80,16 @@ pub(super) fn unified(label: &str, before: &str, after: &str) -> String {
         .header(&format!("live     {label}"), &format!("enoki    {label}"))
         .to_string()
 }
+
+/// `info` with the live object's `enoki.dev/shard` label: the controller's `--shards` sets
+/// it, and a diff is not about it.
+pub(super) fn with_live_shard(
+    info: &plan::CompositionInfo,
+    live: Option<&Value>,
+) -> plan::CompositionInfo {
+    let shard = live.and_then(|l| l.pointer("/metadata/labels")?.get(crds::names::SHARD_LABEL));
+    plan::CompositionInfo {
+        shard: shard.and_then(Value::as_str).map(String::from),
+        ..info.clone()
+    }
+}

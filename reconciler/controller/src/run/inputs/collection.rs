@@ -33,6 +33,10 @@ pub async fn collection(
     };
     if let Some(kept) = rd.kept {
         kept.caches.watches.track(&gvk, &ar, &scope, "*", comp);
+        // A collection may hold objects another shard's Compositions manage.
+        if rd.clusters.target_is_management() {
+            kept.caches.watches.foreign_reads(&gvk, &ar, &scope, comp);
+        }
     }
     let namespaces = match selected_namespaces(rd, comp, key, c, instance).await? {
         Outcome::Ready(n) => n,
@@ -119,6 +123,9 @@ pub(super) async fn selected_namespaces(
     let ns_ar = kube::core::ApiResource::erase::<k8s_openapi::api::core::v1::Namespace>(&());
     if let Some(kept) = rd.kept {
         kept.caches.watches.track(&ns_gvk, &ns_ar, "", "*", comp);
+        if rd.clusters.target_is_management() {
+            kept.caches.watches.foreign_reads(&ns_gvk, &ns_ar, "", comp);
+        }
     }
     let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(rd.clusters.client().clone());
     let lp = ListParams::default().labels(&sel);

@@ -1,20 +1,20 @@
 //! With `--shards`, the managed-object watches leave other shards' objects out at the API
-//! server. A Composition here may still read such an object — an input or a Synthesizer by
-//! name that another shard's Composition manages (or that does not exist yet: one may create
-//! it), a collection, a Patch's target, its Namespace — and a change to it must wake the
-//! reader as it would unsharded. Those reads start a *foreign* watch of the kind in the
-//! read's namespace (cluster-wide for collections across namespaces and cluster-scoped
-//! kinds): metadata only, of the managed objects not labelled for the shards held here
-//! (other shards' and unlabelled ones). It keeps no table, it only wakes readers; it stops
-//! with the last Composition here that needed it. Inputs that are not managed are in the
-//! input watches and need none.
+//! server, and a replica watches only the kinds its own Compositions apply. A Composition here
+//! may still read a managed object — an input or a Synthesizer by name that a Composition
+//! manages (or that does not exist yet: one may create it), a collection, a Patch's target,
+//! its Namespace — and a change to it must wake the reader as it would unsharded. Those reads
+//! start a *foreign* watch of the kind in the read's namespace (cluster-wide for collections
+//! across namespaces and cluster-scoped kinds): metadata only, of every managed object there.
+//! It keeps no table, it only wakes readers; it stops when the last Composition here that
+//! needed it is gone. Inputs that are not managed are in the input watches and need none.
 
 use super::*;
 
 impl Watches {
-    /// Makes sure a change to another shard's managed object of `gvk` in `scope` (`""`: any
-    /// namespace) wakes this replica's readers of it while `comp` is reconciled here; nothing
-    /// unsharded (one watch sees every managed object).
+    /// Makes sure a change to a managed object of `gvk` in `scope` (`""`: any namespace)
+    /// wakes this replica's readers of it while `comp` is reconciled here; nothing unsharded
+    /// (one watch sees every managed object). Callers skip it when the managed objects live
+    /// in another cluster (`--remote-kubeconfig`): no input is one of them.
     pub fn foreign_reads(
         self: &Arc<Self>,
         gvk: &GroupVersionKind,
@@ -51,7 +51,9 @@ impl Watches {
     }
 
     /// Whether a GET of an input found what the input watch leaves out — nothing, or an
-    /// object enoki manages — so that only a foreign watch would hear of its next change.
+    /// object enoki manages — so that only a foreign watch hears of its next change for sure
+    /// (this replica's managed-object watches see only its shards' objects, and only of the
+    /// kinds its Compositions apply).
     pub fn beyond_inputs(got: Option<&DynamicObject>) -> bool {
         got.is_none_or(|o| o.labels().contains_key(managed_label()))
     }
@@ -66,15 +68,10 @@ impl Watches {
         } else {
             Api::namespaced_with(self.client.clone(), scope, ar)
         };
-        let held = self.shards.clone();
-        let events = super::super::recovery::relisting(
-            move || {
-                let wc = watcher::Config::default().labels(&others(*held.borrow()));
-                super::super::recovery::recovering(watcher(api.clone(), wc)).boxed()
-            },
-            self.shards.clone(),
-            None,
-        );
+        // Every managed object of the kind there: one of this replica's shards is covered
+        // too, whether or not a managed-object watch of the kind runs here.
+        let wc = watcher::Config::default().labels(managed_label());
+        let events = super::super::recovery::recovering(watcher(api, wc));
         let this = Arc::downgrade(self);
         let (group, kind) = (gvk.group.clone(), gvk.kind.clone());
         let key = (gvk.clone(), scope.clone());
@@ -114,14 +111,5 @@ impl Watches {
             }
         });
         task.abort_handle()
-    }
-}
-
-/// The label selector of a foreign watch of a replica holding `held`: managed objects, but
-/// not those labelled for the shards it holds (its own managed-object watches have them).
-fn others(held: crate::run::shard::Shards) -> String {
-    match held.others_selector() {
-        Some(s) => format!("{},{s}", managed_label()),
-        None => managed_label().to_string(),
     }
 }

@@ -14,10 +14,6 @@ impl Watches {
         name: &str,
         comp: &Composition,
     ) {
-        if name == "*" {
-            // A collection may hold objects other shards manage.
-            self.foreign_reads(gvk, ar, namespace, comp);
-        }
         let key = reader_key(gvk, namespace, name);
         let me = ObjectRef::from_obj(comp);
         self.readers

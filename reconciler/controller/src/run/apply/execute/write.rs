@@ -42,20 +42,18 @@ pub(crate) async fn release(
     if ops.is_empty() {
         return Ok(());
     }
-    // Its shard label goes with it (what no Composition owns is in no shard).
+    // Its shard label goes with it (what no Composition owns is in no shard); added first, so
+    // that the removal holds whether or not the object has it.
+    let shard = format!(
+        "/metadata/labels/{}",
+        crds::names::SHARD_LABEL.replace('/', "~1")
+    );
     let ops: Vec<Value> = ops
         .into_iter()
-        .chain(
-            labels
-                .filter(|l| l.contains_key(crds::names::SHARD_LABEL))
-                .map(|_| {
-                    let path = format!(
-                        "/metadata/labels/{}",
-                        crds::names::SHARD_LABEL.replace('/', "~1")
-                    );
-                    serde_json::json!({"op": "remove", "path": path})
-                }),
-        )
+        .chain([
+            serde_json::json!({"op": "add", "path": shard, "value": ""}),
+            serde_json::json!({"op": "remove", "path": shard}),
+        ])
         .collect();
     let Ok(patch) = serde_json::from_value::<json_patch::Patch>(Value::Array(ops)) else {
         return Ok(());
