@@ -28,7 +28,7 @@ pub const INSTANCE_FINALIZER_ANNOTATION: &str = "enoki.dev/instance-finalizer";
 pub const UNRECORDED_ANNOTATION: &str = "enoki.dev/unrecorded";
 /// Label on managed objects and ResourceSlices with `--shards N` (N > 1): the owning
 /// Composition's shard, `<index>-of-<N>`, so that each replica's watches are filtered by the
-/// API server (never set unsharded).
+/// API server (not set unsharded).
 pub const SHARD_LABEL: &str = "enoki.dev/shard";
 /// Label on ResourceSlices: the owning Composition's name.
 pub const SLICE_COMPOSITION_LABEL: &str = "enoki.dev/composition";

@@ -57,7 +57,26 @@ async fn each_replica_watches_only_its_shards_and_a_cross_shard_input_still_wake
     install_crds(&env.client).await;
     let synth = install_synthesizer(&env, "shardwatch", &echo_module()).await;
     let since = now_rfc3339();
-    let replicas: Vec<Enoki> = (0..2).map(|r| start_with(&env, r, 2, 8)).collect();
+    // Names of their own: the other tests of this file run replicas at the same time.
+    let replicas: Vec<Enoki> = (0..2)
+        .map(|r| {
+            let host = format!("watcher-{r}");
+            let args = [
+                "--shards",
+                "2",
+                "--leader-election-namespace",
+                &env.namespace,
+                "--lease-duration-secs",
+                "8",
+            ];
+            Enoki::start_as(
+                &env.namespace,
+                &args,
+                &kubeconfig_path(),
+                &[("HOSTNAME", host.as_str())],
+            )
+        })
+        .collect();
     let owners = eventually("one shard each", Duration::from_secs(90), || async {
         let owners = holders_of(&env, 2).await;
         (owners.len() == 2 && owners[&0] != owners[&1]).then_some(owners)
@@ -114,8 +133,17 @@ async fn each_replica_watches_only_its_shards_and_a_cross_shard_input_still_wake
     )
     .await;
     // Each replica asked the API server to watch its own shard's managed objects and slices
-    // only.
+    // only; the consumer's replica watches the handoff by name (the managed objects of the
+    // producer's shard are not sent to it otherwise).
     harness::audit_barrier(&env).await;
+    let reader = &owners[&shard_of_n(&consumer_uid, 2)];
+    let by_name = harness::audited_watches(&since).into_iter().any(|r| {
+        r.by_enoki()
+            && r.resource == "configmaps"
+            && replica_of(&r.user_agent).as_ref() == Some(reader)
+            && r.uri.contains("fieldSelector=metadata.name%3Dhandoff")
+    });
+    assert!(by_name, "{reader} does not watch the handoff by name");
     for resource in ["configmaps", "resourceslices"] {
         let asked = selectors(&since, resource);
         for (shard, replica) in &owners {

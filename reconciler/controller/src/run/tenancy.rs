@@ -46,7 +46,9 @@ pub(crate) async fn synthesizer_not_allowed(
     ctx.caches.watches.track(&gvk, &ar, "", &ns, comp);
     if ctx.clusters.target_is_management() {
         // Its Namespace may be another shard's Composition's output.
-        ctx.caches.watches.foreign_reads(&gvk, &ar, "", comp);
+        ctx.caches
+            .watches
+            .foreign_reads((&gvk, &ar), "", Some(&ns), comp);
     }
     let refused = || {
         format!(

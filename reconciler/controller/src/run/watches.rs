@@ -69,6 +69,10 @@ mod tests;
 /// (group, kind, namespace, name); name `*` for collections, namespace `""` for "any".
 type WatchKey = (String, String, String, String);
 
+/// A foreign watch's key: kind, namespace (`""`: every namespace, or cluster-scoped), and the
+/// object's name (`""`: every managed object there, for a collection).
+type ForeignKey = (GroupVersionKind, String, String);
+
 /// An input object: its kind (with the version it is read in), namespace, name.
 type ObjectKey = (GroupVersionKind, String, String);
 
@@ -164,7 +168,7 @@ pub struct Watches {
     managed: Mutex<HashMap<GroupVersionKind, ManagedWatch>>,
     /// With `--shards`: per kind and scope, the watch of other shards' managed objects that
     /// Compositions here read ([`foreign`]).
-    foreign: Mutex<HashMap<(GroupVersionKind, String), ForeignWatch>>,
+    foreign: Mutex<HashMap<ForeignKey, ForeignWatch>>,
     owners: Mutex<HashMap<String, ObjectRef<Composition>>>,
     /// Every wake counted per Composition: which ones are at rest.
     pub(crate) rest: super::rest::Rest,

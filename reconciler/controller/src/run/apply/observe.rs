@@ -273,7 +273,9 @@ async fn from_cache(
         // management cluster, where the input watches are.
         if ctx.clusters.target_is_management() {
             ctx.caches.watches.track(&gvk, &ar, ns, &r.key.name, comp);
-            ctx.caches.watches.foreign_reads(&gvk, &ar, ns, comp);
+            ctx.caches
+                .watches
+                .foreign_reads((&gvk, &ar), ns, Some(&r.key.name), comp);
         }
         return FromCache::Fetch(api, gvk);
     }

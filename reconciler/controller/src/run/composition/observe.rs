@@ -71,6 +71,8 @@ async fn read_as(
         if !impersonating {
             watches.serve(gvk, ns, name, comp);
             if let Some(Some(hit)) = watches.input(gvk, ns, name).await {
+                // Unmanaged, in the input watch: no foreign watch of it is needed.
+                watches.settled(gvk, ns, name, comp);
                 return Ok(Some((*hit).clone()));
             }
         }
@@ -91,26 +93,16 @@ async fn read_as(
     let seen = r
         .kept
         .and_then(|k| k.caches.watches.seen_version(gvk, ns, name));
-    let mut got = match seen {
-        Some(rv) => {
-            let at = kube::api::GetParams {
-                resource_version: Some(rv),
-            };
-            match api.get_with(name, &at).await {
-                Ok(o) => Some(o),
-                Err(kube::Error::Api(s)) if s.code == 404 => None,
-                // E.g. 504 from an API server whose cache is behind that version: read the
-                // latest.
-                Err(_) => api.get_opt(name).await?,
-            }
-        }
-        None => api.get_opt(name).await?,
-    };
+    let mut got = get_at(&api, name, seen).await?;
     if let Some(kept) = r.kept
         && r.clusters.target_is_management()
-        && super::super::watches::Watches::beyond_inputs(got.as_ref())
     {
-        kept.caches.watches.foreign_reads(gvk, ar, ns, comp);
+        let watches = &kept.caches.watches;
+        if super::super::watches::Watches::beyond_inputs(got.as_ref()) {
+            watches.foreign_reads((gvk, ar), ns, Some(name), comp);
+        } else {
+            watches.settled(gvk, ns, name, comp);
+        }
     }
     if let Some(obj) = &mut got {
         // As the cache serves it: without managedFields.
@@ -122,6 +114,28 @@ async fn read_as(
         }
     }
     Ok(got)
+}
+
+/// A GET of `name`, at the version the input watch saw (`seen`: answered from the API
+/// server's watch cache, not older than what woke the reader) when there is one.
+async fn get_at(
+    api: &Api<DynamicObject>,
+    name: &str,
+    seen: Option<String>,
+) -> Result<Option<DynamicObject>, kube::Error> {
+    let Some(rv) = seen else {
+        return api.get_opt(name).await;
+    };
+    let at = kube::api::GetParams {
+        resource_version: Some(rv),
+    };
+    match api.get_with(name, &at).await {
+        Ok(o) => Ok(Some(o)),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
+        // An API server whose cache has not reached that version yet (504): the latest.
+        Err(kube::Error::Api(s)) if s.code == 504 => api.get_opt(name).await,
+        Err(e) => Err(e),
+    }
 }
 
 /// An integer annotation of an input (either spelling); as Eno, anything that is not a

@@ -35,7 +35,9 @@ pub async fn collection(
         kept.caches.watches.track(&gvk, &ar, &scope, "*", comp);
         // A collection may hold objects another shard's Compositions manage.
         if rd.clusters.target_is_management() {
-            kept.caches.watches.foreign_reads(&gvk, &ar, &scope, comp);
+            kept.caches
+                .watches
+                .foreign_reads((&gvk, &ar), &scope, None, comp);
         }
     }
     let namespaces = match selected_namespaces(rd, comp, key, c, instance).await? {
@@ -124,7 +126,9 @@ pub(super) async fn selected_namespaces(
     if let Some(kept) = rd.kept {
         kept.caches.watches.track(&ns_gvk, &ns_ar, "", "*", comp);
         if rd.clusters.target_is_management() {
-            kept.caches.watches.foreign_reads(&ns_gvk, &ns_ar, "", comp);
+            kept.caches
+                .watches
+                .foreign_reads((&ns_gvk, &ns_ar), "", None, comp);
         }
     }
     let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(rd.clusters.client().clone());
