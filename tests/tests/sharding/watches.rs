@@ -1,8 +1,8 @@
 //! With `--shards`, managed objects and ResourceSlices carry their Composition's shard
 //! (`enoki.dev/shard: <index>-of-<N>`) and each replica's watches of them ask the API server
 //! to leave the other shards' out (seen in the audit log); a Composition that reads another
-//! shard's output as its input still follows it at once, through the replica's watch of
-//! other shards' managed objects.
+//! shard's output as its input still follows it at once, through the replica's watch of the
+//! managed objects of that kind in that namespace.
 
 use super::*;
 use crds::ResourceSlice;
@@ -24,40 +24,38 @@ async fn composition_outside(env: &TestEnv, synth: &str, shards: u32, not: u32) 
     unreachable!()
 }
 
+/// The label selector of a request, decoded.
+fn selector_of(uri: &str) -> String {
+    let uri = uri
+        .replace("%2F", "/")
+        .replace("%2C", ",")
+        .replace("%21", "!");
+    let uri = uri
+        .replace("%28", "(")
+        .replace("%29", ")")
+        .replace('+', " ");
+    uri.split(['?', '&'])
+        .find_map(|p| p.strip_prefix("labelSelector="))
+        .unwrap_or_default()
+        .to_string()
+}
+
 /// The label selectors of enoki's watches of `resource` that the audit log shows, per
 /// replica.
 fn selectors(since: &str, resource: &str) -> BTreeMap<String, BTreeSet<String>> {
     let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for r in harness::audited_watches(since) {
         if r.by_enoki() && r.resource == resource {
-            let uri = r
-                .uri
-                .replace("%2F", "/")
-                .replace("%2C", ",")
-                .replace("%28", "(");
-            let uri = uri
-                .replace("%29", ")")
-                .replace("%20", " ")
-                .replace('+', " ");
-            let selector = uri
-                .split(['?', '&'])
-                .find_map(|p| p.strip_prefix("labelSelector="))
-                .unwrap_or_default()
-                .to_string();
             let replica = replica_of(&r.user_agent).unwrap_or_default();
-            out.entry(replica).or_default().insert(selector);
+            out.entry(replica).or_default().insert(selector_of(&r.uri));
         }
     }
     out
 }
 
-#[tokio::test]
-async fn each_replica_watches_only_its_shards_and_a_cross_shard_input_still_wakes_its_reader() {
-    let env = TestEnv::new().await;
-    install_crds(&env.client).await;
-    let synth = install_synthesizer(&env, "shardwatch", &echo_module()).await;
-    let since = now_rfc3339();
-    // Names of their own: the other tests of this file run replicas at the same time.
+/// Two replicas with `--shards 2`, once each holds one shard: the replicas and the holder of
+/// each shard. Names of their own: the other tests of this file run replicas at the same time.
+async fn two_replicas(env: &TestEnv) -> (Vec<Enoki>, BTreeMap<u32, String>) {
     let replicas: Vec<Enoki> = (0..2)
         .map(|r| {
             let host = format!("watcher-{r}");
@@ -78,10 +76,54 @@ async fn each_replica_watches_only_its_shards_and_a_cross_shard_input_still_wake
         })
         .collect();
     let owners = eventually("one shard each", Duration::from_secs(90), || async {
-        let owners = holders_of(&env, 2).await;
+        let owners = holders_of(env, 2).await;
         (owners.len() == 2 && owners[&0] != owners[&1]).then_some(owners)
     })
     .await;
+    (replicas, owners)
+}
+
+/// Each replica asked the API server to watch its own shard's managed objects and slices
+/// only; the reader's replica also watches the managed ConfigMaps of its namespace (the other
+/// shard's are not sent to it otherwise).
+async fn assert_watches_filtered(
+    env: &TestEnv,
+    since: &str,
+    owners: &BTreeMap<u32, String>,
+    reader: &String,
+) {
+    harness::audit_barrier(env).await;
+    let in_namespace = format!("/namespaces/{}/configmaps", env.namespace);
+    let managed_here = harness::audited_watches(since).into_iter().any(|r| {
+        r.by_enoki()
+            && replica_of(&r.user_agent).as_ref() == Some(reader)
+            && r.uri.contains(&in_namespace)
+            && selector_of(&r.uri) == "enoki.dev/managed-by"
+    });
+    assert!(
+        managed_here,
+        "{reader} does not watch the managed ConfigMaps it reads"
+    );
+    for resource in ["configmaps", "resourceslices"] {
+        let asked = selectors(since, resource);
+        for (shard, replica) in owners {
+            let own = format!("notin ({}-of-2)", 1 - shard);
+            let theirs = asked.get(replica).cloned().unwrap_or_default();
+            assert!(
+                theirs.iter().any(|s| s.contains(&own)),
+                "{replica} (shard {shard}) {resource}: {theirs:?}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn each_replica_watches_only_its_shards_and_a_cross_shard_input_still_wakes_its_reader() {
+    let env = TestEnv::new().await;
+    install_crds(&env.client).await;
+    let synth = install_synthesizer(&env, "shardwatch", &echo_module()).await;
+    let since = now_rfc3339();
+    let (replicas, owners) = two_replicas(&env).await;
     // The producer emits `handoff`, the consumer's input: the consumer echoes its items.
     let handoff = |x: &str| {
         let items = json!([{"apiVersion": "v1", "kind": "ConfigMap",
@@ -132,29 +174,7 @@ async fn each_replica_watches_only_its_shards_and_a_cross_shard_input_still_wake
         || async { (consumed().await.as_deref() == Some("2")).then_some(()) },
     )
     .await;
-    // Each replica asked the API server to watch its own shard's managed objects and slices
-    // only; the consumer's replica watches the handoff by name (the managed objects of the
-    // producer's shard are not sent to it otherwise).
-    harness::audit_barrier(&env).await;
     let reader = &owners[&shard_of_n(&consumer_uid, 2)];
-    let by_name = harness::audited_watches(&since).into_iter().any(|r| {
-        r.by_enoki()
-            && r.resource == "configmaps"
-            && replica_of(&r.user_agent).as_ref() == Some(reader)
-            && r.uri.contains("fieldSelector=metadata.name%3Dhandoff")
-    });
-    assert!(by_name, "{reader} does not watch the handoff by name");
-    for resource in ["configmaps", "resourceslices"] {
-        let asked = selectors(&since, resource);
-        for (shard, replica) in &owners {
-            let other = format!("{}-of-2", 1 - shard);
-            let own = format!("notin ({other})");
-            let theirs = asked.get(replica).cloned().unwrap_or_default();
-            assert!(
-                theirs.iter().any(|s| s.contains(&own)),
-                "{replica} (shard {shard}) {resource}: {theirs:?}"
-            );
-        }
-    }
+    assert_watches_filtered(&env, &since, &owners, reader).await;
     drop(replicas);
 }

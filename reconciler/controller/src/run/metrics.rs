@@ -193,7 +193,7 @@ impl Metrics {
         );
         registry.register(
             "enoki_watched_kinds",
-            "Kinds with a running watch (inputs and managed objects)",
+            "Watches running, one per kind (inputs: per kind and namespace; managed objects; with --shards, managed objects read here, per kind and namespace)",
             self.watched_kinds.clone(),
         );
         registry.register(

@@ -45,10 +45,9 @@ pub(crate) async fn synthesizer_not_allowed(
     let gvk = kube::core::GroupVersionKind::gvk("", "v1", "Namespace");
     ctx.caches.watches.track(&gvk, &ar, "", &ns, comp);
     if ctx.clusters.target_is_management() {
-        // Its Namespace may be another shard's Composition's output.
-        ctx.caches
-            .watches
-            .foreign_reads((&gvk, &ar), "", Some(&ns), comp);
+        // Its Namespace may be another shard's Composition's output: one watch of the managed
+        // Namespaces serves every namespace's Compositions.
+        ctx.caches.watches.foreign_holds((&gvk, &ar), "", &ns, comp);
     }
     let refused = || {
         format!(

@@ -69,10 +69,6 @@ mod tests;
 /// (group, kind, namespace, name); name `*` for collections, namespace `""` for "any".
 type WatchKey = (String, String, String, String);
 
-/// A foreign watch's key: kind, namespace (`""`: every namespace, or cluster-scoped), and the
-/// object's name (`""`: every managed object there, for a collection).
-type ForeignKey = (GroupVersionKind, String, String);
-
 /// An input object: its kind (with the version it is read in), namespace, name.
 type ObjectKey = (GroupVersionKind, String, String);
 
@@ -89,11 +85,12 @@ struct InputWatch {
     users: HashSet<String>,
 }
 
-/// One kind's watch of other shards' managed objects in one scope ([`foreign`]), and the
-/// Compositions (UIDs) that need it.
+/// One kind's watch of the managed objects in one scope that Compositions here read
+/// ([`foreign`]), and per Composition (UID) the names it needs it for (`"*"`: a collection),
+/// each with whether a read that finds the object unmanaged lets it go.
 struct ForeignWatch {
     task: tokio::task::AbortHandle,
-    users: HashSet<String>,
+    users: HashMap<String, HashSet<(String, bool)>>,
 }
 
 impl Drop for ForeignWatch {
@@ -166,9 +163,9 @@ pub struct Watches {
     /// Input watches the API server refused (403), and when.
     forbidden_inputs: Mutex<HashMap<(GroupVersionKind, String), std::time::Instant>>,
     managed: Mutex<HashMap<GroupVersionKind, ManagedWatch>>,
-    /// With `--shards`: per kind and scope, the watch of other shards' managed objects that
-    /// Compositions here read ([`foreign`]).
-    foreign: Mutex<HashMap<ForeignKey, ForeignWatch>>,
+    /// With `--shards`: per kind and scope, the watch of the managed objects Compositions
+    /// here read ([`foreign`]).
+    foreign: Mutex<HashMap<(GroupVersionKind, String), ForeignWatch>>,
     owners: Mutex<HashMap<String, ObjectRef<Composition>>>,
     /// Every wake counted per Composition: which ones are at rest.
     pub(crate) rest: super::rest::Rest,
@@ -317,7 +314,7 @@ impl Watches {
             !w.users.is_empty()
         });
         foreign.retain(|_, w| {
-            gone.drop_from_uids(&mut w.users);
+            w.users.retain(|uid, _| gone.keeps_uid(uid));
             !w.users.is_empty()
         });
         match &gone {
@@ -417,6 +414,15 @@ impl Gone<'_> {
                 set.remove(*comp);
             }
             Gone::NotLive(live, _) => set.retain(|c, _| live.contains(c)),
+        }
+    }
+
+    /// Whether the Composition of `uid` is not among those forgotten.
+    fn keeps_uid(&self, uid: &str) -> bool {
+        match self {
+            Gone::One(_, Some(gone)) => *gone != uid,
+            Gone::One(_, None) => true,
+            Gone::NotLive(_, uids) => uids.contains(uid),
         }
     }
 

@@ -275,7 +275,7 @@ async fn from_cache(
             ctx.caches.watches.track(&gvk, &ar, ns, &r.key.name, comp);
             ctx.caches
                 .watches
-                .foreign_reads((&gvk, &ar), ns, Some(&r.key.name), comp);
+                .foreign_holds((&gvk, &ar), ns, &r.key.name, comp);
         }
         return FromCache::Fetch(api, gvk);
     }

@@ -99,7 +99,7 @@ async fn read_as(
     {
         let watches = &kept.caches.watches;
         if super::super::watches::Watches::beyond_inputs(got.as_ref()) {
-            watches.foreign_reads((gvk, ar), ns, Some(name), comp);
+            watches.foreign_reads((gvk, ar), ns, name, comp);
         } else {
             watches.settled(gvk, ns, name, comp);
         }

@@ -37,7 +37,7 @@ pub async fn collection(
         if rd.clusters.target_is_management() {
             kept.caches
                 .watches
-                .foreign_reads((&gvk, &ar), &scope, None, comp);
+                .foreign_holds((&gvk, &ar), &scope, "*", comp);
         }
     }
     let namespaces = match selected_namespaces(rd, comp, key, c, instance).await? {
@@ -128,7 +128,7 @@ pub(super) async fn selected_namespaces(
         if rd.clusters.target_is_management() {
             kept.caches
                 .watches
-                .foreign_reads((&ns_gvk, &ns_ar), "", None, comp);
+                .foreign_holds((&ns_gvk, &ns_ar), "", "*", comp);
         }
     }
     let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(rd.clusters.client().clone());

@@ -2,74 +2,99 @@
 //! server, and a replica watches only the kinds its own Compositions apply. A Composition here
 //! may still read a managed object — an input or a Synthesizer by name that a Composition
 //! manages (or that does not exist yet: one may create it), a collection, a Patch's target,
-//! its Namespace — and a change to it must wake the reader as it would unsharded. Those reads
-//! start a *foreign* watch: of that one object (a field selector on its name) for a read by
-//! name, of every managed object of the kind in the scope for a collection; metadata only,
-//! managed objects only. It keeps no table, it only wakes readers. A Composition stops
-//! needing a by-name watch when a read finds the object and it is not managed (the input
-//! watch has it then); a watch stops when no Composition here needs it any more (also when
-//! the last one is gone).
+//! the Namespaces (a Synthesizer's `namespaceSelector`) — and a change to it must wake the
+//! reader as it would unsharded. Those reads start a *foreign* watch of the kind in the read's
+//! scope (its namespace; every namespace for collections across namespaces and cluster-scoped
+//! kinds): metadata only, of every managed object there, whatever its shard. It keeps no table,
+//! it only wakes readers (all of its readers when it lists again, so a deletion missed between
+//! two lists still wakes them). Each Composition here holds it for the names it needs it for;
+//! a name read as an input is let go when a read finds that object unmanaged (the input watch
+//! carries it then) — a collection, a Patch's target and the Namespaces are held while the
+//! Composition is reconciled here — and the watch stops when no Composition here holds it.
+//! At most one runs per kind and scope: a replica has as many as its Compositions read kinds
+//! and namespaces of managed objects, however many objects they read.
 
 use super::*;
 
 impl Watches {
-    /// Makes sure a change to the managed object `name` of `gvk` in `scope` (`None`: any
-    /// managed object there; `scope` `""`: any namespace) wakes this replica's readers of it
-    /// while `comp` is reconciled here; nothing unsharded (one watch sees every managed
-    /// object). Callers skip it when the managed objects live in another cluster
-    /// (`--remote-kubeconfig`): no input is one of them.
+    /// Makes sure a change to the managed object `name` of `gvk` in `scope` (`""`: every
+    /// namespace), which `comp` read by name, wakes this replica's readers of it while `comp`
+    /// is reconciled here — until a read finds it unmanaged ([`Watches::settled`]). Nothing
+    /// unsharded (one watch sees every managed object). Callers skip it when the managed
+    /// objects live in another cluster (`--remote-kubeconfig`): no input is one of them.
     pub fn foreign_reads(
+        self: &Arc<Self>,
+        kind: (&GroupVersionKind, &ApiResource),
+        scope: &str,
+        name: &str,
+        comp: &Composition,
+    ) {
+        self.hold_foreign(kind, scope, (name, true), comp);
+    }
+
+    /// As [`Watches::foreign_reads`], for what `comp` needs while it is reconciled here
+    /// whatever a read finds: a collection (`name` `"*"`), a Patch's target, the Namespaces.
+    pub fn foreign_holds(
+        self: &Arc<Self>,
+        kind: (&GroupVersionKind, &ApiResource),
+        scope: &str,
+        name: &str,
+        comp: &Composition,
+    ) {
+        self.hold_foreign(kind, scope, (name, false), comp);
+    }
+
+    fn hold_foreign(
         self: &Arc<Self>,
         (gvk, ar): (&GroupVersionKind, &ApiResource),
         scope: &str,
-        name: Option<&str>,
+        (name, read): (&str, bool),
         comp: &Composition,
     ) {
         if !self.sharded() {
             return;
         }
         let uid = comp.uid().unwrap_or_default();
+        let key = (gvk.clone(), scope.to_string());
         let refused = self
             .forbidden_inputs
             .lock()
-            .get(&(gvk.clone(), scope.to_string()))
+            .get(&key)
             .is_some_and(|at| at.elapsed() < FORBIDDEN_RETRY);
         if refused {
             return;
         }
-        let key = (
-            gvk.clone(),
-            scope.to_string(),
-            name.unwrap_or("").to_string(),
-        );
+        let held = (name.to_string(), read);
         let mut foreign = self.foreign.lock();
         if let Some(w) = foreign.get_mut(&key) {
-            w.users.insert(uid);
+            w.users.entry(uid).or_default().insert(held);
             return;
         }
         let task = self.start_foreign(ar, &key);
-        foreign.insert(
-            key,
-            ForeignWatch {
-                task,
-                users: [uid].into(),
-            },
-        );
+        let users = [(uid, [held].into())].into();
+        foreign.insert(key, ForeignWatch { task, users });
     }
 
-    /// `comp` read the object and found it unmanaged: the input watch carries its changes,
-    /// and its by-name foreign watch (if any) no longer needs to run for `comp`.
+    /// `comp` read the object `name` and found it unmanaged: the input watch carries its
+    /// changes, so `comp` lets go of the foreign watch for it.
     pub fn settled(&self, gvk: &GroupVersionKind, scope: &str, name: &str, comp: &Composition) {
-        if !self.sharded() || name.is_empty() {
+        if !self.sharded() {
             return;
         }
-        let key = (gvk.clone(), scope.to_string(), name.to_string());
+        let key = (gvk.clone(), scope.to_string());
+        let uid = comp.uid().unwrap_or_default();
         let mut foreign = self.foreign.lock();
-        if let Some(w) = foreign.get_mut(&key) {
-            w.users.remove(comp.uid().as_deref().unwrap_or_default());
-            if w.users.is_empty() {
-                foreign.remove(&key);
+        let Some(w) = foreign.get_mut(&key) else {
+            return;
+        };
+        if let Some(names) = w.users.get_mut(&uid) {
+            names.remove(&(name.to_string(), true));
+            if names.is_empty() {
+                w.users.remove(&uid);
             }
+        }
+        if w.users.is_empty() {
+            foreign.remove(&key);
         }
     }
 
@@ -84,7 +109,7 @@ impl Watches {
     fn start_foreign(
         self: &Arc<Self>,
         ar: &ApiResource,
-        (gvk, scope, name): &ForeignKey,
+        (gvk, scope): &(GroupVersionKind, String),
     ) -> tokio::task::AbortHandle {
         let api: Api<Meta> = if scope.is_empty() {
             Api::all_with(self.client.clone(), ar)
@@ -93,14 +118,11 @@ impl Watches {
         };
         // Managed objects whatever their shard: one of this replica's is covered too, whether
         // or not a managed-object watch of the kind runs here.
-        let mut wc = watcher::Config::default().labels(managed_label());
-        if !name.is_empty() {
-            wc = wc.fields(&format!("metadata.name={name}"));
-        }
+        let wc = watcher::Config::default().labels(managed_label());
         let events = super::super::recovery::recovering(watcher(api, wc));
         let this = Arc::downgrade(self);
         let (group, kind) = (gvk.group.clone(), gvk.kind.clone());
-        let key = (gvk.clone(), scope.clone(), name.clone());
+        let key = (gvk.clone(), scope.clone());
         let task = tokio::spawn(async move {
             futures::pin_mut!(events);
             while let Some(event) = events.next().await {
@@ -111,7 +133,11 @@ impl Watches {
                         | watcher::Event::InitApply(m)
                         | watcher::Event::Delete(m),
                     ) => m,
-                    Ok(_) => continue,
+                    Ok(watcher::Event::InitDone) => {
+                        this.wake_foreign_readers(&key);
+                        continue;
+                    }
+                    Ok(watcher::Event::Init) => continue,
                     Err(e) if forbidden_watch(&e) => {
                         tracing::debug!(kind = %kind, "enoki may not list/watch this kind: \
                             changes to managed objects of it that are read here are seen at \
@@ -120,7 +146,7 @@ impl Watches {
                         // (`Watches::knows`), tried again after FORBIDDEN_RETRY.
                         this.forbidden_inputs
                             .lock()
-                            .insert((key.0.clone(), key.1.clone()), std::time::Instant::now());
+                            .insert(key.clone(), std::time::Instant::now());
                         this.foreign.lock().remove(&key);
                         break;
                     }
@@ -134,5 +160,19 @@ impl Watches {
             }
         });
         task.abort_handle()
+    }
+
+    /// After a (re)list of a foreign watch: wakes the readers of every name it is held for (a
+    /// deletion between two lists sends no event).
+    fn wake_foreign_readers(&self, key: &(GroupVersionKind, String)) {
+        let names: HashSet<String> = {
+            let foreign = self.foreign.lock();
+            let Some(w) = foreign.get(key) else { return };
+            w.users.values().flatten().map(|(n, _)| n.clone()).collect()
+        };
+        let (gvk, scope) = key;
+        for name in names {
+            self.fire_readers(&gvk.group, &gvk.kind, scope, &name);
+        }
     }
 }
