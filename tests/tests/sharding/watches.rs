@@ -7,13 +7,15 @@
 use super::*;
 use crds::ResourceSlice;
 
-/// A Composition bound to an input that does not exist (it waits, emits nothing) whose
-/// shard of `shards` is not `not`: created again under other names until one is.
+/// A Composition bound to an unmanaged input of no items (it emits nothing, and its replica
+/// needs no watch of managed ConfigMaps for it) whose shard of `shards` is not `not`: created
+/// again under other names until one is.
 async fn composition_outside(env: &TestEnv, synth: &str, shards: u32, not: u32) -> String {
     let comps: Api<crds::Composition> = env.api();
+    set_echo_items(env, "parking", &json!([])).await;
     for i in 0.. {
         let name = format!("consumer-{i}");
-        apply_composition(env, &name, synth, "absent", json!({})).await;
+        apply_composition(env, &name, synth, "parking", json!({})).await;
         let uid = comps.get(&name).await.unwrap().uid().unwrap();
         if shard_of_n(&uid, shards) != not {
             return name;
@@ -33,21 +35,28 @@ fn selector_of(uri: &str) -> String {
     let uri = uri
         .replace("%28", "(")
         .replace("%29", ")")
-        .replace('+', " ");
+        .replace('+', " ")
+        .replace("%20", " ");
     uri.split(['?', '&'])
         .find_map(|p| p.strip_prefix("labelSelector="))
         .unwrap_or_default()
         .to_string()
 }
 
-/// The label selectors of enoki's watches of `resource` that the audit log shows, per
-/// replica.
-fn selectors(since: &str, resource: &str) -> BTreeMap<String, BTreeSet<String>> {
-    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+/// Per replica, the label selector of the last watch of `resource` it started (across the
+/// cluster when `cluster_wide`, else in a namespace; not the probes, which select by name):
+/// what it watches once its shards are settled.
+fn last_selectors(since: &str, resource: &str, cluster_wide: bool) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
     for r in harness::audited_watches(since) {
-        if r.by_enoki() && r.resource == resource {
+        let scoped = r.uri.contains("/namespaces/");
+        if r.by_enoki()
+            && r.resource == resource
+            && scoped != cluster_wide
+            && !r.uri.contains("fieldSelector")
+        {
             let replica = replica_of(&r.user_agent).unwrap_or_default();
-            out.entry(replica).or_default().insert(selector_of(&r.uri));
+            out.insert(replica, selector_of(&r.uri));
         }
     }
     out
@@ -83,9 +92,10 @@ async fn two_replicas(env: &TestEnv) -> (Vec<Enoki>, BTreeMap<u32, String>) {
     (replicas, owners)
 }
 
-/// Each replica asked the API server to watch its own shard's managed objects and slices
-/// only; the reader's replica also watches the managed ConfigMaps of its namespace (the other
-/// shard's are not sent to it otherwise).
+/// Each replica's last watches of managed ConfigMaps and slices ask the API server for its
+/// own shard's only; the reader's replica also watches the managed ConfigMaps of its
+/// namespace, which only its read of the other shard's output started (the other shard's are
+/// not sent to it otherwise).
 async fn assert_watches_filtered(
     env: &TestEnv,
     since: &str,
@@ -104,13 +114,14 @@ async fn assert_watches_filtered(
         managed_here,
         "{reader} does not watch the managed ConfigMaps it reads"
     );
-    for resource in ["configmaps", "resourceslices"] {
-        let asked = selectors(since, resource);
+    // The managed ConfigMaps across the cluster, the slices in the namespace.
+    for (resource, cluster_wide) in [("configmaps", true), ("resourceslices", false)] {
+        let last = last_selectors(since, resource, cluster_wide);
         for (shard, replica) in owners {
             let own = format!("notin ({}-of-2)", 1 - shard);
-            let theirs = asked.get(replica).cloned().unwrap_or_default();
+            let theirs = last.get(replica).cloned().unwrap_or_default();
             assert!(
-                theirs.iter().any(|s| s.contains(&own)),
+                theirs.contains(&own),
                 "{replica} (shard {shard}) {resource}: {theirs:?}"
             );
         }

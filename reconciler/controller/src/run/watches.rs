@@ -331,7 +331,8 @@ impl Watches {
     pub fn sizes(&self) -> (usize, usize, usize, usize) {
         // One lock at a time: `drop_compositions` holds several at once, in its own order.
         let inputs = self.inputs.lock().len();
-        let managed = self.managed.lock().len() + self.foreign.lock().len();
+        let managed = self.managed.lock().len();
+        let managed = managed + self.foreign.lock().len();
         let readers = self.readers.lock().len();
         let owners = self.owners.lock().len();
         (inputs, managed, readers, owners)

@@ -2,7 +2,7 @@
 //! server, and a replica watches only the kinds its own Compositions apply. A Composition here
 //! may still read a managed object — an input or a Synthesizer by name that a Composition
 //! manages (or that does not exist yet: one may create it), a collection, a Patch's target,
-//! the Namespaces (a Synthesizer's `namespaceSelector`) — and a change to it must wake the
+//! the Namespaces (a `namespaceSelector`) — and a change to it must wake the
 //! reader as it would unsharded. Those reads start a *foreign* watch of the kind in the read's
 //! scope (its namespace; every namespace for collections across namespaces and cluster-scoped
 //! kinds): metadata only, of every managed object there, whatever its shard. It keeps no table,
@@ -11,8 +11,8 @@
 //! a name read as an input is let go when a read finds that object unmanaged (the input watch
 //! carries it then) — a collection, a Patch's target and the Namespaces are held while the
 //! Composition is reconciled here — and the watch stops when no Composition here holds it.
-//! At most one runs per kind and scope: a replica has as many as its Compositions read kinds
-//! and namespaces of managed objects, however many objects they read.
+//! At most one runs per kind (and version) and scope: a replica has as many as its Compositions
+//! read kinds and namespaces of managed objects, however many objects they read.
 
 use super::*;
 
