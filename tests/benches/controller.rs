@@ -524,16 +524,16 @@ async fn steady(env: &TestEnv, enoki: &Enoki, n: usize) {
 async fn count_ready(env: &TestEnv) -> usize {
     let api: Api<crds::Composition> = env.api();
     let list = api.list(&ListParams::default()).await.unwrap();
-    list.items
-        .iter()
-        .filter(|c| {
-            c.status.as_ref().is_some_and(|s| {
-                s.conditions
-                    .iter()
-                    .any(|x| x.type_ == "Ready" && x.status == "True")
-            })
-        })
-        .count()
+    list.items.iter().filter(|c| is_ready(c)).count()
+}
+
+/// Whether the Composition's `Ready` condition is `True`.
+fn is_ready(c: &crds::Composition) -> bool {
+    c.status.as_ref().is_some_and(|s| {
+        s.conditions
+            .iter()
+            .any(|x| x.type_ == "Ready" && x.status == "True")
+    })
 }
 
 /// The Ready Compositions of a namespace, counted from a watch: one more watcher of the API
@@ -559,17 +559,7 @@ impl ReadyCount {
     }
 
     fn ready(&self) -> usize {
-        self.store
-            .state()
-            .iter()
-            .filter(|c| {
-                c.status.as_ref().is_some_and(|s| {
-                    s.conditions
-                        .iter()
-                        .any(|x| x.type_ == "Ready" && x.status == "True")
-                })
-            })
-            .count()
+        self.store.state().iter().filter(|c| is_ready(c)).count()
     }
 }
 

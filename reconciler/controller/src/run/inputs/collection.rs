@@ -4,6 +4,24 @@
 
 use super::*;
 
+/// Makes a change to any object of the collection (`scope` `""`: every namespace) wake
+/// `comp`: the input watch, and with `--shards` the watch of managed objects there (a
+/// collection may hold objects another shard's Compositions manage).
+fn watch_collection(
+    rd: Reads<'_>,
+    comp: &Composition,
+    (gvk, ar): (&GroupVersionKind, &kube::core::ApiResource),
+    scope: &str,
+) {
+    let Some(kept) = rd.kept else { return };
+    kept.caches.watches.track(gvk, ar, scope, "*", comp);
+    if rd.clusters.target_is_management() {
+        kept.caches
+            .watches
+            .foreign_holds((gvk, ar), scope, "*", comp);
+    }
+}
+
 /// Lists a collection for `comp`: its objects (projected, sorted by namespace and name) and
 /// their digest. Error: an API failure; [`Outcome::Waits`]: a problem to report (kind not
 /// served, bad selector).
@@ -31,15 +49,7 @@ pub async fn collection(
     } else {
         String::new()
     };
-    if let Some(kept) = rd.kept {
-        kept.caches.watches.track(&gvk, &ar, &scope, "*", comp);
-        // A collection may hold objects another shard's Compositions manage.
-        if rd.clusters.target_is_management() {
-            kept.caches
-                .watches
-                .foreign_holds((&gvk, &ar), &scope, "*", comp);
-        }
-    }
+    watch_collection(rd, comp, (&gvk, &ar), &scope);
     let namespaces = match selected_namespaces(rd, comp, key, c, instance).await? {
         Outcome::Ready(n) => n,
         Outcome::Waits(message) => return Ok(Outcome::Waits(message)),
@@ -123,14 +133,7 @@ pub(super) async fn selected_namespaces(
     };
     let ns_gvk = gvk_of("", "v1", "Namespace");
     let ns_ar = kube::core::ApiResource::erase::<k8s_openapi::api::core::v1::Namespace>(&());
-    if let Some(kept) = rd.kept {
-        kept.caches.watches.track(&ns_gvk, &ns_ar, "", "*", comp);
-        if rd.clusters.target_is_management() {
-            kept.caches
-                .watches
-                .foreign_holds((&ns_gvk, &ns_ar), "", "*", comp);
-        }
-    }
+    watch_collection(rd, comp, (&ns_gvk, &ns_ar), "");
     let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(rd.clusters.client().clone());
     let lp = ListParams::default().labels(&sel);
     let names = super::super::paging::list_bounded(

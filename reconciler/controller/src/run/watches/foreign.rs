@@ -56,12 +56,7 @@ impl Watches {
         }
         let uid = comp.uid().unwrap_or_default();
         let key = (gvk.clone(), scope.to_string());
-        let refused = self
-            .forbidden_inputs
-            .lock()
-            .get(&key)
-            .is_some_and(|at| at.elapsed() < FORBIDDEN_RETRY);
-        if refused {
+        if self.refused(&key) {
             return;
         }
         let held = (name.to_string(), read);

@@ -33,12 +33,7 @@ impl Watches {
             w.users.insert(uid);
             return;
         }
-        let forbidden = self
-            .forbidden_inputs
-            .lock()
-            .get(&watch_key)
-            .is_some_and(|at| at.elapsed() < FORBIDDEN_RETRY);
-        if forbidden {
+        if self.refused(&watch_key) {
             return;
         }
         let (synced, task) = self.start_input_watch(ar, &watch_key);
@@ -50,6 +45,15 @@ impl Watches {
                 users: [uid].into(),
             },
         );
+    }
+
+    /// Whether the API server refused a watch of this kind in this scope (403) less than
+    /// [`FORBIDDEN_RETRY`] ago.
+    pub(super) fn refused(&self, key: &(GroupVersionKind, String)) -> bool {
+        self.forbidden_inputs
+            .lock()
+            .get(key)
+            .is_some_and(|at| at.elapsed() < FORBIDDEN_RETRY)
     }
 
     /// Starts the watch of an input kind in a scope ("" for the whole cluster): its cache
