@@ -8,6 +8,7 @@
 #   TESTENV_CRDS    optional YAML applied before kube-controller-manager starts (so its garbage
 #                   collector discovers those kinds at once instead of after its 30 s resync)
 #   TESTENV_ETCD_QUOTA  etcd's space quota in bytes (default: etcd's, 2 GiB)
+#   TESTENV_PROFILING  1 serves kube-apiserver's /debug/pprof (profiles of the control plane)
 #   TESTENV_KCM     1 (default) starts kube-controller-manager with the few controllers the
 #                   tests need (see below)
 #
@@ -170,7 +171,7 @@ API_CMD=("$BIN_DIR/kube-apiserver"
   --service-cluster-ip-range=10.0.0.0/24
   --disable-admission-plugins=ServiceAccount
   --endpoint-reconciler-type=none
-  --allow-privileged=true --profiling=false --v=1
+  --allow-privileged=true --profiling="$([ "${TESTENV_PROFILING:-0}" = 1 ] && echo true || echo false)" --v=1
   "${API_EXTRA[@]}")
 # Kept so `testenv.sh start-apiserver` can bring the same server back (outage benchmarks).
 { printf '%q ' "${API_CMD[@]}"; echo; } > "$TESTENV_DIR/apiserver.cmd"

@@ -15,11 +15,12 @@
 //!    `--concurrency` `BENCH_CONCURRENCY` (8);
 //! 4. outage: the API server stopped for 60 s (enoki's CPU meanwhile), then SIGTERM while a
 //!    synthesis runs (time to exit);
-//! 5. shards: 5,000 Compositions × 10 ConfigMaps (`BENCH_SHARDS`) reconciled by one
-//!    unsharded replica (the baseline), then by two replicas with `--shards 4`: time until
-//!    all are Ready, and per replica the shards it holds, the Compositions and managed
-//!    objects it caches, its RSS above its idle process and above its warm base (after
-//!    32 warm-up Compositions).
+//! 5. shards (`controller/shards.rs`): 5,000 Compositions × 10 ConfigMaps (`BENCH_SHARDS`)
+//!    reconciled by one unsharded replica (the baseline) and by two replicas with
+//!    `--shards 4`, `BENCH_SHARDS_ROUNDS` (2) times in alternating order: time until all are
+//!    Ready, and per replica the shards it holds, the Compositions and managed objects it
+//!    caches, its RSS above its idle process and above its warm base (after 32 warm-up
+//!    Compositions).
 //!
 //! Needs the control plane (`hack/testenv.sh up`), the echo guest (`hack/build-samples.sh`)
 //! and a release build of enoki named by `ENOKI_BIN`. `BENCH_ONLY=converge,steady,many,outage,shards`
@@ -33,6 +34,9 @@ use harness::{Enoki, TestEnv, echo_module, install_crds, install_synthesizer};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
+
+#[path = "controller/shards.rs"]
+mod shards;
 
 const CLK_TCK: f64 = 100.0;
 
@@ -776,145 +780,6 @@ async fn warm_up(env: &TestEnv, synth: &str) {
     tokio::time::sleep(Duration::from_secs(20)).await;
 }
 
-/// One replica's figures after a fleet converged.
-struct ReplicaFigures {
-    shards: f64,
-    compositions: f64,
-    objects: f64,
-    /// RSS once its shards were held, before any Composition existed.
-    idle: f64,
-    /// RSS after the warm-up Compositions (`WARM`) were Ready: the process with the module
-    /// compiled and loaded, its instance pool used and its watches started — the fixed base
-    /// the fleet's memory is counted above.
-    warm: f64,
-    rss: f64,
-    /// Anonymous RSS idle and at the end.
-    idle_anon: f64,
-    anon: f64,
-    /// CPU seconds from the fleet's first create to all Ready.
-    cpu: f64,
-}
-
-/// `replicas` enoki processes (`--shards shards` when more than 1) reconcile `comps`
-/// Compositions of `per` ConfigMaps: (time until all are Ready, figures per replica, CPU
-/// seconds of the API server and etcd meanwhile).
-async fn fleet(
-    comps: usize,
-    per: usize,
-    replicas: usize,
-    shards: u32,
-) -> (Duration, Vec<ReplicaFigures>, f64) {
-    let env = TestEnv::new().await;
-    let synth = install_synthesizer(&env, "echo", &echo_module()).await;
-    let counter = ReadyCount::start(&env).await;
-    let ns = env.namespace.clone();
-    let count = shards.to_string();
-    let mut args = vec!["--concurrency", "8"];
-    args.extend(UNTHROTTLED);
-    if shards > 1 {
-        args.extend([
-            "--shards",
-            count.as_str(),
-            "--leader-election-namespace",
-            ns.as_str(),
-            "--lease-duration-secs",
-            "5",
-        ]);
-    }
-    let fleet: Vec<Enoki> = (0..replicas)
-        .map(|r| {
-            let host = format!("bench-{r}");
-            Enoki::start_as(
-                &ns,
-                &args,
-                &harness::kubeconfig_path(),
-                &[("HOSTNAME", host.as_str())],
-            )
-        })
-        .collect();
-    for e in &fleet {
-        wait_readyz(e).await;
-    }
-    // Every shard held before the clock starts.
-    let held = || {
-        fleet
-            .iter()
-            .filter_map(|e| e.metric("enoki_shard_held"))
-            .sum::<f64>()
-    };
-    while held() < f64::from(shards) {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let idle: Vec<(f64, f64)> = fleet
-        .iter()
-        .map(|e| (rss_mib(e.pid()).0, anon_rss_mib(e.pid())))
-        .collect();
-    let (envr, synth) = (&env, &synth);
-    // The warm-up: WARM Compositions (spread over the shards by their UIDs) make every
-    // replica compile and load the module, run its instance pool and start its watches; what
-    // that costs does not grow with the fleet.
-    warm_up(envr, synth).await;
-    let warm: Vec<f64> = fleet.iter().map(|e| rss_mib(e.pid()).0).collect();
-    let cpu0: Vec<f64> = fleet.iter().map(|e| cpu_seconds(e.pid())).collect();
-    let plane0 = cpu_seconds_named(CONTROL_PLANE);
-    let start = Instant::now();
-    futures::stream::iter(0..comps)
-        .for_each_concurrent(16, |i| async move {
-            let cm = format!("items-{i}");
-            let objects = items(&format!("c{i}-"), per);
-            harness::set_echo_items(envr, &cm, &Value::Array(objects)).await;
-            harness::apply_composition(envr, &format!("comp-{i}"), synth, &cm, json!({})).await;
-        })
-        .await;
-    loop {
-        let ready = counter.ready().saturating_sub(WARM);
-        if ready == comps {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(900),
-            "{ready}/{comps} Ready after 15 minutes"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    let all = start.elapsed();
-    let cpu: Vec<f64> = fleet
-        .iter()
-        .zip(cpu0)
-        .map(|(e, c)| cpu_seconds(e.pid()) - c)
-        .collect();
-    let plane = cpu_seconds_named(CONTROL_PLANE) - plane0;
-    // The sweep publishes the cache sizes every 15 s.
-    tokio::time::sleep(Duration::from_secs(20)).await;
-    let figures = fleet
-        .iter()
-        .zip(idle)
-        .zip(warm)
-        .zip(cpu)
-        .map(|(((e, (idle, idle_anon)), warm), cpu)| ReplicaFigures {
-            shards: e.metric("enoki_shard_held").unwrap_or(0.0),
-            compositions: e.metric("enoki_shard_compositions").unwrap_or(0.0),
-            objects: e.metric("enoki_shard_managed_objects").unwrap_or(0.0),
-            idle,
-            warm,
-            rss: rss_mib(e.pid()).0,
-            idle_anon,
-            anon: anon_rss_mib(e.pid()),
-            cpu,
-        })
-        .collect();
-    drop(fleet);
-    // Leave nothing labelled behind: the next fleet's cluster-wide metadata watch would
-    // count it.
-    let cms: Api<ConfigMap> = env.api();
-    let managed = ListParams::default().labels("enoki.dev/managed-by");
-    delete_all(&cms, &managed, "managed ConfigMaps").await;
-    (all, figures, plane)
-}
-
-/// The control plane's processes, whose CPU the shards case reports.
-const CONTROL_PLANE: &[&str] = &["kube-apiserver", "etcd"];
-
 /// Deletes every object of `api` that `selected` selects: a collection of 50,000 may outlast
 /// one request's timeout, so again until none is left.
 async fn delete_all<K>(api: &Api<K>, selected: &ListParams, what: &str)
@@ -945,63 +810,6 @@ where
 
 /// Warm-up Compositions of a fleet, Ready before its clock starts and its base RSS is read.
 const WARM: usize = 32;
-
-async fn shards() {
-    let (comps, per) = (count_from_env("BENCH_SHARDS", 5_000), 10);
-    let (base, base_figures, base_plane) = fleet(comps, per, 1, 1).await;
-    let (sharded, sharded_figures, sharded_plane) = fleet(comps, per, 2, 4).await;
-    println!("\n## shards: {comps} Compositions × {per} ConfigMaps\n");
-    println!(
-        "| setup | all Ready | vs 1 replica | replica: shards held, Compositions / managed objects cached, RSS (above its idle RSS), share of the unsharded RSS above idle; the same above its warm base (after {WARM} warm-up Compositions); the same for anonymous RSS above idle (heap and stacks, without mapped code) | CPU-s from first create to all Ready: each replica; kube-apiserver + etcd |"
-    );
-    println!("| --- | --- | --- | --- | --- |");
-    let whole = base_figures
-        .first()
-        .map_or(1.0, |f| (f.rss - f.idle).max(1.0));
-    let whole_warm = base_figures
-        .first()
-        .map_or(1.0, |f| (f.rss - f.warm).max(1.0));
-    let whole_anon = base_figures
-        .first()
-        .map_or(1.0, |f| (f.anon - f.idle_anon).max(1.0));
-    for (name, t, figures, plane) in [
-        ("1 replica, unsharded", base, &base_figures, base_plane),
-        (
-            "2 replicas, `--shards 4`",
-            sharded,
-            &sharded_figures,
-            sharded_plane,
-        ),
-    ] {
-        let per_replica: Vec<String> = figures
-            .iter()
-            .map(|f| {
-                format!(
-                    "{:.0} shard(s), {:.0} / {:.0}, {:.0} MiB (+{:.0} MiB), {:.2}x; above its warm base ({:.0} MiB) +{:.0} MiB, {:.2}x; anonymous +{:.0} MiB, {:.2}x",
-                    f.shards,
-                    f.compositions,
-                    f.objects,
-                    f.rss,
-                    f.rss - f.idle,
-                    (f.rss - f.idle) / whole,
-                    f.warm,
-                    f.rss - f.warm,
-                    (f.rss - f.warm) / whole_warm,
-                    f.anon - f.idle_anon,
-                    (f.anon - f.idle_anon) / whole_anon
-                )
-            })
-            .collect();
-        let cpu: Vec<String> = figures.iter().map(|f| format!("{:.1}", f.cpu)).collect();
-        println!(
-            "| {name} | {:.1} s | {:.2}x | {} | {}; {plane:.1} |",
-            t.as_secs_f64(),
-            t.as_secs_f64() / base.as_secs_f64(),
-            per_replica.join("; "),
-            cpu.join(" + ")
-        );
-    }
-}
 
 fn testenv(cmd: &str) {
     let status = std::process::Command::new("bash")
@@ -1141,7 +949,7 @@ fn main() {
             outage().await;
         }
         if only.contains("shards") {
-            shards().await;
+            shards::shards().await;
         }
     });
 }
