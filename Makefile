@@ -35,7 +35,8 @@ crds:
 	cargo run -q -p crds --bin crdgen
 
 ## bench: controller benchmarks on a local control plane with a release build (not in CI);
-## writes target/bench-controller.md (BENCH_ONLY=converge,steady,many,outage to select)
+## writes target/bench-controller.md (BENCH_ONLY=converge,steady,many,outage,shards to select;
+## BENCH_SHARDS_ROUNDS rounds of the shards case, 2 by default)
 bench:
 	hack/bench.sh
 

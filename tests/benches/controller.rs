@@ -51,8 +51,18 @@ fn cpu_seconds(pid: u32) -> f64 {
 /// CPU seconds used so far by the processes named `names` (`/proc/*/comm`): the local control
 /// plane's kube-apiserver and etcd.
 fn cpu_seconds_named(names: &[&str]) -> f64 {
+    pids_named(names).into_iter().map(cpu_seconds).sum()
+}
+
+/// Whether a process named one of `names` runs.
+fn any_process_named(names: &[&str]) -> bool {
+    !pids_named(names).is_empty()
+}
+
+/// The processes named one of `names` (`/proc/*/comm`, 15 characters of a name at most).
+fn pids_named(names: &[&str]) -> Vec<u32> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
-        return 0.0;
+        return Vec::new();
     };
     dir.flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
@@ -60,8 +70,7 @@ fn cpu_seconds_named(names: &[&str]) -> f64 {
             let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
             names.contains(&comm.trim())
         })
-        .map(cpu_seconds)
-        .sum()
+        .collect()
 }
 
 /// A `/proc/<pid>/status` field (`key` with its colon, in KiB) in MiB; 0 when unreadable.

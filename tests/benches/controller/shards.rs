@@ -23,57 +23,35 @@ struct ReplicaFigures {
     cpu: f64,
 }
 
+/// One fleet's result.
+struct Fleet {
+    namespace: String,
+    /// From the first create to all Ready.
+    time: Duration,
+    replicas: Vec<ReplicaFigures>,
+    /// CPU seconds of kube-apiserver and etcd meanwhile.
+    plane: f64,
+    /// Requests in the previous fleet's namespace meanwhile (what its deletion left; 0 when
+    /// the wait before the clock saw it through).
+    leftover: usize,
+}
+
 /// `replicas` enoki processes (`--shards shards` when more than 1) reconcile `comps`
-/// Compositions of `per` ConfigMaps: (time until all are Ready, figures per replica, CPU
-/// seconds of the API server and etcd meanwhile).
+/// Compositions of `per` ConfigMaps, in a namespace of their own, after `previous` (the
+/// previous fleet's namespace) is gone and the control plane is idle.
 async fn fleet(
-    comps: usize,
-    per: usize,
+    (comps, per): (usize, usize),
     replicas: usize,
     shards: u32,
-) -> (Duration, Vec<ReplicaFigures>, f64) {
+    previous: Option<&str>,
+) -> Fleet {
     // What an earlier fleet left to the control plane (its namespace's deletion, the garbage
     // collector's pass over its slices) is done before this one starts.
     control_plane_idle().await;
     let env = TestEnv::new().await;
     let synth = install_synthesizer(&env, "echo", &echo_module()).await;
     let counter = ReadyCount::start(&env).await;
-    let ns = env.namespace.clone();
-    let count = shards.to_string();
-    let mut args = vec!["--concurrency", "8"];
-    args.extend(UNTHROTTLED);
-    if shards > 1 {
-        args.extend([
-            "--shards",
-            count.as_str(),
-            "--leader-election-namespace",
-            ns.as_str(),
-        ]);
-    }
-    let fleet: Vec<Enoki> = (0..replicas)
-        .map(|r| {
-            let host = format!("bench-{r}");
-            Enoki::start_as(
-                &ns,
-                &args,
-                &harness::kubeconfig_path(),
-                &[("HOSTNAME", host.as_str())],
-            )
-        })
-        .collect();
-    for e in &fleet {
-        wait_readyz(e).await;
-    }
-    // Every shard held before the clock starts.
-    let held = || {
-        fleet
-            .iter()
-            .filter_map(|e| e.metric("enoki_shard_held"))
-            .sum::<f64>()
-    };
-    while held() < f64::from(shards) {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let fleet = start_replicas(&env.namespace, replicas, shards).await;
     let idle: Vec<(f64, f64)> = fleet
         .iter()
         .map(|e| (rss_mib(e.pid()).0, anon_rss_mib(e.pid())))
@@ -86,6 +64,7 @@ async fn fleet(
     let warm: Vec<f64> = fleet.iter().map(|e| rss_mib(e.pid()).0).collect();
     let cpu0: Vec<f64> = fleet.iter().map(|e| cpu_seconds(e.pid())).collect();
     let plane0 = cpu_seconds_named(CONTROL_PLANE);
+    let since = harness::now_rfc3339();
     // Marks the clock's start for whoever profiles the control plane meanwhile.
     eprintln!("shards: fleet of {replicas} replica(s) started");
     let start = Instant::now();
@@ -108,16 +87,83 @@ async fn fleet(
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    let all = start.elapsed();
+    let time = start.elapsed();
     let cpu: Vec<f64> = fleet
         .iter()
         .zip(cpu0)
         .map(|(e, c)| cpu_seconds(e.pid()) - c)
         .collect();
     let plane = cpu_seconds_named(CONTROL_PLANE) - plane0;
+    let leftover = previous.map_or(0, |p| harness::audited_requests(p, &since).len());
     // The sweep publishes the cache sizes every 15 s.
     tokio::time::sleep(Duration::from_secs(20)).await;
-    let figures = fleet
+    let replicas = figures(&fleet, shards, idle, warm, cpu);
+    drop((fleet, counter));
+    Fleet {
+        namespace: teardown(env).await,
+        time,
+        replicas,
+        plane,
+        leftover,
+    }
+}
+
+/// Starts the replicas and waits until each holds its share of the shards.
+async fn start_replicas(ns: &str, replicas: usize, shards: u32) -> Vec<Enoki> {
+    let count = shards.to_string();
+    let mut args = vec!["--concurrency", "8"];
+    args.extend(UNTHROTTLED);
+    if shards > 1 {
+        // The default Lease duration (15 s), as installed.
+        args.extend([
+            "--shards",
+            count.as_str(),
+            "--leader-election-namespace",
+            ns,
+        ]);
+    }
+    let fleet: Vec<Enoki> = (0..replicas)
+        .map(|r| {
+            let host = format!("bench-{r}");
+            let env = [("HOSTNAME", host.as_str())];
+            Enoki::start_as(ns, &args, &harness::kubeconfig_path(), &env)
+        })
+        .collect();
+    for e in &fleet {
+        wait_readyz(e).await;
+    }
+    let start = Instant::now();
+    while !holds_share(&fleet, shards) {
+        assert!(
+            start.elapsed() < Duration::from_secs(300),
+            "the replicas did not split the shards within 5 minutes"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    fleet
+}
+
+/// Whether every replica is up and holds its share of the shards (all of them unsharded).
+fn holds_share(fleet: &[Enoki], shards: u32) -> bool {
+    let share = f64::from(shards) / fleet.len() as f64;
+    fleet
+        .iter()
+        .all(|e| e.metric("enoki_shard_held") == Some(share))
+}
+
+/// Each replica's figures at the end; panics when one is down or lost a shard meanwhile.
+fn figures(
+    fleet: &[Enoki],
+    shards: u32,
+    idle: Vec<(f64, f64)>,
+    warm: Vec<f64>,
+    cpu: Vec<f64>,
+) -> Vec<ReplicaFigures> {
+    assert!(
+        holds_share(fleet, shards),
+        "a replica exited or its shards moved during the fleet"
+    );
+    fleet
         .iter()
         .zip(idle)
         .zip(warm)
@@ -133,26 +179,37 @@ async fn fleet(
             anon: anon_rss_mib(e.pid()),
             cpu,
         })
-        .collect();
-    drop(fleet);
+        .collect()
+}
+
+/// Deletes what the fleet made and its namespace, and waits until the namespace is gone
+/// (its Compositions, inputs and slices with it), so the next fleet's clock does not pay for
+/// this one's deletion; returns its name.
+async fn teardown(env: TestEnv) -> String {
     // Leave nothing labelled behind: the next fleet's cluster-wide metadata watch would
     // count it.
     let cms: Api<ConfigMap> = env.api();
     let managed = ListParams::default().labels("enoki.dev/managed-by");
     delete_all(&cms, &managed, "managed ConfigMaps").await;
-    // The namespace goes with its Compositions, inputs and slices: gone before the next
-    // fleet starts, so that fleet's clock does not pay for this one's deletion.
     let (client, ns) = (env.client.clone(), env.namespace.clone());
     drop(env);
     namespace_gone(&client, &ns).await;
-    (all, figures, plane)
+    ns
 }
 
-/// Waits until the namespace `ns` (deleted) no longer exists.
+/// Waits until the namespace `ns` (deleted) no longer exists: not when namespaces are kept
+/// (`ENOKI_TEST_KEEP_NAMESPACES`) or no kube-controller-manager runs to delete it.
 async fn namespace_gone(client: &kube::Client, ns: &str) {
+    if std::env::var_os("ENOKI_TEST_KEEP_NAMESPACES").is_some()
+        || !any_process_named(&["kube-controller"])
+    {
+        eprintln!("shards: namespace {ns} left as it is");
+        return;
+    }
     let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
     let start = Instant::now();
-    while namespaces.get_opt(ns).await.ok().flatten().is_some() {
+    // An error of the GET is not "gone": asked again.
+    while !matches!(namespaces.get_opt(ns).await, Ok(None)) {
         assert!(
             start.elapsed() < Duration::from_secs(900),
             "namespace {ns} still there 15 minutes after its deletion"
@@ -168,8 +225,9 @@ async fn namespace_gone(client: &kube::Client, ns: &str) {
 /// The control plane's processes, whose CPU the shards case reports.
 const CONTROL_PLANE: &[&str] = &["kube-apiserver", "etcd"];
 
-/// Waits (up to 10 minutes) until kube-apiserver, etcd and kube-controller-manager together
-/// use less than 15 % of a core over 5 s.
+/// Waits (up to 10 minutes; then panics) until kube-apiserver, etcd and
+/// kube-controller-manager together use less than 15 % of a core over 5 s. The processes are
+/// found by name: one control plane on the machine.
 async fn control_plane_idle() {
     // `/proc/*/comm` keeps 15 characters of a name.
     const ALL: &[&str] = &["kube-apiserver", "etcd", "kube-controller"];
@@ -178,7 +236,8 @@ async fn control_plane_idle() {
         let before = cpu_seconds_named(ALL);
         tokio::time::sleep(Duration::from_secs(5)).await;
         let used = cpu_seconds_named(ALL) - before;
-        if used < 0.75 || start.elapsed() > Duration::from_secs(600) {
+        // Negative when one of them exited meanwhile: measured again.
+        if (0.0..0.75).contains(&used) {
             eprintln!(
                 "shards: control plane at {:.0} % of a core after {:.0} s",
                 used / 5.0 * 100.0,
@@ -186,65 +245,85 @@ async fn control_plane_idle() {
             );
             return;
         }
+        assert!(
+            start.elapsed() < Duration::from_secs(600),
+            "the control plane still used {:.0} % of a core after 10 minutes",
+            used / 5.0 * 100.0
+        );
     }
 }
 
 /// The shards case: `BENCH_SHARDS_ROUNDS` (2) rounds of the two fleets, in alternating order
 /// (unsharded first, then sharded first): what drifts along a run (etcd's history, the page
-/// cache) falls on both setups alike. Ratios are against the unsharded fleets' mean.
+/// cache) falls on both setups alike, evenly with an even number of rounds. Ratios are
+/// against the unsharded fleets' mean.
 pub(super) async fn shards() {
     let (comps, per) = (count_from_env("BENCH_SHARDS", 5_000), 10);
     let rounds = count_from_env("BENCH_SHARDS_ROUNDS", 2);
-    let (mut base, mut sharded) = (Vec::new(), Vec::new());
-    for round in 0..rounds {
-        if round % 2 == 0 {
-            base.push((2 * round + 1, fleet(comps, per, 1, 1).await));
-            sharded.push((2 * round + 2, fleet(comps, per, 2, 4).await));
+    let (mut base, mut sharded): (Vec<Run>, Vec<Run>) = (Vec::new(), Vec::new());
+    let mut previous: Option<String> = None;
+    for order in 1..=2 * rounds {
+        // Rounds alternate which setup goes first: 1, 2 | 2, 1 | 1, 2 …
+        let sharded_now = (order % 2 == 0) == ((order - 1) / 2 % 2 == 0);
+        let run = if sharded_now {
+            fleet((comps, per), 2, 4, previous.as_deref()).await
         } else {
-            sharded.push((2 * round + 1, fleet(comps, per, 2, 4).await));
-            base.push((2 * round + 2, fleet(comps, per, 1, 1).await));
+            fleet((comps, per), 1, 1, previous.as_deref()).await
+        };
+        previous = Some(run.namespace.clone());
+        if sharded_now {
+            sharded.push((order, run));
+        } else {
+            base.push((order, run));
         }
     }
     println!("\n## shards: {comps} Compositions × {per} ConfigMaps, {rounds} round(s)\n");
     println!(
-        "| fleet (order in the run) | all Ready | vs the unsharded mean | replica: shards held, Compositions / managed objects cached, RSS (above its idle RSS), share of the unsharded mean above idle; the same above its warm base (after {WARM} warm-up Compositions); the same for anonymous RSS above idle (heap and stacks, without mapped code) | CPU-s from first create to all Ready: each replica; kube-apiserver + etcd |"
+        "| fleet (order in the run) | all Ready | vs the unsharded mean | replica: shards held, Compositions / managed objects cached, RSS (above its idle RSS), share of the unsharded mean above idle; the same above its warm base (after {WARM} warm-up Compositions); the same for anonymous RSS above idle (heap and stacks, without mapped code) | CPU-s from first create to all Ready: each replica; kube-apiserver + etcd | requests in the previous fleet's namespace meanwhile |"
     );
-    println!("| --- | --- | --- | --- | --- |");
+    println!("| --- | --- | --- | --- | --- | --- |");
     let unsharded = Unsharded::mean_of(&base);
     for (name, runs) in [
         ("1 replica, unsharded", &base),
         ("2 replicas, `--shards 4`", &sharded),
     ] {
-        for (order, (t, figures, plane)) in runs {
-            let per_replica: Vec<String> = figures.iter().map(|f| unsharded.share(f)).collect();
-            let cpu: Vec<String> = figures.iter().map(|f| format!("{:.1}", f.cpu)).collect();
+        for (order, f) in runs {
+            let per_replica: Vec<String> = f.replicas.iter().map(|r| unsharded.share(r)).collect();
+            let cpu: Vec<String> = f.replicas.iter().map(|r| format!("{:.1}", r.cpu)).collect();
             println!(
-                "| {name} ({order}) | {:.1} s | {:.2}x | {} | {}; {plane:.1} |",
-                t.as_secs_f64(),
-                t.as_secs_f64() / unsharded.time,
+                "| {name} ({order}) | {:.1} s | {:.2}x | {} | {}; {:.1} | {} |",
+                f.time.as_secs_f64(),
+                f.time.as_secs_f64() / unsharded.time,
                 per_replica.join("; "),
-                cpu.join(" + ")
+                cpu.join(" + "),
+                f.plane,
+                f.leftover
             );
         }
     }
-    let sharded_time = mean(sharded.iter().map(|(_, (t, _, _))| t.as_secs_f64()));
+    let sharded_time = mean(sharded.iter().map(|(_, f)| f.time.as_secs_f64()));
     let warm_shares: Vec<String> = sharded
         .iter()
-        .flat_map(|(_, (_, figures, _))| figures)
-        .map(|f| format!("{:.2}x", (f.rss - f.warm) / unsharded.warm))
+        .map(|(order, f)| {
+            let shares: Vec<String> = f
+                .replicas
+                .iter()
+                .map(|r| format!("{:.2}x", (r.rss - r.warm) / unsharded.warm))
+                .collect();
+            format!("({order}) {}", shares.join(", "))
+        })
         .collect();
     println!(
         "\nMeans: all Ready {:.1} s unsharded, {sharded_time:.1} s sharded: {:.2}x; each sharded \
          replica's memory above its warm base against the unsharded mean: {}",
         unsharded.time,
         sharded_time / unsharded.time,
-        warm_shares.join(", ")
+        warm_shares.join("; ")
     );
 }
 
-/// One fleet: its order in the run; its time until all Ready, its replicas' figures and the
-/// control plane's CPU seconds.
-type Run = (usize, (Duration, Vec<ReplicaFigures>, f64));
+/// One fleet and its order in the run.
+type Run = (usize, Fleet);
 
 fn mean(xs: impl Iterator<Item = f64>) -> f64 {
     let (sum, n) = xs.fold((0.0, 0.0), |(s, n), x| (s + x, n + 1.0));
@@ -252,7 +331,7 @@ fn mean(xs: impl Iterator<Item = f64>) -> f64 {
 }
 
 /// The unsharded fleets' means, the sharded replicas are measured against: time, and memory
-/// above idle, above the warm base, and anonymous above idle (each at least 1 MiB).
+/// above idle, above the warm base, and anonymous above idle.
 struct Unsharded {
     time: f64,
     idle: f64,
@@ -262,13 +341,18 @@ struct Unsharded {
 
 impl Unsharded {
     fn mean_of(runs: &[Run]) -> Unsharded {
-        let replicas = || runs.iter().flat_map(|(_, (_, figures, _))| figures);
-        Unsharded {
-            time: mean(runs.iter().map(|(_, (t, _, _))| t.as_secs_f64())),
-            idle: mean(replicas().map(|f| f.rss - f.idle)).max(1.0),
-            warm: mean(replicas().map(|f| f.rss - f.warm)).max(1.0),
-            anon: mean(replicas().map(|f| f.anon - f.idle_anon)).max(1.0),
-        }
+        let replicas = || runs.iter().flat_map(|(_, f)| &f.replicas);
+        let means = Unsharded {
+            time: mean(runs.iter().map(|(_, f)| f.time.as_secs_f64())),
+            idle: mean(replicas().map(|f| f.rss - f.idle)),
+            warm: mean(replicas().map(|f| f.rss - f.warm)),
+            anon: mean(replicas().map(|f| f.anon - f.idle_anon)),
+        };
+        assert!(
+            means.idle >= 1.0 && means.warm >= 1.0 && means.anon >= 1.0,
+            "the unsharded replica's memory did not grow with its fleet"
+        );
+        means
     }
 
     /// One replica's cell: its figures and their shares of these means.
