@@ -516,9 +516,11 @@ fn input_cache(enoki: &Enoki, kept: &str) -> f64 {
 }
 
 /// Sharded, a replica keeps whole only the inputs its Compositions read (here one replica
-/// holds both shards: every Composition, but not every ConfigMap of the namespace).
+/// holds both shards: every Composition, but not every ConfigMap of the namespace). An input
+/// that arrives a moment before its Composition, or is listed after it, is served from the
+/// copy the watch brought; one that arrived long before is read once with a GET.
 #[tokio::test]
-async fn an_input_that_existed_before_its_composition_is_read_once_then_served_and_followed() {
+async fn an_input_is_served_from_its_arrival_or_read_once_then_served_and_followed() {
     let env = TestEnv::new().await;
     install_crds(&env.client).await;
     let synth = install_synthesizer(&env, "echo", &harness::echo_module()).await;
@@ -530,28 +532,73 @@ async fn an_input_that_existed_before_its_composition_is_read_once_then_served_a
         let env = &env;
         async move { harness::composition_ready(env, name).await.then_some(()) }
     };
+    let gets = || enoki.metric("enoki_input_gets_total").unwrap();
     eventually("first is Ready", WAIT, || ready("first")).await;
-    // The namespace's ConfigMaps are watched now. This input arrives while no Composition
-    // reads it, and another ConfigMap nobody reads: the cache keeps their metadata only.
+    assert_eq!(
+        gets(),
+        0.0,
+        "first-config, listed after first, was read with a GET"
+    );
+    // The namespace's ConfigMaps are watched now. This input arrives a moment before the
+    // Composition that reads it, and another ConfigMap nobody reads.
     harness::set_echo_items(&env, "unread", &echo_items("out-c", "1")).await;
     harness::set_echo_items(&env, "second-config", &echo_items("out-b", "1")).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let gets = enoki.metric("enoki_input_gets_total").unwrap();
     harness::apply_composition(&env, "second", &synth, "second-config", json!({})).await;
     eventually("second is Ready", WAIT, || ready("second")).await;
     assert_eq!(data_x(&env, "out-b").await.as_deref(), Some("1"));
-    let after_first_read = enoki.metric("enoki_input_gets_total").unwrap();
-    assert!(
-        after_first_read > gets,
-        "the input held as metadata was read with a GET"
+    assert_eq!(
+        gets(),
+        0.0,
+        "second-config, arrived before second, was read with a GET"
     );
-    // Read again (a forced synthesis of the same input): the copy the GET brought is served.
+    forced_resynthesis_reads_no_input(&env, &enoki, "second").await;
+    // A change reaches it through the watch, whole from now on.
+    harness::set_echo_items(&env, "second-config", &echo_items("out-b", "2")).await;
+    eventually("out-b follows its input", WAIT, || async {
+        (data_x(&env, "out-b").await.as_deref() == Some("2")).then_some(())
+    })
+    .await;
+    // Whole: the two inputs and the Synthesizer; metadata only: `unread` (its arrival copy
+    // dropped after 10 s), the module's ConfigMap and other tests' Synthesizers. The sweep
+    // publishes every 15 s.
+    eventually("the input cache counts", WAIT, || async {
+        (input_cache(&enoki, "whole") == 3.0
+            && input_cache(&enoki, "metadata") >= 2.0
+            && input_cache(&enoki, "arrived") == 0.0)
+            .then_some(())
+    })
+    .await;
+    // `unread` arrived long ago: a Composition binding it now reads it with one GET.
+    harness::apply_composition(&env, "third", &synth, "unread", json!({})).await;
+    eventually("third is Ready", WAIT, || ready("third")).await;
+    assert_eq!(data_x(&env, "out-c").await.as_deref(), Some("1"));
+    assert_eq!(
+        gets(),
+        1.0,
+        "unread, arrived long before third, is read with a GET"
+    );
+    wait_converged(&env.client, &env.namespace, "second", WAIT).await;
+    // Deleted: what only it read is dropped by the next sweep.
+    let comps: Api<Composition> = env.api();
+    comps.delete("second", &Default::default()).await.unwrap();
+    eventually("second-config is kept as metadata only", WAIT, || async {
+        (comps.get_opt("second").await.unwrap().is_none() && input_cache(&enoki, "whole") == 3.0)
+            .then_some(())
+    })
+    .await;
+    wait_converged(&env.client, &env.namespace, "first", WAIT).await;
+}
+
+/// A forced synthesis of `name` with unchanged inputs is served from the cache: no GET.
+async fn forced_resynthesis_reads_no_input(env: &TestEnv, enoki: &Enoki, name: &str) {
+    let gets = enoki.metric("enoki_input_gets_total").unwrap();
     let comps: Api<Composition> = env.api();
     let uuid = |c: Composition| c.status?.current_synthesis.map(|s| s.uuid);
-    let before = uuid(comps.get("second").await.unwrap());
+    let before = uuid(comps.get(name).await.unwrap());
     comps
         .patch(
-            "second",
+            name,
             &PatchParams::default(),
             &Patch::Merge(
                 json!({"metadata": {"annotations": {"enoki.dev/force-resynthesis": "1"}}}),
@@ -559,37 +606,14 @@ async fn an_input_that_existed_before_its_composition_is_read_once_then_served_a
         )
         .await
         .unwrap();
-    eventually("second is synthesized again", WAIT, || async {
-        let now = uuid(comps.get("second").await.ok()?);
+    eventually("synthesized again", WAIT, || async {
+        let now = uuid(comps.get(name).await.ok()?);
         (now != before).then_some(())
     })
     .await;
     assert_eq!(
         enoki.metric("enoki_input_gets_total").unwrap(),
-        after_first_read,
+        gets,
         "an unchanged input was read again with a GET"
     );
-    // A change reaches it through the watch, whole from now on.
-    harness::set_echo_items(&env, "second-config", &echo_items("out-b", "2")).await;
-    eventually("out-b follows its input", WAIT, || async {
-        (data_x(&env, "out-b").await.as_deref() == Some("2")).then_some(())
-    })
-    .await;
-    // Whole: the two inputs and the Synthesizer; metadata only: `unread`, the module's
-    // ConfigMap (read with a GET when fetched) and other tests' Synthesizers. The sweep
-    // publishes every 15 s.
-    eventually("the input cache counts", WAIT, || async {
-        (input_cache(&enoki, "whole") == 3.0 && input_cache(&enoki, "metadata") >= 2.0)
-            .then_some(())
-    })
-    .await;
-    wait_converged(&env.client, &env.namespace, "second", WAIT).await;
-    // Deleted: what only it read is dropped by the next sweep.
-    comps.delete("second", &Default::default()).await.unwrap();
-    eventually("second-config is kept as metadata only", WAIT, || async {
-        (comps.get_opt("second").await.unwrap().is_none() && input_cache(&enoki, "whole") == 2.0)
-            .then_some(())
-    })
-    .await;
-    wait_converged(&env.client, &env.namespace, "first", WAIT).await;
 }

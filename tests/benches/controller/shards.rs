@@ -29,8 +29,8 @@ struct Fleet {
     /// From the first create to all Ready.
     time: Duration,
     replicas: Vec<ReplicaFigures>,
-    /// CPU seconds of kube-apiserver and etcd meanwhile.
-    plane: f64,
+    /// CPU seconds of kube-apiserver, etcd and kube-controller-manager meanwhile.
+    plane: [f64; 3],
     /// Requests in the previous fleet's namespace meanwhile (what its deletion left; 0 when
     /// the wait before the clock saw it through).
     leftover: usize,
@@ -63,7 +63,7 @@ async fn fleet(
     warm_up(envr, synth).await;
     let warm: Vec<f64> = fleet.iter().map(|e| rss_mib(e.pid()).0).collect();
     let cpu0: Vec<f64> = fleet.iter().map(|e| cpu_seconds(e.pid())).collect();
-    let plane0 = cpu_seconds_named(CONTROL_PLANE);
+    let plane0 = CONTROL_PLANE.map(|p| cpu_seconds_named(&[p]));
     let since = harness::now_rfc3339();
     // Marks the clock's start for whoever profiles the control plane meanwhile.
     eprintln!("shards: fleet of {replicas} replica(s) started");
@@ -93,7 +93,10 @@ async fn fleet(
         .zip(cpu0)
         .map(|(e, c)| cpu_seconds(e.pid()) - c)
         .collect();
-    let plane = cpu_seconds_named(CONTROL_PLANE) - plane0;
+    let mut plane = CONTROL_PLANE.map(|p| cpu_seconds_named(&[p]));
+    for (p, p0) in plane.iter_mut().zip(plane0) {
+        *p -= p0;
+    }
     let leftover = previous.map_or(0, |p| harness::audited_requests(p, &since).len());
     // The sweep publishes the cache sizes every 15 s.
     tokio::time::sleep(Duration::from_secs(20)).await;
@@ -222,15 +225,15 @@ async fn namespace_gone(client: &kube::Client, ns: &str) {
     );
 }
 
-/// The control plane's processes, whose CPU the shards case reports.
-const CONTROL_PLANE: &[&str] = &["kube-apiserver", "etcd"];
+/// The control plane's processes, whose CPU the shards case reports (`/proc/*/comm` keeps
+/// 15 characters of a name).
+const CONTROL_PLANE: [&str; 3] = ["kube-apiserver", "etcd", "kube-controller"];
 
 /// Waits (up to 10 minutes; then panics) until kube-apiserver, etcd and
 /// kube-controller-manager together use less than 15 % of a core over 5 s. The processes are
 /// found by name: one control plane on the machine.
 async fn control_plane_idle() {
-    // `/proc/*/comm` keeps 15 characters of a name.
-    const ALL: &[&str] = &["kube-apiserver", "etcd", "kube-controller"];
+    const ALL: &[&str] = &CONTROL_PLANE;
     let start = Instant::now();
     loop {
         let before = cpu_seconds_named(ALL);
@@ -279,7 +282,7 @@ pub(super) async fn shards() {
     }
     println!("\n## shards: {comps} Compositions × {per} ConfigMaps, {rounds} round(s)\n");
     println!(
-        "| fleet (order in the run) | all Ready | vs the unsharded mean | replica: shards held, Compositions / managed objects cached, RSS (above its idle RSS), share of the unsharded mean above idle; the same above its warm base (after {WARM} warm-up Compositions); the same for anonymous RSS above idle (heap and stacks, without mapped code) | CPU-s from first create to all Ready: each replica; kube-apiserver + etcd | requests in the previous fleet's namespace meanwhile |"
+        "| fleet (order in the run) | all Ready | vs the unsharded mean | replica: shards held, Compositions / managed objects cached, RSS (above its idle RSS), share of the unsharded mean above idle; the same above its warm base (after {WARM} warm-up Compositions); the same for anonymous RSS above idle (heap and stacks, without mapped code) | CPU-s from first create to all Ready: each replica; kube-apiserver + etcd + kube-controller-manager | requests in the previous fleet's namespace meanwhile |"
     );
     println!("| --- | --- | --- | --- | --- | --- |");
     let unsharded = Unsharded::mean_of(&base);
@@ -291,12 +294,14 @@ pub(super) async fn shards() {
             let per_replica: Vec<String> = f.replicas.iter().map(|r| unsharded.share(r)).collect();
             let cpu: Vec<String> = f.replicas.iter().map(|r| format!("{:.1}", r.cpu)).collect();
             println!(
-                "| {name} ({order}) | {:.1} s | {:.2}x | {} | {}; {:.1} | {} |",
+                "| {name} ({order}) | {:.1} s | {:.2}x | {} | {}; {:.1} + {:.1} + {:.1} | {} |",
                 f.time.as_secs_f64(),
                 f.time.as_secs_f64() / unsharded.time,
                 per_replica.join("; "),
                 cpu.join(" + "),
-                f.plane,
+                f.plane[0],
+                f.plane[1],
+                f.plane[2],
                 f.leftover
             );
         }

@@ -20,8 +20,10 @@
 //!   only of the objects a Composition of its shards reads from the cache by name (as the
 //!   controller, not as a ServiceAccount; [`Watches::serve`]), beside them, served
 //!   while their resourceVersion is the stub's: a replica holding half of the shards does not
-//!   keep the other half's inputs. An object that arrived before a Composition here read it
-//!   is read once with a GET (kept until it changes; then the watch brings it). The sweep
+//!   keep the other half's inputs. An object that arrives shortly before a Composition here
+//!   that binds it (or is listed after one) is served from the copy the watch brought
+//!   ([`arrivals`]); one that arrived long before is read once with a GET (kept until it
+//!   changes; then the watch brings it). The sweep
 //!   drops the copies that no Composition still reconciled here has read in that version (a
 //!   Composition that stops reading an object it read, or starts reading it as a
 //!   ServiceAccount, keeps its copy while both exist; such a read never looks at the cache).
@@ -62,6 +64,7 @@ mod labelled;
 mod managing;
 pub use labelled::Meta;
 use labelled::{forbidden_watch, managed_label};
+mod arrivals;
 mod inputs;
 #[cfg(test)]
 mod tests;
@@ -159,6 +162,8 @@ pub struct Watches {
     /// With `--shards`, whole input objects beside the stubs of the input stores (see the
     /// module docs).
     whole: Mutex<HashMap<ObjectKey, Arc<DynamicObject>>>,
+    /// With `--shards`, whole copies of inputs no Composition here has read yet.
+    arrivals: Mutex<arrivals::Arrivals>,
     inputs: Mutex<HashMap<(GroupVersionKind, String), InputWatch>>,
     /// Input watches the API server refused (403), and when.
     forbidden_inputs: Mutex<HashMap<(GroupVersionKind, String), std::time::Instant>>,
@@ -201,6 +206,7 @@ impl Watches {
             whole_inputs,
             readers: Mutex::new(HashMap::new()),
             whole: Mutex::new(HashMap::new()),
+            arrivals: Mutex::new(arrivals::Arrivals::default()),
             inputs: Mutex::new(HashMap::new()),
             forbidden_inputs: Mutex::new(HashMap::new()),
             managed: Mutex::new(HashMap::new()),

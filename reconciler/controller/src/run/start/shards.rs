@@ -44,6 +44,22 @@ pub(super) async fn run_stack(
     let (comp_reader, comp_stream, slice_reader, slice_stream) =
         caches(&client, &shared.opts, &shards, wake, streams);
     let comp_stream = seen_by_queue(comp_stream, shared.metrics.queue.clone());
+    // With --shards, the inputs a changed Composition binds are kept whole for its first read.
+    let expecting = watches.clone();
+    let comp_stream = comp_stream
+        .inspect(move |c| {
+            if let Ok(c) = c {
+                let home = c.namespace().unwrap_or_default();
+                expecting.expect_reads(c.spec.bindings.iter().map(|b| {
+                    let ns = b.resource.namespace.as_deref();
+                    (
+                        super::super::tenancy::ref_namespace(&home, ns),
+                        b.resource.name.as_str(),
+                    )
+                }));
+            }
+        })
+        .boxed();
     let ctx = Arc::new(Context::new(Parts {
         management: shared.management.clone(),
         target: shared.target.clone(),
@@ -378,42 +394,7 @@ pub(super) async fn background(
         ctx.clone(),
     )));
     // Forget Compositions that disappeared without enoki's finalizer (e.g. while it was down).
-    let sweeper = ctx.clone();
-    tasks.push(tokio::spawn(async move {
-        // Gauges are shared by the stacks of the process: each adds its own change.
-        let (mut remembered, mut watched) = (0_i64, 0_i64);
-        let (mut whole, mut stubs) = (0_i64, 0_i64);
-        loop {
-            tokio::time::sleep(Duration::from_secs(15)).await;
-            let n = sweeper.sweep();
-            if n > 0 {
-                tracing::debug!(forgotten = n, "swept memory of deleted Compositions");
-            }
-            let (inputs, managed, _, _) = sweeper.caches.watches.sizes();
-            let m = &sweeper.report.metrics;
-            let now = i64::try_from(sweeper.remembered()).unwrap_or(i64::MAX);
-            m.remembered.inc_by(now - remembered);
-            remembered = now;
-            let now = i64::try_from(inputs + managed).unwrap_or(i64::MAX);
-            m.watched_kinds.inc_by(now - watched);
-            watched = now;
-            let (w, st) = sweeper.caches.watches.input_objects();
-            let kept = |kept: &str| metrics::KeptLabel { kept: kept.into() };
-            let now = i64::try_from(w).unwrap_or(i64::MAX);
-            m.input_cache_objects
-                .get_or_create(&kept("whole"))
-                .inc_by(now - whole);
-            whole = now;
-            let now = i64::try_from(st).unwrap_or(i64::MAX);
-            m.input_cache_objects
-                .get_or_create(&kept("metadata"))
-                .inc_by(now - stubs);
-            stubs = now;
-            sizes::publish_shard_sizes(&sweeper);
-            sizes::publish_slice_sizes(&sweeper);
-            sizes::release_freed_memory();
-        }
-    }));
+    tasks.push(tokio::spawn(sizes::sweep(ctx.clone())));
     tasks
 }
 
@@ -499,90 +480,5 @@ pub(super) async fn cluster_wide(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn comp(name: &str, uid: &str) -> Composition {
-        let mut c = Composition::new(name, crds::CompositionSpec::default());
-        c.metadata.namespace = Some("ns".into());
-        c.metadata.uid = Some(uid.into());
-        c
-    }
-
-    fn slice(name: &str, generation: i64) -> ResourceSlice {
-        let mut s = ResourceSlice::new(name, crds::ResourceSliceSpec::default());
-        s.metadata.namespace = Some("ns".into());
-        s.metadata.generation = Some(generation);
-        s
-    }
-
-    #[tokio::test]
-    async fn slices_deleted_while_the_watch_was_away_are_forgotten_at_the_next_list() {
-        use watcher::Event::{Apply, Init, InitApply, InitDone};
-        let events = vec![
-            Init,
-            InitApply(slice("a", 1)),
-            InitApply(slice("b", 1)),
-            InitDone,
-            // Relisted without b (deleted meanwhile), then a b of the same name made again.
-            Init,
-            InitApply(slice("a", 1)),
-            InitDone,
-            Apply(slice("b", 2)),
-            Apply(slice("a", 2)),
-        ];
-        let woken: Vec<String> = slice_changes(futures::stream::iter(events.into_iter().map(Ok)))
-            .map(|s| s.map(|s| s.name_any()).unwrap_or_default())
-            .collect()
-            .await;
-        // The new b is enoki's own write (not remembered); a's spec changed.
-        assert_eq!(woken, ["a"]);
-    }
-
-    /// A UID of shard `index` of 2.
-    fn uid_in(index: u32) -> String {
-        (0..)
-            .map(|i| format!("uid-{i}"))
-            .find(|u| Shard::of_uid(u, 2) == index)
-            .unwrap_or_default()
-    }
-
-    #[test]
-    fn the_compositions_of_added_shards_are_woken_once_their_list_is_done() {
-        let (store, mut writer) = reflector::store::<Composition>();
-        let (c0, c1) = (comp("c0", &uid_in(0)), comp("c1", &uid_in(1)));
-        let listing_for = Arc::new(parking_lot::Mutex::new(Listing::of(
-            Shards::none(2).with(0),
-        )));
-        let (wake, mut woken) = tokio::sync::mpsc::unbounded_channel();
-        let mut listed = added_shards_listed(store, listing_for.clone(), wake);
-        writer.apply_watcher_event(&watcher::Event::Apply(c0.clone()));
-        // The first list: the Controller waits for it, nothing to wake.
-        listed(&Ok(watcher::Event::InitDone));
-        assert!(woken.try_recv().is_err());
-        // Shard 1 added: its list is buffered until done, then only c1 is woken.
-        listing_for
-            .lock()
-            .restarted(Shards::none(2).with(0).with(1));
-        listed(&Ok(watcher::Event::Init));
-        writer.apply_watcher_event(&watcher::Event::Apply(c1.clone()));
-        listed(&Ok(watcher::Event::InitApply(c1.clone())));
-        assert!(woken.try_recv().is_err(), "woken before the list was done");
-        listed(&Ok(watcher::Event::InitDone));
-        assert_eq!(woken.try_recv().map(|r| r.name).ok().as_deref(), Some("c1"));
-        assert!(woken.try_recv().is_err(), "c0 was woken too");
-        // Another list of the same set (a 410): nothing.
-        listed(&Ok(watcher::Event::InitDone));
-        assert!(woken.try_recv().is_err());
-        // Shard 0 handed back and taken again before a list completed: c0 is woken (its
-        // reconciles in between did nothing).
-        {
-            let mut s = listing_for.lock();
-            s.restarted(Shards::none(2).with(1));
-            s.restarted(Shards::none(2).with(0).with(1));
-        }
-        listed(&Ok(watcher::Event::InitDone));
-        assert_eq!(woken.try_recv().map(|r| r.name).ok().as_deref(), Some("c0"));
-        assert!(woken.try_recv().is_err());
-    }
-}
+#[path = "shards_tests.rs"]
+mod tests;

@@ -1,5 +1,6 @@
-//! Gauges the sweep publishes every 15 s (shard sizes, slice-cache bytes), and giving freed
-//! memory back to the system.
+//! The memory sweep every 15 s: forgets Compositions gone without enoki's finalizer,
+//! publishes the gauges of what is cached (remembered Compositions, watched kinds, input
+//! caches, shard sizes, slice-cache bytes), and gives freed memory back to the system.
 
 use std::time::Duration;
 
@@ -11,6 +12,46 @@ use crate::run::context::Context;
 use crate::run::metrics;
 use crate::run::shard::Shard;
 use crds::ResourceSlice;
+
+/// Sweeps and publishes every 15 s, for ever (see the module docs).
+pub(super) async fn sweep(sweeper: std::sync::Arc<Context>) {
+    // Gauges are shared by the stacks of the process: each adds its own change.
+    // Remembered, watched kinds, inputs whole, as metadata, arrived.
+    let mut last = [0_i64; 5];
+    loop {
+        tokio::time::sleep(Duration::from_secs(15)).await;
+        let n = sweeper.sweep();
+        if n > 0 {
+            tracing::debug!(forgotten = n, "swept memory of deleted Compositions");
+        }
+        let watches = &sweeper.caches.watches;
+        let (inputs, managed, _, _) = watches.sizes();
+        let m = &sweeper.report.metrics;
+        bump(&m.remembered, &mut last[0], sweeper.remembered());
+        bump(&m.watched_kinds, &mut last[1], inputs + managed);
+        let (w, st) = watches.input_objects();
+        let kept = |kept: &str| metrics::KeptLabel { kept: kept.into() };
+        let cached = &m.input_cache_objects;
+        bump(&cached.get_or_create(&kept("whole")), &mut last[2], w);
+        bump(&cached.get_or_create(&kept("metadata")), &mut last[3], st);
+        let arrived = watches.arrived_inputs();
+        bump(
+            &cached.get_or_create(&kept("arrived")),
+            &mut last[4],
+            arrived,
+        );
+        publish_shard_sizes(&sweeper);
+        publish_slice_sizes(&sweeper);
+        release_freed_memory();
+    }
+}
+
+/// Adds to a gauge shared by the stacks of the process this stack's change since `last`.
+fn bump(gauge: &prometheus_client::metrics::gauge::Gauge, last: &mut i64, now: usize) {
+    let now = i64::try_from(now).unwrap_or(i64::MAX);
+    gauge.inc_by(now - *last);
+    *last = now;
+}
 
 /// The per-shard gauges of Compositions and managed objects cached.
 pub(super) fn publish_shard_sizes(ctx: &Context) {

@@ -3,6 +3,16 @@
 
 use super::*;
 
+/// How an input watch saw an object.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Seen {
+    /// Created or changed.
+    Changed,
+    /// In a (re)list.
+    Listed,
+    Deleted,
+}
+
 impl Watches {
     /// Records that `comp` reads the object (or, with name `*`, the collection) and makes sure
     /// its kind is watched.
@@ -164,9 +174,26 @@ impl Watches {
             Some(Kept::Version(rv)) => rv.clone()?,
         };
         let key = (gvk.clone(), namespace.to_string(), name.to_string());
-        let whole = self.whole.lock().get(&key).cloned()?;
-        let current = whole.metadata.resource_version.as_deref() == Some(&*stub_version);
-        current.then_some(Some(whole))
+        let copy = self.whole.lock().get(&key).cloned();
+        if let Some(whole) = copy
+            && whole.metadata.resource_version.as_deref() == Some(&*stub_version)
+        {
+            self.arrivals.lock().read(namespace, name);
+            return Some(Some(whole));
+        }
+        // Arrived before any Composition here read it: kept whole from now on (the reader
+        // was recorded by `serve`).
+        let arrived = self
+            .arrivals
+            .lock()
+            .take(gvk, (namespace, name), &stub_version)?;
+        if self.read_here(gvk, namespace, name) {
+            self.whole
+                .lock()
+                .entry(key)
+                .or_insert_with(|| arrived.clone());
+        }
+        Some(Some(arrived))
     }
 
     /// The resourceVersion the input watch last saw of this object (`None` when its kind is
@@ -184,6 +211,21 @@ impl Watches {
         t.get(namespace, name)?
             .resource_version()
             .map(str::to_string)
+    }
+
+    /// With `--shards`, that a Composition of a shard held here (just changed) binds these
+    /// inputs, by namespace and name: their copies that arrive (or arrived) before its first
+    /// read are kept for it. Each name is also wanted cluster-scoped.
+    pub fn expect_reads<'a>(&self, bound: impl Iterator<Item = (String, &'a str)>) {
+        if !self.sharded() {
+            return;
+        }
+        let now = std::time::Instant::now();
+        let mut arrivals = self.arrivals.lock();
+        for (namespace, name) in bound {
+            arrivals.want(&namespace, name, now);
+            arrivals.want("", name, now);
+        }
     }
 
     /// Records that `comp` reads this object from the input cache (as the controller): with
@@ -250,9 +292,9 @@ impl Watches {
     ) -> watcher::Event<DynamicObject> {
         use watcher::Event;
         match event {
-            Event::Apply(o) => Event::Apply(self.stub(gvk, o, true)),
-            Event::InitApply(o) => Event::InitApply(self.stub(gvk, o, true)),
-            Event::Delete(o) => Event::Delete(self.stub(gvk, o, false)),
+            Event::Apply(o) => Event::Apply(self.stub(gvk, o, Seen::Changed)),
+            Event::InitApply(o) => Event::InitApply(self.stub(gvk, o, Seen::Listed)),
+            Event::Delete(o) => Event::Delete(self.stub(gvk, o, Seen::Deleted)),
             e @ (Event::Init | Event::InitDone) => e,
         }
     }
@@ -270,13 +312,14 @@ impl Watches {
                     || gvk.kind == crds::names::kinds::SYNTHESIZER_REVISION))
     }
 
-    /// The stub of `o`, whose whole copy is kept beside it when it exists and is read here;
+    /// The stub of `o`, whose whole copy is kept beside it when it exists and is read here
+    /// (else, when it changed or is wanted, among the [`arrivals`](super::arrivals));
     /// unsharded, `o` itself (whole unless only metadata is watched).
     pub(super) fn stub(
         &self,
         gvk: &GroupVersionKind,
         mut o: DynamicObject,
-        exists: bool,
+        seen: Seen,
     ) -> DynamicObject {
         if !self.sharded() {
             o.managed_fields_mut().clear();
@@ -297,16 +340,23 @@ impl Watches {
             data: serde_json::Value::Null,
         };
         let (namespace, name) = (o.namespace().unwrap_or_default(), o.name_any());
-        let keep = exists && self.whole(gvk) && self.read_here(gvk, &namespace, &name);
-        {
-            let mut w = self.whole.lock();
-            let key = (gvk.clone(), namespace, name);
-            if keep {
-                o.managed_fields_mut().clear();
-                w.insert(key, Arc::new(o));
-            } else {
-                w.remove(&key);
-            }
+        let exists = seen != Seen::Deleted;
+        let read = exists && self.whole(gvk) && self.read_here(gvk, &namespace, &name);
+        let key = (gvk.clone(), namespace, name);
+        if read {
+            o.managed_fields_mut().clear();
+            self.whole.lock().insert(key, Arc::new(o));
+            return stub;
+        }
+        self.whole.lock().remove(&key);
+        let (gvk, namespace, name) = key;
+        if exists && self.whole(&gvk) {
+            o.managed_fields_mut().clear();
+            let size = serde_json::to_vec(&o.data).map_or(0, |b| b.len());
+            let at = (seen == Seen::Listed, std::time::Instant::now());
+            self.arrivals.lock().arrived(&gvk, o, size, at);
+        } else {
+            self.arrivals.lock().gone(&gvk, &namespace, &name);
         }
         stub
     }
@@ -342,8 +392,10 @@ impl Watches {
         self.prune_whole();
     }
 
-    /// Drops whole objects not kept any more; see [`Watches::retain_readers`].
+    /// Drops whole objects not kept any more (see [`Watches::retain_readers`]) and the
+    /// arrivals past their age.
     pub(super) fn prune_whole(&self) {
+        self.arrivals.lock().sweep(std::time::Instant::now());
         let keys: Vec<ObjectKey> = {
             let w = self.whole.lock();
             w.keys().cloned().collect()
@@ -374,6 +426,11 @@ impl Watches {
             .get(&(gvk.clone(), namespace.to_string()))
             .or_else(|| inputs.get(&(gvk.clone(), String::new())))?;
         Some(w.synced.clone())
+    }
+
+    /// With `--shards`, copies of inputs kept for a first read (see [`super::arrivals`]).
+    pub fn arrived_inputs(&self) -> usize {
+        self.arrivals.lock().len()
     }
 
     /// Objects in the input caches, per watch: (kept whole and current, stubs only).
