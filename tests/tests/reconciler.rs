@@ -534,24 +534,18 @@ async fn an_input_is_served_from_its_arrival_or_read_once_then_served_and_follow
     };
     let gets = || enoki.metric("enoki_input_gets_total").unwrap();
     eventually("first is Ready", WAIT, || ready("first")).await;
-    assert_eq!(
-        gets(),
-        0.0,
-        "first-config, listed after first, was read with a GET"
-    );
-    // The namespace's ConfigMaps are watched now. This input arrives a moment before the
+    assert_eq!(gets(), 0.0, "first-config was read with a GET");
+    // The namespace's ConfigMaps are watched now. This input is created a moment before the
     // Composition that reads it, and another ConfigMap nobody reads.
     harness::set_echo_items(&env, "unread", &echo_items("out-c", "1")).await;
+    let unread_at = std::time::Instant::now();
     harness::set_echo_items(&env, "second-config", &echo_items("out-b", "1")).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     harness::apply_composition(&env, "second", &synth, "second-config", json!({})).await;
     eventually("second is Ready", WAIT, || ready("second")).await;
     assert_eq!(data_x(&env, "out-b").await.as_deref(), Some("1"));
-    assert_eq!(
-        gets(),
-        0.0,
-        "second-config, arrived before second, was read with a GET"
-    );
+    let arrived = "second-config, created before second, was read with a GET";
+    assert_eq!(gets(), 0.0, "{arrived}");
     forced_resynthesis_reads_no_input(&env, &enoki, "second").await;
     // A change reaches it through the watch, whole from now on.
     harness::set_echo_items(&env, "second-config", &echo_items("out-b", "2")).await;
@@ -559,25 +553,25 @@ async fn an_input_is_served_from_its_arrival_or_read_once_then_served_and_follow
         (data_x(&env, "out-b").await.as_deref() == Some("2")).then_some(())
     })
     .await;
-    // Whole: the two inputs and the Synthesizer; metadata only: `unread` (its arrival copy
-    // dropped after 10 s), the module's ConfigMap and other tests' Synthesizers. The sweep
-    // publishes every 15 s.
+    // Whole: the two inputs and the Synthesizer; metadata only: `unread`, the module's
+    // ConfigMap and other tests' Synthesizers. The sweep publishes every 15 s.
     eventually("the input cache counts", WAIT, || async {
-        (input_cache(&enoki, "whole") == 3.0
-            && input_cache(&enoki, "metadata") >= 2.0
-            && input_cache(&enoki, "arrived") == 0.0)
+        (input_cache(&enoki, "whole") == 3.0 && input_cache(&enoki, "metadata") >= 2.0)
             .then_some(())
     })
     .await;
-    // `unread` arrived long ago: a Composition binding it now reads it with one GET.
+    // `unread`'s copy goes at the first sweep 10 s after it came (sweeps are 15 s apart): a
+    // Composition binding it after that reads it with one GET.
+    tokio::time::sleep_until((unread_at + Duration::from_secs(26)).into()).await;
     harness::apply_composition(&env, "third", &synth, "unread", json!({})).await;
     eventually("third is Ready", WAIT, || ready("third")).await;
     assert_eq!(data_x(&env, "out-c").await.as_deref(), Some("1"));
-    assert_eq!(
-        gets(),
-        1.0,
-        "unread, arrived long before third, is read with a GET"
-    );
+    let late = "unread, created long before third, is read with one GET";
+    assert_eq!(gets(), 1.0, "{late}");
+    eventually("unread is kept whole too", WAIT, || async {
+        (input_cache(&enoki, "whole") == 4.0).then_some(())
+    })
+    .await;
     wait_converged(&env.client, &env.namespace, "second", WAIT).await;
     // Deleted: what only it read is dropped by the next sweep.
     let comps: Api<Composition> = env.api();

@@ -198,7 +198,7 @@ impl Metrics {
         );
         registry.register(
             "enoki_input_cache_objects",
-            "Objects in the input caches (per watch): whole, or metadata only (with --shards, objects no Composition reconciled here reads from the cache); arrived: with --shards, whole copies kept for a Composition's first read",
+            "Objects in the input caches (per watch): whole, or metadata only (with --shards, objects no Composition reconciled here reads from the cache); arrived: with --shards, whole copies of objects just created or bound here, waiting for a first read (also counted as metadata)",
             self.input_cache_objects.clone(),
         );
         registry.register(

@@ -1,13 +1,15 @@
-//! With `--shards`, copies of input objects that arrived before any Composition here read
-//! them. The input tables keep stubs, and a whole copy only of what a Composition of this
-//! replica's shards reads; an input is usually written a moment before the Composition that
-//! binds it (applied together). Its whole copy, as the watch brought it, waits here for
-//! [`ARRIVAL_AGE`]; a Composition of the shards held here that binds its name (namespace and
-//! name, any kind) pins it for [`PIN_FOR`], whichever came first, and the Composition's first
-//! read takes it from here: no GET. Unpinned copies are bounded ([`MAX_UNPINNED`],
-//! [`MAX_UNPINNED_BYTES`]: a new one past them is not kept, and its reader GETs it as
-//! without this); pinned ones are what the replica keeps whole once read anyway. Pure: the
-//! caller passes the clock.
+//! With `--shards`, copies of input objects kept for a first read. The input tables keep
+//! stubs, and a whole copy only of what a Composition of this replica's shards reads; an input
+//! is usually created a moment before the Composition that binds it (applied together).
+//! When the input watch brings an object's creation, its whole copy waits here for
+//! [`ARRIVAL_AGE`] (the sweep every 15 s drops it 10–25 s after it came). A Composition of
+//! the shards held here that binds it by namespace and name — reading as the controller, not
+//! being deleted — *wants* the name for [`PIN_FOR`] from its first event: a copy already here
+//! is pinned, and the object's later creation, change or listing is kept too. The first read
+//! takes the copy (no GET) and keeps it whole, as a GET's copy would be, and unpins the name.
+//! Bounds: unpinned copies [`MAX_UNPINNED`] and [`MAX_UNPINNED_BYTES`]; all copies
+//! [`MAX_BYTES`] (sizes as JSON, metadata included). A copy past a bound is not kept, and
+//! its reader GETs it as without this. Pure: the caller passes the clock.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -16,18 +18,30 @@ use std::time::{Duration, Instant};
 use kube::api::DynamicObject;
 use kube::core::GroupVersionKind;
 
-/// How long an unpinned copy is kept (a sweep every 15 s drops the older ones).
+/// How long an unpinned copy is kept at least (the 15 s sweep drops the older ones).
 pub(super) const ARRIVAL_AGE: Duration = Duration::from_secs(10);
 
-/// How long a bound name stays pinned without being read (a Composition queued longer is
-/// read with a GET).
+/// How long a bound name stays wanted, from the first event of the Composition that binds
+/// it (a Composition queued longer reads it with a GET).
 pub(super) const PIN_FOR: Duration = Duration::from_secs(300);
 
 /// Most unpinned copies kept at once.
 pub(super) const MAX_UNPINNED: usize = 4096;
 
-/// Most bytes of unpinned copies (their `data` as JSON) kept at once.
+/// Most bytes of unpinned copies kept at once.
 pub(super) const MAX_UNPINNED_BYTES: usize = 8 << 20;
+
+/// Most bytes of all copies kept at once.
+pub(super) const MAX_BYTES: usize = 64 << 20;
+
+/// How the input watch brought an object.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Came {
+    /// Created: kept even when no Composition here wants it (yet).
+    Created,
+    /// Changed, or in a (re)list: kept only when wanted.
+    Known,
+}
 
 /// (namespace, name): `""` for a cluster-scoped object.
 type Name = (String, String);
@@ -47,30 +61,40 @@ pub(super) struct Arrivals {
     wanted: HashMap<Name, Instant>,
     unpinned: usize,
     unpinned_bytes: usize,
+    bytes: usize,
 }
 
 impl Arrivals {
-    /// Keeps `obj` (of `gvk`), a live change the input watch brought (`listed`: from a
-    /// list, kept only when wanted). `size`: its `data` as JSON.
+    /// Keeps `obj` (of `gvk`) as the input watch brought it, when wanted or created and
+    /// within the bounds; `size` gives its size (called only then).
     pub(super) fn arrived(
         &mut self,
         gvk: &GroupVersionKind,
         obj: DynamicObject,
-        size: usize,
-        (listed, now): (bool, Instant),
+        size: impl FnOnce(&DynamicObject) -> usize,
+        (came, now): (Came, Instant),
     ) {
         let name = name_of(&obj);
         self.gone(gvk, &name.0, &name.1);
         let pinned = self.wanted.contains_key(&name);
+        if !pinned && came != Came::Created {
+            return;
+        }
+        let size = size(&obj);
+        let full = if pinned {
+            false
+        } else {
+            self.unpinned >= MAX_UNPINNED
+                || self.unpinned_bytes.saturating_add(size) > MAX_UNPINNED_BYTES
+        };
+        if full || self.bytes.saturating_add(size) > MAX_BYTES {
+            return;
+        }
         if !pinned {
-            let full = self.unpinned >= MAX_UNPINNED
-                || self.unpinned_bytes.saturating_add(size) > MAX_UNPINNED_BYTES;
-            if listed || full {
-                return;
-            }
             self.unpinned += 1;
             self.unpinned_bytes += size;
         }
+        self.bytes += size;
         let a = Arrival {
             gvk: gvk.clone(),
             obj: Arc::new(obj),
@@ -88,6 +112,7 @@ impl Arrivals {
         };
         if let Some(i) = list.iter().position(|a| a.gvk == *gvk) {
             let a = list.swap_remove(i);
+            self.bytes = self.bytes.saturating_sub(a.size);
             if !self.wanted.contains_key(&key) {
                 self.unpinned = self.unpinned.saturating_sub(1);
                 self.unpinned_bytes = self.unpinned_bytes.saturating_sub(a.size);
@@ -98,10 +123,12 @@ impl Arrivals {
         }
     }
 
-    /// A Composition here binds this name and will read it.
+    /// A Composition here binds this name and will read it (from `now`, unless already
+    /// wanted: a later event does not extend the pin).
     pub(super) fn want(&mut self, namespace: &str, name: &str, now: Instant) {
         let key = (namespace.to_string(), name.to_string());
-        if self.wanted.insert(key.clone(), now).is_none() {
+        if let std::collections::hash_map::Entry::Vacant(v) = self.wanted.entry(key.clone()) {
+            v.insert(now);
             // Its copies count as pinned from now on.
             for a in self.copies.get(&key).into_iter().flatten() {
                 self.unpinned = self.unpinned.saturating_sub(1);
@@ -133,9 +160,9 @@ impl Arrivals {
         Some(obj)
     }
 
-    /// A Composition here read this name (from a kept copy): it is no longer wanted, nor the
-    /// same name cluster-scoped, unless copies of other kinds wait under them (another
-    /// Composition that wants one of those reads it with a GET).
+    /// A Composition here read this name (from a copy, or with a GET): it is no longer
+    /// wanted, nor the same name cluster-scoped, unless copies of other kinds wait under them
+    /// (another Composition that wants one of those reads it with a GET).
     pub(super) fn read(&mut self, namespace: &str, name: &str) {
         if self.wanted.is_empty() {
             return;
@@ -175,6 +202,13 @@ impl Arrivals {
             .collect();
         for (gvk, (namespace, name)) in old {
             self.gone(&gvk, &namespace, &name);
+        }
+        // Past a burst (a replica's start wants every bound name), the tables shrink back.
+        if self.wanted.len() < self.wanted.capacity() / 4 {
+            self.wanted.shrink_to_fit();
+        }
+        if self.copies.len() < self.copies.capacity() / 4 {
+            self.copies.shrink_to_fit();
         }
     }
 

@@ -15,13 +15,13 @@ fn obj(name: &str, rv: &str) -> DynamicObject {
     o
 }
 
-const LIVE: bool = false;
-const LISTED: bool = true;
+const CREATED: Came = Came::Created;
+const KNOWN: Came = Came::Known;
 
 #[test]
 fn a_copy_is_taken_at_the_version_the_table_has_and_only_once() {
     let (mut a, t0) = (Arrivals::default(), Instant::now());
-    a.arrived(&cm(), obj("in", "5"), 10, (LIVE, t0));
+    a.arrived(&cm(), obj("in", "5"), |_| 10, (CREATED, t0));
     assert!(a.take(&cm(), ("n", "in"), "4").is_none(), "another version");
     assert!(
         a.take(&secret(), ("n", "in"), "5").is_none(),
@@ -36,8 +36,8 @@ fn a_copy_is_taken_at_the_version_the_table_has_and_only_once() {
 #[test]
 fn a_newer_arrival_replaces_the_older_and_a_deletion_drops_it() {
     let (mut a, t0) = (Arrivals::default(), Instant::now());
-    a.arrived(&cm(), obj("in", "5"), 10, (LIVE, t0));
-    a.arrived(&cm(), obj("in", "6"), 12, (LIVE, t0));
+    a.arrived(&cm(), obj("in", "5"), |_| 10, (CREATED, t0));
+    a.arrived(&cm(), obj("in", "6"), |_| 12, (CREATED, t0));
     assert_eq!((a.len(), a.unpinned, a.unpinned_bytes), (1, 1, 12));
     assert!(a.take(&cm(), ("n", "in"), "5").is_none());
     a.gone(&cm(), "n", "in");
@@ -47,8 +47,8 @@ fn a_newer_arrival_replaces_the_older_and_a_deletion_drops_it() {
 #[test]
 fn unpinned_copies_go_after_their_age_pinned_ones_after_the_pin() {
     let (mut a, t0) = (Arrivals::default(), Instant::now());
-    a.arrived(&cm(), obj("read-later", "1"), 10, (LIVE, t0));
-    a.arrived(&cm(), obj("nobody", "1"), 10, (LIVE, t0));
+    a.arrived(&cm(), obj("read-later", "1"), |_| 10, (CREATED, t0));
+    a.arrived(&cm(), obj("nobody", "1"), |_| 10, (CREATED, t0));
     a.want("n", "read-later", t0);
     assert_eq!(
         a.unpinned, 1,
@@ -60,7 +60,7 @@ fn unpinned_copies_go_after_their_age_pinned_ones_after_the_pin() {
     assert!(a.wanted.is_empty(), "read: no longer wanted");
     // A pin that is never read goes with its copy.
     a.want("n", "never-read", t0);
-    a.arrived(&cm(), obj("never-read", "1"), 10, (LIVE, t0));
+    a.arrived(&cm(), obj("never-read", "1"), |_| 10, (CREATED, t0));
     a.sweep(t0 + PIN_FOR - Duration::from_secs(1));
     assert_eq!(a.len(), 1, "pinned");
     a.sweep(t0 + PIN_FOR + Duration::from_secs(1));
@@ -69,11 +69,11 @@ fn unpinned_copies_go_after_their_age_pinned_ones_after_the_pin() {
 }
 
 #[test]
-fn a_listed_object_is_kept_only_when_a_composition_here_wants_it() {
+fn a_change_or_listing_is_kept_only_when_a_composition_here_wants_it() {
     let (mut a, t0) = (Arrivals::default(), Instant::now());
     a.want("n", "bound", t0);
-    a.arrived(&cm(), obj("bound", "1"), 10, (LISTED, t0));
-    a.arrived(&cm(), obj("other", "1"), 10, (LISTED, t0));
+    a.arrived(&cm(), obj("bound", "1"), |_| 10, (KNOWN, t0));
+    a.arrived(&cm(), obj("other", "1"), |_| 10, (KNOWN, t0));
     assert_eq!((a.len(), a.unpinned), (1, 0));
     assert!(a.take(&cm(), ("n", "bound"), "1").is_some());
 }
@@ -81,14 +81,19 @@ fn a_listed_object_is_kept_only_when_a_composition_here_wants_it() {
 #[test]
 fn unpinned_copies_are_bounded_and_wanted_ones_still_kept() {
     let (mut a, t0) = (Arrivals::default(), Instant::now());
-    a.arrived(&cm(), obj("big", "1"), MAX_UNPINNED_BYTES, (LIVE, t0));
-    a.arrived(&cm(), obj("one-more", "1"), 1, (LIVE, t0));
+    a.arrived(
+        &cm(),
+        obj("big", "1"),
+        |_| MAX_UNPINNED_BYTES,
+        (CREATED, t0),
+    );
+    a.arrived(&cm(), obj("one-more", "1"), |_| 1, (CREATED, t0));
     assert_eq!(a.len(), 1, "over the byte bound: not kept");
     a.want("n", "bound", t0);
-    a.arrived(&cm(), obj("bound", "1"), 1, (LIVE, t0));
+    a.arrived(&cm(), obj("bound", "1"), |_| 1, (CREATED, t0));
     assert_eq!(a.len(), 2, "a wanted copy is kept past the bound");
     for i in 0..MAX_UNPINNED + 1 {
-        a.arrived(&secret(), obj(&format!("s{i}"), "1"), 0, (LIVE, t0));
+        a.arrived(&secret(), obj(&format!("s{i}"), "1"), |_| 0, (CREATED, t0));
     }
     assert_eq!(a.unpinned, MAX_UNPINNED);
 }
@@ -98,13 +103,13 @@ fn a_read_unpins_a_name_only_when_no_other_copy_waits_under_it() {
     let (mut a, t0) = (Arrivals::default(), Instant::now());
     a.want("n", "x", t0);
     a.want("", "x", t0);
-    a.arrived(&cm(), obj("x", "1"), 10, (LIVE, t0));
+    a.arrived(&cm(), obj("x", "1"), |_| 10, (CREATED, t0));
     let mut s = obj("x", "1");
     s.types = Some(kube::core::TypeMeta {
         api_version: "v1".into(),
         kind: "Secret".into(),
     });
-    a.arrived(&secret(), s, 10, (LIVE, t0));
+    a.arrived(&secret(), s, |_| 10, (CREATED, t0));
     assert!(a.take(&cm(), ("n", "x"), "1").is_some());
     assert!(
         a.wanted.contains_key(&("n".into(), "x".into())),
@@ -115,4 +120,25 @@ fn a_read_unpins_a_name_only_when_no_other_copy_waits_under_it() {
     assert!(a.take(&secret(), ("n", "x"), "1").is_some());
     assert!(a.wanted.is_empty());
     assert_eq!((a.len(), a.unpinned, a.unpinned_bytes), (0, 0, 0));
+}
+
+#[test]
+fn all_copies_are_bounded_in_bytes() {
+    let (mut a, t0) = (Arrivals::default(), Instant::now());
+    for i in 0..8 {
+        a.want("n", &format!("p{i}"), t0);
+        a.arrived(
+            &cm(),
+            obj(&format!("p{i}"), "1"),
+            |_| MAX_BYTES / 8,
+            (CREATED, t0),
+        );
+    }
+    assert_eq!(a.len(), 8);
+    a.want("n", "one-more", t0);
+    a.arrived(&cm(), obj("one-more", "1"), |_| 1, (CREATED, t0));
+    assert_eq!(a.len(), 8, "past the bound: not kept");
+    assert!(a.take(&cm(), ("n", "p0"), "1").is_some());
+    a.arrived(&cm(), obj("one-more", "1"), |_| 1, (CREATED, t0));
+    assert_eq!((a.len(), a.bytes), (8, MAX_BYTES / 8 * 7 + 1));
 }

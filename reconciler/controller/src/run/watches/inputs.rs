@@ -1,6 +1,7 @@
 //! Input watches: the kinds Compositions read, watched per namespace (metadata only unless
 //! inputs are read whole), the objects kept, and the Compositions woken when one changes.
 
+use super::arrivals::Came;
 use super::*;
 
 /// How an input watch saw an object.
@@ -206,18 +207,15 @@ impl Watches {
         namespace: &str,
         name: &str,
     ) -> Option<String> {
-        let synced = self.store_of(gvk, namespace)?;
-        let t = synced.table.read();
-        t.get(namespace, name)?
-            .resource_version()
-            .map(str::to_string)
+        self.in_table(gvk, namespace, name).flatten()
     }
 
     /// With `--shards`, that a Composition of a shard held here (just changed) binds these
     /// inputs, by namespace and name: their copies that arrive (or arrived) before its first
     /// read are kept for it. Each name is also wanted cluster-scoped.
     pub fn expect_reads<'a>(&self, bound: impl Iterator<Item = (String, &'a str)>) {
-        if !self.sharded() {
+        // Without whole inputs every read is a GET as a ServiceAccount.
+        if !self.sharded() || !self.whole_inputs {
             return;
         }
         let now = std::time::Instant::now();
@@ -260,13 +258,10 @@ impl Watches {
         if !self.whole(gvk) || !self.sharded() || !self.read_here(gvk, namespace, name) {
             return;
         }
+        self.arrivals.lock().read(namespace, name);
         // Only beside a stub: an object the watch leaves out (one enoki manages) or has not
         // listed yet is read with a GET each time, as without the stubs.
-        let Some(stub_version) = self.store_of(gvk, namespace).and_then(|s| {
-            let t = s.table.read();
-            t.get(namespace, name)
-                .map(|k| k.resource_version().map(str::to_string))
-        }) else {
+        let Some(stub_version) = self.in_table(gvk, namespace, name) else {
             return;
         };
         let key = (gvk.clone(), namespace.to_string(), name.to_string());
@@ -340,25 +335,50 @@ impl Watches {
             data: serde_json::Value::Null,
         };
         let (namespace, name) = (o.namespace().unwrap_or_default(), o.name_any());
-        let exists = seen != Seen::Deleted;
-        let read = exists && self.whole(gvk) && self.read_here(gvk, &namespace, &name);
+        if !self.whole(gvk) {
+            return stub;
+        }
         let key = (gvk.clone(), namespace, name);
-        if read {
+        let (_, namespace, name) = &key;
+        if seen != Seen::Deleted && self.read_here(gvk, namespace, name) {
+            self.arrivals.lock().gone(gvk, namespace, name);
             o.managed_fields_mut().clear();
             self.whole.lock().insert(key, Arc::new(o));
             return stub;
         }
         self.whole.lock().remove(&key);
-        let (gvk, namespace, name) = key;
-        if exists && self.whole(&gvk) {
-            o.managed_fields_mut().clear();
-            let size = serde_json::to_vec(&o.data).map_or(0, |b| b.len());
-            let at = (seen == Seen::Listed, std::time::Instant::now());
-            self.arrivals.lock().arrived(&gvk, o, size, at);
-        } else {
-            self.arrivals.lock().gone(&gvk, &namespace, &name);
-        }
+        let came = match seen {
+            Seen::Deleted => {
+                self.arrivals.lock().gone(gvk, namespace, name);
+                return stub;
+            }
+            // A change of an object the table does not have yet: its creation (or the first
+            // change this watch sees of it).
+            Seen::Changed if self.in_table(gvk, namespace, name).is_none() => Came::Created,
+            Seen::Changed | Seen::Listed => Came::Known,
+        };
+        o.managed_fields_mut().clear();
+        let size = |o: &DynamicObject| serde_json::to_vec(o).map_or(0, |b| b.len());
+        let at = (came, std::time::Instant::now());
+        self.arrivals.lock().arrived(gvk, o, size, at);
         stub
+    }
+
+    /// The row the input table of `gvk` has for this object (`Some(None)`: a row without a
+    /// resourceVersion); `None` when it has none or the kind is not watched.
+    fn in_table(
+        &self,
+        gvk: &GroupVersionKind,
+        namespace: &str,
+        name: &str,
+    ) -> Option<Option<String>> {
+        let synced = self.store_of(gvk, namespace)?;
+        let t = synced.table.read();
+        Some(
+            t.get(namespace, name)?
+                .resource_version()
+                .map(str::to_string),
+        )
     }
 
     /// Whether Compositions are split into shards (`--shards` > 1; fixed for the process).

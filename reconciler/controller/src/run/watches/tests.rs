@@ -64,3 +64,44 @@ async fn an_unsharded_replica_marks_nothing() {
     w.serve(&v1, "n", "cm", &reader);
     assert!(!w.read_here(&v1, "n", "cm"));
 }
+
+fn cm_json(name: &str) -> serde_json::Value {
+    serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": "n"}, "data": {"k": name}})
+}
+
+/// Sharded, an input created a moment before the Composition that binds it is served from
+/// the copy its creation brought (no GET) and kept whole from then on; one listed while no
+/// Composition here wanted it is not kept.
+#[tokio::test]
+async fn a_sharded_replica_serves_an_input_created_before_its_reader_from_its_arrival() {
+    let (fake, w) = watches(Shards::none(4).with(0).with(1));
+    let (v1, ar) = config_map("v1");
+    let (early, reader) = (comp("early"), comp("reader"));
+    fake.put("/api/v1/namespaces/n/configmaps/listed", cm_json("listed"));
+    // An earlier Composition's read starts the namespace's ConfigMap watch; its first list.
+    w.track(&v1, &ar, "n", "absent", &early);
+    assert!(matches!(w.input(&v1, "n", "absent").await, Some(None)));
+    assert!(w.seen_version(&v1, "n", "listed").is_some());
+    assert_eq!(w.arrived_inputs(), 0, "listed, wanted by nobody");
+    fake.put("/api/v1/namespaces/n/configmaps/in", cm_json("in"));
+    fake.deliver();
+    for _ in 0..500 {
+        if w.seen_version(&v1, "n", "in").is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(w.arrived_inputs(), 1, "its creation");
+    w.expect_reads([("n".to_string(), "in")].into_iter());
+    w.track(&v1, &ar, "n", "in", &reader);
+    w.serve(&v1, "n", "in", &reader);
+    let got = w.input(&v1, "n", "in").await.flatten().expect("served");
+    assert_eq!(got.data["data"]["k"], "in");
+    assert_eq!(w.arrived_inputs(), 0, "taken");
+    assert!(
+        w.input(&v1, "n", "in").await.flatten().is_some(),
+        "kept whole"
+    );
+    assert_eq!(w.input_objects(), (1, 1), "whole: in; a stub: listed");
+}
