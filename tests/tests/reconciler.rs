@@ -560,9 +560,9 @@ async fn an_input_is_served_from_its_arrival_or_read_once_then_served_and_follow
             .then_some(())
     })
     .await;
-    // `unread`'s copy goes at the first sweep 10 s after it came (sweeps are 15 s apart): a
-    // Composition binding it after that reads it with one GET.
-    tokio::time::sleep_until((unread_at + Duration::from_secs(26)).into()).await;
+    // `unread`'s copy goes at the first sweep 10 s after it came (sweeps are 15 s apart; a
+    // few seconds to spare): a Composition binding it after that reads it with one GET.
+    tokio::time::sleep_until((unread_at + Duration::from_secs(32)).into()).await;
     harness::apply_composition(&env, "third", &synth, "unread", json!({})).await;
     eventually("third is Ready", WAIT, || ready("third")).await;
     assert_eq!(data_x(&env, "out-c").await.as_deref(), Some("1"));

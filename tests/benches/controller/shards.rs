@@ -114,7 +114,10 @@ async fn fleet(
 /// Starts the replicas and waits until each holds its share of the shards.
 async fn start_replicas(ns: &str, replicas: usize, shards: u32) -> Vec<Enoki> {
     let count = shards.to_string();
-    let mut args = vec!["--concurrency", "8"];
+    // The same reconciles in flight in all (8): the replicas share the API server (and here
+    // its two cores) as one replica would.
+    let concurrency = count_from_env("BENCH_SHARDS_CONCURRENCY", 8 / replicas).to_string();
+    let mut args = vec!["--concurrency", concurrency.as_str()];
     args.extend(UNTHROTTLED);
     if shards > 1 {
         // The default Lease duration (15 s), as installed.

@@ -31,6 +31,7 @@ use super::{Options, composition, instances, metrics, symphony};
 use crds::{Composition, ResourceSlice};
 
 mod balance;
+mod expect;
 mod lease;
 mod rerender;
 pub(crate) mod shards;

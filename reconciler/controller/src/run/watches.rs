@@ -65,6 +65,7 @@ mod managing;
 pub use labelled::Meta;
 use labelled::{forbidden_watch, managed_label};
 mod arrivals;
+mod first_reads;
 mod inputs;
 #[cfg(test)]
 mod tests;

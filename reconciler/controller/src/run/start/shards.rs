@@ -45,14 +45,8 @@ pub(super) async fn run_stack(
         caches(&client, &shared.opts, &shards, wake, streams);
     let comp_stream = seen_by_queue(comp_stream, shared.metrics.queue.clone());
     // With --shards, the inputs a changed Composition binds are kept whole for its first read.
-    let (expecting, no_cross) = (watches.clone(), shared.opts.tenancy.no_cross_namespace_refs);
-    let comp_stream = comp_stream
-        .inspect(move |c| {
-            if let Ok(c) = c {
-                expecting.expect_reads(bound_inputs(c, no_cross).into_iter());
-            }
-        })
-        .boxed();
+    let no_cross = shared.opts.tenancy.no_cross_namespace_refs;
+    let comp_stream = expect::first_reads(comp_stream, watches.clone(), no_cross);
     let ctx = Arc::new(Context::new(Parts {
         management: shared.management.clone(),
         target: shared.target.clone(),
@@ -93,33 +87,6 @@ pub(super) async fn run_stack(
     for t in tasks {
         t.abort();
     }
-}
-
-/// The inputs `c` binds that its first pass reads from the input cache, by namespace and
-/// name: none when it is being deleted or reads as a ServiceAccount of its own; under
-/// `--no-cross-namespace-refs`, only those in its namespace.
-fn bound_inputs(c: &Composition, no_cross: bool) -> Vec<(String, &str)> {
-    let own_account = c
-        .spec
-        .service_account_name
-        .as_deref()
-        .is_some_and(|s| !s.is_empty());
-    if c.metadata.deletion_timestamp.is_some() || own_account {
-        return Vec::new();
-    }
-    let home = c.namespace().unwrap_or_default();
-    c.spec
-        .bindings
-        .iter()
-        .map(|b| {
-            let ns = b.resource.namespace.as_deref();
-            (
-                super::super::tenancy::ref_namespace(&home, ns),
-                b.resource.name.as_str(),
-            )
-        })
-        .filter(|(ns, _)| !no_cross || *ns == home)
-        .collect()
 }
 
 /// The Composition events, each counted as seen by the queue metrics.

@@ -8,8 +8,9 @@
 //! is pinned, and the object's later creation, change or listing is kept too. The first read
 //! takes the copy (no GET) and keeps it whole, as a GET's copy would be, and unpins the name.
 //! Bounds: unpinned copies [`MAX_UNPINNED`] and [`MAX_UNPINNED_BYTES`]; all copies
-//! [`MAX_BYTES`] (sizes as JSON, metadata included). A copy past a bound is not kept, and
-//! its reader GETs it as without this. Pure: the caller passes the clock.
+//! [`MAX_BYTES`] (as [`estimated_size`]s: the heap they hold). A copy past a bound is not
+//! kept, and its reader GETs it as without this; the bounds are the replica's, shared by
+//! every namespace. Pure: the caller passes the clock.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -44,7 +45,7 @@ pub(super) enum Came {
 }
 
 /// (namespace, name): `""` for a cluster-scoped object.
-type Name = (String, String);
+pub(super) type Name = (String, String);
 
 struct Arrival {
     gvk: GroupVersionKind,
@@ -65,13 +66,26 @@ pub(super) struct Arrivals {
 }
 
 impl Arrivals {
+    /// Whether a copy of this object is kept.
+    pub(super) fn has(&self, gvk: &GroupVersionKind, name: &Name) -> bool {
+        self.copies
+            .get(name)
+            .is_some_and(|list| list.iter().any(|a| a.gvk == *gvk))
+    }
+
+    /// Whether a copy of `name` that came so would be kept (pinned, or created while the
+    /// unpinned copies are under their count): the caller then sizes it, outside the lock.
+    pub(super) fn keeps(&self, name: &Name, came: Came) -> bool {
+        self.wanted.contains_key(name) || (came == Came::Created && self.unpinned < MAX_UNPINNED)
+    }
+
     /// Keeps `obj` (of `gvk`) as the input watch brought it, when wanted or created and
-    /// within the bounds; `size` gives its size (called only then).
+    /// within the bounds; `size`: its [`estimated_size`].
     pub(super) fn arrived(
         &mut self,
         gvk: &GroupVersionKind,
         obj: DynamicObject,
-        size: impl FnOnce(&DynamicObject) -> usize,
+        size: usize,
         (came, now): (Came, Instant),
     ) {
         let name = name_of(&obj);
@@ -80,7 +94,6 @@ impl Arrivals {
         if !pinned && came != Came::Created {
             return;
         }
-        let size = size(&obj);
         let full = if pinned {
             false
         } else {
@@ -106,6 +119,9 @@ impl Arrivals {
 
     /// Drops the copy of this object (deleted, or read).
     pub(super) fn gone(&mut self, gvk: &GroupVersionKind, namespace: &str, name: &str) {
+        if self.copies.is_empty() {
+            return;
+        }
         let key = (namespace.to_string(), name.to_string());
         let Some(list) = self.copies.get_mut(&key) else {
             return;
@@ -218,7 +234,30 @@ impl Arrivals {
     }
 }
 
-fn name_of(o: &DynamicObject) -> Name {
+/// An estimate of the heap a copy holds: 1 KiB (its metadata and kind), its labels' and
+/// annotations' text, and per JSON value of its body 48 bytes beside its text.
+pub(super) fn estimated_size(o: &DynamicObject) -> usize {
+    let text = |m: &Option<std::collections::BTreeMap<String, String>>| {
+        m.iter()
+            .flatten()
+            .map(|(k, v)| k.len() + v.len() + 64)
+            .sum::<usize>()
+    };
+    1024 + text(&o.metadata.labels) + text(&o.metadata.annotations) + value_size(&o.data)
+}
+
+/// What [`estimated_size`] counts for one JSON value (its depth is bounded by the decoder).
+fn value_size(v: &serde_json::Value) -> usize {
+    use serde_json::Value;
+    48 + match v {
+        Value::String(s) => s.len(),
+        Value::Array(items) => items.iter().map(value_size).sum(),
+        Value::Object(m) => m.iter().map(|(k, v)| k.len() + 32 + value_size(v)).sum(),
+        Value::Null | Value::Bool(_) | Value::Number(_) => 0,
+    }
+}
+
+pub(super) fn name_of(o: &DynamicObject) -> Name {
     (
         o.metadata.namespace.clone().unwrap_or_default(),
         o.metadata.name.clone().unwrap_or_default(),

@@ -1,18 +1,8 @@
 //! Input watches: the kinds Compositions read, watched per namespace (metadata only unless
 //! inputs are read whole), the objects kept, and the Compositions woken when one changes.
 
-use super::arrivals::Came;
+use super::first_reads::Seen;
 use super::*;
-
-/// How an input watch saw an object.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) enum Seen {
-    /// Created or changed.
-    Changed,
-    /// In a (re)list.
-    Listed,
-    Deleted,
-}
 
 impl Watches {
     /// Records that `comp` reads the object (or, with name `*`, the collection) and makes sure
@@ -179,22 +169,10 @@ impl Watches {
         if let Some(whole) = copy
             && whole.metadata.resource_version.as_deref() == Some(&*stub_version)
         {
-            self.arrivals.lock().read(namespace, name);
+            self.first_read(gvk, namespace, name);
             return Some(Some(whole));
         }
-        // Arrived before any Composition here read it: kept whole from now on (the reader
-        // was recorded by `serve`).
-        let arrived = self
-            .arrivals
-            .lock()
-            .take(gvk, (namespace, name), &stub_version)?;
-        if self.read_here(gvk, namespace, name) {
-            self.whole
-                .lock()
-                .entry(key)
-                .or_insert_with(|| arrived.clone());
-        }
-        Some(Some(arrived))
+        self.take_arrival(key, &stub_version).map(Some)
     }
 
     /// The resourceVersion the input watch last saw of this object (`None` when its kind is
@@ -208,22 +186,6 @@ impl Watches {
         name: &str,
     ) -> Option<String> {
         self.in_table(gvk, namespace, name).flatten()
-    }
-
-    /// With `--shards`, that a Composition of a shard held here (just changed) binds these
-    /// inputs, by namespace and name: their copies that arrive (or arrived) before its first
-    /// read are kept for it. Each name is also wanted cluster-scoped.
-    pub fn expect_reads<'a>(&self, bound: impl Iterator<Item = (String, &'a str)>) {
-        // Without whole inputs every read is a GET as a ServiceAccount.
-        if !self.sharded() || !self.whole_inputs {
-            return;
-        }
-        let now = std::time::Instant::now();
-        let mut arrivals = self.arrivals.lock();
-        for (namespace, name) in bound {
-            arrivals.want(&namespace, name, now);
-            arrivals.want("", name, now);
-        }
     }
 
     /// Records that `comp` reads this object from the input cache (as the controller): with
@@ -258,7 +220,7 @@ impl Watches {
         if !self.whole(gvk) || !self.sharded() || !self.read_here(gvk, namespace, name) {
             return;
         }
-        self.arrivals.lock().read(namespace, name);
+        self.first_read(gvk, namespace, name);
         // Only beside a stub: an object the watch leaves out (one enoki manages) or has not
         // listed yet is read with a GET each time, as without the stubs.
         let Some(stub_version) = self.in_table(gvk, namespace, name) else {
@@ -339,46 +301,15 @@ impl Watches {
             return stub;
         }
         let key = (gvk.clone(), namespace, name);
-        let (_, namespace, name) = &key;
-        if seen != Seen::Deleted && self.read_here(gvk, namespace, name) {
-            self.arrivals.lock().gone(gvk, namespace, name);
+        if seen != Seen::Deleted && self.read_here(gvk, &key.1, &key.2) {
+            self.arrivals.lock().gone(gvk, &key.1, &key.2);
             o.managed_fields_mut().clear();
             self.whole.lock().insert(key, Arc::new(o));
             return stub;
         }
         self.whole.lock().remove(&key);
-        let came = match seen {
-            Seen::Deleted => {
-                self.arrivals.lock().gone(gvk, namespace, name);
-                return stub;
-            }
-            // A change of an object the table does not have yet: its creation (or the first
-            // change this watch sees of it).
-            Seen::Changed if self.in_table(gvk, namespace, name).is_none() => Came::Created,
-            Seen::Changed | Seen::Listed => Came::Known,
-        };
-        o.managed_fields_mut().clear();
-        let size = |o: &DynamicObject| serde_json::to_vec(o).map_or(0, |b| b.len());
-        let at = (came, std::time::Instant::now());
-        self.arrivals.lock().arrived(gvk, o, size, at);
+        self.arrival(gvk, o, seen);
         stub
-    }
-
-    /// The row the input table of `gvk` has for this object (`Some(None)`: a row without a
-    /// resourceVersion); `None` when it has none or the kind is not watched.
-    fn in_table(
-        &self,
-        gvk: &GroupVersionKind,
-        namespace: &str,
-        name: &str,
-    ) -> Option<Option<String>> {
-        let synced = self.store_of(gvk, namespace)?;
-        let t = synced.table.read();
-        Some(
-            t.get(namespace, name)?
-                .resource_version()
-                .map(str::to_string),
-        )
     }
 
     /// Whether Compositions are split into shards (`--shards` > 1; fixed for the process).
@@ -446,11 +377,6 @@ impl Watches {
             .get(&(gvk.clone(), namespace.to_string()))
             .or_else(|| inputs.get(&(gvk.clone(), String::new())))?;
         Some(w.synced.clone())
-    }
-
-    /// With `--shards`, copies of inputs kept for a first read (see [`super::arrivals`]).
-    pub fn arrived_inputs(&self) -> usize {
-        self.arrivals.lock().len()
     }
 
     /// Objects in the input caches, per watch: (kept whole and current, stubs only).

@@ -71,19 +71,22 @@ fn cm_json(name: &str) -> serde_json::Value {
 }
 
 /// Sharded, an input created a moment before the Composition that binds it is served from
-/// the copy its creation brought (no GET) and kept whole from then on; one listed while no
-/// Composition here wanted it is not kept.
+/// the copy its creation brought (no GET) and kept whole from then on, and so is one listed
+/// after a Composition here bound it; one listed while no Composition here wanted it is not
+/// kept.
 #[tokio::test]
 async fn a_sharded_replica_serves_an_input_created_before_its_reader_from_its_arrival() {
     let (fake, w) = watches(Shards::none(4).with(0).with(1));
     let (v1, ar) = config_map("v1");
-    let (early, reader) = (comp("early"), comp("reader"));
+    let (early, reader, bound) = (comp("early"), comp("reader"), comp("bound"));
     fake.put("/api/v1/namespaces/n/configmaps/listed", cm_json("listed"));
+    fake.put("/api/v1/namespaces/n/configmaps/wanted", cm_json("wanted"));
+    w.expect_reads([("n".to_string(), "wanted")].into_iter());
     // An earlier Composition's read starts the namespace's ConfigMap watch; its first list.
     w.track(&v1, &ar, "n", "absent", &early);
     assert!(matches!(w.input(&v1, "n", "absent").await, Some(None)));
     assert!(w.seen_version(&v1, "n", "listed").is_some());
-    assert_eq!(w.arrived_inputs(), 0, "listed, wanted by nobody");
+    assert_eq!(w.arrived_inputs(), 1, "listed: only the wanted one is kept");
     fake.put("/api/v1/namespaces/n/configmaps/in", cm_json("in"));
     fake.deliver();
     for _ in 0..500 {
@@ -92,16 +95,22 @@ async fn a_sharded_replica_serves_an_input_created_before_its_reader_from_its_ar
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert_eq!(w.arrived_inputs(), 1, "its creation");
+    assert_eq!(w.arrived_inputs(), 2, "and its creation");
     w.expect_reads([("n".to_string(), "in")].into_iter());
-    w.track(&v1, &ar, "n", "in", &reader);
-    w.serve(&v1, "n", "in", &reader);
-    let got = w.input(&v1, "n", "in").await.flatten().expect("served");
-    assert_eq!(got.data["data"]["k"], "in");
+    for (c, name) in [(&reader, "in"), (&bound, "wanted")] {
+        w.track(&v1, &ar, "n", name, c);
+        w.serve(&v1, "n", name, c);
+        let got = w.input(&v1, "n", name).await.flatten().expect("served");
+        assert_eq!(got.data["data"]["k"], name);
+        assert!(
+            w.input(&v1, "n", name).await.flatten().is_some(),
+            "kept whole"
+        );
+    }
     assert_eq!(w.arrived_inputs(), 0, "taken");
-    assert!(
-        w.input(&v1, "n", "in").await.flatten().is_some(),
-        "kept whole"
+    assert_eq!(
+        w.input_objects(),
+        (2, 1),
+        "whole: in, wanted; a stub: listed"
     );
-    assert_eq!(w.input_objects(), (1, 1), "whole: in; a stub: listed");
 }
