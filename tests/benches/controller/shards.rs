@@ -116,7 +116,12 @@ async fn start_replicas(ns: &str, replicas: usize, shards: u32) -> Vec<Enoki> {
     let count = shards.to_string();
     // The same reconciles in flight in all (8): the replicas share the API server (and here
     // its two cores) as one replica would.
-    let concurrency = count_from_env("BENCH_SHARDS_CONCURRENCY", 8 / replicas).to_string();
+    let concurrency = if replicas > 1 {
+        count_from_env("BENCH_SHARDS_CONCURRENCY", 8 / replicas)
+    } else {
+        8
+    }
+    .to_string();
     let mut args = vec!["--concurrency", concurrency.as_str()];
     args.extend(UNTHROTTLED);
     if shards > 1 {

@@ -30,7 +30,7 @@ pub(super) fn first_reads(events: Events, watches: Arc<Watches>, no_cross: bool)
 }
 
 /// The inputs `c` binds that its first pass reads from the input cache, by namespace and
-/// name: none when it is being deleted or reads as a ServiceAccount of its own; under
+/// name: none when it is being deleted, suspended or reads as a ServiceAccount of its own; under
 /// `--no-cross-namespace-refs`, only those in its namespace.
 fn bound_inputs(c: &Composition, no_cross: bool) -> Vec<(String, &str)> {
     let own_account = c
@@ -38,7 +38,7 @@ fn bound_inputs(c: &Composition, no_cross: bool) -> Vec<(String, &str)> {
         .service_account_name
         .as_deref()
         .is_some_and(|s| !s.is_empty());
-    if c.metadata.deletion_timestamp.is_some() || own_account {
+    if c.metadata.deletion_timestamp.is_some() || own_account || c.spec.suspend {
         return Vec::new();
     }
     let home = c.namespace().unwrap_or_default();

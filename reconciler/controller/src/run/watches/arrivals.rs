@@ -89,6 +89,12 @@ impl Arrivals {
         (came, now): (Came, Instant),
     ) {
         let name = name_of(&obj);
+        // A copy replacing an earlier one of the same object keeps its age.
+        let first = self
+            .copies
+            .get(&name)
+            .and_then(|list| list.iter().find(|a| a.gvk == *gvk))
+            .map_or(now, |a| a.at);
         self.gone(gvk, &name.0, &name.1);
         let pinned = self.wanted.contains_key(&name);
         if !pinned && came != Came::Created {
@@ -112,7 +118,7 @@ impl Arrivals {
             gvk: gvk.clone(),
             obj: Arc::new(obj),
             size,
-            at: now,
+            at: first,
         };
         self.copies.entry(name).or_default().push(a);
     }
@@ -178,7 +184,7 @@ impl Arrivals {
 
     /// A Composition here read this name (from a copy, or with a GET): it is no longer
     /// wanted, nor the same name cluster-scoped, unless copies of other kinds wait under them
-    /// (another Composition that wants one of those reads it with a GET).
+    /// (another Composition that wants this name then finds no pin).
     pub(super) fn read(&mut self, namespace: &str, name: &str) {
         if self.wanted.is_empty() {
             return;

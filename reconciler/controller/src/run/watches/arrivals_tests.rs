@@ -161,3 +161,12 @@ fn keeps_says_what_arrived_would_keep() {
     a.want("n", "x", t0);
     assert!(a.keeps(&name, KNOWN));
 }
+
+#[test]
+fn a_replaced_copy_keeps_the_age_of_the_first() {
+    let (mut a, t0) = (Arrivals::default(), Instant::now());
+    a.arrived(&cm(), obj("busy", "1"), 10, (CREATED, t0));
+    a.arrived(&cm(), obj("busy", "2"), 10, (CREATED, t0 + ARRIVAL_AGE));
+    a.sweep(t0 + ARRIVAL_AGE + Duration::from_secs(1));
+    assert_eq!(a.len(), 0, "changed often, still dropped after its age");
+}

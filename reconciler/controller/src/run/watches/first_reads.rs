@@ -78,13 +78,11 @@ impl Watches {
         let (gvk, namespace, name) = &key;
         let arrived = self.arrivals.lock().take(gvk, (namespace, name), version)?;
         if self.read_here(gvk, namespace, name) {
-            let mut whole = self.whole.lock();
-            let current = whole
-                .get(&key)
-                .is_some_and(|c| c.metadata.resource_version.as_deref() == Some(version));
-            if !current {
-                whole.insert(key, arrived.clone());
-            }
+            // A copy already there (the watch's, maybe newer) stays.
+            self.whole
+                .lock()
+                .entry(key)
+                .or_insert_with(|| arrived.clone());
         }
         Some(arrived)
     }
