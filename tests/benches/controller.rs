@@ -20,7 +20,7 @@
 //!    `--shards 4`, `BENCH_SHARDS_ROUNDS` (2) times in alternating order: time until all are
 //!    Ready, and per replica the shards it holds, the Compositions and managed objects it
 //!    caches, its RSS above its idle process and above its warm base (after 32 warm-up
-//!    Compositions).
+//!    Compositions per replica), and its allocator's heap in use.
 //!
 //! Needs the control plane (`hack/testenv.sh up`), the echo guest (`hack/build-samples.sh`)
 //! and a release build of enoki named by `ENOKI_BIN`. `BENCH_ONLY=converge,steady,many,outage,shards`
@@ -642,7 +642,7 @@ async fn many() {
     let (envr, synth) = (&env, &synth);
     // The fixed base, as in the shards case: WARM Compositions make enoki compile and load
     // the module, run its instance pool and start its watches before the clock starts.
-    warm_up(envr, synth).await;
+    warm_up(envr, synth, WARM).await;
     let (rss_warm, _) = rss_mib(enoki.pid());
     let since = harness::now_rfc3339();
     let start = Instant::now();
@@ -768,10 +768,10 @@ fn requests_per_composition(env: &TestEnv, since: &str, comps: usize) -> String 
         .join(", ")
 }
 
-/// Applies `WARM` Compositions of one ConfigMap each and waits until they are Ready (5
+/// Applies `count` Compositions of one ConfigMap each and waits until they are Ready (5
 /// minutes at most), then for a sweep (every 15 s) to settle the caches.
-async fn warm_up(env: &TestEnv, synth: &str) {
-    futures::stream::iter(0..WARM)
+async fn warm_up(env: &TestEnv, synth: &str, count: usize) {
+    futures::stream::iter(0..count)
         .for_each_concurrent(16, |i| async move {
             let cm = format!("warm-items-{i}");
             harness::set_echo_items(env, &cm, &Value::Array(items(&format!("w{i}-"), 1))).await;
@@ -779,7 +779,7 @@ async fn warm_up(env: &TestEnv, synth: &str) {
         })
         .await;
     let warming = Instant::now();
-    while count_ready(env).await < WARM {
+    while count_ready(env).await < count {
         assert!(
             warming.elapsed() < Duration::from_secs(300),
             "the warm-up Compositions not Ready after 5 minutes"

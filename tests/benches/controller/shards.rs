@@ -11,16 +11,24 @@ struct ReplicaFigures {
     objects: f64,
     /// RSS once its shards were held, before any Composition existed.
     idle: f64,
-    /// RSS after the warm-up Compositions (`WARM`) were Ready: the process with the module
-    /// compiled and loaded, its instance pool used and its watches started — the fixed base
-    /// the fleet's memory is counted above.
+    /// RSS after the warm-up Compositions (`WARM` times the replicas, spread by UID) were
+    /// Ready: the process with the module compiled and loaded, its instance pool used and its
+    /// watches started — the fixed base the fleet's memory is counted above.
     warm: f64,
+    /// The allocator's MiB in use then.
+    warm_heap: f64,
     rss: f64,
     /// Anonymous RSS idle and at the end.
     idle_anon: f64,
     anon: f64,
     /// CPU seconds from the fleet's first create to all Ready.
     cpu: f64,
+    /// The allocator's MiB in use and held free at the end (the last sweep's gauges).
+    heap: (f64, f64),
+    /// Inputs read with a GET since the process started (its warm-up too), and copies kept
+    /// for a first read at the end.
+    input_gets: f64,
+    arrived: f64,
 }
 
 /// One fleet's result.
@@ -57,11 +65,15 @@ async fn fleet(
         .map(|e| (rss_mib(e.pid()).0, anon_rss_mib(e.pid())))
         .collect();
     let (envr, synth) = (&env, &synth);
-    // The warm-up: WARM Compositions (spread over the shards by their UIDs) make every
-    // replica compile and load the module, run its instance pool and start its watches; what
-    // that costs does not grow with the fleet.
-    warm_up(envr, synth).await;
-    let warm: Vec<f64> = fleet.iter().map(|e| rss_mib(e.pid()).0).collect();
+    // The warm-up: WARM Compositions per replica (spread over the shards by their UIDs) make
+    // every replica compile and load the module, run its instance pool and start its
+    // watches; what that costs does not grow with the fleet.
+    let warm_count = WARM * replicas;
+    warm_up(envr, synth, warm_count).await;
+    let warm: Vec<(f64, f64)> = fleet
+        .iter()
+        .map(|e| (rss_mib(e.pid()).0, heap_mib(e).0))
+        .collect();
     let cpu0: Vec<f64> = fleet.iter().map(|e| cpu_seconds(e.pid())).collect();
     let plane0 = CONTROL_PLANE.map(|p| cpu_seconds_named(&[p]));
     let since = harness::now_rfc3339();
@@ -77,7 +89,7 @@ async fn fleet(
         })
         .await;
     loop {
-        let ready = counter.ready().saturating_sub(WARM);
+        let ready = counter.ready().saturating_sub(warm_count);
         if ready == comps {
             break;
         }
@@ -167,7 +179,7 @@ fn figures(
     fleet: &[Enoki],
     shards: u32,
     idle: Vec<(f64, f64)>,
-    warm: Vec<f64>,
+    warm: Vec<(f64, f64)>,
     cpu: Vec<f64>,
 ) -> Vec<ReplicaFigures> {
     assert!(
@@ -179,17 +191,23 @@ fn figures(
         .zip(idle)
         .zip(warm)
         .zip(cpu)
-        .map(|(((e, (idle, idle_anon)), warm), cpu)| ReplicaFigures {
-            shards: e.metric("enoki_shard_held").unwrap_or(0.0),
-            compositions: e.metric("enoki_shard_compositions").unwrap_or(0.0),
-            objects: e.metric("enoki_shard_managed_objects").unwrap_or(0.0),
-            idle,
-            warm,
-            rss: rss_mib(e.pid()).0,
-            idle_anon,
-            anon: anon_rss_mib(e.pid()),
-            cpu,
-        })
+        .map(
+            |(((e, (idle, idle_anon)), (warm, warm_heap)), cpu)| ReplicaFigures {
+                shards: e.metric("enoki_shard_held").unwrap_or(0.0),
+                compositions: e.metric("enoki_shard_compositions").unwrap_or(0.0),
+                objects: e.metric("enoki_shard_managed_objects").unwrap_or(0.0),
+                idle,
+                warm,
+                warm_heap,
+                rss: rss_mib(e.pid()).0,
+                idle_anon,
+                anon: anon_rss_mib(e.pid()),
+                cpu,
+                heap: heap_mib(e),
+                input_gets: e.metric("enoki_input_gets_total").unwrap_or(0.0),
+                arrived: e.metric_labelled("enoki_input_cache_objects", &[("kept", "arrived")]),
+            },
+        )
         .collect()
 }
 
@@ -290,7 +308,7 @@ pub(super) async fn shards() {
     }
     println!("\n## shards: {comps} Compositions × {per} ConfigMaps, {rounds} round(s)\n");
     println!(
-        "| fleet (order in the run) | all Ready | vs the unsharded mean | replica: shards held, Compositions / managed objects cached, RSS (above its idle RSS), share of the unsharded mean above idle; the same above its warm base (after {WARM} warm-up Compositions); the same for anonymous RSS above idle (heap and stacks, without mapped code) | CPU-s from first create to all Ready: each replica; kube-apiserver + etcd + kube-controller-manager | requests in the previous fleet's namespace meanwhile |"
+        "| fleet (order in the run) | all Ready | vs the unsharded mean | replica: shards held, Compositions / managed objects cached, RSS (above its idle RSS), share of the unsharded mean above idle; the same above its warm base (after {WARM} warm-up Compositions per replica); the same for anonymous RSS above idle (heap and stacks, without mapped code); the allocator's heap in use and held free; inputs read with a GET since the replica started, copies kept for a first read | CPU-s from first create to all Ready: each replica; kube-apiserver + etcd + kube-controller-manager | requests in the previous fleet's namespace meanwhile |"
     );
     println!("| --- | --- | --- | --- | --- | --- |");
     let unsharded = Unsharded::mean_of(&base);
@@ -326,12 +344,33 @@ pub(super) async fn shards() {
             format!("({order}) {}", shares.join(", "))
         })
         .collect();
+    // Both sharded replicas hold the fleet once and a process's fixed base twice.
+    let anon = mean(
+        sharded
+            .iter()
+            .map(|(_, f)| f.replicas.iter().map(|r| r.anon).sum::<f64>() - unsharded.anon_total),
+    );
+    let heap_shares: Vec<String> = sharded
+        .iter()
+        .map(|(order, f)| {
+            let shares: Vec<String> = f
+                .replicas
+                .iter()
+                .map(|r| format!("{:.2}x", (r.heap.0 - r.warm_heap) / unsharded.heap))
+                .collect();
+            format!("({order}) {}", shares.join(", "))
+        })
+        .collect();
     println!(
         "\nMeans: all Ready {:.1} s unsharded, {sharded_time:.1} s sharded: {:.2}x; each sharded \
-         replica's memory above its warm base against the unsharded mean: {}",
+         replica's memory above its warm base against the unsharded mean: {}; its allocator's \
+         heap in use above the warm base's: {}; the sharded replicas' anonymous RSS together \
+         above the unsharded replica's (a second process's fixed base, the second replica's \
+         warm-up Compositions, each replica's stubs of the other's inputs): {anon:.0} MiB",
         unsharded.time,
         sharded_time / unsharded.time,
-        warm_shares.join("; ")
+        warm_shares.join("; "),
+        heap_shares.join("; ")
     );
 }
 
@@ -343,10 +382,23 @@ fn mean(xs: impl Iterator<Item = f64>) -> f64 {
     if n == 0.0 { 0.0 } else { sum / n }
 }
 
+/// The allocator's MiB in use and in free chunks (the gauges of the last 15 s sweep).
+fn heap_mib(e: &Enoki) -> (f64, f64) {
+    const MIB: f64 = 1024.0 * 1024.0;
+    (
+        e.metric("enoki_heap_in_use_bytes").unwrap_or(0.0) / MIB,
+        e.metric("enoki_heap_free_bytes").unwrap_or(0.0) / MIB,
+    )
+}
+
 /// The unsharded fleets' means, the sharded replicas are measured against: time, and memory
 /// above idle, above the warm base, and anonymous above idle.
 struct Unsharded {
     time: f64,
+    /// Anonymous RSS at the end.
+    anon_total: f64,
+    /// The allocator's heap in use above the warm base's.
+    heap: f64,
     idle: f64,
     warm: f64,
     anon: f64,
@@ -357,6 +409,8 @@ impl Unsharded {
         let replicas = || runs.iter().flat_map(|(_, f)| &f.replicas);
         let means = Unsharded {
             time: mean(runs.iter().map(|(_, f)| f.time.as_secs_f64())),
+            anon_total: mean(replicas().map(|f| f.anon)),
+            heap: mean(replicas().map(|f| f.heap.0 - f.warm_heap)),
             idle: mean(replicas().map(|f| f.rss - f.idle)),
             warm: mean(replicas().map(|f| f.rss - f.warm)),
             anon: mean(replicas().map(|f| f.anon - f.idle_anon)),
@@ -371,7 +425,7 @@ impl Unsharded {
     /// One replica's cell: its figures and their shares of these means.
     fn share(&self, f: &ReplicaFigures) -> String {
         format!(
-            "{:.0} shard(s), {:.0} / {:.0}, {:.0} MiB (+{:.0} MiB), {:.2}x; above its warm base ({:.0} MiB) +{:.0} MiB, {:.2}x; anonymous +{:.0} MiB, {:.2}x",
+            "{:.0} shard(s), {:.0} / {:.0}, {:.0} MiB (+{:.0} MiB), {:.2}x; above its warm base ({:.0} MiB) +{:.0} MiB, {:.2}x; anonymous +{:.0} MiB, {:.2}x; heap {:.1} MiB in use ({:.1} MiB at the warm base), {:.1} MiB free; {:.0} input GETs, {:.0} copies kept for a first read",
             f.shards,
             f.compositions,
             f.objects,
@@ -382,7 +436,12 @@ impl Unsharded {
             f.rss - f.warm,
             (f.rss - f.warm) / self.warm,
             f.anon - f.idle_anon,
-            (f.anon - f.idle_anon) / self.anon
+            (f.anon - f.idle_anon) / self.anon,
+            f.heap.0,
+            f.warm_heap,
+            f.heap.1,
+            f.input_gets,
+            f.arrived
         )
     }
 }

@@ -53,6 +53,10 @@ pub struct Metrics {
     pub slice_stored_bytes: Gauge,
     /// Bytes of manifests the slice cache holds for them (compact: identities only).
     pub slice_held_bytes: Gauge,
+    /// Bytes of the allocator's heap the process uses (glibc: allocated chunks and their own
+    /// mappings), and bytes in its free chunks (their whole pages given back by the sweep).
+    pub heap_in_use_bytes: Gauge,
+    pub heap_free_bytes: Gauge,
     /// Kinds with a running watch (inputs + managed objects).
     pub watched_kinds: Gauge,
     /// Objects in the input caches, kept whole (read by a Composition here) or as metadata.
@@ -102,6 +106,8 @@ impl Metrics {
             remembered: Gauge::default(),
             slice_stored_bytes: Gauge::default(),
             slice_held_bytes: Gauge::default(),
+            heap_in_use_bytes: Gauge::default(),
+            heap_free_bytes: Gauge::default(),
             watched_kinds: Gauge::default(),
             input_cache_objects: Family::default(),
             module_fetches: Family::default(),
@@ -190,6 +196,16 @@ impl Metrics {
             "enoki_slice_cache_held_bytes",
             "Bytes of manifests the slice cache holds for them (identities only)",
             self.slice_held_bytes.clone(),
+        );
+        registry.register(
+            "enoki_heap_in_use_bytes",
+            "Bytes of the allocator's heap in use, at the last sweep (glibc builds)",
+            self.heap_in_use_bytes.clone(),
+        );
+        registry.register(
+            "enoki_heap_free_bytes",
+            "Bytes in the allocator's free chunks at the last sweep, which gave their whole pages back (glibc builds)",
+            self.heap_free_bytes.clone(),
         );
         registry.register(
             "enoki_watched_kinds",

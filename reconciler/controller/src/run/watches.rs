@@ -16,15 +16,15 @@
 //!   whole (only its resourceVersion when every Composition acts as a ServiceAccount and
 //!   reads its inputs with GETs; Synthesizers, which the controller reads as itself, stay
 //!   whole). With `--shards`, an input watch is per namespace and shared by the shards, so a
-//!   replica's tables hold *stubs* (name and resourceVersion) and whole copies
-//!   only of the objects a Composition of its shards reads from the cache by name (as the
-//!   controller, not as a ServiceAccount; [`Watches::serve`]), beside them, served
-//!   while their resourceVersion is the stub's: a replica holding half of the shards does not
-//!   keep the other half's inputs. An object that arrives shortly before a Composition here
-//!   that binds it (or is listed after one) is served from the copy the watch brought
-//!   ([`arrivals`]); one that arrived long before is read once with a GET (kept until it
-//!   changes; then the watch brings it). The sweep
-//!   drops the copies that no Composition still reconciled here has read in that version (a
+//!   replica's tables hold *stubs* (name and resourceVersion) in the rows of the objects no
+//!   Composition of its shards reads from the cache by name (as the controller, not as a
+//!   ServiceAccount; [`Watches::serve`]), and the whole object in the rows of those one
+//!   does: a replica holding half of the shards does not keep the other half's inputs. An
+//!   object that arrives shortly before a Composition here that binds it (or is listed after
+//!   one) is served from the copy the watch brought ([`arrivals`]); one that arrived long
+//!   before is read once with a GET (kept in its row from then on; a relist under way at
+//!   that moment leaves its stub, and the next read is a GET again). The sweep turns back
+//!   into stubs the rows no Composition still reconciled here reads (a
 //!   Composition that stops reading an object it read, or starts reading it as a
 //!   ServiceAccount, keeps its copy while both exist; such a read never looks at the cache).
 //!
@@ -73,9 +73,6 @@ mod tests;
 /// (group, kind, namespace, name); name `*` for collections, namespace `""` for "any".
 type WatchKey = (String, String, String, String);
 
-/// An input object: its kind (with the version it is read in), namespace, name.
-type ObjectKey = (GroupVersionKind, String, String);
-
 /// The Compositions that read one object, each with the versions of its kind in which it
 /// read it from the input cache as the controller ([`Watches::serve`]; with `--shards`
 /// only; empty for every other read).
@@ -109,10 +106,10 @@ impl Drop for InputWatch {
     }
 }
 
-/// What an input watch keeps of an object: the whole object (unsharded, a kind kept whole:
-/// every kind with whole inputs, Synthesizers always) or
-/// only its resourceVersion (metadata-only watches; with `--shards`, a stub whose whole copy,
-/// when it is read here, is in [`Watches::whole`]).
+/// What an input watch keeps of an object: the whole object (a kind kept whole: every kind
+/// with whole inputs, Synthesizers always; with `--shards`, only while a Composition here
+/// reads it) or only its resourceVersion (metadata-only watches; with `--shards`, a stub).
+#[derive(Clone)]
 enum Kept {
     Whole(Arc<DynamicObject>),
     Version(Option<Box<str>>),
@@ -160,9 +157,6 @@ pub struct Watches {
     /// object from the input cache ([`Watches::serve`]): the objects kept whole, in those
     /// versions.
     readers: Mutex<HashMap<WatchKey, Readers>>,
-    /// With `--shards`, whole input objects beside the stubs of the input stores (see the
-    /// module docs).
-    whole: Mutex<HashMap<ObjectKey, Arc<DynamicObject>>>,
     /// With `--shards`, whole copies of inputs no Composition here has read yet.
     arrivals: Mutex<arrivals::Arrivals>,
     inputs: Mutex<HashMap<(GroupVersionKind, String), InputWatch>>,
@@ -206,7 +200,6 @@ impl Watches {
             sender,
             whole_inputs,
             readers: Mutex::new(HashMap::new()),
-            whole: Mutex::new(HashMap::new()),
             arrivals: Mutex::new(arrivals::Arrivals::default()),
             inputs: Mutex::new(HashMap::new()),
             forbidden_inputs: Mutex::new(HashMap::new()),

@@ -43,6 +43,10 @@ pub(super) async fn sweep(sweeper: std::sync::Arc<Context>) {
         publish_shard_sizes(&sweeper);
         publish_slice_sizes(&sweeper);
         release_freed_memory();
+        if let Some((in_use, free)) = heap_bytes() {
+            m.heap_in_use_bytes.set(in_use);
+            m.heap_free_bytes.set(free);
+        }
     }
 }
 
@@ -100,6 +104,24 @@ pub(super) fn release_freed_memory() {
     unsafe {
         libc::malloc_trim(0);
     }
+}
+
+/// The allocator's bytes in use and in free chunks (glibc's `mallinfo2`: builds need glibc
+/// 2.33 or later); `None` elsewhere.
+#[allow(unsafe_code)]
+fn heap_bytes() -> Option<(i64, i64)> {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: mallinfo2 only reads the allocator's statistics; it takes no pointer.
+        let info = unsafe { libc::mallinfo2() };
+        let bytes = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        Some((
+            bytes(info.uordblks.saturating_add(info.hblkhd)),
+            bytes(info.fordblks),
+        ))
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    None
 }
 
 /// Arenas of glibc's allocator: one per thread by default (up to 8 per core), each keeping

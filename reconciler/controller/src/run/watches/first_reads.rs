@@ -74,15 +74,15 @@ impl Watches {
 
     /// The copy of this object at the table's `version`, for a Composition that reads it now
     /// (its reader recorded by `serve`): kept whole from now on.
-    pub(super) fn take_arrival(&self, key: ObjectKey, version: &str) -> Option<Arc<DynamicObject>> {
-        let (gvk, namespace, name) = &key;
+    pub(super) fn take_arrival(
+        &self,
+        (gvk, namespace, name): (&GroupVersionKind, &str, &str),
+        version: &str,
+    ) -> Option<Arc<DynamicObject>> {
         let arrived = self.arrivals.lock().take(gvk, (namespace, name), version)?;
         if self.read_here(gvk, namespace, name) {
-            // A copy already there (the watch's, maybe newer) stays.
-            self.whole
-                .lock()
-                .entry(key)
-                .or_insert_with(|| arrived.clone());
+            // In place of its stub (a row the watch made whole meanwhile stays).
+            self.keep_whole(gvk, namespace, name, &arrived);
         }
         Some(arrived)
     }

@@ -94,7 +94,7 @@ impl Watches {
             watcher(meta_api, wc).map(|r| r.map(metadata_only)).boxed()
         };
         let keeper = Arc::downgrade(self);
-        let kept_as = gvk.clone();
+        let kept_as = watch_key.clone();
         let events = super::super::recovery::recovering(source).map_ok(move |event| {
             match keeper.upgrade() {
                 Some(this) => this.keep(&kept_as, event),
@@ -158,21 +158,20 @@ impl Watches {
             .await
             .ok()?
             .ok()?;
-        let stub_version = match synced.table.read().get(namespace, name) {
+        let row = synced.table.read().get(namespace, name).cloned();
+        let stub_version = match row {
             None => return Some(None),
-            // Whole in the store (unsharded).
-            Some(Kept::Whole(o)) => return Some(Some(o.clone())),
-            Some(Kept::Version(rv)) => rv.clone()?,
+            // Whole in its row (unsharded; sharded, read here).
+            Some(Kept::Whole(o)) => {
+                if self.sharded() {
+                    self.first_read(gvk, namespace, name);
+                }
+                return Some(Some(o));
+            }
+            Some(Kept::Version(rv)) => rv?,
         };
-        let key = (gvk.clone(), namespace.to_string(), name.to_string());
-        let copy = self.whole.lock().get(&key).cloned();
-        if let Some(whole) = copy
-            && whole.metadata.resource_version.as_deref() == Some(&*stub_version)
-        {
-            self.first_read(gvk, namespace, name);
-            return Some(Some(whole));
-        }
-        self.take_arrival(key, &stub_version).map(Some)
+        self.take_arrival((gvk, namespace, name), &stub_version)
+            .map(Some)
     }
 
     /// The resourceVersion the input watch last saw of this object (`None` when its kind is
@@ -221,37 +220,54 @@ impl Watches {
             return;
         }
         self.first_read(gvk, namespace, name);
-        // Only beside a stub: an object the watch leaves out (one enoki manages) or has not
-        // listed yet is read with a GET each time, as without the stubs.
-        let Some(stub_version) = self.in_table(gvk, namespace, name) else {
-            return;
-        };
-        let key = (gvk.clone(), namespace.to_string(), name.to_string());
-        // A copy the watch brought for the stub's version is not replaced by an older read.
-        let newer =
-            self.whole.lock().get(&key).is_some_and(|c| {
-                stub_version.is_some() && c.metadata.resource_version == stub_version
-            });
-        if newer {
+        // Only in place of its stub at the same version: an object the watch leaves out (one
+        // enoki manages) or has not listed yet is read with a GET each time, as without the
+        // stubs; a newer one than the watch has seen is kept whole when the watch brings it.
+        let version = obj.metadata.resource_version.clone();
+        if version.is_none() || self.in_table(gvk, namespace, name) != Some(version) {
             return;
         }
         let mut copy = obj.clone();
         copy.managed_fields_mut().clear();
-        self.whole.lock().insert(key, Arc::new(copy));
+        self.keep_whole(gvk, namespace, name, &Arc::new(copy));
     }
 
-    /// What an input watch's store gets for `event`: stubs; a whole copy of an object kept
-    /// whole goes beside them.
-    pub(super) fn keep(
+    /// Puts `obj` in its row of the input table in place of its stub, when the stub is of
+    /// `obj`'s resourceVersion (a row already whole, or of another version, stays).
+    pub(super) fn keep_whole(
         &self,
         gvk: &GroupVersionKind,
+        namespace: &str,
+        name: &str,
+        obj: &Arc<DynamicObject>,
+    ) {
+        let Some(synced) = self.store_of(gvk, namespace) else {
+            return;
+        };
+        let Some(version) = obj.metadata.resource_version.as_deref() else {
+            return;
+        };
+        let mut t = synced.table.write();
+        if let Some(row) = t.get_mut(namespace, name)
+            && matches!(row, Kept::Version(Some(v)) if **v == *version)
+        {
+            *row = Kept::Whole(obj.clone());
+        }
+    }
+
+    /// What the table of the input watch `(gvk, scope)` gets for `event`: the object, or its
+    /// stub (see [`Watches::stub`]).
+    pub(super) fn keep(
+        &self,
+        (gvk, scope): &(GroupVersionKind, String),
         event: watcher::Event<DynamicObject>,
     ) -> watcher::Event<DynamicObject> {
         use watcher::Event;
+        let stub = |o, seen| self.stub((gvk, scope), o, seen);
         match event {
-            Event::Apply(o) => Event::Apply(self.stub(gvk, o, Seen::Changed)),
-            Event::InitApply(o) => Event::InitApply(self.stub(gvk, o, Seen::Listed)),
-            Event::Delete(o) => Event::Delete(self.stub(gvk, o, Seen::Deleted)),
+            Event::Apply(o) => Event::Apply(stub(o, Seen::Changed)),
+            Event::InitApply(o) => Event::InitApply(stub(o, Seen::Listed)),
+            Event::Delete(o) => Event::Delete(stub(o, Seen::Deleted)),
             e @ (Event::Init | Event::InitDone) => e,
         }
     }
@@ -269,12 +285,12 @@ impl Watches {
                     || gvk.kind == crds::names::kinds::SYNTHESIZER_REVISION))
     }
 
-    /// The stub of `o`, whose whole copy is kept beside it when it exists and is read here
-    /// (else, when it changed or is wanted, among the [`arrivals`](super::arrivals));
-    /// unsharded, `o` itself (whole unless only metadata is watched).
+    /// What the row of `o` keeps: sharded, its stub, or `o` itself when a Composition here
+    /// reads it (else its copy goes among the [`arrivals`](super::arrivals) when it changed or
+    /// is wanted); unsharded, `o` itself (whole unless only metadata is watched).
     pub(super) fn stub(
         &self,
-        gvk: &GroupVersionKind,
+        (gvk, scope): (&GroupVersionKind, &str),
         mut o: DynamicObject,
         seen: Seen,
     ) -> DynamicObject {
@@ -300,16 +316,29 @@ impl Watches {
         if !self.whole(gvk) {
             return stub;
         }
-        let key = (gvk.clone(), namespace, name);
-        if seen != Seen::Deleted && self.read_here(gvk, &key.1, &key.2) {
-            self.arrivals.lock().gone(gvk, &key.1, &key.2);
+        if seen != Seen::Deleted && self.read_here(gvk, &namespace, &name) {
+            if !self.read_from(gvk, scope, &namespace) {
+                // Read here from the namespace's own watch: kept whole there only.
+                return stub;
+            }
+            // Whole in its row, as unsharded (in the one table reads go to).
+            self.arrivals.lock().gone(gvk, &namespace, &name);
             o.managed_fields_mut().clear();
-            self.whole.lock().insert(key, Arc::new(o));
-            return stub;
+            return o;
         }
-        self.whole.lock().remove(&key);
         self.arrival(gvk, o, seen);
         stub
+    }
+
+    /// Whether reads of `gvk` in `namespace` go to the watch of `scope` (see
+    /// [`Watches::store_of`]): a cluster-wide watch's rows serve a namespace that has no
+    /// watch of its own.
+    fn read_from(&self, gvk: &GroupVersionKind, scope: &str, namespace: &str) -> bool {
+        scope == namespace
+            || !self
+                .inputs
+                .lock()
+                .contains_key(&(gvk.clone(), namespace.to_string()))
     }
 
     /// Whether Compositions are split into shards (`--shards` > 1; fixed for the process).
@@ -330,10 +359,9 @@ impl Watches {
 
     /// Forgets what Compositions that are not reconciled here any more (deleted while enoki
     /// was down, or of a shard handed to another replica) read and own, stops the watches only
-    /// they needed, and drops the whole objects no longer kept (nobody here reads them, or
-    /// their object is gone). `live` (the Compositions reconciled here, with their UIDs) is
-    /// taken while no read, owner or watch user can be recorded, so a Composition that starts
-    /// reading meanwhile is in it.
+    /// they needed, and turns back into stubs the rows kept whole that nobody here reads.
+    /// `live` (the Compositions reconciled here, with their UIDs) is taken while no read, owner
+    /// or watch user can be recorded, so a Composition that starts reading meanwhile is in it.
     pub fn retain_readers(&self, live: impl FnOnce() -> HashSet<ObjectRef<Composition>>) {
         self.drop_compositions(|| {
             let live = live();
@@ -343,29 +371,58 @@ impl Watches {
         self.prune_whole();
     }
 
-    /// Drops whole objects not kept any more (see [`Watches::retain_readers`]) and the
-    /// arrivals past their age.
+    /// Turns back into stubs the rows kept whole that no Composition here reads any more
+    /// (see [`Watches::retain_readers`]), or that reads do not go to (a cluster-wide watch's,
+    /// for a namespace with a watch of its own), and drops the arrivals past their age.
     pub(super) fn prune_whole(&self) {
         self.arrivals.lock().sweep(std::time::Instant::now());
-        let keys: Vec<ObjectKey> = {
-            let w = self.whole.lock();
-            w.keys().cloned().collect()
-        };
-        let gone: Vec<ObjectKey> = keys
-            .into_iter()
-            .filter(|(gvk, namespace, name)| {
-                let present = self
-                    .store_of(gvk, namespace)
-                    .is_some_and(|s| s.table.read().get(namespace, name).is_some());
-                !present || !self.read_here(gvk, namespace, name)
-            })
-            .collect();
-        {
-            let mut w = self.whole.lock();
-            for k in &gone {
-                w.remove(k);
-            }
+        if !self.sharded() {
+            return;
         }
+        for ((gvk, scope), synced) in self.input_tables() {
+            // No path takes a table's lock while it holds the readers' or the inputs'.
+            let mut read_from: HashMap<String, bool> = HashMap::new();
+            let unread: Vec<(String, String, Arc<DynamicObject>)> = synced
+                .table
+                .read()
+                .iter()
+                .filter_map(|(namespace, name, kept)| match kept {
+                    Kept::Whole(o) => Some((namespace, name, o)),
+                    Kept::Version(_) => None,
+                })
+                .filter(|(namespace, name, _)| {
+                    let from = *read_from
+                        .entry((*namespace).to_string())
+                        .or_insert_with(|| self.read_from(&gvk, &scope, namespace));
+                    !from || !self.read_here(&gvk, namespace, name)
+                })
+                .map(|(namespace, name, o)| (namespace.into(), name.into(), o.clone()))
+                .collect();
+            if unread.is_empty() {
+                continue;
+            }
+            let mut t = synced.table.write();
+            for (namespace, name, o) in &unread {
+                // Unless the watch replaced it, or a Composition started reading it meanwhile.
+                if let Some(row) = t.get_mut(namespace, name)
+                    && matches!(row, Kept::Whole(w) if Arc::ptr_eq(w, o))
+                    && (!read_from[namespace] || !self.read_here(&gvk, namespace, name))
+                {
+                    *row = Kept::Version(o.metadata.resource_version.as_deref().map(Into::into));
+                }
+            }
+            // The objects' last copies are dropped after the lock is let go.
+            drop(t);
+        }
+    }
+
+    /// Every input watch's kind and scope, and its table.
+    fn input_tables(&self) -> Vec<((GroupVersionKind, String), Synced<Kept>)> {
+        self.inputs
+            .lock()
+            .iter()
+            .map(|(key, w)| (key.clone(), w.synced.clone()))
+            .collect()
     }
 
     /// The input table that holds the objects of `gvk` in `namespace` (its namespace's
@@ -379,38 +436,14 @@ impl Watches {
         Some(w.synced.clone())
     }
 
-    /// Objects in the input caches, per watch: (kept whole and current, stubs only).
+    /// Objects in the input caches, per watch: (kept whole, stubs only).
     pub fn input_objects(&self) -> (usize, usize) {
-        let tables: Vec<(GroupVersionKind, Synced<Kept>)> = self
-            .inputs
-            .lock()
-            .iter()
-            .map(|((gvk, _), w)| (gvk.clone(), w.synced.clone()))
-            .collect();
-        // The copies' versions, so no watch waits on `whole` while the tables are counted.
-        let copies: HashMap<ObjectKey, Option<String>> = self
-            .whole
-            .lock()
-            .iter()
-            .map(|(k, o)| (k.clone(), o.resource_version()))
-            .collect();
         let (mut whole, mut stubs) = (0, 0);
-        for (gvk, synced) in tables {
-            let t = synced.table.read();
-            for (namespace, name, kept) in t.iter() {
-                let current = match kept {
-                    Kept::Whole(_) => true,
-                    Kept::Version(rv) => {
-                        let key = (gvk.clone(), namespace.to_string(), name.to_string());
-                        copies
-                            .get(&key)
-                            .is_some_and(|c| rv.is_some() && c.as_deref() == rv.as_deref())
-                    }
-                };
-                if current {
-                    whole += 1;
-                } else {
-                    stubs += 1;
+        for (_, synced) in self.input_tables() {
+            for (_, _, kept) in synced.table.read().iter() {
+                match kept {
+                    Kept::Whole(_) => whole += 1,
+                    Kept::Version(_) => stubs += 1,
                 }
             }
         }

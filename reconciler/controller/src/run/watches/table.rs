@@ -33,6 +33,12 @@ impl<V> Table<V> {
         self.by_namespace.get(namespace)?.get(name)
     }
 
+    /// An object's row, to change in place (what it took from the pool stays its own: a
+    /// row of pooled strings is replaced with [`Table::insert`] instead).
+    pub fn get_mut(&mut self, namespace: &str, name: &str) -> Option<&mut V> {
+        self.by_namespace.get_mut(namespace)?.get_mut(name)
+    }
+
     /// Every row with its (namespace, name).
     pub fn iter(&self) -> impl Iterator<Item = (&str, &str, &V)> {
         self.by_namespace

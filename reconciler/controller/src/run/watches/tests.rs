@@ -114,3 +114,119 @@ async fn a_sharded_replica_serves_an_input_created_before_its_reader_from_its_ar
         "whole: in, wanted; a stub: listed"
     );
 }
+
+/// Sharded, a read object is kept whole in its row (from the copy its listing brought while
+/// it was wanted), and turned back into a stub once no Composition here reads it; a GET's copy
+/// at the row's version makes it whole again, another version's does not, and the watch's
+/// next copy of an object read here does.
+#[tokio::test]
+async fn a_sharded_replica_keeps_what_it_reads_in_the_row_and_lets_it_go_with_its_reader() {
+    let (fake, w) = watches(Shards::none(4).with(0).with(1));
+    let (v1, ar) = config_map("v1");
+    let (reader, keeper) = (comp("reader"), comp("keeper"));
+    fake.put("/api/v1/namespaces/n/configmaps/cm", cm_json("cm"));
+    w.expect_reads([("n".to_string(), "cm")].into_iter());
+    // Another Composition's read starts the namespace's watch (and keeps it and its table
+    // while readers of cm come and go); its first list lists cm, wanted: a copy waits.
+    w.track(&v1, &ar, "n", "absent", &keeper);
+    assert!(matches!(w.input(&v1, "n", "absent").await, Some(None)));
+    assert_eq!((w.input_objects(), w.arrived_inputs()), ((0, 1), 1));
+    w.track(&v1, &ar, "n", "cm", &reader);
+    w.serve(&v1, "n", "cm", &reader);
+    let got = w.input(&v1, "n", "cm").await.flatten().expect("served");
+    assert_eq!(got.data["data"]["k"], "cm");
+    assert_eq!(
+        (w.input_objects(), w.arrived_inputs()),
+        ((1, 0), 0),
+        "taken into its row"
+    );
+    w.forget(
+        &ObjectRef::from_obj(&reader),
+        reader.metadata.uid.as_deref(),
+    );
+    w.prune_whole();
+    assert_eq!(w.input_objects(), (0, 1), "a stub once its reader went");
+    // A new reader: no copy left, so a GET; its copy (the row's version) is kept whole.
+    let again = comp("again");
+    let read_again = |w: &Arc<Watches>| {
+        w.track(&v1, &ar, "n", "cm", &again);
+        w.serve(&v1, "n", "cm", &again);
+    };
+    read_again(&w);
+    assert!(w.input(&v1, "n", "cm").await.is_none(), "read with a GET");
+    let mut fetched: DynamicObject = serde_json::from_value(cm_json("cm")).expect("object");
+    fetched.metadata.resource_version = w.seen_version(&v1, "n", "cm");
+    w.fetched(&v1, "n", "cm", &fetched);
+    assert_eq!(w.input_objects(), (1, 0), "whole again");
+    assert!(w.input(&v1, "n", "cm").await.flatten().is_some(), "served");
+    w.forget(&ObjectRef::from_obj(&again), again.metadata.uid.as_deref());
+    w.prune_whole();
+    read_again(&w);
+    let mut newer = fetched.clone();
+    newer.metadata.resource_version = Some("not-the-row's".into());
+    w.fetched(&v1, "n", "cm", &newer);
+    assert_eq!(
+        w.input_objects(),
+        (0, 1),
+        "a copy of another version than the row's is not kept"
+    );
+    let before = w.seen_version(&v1, "n", "cm");
+    let mut changed = cm_json("cm");
+    changed["data"]["k"] = "changed".into();
+    fake.put("/api/v1/namespaces/n/configmaps/cm", changed);
+    fake.deliver();
+    for _ in 0..500 {
+        if w.seen_version(&v1, "n", "cm") != before {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(w.input_objects(), (1, 0), "the watch's copy is kept whole");
+    let got = w.input(&v1, "n", "cm").await.flatten().expect("served");
+    assert_eq!(got.data["data"]["k"], "changed");
+}
+
+/// Sharded, an object read here is kept whole only in the table reads go to (its namespace's
+/// watch), not also in a cluster-wide watch of its kind; nor does that watch keep a copy of
+/// it for a first read.
+#[tokio::test]
+async fn a_sharded_replica_keeps_a_read_object_whole_in_one_table() {
+    let (fake, w) = watches(Shards::none(4).with(0).with(1));
+    let (v1, ar) = config_map("v1");
+    let (reader, everywhere) = (comp("reader"), comp("everywhere"));
+    fake.put("/api/v1/namespaces/n/configmaps/cm", cm_json("cm"));
+    w.expect_reads([("n".to_string(), "cm")].into_iter());
+    w.track(&v1, &ar, "", "*", &everywhere);
+    w.track(&v1, &ar, "n", "cm", &reader);
+    w.serve(&v1, "n", "cm", &reader);
+    assert!(w.input(&v1, "n", "cm").await.flatten().is_some());
+    for _ in 0..500 {
+        if w.input_objects() == (1, 1) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        w.input_objects(),
+        (1, 1),
+        "whole in the namespace's table, a stub cluster-wide"
+    );
+    let before = w.seen_version(&v1, "n", "cm");
+    let mut changed = cm_json("cm");
+    changed["data"]["k"] = "changed".into();
+    fake.put("/api/v1/namespaces/n/configmaps/cm", changed);
+    fake.deliver();
+    for _ in 0..500 {
+        if w.seen_version(&v1, "n", "cm") != before {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Both watches have had their turn at the change.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    w.prune_whole();
+    assert_eq!(w.input_objects(), (1, 1), "still whole in one table only");
+    assert_eq!(w.arrived_inputs(), 0, "no copy waits for a first read");
+    let got = w.input(&v1, "n", "cm").await.flatten().expect("served");
+    assert_eq!(got.data["data"]["k"], "changed");
+}
