@@ -26,9 +26,10 @@ struct ReplicaFigures {
     /// The allocator's MiB in use and held free at the end (the last sweep's gauges).
     heap: (f64, f64),
     /// Inputs read with a GET since the process started (its warm-up too), and copies kept
-    /// for a first read at the end.
+    /// for a first read and names wanted for one at the end.
     input_gets: f64,
     arrived: f64,
+    wanted: f64,
 }
 
 /// One fleet's result.
@@ -206,6 +207,7 @@ fn figures(
                 heap: heap_mib(e),
                 input_gets: e.metric("enoki_input_gets_total").unwrap_or(0.0),
                 arrived: e.metric_labelled("enoki_input_cache_objects", &[("kept", "arrived")]),
+                wanted: e.metric("enoki_input_names_wanted").unwrap_or(0.0),
             },
         )
         .collect()
@@ -220,6 +222,12 @@ async fn teardown(env: TestEnv) -> String {
     let cms: Api<ConfigMap> = env.api();
     let managed = ListParams::default().labels("enoki.dev/managed-by");
     delete_all(&cms, &managed, "managed ConfigMaps").await;
+    // The slices before their Compositions: the garbage collector then has no dependents of
+    // a deleted Composition left to look up (one GET each, at its client's rate: minutes of
+    // requests reaching into the next fleet's clock).
+    let slices: Api<crds::ResourceSlice> = env.api();
+    delete_all(&slices, &ListParams::default(), "ResourceSlices").await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
     let (client, ns) = (env.client.clone(), env.namespace.clone());
     drop(env);
     namespace_gone(&client, &ns).await;
@@ -425,7 +433,7 @@ impl Unsharded {
     /// One replica's cell: its figures and their shares of these means.
     fn share(&self, f: &ReplicaFigures) -> String {
         format!(
-            "{:.0} shard(s), {:.0} / {:.0}, {:.0} MiB (+{:.0} MiB), {:.2}x; above its warm base ({:.0} MiB) +{:.0} MiB, {:.2}x; anonymous +{:.0} MiB, {:.2}x; heap {:.1} MiB in use ({:.1} MiB at the warm base), {:.1} MiB free; {:.0} input GETs, {:.0} copies kept for a first read",
+            "{:.0} shard(s), {:.0} / {:.0}, {:.0} MiB (+{:.0} MiB), {:.2}x; above its warm base ({:.0} MiB) +{:.0} MiB, {:.2}x; anonymous +{:.0} MiB, {:.2}x; heap {:.1} MiB in use ({:.1} MiB at the warm base), {:.1} MiB free; {:.0} input GETs, {:.0} copies kept for a first read, {:.0} names wanted",
             f.shards,
             f.compositions,
             f.objects,
@@ -441,7 +449,8 @@ impl Unsharded {
             f.warm_heap,
             f.heap.1,
             f.input_gets,
-            f.arrived
+            f.arrived,
+            f.wanted
         )
     }
 }

@@ -61,6 +61,8 @@ pub struct Metrics {
     pub watched_kinds: Gauge,
     /// Objects in the input caches, kept whole (read by a Composition here) or as metadata.
     pub input_cache_objects: Family<KeptLabel, Gauge>,
+    /// With `--shards`, input names wanted for a Composition's first read.
+    pub input_names_wanted: Gauge,
     /// Module fetch-and-compile attempts by outcome (`Ready` or the failure's kind).
     pub module_fetches: Family<OutcomeLabel, Counter>,
     /// 1 for each shard whose Lease this replica holds (and whose controllers run here).
@@ -110,6 +112,7 @@ impl Metrics {
             heap_free_bytes: Gauge::default(),
             watched_kinds: Gauge::default(),
             input_cache_objects: Family::default(),
+            input_names_wanted: Gauge::default(),
             module_fetches: Family::default(),
             shard_held: Family::default(),
             shard_compositions: Family::default(),
@@ -216,6 +219,11 @@ impl Metrics {
             "enoki_input_cache_objects",
             "Objects in the input caches (per watch): whole, or metadata only (with --shards, objects no Composition reconciled here reads from the cache); arrived: with --shards, whole copies of objects just created or bound here, waiting for a first read (also counted as metadata)",
             self.input_cache_objects.clone(),
+        );
+        registry.register(
+            "enoki_input_names_wanted",
+            "With --shards, input names (namespace and name, each also cluster-scoped) wanted for a Composition's first read, for 5 minutes from its event or until that read: copies of them that arrive are kept for it",
+            self.input_names_wanted.clone(),
         );
         registry.register(
             "enoki_observe_gets",

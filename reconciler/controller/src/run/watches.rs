@@ -76,7 +76,11 @@ type WatchKey = (String, String, String, String);
 /// The Compositions that read one object, each with the versions of its kind in which it
 /// read it from the input cache as the controller ([`Watches::serve`]; with `--shards`
 /// only; empty for every other read).
-type Readers = HashMap<ObjectRef<Composition>, Vec<Box<str>>>;
+type Readers = HashMap<ObjectRef<Composition>, Served>;
+
+/// The versions one Composition read one object in: nearly always one, inline, shared from
+/// [`Watches::api_version`] (a mark allocates nothing).
+type Served = smallvec::SmallVec<[Arc<str>; 1]>;
 
 /// One input kind's watch (in one namespace, or cluster-wide): its table, the task feeding
 /// it, and the Compositions that need it.
@@ -157,6 +161,9 @@ pub struct Watches {
     /// object from the input cache ([`Watches::serve`]): the objects kept whole, in those
     /// versions.
     readers: Mutex<HashMap<WatchKey, Readers>>,
+    /// The API versions in [`Served`] marks, each once (the served versions of input kinds:
+    /// a handful; taken only while `readers` is held, never the other way).
+    api_versions: Mutex<HashSet<Arc<str>>>,
     /// With `--shards`, whole copies of inputs no Composition here has read yet.
     arrivals: Mutex<arrivals::Arrivals>,
     inputs: Mutex<HashMap<(GroupVersionKind, String), InputWatch>>,
@@ -200,6 +207,7 @@ impl Watches {
             sender,
             whole_inputs,
             readers: Mutex::new(HashMap::new()),
+            api_versions: Mutex::new(HashSet::new()),
             arrivals: Mutex::new(arrivals::Arrivals::default()),
             inputs: Mutex::new(HashMap::new()),
             forbidden_inputs: Mutex::new(HashMap::new()),

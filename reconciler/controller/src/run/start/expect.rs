@@ -1,6 +1,9 @@
 //! With `--shards`, the inputs a changed Composition of a held shard binds are wanted by the
 //! input caches before its first pass, so a copy the input watch brought serves that pass
-//! (see `watches::arrivals`).
+//! (see `watches::arrivals`). Its events that change more than its status pass here (its
+//! creation, the finalizer enoki adds, edits of its spec, labels or annotations, and the
+//! Compositions of a shard this replica takes over); once it has been reconciled here, a
+//! name kept whole by an input table it reads through is not wanted again.
 
 use std::sync::Arc;
 
@@ -23,7 +26,8 @@ pub(super) fn first_reads(events: Events, watches: Arc<Watches>, no_cross: bool)
     events
         .inspect(move |c| {
             if let Ok(c) = c {
-                watches.expect_reads(bound_inputs(c, no_cross).into_iter());
+                let uid = c.metadata.uid.as_deref();
+                watches.expect_reads(uid, bound_inputs(c, no_cross).into_iter());
             }
         })
         .boxed()

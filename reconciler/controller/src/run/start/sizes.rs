@@ -16,8 +16,8 @@ use crds::ResourceSlice;
 /// Sweeps and publishes every 15 s, for ever (see the module docs).
 pub(super) async fn sweep(sweeper: std::sync::Arc<Context>) {
     // Gauges are shared by the stacks of the process: each adds its own change.
-    // Remembered, watched kinds, inputs whole, as metadata, arrived.
-    let mut last = [0_i64; 5];
+    // Remembered, watched kinds, inputs whole, as metadata, arrived, names wanted.
+    let mut last = [0_i64; 6];
     loop {
         tokio::time::sleep(Duration::from_secs(15)).await;
         let n = sweeper.sweep();
@@ -40,6 +40,8 @@ pub(super) async fn sweep(sweeper: std::sync::Arc<Context>) {
             &mut last[4],
             arrived,
         );
+        let wanted = watches.wanted_inputs();
+        bump(&m.input_names_wanted, &mut last[5], wanted);
         publish_shard_sizes(&sweeper);
         publish_slice_sizes(&sweeper);
         release_freed_memory();

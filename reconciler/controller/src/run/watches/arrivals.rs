@@ -4,8 +4,11 @@
 //! When the input watch brings an object's creation, its whole copy waits here for
 //! [`ARRIVAL_AGE`] (the sweep every 15 s drops it 10–25 s after it came). A Composition of
 //! the shards held here that binds it by namespace and name — reading as the controller, not
-//! being deleted — *wants* the name for [`PIN_FOR`] from its first event: a copy already here
-//! is pinned, and the object's later creation, change or listing is kept too. The first read
+//! being deleted — *wants* the name for [`PIN_FOR`] from its first event (a later event of a
+//! Composition reconciled here does not want a name an input table it reads through keeps
+//! whole):
+//! a copy already here is pinned, and the object's later creation, change or listing is kept
+//! too. The first read
 //! takes the copy (no GET) and keeps it whole, as a GET's copy would be, and unpins the name.
 //! Bounds: unpinned copies [`MAX_UNPINNED`] and [`MAX_UNPINNED_BYTES`]; all copies
 //! [`MAX_BYTES`] (as [`estimated_size`]s: the heap they hold). A copy past a bound is not
@@ -237,6 +240,12 @@ impl Arrivals {
     /// Copies kept (pinned or not).
     pub(super) fn len(&self) -> usize {
         self.copies.values().map(Vec::len).sum()
+    }
+
+    /// Names wanted (a bound name in its namespace, and cluster-scoped: one entry for every
+    /// namespace that binds it).
+    pub(super) fn wanted(&self) -> usize {
+        self.wanted.len()
     }
 }
 

@@ -16,25 +16,80 @@ pub(super) enum Seen {
 }
 
 impl Watches {
-    /// With `--shards`, that a Composition of a shard held here (just changed) binds these
-    /// inputs, by namespace and name: their copies that arrive (or arrived) before its first
-    /// read are kept for it. Each name is also wanted cluster-scoped.
-    pub fn expect_reads<'a>(&self, bound: impl Iterator<Item = (String, &'a str)>) {
+    /// With `--shards`, that a Composition of a shard held here (UID `uid`, just changed)
+    /// binds these inputs, by namespace and name: their copies that arrive (or arrived)
+    /// before its first read are kept for it. Each name is also wanted cluster-scoped. Once
+    /// it has been reconciled here, a name that an input table it reads through keeps whole
+    /// is not wanted: that row serves its next read (see [`Watches::tables_read_by`]).
+    pub fn expect_reads<'a>(
+        &self,
+        uid: Option<&str>,
+        bound: impl Iterator<Item = (String, &'a str)>,
+    ) {
         if !self.expects_reads() {
             return;
         }
+        let bound: Vec<(String, &str)> = bound.collect();
+        if bound.is_empty() {
+            return;
+        }
+        let mut whole = vec![false; bound.len()];
+        // Not reconciled here yet (created, or of a shard just taken over): it reads through
+        // no table, and every name is wanted.
+        let known = uid.filter(|uid| self.owners.lock().contains_key(*uid));
+        for (scope, synced) in known
+            .map(|uid| self.tables_read_by(uid, &bound))
+            .unwrap_or_default()
+        {
+            let t = synced.table.read();
+            let is_whole = |ns: &str, name: &str| matches!(t.get(ns, name), Some(Kept::Whole(_)));
+            for ((namespace, name), whole) in bound.iter().zip(&mut whole) {
+                let here = scope.is_empty() || *namespace == scope;
+                *whole = *whole || (here && (is_whole(namespace, name) || is_whole("", name)));
+            }
+        }
         let now = std::time::Instant::now();
         let mut arrivals = self.arrivals.lock();
-        for (namespace, name) in bound {
-            arrivals.want(&namespace, name, now);
+        for ((namespace, name), _) in bound.iter().zip(whole).filter(|(_, whole)| !whole) {
+            arrivals.want(namespace, name, now);
             arrivals.want("", name, now);
         }
+    }
+
+    /// The input tables that may hold the objects of `bound` (their namespaces' watches and
+    /// the cluster-wide ones) that the Composition of UID `uid` reads through, with their
+    /// scopes (one pass over the input watches). A binding names no kind: a whole row of
+    /// the bound name in any of them counts — when it is not the bound object's kind, that
+    /// read costs one GET, which keeps the bound object whole from then on — but the kinds
+    /// enoki itself reads for every Composition (its own API's, Namespaces) are left out.
+    fn tables_read_by(&self, uid: &str, bound: &[(String, &str)]) -> Vec<(String, Synced<Kept>)> {
+        let namespaces: HashSet<&str> = bound.iter().map(|(ns, _)| ns.as_str()).collect();
+        let enokis = |gvk: &GroupVersionKind| {
+            gvk.group == crds::GROUP || (gvk.group.is_empty() && gvk.kind == "Namespace")
+        };
+        // The inputs' lock is let go before any table's is taken (`prune_whole` holds a
+        // table's while it looks at the inputs).
+        self.inputs
+            .lock()
+            .iter()
+            .filter(|((gvk, scope), w)| {
+                (scope.is_empty() || namespaces.contains(scope.as_str()))
+                    && w.users.contains(uid)
+                    && !enokis(gvk)
+            })
+            .map(|((_, scope), w)| (scope.clone(), w.synced.clone()))
+            .collect()
     }
 
     /// Whether [`Watches::expect_reads`] keeps anything: sharded, with whole inputs (without,
     /// every read is a GET as a ServiceAccount).
     pub fn expects_reads(&self) -> bool {
         self.sharded() && self.whole_inputs
+    }
+
+    /// Names wanted for a first read (see [`Watches::expect_reads`]).
+    pub fn wanted_inputs(&self) -> usize {
+        self.arrivals.lock().wanted()
     }
 
     /// Copies of inputs kept for a first read.

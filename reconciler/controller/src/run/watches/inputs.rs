@@ -202,8 +202,19 @@ impl Watches {
             .entry(ObjectRef::from_obj(comp))
             .or_default();
         if !versions.iter().any(|v| **v == *gvk.version) {
-            versions.push(gvk.version.as_str().into());
+            versions.push(self.api_version(&gvk.version));
         }
+    }
+
+    /// The one shared copy of an API version's name.
+    fn api_version(&self, version: &str) -> Arc<str> {
+        let mut versions = self.api_versions.lock();
+        if let Some(v) = versions.get(version) {
+            return v.clone();
+        }
+        let v: Arc<str> = version.into();
+        versions.insert(v.clone());
+        v
     }
 
     /// Keeps `obj`, just read with a GET as the controller, when its kind is watched and it

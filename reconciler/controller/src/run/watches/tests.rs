@@ -55,6 +55,12 @@ async fn a_sharded_replica_keeps_whole_what_it_served_in_that_version_until_the_
     assert!(!w.read_here(&v2, "n", "cm"));
 }
 
+#[test]
+fn a_served_mark_is_no_larger_than_a_vec_and_holds_one_version_inline() {
+    assert!(std::mem::size_of::<Served>() <= std::mem::size_of::<Vec<Arc<str>>>());
+    assert_eq!(Served::new().inline_size(), 1);
+}
+
 #[tokio::test]
 async fn an_unsharded_replica_marks_nothing() {
     let (_fake, w) = watches(Shards::ALL);
@@ -81,7 +87,7 @@ async fn a_sharded_replica_serves_an_input_created_before_its_reader_from_its_ar
     let (early, reader, bound) = (comp("early"), comp("reader"), comp("bound"));
     fake.put("/api/v1/namespaces/n/configmaps/listed", cm_json("listed"));
     fake.put("/api/v1/namespaces/n/configmaps/wanted", cm_json("wanted"));
-    w.expect_reads([("n".to_string(), "wanted")].into_iter());
+    w.expect_reads(None, [("n".to_string(), "wanted")].into_iter());
     // An earlier Composition's read starts the namespace's ConfigMap watch; its first list.
     w.track(&v1, &ar, "n", "absent", &early);
     assert!(matches!(w.input(&v1, "n", "absent").await, Some(None)));
@@ -96,7 +102,7 @@ async fn a_sharded_replica_serves_an_input_created_before_its_reader_from_its_ar
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert_eq!(w.arrived_inputs(), 2, "and its creation");
-    w.expect_reads([("n".to_string(), "in")].into_iter());
+    w.expect_reads(None, [("n".to_string(), "in")].into_iter());
     for (c, name) in [(&reader, "in"), (&bound, "wanted")] {
         w.track(&v1, &ar, "n", name, c);
         w.serve(&v1, "n", name, c);
@@ -125,7 +131,7 @@ async fn a_sharded_replica_keeps_what_it_reads_in_the_row_and_lets_it_go_with_it
     let (v1, ar) = config_map("v1");
     let (reader, keeper) = (comp("reader"), comp("keeper"));
     fake.put("/api/v1/namespaces/n/configmaps/cm", cm_json("cm"));
-    w.expect_reads([("n".to_string(), "cm")].into_iter());
+    w.expect_reads(None, [("n".to_string(), "cm")].into_iter());
     // Another Composition's read starts the namespace's watch (and keeps it and its table
     // while readers of cm come and go); its first list lists cm, wanted: a copy waits.
     w.track(&v1, &ar, "n", "absent", &keeper);
@@ -195,7 +201,7 @@ async fn a_sharded_replica_keeps_a_read_object_whole_in_one_table() {
     let (v1, ar) = config_map("v1");
     let (reader, everywhere) = (comp("reader"), comp("everywhere"));
     fake.put("/api/v1/namespaces/n/configmaps/cm", cm_json("cm"));
-    w.expect_reads([("n".to_string(), "cm")].into_iter());
+    w.expect_reads(None, [("n".to_string(), "cm")].into_iter());
     w.track(&v1, &ar, "", "*", &everywhere);
     w.track(&v1, &ar, "n", "cm", &reader);
     w.serve(&v1, "n", "cm", &reader);
@@ -229,4 +235,66 @@ async fn a_sharded_replica_keeps_a_read_object_whole_in_one_table() {
     assert_eq!(w.arrived_inputs(), 0, "no copy waits for a first read");
     let got = w.input(&v1, "n", "cm").await.flatten().expect("served");
     assert_eq!(got.data["data"]["k"], "changed");
+}
+
+/// Sharded, a later event of a Composition reconciled here (an edit) does not want again a
+/// name an input table it reads through keeps whole: that row serves its read. A Composition
+/// not reconciled here yet, a name of another namespace, a row of enoki's own kinds, or a
+/// name whose row went back to a stub is wanted.
+#[tokio::test]
+async fn a_sharded_replica_wants_no_name_it_keeps_whole() {
+    let (fake, w) = watches(Shards::none(4).with(0).with(1));
+    let (v1, ar) = config_map("v1");
+    let (reader, keeper) = (comp("reader"), comp("keeper"));
+    fake.put("/api/v1/namespaces/n/configmaps/cm", cm_json("cm"));
+    let wanted = |w: &Arc<Watches>| w.arrivals.lock().wanted();
+    let (r, k) = (Some("uid-reader"), Some("uid-keeper"));
+    let bound = |ns: &str| [(ns.to_string(), "cm")].into_iter();
+    w.expect_reads(r, bound("n"));
+    assert_eq!(wanted(&w), 2, "in n and cluster-scoped");
+    w.track(&v1, &ar, "n", "absent", &keeper);
+    assert!(matches!(w.input(&v1, "n", "absent").await, Some(None)));
+    w.track(&v1, &ar, "n", "cm", &reader);
+    w.serve(&v1, "n", "cm", &reader);
+    assert!(w.input(&v1, "n", "cm").await.flatten().is_some());
+    assert_eq!(wanted(&w), 0, "read: unpinned");
+    w.expect_reads(r, bound("n"));
+    assert_eq!(wanted(&w), 2, "not reconciled here yet: wanted");
+    w.first_read(&v1, "n", "cm");
+    w.own(&reader);
+    w.own(&keeper);
+    for uid in [r, k] {
+        w.expect_reads(uid, bound("n"));
+        assert_eq!(wanted(&w), 0, "kept whole, serves {uid:?}: not wanted");
+    }
+    assert!(w.input(&v1, "n", "cm").await.flatten().is_some(), "served");
+    // A Synthesizer of the same name (cluster-scoped, kept whole) is not the bound object.
+    let synth = GroupVersionKind::gvk(crds::GROUP, "v1alpha1", "Synthesizer");
+    let synths = ApiResource::from_gvk_with_plural(&synth, "synthesizers");
+    fake.put(
+        "/apis/enoki.dev/v1alpha1/synthesizers/cm",
+        serde_json::json!({"apiVersion": "enoki.dev/v1alpha1", "kind": "Synthesizer",
+            "metadata": {"name": "cm"}, "spec": {}}),
+    );
+    w.track(&synth, &synths, "", "cm", &reader);
+    w.serve(&synth, "", "cm", &reader);
+    assert!(w.input(&synth, "", "cm").await.flatten().is_some());
+    let whole_synth = w.input_objects().0;
+    w.expect_reads(r, bound("m"));
+    assert_eq!(
+        (whole_synth, wanted(&w)),
+        (2, 2),
+        "in another namespace, a Synthesizer of its name whole: wanted"
+    );
+    w.forget(
+        &ObjectRef::from_obj(&reader),
+        reader.metadata.uid.as_deref(),
+    );
+    w.prune_whole();
+    w.expect_reads(k, bound("n"));
+    assert_eq!(
+        wanted(&w),
+        3,
+        "a stub again: wanted (cluster-scoped already)"
+    );
 }
