@@ -222,7 +222,7 @@ impl Metrics {
         );
         registry.register(
             "enoki_input_names_wanted",
-            "With --shards, input names (namespace and name, each also cluster-scoped) wanted for a Composition's first read, for 5 minutes from its event or until that read: copies of them that arrive are kept for it",
+            "With --shards and whole inputs, input names wanted for a first read (a bound name in each namespace that binds it, and once cluster-scoped), for 5 minutes from the first event that wanted it (until the next 15 s sweep) or until a read of it here: copies of them that arrive are kept for that read",
             self.input_names_wanted.clone(),
         );
         registry.register(

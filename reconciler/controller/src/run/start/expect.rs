@@ -1,9 +1,12 @@
 //! With `--shards`, the inputs a changed Composition of a held shard binds are wanted by the
 //! input caches before its first pass, so a copy the input watch brought serves that pass
-//! (see `watches::arrivals`). Its events that change more than its status pass here (its
-//! creation, the finalizer enoki adds, edits of its spec, labels or annotations, and the
-//! Compositions of a shard this replica takes over); once it has been reconciled here, a
-//! name kept whole by an input table it reads through is not wanted again.
+//! (see `watches::arrivals`). The events that pass here are those `composition_change` lets
+//! through: its creation, and changes of its generation (spec), labels, annotations,
+//! finalizers (the one enoki adds too) or deletion; and its listing when this replica takes
+//! its shard over (unless the replica held that shard within the last hour and the
+//! Composition did not change since: kube-runtime's predicate cache keeps an hour). Once a
+//! pass of it has started here, a name kept whole by an input table it reads through is not
+//! wanted again.
 
 use std::sync::Arc;
 

@@ -5,6 +5,10 @@
 use super::arrivals::{Came, estimated_size, name_of};
 use super::*;
 
+/// An input table a Composition reads through: its scope, the namespaces whose objects it
+/// does not serve (see [`Watches::tables_read_by`]), the table.
+type Readable = (String, Vec<String>, Synced<Kept>);
+
 /// How an input watch saw an object.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum Seen {
@@ -19,8 +23,9 @@ impl Watches {
     /// With `--shards`, that a Composition of a shard held here (UID `uid`, just changed)
     /// binds these inputs, by namespace and name: their copies that arrive (or arrived)
     /// before its first read are kept for it. Each name is also wanted cluster-scoped. Once
-    /// it has been reconciled here, a name that an input table it reads through keeps whole
-    /// is not wanted: that row serves its next read (see [`Watches::tables_read_by`]).
+    /// a pass of it has started here, a name that an input table it reads through keeps whole
+    /// (the table reads of that kind go to) is not wanted: that row serves its next read when
+    /// it is of the bound kind (see [`Watches::tables_read_by`]).
     pub fn expect_reads<'a>(
         &self,
         uid: Option<&str>,
@@ -34,18 +39,24 @@ impl Watches {
             return;
         }
         let mut whole = vec![false; bound.len()];
-        // Not reconciled here yet (created, or of a shard just taken over): it reads through
+        // No pass of it here yet (created, or of a shard just taken over): it reads through
         // no table, and every name is wanted.
         let known = uid.filter(|uid| self.owners.lock().contains_key(*uid));
-        for (scope, synced) in known
+        for (scope, shadowed, synced) in known
             .map(|uid| self.tables_read_by(uid, &bound))
             .unwrap_or_default()
         {
             let t = synced.table.read();
             let is_whole = |ns: &str, name: &str| matches!(t.get(ns, name), Some(Kept::Whole(_)));
             for ((namespace, name), whole) in bound.iter().zip(&mut whole) {
-                let here = scope.is_empty() || *namespace == scope;
-                *whole = *whole || (here && (is_whole(namespace, name) || is_whole("", name)));
+                let in_row = if scope.is_empty() {
+                    // A cluster-scoped object, or one of a namespace without a watch of its own.
+                    is_whole("", name)
+                        || (!shadowed.contains(namespace) && is_whole(namespace, name))
+                } else {
+                    *namespace == scope && is_whole(namespace, name)
+                };
+                *whole = *whole || in_row;
             }
         }
         let now = std::time::Instant::now();
@@ -58,26 +69,39 @@ impl Watches {
 
     /// The input tables that may hold the objects of `bound` (their namespaces' watches and
     /// the cluster-wide ones) that the Composition of UID `uid` reads through, with their
-    /// scopes (one pass over the input watches). A binding names no kind: a whole row of
-    /// the bound name in any of them counts — when it is not the bound object's kind, that
-    /// read costs one GET, which keeps the bound object whole from then on — but the kinds
-    /// enoki itself reads for every Composition (its own API's, Namespaces) are left out.
-    fn tables_read_by(&self, uid: &str, bound: &[(String, &str)]) -> Vec<(String, Synced<Kept>)> {
+    /// scopes and, for a cluster-wide one, the bound namespaces that have a watch of its kind
+    /// of their own (reads of their objects go there); one pass over the input watches. A
+    /// binding names no kind: a whole row of the bound name in any of them counts — when it
+    /// is not the bound object's kind, that read costs one GET, which keeps the bound object
+    /// whole from then on — but the kinds enoki itself reads for every Composition (its own
+    /// API's, Namespaces) are left out.
+    fn tables_read_by(&self, uid: &str, bound: &[(String, &str)]) -> Vec<Readable> {
         let namespaces: HashSet<&str> = bound.iter().map(|(ns, _)| ns.as_str()).collect();
         let enokis = |gvk: &GroupVersionKind| {
             gvk.group == crds::GROUP || (gvk.group.is_empty() && gvk.kind == "Namespace")
         };
         // The inputs' lock is let go before any table's is taken (`prune_whole` holds a
         // table's while it looks at the inputs).
-        self.inputs
-            .lock()
+        let inputs = self.inputs.lock();
+        let own_watch = |gvk: &GroupVersionKind, ns: &str| {
+            !ns.is_empty() && inputs.contains_key(&(gvk.clone(), ns.to_string()))
+        };
+        inputs
             .iter()
             .filter(|((gvk, scope), w)| {
                 (scope.is_empty() || namespaces.contains(scope.as_str()))
                     && w.users.contains(uid)
                     && !enokis(gvk)
             })
-            .map(|((_, scope), w)| (scope.clone(), w.synced.clone()))
+            .map(|((gvk, scope), w)| {
+                let shadowed = if scope.is_empty() {
+                    let own = namespaces.iter().filter(|ns| own_watch(gvk, ns));
+                    own.map(|ns| (*ns).to_string()).collect()
+                } else {
+                    Vec::new()
+                };
+                (scope.clone(), shadowed, w.synced.clone())
+            })
             .collect()
     }
 

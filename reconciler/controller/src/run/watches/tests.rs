@@ -237,64 +237,97 @@ async fn a_sharded_replica_keeps_a_read_object_whole_in_one_table() {
     assert_eq!(got.data["data"]["k"], "changed");
 }
 
-/// Sharded, a later event of a Composition reconciled here (an edit) does not want again a
-/// name an input table it reads through keeps whole: that row serves its read. A Composition
-/// not reconciled here yet, a name of another namespace, a row of enoki's own kinds, or a
-/// name whose row went back to a stub is wanted.
-#[tokio::test]
-async fn a_sharded_replica_wants_no_name_it_keeps_whole() {
-    let (fake, w) = watches(Shards::none(4).with(0).with(1));
+/// `reader` reads the ConfigMap n/cm (bound, so its listing is kept) from the cache, and
+/// keeps it whole; `keeper` reads n/absent (and keeps the namespace's watch); both get
+/// `own`ed when `owned`.
+async fn cm_read(fake: &crate::run::fake_api::FakeApi, w: &Arc<Watches>, owned: bool) {
     let (v1, ar) = config_map("v1");
     let (reader, keeper) = (comp("reader"), comp("keeper"));
     fake.put("/api/v1/namespaces/n/configmaps/cm", cm_json("cm"));
-    let wanted = |w: &Arc<Watches>| w.arrivals.lock().wanted();
-    let (r, k) = (Some("uid-reader"), Some("uid-keeper"));
-    let bound = |ns: &str| [(ns.to_string(), "cm")].into_iter();
-    w.expect_reads(r, bound("n"));
-    assert_eq!(wanted(&w), 2, "in n and cluster-scoped");
+    // Wanted (its listing is kept for the read).
+    w.expect_reads(None, bound("n"));
     w.track(&v1, &ar, "n", "absent", &keeper);
     assert!(matches!(w.input(&v1, "n", "absent").await, Some(None)));
     w.track(&v1, &ar, "n", "cm", &reader);
     w.serve(&v1, "n", "cm", &reader);
     assert!(w.input(&v1, "n", "cm").await.flatten().is_some());
+    if owned {
+        w.own(&reader);
+        w.own(&keeper);
+    }
+}
+
+fn bound(ns: &str) -> std::array::IntoIter<(String, &'static str), 1> {
+    [(ns.to_string(), "cm")].into_iter()
+}
+
+/// Sharded, a later event of a Composition with a pass here (an edit) does not want again a
+/// name an input table it reads through keeps whole: that row serves its read. One without
+/// a pass here yet, one that reads through no table, or a name whose row went back to a stub
+/// is wanted.
+#[tokio::test]
+async fn a_sharded_replica_wants_no_name_it_keeps_whole() {
+    let (fake, w) = watches(Shards::none(4).with(0).with(1));
+    let v1 = config_map("v1").0;
+    let wanted = |w: &Arc<Watches>| w.arrivals.lock().wanted();
+    let (r, k) = (Some("uid-reader"), Some("uid-keeper"));
+    w.expect_reads(r, bound("n"));
+    assert_eq!(wanted(&w), 2, "in n and cluster-scoped");
+    cm_read(&fake, &w, false).await;
     assert_eq!(wanted(&w), 0, "read: unpinned");
     w.expect_reads(r, bound("n"));
-    assert_eq!(wanted(&w), 2, "not reconciled here yet: wanted");
+    assert_eq!(wanted(&w), 2, "no pass here yet: wanted");
     w.first_read(&v1, "n", "cm");
-    w.own(&reader);
-    w.own(&keeper);
+    let other = comp("other");
+    for c in [&comp("reader"), &comp("keeper"), &other] {
+        w.own(c);
+    }
     for uid in [r, k] {
         w.expect_reads(uid, bound("n"));
         assert_eq!(wanted(&w), 0, "kept whole, serves {uid:?}: not wanted");
     }
     assert!(w.input(&v1, "n", "cm").await.flatten().is_some(), "served");
-    // A Synthesizer of the same name (cluster-scoped, kept whole) is not the bound object.
-    let synth = GroupVersionKind::gvk(crds::GROUP, "v1alpha1", "Synthesizer");
-    let synths = ApiResource::from_gvk_with_plural(&synth, "synthesizers");
-    fake.put(
-        "/apis/enoki.dev/v1alpha1/synthesizers/cm",
-        serde_json::json!({"apiVersion": "enoki.dev/v1alpha1", "kind": "Synthesizer",
-            "metadata": {"name": "cm"}, "spec": {}}),
-    );
-    w.track(&synth, &synths, "", "cm", &reader);
-    w.serve(&synth, "", "cm", &reader);
-    assert!(w.input(&synth, "", "cm").await.flatten().is_some());
-    let whole_synth = w.input_objects().0;
-    w.expect_reads(r, bound("m"));
-    assert_eq!(
-        (whole_synth, wanted(&w)),
-        (2, 2),
-        "in another namespace, a Synthesizer of its name whole: wanted"
-    );
-    w.forget(
-        &ObjectRef::from_obj(&reader),
-        reader.metadata.uid.as_deref(),
-    );
+    w.expect_reads(Some("uid-other"), bound("n"));
+    assert_eq!(wanted(&w), 2, "reads through no table: wanted");
+    w.first_read(&v1, "n", "cm");
+    w.forget(&ObjectRef::from_obj(&comp("reader")), r);
     w.prune_whole();
     w.expect_reads(k, bound("n"));
+    assert_eq!(wanted(&w), 2, "a stub again: wanted");
+}
+
+/// Sharded, a whole Synthesizer or Namespace of a bound name (cluster-scoped, read by enoki
+/// for the Composition) is not taken for the bound object: the name is wanted.
+#[tokio::test]
+async fn a_sharded_replica_takes_no_row_of_enokis_own_kinds_for_a_bound_input() {
+    let (fake, w) = watches(Shards::none(4).with(0).with(1));
+    cm_read(&fake, &w, true).await;
+    let reader = comp("reader");
+    let kinds = [
+        (crds::GROUP, "v1alpha1", "Synthesizer", "synthesizers"),
+        ("", "v1", "Namespace", "namespaces"),
+    ];
+    for (group, version, kind, plural) in kinds {
+        let gvk = GroupVersionKind::gvk(group, version, kind);
+        let ar = ApiResource::from_gvk_with_plural(&gvk, plural);
+        let api = if group.is_empty() { "api" } else { "apis" };
+        let path = format!("/{api}/{}/{plural}/cm", ar.api_version);
+        let obj = serde_json::json!({"apiVersion": ar.api_version, "kind": kind,
+            "metadata": {"name": "cm"}});
+        fake.put(&path, obj);
+        w.track(&gvk, &ar, "", "cm", &reader);
+        w.serve(&gvk, "", "cm", &reader);
+        assert!(w.input(&gvk, "", "cm").await.flatten().is_some(), "{kind}");
+    }
     assert_eq!(
-        wanted(&w),
+        w.input_objects().0,
         3,
-        "a stub again: wanted (cluster-scoped already)"
+        "cm, the Synthesizer and the Namespace whole"
+    );
+    w.expect_reads(Some("uid-reader"), bound("m"));
+    assert_eq!(
+        w.arrivals.lock().wanted(),
+        2,
+        "m/cm and cluster-scoped cm wanted"
     );
 }
