@@ -215,7 +215,8 @@ fn figures(
 
 /// Deletes what the fleet made (its managed ConfigMaps, then its slices) and its namespace,
 /// and waits until the namespace is gone (its Compositions and inputs with it), so the next
-/// fleet's clock does not pay for this one's deletion; returns its name.
+/// fleet's clock does not pay for this one's deletion (with `ENOKI_TEST_KEEP_NAMESPACES`,
+/// only the ConfigMaps); returns its name.
 async fn teardown(env: TestEnv) -> String {
     // Leave nothing labelled behind: the next fleet's cluster-wide metadata watch would
     // count it.

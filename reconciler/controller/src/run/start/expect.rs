@@ -3,10 +3,10 @@
 //! (see `watches::arrivals`). The events that pass here are those `composition_change` lets
 //! through: its creation, and changes of its generation (spec), labels, annotations,
 //! finalizers (the one enoki adds too) or deletion; and its listing when this replica takes
-//! its shard over (unless the replica held that shard within the last hour and the
-//! Composition did not change since: kube-runtime's predicate cache keeps an hour). Once a
-//! pass of it has started here, a name kept whole by an input table it reads through is not
-//! wanted again.
+//! its shard over or relists (unless an event of it passed here within the last hour and it
+//! did not change since: kube-runtime's predicate cache keeps an hour). Once a pass of it
+//! has started here, a name kept whole by an input table it reads through is not wanted
+//! again.
 
 use std::sync::Arc;
 

@@ -274,10 +274,12 @@ async fn a_sharded_replica_wants_no_name_it_keeps_whole() {
     w.expect_reads(r, bound("n"));
     assert_eq!(wanted(&w), 2, "in n and cluster-scoped");
     cm_read(&fake, &w, false).await;
-    assert_eq!(wanted(&w), 0, "read: unpinned");
+    assert_eq!(wanted(&w), 0, "a read unpins n/cm and cluster-scoped cm");
     w.expect_reads(r, bound("n"));
     assert_eq!(wanted(&w), 2, "no pass here yet: wanted");
+    // As a pass's read would.
     w.first_read(&v1, "n", "cm");
+    assert_eq!(wanted(&w), 0);
     let other = comp("other");
     for c in [&comp("reader"), &comp("keeper"), &other] {
         w.own(c);
@@ -290,8 +292,10 @@ async fn a_sharded_replica_wants_no_name_it_keeps_whole() {
     w.expect_reads(Some("uid-other"), bound("n"));
     assert_eq!(wanted(&w), 2, "reads through no table: wanted");
     w.first_read(&v1, "n", "cm");
+    assert_eq!(wanted(&w), 0);
     w.forget(&ObjectRef::from_obj(&comp("reader")), r);
     w.prune_whole();
+    assert_eq!(w.input_objects(), (0, 1), "its reader gone: a stub");
     w.expect_reads(k, bound("n"));
     assert_eq!(wanted(&w), 2, "a stub again: wanted");
 }
@@ -324,10 +328,38 @@ async fn a_sharded_replica_takes_no_row_of_enokis_own_kinds_for_a_bound_input() 
         3,
         "cm, the Synthesizer and the Namespace whole"
     );
+    assert_eq!(w.arrivals.lock().wanted(), 0);
     w.expect_reads(Some("uid-reader"), bound("m"));
     assert_eq!(
         w.arrivals.lock().wanted(),
         2,
-        "m/cm and cluster-scoped cm wanted"
+        "a whole Synthesizer and Namespace named cm do not count: m/cm and cluster-scoped cm"
     );
+}
+
+/// Sharded, a whole row in a cluster-wide table counts for a namespace's object only while
+/// the namespace has no watch of the kind of its own (reads go there then).
+#[tokio::test]
+async fn a_sharded_replica_counts_a_cluster_wide_row_only_where_reads_go_to_it() {
+    let (fake, w) = watches(Shards::none(4).with(0).with(1));
+    let (v1, ar) = config_map("v1");
+    let (reader, keeper) = (comp("reader"), comp("keeper"));
+    fake.put("/api/v1/namespaces/n/configmaps/cm", cm_json("cm"));
+    w.expect_reads(None, bound("n"));
+    w.track(&v1, &ar, "", "*", &reader);
+    w.serve(&v1, "n", "cm", &reader);
+    assert!(w.input(&v1, "n", "cm").await.flatten().is_some());
+    assert_eq!(w.input_objects(), (1, 0), "whole in the cluster-wide table");
+    w.own(&reader);
+    let wanted = |w: &Arc<Watches>| w.arrivals.lock().wanted();
+    w.expect_reads(Some("uid-reader"), bound("n"));
+    assert_eq!(
+        wanted(&w),
+        0,
+        "reads go to the cluster-wide table: not wanted"
+    );
+    // n's own watch (not listed yet): reads of n's objects go there.
+    w.track(&v1, &ar, "n", "absent", &keeper);
+    w.expect_reads(Some("uid-reader"), bound("n"));
+    assert_eq!(wanted(&w), 2, "shadowed by n's own watch: wanted");
 }
