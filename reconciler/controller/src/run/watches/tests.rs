@@ -76,6 +76,27 @@ fn cm_json(name: &str) -> serde_json::Value {
         "metadata": {"name": name, "namespace": "n"}, "data": {"k": name}})
 }
 
+/// Polls `done` every 10 ms for up to 5 s (the fake API's watch delivers in its own task).
+async fn until(mut done: impl FnMut() -> bool) {
+    for _ in 0..500 {
+        if done() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Changes n/cm's data to `changed` on the fake API and waits until the watch saw it.
+async fn change_cm(fake: &crate::run::fake_api::FakeApi, w: &Arc<Watches>) {
+    let v1 = config_map("v1").0;
+    let before = w.seen_version(&v1, "n", "cm");
+    let mut changed = cm_json("cm");
+    changed["data"]["k"] = "changed".into();
+    fake.put("/api/v1/namespaces/n/configmaps/cm", changed);
+    fake.deliver();
+    until(|| w.seen_version(&v1, "n", "cm") != before).await;
+}
+
 /// Sharded, an input created a moment before the Composition that binds it is served from
 /// the copy its creation brought (no GET) and kept whole from then on, and so is one listed
 /// after a Composition here bound it; one listed while no Composition here wanted it is not
@@ -95,12 +116,7 @@ async fn a_sharded_replica_serves_an_input_created_before_its_reader_from_its_ar
     assert_eq!(w.arrived_inputs(), 1, "listed: only the wanted one is kept");
     fake.put("/api/v1/namespaces/n/configmaps/in", cm_json("in"));
     fake.deliver();
-    for _ in 0..500 {
-        if w.seen_version(&v1, "n", "in").is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    until(|| w.seen_version(&v1, "n", "in").is_some()).await;
     assert_eq!(w.arrived_inputs(), 2, "and its creation");
     w.expect_reads(None, [("n".to_string(), "in")].into_iter());
     for (c, name) in [(&reader, "in"), (&bound, "wanted")] {
@@ -176,17 +192,7 @@ async fn a_sharded_replica_keeps_what_it_reads_in_the_row_and_lets_it_go_with_it
         (0, 1),
         "a copy of another version than the row's is not kept"
     );
-    let before = w.seen_version(&v1, "n", "cm");
-    let mut changed = cm_json("cm");
-    changed["data"]["k"] = "changed".into();
-    fake.put("/api/v1/namespaces/n/configmaps/cm", changed);
-    fake.deliver();
-    for _ in 0..500 {
-        if w.seen_version(&v1, "n", "cm") != before {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    change_cm(&fake, &w).await;
     assert_eq!(w.input_objects(), (1, 0), "the watch's copy is kept whole");
     let got = w.input(&v1, "n", "cm").await.flatten().expect("served");
     assert_eq!(got.data["data"]["k"], "changed");
@@ -206,28 +212,13 @@ async fn a_sharded_replica_keeps_a_read_object_whole_in_one_table() {
     w.track(&v1, &ar, "n", "cm", &reader);
     w.serve(&v1, "n", "cm", &reader);
     assert!(w.input(&v1, "n", "cm").await.flatten().is_some());
-    for _ in 0..500 {
-        if w.input_objects() == (1, 1) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    until(|| w.input_objects() == (1, 1)).await;
     assert_eq!(
         w.input_objects(),
         (1, 1),
         "whole in the namespace's table, a stub cluster-wide"
     );
-    let before = w.seen_version(&v1, "n", "cm");
-    let mut changed = cm_json("cm");
-    changed["data"]["k"] = "changed".into();
-    fake.put("/api/v1/namespaces/n/configmaps/cm", changed);
-    fake.deliver();
-    for _ in 0..500 {
-        if w.seen_version(&v1, "n", "cm") != before {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    change_cm(&fake, &w).await;
     // Both watches have had their turn at the change.
     tokio::time::sleep(Duration::from_millis(100)).await;
     w.prune_whole();
