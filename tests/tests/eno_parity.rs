@@ -178,15 +178,12 @@ async fn the_synthesizer_gets_enos_environment_and_cannot_be_lied_to() {
     );
     assert_eq!(seen["COMPOSITION_NAMESPACE"], env.namespace);
     let comps: Api<Composition> = env.api();
-    let uuid = comps
-        .get("envy")
-        .await
-        .unwrap()
-        .status
-        .unwrap()
-        .current_synthesis
-        .unwrap()
-        .uuid;
+    // The output is applied before the pass's status write records the synthesis.
+    let uuid = eventually("the synthesis in the status", WAIT, || async {
+        let c = comps.get("envy").await.ok()?;
+        Some(c.status?.current_synthesis?.uuid)
+    })
+    .await;
     assert_eq!(seen["SYNTHESIS_UUID"], uuid, "the synthesis's own UUID");
 }
 
