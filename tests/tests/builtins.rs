@@ -1034,15 +1034,24 @@ async fn quota_aggregates_usage_over_selected_namespaces_and_follows_changes() {
     let gauge = format!(
         "pac_quota_controller_crq_total_usage{{crq_name=\"{t}\",resource=\"requests.cpu\"}} 0.06"
     );
-    eventually("the usage gauge (600m of 10)", WAIT, || async {
+    // b left the quota: the usage series of its namespace went with it.
+    let of_b = format!("pac_quota_controller_crq_usage{{crq_name=\"{t}\",namespace=\"{b}\"");
+    eventually("the usage gauge (600m of 10), none for b", WAIT, || async {
         let (_, body) = harness::http_get(port, "/metrics");
-        body.contains(&gauge).then_some(())
+        (body.contains(&gauge) && !body.contains(&of_b)).then_some(())
     })
     .await;
 
     scoped_quota(&env, &crqs).await;
 
+    // A deleted quota leaves no usage series.
     harness::delete_and_wait(&crqs, &t).await;
+    let of_t = format!("crq_name=\"{t}\"");
+    eventually("no usage series of the deleted quota", WAIT, || async {
+        let (_, body) = harness::http_get(port, "/metrics");
+        (!body.contains(&of_t)).then_some(())
+    })
+    .await;
     let _ = rcs.delete(&t, &DeleteParams::default()).await;
     let nss: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(c.clone());
     for n in [&a, &b, &x] {

@@ -134,6 +134,7 @@ impl Context {
         if let Some(uid) = uid {
             self.state.memory.forget(uid);
             self.plans.remove(uid);
+            self.report.metrics.quota.forget(uid);
         }
         self.state.clear_pass_failures(comp);
         self.caches.watches.rest.forget(comp, uid);
@@ -185,6 +186,7 @@ impl Context {
         for uid in &gone {
             self.state.memory.forget(uid);
             self.plans.remove(uid);
+            self.report.metrics.quota.forget(uid);
         }
         // Slices created a while ago are no longer served from memory.
         for uid in self.state.memory.uids() {

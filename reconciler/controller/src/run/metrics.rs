@@ -17,6 +17,7 @@ use prometheus_client::registry::Registry;
 
 pub use super::labels::*;
 
+pub mod quota;
 pub mod rollout;
 
 /// Every metric of the controller (clones share the same series).
@@ -73,12 +74,9 @@ pub struct Metrics {
     pub shard_reconciles: Family<ShardLabel, Counter>,
     /// Managed objects in the metadata cache of each shard held here.
     pub shard_managed_objects: Family<ShardLabel, Gauge>,
-    /// The quota built-in: used / hard per quota, namespace and resource
-    /// (`pac_quota_controller_crq_usage`, upstream's name).
-    pub crq_usage: Family<CrqNamespaceLabels, FloatGauge>,
-    /// The quota built-in: used / hard per quota and resource, all namespaces
-    /// (`pac_quota_controller_crq_total_usage`).
-    pub crq_total_usage: Family<CrqLabels, FloatGauge>,
+    /// The quota built-in: used / hard per quota (and namespace) and resource, upstream's
+    /// `pac_quota_controller_crq_usage` and `pac_quota_controller_crq_total_usage`.
+    pub quota: quota::QuotaGauges,
     /// How many shards Compositions are split into (`--shards`).
     pub shards_configured: Gauge,
     /// Per-Composition health series and `enoki_build_info`.
@@ -118,8 +116,7 @@ impl Metrics {
             shard_compositions: Family::default(),
             shard_reconciles: Family::default(),
             shard_managed_objects: Family::default(),
-            crq_usage: Family::default(),
-            crq_total_usage: Family::default(),
+            quota: quota::QuotaGauges::register(registry),
             shards_configured: Gauge::default(),
             health: super::health::Health::register(registry),
             queue: super::queue::Queue::register(registry),
@@ -130,7 +127,6 @@ impl Metrics {
         m.register_reconciles(registry);
         m.register_caches(registry);
         m.register_shards(registry);
-        m.register_quota(registry);
         m
     }
 
@@ -273,20 +269,6 @@ impl Metrics {
             "enoki_shard_reconciles",
             "Composition reconciles by each shard held by this replica",
             self.shard_reconciles.clone(),
-        );
-    }
-
-    /// The quota built-in's usage gauges (upstream's names).
-    fn register_quota(&self, registry: &mut Registry) {
-        registry.register(
-            "pac_quota_controller_crq_usage",
-            "Current usage of a resource for a ClusterResourceQuota in a namespace (used/hard)",
-            self.crq_usage.clone(),
-        );
-        registry.register(
-            "pac_quota_controller_crq_total_usage",
-            "Aggregated usage of a resource across all namespaces for a ClusterResourceQuota (used/hard)",
-            self.crq_total_usage.clone(),
         );
     }
 

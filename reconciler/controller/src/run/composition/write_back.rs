@@ -13,8 +13,9 @@ use crds::Composition;
 use crds::names::{FIELD_MANAGER, reasons};
 
 /// The quota built-in's usage gauges, from the status it writes back (upstream exports them
-/// from its reconcile; here the status is the computation's result).
-fn record_quota_usage(report: &crate::run::context::Reporter, desired: &serde_json::Value) {
+/// from its reconcile; here the status is the computation's result): exactly the series of
+/// this status, so a namespace or resource it no longer lists loses its series.
+fn record_quota_usage(report: &crate::run::context::Reporter, uid: &str, desired: &Value) {
     let (group, _, kind) = builtins::quota::FOR;
     let api_version = desired["apiVersion"].as_str().unwrap_or_default();
     if desired["kind"] != kind || !api_version.starts_with(&format!("{group}/")) {
@@ -22,21 +23,25 @@ fn record_quota_usage(report: &crate::run::context::Reporter, desired: &serde_js
     }
     let name = desired["metadata"]["name"].as_str().unwrap_or_default();
     let (per_ns, total) = builtins::quota::usage_ratios(&desired["status"]);
-    for (namespace, resource, r) in per_ns {
+    let per_ns = per_ns.into_iter().map(|(namespace, resource, r)| {
         let labels = crate::run::metrics::CrqNamespaceLabels {
             crq_name: name.to_string(),
             namespace,
             resource,
         };
-        report.metrics.crq_usage.get_or_create(&labels).set(r);
-    }
-    for (resource, r) in total {
+        (labels, r)
+    });
+    let total = total.into_iter().map(|(resource, r)| {
         let labels = crate::run::metrics::CrqLabels {
             crq_name: name.to_string(),
             resource,
         };
-        report.metrics.crq_total_usage.get_or_create(&labels).set(r);
-    }
+        (labels, r)
+    });
+    report
+        .metrics
+        .quota
+        .record(uid, per_ns.collect(), total.collect());
 }
 
 /// Instance mode: applies the current synthesis's status write-back to the instance.
@@ -53,7 +58,7 @@ pub(super) async fn write_back(
     let (Some(desired), Some(me)) = (pending, instance) else {
         return;
     };
-    record_quota_usage(&ctx.report, &desired);
+    record_quota_usage(&ctx.report, uid, &desired);
     if let Err(e) = write_back_status(&ctx.clusters, &desired, me).await {
         let chain = super::super::error::chain(&e);
         tracing::warn!(error = %chain, "status write-back failed");
