@@ -1035,10 +1035,10 @@ async fn quota_aggregates_usage_over_selected_namespaces_and_follows_changes() {
         "pac_quota_controller_crq_total_usage{{crq_name=\"{t}\",resource=\"requests.cpu\"}} 0.06"
     );
     // b left the quota: the usage series of its namespace went with it.
-    let of_b = format!("pac_quota_controller_crq_usage{{crq_name=\"{t}\",namespace=\"{b}\"");
+    let of_b = usage_series_of(&t, &b);
     eventually("the usage gauge (600m of 10), none for b", WAIT, || async {
-        let (_, body) = harness::http_get(port, "/metrics");
-        (body.contains(&gauge) && !body.contains(&of_b)).then_some(())
+        let (code, body) = harness::http_get(port, "/metrics");
+        (code == 200 && body.contains(&gauge) && !body.contains(&of_b)).then_some(())
     })
     .await;
 
@@ -1048,8 +1048,8 @@ async fn quota_aggregates_usage_over_selected_namespaces_and_follows_changes() {
     harness::delete_and_wait(&crqs, &t).await;
     let of_t = format!("crq_name=\"{t}\"");
     eventually("no usage series of the deleted quota", WAIT, || async {
-        let (_, body) = harness::http_get(port, "/metrics");
-        (!body.contains(&of_t)).then_some(())
+        let (code, body) = harness::http_get(port, "/metrics");
+        (code == 200 && body.contains("enoki_build_info") && !body.contains(&of_t)).then_some(())
     })
     .await;
     let _ = rcs.delete(&t, &DeleteParams::default()).await;
@@ -1195,6 +1195,15 @@ async fn quota_follows_changes(
     })
     .await;
 
+    // b's usage has a series of its own (until b leaves the quota, below).
+    let port = enoki.metrics_port.unwrap();
+    let of_b = usage_series_of(t, b);
+    eventually("a usage series for b", WAIT, || async {
+        let (_, body) = harness::http_get(port, "/metrics");
+        body.contains(&of_b).then_some(())
+    })
+    .await;
+
     // Relabelling a namespace moves its usage out.
     let nss: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(c.clone());
     nss.patch(
@@ -1211,6 +1220,11 @@ async fn quota_follows_changes(
             .then_some(())
     })
     .await;
+}
+
+/// The start of the per-namespace usage series of quota `crq` in `namespace`.
+fn usage_series_of(crq: &str, namespace: &str) -> String {
+    format!("pac_quota_controller_crq_usage{{crq_name=\"{crq}\",namespace=\"{namespace}\"")
 }
 
 /// An Event on `kind/name` with `reason` whose note contains `note`.

@@ -13,8 +13,9 @@ use crds::Composition;
 use crds::names::{FIELD_MANAGER, reasons};
 
 /// The quota built-in's usage gauges, from the status it writes back (upstream exports them
-/// from its reconcile; here the status is the computation's result): exactly the series of
-/// this status, so a namespace or resource it no longer lists loses its series.
+/// from its reconcile; here the status is the computation's result), once it is written:
+/// exactly the series of this status, so a namespace or resource it no longer lists loses
+/// its series.
 fn record_quota_usage(report: &crate::run::context::Reporter, uid: &str, desired: &Value) {
     let (group, _, kind) = builtins::quota::FOR;
     let api_version = desired["apiVersion"].as_str().unwrap_or_default();
@@ -58,13 +59,15 @@ pub(super) async fn write_back(
     let (Some(desired), Some(me)) = (pending, instance) else {
         return;
     };
-    record_quota_usage(&ctx.report, uid, &desired);
-    if let Err(e) = write_back_status(&ctx.clusters, &desired, me).await {
-        let chain = super::super::error::chain(&e);
-        tracing::warn!(error = %chain, "status write-back failed");
-        ctx.report
-            .event(comp, true, reasons::APPLY_FAILED, "WriteBackStatus", chain)
-            .await;
+    match write_back_status(&ctx.clusters, &desired, me).await {
+        Ok(_) => record_quota_usage(&ctx.report, uid, &desired),
+        Err(e) => {
+            let chain = super::super::error::chain(&e);
+            tracing::warn!(error = %chain, "status write-back failed");
+            ctx.report
+                .event(comp, true, reasons::APPLY_FAILED, "WriteBackStatus", chain)
+                .await;
+        }
     }
 }
 

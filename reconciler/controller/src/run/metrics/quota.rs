@@ -4,7 +4,7 @@
 //! leaves a quota's status loses its series at the next write-back, and a deleted quota (its
 //! implicit Composition forgotten) loses all of them: none keeps reporting a stale ratio.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use prometheus_client::metrics::family::Family;
@@ -13,10 +13,20 @@ use prometheus_client::registry::Registry;
 use super::{CrqLabels, CrqNamespaceLabels, FloatGauge};
 
 /// The series one Composition set.
-#[derive(Default)]
+#[derive(Default, PartialEq)]
 struct Series {
-    per_namespace: Vec<CrqNamespaceLabels>,
-    total: Vec<CrqLabels>,
+    per_namespace: HashSet<CrqNamespaceLabels>,
+    total: HashSet<CrqLabels>,
+}
+
+/// Who set which series: a series is removed only by the Composition that set it last (two
+/// Compositions can name the same quota: an explicit one bound to it, or a quota recreated
+/// under its name while the old one's Composition is still forgotten).
+#[derive(Default)]
+struct Owners {
+    by_composition: HashMap<String, Series>,
+    per_namespace: HashMap<CrqNamespaceLabels, String>,
+    total: HashMap<CrqLabels, String>,
 }
 
 /// The two gauge families and who set which series (clones share both).
@@ -24,7 +34,7 @@ struct Series {
 pub struct QuotaGauges {
     per_namespace: Family<CrqNamespaceLabels, FloatGauge>,
     total: Family<CrqLabels, FloatGauge>,
-    set_by: Arc<parking_lot::Mutex<HashMap<String, Series>>>,
+    owners: Arc<parking_lot::Mutex<Owners>>,
 }
 
 impl QuotaGauges {
@@ -45,46 +55,55 @@ impl QuotaGauges {
     }
 
     /// Sets the series of the Composition of `uid` to exactly these: the ones it set before
-    /// and does not set now are removed.
+    /// and does not set now are removed (unless another Composition set them since).
     pub fn record(
         &self,
         uid: &str,
         per_namespace: Vec<(CrqNamespaceLabels, f64)>,
         total: Vec<(CrqLabels, f64)>,
     ) {
-        let mut set_by = self.set_by.lock();
-        let before = set_by.remove(uid).unwrap_or_default();
+        let mut owners = self.owners.lock();
         let mut now = Series::default();
         for (labels, ratio) in per_namespace {
             self.per_namespace.get_or_create(&labels).set(ratio);
-            now.per_namespace.push(labels);
+            owners.per_namespace.insert(labels.clone(), uid.to_string());
+            now.per_namespace.insert(labels);
         }
         for (labels, ratio) in total {
             self.total.get_or_create(&labels).set(ratio);
-            now.total.push(labels);
+            owners.total.insert(labels.clone(), uid.to_string());
+            now.total.insert(labels);
         }
-        for gone in before.per_namespace {
-            if !now.per_namespace.contains(&gone) {
-                self.per_namespace.remove(&gone);
-            }
-        }
-        for gone in before.total {
-            if !now.total.contains(&gone) {
-                self.total.remove(&gone);
-            }
-        }
-        if !now.per_namespace.is_empty() || !now.total.is_empty() {
-            set_by.insert(uid.to_string(), now);
+        let before = owners.by_composition.remove(uid).unwrap_or_default();
+        let gone = Series {
+            per_namespace: &before.per_namespace - &now.per_namespace,
+            total: &before.total - &now.total,
+        };
+        self.remove(&mut owners, uid, gone);
+        if now != Series::default() {
+            owners.by_composition.insert(uid.to_string(), now);
         }
     }
 
     /// Removes every series the Composition of `uid` set (it is deleted or gone).
     pub fn forget(&self, uid: &str) {
-        if let Some(gone) = self.set_by.lock().remove(uid) {
-            for labels in gone.per_namespace {
+        let mut owners = self.owners.lock();
+        if let Some(gone) = owners.by_composition.remove(uid) {
+            self.remove(&mut owners, uid, gone);
+        }
+    }
+
+    /// Removes the series of `gone` that `uid` set last.
+    fn remove(&self, owners: &mut Owners, uid: &str, gone: Series) {
+        for labels in gone.per_namespace {
+            if owners.per_namespace.get(&labels).is_some_and(|o| o == uid) {
+                owners.per_namespace.remove(&labels);
                 self.per_namespace.remove(&labels);
             }
-            for labels in gone.total {
+        }
+        for labels in gone.total {
+            if owners.total.get(&labels).is_some_and(|o| o == uid) {
+                owners.total.remove(&labels);
                 self.total.remove(&labels);
             }
         }
@@ -148,6 +167,32 @@ mod tests {
         assert!(text.contains(r#"crq_usage{crq_name="r",namespace="a",resource="pods"} 1.0"#));
         q.forget("u2");
         q.forget("never-recorded");
+        assert!(!served(&registry).contains("crq_name"));
+    }
+
+    #[test]
+    fn a_series_another_composition_set_since_is_left_to_it() {
+        let mut registry = Registry::default();
+        let q = QuotaGauges::register(&mut registry);
+        q.record(
+            "old",
+            vec![(ns("q", "a"), 0.5)],
+            vec![(total("q", "pods"), 0.5)],
+        );
+        // The quota recreated under its name: its new Composition sets the same series.
+        q.record(
+            "new",
+            vec![(ns("q", "a"), 0.7)],
+            vec![(total("q", "pods"), 0.7)],
+        );
+        q.forget("old");
+        let text = served(&registry);
+        assert!(text.contains(r#"crq_usage{crq_name="q",namespace="a",resource="pods"} 0.7"#));
+        assert!(text.contains(r#"crq_total_usage{crq_name="q",resource="pods"} 0.7"#));
+        // The new one's own changes still remove what it set.
+        q.record("new", vec![], vec![(total("q", "pods"), 0.7)]);
+        assert!(!served(&registry).contains(r#"namespace="a""#));
+        q.forget("new");
         assert!(!served(&registry).contains("crq_name"));
     }
 }
