@@ -324,9 +324,37 @@ pub(super) async fn shards() {
     );
     println!("| --- | --- | --- | --- | --- | --- |");
     let unsharded = Unsharded::mean_of(&base);
+    rows(&base, &sharded, &unsharded);
+    let sharded_time = mean(sharded.iter().map(|(_, f)| f.time.as_secs_f64()));
+    let warm_shares = shares_of(&sharded, |r| (r.rss - r.warm) / unsharded.warm);
+    // Both sharded replicas hold the fleet once and a process's fixed base twice.
+    let anon = mean(
+        sharded
+            .iter()
+            .map(|(_, f)| f.replicas.iter().map(|r| r.anon).sum::<f64>() - unsharded.anon_total),
+    );
+    let heap_shares = shares_of(&sharded, |r| (r.heap.0 - r.warm_heap) / unsharded.heap);
+    println!(
+        "\nMeans: all Ready {:.1} s unsharded, {sharded_time:.1} s sharded: {:.2}x; each sharded \
+         replica's memory above its warm base against the unsharded mean: {}; its allocator's \
+         heap in use above the warm base's: {}; the sharded replicas' anonymous RSS together \
+         above the unsharded replica's (a second process's fixed base, the second replica's \
+         warm-up Compositions, each replica's stubs of the other's inputs): {anon:.0} MiB",
+        unsharded.time,
+        sharded_time / unsharded.time,
+        warm_shares,
+        heap_shares
+    );
+}
+
+/// One fleet and its order in the run.
+type Run = (usize, Fleet);
+
+/// The table's rows: each fleet in the order of the run, unsharded first.
+fn rows(base: &[Run], sharded: &[Run], unsharded: &Unsharded) {
     for (name, runs) in [
-        ("1 replica, unsharded", &base),
-        ("2 replicas, `--shards 4`", &sharded),
+        ("1 replica, unsharded", base),
+        ("2 replicas, `--shards 4`", sharded),
     ] {
         for (order, f) in runs {
             let per_replica: Vec<String> = f.replicas.iter().map(|r| unsharded.share(r)).collect();
@@ -344,50 +372,23 @@ pub(super) async fn shards() {
             );
         }
     }
-    let sharded_time = mean(sharded.iter().map(|(_, f)| f.time.as_secs_f64()));
-    let warm_shares: Vec<String> = sharded
-        .iter()
-        .map(|(order, f)| {
-            let shares: Vec<String> = f
-                .replicas
-                .iter()
-                .map(|r| format!("{:.2}x", (r.rss - r.warm) / unsharded.warm))
-                .collect();
-            format!("({order}) {}", shares.join(", "))
-        })
-        .collect();
-    // Both sharded replicas hold the fleet once and a process's fixed base twice.
-    let anon = mean(
-        sharded
-            .iter()
-            .map(|(_, f)| f.replicas.iter().map(|r| r.anon).sum::<f64>() - unsharded.anon_total),
-    );
-    let heap_shares: Vec<String> = sharded
-        .iter()
-        .map(|(order, f)| {
-            let shares: Vec<String> = f
-                .replicas
-                .iter()
-                .map(|r| format!("{:.2}x", (r.heap.0 - r.warm_heap) / unsharded.heap))
-                .collect();
-            format!("({order}) {}", shares.join(", "))
-        })
-        .collect();
-    println!(
-        "\nMeans: all Ready {:.1} s unsharded, {sharded_time:.1} s sharded: {:.2}x; each sharded \
-         replica's memory above its warm base against the unsharded mean: {}; its allocator's \
-         heap in use above the warm base's: {}; the sharded replicas' anonymous RSS together \
-         above the unsharded replica's (a second process's fixed base, the second replica's \
-         warm-up Compositions, each replica's stubs of the other's inputs): {anon:.0} MiB",
-        unsharded.time,
-        sharded_time / unsharded.time,
-        warm_shares.join("; "),
-        heap_shares.join("; ")
-    );
 }
 
-/// One fleet and its order in the run.
-type Run = (usize, Fleet);
+/// `share` of each replica of each sharded fleet: "(order) 0.50x, 0.51x; …".
+fn shares_of(sharded: &[Run], share: impl Fn(&ReplicaFigures) -> f64) -> String {
+    let fleets: Vec<String> = sharded
+        .iter()
+        .map(|(order, f)| {
+            let shares: Vec<String> = f
+                .replicas
+                .iter()
+                .map(|r| format!("{:.2}x", share(r)))
+                .collect();
+            format!("({order}) {}", shares.join(", "))
+        })
+        .collect();
+    fleets.join("; ")
+}
 
 fn mean(xs: impl Iterator<Item = f64>) -> f64 {
     let (sum, n) = xs.fold((0.0, 0.0), |(s, n), x| (s + x, n + 1.0));
