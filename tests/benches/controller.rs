@@ -171,6 +171,19 @@ async fn warm_up(env: &TestEnv, synth: &str, count: usize) {
     tokio::time::sleep(Duration::from_secs(20)).await;
 }
 
+/// Creates a fleet's inputs and Compositions (`comp-<i>` of `per` ConfigMaps each) from 16
+/// clients.
+pub(crate) async fn create_fleet(env: &TestEnv, synth: &str, comps: usize, per: usize) {
+    futures::stream::iter(0..comps)
+        .for_each_concurrent(16, |i| async move {
+            let cm = format!("items-{i}");
+            let objects = items(&format!("c{i}-"), per);
+            harness::set_echo_items(env, &cm, &Value::Array(objects)).await;
+            harness::apply_composition(env, &format!("comp-{i}"), synth, &cm, json!({})).await;
+        })
+        .await;
+}
+
 /// Deletes every object of `api` that `selected` selects: a collection of 50,000 may outlast
 /// one request's timeout, so again until none is left.
 async fn delete_all<K>(api: &Api<K>, selected: &ListParams, what: &str)

@@ -118,18 +118,6 @@ async fn fleet_floors(comps: usize, per: usize) -> (Duration, Duration) {
     (floor, protocol)
 }
 
-/// Creates the fleet's inputs and Compositions from 16 clients.
-async fn create_fleet(env: &TestEnv, synth: &str, comps: usize, per: usize) {
-    futures::stream::iter(0..comps)
-        .for_each_concurrent(16, |i| async move {
-            let cm = format!("items-{i}");
-            let objects = items(&format!("c{i}-"), per);
-            harness::set_echo_items(env, &cm, &Value::Array(objects)).await;
-            harness::apply_composition(env, &format!("comp-{i}"), synth, &cm, json!({})).await;
-        })
-        .await;
-}
-
 /// Prints the many case's table.
 fn report(m: &Many) {
     let (comps, per) = (m.comps, m.per);

@@ -81,14 +81,7 @@ async fn fleet(
     // Marks the clock's start for whoever profiles the control plane meanwhile.
     eprintln!("shards: fleet of {replicas} replica(s) started");
     let start = Instant::now();
-    futures::stream::iter(0..comps)
-        .for_each_concurrent(16, |i| async move {
-            let cm = format!("items-{i}");
-            let objects = items(&format!("c{i}-"), per);
-            harness::set_echo_items(envr, &cm, &Value::Array(objects)).await;
-            harness::apply_composition(envr, &format!("comp-{i}"), synth, &cm, json!({})).await;
-        })
-        .await;
+    create_fleet(envr, synth, comps, per).await;
     loop {
         let ready = counter.ready().saturating_sub(warm_count);
         if ready == comps {
