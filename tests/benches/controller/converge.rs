@@ -10,6 +10,9 @@ struct Floors {
     best: Duration,
     best_cpu: [f64; 3],
     protocol: Duration,
+    /// The namespaces of `kubectl apply` and the protocol floor, kept until the case ends
+    /// (a dropped one is deleted with its objects, load enoki's runs would share).
+    _kept: [TestEnv; 2],
 }
 
 pub(crate) async fn converge_and_steady(run_steady: bool) {
@@ -71,11 +74,12 @@ async fn floors_of(objects: &[Value], n: usize) -> Floors {
         best,
         best_cpu: floor_cpu[best_i],
         protocol,
+        _kept: [penv, env],
     }
 }
 
 /// enoki converging the Composition of `objects` at `--apply-concurrency apply_concurrency`
-/// (printed as rows), with the CPU per write and the steady state at 32.
+/// (printed as rows); at 32 also the CPU per write, and the steady state when `run_steady`.
 async fn enoki_converges(
     objects: &[Value],
     floors: &Floors,

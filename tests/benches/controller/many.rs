@@ -27,7 +27,8 @@ struct Many {
 pub(crate) async fn many() {
     let comps = count_from_env("BENCH_MANY", 10_000);
     let per = 10;
-    let (floor, protocol) = fleet_floors(comps, per).await;
+    // The floors' namespaces are kept until the case ends, as the fleet's is.
+    let (floor, protocol, _floor_envs) = fleet_floors(comps, per).await;
     let env = TestEnv::new().await;
     let synth = install_synthesizer(&env, "echo", &echo_module()).await;
     let concurrency = count_from_env("BENCH_CONCURRENCY", 8).to_string();
@@ -101,8 +102,9 @@ pub(crate) async fn many() {
 }
 
 /// The raw floor (the fleet's objects server-side applied by a plain client at 32 in flight,
-/// the best of the converge case, in a namespace of their own) and the protocol floor.
-async fn fleet_floors(comps: usize, per: usize) -> (Duration, Duration) {
+/// the best of the converge case, in a namespace of their own) and the protocol floor, with
+/// the two namespaces.
+async fn fleet_floors(comps: usize, per: usize) -> (Duration, Duration, [TestEnv; 2]) {
     let floor_env = TestEnv::new().await;
     let all_objects: Vec<Value> = (0..comps)
         .flat_map(|i| items(&format!("c{i}-"), per))
@@ -115,7 +117,7 @@ async fn fleet_floors(comps: usize, per: usize) -> (Duration, Duration) {
     delete_all(&floor_cms, &created_here(), "raw floor's ConfigMaps").await;
     let protocol_env = TestEnv::new().await;
     let protocol = protocol_floor(&protocol_env, comps, per, 32).await;
-    (floor, protocol)
+    (floor, protocol, [protocol_env, floor_env])
 }
 
 /// Prints the many case's table.
