@@ -30,7 +30,9 @@
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use harness::{Enoki, TestEnv, echo_module, install_crds, install_synthesizer};
+use harness::{
+    Enoki, TestEnv, anon_rss_mib, echo_module, install_crds, install_synthesizer, status_mib,
+};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};

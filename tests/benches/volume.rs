@@ -23,7 +23,9 @@
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use harness::{Enoki, TestEnv, echo_module, install_crds, install_synthesizer};
+use harness::{
+    Enoki, TestEnv, anon_rss_mib, echo_module, install_crds, install_synthesizer, status_mib,
+};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::json;
@@ -33,23 +35,6 @@ fn env_or(name: &str, default: usize) -> usize {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-/// Anonymous RSS of `pid` in MiB.
-fn anon_rss_mib(pid: u32) -> f64 {
-    status_mib(pid, "RssAnon:")
-}
-
-/// A memory figure of `/proc/<pid>/status` (`RssAnon:`, `VmHWM:`) in MiB.
-fn status_mib(pid: u32, field: &str) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find(|l| l.starts_with(field))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse::<f64>().ok())
-        .unwrap_or(0.0)
-        / 1024.0
 }
 
 /// Creates `n` Compositions of `synth`, each bound to its own ConfigMap with `data`.

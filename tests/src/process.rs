@@ -399,3 +399,21 @@ pub fn enoki_cli_text(args: &[&str]) -> (i32, String) {
         ),
     )
 }
+
+/// A `/proc/<pid>/status` field given in kB (`VmRSS:`, `VmHWM:`, `RssAnon:`), in MiB; 0 when
+/// the process or the field is gone.
+pub fn status_mib(pid: u32, field: &str) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with(field))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or(0.0)
+        / 1024.0
+}
+
+/// Anonymous RSS of `pid` in MiB (the heap and stacks; without the binary's mapped code).
+pub fn anon_rss_mib(pid: u32) -> f64 {
+    status_mib(pid, "RssAnon:")
+}

@@ -38,26 +38,9 @@ pub(crate) fn pids_named(names: &[&str]) -> Vec<u32> {
         .collect()
 }
 
-/// A `/proc/<pid>/status` field (`key` with its colon, in KiB) in MiB; 0 when unreadable.
-pub(crate) fn status_mib(pid: u32, key: &str) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find(|l| l.starts_with(key))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse::<f64>().ok())
-        .unwrap_or(0.0)
-        / 1024.0
-}
-
 /// (current RSS, peak RSS) in MiB.
 pub(crate) fn rss_mib(pid: u32) -> (f64, f64) {
     (status_mib(pid, "VmRSS:"), status_mib(pid, "VmHWM:"))
-}
-
-/// Anonymous RSS in MiB (the heap and stacks; without the binary's mapped code).
-pub(crate) fn anon_rss_mib(pid: u32) -> f64 {
-    status_mib(pid, "RssAnon:")
 }
 
 /// The pids of the control plane's API server and etcd (`$TESTENV_DIR/*.pid`).

@@ -126,10 +126,7 @@ mod tests {
             Err(SynthesisError::Host(HostError::Timeout { .. })) => {}
             other => panic!("{other:?}"),
         }
-        assert!(
-            started.elapsed() < Duration::from_secs(2),
-            "not waited out"
-        );
+        assert!(started.elapsed() < Duration::from_secs(2), "not waited out");
         match run(wide, STDIN, limits(Duration::from_secs(5), 1024)) {
             Err(SynthesisError::Host(HostError::OutputTooLarge { limit: 1024 })) => {}
             other => panic!("{other:?}"),
