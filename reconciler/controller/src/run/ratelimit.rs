@@ -275,9 +275,10 @@ mod tests {
         let b = Bucket::new(10.0, 3).unwrap();
         let taken: Vec<Result<(), Duration>> = (0..5).map(|_| b.try_take()).collect();
         assert!(taken[..3].iter().all(Result::is_ok), "{taken:?}");
-        // No token left: about 0.1 s until the next, and asking again takes none.
+        // No token left: at most 0.1 s until the next (less by the time the takes took, which a
+        // loaded machine can stretch), and asking again takes none.
         let wait = taken[3].unwrap_err();
-        assert!(wait > Duration::from_millis(50) && wait <= Duration::from_millis(100));
+        assert!(wait > Duration::ZERO && wait <= Duration::from_millis(100));
         assert!(taken[4].unwrap_err() <= Duration::from_millis(100));
         // The slowest bucket still gives a finite wait.
         let slow = Bucket::new(MIN_QPS, 1).unwrap();
