@@ -152,13 +152,16 @@ const UNTHROTTLED: [&str; 4] = [
     "0",
 ];
 
-/// Applies `count` Compositions of one ConfigMap each and waits until they are Ready (5
-/// minutes at most), then for a sweep (every 15 s) to settle the caches.
-async fn warm_up(env: &TestEnv, synth: &str, count: usize) {
+/// Applies `count` Compositions of `per` ConfigMaps each (the fleet's shape, so what a process
+/// keeps after its first syntheses and applies of that size is in its warm base) and waits
+/// until they are Ready (5 minutes at most), then for a sweep (every 15 s) to settle the
+/// caches.
+async fn warm_up(env: &TestEnv, synth: &str, count: usize, per: usize) {
     futures::stream::iter(0..count)
         .for_each_concurrent(16, |i| async move {
             let cm = format!("warm-items-{i}");
-            harness::set_echo_items(env, &cm, &Value::Array(items(&format!("w{i}-"), 1))).await;
+            let objects = items(&format!("w{i}-"), per);
+            harness::set_echo_items(env, &cm, &Value::Array(objects)).await;
             harness::apply_composition(env, &format!("warm-{i}"), synth, &cm, json!({})).await;
         })
         .await;

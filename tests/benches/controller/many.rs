@@ -41,7 +41,7 @@ pub(crate) async fn many() {
     let (_, rss_idle) = rss_mib(enoki.pid());
     // The fixed base, as in the shards case: WARM Compositions make enoki compile and load
     // the module, run its instance pool and start its watches before the clock starts.
-    warm_up(&env, &synth, WARM).await;
+    warm_up(&env, &synth, WARM, per).await;
     let (rss_warm, _) = rss_mib(enoki.pid());
     let since = harness::now_rfc3339();
     let start = Instant::now();

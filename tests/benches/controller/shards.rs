@@ -70,7 +70,7 @@ async fn fleet(
     // every replica compile and load the module, run its instance pool and start its
     // watches; what that costs does not grow with the fleet.
     let warm_count = WARM * replicas;
-    warm_up(envr, synth, warm_count).await;
+    warm_up(envr, synth, warm_count, per).await;
     let warm: Vec<(f64, f64)> = fleet
         .iter()
         .map(|e| (rss_mib(e.pid()).0, heap_mib(e).0))
@@ -289,13 +289,19 @@ async fn control_plane_idle() {
 
 /// The shards case: `BENCH_SHARDS_ROUNDS` (2) rounds of the two fleets, in alternating order
 /// (unsharded first, then sharded first): what drifts along a run (etcd's history, the page
-/// cache) falls on both setups alike, evenly with an even number of rounds. Ratios are
-/// against the unsharded fleets' mean.
+/// cache) falls on both setups alike, evenly with an even number of rounds. Before them a
+/// priming fleet of the same size, measured by no one, is reconciled and deleted, so every
+/// measured fleet follows the deletion of one (`BENCH_SHARDS_PRIME=0` leaves it out). Ratios
+/// are against the unsharded fleets' mean.
 pub(super) async fn shards() {
     let (comps, per) = (count_from_env("BENCH_SHARDS", 5_000), 10);
     let rounds = count_from_env("BENCH_SHARDS_ROUNDS", 2);
     let (mut base, mut sharded): (Vec<Run>, Vec<Run>) = (Vec::new(), Vec::new());
     let mut previous: Option<String> = None;
+    if std::env::var("BENCH_SHARDS_PRIME").as_deref() != Ok("0") {
+        eprintln!("shards: a priming fleet (not measured)");
+        previous = Some(fleet((comps, per), 1, 1, None).await.namespace);
+    }
     for order in 1..=2 * rounds {
         // Rounds alternate which setup goes first: 1, 2 | 2, 1 | 1, 2 …
         let sharded_now = (order % 2 == 0) == ((order - 1) / 2 % 2 == 0);
