@@ -17,10 +17,11 @@
 //!    synthesis runs (time to exit);
 //! 5. shards (`controller/shards.rs`): 5,000 Compositions × 10 ConfigMaps (`BENCH_SHARDS`)
 //!    reconciled by one unsharded replica (the baseline) and by two replicas with
-//!    `--shards 4`, `BENCH_SHARDS_ROUNDS` (2) times in alternating order: time until all are
-//!    Ready, and per replica the shards it holds, the Compositions and managed objects it
-//!    caches, its RSS above its idle process and above its warm base (after 32 warm-up
-//!    Compositions per replica), and its allocator's heap in use.
+//!    `--shards 4`, `BENCH_SHARDS_ROUNDS` (2) times in alternating order after a priming
+//!    fleet (`BENCH_SHARDS_PRIME=0` leaves it out): time until all are Ready, and per replica
+//!    the shards it holds, the Compositions and managed objects it caches, its RSS above its
+//!    idle process and above its warm base (after 32 warm-up Compositions of the fleet's
+//!    shape per replica), and its allocator's heap in use and held free.
 //!
 //! Needs the control plane (`hack/testenv.sh up`), the echo guest (`hack/build-samples.sh`)
 //! and a release build of enoki named by `ENOKI_BIN`. `BENCH_ONLY=converge,steady,many,outage,shards`

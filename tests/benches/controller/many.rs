@@ -39,9 +39,9 @@ pub(crate) async fn many() {
     let enoki = Enoki::start_with(&env.namespace, &args);
     wait_readyz(&enoki).await;
     let (_, rss_idle) = rss_mib(enoki.pid());
-    // The fixed base, as in the shards case: WARM Compositions make enoki compile and load
-    // the module, run its instance pool and start its watches before the clock starts.
-    warm_up(&env, &synth, WARM, per).await;
+    // The fixed base: WARM Compositions of one ConfigMap make enoki compile and load the
+    // module, run its instance pool and start its watches before the clock starts.
+    warm_up(&env, &synth, WARM, 1).await;
     let (rss_warm, _) = rss_mib(enoki.pid());
     let since = harness::now_rfc3339();
     let start = Instant::now();
