@@ -36,8 +36,9 @@ crds:
 
 ## bench: controller benchmarks on a local control plane with a release build (not in CI);
 ## writes target/bench-controller.md (BENCH_ONLY=converge,steady,many,outage,shards to select;
-## BENCH_SHARDS_ROUNDS rounds of the shards case, 2 by default; BENCH_SHARDS_CONCURRENCY
-## reconciles in flight per sharded replica, 4 by default: the unsharded replica's 8 in all)
+## BENCH_SHARDS_ROUNDS rounds of the shards case, 2 by default, after a priming fleet that
+## BENCH_SHARDS_PRIME=0 leaves out; BENCH_SHARDS_CONCURRENCY reconciles in flight per sharded
+## replica, 4 by default: the unsharded replica's 8 in all)
 bench:
 	hack/bench.sh
 

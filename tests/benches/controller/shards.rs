@@ -11,9 +11,10 @@ struct ReplicaFigures {
     objects: f64,
     /// RSS once its shards were held, before any Composition existed.
     idle: f64,
-    /// RSS after the warm-up Compositions (`WARM` times the replicas, spread by UID) were
-    /// Ready: the process with the module compiled and loaded, its instance pool used and its
-    /// watches started — the fixed base the fleet's memory is counted above.
+    /// RSS after the warm-up Compositions (`WARM` times the replicas, spread by UID, each of
+    /// the fleet's shape) were Ready: the process with the module compiled and loaded, its
+    /// instance pool used, its watches started and objects applied — the fixed base the
+    /// fleet's memory is counted above.
     warm: f64,
     /// The allocator's MiB in use then.
     warm_heap: f64,
@@ -66,9 +67,9 @@ async fn fleet(
         .map(|e| (rss_mib(e.pid()).0, anon_rss_mib(e.pid())))
         .collect();
     let (envr, synth) = (&env, &synth);
-    // The warm-up: WARM Compositions per replica (spread over the shards by their UIDs) make
-    // every replica compile and load the module, run its instance pool and start its
-    // watches; what that costs does not grow with the fleet.
+    // The warm-up: WARM Compositions of the fleet's shape per replica (spread over the shards
+    // by their UIDs) make every replica compile and load the module, run its instance pool,
+    // start its watches and apply objects; what that costs does not grow with the fleet.
     let warm_count = WARM * replicas;
     warm_up(envr, synth, warm_count, per).await;
     let warm: Vec<(f64, f64)> = fleet
