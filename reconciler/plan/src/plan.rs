@@ -355,11 +355,16 @@ impl<'a> Pass<'a> {
         // A resource the next group also writes counts as ready for that group only once its
         // readiness is recorded (Eno clears a pending dependency on a recorded readiness, after
         // a pass that wrote nothing): it settles before the later one starts.
+        // A resource still waiting for its own group's turn is not ready for the next group
+        // whatever its live object says (that object is the previous synthesis's): as in
+        // Eno's tree, it becomes ready in this synthesis once written and then ready.
         let latched = recorded.is_some_and(|rec| rec.ready.is_some());
+        let waiting = matches!(op, Op::Wait { .. });
         if input.prepared.superseded_by.contains_key(key) {
             self.ready.insert(key, latched);
         } else {
-            self.ready.insert(key, readiness.is_ready());
+            self.ready
+                .insert(key, readiness.is_ready() && (latched || !waiting));
         }
         if !matches!(op, Op::Wait { .. }) {
             self.unblocked.insert(key);

@@ -97,3 +97,37 @@ fn a_patch_takes_its_targets_default_group_and_waits_for_its_crd() {
         }
     );
 }
+
+/// Eno's tree unblocks a resource's dependents on the readiness it records for it in the
+/// current synthesis, which it records only once it reconciles it: a resource still waiting
+/// for the group before it holds back the group after it, even though its live object (the
+/// previous synthesis's) is ready.
+#[test]
+fn a_waiting_resource_holds_back_the_group_after_it_whatever_its_live_object_says() {
+    let gate = deploy(
+        "gate",
+        json!({"eno.azure.io/readiness-group": "0",
+               "eno.azure.io/readiness": "self.status.ok == true"}),
+    );
+    let api = deploy("api", json!({"eno.azure.io/readiness-group": "1"}));
+    let worker = deploy("worker", json!({"eno.azure.io/readiness-group": "2"}));
+    let w = World::new(desired(&[gate.clone(), api.clone(), worker.clone()]))
+        .observe(live(&ours(&gate, "1"), "1", json!({"ok": false})))
+        .observe(ours(&api, "2"))
+        .observe(ours(&worker, "3"));
+    assert_eq!(
+        w.op_of(&api),
+        Op::Wait {
+            on: vec![key(&gate)]
+        }
+    );
+    assert_eq!(
+        w.op_of(&worker),
+        Op::Wait {
+            on: vec![key(&api)]
+        },
+        "api exists and has no checks, but waits for its turn"
+    );
+    let w = w.observe(live(&ours(&gate, "1"), "4", json!({"ok": true})));
+    assert!(!matches!(w.op_of(&api), Op::Wait { .. }));
+}
