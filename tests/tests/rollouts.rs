@@ -255,6 +255,26 @@ async fn a_version_failing_for_some_inputs_halts_after_the_canary_and_rolls_back
     assert!(status.contains("Halted (WaveFailed)"), "{status}");
 }
 
+/// (b') A version whose output enoki refuses (it emits nothing where the current synthesis
+/// has resources) failed to synthesize: the wave halts at once (`WaveFailed`), not at its
+/// deadline, and the refused Composition keeps what it has.
+#[tokio::test]
+async fn a_version_whose_output_is_refused_halts_the_wave_as_failed() {
+    let rollout = json!({"strategy": "progressive", "waveDeadline": "10m", "onFailure": "pause",
+        "canary": {"selector": {"matchLabels": {"canary": "yes"}}}});
+    let fleet = Fleet::new(3, rollout, &[0], &[0]).await;
+    fleet
+        .set_env(json!([{"name": "ECHO_EMPTY_IF", "value": "fragile"}]))
+        .await;
+    let ro = fleet.wait_phase("Halted").await;
+    assert_eq!(ro.reason.as_deref(), Some("WaveFailed"), "{ro:?}");
+    assert!(ro.failed == 1 && ro.wave == 1, "{ro:?}");
+    let s = fleet.states().await;
+    assert!(s.iter().all(|(r, ..)| *r == Some(1)), "{s:?}");
+    let cms: Api<ConfigMap> = fleet.env.api();
+    assert!(cms.get_opt("out-0").await.unwrap().is_some());
+}
+
 /// (c) A version that synthesizes but never becomes Ready halts at the wave's deadline; with
 /// `pause` the canary keeps it and the rest keep revision 1. Deleting the Synthesizer then is
 /// safe: its revisions go with it, the outputs stay, the controller runs on.

@@ -227,11 +227,12 @@ impl Context {
         self.state.memory.uids().len()
     }
 
-    /// Claims the global rollout slot (Eno's cooldown): `None` when a deferred synthesis may
-    /// start now (and the slot is taken), otherwise how long to wait. The last start is the
+    /// Claims the global rollout slot (Eno's cooldown): `Ok` (the last start before this one
+    /// and this one's, for [`Self::give_back_rollout_slot`]) when a deferred synthesis may
+    /// start now and the slot is taken, otherwise how long to wait. The last start is the
     /// later of this process's memory and the `initialized` time of the newest deferred
     /// synthesis in any Composition's status, so the cooldown survives a restart.
-    pub(crate) fn rollout_slot(&self) -> Option<Duration> {
+    pub(crate) fn rollout_slot(&self) -> Result<RolloutClaim, Duration> {
         let mut last = self.state.rollout_last.lock();
         let now = std::time::SystemTime::now();
         let persisted = self
@@ -258,13 +259,24 @@ impl Context {
         if let Some(prev) = prev {
             let since = now.duration_since(prev).unwrap_or_default();
             if since < self.opts.synthesis.rollout_cooldown {
-                return Some(self.opts.synthesis.rollout_cooldown - since);
+                return Err(self.opts.synthesis.rollout_cooldown - since);
             }
         }
-        *last = Some(now);
-        None
+        Ok((last.replace(now), now))
+    }
+
+    /// Gives back the slot a synthesis that did not start claimed: the last start is again
+    /// the one before it, unless another claim came since.
+    pub(crate) fn give_back_rollout_slot(&self, (before, at): RolloutClaim) {
+        let mut last = self.state.rollout_last.lock();
+        if *last == Some(at) {
+            *last = before;
+        }
     }
 }
+
+/// A claimed rollout slot: the last start before it, and its own.
+pub(crate) type RolloutClaim = (Option<std::time::SystemTime>, std::time::SystemTime);
 
 /// Passes that may read a synthesis's slices whole and parse them at once.
 pub(crate) const INGESTING: usize = 2;

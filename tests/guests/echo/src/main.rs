@@ -129,12 +129,18 @@ fn main() {
 
 /// What a new version of the synthesizer (its Synthesizer's `env`) changes, for rollout
 /// tests: `ECHO_FAIL_IF=<key>` fails the synthesis when the bound ConfigMap has `data.<key>`
-/// (a version that fails for some inputs); `ECHO_NEVER_READY=1` gives every item a readiness
-/// check that never passes (a version that synthesizes but never becomes Ready).
+/// (a version that fails for some inputs); `ECHO_EMPTY_IF=<key>` emits nothing for such an
+/// input (a version whose output enoki refuses); `ECHO_NEVER_READY=1` gives every item a
+/// readiness check that never passes (a version that synthesizes but never becomes Ready).
 fn version_switches(
     config: &serde_json::Value,
-    items: &mut [serde_json::Value],
+    items: &mut Vec<serde_json::Value>,
 ) -> Result<(), enoki_sdk::Error> {
+    if let Ok(key) = std::env::var("ECHO_EMPTY_IF")
+        && config.pointer(&format!("/data/{key}")).is_some()
+    {
+        items.clear();
+    }
     if let Ok(key) = std::env::var("ECHO_FAIL_IF")
         && config.pointer(&format!("/data/{key}")).is_some()
     {

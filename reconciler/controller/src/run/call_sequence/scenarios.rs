@@ -350,3 +350,17 @@ async fn an_object_another_composition_created_a_moment_ago_is_never_taken_over(
         (Some("False"), Some("Conflict"))
     );
 }
+
+/// A rollout slot claimed by a synthesis that then does not start (backoff, synthesis rates)
+/// is given back: the next Composition may take it at once. A give-back after another claim
+/// came since leaves that claim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollout_slot_given_back_is_free_again() {
+    let (_fake, ctx) = world(&["--rollout-cooldown", "1m"]);
+    let claim = ctx.rollout_slot().expect("free at start");
+    assert!(ctx.rollout_slot().is_err(), "taken for a minute");
+    ctx.give_back_rollout_slot(claim);
+    let _again = ctx.rollout_slot().expect("free once given back");
+    ctx.give_back_rollout_slot(claim);
+    assert!(ctx.rollout_slot().is_err(), "the newer claim stands");
+}

@@ -115,6 +115,7 @@ pub(super) async fn synthesize_now(
         dependencies: dependencies::block(ctx.reads(), comp).await?,
         deferred: req.deferred,
     };
+    let mut claimed = None;
     match decide::next(&seen) {
         decide::Next::Wait(wait) => {
             let retry = wait.retry(ctx.opts.apply.readiness_poll);
@@ -123,7 +124,8 @@ pub(super) async fn synthesize_now(
         }
         // A Synthesizer change alone, or a change of deferred refs only, rolls out gradually:
         // one Composition per cooldown, across all Compositions (Eno). Claimed last and
-        // atomically, so a blocked Composition never uses up a rollout slot.
+        // atomically, so a blocked Composition never uses up a rollout slot; one whose
+        // synthesis then does not start (backoff, synthesis rates) gives it back.
         decide::Next::Synthesize { claim_rollout } => {
             // A synthesis of these inputs stored but not yet recorded (its status write
             // failed) claimed its slot already: recording it claims none.
@@ -134,13 +136,15 @@ pub(super) async fn synthesize_now(
                 .synthesis(&comp.uid().unwrap_or_default(), |m| {
                     m.unrecorded.as_ref().is_some_and(|(f, _)| *f == fp)
                 });
-            if claim_rollout
-                && !unrecorded
-                && let Some(wait) = ctx.rollout_slot()
-            {
-                tracing::debug!(?wait, "synthesizer rollout cooldown");
-                cooling_down(st, comp.metadata.generation, trigger);
-                return Ok(NextEnd::Held(wait));
+            if claim_rollout && !unrecorded {
+                match ctx.rollout_slot() {
+                    Ok(before) => claimed = Some(before),
+                    Err(wait) => {
+                        tracing::debug!(?wait, "synthesizer rollout cooldown");
+                        cooling_down(st, comp.metadata.generation, trigger);
+                        return Ok(NextEnd::Held(wait));
+                    }
+                }
             }
         }
     }
@@ -149,6 +153,12 @@ pub(super) async fn synthesize_now(
     match synthesize::synthesize(ctx, comp, st, req).await? {
         synthesize::SynthesisEnd::Stored => Ok(NextEnd::Stored),
         synthesize::SynthesisEnd::Failed(requeue) => Ok(NextEnd::Held(requeue)),
+        synthesize::SynthesisEnd::NotStarted(requeue) => {
+            if let Some(before) = claimed {
+                ctx.give_back_rollout_slot(before);
+            }
+            Ok(NextEnd::Held(requeue))
+        }
     }
 }
 

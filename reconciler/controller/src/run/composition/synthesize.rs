@@ -59,7 +59,7 @@ pub(crate) async fn synthesize(
         && f.retry_at > now
     {
         tracing::debug!(retry_in = ?(f.retry_at - now), "synthesis failed before; waiting");
-        return Ok(SynthesisEnd::Failed(f.retry_at - now));
+        return Ok(SynthesisEnd::NotStarted(f.retry_at - now));
     }
     if pending.is_none()
         && let Err(held) = ctx.limits.synthesis_rates.take(
@@ -72,7 +72,9 @@ pub(crate) async fn synthesize(
         )
     {
         rate_limited(st, comp, req.trigger, &held);
-        return Ok(SynthesisEnd::Failed(held.wait.max(Duration::from_secs(1))));
+        return Ok(SynthesisEnd::NotStarted(
+            held.wait.max(Duration::from_secs(1)),
+        ));
     }
     let attempts = st.in_flight_synthesis.as_ref().map_or(0, |s| s.attempts) + 1;
     let uuid = new_uuid();

@@ -50,6 +50,9 @@ pub(crate) enum SynthesisEnd {
     Stored,
     /// It failed (condition set in `st`); look again after this long.
     Failed(Duration),
+    /// It did not start (a failed attempt's backoff, or the synthesis rates); look again
+    /// after this long. A rollout slot claimed for it is given back.
+    NotStarted(Duration),
 }
 
 /// What makes two syntheses of `comp` the same one: its generation, the Synthesizer's, the
@@ -151,8 +154,8 @@ pub(crate) fn refuse_empty(
     ))
 }
 
-/// An output refused for good: Warning Event, failed condition, and no new attempt for this
-/// fingerprint before [`RETRY_CAP`].
+/// An output refused for good: Warning Event, failed condition, the in-flight synthesis
+/// canceled (as a failed run's), and no new attempt for this fingerprint before [`RETRY_CAP`].
 pub(super) async fn refuse(
     ctx: &Context,
     comp: &Composition,
@@ -165,6 +168,9 @@ pub(super) async fn refuse(
         .event(comp, true, reason, "Synthesize", message.to_string())
         .await;
     fail(st, comp.metadata.generation, reason, message);
+    if let Some(f) = st.in_flight_synthesis.as_mut() {
+        f.canceled = Some(Time(k8s_openapi::jiff::Timestamp::now()));
+    }
     let uid = comp.uid().unwrap_or_default();
     ctx.state.memory.synthesis(&uid, |m| {
         m.failed = Some(Failed {

@@ -59,7 +59,13 @@ pub(super) async fn store(
         .await?
         {
             Outcome::Ready(refs) => next.resource_slices = refs,
-            Outcome::Waits(requeue) => return Ok(SynthesisEnd::Failed(requeue)),
+            Outcome::Waits(requeue) => {
+                // Refused: kept in flight, canceled, as a failed run is (a rollout counts
+                // it failed).
+                next.canceled = Some(Time(k8s_openapi::jiff::Timestamp::now()));
+                st.in_flight_synthesis = Some(next);
+                return Ok(SynthesisEnd::Failed(requeue));
+            }
         }
         next.outside_namespace = outside_namespace(
             &items,
