@@ -34,11 +34,27 @@ use status::roll_up;
 mod desired;
 use desired::{applied_keys, desired_composition, stale_keys, topo_order, up_to_date};
 
-/// The name of a variation's Composition.
+/// The name of a variation's Composition: `<symphony>-<synthesizer>`; past 253 characters,
+/// its first 244 and 8 hex digits of the whole name's hash (two long names that share a
+/// prefix stay apart, and no name ends in `-` or `.`).
 pub fn composition_name(symphony: &str, synthesizer: &str) -> String {
-    let mut name = format!("{symphony}-{synthesizer}");
-    name.truncate(253);
-    name
+    let name = format!("{symphony}-{synthesizer}");
+    if name.len() <= 253 {
+        return name;
+    }
+    use sha2::Digest;
+    let hash = sha2::Sha256::digest(name.as_bytes());
+    let stem = name
+        .get(..244)
+        .unwrap_or_default()
+        .trim_end_matches(['-', '.']);
+    format!("{stem}-{}", &hex::encode(hash)[..8])
+}
+
+/// The value of a Symphony's Compositions' `enoki.dev/symphony` label: its name, hashed past
+/// a label value's 63 characters.
+fn symphony_label(symphony: &str) -> String {
+    super::slices::label_value(symphony)
 }
 
 /// Reconciles one Symphony.
@@ -187,7 +203,7 @@ async fn owned_compositions(
             .state()
             .iter()
             .filter(|c| c.namespace() == ns)
-            .filter(|c| c.labels().get(labels::SYMPHONY).map(String::as_str) == Some(symphony))
+            .filter(|c| c.labels().get(labels::SYMPHONY) == Some(&symphony_label(symphony)))
             .map(|c| c.as_ref().clone())
             .collect());
     }
@@ -199,7 +215,11 @@ async fn listed_compositions(
     comps: &Api<Composition>,
     symphony: &str,
 ) -> Result<Vec<Composition>, Error> {
-    let lp = ListParams::default().labels(&format!("{}={symphony}", labels::SYMPHONY));
+    let lp = ListParams::default().labels(&format!(
+        "{}={}",
+        labels::SYMPHONY,
+        symphony_label(symphony)
+    ));
     let fetch = |lp: ListParams| {
         let comps = comps.clone();
         async move { comps.list(&lp).await }
@@ -384,89 +404,4 @@ async fn prune_metadata(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::desired::{merged_bindings, merged_env};
-    use super::*;
-    use crds::{SynthesizerRef, VariationDependency};
-
-    fn var(name: &str, deps: &[&str]) -> Variation {
-        Variation {
-            synthesizer: SynthesizerRef { name: name.into() },
-            depends_on: deps
-                .iter()
-                .map(|d| VariationDependency {
-                    synthesizer: (*d).into(),
-                })
-                .collect(),
-            ..Variation::default()
-        }
-    }
-
-    #[test]
-    fn variations_are_ordered_by_depends_on_and_cycles_are_left_out() {
-        let vs = [
-            var("app", &["db"]),
-            var("db", &["net"]),
-            var("net", &[]),
-            var("a", &["b"]),
-            var("b", &["a"]),
-            var("c", &["a"]),
-            var("lonely", &["missing"]),
-        ];
-        let (order, stuck) = topo_order(&vs);
-        let order: Vec<&str> = order.iter().map(|v| v.synthesizer.name.as_str()).collect();
-        let stuck: Vec<&str> = stuck.iter().map(|v| v.synthesizer.name.as_str()).collect();
-        assert_eq!(order, ["net", "lonely", "db", "app"]);
-        assert_eq!(stuck, ["a", "b", "c"]);
-    }
-
-    #[test]
-    fn variation_bindings_and_env_win_by_key() {
-        let b = |k: &str, n: &str| Binding {
-            key: k.into(),
-            resource: crds::BoundResource {
-                name: n.into(),
-                namespace: None,
-            },
-        };
-        let merged = merged_bindings(&[b("a", "base"), b("b", "base")], &[b("b", "mine")]);
-        assert_eq!(merged, [b("a", "base"), b("b", "mine")]);
-        let e = |n: &str, v: &str| EnvVar {
-            name: n.into(),
-            value: v.into(),
-        };
-        assert_eq!(
-            merged_env(&[e("X", "1"), e("Y", "1")], &[e("Y", "2")]),
-            [e("X", "1"), e("Y", "2")]
-        );
-    }
-
-    /// Phase one prunes `""` keys whoever set them and keys this controller set and no longer
-    /// asks for, never a key the Composition is to carry (the `enoki.dev/symphony` label even
-    /// when a variation names it with `""`), so pruning and applying never undo each other.
-    #[test]
-    fn stale_keys_never_include_what_the_composition_is_to_carry() {
-        let live: BTreeMap<String, String> = [
-            ("enoki.dev/symphony", "stack"),
-            ("moved", "true"),
-            ("theirs", "x"),
-            ("dropped", "1"),
-            ("kept", "1"),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-        let asked: BTreeMap<String, String> =
-            [("enoki.dev/symphony", ""), ("moved", ""), ("kept", "1")]
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect();
-        let want = serde_json::json!({"enoki.dev/symphony": "stack", "kept": "1"});
-        let mine: BTreeSet<String> = ["dropped", "kept"].into_iter().map(String::from).collect();
-        let stale: Vec<String> = stale_keys(&live, &asked, &want, &mine)
-            .keys()
-            .cloned()
-            .collect();
-        assert_eq!(stale, ["dropped", "moved"]);
-    }
-}
+mod tests;

@@ -72,7 +72,7 @@ pub(super) fn desired_composition(sym: &Symphony, v: &Variation) -> serde_json::
         .filter(|(_, val)| !val.is_empty())
         .map(|(k, val)| (k.clone(), val.clone()))
         .collect();
-    labels_out.insert(labels::SYMPHONY.into(), sym_name.clone());
+    labels_out.insert(labels::SYMPHONY.into(), super::symphony_label(&sym_name));
     let annotations: BTreeMap<String, String> = v
         .annotations
         .iter()
