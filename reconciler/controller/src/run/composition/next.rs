@@ -109,8 +109,8 @@ pub(super) async fn synthesize_now(
     let seen = decide::Seen {
         mismatched: trigger::mismatched(
             &req.revisions,
-            req.synth.metadata.generation,
-            comp.metadata.generation,
+            crate::run::eno::project::lockstep_generation(req.synth),
+            crate::run::eno::project::lockstep_generation(comp),
         ),
         dependencies: dependencies::block(ctx.reads(), comp).await?,
         deferred: req.deferred,

@@ -209,6 +209,21 @@ pub(crate) fn generations(mirror: &impl kube::Resource) -> (Option<i64>, Option<
     (mirror.meta().generation, eno)
 }
 
+/// The generation inputs in lockstep (`eno.azure.io/synthesizer-generation`,
+/// `composition-generation`) are compared with: for a mirror, the Eno object's it was
+/// written from, as Eno compares them; otherwise the object's own.
+pub(crate) fn lockstep_generation(obj: &impl kube::Resource) -> Option<i64> {
+    let mirrored = obj
+        .meta()
+        .labels
+        .as_ref()
+        .is_some_and(|l| l.contains_key(MIRROR));
+    match generations(obj) {
+        (_, Some(eno)) if mirrored => Some(eno),
+        (own, _) => own,
+    }
+}
+
 /// Whether an input revision is one of Eno's refs (enoki adds observed outputs and its own
 /// keys).
 fn eno_key(r: &eno::InputRevisions) -> bool {

@@ -209,3 +209,18 @@ fn enokis_own_input_keys_stay_out_of_enos_status() {
     let keys: Vec<&str> = out.input_revisions.iter().map(|r| r.key.as_str()).collect();
     assert_eq!(keys, ["config"]);
 }
+
+/// Inputs in lockstep name the Eno object's generation: a mirror (which its module
+/// annotation or an undone edit may have moved ahead) is compared by the Eno generation it
+/// was written from; any other object by its own.
+#[test]
+fn lockstep_compares_a_mirror_by_its_eno_generation() {
+    let mut mirror = crds::Composition::new("app", Default::default());
+    mirror.metadata.generation = Some(4);
+    mirror.metadata.annotations = Some([(GENERATION.to_string(), "2".to_string())].into());
+    assert_eq!(lockstep_generation(&mirror), Some(4), "not labelled a mirror");
+    mirror.metadata.labels = Some([(MIRROR.to_string(), "true".to_string())].into());
+    assert_eq!(lockstep_generation(&mirror), Some(2));
+    mirror.metadata.annotations = None;
+    assert_eq!(lockstep_generation(&mirror), Some(4), "no Eno generation recorded");
+}
