@@ -4,8 +4,9 @@
 //! (`Conflict`).
 //!
 //! A UID is looked up in the controller's Composition cache first; one not there is confirmed
-//! gone by one LIST of Compositions (metadata only) on the management cluster before anything
-//! is adopted. UIDs are never reused, so a gone owner is remembered; a live one is remembered
+//! gone by a LIST of Compositions (metadata only) on the management cluster before anything
+//! is adopted (batched: one LIST answers every pass waiting, at most one every 2 s,
+//! `owners::Owners::confirm`). UIDs are never reused, so a gone owner is remembered; a live one is remembered
 //! for a minute (`owners::LIVE_FOR`), so a Conflict polled every few seconds does not list every time. Any
 //! error (a 403 included) keeps the owner, and is remembered as long: nothing is taken over on
 //! a guess. With `--remote-kubeconfig` nothing is adopted this way: the objects live in a
@@ -50,22 +51,14 @@ pub(crate) async fn gone_owners(ctx: &Context, named: BTreeSet<String>) -> BTree
         return gone;
     }
     let api: Api<crds::Composition> = Api::all(ctx.clusters.client().clone());
-    let fetch = |lp: ListParams| {
-        let api = api.clone();
-        async move { api.list_metadata(&lp).await }
-    };
-    // Page by page, keeping only the UIDs asked about.
-    let asked = |c: kube::core::PartialObjectMeta<crds::Composition>| {
-        c.uid().filter(|u| unknown.contains(u)).map(|u| (u, 0))
-    };
-    let listed = crate::run::paging::list_bounded(&ListParams::default(), 0, fetch, asked).await;
-    let existing: BTreeSet<String> = match listed {
-        Ok(uids) => uids.into_iter().collect(),
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot list Compositions to check the owners of managed objects; they keep their owners");
-            ctx.state.owners.remember(&unknown, &BTreeSet::new(), now);
-            return gone;
-        }
+    let Some(existing) = ctx
+        .state
+        .owners
+        .confirm(&unknown, |asked| list_existing(&api, asked))
+        .await
+    else {
+        ctx.state.owners.remember(&unknown, &BTreeSet::new(), now);
+        return gone;
     };
     let (live, newly_gone): (BTreeSet<String>, BTreeSet<String>) =
         unknown.into_iter().partition(|u| existing.contains(u));
@@ -75,6 +68,28 @@ pub(crate) async fn gone_owners(ctx: &Context, named: BTreeSet<String>) -> BTree
     }
     gone.extend(newly_gone);
     gone
+}
+
+/// Of the UIDs `asked`, those of existing Compositions (one LIST, metadata only, page by
+/// page); `None` when it failed.
+async fn list_existing(
+    api: &Api<crds::Composition>,
+    asked: BTreeSet<String>,
+) -> Option<BTreeSet<String>> {
+    let fetch = |lp: ListParams| {
+        let api = api.clone();
+        async move { api.list_metadata(&lp).await }
+    };
+    let keep = |c: kube::core::PartialObjectMeta<crds::Composition>| {
+        c.uid().filter(|u| asked.contains(u)).map(|u| (u, 0))
+    };
+    match crate::run::paging::list_bounded(&ListParams::default(), 0, fetch, keep).await {
+        Ok(uids) => Some(uids.into_iter().collect()),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot list Compositions to check the owners of managed objects; they keep their owners");
+            None
+        }
+    }
 }
 
 /// `<namespace>/<name>` of every cached Composition by UID.
