@@ -24,7 +24,8 @@ pub(crate) struct Effective {
     /// The live Synthesizer, or the one a revision recorded (marked with its number).
     pub synth: Synthesizer,
     /// A Synthesizer change alone waits for the rollout cooldown: Eno's `cooldown` strategy
-    /// (undo included), no rollout recorded, or the first revision.
+    /// (undo included), no rollout recorded, the first revision, or a move forward to the
+    /// stable revision.
     pub paced: bool,
     /// `synth` is a revision other than the live generation: its module is loaded by digest.
     pub pinned: bool,
@@ -42,6 +43,18 @@ impl Effective {
             problem: None,
         }
     }
+}
+
+/// Whether a Synthesizer change alone moving a Composition that runs `runs` to revision
+/// `target` waits for the rollout cooldown: under Eno's `cooldown` strategy, before a stable
+/// revision exists, and when it moves forward to the stable revision (one a cooldown rollout
+/// left half-way when the strategy changed, which no wave has proven). Going back to it (a
+/// rollback) and a progressive wave are not paced.
+fn paced(ro: &crds::RolloutStatus, target: i64, runs: Option<i64>) -> bool {
+    let forward_to_stable = ro.stable.as_ref().is_some_and(|s| {
+        target == s.number && target != ro.revision.number && runs.is_none_or(|r| r < s.number)
+    });
+    ro.strategy == RolloutStrategy::Cooldown || ro.stable.is_none() || forward_to_stable
 }
 
 /// The Synthesizer `comp` runs now, as its rollout says. Without rollouts (`--rollouts`
@@ -68,7 +81,7 @@ pub(crate) async fn effective(
     let key = roll::order_key(&comp.uid().unwrap_or_default(), ro.revision.number);
     let target = rollout::target(&ro, key, roll::canary_selects(&live, comp), runs).clone();
     let cooldown = ro.strategy == RolloutStrategy::Cooldown;
-    let paced = cooldown || ro.stable.is_none();
+    let paced = paced(&ro, target.number, runs);
     // Eno's cooldown: the live Synthesizer, whether or not its revision is recorded yet.
     if cooldown && target.number == ro.revision.number && !is_live(&live, &target) {
         roll::unmark(&mut live);
@@ -213,4 +226,40 @@ async fn fetch(ctx: &Context, synth: &Synthesizer, digest: &str) -> Result<Modul
         synth.name_any(),
         m.digest()
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(number: i64) -> crds::RevisionRef {
+        crds::RevisionRef {
+            number,
+            ..Default::default()
+        }
+    }
+
+    /// A progressive rollout of revision 3 started while a cooldown rollout of revision 2 was
+    /// half-way (revision 2 stable): a Composition still on 1 moves forward to 2 at the
+    /// cooldown's pace, one on 3 goes back to 2 at once, a wave's move to 3 is not paced.
+    #[test]
+    fn moving_forward_to_an_unproven_stable_revision_is_paced() {
+        let ro = crds::RolloutStatus {
+            revision: at(3),
+            stable: Some(at(2)),
+            strategy: RolloutStrategy::Progressive,
+            ..Default::default()
+        };
+        assert!(paced(&ro, 2, Some(1)));
+        assert!(!paced(&ro, 2, Some(3)), "a rollback");
+        assert!(!paced(&ro, 3, Some(2)), "a wave");
+        assert!(!paced(&ro, 2, Some(2)));
+        let cooldown = crds::RolloutStatus {
+            strategy: RolloutStrategy::Cooldown,
+            ..ro.clone()
+        };
+        assert!(paced(&cooldown, 3, Some(2)));
+        let first = crds::RolloutStatus { stable: None, ..ro };
+        assert!(paced(&first, 3, Some(2)));
+    }
 }
