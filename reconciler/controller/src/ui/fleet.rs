@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 
-use crds::names::conditions;
+use crds::names::{conditions, rollout};
 use crds::{Composition, StatusWord, Symphony, Synthesizer};
 
 /// How long a Composition may be not Ready (and not failed) before it counts as stuck.
@@ -47,10 +47,13 @@ pub struct SynthRow {
     pub message: String,
     /// Compositions that use it (in the page's scope; not suspended or being deleted).
     pub compositions: usize,
-    /// Of those, the ones whose current synthesis ran this generation.
+    /// Of those, the ones whose current synthesis ran the generation rolling out (its
+    /// rollout's revision when it has one, else its own).
     pub updated: usize,
-    /// `complete`, `rolling out` or `unused`.
-    pub rollout: &'static str,
+    /// `complete`, `rolling out` or `unused`; with a rollout, its revision first, and its
+    /// phase (and reason) when it is paused, halted or undone: `revision 3: halted
+    /// (WaveFailed)`.
+    pub rollout: String,
 }
 
 /// One Symphony.
@@ -197,15 +200,29 @@ fn synth_row(s: &Synthesizer, rows: &[Row]) -> SynthRow {
         .iter()
         .filter(|r| r.synthesizer == name && !matches!(r.state, "suspended" | "deleting"))
         .collect();
+    // A synthesis records the generation of the revision it ran; a `rollout`-only edit
+    // makes no revision.
+    let ro = status.rollout.as_ref();
+    let target = ro.map_or(generation, |r| r.revision.generation);
     let updated = users
         .iter()
-        .filter(|r| r.synthesizer_generation == Some(generation))
+        .filter(|r| r.synthesizer_generation == Some(target))
         .count();
+    let reached = match (users.len(), updated) {
+        (0, _) => "unused".to_string(),
+        (n, u) if n == u => "complete".to_string(),
+        _ => "rolling out".to_string(),
+    };
+    let stopped = [rollout::PAUSED, rollout::HALTED, rollout::UNDONE];
     SynthRow {
-        rollout: match (users.len(), updated) {
-            (0, _) => "unused",
-            (n, u) if n == u => "complete",
-            _ => "rolling out",
+        rollout: match ro {
+            None => reached,
+            Some(r) if stopped.contains(&r.phase.as_str()) => {
+                let reason = r.reason.as_ref().map(|x| format!(" ({x})"));
+                let (n, phase) = (r.revision.number, r.phase.to_lowercase());
+                format!("revision {n}: {phase}{}", reason.unwrap_or_default())
+            }
+            Some(r) => format!("revision {}: {reached}", r.revision.number),
         },
         name,
         generation,

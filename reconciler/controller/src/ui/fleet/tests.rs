@@ -61,7 +61,54 @@ fn stuck_and_failed_come_first_and_counts_add_up() {
     let s = &f.synthesizers[0];
     // Of the four not suspended, two ran generation 2; b ran 1 and d has no synthesis yet.
     assert_eq!(
-        (s.compositions, s.updated, s.rollout),
+        (s.compositions, s.updated, s.rollout.as_str()),
         (4, 2, "rolling out")
     );
+}
+
+/// With a rollout, a Composition is updated when it runs the revision's generation (a
+/// `rollout`-only edit moves the Synthesizer's generation, not the revision's), and a
+/// halted rollout says so.
+#[test]
+fn a_synthesizer_with_a_rollout_shows_its_revision_and_phase() {
+    let now = Timestamp::from_second(1_000).unwrap();
+    let mut synth: Synthesizer = serde_json::from_value(json!({
+        "apiVersion": "enoki.dev/v1alpha1", "kind": "Synthesizer",
+        "metadata": {"name": "s", "generation": 5}, "spec": {"module": {"builtin": "quota"}}}))
+    .unwrap();
+    let ro = crds::RolloutStatus {
+        revision: crds::RevisionRef {
+            number: 3,
+            generation: 4,
+            ..Default::default()
+        },
+        phase: "Progressing".into(),
+        ..Default::default()
+    };
+    synth.status = Some(crds::SynthesizerStatus {
+        rollout: Some(ro.clone()),
+        ..Default::default()
+    });
+    let on = |generation: i64| -> Composition {
+        serde_json::from_value(json!({
+            "apiVersion": "enoki.dev/v1alpha1", "kind": "Composition",
+            "metadata": {"name": format!("c{generation}"), "namespace": "n"},
+            "spec": {"synthesizer": {"name": "s"}},
+            "status": {"currentSynthesis": {"uuid": "u", "observedSynthesizerGeneration": generation}}}))
+        .unwrap()
+    };
+    let comps = [on(4), on(3)];
+    let refs: Vec<&Composition> = comps.iter().collect();
+    let row = |synth: &Synthesizer| fleet(&refs, &[synth], &[], now).synthesizers[0].clone();
+    let s = row(&synth);
+    assert_eq!(
+        (s.updated, s.rollout.as_str()),
+        (1, "revision 3: rolling out")
+    );
+    synth.status.as_mut().unwrap().rollout = Some(crds::RolloutStatus {
+        phase: "Halted".into(),
+        reason: Some("WaveFailed".into()),
+        ..ro
+    });
+    assert_eq!(row(&synth).rollout, "revision 3: halted (WaveFailed)");
 }
