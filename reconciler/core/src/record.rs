@@ -16,6 +16,10 @@ pub struct Recording {
     pub states: Vec<Vec<ResourceState>>,
     /// `key: message` of every write that failed.
     pub errors: Vec<String>,
+    /// `key: message` of every write that failed on a resource already reconciled in this
+    /// synthesis (a drift revert, a resync): as Eno's `patchResourceError`, the resource stays
+    /// reconciled and the roll-up does not count it; the pass reports it (Event) and retries.
+    pub later_errors: Vec<String>,
     /// Eno's summary of each of them (empty when Eno reports nothing).
     pub summaries: Vec<String>,
     /// `key (why)` of every resource that is not ready yet.
@@ -61,8 +65,12 @@ pub fn record(
             rec.forbidden |= e.starts_with("Forbidden:");
             state.error = Some(clipped(e));
             let fail_open = step.settings.fail_open == Some(true);
-            state.reconciled = fail_open;
-            if fail_open {
+            let deletion = deleting || matches!(step.op, Op::Delete { .. });
+            if state.reconciled && !fail_open && !deletion {
+                rec.later_errors
+                    .push(format!("{}: {}", step.key, clipped(e)));
+            } else if fail_open {
+                state.reconciled = true;
                 // Eno suppresses a fail-open resource's error (kept on the resource's state
                 // here, for `enoki status`): it is reconciled, a delete counts as done, and
                 // without readiness checks it is ready (Eno's EvalOptionally).
@@ -75,6 +83,7 @@ pub fn record(
                     state.ready = Some(now.clone());
                 }
             } else {
+                state.reconciled = false;
                 rec.errors.push(format!("{}: {}", step.key, clipped(e)));
                 rec.summaries
                     .push(outcome.summary.clone().unwrap_or_default());
@@ -87,30 +96,8 @@ pub fn record(
         if tombstone || deleting || state.ready.is_some() {
             continue;
         }
-        match &readiness_after(step, outcome, prepared) {
-            // Not written yet in this synthesis: what is live is the previous one's.
-            ReadinessState::Ready { .. } if matches!(step.op, Op::Wait { .. }) => {
-                rec.not_ready.push(format!(
-                    "{} (waiting for the resources before it)",
-                    step.key
-                ))
-            }
-            ReadinessState::Ready { at } => {
-                let t = at
-                    .as_ref()
-                    .and_then(|s| s.parse::<k8s_openapi::jiff::Timestamp>().ok())
-                    .map(Time)
-                    .unwrap_or_else(|| now.clone());
-                state.ready = Some(t);
-                tracing::info!(resource = %step.key, "ready");
-            }
-            ReadinessState::NotReady { unsatisfied } => {
-                rec.not_ready
-                    .push(format!("{} ({})", step.key, unsatisfied.join(", ")))
-            }
-            ReadinessState::Absent => rec
-                .not_ready
-                .push(format!("{} (not created yet)", step.key)),
+        if let Some(why) = record_readiness(state, step, outcome, prepared, now) {
+            rec.not_ready.push(why);
         }
     }
     rec
@@ -138,6 +125,38 @@ fn no_checks(prepared: &plan::Prepared, step: &Step) -> bool {
             let r = &prepared.resources[i];
             r.checks.is_empty() && r.settings.health == plan::settings::Health::Exists
         })
+}
+
+/// Records the readiness of a resource not yet recorded ready in this synthesis; what it
+/// waits for when it is not ready.
+fn record_readiness(
+    state: &mut ResourceState,
+    step: &Step,
+    outcome: &StepResult,
+    prepared: &plan::Prepared,
+    now: &Time,
+) -> Option<String> {
+    match readiness_after(step, outcome, prepared) {
+        // Not written yet in this synthesis: what is live is the previous one's.
+        ReadinessState::Ready { .. } if matches!(step.op, Op::Wait { .. }) => Some(format!(
+            "{} (waiting for the resources before it)",
+            step.key
+        )),
+        ReadinessState::Ready { at } => {
+            let t = at
+                .as_ref()
+                .and_then(|s| s.parse::<k8s_openapi::jiff::Timestamp>().ok())
+                .map(Time)
+                .unwrap_or_else(|| now.clone());
+            state.ready = Some(t);
+            tracing::info!(resource = %step.key, "ready");
+            None
+        }
+        ReadinessState::NotReady { unsatisfied } => {
+            Some(format!("{} ({})", step.key, unsatisfied.join(", ")))
+        }
+        ReadinessState::Absent => Some(format!("{} (not created yet)", step.key)),
+    }
 }
 
 /// The readiness of a step's resource after it was written: evaluated on the object the

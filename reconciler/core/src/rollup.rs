@@ -317,6 +317,7 @@ mod tests {
             not_ready: vec!["cm/r0 (not created yet)".into()],
             conflicts: vec![],
             forbidden: false,
+            later_errors: vec![],
         };
         let r = Rollup::of(&loaded(1), &recording, &Default::default());
         assert!(!r.all_ready && !r.all_reconciled);

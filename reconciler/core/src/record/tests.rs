@@ -283,3 +283,44 @@ fn a_waiting_resource_is_not_recorded_ready() {
         )]
     );
 }
+
+/// Eno's `patchResourceError`: a write that fails on a resource already reconciled in this
+/// synthesis (a drift revert) leaves it reconciled and out of the roll-up's errors; the error
+/// stays on its state and is reported apart.
+#[test]
+fn a_failed_write_of_a_reconciled_resource_keeps_it_reconciled() {
+    let the_plan = Plan {
+        steps: vec![step(
+            "a",
+            Op::Apply {
+                object: serde_json::json!({}),
+            },
+            ReadinessState::Ready { at: None },
+        )],
+        requeue: None,
+    };
+    let mut loaded = loaded(&["a"]);
+    loaded.slices[0].states[0].reconciled = true;
+    let outcomes = [StepResult {
+        error: Some("the webhook said no".into()),
+        ..StepResult::default()
+    }];
+    let now = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+    let rec = record(
+        &|_: &str| None,
+        &the_plan,
+        &outcomes,
+        &loaded,
+        &HashMap::new(),
+        &empty(),
+        false,
+        &now,
+    );
+    let a = &rec.states[0][0];
+    assert!(a.reconciled && a.error.as_deref() == Some("the webhook said no"));
+    assert!(rec.errors.is_empty(), "{:?}", rec.errors);
+    assert_eq!(
+        rec.later_errors,
+        [format!("{}: the webhook said no", key("a"))]
+    );
+}

@@ -357,8 +357,9 @@ async fn finish(
     );
     if !deleting {
         let uid = comp.uid().unwrap_or_default();
+        let failed = [&recording.errors[..], &recording.later_errors[..]].concat();
         for (reason, messages) in [
-            (crds::names::reasons::APPLY_FAILED, &recording.errors),
+            (crds::names::reasons::APPLY_FAILED, &failed),
             (crds::names::reasons::CONFLICT, &recording.conflicts),
         ] {
             warn_once(ctx, comp, &uid, reason, "Apply", messages).await;
@@ -378,7 +379,9 @@ async fn finish(
     }
     .map(|r| r.max(ctx.opts.apply.min_reconcile_interval));
     Ok(Pass {
-        settled: settled(the_plan, &acted.outcomes) && recording.errors.is_empty(),
+        settled: settled(the_plan, &acted.outcomes)
+            && recording.errors.is_empty()
+            && recording.later_errors.is_empty(),
         requeue,
         ..Pass::default()
     })
