@@ -273,6 +273,11 @@ async fn a_version_whose_output_is_refused_halts_the_wave_as_failed() {
     assert!(s.iter().all(|(r, ..)| *r == Some(1)), "{s:?}");
     let cms: Api<ConfigMap> = fleet.env.api();
     assert!(cms.get_opt("out-0").await.unwrap().is_some());
+    let listed = cli(&["get", "synthesizers", &fleet.synth]);
+    assert!(
+        listed.contains("REVISION") && listed.contains("ROLLOUT") && listed.contains("Halted"),
+        "{listed}"
+    );
 }
 
 /// (c) A version that synthesizes but never becomes Ready halts at the wave's deadline; with

@@ -126,6 +126,10 @@ fn columns_of(kind: GetKind) -> &'static [Column] {
         GetKind::Synthesizers => &[
             ("NAME", false, |o| text(o, "/metadata/name")),
             ("SOURCE", false, source),
+            ("REVISION", false, |o| {
+                text(o, "/status/rollout/revision/number")
+            }),
+            ("ROLLOUT", false, |o| text(o, "/status/rollout/phase")),
             ("AGE", false, |o| age(o, "/metadata/creationTimestamp")),
             ("GENERATION", true, |o| text(o, "/metadata/generation")),
         ],
