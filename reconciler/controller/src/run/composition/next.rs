@@ -115,8 +115,7 @@ pub(super) async fn synthesize_now(
         dependencies: dependencies::block(ctx.reads(), comp).await?,
         deferred: req.deferred,
     };
-    let mut claimed = None;
-    match decide::next(&seen) {
+    let claimed = match decide::next(&seen) {
         decide::Next::Wait(wait) => {
             let retry = wait.retry(ctx.opts.apply.readiness_poll);
             hold_back(st, comp.metadata.generation, wait);
@@ -127,27 +126,12 @@ pub(super) async fn synthesize_now(
         // atomically, so a blocked Composition never uses up a rollout slot; one whose
         // synthesis then does not start (backoff, synthesis rates) gives it back.
         decide::Next::Synthesize { claim_rollout } => {
-            // A synthesis of these inputs stored but not yet recorded (its status write
-            // failed) claimed its slot already: recording it claims none.
-            let fp = synthesize::fingerprint(comp, &req);
-            let unrecorded = ctx
-                .state
-                .memory
-                .synthesis(&comp.uid().unwrap_or_default(), |m| {
-                    m.unrecorded.as_ref().is_some_and(|(f, _)| *f == fp)
-                });
-            if claim_rollout && !unrecorded {
-                match ctx.rollout_slot() {
-                    Ok(before) => claimed = Some(before),
-                    Err(wait) => {
-                        tracing::debug!(?wait, "synthesizer rollout cooldown");
-                        cooling_down(st, comp.metadata.generation, trigger);
-                        return Ok(NextEnd::Held(wait));
-                    }
-                }
+            match claim(ctx, comp, st, &req, trigger, claim_rollout) {
+                Ok(claim) => claim,
+                Err(end) => return Ok(end),
             }
         }
-    }
+    };
     st.dependency_status = None;
     tracing::debug!(%trigger, "synthesizing");
     match synthesize::synthesize(ctx, comp, st, req).await? {
@@ -158,6 +142,37 @@ pub(super) async fn synthesize_now(
                 ctx.give_back_rollout_slot(before);
             }
             Ok(NextEnd::Held(requeue))
+        }
+    }
+}
+
+/// Claims the rollout slot a synthesis asks for (`claim_rollout`): `Ok(None)` when it asks
+/// none or a synthesis of these inputs stored but not yet recorded (its status write failed)
+/// claimed it already; `Err` when the cooldown holds it back.
+fn claim(
+    ctx: &Context,
+    comp: &Composition,
+    st: &mut CompositionStatus,
+    req: &synthesize::Request<'_>,
+    trigger: &Trigger,
+    claim_rollout: bool,
+) -> Result<Option<crate::run::context::RolloutClaim>, NextEnd> {
+    let fp = synthesize::fingerprint(comp, req);
+    let unrecorded = ctx
+        .state
+        .memory
+        .synthesis(&comp.uid().unwrap_or_default(), |m| {
+            m.unrecorded.as_ref().is_some_and(|(f, _)| *f == fp)
+        });
+    if !claim_rollout || unrecorded {
+        return Ok(None);
+    }
+    match ctx.rollout_slot() {
+        Ok(claim) => Ok(Some(claim)),
+        Err(wait) => {
+            tracing::debug!(?wait, "synthesizer rollout cooldown");
+            cooling_down(st, comp.metadata.generation, trigger);
+            Err(NextEnd::Held(wait))
         }
     }
 }

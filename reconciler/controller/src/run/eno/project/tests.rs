@@ -218,9 +218,17 @@ fn lockstep_compares_a_mirror_by_its_eno_generation() {
     let mut mirror = crds::Composition::new("app", Default::default());
     mirror.metadata.generation = Some(4);
     mirror.metadata.annotations = Some([(GENERATION.to_string(), "2".to_string())].into());
-    assert_eq!(lockstep_generation(&mirror), Some(4), "not labelled a mirror");
+    assert_eq!(
+        lockstep_generation(&mirror),
+        Some(4),
+        "not labelled a mirror"
+    );
     mirror.metadata.labels = Some([(MIRROR.to_string(), "true".to_string())].into());
     assert_eq!(lockstep_generation(&mirror), Some(2));
     mirror.metadata.annotations = None;
-    assert_eq!(lockstep_generation(&mirror), Some(4), "no Eno generation recorded");
+    assert_eq!(
+        lockstep_generation(&mirror),
+        Some(4),
+        "no Eno generation recorded"
+    );
 }
