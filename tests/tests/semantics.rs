@@ -117,7 +117,11 @@ async fn readiness_groups_wait_for_readiness(prefix: &str) {
         json!({format!("{prefix}/readiness-group"): "-5"}),
         json!({"x": "y"}),
     );
-    let env = setup(&json!([after, widget, crd, first]), json!({})).await;
+    let env = setup(
+        &json!([after, widget.clone(), crd.clone(), first.clone()]),
+        json!({}),
+    )
+    .await;
     let enoki = Enoki::start(&env.namespace);
 
     let widgets = widgets_api(&env, &group);
@@ -195,7 +199,44 @@ async fn readiness_groups_wait_for_readiness(prefix: &str) {
         .unwrap();
     enoki.wait_pass(&env, "echo").await;
     assert!(ready(&env).await, "readiness latches within a synthesis");
+    dropped_group_waits_for_the_group_below(&env, &enoki, &widgets, &json!([widget, crd, first]))
+        .await;
     harness::invariants::assert_converged(&env.client, &env.namespace, "echo").await;
+}
+
+/// A new synthesis (`items`) drops `after` (group 1): its tombstone keeps the group, so it is
+/// deleted only once group 0 — the Widget, not ready now — is ready in that synthesis (Eno's
+/// tree).
+async fn dropped_group_waits_for_the_group_below(
+    env: &TestEnv,
+    enoki: &Enoki,
+    widgets: &Api<DynamicObject>,
+    items: &Value,
+) {
+    let comps: Api<Composition> = env.api();
+    let uuid = |c: Composition| c.status?.current_synthesis.map(|s| s.uuid);
+    let before = uuid(comps.get("echo").await.unwrap());
+    set_items(env, items).await;
+    eventually("the synthesis without group 1", WAIT, || async {
+        (uuid(comps.get("echo").await.unwrap()) != before).then_some(())
+    })
+    .await;
+    enoki.wait_pass(env, "echo").await;
+    assert!(
+        harness::config_map_exists(env, "after").await,
+        "group 1 was deleted while group 0 was not ready:\n{}",
+        enoki.logs()
+    );
+    let status = json!({"status": {"ok": true}});
+    widgets
+        .patch_status("w", &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .unwrap();
+    eventually("group 1 deleted once group 0 is ready", WAIT, || async {
+        (!harness::config_map_exists(env, "after").await).then_some(())
+    })
+    .await;
+    eventually("Ready", WAIT, || async { ready(env).await.then_some(()) }).await;
 }
 
 #[tokio::test]

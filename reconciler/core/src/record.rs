@@ -142,6 +142,16 @@ fn record_readiness(
             "{} (waiting for the resources before it)",
             step.key
         )),
+        ReadinessState::Ready { .. }
+            if matches!(
+                step.op,
+                Op::Skip {
+                    reason: SkipReason::CelTimeSpent
+                }
+            ) =>
+        {
+            Some(format!("{} (its overrides wait for CEL time)", step.key))
+        }
         ReadinessState::Ready { at } => {
             let t = at
                 .as_ref()
@@ -235,6 +245,10 @@ fn record_success(
                     recorded.and_then(|r| r.applied_resource_version.clone());
             }
         }
+        // Not written for want of CEL time this pass: reconciled only once it is written.
+        Op::Skip {
+            reason: SkipReason::CelTimeSpent,
+        } => {}
         Op::Skip { .. } => state.reconciled = true,
     }
 }

@@ -49,6 +49,12 @@ impl Ordering {
         self.groups.range(..g).next_back().map(|(g, _)| *g)
     }
 
+    /// The highest readiness group that exists below group `g` (`g` itself need not exist:
+    /// a tombstone's group).
+    pub fn group_below(&self, g: i64) -> Option<i64> {
+        self.groups.range(..g).next_back().map(|(g, _)| *g)
+    }
+
     /// The next-higher readiness group that exists above `key`'s group.
     pub fn next_group(&self, key: &ResourceKey) -> Option<i64> {
         let g = *self.group_of.get(key)?;

@@ -280,11 +280,12 @@ pub fn plan(input: PlanInput<'_>) -> Plan {
         mut poll,
         unblocked,
         wants_poll,
+        ready,
         ..
     } = pass;
     supersede(&input, &unblocked, &mut steps);
     poll |= still_wants_poll(&steps, &wants_poll);
-    poll |= tombstone_steps(&input, &mut steps);
+    poll |= tombstone_steps(&input, &ready, &mut steps);
     resolve_fail_open(&mut steps, input.options.fail_open);
     if poll {
         requeue = Some(requeue.map_or(input.options.readiness_poll, |r| {
@@ -359,7 +360,14 @@ impl<'a> Pass<'a> {
         // whatever its live object says (that object is the previous synthesis's): as in
         // Eno's tree, it becomes ready in this synthesis once written and then ready.
         let latched = recorded.is_some_and(|rec| rec.ready.is_some());
-        let waiting = matches!(op, Op::Wait { .. });
+        // So is one left unwritten for want of CEL time.
+        let waiting = matches!(
+            op,
+            Op::Wait { .. }
+                | Op::Skip {
+                    reason: SkipReason::CelTimeSpent
+                }
+        );
         if input.prepared.superseded_by.contains_key(key) {
             self.ready.insert(key, latched);
         } else {

@@ -131,3 +131,42 @@ fn a_waiting_resource_holds_back_the_group_after_it_whatever_its_live_object_say
     let w = w.observe(live(&ours(&gate, "1"), "4", json!({"ok": true})));
     assert!(!matches!(w.op_of(&api), Op::Wait { .. }));
 }
+
+/// Eno's tree keeps a tombstone in its readiness group (the dropped manifest keeps its
+/// annotations): it is deleted only once the group below it is ready in this synthesis; a
+/// tombstone with no group below it, or one whose group below is ready, goes at once.
+#[test]
+fn a_tombstone_is_deleted_once_the_group_below_it_is_ready() {
+    let gate = deploy(
+        "gate",
+        json!({"eno.azure.io/readiness-group": "0",
+               "eno.azure.io/readiness": "self.status.ok == true"}),
+    );
+    let old = deploy("old", json!({"eno.azure.io/readiness-group": "1"}));
+    let first = deploy("first", json!({"eno.azure.io/readiness-group": "-5"}));
+    let mut items = desired(std::slice::from_ref(&gate));
+    for m in [&old, &first] {
+        items.push(plan::Desired {
+            manifest: m.clone(),
+            tombstone: true,
+        });
+    }
+    let w = World::new(items)
+        .observe(live(&ours(&gate, "1"), "1", json!({"ok": false})))
+        .observe(ours(&old, "2"))
+        .observe(ours(&first, "3"));
+    assert_eq!(
+        w.op_of(&old),
+        Op::Wait {
+            on: vec![key(&gate)]
+        }
+    );
+    assert_eq!(w.plan().requeue, Some(Duration::from_secs(5)), "polled");
+    assert_eq!(
+        w.op_of(&first),
+        Op::Delete { foreground: false },
+        "nothing below it"
+    );
+    let w = w.observe(live(&ours(&gate, "1"), "4", json!({"ok": true})));
+    assert_eq!(w.op_of(&old), Op::Delete { foreground: false });
+}

@@ -324,3 +324,32 @@ fn a_failed_write_of_a_reconciled_resource_keeps_it_reconciled() {
         [format!("{}: the webhook said no", key("a"))]
     );
 }
+
+/// A resource left unwritten because the pass ran out of CEL time is not reconciled by that
+/// pass: a write of it that fails later is an error of the roll-up, not a later error.
+#[test]
+fn a_resource_deferred_for_cel_time_is_not_reconciled() {
+    let deferred = Plan {
+        steps: vec![step(
+            "a",
+            Op::Skip {
+                reason: SkipReason::CelTimeSpent,
+            },
+            ReadinessState::Ready { at: None },
+        )],
+        requeue: None,
+    };
+    let now = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+    let rec = record(
+        &|_: &str| None,
+        &deferred,
+        &[StepResult::default()],
+        &loaded(&["a"]),
+        &HashMap::new(),
+        &empty(),
+        false,
+        &now,
+    );
+    let a = &rec.states[0][0];
+    assert!(!a.reconciled && a.ready.is_none(), "{a:?}");
+}

@@ -5,9 +5,15 @@ use super::*;
 
 /// The steps of the tombstones (resources the previous synthesis had and this one dropped):
 /// deleted unless reconciliation or pruning is disabled or another Composition's label is on
-/// them. Whether
-/// one still exists (so the pass must look again).
-pub(super) fn tombstone_steps(input: &PlanInput<'_>, steps: &mut Vec<Step>) -> bool {
+/// them, and — as in Eno's tree, where a tombstone keeps its readiness group — only once the
+/// highest group of this synthesis below the tombstone's is ready (`ready`: whether each
+/// resource of this synthesis counts as ready for the groups after it). Whether one still
+/// exists (so the pass must look again).
+pub(super) fn tombstone_steps(
+    input: &PlanInput<'_>,
+    ready: &std::collections::HashMap<&ResourceKey, bool>,
+    steps: &mut Vec<Step>,
+) -> bool {
     let mut poll = false;
     for r in input.prepared.resources.iter().filter(|r| r.tombstone) {
         let live = input.observed.get(&r.key);
@@ -51,6 +57,8 @@ pub(super) fn tombstone_steps(input: &PlanInput<'_>, steps: &mut Vec<Step>) -> b
             Op::Skip {
                 reason: SkipReason::PruneDisabled,
             }
+        } else if let Some(on) = tombstone_waits_on(r, live, input, ready) {
+            Op::Wait { on }
         } else {
             delete_op(live, foreground)
         };
@@ -67,6 +75,28 @@ pub(super) fn tombstone_steps(input: &PlanInput<'_>, steps: &mut Vec<Step>) -> b
         steps.push(deletion_step(r, live, op));
     }
     poll
+}
+
+/// The unready resources of the highest readiness group below tombstone `r`'s that a delete
+/// of its live object waits for; `None` when there is nothing to delete or nothing to wait for.
+fn tombstone_waits_on(
+    r: &PreparedResource,
+    live: Option<&Value>,
+    input: &PlanInput<'_>,
+    ready: &std::collections::HashMap<&ResourceKey, bool>,
+) -> Option<Vec<ResourceKey>> {
+    if !matches!(delete_op(live, false), Op::Delete { .. }) {
+        return None;
+    }
+    let ordering = &input.prepared.ordering;
+    let below = ordering.group_below(r.settings.readiness_group)?;
+    let on: Vec<ResourceKey> = ordering
+        .group_members(below)
+        .iter()
+        .filter(|k| !ready.get(k).copied().unwrap_or(false))
+        .cloned()
+        .collect();
+    (!on.is_empty()).then_some(on)
 }
 
 /// Composition deletion, ordered as Eno orders it: only resources with a deletion group are
