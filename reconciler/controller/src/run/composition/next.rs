@@ -134,21 +134,42 @@ pub(super) async fn synthesize_now(
     };
     st.dependency_status = None;
     tracing::debug!(%trigger, "synthesizing");
-    match synthesize::synthesize(ctx, comp, st, req).await? {
-        synthesize::SynthesisEnd::Stored => Ok(NextEnd::Stored),
-        synthesize::SynthesisEnd::Failed(requeue) => Ok(NextEnd::Held(requeue)),
-        synthesize::SynthesisEnd::NotStarted(requeue) => {
+    let fp = synthesize::fingerprint(comp, &req);
+    match synthesize::synthesize(ctx, comp, st, req).await {
+        Ok(synthesize::SynthesisEnd::Stored) => Ok(NextEnd::Stored),
+        Ok(synthesize::SynthesisEnd::Failed(requeue)) => Ok(NextEnd::Held(requeue)),
+        Ok(synthesize::SynthesisEnd::NotStarted(requeue)) => {
             if let Some(before) = claimed {
                 ctx.give_back_rollout_slot(before);
             }
             Ok(NextEnd::Held(requeue))
         }
+        // Nothing stored: the slot goes back unless an output is kept for the retry (which
+        // then claims none).
+        Err(e) => {
+            if let Some(before) = claimed
+                && !pending(ctx, comp, &fp)
+            {
+                ctx.give_back_rollout_slot(before);
+            }
+            Err(e)
+        }
     }
 }
 
+/// Whether an output of fingerprint `fp` is kept for a retry of its slice write.
+fn pending(ctx: &Context, comp: &Composition, fp: &str) -> bool {
+    ctx.state
+        .memory
+        .synthesis(&comp.uid().unwrap_or_default(), |m| {
+            m.pending_output.as_ref().is_some_and(|(f, _)| f == fp)
+        })
+}
+
 /// Claims the rollout slot a synthesis asks for (`claim_rollout`): `Ok(None)` when it asks
-/// none or a synthesis of these inputs stored but not yet recorded (its status write failed)
-/// claimed it already; `Err` when the cooldown holds it back.
+/// none or a synthesis of these inputs claimed it already (stored but not yet recorded, its
+/// status write failed; or its output kept for a retry of its slice write); `Err` when the
+/// cooldown holds it back.
 fn claim(
     ctx: &Context,
     comp: &Composition,
@@ -164,7 +185,7 @@ fn claim(
         .synthesis(&comp.uid().unwrap_or_default(), |m| {
             m.unrecorded.as_ref().is_some_and(|(f, _)| *f == fp)
         });
-    if !claim_rollout || unrecorded {
+    if !claim_rollout || unrecorded || pending(ctx, comp, &fp) {
         return Ok(None);
     }
     match ctx.rollout_slot() {

@@ -154,8 +154,10 @@ pub(crate) fn refuse_empty(
     ))
 }
 
-/// An output refused for good: Warning Event, failed condition, the in-flight synthesis
-/// canceled (as a failed run's), and no new attempt for this fingerprint before [`RETRY_CAP`].
+/// An output refused for good: Warning Event, failed condition, and no new attempt for this
+/// fingerprint before [`RETRY_CAP`]. The in-flight synthesis is canceled (as a failed run's)
+/// by the caller when the refusal is the output's own (empty, over its Synthesizer's bound),
+/// not its namespace's (budget, quota, admission).
 pub(super) async fn refuse(
     ctx: &Context,
     comp: &Composition,
@@ -168,9 +170,6 @@ pub(super) async fn refuse(
         .event(comp, true, reason, "Synthesize", message.to_string())
         .await;
     fail(st, comp.metadata.generation, reason, message);
-    if let Some(f) = st.in_flight_synthesis.as_mut() {
-        f.canceled = Some(Time(k8s_openapi::jiff::Timestamp::now()));
-    }
     let uid = comp.uid().unwrap_or_default();
     ctx.state.memory.synthesis(&uid, |m| {
         m.failed = Some(Failed {

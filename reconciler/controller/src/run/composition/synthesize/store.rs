@@ -36,6 +36,10 @@ pub(super) async fn store(
     };
     if let Some(message) = refuse_empty(comp, req.synth, had_resources, &items) {
         refuse(ctx, comp, st, fp, reasons::EMPTY_OUTPUT, &message).await;
+        // The output's own fault: canceled, as a failed run is (a rollout counts it failed).
+        if let Some(f) = st.in_flight_synthesis.as_mut() {
+            f.canceled = Some(Time(k8s_openapi::jiff::Timestamp::now()));
+        }
         return Ok(SynthesisEnd::Failed(RETRY_CAP));
     }
     let mut next = st.in_flight_synthesis.take().unwrap_or_default();
@@ -59,11 +63,14 @@ pub(super) async fn store(
         .await?
         {
             Outcome::Ready(refs) => next.resource_slices = refs,
-            Outcome::Waits(requeue) => {
-                // Refused: kept in flight, canceled, as a failed run is (a rollout counts
-                // it failed).
-                next.canceled = Some(Time(k8s_openapi::jiff::Timestamp::now()));
-                st.in_flight_synthesis = Some(next);
+            Outcome::Waits((requeue, output_fault)) => {
+                // Over its Synthesizer's bound: kept in flight, canceled, as a failed run is
+                // (a rollout counts it failed). Refused for its namespace's sake (budget,
+                // quota, admission): the revision is not blamed.
+                if output_fault {
+                    next.canceled = Some(Time(k8s_openapi::jiff::Timestamp::now()));
+                    st.in_flight_synthesis = Some(next);
+                }
                 return Ok(SynthesisEnd::Failed(requeue));
             }
         }
@@ -286,9 +293,10 @@ pub(super) fn split_write_back(
 }
 
 /// Writes the slices of a new synthesis (its items plus tombstones for what `base`, the
-/// current synthesis or an orphan standing in for it, had). `Ok(Outcome::Waits(requeue))`:
-/// refused for good (condition set, not retried for this fingerprint); a transient failure
-/// keeps the output for the retry.
+/// current synthesis or an orphan standing in for it, had). `Ok(Outcome::Waits((requeue,
+/// output_fault)))`: refused for good (condition set, not retried for this fingerprint);
+/// `output_fault` when the output is over its Synthesizer's bound (not its namespace's budget,
+/// not the API server's refusal). A transient failure keeps the output for the retry.
 pub(super) async fn write_new(
     ctx: &Arc<Context>,
     comp: &Composition,
@@ -297,7 +305,7 @@ pub(super) async fn write_new(
     uuid: &str,
     (fp, kept, base): (&str, synthesis::Synthesized, Option<&crds::Synthesis>),
     bound: usize,
-) -> Result<Outcome<Vec<crds::ResourceSliceRef>, Duration>, Error> {
+) -> Result<Outcome<Vec<crds::ResourceSliceRef>, (Duration, bool)>, Error> {
     let uid = comp.uid().unwrap_or_default();
     // Secrets are sealed: their values never sit in a slice in plain text.
     let mut manifests = Vec::with_capacity(items.len());
@@ -325,7 +333,7 @@ pub(super) async fn write_new(
     if let Some(message) = super::super::budget::too_large(ctx, comp, st, (emitted, charged), bound)
     {
         refuse(ctx, comp, st, fp, reasons::OUTPUT_TOO_LARGE, &message).await;
-        return Ok(Outcome::Waits(RETRY_CAP));
+        return Ok(Outcome::Waits((RETRY_CAP, emitted > bound)));
     }
     let shard = ctx
         .limits
@@ -348,7 +356,7 @@ pub(super) async fn write_new(
         Err(e) => {
             let message = super::super::super::error::chain(&e);
             refuse(ctx, comp, st, fp, reasons::SLICE_WRITE_FAILED, &message).await;
-            Ok(Outcome::Waits(RETRY_CAP))
+            Ok(Outcome::Waits((RETRY_CAP, false)))
         }
     }
 }
