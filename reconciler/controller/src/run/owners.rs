@@ -3,8 +3,9 @@
 //! [`LIVE_FOR`]); and the LISTs that confirm them, batched ([`Owners::confirm`]): every
 //! pass asking about UIDs not known yet waits for the next LIST, which answers for all of
 //! them, and LISTs start at least [`LIST_EVERY`] apart. A tenant who relabels its objects
-//! with made-up UIDs therefore costs at most one LIST of Compositions per [`LIST_EVERY`],
-//! cluster-wide, however many objects and passes it uses.
+//! with made-up UIDs therefore costs at most one LIST of Compositions per [`LIST_EVERY`]
+//! per controller process (each replica of a sharded install lists for itself), however
+//! many objects and passes it uses.
 
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -95,9 +96,17 @@ impl Owners {
                 (asked.0 - 1, uids)
             };
             let answer = list(uids).await;
+            let mine = answer
+                .as_ref()
+                .map(|a| a.intersection(unknown).cloned().collect());
             let mut answers = self.answers.lock();
             answers.insert(this, answer);
             answers.retain(|r, _| r + ROUNDS_KEPT > this);
+            // Round `round` had not run when this one started, so this one is it (or
+            // answered for it: every UID asked so far was in it).
+            if this >= round {
+                return mine;
+            }
         }
     }
 
