@@ -211,13 +211,20 @@ pub(crate) fn generations(mirror: &impl kube::Resource) -> (Option<i64>, Option<
 
 /// The generation inputs in lockstep (`eno.azure.io/synthesizer-generation`,
 /// `composition-generation`) are compared with: for a mirror, the Eno object's it was
-/// written from, as Eno compares them; otherwise the object's own.
+/// written from (labelled a mirror and owned by an Eno object), as Eno compares them;
+/// otherwise the object's own.
 pub(crate) fn lockstep_generation(obj: &impl kube::Resource) -> Option<i64> {
     let mirrored = obj
         .meta()
         .labels
         .as_ref()
-        .is_some_and(|l| l.contains_key(MIRROR));
+        .is_some_and(|l| l.contains_key(MIRROR))
+        && obj
+            .meta()
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.api_version.starts_with("eno.azure.io/"));
     match generations(obj) {
         (_, Some(eno)) if mirrored => Some(eno),
         (own, _) => own,

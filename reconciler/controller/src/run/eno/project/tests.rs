@@ -224,6 +224,20 @@ fn lockstep_compares_a_mirror_by_its_eno_generation() {
         "not labelled a mirror"
     );
     mirror.metadata.labels = Some([(MIRROR.to_string(), "true".to_string())].into());
+    assert_eq!(
+        lockstep_generation(&mirror),
+        Some(4),
+        "labelled, but no Eno object owns it"
+    );
+    mirror.metadata.owner_references = Some(vec![
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+            api_version: "eno.azure.io/v1".into(),
+            kind: "Composition".into(),
+            name: "app".into(),
+            uid: "u".into(),
+            ..Default::default()
+        },
+    ]);
     assert_eq!(lockstep_generation(&mirror), Some(2));
     mirror.metadata.annotations = None;
     assert_eq!(
