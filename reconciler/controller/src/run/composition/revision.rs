@@ -48,8 +48,8 @@ impl Effective {
 /// Whether a Synthesizer change alone moving a Composition that runs `runs` to revision
 /// `target` waits for the rollout cooldown: under Eno's `cooldown` strategy, before a stable
 /// revision exists, and when it moves forward to the stable revision (one a cooldown rollout
-/// left half-way when the strategy changed, which no wave has proven). Going back to it (a
-/// rollback) and a progressive wave are not paced.
+/// left half-way when the strategy changed, which no wave has proven, or one this Composition
+/// failed). Going back to it (a rollback) and a progressive wave are not paced.
 fn paced(ro: &crds::RolloutStatus, target: i64, runs: Option<i64>) -> bool {
     let forward_to_stable = ro.stable.as_ref().is_some_and(|s| {
         target == s.number && target != ro.revision.number && runs.is_none_or(|r| r < s.number)
