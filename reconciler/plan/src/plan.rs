@@ -350,30 +350,10 @@ impl<'a> Pass<'a> {
         };
         let refused = refused_owner(live, recorded, &settings, input.composition);
         let (op, readiness) = conflict_or(refused, op, readiness, &settings);
-        // A fail-open resource blocks its dependents until its state records it ready (with
-        // no readiness checks, once it was attempted), as Eno's readiness tree does; so does
-        // a hands-off (`disable-reconciliation`) resource whose checks are not met.
-        // A resource the next group also writes counts as ready for that group only once its
-        // readiness is recorded (Eno clears a pending dependency on a recorded readiness, after
-        // a pass that wrote nothing): it settles before the later one starts.
-        // A resource still waiting for its own group's turn is not ready for the next group
-        // whatever its live object says (that object is the previous synthesis's): as in
-        // Eno's tree, it becomes ready in this synthesis once written and then ready.
         let latched = recorded.is_some_and(|rec| rec.ready.is_some());
-        // So is one left unwritten for want of CEL time.
-        let waiting = matches!(
-            op,
-            Op::Wait { .. }
-                | Op::Skip {
-                    reason: SkipReason::CelTimeSpent
-                }
-        );
-        if input.prepared.superseded_by.contains_key(key) {
-            self.ready.insert(key, latched);
-        } else {
-            self.ready
-                .insert(key, readiness.is_ready() && (latched || !waiting));
-        }
+        let superseded = input.prepared.superseded_by.contains_key(key);
+        self.ready
+            .insert(key, ready_for_next(&op, &readiness, latched, superseded));
         if !matches!(op, Op::Wait { .. }) {
             self.unblocked.insert(key);
         }
@@ -392,6 +372,33 @@ impl<'a> Pass<'a> {
             settings,
             previous,
         });
+    }
+}
+
+/// Whether a resource counts as ready for the group after it, its readiness `latched`
+/// (recorded in this synthesis) or not.
+///
+/// A fail-open resource blocks its dependents until its state records it ready (with no
+/// readiness checks, once it was attempted), as Eno's readiness tree does; so does a
+/// hands-off (`disable-reconciliation`) resource whose checks are not met. A resource the next
+/// group also writes (`superseded`) counts as ready for that group only once its readiness is
+/// recorded (Eno clears a pending dependency on a recorded readiness, after a pass that wrote
+/// nothing): it settles before the later one starts. A resource still waiting for its own
+/// group's turn, or left unwritten for want of CEL time, is not ready for the next group
+/// whatever its live object says (that object is the previous synthesis's): as in Eno's tree,
+/// it becomes ready in this synthesis once written and then ready.
+fn ready_for_next(op: &Op, readiness: &ReadinessState, latched: bool, superseded: bool) -> bool {
+    let waiting = matches!(
+        op,
+        Op::Wait { .. }
+            | Op::Skip {
+                reason: SkipReason::CelTimeSpent
+            }
+    );
+    if superseded {
+        latched
+    } else {
+        readiness.is_ready() && (latched || !waiting)
     }
 }
 

@@ -170,3 +170,48 @@ fn a_tombstone_is_deleted_once_the_group_below_it_is_ready() {
     let w = w.observe(live(&ours(&gate, "1"), "4", json!({"ok": true})));
     assert_eq!(w.op_of(&old), Op::Delete { foreground: false });
 }
+
+/// Eno's resource-migration recipe protects a dropped (or, on Composition deletion, any)
+/// resource through an override; a pass that spent its CEL time before that override ran
+/// deletes nothing: it skips the resource and plans again at the next poll.
+#[test]
+fn a_deletion_waits_for_overrides_a_spent_cel_budget_deferred() {
+    let keep = r#"[{"path": "self.metadata.annotations['eno.azure.io/disable-reconciliation']",
+                    "value": "true",
+                    "condition": "composition.metadata.annotations['migration/owner'] != 'true'"}]"#;
+    let m = cm("moving", json!({"eno.azure.io/overrides": keep}));
+    let dropped = vec![plan::Desired {
+        manifest: m.clone(),
+        tombstone: true,
+    }];
+    let deleting = plan::CompositionInfo {
+        deleting: true,
+        ..comp()
+    };
+    for (info, items) in [
+        (comp(), dropped),
+        (deleting, desired(std::slice::from_ref(&m))),
+    ] {
+        let w = World::new(items.clone())
+            .with_comp(info, &items)
+            .observe(live(&m, "3", Value::Null));
+        let (op, requeue) = plan::expr::with_pass_budget(Duration::ZERO, || {
+            std::thread::sleep(Duration::from_millis(2));
+            (w.op_of(&m), w.plan().requeue)
+        });
+        assert_eq!(
+            op,
+            Op::Skip {
+                reason: SkipReason::CelTimeSpent
+            }
+        );
+        assert!(requeue.is_some(), "planned again at the next poll");
+        assert_eq!(
+            w.op_of(&m),
+            Op::Skip {
+                reason: SkipReason::ReconciliationDisabled
+            },
+            "with time left, the override protects it"
+        );
+    }
+}

@@ -102,9 +102,9 @@ impl Owners {
             let mut answers = self.answers.lock();
             answers.insert(this, answer);
             answers.retain(|r, _| r + ROUNDS_KEPT > this);
-            // Round `round` had not run when this one started, so this one is it (or
-            // answered for it: every UID asked so far was in it).
-            if this >= round {
+            // This LIST was round `round` itself. (A later round means a pass was dropped
+            // mid-LIST with `round`'s UIDs: `answer` counts `round` failed, next time round.)
+            if this == round {
                 return mine;
             }
         }

@@ -6,7 +6,8 @@ use super::*;
 /// The steps of the tombstones (resources the previous synthesis had and this one dropped):
 /// deleted unless reconciliation or pruning is disabled or another Composition's label is on
 /// them, and — as in Eno's tree, where a tombstone keeps its readiness group — only once the
-/// highest group of this synthesis below the tombstone's is ready (`ready`: whether each
+/// highest group of this synthesis below the tombstone's is ready (the groups above do not
+/// wait for it, as Eno's do), and never before its overrides ran (`ready`: whether each
 /// resource of this synthesis counts as ready for the groups after it). Whether one still
 /// exists (so the pass must look again).
 pub(super) fn tombstone_steps(
@@ -47,9 +48,14 @@ pub(super) fn tombstone_steps(
             continue;
         }
         // Overrides decide deletion too (Eno's resource-migration recipe).
-        let settings = settings_after_overrides(r, live, input.composition);
+        let (settings, deferred) = settings_after_overrides(r, live, input.composition);
         let foreground = settings.deletion_strategy == DeletionStrategy::Foreground;
-        let op = if settings.disable_reconciliation {
+        let op = if deferred && live.is_some() {
+            // Not deleted before every override ran: one may protect it (migration).
+            Op::Skip {
+                reason: SkipReason::CelTimeSpent,
+            }
+        } else if settings.disable_reconciliation {
             Op::Skip {
                 reason: SkipReason::ReconciliationDisabled,
             }
@@ -105,14 +111,14 @@ fn tombstone_waits_on(
 /// group waits until every resource of the lower groups is released: gone, or — for a
 /// background delete — terminating (it has a `deletionTimestamp`).
 pub(super) fn plan_deletion(input: PlanInput<'_>) -> Plan {
-    let mut ranked: Vec<(Option<i64>, &PreparedResource, Settings)> = input
+    let mut ranked: Vec<(Option<i64>, &PreparedResource, (Settings, bool))> = input
         .prepared
         .resources
         .iter()
         .map(|r| {
             let settings =
                 settings_after_overrides(r, input.observed.get(&r.key), input.composition);
-            let group = ordering::deletion_group(r.defaults_kind(), settings.deletion_group);
+            let group = ordering::deletion_group(r.defaults_kind(), settings.0.deletion_group);
             (group, r, settings)
         })
         .collect();
@@ -122,7 +128,7 @@ pub(super) fn plan_deletion(input: PlanInput<'_>) -> Plan {
     let mut held_below: Vec<ResourceKey> = Vec::new();
     let mut current_rank: Option<Option<i64>> = None;
     let mut held_in_rank: Vec<ResourceKey> = Vec::new();
-    for (rank, r, settings) in ranked {
+    for (rank, r, (settings, deferred)) in ranked {
         if current_rank != Some(rank) {
             held_below.append(&mut held_in_rank);
             current_rank = Some(rank);
@@ -133,7 +139,15 @@ pub(super) fn plan_deletion(input: PlanInput<'_>) -> Plan {
         // Another Composition's object is never deleted, and nothing waits for it.
         let live = if foreign { None } else { live };
         let held = (rank.is_some() && live.is_some()).then_some(&held_below[..]);
-        let op = deletion_op(r, live, &settings, (foreign, held), &input);
+        let op = if deferred && !foreign && live.is_some() {
+            // Not deleted before every override ran (one may orphan or protect it); it holds
+            // its rank meanwhile.
+            Op::Skip {
+                reason: SkipReason::CelTimeSpent,
+            }
+        } else {
+            deletion_op(r, live, &settings, (foreign, held), &input)
+        };
         let kept = matches!(
             op,
             Op::Skip {

@@ -286,16 +286,22 @@ pub(super) fn delete_op(live: Option<&Value>, foreground: bool) -> Op {
     }
 }
 
-/// The settings of `r` after its overrides (the ingested ones when it has none).
+/// The settings of `r` after its overrides (the ingested ones when it has none), and whether
+/// an override was deferred for want of the pass's CEL time (the settings are then not to be
+/// acted on: a deferred override may be the one that protects the object).
 pub(super) fn settings_after_overrides(
     r: &PreparedResource,
     live: Option<&Value>,
     composition: &CompositionInfo,
-) -> Settings {
+) -> (Settings, bool) {
     if r.overrides.is_empty() {
-        r.settings.clone()
+        (r.settings.clone(), false)
     } else {
-        effective(r, live, composition).1
+        let (_, settings, results) = effective(r, live, composition);
+        let deferred = results
+            .iter()
+            .any(|o| o.status == overrides::OverrideStatus::Deferred);
+        (settings, deferred)
     }
 }
 

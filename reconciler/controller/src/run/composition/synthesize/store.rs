@@ -28,18 +28,7 @@ pub(super) async fn store(
         Some(current) => Some(current.clone()),
         None => crate::run::slices::orphans(ctx, comp, crate::run::slices::Pick::All),
     };
-    let had_resources = match &base {
-        Some(cur) if items.is_empty() => inputs::emitted(ctx.reads(), comp, cur)
-            .await?
-            .is_none_or(|e| !e.is_empty()),
-        _ => false,
-    };
-    if let Some(message) = refuse_empty(comp, req.synth, had_resources, &items) {
-        refuse(ctx, comp, st, fp, reasons::EMPTY_OUTPUT, &message).await;
-        // The output's own fault: canceled, as a failed run is (a rollout counts it failed).
-        if let Some(f) = st.in_flight_synthesis.as_mut() {
-            f.canceled = Some(Time(k8s_openapi::jiff::Timestamp::now()));
-        }
+    if refused_empty(ctx, comp, st, (req, fp), base.as_ref(), &items).await? {
         return Ok(SynthesisEnd::Failed(RETRY_CAP));
     }
     let mut next = st.in_flight_synthesis.take().unwrap_or_default();
@@ -96,6 +85,33 @@ pub(super) async fn store(
     synthesized(st, comp.metadata.generation);
     tracing::info!(synthesis = %uuid, resources = items.len(), unchanged, trigger = %req.trigger, "synthesized");
     Ok(SynthesisEnd::Stored)
+}
+
+/// Refuses an empty output that would delete every resource `base` (the current synthesis, or
+/// an orphan standing in for it) has; `true` when refused. The output's own fault: the
+/// in-flight synthesis is canceled, as a failed run's (a rollout counts it failed).
+async fn refused_empty(
+    ctx: &Arc<Context>,
+    comp: &Composition,
+    st: &mut CompositionStatus,
+    (req, fp): (&Request<'_>, &str),
+    base: Option<&crds::Synthesis>,
+    items: &[Value],
+) -> Result<bool, Error> {
+    let had_resources = match base {
+        Some(cur) if items.is_empty() => inputs::emitted(ctx.reads(), comp, cur)
+            .await?
+            .is_none_or(|e| !e.is_empty()),
+        _ => false,
+    };
+    let Some(message) = refuse_empty(comp, req.synth, had_resources, items) else {
+        return Ok(false);
+    };
+    refuse(ctx, comp, st, fp, reasons::EMPTY_OUTPUT, &message).await;
+    if let Some(f) = st.in_flight_synthesis.as_mut() {
+        f.canceled = Some(Time(k8s_openapi::jiff::Timestamp::now()));
+    }
+    Ok(true)
 }
 
 /// An identical output (`unchanged`) keeps the current slices: a forced, spec or Synthesizer
