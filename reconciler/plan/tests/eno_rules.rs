@@ -184,12 +184,17 @@ fn a_deletion_waits_for_overrides_a_spent_cel_budget_deferred() {
         manifest: m.clone(),
         tombstone: true,
     }];
-    let deleting = plan::CompositionInfo {
-        deleting: true,
+    // Not the owner (the recipe sets the annotation empty): the override protects it.
+    let not_owner = plan::CompositionInfo {
+        annotations: [("migration/owner".to_string(), String::new())].into(),
         ..comp()
     };
+    let deleting = plan::CompositionInfo {
+        deleting: true,
+        ..not_owner.clone()
+    };
     for (info, items) in [
-        (comp(), dropped),
+        (not_owner, dropped),
         (deleting, desired(std::slice::from_ref(&m))),
     ] {
         let w = World::new(items.clone())
