@@ -200,10 +200,12 @@ fn a_deletion_waits_for_overrides_a_spent_cel_budget_deferred() {
         let w = World::new(items.clone())
             .with_comp(info, &items)
             .observe(live(&m, "3", Value::Null));
-        let (op, requeue) = plan::expr::with_pass_budget(Duration::ZERO, || {
+        let (op, requeue, settled) = plan::expr::with_pass_budget(Duration::ZERO, || {
             std::thread::sleep(Duration::from_millis(2));
-            (w.op_of(&m), w.plan().requeue)
+            let p = w.plan();
+            (w.op_of(&m), p.requeue, p.settled())
         });
+        assert!(!settled, "a deferred resource is not done (the finalizer stays)");
         assert_eq!(
             op,
             Op::Skip {

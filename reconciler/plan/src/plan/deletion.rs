@@ -116,8 +116,13 @@ pub(super) fn plan_deletion(input: PlanInput<'_>) -> Plan {
         .resources
         .iter()
         .map(|r| {
-            let settings =
-                settings_after_overrides(r, input.observed.get(&r.key), input.composition);
+            // Overrides run only for what is still there: a gone object holds nothing back,
+            // and its overrides would only spend the pass's CEL time.
+            let live = input.observed.get(&r.key);
+            let settings = match live {
+                Some(_) => settings_after_overrides(r, live, input.composition),
+                None => (r.settings.clone(), false),
+            };
             let group = ordering::deletion_group(r.defaults_kind(), settings.0.deletion_group);
             (group, r, settings)
         })
@@ -139,7 +144,8 @@ pub(super) fn plan_deletion(input: PlanInput<'_>) -> Plan {
         // Another Composition's object is never deleted, and nothing waits for it.
         let live = if foreign { None } else { live };
         let held = (rank.is_some() && live.is_some()).then_some(&held_below[..]);
-        let op = if deferred && !foreign && live.is_some() {
+        let op = if deferred && !foreign && live.is_some() && !input.composition.symphony_deleting()
+        {
             // Not deleted before every override ran (one may orphan or protect it); it holds
             // its rank meanwhile.
             Op::Skip {
@@ -165,7 +171,13 @@ pub(super) fn plan_deletion(input: PlanInput<'_>) -> Plan {
             // A fail-open background delete holds nothing back: Eno counts it deleted once
             // tried, whether or not the delete went through.
             let fail_open = !foreground && r.settings.fail_open.unwrap_or(input.options.fail_open);
-            if rank.is_some() && (foreground || !terminating) && !fail_open {
+            let deferred = matches!(
+                op,
+                Op::Skip {
+                    reason: SkipReason::CelTimeSpent
+                }
+            );
+            if rank.is_some() && (deferred || ((foreground || !terminating) && !fail_open)) {
                 held_in_rank.push(r.key.clone());
             }
         }

@@ -224,6 +224,12 @@ impl Op {
             Op::Skip { .. } | Op::Wait { .. } | Op::Conflict { .. }
         )
     }
+
+    /// Whether the op leaves nothing to do: a skip, but not one deferred for want of the
+    /// pass's CEL time (that resource is still to be written or deleted).
+    pub fn is_done_skip(&self) -> bool {
+        matches!(self, Op::Skip { reason } if *reason != SkipReason::CelTimeSpent)
+    }
 }
 
 /// The plan for one resource.
@@ -292,8 +298,8 @@ impl Plan {
         })
     }
 
-    /// Nothing is left to write or wait for.
+    /// Nothing is left to write, wait for, or defer.
     pub fn settled(&self) -> bool {
-        self.steps.iter().all(|s| matches!(s.op, Op::Skip { .. }))
+        self.steps.iter().all(|s| s.op.is_done_skip())
     }
 }

@@ -387,11 +387,11 @@ async fn finish(
     })
 }
 
-/// Nothing is left to do: every step skipped, or a fail-open delete that failed (it counts
-/// as done: Eno marks it deleted and moves on).
+/// Nothing is left to do: every step skipped (not deferred for want of CEL time), or a
+/// fail-open delete that failed (it counts as done: Eno marks it deleted and moves on).
 fn settled(the_plan: &Plan, outcomes: &[execute::StepResult]) -> bool {
     the_plan.steps.iter().zip(outcomes).all(|(s, o)| {
-        matches!(s.op, plan::Op::Skip { .. })
+        s.op.is_done_skip()
             || (s.settings.fail_open == Some(true)
                 && matches!(s.op, plan::Op::Delete { .. })
                 && o.error.is_some())
