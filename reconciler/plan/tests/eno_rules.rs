@@ -205,7 +205,10 @@ fn a_deletion_waits_for_overrides_a_spent_cel_budget_deferred() {
             let p = w.plan();
             (w.op_of(&m), p.requeue, p.settled())
         });
-        assert!(!settled, "a deferred resource is not done (the finalizer stays)");
+        assert!(
+            !settled,
+            "a deferred resource is not done (the finalizer stays)"
+        );
         assert_eq!(
             op,
             Op::Skip {
